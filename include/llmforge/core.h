@@ -1,0 +1,156 @@
+/*
+ * llmforge core: status codes, error messages, logging, counter-based RNG,
+ * aligned allocation and arenas.
+ *
+ * Error model (curl/SQLite style): every fallible library function returns an
+ * lf_status; LF_OK is 0 and every error is negative. The function that fails
+ * also records a human-readable message naming the object and the fact
+ * ("shard 'x.bin': header says 1000 tokens, file holds 768"), readable with
+ * lf_last_error() from the same thread until the next failing call. Handles
+ * that live longer (trainer, model) keep their own copy. Library code never
+ * prints to stdout and never exits; tools/ talk to the person.
+ */
+#ifndef LLMFORGE_CORE_H
+#define LLMFORGE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes are part of the API: never renumbered. */
+typedef enum lf_status {
+    LF_OK = 0,
+    LF_ERR_INVALID_ARG = -1,   /* a caller passed a bad argument */
+    LF_ERR_NOMEM = -2,         /* an allocation failed */
+    LF_ERR_IO = -3,            /* open/read/write/rename/fsync failed */
+    LF_ERR_FORMAT = -4,        /* a file is malformed (bad magic, truncated, bad JSON) */
+    LF_ERR_CHECKSUM = -5,      /* a payload does not match its recorded checksum */
+    LF_ERR_CONFIG = -6,        /* unknown key or bad value in a configuration */
+    LF_ERR_MISMATCH = -7,      /* shapes/names/sizes disagree (e.g. checkpoint vs model) */
+    LF_ERR_UNSUPPORTED = -8,   /* a feature the backend or format does not support */
+    LF_ERR_RANGE = -9,         /* a value is out of its allowed range */
+    LF_ERR_NOT_FOUND = -10,    /* a named file, key or tensor does not exist */
+    LF_ERR_NUMERIC = -11,      /* non-finite loss or gradient */
+    LF_ERR_INTERNAL = -12,     /* a broken invariant inside llmforge (a bug) */
+} lf_status;
+
+/* Short fixed name of a status ("LF_ERR_IO: input/output error"). Never NULL. */
+const char *lf_status_str(lf_status s);
+
+/* The message recorded by the last failing call on this thread ("" if none).
+ * The pointer stays valid until the next failing call on this thread. */
+const char *lf_last_error(void);
+
+/* Record a message for the current thread and return `s` (for `return lf_fail(...)`).
+ * printf-style; the message is truncated at 1023 bytes. */
+lf_status lf_fail(lf_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Prefix the current thread's message with "prefix: " (adds context on the way up). */
+void lf_error_prefix(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* ---------------------------------------------------------------- logging */
+typedef enum lf_log_level {
+    LF_LOG_DEBUG = 0,
+    LF_LOG_INFO = 1,
+    LF_LOG_WARN = 2,
+    LF_LOG_ERROR = 3,
+} lf_log_level;
+
+typedef void (*lf_log_fn)(lf_log_level level, const char *msg, void *user);
+
+/* Install the log sink (NULL: messages are dropped). Not thread-safe against
+ * concurrent lf_log calls; set it once at start-up. */
+void lf_log_set_callback(lf_log_fn fn, void *user);
+void lf_log_set_level(lf_log_level min_level);
+void lf_log(lf_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---------------------------------------------------------------- RNG
+ * Counter-based generator (Philox4x32-10, Salmon et al., SC'11): the value is
+ * a pure function of (seed, purpose, index), so any element of any random
+ * stream can be regenerated without state — dropout masks are recomputed in
+ * backward, data order survives resume, and the number of processes never
+ * changes a stream. */
+typedef enum lf_rng_purpose {
+    LF_RNG_INIT = 1,       /* parameter initialisation */
+    LF_RNG_DATA = 2,       /* training batch positions */
+    LF_RNG_EVAL = 3,       /* evaluation batch positions */
+    LF_RNG_DROPOUT = 4,    /* dropout masks */
+    LF_RNG_SAMPLE = 5,     /* token sampling at generation */
+    LF_RNG_BENCH = 6,      /* synthetic benchmark data */
+    LF_RNG_TEST = 7,       /* tests */
+} lf_rng_purpose;
+
+/* Four 32-bit random words for counter (index, sub). */
+void lf_philox4x32(uint64_t seed, uint32_t purpose, uint64_t index, uint32_t sub, uint32_t out[4]);
+/* 64 random bits for (seed, purpose, index). */
+uint64_t lf_rng_u64(uint64_t seed, uint32_t purpose, uint64_t index);
+/* Uniform float in [0,1) with 24 random bits. */
+float lf_rng_uniform(uint64_t seed, uint32_t purpose, uint64_t index);
+/* Standard normal (Box-Muller over one counter). */
+float lf_rng_normal(uint64_t seed, uint32_t purpose, uint64_t index);
+/* Combine several small numbers into one stream index (e.g. step, layer). */
+static inline uint64_t lf_rng_mix(uint64_t a, uint64_t b) {
+    uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* ---------------------------------------------------------------- memory */
+#define LF_ALIGN 64
+/* 64-byte aligned allocation; NULL on failure (and lf_fail NOMEM recorded). */
+void *lf_alloc(size_t bytes);
+void *lf_calloc(size_t bytes);
+void lf_free(void *p);
+
+/* Bump arena over one aligned block: everything a training step needs is
+ * planned, reserved once, and released together. */
+typedef struct lf_arena lf_arena;
+lf_status lf_arena_create(lf_arena **out, size_t capacity);
+/* 64-byte aligned slice; NULL when the arena is exhausted (message recorded). */
+void *lf_arena_push(lf_arena *a, size_t bytes);
+size_t lf_arena_used(const lf_arena *a);
+size_t lf_arena_capacity(const lf_arena *a);
+void lf_arena_reset(lf_arena *a);
+void lf_arena_free(lf_arena *a);
+/* Bytes lf_arena_push(bytes) consumes (for planning). */
+static inline size_t lf_arena_round(size_t bytes) { return (bytes + (LF_ALIGN - 1)) & ~(size_t)(LF_ALIGN - 1); }
+
+/* ---------------------------------------------------------------- files and hashing */
+/* Read a whole file (cap: max_bytes, 0 = no cap). *out is NUL-terminated, free with lf_free. */
+lf_status lf_file_read_all(const char *path, size_t max_bytes, char **out, size_t *len);
+/* Write a file and fsync it. */
+lf_status lf_file_write_all(const char *path, const void *data, size_t len);
+/* fsync a directory (so a rename inside it is durable). */
+lf_status lf_fsync_dir(const char *path);
+/* mkdir -p */
+lf_status lf_mkdirs(const char *path);
+
+/* SHA-256 of a buffer / of a file, as 64 lowercase hex chars + NUL. */
+void lf_sha256_hex(const void *data, size_t len, char hex[65]);
+lf_status lf_sha256_file_hex(const char *path, char hex[65]);
+/* CRC-32 (zlib polynomial) — the shard payload checksum. */
+uint32_t lf_crc32(uint32_t crc, const void *data, size_t len);
+
+/* Monotonic wall clock in seconds. */
+double lf_time_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,117 @@
+/*
+ * Training: configuration (JSON in DeepSpeed's vocabulary, table-driven),
+ * the trainer loop, LR schedules.
+ *
+ * Configuration keys (dotted paths; defaults in brackets):
+ *   model.arch ["gpt2"], model.n_layer [4], model.n_head [4], model.n_embd [128],
+ *   model.block_size [64], model.bias [true], model.dropout [0.0],
+ *   model.vocab_size [0 = from the dataset]
+ *   data.dataset [required], data.sampling ["random"|"sequential"]
+ *   train_batch_size [derived], train_micro_batch_size_per_gpu [12],
+ *   gradient_accumulation_steps [1], train_iters [2000]
+ *   optimizer.type ["AdamW"], optimizer.params.{lr [1e-3], betas [[0.9,0.99]],
+ *     eps [1e-8], weight_decay [0.1]}
+ *   scheduler.type ["cosine"|"constant"], scheduler.{warmup_iters [100],
+ *     decay_iters [train_iters], min_lr [lr/10]}
+ *   gradient_clipping [1.0; 0 disables]
+ *   eval.interval [250], eval.iters [20]
+ *   checkpoint.interval [500], checkpoint.keep_last [3]
+ *   steps_per_print [10], seed [1337], out_dir ["out"]
+ * Unknown keys and bad values are errors naming the key path.
+ */
+#ifndef LLMFORGE_TRAIN_H
+#define LLMFORGE_TRAIN_H
+
+#include "llmforge/core.h"
+#include "llmforge/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LF_PATH_MAX 1024
+
+typedef enum lf_sched_type { LF_SCHED_COSINE = 0, LF_SCHED_CONSTANT = 1 } lf_sched_type;
+
+typedef struct lf_train_config {
+    /* model */
+    char arch[16];
+    lf_gpt2_config model;           /* model.vocab_size 0 = take it from the dataset */
+    /* data */
+    char dataset[LF_PATH_MAX];
+    int sampling;                   /* lf_sampling */
+    /* batch */
+    long train_batch_size;          /* = micro * accum * world (0 in the file = derive) */
+    int micro_batch;                /* train_micro_batch_size_per_gpu */
+    int grad_accum;                 /* gradient_accumulation_steps */
+    long train_iters;
+    /* optimizer */
+    char optimizer_type[16];        /* "AdamW" */
+    float lr, beta1, beta2, eps, weight_decay;
+    /* scheduler */
+    int sched_type;                 /* lf_sched_type */
+    long warmup_iters, decay_iters; /* decay_iters -1 in the table = train_iters */
+    float min_lr;
+    float grad_clip;
+    /* eval / checkpoint / logging */
+    long eval_interval;             /* 0 = never (except none) */
+    int eval_iters;
+    long ckpt_interval;             /* 0 = only at the end */
+    int keep_last;
+    long steps_per_print;
+    uint64_t seed;
+    char out_dir[LF_PATH_MAX];
+} lf_train_config;
+
+/* Defaults for every key (dataset empty). */
+lf_train_config lf_train_config_default(void);
+
+/* Build a config: defaults, then the JSON file (path may be NULL), then
+ * overrides "key.path=value" in order (value parsed as JSON when it is valid
+ * JSON, otherwise taken as a string; a bare leaf name such as "n_layer=6" is
+ * accepted when it names exactly one key). Validates ranges and cross-field
+ * rules (n_embd % n_head, batch identity). Errors name the key path and the
+ * file. */
+lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides,
+                               const char *const *overrides);
+/* Same, from JSON text (used when resuming from trainer_state.json). */
+lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin,
+                                int n_overrides, const char *const *overrides);
+/* The resolved config as pretty JSON (every key, defaults filled in). lf_free. */
+char *lf_train_config_to_json(const lf_train_config *cfg);
+
+/* nanoGPT get_lr: linear warmup to lr over warmup_iters (lr*(it+1)/(warmup+1)),
+ * cosine to min_lr at decay_iters, min_lr after; constant: lr. */
+float lf_lr_at(const lf_train_config *cfg, long it);
+
+/* ---------------------------------------------------------------- trainer */
+typedef struct lf_trainer lf_trainer;
+
+typedef struct lf_train_event {
+    enum { LF_EV_TRAIN = 0, LF_EV_EVAL = 1, LF_EV_CKPT = 2, LF_EV_INFO = 3 } type;
+    long step;          /* step just finished (1-based count of optimizer steps) */
+    long total;
+    double loss, lr, grad_norm, tokens_per_sec, ms;
+    double train_loss, val_loss;
+    const char *text;   /* checkpoint path / info line */
+} lf_train_event;
+typedef void (*lf_train_event_fn)(const lf_train_event *ev, void *user);
+
+typedef struct lf_trainer_opts {
+    int resume;                       /* continue from out_dir/ckpt/latest */
+    const char *init_from;            /* safetensors weights to start from, or NULL */
+    lf_train_event_fn on_event;       /* progress sink (console), may be NULL */
+    void *user;
+} lf_trainer_opts;
+
+lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts);
+/* Run until train_iters. */
+lf_status lf_trainer_run(lf_trainer *t);
+void lf_trainer_free(lf_trainer *t);
+const char *lf_trainer_errmsg(const lf_trainer *t);
+lf_model *lf_trainer_model(lf_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages llmforge needs to build, test and run, when
+# they are missing. As root it runs apt-get; otherwise it prints the command.
+#   scripts/setup.sh          build + run dependencies
+#   scripts/setup.sh --test   also what the tests need
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libssl-dev zlib1g-dev
+      fortunes fortunes-min)
+if [ "${1:-}" = "--test" ]; then
+  pkgs+=(libcmocka-dev)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "setup: installing missing packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: not root; run: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

@@ -1,0 +1,11 @@
+/* Backend registry: the one place that knows which backends were compiled in. */
+#include <string.h>
+#include "backend/backend_impl.h"
+
+const lf_backend_ops *lf_backend_get(const char *name) {
+    if (!name || strcmp(name, "cpu") == 0) return lf__backend_cpu();
+    lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu)", name);
+    return NULL;
+}
+
+const char *lf_backend_name(const lf_backend_ops *ops) { return ops ? ops->name : "(none)"; }

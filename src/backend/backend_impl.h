@@ -1,0 +1,161 @@
+/*
+ * The backend operations table (private interface; see DESIGN.md "Backend").
+ *
+ * Every op is a forward/backward pair with llm.c's argument order: outputs,
+ * saved statistics, inputs, weights, then dimensions. Dimension vocabulary:
+ * B batch, T time, C channels, OC output channels, V vocab, NH heads,
+ * HS = C/NH head size, N = B*T rows.
+ *
+ * Invariants the model relies on:
+ *  - All tensors are float32, row-major, contiguous, in backend memory.
+ *  - Every backward ACCUMULATES (+=) into every gradient it produces, both
+ *    parameter gradients and activation gradients (dinp). The model zeroes
+ *    the activation-gradient buffer before backward and the parameter
+ *    gradients before each optimizer step's first micro-batch. The only
+ *    exception is the fused classifier, which OVERWRITES dlogits.
+ *  - Weights use the Hugging Face GPT-2 layout: Conv1D weights are (C, OC)
+ *    ("in, out") and y = x @ W + b. The tied lm_head uses wte (V, C) with
+ *    y = x @ wte^T, which is matmul with layout LF_W_OUT_IN.
+ *  - Ops never allocate; scratch is passed in by the caller.
+ *  - A NULL slot means "unsupported"; callers check and return
+ *    LF_ERR_UNSUPPORTED.
+ *  - Dropout masks are a pure function of (seed, key, element index) through
+ *    the counter-based RNG (core.h, LF_RNG_DROPOUT), so backward recomputes
+ *    the mask instead of storing it: element i of a tensor is kept when
+ *    lf_rng_uniform(seed, LF_RNG_DROPOUT, lf_rng_mix(key, i)) >= p and then
+ *    scaled by 1/(1-p) (PyTorch's inverted dropout). p == 0 means identity.
+ */
+#ifndef LLMFORGE_BACKEND_IMPL_H
+#define LLMFORGE_BACKEND_IMPL_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "llmforge/backend.h"
+
+typedef enum lf_weight_layout {
+    LF_W_IN_OUT = 0, /* weight (C, OC): y = x @ W   (HF Conv1D) */
+    LF_W_OUT_IN = 1, /* weight (OC, C): y = x @ W^T (nn.Linear, tied lm_head) */
+} lf_weight_layout;
+
+/* Key of one dropout site: the mask for element i is drawn from
+ * (seed, LF_RNG_DROPOUT, lf_rng_mix(key, i)). */
+typedef struct lf_dropout {
+    float p;        /* drop probability in [0,1); 0 = off */
+    uint64_t seed;
+    uint64_t key;   /* distinct per (step, micro-step, layer, site) */
+} lf_dropout;
+
+struct lf_backend_ops {
+    const char *name;
+
+    /* ---- memory */
+    void *(*alloc)(size_t bytes);            /* NULL on failure */
+    void (*free)(void *p);
+    void (*to_device)(void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*zero)(float *x, size_t n);
+    void (*scale)(float *x, size_t n, float s);   /* x *= s */
+
+    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
+    void (*encoder_forward)(float *out,            // (B,T,C)
+                            const int32_t *inp,    // (B,T)
+                            const float *wte,      // (V,C)
+                            const float *wpe,      // (maxT,C)
+                            int B, int T, int C);
+    void (*encoder_backward)(float *dwte,          // (V,C) +=
+                             float *dwpe,          // (maxT,C) +=
+                             const float *dout,    // (B,T,C)
+                             const int32_t *inp,   // (B,T)
+                             int B, int T, int C);
+
+    /* ---- layernorm over the last dim, eps 1e-5, biased variance (PyTorch).
+     * bias may be NULL (bias=false models). */
+    void (*layernorm_forward)(float *out,          // (N,C)
+                              float *mean,         // (N)
+                              float *rstd,         // (N)
+                              const float *inp,    // (N,C)
+                              const float *weight, // (C)
+                              const float *bias,   // (C) or NULL
+                              int N, int C);
+    void (*layernorm_backward)(float *dinp,        // (N,C) +=
+                               float *dweight,     // (C) +=
+                               float *dbias,       // (C) += or NULL
+                               const float *dout,  // (N,C)
+                               const float *inp,   // (N,C)
+                               const float *weight,// (C)
+                               const float *mean,  // (N)
+                               const float *rstd,  // (N)
+                               int N, int C);
+
+    /* ---- matmul + bias: out = inp @ W (+ bias), W in `layout`. bias may be NULL. */
+    void (*matmul_forward)(float *out,             // (N,OC)
+                           const float *inp,       // (N,C)
+                           const float *weight,    // (C,OC) or (OC,C)
+                           const float *bias,      // (OC) or NULL
+                           int N, int C, int OC, lf_weight_layout layout);
+    /* dinp may be NULL (gradient not needed, e.g. nothing below). dbias may be NULL. */
+    void (*matmul_backward)(float *dinp,           // (N,C) += or NULL
+                            float *dweight,        // same shape as weight, +=
+                            float *dbias,          // (OC) += or NULL
+                            const float *dout,     // (N,OC)
+                            const float *inp,      // (N,C)
+                            const float *weight,
+                            int N, int C, int OC, lf_weight_layout layout);
+
+    /* ---- causal multi-head self-attention (scaled by 1/sqrt(HS)).
+     * qkv rows hold [q | k | v], each C wide, head h at channels h*HS..h*HS+HS-1
+     * (nanoGPT's c_attn split). att saves the softmax probabilities BEFORE
+     * dropout; dropout (attn_dropout) applies to att before att @ v. Entries of
+     * att above the diagonal are written as 0. */
+    void (*attention_forward)(float *out,          // (B,T,C)
+                              float *att,          // (B,NH,T,T)
+                              const float *qkv,    // (B,T,3C)
+                              int B, int T, int C, int NH, lf_dropout drop);
+    void (*attention_backward)(float *dqkv,        // (B,T,3C) +=
+                               float *scratch,     // (B,NH,T,T) scratch, contents undefined after
+                               const float *dout,  // (B,T,C)
+                               const float *qkv,   // (B,T,3C)
+                               const float *att,   // (B,NH,T,T) from forward
+                               int B, int T, int C, int NH, lf_dropout drop);
+
+    /* ---- GELU, tanh approximation (GPT-2 / nanoGPT's nn.GELU(approximate='tanh')). */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, /* += */ const float *inp, const float *dout, size_t n);
+
+    /* ---- residual: out = a + b;  backward: da += dout, db += dout */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
+
+    /* ---- dropout as a standalone op (embeddings, residual branches).
+     * out may equal inp. backward: dinp += mask * dout / (1-p). */
+    void (*dropout_forward)(float *out, const float *inp, size_t n, lf_dropout drop);
+    void (*dropout_backward)(float *dinp, const float *dout, size_t n, lf_dropout drop);
+
+    /* ---- fused softmax + cross-entropy over V (of a row padded to Vp >= V;
+     * columns V..Vp-1 are ignored and their dlogits written as 0).
+     * losses[i] = -log softmax(logits[i])[targets[i]]; targets[i] < 0 means
+     * "ignored": loss 0 and dlogits row 0. When dlogits != NULL it is written
+     * (overwritten) with (softmax - onehot) * dloss for non-ignored rows; dlogits
+     * may alias logits. Returns nothing; the caller sums losses. */
+    void (*crossentropy_forward_backward)(float *losses,        // (N)
+                                          float *dlogits,       // (N,Vp) or NULL
+                                          const float *logits,  // (N,Vp)
+                                          const int32_t *targets,// (N)
+                                          int N, int V, int Vp, float dloss);
+
+    /* ---- AdamW exactly as torch.optim.AdamW (decoupled weight decay applied
+     * first: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)). t >= 1.
+     * grad_scale multiplies g first (gradient clipping folded in). */
+    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float grad_scale, int t);
+
+    /* ---- sum of squares of x (accumulated in double). */
+    double (*sum_squares)(const float *x, size_t n);
+};
+
+/* Registered backends. */
+const lf_backend_ops *lf__backend_cpu(void);
+
+#endif

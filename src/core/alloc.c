@@ -1,0 +1,64 @@
+/* Aligned allocation and a bump arena (one block, 64-byte aligned slices). */
+#include <stdlib.h>
+#include <string.h>
+#include "llmforge/core.h"
+
+void *lf_alloc(size_t bytes) {
+    if (bytes == 0) bytes = LF_ALIGN;
+    void *p = NULL;
+    if (posix_memalign(&p, LF_ALIGN, lf_arena_round(bytes)) != 0) {
+        lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+void *lf_calloc(size_t bytes) {
+    void *p = lf_alloc(bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+void lf_free(void *p) { free(p); }
+
+struct lf_arena {
+    unsigned char *base;
+    size_t capacity;
+    size_t used;
+};
+
+lf_status lf_arena_create(lf_arena **out, size_t capacity) {
+    *out = NULL;
+    lf_arena *a = calloc(1, sizeof *a);
+    if (!a) return lf_fail(LF_ERR_NOMEM, "out of memory allocating an arena header");
+    a->capacity = lf_arena_round(capacity);
+    a->base = lf_alloc(a->capacity);
+    if (!a->base) {
+        free(a);
+        return lf_fail(LF_ERR_NOMEM, "out of memory reserving an arena of %zu bytes", capacity);
+    }
+    *out = a;
+    return LF_OK;
+}
+
+void *lf_arena_push(lf_arena *a, size_t bytes) {
+    size_t need = lf_arena_round(bytes);
+    if (need > a->capacity - a->used) {
+        lf_fail(LF_ERR_NOMEM, "arena exhausted: %zu bytes requested, %zu of %zu free", bytes,
+                a->capacity - a->used, a->capacity);
+        return NULL;
+    }
+    void *p = a->base + a->used;
+    a->used += need;
+    return p;
+}
+
+size_t lf_arena_used(const lf_arena *a) { return a->used; }
+size_t lf_arena_capacity(const lf_arena *a) { return a->capacity; }
+void lf_arena_reset(lf_arena *a) { a->used = 0; }
+
+void lf_arena_free(lf_arena *a) {
+    if (!a) return;
+    lf_free(a->base);
+    free(a);
+}

@@ -1,0 +1,159 @@
+/* Files (read/write with fsync, mkdir -p), hashing (SHA-256 through OpenSSL,
+ * CRC-32 through zlib) and the monotonic clock. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include <zlib.h>
+#include "llmforge/core.h"
+
+lf_status lf_file_read_all(const char *path, size_t max_bytes, char **out, size_t *len) {
+    *out = NULL;
+    if (len) *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return lf_fail(LF_ERR_IO, "'%s' is not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    if (max_bytes && size > max_bytes) {
+        fclose(f);
+        return lf_fail(LF_ERR_RANGE, "'%s' is %zu bytes, more than the %zu allowed", path, size, max_bytes);
+    }
+    char *buf = lf_alloc(size + 1);
+    if (!buf) {
+        fclose(f);
+        return lf_fail(LF_ERR_NOMEM, "out of memory reading '%s' (%zu bytes)", path, size);
+    }
+    size_t got = fread(buf, 1, size, f);
+    int err = ferror(f);
+    fclose(f);
+    if (got != size || err) {
+        lf_free(buf);
+        return lf_fail(LF_ERR_IO, "short read on '%s': %zu of %zu bytes", path, got, size);
+    }
+    buf[size] = 0;
+    *out = buf;
+    if (len) *len = size;
+    return LF_OK;
+}
+
+lf_status lf_file_write_all(const char *path, const void *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return lf_fail(LF_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    const unsigned char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            return lf_fail(LF_ERR_IO, "write to '%s' failed: %s", path, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return lf_fail(LF_ERR_IO, "fsync of '%s' failed: %s", path, strerror(e));
+    }
+    if (close(fd) != 0) return lf_fail(LF_ERR_IO, "close of '%s' failed: %s", path, strerror(errno));
+    return LF_OK;
+}
+
+lf_status lf_fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return lf_fail(LF_ERR_IO, "cannot open directory '%s': %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL) return lf_fail(LF_ERR_IO, "fsync of directory '%s' failed: %s", path, strerror(e));
+    return LF_OK;
+}
+
+lf_status lf_mkdirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return lf_fail(LF_ERR_INVALID_ARG, "bad directory path '%s'", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return lf_fail(LF_ERR_IO, "cannot create directory '%s': %s", buf, strerror(errno));
+            buf[i] = c;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return lf_fail(LF_ERR_IO, "'%s' exists and is not a directory", path);
+    if (access(path, W_OK) != 0) return lf_fail(LF_ERR_IO, "directory '%s' is not writable: %s", path, strerror(errno));
+    return LF_OK;
+}
+
+static void to_hex(const unsigned char *d, unsigned n, char *hex) {
+    static const char digits[] = "0123456789abcdef";
+    for (unsigned i = 0; i < n; i++) {
+        hex[2 * i] = digits[d[i] >> 4];
+        hex[2 * i + 1] = digits[d[i] & 15];
+    }
+    hex[2 * n] = 0;
+}
+
+void lf_sha256_hex(const void *data, size_t len, char hex[65]) {
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    EVP_Digest(data, len, d, &n, EVP_sha256(), NULL);
+    to_hex(d, n, hex);
+}
+
+lf_status lf_sha256_file_hex(const char *path, char hex[65]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return lf_fail(LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx) {
+        fclose(f);
+        return lf_fail(LF_ERR_NOMEM, "out of memory hashing '%s'", path);
+    }
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    unsigned char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) EVP_DigestUpdate(ctx, buf, got);
+    int err = ferror(f);
+    fclose(f);
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    EVP_DigestFinal_ex(ctx, d, &n);
+    EVP_MD_CTX_free(ctx);
+    if (err) return lf_fail(LF_ERR_IO, "read error hashing '%s'", path);
+    to_hex(d, n, hex);
+    return LF_OK;
+}
+
+uint32_t lf_crc32(uint32_t crc, const void *data, size_t len) {
+    const unsigned char *p = data;
+    uLong c = crc;
+    while (len > 0) { /* zlib takes uInt lengths */
+        uInt chunk = len > (1u << 30) ? (1u << 30) : (uInt)len;
+        c = crc32(c, p, chunk);
+        p += chunk;
+        len -= chunk;
+    }
+    return (uint32_t)c;
+}
+
+double lf_time_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,110 @@
+/* Core: status strings, error messages, Philox known answers, RNG
+ * distribution, arena, files and hashes. */
+#include "test_util.h"
+
+void lf__philox_raw(const uint32_t in[4], const uint32_t key_in[2], uint32_t out[4]);
+
+static void test_philox_known_answers(void **state) {
+    (void)state;
+    /* Random123 kat_vectors, philox4x32 10 rounds */
+    struct { uint32_t ctr[4], key[2], out[4]; } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        uint32_t out[4];
+        lf__philox_raw(kat[i].ctr, kat[i].key, out);
+        for (int j = 0; j < 4; j++) assert_int_equal(out[j], kat[i].out[j]);
+    }
+}
+
+static void test_rng_distribution(void **state) {
+    (void)state;
+    const int n = 200000;
+    double su = 0, sn = 0, sn2 = 0;
+    for (int i = 0; i < n; i++) {
+        float u = lf_rng_uniform(7, LF_RNG_TEST, (uint64_t)i);
+        assert_true(u >= 0.0f && u < 1.0f);
+        su += u;
+        float z = lf_rng_normal(7, LF_RNG_TEST, (uint64_t)i);
+        sn += z;
+        sn2 += (double)z * z;
+    }
+    assert_true(fabs(su / n - 0.5) < 0.005);
+    assert_true(fabs(sn / n) < 0.01);
+    assert_true(fabs(sn2 / n - 1.0) < 0.02);
+    /* pure function of coordinates; purposes are independent streams */
+    assert_int_equal(lf_rng_u64(1, LF_RNG_DATA, 5), lf_rng_u64(1, LF_RNG_DATA, 5));
+    assert_true(lf_rng_u64(1, LF_RNG_DATA, 5) != lf_rng_u64(1, LF_RNG_EVAL, 5));
+    assert_true(lf_rng_u64(1, LF_RNG_DATA, 5) != lf_rng_u64(2, LF_RNG_DATA, 5));
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    assert_int_equal(lf_fail(LF_ERR_IO, "file '%s' is gone", "x.bin"), LF_ERR_IO);
+    assert_string_equal(lf_last_error(), "file 'x.bin' is gone");
+    lf_error_prefix("loading %s", "ckpt");
+    assert_string_equal(lf_last_error(), "loading ckpt: file 'x.bin' is gone");
+    assert_non_null(strstr(lf_status_str(LF_ERR_CHECKSUM), "checksum"));
+    assert_non_null(strstr(lf_status_str((lf_status)-999), "unknown"));
+}
+
+static void test_arena(void **state) {
+    (void)state;
+    lf_arena *a;
+    LF_ASSERT_OK(lf_arena_create(&a, 1000));
+    void *p = lf_arena_push(a, 10);
+    void *q = lf_arena_push(a, 100);
+    assert_non_null(p);
+    assert_non_null(q);
+    assert_int_equal((uintptr_t)p % LF_ALIGN, 0);
+    assert_int_equal((uintptr_t)q % LF_ALIGN, 0);
+    assert_int_equal(lf_arena_used(a), 64 + 128);
+    assert_null(lf_arena_push(a, 5000));
+    LF_ASSERT_ERR_CONTAINS("arena exhausted");
+    lf_arena_reset(a);
+    assert_int_equal(lf_arena_used(a), 0);
+    lf_arena_free(a);
+    lf_arena_free(NULL);
+}
+
+static void test_files_and_hashes(void **state) {
+    (void)state;
+    char hex[65];
+    lf_sha256_hex("abc", 3, hex);
+    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_int_equal(lf_crc32(0, "123456789", 9), 0xCBF43926u);
+    char *dir = lf_test_tmpdir();
+    char path[600], sub[600];
+    snprintf(sub, sizeof sub, "%s/a/b/c", dir);
+    LF_ASSERT_OK(lf_mkdirs(sub));
+    snprintf(path, sizeof path, "%s/f.txt", sub);
+    LF_ASSERT_OK(lf_file_write_all(path, "abc", 3));
+    char hex2[65];
+    LF_ASSERT_OK(lf_sha256_file_hex(path, hex2));
+    assert_string_equal(hex, hex2);
+    char *buf;
+    size_t len;
+    LF_ASSERT_OK(lf_file_read_all(path, 0, &buf, &len));
+    assert_int_equal(len, 3);
+    assert_string_equal(buf, "abc");
+    lf_free(buf);
+    assert_int_equal(lf_file_read_all(path, 2, &buf, &len), LF_ERR_RANGE);
+    snprintf(path, sizeof path, "%s/missing", dir);
+    assert_int_equal(lf_file_read_all(path, 0, &buf, &len), LF_ERR_NOT_FOUND);
+    LF_ASSERT_ERR_CONTAINS("missing");
+    lf_test_rmrf(dir);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_rng_distribution),
+        cmocka_unit_test(test_errors),              cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_files_and_hashes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
