@@ -79,6 +79,18 @@ lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, con
                                 int n_overrides, const char *const *overrides);
 /* The resolved config as pretty JSON (every key, defaults filled in). lf_free. */
 char *lf_train_config_to_json(const lf_train_config *cfg);
+/* Returns of load/parse: LF_OK; LF_ERR_NOT_FOUND / LF_ERR_IO (file); LF_ERR_FORMAT
+ * (malformed JSON, message has the line and column cJSON stopped at);
+ * LF_ERR_CONFIG (unknown key, wrong type, out of range, inconsistent batch
+ * sizes, missing data.dataset); LF_ERR_UNSUPPORTED (a DeepSpeed feature turned
+ * on that this build lacks, e.g. fp16.enabled: true); LF_ERR_INVALID_ARG (NULL
+ * cfg or override); LF_ERR_NOMEM. *cfg is written only on LF_OK. */
+
+/* Help text for every key (path, type and range, default, meaning), generated
+ * from the same table as parsing. Writes at most cap bytes, always
+ * NUL-terminated when cap > 0; returns the full length (snprintf-style), so
+ * lf_train_config_help(NULL, 0) + 1 is the size that fits. */
+size_t lf_train_config_help(char *buf, size_t cap);
 
 /* nanoGPT get_lr: linear warmup to lr over warmup_iters (lr*(it+1)/(warmup+1)),
  * cosine to min_lr at decay_iters, min_lr after; constant: lr. */
@@ -110,6 +122,41 @@ lf_status lf_trainer_run(lf_trainer *t);
 void lf_trainer_free(lf_trainer *t);
 const char *lf_trainer_errmsg(const lf_trainer *t);
 lf_model *lf_trainer_model(lf_trainer *t);
+
+/* The model configuration and tokenizer spec a checkpoint directory was
+ * trained with (from its trainer_state.json). */
+lf_status lf_checkpoint_read_model(const char *dir, lf_gpt2_config *cfg, char *tokenizer, size_t cap);
+
+/* ---------------------------------------------------------------- optimizer */
+/* One optimizer step on m's gradients: global norm (returned in *norm), clip
+ * to cfg->grad_clip (torch's clip_grad_norm_), AdamW with step count t >= 1
+ * and learning rate lr; weight decay only on tensors whose table entry says
+ * decay. Non-finite norm: LF_ERR_NUMERIC, parameters untouched. */
+lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+                        const lf_train_config *cfg, double *norm);
+
+/* ---------------------------------------------------------------- benchmark */
+typedef struct lf_bench_result {
+    int steps;
+    double ms_per_step;          /* median */
+    double ms_min, ms_max;
+    double tokens_per_sec;       /* B*T / median step time */
+    double flops_per_token;      /* 6N + 12*L*C*T */
+    double model_flops_per_sec;
+    double peak_flops;           /* what MFU is measured against */
+    double mfu;
+    size_t num_params;
+} lf_bench_result;
+
+/* Train `steps` timed steps (after `warmup` untimed ones) of the model cfg on
+ * random tokens from random weights: forward, backward, clip 1.0, AdamW.
+ * peak_flops <= 0: measured with lf_probe_peak_flops. */
+lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, int steps, int warmup, double peak_flops,
+                         lf_bench_result *out);
+
+/* Measured fp32 FMA rate of this machine with all backend threads (FLOP/s),
+ * running independent vector FMA chains for about `seconds`. */
+double lf_probe_peak_flops(double seconds);
 
 #ifdef __cplusplus
 }

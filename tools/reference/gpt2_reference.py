@@ -22,7 +22,7 @@
 #   h.{i}.mlp.c_fc.weight (C,4C), h.{i}.mlp.c_fc.bias, h.{i}.mlp.c_proj.weight (4C,C),
 #   h.{i}.mlp.c_proj.bias, ln_f.weight, ln_f.bias
 #
-# Loss: F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1), i.e. the mean
+# Loss: F.cross_entropy(logits.view(-1, V), targets.reshape(-1), ignore_index=-1), i.e. the mean
 # over non-ignored targets.
 
 import math
@@ -184,7 +184,7 @@ class GPT(nn.Module):
         logits = x @ self.wte.weight.t()
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1),
                                    ignore_index=-1)
         return logits, loss
 

@@ -1,0 +1,77 @@
+/*
+ * The CPU backend: its operations table, memory ops and thread control.
+ *
+ * Memory is ordinary 64-byte aligned host memory, so to_device/to_host are
+ * memcpy. Threads: OpenMP for our kernels and the OpenMP build of OpenBLAS
+ * for matmuls share one pool; lf_backend_cpu_set_threads sets both. OpenBLAS
+ * called from inside one of our parallel regions (attention) runs on the
+ * calling thread only, which is what those call sites want.
+ *
+ * Reference: backend_impl.h (the contract), llm.c train_gpt2.c (op shapes).
+ */
+#include <string.h>
+#include <omp.h>
+#include <cblas.h>
+#include "cpu_internal.h"
+#include "llmforge/backend.h"
+
+static void *cpu_alloc(size_t bytes) { return lf_alloc(bytes); }
+static void cpu_free(void *p) { lf_free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+/* Large buffers are cleared by all threads: one core cannot saturate memory
+ * bandwidth on a multi-channel machine. */
+#define ZERO_CHUNK ((size_t)1 << 16)
+
+static void cpu_zero(float *x, size_t n) {
+    size_t nchunks = (n + ZERO_CHUNK - 1) / ZERO_CHUNK;
+#pragma omp parallel for schedule(static) if (nchunks > 4)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t lo = k * ZERO_CHUNK, len = n - lo < ZERO_CHUNK ? n - lo : ZERO_CHUNK;
+        memset(x + lo, 0, len * sizeof(float));
+    }
+}
+
+static void cpu_scale(float *x, size_t n, float s) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void lf_backend_cpu_set_threads(int n) {
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int lf_backend_cpu_threads(void) { return omp_get_max_threads(); }
+
+static const lf_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .zero = cpu_zero,
+    .scale = cpu_scale,
+    .encoder_forward = lf__cpu_encoder_forward,
+    .encoder_backward = lf__cpu_encoder_backward,
+    .layernorm_forward = lf__cpu_layernorm_forward,
+    .layernorm_backward = lf__cpu_layernorm_backward,
+    .matmul_forward = lf__cpu_matmul_forward,
+    .matmul_backward = lf__cpu_matmul_backward,
+    .attention_forward = lf__cpu_attention_forward,
+    .attention_backward = lf__cpu_attention_backward,
+    .gelu_forward = lf__cpu_gelu_forward,
+    .gelu_backward = lf__cpu_gelu_backward,
+    .residual_forward = lf__cpu_residual_forward,
+    .residual_backward = lf__cpu_residual_backward,
+    .dropout_forward = lf__cpu_dropout_forward,
+    .dropout_backward = lf__cpu_dropout_backward,
+    .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,
+    .adamw_update = lf__cpu_adamw_update,
+    .sum_squares = lf__cpu_sum_squares,
+};
+
+const lf_backend_ops *lf__backend_cpu(void) { return &cpu_ops; }

@@ -1,0 +1,110 @@
+/*
+ * LayerNorm over the last dimension (PyTorch nn.LayerNorm semantics):
+ * biased variance, eps 1e-5, optional bias (bias=false models pass NULL).
+ *
+ * Invariants:
+ *  - forward saves mean and rstd = 1/sqrt(var + eps) per row for backward.
+ *  - backward accumulates (+=) into dinp, dweight and dbias.
+ *  - dweight/dbias sums run over rows in order inside a per-channel double
+ *    accumulator; threads own disjoint channel slices, so the result is
+ *    bit-identical for any thread count. dinp is row-parallel (each row is
+ *    written by one thread).
+ *
+ * Reference: Ba, Kiros, Hinton, "Layer Normalization" (2016); the backward
+ * formula is llm.c's layernorm_backward:
+ *   dinp += rstd * (w*dout - mean(w*dout) - norm * mean(w*dout*norm)).
+ */
+#include <math.h>
+#include <omp.h>
+#include "cpu_internal.h"
+
+#define LN_EPS 1e-5f
+/* Channels summed together in one pass over the rows of a channel slice. */
+#define LN_ACC_W 64
+
+void lf__cpu_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
+                               const float *restrict inp, const float *restrict weight,
+                               const float *restrict bias, int N, int C) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;
+        float *restrict o = out + (size_t)n * C;
+        /* two passes (mean, then centred squares): no cancellation */
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        const float m = s / (float)C;
+        float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            v += d * d;
+        }
+        const float r = 1.0f / sqrtf(v / (float)C + LN_EPS);
+        if (bias) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * weight[c];
+        }
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void lf__cpu_layernorm_backward(float *restrict dinp, float *restrict dweight,
+                                float *restrict dbias, const float *restrict dout,
+                                const float *restrict inp, const float *restrict weight,
+                                const float *restrict mean, const float *restrict rstd,
+                                int N, int C) {
+#pragma omp parallel if ((long)N * C >= LF_CPU_PAR_MIN)
+    {
+        /* dinp: row-parallel. The channel pass below does not read dinp, so
+         * threads move on to it without waiting. */
+#pragma omp for schedule(static) nowait
+        for (int n = 0; n < N; n++) {
+            const float *restrict x = inp + (size_t)n * C;
+            const float *restrict d = dout + (size_t)n * C;
+            float *restrict di = dinp + (size_t)n * C;
+            const float m = mean[n], r = rstd[n];
+            float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * r;
+                float dnorm = weight[c] * d[c];
+                dnorm_mean += dnorm;
+                dnorm_norm_mean += dnorm * norm;
+            }
+            dnorm_mean /= (float)C;
+            dnorm_norm_mean /= (float)C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * r;
+                float dnorm = weight[c] * d[c];
+                di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+            }
+        }
+
+        /* dweight/dbias: channel-parallel, rows summed in order. */
+        int c0, c1;
+        lf__cpu_channel_slice(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int s0 = c0; s0 < c1; s0 += LN_ACC_W) {
+            const int w = c1 - s0 < LN_ACC_W ? c1 - s0 : LN_ACC_W;
+            double accw[LN_ACC_W] = {0}, accb[LN_ACC_W] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *restrict x = inp + (size_t)n * C + s0;
+                const float *restrict d = dout + (size_t)n * C + s0;
+                const float m = mean[n], r = rstd[n];
+#pragma omp simd
+                for (int c = 0; c < w; c++) {
+                    accw[c] += (double)(d[c] * ((x[c] - m) * r));
+                    accb[c] += (double)d[c];
+                }
+            }
+            for (int c = 0; c < w; c++) dweight[s0 + c] += (float)accw[c];
+            if (dbias)
+                for (int c = 0; c < w; c++) dbias[s0 + c] += (float)accb[c];
+        }
+    }
+}

@@ -1,0 +1,135 @@
+/*
+ * Element-wise ops of the CPU backend: token + position embedding, GELU
+ * (tanh approximation), residual add, standalone dropout.
+ *
+ * Invariants:
+ *  - Backward ops accumulate (+=) into dinp / da / db / dwte / dwpe.
+ *  - encoder_backward is race-free and deterministic: threads own disjoint
+ *    channel slices and every (token, channel) sum runs over (b,t) in order,
+ *    so the result is bit-identical to the serial loop for any thread count.
+ *  - Dropout keeps element i when lf_rng_uniform(seed, LF_RNG_DROPOUT,
+ *    lf_rng_mix(key, i)) >= p and scales it by 1/(1-p); backward recomputes
+ *    the same mask. dropout_forward may run in place (out == inp).
+ *
+ * Reference: llm.c train_gpt2.c (encoder, gelu, residual); PyTorch
+ * nn.GELU(approximate='tanh') and nn.Dropout (inverted dropout).
+ */
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+#include "cpu_internal.h"
+
+/* ------------------------------------------------------------- encoder */
+
+void lf__cpu_encoder_forward(float *restrict out, const int32_t *restrict inp,
+                             const float *restrict wte, const float *restrict wpe,
+                             int B, int T, int C) {
+    const long N = (long)B * T;
+#pragma omp parallel for schedule(static) if (N * C >= LF_CPU_PAR_MIN)
+    for (long n = 0; n < N; n++) {
+        float *restrict o = out + n * C;
+        const float *restrict we = wte + (size_t)inp[n] * C;
+        const float *restrict wp = wpe + (size_t)(n % T) * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
+    }
+}
+
+void lf__cpu_encoder_backward(float *restrict dwte, float *restrict dwpe,
+                              const float *restrict dout, const int32_t *restrict inp,
+                              int B, int T, int C) {
+    /* Parallel over channels: rows sharing a token id would race if split
+     * across threads, and atomics would make the sum order vary. */
+#pragma omp parallel if ((long)B * T * C >= LF_CPU_PAR_MIN)
+    {
+        int c0, c1;
+        lf__cpu_channel_slice(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        if (c0 < c1) {
+            for (int b = 0; b < B; b++) {
+                for (int t = 0; t < T; t++) {
+                    const long n = (long)b * T + t;
+                    const float *restrict d = dout + n * C;
+                    float *restrict dw = dwte + (size_t)inp[n] * C;
+                    float *restrict dp = dwpe + (size_t)t * C;
+#pragma omp simd
+                    for (int c = c0; c < c1; c++) {
+                        dw[c] += d[c];
+                        dp[c] += d[c];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- GELU */
+
+#define GELU_BETA 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_KAPPA 0.044715f
+
+void lf__cpu_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float inner = GELU_BETA * (x + GELU_KAPPA * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(inner));
+    }
+}
+
+void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
+                           const float *restrict dout, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float x2 = x * x;
+        float th = tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+        float left = 0.5f * (1.0f + th);
+        float right = 0.5f * x * (1.0f - th * th) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+        dinp[i] += dout[i] * (left + right);
+    }
+}
+
+/* ------------------------------------------------------------- residual */
+
+void lf__cpu_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    /* out may alias a or b (in-place residual stream); element-wise, so fine. */
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void lf__cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i];
+        da[i] += d;
+        db[i] += d;
+    }
+}
+
+/* ------------------------------------------------------------- dropout */
+
+/* The mask costs a Philox evaluation per element (~10x a multiply), so the
+ * threshold for going parallel is lower than for plain element-wise ops. */
+#define DROPOUT_PAR_MIN 2048
+
+void lf__cpu_dropout_forward(float *out, const float *inp, size_t n, lf_dropout drop) {
+    if (drop.p <= 0.0f) {
+        if (out != inp) memmove(out, inp, n * sizeof(float));
+        return;
+    }
+    const float scale = 1.0f / (1.0f - drop.p);
+#pragma omp parallel for schedule(static) if (n >= DROPOUT_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = lf__cpu_dropout_keep(drop, i) ? inp[i] * scale : 0.0f;
+}
+
+void lf__cpu_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropout drop) {
+    if (drop.p <= 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) dinp[i] += dout[i];
+        return;
+    }
+    const float scale = 1.0f / (1.0f - drop.p);
+#pragma omp parallel for schedule(static) if (n >= DROPOUT_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        if (lf__cpu_dropout_keep(drop, i)) dinp[i] += dout[i] * scale;
+}

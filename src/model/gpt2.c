@@ -1,0 +1,541 @@
+/*
+ * GPT-2 (nanoGPT's architecture): token + position embeddings, L pre-LN
+ * blocks (ln_1 -> causal self-attention -> residual, ln_2 -> MLP with GELU
+ * -> residual), ln_f, lm_head tied to wte. Dropout as nanoGPT places it: on
+ * the embedding sum, on the attention probabilities, and on each residual
+ * branch output.
+ *
+ * Invariants:
+ *  - Parameters and gradients are one contiguous buffer each, in the order of
+ *    lf_gpt2_param_table; tensors are addressed by offset only.
+ *  - Activations live in one block planned for (B, T) by lf_model_plan; a
+ *    forward with a smaller B or T uses a prefix of each slot. Nothing is
+ *    allocated in forward or backward.
+ *  - Backend backwards accumulate (+=): backward zeroes the activation
+ *    gradients first, and parameter gradients accumulate across calls until
+ *    lf_model_zero_grad (so micro-batches add up).
+ *  - The fused classifier writes dlogits over the logits during forward when
+ *    opts->dloss > 0, so the logits of a training forward are not kept.
+ *  - Dropout masks are keyed by (opts->seed, lf_rng_mix(opts->key, site)), so
+ *    backward regenerates them and a resumed run draws the same masks.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/backend_impl.h"
+#include "llmforge/model.h"
+
+/* Indices of one block's tensors in the parameter table (bias ones are -1
+ * when the model has no biases). */
+enum {
+    P_LN1_W, P_LN1_B, P_ATTN_W, P_ATTN_B, P_APROJ_W, P_APROJ_B,
+    P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_MPROJ_W, P_MPROJ_B, P_PER_LAYER
+};
+
+typedef struct layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *qkv;                       /* (N,3C) */
+    float *atty;                      /* (N,C) attention output before c_proj */
+    float *att;                       /* (B,NH,T,T) softmax probabilities */
+    float *attproj;                   /* (N,C) c_proj output (after dropout) */
+    float *res2;                      /* (N,C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;            /* (N,4C) */
+    float *fcproj;                    /* (N,C) after dropout */
+    float *res3;                      /* (N,C) block output */
+} layer_acts;
+
+typedef struct layer_grads {
+    float *dln1, *dqkv, *datty, *dattproj, *dres2, *dln2, *dfch, *dfch_gelu, *dfcproj, *dres3;
+} layer_grads;
+
+struct lf_model {
+    lf_gpt2_config cfg;
+    const lf_backend_ops *be;
+    lf_param_info *table;
+    int n_tensors;
+    size_t num_params;
+    float *params, *grads;
+    int wte, wpe, lnf_w, lnf_b;       /* table indices */
+    int (*lp)[P_PER_LAYER];           /* per-layer table indices */
+
+    /* activation plan */
+    int plan_B, plan_T;
+    size_t act_bytes;
+    void *act_block;
+    layer_acts *la;
+    layer_grads *lg;
+    float *encoded, *denc;            /* (N,C) embeddings (after dropout) and their grad */
+    float *denc_pre;                  /* (N,C) gradient before embedding dropout */
+    float *lnf, *lnf_mean, *lnf_rstd, *dlnf;
+    float *logits;                    /* (N,Vp), becomes dlogits in training */
+    float *losses;                    /* (N) */
+    float *att_scratch;               /* (B,NH,T,T) */
+    int32_t *inputs, *targets;        /* copies of the last forward's batch */
+    float *grad_acts_begin;
+    size_t grad_acts_floats;
+
+    /* last forward */
+    int cur_B, cur_T;
+    int have_dlogits;
+    lf_forward_opts opts;
+    char errmsg[1024];
+};
+
+/* ---------------------------------------------------------------- config and table */
+
+lf_status lf_gpt2_config_validate(const lf_gpt2_config *c) {
+    if (c->n_layer < 1 || c->n_layer > 1024) return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
+    if (c->n_head < 1 || c->n_head > 1024) return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
+    if (c->n_embd < 1 || c->n_embd > 65536) return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
+    if (c->n_embd % c->n_head != 0)
+        return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
+    if (c->block_size < 1 || c->block_size > (1 << 20))
+        return lf_fail(LF_ERR_RANGE, "model.block_size %d is out of range [1, 1048576]", c->block_size);
+    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
+        return lf_fail(LF_ERR_RANGE, "model.vocab_size %d is out of range [1, 16777216]", c->vocab_size);
+    if (c->padded_vocab_size != 0 && c->padded_vocab_size < c->vocab_size)
+        return lf_fail(LF_ERR_RANGE, "padded vocab size %d is smaller than vocab_size %d", c->padded_vocab_size, c->vocab_size);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
+    return LF_OK;
+}
+
+static int vp_of(const lf_gpt2_config *c) { return c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size; }
+
+static void add_param(lf_param_info *t, int *n, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1) {
+    lf_param_info *p = &t[*n];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim > 1 ? d1 : 0;
+    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    p->offset = *off;
+    p->decay = ndim >= 2;
+    *off += p->numel;
+    (*n)++;
+}
+
+lf_status lf_gpt2_param_table(const lf_gpt2_config *c, lf_param_info **out, int *count, size_t *total) {
+    *out = NULL;
+    lf_status st = lf_gpt2_config_validate(c);
+    if (st != LF_OK) return st;
+    int L = c->n_layer, C = c->n_embd;
+    int cap = 2 + L * P_PER_LAYER + 2;
+    lf_param_info *t = lf_calloc(sizeof *t * (size_t)cap);
+    if (!t) return LF_ERR_NOMEM;
+    int n = 0;
+    size_t off = 0;
+    char name[LF_PARAM_NAME_MAX];
+    add_param(t, &n, &off, "wte.weight", 2, vp_of(c), C);
+    add_param(t, &n, &off, "wpe.weight", 2, c->block_size, C);
+    for (int l = 0; l < L; l++) {
+#define ADD(suffix, nd, a, b)                                    \
+    do {                                                         \
+        snprintf(name, sizeof name, "h.%d.%s", l, suffix);       \
+        add_param(t, &n, &off, name, nd, a, b);                  \
+    } while (0)
+        ADD("ln_1.weight", 1, C, 0);
+        if (c->bias) ADD("ln_1.bias", 1, C, 0);
+        ADD("attn.c_attn.weight", 2, C, 3 * C);
+        if (c->bias) ADD("attn.c_attn.bias", 1, 3 * C, 0);
+        ADD("attn.c_proj.weight", 2, C, C);
+        if (c->bias) ADD("attn.c_proj.bias", 1, C, 0);
+        ADD("ln_2.weight", 1, C, 0);
+        if (c->bias) ADD("ln_2.bias", 1, C, 0);
+        ADD("mlp.c_fc.weight", 2, C, 4 * C);
+        if (c->bias) ADD("mlp.c_fc.bias", 1, 4 * C, 0);
+        ADD("mlp.c_proj.weight", 2, 4 * C, C);
+        if (c->bias) ADD("mlp.c_proj.bias", 1, C, 0);
+#undef ADD
+    }
+    add_param(t, &n, &off, "ln_f.weight", 1, C, 0);
+    if (c->bias) add_param(t, &n, &off, "ln_f.bias", 1, C, 0);
+    *out = t;
+    *count = n;
+    *total = off;
+    return LF_OK;
+}
+
+size_t lf_gpt2_num_params_nonembedding(const lf_gpt2_config *c) {
+    lf_param_info *t;
+    int n;
+    size_t total;
+    if (lf_gpt2_param_table(c, &t, &n, &total) != LF_OK) return 0;
+    size_t wpe = (size_t)c->block_size * (size_t)c->n_embd;
+    lf_free(t);
+    return total - wpe;
+}
+
+double lf_gpt2_flops_per_token(const lf_gpt2_config *c, int T) {
+    double N = (double)lf_gpt2_num_params_nonembedding(c);
+    return 6.0 * N + 12.0 * c->n_layer * (double)c->n_embd * T;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+static int find_index(const lf_model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->table[i].name, name) == 0) return i;
+    return -1;
+}
+
+lf_status lf_model_create(lf_model **out, const lf_gpt2_config *cfg, const lf_backend_ops *be) {
+    *out = NULL;
+    if (!be) return lf_fail(LF_ERR_INVALID_ARG, "no backend given");
+    lf_model *m = calloc(1, sizeof *m);
+    if (!m) return lf_fail(LF_ERR_NOMEM, "out of memory creating the model");
+    m->cfg = *cfg;
+    m->be = be;
+    lf_status st = lf_gpt2_param_table(cfg, &m->table, &m->n_tensors, &m->num_params);
+    if (st != LF_OK) goto fail;
+    m->lp = calloc((size_t)cfg->n_layer, sizeof *m->lp);
+    if (!m->lp) { st = lf_fail(LF_ERR_NOMEM, "out of memory"); goto fail; }
+    m->wte = find_index(m, "wte.weight");
+    m->wpe = find_index(m, "wpe.weight");
+    m->lnf_w = find_index(m, "ln_f.weight");
+    m->lnf_b = find_index(m, "ln_f.bias");
+    static const char *suffix[P_PER_LAYER] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                              "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                              "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int k = 0; k < P_PER_LAYER; k++) {
+            char name[LF_PARAM_NAME_MAX];
+            snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
+            m->lp[l][k] = find_index(m, name);
+        }
+    size_t bytes = m->num_params * sizeof(float);
+    m->params = be->alloc(bytes);
+    m->grads = be->alloc(bytes);
+    if (!m->params || !m->grads) {
+        st = lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu parameters (%.1f MB each for weights and gradients)",
+                     m->num_params, bytes / 1e6);
+        goto fail;
+    }
+    be->zero(m->params, m->num_params);
+    be->zero(m->grads, m->num_params);
+    *out = m;
+    return LF_OK;
+fail:
+    lf_model_free(m);
+    return st;
+}
+
+static void free_plan(lf_model *m) {
+    if (m->act_block) m->be->free(m->act_block);
+    m->act_block = NULL;
+    free(m->la);
+    free(m->lg);
+    m->la = NULL;
+    m->lg = NULL;
+    m->plan_B = m->plan_T = 0;
+    m->act_bytes = 0;
+}
+
+void lf_model_free(lf_model *m) {
+    if (!m) return;
+    free_plan(m);
+    if (m->params) m->be->free(m->params);
+    if (m->grads) m->be->free(m->grads);
+    lf_free(m->table);
+    free(m->lp);
+    free(m);
+}
+
+lf_status lf_model_init_weights(lf_model *m, uint64_t seed) {
+    int L = m->cfg.n_layer;
+    float *host = lf_alloc(m->num_params * sizeof(float));
+    if (!host) return LF_ERR_NOMEM;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)L);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const lf_param_info *p = &m->table[i];
+        float *w = host + p->offset;
+        const char *nm = p->name;
+        size_t len = strlen(nm);
+        int is_bias = len > 5 && strcmp(nm + len - 5, ".bias") == 0;
+        int is_ln = strstr(nm, "ln_") != NULL;
+        if (is_bias) {
+            memset(w, 0, p->numel * sizeof(float));
+        } else if (is_ln) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+        } else {
+            float std = strstr(nm, "c_proj.weight") ? proj_std : 0.02f;
+            for (size_t j = 0; j < p->numel; j++)
+                w[j] = std * lf_rng_normal(seed, LF_RNG_INIT, p->offset + j);
+        }
+    }
+    m->be->to_device(m->params, host, m->num_params * sizeof(float));
+    lf_free(host);
+    return LF_OK;
+}
+
+const lf_gpt2_config *lf_model_config(const lf_model *m) { return &m->cfg; }
+const lf_param_info *lf_model_params_table(const lf_model *m, int *count) {
+    if (count) *count = m->n_tensors;
+    return m->table;
+}
+size_t lf_model_num_params(const lf_model *m) { return m->num_params; }
+float *lf_model_params(lf_model *m) { return m->params; }
+float *lf_model_grads(lf_model *m) { return m->grads; }
+const lf_param_info *lf_model_find_param(const lf_model *m, const char *name) {
+    int i = find_index(m, name);
+    return i < 0 ? NULL : &m->table[i];
+}
+const float *lf_model_logits(const lf_model *m) { return m->logits; }
+const char *lf_model_errmsg(const lf_model *m) { return m->errmsg; }
+void lf_model_zero_grad(lf_model *m) { m->be->zero(m->grads, m->num_params); }
+
+/* ---------------------------------------------------------------- activation plan */
+
+/* Two passes over the same list of slots: the first sums sizes, the second
+ * hands out pointers. Keeping one list means the plan and the allocation
+ * cannot disagree. */
+typedef struct planner {
+    unsigned char *base; /* NULL while sizing */
+    size_t used;
+} planner;
+
+static float *slot(planner *p, size_t floats) {
+    size_t bytes = lf_arena_round(floats * sizeof(float));
+    float *ptr = p->base ? (float *)(p->base + p->used) : NULL;
+    p->used += bytes;
+    return ptr;
+}
+
+static void lay_out(lf_model *m, planner *p, int B, int T) {
+    const lf_gpt2_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
+    size_t Vp = (size_t)vp_of(c), att = (size_t)B * NH * T * T;
+    m->encoded = slot(p, N * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_acts *a = m->la ? &m->la[l] : NULL;
+        layer_acts dummy;
+        if (!a) a = &dummy;
+        a->ln1 = slot(p, N * C);
+        a->ln1_mean = slot(p, N);
+        a->ln1_rstd = slot(p, N);
+        a->qkv = slot(p, N * 3 * C);
+        a->atty = slot(p, N * C);
+        a->att = slot(p, att);
+        a->attproj = slot(p, N * C);
+        a->res2 = slot(p, N * C);
+        a->ln2 = slot(p, N * C);
+        a->ln2_mean = slot(p, N);
+        a->ln2_rstd = slot(p, N);
+        a->fch = slot(p, N * 4 * C);
+        a->fch_gelu = slot(p, N * 4 * C);
+        a->fcproj = slot(p, N * C);
+        a->res3 = slot(p, N * C);
+    }
+    m->lnf = slot(p, N * C);
+    m->lnf_mean = slot(p, N);
+    m->lnf_rstd = slot(p, N);
+    m->logits = slot(p, N * Vp);
+    m->losses = slot(p, N);
+    m->att_scratch = slot(p, att);
+    m->inputs = (int32_t *)slot(p, N);
+    m->targets = (int32_t *)slot(p, N);
+    /* gradients of activations: one contiguous range, zeroed per backward */
+    size_t g0 = p->used;
+    m->denc = slot(p, N * C);
+    m->denc_pre = slot(p, N * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_grads *g = m->lg ? &m->lg[l] : NULL;
+        layer_grads dummy;
+        if (!g) g = &dummy;
+        g->dln1 = slot(p, N * C);
+        g->dqkv = slot(p, N * 3 * C);
+        g->datty = slot(p, N * C);
+        g->dattproj = slot(p, N * C);
+        g->dres2 = slot(p, N * C);
+        g->dln2 = slot(p, N * C);
+        g->dfch = slot(p, N * 4 * C);
+        g->dfch_gelu = slot(p, N * 4 * C);
+        g->dfcproj = slot(p, N * C);
+        g->dres3 = slot(p, N * C);
+    }
+    m->dlnf = slot(p, N * C);
+    m->grad_acts_begin = p->base ? (float *)(p->base + g0) : NULL;
+    m->grad_acts_floats = (p->used - g0) / sizeof(float);
+}
+
+lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
+    if (B < 1 || T < 1) return lf_fail(LF_ERR_INVALID_ARG, "plan: batch %d x %d is empty", B, T);
+    if (T > m->cfg.block_size)
+        return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, m->cfg.block_size);
+    free_plan(m);
+    planner p = {0};
+    lay_out(m, &p, B, T); /* sizing pass */
+    m->la = calloc((size_t)m->cfg.n_layer, sizeof *m->la);
+    m->lg = calloc((size_t)m->cfg.n_layer, sizeof *m->lg);
+    m->act_block = m->be->alloc(p.used);
+    if (!m->la || !m->lg || !m->act_block) {
+        size_t need = p.used;
+        free_plan(m);
+        return lf_fail(LF_ERR_NOMEM, "out of memory allocating %.1f MB of activations for batch %d x %d", need / 1e6, B, T);
+    }
+    planner q = {.base = m->act_block, .used = 0};
+    lay_out(m, &q, B, T);
+    m->plan_B = B;
+    m->plan_T = T;
+    m->act_bytes = q.used;
+    if (bytes) *bytes = q.used;
+    return LF_OK;
+}
+
+/* ---------------------------------------------------------------- forward / backward */
+
+#define PW(m, idx) ((idx) >= 0 ? (m)->params + (m)->table[idx].offset : NULL)
+#define GW(m, idx) ((idx) >= 0 ? (m)->grads + (m)->table[idx].offset : NULL)
+
+enum { SITE_ATT = 0, SITE_ATT_RESID = 1, SITE_MLP_RESID = 2, SITE_EMB = 7 };
+
+static lf_dropout drop_at(const lf_model *m, int layer, int site) {
+    lf_dropout d = {0};
+    if (!m->opts.train || m->cfg.dropout <= 0.0f) return d;
+    d.p = m->cfg.dropout;
+    d.seed = m->opts.seed;
+    d.key = lf_rng_mix(m->opts.key, (uint64_t)layer * 8u + (uint64_t)site);
+    return d;
+}
+
+lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                           const lf_forward_opts *opts, double *loss_sum, long *n_valid) {
+    const lf_backend_ops *be = m->be;
+    const lf_gpt2_config *c = &m->cfg;
+    if (!m->act_block || B > m->plan_B || T > m->plan_T || (size_t)B * T > (size_t)m->plan_B * m->plan_T) {
+        lf_status st = lf_model_plan(m, B > m->plan_B ? B : m->plan_B, T > m->plan_T ? T : m->plan_T, NULL);
+        if (st != LF_OK) return st;
+    }
+    int C = c->n_embd, NH = c->n_head, L = c->n_layer, V = c->vocab_size, Vp = vp_of(c);
+    int N = B * T;
+    for (int i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) {
+            snprintf(m->errmsg, sizeof m->errmsg, "input token %d at position %d is outside the vocabulary [0, %d)",
+                     inputs[i], i, V);
+            return lf_fail(LF_ERR_RANGE, "%s", m->errmsg);
+        }
+        if (targets && targets[i] >= V) {
+            snprintf(m->errmsg, sizeof m->errmsg, "target token %d at position %d is outside the vocabulary [0, %d)",
+                     targets[i], i, V);
+            return lf_fail(LF_ERR_RANGE, "%s", m->errmsg);
+        }
+    }
+    lf_forward_opts none = {0};
+    m->opts = opts ? *opts : none;
+    m->cur_B = B;
+    m->cur_T = T;
+    memcpy(m->inputs, inputs, sizeof(int32_t) * (size_t)N);
+    if (targets) memcpy(m->targets, targets, sizeof(int32_t) * (size_t)N);
+
+    be->encoder_forward(m->encoded, inputs, PW(m, m->wte), PW(m, m->wpe), B, T, C);
+    lf_dropout de = drop_at(m, L, SITE_EMB);
+    if (de.p > 0) be->dropout_forward(m->encoded, m->encoded, (size_t)N * C, de);
+
+    const float *residual = m->encoded;
+    for (int l = 0; l < L; l++) {
+        layer_acts *a = &m->la[l];
+        const int *ix = m->lp[l];
+        be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
+        be->matmul_forward(a->qkv, a->ln1, PW(m, ix[P_ATTN_W]), PW(m, ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
+        be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, drop_at(m, l, SITE_ATT));
+        be->matmul_forward(a->attproj, a->atty, PW(m, ix[P_APROJ_W]), PW(m, ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
+        lf_dropout d1 = drop_at(m, l, SITE_ATT_RESID);
+        if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
+        be->residual_forward(a->res2, residual, a->attproj, (size_t)N * C);
+        be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
+        be->matmul_forward(a->fch, a->ln2, PW(m, ix[P_FC_W]), PW(m, ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
+        be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        be->matmul_forward(a->fcproj, a->fch_gelu, PW(m, ix[P_MPROJ_W]), PW(m, ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
+        lf_dropout d2 = drop_at(m, l, SITE_MLP_RESID);
+        if (d2.p > 0) be->dropout_forward(m->la[l].fcproj, a->fcproj, (size_t)N * C, d2);
+        be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
+        residual = a->res3;
+    }
+    be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, residual, PW(m, m->lnf_w), PW(m, m->lnf_b), N, C);
+    be->matmul_forward(m->logits, m->lnf, PW(m, m->wte), NULL, N, C, Vp, LF_W_OUT_IN);
+
+    m->have_dlogits = 0;
+    if (targets) {
+        int grad = m->opts.dloss > 0.0f;
+        be->crossentropy_forward_backward(m->losses, grad ? m->logits : NULL, m->logits, targets, N, V, Vp,
+                                          m->opts.dloss);
+        m->have_dlogits = grad;
+        double sum = 0;
+        long cnt = 0;
+        /* host read of losses: the CPU backend's memory is host memory; other
+         * backends copy N floats back here */
+        for (int i = 0; i < N; i++) {
+            if (targets[i] >= 0) {
+                sum += m->losses[i];
+                cnt++;
+            }
+        }
+        if (loss_sum) *loss_sum = sum;
+        if (n_valid) *n_valid = cnt;
+    } else {
+        if (loss_sum) *loss_sum = 0;
+        if (n_valid) *n_valid = 0;
+    }
+    return LF_OK;
+}
+
+lf_status lf_model_backward(lf_model *m) {
+    if (!m->have_dlogits) {
+        snprintf(m->errmsg, sizeof m->errmsg, "backward without a training forward (forward needs targets and dloss > 0)");
+        return lf_fail(LF_ERR_INVALID_ARG, "%s", m->errmsg);
+    }
+    const lf_backend_ops *be = m->be;
+    const lf_gpt2_config *c = &m->cfg;
+    int B = m->cur_B, T = m->cur_T, C = c->n_embd, NH = c->n_head, L = c->n_layer, Vp = vp_of(c);
+    int N = B * T;
+    size_t NC = (size_t)N * C;
+    lf_dropout none = {0};
+
+    be->zero(m->grad_acts_begin, m->grad_acts_floats);
+    /* lm_head (tied to wte) and ln_f */
+    be->matmul_backward(m->dlnf, GW(m, m->wte), NULL, m->logits, m->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
+    const float *last = L > 0 ? m->la[L - 1].res3 : m->encoded;
+    float *dlast = L > 0 ? m->lg[L - 1].dres3 : m->denc;
+    be->layernorm_backward(dlast, GW(m, m->lnf_w), GW(m, m->lnf_b), m->dlnf, last, PW(m, m->lnf_w), m->lnf_mean,
+                           m->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        layer_acts *a = &m->la[l];
+        layer_grads *g = &m->lg[l];
+        const int *ix = m->lp[l];
+        const float *residual = l == 0 ? m->encoded : m->la[l - 1].res3;
+        float *dresidual = l == 0 ? m->denc : m->lg[l - 1].dres3;
+        /* res3 = res2 + dropout(fcproj) */
+        be->dropout_backward(g->dres2, g->dres3, NC, none);
+        be->dropout_backward(g->dfcproj, g->dres3, NC, drop_at(m, l, SITE_MLP_RESID));
+        be->matmul_backward(g->dfch_gelu, GW(m, ix[P_MPROJ_W]), GW(m, ix[P_MPROJ_B]), g->dfcproj, a->fch_gelu,
+                            PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
+        be->gelu_backward(g->dfch, a->fch, g->dfch_gelu, NC * 4);
+        be->matmul_backward(g->dln2, GW(m, ix[P_FC_W]), GW(m, ix[P_FC_B]), g->dfch, a->ln2, PW(m, ix[P_FC_W]), N, C,
+                            4 * C, LF_W_IN_OUT);
+        be->layernorm_backward(g->dres2, GW(m, ix[P_LN2_W]), GW(m, ix[P_LN2_B]), g->dln2, a->res2, PW(m, ix[P_LN2_W]),
+                               a->ln2_mean, a->ln2_rstd, N, C);
+        /* res2 = residual + dropout(attproj) */
+        be->dropout_backward(dresidual, g->dres2, NC, none);
+        be->dropout_backward(g->dattproj, g->dres2, NC, drop_at(m, l, SITE_ATT_RESID));
+        be->matmul_backward(g->datty, GW(m, ix[P_APROJ_W]), GW(m, ix[P_APROJ_B]), g->dattproj, a->atty,
+                            PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
+        be->attention_backward(g->dqkv, m->att_scratch, g->datty, a->qkv, a->att, B, T, C, NH,
+                               drop_at(m, l, SITE_ATT));
+        be->matmul_backward(g->dln1, GW(m, ix[P_ATTN_W]), GW(m, ix[P_ATTN_B]), g->dqkv, a->ln1, PW(m, ix[P_ATTN_W]), N,
+                            C, 3 * C, LF_W_IN_OUT);
+        be->layernorm_backward(dresidual, GW(m, ix[P_LN1_W]), GW(m, ix[P_LN1_B]), g->dln1, residual,
+                               PW(m, ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
+    }
+    lf_dropout de = drop_at(m, L, SITE_EMB);
+    const float *denc = m->denc;
+    if (de.p > 0) {
+        be->dropout_backward(m->denc_pre, m->denc, NC, de);
+        denc = m->denc_pre;
+    }
+    be->encoder_backward(GW(m, m->wte), GW(m, m->wpe), denc, m->inputs, B, T, C);
+    m->have_dlogits = 0;
+    return LF_OK;
+}

@@ -1,0 +1,1160 @@
+/*
+ * Training configuration: one table of keys (dotted path, type, field,
+ * bounds, default, help) drives parsing of the JSON file and of command-line
+ * overrides, validation, the --help text and the dump of the resolved
+ * configuration.
+ *
+ * Order of resolution: table defaults -> JSON file -> overrides in order ->
+ * derived keys (scheduler.decay_iters = train_iters, scheduler.min_lr =
+ * lr / 10, the batch identity) -> validation of the whole result, once.
+ * The caller's struct is written only when everything succeeded.
+ *
+ * Invariants:
+ *  - every settable field of lf_train_config has exactly one table row, and
+ *    the dump writes every row, so parse(to_json(cfg)) reproduces cfg;
+ *  - numbers are read from their source text, not from cJSON's double, so a
+ *    64-bit seed is exact and an integer written 1e3 or 12.0 is checked for
+ *    integrality and overflow;
+ *  - floats are written with the shortest %.Ng (N <= 9) that reads back as
+ *    the same float: 0.001 stays 0.001 and every value round-trips;
+ *  - batch identity (DeepSpeed): train_batch_size = micro x accumulation x
+ *    world size; any two given infer the third, all three must agree.
+ *  - DeepSpeed features this build lacks (fp16, bf16, ZeRO, ...) are accepted
+ *    only with values that mean "off", so a ds_config.json that leaves them
+ *    off loads, and one that turns them on fails loudly (LF_ERR_UNSUPPORTED).
+ *
+ * References: DeepSpeed configuration JSON (deepspeed.ai/docs/config-json);
+ * nanoGPT train.py and config/train_shakespeare_char.py (names, defaults,
+ * min_lr ~= lr/10).
+ */
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "llmforge/data.h"
+#include "llmforge/train.h"
+
+#define CFG_FILE_MAX (16u << 20) /* configuration files larger than this are refused */
+#define WORLD_SIZE 1             /* data-parallel size; 1 until a communicator exists */
+#define PATH_BUF 256             /* longest dotted key path handled (longer ones are unknown) */
+
+_Static_assert(LF_SCHED_COSINE == 0 && LF_SCHED_CONSTANT == 1, "sched_choices order");
+_Static_assert(LF_SAMPLING_RANDOM == 0 && LF_SAMPLING_SEQUENTIAL == 1, "sampling_choices order");
+
+/* ---------------------------------------------------------------- the table */
+
+typedef enum key_type {
+    KT_INT,      /* int field */
+    KT_LONG,     /* long field */
+    KT_FLOAT,    /* float field */
+    KT_BOOL,     /* int field, 0/1, from true/false */
+    KT_U64,      /* uint64_t field, from an integer literal only */
+    KT_STRING,   /* char[cap] */
+    KT_CHOICE,   /* char[cap]: one of choices (case-insensitive), stored as spelled in the table */
+    KT_ENUM,     /* int field: index into choices (case-insensitive) */
+    KT_PAIR,     /* two float fields (off, off2) from a 2-element array */
+    KT_OFF_BOOL, /* feature not in this build: only false is accepted */
+    KT_OFF_ZERO, /* feature not in this build: only 0 is accepted */
+    KT_IGNORED,  /* companion of an off feature (e.g. fp16.loss_scale): any value, ignored */
+} key_type;
+
+enum {
+    KF_LO_OPEN = 1,  /* lower bound excluded */
+    KF_HI_OPEN = 2,  /* upper bound excluded */
+    KF_REQUIRED = 4, /* string must be non-empty */
+    KF_DERIVED = 8,  /* default computed from other keys (def_str says how) */
+};
+
+typedef struct key_def {
+    const char *path;
+    key_type type;
+    size_t off, size;           /* field offset and size (size: capacity for strings) */
+    size_t off2;                /* KT_PAIR: second field */
+    double lo, hi;              /* bounds of numbers (HUGE_VAL: none) */
+    unsigned flags;
+    double def[2];              /* default of numbers and bools */
+    const char *def_str;        /* default of strings/choices; rule of derived keys */
+    const char *const *choices; /* NULL-terminated */
+    const char *alias;          /* nanoGPT name accepted as a bare override */
+    const char *help;
+} key_def;
+
+#define FLD(f) .off = offsetof(lf_train_config, f), .size = sizeof(((lf_train_config *)0)->f)
+#define INF HUGE_VAL
+
+static const char *const arch_choices[] = {"gpt2", NULL};
+static const char *const optim_choices[] = {"AdamW", NULL};
+static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
+static const char *const sampling_choices[] = {"random", "sequential", NULL}; /* lf_sampling */
+
+static const key_def k_keys[] = {
+    {.path = "model.arch", .type = KT_CHOICE, FLD(arch), .def_str = "gpt2", .choices = arch_choices,
+     .help = "model family"},
+    {.path = "model.n_layer", .type = KT_INT, FLD(model.n_layer), .lo = 1, .hi = 1024, .def = {4},
+     .help = "transformer blocks (L)"},
+    {.path = "model.n_head", .type = KT_INT, FLD(model.n_head), .lo = 1, .hi = 1024, .def = {4},
+     .help = "attention heads (NH); must divide model.n_embd"},
+    {.path = "model.n_embd", .type = KT_INT, FLD(model.n_embd), .lo = 1, .hi = 65536, .def = {128},
+     .help = "channels (C)"},
+    {.path = "model.block_size", .type = KT_INT, FLD(model.block_size), .lo = 1, .hi = 1048576, .def = {64},
+     .help = "context length (T)"},
+    {.path = "model.bias", .type = KT_BOOL, FLD(model.bias), .def = {1},
+     .help = "biases in linear and layernorm layers"},
+    {.path = "model.dropout", .type = KT_FLOAT, FLD(model.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN,
+     .def = {0}, .help = "dropout probability (embeddings, attention weights, residual branches)"},
+    {.path = "model.vocab_size", .type = KT_INT, FLD(model.vocab_size), .lo = 0, .hi = 16777216, .def = {0},
+     .help = "vocabulary rows; 0 = the dataset's vocabulary, larger = padded"},
+    {.path = "data.dataset", .type = KT_STRING, FLD(dataset), .flags = KF_REQUIRED, .def_str = "",
+     .help = "dataset directory written by `llmforge prepare` (required)"},
+    {.path = "data.sampling", .type = KT_ENUM, FLD(sampling), .def_str = "random", .choices = sampling_choices,
+     .help = "training batch positions: random (nanoGPT) or sequential"},
+    {.path = "train_batch_size", .type = KT_LONG, FLD(train_batch_size), .lo = 0, .hi = INF, .flags = KF_DERIVED,
+     .def_str = "micro x accumulation x world size",
+     .help = "sequences per optimizer step (0 = derive); any two batch keys give the third"},
+    {.path = "train_micro_batch_size_per_gpu", .type = KT_INT, FLD(micro_batch), .lo = 1, .hi = 65536, .def = {12},
+     .alias = "batch_size", .help = "sequences per forward/backward (B)"},
+    {.path = "gradient_accumulation_steps", .type = KT_INT, FLD(grad_accum), .lo = 1, .hi = INF, .def = {1},
+     .help = "micro-batches per optimizer step"},
+    {.path = "train_iters", .type = KT_LONG, FLD(train_iters), .lo = 1, .hi = INF, .def = {2000},
+     .alias = "max_iters", .help = "optimizer steps"},
+    {.path = "optimizer.type", .type = KT_CHOICE, FLD(optimizer_type), .def_str = "AdamW",
+     .choices = optim_choices, .help = "optimizer"},
+    {.path = "optimizer.params.lr", .type = KT_FLOAT, FLD(lr), .lo = 0, .hi = INF, .flags = KF_LO_OPEN,
+     .def = {1e-3}, .alias = "learning_rate", .help = "peak learning rate"},
+    {.path = "optimizer.params.betas", .type = KT_PAIR, FLD(beta1), .off2 = offsetof(lf_train_config, beta2),
+     .lo = 0, .hi = 1, .flags = KF_HI_OPEN, .def = {0.9, 0.99}, .help = "AdamW [beta1, beta2]"},
+    {.path = "optimizer.params.eps", .type = KT_FLOAT, FLD(eps), .lo = 0, .hi = INF, .flags = KF_LO_OPEN,
+     .def = {1e-8}, .help = "AdamW epsilon"},
+    {.path = "optimizer.params.weight_decay", .type = KT_FLOAT, FLD(weight_decay), .lo = 0, .hi = INF,
+     .def = {0.1}, .help = "decoupled weight decay (tensors with >= 2 dims)"},
+    {.path = "scheduler.type", .type = KT_ENUM, FLD(sched_type), .def_str = "cosine", .choices = sched_choices,
+     .help = "learning-rate schedule: warmup + cosine decay (nanoGPT), or constant"},
+    {.path = "scheduler.warmup_iters", .type = KT_LONG, FLD(warmup_iters), .lo = 0, .hi = INF, .def = {100},
+     .help = "linear warmup steps"},
+    {.path = "scheduler.decay_iters", .type = KT_LONG, FLD(decay_iters), .lo = 0, .hi = INF, .flags = KF_DERIVED,
+     .def_str = "train_iters", .alias = "lr_decay_iters", .help = "step at which the cosine reaches min_lr"},
+    {.path = "scheduler.min_lr", .type = KT_FLOAT, FLD(min_lr), .lo = 0, .hi = INF, .flags = KF_DERIVED,
+     .def_str = "optimizer.params.lr / 10", .help = "learning rate after decay_iters"},
+    {.path = "gradient_clipping", .type = KT_FLOAT, FLD(grad_clip), .lo = 0, .hi = INF, .def = {1.0},
+     .alias = "grad_clip", .help = "clip the global gradient norm to this; 0 disables"},
+    {.path = "eval.interval", .type = KT_LONG, FLD(eval_interval), .lo = 0, .hi = INF, .def = {250},
+     .alias = "eval_interval", .help = "steps between evaluations; 0 = only at the end"},
+    {.path = "eval.iters", .type = KT_INT, FLD(eval_iters), .lo = 1, .hi = INF, .def = {20}, .alias = "eval_iters",
+     .help = "batches per split per evaluation"},
+    {.path = "checkpoint.interval", .type = KT_LONG, FLD(ckpt_interval), .lo = 0, .hi = INF, .def = {500},
+     .help = "steps between checkpoints; 0 = only at the end"},
+    {.path = "checkpoint.keep_last", .type = KT_INT, FLD(keep_last), .lo = 1, .hi = INF, .def = {3},
+     .help = "checkpoints kept on disk"},
+    {.path = "steps_per_print", .type = KT_LONG, FLD(steps_per_print), .lo = 1, .hi = INF, .def = {10},
+     .alias = "log_interval", .help = "steps between progress lines"},
+    {.path = "seed", .type = KT_U64, FLD(seed), .def = {1337},
+     .help = "seed of every random stream (init, data order, dropout)"},
+    {.path = "out_dir", .type = KT_STRING, FLD(out_dir), .flags = KF_REQUIRED, .def_str = "out",
+     .help = "run directory (checkpoints, logs, resolved config)"},
+    /* DeepSpeed features later work implements: accepted only when off. */
+    {.path = "fp16.enabled", .type = KT_OFF_BOOL, .help = "fp16 mixed precision"},
+    {.path = "fp16.loss_scale", .type = KT_IGNORED},
+    {.path = "fp16.initial_scale_power", .type = KT_IGNORED},
+    {.path = "fp16.loss_scale_window", .type = KT_IGNORED},
+    {.path = "fp16.hysteresis", .type = KT_IGNORED},
+    {.path = "fp16.consecutive_hysteresis", .type = KT_IGNORED},
+    {.path = "fp16.min_loss_scale", .type = KT_IGNORED},
+    {.path = "fp16.auto_cast", .type = KT_IGNORED},
+    {.path = "bf16.enabled", .type = KT_OFF_BOOL, .help = "bf16 mixed precision"},
+    {.path = "zero_optimization.stage", .type = KT_OFF_ZERO, .help = "ZeRO sharding"},
+    {.path = "wall_clock_breakdown", .type = KT_OFF_BOOL, .help = "per-phase timing"},
+    {.path = "tensorboard.enabled", .type = KT_OFF_BOOL, .help = "TensorBoard events"},
+    {.path = "tensorboard.output_path", .type = KT_IGNORED},
+    {.path = "tensorboard.job_name", .type = KT_IGNORED},
+};
+#define NKEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
+
+static int is_setting(const key_def *k) { return k->type < KT_OFF_BOOL; }
+
+static const char *leaf_of(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+static int find_key(const char *path) {
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(k_keys[i].path, path)) return i;
+    return -1;
+}
+
+static int key_index(const char *path) {
+    int i = find_key(path);
+    return i < 0 ? 0 : i; /* only called with table paths */
+}
+
+/* path names a section: some key is "path.<something>" */
+static int is_section(const char *path) {
+    size_t n = strlen(path);
+    for (int i = 0; i < NKEYS; i++)
+        if (!strncmp(k_keys[i].path, path, n) && k_keys[i].path[n] == '.') return 1;
+    return 0;
+}
+
+static int ascii_ieq(const char *a, const char *b) {
+    for (;; a++, b++) {
+        int ca = (unsigned char)*a, cb = (unsigned char)*b;
+        if (ca >= 'A' && ca <= 'Z') ca += 32;
+        if (cb >= 'A' && cb <= 'Z') cb += 32;
+        if (ca != cb) return 0;
+        if (!ca) return 1;
+    }
+}
+
+/* Every row's field size matches its type (a wrong FLD in the table is a bug). */
+static int table_ok(void) {
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &k_keys[i];
+        size_t want = 0;
+        switch (k->type) {
+        case KT_INT: case KT_BOOL: case KT_ENUM: want = sizeof(int); break;
+        case KT_LONG: want = sizeof(long); break;
+        case KT_FLOAT: case KT_PAIR: want = sizeof(float); break;
+        case KT_U64: want = sizeof(uint64_t); break;
+        default: want = k->size; break; /* strings: any capacity; off keys: no field */
+        }
+        if (k->size != want) return 0;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- field access */
+
+static void *field(lf_train_config *cfg, size_t off) { return (char *)cfg + off; }
+static const void *cfield(const lf_train_config *cfg, size_t off) { return (const char *)cfg + off; }
+
+static long long get_integer(const lf_train_config *cfg, const key_def *k) {
+    if (k->type == KT_LONG) return *(const long *)cfield(cfg, k->off);
+    return *(const int *)cfield(cfg, k->off);
+}
+
+static float get_float(const lf_train_config *cfg, size_t off) { return *(const float *)cfield(cfg, off); }
+
+/* Shortest %.Ng (N <= 9) that reads back as v through (float)strtod, with a
+ * ".0" on integral values so the dump reads as a float. */
+static void fmt_float(char *buf, size_t cap, float v) {
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, cap, "%.*g", p, (double)v);
+        if ((float)strtod(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".eEni") && strlen(buf) + 3 <= cap) strcat(buf, ".0");
+}
+
+/* Integer bounds of a row: the table's, clipped to the C type. */
+static void int_bounds(const key_def *k, long long *lo, long long *hi) {
+    long long tlo = k->type == KT_LONG ? LONG_MIN : INT_MIN;
+    long long thi = k->type == KT_LONG ? LONG_MAX : INT_MAX;
+    *lo = k->lo <= (double)tlo ? tlo : (long long)k->lo;
+    *hi = k->hi >= (double)thi ? thi : (long long)k->hi;
+}
+
+/* "[1, 1024]", "[0, 1)", "(0, inf)" */
+static void fmt_range(char *buf, size_t cap, const key_def *k) {
+    if (k->type == KT_U64) {
+        snprintf(buf, cap, "[0, %" PRIu64 "]", UINT64_MAX);
+    } else if (k->type == KT_INT || k->type == KT_LONG) {
+        long long lo, hi;
+        int_bounds(k, &lo, &hi);
+        snprintf(buf, cap, "[%lld, %lld]", lo, hi);
+    } else {
+        char hs[32];
+        if (isinf(k->hi))
+            snprintf(hs, sizeof hs, "inf)");
+        else
+            snprintf(hs, sizeof hs, "%.9g%c", k->hi, (k->flags & KF_HI_OPEN) ? ')' : ']');
+        snprintf(buf, cap, "%c%.9g, %s", (k->flags & KF_LO_OPEN) ? '(' : '[', k->lo, hs);
+    }
+}
+
+static int float_in_range(const key_def *k, double v) {
+    if (!(v >= k->lo) || ((k->flags & KF_LO_OPEN) && v == k->lo)) return 0;
+    if (!(v <= k->hi) || ((k->flags & KF_HI_OPEN) && v == k->hi)) return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- parse context */
+
+/* Source text of one JSON number (cJSON keeps only a double). */
+typedef struct numraw {
+    const cJSON *node;
+    const char *s;
+    size_t n;
+} numraw;
+
+typedef struct parse_ctx {
+    lf_train_config cfg;
+    unsigned char given[NKEYS];  /* set by the file or an override */
+    const char *where[NKEYS];    /* where it was set: "in 'x.json'", "on the command line" */
+    const char *cur;             /* where the value being applied comes from */
+    int from_cli;                /* the value is an override */
+    const char *cli_text;        /* the override's value text, verbatim */
+    numraw *nums;                /* number literals of the text being applied */
+    size_t n_nums;
+    char file_where[LF_PATH_MAX + 32];
+} parse_ctx;
+
+static const char *const k_cli = "on the command line";
+
+/* Number literals outside strings, in document order: the same order a
+ * depth-first walk of cJSON's tree meets number nodes. out may be NULL (count). */
+static size_t scan_numbers(const char *s, numraw *out) {
+    size_t n = 0;
+    int in_str = 0;
+    for (const char *p = s; *p; p++) {
+        if (in_str) {
+            if (*p == '\\' && p[1])
+                p++;
+            else if (*p == '"')
+                in_str = 0;
+            continue;
+        }
+        if (*p == '"') {
+            in_str = 1;
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            const char *q = p;
+            while (*q && strchr("0123456789+-.eE", *q)) q++;
+            if (out) {
+                out[n].node = NULL;
+                out[n].s = p;
+                out[n].n = (size_t)(q - p);
+            }
+            n++;
+            p = q - 1;
+        }
+    }
+    return n;
+}
+
+static void bind_numbers(const cJSON *v, numraw *nums, size_t n, size_t *next) {
+    for (; v; v = v->next) {
+        if (cJSON_IsNumber(v)) {
+            if (*next < n) nums[*next].node = v;
+            (*next)++;
+        } else if (v->child) {
+            bind_numbers(v->child, nums, n, next);
+        }
+    }
+}
+
+/* Index the number literals of text (parsed into root) for number_text. On a
+ * count mismatch (never for text cJSON accepted) the index is dropped and
+ * numbers fall back to cJSON's double. */
+static lf_status index_numbers(const char *text, const cJSON *root, numraw **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    size_t n = scan_numbers(text, NULL);
+    if (n == 0) return LF_OK;
+    numraw *nums = lf_alloc(n * sizeof *nums);
+    if (!nums) return lf_fail(LF_ERR_NOMEM, "out of memory indexing %zu numbers of a configuration", n);
+    scan_numbers(text, nums);
+    size_t next = 0;
+    bind_numbers(root, nums, n, &next);
+    if (next != n) {
+        lf_free(nums);
+        return LF_OK;
+    }
+    *out = nums;
+    *n_out = n;
+    return LF_OK;
+}
+
+/* The literal text of number node v into buf; 0 when it does not fit. */
+static int number_text(const parse_ctx *c, const cJSON *v, char *buf, size_t cap) {
+    for (size_t i = 0; i < c->n_nums; i++) {
+        if (c->nums[i].node == v) {
+            if (c->nums[i].n + 1 > cap) return 0;
+            memcpy(buf, c->nums[i].s, c->nums[i].n);
+            buf[c->nums[i].n] = 0;
+            return 1;
+        }
+    }
+    snprintf(buf, cap, "%.17g", v->valuedouble);
+    return 1;
+}
+
+/* Short rendering of a value for messages: "abc" with quotes, numbers as written. */
+static const char *describe(const parse_ctx *c, const cJSON *v, char *buf, size_t cap) {
+    if (cJSON_IsString(v)) {
+        size_t n = strlen(v->valuestring);
+        snprintf(buf, cap, "\"%.60s%s\"", v->valuestring, n > 60 ? "..." : "");
+    } else if (cJSON_IsNumber(v)) {
+        if (!number_text(c, v, buf, cap)) snprintf(buf, cap, "a very long number");
+    } else if (cJSON_IsTrue(v)) {
+        snprintf(buf, cap, "true");
+    } else if (cJSON_IsFalse(v)) {
+        snprintf(buf, cap, "false");
+    } else if (cJSON_IsNull(v)) {
+        snprintf(buf, cap, "null");
+    } else {
+        char *s = cJSON_PrintUnformatted(v);
+        if (s) {
+            snprintf(buf, cap, "%.60s%s", s, strlen(s) > 60 ? "..." : "");
+            cJSON_free(s);
+        } else {
+            snprintf(buf, cap, cJSON_IsArray(v) ? "an array" : "an object");
+        }
+    }
+    return buf;
+}
+
+static lf_status type_error(const parse_ctx *c, const key_def *k, const cJSON *v, const char *expected) {
+    char got[96];
+    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: expected %s, got %s", k->path, c->cur, expected,
+                   describe(c, v, got, sizeof got));
+}
+
+static lf_status range_error_text(const key_def *k, const char *where, const char *value) {
+    char range[80];
+    fmt_range(range, sizeof range, k);
+    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: %s is out of range %s", k->path, where, value, range);
+}
+
+/* ---------------------------------------------------------------- reading values */
+
+static lf_status read_integer(const parse_ctx *c, const key_def *k, const cJSON *v, long long *out) {
+    char num[128];
+    if (!cJSON_IsNumber(v)) return type_error(c, k, v, "an integer");
+    if (!number_text(c, v, num, sizeof num)) return range_error_text(k, c->cur, "a very long number");
+    long long x;
+    char *end;
+    if (!strpbrk(num, ".eE")) {
+        errno = 0;
+        x = strtoll(num, &end, 10);
+        if (errno == ERANGE || *end) return range_error_text(k, c->cur, num);
+    } else {
+        double d = strtod(num, &end);
+        if (!isfinite(d)) return range_error_text(k, c->cur, num);
+        if (d != floor(d)) return type_error(c, k, v, "an integer");
+        if (d < -9.2e18 || d > 9.2e18) return range_error_text(k, c->cur, num);
+        x = (long long)d;
+    }
+    long long tlo = k->type == KT_LONG ? LONG_MIN : INT_MIN, thi = k->type == KT_LONG ? LONG_MAX : INT_MAX;
+    if (k->type == KT_OFF_ZERO) tlo = LLONG_MIN, thi = LLONG_MAX;
+    if (x < tlo || x > thi) return range_error_text(k, c->cur, num);
+    *out = x;
+    return LF_OK;
+}
+
+static lf_status read_float(const parse_ctx *c, const key_def *k, const cJSON *v, float *out) {
+    char num[128];
+    if (!cJSON_IsNumber(v)) return type_error(c, k, v, k->type == KT_PAIR ? "an array of 2 numbers" : "a number");
+    if (!number_text(c, v, num, sizeof num)) return range_error_text(k, c->cur, "a very long number");
+    double d = strtod(num, NULL);
+    if (!isfinite(d) || fabs(d) > FLT_MAX) return range_error_text(k, c->cur, num);
+    *out = (float)d;
+    return LF_OK;
+}
+
+static lf_status read_u64(const parse_ctx *c, const key_def *k, const cJSON *v, uint64_t *out) {
+    char num[128];
+    if (!cJSON_IsNumber(v)) return type_error(c, k, v, "an unsigned 64-bit integer");
+    if (!number_text(c, v, num, sizeof num)) return range_error_text(k, c->cur, "a very long number");
+    if (num[0] == '-') return range_error_text(k, c->cur, num);
+    if (strpbrk(num, ".eE+")) return type_error(c, k, v, "an unsigned 64-bit integer written without a fraction or exponent");
+    errno = 0;
+    char *end;
+    unsigned long long x = strtoull(num, &end, 10);
+    if (errno == ERANGE || *end || x > UINT64_MAX) return range_error_text(k, c->cur, num);
+    *out = (uint64_t)x;
+    return LF_OK;
+}
+
+/* The string value of v; on the command line anything that is not a JSON
+ * string is taken verbatim (out_dir=2024 is the directory "2024"). */
+static const char *string_value(const parse_ctx *c, const cJSON *v) {
+    if (cJSON_IsString(v)) return v->valuestring;
+    if (c->from_cli && c->cli_text) return c->cli_text;
+    return NULL;
+}
+
+static lf_status choice_error(const parse_ctx *c, const key_def *k, const char *s) {
+    char list[160] = "";
+    size_t at = 0;
+    for (int j = 0; k->choices[j]; j++)
+        at += (size_t)snprintf(list + at, at < sizeof list ? sizeof list - at : 0, "%s%s", j ? ", " : "",
+                               k->choices[j]);
+    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: \"%.60s\" is not one of: %s", k->path, c->cur, s, list);
+}
+
+/* Apply value v to table row i. */
+static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
+    const key_def *k = &k_keys[i];
+    lf_train_config *cfg = &c->cfg;
+    lf_status st = LF_OK;
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG: {
+        long long x;
+        if ((st = read_integer(c, k, v, &x)) != LF_OK) return st;
+        if (k->type == KT_INT)
+            *(int *)field(cfg, k->off) = (int)x;
+        else
+            *(long *)field(cfg, k->off) = (long)x;
+        break;
+    }
+    case KT_FLOAT:
+        if ((st = read_float(c, k, v, (float *)field(cfg, k->off))) != LF_OK) return st;
+        break;
+    case KT_BOOL: {
+        int b;
+        if (cJSON_IsBool(v))
+            b = cJSON_IsTrue(v);
+        else if (c->from_cli && cJSON_IsString(v) && ascii_ieq(v->valuestring, "true"))
+            b = 1;
+        else if (c->from_cli && cJSON_IsString(v) && ascii_ieq(v->valuestring, "false"))
+            b = 0;
+        else
+            return type_error(c, k, v, "true or false");
+        *(int *)field(cfg, k->off) = b;
+        break;
+    }
+    case KT_U64:
+        if ((st = read_u64(c, k, v, (uint64_t *)field(cfg, k->off))) != LF_OK) return st;
+        break;
+    case KT_STRING: {
+        const char *s = string_value(c, v);
+        if (!s) return type_error(c, k, v, "a string");
+        size_t n = strlen(s);
+        if (n >= k->size)
+            return lf_fail(LF_ERR_CONFIG, "key '%s' %s: a string of %zu bytes is longer than the %zu allowed", k->path,
+                           c->cur, n, k->size - 1);
+        memcpy(field(cfg, k->off), s, n + 1);
+        break;
+    }
+    case KT_CHOICE:
+    case KT_ENUM: {
+        if (!cJSON_IsString(v)) return type_error(c, k, v, "a string");
+        int j = 0;
+        while (k->choices[j] && !ascii_ieq(k->choices[j], v->valuestring)) j++;
+        if (!k->choices[j]) return choice_error(c, k, v->valuestring);
+        if (k->type == KT_ENUM)
+            *(int *)field(cfg, k->off) = j;
+        else
+            snprintf((char *)field(cfg, k->off), k->size, "%s", k->choices[j]);
+        break;
+    }
+    case KT_PAIR: {
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2) return type_error(c, k, v, "an array of 2 numbers");
+        float a, b;
+        if ((st = read_float(c, k, v->child, &a)) != LF_OK) return st;
+        if ((st = read_float(c, k, v->child->next, &b)) != LF_OK) return st;
+        *(float *)field(cfg, k->off) = a;
+        *(float *)field(cfg, k->off2) = b;
+        break;
+    }
+    case KT_OFF_BOOL:
+        if (!cJSON_IsBool(v)) return type_error(c, k, v, "false (the only value this build supports)");
+        if (cJSON_IsTrue(v))
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: not supported yet by this build (set to true %s; only false is accepted)",
+                           k->path, c->cur);
+        break;
+    case KT_OFF_ZERO: {
+        long long x;
+        if ((st = read_integer(c, k, v, &x)) != LF_OK) return st;
+        if (x != 0)
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: not supported yet by this build (set to %lld %s; only 0 is accepted)",
+                           k->path, x, c->cur);
+        break;
+    }
+    case KT_IGNORED:
+        break;
+    }
+    c->given[i] = 1;
+    c->where[i] = c->cur;
+    return LF_OK;
+}
+
+/* ---------------------------------------------------------------- unknown keys */
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int prev[64], cur[64];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            if (prev[j - 1] + (a[i - 1] != b[j - 1]) < best) best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            cur[j] = best;
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof(int));
+    }
+    return prev[lb];
+}
+
+/* The known key closest to path: edit distance <= 2 (against the full path,
+ * and against leaves and aliases for a bare name), else one sharing the leaf. */
+static const char *suggest(const char *path) {
+    int best = -1, bestd = 3, bare = strchr(path, '.') == NULL;
+    for (int i = 0; i < NKEYS; i++) {
+        int d = edit_distance(path, k_keys[i].path);
+        if (bare) {
+            int dl = edit_distance(path, leaf_of(k_keys[i].path));
+            if (dl < d) d = dl;
+            if (k_keys[i].alias && (dl = edit_distance(path, k_keys[i].alias)) < d) d = dl;
+        }
+        if (d < bestd) bestd = d, best = i;
+    }
+    if (best >= 0) return k_keys[best].path;
+    const char *leaf = leaf_of(path);
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(leaf, leaf_of(k_keys[i].path)) || (k_keys[i].alias && !strcmp(leaf, k_keys[i].alias)))
+            return k_keys[i].path;
+    return NULL;
+}
+
+static lf_status unknown_key(const parse_ctx *c, const char *path) {
+    const char *s = suggest(path);
+    if (s) return lf_fail(LF_ERR_CONFIG, "unknown key '%s' %s (did you mean '%s'?)", path, c->cur, s);
+    return lf_fail(LF_ERR_CONFIG, "unknown key '%s' %s", path, c->cur);
+}
+
+/* ---------------------------------------------------------------- walking JSON */
+
+static lf_status apply(parse_ctx *c, const char *path, const cJSON *v);
+
+static lf_status apply_object(parse_ctx *c, const char *prefix, const cJSON *obj) {
+    for (const cJSON *m = obj->child; m; m = m->next) {
+        char path[PATH_BUF];
+        int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", m->string ? m->string : "");
+        if (n < 0 || (size_t)n >= sizeof path) return unknown_key(c, path);
+        for (const cJSON *p = obj->child; p != m; p = p->next)
+            if (p->string && m->string && !strcmp(p->string, m->string))
+                return lf_fail(LF_ERR_CONFIG, "duplicate key '%s' %s", path, c->cur);
+        lf_status st = apply(c, path, m);
+        if (st != LF_OK) return st;
+    }
+    return LF_OK;
+}
+
+static lf_status apply(parse_ctx *c, const char *path, const cJSON *v) {
+    int i = find_key(path);
+    if (i >= 0) return set_key(c, i, v);
+    if (is_section(path)) {
+        if (!cJSON_IsObject(v)) {
+            char got[96];
+            return lf_fail(LF_ERR_CONFIG, "key '%s' %s: expected an object (a section), got %s", path, c->cur,
+                           describe(c, v, got, sizeof got));
+        }
+        return apply_object(c, path, v);
+    }
+    return unknown_key(c, path);
+}
+
+/* Resolve an override's key: a table path or section, else a bare leaf or a
+ * nanoGPT alias naming exactly one key. */
+static lf_status resolve_override_key(const parse_ctx *c, const char *key, const char **path) {
+    *path = key;
+    if (find_key(key) >= 0 || is_section(key) || strchr(key, '.')) return LF_OK;
+    int found = -1, count = 0;
+    char list[512] = "";
+    size_t at = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        if (strcmp(leaf_of(k_keys[i].path), key) && !(k_keys[i].alias && !strcmp(k_keys[i].alias, key))) continue;
+        found = i;
+        count++;
+        at += (size_t)snprintf(list + at, at < sizeof list ? sizeof list - at : 0, "%s%s", count > 1 ? ", " : "",
+                               k_keys[i].path);
+    }
+    if (count == 1) {
+        *path = k_keys[found].path;
+        return LF_OK;
+    }
+    if (count > 1)
+        return lf_fail(LF_ERR_CONFIG, "ambiguous key '%s' %s: it names %s; write the full path", key, c->cur, list);
+    return LF_OK; /* unknown: apply() reports it with a suggestion */
+}
+
+static lf_status apply_override(parse_ctx *c, const char *ov) {
+    if (!ov) return lf_fail(LF_ERR_INVALID_ARG, "override is NULL");
+    if (ov[0] == '-' && ov[1] == '-') ov += 2;
+    const char *eq = strchr(ov, '=');
+    if (!eq || eq == ov)
+        return lf_fail(LF_ERR_CONFIG, "override '%.200s' %s: expected key=value", ov, k_cli);
+    char key[PATH_BUF];
+    size_t kn = (size_t)(eq - ov);
+    if (kn >= sizeof key) kn = sizeof key - 1;
+    memcpy(key, ov, kn);
+    key[kn] = 0;
+    c->cur = k_cli;
+    const char *path;
+    lf_status st = resolve_override_key(c, key, &path);
+    if (st != LF_OK) return st;
+
+    const char *val = eq + 1, *end = NULL;
+    cJSON *v = cJSON_ParseWithOpts(val, &end, 1);
+    numraw *nums = NULL;
+    size_t n_nums = 0;
+    if (v) {
+        st = index_numbers(val, v, &nums, &n_nums);
+    } else {
+        v = cJSON_CreateString(val); /* not JSON: the text itself */
+        if (!v) st = lf_fail(LF_ERR_NOMEM, "out of memory reading override '%s'", key);
+    }
+    if (st == LF_OK) {
+        c->nums = nums;
+        c->n_nums = n_nums;
+        c->from_cli = 1;
+        c->cli_text = val;
+        st = apply(c, path, v);
+        c->nums = NULL;
+        c->n_nums = 0;
+        c->from_cli = 0;
+        c->cli_text = NULL;
+    }
+    lf_free(nums);
+    cJSON_Delete(v);
+    return st;
+}
+
+/* Parse a configuration text (cJSON) and apply it; malformed JSON names the
+ * origin with line and column. */
+static lf_status apply_text(parse_ctx *c, const char *text, const char *name) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        long line = 1, col = 1;
+        if (end) {
+            for (const char *p = text; p < end && *p; p++) {
+                if (*p == '\n')
+                    line++, col = 1;
+                else
+                    col++;
+            }
+        }
+        return lf_fail(LF_ERR_FORMAT, "config '%s': invalid JSON near line %ld, column %ld", name, line, col);
+    }
+    lf_status st;
+    if (!cJSON_IsObject(root)) {
+        st = lf_fail(LF_ERR_CONFIG, "config '%s': expected a JSON object at the top level", name);
+        cJSON_Delete(root);
+        return st;
+    }
+    st = index_numbers(text, root, &c->nums, &c->n_nums);
+    if (st == LF_OK) st = apply_object(c, "", root);
+    lf_free(c->nums);
+    c->nums = NULL;
+    c->n_nums = 0;
+    cJSON_Delete(root);
+    return st;
+}
+
+/* ---------------------------------------------------------------- defaults, derivation, validation */
+
+static void apply_defaults(parse_ctx *c) {
+    memset(c, 0, sizeof *c);
+    lf_train_config *cfg = &c->cfg;
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &k_keys[i];
+        switch (k->type) {
+        case KT_INT:
+        case KT_BOOL: *(int *)field(cfg, k->off) = (int)k->def[0]; break;
+        case KT_LONG: *(long *)field(cfg, k->off) = (long)k->def[0]; break;
+        case KT_FLOAT: *(float *)field(cfg, k->off) = (float)k->def[0]; break;
+        case KT_U64: *(uint64_t *)field(cfg, k->off) = (uint64_t)k->def[0]; break;
+        case KT_STRING:
+        case KT_CHOICE: snprintf((char *)field(cfg, k->off), k->size, "%s", k->def_str); break;
+        case KT_ENUM: {
+            int j = 0;
+            while (k->choices[j] && strcmp(k->choices[j], k->def_str)) j++;
+            *(int *)field(cfg, k->off) = k->choices[j] ? j : 0;
+            break;
+        }
+        case KT_PAIR:
+            *(float *)field(cfg, k->off) = (float)k->def[0];
+            *(float *)field(cfg, k->off2) = (float)k->def[1];
+            break;
+        default: break;
+        }
+    }
+}
+
+/* Origin note for messages about a key other than the one reported. */
+static const char *note_of(const parse_ctx *c, int i) { return c->where[i] ? c->where[i] : "by default"; }
+
+/* scheduler.decay_iters and scheduler.min_lr when not given. */
+static void derive_schedule(parse_ctx *c) {
+    if (!c->given[key_index("scheduler.decay_iters")]) c->cfg.decay_iters = c->cfg.train_iters;
+    if (!c->given[key_index("scheduler.min_lr")]) c->cfg.min_lr = (float)((double)c->cfg.lr / 10.0);
+}
+
+/* DeepSpeed's batch identity; micro and accumulation are range-checked before. */
+static lf_status derive_batch(parse_ctx *c) {
+    static const char *const derived = "(derived from train_batch_size)";
+    lf_train_config *cfg = &c->cfg;
+    int iT = key_index("train_batch_size"), iM = key_index("train_micro_batch_size_per_gpu"),
+        iA = key_index("gradient_accumulation_steps");
+    long long T = cfg->train_batch_size, M = cfg->micro_batch, A = cfg->grad_accum, W = WORLD_SIZE;
+    int hasT = c->given[iT] && T > 0, hasM = c->given[iM], hasA = c->given[iA];
+    const char *wT = note_of(c, iT);
+    if (!hasT) {
+        T = M * A * W;
+    } else if (hasM && hasA) {
+        if (T != M * A * W)
+            return lf_fail(LF_ERR_CONFIG,
+                           "key 'train_batch_size' %s: train_batch_size %lld != train_micro_batch_size_per_gpu %lld × "
+                           "gradient_accumulation_steps %lld × world size %lld = %lld",
+                           wT, T, M, A, W, M * A * W);
+    } else if (hasM) {
+        if (T % (M * W))
+            return lf_fail(LF_ERR_CONFIG,
+                           "key 'train_batch_size' %s: train_batch_size %lld is not divisible by "
+                           "train_micro_batch_size_per_gpu %lld × world size %lld",
+                           wT, T, M, W);
+        A = T / (M * W);
+        if (A > INT_MAX)
+            return lf_fail(LF_ERR_CONFIG, "key 'gradient_accumulation_steps' %s: %lld is out of range [1, %d]", derived,
+                           A, INT_MAX);
+        c->where[iA] = derived;
+    } else {
+        const key_def *km = &k_keys[iM];
+        if (T % (A * W))
+            return lf_fail(LF_ERR_CONFIG,
+                           "key 'train_batch_size' %s: train_batch_size %lld is not divisible by "
+                           "gradient_accumulation_steps %lld × world size %lld",
+                           wT, T, A, W);
+        M = T / (A * W);
+        if (M < (long long)km->lo || M > (long long)km->hi)
+            return lf_fail(LF_ERR_CONFIG,
+                           "key 'train_batch_size' %s: train_batch_size %lld / (gradient_accumulation_steps %lld × "
+                           "world size %lld) gives train_micro_batch_size_per_gpu %lld, out of range [%lld, %lld]",
+                           wT, T, A, W, M, (long long)km->lo, (long long)km->hi);
+        c->where[iM] = derived;
+    }
+    if (T > LONG_MAX) return lf_fail(LF_ERR_CONFIG, "key 'train_batch_size': %lld does not fit a long", T);
+    cfg->train_batch_size = (long)T;
+    cfg->micro_batch = (int)M;
+    cfg->grad_accum = (int)A;
+    return LF_OK;
+}
+
+static lf_status check_ranges(const parse_ctx *c) {
+    const lf_train_config *cfg = &c->cfg;
+    char val[64];
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &k_keys[i];
+        const char *where = note_of(c, i);
+        switch (k->type) {
+        case KT_INT:
+        case KT_LONG: {
+            long long v = get_integer(cfg, k), lo, hi;
+            int_bounds(k, &lo, &hi);
+            if (v < lo || v > hi) {
+                snprintf(val, sizeof val, "%lld", v);
+                return range_error_text(k, where, val);
+            }
+            break;
+        }
+        case KT_FLOAT: {
+            float v = get_float(cfg, k->off);
+            if (!float_in_range(k, v)) {
+                fmt_float(val, sizeof val, v);
+                return range_error_text(k, where, val);
+            }
+            break;
+        }
+        case KT_PAIR:
+            for (int j = 0; j < 2; j++) {
+                float v = get_float(cfg, j ? k->off2 : k->off);
+                if (!float_in_range(k, v)) {
+                    char range[80];
+                    fmt_float(val, sizeof val, v);
+                    fmt_range(range, sizeof range, k);
+                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: element %d (%s) is out of range %s", k->path, where,
+                                   j, val, range);
+                }
+            }
+            break;
+        case KT_STRING:
+            if ((k->flags & KF_REQUIRED) && !*(const char *)cfield(cfg, k->off)) {
+                if (!c->given[i]) return lf_fail(LF_ERR_CONFIG, "key '%s' is required and was not set", k->path);
+                return lf_fail(LF_ERR_CONFIG, "key '%s' %s: must not be empty", k->path, where);
+            }
+            break;
+        default: break;
+        }
+    }
+    return LF_OK;
+}
+
+/* Defaults, optional text, overrides, derivation, validation; *out written on success. */
+static lf_status build(lf_train_config *out, const char *text, const char *name, int n_overrides,
+                       const char *const *overrides) {
+    if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_train_config: cfg is NULL");
+    if (n_overrides < 0 || (n_overrides > 0 && !overrides))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_train_config: %d overrides but no array", n_overrides);
+    if (!table_ok()) return lf_fail(LF_ERR_INTERNAL, "configuration table: a field size does not match its type");
+    parse_ctx ctx, *c = &ctx;
+    apply_defaults(c);
+    lf_status st = LF_OK;
+    if (text) {
+        snprintf(c->file_where, sizeof c->file_where, "in '%s'", name);
+        c->cur = c->file_where;
+        st = apply_text(c, text, name);
+    }
+    for (int i = 0; st == LF_OK && i < n_overrides; i++) st = apply_override(c, overrides[i]);
+    if (st == LF_OK) {
+        derive_schedule(c);
+        st = check_ranges(c);
+    }
+    if (st == LF_OK) st = derive_batch(c);
+    if (st == LF_OK && c->cfg.model.n_embd % c->cfg.model.n_head) {
+        int ie = key_index("model.n_embd"), ih = key_index("model.n_head");
+        st = lf_fail(LF_ERR_CONFIG, "key 'model.n_embd' %s: %d is not divisible by model.n_head %d (set %s)",
+                     note_of(c, ie), c->cfg.model.n_embd, c->cfg.model.n_head, note_of(c, ih));
+    }
+    if (st == LF_OK) *out = c->cfg;
+    return st;
+}
+
+/* ---------------------------------------------------------------- public API */
+
+lf_train_config lf_train_config_default(void) {
+    parse_ctx c;
+    apply_defaults(&c);
+    derive_schedule(&c);
+    (void)derive_batch(&c); /* nothing given: T = micro x accum x world, cannot fail */
+    return c.cfg;
+}
+
+lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides,
+                               const char *const *overrides) {
+    char *text = NULL;
+    if (path) {
+        lf_status st = lf_file_read_all(path, CFG_FILE_MAX, &text, NULL);
+        if (st != LF_OK) return st;
+    }
+    lf_status st = build(cfg, text, path, n_overrides, overrides);
+    lf_free(text);
+    return st;
+}
+
+lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin,
+                                int n_overrides, const char *const *overrides) {
+    return build(cfg, json_text, origin ? origin : "<text>", n_overrides, overrides);
+}
+
+/* The value of row k as a cJSON node (numbers as raw text so they print exactly). */
+static cJSON *value_json(const lf_train_config *cfg, const key_def *k) {
+    char buf[64];
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG:
+        snprintf(buf, sizeof buf, "%lld", get_integer(cfg, k));
+        return cJSON_CreateRaw(buf);
+    case KT_FLOAT:
+        fmt_float(buf, sizeof buf, get_float(cfg, k->off));
+        return cJSON_CreateRaw(buf);
+    case KT_BOOL: return cJSON_CreateBool(*(const int *)cfield(cfg, k->off) != 0);
+    case KT_U64:
+        snprintf(buf, sizeof buf, "%" PRIu64, *(const uint64_t *)cfield(cfg, k->off));
+        return cJSON_CreateRaw(buf);
+    case KT_STRING:
+    case KT_CHOICE: {
+        /* bounded copy: a hand-built struct may lack the terminator */
+        char s[LF_PATH_MAX];
+        size_t cap = k->size < sizeof s ? k->size : sizeof s;
+        size_t n = strnlen((const char *)cfield(cfg, k->off), cap - 1);
+        memcpy(s, cfield(cfg, k->off), n);
+        s[n] = 0;
+        return cJSON_CreateString(s);
+    }
+    case KT_ENUM: {
+        int j = *(const int *)cfield(cfg, k->off), n = 0;
+        while (k->choices[n]) n++;
+        if (j >= 0 && j < n) return cJSON_CreateString(k->choices[j]);
+        snprintf(buf, sizeof buf, "%d", j); /* invalid; parse will say so */
+        return cJSON_CreateRaw(buf);
+    }
+    case KT_PAIR: {
+        cJSON *a = cJSON_CreateArray();
+        for (int j = 0; a && j < 2; j++) {
+            fmt_float(buf, sizeof buf, get_float(cfg, j ? k->off2 : k->off));
+            cJSON *e = cJSON_CreateRaw(buf);
+            if (!e || !cJSON_AddItemToArray(a, e)) {
+                cJSON_Delete(e);
+                cJSON_Delete(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    default: return NULL;
+    }
+}
+
+char *lf_train_config_to_json(const lf_train_config *cfg) {
+    if (!cfg) {
+        lf_fail(LF_ERR_INVALID_ARG, "lf_train_config_to_json: cfg is NULL");
+        return NULL;
+    }
+    char *out = NULL, *printed = NULL;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) goto fail;
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &k_keys[i];
+        if (!is_setting(k)) continue;
+        /* walk/create the sections of the dotted path */
+        cJSON *parent = root;
+        const char *seg = k->path, *dot;
+        while ((dot = strchr(seg, '.')) != NULL) {
+            char name[PATH_BUF];
+            size_t n = (size_t)(dot - seg);
+            memcpy(name, seg, n);
+            name[n] = 0;
+            cJSON *sec = cJSON_GetObjectItemCaseSensitive(parent, name);
+            if (!sec && !(sec = cJSON_AddObjectToObject(parent, name))) goto fail;
+            parent = sec;
+            seg = dot + 1;
+        }
+        cJSON *v = value_json(cfg, k);
+        if (!v) goto fail;
+        if (!cJSON_AddItemToObject(parent, seg, v)) {
+            cJSON_Delete(v);
+            goto fail;
+        }
+    }
+    printed = cJSON_Print(root);
+    if (!printed) goto fail;
+    /* cJSON indents with tabs and writes "key":<tab>value; strings never hold
+     * a raw tab (escaped), so a tab after ':' is the separator (one space) and
+     * every other tab is indentation (two spaces). */
+    size_t len = 0, tabs = 0;
+    for (const char *p = printed; *p; p++, len++) tabs += *p == '\t';
+    out = lf_alloc(len + tabs + 2);
+    if (!out) goto fail;
+    size_t at = 0;
+    for (const char *p = printed; *p; p++) {
+        if (*p != '\t') {
+            out[at++] = *p;
+        } else if (p > printed && p[-1] == ':') {
+            out[at++] = ' ';
+        } else {
+            out[at++] = ' ';
+            out[at++] = ' ';
+        }
+    }
+    out[at++] = '\n';
+    out[at] = 0;
+    cJSON_free(printed);
+    cJSON_Delete(root);
+    return out;
+fail:
+    cJSON_free(printed);
+    cJSON_Delete(root);
+    lf_fail(LF_ERR_NOMEM, "out of memory writing the resolved configuration");
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- help */
+
+typedef struct sbuf {
+    char *buf;
+    size_t cap, len;
+} sbuf;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->len < b->cap ? b->buf + b->len : NULL, b->len < b->cap ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len += (size_t)n;
+}
+
+static void fmt_default(char *buf, size_t cap, const key_def *k) {
+    char a[32], b[32];
+    if (k->flags & KF_DERIVED) {
+        snprintf(buf, cap, "%s", k->def_str);
+        return;
+    }
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG: snprintf(buf, cap, "%lld", (long long)k->def[0]); break;
+    case KT_FLOAT: fmt_float(buf, cap, (float)k->def[0]); break;
+    case KT_BOOL: snprintf(buf, cap, "%s", k->def[0] != 0 ? "true" : "false"); break;
+    case KT_U64: snprintf(buf, cap, "%llu", (unsigned long long)k->def[0]); break;
+    case KT_PAIR:
+        fmt_float(a, sizeof a, (float)k->def[0]);
+        fmt_float(b, sizeof b, (float)k->def[1]);
+        snprintf(buf, cap, "[%s, %s]", a, b);
+        break;
+    default:
+        if (k->flags & KF_REQUIRED && !*k->def_str)
+            snprintf(buf, cap, "none, required");
+        else
+            snprintf(buf, cap, "\"%s\"", k->def_str);
+        break;
+    }
+}
+
+static void fmt_type(char *buf, size_t cap, const key_def *k) {
+    char range[80];
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG:
+    case KT_FLOAT:
+    case KT_U64:
+        if (k->type != KT_U64 && isinf(k->hi)) {
+            snprintf(buf, cap, "%s %s %.9g", k->type == KT_FLOAT ? "number" : "integer",
+                     (k->flags & KF_LO_OPEN) ? ">" : ">=", k->lo);
+        } else {
+            fmt_range(range, sizeof range, k);
+            snprintf(buf, cap, "%s in %s", k->type == KT_FLOAT ? "number" : "integer", range);
+        }
+        break;
+    case KT_PAIR:
+        fmt_range(range, sizeof range, k);
+        snprintf(buf, cap, "2 numbers in %s", range);
+        break;
+    case KT_BOOL: snprintf(buf, cap, "true or false"); break;
+    case KT_STRING: snprintf(buf, cap, "string"); break;
+    default: {
+        size_t at = (size_t)snprintf(buf, cap, "one of:");
+        for (int j = 0; k->choices[j] && at < cap; j++)
+            at += (size_t)snprintf(buf + at, cap - at, " %s", k->choices[j]);
+        break;
+    }
+    }
+}
+
+size_t lf_train_config_help(char *buf, size_t cap) {
+    sbuf b = {buf, buf ? cap : 0, 0};
+    if (b.cap) buf[0] = 0;
+    sb_printf(&b, "In a file, sections nest: {\"model\": {\"n_layer\": 6}}. On the command line, --key.path=value\n"
+                  "(the value is JSON when it parses, else text) or --leaf=value when the leaf names one key.\n\n");
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &k_keys[i];
+        if (!is_setting(k)) continue;
+        char type[96], def[64];
+        fmt_type(type, sizeof type, k);
+        fmt_default(def, sizeof def, k);
+        sb_printf(&b, "  %-31s %s; default %s\n      %s", k->path, type, def, k->help);
+        if (k->alias) sb_printf(&b, " (also --%s)", k->alias);
+        sb_printf(&b, "\n");
+    }
+    sb_printf(&b, "\nDeepSpeed keys accepted only when off (not supported yet by this build):\n");
+    for (int i = 0; i < NKEYS; i++) {
+        const key_def *k = &k_keys[i];
+        if (k->type == KT_OFF_BOOL) sb_printf(&b, "  %-31s false only (%s)\n", k->path, k->help);
+        if (k->type == KT_OFF_ZERO) sb_printf(&b, "  %-31s 0 only (%s)\n", k->path, k->help);
+    }
+    sb_printf(&b, "  Other fp16.* and tensorboard.* keys DeepSpeed defines are accepted and ignored.\n");
+    if (b.cap && b.len >= b.cap) buf[b.cap - 1] = 0; /* truncated, still terminated */
+    return b.len;
+}

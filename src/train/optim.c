@@ -1,0 +1,32 @@
+/*
+ * The optimizer step shared by the trainer and the benchmark: global gradient
+ * norm, clipping as torch.nn.utils.clip_grad_norm_ (coef = min(1, max_norm /
+ * (norm + 1e-6)), folded into the update as a gradient scale), then
+ * torch.optim.AdamW on every tensor, weight decay only where the parameter
+ * table says so (nanoGPT: tensors with >= 2 dims).
+ */
+#include <math.h>
+#include "backend/backend_impl.h"
+#include "llmforge/train.h"
+
+lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+                        const lf_train_config *cfg, double *norm_out) {
+    size_t n = lf_model_num_params(m);
+    float *p = lf_model_params(m), *g = lf_model_grads(m);
+    double norm = sqrt(be->sum_squares(g, n));
+    if (norm_out) *norm_out = norm;
+    if (!isfinite(norm)) return lf_fail(LF_ERR_NUMERIC, "step %ld: gradient norm is %g; lower optimizer.params.lr or check the data", t, norm);
+    float scale = 1.0f;
+    if (cfg->grad_clip > 0) {
+        double coef = (double)cfg->grad_clip / (norm + 1e-6);
+        if (coef < 1.0) scale = (float)coef;
+    }
+    int count;
+    const lf_param_info *table = lf_model_params_table(m, &count);
+    for (int i = 0; i < count; i++) {
+        const lf_param_info *pi = &table[i];
+        be->adamw_update(p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr,
+                         cfg->beta1, cfg->beta2, cfg->eps, pi->decay ? cfg->weight_decay : 0.0f, scale, (int)t);
+    }
+    return LF_OK;
+}

@@ -1,0 +1,425 @@
+/* CPU backend: the table, memory ops and threads; every forward op against
+ * the double-precision reference (ref_ops.h) on odd sizes; dropout masks
+ * bit-exact against the contract's formula; the fused classifier's edges
+ * (ignored targets, padded vocab, NULL and aliased dlogits); AdamW against a
+ * hand-written torch step; sum_squares; backward accumulation (twice =
+ * double); and bit-identical results for 1, 2 and 3 threads in the
+ * reductions that promise it. Gradients: test_gradcheck.c. */
+#include "ref_ops.h"
+
+static const lf_backend_ops *ops(void) { return lf__backend_cpu(); }
+
+enum { B = 3, T = 7, C = 20, NH = 4, V = 37, VP = 40, OC = 13, N = B * T };
+#define FWD_TOL 2e-6
+
+/* ------------------------------------------------------------- table, threads, memory */
+
+static void test_table(void **state) {
+    (void)state;
+    const lf_backend_ops *o = ops();
+    assert_string_equal(o->name, "cpu");
+    assert_ptr_equal(lf_backend_get("cpu"), o);
+    assert_string_equal(lf_backend_name(o), "cpu");
+    /* every slot filled: the struct is a name followed by function pointers */
+    const void *const *slot = (const void *const *)((const char *)o + sizeof(const char *));
+    size_t nslots = (sizeof *o - sizeof(const char *)) / sizeof(void *);
+    for (size_t i = 0; i < nslots; i++)
+        if (!slot[i]) fail_msg("cpu backend slot %zu is NULL", i);
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    lf_backend_cpu_set_threads(1);
+    assert_int_equal(lf_backend_cpu_threads(), 1);
+    lf_backend_cpu_set_threads(3);
+    assert_int_equal(lf_backend_cpu_threads(), 3);
+    lf_backend_cpu_set_threads(0);
+    assert_true(lf_backend_cpu_threads() >= 1);
+    lf_backend_cpu_set_threads(2);
+    assert_int_equal(lf_backend_cpu_threads(), 2);
+}
+
+static void test_memory_ops(void **state) {
+    (void)state;
+    const size_t n = 300001; /* large enough for the parallel paths */
+    float *host = malloc(n * sizeof(float)), *back = malloc(n * sizeof(float));
+    float *dev = ops()->alloc(n * sizeof(float));
+    assert_non_null(dev);
+    assert_int_equal((uintptr_t)dev % 64, 0);
+    for (size_t i = 0; i < n; i++) host[i] = (float)i - 7.5f;
+    ops()->to_device(dev, host, n * sizeof(float));
+    ops()->scale(dev, n, 0.5f);
+    ops()->to_host(back, dev, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) assert_true(back[i] == host[i] * 0.5f);
+    ops()->zero(dev, n);
+    ops()->to_host(back, dev, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) assert_true(back[i] == 0.0f);
+    ops()->free(dev);
+    ops()->free(NULL);
+    free(host);
+    free(back);
+}
+
+/* ------------------------------------------------------------- forward vs reference */
+
+static void test_encoder_forward(void **state) {
+    (void)state;
+    int32_t inp[N];
+    for (int i = 0; i < N; i++) inp[i] = (int32_t)(lf_rng_u64(5, LF_RNG_TEST, i) % V);
+    ten wte = ten_rand((size_t)V * C, 1, 1), wpe = ten_rand((size_t)(T + 2) * C, 1, 2);
+    ten out = ten_new((size_t)N * C);
+    ops()->encoder_forward(out.f, inp, wte.f, wpe.f, B, T, C);
+    ref_encoder_forward(out.d, inp, wte.d, wpe.d, B, T, C);
+    REF_CHECK("encoder out", out.f, out.d, out.n, FWD_TOL);
+    ten_free(&wte); ten_free(&wpe); ten_free(&out);
+}
+
+static void test_layernorm_forward(void **state) {
+    (void)state;
+    const int sizes[][2] = {{N, C}, {5, 131}};
+    for (int s = 0; s < 2; s++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const int n = sizes[s][0], c = sizes[s][1];
+            ten inp = ten_rand((size_t)n * c, 2, 3), w = ten_rand((size_t)c, 1, 4),
+                b = ten_rand((size_t)c, 1, 5);
+            for (size_t i = 0; i < inp.n; i++) { /* offset rows: the mean matters */
+                inp.f[i] += 10.0f;
+                inp.d[i] = inp.f[i];
+            }
+            ten out = ten_new(inp.n), mean = ten_new((size_t)n), rstd = ten_new((size_t)n);
+            ops()->layernorm_forward(out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, n, c);
+            ref_layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, with_bias ? b.d : NULL, n, c);
+            REF_CHECK("layernorm out", out.f, out.d, out.n, FWD_TOL);
+            REF_CHECK("layernorm mean", mean.f, mean.d, mean.n, FWD_TOL);
+            REF_CHECK("layernorm rstd", rstd.f, rstd.d, rstd.n, FWD_TOL);
+            ten_free(&inp); ten_free(&w); ten_free(&b); ten_free(&out); ten_free(&mean);
+            ten_free(&rstd);
+        }
+}
+
+static void test_matmul_forward(void **state) {
+    (void)state;
+    for (int layout = 0; layout < 2; layout++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            ten inp = ten_rand((size_t)N * C, 1, 6), w = ten_rand((size_t)C * OC, 1, 7),
+                b = ten_rand((size_t)OC, 1, 8);
+            ten out = ten_rand((size_t)N * OC, 100, 9); /* garbage: forward overwrites */
+            ops()->matmul_forward(out.f, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC,
+                                  (lf_weight_layout)layout);
+            ref_matmul_forward(out.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, OC,
+                               (lf_weight_layout)layout);
+            REF_CHECK("matmul out", out.f, out.d, out.n, FWD_TOL);
+            ten_free(&inp); ten_free(&w); ten_free(&b); ten_free(&out);
+        }
+}
+
+static void attention_forward_case(int b_, int t_, int c_, int nh, float p) {
+    lf_dropout drop = {p, 99, 5};
+    ten qkv = ten_rand((size_t)b_ * t_ * 3 * c_, 1.5f, 10);
+    ten out = ten_new((size_t)b_ * t_ * c_), att = ten_rand((size_t)b_ * nh * t_ * t_, 1, 11);
+    ops()->attention_forward(out.f, att.f, qkv.f, b_, t_, c_, nh, drop);
+    ref_attention_forward(out.d, att.d, qkv.d, b_, t_, c_, nh, drop);
+    REF_CHECK("attention out", out.f, out.d, out.n, FWD_TOL);
+    REF_CHECK("attention att", att.f, att.d, att.n, FWD_TOL);
+    for (int bh = 0; bh < b_ * nh; bh++) /* causal: exact zeros above the diagonal */
+        for (int t = 0; t < t_; t++)
+            for (int j = t + 1; j < t_; j++)
+                assert_true(att.f[((size_t)bh * t_ + t) * t_ + j] == 0.0f);
+    ten_free(&qkv); ten_free(&out); ten_free(&att);
+}
+
+static void test_attention_forward(void **state) {
+    (void)state;
+    attention_forward_case(B, T, C, NH, 0.0f);
+    attention_forward_case(B, T, C, NH, 0.25f);
+    attention_forward_case(2, 130, 12, 3, 0.0f); /* three row blocks */
+    attention_forward_case(2, 130, 12, 3, 0.1f);
+    attention_forward_case(1, 300, 4, 1, 0.5f); /* dropout tile in column chunks */
+    attention_forward_case(1, 1, 4, 2, 0.0f);
+}
+
+static void test_gelu_residual_forward(void **state) {
+    (void)state;
+    const size_t n = 20001;
+    ten x = ten_rand(n, 3, 12), y = ten_rand(n, 1, 13), out = ten_new(n);
+    ops()->gelu_forward(out.f, x.f, n);
+    for (size_t i = 0; i < n; i++) out.d[i] = ref_gelu(x.d[i]);
+    REF_CHECK("gelu", out.f, out.d, n, FWD_TOL);
+    ops()->residual_forward(out.f, x.f, y.f, n);
+    for (size_t i = 0; i < n; i++) assert_true(out.f[i] == x.f[i] + y.f[i]);
+    ten_free(&x); ten_free(&y); ten_free(&out);
+}
+
+static void test_dropout_forward_mask(void **state) {
+    (void)state;
+    const size_t n = 100003;
+    lf_dropout drop = {0.3f, 7, 11};
+    ten x = ten_rand(n, 1, 14), out = ten_new(n);
+    const float scale = 1.0f / (1.0f - drop.p);
+    ops()->dropout_forward(out.f, x.f, n, drop);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int keep = lf_rng_uniform(drop.seed, LF_RNG_DROPOUT, lf_rng_mix(drop.key, i)) >= drop.p;
+        kept += keep;
+        assert_true(out.f[i] == (keep ? x.f[i] * scale : 0.0f));
+    }
+    assert_true(fabs((double)kept / n - 0.7) < 0.01);
+    /* in place gives the same; p = 0 is the identity */
+    float *y = floats_copy(x.f, n);
+    ops()->dropout_forward(y, y, n, drop);
+    assert_memory_equal(y, out.f, n * sizeof(float));
+    lf_dropout off = {0.0f, 7, 11};
+    ops()->dropout_forward(out.f, x.f, n, off);
+    assert_memory_equal(out.f, x.f, n * sizeof(float));
+    /* backward: dinp += mask * dout / (1-p); p = 0.5 makes the scaling exact,
+     * so the check is bit-exact whatever the compiler contracts into FMAs */
+    lf_dropout half = {0.5f, 7, 11};
+    float *dinp = floats_copy(x.f, n);
+    ops()->dropout_backward(dinp, y, n, half);
+    for (size_t i = 0; i < n; i++) {
+        int keep = lf_rng_uniform(half.seed, LF_RNG_DROPOUT, lf_rng_mix(half.key, i)) >= half.p;
+        assert_true(dinp[i] == (keep ? x.f[i] + y[i] * 2.0f : x.f[i]));
+    }
+    free(dinp);
+    /* a different key gives a different mask */
+    lf_dropout other = {0.3f, 7, 12};
+    ops()->dropout_forward(y, x.f, n, other);
+    ops()->dropout_forward(out.f, x.f, n, drop);
+    assert_true(memcmp(y, out.f, n * sizeof(float)) != 0);
+    free(y);
+    ten_free(&x); ten_free(&out);
+}
+
+/* ------------------------------------------------------------- fused classifier */
+
+static void test_crossentropy(void **state) {
+    (void)state;
+    int32_t targets[N];
+    for (int i = 0; i < N; i++)
+        targets[i] = i % 4 == 1 ? -1 : (int32_t)(lf_rng_u64(8, LF_RNG_TEST, i) % V);
+    const float dloss = 0.125f;
+    ten logits = ten_rand((size_t)N * VP, 4, 15), losses = ten_new((size_t)N);
+    for (int i = 0; i < N; i++) /* huge padding logits must not leak into the softmax */
+        for (int j = V; j < VP; j++) logits.f[(size_t)i * VP + j] = logits.d[(size_t)i * VP + j] = 1e30f;
+    float *dl = malloc(logits.n * sizeof(float));
+    for (size_t i = 0; i < logits.n; i++) dl[i] = 123.0f;
+    ops()->crossentropy_forward_backward(losses.f, dl, logits.f, targets, N, V, VP, dloss);
+    ref_crossentropy(losses.d, logits.d, targets, N, V, VP);
+    REF_CHECK("crossentropy losses", losses.f, losses.d, losses.n, FWD_TOL);
+    /* dlogits against (softmax - onehot) * dloss */
+    double *want = calloc(logits.n, sizeof(double));
+    for (int i = 0; i < N; i++) {
+        if (targets[i] < 0) {
+            assert_true(losses.f[i] == 0.0f);
+            continue;
+        }
+        const double *l = logits.d + (size_t)i * VP;
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, l[j]);
+        for (int j = 0; j < V; j++) s += exp(l[j] - mx);
+        for (int j = 0; j < V; j++)
+            want[(size_t)i * VP + j] = (exp(l[j] - mx) / s - (j == targets[i])) * dloss;
+    }
+    REF_CHECK("crossentropy dlogits", dl, want, logits.n, FWD_TOL);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < VP; j++)
+            if (targets[i] < 0 || j >= V) assert_true(dl[(size_t)i * VP + j] == 0.0f);
+
+    /* NULL dlogits: same losses; aliased dlogits == logits: same everything */
+    float *losses2 = malloc(N * sizeof(float));
+    ops()->crossentropy_forward_backward(losses2, NULL, logits.f, targets, N, V, VP, dloss);
+    assert_memory_equal(losses2, losses.f, N * sizeof(float));
+    float *alias = floats_copy(logits.f, logits.n);
+    ops()->crossentropy_forward_backward(losses2, alias, alias, targets, N, V, VP, dloss);
+    assert_memory_equal(losses2, losses.f, N * sizeof(float));
+    assert_memory_equal(alias, dl, logits.n * sizeof(float));
+
+    /* a target outside the vocabulary is malformed: NaN loss (caught upstream), zero row */
+    int32_t bad[1] = {V};
+    ops()->crossentropy_forward_backward(losses2, alias, logits.f, bad, 1, V, VP, dloss);
+    assert_true(isnan(losses2[0]));
+    for (int j = 0; j < VP; j++) assert_true(alias[j] == 0.0f);
+    free(losses2); free(alias); free(want); free(dl);
+    ten_free(&logits); ten_free(&losses);
+}
+
+/* ------------------------------------------------------------- optimizer */
+
+static void test_adamw(void **state) {
+    (void)state;
+    const size_t n = 40001;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    ten p = ten_rand(n, 1, 20), m = ten_new(n), v = ten_new(n);
+    for (int t = 1; t <= 3; t++) {
+        ten g = ten_rand(n, 1, 20 + (uint64_t)t);
+        g.f[0] = 0.0f; /* zero gradient at t=1: m = v = 0, only decay moves p */
+        g.d[0] = 0.0;
+        float *p_before = floats_copy(p.f, n);
+        ops()->adamw_update(p.f, g.f, m.f, v.f, n, lr, b1, b2, eps, wd, gs, t);
+        ref_adamw(p.d, g.d, m.d, v.d, n, lr, b1, b2, eps, wd, gs, t);
+        REF_CHECK("adamw params", p.f, p.d, n, 1e-6);
+        REF_CHECK("adamw m", m.f, m.d, n, 1e-5);
+        REF_CHECK("adamw v", v.f, v.d, n, 1e-5);
+        if (t == 1) {
+            /* first step by hand: m/(1-b1) = g, v/(1-b2) = g^2, so
+             * p1 = p0 (1 - lr wd) - lr g / (|g| + eps) ~ p0 (1 - lr wd) - lr sign(g) */
+            assert_true(p.f[0] == p_before[0] * (1.0f - lr * wd));
+            for (size_t i = 1; i < 1000; i++) {
+                double want = p_before[i] * (1.0 - (double)lr * wd) -
+                              lr * (g.d[i] > 0 ? 1.0 : -1.0) *
+                                  (fabs(g.d[i] * gs) / (fabs(g.d[i] * gs) + eps));
+                assert_true(fabs(p.f[i] - want) < 1e-6);
+            }
+        }
+        free(p_before);
+        ten_free(&g);
+    }
+    ten_free(&p); ten_free(&m); ten_free(&v);
+}
+
+static void test_sum_squares(void **state) {
+    (void)state;
+    const size_t sizes[] = {0, 1, 17, 255, 256, 257, 1000003};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const size_t n = sizes[s];
+        ten x = ten_rand(n, 3, 30 + s);
+        long double want = 0;
+        for (size_t i = 0; i < n; i++) want += (long double)x.d[i] * x.d[i];
+        double got = ops()->sum_squares(x.f, n);
+        if (n == 0) assert_true(got == 0.0);
+        else assert_true(fabs(got - (double)want) <= 1e-12 * (double)want);
+        ten_free(&x);
+    }
+}
+
+/* ------------------------------------------------------------- accumulation */
+
+/* Run a backward once from zero and once more on top: the result must be
+ * twice the first (up to rounding: BLAS may add C in K-panels). */
+static void check_doubled(const char *what, const float *once, const float *twice, size_t n) {
+    double scale = 1e-20, worst = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(2.0 * once[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)twice[i] - 2.0 * once[i]));
+    if (!(worst / scale <= 1e-6) || scale <= 1e-20)
+        fail_msg("%s: second backward did not accumulate (err %.3g)", what, worst / scale);
+}
+
+static void test_backward_accumulates(void **state) {
+    (void)state;
+    int32_t inp[N];
+    for (int i = 0; i < N; i++) inp[i] = (int32_t)(i % 5);
+    ten x = ten_rand((size_t)N * 3 * C, 1, 40), d = ten_rand((size_t)N * 3 * C, 1, 41);
+    ten w = ten_rand((size_t)3 * C * C, 1, 42);
+    float *once = calloc((size_t)N * 3 * C, sizeof(float)), *twice = calloc((size_t)N * 3 * C, sizeof(float));
+    float *o2 = calloc((size_t)V * C, sizeof(float)), *t2 = calloc((size_t)V * C, sizeof(float));
+    float *o3 = calloc((size_t)3 * C * C, sizeof(float)), *t3 = calloc((size_t)3 * C * C, sizeof(float));
+    float *scratch = calloc((size_t)B * NH * T * T, sizeof(float));
+    float *att = calloc((size_t)B * NH * T * T, sizeof(float)), *out = calloc((size_t)N * C, sizeof(float));
+    float *mean = calloc(N, sizeof(float)), *rstd = calloc(N, sizeof(float));
+    const size_t nc = (size_t)N * C;
+    lf_dropout drop = {0.2f, 3, 4};
+
+#define TWICE(what, buf1, buf2, n, call_with) \
+    do {                                      \
+        memset(buf1, 0, (n) * sizeof(float)); \
+        memset(buf2, 0, (n) * sizeof(float)); \
+        { float *g_ = buf1; call_with; }      \
+        { float *g_ = buf2; call_with; call_with; } \
+        check_doubled(what, buf1, buf2, n);   \
+    } while (0)
+
+    TWICE("encoder dwte", o2, t2, (size_t)V * C, ops()->encoder_backward(g_, twice + nc, d.f, inp, B, T, C));
+    TWICE("encoder dwpe", once, twice, (size_t)T * C, ops()->encoder_backward(o2, g_, d.f, inp, B, T, C));
+    ops()->layernorm_forward(out, mean, rstd, x.f, w.f, w.f, N, C);
+    TWICE("layernorm dinp", once, twice, nc, ops()->layernorm_backward(g_, o2, o3, d.f, x.f, w.f, mean, rstd, N, C));
+    TWICE("layernorm dweight", o2, t2, (size_t)C, ops()->layernorm_backward(once, g_, o3, d.f, x.f, w.f, mean, rstd, N, C));
+    TWICE("layernorm dbias", o2, t2, (size_t)C, ops()->layernorm_backward(once, o3, g_, d.f, x.f, w.f, mean, rstd, N, C));
+    for (int layout = 0; layout < 2; layout++) {
+        lf_weight_layout L = (lf_weight_layout)layout;
+        TWICE("matmul dinp", once, twice, nc, ops()->matmul_backward(g_, o3, o2, d.f, x.f, w.f, N, C, 3 * C, L));
+        TWICE("matmul dweight", o3, t3, (size_t)3 * C * C, ops()->matmul_backward(NULL, g_, o2, d.f, x.f, w.f, N, C, 3 * C, L));
+        TWICE("matmul dbias", o2, t2, (size_t)3 * C, ops()->matmul_backward(NULL, o3, g_, d.f, x.f, w.f, N, C, 3 * C, L));
+    }
+    ops()->attention_forward(out, att, x.f, B, T, C, NH, drop);
+    TWICE("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, drop));
+    TWICE("gelu dinp", once, twice, nc, ops()->gelu_backward(g_, x.f, d.f, nc));
+    TWICE("residual da", once, twice, nc, ops()->residual_backward(g_, o3, d.f, nc));
+    TWICE("residual db", once, twice, nc, ops()->residual_backward(o3, g_, d.f, nc));
+    TWICE("dropout dinp", once, twice, nc, ops()->dropout_backward(g_, d.f, nc, drop));
+#undef TWICE
+    free(once); free(twice); free(o2); free(t2); free(o3); free(t3); free(scratch); free(att);
+    free(out); free(mean); free(rstd);
+    ten_free(&x); ten_free(&d); ten_free(&w);
+}
+
+/* ------------------------------------------------------------- determinism */
+
+/* The reductions promise a fixed summation order: 1, 2 and 3 threads must
+ * agree bit for bit. Sizes are above the kernels' parallel thresholds. */
+static void test_thread_count_determinism(void **state) {
+    (void)state;
+    const int b_ = 4, t_ = 64, c_ = 100, v_ = 7, n_ = b_ * t_, oc = 130, nh = 4;
+    int32_t inp[4 * 64];
+    for (int i = 0; i < n_; i++) inp[i] = (int32_t)(lf_rng_u64(4, LF_RNG_TEST, i) % v_);
+    ten x = ten_rand((size_t)n_ * 3 * c_, 1, 50), d = ten_rand((size_t)n_ * oc, 1, 51);
+    ten w = ten_rand((size_t)c_, 1, 52), big = ten_rand(3000017, 1, 53);
+    float *mean = malloc(n_ * sizeof(float)), *rstd = malloc(n_ * sizeof(float));
+    float *tmp = malloc((size_t)n_ * c_ * sizeof(float));
+    float *att = malloc((size_t)b_ * nh * t_ * t_ * sizeof(float));
+    float *scratch = malloc((size_t)b_ * nh * t_ * t_ * sizeof(float));
+    lf_backend_cpu_set_threads(1);
+    ops()->layernorm_forward(tmp, mean, rstd, x.f, w.f, w.f, n_, c_);
+
+    enum { NRES = 8 };
+    size_t len[NRES] = {(size_t)v_ * c_, (size_t)t_ * c_, (size_t)n_ * c_, (size_t)c_, (size_t)c_,
+                        (size_t)oc, (size_t)n_ * 3 * c_, 1};
+    float *res[3][NRES];
+    double ss[3];
+    for (int r = 0; r < 3; r++) {
+        lf_backend_cpu_set_threads(r + 1);
+        for (int k = 0; k < NRES; k++) res[r][k] = calloc(len[k], sizeof(float));
+        ops()->encoder_backward(res[r][0], res[r][1], d.f, inp, b_, t_, c_);
+        ops()->layernorm_backward(res[r][2], res[r][3], res[r][4], d.f, x.f, w.f, mean, rstd, n_, c_);
+        float *dw = calloc((size_t)oc * c_, sizeof(float));
+        ops()->matmul_backward(NULL, dw, res[r][5], d.f, x.f, x.f, n_, c_, oc, LF_W_IN_OUT);
+        free(dw);
+        lf_dropout drop = {0.1f, 1, 2};
+        ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, drop);
+        ops()->attention_backward(res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, drop);
+        ss[r] = ops()->sum_squares(big.f, big.n);
+    }
+    const char *names[NRES] = {"encoder dwte", "encoder dwpe", "layernorm dinp", "layernorm dweight",
+                               "layernorm dbias", "matmul dbias", "attention dqkv", "(unused)"};
+    for (int r = 1; r < 3; r++) {
+        for (int k = 0; k < NRES - 1; k++)
+            if (memcmp(res[0][k], res[r][k], len[k] * sizeof(float)) != 0)
+                fail_msg("%s differs between 1 and %d threads", names[k], r + 1);
+        if (memcmp(&ss[0], &ss[r], sizeof(double)) != 0)
+            fail_msg("sum_squares differs between 1 and %d threads", r + 1);
+    }
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < NRES; k++) free(res[r][k]);
+    lf_backend_cpu_set_threads(2);
+    free(mean); free(rstd); free(tmp); free(att); free(scratch);
+    ten_free(&x); ten_free(&d); ten_free(&w); ten_free(&big);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_memory_ops),
+        cmocka_unit_test(test_encoder_forward),
+        cmocka_unit_test(test_layernorm_forward),
+        cmocka_unit_test(test_matmul_forward),
+        cmocka_unit_test(test_attention_forward),
+        cmocka_unit_test(test_gelu_residual_forward),
+        cmocka_unit_test(test_dropout_forward_mask),
+        cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_backward_accumulates),
+        cmocka_unit_test(test_thread_count_determinism),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,340 @@
+/* CPU backend, backward ops: every gradient against central finite
+ * differences of the double-precision reference forward (ref_ops.h), with
+ * L = sum(out * R) for a random R (R is dout). Gradient buffers start from
+ * random values, so the checks also confirm that backward accumulates (+=).
+ * Sizes are odd on purpose (B=3, T=7, C=20, NH=4, V=37, Vp=40, OC=13), plus
+ * cases that cross the kernels' internal block sizes. */
+#include "ref_ops.h"
+
+static const lf_backend_ops *ops(void) { return lf__backend_cpu(); }
+
+/* ------------------------------------------------------------- sampled FD */
+
+/* FD at `ns` indices spread over x (all when ns >= n); error of (got - start)
+ * relative to the largest sampled numeric gradient. */
+static double fd_check_sampled(const float *got, const float *start, double *x, size_t n,
+                               size_t ns, ref_loss_fn L, void *ctx) {
+    if (ns > n) ns = n;
+    double scale = 1e-6, worst = 0;
+    for (size_t s = 0; s < ns; s++) {
+        size_t k = ns == n ? s : (size_t)(lf_rng_u64(99, LF_RNG_TEST, s) % n);
+        double g;
+        ref_fd_grad(&g, x + k, 1, L, ctx);
+        double a = (double)got[k] - (start ? (double)start[k] : 0.0);
+        scale = fmax(scale, fabs(g));
+        worst = fmax(worst, fabs(a - g));
+        if (a != a) return INFINITY;
+    }
+    return worst / scale;
+}
+
+/* ------------------------------------------------------------- encoder */
+
+typedef struct {
+    const int32_t *inp;
+    double *wte, *wpe, *out;
+    const double *R;
+    int B, T, C;
+} enc_ctx;
+
+static double enc_loss(void *p) {
+    enc_ctx *c = p;
+    ref_encoder_forward(c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
+    return ref_dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+static void test_encoder_backward(void **state) {
+    (void)state;
+    const int B = 3, T = 7, C = 20, V = 5, maxT = 9; /* V small: token ids repeat */
+    int32_t inp[3 * 7];
+    for (int i = 0; i < B * T; i++) inp[i] = (int32_t)(lf_rng_u64(1, LF_RNG_TEST, i) % V);
+    ten wte = ten_rand((size_t)V * C, 1, 2), wpe = ten_rand((size_t)maxT * C, 1, 3);
+    ten R = ten_rand((size_t)B * T * C, 1, 4), out = ten_new((size_t)B * T * C);
+    ten dwte = ten_rand(wte.n, 1, 5), dwpe = ten_rand(wpe.n, 1, 6);
+    float *dwte0 = floats_copy(dwte.f, dwte.n), *dwpe0 = floats_copy(dwpe.f, dwpe.n);
+    ops()->encoder_backward(dwte.f, dwpe.f, R.f, inp, B, T, C);
+
+    enc_ctx ctx = {inp, wte.d, wpe.d, out.d, R.d, B, T, C};
+    ref_fd_grad(dwte.d, wte.d, wte.n, enc_loss, &ctx);
+    ref_fd_grad(dwpe.d, wpe.d, wpe.n, enc_loss, &ctx);
+    GRAD_CHECK("encoder dwte", dwte.f, dwte0, dwte.d, dwte.n);
+    GRAD_CHECK("encoder dwpe", dwpe.f, dwpe0, dwpe.d, dwpe.n);
+    free(dwte0);
+    free(dwpe0);
+    ten_free(&wte); ten_free(&wpe); ten_free(&R); ten_free(&out); ten_free(&dwte); ten_free(&dwpe);
+}
+
+/* ------------------------------------------------------------- layernorm */
+
+typedef struct {
+    double *inp, *w, *b, *out, *mean, *rstd;
+    const double *R;
+    int N, C;
+} ln_ctx;
+
+static double ln_loss(void *p) {
+    ln_ctx *c = p;
+    ref_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+    return ref_dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void layernorm_case(int N, int C, int with_bias) {
+    ten inp = ten_rand((size_t)N * C, 1.5f, 10), w = ten_rand((size_t)C, 1, 11),
+        b = ten_rand((size_t)C, 1, 12), R = ten_rand((size_t)N * C, 1, 13);
+    for (int i = 0; i < N * C; i++) { /* non-zero row means */
+        inp.f[i] += 0.3f * (float)(i / C);
+        inp.d[i] = inp.f[i];
+    }
+    ten out = ten_new(inp.n), mean = ten_new((size_t)N), rstd = ten_new((size_t)N);
+    ops()->layernorm_forward(out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, N, C);
+
+    ten dinp = ten_rand(inp.n, 1, 14), dw = ten_rand(w.n, 1, 15), db = ten_rand(b.n, 1, 16);
+    float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n),
+          *db0 = floats_copy(db.f, db.n);
+    ops()->layernorm_backward(dinp.f, dw.f, with_bias ? db.f : NULL, R.f, inp.f, w.f, mean.f,
+                              rstd.f, N, C);
+    if (!with_bias) assert_memory_equal(db.f, db0, db.n * sizeof(float));
+
+    ln_ctx ctx = {inp.d, w.d, with_bias ? b.d : NULL, out.d, mean.d, rstd.d, R.d, N, C};
+    ref_fd_grad(dinp.d, inp.d, inp.n, ln_loss, &ctx);
+    ref_fd_grad(dw.d, w.d, w.n, ln_loss, &ctx);
+    GRAD_CHECK("layernorm dinp", dinp.f, dinp0, dinp.d, dinp.n);
+    GRAD_CHECK("layernorm dweight", dw.f, dw0, dw.d, dw.n);
+    if (with_bias) {
+        ref_fd_grad(db.d, b.d, b.n, ln_loss, &ctx);
+        GRAD_CHECK("layernorm dbias", db.f, db0, db.d, db.n);
+    }
+    free(dinp0); free(dw0); free(db0);
+    ten_free(&inp); ten_free(&w); ten_free(&b); ten_free(&R); ten_free(&out); ten_free(&mean);
+    ten_free(&rstd); ten_free(&dinp); ten_free(&dw); ten_free(&db);
+}
+
+static void test_layernorm_backward(void **state) {
+    (void)state;
+    layernorm_case(21, 20, 1);
+    layernorm_case(21, 20, 0);
+    layernorm_case(5, 131, 1); /* crosses the 64-channel accumulator block */
+}
+
+/* ------------------------------------------------------------- matmul */
+
+typedef struct {
+    double *inp, *w, *b, *out;
+    const double *R;
+    int N, C, OC;
+    lf_weight_layout layout;
+} mm_ctx;
+
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    ref_matmul_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC, c->layout);
+    return ref_dot(c->out, c->R, (size_t)c->N * c->OC);
+}
+
+static void matmul_case(int N, int C, int OC, lf_weight_layout layout, int with_bias,
+                        int with_dinp) {
+    ten inp = ten_rand((size_t)N * C, 1, 20), w = ten_rand((size_t)C * OC, 0.5f, 21),
+        b = ten_rand((size_t)OC, 1, 22), R = ten_rand((size_t)N * OC, 1, 23);
+    ten out = ten_new((size_t)N * OC);
+    ten dinp = ten_rand(inp.n, 1, 24), dw = ten_rand(w.n, 1, 25), db = ten_rand(b.n, 1, 26);
+    float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n),
+          *db0 = floats_copy(db.f, db.n);
+    ops()->matmul_backward(with_dinp ? dinp.f : NULL, dw.f, with_bias ? db.f : NULL, R.f, inp.f,
+                           w.f, N, C, OC, layout);
+
+    mm_ctx ctx = {inp.d, w.d, with_bias ? b.d : NULL, out.d, R.d, N, C, OC, layout};
+    ref_fd_grad(dw.d, w.d, w.n, mm_loss, &ctx);
+    GRAD_CHECK(layout == LF_W_IN_OUT ? "matmul dweight (in,out)" : "matmul dweight (out,in)",
+               dw.f, dw0, dw.d, dw.n);
+    if (with_dinp) {
+        ref_fd_grad(dinp.d, inp.d, inp.n, mm_loss, &ctx);
+        GRAD_CHECK("matmul dinp", dinp.f, dinp0, dinp.d, dinp.n);
+    } else {
+        assert_memory_equal(dinp.f, dinp0, dinp.n * sizeof(float));
+    }
+    if (with_bias) {
+        ref_fd_grad(db.d, b.d, b.n, mm_loss, &ctx);
+        GRAD_CHECK("matmul dbias", db.f, db0, db.d, db.n);
+    } else {
+        assert_memory_equal(db.f, db0, db.n * sizeof(float));
+    }
+    free(dinp0); free(dw0); free(db0);
+    ten_free(&inp); ten_free(&w); ten_free(&b); ten_free(&R); ten_free(&out);
+    ten_free(&dinp); ten_free(&dw); ten_free(&db);
+}
+
+static void test_matmul_backward(void **state) {
+    (void)state;
+    for (int layout = 0; layout < 2; layout++)
+        for (int bias = 0; bias < 2; bias++) {
+            matmul_case(21, 20, 13, (lf_weight_layout)layout, bias, 1);
+            matmul_case(21, 20, 13, (lf_weight_layout)layout, bias, 0);
+        }
+    matmul_case(9, 11, 150, LF_W_IN_OUT, 1, 1); /* dbias crosses accumulator blocks */
+}
+
+/* ------------------------------------------------------------- attention */
+
+typedef struct {
+    double *qkv, *out, *att;
+    const double *R;
+    int B, T, C, NH;
+    lf_dropout drop;
+} att_ctx;
+
+static double att_loss(void *p) {
+    att_ctx *c = p;
+    ref_attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->drop);
+    return ref_dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+static void attention_case(int B, int T, int C, int NH, float p, size_t samples) {
+    lf_dropout drop = {p, 1234, 77};
+    ten qkv = ten_rand((size_t)B * T * 3 * C, 1, 30), R = ten_rand((size_t)B * T * C, 1, 31);
+    ten out = ten_new((size_t)B * T * C), att = ten_new((size_t)B * NH * T * T);
+    ten scratch = ten_new(att.n);
+    ops()->attention_forward(out.f, att.f, qkv.f, B, T, C, NH, drop);
+    ten dqkv = ten_rand(qkv.n, 1, 32);
+    float *dqkv0 = floats_copy(dqkv.f, dqkv.n);
+    for (size_t i = 0; i < scratch.n; i++) scratch.f[i] = NAN; /* contents are undefined */
+    ops()->attention_backward(dqkv.f, scratch.f, R.f, qkv.f, att.f, B, T, C, NH, drop);
+
+    att_ctx ctx = {qkv.d, out.d, att.d, R.d, B, T, C, NH, drop};
+    char what[96];
+    snprintf(what, sizeof what, "attention dqkv T=%d p=%.2f", T, (double)p);
+    if (samples == 0) {
+        ref_fd_grad(dqkv.d, qkv.d, qkv.n, att_loss, &ctx);
+        GRAD_CHECK(what, dqkv.f, dqkv0, dqkv.d, dqkv.n);
+    } else {
+        double e = fd_check_sampled(dqkv.f, dqkv0, qkv.d, qkv.n, samples, att_loss, &ctx);
+        if (getenv("LF_TEST_VERBOSE")) printf("  %-32s err %.2e\n", what, e);
+        if (!(e <= GRAD_TOL)) fail_msg("%s: gradient error %.3g", what, e);
+    }
+    free(dqkv0);
+    ten_free(&qkv); ten_free(&R); ten_free(&out); ten_free(&att); ten_free(&scratch);
+    ten_free(&dqkv);
+}
+
+static void test_attention_backward(void **state) {
+    (void)state;
+    attention_case(3, 7, 20, 4, 0.0f, 0);
+    attention_case(3, 7, 20, 4, 0.3f, 0); /* same mask in backward, or FD disagrees */
+    attention_case(1, 70, 8, 2, 0.0f, 200); /* two row blocks */
+    attention_case(1, 70, 8, 2, 0.2f, 200);
+    attention_case(1, 300, 4, 1, 0.2f, 150); /* dropout tile in column chunks */
+}
+
+/* ------------------------------------------------------------- element-wise */
+
+typedef struct {
+    double *x, *y, *out;
+    const double *R;
+    size_t n;
+    int op; /* 0 gelu, 1 residual, 2 dropout */
+    lf_dropout drop;
+} ew_ctx;
+
+static double ew_loss(void *p) {
+    ew_ctx *c = p;
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->op == 0) c->out[i] = ref_gelu(c->x[i]);
+        if (c->op == 1) c->out[i] = c->x[i] + c->y[i];
+    }
+    if (c->op == 2) ref_dropout_forward(c->out, c->x, c->n, c->drop);
+    return ref_dot(c->out, c->R, c->n);
+}
+
+static void test_gelu_backward(void **state) {
+    (void)state;
+    const size_t n = 1001;
+    ten x = ten_rand(n, 2, 40), R = ten_rand(n, 1, 41), out = ten_new(n), dx = ten_rand(n, 1, 42);
+    float *dx0 = floats_copy(dx.f, n);
+    ops()->gelu_backward(dx.f, x.f, R.f, n);
+    ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 0, {0, 0, 0}};
+    ref_fd_grad(dx.d, x.d, n, ew_loss, &ctx);
+    GRAD_CHECK("gelu dinp", dx.f, dx0, dx.d, n);
+    free(dx0);
+    ten_free(&x); ten_free(&R); ten_free(&out); ten_free(&dx);
+}
+
+static void test_residual_backward(void **state) {
+    (void)state;
+    const size_t n = 101;
+    ten a = ten_rand(n, 1, 43), b = ten_rand(n, 1, 44), R = ten_rand(n, 1, 45), out = ten_new(n);
+    ten da = ten_rand(n, 1, 46), db = ten_rand(n, 1, 47);
+    float *da0 = floats_copy(da.f, n), *db0 = floats_copy(db.f, n);
+    ops()->residual_backward(da.f, db.f, R.f, n);
+    ew_ctx ctx = {a.d, b.d, out.d, R.d, n, 1, {0, 0, 0}};
+    ref_fd_grad(da.d, a.d, n, ew_loss, &ctx);
+    ref_fd_grad(db.d, b.d, n, ew_loss, &ctx);
+    GRAD_CHECK("residual da", da.f, da0, da.d, n);
+    GRAD_CHECK("residual db", db.f, db0, db.d, n);
+    free(da0); free(db0);
+    ten_free(&a); ten_free(&b); ten_free(&R); ten_free(&out); ten_free(&da); ten_free(&db);
+}
+
+static void test_dropout_backward(void **state) {
+    (void)state;
+    const size_t n = 301; /* the parallel path: test_cpu_ops.c checks it bit-exactly */
+    const float ps[] = {0.0f, 0.3f};
+    for (int k = 0; k < 2; k++) {
+        lf_dropout drop = {ps[k], 42, 9};
+        ten x = ten_rand(n, 1, 48), R = ten_rand(n, 1, 49), out = ten_new(n), dx = ten_rand(n, 1, 50);
+        float *dx0 = floats_copy(dx.f, n);
+        ops()->dropout_backward(dx.f, R.f, n, drop);
+        ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 2, drop};
+        ref_fd_grad(dx.d, x.d, n, ew_loss, &ctx);
+        GRAD_CHECK("dropout dinp", dx.f, dx0, dx.d, n);
+        free(dx0);
+        ten_free(&x); ten_free(&R); ten_free(&out); ten_free(&dx);
+    }
+}
+
+/* ------------------------------------------------------------- classifier */
+
+typedef struct {
+    double *logits, *losses;
+    const int32_t *targets;
+    int N, V, Vp;
+    double dloss;
+} ce_ctx;
+
+static double ce_loss(void *p) {
+    ce_ctx *c = p;
+    ref_crossentropy(c->losses, c->logits, c->targets, c->N, c->V, c->Vp);
+    double s = 0;
+    for (int i = 0; i < c->N; i++) s += c->losses[i];
+    return s * c->dloss;
+}
+
+static void test_crossentropy_backward(void **state) {
+    (void)state;
+    const int N = 21, V = 37, Vp = 40;
+    const float dloss = 1.0f / 17.0f;
+    int32_t targets[21];
+    for (int i = 0; i < N; i++)
+        targets[i] = i % 5 == 3 ? -1 : (int32_t)(lf_rng_u64(3, LF_RNG_TEST, i) % V);
+    targets[0] = V - 1;
+    ten logits = ten_rand((size_t)N * Vp, 3, 60), losses = ten_new((size_t)N);
+    /* dlogits starts as garbage: it is overwritten, padding and ignored rows too */
+    ten dl = ten_rand(logits.n, 5, 61);
+    ops()->crossentropy_forward_backward(losses.f, dl.f, logits.f, targets, N, V, Vp, dloss);
+
+    ce_ctx ctx = {logits.d, losses.d, targets, N, V, Vp, (double)dloss};
+    ref_fd_grad(dl.d, logits.d, logits.n, ce_loss, &ctx);
+    GRAD_CHECK("crossentropy dlogits", dl.f, NULL, dl.d, dl.n);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < Vp; j++)
+            if (targets[i] < 0 || j >= V) assert_true(dl.f[(size_t)i * Vp + j] == 0.0f);
+    ten_free(&logits); ten_free(&losses); ten_free(&dl);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_encoder_backward),   cmocka_unit_test(test_layernorm_backward),
+        cmocka_unit_test(test_matmul_backward),    cmocka_unit_test(test_attention_backward),
+        cmocka_unit_test(test_gelu_backward),      cmocka_unit_test(test_residual_backward),
+        cmocka_unit_test(test_dropout_backward),   cmocka_unit_test(test_crossentropy_backward),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

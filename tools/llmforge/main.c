@@ -1,0 +1,485 @@
+/*
+ * llmforge: the command-line front end. Subcommands parse their options,
+ * call the library, and turn statuses into messages and exit codes. This is
+ * the only layer that prints or exits.
+ *
+ *   llmforge prepare --char INPUT --out DIR
+ *   llmforge train CONFIG.json [--key.path=value ...] [--resume] [--init-from FILE]
+ *   llmforge sample --ckpt DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+ *   llmforge bench (--preset gpt2-124m | --config CFG) [--micro-batch B] [--seq T] [--steps N] [--warmup W]
+ *                  [--peak-gflops G] [--json]
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "llmforge/backend.h"
+#include "llmforge/checkpoint.h"
+#include "llmforge/data.h"
+#include "llmforge/infer.h"
+#include "llmforge/model.h"
+#include "llmforge/train.h"
+
+#define LF_VERSION "0.1.0"
+
+static void die_status(lf_status st, const char *what) {
+    fprintf(stderr, "llmforge: %s: %s\n", what, lf_last_error()[0] ? lf_last_error() : lf_status_str(st));
+}
+
+static void log_to_stderr(lf_log_level level, const char *msg, void *user) {
+    (void)user;
+    static const char *names[] = {"debug", "info", "warning", "error"};
+    fprintf(stderr, "[%s] %s\n", names[level], msg);
+}
+
+/* ---------------------------------------------------------------- number parsing */
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "llmforge: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "llmforge: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') goto bad;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) goto bad;
+    *out = v;
+    return 0;
+bad:
+    fprintf(stderr, "llmforge: %s expects a non-negative integer, got '%s'\n", opt, s);
+    return -1;
+}
+
+/* Value of option `name` at argv[*i]: "--name=value" or "--name value". NULL if not this option. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing) {
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0) return NULL;
+    if (a[n] == '=') return a + n + 1;
+    if (a[n] != 0) return NULL;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "llmforge: option %s needs a value\n", name);
+        *missing = 1;
+        return NULL;
+    }
+    (*i)++;
+    return argv[*i];
+}
+
+/* ---------------------------------------------------------------- prepare */
+static int cmd_prepare(int argc, char **argv) {
+    const char *input = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if ((v = opt_value(argc, argv, &i, "--char", &missing))) input = v;
+        else if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
+        else if (missing) return 2;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: llmforge prepare --char INPUT(file or directory) --out DIR\n"
+                   "  Character-level dataset as nanoGPT's shakespeare_char: vocabulary = sorted unique\n"
+                   "  characters, first 90%% train, last 10%% val; writes shards, vocab.json, dataset.json.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "llmforge prepare: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!input || !out) {
+        fprintf(stderr, "llmforge prepare: --char INPUT and --out DIR are required\n");
+        return 2;
+    }
+    lf_prepare_stats stats;
+    double t0 = lf_time_now();
+    lf_status st = lf_prepare_char(input, out, &stats);
+    if (st != LF_OK) {
+        die_status(st, "prepare");
+        return 1;
+    }
+    printf("prepared '%s' -> %s: %zu characters, vocabulary %d, train %zu tokens, val %zu tokens (%.2f s)\n", input,
+           out, stats.n_chars, stats.vocab_size, stats.train_tokens, stats.val_tokens, lf_time_now() - t0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- train */
+typedef struct console {
+    int tty;
+    long every;
+    double t_start;
+    long first_step;
+} console;
+
+static void fmt_eta(double s, char *buf, size_t cap) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long v = (long)(s + 0.5);
+    if (v >= 3600) snprintf(buf, cap, "%ldh%02ldm", v / 3600, (v % 3600) / 60);
+    else if (v >= 60) snprintf(buf, cap, "%ldm%02lds", v / 60, v % 60);
+    else snprintf(buf, cap, "%lds", v);
+}
+
+static void on_train_event(const lf_train_event *ev, void *user) {
+    console *c = user;
+    if (ev->type == LF_EV_TRAIN) {
+        if (c->first_step < 0) {
+            c->first_step = ev->step - 1;
+            c->t_start = lf_time_now() - ev->ms / 1e3;
+        }
+        double elapsed = lf_time_now() - c->t_start;
+        double per = elapsed / (double)(ev->step - c->first_step);
+        char eta[32];
+        fmt_eta(per * (double)(ev->total - ev->step), eta, sizeof eta);
+        int full = ev->step % c->every == 0 || ev->step == ev->total || ev->step == c->first_step + 1;
+        if (c->tty) {
+            int width = 24, filled = (int)((double)width * ev->step / (double)ev->total);
+            char bar[64];
+            for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+            bar[width] = 0;
+            printf("\r[%s] step %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s   ", bar, ev->step, ev->total,
+                   ev->loss, ev->lr, ev->tokens_per_sec, eta);
+            if (full) printf("\n");
+            fflush(stdout);
+        } else if (full) {
+            printf("step %ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n", ev->step,
+                   ev->total, ev->loss, ev->lr, ev->grad_norm, ev->ms, ev->tokens_per_sec, eta);
+            fflush(stdout);
+        }
+    } else if (ev->type == LF_EV_EVAL) {
+        if (c->tty) printf("\r%80s\r", "");
+        printf("eval at step %ld: train loss %.4f, val loss %.4f\n", ev->step, ev->train_loss, ev->val_loss);
+        fflush(stdout);
+    } else if (ev->type == LF_EV_CKPT) {
+        if (c->tty) printf("\r%80s\r", "");
+        printf("checkpoint saved: %s\n", ev->text);
+        fflush(stdout);
+    }
+}
+
+static int cmd_train(int argc, char **argv) {
+    const char *config = NULL, *init_from = NULL;
+    int resume = 0;
+    long threads = 0;
+    const char **overrides = calloc((size_t)argc + 1, sizeof(char *));
+    int n_over = 0, rc = 1;
+    lf_trainer *t = NULL;
+    if (!overrides) return 1;
+    for (int i = 0; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            char help[16384];
+            lf_train_config_help(help, sizeof help);
+            printf("usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume] [--init-from FILE.safetensors]\n"
+                   "                      [--threads N]\n"
+                   "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
+                   "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n\n"
+                   "configuration keys:\n%s",
+                   help);
+            rc = 0;
+            goto done;
+        } else if (!strcmp(argv[i], "--resume")) {
+            resume = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--init-from", &missing))) {
+            init_from = v;
+        } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
+            if (parse_long("--threads", v, 0, 4096, &threads)) { rc = 2; goto done; }
+        } else if ((v = opt_value(argc, argv, &i, "--set", &missing))) {
+            overrides[n_over++] = v;
+        } else if (missing) {
+            rc = 2;
+            goto done;
+        } else if (!strncmp(argv[i], "--", 2) && strchr(argv[i], '=')) {
+            overrides[n_over++] = argv[i] + 2;
+        } else if (argv[i][0] != '-' && !config) {
+            config = argv[i];
+        } else {
+            fprintf(stderr, "llmforge train: unknown argument '%s' (overrides are --key.path=value; see --help)\n", argv[i]);
+            rc = 2;
+            goto done;
+        }
+    }
+    lf_train_config cfg;
+    lf_status st = lf_train_config_load(&cfg, config, n_over, overrides);
+    if (st != LF_OK) {
+        die_status(st, "config");
+        goto done;
+    }
+    lf_backend_cpu_set_threads((int)threads);
+    console con = {.tty = isatty(STDOUT_FILENO), .every = cfg.steps_per_print, .first_step = -1};
+    lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_event = on_train_event, .user = &con};
+    st = lf_trainer_create(&t, &cfg, &opts);
+    if (st != LF_OK) {
+        fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
+        if (st == LF_ERR_NOT_FOUND && resume)
+            fprintf(stderr, "hint: --resume needs a checkpoint in %s/ckpt; start without --resume\n", cfg.out_dir);
+        goto done;
+    }
+    lf_model *m = lf_trainer_model(t);
+    const lf_gpt2_config *mc = lf_model_config(m);
+    printf("llmforge train: %zu parameters (%.2fM), %d layers, %d heads, %d channels, block %d, vocab %d; "
+           "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
+           lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, mc->n_embd,
+           mc->block_size, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum, cfg.train_iters,
+           lf_backend_cpu_threads(), cfg.out_dir);
+    fflush(stdout);
+    st = lf_trainer_run(t);
+    if (st != LF_OK) {
+        if (con.tty) printf("\n");
+        fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
+        goto done;
+    }
+    rc = 0;
+done:
+    lf_trainer_free(t);
+    free(overrides);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- sample */
+typedef struct stream_ctx {
+    const lf_tokenizer *tok;
+} stream_ctx;
+
+static int print_token(uint32_t token, void *user) {
+    stream_ctx *s = user;
+    char *text = NULL;
+    size_t len = 0;
+    if (lf_tokenizer_decode(s->tok, &token, 1, &text, &len) == LF_OK) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+    lf_free(text);
+    return 0;
+}
+
+static int cmd_sample(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = "\n";
+    long max_new = 200, top_k = 0, threads = 0;
+    double temperature = 1.0;
+    uint64_t seed = 1337;
+    for (int i = 0; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if ((v = opt_value(argc, argv, &i, "--ckpt", &missing))) ckpt = v;
+        else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) prompt = v;
+        else if ((v = opt_value(argc, argv, &i, "--max-new-tokens", &missing))) {
+            if (parse_long("--max-new-tokens", v, 0, 1L << 24, &max_new)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--temperature", &missing))) {
+            if (parse_double("--temperature", v, 0, 100, &temperature)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--top-k", &missing))) {
+            if (parse_long("--top-k", v, 0, INT_MAX, &top_k)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--seed", &missing))) {
+            if (parse_u64("--seed", v, &seed)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
+            if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
+        } else if (missing) return 2;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: llmforge sample --ckpt DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T]\n"
+                   "                       [--top-k K] [--seed S] [--threads N]\n"
+                   "  DIR: a checkpoint step directory, a run's ckpt/ or ckpt/latest, or the run's out_dir.\n"
+                   "  --temperature 0 is greedy decoding.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "llmforge sample: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!ckpt) {
+        fprintf(stderr, "llmforge sample: --ckpt DIR is required\n");
+        return 2;
+    }
+    lf_backend_cpu_set_threads((int)threads);
+    int rc = 1;
+    char *dir = NULL;
+    lf_model *m = NULL;
+    lf_tokenizer *tok = NULL;
+    uint32_t *ids = NULL, *out = NULL;
+    float *host = NULL;
+    size_t n_ids = 0, n_out = 0;
+    lf_status st = lf_checkpoint_resolve(ckpt, &dir);
+    if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    lf_gpt2_config mc;
+    char spec[LF_PATH_MAX + 32];
+    st = lf_checkpoint_read_model(dir, &mc, spec, sizeof spec);
+    if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    if (!spec[0]) {
+        fprintf(stderr, "llmforge: sample: checkpoint '%s' does not name its tokenizer\n", dir);
+        goto done;
+    }
+    st = lf_tokenizer_open(&tok, spec, NULL);
+    if (st != LF_OK) { die_status(st, "sample: tokenizer"); goto done; }
+    const lf_backend_ops *be = lf_backend_get("cpu");
+    st = lf_model_create(&m, &mc, be);
+    if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    int count;
+    const lf_param_info *table = lf_model_params_table(m, &count);
+    lf_ckpt_tensors tt = {table, count, lf_model_num_params(m)};
+    host = lf_alloc(tt.total * sizeof(float));
+    if (!host) { die_status(LF_ERR_NOMEM, "sample"); goto done; }
+    st = lf_checkpoint_load(dir, &tt, host, NULL, NULL, NULL);
+    if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    memcpy(lf_model_params(m), host, tt.total * sizeof(float)); /* CPU backend: host memory */
+    st = lf_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids);
+    if (st != LF_OK) { die_status(st, "sample: prompt"); goto done; }
+    if (n_ids == 0) {
+        fprintf(stderr, "llmforge: sample: the prompt is empty; give --prompt TEXT\n");
+        goto done;
+    }
+    lf_sample_opts so = {.max_new_tokens = (int)max_new, .temperature = (float)temperature, .top_k = (int)top_k, .seed = seed};
+    stream_ctx sc = {tok};
+    fputs(prompt, stdout);
+    st = lf_generate(m, ids, n_ids, &so, print_token, &sc, &out, &n_out);
+    printf("\n");
+    if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    rc = 0;
+done:
+    lf_free(dir);
+    lf_free(ids);
+    lf_free(out);
+    lf_free(host);
+    lf_model_free(m);
+    lf_tokenizer_free(tok);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- bench */
+static int cmd_bench(int argc, char **argv) {
+    const char *preset = NULL, *config = NULL;
+    long B = 4, T = 0, steps = 10, warmup = 2, threads = 0;
+    double peak_gflops = 0;
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if ((v = opt_value(argc, argv, &i, "--preset", &missing))) preset = v;
+        else if ((v = opt_value(argc, argv, &i, "--config", &missing))) config = v;
+        else if ((v = opt_value(argc, argv, &i, "--micro-batch", &missing))) {
+            if (parse_long("--micro-batch", v, 1, 65536, &B)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--seq", &missing))) {
+            if (parse_long("--seq", v, 1, 1 << 20, &T)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--steps", &missing))) {
+            if (parse_long("--steps", v, 1, 1000000, &steps)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--warmup", &missing))) {
+            if (parse_long("--warmup", v, 0, 1000000, &warmup)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--peak-gflops", &missing))) {
+            if (parse_double("--peak-gflops", v, 1e-3, 1e9, &peak_gflops)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
+            if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
+        } else if (missing) return 2;
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: llmforge bench (--preset gpt2-124m | --config CFG) [--micro-batch B] [--seq T]\n"
+                   "                      [--steps N] [--warmup W] [--peak-gflops G] [--threads N] [--json]\n"
+                   "  Trains on random tokens from random weights; prints median ms/step, tokens/s,\n"
+                   "  model FLOP/s ((6N + 12*L*C*T) per token) and MFU against --peak-gflops or a measured\n"
+                   "  FMA peak. Presets: gpt2-124m (12 layers, 12 heads, 768, vocab 50304, block 1024),\n"
+                   "  shakespeare-char-cpu (4, 4, 128, vocab 65, block 64).\n");
+            return 0;
+        } else {
+            fprintf(stderr, "llmforge bench: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    lf_gpt2_config mc = {0};
+    if (preset && config) {
+        fprintf(stderr, "llmforge bench: give --preset or --config, not both\n");
+        return 2;
+    }
+    if (preset && !strcmp(preset, "gpt2-124m")) {
+        mc = (lf_gpt2_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
+    } else if (preset && !strcmp(preset, "shakespeare-char-cpu")) {
+        mc = (lf_gpt2_config){.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .bias = 1};
+    } else if (preset) {
+        fprintf(stderr, "llmforge bench: unknown preset '%s' (gpt2-124m, shakespeare-char-cpu)\n", preset);
+        return 2;
+    } else if (config) {
+        lf_train_config cfg;
+        lf_status st = lf_train_config_load(&cfg, config, 0, NULL);
+        if (st != LF_OK) { die_status(st, "bench: config"); return 1; }
+        mc = cfg.model;
+        if (mc.vocab_size == 0) mc.vocab_size = 50304;
+    } else {
+        fprintf(stderr, "llmforge bench: --preset NAME or --config CFG is required\n");
+        return 2;
+    }
+    if (T == 0) T = mc.block_size;
+    lf_backend_cpu_set_threads((int)threads);
+    lf_bench_result r;
+    lf_status st = lf_bench_train(&mc, (int)B, (int)T, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
+    if (st != LF_OK) { die_status(st, "bench"); return 1; }
+    if (json) {
+        printf("{\"impl\":\"llmforge\",\"ms_per_step\":%.4f,\"tokens_per_sec\":%.4f,\"model_flops_per_sec\":%.6g,"
+               "\"mfu\":%.6f,\"peak_flops\":%.6g,\"flops_per_token\":%.6g,\"num_params\":%zu,\"micro_batch\":%ld,"
+               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%.4f,\"ms_max\":%.4f}\n",
+               r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec, r.mfu, r.peak_flops, r.flops_per_token,
+               r.num_params, B, T, r.steps, lf_backend_cpu_threads(), r.ms_min, r.ms_max);
+    } else {
+        printf("model: %d layers, %d heads, %d channels, vocab %d; %zu parameters\n", mc.n_layer, mc.n_head, mc.n_embd,
+               mc.vocab_size, r.num_params);
+        printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n", B, T, r.steps, warmup, lf_backend_cpu_threads());
+        printf("median %.2f ms/step (min %.2f, max %.2f)\n", r.ms_per_step, r.ms_min, r.ms_max);
+        printf("%.1f tokens/s, %.2f GFLOP/s model, MFU %.1f%% of %.1f GFLOP/s %s\n", r.tokens_per_sec,
+               r.model_flops_per_sec / 1e9, r.mfu * 100, r.peak_flops / 1e9, peak_gflops > 0 ? "(given)" : "(measured FMA peak)");
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+static void usage(FILE *f) {
+    fprintf(f,
+            "llmforge %s: train GPT-style language models in C\n\n"
+            "usage: llmforge <command> [options]\n\n"
+            "commands:\n"
+            "  prepare   turn text into token shards (--char INPUT --out DIR)\n"
+            "  train     train a model from a JSON config (CONFIG.json [--key=value ...] [--resume])\n"
+            "  sample    generate text from a checkpoint (--ckpt DIR --prompt TEXT)\n"
+            "  bench     training throughput and MFU on random data (--preset gpt2-124m)\n"
+            "  help      this text; `llmforge <command> --help` for a command's options\n",
+            LF_VERSION);
+}
+
+int main(int argc, char **argv) {
+    lf_log_set_callback(log_to_stderr, NULL);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "prepare")) return cmd_prepare(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("llmforge %s\n", LF_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "llmforge: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
