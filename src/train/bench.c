@@ -16,29 +16,33 @@ typedef float v16f __attribute__((vector_size(64)));
 
 double lf_probe_peak_flops(double seconds) {
     double total_flops = 0, elapsed = 0;
-    const long iters = 1L << 20; /* per chunk: 12 chains x 16 lanes x 2 flops */
+    const long iters = 1L << 20; /* per chunk and thread: 10 chains x 16 lanes x 2 flops */
     double t0 = lf_time_now();
     int rounds = 0;
     do {
         double flops_round = 0;
 #pragma omp parallel reduction(+ : flops_round)
         {
-            v16f acc[12];
-            v16f mul, add;
+            /* 10 independent FMA chains in registers: enough to cover FMA
+             * latency on both ports of current x86 cores */
+            v16f mul, add, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9;
+            float base = (float)omp_get_thread_num();
             for (int j = 0; j < 16; j++) {
                 mul[j] = 0.9999999f;
                 add[j] = 1e-7f;
+                a0[j] = base + 0; a1[j] = base + 1; a2[j] = base + 2; a3[j] = base + 3; a4[j] = base + 4;
+                a5[j] = base + 5; a6[j] = base + 6; a7[j] = base + 7; a8[j] = base + 8; a9[j] = base + 9;
             }
-            for (int k = 0; k < 12; k++)
-                for (int j = 0; j < 16; j++) acc[k][j] = (float)(k + j + omp_get_thread_num());
             for (long i = 0; i < iters; i++) {
-                for (int k = 0; k < 12; k++) acc[k] = acc[k] * mul + add;
-                __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]), "+v"(acc[5]));
+                a0 = a0 * mul + add; a1 = a1 * mul + add; a2 = a2 * mul + add; a3 = a3 * mul + add;
+                a4 = a4 * mul + add; a5 = a5 * mul + add; a6 = a6 * mul + add; a7 = a7 * mul + add;
+                a8 = a8 * mul + add; a9 = a9 * mul + add;
             }
+            v16f sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;
             float sink = 0;
-            for (int k = 0; k < 12; k++) sink += acc[k][0];
+            for (int j = 0; j < 16; j++) sink += sum[j];
             __asm__ volatile("" ::"x"(sink));
-            flops_round += (double)iters * 12 * 16 * 2;
+            flops_round += (double)iters * 10 * 16 * 2;
         }
         total_flops += flops_round;
         elapsed = lf_time_now() - t0;

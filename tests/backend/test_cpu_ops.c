@@ -6,6 +6,8 @@
  * double); and bit-identical results for 1, 2 and 3 threads in the
  * reductions that promise it. Gradients: test_gradcheck.c. */
 #include "ref_ops.h"
+#include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_math.h"
 
 static const lf_backend_ops *ops(void) { return lf__backend_cpu(); }
 
@@ -58,6 +60,69 @@ static void test_memory_ops(void **state) {
     ops()->free(NULL);
     free(host);
     free(back);
+}
+
+/* ------------------------------------------------------------- helpers inside the kernels */
+
+/* The inlined RNG must give lf_rng_uniform's bits, or masks would differ
+ * from the contract (and from any other backend). */
+static void test_inline_rng_matches_core(void **state) {
+    (void)state;
+    for (uint64_t i = 0; i < 200000; i++) {
+        uint64_t seed = lf_rng_u64(1, LF_RNG_TEST, i), index = lf_rng_u64(2, LF_RNG_TEST, i);
+        if (i % 3 == 0) index >>= 40; /* small indices too */
+        uint32_t purpose = 1 + (uint32_t)(i % 7);
+        float a = lf__cpu_rng_uniform(seed, purpose, index), b = lf_rng_uniform(seed, purpose, index);
+        if (memcmp(&a, &b, sizeof a) != 0)
+            fail_msg("inline rng differs at seed %llu purpose %u index %llu", (unsigned long long)seed,
+                     purpose, (unsigned long long)index);
+    }
+}
+
+static double ulp_err(float got, double want) {
+    float w = (float)want;
+    if (got == w) return 0;
+    double ulp = (double)nextafterf(fabsf(w), INFINITY) - fabsf(w);
+    return fabs((double)got - want) / ulp;
+}
+
+/* exp/tanh of cpu_math.h against double-precision libm over a sweep of all
+ * float bit patterns (every 4099th): within 1 ulp of the true value
+ * everywhere, and almost always the correctly rounded float. */
+static void test_vector_math_accuracy(void **state) {
+    (void)state;
+    double worst_e = 0, worst_t = 0;
+    size_t n = 0, off_e = 0, off_t = 0;
+    for (uint64_t b = 0; b <= 0xffffffffu; b += 4099) {
+        uint32_t u = (uint32_t)b;
+        float x;
+        memcpy(&x, &u, sizeof x);
+        if (!isfinite(x)) continue;
+        n++;
+        double wt = tanh((double)x);
+        float t = lf__cpu_tanhf(x);
+        worst_t = fmax(worst_t, ulp_err(t, wt));
+        off_t += t != (float)wt;
+        if (x <= 0) {
+            double we = exp((double)x);
+            float e = lf__cpu_expf_nonpos(x);
+            worst_e = fmax(worst_e, ulp_err(e, we));
+            off_e += e != (float)we;
+        }
+    }
+    if (getenv("LF_TEST_VERBOSE"))
+        printf("  %zu floats: exp max %.3f ulp (%zu not correctly rounded), tanh max %.3f ulp (%zu)\n",
+               n, worst_e, off_e, worst_t, off_t);
+    assert_true(worst_e <= 1.0);
+    assert_true(worst_t <= 1.0);
+    assert_true(off_e + off_t <= n / 100000);
+    /* edges */
+    assert_true(lf__cpu_expf_nonpos(0.0f) == 1.0f && lf__cpu_expf_nonpos(-0.0f) == 1.0f);
+    assert_true(lf__cpu_expf_nonpos(-INFINITY) == 0.0f && lf__cpu_expf_nonpos(-1e30f) == 0.0f);
+    assert_true(isnan(lf__cpu_expf_nonpos(NAN)));
+    assert_true(lf__cpu_tanhf(INFINITY) == 1.0f && lf__cpu_tanhf(-INFINITY) == -1.0f);
+    assert_true(lf__cpu_tanhf(1e-30f) == 1e-30f && lf__cpu_tanhf(-1e-30f) == -1e-30f);
+    assert_true(isnan(lf__cpu_tanhf(NAN)));
 }
 
 /* ------------------------------------------------------------- forward vs reference */
@@ -409,6 +474,8 @@ int main(void) {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_memory_ops),
+        cmocka_unit_test(test_inline_rng_matches_core),
+        cmocka_unit_test(test_vector_math_accuracy),
         cmocka_unit_test(test_encoder_forward),
         cmocka_unit_test(test_layernorm_forward),
         cmocka_unit_test(test_matmul_forward),

@@ -12,6 +12,9 @@
  *    element is written by exactly one row.
  *  - Ops never allocate; the only scratch is a fixed-size stack tile in the
  *    attention forward with dropout.
+ *  - Helpers here and in cpu_math.h are written so the loops that use them
+ *    vectorize (no calls, no branches); they are bit-exact with the core RNG
+ *    and at least as accurate as libm, respectively.
  */
 #ifndef LF_BACKEND_CPU_INTERNAL_H
 #define LF_BACKEND_CPU_INTERNAL_H
@@ -38,10 +41,36 @@ static inline void lf__cpu_channel_slice(int C, int tid, int nt, int *c0, int *c
     *c1 = b1 * LF_CPU_CBLK < C ? b1 * LF_CPU_CBLK : C;
 }
 
-/* Dropout mask of element i of the tensor keyed by `d` (backend_impl.h). */
-static inline int lf__cpu_dropout_keep(lf_dropout d, uint64_t i) {
-    return lf_rng_uniform(d.seed, LF_RNG_DROPOUT, lf_rng_mix(d.key, i)) >= d.p;
+/* lf_rng_uniform (src/core/rng.c: Philox4x32-10, word 0, top 24 bits)
+ * inlined so that dropout loops vectorize; the out-of-line call cannot.
+ * Same arithmetic step for step, so the same bits: test_cpu_ops.c pins it
+ * to lf_rng_uniform on random seeds, purposes and 64-bit indices. */
+static inline float lf__cpu_rng_uniform(uint64_t seed, uint32_t purpose, uint64_t index) {
+    uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32), c2 = purpose, c3 = 0;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return (float)(c0 >> 8) * (1.0f / 16777216.0f);
 }
+
+/* Dropout mask of element i of the tensor keyed by `d` (backend_impl.h):
+ * 1 = keep, 0 = drop. */
+static inline int lf__cpu_dropout_keep(lf_dropout d, uint64_t i) {
+    return lf__cpu_rng_uniform(d.seed, LF_RNG_DROPOUT, lf_rng_mix(d.key, i)) >= d.p;
+}
+
+/* The ops. Argument order, shapes and semantics are exactly those of the
+ * matching slot of lf_backend_ops in backend_impl.h, which documents every
+ * pointer's shape. */
 
 /* cpu_pointwise.c */
 void lf__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,

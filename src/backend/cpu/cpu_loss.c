@@ -3,7 +3,9 @@
  *
  * Invariants:
  *  - Rows are independent (OpenMP over N); the row's exp-sum is accumulated
- *    in double in column order, so results do not depend on thread count.
+ *    in double by one thread, so results do not depend on thread count.
+ *    exp is lf__cpu_expf_nonpos (cpu_math.h): vectorizable, at least as
+ *    accurate as expf.
  *  - losses[i] = logsumexp(logits[i,0:V]) - logits[i,target].
  *  - dlogits is OVERWRITTEN (not accumulated) with (softmax - onehot) * dloss
  *    on columns 0..V-1 and 0 on the padding columns V..Vp-1. It may alias
@@ -19,6 +21,7 @@
 #include <math.h>
 #include <string.h>
 #include "cpu_internal.h"
+#include "cpu_math.h"
 
 void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
                                            const int32_t *targets, int N, int V, int Vp,
@@ -33,20 +36,20 @@ void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const 
             if (dl) memset(dl, 0, (size_t)Vp * sizeof(float));
             continue;
         }
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        const float mx = lf__cpu_max_f32(l, V);
         const float lt = l[tgt];
         double sum = 0.0;
         if (dl) {
             /* keep the exponentials in dlogits: the gradient pass only scales them */
+#pragma omp simd reduction(+ : sum)
             for (int j = 0; j < V; j++) {
-                float e = expf(l[j] - mx);
+                float e = lf__cpu_expf_nonpos(l[j] - mx);
                 dl[j] = e;
-                sum += e;
+                sum += (double)e;
             }
         } else {
-            for (int j = 0; j < V; j++) sum += expf(l[j] - mx);
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < V; j++) sum += (double)lf__cpu_expf_nonpos(l[j] - mx);
         }
         losses[i] = (float)(log(sum) + (double)mx - (double)lt);
         if (dl) {

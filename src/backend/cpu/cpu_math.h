@@ -14,10 +14,12 @@
  * |r| <= ln2/2, k found with the round-to-nearest shifter 1.5*2^52 (no
  * conversion to int, so no UB on NaN), expm1(r) by a degree-11 Taylor
  * polynomial (truncation < 1e-14 relative), 2^k built from k's bits.
+ * Also: a float max that vectorizes under both GCC and clang.
  */
 #ifndef LF_BACKEND_CPU_MATH_H
 #define LF_BACKEND_CPU_MATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -60,34 +62,66 @@ static inline double lf__cpu_exp_parts(double y, double *scale) {
     return p;
 }
 
-/* exp(x) for x <= 0 (softmax arguments x - max), rounded to float.
- * x < -150 gives 0 (float underflows there anyway). NaN propagates through
- * the arithmetic (the clamps keep it: comparisons with NaN are false); an
- * explicit NaN select would make GCC sink the math into a branch and give up
- * vectorizing under -ftrapping-math. */
-static inline float lf__cpu_expf_nonpos(float x) {
-    double y = (double)x;
-    y = y < -150.0 ? -150.0 : y;
-    y = y > 0.0 ? 0.0 : y;
-    double s;
-    double p = lf__cpu_exp_parts(y, &s);
-    return (float)(s + s * p);
+static inline uint32_t lf__cpu_fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float lf__cpu_bitsf(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
-/* tanh(x) rounded to float, from tanh(a) = -expm1(-2a) / (expm1(-2a) + 2),
- * a = |x| <= 10 (tanh(10) rounds to 1.0f). expm1 = (s - 1) + s*p has no
- * cancellation: s == 1 exactly when |y| < ln2/2. NaN propagates as in
- * lf__cpu_expf_nonpos. */
-static inline float lf__cpu_tanhf(float x) {
-    double a = (double)x;
-    a = a < 0 ? -a : a;
-    a = a > 10.0 ? 10.0 : a;
+/* Clamps and the NaN pass-through are done on the float's bits with integer
+ * min and masks. Floating-point selects would let GCC specialise the clamped
+ * path to a constant, sink the math into a branch and then (under the
+ * default -ftrapping-math) refuse to if-convert and vectorize the loop. */
+#define LF_CPU_F32_INF_BITS 0x7f800000u
+
+/* exp(x) for x <= 0 (softmax arguments x - max), rounded to float. The
+ * magnitude is clamped to 150 (float underflows to 0 well before); NaN
+ * passes through. A positive x is treated as -x: callers never pass one. */
+static inline float lf__cpu_expf_nonpos(float x) {
+    const uint32_t xb = lf__cpu_fbits(x), ab = xb & 0x7fffffffu;
+    const uint32_t cb = ab < 0x43160000u ? ab : 0x43160000u; /* min(|x|, 150.0f) */
     double s;
-    double p = lf__cpu_exp_parts(-2.0 * a, &s);
-    double em1 = (s - 1.0) + s * p;
-    double t = -em1 / (em1 + 2.0);
-    float tf = (float)t;
-    return x < 0 ? -tf : tf;
+    const double p = lf__cpu_exp_parts(-(double)lf__cpu_bitsf(cb), &s);
+    const uint32_t eb = lf__cpu_fbits((float)(s + s * p));
+    const uint32_t nan_mask = 0u - (uint32_t)(ab > LF_CPU_F32_INF_BITS);
+    return lf__cpu_bitsf((eb & ~nan_mask) | (xb & nan_mask));
+}
+
+/* tanh(x) rounded to float, from tanh(a) = -expm1(-2a) / (expm1(-2a) + 2)
+ * with a = min(|x|, 10) (tanh(10) rounds to 1.0f) and the sign of x put
+ * back. expm1 = (s - 1) + s*p has no cancellation: s == 1 exactly when
+ * 2a < ln2/2, and the polynomial p is expm1 itself there. NaN passes through. */
+static inline float lf__cpu_tanhf(float x) {
+    const uint32_t xb = lf__cpu_fbits(x), ab = xb & 0x7fffffffu;
+    const uint32_t cb = ab < 0x41200000u ? ab : 0x41200000u; /* min(|x|, 10.0f) */
+    double s;
+    const double p = lf__cpu_exp_parts(-2.0 * (double)lf__cpu_bitsf(cb), &s);
+    const double em1 = (s - 1.0) + s * p;
+    const uint32_t tb = lf__cpu_fbits((float)(-em1 / (em1 + 2.0))) | (xb & 0x80000000u);
+    const uint32_t nan_mask = 0u - (uint32_t)(ab > LF_CPU_F32_INF_BITS);
+    return lf__cpu_bitsf((tb & ~nan_mask) | (xb & nan_mask));
+}
+
+/* max of x[0..n-1] ignoring NaNs (-INFINITY when n == 0). Sixteen running
+ * maxima updated by element-wise selects: a float max *reduction* is not
+ * vectorized by clang (NaN semantics), an element-wise select is by both. */
+static inline float lf__cpu_max_f32(const float *x, int n) {
+    float m[16];
+    for (int l = 0; l < 16; l++) m[l] = -INFINITY;
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+#pragma omp simd
+        for (int l = 0; l < 16; l++) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+    }
+    float mx = -INFINITY;
+    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int l = 0; l < 16; l++) mx = m[l] > mx ? m[l] : mx;
+    return mx;
 }
 
 #endif

@@ -9,7 +9,10 @@
  *    so the result is bit-identical to the serial loop for any thread count.
  *  - Dropout keeps element i when lf_rng_uniform(seed, LF_RNG_DROPOUT,
  *    lf_rng_mix(key, i)) >= p and scales it by 1/(1-p); backward recomputes
- *    the same mask. dropout_forward may run in place (out == inp).
+ *    the same mask (inlined RNG, cpu_internal.h). dropout_forward may run in
+ *    place (out == inp).
+ *  - GELU's tanh is lf__cpu_tanhf (cpu_math.h): vectorizable, correctly
+ *    rounded in our sweeps, where glibc's tanhf is a scalar call.
  *
  * Reference: llm.c train_gpt2.c (encoder, gelu, residual); PyTorch
  * nn.GELU(approximate='tanh') and nn.Dropout (inverted dropout).
@@ -18,6 +21,7 @@
 #include <math.h>
 #include <omp.h>
 #include "cpu_internal.h"
+#include "cpu_math.h"
 
 /* ------------------------------------------------------------- encoder */
 
@@ -72,7 +76,7 @@ void lf__cpu_gelu_forward(float *restrict out, const float *restrict inp, size_t
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float inner = GELU_BETA * (x + GELU_KAPPA * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(inner));
+        out[i] = 0.5f * x * (1.0f + lf__cpu_tanhf(inner));
     }
 }
 
@@ -82,7 +86,7 @@ void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float x2 = x * x;
-        float th = tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+        float th = lf__cpu_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
         float left = 0.5f * (1.0f + th);
         float right = 0.5f * x * (1.0f - th * th) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
         dinp[i] += dout[i] * (left + right);
@@ -108,7 +112,7 @@ void lf__cpu_residual_backward(float *da, float *db, const float *dout, size_t n
 
 /* ------------------------------------------------------------- dropout */
 
-/* The mask costs a Philox evaluation per element (~10x a multiply), so the
+/* The mask costs a Philox evaluation per element (~30 integer ops), so the
  * threshold for going parallel is lower than for plain element-wise ops. */
 #define DROPOUT_PAR_MIN 2048
 
@@ -118,7 +122,7 @@ void lf__cpu_dropout_forward(float *out, const float *inp, size_t n, lf_dropout 
         return;
     }
     const float scale = 1.0f / (1.0f - drop.p);
-#pragma omp parallel for schedule(static) if (n >= DROPOUT_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= DROPOUT_PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_dropout_keep(drop, i) ? inp[i] * scale : 0.0f;
 }
 
@@ -129,7 +133,6 @@ void lf__cpu_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropo
         return;
     }
     const float scale = 1.0f / (1.0f - drop.p);
-#pragma omp parallel for schedule(static) if (n >= DROPOUT_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        if (lf__cpu_dropout_keep(drop, i)) dinp[i] += dout[i] * scale;
+#pragma omp parallel for simd schedule(static) if (n >= DROPOUT_PAR_MIN)
+    for (size_t i = 0; i < n; i++) dinp[i] += lf__cpu_dropout_keep(drop, i) ? dout[i] * scale : 0.0f;
 }
