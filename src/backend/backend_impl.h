@@ -8,11 +8,15 @@
  *
  * Invariants the model relies on:
  *  - All tensors are float32, row-major, contiguous, in backend memory.
- *  - Every backward ACCUMULATES (+=) into every gradient it produces, both
- *    parameter gradients and activation gradients (dinp). The model zeroes
- *    the activation-gradient buffer before backward and the parameter
- *    gradients before each optimizer step's first micro-batch. The only
- *    exception is the fused classifier, which OVERWRITES dlogits.
+ *  - Parameter gradients always ACCUMULATE (+=): micro-batches add up until
+ *    the model zeroes them before a step's first micro-batch.
+ *  - Activation gradients with a single producer are OVERWRITTEN (=):
+ *    matmul_backward's dinp, attention_backward's dqkv, gelu_backward's and
+ *    dropout_backward's dinp, and the fused classifier's dlogits. So no
+ *    activation gradient needs zeroing before backward.
+ *  - The residual stream's gradient ACCUMULATES: layernorm_backward and
+ *    residual_backward add (+=) into dinp, and encoder_backward into its
+ *    parameter gradients.
  *  - Weights use the Hugging Face GPT-2 layout: Conv1D weights are (C, OC)
  *    ("in, out") and y = x @ W + b. The tied lm_head uses wte (V, C) with
  *    y = x @ wte^T, which is matmul with layout LF_W_OUT_IN.
@@ -94,7 +98,7 @@ struct lf_backend_ops {
                            const float *bias,      // (OC) or NULL
                            int N, int C, int OC, lf_weight_layout layout);
     /* dinp may be NULL (gradient not needed, e.g. nothing below). dbias may be NULL. */
-    void (*matmul_backward)(float *dinp,           // (N,C) += or NULL
+    void (*matmul_backward)(float *dinp,           // (N,C) = (overwritten) or NULL
                             float *dweight,        // same shape as weight, +=
                             float *dbias,          // (OC) += or NULL
                             const float *dout,     // (N,OC)
@@ -111,7 +115,7 @@ struct lf_backend_ops {
                               float *att,          // (B,NH,T,T)
                               const float *qkv,    // (B,T,3C)
                               int B, int T, int C, int NH, lf_dropout drop);
-    void (*attention_backward)(float *dqkv,        // (B,T,3C) +=
+    void (*attention_backward)(float *dqkv,        // (B,T,3C) = (overwritten)
                                float *scratch,     // (B,NH,T,T) scratch, contents undefined after
                                const float *dout,  // (B,T,C)
                                const float *qkv,   // (B,T,3C)
@@ -120,14 +124,15 @@ struct lf_backend_ops {
 
     /* ---- GELU, tanh approximation (GPT-2 / nanoGPT's nn.GELU(approximate='tanh')). */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, /* += */ const float *inp, const float *dout, size_t n);
+    void (*gelu_backward)(float *dinp, /* = */ const float *inp, const float *dout, size_t n);
 
     /* ---- residual: out = a + b;  backward: da += dout, db += dout */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
 
     /* ---- dropout as a standalone op (embeddings, residual branches).
-     * out may equal inp. backward: dinp += mask * dout / (1-p). */
+     * out may equal inp. backward: dinp = mask * dout / (1-p) (overwritten;
+     * dinp may equal dout). */
     void (*dropout_forward)(float *out, const float *inp, size_t n, lf_dropout drop);
     void (*dropout_backward)(float *dinp, const float *dout, size_t n, lf_dropout drop);
 

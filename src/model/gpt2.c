@@ -11,9 +11,11 @@
  *  - Activations live in one block planned for (B, T) by lf_model_plan; a
  *    forward with a smaller B or T uses a prefix of each slot. Nothing is
  *    allocated in forward or backward.
- *  - Backend backwards accumulate (+=): backward zeroes the activation
- *    gradients first, and parameter gradients accumulate across calls until
- *    lf_model_zero_grad (so micro-batches add up).
+ *  - Parameter gradients accumulate across backward calls until
+ *    lf_model_zero_grad (so micro-batches add up). Activation gradients are
+ *    shared by all layers: one residual-stream gradient that layernorm
+ *    backwards add into, and per-op buffers their single producer
+ *    overwrites (see backend_impl.h), so backward zeroes only N*C floats.
  *  - The fused classifier writes dlogits over the logits during forward when
  *    opts->dloss > 0, so the logits of a training forward are not kept.
  *  - Dropout masks are keyed by (opts->seed, lf_rng_mix(opts->key, site)), so
@@ -46,10 +48,6 @@ typedef struct layer_acts {
     float *res3;                      /* (N,C) block output */
 } layer_acts;
 
-typedef struct layer_grads {
-    float *dln1, *dqkv, *datty, *dattproj, *dres2, *dln2, *dfch, *dfch_gelu, *dfcproj, *dres3;
-} layer_grads;
-
 struct lf_model {
     lf_gpt2_config cfg;
     const lf_backend_ops *be;
@@ -65,16 +63,23 @@ struct lf_model {
     size_t act_bytes;
     void *act_block;
     layer_acts *la;
-    layer_grads *lg;
-    float *encoded, *denc;            /* (N,C) embeddings (after dropout) and their grad */
-    float *denc_pre;                  /* (N,C) gradient before embedding dropout */
-    float *lnf, *lnf_mean, *lnf_rstd, *dlnf;
+    float *encoded;                   /* (N,C) embeddings (after dropout) */
+    float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;                    /* (N,Vp), becomes dlogits in training */
     float *losses;                    /* (N) */
     float *att_scratch;               /* (B,NH,T,T) */
     int32_t *inputs, *targets;        /* copies of the last forward's batch */
-    float *grad_acts_begin;
-    size_t grad_acts_floats;
+    /* Activation gradients, shared by all layers (backward visits one layer
+     * at a time). dresidual is the residual stream's gradient: layernorm
+     * backwards add into it, so it carries d(block output) into d(block
+     * input) through the whole stack (llm.c's scheme). The others are
+     * overwritten by their single producer. */
+    float *dresidual;                 /* (N,C) */
+    float *dbranch;                   /* (N,C) residual-branch grad through dropout */
+    float *dln;                       /* (N,C) grad of a layernorm output */
+    float *datty;                     /* (N,C) */
+    float *dqkv;                      /* (N,3C) */
+    float *dfch, *dfch_gelu;          /* (N,4C) */
 
     /* last forward */
     int cur_B, cur_T;
@@ -227,9 +232,7 @@ static void free_plan(lf_model *m) {
     if (m->act_block) m->be->free(m->act_block);
     m->act_block = NULL;
     free(m->la);
-    free(m->lg);
     m->la = NULL;
-    m->lg = NULL;
     m->plan_B = m->plan_T = 0;
     m->act_bytes = 0;
 }
@@ -337,28 +340,13 @@ static void lay_out(lf_model *m, planner *p, int B, int T) {
     m->att_scratch = slot(p, att);
     m->inputs = (int32_t *)slot(p, N);
     m->targets = (int32_t *)slot(p, N);
-    /* gradients of activations: one contiguous range, zeroed per backward */
-    size_t g0 = p->used;
-    m->denc = slot(p, N * C);
-    m->denc_pre = slot(p, N * C);
-    for (int l = 0; l < c->n_layer; l++) {
-        layer_grads *g = m->lg ? &m->lg[l] : NULL;
-        layer_grads dummy;
-        if (!g) g = &dummy;
-        g->dln1 = slot(p, N * C);
-        g->dqkv = slot(p, N * 3 * C);
-        g->datty = slot(p, N * C);
-        g->dattproj = slot(p, N * C);
-        g->dres2 = slot(p, N * C);
-        g->dln2 = slot(p, N * C);
-        g->dfch = slot(p, N * 4 * C);
-        g->dfch_gelu = slot(p, N * 4 * C);
-        g->dfcproj = slot(p, N * C);
-        g->dres3 = slot(p, N * C);
-    }
-    m->dlnf = slot(p, N * C);
-    m->grad_acts_begin = p->base ? (float *)(p->base + g0) : NULL;
-    m->grad_acts_floats = (p->used - g0) / sizeof(float);
+    m->dresidual = slot(p, N * C);
+    m->dbranch = slot(p, N * C);
+    m->dln = slot(p, N * C);
+    m->datty = slot(p, N * C);
+    m->dqkv = slot(p, N * 3 * C);
+    m->dfch = slot(p, N * 4 * C);
+    m->dfch_gelu = slot(p, N * 4 * C);
 }
 
 lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
@@ -369,9 +357,8 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     planner p = {0};
     lay_out(m, &p, B, T); /* sizing pass */
     m->la = calloc((size_t)m->cfg.n_layer, sizeof *m->la);
-    m->lg = calloc((size_t)m->cfg.n_layer, sizeof *m->lg);
     m->act_block = m->be->alloc(p.used);
-    if (!m->la || !m->lg || !m->act_block) {
+    if (!m->la || !m->act_block) {
         size_t need = p.used;
         free_plan(m);
         return lf_fail(LF_ERR_NOMEM, "out of memory allocating %.1f MB of activations for batch %d x %d", need / 1e6, B, T);
@@ -492,48 +479,53 @@ lf_status lf_model_backward(lf_model *m) {
     int B = m->cur_B, T = m->cur_T, C = c->n_embd, NH = c->n_head, L = c->n_layer, Vp = vp_of(c);
     int N = B * T;
     size_t NC = (size_t)N * C;
-    lf_dropout none = {0};
 
-    be->zero(m->grad_acts_begin, m->grad_acts_floats);
+    be->zero(m->dresidual, NC);
     /* lm_head (tied to wte) and ln_f */
-    be->matmul_backward(m->dlnf, GW(m, m->wte), NULL, m->logits, m->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
+    be->matmul_backward(m->dln, GW(m, m->wte), NULL, m->logits, m->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
     const float *last = L > 0 ? m->la[L - 1].res3 : m->encoded;
-    float *dlast = L > 0 ? m->lg[L - 1].dres3 : m->denc;
-    be->layernorm_backward(dlast, GW(m, m->lnf_w), GW(m, m->lnf_b), m->dlnf, last, PW(m, m->lnf_w), m->lnf_mean,
-                           m->lnf_rstd, N, C);
+    be->layernorm_backward(m->dresidual, GW(m, m->lnf_w), GW(m, m->lnf_b), m->dln, last, PW(m, m->lnf_w),
+                           m->lnf_mean, m->lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         layer_acts *a = &m->la[l];
-        layer_grads *g = &m->lg[l];
         const int *ix = m->lp[l];
         const float *residual = l == 0 ? m->encoded : m->la[l - 1].res3;
-        float *dresidual = l == 0 ? m->denc : m->lg[l - 1].dres3;
-        /* res3 = res2 + dropout(fcproj) */
-        be->dropout_backward(g->dres2, g->dres3, NC, none);
-        be->dropout_backward(g->dfcproj, g->dres3, NC, drop_at(m, l, SITE_MLP_RESID));
-        be->matmul_backward(g->dfch_gelu, GW(m, ix[P_MPROJ_W]), GW(m, ix[P_MPROJ_B]), g->dfcproj, a->fch_gelu,
+        /* dresidual = d(res3); res3 = res2 + dropout(fcproj) */
+        lf_dropout d2 = drop_at(m, l, SITE_MLP_RESID);
+        const float *dbr = m->dresidual;
+        if (d2.p > 0) {
+            be->dropout_backward(m->dbranch, m->dresidual, NC, d2);
+            dbr = m->dbranch;
+        }
+        be->matmul_backward(m->dfch_gelu, GW(m, ix[P_MPROJ_W]), GW(m, ix[P_MPROJ_B]), dbr, a->fch_gelu,
                             PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
-        be->gelu_backward(g->dfch, a->fch, g->dfch_gelu, NC * 4);
-        be->matmul_backward(g->dln2, GW(m, ix[P_FC_W]), GW(m, ix[P_FC_B]), g->dfch, a->ln2, PW(m, ix[P_FC_W]), N, C,
+        be->gelu_backward(m->dfch, a->fch, m->dfch_gelu, NC * 4);
+        be->matmul_backward(m->dln, GW(m, ix[P_FC_W]), GW(m, ix[P_FC_B]), m->dfch, a->ln2, PW(m, ix[P_FC_W]), N, C,
                             4 * C, LF_W_IN_OUT);
-        be->layernorm_backward(g->dres2, GW(m, ix[P_LN2_W]), GW(m, ix[P_LN2_B]), g->dln2, a->res2, PW(m, ix[P_LN2_W]),
-                               a->ln2_mean, a->ln2_rstd, N, C);
-        /* res2 = residual + dropout(attproj) */
-        be->dropout_backward(dresidual, g->dres2, NC, none);
-        be->dropout_backward(g->dattproj, g->dres2, NC, drop_at(m, l, SITE_ATT_RESID));
-        be->matmul_backward(g->datty, GW(m, ix[P_APROJ_W]), GW(m, ix[P_APROJ_B]), g->dattproj, a->atty,
+        be->layernorm_backward(m->dresidual, GW(m, ix[P_LN2_W]), GW(m, ix[P_LN2_B]), m->dln, a->res2,
+                               PW(m, ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
+        /* dresidual = d(res2); res2 = residual + dropout(attproj) */
+        lf_dropout d1 = drop_at(m, l, SITE_ATT_RESID);
+        dbr = m->dresidual;
+        if (d1.p > 0) {
+            be->dropout_backward(m->dbranch, m->dresidual, NC, d1);
+            dbr = m->dbranch;
+        }
+        be->matmul_backward(m->datty, GW(m, ix[P_APROJ_W]), GW(m, ix[P_APROJ_B]), dbr, a->atty,
                             PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
-        be->attention_backward(g->dqkv, m->att_scratch, g->datty, a->qkv, a->att, B, T, C, NH,
+        be->attention_backward(m->dqkv, m->att_scratch, m->datty, a->qkv, a->att, B, T, C, NH,
                                drop_at(m, l, SITE_ATT));
-        be->matmul_backward(g->dln1, GW(m, ix[P_ATTN_W]), GW(m, ix[P_ATTN_B]), g->dqkv, a->ln1, PW(m, ix[P_ATTN_W]), N,
-                            C, 3 * C, LF_W_IN_OUT);
-        be->layernorm_backward(dresidual, GW(m, ix[P_LN1_W]), GW(m, ix[P_LN1_B]), g->dln1, residual,
+        be->matmul_backward(m->dln, GW(m, ix[P_ATTN_W]), GW(m, ix[P_ATTN_B]), m->dqkv, a->ln1, PW(m, ix[P_ATTN_W]),
+                            N, C, 3 * C, LF_W_IN_OUT);
+        be->layernorm_backward(m->dresidual, GW(m, ix[P_LN1_W]), GW(m, ix[P_LN1_B]), m->dln, residual,
                                PW(m, ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
+        /* dresidual = d(residual), the block input */
     }
     lf_dropout de = drop_at(m, L, SITE_EMB);
-    const float *denc = m->denc;
+    const float *denc = m->dresidual;
     if (de.p > 0) {
-        be->dropout_backward(m->denc_pre, m->denc, NC, de);
-        denc = m->denc_pre;
+        be->dropout_backward(m->dbranch, m->dresidual, NC, de);
+        denc = m->dbranch;
     }
     be->encoder_backward(GW(m, m->wte), GW(m, m->wpe), denc, m->inputs, B, T, C);
     m->have_dlogits = 0;

@@ -236,14 +236,14 @@ static void test_dropout_forward_mask(void **state) {
     lf_dropout off = {0.0f, 7, 11};
     ops()->dropout_forward(out.f, x.f, n, off);
     assert_memory_equal(out.f, x.f, n * sizeof(float));
-    /* backward: dinp += mask * dout / (1-p); p = 0.5 makes the scaling exact,
+    /* backward: dinp = mask * dout / (1-p) (overwritten); p = 0.5 makes the scaling exact,
      * so the check is bit-exact whatever the compiler contracts into FMAs */
     lf_dropout half = {0.5f, 7, 11};
     float *dinp = floats_copy(x.f, n);
     ops()->dropout_backward(dinp, y, n, half);
     for (size_t i = 0; i < n; i++) {
         int keep = lf_rng_uniform(half.seed, LF_RNG_DROPOUT, lf_rng_mix(half.key, i)) >= half.p;
-        assert_true(dinp[i] == (keep ? x.f[i] + y[i] * 2.0f : x.f[i]));
+        assert_true(dinp[i] == (keep ? y[i] * 2.0f : 0.0f));
     }
     free(dinp);
     /* a different key gives a different mask */
@@ -359,8 +359,12 @@ static void test_sum_squares(void **state) {
 
 /* ------------------------------------------------------------- accumulation */
 
-/* Run a backward once from zero and once more on top: the result must be
- * twice the first (up to rounding: BLAS may add C in K-panels). */
+/* Accumulating gradients (parameters, the residual stream): run a backward
+ * once from zero and once more on top: the result must be twice the first
+ * (up to rounding: BLAS may add C in K-panels). Overwritten activation
+ * gradients (matmul dinp, attention dqkv, gelu, dropout): run it twice on a
+ * buffer full of garbage: the result must equal one run from zero, bit for
+ * bit. */
 static void check_doubled(const char *what, const float *once, const float *twice, size_t n) {
     double scale = 1e-20, worst = 0;
     for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(2.0 * once[i]));
@@ -392,6 +396,15 @@ static void test_backward_accumulates(void **state) {
         { float *g_ = buf2; call_with; call_with; } \
         check_doubled(what, buf1, buf2, n);   \
     } while (0)
+#define OVERWRITES(what, buf1, buf2, n, call_with)                        \
+    do {                                                                  \
+        memset(buf1, 0, (n) * sizeof(float));                             \
+        for (size_t i_ = 0; i_ < (n); i_++) buf2[i_] = 1e30f;             \
+        { float *g_ = buf1; call_with; }                                  \
+        { float *g_ = buf2; call_with; call_with; }                       \
+        if (memcmp(buf1, buf2, (n) * sizeof(float)) != 0)                 \
+            fail_msg("%s: backward did not overwrite its output", what);  \
+    } while (0)
 
     TWICE("encoder dwte", o2, t2, (size_t)V * C, ops()->encoder_backward(g_, twice + nc, d.f, inp, B, T, C));
     TWICE("encoder dwpe", once, twice, (size_t)T * C, ops()->encoder_backward(o2, g_, d.f, inp, B, T, C));
@@ -401,17 +414,18 @@ static void test_backward_accumulates(void **state) {
     TWICE("layernorm dbias", o2, t2, (size_t)C, ops()->layernorm_backward(once, o3, g_, d.f, x.f, w.f, mean, rstd, N, C));
     for (int layout = 0; layout < 2; layout++) {
         lf_weight_layout L = (lf_weight_layout)layout;
-        TWICE("matmul dinp", once, twice, nc, ops()->matmul_backward(g_, o3, o2, d.f, x.f, w.f, N, C, 3 * C, L));
+        OVERWRITES("matmul dinp", once, twice, nc, ops()->matmul_backward(g_, o3, o2, d.f, x.f, w.f, N, C, 3 * C, L));
         TWICE("matmul dweight", o3, t3, (size_t)3 * C * C, ops()->matmul_backward(NULL, g_, o2, d.f, x.f, w.f, N, C, 3 * C, L));
         TWICE("matmul dbias", o2, t2, (size_t)3 * C, ops()->matmul_backward(NULL, o3, g_, d.f, x.f, w.f, N, C, 3 * C, L));
     }
     ops()->attention_forward(out, att, x.f, B, T, C, NH, drop);
-    TWICE("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, drop));
-    TWICE("gelu dinp", once, twice, nc, ops()->gelu_backward(g_, x.f, d.f, nc));
+    OVERWRITES("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, drop));
+    OVERWRITES("gelu dinp", once, twice, nc, ops()->gelu_backward(g_, x.f, d.f, nc));
     TWICE("residual da", once, twice, nc, ops()->residual_backward(g_, o3, d.f, nc));
     TWICE("residual db", once, twice, nc, ops()->residual_backward(o3, g_, d.f, nc));
-    TWICE("dropout dinp", once, twice, nc, ops()->dropout_backward(g_, d.f, nc, drop));
+    OVERWRITES("dropout dinp", once, twice, nc, ops()->dropout_backward(g_, d.f, nc, drop));
 #undef TWICE
+#undef OVERWRITES
     free(once); free(twice); free(o2); free(t2); free(o3); free(t3); free(scratch); free(att);
     free(out); free(mean); free(rstd);
     ten_free(&x); ten_free(&d); ten_free(&w);

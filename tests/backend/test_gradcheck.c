@@ -1,7 +1,10 @@
 /* CPU backend, backward ops: every gradient against central finite
  * differences of the double-precision reference forward (ref_ops.h), with
  * L = sum(out * R) for a random R (R is dout). Gradient buffers start from
- * random values, so the checks also confirm that backward accumulates (+=).
+ * random values, so the checks also confirm the write mode of each output:
+ * parameter and residual-stream gradients accumulate (+=, checked against the
+ * start value), the other activation gradients are overwritten (=, checked
+ * with no start value).
  * Sizes are odd on purpose (B=3, T=7, C=20, NH=4, V=37, Vp=40, OC=13), plus
  * cases that cross the kernels' internal block sizes. */
 #include "ref_ops.h"
@@ -148,7 +151,7 @@ static void matmul_case(int N, int C, int OC, lf_weight_layout layout, int with_
                dw.f, dw0, dw.d, dw.n);
     if (with_dinp) {
         ref_fd_grad(dinp.d, inp.d, inp.n, mm_loss, &ctx);
-        GRAD_CHECK("matmul dinp", dinp.f, dinp0, dinp.d, dinp.n);
+        GRAD_CHECK("matmul dinp", dinp.f, NULL, dinp.d, dinp.n); /* overwritten */
     } else {
         assert_memory_equal(dinp.f, dinp0, dinp.n * sizeof(float));
     }
@@ -204,9 +207,9 @@ static void attention_case(int B, int T, int C, int NH, float p, size_t samples)
     snprintf(what, sizeof what, "attention dqkv T=%d p=%.2f", T, (double)p);
     if (samples == 0) {
         ref_fd_grad(dqkv.d, qkv.d, qkv.n, att_loss, &ctx);
-        GRAD_CHECK(what, dqkv.f, dqkv0, dqkv.d, dqkv.n);
+        GRAD_CHECK(what, dqkv.f, NULL, dqkv.d, dqkv.n); /* overwritten */
     } else {
-        double e = fd_check_sampled(dqkv.f, dqkv0, qkv.d, qkv.n, samples, att_loss, &ctx);
+        double e = fd_check_sampled(dqkv.f, NULL, qkv.d, qkv.n, samples, att_loss, &ctx);
         if (getenv("LF_TEST_VERBOSE")) printf("  %-32s err %.2e\n", what, e);
         if (!(e <= GRAD_TOL)) fail_msg("%s: gradient error %.3g", what, e);
     }
@@ -252,7 +255,7 @@ static void test_gelu_backward(void **state) {
     ops()->gelu_backward(dx.f, x.f, R.f, n);
     ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 0, {0, 0, 0}};
     ref_fd_grad(dx.d, x.d, n, ew_loss, &ctx);
-    GRAD_CHECK("gelu dinp", dx.f, dx0, dx.d, n);
+    GRAD_CHECK("gelu dinp", dx.f, NULL, dx.d, n); /* overwritten */
     free(dx0);
     ten_free(&x); ten_free(&R); ten_free(&out); ten_free(&dx);
 }
@@ -284,7 +287,7 @@ static void test_dropout_backward(void **state) {
         ops()->dropout_backward(dx.f, R.f, n, drop);
         ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 2, drop};
         ref_fd_grad(dx.d, x.d, n, ew_loss, &ctx);
-        GRAD_CHECK("dropout dinp", dx.f, dx0, dx.d, n);
+        GRAD_CHECK("dropout dinp", dx.f, NULL, dx.d, n); /* overwritten */
         free(dx0);
         ten_free(&x); ten_free(&R); ten_free(&out); ten_free(&dx);
     }

@@ -18,7 +18,8 @@
  *    (cpu_math.h), vectorizable and at least as accurate as expf.
  *  - Attention dropout: element (b,h,t,j) has flat index ((b*NH+h)*T+t)*T+j
  *    in the (B,NH,T,T) tensor; the mask is recomputed in backward.
- *  - backward accumulates (+=) into dqkv; scratch (B,NH,T,T) holds, per row
+ *  - backward overwrites dqkv (each (b,h) zeroes its dk, dv slices, and dq
+ *    rows are written once per row block with beta = 0); scratch (B,NH,T,T) holds, per row
  *    block, first the dropped probabilities (for dv) and then datt/dpreatt.
  *
  * Reference: Vaswani et al. 2017 (scaled dot-product attention); nanoGPT
@@ -26,6 +27,7 @@
  * dpre = att * (datt - sum_j att*datt).
  */
 #include <math.h>
+#include <string.h>
 #include <omp.h>
 #include <cblas.h>
 #include "cpu_internal.h"
@@ -127,6 +129,10 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
             float *S_bh = scratch + ((size_t)b * NH + h) * T * T;
             const float *dout_bh = dout + (size_t)b * T * C + (size_t)h * HS;
             const uint64_t base = ((uint64_t)b * NH + h) * T * T;
+            for (int t = 0; t < T; t++) {
+                memset(dk + (size_t)t * C3, 0, sizeof(float) * (size_t)HS);
+                memset(dv + (size_t)t * C3, 0, sizeof(float) * (size_t)HS);
+            }
 
             for (int r0 = 0; r0 < T; r0 += ATT_RB) {
                 const int r1 = r0 + ATT_RB < T ? r0 + ATT_RB : T, rows = r1 - r0;
@@ -174,9 +180,9 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
                     for (int j = t + 1; j < r1; j++) s[j] = 0.0f;
                 }
 
-                /* dq[r0:r1] += scale * dpre @ k[0:r1];  dk[0:r1] += scale * dpre^T @ q[r0:r1] */
+                /* dq[r0:r1] = scale * dpre @ k[0:r1];  dk[0:r1] += scale * dpre^T @ q[r0:r1] */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, r1, scale, S, T, k,
-                            (int)C3, 1.0f, dq + (size_t)r0 * C3, (int)C3);
+                            (int)C3, 0.0f, dq + (size_t)r0 * C3, (int)C3);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, rows, scale, S, T,
                             q + (size_t)r0 * C3, (int)C3, 1.0f, dk, (int)C3);
             }

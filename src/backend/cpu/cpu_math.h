@@ -107,6 +107,34 @@ static inline float lf__cpu_tanhf(float x) {
     return lf__cpu_bitsf((tb & ~nan_mask) | (xb & nan_mask));
 }
 
+/* exp(x) in float arithmetic, for GELU's sigmoid form where double
+ * precision buys nothing: Cephes' expf (Moshier) range reduction
+ * x = k ln2 + r with a two-part ln2 and its degree-6 polynomial, relative
+ * error about 1e-7 (<= 2 ulp) on the clamped domain [-87, 87]; beyond it
+ * the result saturates at exp(-87) or exp(87), which is what the callers'
+ * x / (1 + e) needs. k is found with the 1.5*2^23 shifter, so no float->int
+ * conversion; 2^k is built from k's bits. */
+static inline float lf__cpu_expf_f32(float x) {
+    /* clamp |x| to 87 on the bits (integer min keeps the loop vectorizable,
+     * see above); exp(+-87) is finite in float */
+    const uint32_t xb = lf__cpu_fbits(x), ab = xb & 0x7fffffffu;
+    const uint32_t cb = ab < 0x42AE0000u ? ab : 0x42AE0000u;
+    x = lf__cpu_bitsf(cb | (xb & 0x80000000u));
+    const float t = x * 1.44269504088896341f + 12582912.0f;
+    const uint32_t ki = lf__cpu_fbits(t) - 0x4B400000u;
+    const float k = t - 12582912.0f;
+    float r = x - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500E-4f;
+    p = p * r + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    p = p * r * r + r + 1.0f;
+    return p * lf__cpu_bitsf((ki + 127u) << 23);
+}
+
 /* max of x[0..n-1] ignoring NaNs (-INFINITY when n == 0). Sixteen running
  * maxima updated by element-wise selects: a float max *reduction* is not
  * vectorized by clang (NaN semantics), an element-wise select is by both. */

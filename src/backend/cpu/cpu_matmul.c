@@ -8,9 +8,9 @@
  * Invariants:
  *  - forward overwrites out; the bias is written first and sgemm adds the
  *    product with beta = 1, which saves a pass over out.
- *  - backward accumulates: dinp += dout @ W^T (skipped when dinp is NULL),
- *    dW += inp^T @ dout (IN_OUT) or dout^T @ inp (OUT_IN), both with beta = 1,
- *    and dbias += column sums of dout.
+ *  - backward overwrites dinp = dout @ W^T (beta = 0; skipped when dinp is
+ *    NULL) and accumulates the parameter gradients: dW += inp^T @ dout
+ *    (IN_OUT) or dout^T @ inp (OUT_IN) with beta = 1, dbias += column sums.
  *  - dbias is channel-parallel with rows summed in order in double, so it is
  *    bit-identical for any thread count.
  *
@@ -66,17 +66,17 @@ void lf__cpu_matmul_backward(float *restrict dinp, float *restrict dweight, floa
                              lf_weight_layout layout) {
     if (N <= 0 || OC <= 0 || C <= 0) return;
     if (layout == LF_W_IN_OUT) {
-        /* W (C,OC): dinp (N,C) += dout (N,OC) @ W^T; dW (C,OC) += inp^T @ dout */
+        /* W (C,OC): dinp (N,C) = dout (N,OC) @ W^T; dW (C,OC) += inp^T @ dout */
         if (dinp)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight,
-                        OC, 1.0f, dinp, C);
+                        OC, 0.0f, dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC,
                     1.0f, dweight, OC);
     } else {
-        /* W (OC,C): dinp (N,C) += dout @ W; dW (OC,C) += dout^T @ inp */
+        /* W (OC,C): dinp (N,C) = dout @ W; dW (OC,C) += dout^T @ inp */
         if (dinp)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
-                        C, 1.0f, dinp, C);
+                        C, 0.0f, dinp, C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
     }

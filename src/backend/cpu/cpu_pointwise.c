@@ -71,12 +71,16 @@ void lf__cpu_encoder_backward(float *restrict dwte, float *restrict dwpe,
 #define GELU_BETA 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_KAPPA 0.044715f
 
+/* GELU's tanh form rewritten with 0.5 (1 + tanh(u)) = sigmoid(2u):
+ * out = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3); the same
+ * function, one float exp instead of a tanh. Derivative:
+ * s + 2 x s (1 - s) u', s = sigmoid(2u), u' = sqrt(2/pi) (1 + 3*0.044715 x^2). */
 void lf__cpu_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float inner = GELU_BETA * (x + GELU_KAPPA * x * x * x);
-        out[i] = 0.5f * x * (1.0f + lf__cpu_tanhf(inner));
+        out[i] = x / (1.0f + lf__cpu_expf_f32(-2.0f * inner));
     }
 }
 
@@ -86,10 +90,9 @@ void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float x2 = x * x;
-        float th = lf__cpu_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
-        float left = 0.5f * (1.0f + th);
-        float right = 0.5f * x * (1.0f - th * th) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
-        dinp[i] += dout[i] * (left + right);
+        float s = 1.0f / (1.0f + lf__cpu_expf_f32(-2.0f * GELU_BETA * (x + GELU_KAPPA * x2 * x)));
+        float grad = s + 2.0f * x * s * (1.0f - s) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+        dinp[i] = dout[i] * grad;
     }
 }
 
@@ -127,12 +130,12 @@ void lf__cpu_dropout_forward(float *out, const float *inp, size_t n, lf_dropout 
 }
 
 void lf__cpu_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropout drop) {
+    /* overwrites dinp; dinp may equal dout (element-wise) */
     if (drop.p <= 0.0f) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) dinp[i] += dout[i];
+        if (dinp != dout) memmove(dinp, dout, n * sizeof(float));
         return;
     }
     const float scale = 1.0f / (1.0f - drop.p);
 #pragma omp parallel for simd schedule(static) if (n >= DROPOUT_PAR_MIN)
-    for (size_t i = 0; i < n; i++) dinp[i] += lf__cpu_dropout_keep(drop, i) ? dout[i] * scale : 0.0f;
+    for (size_t i = 0; i < n; i++) dinp[i] = lf__cpu_dropout_keep(drop, i) ? dout[i] * scale : 0.0f;
 }
