@@ -12,7 +12,7 @@ STEPS=${2:-5}
 make -s build >/dev/null
 lf=(); pt=()
 for r in $(seq "$ROUNDS"); do
-  l=$(OMP_NUM_THREADS=2 build/llmforge bench --preset gpt2-124m --micro-batch 4 --seq 256 --steps "$STEPS" --warmup 1 --json)
+  l=$(build/llmforge bench --threads 2 --preset gpt2-124m --micro-batch 4 --seq 256 --steps "$STEPS" --warmup 1 --json)
   echo "llmforge round $r: $l"
   lf+=("$l")
   p=$(OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_step.py --micro-batch 4 --seq 256 --steps "$STEPS" \

@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 build/llmforge prepare --char "$DATA" --out "$OUT/data"
 
 echo "== llmforge ($ITERS iterations)"
-OMP_NUM_THREADS=2 build/llmforge train configs/shakespeare_char_cpu.json \
+build/llmforge train configs/shakespeare_char_cpu.json --threads 2 \
   --data.dataset="$OUT/data" --out_dir="$OUT/llmforge" --train_iters="$ITERS" \
   --scheduler.decay_iters="$ITERS" --checkpoint.interval=0 --steps_per_print=250 | tail -n 3
 lf_json=$(/usr/bin/python3 - "$OUT/llmforge/log.jsonl" <<'PY'

@@ -19,7 +19,8 @@ typedef struct lf_backend_ops lf_backend_ops;
 const lf_backend_ops *lf_backend_get(const char *name);
 const char *lf_backend_name(const lf_backend_ops *ops);
 
-/* Threads the CPU backend uses (OpenMP + BLAS). 0 = all cores. */
+/* Threads the CPU backend uses (OpenMP + BLAS). n <= 0 keeps OpenMP's
+ * default (OMP_NUM_THREADS when set, else every core). */
 void lf_backend_cpu_set_threads(int n);
 int lf_backend_cpu_threads(void);
 

@@ -26,8 +26,10 @@
  *  - Dropout masks are a pure function of (seed, key, element index) through
  *    the counter-based RNG (core.h, LF_RNG_DROPOUT), so backward recomputes
  *    the mask instead of storing it: element i of a tensor is kept when
- *    lf_rng_uniform(seed, LF_RNG_DROPOUT, lf_rng_mix(key, i)) >= p and then
- *    scaled by 1/(1-p) (PyTorch's inverted dropout). p == 0 means identity.
+ *    lf_rng_uniform(seed, LF_RNG_DROPOUT, lf_rng_mix(key, offset + i)) >= p
+ *    and then scaled by 1/(1-p) (PyTorch's inverted dropout). p == 0 means
+ *    identity. `offset` places a slice of rows inside the whole tensor, so a
+ *    batch split across model replicas draws the masks of the unsplit batch.
  */
 #ifndef LLMFORGE_BACKEND_IMPL_H
 #define LLMFORGE_BACKEND_IMPL_H
@@ -47,6 +49,7 @@ typedef struct lf_dropout {
     float p;        /* drop probability in [0,1); 0 = off */
     uint64_t seed;
     uint64_t key;   /* distinct per (step, micro-step, layer, site) */
+    uint64_t offset;/* flat index of this tensor's element 0 in the whole batch's tensor */
 } lf_dropout;
 
 struct lf_backend_ops {
@@ -158,6 +161,16 @@ struct lf_backend_ops {
 
     /* ---- sum of squares of x (accumulated in double). */
     double (*sum_squares)(const float *x, size_t n);
+
+    /* ---- how many model replicas a batch of B rows should be split into
+     * (the CPU backend: one per thread, each running single-threaded ops;
+     * accelerators: 1). NULL means 1. */
+    int (*replicas)(int B);
+    /* ---- run fn(arg, i) for i in [0, n), concurrently, one replica each;
+     * ops called from fn must run single-threaded. NULL: a plain loop. */
+    void (*run_replicas)(int n, void (*fn)(void *arg, int i), void *arg);
+    /* ---- y += x, element-wise (gradient reduction across replicas). */
+    void (*add_inplace)(float *y, const float *x, size_t n);
 };
 
 /* Registered backends. */

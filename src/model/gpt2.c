@@ -48,27 +48,18 @@ typedef struct layer_acts {
     float *res3;                      /* (N,C) block output */
 } layer_acts;
 
-struct lf_model {
-    lf_gpt2_config cfg;
-    const lf_backend_ops *be;
-    lf_param_info *table;
-    int n_tensors;
-    size_t num_params;
-    float *params, *grads;
-    int wte, wpe, lnf_w, lnf_b;       /* table indices */
-    int (*lp)[P_PER_LAYER];           /* per-layer table indices */
-
-    /* activation plan */
-    int plan_B, plan_T;
-    size_t act_bytes;
-    void *act_block;
+/* One model replica: the activations of a slice of the batch's rows. The
+ * CPU backend runs one replica per thread, each calling the ops from inside
+ * the model's parallel region (so the ops and BLAS run single-threaded);
+ * with one replica the ops use every thread themselves. */
+typedef struct replica {
+    int b0, B;                        /* rows [b0, b0+B) of the current batch */
     layer_acts *la;
     float *encoded;                   /* (N,C) embeddings (after dropout) */
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                    /* (N,Vp), becomes dlogits in training */
-    float *losses;                    /* (N) */
     float *att_scratch;               /* (B,NH,T,T) */
-    int32_t *inputs, *targets;        /* copies of the last forward's batch */
+    float *logits, *losses;           /* views at row b0 of the model's buffers */
+    int32_t *inputs, *targets;        /* likewise */
     /* Activation gradients, shared by all layers (backward visits one layer
      * at a time). dresidual is the residual stream's gradient: layernorm
      * backwards add into it, so it carries d(block output) into d(block
@@ -80,9 +71,32 @@ struct lf_model {
     float *datty;                     /* (N,C) */
     float *dqkv;                      /* (N,3C) */
     float *dfch, *dfch_gelu;          /* (N,4C) */
+    float *grads;                     /* replica 0: the model's; others: their own */
+    double loss_sum;
+    long n_valid;
+} replica;
+
+struct lf_model {
+    lf_gpt2_config cfg;
+    const lf_backend_ops *be;
+    lf_param_info *table;
+    int n_tensors;
+    size_t num_params;
+    float *params, *grads;
+    int wte, wpe, lnf_w, lnf_b;       /* table indices */
+    int (*lp)[P_PER_LAYER];           /* per-layer table indices */
+
+    /* activation plan */
+    int plan_B, plan_T, n_rep, rep_B; /* rep_B: rows each replica is planned for */
+    size_t act_bytes;
+    void *act_block;
+    replica *rep;
+    float *logits;                    /* (B,T,Vp), becomes dlogits in training */
+    float *losses;                    /* (B,T) */
+    int32_t *inputs, *targets;        /* copies of the last forward's batch */
 
     /* last forward */
-    int cur_B, cur_T;
+    int cur_B, cur_T, cur_rep, cur_with_targets;
     int have_dlogits;
     lf_forward_opts opts;
     char errmsg[1024];
@@ -231,9 +245,11 @@ fail:
 static void free_plan(lf_model *m) {
     if (m->act_block) m->be->free(m->act_block);
     m->act_block = NULL;
-    free(m->la);
-    m->la = NULL;
-    m->plan_B = m->plan_T = 0;
+    if (m->rep)
+        for (int r = 0; r < m->n_rep; r++) free(m->rep[r].la);
+    free(m->rep);
+    m->rep = NULL;
+    m->plan_B = m->plan_T = m->n_rep = m->rep_B = 0;
     m->act_bytes = 0;
 }
 
@@ -307,15 +323,17 @@ static float *slot(planner *p, size_t floats) {
     return ptr;
 }
 
-static void lay_out(lf_model *m, planner *p, int B, int T) {
+/* Per-replica activations for up to rB rows; r > 0 also get a gradient buffer. */
+static void lay_out_replica(lf_model *m, replica *rp, int r, planner *p, int rB, int T) {
     const lf_gpt2_config *c = &m->cfg;
-    size_t N = (size_t)B * T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
-    size_t Vp = (size_t)vp_of(c), att = (size_t)B * NH * T * T;
-    m->encoded = slot(p, N * C);
+    size_t N = (size_t)rB * T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
+    size_t att = (size_t)rB * NH * T * T;
+    replica dummy = {0};
+    layer_acts la_dummy;
+    if (!rp) rp = &dummy;
+    rp->encoded = slot(p, N * C);
     for (int l = 0; l < c->n_layer; l++) {
-        layer_acts *a = m->la ? &m->la[l] : NULL;
-        layer_acts dummy;
-        if (!a) a = &dummy;
+        layer_acts *a = rp->la ? &rp->la[l] : &la_dummy;
         a->ln1 = slot(p, N * C);
         a->ln1_mean = slot(p, N);
         a->ln1_rstd = slot(p, N);
@@ -332,21 +350,27 @@ static void lay_out(lf_model *m, planner *p, int B, int T) {
         a->fcproj = slot(p, N * C);
         a->res3 = slot(p, N * C);
     }
-    m->lnf = slot(p, N * C);
-    m->lnf_mean = slot(p, N);
-    m->lnf_rstd = slot(p, N);
+    rp->lnf = slot(p, N * C);
+    rp->lnf_mean = slot(p, N);
+    rp->lnf_rstd = slot(p, N);
+    rp->att_scratch = slot(p, att);
+    rp->dresidual = slot(p, N * C);
+    rp->dbranch = slot(p, N * C);
+    rp->dln = slot(p, N * C);
+    rp->datty = slot(p, N * C);
+    rp->dqkv = slot(p, N * 3 * C);
+    rp->dfch = slot(p, N * 4 * C);
+    rp->dfch_gelu = slot(p, N * 4 * C);
+    rp->grads = r > 0 ? slot(p, m->num_params) : m->grads;
+}
+
+static void lay_out(lf_model *m, planner *p, int B, int T, int n_rep, int rB) {
+    size_t N = (size_t)B * T, Vp = (size_t)vp_of(&m->cfg);
     m->logits = slot(p, N * Vp);
     m->losses = slot(p, N);
-    m->att_scratch = slot(p, att);
     m->inputs = (int32_t *)slot(p, N);
     m->targets = (int32_t *)slot(p, N);
-    m->dresidual = slot(p, N * C);
-    m->dbranch = slot(p, N * C);
-    m->dln = slot(p, N * C);
-    m->datty = slot(p, N * C);
-    m->dqkv = slot(p, N * 3 * C);
-    m->dfch = slot(p, N * 4 * C);
-    m->dfch_gelu = slot(p, N * 4 * C);
+    for (int r = 0; r < n_rep; r++) lay_out_replica(m, m->rep ? &m->rep[r] : NULL, r, p, rB, T);
 }
 
 lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
@@ -354,19 +378,30 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     if (T > m->cfg.block_size)
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, m->cfg.block_size);
     free_plan(m);
+    int n_rep = m->be->replicas ? m->be->replicas(B) : 1;
+    if (n_rep < 1) n_rep = 1;
+    int rB = (B + n_rep - 1) / n_rep;
+    n_rep = (B + rB - 1) / rB; /* no empty replica */
     planner p = {0};
-    lay_out(m, &p, B, T); /* sizing pass */
-    m->la = calloc((size_t)m->cfg.n_layer, sizeof *m->la);
-    m->act_block = m->be->alloc(p.used);
-    if (!m->la || !m->act_block) {
+    lay_out(m, &p, B, T, n_rep, rB); /* sizing pass */
+    m->rep = calloc((size_t)n_rep, sizeof *m->rep);
+    int ok = m->rep != NULL;
+    for (int r = 0; ok && r < n_rep; r++) {
+        m->rep[r].la = calloc((size_t)m->cfg.n_layer, sizeof(layer_acts));
+        ok = m->rep[r].la != NULL;
+    }
+    m->n_rep = n_rep;
+    m->act_block = ok ? m->be->alloc(p.used) : NULL;
+    if (!m->act_block) {
         size_t need = p.used;
         free_plan(m);
         return lf_fail(LF_ERR_NOMEM, "out of memory allocating %.1f MB of activations for batch %d x %d", need / 1e6, B, T);
     }
     planner q = {.base = m->act_block, .used = 0};
-    lay_out(m, &q, B, T);
+    lay_out(m, &q, B, T, n_rep, rB);
     m->plan_B = B;
     m->plan_T = T;
+    m->rep_B = rB;
     m->act_bytes = q.used;
     if (bytes) *bytes = q.used;
     return LF_OK;
@@ -375,29 +410,104 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
 /* ---------------------------------------------------------------- forward / backward */
 
 #define PW(m, idx) ((idx) >= 0 ? (m)->params + (m)->table[idx].offset : NULL)
-#define GW(m, idx) ((idx) >= 0 ? (m)->grads + (m)->table[idx].offset : NULL)
 
 enum { SITE_ATT = 0, SITE_ATT_RESID = 1, SITE_MLP_RESID = 2, SITE_EMB = 7 };
 
-static lf_dropout drop_at(const lf_model *m, int layer, int site) {
+/* Dropout of one site for a replica; `row_elems` is the tensor's elements per
+ * batch row, so the replica's slice draws the unsplit batch's masks. */
+static lf_dropout drop_at(const lf_model *m, const replica *rp, int layer, int site, uint64_t row_elems) {
     lf_dropout d = {0};
     if (!m->opts.train || m->cfg.dropout <= 0.0f) return d;
     d.p = m->cfg.dropout;
     d.seed = m->opts.seed;
     d.key = lf_rng_mix(m->opts.key, (uint64_t)layer * 8u + (uint64_t)site);
+    d.offset = (uint64_t)rp->b0 * row_elems;
     return d;
+}
+
+static void forward_replica(lf_model *m, replica *rp, int T, int with_targets) {
+    const lf_backend_ops *be = m->be;
+    const lf_gpt2_config *c = &m->cfg;
+    int B = rp->B, C = c->n_embd, NH = c->n_head, L = c->n_layer, V = c->vocab_size, Vp = vp_of(c);
+    int N = B * T;
+    uint64_t rowC = (uint64_t)T * C, rowAtt = (uint64_t)NH * T * T;
+    be->encoder_forward(rp->encoded, rp->inputs, PW(m, m->wte), PW(m, m->wpe), B, T, C);
+    lf_dropout de = drop_at(m, rp, L, SITE_EMB, rowC);
+    if (de.p > 0) be->dropout_forward(rp->encoded, rp->encoded, (size_t)N * C, de);
+
+    const float *residual = rp->encoded;
+    for (int l = 0; l < L; l++) {
+        layer_acts *a = &rp->la[l];
+        const int *ix = m->lp[l];
+        be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
+        be->matmul_forward(a->qkv, a->ln1, PW(m, ix[P_ATTN_W]), PW(m, ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
+        be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, drop_at(m, rp, l, SITE_ATT, rowAtt));
+        be->matmul_forward(a->attproj, a->atty, PW(m, ix[P_APROJ_W]), PW(m, ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
+        lf_dropout d1 = drop_at(m, rp, l, SITE_ATT_RESID, rowC);
+        if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
+        be->residual_forward(a->res2, residual, a->attproj, (size_t)N * C);
+        be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
+        be->matmul_forward(a->fch, a->ln2, PW(m, ix[P_FC_W]), PW(m, ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
+        be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        be->matmul_forward(a->fcproj, a->fch_gelu, PW(m, ix[P_MPROJ_W]), PW(m, ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
+        lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
+        if (d2.p > 0) be->dropout_forward(a->fcproj, a->fcproj, (size_t)N * C, d2);
+        be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
+        residual = a->res3;
+    }
+    be->layernorm_forward(rp->lnf, rp->lnf_mean, rp->lnf_rstd, residual, PW(m, m->lnf_w), PW(m, m->lnf_b), N, C);
+    be->matmul_forward(rp->logits, rp->lnf, PW(m, m->wte), NULL, N, C, Vp, LF_W_OUT_IN);
+
+    rp->loss_sum = 0;
+    rp->n_valid = 0;
+    if (with_targets) {
+        int grad = m->opts.dloss > 0.0f;
+        be->crossentropy_forward_backward(rp->losses, grad ? rp->logits : NULL, rp->logits, rp->targets, N, V, Vp,
+                                          m->opts.dloss);
+        /* host read of losses: the CPU backend's memory is host memory; other
+         * backends copy N floats back here */
+        double sum = 0;
+        long cnt = 0;
+        for (int i = 0; i < N; i++) {
+            if (rp->targets[i] >= 0) {
+                sum += rp->losses[i];
+                cnt++;
+            }
+        }
+        rp->loss_sum = sum;
+        rp->n_valid = cnt;
+    }
+}
+
+static void forward_task(void *arg, int r) {
+    lf_model *m = arg;
+    forward_replica(m, &m->rep[r], m->cur_T, m->cur_with_targets);
+}
+
+static void backward_replica(lf_model *m, replica *rp, int T);
+static void backward_task(void *arg, int r) {
+    lf_model *m = arg;
+    backward_replica(m, &m->rep[r], m->cur_T);
+}
+
+/* One replica runs in the caller with multi-threaded ops; several run
+ * concurrently through the backend, each with single-threaded ops. */
+static void run_all(lf_model *m, int n_rep, void (*task)(void *, int)) {
+    if (n_rep == 1 || !m->be->run_replicas) {
+        for (int r = 0; r < n_rep; r++) task(m, r);
+    } else {
+        m->be->run_replicas(n_rep, task, m);
+    }
 }
 
 lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                            const lf_forward_opts *opts, double *loss_sum, long *n_valid) {
-    const lf_backend_ops *be = m->be;
     const lf_gpt2_config *c = &m->cfg;
-    if (!m->act_block || B > m->plan_B || T > m->plan_T || (size_t)B * T > (size_t)m->plan_B * m->plan_T) {
+    if (!m->act_block || B > m->plan_B || T > m->plan_T) {
         lf_status st = lf_model_plan(m, B > m->plan_B ? B : m->plan_B, T > m->plan_T ? T : m->plan_T, NULL);
         if (st != LF_OK) return st;
     }
-    int C = c->n_embd, NH = c->n_head, L = c->n_layer, V = c->vocab_size, Vp = vp_of(c);
-    int N = B * T;
+    int V = c->vocab_size, N = B * T;
     for (int i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V) {
             snprintf(m->errmsg, sizeof m->errmsg, "input token %d at position %d is outside the vocabulary [0, %d)",
@@ -417,56 +527,94 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
     memcpy(m->inputs, inputs, sizeof(int32_t) * (size_t)N);
     if (targets) memcpy(m->targets, targets, sizeof(int32_t) * (size_t)N);
 
-    be->encoder_forward(m->encoded, inputs, PW(m, m->wte), PW(m, m->wpe), B, T, C);
-    lf_dropout de = drop_at(m, L, SITE_EMB);
-    if (de.p > 0) be->dropout_forward(m->encoded, m->encoded, (size_t)N * C, de);
-
-    const float *residual = m->encoded;
-    for (int l = 0; l < L; l++) {
-        layer_acts *a = &m->la[l];
-        const int *ix = m->lp[l];
-        be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
-        be->matmul_forward(a->qkv, a->ln1, PW(m, ix[P_ATTN_W]), PW(m, ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
-        be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, drop_at(m, l, SITE_ATT));
-        be->matmul_forward(a->attproj, a->atty, PW(m, ix[P_APROJ_W]), PW(m, ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
-        lf_dropout d1 = drop_at(m, l, SITE_ATT_RESID);
-        if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
-        be->residual_forward(a->res2, residual, a->attproj, (size_t)N * C);
-        be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
-        be->matmul_forward(a->fch, a->ln2, PW(m, ix[P_FC_W]), PW(m, ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
-        be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-        be->matmul_forward(a->fcproj, a->fch_gelu, PW(m, ix[P_MPROJ_W]), PW(m, ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
-        lf_dropout d2 = drop_at(m, l, SITE_MLP_RESID);
-        if (d2.p > 0) be->dropout_forward(m->la[l].fcproj, a->fcproj, (size_t)N * C, d2);
-        be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
-        residual = a->res3;
+    /* split the rows over the replicas (fewer when B is small) */
+    int rB = m->rep_B, n_rep = (B + rB - 1) / rB;
+    size_t Vp = (size_t)vp_of(c);
+    for (int r = 0; r < n_rep; r++) {
+        replica *rp = &m->rep[r];
+        rp->b0 = r * rB;
+        rp->B = B - rp->b0 < rB ? B - rp->b0 : rB;
+        size_t row = (size_t)rp->b0 * T;
+        rp->logits = m->logits + row * Vp;
+        rp->losses = m->losses + row;
+        rp->inputs = m->inputs + row;
+        rp->targets = m->targets + row;
     }
-    be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, residual, PW(m, m->lnf_w), PW(m, m->lnf_b), N, C);
-    be->matmul_forward(m->logits, m->lnf, PW(m, m->wte), NULL, N, C, Vp, LF_W_OUT_IN);
-
-    m->have_dlogits = 0;
-    if (targets) {
-        int grad = m->opts.dloss > 0.0f;
-        be->crossentropy_forward_backward(m->losses, grad ? m->logits : NULL, m->logits, targets, N, V, Vp,
-                                          m->opts.dloss);
-        m->have_dlogits = grad;
-        double sum = 0;
-        long cnt = 0;
-        /* host read of losses: the CPU backend's memory is host memory; other
-         * backends copy N floats back here */
-        for (int i = 0; i < N; i++) {
-            if (targets[i] >= 0) {
-                sum += m->losses[i];
-                cnt++;
-            }
-        }
-        if (loss_sum) *loss_sum = sum;
-        if (n_valid) *n_valid = cnt;
-    } else {
-        if (loss_sum) *loss_sum = 0;
-        if (n_valid) *n_valid = 0;
+    m->cur_rep = n_rep;
+    m->cur_with_targets = targets != NULL;
+    run_all(m, n_rep, forward_task);
+    double sum = 0;
+    long cnt = 0;
+    for (int r = 0; r < n_rep; r++) { /* fixed order: deterministic */
+        sum += m->rep[r].loss_sum;
+        cnt += m->rep[r].n_valid;
     }
+    m->have_dlogits = targets && m->opts.dloss > 0.0f;
+    if (loss_sum) *loss_sum = sum;
+    if (n_valid) *n_valid = cnt;
     return LF_OK;
+}
+
+#define GR(m, g, idx) ((idx) >= 0 ? (g) + (m)->table[idx].offset : NULL)
+
+static void backward_replica(lf_model *m, replica *rp, int T) {
+    const lf_backend_ops *be = m->be;
+    const lf_gpt2_config *c = &m->cfg;
+    int B = rp->B, C = c->n_embd, NH = c->n_head, L = c->n_layer, Vp = vp_of(c);
+    int N = B * T;
+    size_t NC = (size_t)N * C;
+    uint64_t rowC = (uint64_t)T * C, rowAtt = (uint64_t)NH * T * T;
+    float *g = rp->grads;
+    if (g != m->grads) be->zero(g, m->num_params);
+
+    be->zero(rp->dresidual, NC);
+    /* lm_head (tied to wte) and ln_f */
+    be->matmul_backward(rp->dln, GR(m, g, m->wte), NULL, rp->logits, rp->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
+    const float *last = L > 0 ? rp->la[L - 1].res3 : rp->encoded;
+    be->layernorm_backward(rp->dresidual, GR(m, g, m->lnf_w), GR(m, g, m->lnf_b), rp->dln, last, PW(m, m->lnf_w),
+                           rp->lnf_mean, rp->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        layer_acts *a = &rp->la[l];
+        const int *ix = m->lp[l];
+        const float *residual = l == 0 ? rp->encoded : rp->la[l - 1].res3;
+        /* dresidual = d(res3); res3 = res2 + dropout(fcproj) */
+        lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
+        const float *dbr = rp->dresidual;
+        if (d2.p > 0) {
+            be->dropout_backward(rp->dbranch, rp->dresidual, NC, d2);
+            dbr = rp->dbranch;
+        }
+        be->matmul_backward(rp->dfch_gelu, GR(m, g, ix[P_MPROJ_W]), GR(m, g, ix[P_MPROJ_B]), dbr, a->fch_gelu,
+                            PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
+        be->gelu_backward(rp->dfch, a->fch, rp->dfch_gelu, NC * 4);
+        be->matmul_backward(rp->dln, GR(m, g, ix[P_FC_W]), GR(m, g, ix[P_FC_B]), rp->dfch, a->ln2, PW(m, ix[P_FC_W]),
+                            N, C, 4 * C, LF_W_IN_OUT);
+        be->layernorm_backward(rp->dresidual, GR(m, g, ix[P_LN2_W]), GR(m, g, ix[P_LN2_B]), rp->dln, a->res2,
+                               PW(m, ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
+        /* dresidual = d(res2); res2 = residual + dropout(attproj) */
+        lf_dropout d1 = drop_at(m, rp, l, SITE_ATT_RESID, rowC);
+        dbr = rp->dresidual;
+        if (d1.p > 0) {
+            be->dropout_backward(rp->dbranch, rp->dresidual, NC, d1);
+            dbr = rp->dbranch;
+        }
+        be->matmul_backward(rp->datty, GR(m, g, ix[P_APROJ_W]), GR(m, g, ix[P_APROJ_B]), dbr, a->atty,
+                            PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
+        be->attention_backward(rp->dqkv, rp->att_scratch, rp->datty, a->qkv, a->att, B, T, C, NH,
+                               drop_at(m, rp, l, SITE_ATT, rowAtt));
+        be->matmul_backward(rp->dln, GR(m, g, ix[P_ATTN_W]), GR(m, g, ix[P_ATTN_B]), rp->dqkv, a->ln1,
+                            PW(m, ix[P_ATTN_W]), N, C, 3 * C, LF_W_IN_OUT);
+        be->layernorm_backward(rp->dresidual, GR(m, g, ix[P_LN1_W]), GR(m, g, ix[P_LN1_B]), rp->dln, residual,
+                               PW(m, ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
+        /* dresidual = d(residual), the block input */
+    }
+    lf_dropout de = drop_at(m, rp, L, SITE_EMB, rowC);
+    const float *denc = rp->dresidual;
+    if (de.p > 0) {
+        be->dropout_backward(rp->dbranch, rp->dresidual, NC, de);
+        denc = rp->dbranch;
+    }
+    be->encoder_backward(GR(m, g, m->wte), GR(m, g, m->wpe), denc, rp->inputs, B, T, C);
 }
 
 lf_status lf_model_backward(lf_model *m) {
@@ -474,60 +622,10 @@ lf_status lf_model_backward(lf_model *m) {
         snprintf(m->errmsg, sizeof m->errmsg, "backward without a training forward (forward needs targets and dloss > 0)");
         return lf_fail(LF_ERR_INVALID_ARG, "%s", m->errmsg);
     }
-    const lf_backend_ops *be = m->be;
-    const lf_gpt2_config *c = &m->cfg;
-    int B = m->cur_B, T = m->cur_T, C = c->n_embd, NH = c->n_head, L = c->n_layer, Vp = vp_of(c);
-    int N = B * T;
-    size_t NC = (size_t)N * C;
-
-    be->zero(m->dresidual, NC);
-    /* lm_head (tied to wte) and ln_f */
-    be->matmul_backward(m->dln, GW(m, m->wte), NULL, m->logits, m->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
-    const float *last = L > 0 ? m->la[L - 1].res3 : m->encoded;
-    be->layernorm_backward(m->dresidual, GW(m, m->lnf_w), GW(m, m->lnf_b), m->dln, last, PW(m, m->lnf_w),
-                           m->lnf_mean, m->lnf_rstd, N, C);
-    for (int l = L - 1; l >= 0; l--) {
-        layer_acts *a = &m->la[l];
-        const int *ix = m->lp[l];
-        const float *residual = l == 0 ? m->encoded : m->la[l - 1].res3;
-        /* dresidual = d(res3); res3 = res2 + dropout(fcproj) */
-        lf_dropout d2 = drop_at(m, l, SITE_MLP_RESID);
-        const float *dbr = m->dresidual;
-        if (d2.p > 0) {
-            be->dropout_backward(m->dbranch, m->dresidual, NC, d2);
-            dbr = m->dbranch;
-        }
-        be->matmul_backward(m->dfch_gelu, GW(m, ix[P_MPROJ_W]), GW(m, ix[P_MPROJ_B]), dbr, a->fch_gelu,
-                            PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
-        be->gelu_backward(m->dfch, a->fch, m->dfch_gelu, NC * 4);
-        be->matmul_backward(m->dln, GW(m, ix[P_FC_W]), GW(m, ix[P_FC_B]), m->dfch, a->ln2, PW(m, ix[P_FC_W]), N, C,
-                            4 * C, LF_W_IN_OUT);
-        be->layernorm_backward(m->dresidual, GW(m, ix[P_LN2_W]), GW(m, ix[P_LN2_B]), m->dln, a->res2,
-                               PW(m, ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
-        /* dresidual = d(res2); res2 = residual + dropout(attproj) */
-        lf_dropout d1 = drop_at(m, l, SITE_ATT_RESID);
-        dbr = m->dresidual;
-        if (d1.p > 0) {
-            be->dropout_backward(m->dbranch, m->dresidual, NC, d1);
-            dbr = m->dbranch;
-        }
-        be->matmul_backward(m->datty, GW(m, ix[P_APROJ_W]), GW(m, ix[P_APROJ_B]), dbr, a->atty,
-                            PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
-        be->attention_backward(m->dqkv, m->att_scratch, m->datty, a->qkv, a->att, B, T, C, NH,
-                               drop_at(m, l, SITE_ATT));
-        be->matmul_backward(m->dln, GW(m, ix[P_ATTN_W]), GW(m, ix[P_ATTN_B]), m->dqkv, a->ln1, PW(m, ix[P_ATTN_W]),
-                            N, C, 3 * C, LF_W_IN_OUT);
-        be->layernorm_backward(m->dresidual, GW(m, ix[P_LN1_W]), GW(m, ix[P_LN1_B]), m->dln, residual,
-                               PW(m, ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
-        /* dresidual = d(residual), the block input */
-    }
-    lf_dropout de = drop_at(m, L, SITE_EMB);
-    const float *denc = m->dresidual;
-    if (de.p > 0) {
-        be->dropout_backward(m->dbranch, m->dresidual, NC, de);
-        denc = m->dbranch;
-    }
-    be->encoder_backward(GW(m, m->wte), GW(m, m->wpe), denc, m->inputs, B, T, C);
+    int n_rep = m->cur_rep;
+    run_all(m, n_rep, backward_task);
+    /* fixed order: replica 1, 2, ... added into replica 0's (the model's) */
+    for (int r = 1; r < n_rep; r++) m->be->add_inplace(m->grads, m->rep[r].grads, m->num_params);
     m->have_dlogits = 0;
     return LF_OK;
 }

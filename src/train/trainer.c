@@ -43,6 +43,8 @@ struct lf_trainer {
     long step;                 /* optimizer steps completed */
     double best_val;
     double last_val, last_train_eval;
+    long last_eval_step;       /* step of last_val */
+    char best_ckpt[64];        /* step directory holding the best val loss so far ("" = none) */
     FILE *log;
     char ckpt_root[LF_PATH_MAX + 8];
     char errmsg[1024];
@@ -119,6 +121,7 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddBoolToObject(mo, "bias", t->mcfg.bias != 0);
     cJSON_AddNumberToObject(mo, "dropout", t->mcfg.dropout);
     cJSON_AddStringToObject(o, "tokenizer", lf_dataset_tokenizer_spec(t->ds));
+    if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
     cJSON_AddItemToObject(o, "config", cfg);
     *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -137,9 +140,13 @@ static lf_status save_checkpoint(lf_trainer *t) {
     char *state = NULL;
     lf_status st = state_to_json(t, &state);
     if (st != LF_OK) return st;
+    /* this checkpoint becomes the best when the evaluation of this very step
+     * is the best so far; rotation never removes the best */
+    if (t->last_eval_step == t->step && isfinite(t->last_val) && t->last_val <= t->best_val)
+        snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
     char *saved = NULL;
     st = lf_checkpoint_save(t->ckpt_root, t->step, &tt, t->host_params, t->host_m, t->host_v, state,
-                            t->cfg.keep_last, NULL, &saved);
+                            t->cfg.keep_last, t->best_ckpt[0] ? t->best_ckpt : NULL, &saved);
     free(state);
     if (st != LF_OK) return st;
     char line[LF_PATH_MAX + 128];
@@ -178,6 +185,9 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     t->step = (long)step->valuedouble;
     cJSON *best = cJSON_GetObjectItemCaseSensitive(o, "best_val_loss");
     t->best_val = cJSON_IsNumber(best) ? best->valuedouble : INFINITY;
+    cJSON *bc = cJSON_GetObjectItemCaseSensitive(o, "best_checkpoint");
+    if (cJSON_IsString(bc) && strlen(bc->valuestring) < sizeof t->best_ckpt)
+        snprintf(t->best_ckpt, sizeof t->best_ckpt, "%s", bc->valuestring);
     cJSON_Delete(o);
     t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
     t->be->to_device(t->m, t->host_m, n * sizeof(float));
@@ -227,8 +237,21 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
                                 T, t->cfg.dataset, nval, T + 2));
 
     st = lf_mkdirs(t->cfg.out_dir);
-    if (st != LF_OK) return tfail(t, lf_fail(st, "out_dir '%s' is not usable: %s", t->cfg.out_dir, lf_last_error()));
+    if (st != LF_OK) {
+        lf_error_prefix("out_dir '%s' is not usable", t->cfg.out_dir);
+        return tfail(t, st);
+    }
     snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/ckpt", t->cfg.out_dir);
+    if (!t->opts.resume) {
+        /* a fresh run must not mix its checkpoints with an earlier run's */
+        char *old = NULL;
+        if (lf_checkpoint_resolve(t->ckpt_root, &old) == LF_OK) {
+            st = lf_fail(LF_ERR_CONFIG, "out_dir '%s' already holds a run (checkpoint '%s'); continue it with --resume, "
+                         "or choose another out_dir", t->cfg.out_dir, old);
+            lf_free(old);
+            return tfail(t, st);
+        }
+    }
     st = write_resolved_config(t);
     if (st != LF_OK) return tfail(t, st);
 
@@ -327,6 +350,7 @@ static lf_status run_eval(lf_trainer *t) {
     }
     t->last_val = vl;
     t->last_train_eval = tl;
+    t->last_eval_step = t->step;
     char line[256];
     if (isfinite(vl))
         snprintf(line, sizeof line, "{\"type\":\"eval\",\"step\":%ld,\"train_loss\":%.9g,\"val_loss\":%.9g}", t->step, tl, vl);

@@ -179,7 +179,7 @@ static void test_matmul_forward(void **state) {
 }
 
 static void attention_forward_case(int b_, int t_, int c_, int nh, float p) {
-    lf_dropout drop = {p, 99, 5};
+    lf_dropout drop = {p, 99, 5, 0};
     ten qkv = ten_rand((size_t)b_ * t_ * 3 * c_, 1.5f, 10);
     ten out = ten_new((size_t)b_ * t_ * c_), att = ten_rand((size_t)b_ * nh * t_ * t_, 1, 11);
     ops()->attention_forward(out.f, att.f, qkv.f, b_, t_, c_, nh, drop);
@@ -218,7 +218,7 @@ static void test_gelu_residual_forward(void **state) {
 static void test_dropout_forward_mask(void **state) {
     (void)state;
     const size_t n = 100003;
-    lf_dropout drop = {0.3f, 7, 11};
+    lf_dropout drop = {0.3f, 7, 11, 0};
     ten x = ten_rand(n, 1, 14), out = ten_new(n);
     const float scale = 1.0f / (1.0f - drop.p);
     ops()->dropout_forward(out.f, x.f, n, drop);
@@ -233,12 +233,12 @@ static void test_dropout_forward_mask(void **state) {
     float *y = floats_copy(x.f, n);
     ops()->dropout_forward(y, y, n, drop);
     assert_memory_equal(y, out.f, n * sizeof(float));
-    lf_dropout off = {0.0f, 7, 11};
+    lf_dropout off = {0.0f, 7, 11, 0};
     ops()->dropout_forward(out.f, x.f, n, off);
     assert_memory_equal(out.f, x.f, n * sizeof(float));
     /* backward: dinp = mask * dout / (1-p) (overwritten); p = 0.5 makes the scaling exact,
      * so the check is bit-exact whatever the compiler contracts into FMAs */
-    lf_dropout half = {0.5f, 7, 11};
+    lf_dropout half = {0.5f, 7, 11, 0};
     float *dinp = floats_copy(x.f, n);
     ops()->dropout_backward(dinp, y, n, half);
     for (size_t i = 0; i < n; i++) {
@@ -247,7 +247,7 @@ static void test_dropout_forward_mask(void **state) {
     }
     free(dinp);
     /* a different key gives a different mask */
-    lf_dropout other = {0.3f, 7, 12};
+    lf_dropout other = {0.3f, 7, 12, 0};
     ops()->dropout_forward(y, x.f, n, other);
     ops()->dropout_forward(out.f, x.f, n, drop);
     assert_true(memcmp(y, out.f, n * sizeof(float)) != 0);
@@ -386,7 +386,7 @@ static void test_backward_accumulates(void **state) {
     float *att = calloc((size_t)B * NH * T * T, sizeof(float)), *out = calloc((size_t)N * C, sizeof(float));
     float *mean = calloc(N, sizeof(float)), *rstd = calloc(N, sizeof(float));
     const size_t nc = (size_t)N * C;
-    lf_dropout drop = {0.2f, 3, 4};
+    lf_dropout drop = {0.2f, 3, 4, 0};
 
 #define TWICE(what, buf1, buf2, n, call_with) \
     do {                                      \
@@ -462,7 +462,7 @@ static void test_thread_count_determinism(void **state) {
         float *dw = calloc((size_t)oc * c_, sizeof(float));
         ops()->matmul_backward(NULL, dw, res[r][5], d.f, x.f, x.f, n_, c_, oc, LF_W_IN_OUT);
         free(dw);
-        lf_dropout drop = {0.1f, 1, 2};
+        lf_dropout drop = {0.1f, 1, 2, 0};
         ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, drop);
         ops()->attention_backward(res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, drop);
         ss[r] = ops()->sum_squares(big.f, big.n);

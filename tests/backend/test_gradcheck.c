@@ -192,7 +192,7 @@ static double att_loss(void *p) {
 }
 
 static void attention_case(int B, int T, int C, int NH, float p, size_t samples) {
-    lf_dropout drop = {p, 1234, 77};
+    lf_dropout drop = {p, 1234, 77, 0};
     ten qkv = ten_rand((size_t)B * T * 3 * C, 1, 30), R = ten_rand((size_t)B * T * C, 1, 31);
     ten out = ten_new((size_t)B * T * C), att = ten_new((size_t)B * NH * T * T);
     ten scratch = ten_new(att.n);
@@ -253,7 +253,7 @@ static void test_gelu_backward(void **state) {
     ten x = ten_rand(n, 2, 40), R = ten_rand(n, 1, 41), out = ten_new(n), dx = ten_rand(n, 1, 42);
     float *dx0 = floats_copy(dx.f, n);
     ops()->gelu_backward(dx.f, x.f, R.f, n);
-    ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 0, {0, 0, 0}};
+    ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 0, {0, 0, 0, 0}};
     ref_fd_grad(dx.d, x.d, n, ew_loss, &ctx);
     GRAD_CHECK("gelu dinp", dx.f, NULL, dx.d, n); /* overwritten */
     free(dx0);
@@ -267,7 +267,7 @@ static void test_residual_backward(void **state) {
     ten da = ten_rand(n, 1, 46), db = ten_rand(n, 1, 47);
     float *da0 = floats_copy(da.f, n), *db0 = floats_copy(db.f, n);
     ops()->residual_backward(da.f, db.f, R.f, n);
-    ew_ctx ctx = {a.d, b.d, out.d, R.d, n, 1, {0, 0, 0}};
+    ew_ctx ctx = {a.d, b.d, out.d, R.d, n, 1, {0, 0, 0, 0}};
     ref_fd_grad(da.d, a.d, n, ew_loss, &ctx);
     ref_fd_grad(db.d, b.d, n, ew_loss, &ctx);
     GRAD_CHECK("residual da", da.f, da0, da.d, n);
@@ -281,7 +281,7 @@ static void test_dropout_backward(void **state) {
     const size_t n = 301; /* the parallel path: test_cpu_ops.c checks it bit-exactly */
     const float ps[] = {0.0f, 0.3f};
     for (int k = 0; k < 2; k++) {
-        lf_dropout drop = {ps[k], 42, 9};
+        lf_dropout drop = {ps[k], 42, 9, 0};
         ten x = ten_rand(n, 1, 48), R = ten_rand(n, 1, 49), out = ten_new(n), dx = ten_rand(n, 1, 50);
         float *dx0 = floats_copy(dx.f, n);
         ops()->dropout_backward(dx.f, R.f, n, drop);

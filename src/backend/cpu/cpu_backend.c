@@ -40,12 +40,37 @@ static void cpu_scale(float *x, size_t n, float s) {
 }
 
 void lf_backend_cpu_set_threads(int n) {
-    if (n <= 0) n = omp_get_num_procs();
+    if (n <= 0) return; /* keep OpenMP's default: OMP_NUM_THREADS, else every core */
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
 }
 
 int lf_backend_cpu_threads(void) { return omp_get_max_threads(); }
+
+/* One model replica per thread, each running the ops single-threaded inside
+ * the model's parallel region: on small and medium shapes this beats
+ * splitting every op across threads (no fork/join per op, no BLAS thread
+ * sync, each core keeps its own rows in cache). Never more replicas than rows. */
+static int cpu_replicas(int B) {
+    int n = omp_get_max_threads();
+    return n < B ? n : B;
+}
+
+/* The replicas' threads set their own thread count to 1, so every op and
+ * OpenBLAS call made inside runs single-threaded even where nested
+ * parallelism is enabled (OMP_NESTED / OMP_MAX_ACTIVE_LEVELS). */
+static void cpu_run_replicas(int n, void (*fn)(void *arg, int i), void *arg) {
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+    for (int i = 0; i < n; i++) {
+        omp_set_num_threads(1);
+        fn(arg, i);
+    }
+}
+
+static void cpu_add_inplace(float *restrict y, const float *restrict x, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
 
 static const lf_backend_ops cpu_ops = {
     .name = "cpu",
@@ -72,6 +97,9 @@ static const lf_backend_ops cpu_ops = {
     .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,
     .adamw_update = lf__cpu_adamw_update,
     .sum_squares = lf__cpu_sum_squares,
+    .replicas = cpu_replicas,
+    .run_replicas = cpu_run_replicas,
+    .add_inplace = cpu_add_inplace,
 };
 
 const lf_backend_ops *lf__backend_cpu(void) { return &cpu_ops; }

@@ -65,7 +65,7 @@ static inline float lf__cpu_rng_uniform(uint64_t seed, uint32_t purpose, uint64_
 /* Dropout mask of element i of the tensor keyed by `d` (backend_impl.h):
  * 1 = keep, 0 = drop. */
 static inline int lf__cpu_dropout_keep(lf_dropout d, uint64_t i) {
-    return lf__cpu_rng_uniform(d.seed, LF_RNG_DROPOUT, lf_rng_mix(d.key, i)) >= d.p;
+    return lf__cpu_rng_uniform(d.seed, LF_RNG_DROPOUT, lf_rng_mix(d.key, d.offset + i)) >= d.p;
 }
 
 /* The ops. Argument order, shapes and semantics are exactly those of the
