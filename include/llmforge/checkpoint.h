@@ -23,6 +23,15 @@
 extern "C" {
 #endif
 
+/* A small file saved inside the checkpoint directory (covered by the SHA-256
+ * list like the tensor files): e.g. a Hugging Face config.json, the
+ * tokenizer's vocabulary. name is a plain file name. */
+typedef struct lf_ckpt_file {
+    const char *name;
+    const void *data;
+    size_t len;
+} lf_ckpt_file;
+
 typedef struct lf_ckpt_tensors {
     const lf_param_info *table; /* parameter table (names, shapes, offsets) */
     int count;
@@ -30,11 +39,12 @@ typedef struct lf_ckpt_tensors {
 } lf_ckpt_tensors;
 
 /* Save. params/m/v are host buffers of `total` floats (m, v may be NULL: no
- * optimizer file). state_json: a JSON object text (the trainer's state). On
+ * optimizer file). state_json: a JSON object text (the trainer's state).
+ * extra: n_extra further files written into the directory (may be NULL). On
  * success *saved_dir (may be NULL) receives the final directory path (lf_free). */
 lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_tensors *tt, const float *params,
-                             const float *m, const float *v, const char *state_json, int keep_last,
-                             const char *protect, char **saved_dir);
+                             const float *m, const float *v, const char *state_json, const lf_ckpt_file *extra,
+                             int n_extra, int keep_last, const char *protect, char **saved_dir);
 
 /* Resolve "ckpt_root/latest" (or a step directory given directly) to a
  * directory path (lf_free). LF_ERR_NOT_FOUND when there is none. */

@@ -496,13 +496,19 @@ static void rotate(const char *root, int keep_last, const char *keep_name, const
 }
 
 lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_tensors *tt, const float *params,
-                             const float *m, const float *v, const char *state_json, int keep_last, const char *protect,
-                             char **saved_dir) {
+                             const float *m, const float *v, const char *state_json, const lf_ckpt_file *extra,
+                             int n_extra, int keep_last, const char *protect, char **saved_dir) {
     if (saved_dir) *saved_dir = NULL;
     if (!ckpt_root || !params || !state_json || step < 0)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: missing root, params or state, or negative step");
     if ((m == NULL) != (v == NULL))
         return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: give both optimizer moments or neither");
+    for (int i = 0; i < n_extra; i++) {
+        const char *en = extra[i].name;
+        if (!en || !*en || strchr(en, '/') || en[0] == '.' || strlen(en) > 128 || !strcmp(en, CK_MODEL_FILE) ||
+            !strcmp(en, CK_OPTIM_FILE) || !strcmp(en, CK_STATE_FILE) || (!extra[i].data && extra[i].len))
+            return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: bad extra file name '%s'", en ? en : "(null)");
+    }
 
     lf_status s = LF_OK;
     pindex ix = {0};
@@ -560,6 +566,12 @@ lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_ten
     }
     if ((s = add_file_entry(files, tmp, CK_MODEL_FILE)) != LF_OK) goto done;
     if (m && (s = add_file_entry(files, tmp, CK_OPTIM_FILE)) != LF_OK) goto done;
+    for (int i = 0; i < n_extra; i++) {
+        char epath[CK_PATH_MAX + 160];
+        snprintf(epath, sizeof epath, "%s/%s", tmp, extra[i].name);
+        if ((s = lf_file_write_all(epath, extra[i].data, extra[i].len)) != LF_OK) goto done;
+        if ((s = add_file_entry(files, tmp, extra[i].name)) != LF_OK) goto done;
+    }
     text = cJSON_Print(state);
     if (!text) {
         s = lf_fail(LF_ERR_NOMEM, "checkpoint save: out of memory printing trainer_state.json");

@@ -46,6 +46,12 @@ struct lf_trainer {
     long last_eval_step;       /* step of last_val */
     char best_ckpt[64];        /* step directory holding the best val loss so far ("" = none) */
     FILE *log;
+    /* files every checkpoint carries, so it stands alone: the tokenizer's
+     * vocabulary and a Hugging Face config.json (GPT2LMHeadModel) */
+    lf_ckpt_file extra[2];
+    int n_extra;
+    char *tok_data, *hf_config;
+    char tok_spec[LF_PATH_MAX + 32]; /* the spec as stored in checkpoints */
     char ckpt_root[LF_PATH_MAX + 8];
     char errmsg[1024];
 };
@@ -120,7 +126,7 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddNumberToObject(mo, "padded_vocab_size", t->mcfg.padded_vocab_size);
     cJSON_AddBoolToObject(mo, "bias", t->mcfg.bias != 0);
     cJSON_AddNumberToObject(mo, "dropout", t->mcfg.dropout);
-    cJSON_AddStringToObject(o, "tokenizer", lf_dataset_tokenizer_spec(t->ds));
+    cJSON_AddStringToObject(o, "tokenizer", t->tok_spec);
     if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
     cJSON_AddItemToObject(o, "config", cfg);
     *out = cJSON_PrintUnformatted(o);
@@ -146,7 +152,7 @@ static lf_status save_checkpoint(lf_trainer *t) {
         snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
     char *saved = NULL;
     st = lf_checkpoint_save(t->ckpt_root, t->step, &tt, t->host_params, t->host_m, t->host_v, state,
-                            t->cfg.keep_last, t->best_ckpt[0] ? t->best_ckpt : NULL, &saved);
+                            t->extra, t->n_extra, t->cfg.keep_last, t->best_ckpt[0] ? t->best_ckpt : NULL, &saved);
     free(state);
     if (st != LF_OK) return st;
     char line[LF_PATH_MAX + 128];
@@ -197,6 +203,42 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     snprintf(line, sizeof line, "{\"type\":\"resume\",\"step\":%ld,\"path\":\"%s\"}", t->step, dir);
     log_line(t, line);
     lf_free(dir);
+    return LF_OK;
+}
+
+/* The files each checkpoint carries besides tensors and state. A char
+ * tokenizer's vocab.json is copied (the spec then names it relative to the
+ * checkpoint); other tokenizers keep their spec. config.json is Hugging
+ * Face's GPT2Config for this model (GPT-2 always has biases, so only then). */
+static lf_status make_ckpt_extras(lf_trainer *t) {
+    const char *spec = lf_dataset_tokenizer_spec(t->ds);
+    snprintf(t->tok_spec, sizeof t->tok_spec, "%s", spec);
+    if (strncmp(spec, "char:", 5) == 0) {
+        size_t len = 0;
+        lf_status st = lf_file_read_all(spec + 5, 64u << 20, &t->tok_data, &len);
+        if (st != LF_OK) return st;
+        t->extra[t->n_extra++] = (lf_ckpt_file){"vocab.json", t->tok_data, len};
+        snprintf(t->tok_spec, sizeof t->tok_spec, "char:vocab.json");
+    }
+    if (t->mcfg.bias) {
+        const lf_gpt2_config *c = &t->mcfg;
+        int Vp = c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
+        char buf[1024];
+        int n = snprintf(buf, sizeof buf,
+                         "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                         "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
+                         "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                         "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": %.9g,\n"
+                         "  \"embd_pdrop\": %.9g,\n  \"attn_pdrop\": %.9g,\n  \"layer_norm_epsilon\": 1e-05,\n"
+                         "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+                         "  \"torch_dtype\": \"float32\"\n}\n",
+                         Vp, c->block_size, c->block_size, c->n_embd, c->n_layer, c->n_head, (double)c->dropout,
+                         (double)c->dropout, (double)c->dropout);
+        t->hf_config = lf_alloc((size_t)n + 1);
+        if (!t->hf_config) return LF_ERR_NOMEM;
+        memcpy(t->hf_config, buf, (size_t)n + 1);
+        t->extra[t->n_extra++] = (lf_ckpt_file){"config.json", t->hf_config, (size_t)n};
+    }
     return LF_OK;
 }
 
@@ -258,6 +300,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     t->be = lf_backend_get("cpu");
     st = lf_model_create(&t->model, &t->mcfg, t->be);
     if (st != LF_OK) return tfail(t, st);
+    st = make_ckpt_extras(t);
+    if (st != LF_OK) return tfail(t, st);
     st = lf_model_init_weights(t->model, t->cfg.seed);
     if (st != LF_OK) return tfail(t, st);
     st = lf_model_plan(t->model, B, T, NULL);
@@ -304,6 +348,8 @@ void lf_trainer_free(lf_trainer *t) {
         if (t->m) t->be->free(t->m);
         if (t->v) t->be->free(t->v);
     }
+    lf_free(t->tok_data);
+    lf_free(t->hf_config);
     lf_free(t->host_params);
     lf_free(t->host_m);
     lf_free(t->host_v);

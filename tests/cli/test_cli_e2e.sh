@@ -183,6 +183,16 @@ ok
 s1c=$(sample run 1 2>sample.err) || fail "sample --ckpt on the run dir: $(cat sample.err)"
 [ "$s1" = "$s1c" ] || fail "--ckpt run and --ckpt run/ckpt/latest differ"
 ok
+# a checkpoint stands alone: it carries its vocabulary (and a transformers config.json)
+mv data data.away
+s1d=$(sample run 1 2>sample.err) || fail "sample with the dataset moved away: $(cat sample.err)"
+[ "$s1" = "$s1d" ] || fail "sample changed when the dataset moved away"
+mv data.away data
+ok
+latest_dir="run/ckpt/$(cat run/ckpt/latest)"
+grep -q '"model_type": "gpt2"' "$latest_dir/config.json" || fail "checkpoint has no transformers config.json"
+grep -q '"vocab.json"' "$latest_dir/trainer_state.json" || fail "trainer_state.json does not list vocab.json"
+ok
 
 # ------------------------------------------------------------ resume to 80
 "$LF" train "$CFG" "${ARGS[@]}" --out_dir=run --train_iters=80 --resume >resume.log 2>&1 ||

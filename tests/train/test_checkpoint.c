@@ -137,7 +137,7 @@ static void test_round_trip(void **state) {
 
     char *saved = NULL;
     LF_ASSERT_OK(
-        lf_checkpoint_save(root, 7, &t.tt, p, m, v, "{\"step\": 7, \"tokens\": 123, \"files\": 1}", 3, NULL, &saved));
+        lf_checkpoint_save(root, 7, &t.tt, p, m, v, "{\"step\": 7, \"tokens\": 123, \"files\": 1}", NULL, 0, 3, NULL, &saved));
     char want[1200];
     path2(want, sizeof want, root, "step_00000007");
     assert_string_equal(saved, want);
@@ -210,7 +210,7 @@ static void test_round_trip(void **state) {
     /* save the same step again with new values: replaced, nothing left over */
     for (size_t i = 0; i < n; i++) p[i] += 100.0f;
     lf_free(saved);
-    LF_ASSERT_OK(lf_checkpoint_save(root, 7, &t.tt, p, NULL, NULL, "{\"step\": 7}", 3, NULL, &saved));
+    LF_ASSERT_OK(lf_checkpoint_save(root, 7, &t.tt, p, NULL, NULL, "{\"step\": 7}", NULL, 0, 3, NULL, &saved));
     list_dir(root, buf, sizeof buf);
     assert_string_equal(buf, "latest step_00000007");
     list_dir(saved, buf, sizeof buf);
@@ -222,10 +222,47 @@ static void test_round_trip(void **state) {
     LF_ASSERT_ERR_CONTAINS("optimizer.safetensors");
 
     const char *keep = getenv("LF_CKPT_KEEP");
-    if (keep && *keep) LF_ASSERT_OK(lf_checkpoint_save(keep, 7, &t.tt, p, m, v, "{\"step\": 7}", 3, NULL, NULL));
+    if (keep && *keep) LF_ASSERT_OK(lf_checkpoint_save(keep, 7, &t.tt, p, m, v, "{\"step\": 7}", NULL, 0, 3, NULL, NULL));
 
     lf_free(saved);
     free(p), free(m), free(v), free(p2), free(m2), free(v2);
+}
+
+/* Extra files travel inside the checkpoint, are covered by the SHA-256 list,
+ * and bad names are refused before anything is written. */
+static void test_extra_files(void **state) {
+    (void)state;
+    table t;
+    make_table(&t, NP);
+    size_t n = t.tt.total;
+    float *p = filled(n, 1.0f), *p2 = filled(n, 0.0f);
+    char root[1024], file[1200];
+    path2(root, sizeof root, g_dir, "ckpt");
+    const char vocab[] = "{\"type\":\"char\",\"chars\":[\"a\",\"b\"]}";
+    lf_ckpt_file extra[] = {{"vocab.json", vocab, sizeof vocab - 1}, {"config.json", "{}", 2}};
+    char *dir = NULL;
+    LF_ASSERT_OK(lf_checkpoint_save(root, 3, &t.tt, p, NULL, NULL, "{}", extra, 2, 0, NULL, &dir));
+    path2(file, sizeof file, dir, "vocab.json");
+    char *got;
+    size_t len;
+    LF_ASSERT_OK(lf_file_read_all(file, 0, &got, &len));
+    assert_int_equal(len, sizeof vocab - 1);
+    assert_memory_equal(got, vocab, len);
+    lf_free(got);
+    LF_ASSERT_OK(lf_checkpoint_load(dir, &t.tt, p2, NULL, NULL, NULL));
+    flip_byte(file, 3); /* an extra file is verified like the tensors */
+    assert_int_equal(lf_checkpoint_load(dir, &t.tt, p2, NULL, NULL, NULL), LF_ERR_CHECKSUM);
+    LF_ASSERT_ERR_CONTAINS("vocab.json");
+    static const char *bad[] = {"../x", "model.safetensors", "trainer_state.json", "", ".hidden", "a/b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lf_ckpt_file e = {bad[i], "x", 1};
+        assert_int_equal(lf_checkpoint_save(root, 4, &t.tt, p, NULL, NULL, "{}", &e, 1, 0, NULL, NULL),
+                         LF_ERR_INVALID_ARG);
+    }
+    path2(file, sizeof file, root, "step_00000004");
+    assert_int_equal(access(file, F_OK), -1); /* nothing written */
+    lf_free(dir);
+    free(p), free(p2);
 }
 
 static void test_corruption(void **state) {
@@ -238,7 +275,7 @@ static void test_corruption(void **state) {
     char root[1024], file[1200];
     path2(root, sizeof root, g_dir, "ckpt");
     char *dir = NULL;
-    LF_ASSERT_OK(lf_checkpoint_save(root, 1, &t.tt, p, m, v, "{}", 0, NULL, &dir));
+    LF_ASSERT_OK(lf_checkpoint_save(root, 1, &t.tt, p, m, v, "{}", NULL, 0, 0, NULL, &dir));
 
     /* one flipped byte in the weights: checksum error naming the file, buffers untouched */
     path2(file, sizeof file, dir, "model.safetensors");
@@ -264,7 +301,7 @@ static void test_corruption(void **state) {
 
     /* a broken trainer_state.json */
     free(dir);
-    LF_ASSERT_OK(lf_checkpoint_save(root, 2, &t.tt, p, m, v, "{}", 0, NULL, &dir));
+    LF_ASSERT_OK(lf_checkpoint_save(root, 2, &t.tt, p, m, v, "{}", NULL, 0, 0, NULL, &dir));
     path2(file, sizeof file, dir, "trainer_state.json");
     FILE *f = fopen(file, "wb");
     fputs("{\"files\": ", f);
@@ -282,7 +319,7 @@ static void test_corruption(void **state) {
 
     /* a model without one of the checkpoint's tensors, and one with a wrong shape: named */
     free(dir);
-    LF_ASSERT_OK(lf_checkpoint_save(root, 3, &t.tt, p, m, v, "{}", 0, NULL, &dir));
+    LF_ASSERT_OK(lf_checkpoint_save(root, 3, &t.tt, p, m, v, "{}", NULL, 0, 0, NULL, &dir));
     table small;
     make_table(&small, NP - 1); /* no ln_f.bias */
     float *ps = calloc(small.tt.total, 4);
@@ -297,16 +334,16 @@ static void test_corruption(void **state) {
 
     /* bad arguments */
     assert_int_equal(lf_checkpoint_load(dir, &t.tt, p2, m2, NULL, NULL), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_checkpoint_save(root, 4, &t.tt, p, m, NULL, "{}", 0, NULL, NULL), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_checkpoint_save(root, 4, &t.tt, p, NULL, NULL, "[1]", 0, NULL, NULL), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_checkpoint_save(root, 4, &t.tt, p, m, NULL, "{}", NULL, 0, 0, NULL, NULL), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_checkpoint_save(root, 4, &t.tt, p, NULL, NULL, "[1]", NULL, 0, 0, NULL, NULL), LF_ERR_INVALID_ARG);
     table bad;
     make_table(&bad, NP);
     bad.tt.total -= 1; /* last param overruns the buffer */
-    assert_int_equal(lf_checkpoint_save(root, 4, &bad.tt, p, NULL, NULL, "{}", 0, NULL, NULL), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_checkpoint_save(root, 4, &bad.tt, p, NULL, NULL, "{}", NULL, 0, 0, NULL, NULL), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("ln_f.bias");
     make_table(&bad, NP);
     snprintf(bad.info[2].name, sizeof bad.info[2].name, "wte.weight");
-    assert_int_equal(lf_checkpoint_save(root, 4, &bad.tt, p, NULL, NULL, "{}", 0, NULL, NULL), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_checkpoint_save(root, 4, &bad.tt, p, NULL, NULL, "{}", NULL, 0, 0, NULL, NULL), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("twice");
     path2(file, sizeof file, root, "step_00000004");
     assert_false(exists(file));
@@ -323,7 +360,7 @@ static void test_rotation(void **state) {
     char root[1024], buf[4096], lp[1200], latest[256];
 
     path2(root, sizeof root, g_dir, "a");
-    for (long s = 1; s <= 5; s++) LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", 2, NULL, NULL));
+    for (long s = 1; s <= 5; s++) LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", NULL, 0, 2, NULL, NULL));
     list_dir(root, buf, sizeof buf);
     assert_string_equal(buf, "latest step_00000004 step_00000005");
     path2(lp, sizeof lp, root, "latest");
@@ -333,17 +370,17 @@ static void test_rotation(void **state) {
     /* protect, by name or by path, survives */
     path2(root, sizeof root, g_dir, "b");
     for (long s = 1; s <= 5; s++)
-        LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", 2, "step_00000001", NULL));
+        LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", NULL, 0, 2, "step_00000001", NULL));
     list_dir(root, buf, sizeof buf);
     assert_string_equal(buf, "latest step_00000001 step_00000004 step_00000005");
     char prot[1200];
     path2(prot, sizeof prot, root, "step_00000004/");
-    for (long s = 6; s <= 7; s++) LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", 1, prot, NULL));
+    for (long s = 6; s <= 7; s++) LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", NULL, 0, 1, prot, NULL));
     list_dir(root, buf, sizeof buf);
     assert_string_equal(buf, "latest step_00000004 step_00000007");
 
     /* saving an older step: latest names it, and it survives rotation */
-    LF_ASSERT_OK(lf_checkpoint_save(root, 2, &t.tt, p, NULL, NULL, "{}", 1, NULL, NULL));
+    LF_ASSERT_OK(lf_checkpoint_save(root, 2, &t.tt, p, NULL, NULL, "{}", NULL, 0, 1, NULL, NULL));
     list_dir(root, buf, sizeof buf);
     assert_string_equal(buf, "latest step_00000002 step_00000007");
 
@@ -356,7 +393,7 @@ static void test_rotation(void **state) {
     FILE *f = fopen(junk, "w");
     fputs("mine", f);
     fclose(f);
-    for (long s = 1; s <= 3; s++) LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", 0, NULL, NULL));
+    for (long s = 1; s <= 3; s++) LF_ASSERT_OK(lf_checkpoint_save(root, s, &t.tt, p, NULL, NULL, "{}", NULL, 0, 0, NULL, NULL));
     list_dir(root, buf, sizeof buf);
     assert_string_equal(buf, "latest notes.txt step_00000001 step_00000002 step_00000003");
     free(p);
@@ -529,7 +566,7 @@ static void test_unwritable_root(void **state) {
     fputs("x", f);
     fclose(f);
     path2(root, sizeof root, file, "ckpt");
-    assert_int_equal(lf_checkpoint_save(root, 1, &t.tt, p, NULL, NULL, "{}", 2, NULL, NULL), LF_ERR_IO);
+    assert_int_equal(lf_checkpoint_save(root, 1, &t.tt, p, NULL, NULL, "{}", NULL, 0, 2, NULL, NULL), LF_ERR_IO);
     LF_ASSERT_ERR_CONTAINS(file);
 
     if (geteuid() != 0) { /* root ignores permission bits */
@@ -537,13 +574,13 @@ static void test_unwritable_root(void **state) {
         path2(ro, sizeof ro, g_dir, "ro");
         assert_int_equal(mkdir(ro, 0500), 0);
         path2(root, sizeof root, ro, "ckpt");
-        assert_int_equal(lf_checkpoint_save(root, 1, &t.tt, p, NULL, NULL, "{}", 2, NULL, NULL), LF_ERR_IO);
+        assert_int_equal(lf_checkpoint_save(root, 1, &t.tt, p, NULL, NULL, "{}", NULL, 0, 2, NULL, NULL), LF_ERR_IO);
         LF_ASSERT_ERR_CONTAINS(ro);
         /* an existing root that became read-only */
         path2(root, sizeof root, g_dir, "ckpt_ro");
-        LF_ASSERT_OK(lf_checkpoint_save(root, 1, &t.tt, p, NULL, NULL, "{}", 2, NULL, NULL));
+        LF_ASSERT_OK(lf_checkpoint_save(root, 1, &t.tt, p, NULL, NULL, "{}", NULL, 0, 2, NULL, NULL));
         assert_int_equal(chmod(root, 0500), 0);
-        assert_int_equal(lf_checkpoint_save(root, 2, &t.tt, p, NULL, NULL, "{}", 2, NULL, NULL), LF_ERR_IO);
+        assert_int_equal(lf_checkpoint_save(root, 2, &t.tt, p, NULL, NULL, "{}", NULL, 0, 2, NULL, NULL), LF_ERR_IO);
         chmod(root, 0700);
         char *dir = NULL;
         LF_ASSERT_OK(lf_checkpoint_resolve(root, &dir)); /* the old one is intact */
@@ -557,6 +594,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_extra_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rotation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resolve_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weights_load_hf, setup, teardown),

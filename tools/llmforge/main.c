@@ -328,7 +328,7 @@ static int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "llmforge: sample: checkpoint '%s' does not name its tokenizer\n", dir);
         goto done;
     }
-    st = lf_tokenizer_open(&tok, spec, NULL);
+    st = lf_tokenizer_open(&tok, spec, dir); /* relative to the checkpoint: it carries its vocabulary */
     if (st != LF_OK) { die_status(st, "sample: tokenizer"); goto done; }
     const lf_backend_ops *be = lf_backend_get("cpu");
     st = lf_model_create(&m, &mc, be);
