@@ -21,6 +21,9 @@ from transformers import GPT2LMHeadModel
 
 
 def resolve(path):
+    if os.path.isfile(path):  # a `latest` file
+        with open(path) as f:
+            return os.path.join(os.path.dirname(path), f.read().strip())
     if os.path.isfile(os.path.join(path, "trainer_state.json")):
         return path
     for latest in (os.path.join(path, "latest"), os.path.join(path, "ckpt", "latest")):
@@ -51,6 +54,8 @@ def main():
     ok = ok and torch.equal(model.lm_head.weight, model.transformer.wte.weight)
 
     ids = torch.tensor([[stoi[c] for c in args.prompt]])
+    # transformers' GPT-2 does not crop the context: stay within n_positions
+    args.tokens = min(args.tokens, model.config.n_positions - ids.shape[1])
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=args.tokens, do_sample=False,
                              pad_token_id=0, eos_token_id=None)
