@@ -164,6 +164,52 @@ static lf_status save_checkpoint(lf_trainer *t) {
     return LF_OK;
 }
 
+/* Resuming takes the configuration from the command line (to allow a longer
+ * train_iters, say). Settings that change the trajectory are compared with
+ * the checkpoint's and every difference is logged as a warning. */
+static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg) {
+    char *text = saved_cfg ? cJSON_PrintUnformatted(saved_cfg) : NULL;
+    if (!text) return;
+    lf_train_config old;
+    lf_status st = lf_train_config_parse(&old, text, "checkpoint", 0, NULL);
+    free(text);
+    if (st != LF_OK) {
+        lf_log(LF_LOG_WARN, "resume: cannot read the checkpoint's configuration (%s)", lf_last_error());
+        return;
+    }
+    const lf_train_config *c = &t->cfg;
+    char msg[2048];
+    size_t at = 0;
+#define DRIFT(key, fmt, a, b)                                                                                   \
+    do {                                                                                                        \
+        if ((a) != (b) && at < sizeof msg)                                                                      \
+            at += (size_t)snprintf(msg + at, sizeof msg - at, "%s" key " (checkpoint " fmt ", now " fmt ")",    \
+                                   at ? "; " : "", a, b);                                                       \
+    } while (0)
+    DRIFT("optimizer.params.lr", "%g", (double)old.lr, (double)c->lr);
+    DRIFT("optimizer.params.betas[0]", "%g", (double)old.beta1, (double)c->beta1);
+    DRIFT("optimizer.params.betas[1]", "%g", (double)old.beta2, (double)c->beta2);
+    DRIFT("optimizer.params.eps", "%g", (double)old.eps, (double)c->eps);
+    DRIFT("optimizer.params.weight_decay", "%g", (double)old.weight_decay, (double)c->weight_decay);
+    DRIFT("scheduler.type", "%d", old.sched_type, c->sched_type);
+    DRIFT("scheduler.warmup_iters", "%ld", old.warmup_iters, c->warmup_iters);
+    DRIFT("scheduler.decay_iters", "%ld", old.decay_iters, c->decay_iters);
+    DRIFT("scheduler.min_lr", "%g", (double)old.min_lr, (double)c->min_lr);
+    DRIFT("gradient_clipping", "%g", (double)old.grad_clip, (double)c->grad_clip);
+    DRIFT("train_micro_batch_size_per_gpu", "%d", old.micro_batch, c->micro_batch);
+    DRIFT("gradient_accumulation_steps", "%d", old.grad_accum, c->grad_accum);
+    DRIFT("data.sampling", "%d", old.sampling, c->sampling);
+    DRIFT("model.dropout", "%g", (double)old.model.dropout, (double)c->model.dropout);
+    DRIFT("seed", "%llu", (unsigned long long)old.seed, (unsigned long long)c->seed);
+#undef DRIFT
+    if (strcmp(old.dataset, c->dataset) != 0 && at < sizeof msg)
+        at += (size_t)snprintf(msg + at, sizeof msg - at, "%sdata.dataset (checkpoint '%s', now '%s')", at ? "; " : "",
+                               old.dataset, c->dataset);
+    if (at)
+        lf_log(LF_LOG_WARN, "resuming with settings that differ from the checkpoint's: %s; the run will not match "
+               "an uninterrupted one (resume with out_dir/config.resolved.json to keep them)", msg);
+}
+
 static lf_status resume_from(lf_trainer *t, const char *path) {
     char *dir = NULL;
     lf_status st = lf_checkpoint_resolve(path, &dir);
@@ -191,6 +237,7 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     t->step = (long)step->valuedouble;
     cJSON *best = cJSON_GetObjectItemCaseSensitive(o, "best_val_loss");
     t->best_val = cJSON_IsNumber(best) ? best->valuedouble : INFINITY;
+    warn_config_drift(t, cJSON_GetObjectItemCaseSensitive(o, "config"));
     cJSON *bc = cJSON_GetObjectItemCaseSensitive(o, "best_checkpoint");
     if (cJSON_IsString(bc) && strlen(bc->valuestring) < sizeof t->best_ckpt)
         snprintf(t->best_ckpt, sizeof t->best_ckpt, "%s", bc->valuestring);
