@@ -22,6 +22,7 @@
 #include "llmforge/infer.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
+#include "commands.h"
 
 #define LF_VERSION "0.1.0"
 
@@ -473,6 +474,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "score")) return cmd_score(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
