@@ -18,6 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_memfile(data, size);
     lf_safetensors *st = NULL;
     lf_status s = lf_safetensors_open(&st, path);
+    fuzz_note("lf_safetensors_open", s);
     if (s != LF_OK) {
         FUZZ_CHECK(st == NULL);
         FUZZ_CHECK(lf_last_error()[0] != 0); /* every refusal says why */

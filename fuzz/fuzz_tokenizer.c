@@ -23,7 +23,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char spec[80];
     snprintf(spec, sizeof spec, "char:%s", fuzz_memfile(data, vlen));
     lf_tokenizer *t = NULL;
-    if (lf_tokenizer_open(&t, spec, NULL) != LF_OK) {
+    lf_status ost = lf_tokenizer_open(&t, spec, NULL);
+    fuzz_note("lf_tokenizer_open", ost);
+    if (ost != LF_OK) {
         FUZZ_CHECK(t == NULL);
         FUZZ_CHECK(lf_last_error()[0] != 0);
         return 0;
@@ -34,7 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* encode -> decode */
     uint32_t *ids = NULL;
     size_t n = 0;
-    if (lf_tokenizer_encode(t, text, tlen, &ids, &n) == LF_OK) {
+    lf_status est = lf_tokenizer_encode(t, text, tlen, &ids, &n);
+    fuzz_note("lf_tokenizer_encode", est);
+    if (est == LF_OK) {
         FUZZ_CHECK(ids != NULL && n <= tlen);
         for (size_t i = 0; i < n; i++) FUZZ_CHECK(ids[i] < (uint32_t)V);
         char *back = NULL;
@@ -63,6 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *s = NULL;
         size_t slen = 0;
         lf_status st = lf_tokenizer_decode(t, raw, m, &s, &slen);
+        fuzz_note("lf_tokenizer_decode of the text as ids", st);
         FUZZ_CHECK((st == LF_OK) == !out_of_range);
         if (st == LF_OK) {
             FUZZ_CHECK(s != NULL && s[slen] == 0);

@@ -34,6 +34,7 @@ static void round_trip(const lf_train_config *cfg) {
 static void parse_one(const char *text, int n_ov, const char *const *ov) {
     lf_train_config cfg = lf_train_config_default();
     lf_status st = lf_train_config_parse(&cfg, text, "fuzz", n_ov, ov);
+    fuzz_note(n_ov ? "lf_train_config_parse with overrides" : "lf_train_config_parse", st);
     if (st == LF_OK) {
         round_trip(&cfg);
     } else {

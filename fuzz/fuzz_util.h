@@ -9,6 +9,10 @@
  * /proc/self/fd/N path: nothing touches the disk, nothing is left behind,
  * and parallel fuzzing jobs never share a file.
  *
+ * fuzz_note() prints what a parser said about an input when the environment
+ * variable LF_FUZZ_VERBOSE is set (replay a corpus file with it to see why
+ * the file is accepted or refused); otherwise it costs one cached getenv.
+ *
  * FUZZ_CHECK(cond) is a harness invariant: when it fails the process traps,
  * which libFuzzer reports as a crash and the replay test as a failure.
  * Library code never does this; only the harnesses do.
@@ -29,6 +33,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "llmforge/core.h"
+
 #define FUZZ_CHECK(cond)                                                                      \
     do {                                                                                      \
         if (!(cond)) {                                                                        \
@@ -36,6 +42,12 @@
             __builtin_trap();                                                                 \
         }                                                                                     \
     } while (0)
+
+static inline void fuzz_note(const char *what, lf_status s) {
+    static int verbose = -1;
+    if (verbose < 0) verbose = getenv("LF_FUZZ_VERBOSE") != NULL;
+    if (verbose) fprintf(stderr, "  %s: %s%s%s\n", what, lf_status_str(s), s != LF_OK ? ": " : "", s != LF_OK ? lf_last_error() : "");
+}
 
 /* Write all of buf to fd at offset 0 and cut the file there. 0 on success. */
 static inline int fuzz_rewrite_fd(int fd, const void *buf, size_t len) {
@@ -91,10 +103,7 @@ static inline const char *fuzz_memfile(const uint8_t *data, size_t size) {
 
 /* Read every byte of p[0, n) so an out-of-bounds pointer faults here. */
 static inline void fuzz_touch(const void *p, size_t n) {
-    const volatile unsigned char *b = p;
-    unsigned char acc = 0;
-    for (size_t i = 0; i < n; i++) acc ^= b[i];
-    static volatile unsigned char sink;
-    sink = acc;
+    const volatile unsigned char *b = p; /* volatile reads are never optimised away */
+    for (size_t i = 0; i < n; i++) (void)b[i];
 }
 #endif

@@ -24,6 +24,7 @@
 
 #include "llmforge/core.h"
 #include "llmforge/model.h"
+#include "llmforge/obs.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,7 +62,26 @@ typedef struct lf_train_config {
     long steps_per_print;
     uint64_t seed;
     char out_dir[LF_PATH_MAX];
+    /* monitoring (DeepSpeed's tensorboard and wall_clock_breakdown keys; our monitor section) */
+    int wall_clock_breakdown;       /* emit time/<phase>_ms for every step */
+    int tb_enabled;                 /* tensorboard.enabled */
+    char tb_output_path[LF_PATH_MAX]; /* "" = out_dir/tensorboard */
+    char tb_job_name[128];
+    int prom_port;                  /* monitor.prometheus.port; 0 = off */
+    char prom_host[256];            /* monitor.prometheus.host */
+    int monitor_required;           /* a sink that cannot start stops the run */
+    float peak_gflops;              /* monitor.peak_gflops: MFU reference; 0 = measure */
+    int alert_nan_action;           /* lf_alert_action: STOP or SKIP */
+    int alert_spike_action;         /* OFF, LOG or SKIP */
+    float alert_spike_zscore;
+    int alert_spike_window;
+    float alert_stall_seconds;      /* 0 = off */
+    int alert_stall_action;         /* LOG or EXIT */
 } lf_train_config;
+
+typedef enum lf_alert_action {
+    LF_ALERT_OFF = 0, LF_ALERT_LOG = 1, LF_ALERT_SKIP = 2, LF_ALERT_STOP = 3, LF_ALERT_EXIT = 4
+} lf_alert_action;
 
 /* Defaults for every key (dataset empty). */
 lf_train_config lf_train_config_default(void);
@@ -99,21 +119,22 @@ float lf_lr_at(const lf_train_config *cfg, long it);
 /* ---------------------------------------------------------------- trainer */
 typedef struct lf_trainer lf_trainer;
 
-typedef struct lf_train_event {
-    enum { LF_EV_TRAIN = 0, LF_EV_EVAL = 1, LF_EV_CKPT = 2, LF_EV_INFO = 3 } type;
-    long step;          /* step just finished (1-based count of optimizer steps) */
-    long total;
-    double loss, lr, grad_norm, tokens_per_sec, ms;
-    double train_loss, val_loss;
-    const char *text;   /* checkpoint path / info line */
-} lf_train_event;
-typedef void (*lf_train_event_fn)(const lf_train_event *ev, void *user);
-
 typedef struct lf_trainer_opts {
     int resume;                       /* continue from out_dir/ckpt/latest */
     const char *init_from;            /* safetensors weights to start from, or NULL */
-    lf_train_event_fn on_event;       /* progress sink (console), may be NULL */
+    /* Sinks the caller adds to the trainer's bus besides those the config
+     * asks for (log.jsonl always; TensorBoard, Prometheus when enabled):
+     * e.g. the CLI's console. Ownership passes to the trainer. */
+    lf_obs_sink *sinks[4];
+    int n_sinks;
+    /* Called from the stall watchdog thread when monitor.alerts.stall.action
+     * is "exit": it must end the process (library code never exits). */
+    void (*on_fatal)(const char *msg, void *user);
     void *user;
+    /* Test hooks (0 = off): at that step (1-based) make the gradient NaN,
+     * multiply the observed loss by 100, or sleep inject_stall_seconds. */
+    long inject_nan_step, inject_spike_step, inject_stall_step;
+    double inject_stall_seconds;
 } lf_trainer_opts;
 
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts);
@@ -134,6 +155,11 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_gpt2_config *cfg, char *t
  * decay. Non-finite norm: LF_ERR_NUMERIC, parameters untouched. */
 lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
                         const lf_train_config *cfg, double *norm);
+/* The two halves of lf_adamw_step: the global gradient norm, and the clipped
+ * AdamW update given that norm (LF_ERR_NUMERIC for a non-finite norm). */
+double lf_grad_norm(lf_model *m, const lf_backend_ops *be);
+lf_status lf_adamw_apply(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+                         const lf_train_config *cfg, double norm);
 
 /* ---------------------------------------------------------------- benchmark */
 typedef struct lf_bench_result {

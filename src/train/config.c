@@ -93,6 +93,8 @@ static const char *const arch_choices[] = {"gpt2", NULL};
 static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
 static const char *const sampling_choices[] = {"random", "sequential", NULL}; /* lf_sampling */
+/* alert actions, as lf_alert_action values (index = value) */
+static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", NULL};
 
 static const key_def k_keys[] = {
     {.path = "model.arch", .type = KT_CHOICE, FLD(arch), .def_str = "gpt2", .choices = arch_choices,
@@ -169,10 +171,35 @@ static const key_def k_keys[] = {
     {.path = "fp16.auto_cast", .type = KT_IGNORED},
     {.path = "bf16.enabled", .type = KT_OFF_BOOL, .help = "bf16 mixed precision"},
     {.path = "zero_optimization.stage", .type = KT_OFF_ZERO, .help = "ZeRO sharding"},
-    {.path = "wall_clock_breakdown", .type = KT_OFF_BOOL, .help = "per-phase timing"},
-    {.path = "tensorboard.enabled", .type = KT_OFF_BOOL, .help = "TensorBoard events"},
-    {.path = "tensorboard.output_path", .type = KT_IGNORED},
-    {.path = "tensorboard.job_name", .type = KT_IGNORED},
+    /* monitoring */
+    {.path = "wall_clock_breakdown", .type = KT_BOOL, FLD(wall_clock_breakdown), .def = {0},
+     .help = "time each phase of a step (data, forward, backward, optimizer, checkpoint)"},
+    {.path = "tensorboard.enabled", .type = KT_BOOL, FLD(tb_enabled), .def = {0},
+     .help = "write TensorBoard event files"},
+    {.path = "tensorboard.output_path", .type = KT_STRING, FLD(tb_output_path), .def_str = "",
+     .help = "TensorBoard directory; empty = out_dir/tensorboard"},
+    {.path = "tensorboard.job_name", .type = KT_STRING, FLD(tb_job_name), .def_str = "",
+     .help = "sub-directory of output_path for this run (DeepSpeed's job_name)"},
+    {.path = "monitor.prometheus.port", .type = KT_INT, FLD(prom_port), .lo = 0, .hi = 65535, .def = {0},
+     .help = "serve Prometheus /metrics on this port (0 = off; rank r uses port + local rank)"},
+    {.path = "monitor.prometheus.host", .type = KT_STRING, FLD(prom_host), .def_str = "127.0.0.1",
+     .help = "address /metrics binds to"},
+    {.path = "monitor.required", .type = KT_BOOL, FLD(monitor_required), .def = {1},
+     .help = "stop when a monitoring sink cannot start (false: warn and train on)"},
+    {.path = "monitor.peak_gflops", .type = KT_FLOAT, FLD(peak_gflops), .lo = 0, .hi = INF, .def = {0},
+     .help = "peak FLOP/s (in GFLOP/s) MFU is reported against; 0 = measure the FMA rate at start"},
+    {.path = "monitor.alerts.nan.action", .type = KT_ENUM, FLD(alert_nan_action), .def_str = "stop",
+     .choices = alert_choices, .help = "non-finite loss or gradient: stop (exit non-zero, no checkpoint) or skip_step"},
+    {.path = "monitor.alerts.loss_spike.action", .type = KT_ENUM, FLD(alert_spike_action), .def_str = "log",
+     .choices = alert_choices, .help = "loss z-score above the threshold: off, log or skip_step"},
+    {.path = "monitor.alerts.loss_spike.zscore", .type = KT_FLOAT, FLD(alert_spike_zscore), .lo = 0, .hi = INF,
+     .flags = KF_LO_OPEN, .def = {6}, .help = "z-score of the loss against the window that counts as a spike"},
+    {.path = "monitor.alerts.loss_spike.window", .type = KT_INT, FLD(alert_spike_window), .lo = 2, .hi = 100000,
+     .def = {50}, .help = "previous steps the z-score is computed over"},
+    {.path = "monitor.alerts.stall.seconds", .type = KT_FLOAT, FLD(alert_stall_seconds), .lo = 0, .hi = INF,
+     .def = {0}, .help = "alert when no step finishes for this long (0 = off)"},
+    {.path = "monitor.alerts.stall.action", .type = KT_ENUM, FLD(alert_stall_action), .def_str = "log",
+     .choices = alert_choices, .help = "stall: log (event + metric) or exit (the process ends non-zero)"},
 };
 #define NKEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
 
@@ -791,6 +818,30 @@ static void derive_schedule(parse_ctx *c) {
     if (!c->given[key_index("scheduler.min_lr")]) c->cfg.min_lr = (float)((double)c->cfg.lr / 10.0);
 }
 
+/* Each alert takes only the actions that make sense for it. */
+static lf_status check_alert_actions(parse_ctx *c) {
+    static const struct {
+        const char *key;
+        size_t off;
+        unsigned allowed; /* bit per lf_alert_action */
+        const char *list;
+    } rules[] = {
+        {"monitor.alerts.nan.action", offsetof(lf_train_config, alert_nan_action),
+         1u << LF_ALERT_STOP | 1u << LF_ALERT_SKIP, "stop, skip_step"},
+        {"monitor.alerts.loss_spike.action", offsetof(lf_train_config, alert_spike_action),
+         1u << LF_ALERT_OFF | 1u << LF_ALERT_LOG | 1u << LF_ALERT_SKIP, "off, log, skip_step"},
+        {"monitor.alerts.stall.action", offsetof(lf_train_config, alert_stall_action),
+         1u << LF_ALERT_LOG | 1u << LF_ALERT_EXIT, "log, exit"},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        int v = *(const int *)((const char *)&c->cfg + rules[i].off);
+        if (!(rules[i].allowed & (1u << v)))
+            return lf_fail(LF_ERR_CONFIG, "key '%s' %s: '%s' is not an action of this alert (one of: %s)", rules[i].key,
+                           note_of(c, key_index(rules[i].key)), alert_choices[v], rules[i].list);
+    }
+    return LF_OK;
+}
+
 /* DeepSpeed's batch identity; micro and accumulation are range-checked before. */
 static lf_status derive_batch(parse_ctx *c) {
     static const char *const derived = "(derived from train_batch_size)";
@@ -916,6 +967,7 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
         st = lf_fail(LF_ERR_CONFIG, "key 'model.n_embd' %s: %d is not divisible by model.n_head %d (set %s)",
                      note_of(c, ie), c->cfg.model.n_embd, c->cfg.model.n_head, note_of(c, ih));
     }
+    if (st == LF_OK) st = check_alert_actions(c);
     if (st == LF_OK) *out = c->cfg;
     return st;
 }
@@ -1154,7 +1206,7 @@ size_t lf_train_config_help(char *buf, size_t cap) {
         if (k->type == KT_OFF_BOOL) sb_printf(&b, "  %-31s false only (%s)\n", k->path, k->help);
         if (k->type == KT_OFF_ZERO) sb_printf(&b, "  %-31s 0 only (%s)\n", k->path, k->help);
     }
-    sb_printf(&b, "  Other fp16.* and tensorboard.* keys DeepSpeed defines are accepted and ignored.\n");
+    sb_printf(&b, "  Other fp16.* keys DeepSpeed defines are accepted and ignored.\n");
     if (b.cap && b.len >= b.cap) buf[b.cap - 1] = 0; /* truncated, still terminated */
     return b.len;
 }

@@ -9,12 +9,13 @@
 #include "backend/backend_impl.h"
 #include "llmforge/train.h"
 
-lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
-                        const lf_train_config *cfg, double *norm_out) {
-    size_t n = lf_model_num_params(m);
+double lf_grad_norm(lf_model *m, const lf_backend_ops *be) {
+    return sqrt(be->sum_squares(lf_model_grads(m), lf_model_num_params(m)));
+}
+
+lf_status lf_adamw_apply(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+                         const lf_train_config *cfg, double norm) {
     float *p = lf_model_params(m), *g = lf_model_grads(m);
-    double norm = sqrt(be->sum_squares(g, n));
-    if (norm_out) *norm_out = norm;
     if (!isfinite(norm)) return lf_fail(LF_ERR_NUMERIC, "step %ld: gradient norm is %g; lower optimizer.params.lr or check the data", t, norm);
     float scale = 1.0f;
     if (cfg->grad_clip > 0) {
@@ -29,4 +30,11 @@ lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, floa
                          cfg->beta1, cfg->beta2, cfg->eps, pi->decay ? cfg->weight_decay : 0.0f, scale, (int)t);
     }
     return LF_OK;
+}
+
+lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+                        const lf_train_config *cfg, double *norm_out) {
+    double norm = lf_grad_norm(m, be);
+    if (norm_out) *norm_out = norm;
+    return lf_adamw_apply(m, be, mom1, mom2, t, lr, cfg, norm);
 }

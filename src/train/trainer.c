@@ -16,18 +16,33 @@
  *    random is carried in memory, so resume is bit-exact.
  *  - Gradient clipping as torch.nn.utils.clip_grad_norm_: coef =
  *    min(1, max_norm / (norm + 1e-6)), folded into the AdamW update.
+ *  - Everything a person or a tool watches goes out as records on one bus
+ *    (obs.h): log.jsonl always, TensorBoard and Prometheus when configured,
+ *    and whatever sinks the caller adds (the CLI's console). Emission is
+ *    serialised by obs_mu because the stall watchdog emits from its thread.
+ *  - Alerts: a non-finite loss or gradient stops the run (no checkpoint) or
+ *    skips the step; a loss spike (z-score over the previous accepted steps)
+ *    is logged or skips the step; a stall (no step for N seconds) is reported
+ *    by a watchdog thread, which may also end the process via on_fatal. A
+ *    skipped step advances the data but not AdamW's step count (opt_t), as
+ *    DeepSpeed's skipped steps do; both counters and the spike window are
+ *    saved, so resume stays exact.
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "backend/backend_impl.h"
 #include "llmforge/checkpoint.h"
 #include "llmforge/data.h"
 #include "llmforge/train.h"
+#include "train_impl.h"
 
 struct lf_trainer {
     lf_train_config cfg;
@@ -45,7 +60,21 @@ struct lf_trainer {
     double last_val, last_train_eval;
     long last_eval_step;       /* step of last_val */
     char best_ckpt[64];        /* step directory holding the best val loss so far ("" = none) */
-    FILE *log;
+    lf_obs *obs;
+    pthread_mutex_t obs_mu;
+    long opt_t;                /* AdamW updates applied (skipped steps do not count) */
+    long skipped;              /* steps skipped by an alert */
+    double *spike_win;         /* ring of the last accepted losses */
+    int spike_n, spike_pos;
+    /* stall watchdog */
+    pthread_t wd;
+    int wd_running, wd_stop, stall_reported;
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    double last_progress;      /* lf_time_now() when the last step (or eval/checkpoint) finished */
+    /* throughput accounting */
+    double peak_flops, flops_per_token;
+    size_t planned_bytes;
     /* files every checkpoint carries, so it stands alone: the tokenizer's
      * vocabulary and a Hugging Face config.json (GPT2LMHeadModel) */
     lf_ckpt_file extra[2];
@@ -64,15 +93,97 @@ static lf_status tfail(lf_trainer *t, lf_status st) {
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
 lf_model *lf_trainer_model(lf_trainer *t) { return t->model; }
 
-static void emit(lf_trainer *t, const lf_train_event *ev) {
-    if (t->opts.on_event) t->opts.on_event(ev, t->opts.user);
+static void obs_emit(lf_trainer *t, lf_obs_record *r) {
+    if (!t->obs) return;
+    r->wall_time = lf_obs_wall_time();
+    pthread_mutex_lock(&t->obs_mu);
+    lf_obs_emit(t->obs, r);
+    pthread_mutex_unlock(&t->obs_mu);
 }
 
-static void log_line(lf_trainer *t, const char *line) {
-    if (!t->log) return;
-    fputs(line, t->log);
-    fputc('\n', t->log);
-    fflush(t->log);
+static void emit_event(lf_trainer *t, const char *name, const char *alert_kind, const char *json) {
+    lf_obs_record r = {.kind = LF_OBS_EVENT, .step = t->step, .event = name, .alert_kind = alert_kind, .json = json};
+    obs_emit(t, &r);
+}
+
+/* JSON string body of s (quotes, backslashes and control characters escaped). */
+static void json_escape(char *out, size_t cap, const char *s) {
+    size_t at = 0;
+    for (; *s && at + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[at++] = '\\';
+            out[at++] = (char)c;
+        } else if (c < 0x20) {
+            at += (size_t)snprintf(out + at, cap - at, "\\u%04x", c);
+        } else {
+            out[at++] = (char)c;
+        }
+    }
+    out[at] = 0;
+}
+
+static void raise_alert(lf_trainer *t, const char *kind, const char *action, const char *msg) {
+    char esc[1024], json[1400];
+    json_escape(esc, sizeof esc, msg);
+    snprintf(json, sizeof json, "{\"kind\":\"%s\",\"action\":\"%s\",\"message\":\"%s\"}", kind, action, esc);
+    lf_log(LF_LOG_WARN, "alert %s (%s): %s", kind, action, msg);
+    emit_event(t, "alert", kind, json);
+}
+
+static void mark_progress(lf_trainer *t) {
+    pthread_mutex_lock(&t->wd_mu);
+    t->last_progress = lf_time_now();
+    t->stall_reported = 0;
+    pthread_mutex_unlock(&t->wd_mu);
+}
+
+/* The stall watchdog: wakes a few times per stall period; reports once per
+ * stall (again only after progress resumes). */
+static void *watchdog_main(void *arg) {
+    lf_trainer *t = arg;
+    double limit = t->cfg.alert_stall_seconds;
+    double tick = limit / 4 < 1.0 ? limit / 4 : 1.0;
+    pthread_mutex_lock(&t->wd_mu);
+    while (!t->wd_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double when = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + tick;
+        ts.tv_sec = (time_t)when;
+        ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&t->wd_cv, &t->wd_mu, &ts);
+        if (t->wd_stop) break;
+        double idle = lf_time_now() - t->last_progress;
+        if (idle > limit && !t->stall_reported) {
+            t->stall_reported = 1;
+            long step = t->step;
+            pthread_mutex_unlock(&t->wd_mu);
+            char msg[256];
+            int ex = t->cfg.alert_stall_action == LF_ALERT_EXIT;
+            snprintf(msg, sizeof msg, "no training step finished for %.0f s (last finished step %ld; limit %g s)", idle,
+                     step, limit);
+            raise_alert(t, "stall", ex ? "exit" : "log", msg);
+            if (ex && t->opts.on_fatal) {
+                pthread_mutex_lock(&t->obs_mu);
+                lf_obs_flush(t->obs);
+                pthread_mutex_unlock(&t->obs_mu);
+                t->opts.on_fatal(msg, t->opts.user);
+            }
+            pthread_mutex_lock(&t->wd_mu);
+        }
+    }
+    pthread_mutex_unlock(&t->wd_mu);
+    return NULL;
+}
+
+/* Resident set size from /proc/self/statm (0 where unavailable). */
+static double rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    long pages = 0, resident = 0;
+    int got = fscanf(f, "%ld %ld", &pages, &resident);
+    fclose(f);
+    return got == 2 ? (double)resident * (double)sysconf(_SC_PAGESIZE) : 0;
 }
 
 /* ---------------------------------------------------------------- setup */
@@ -128,6 +239,14 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddNumberToObject(mo, "dropout", t->mcfg.dropout);
     cJSON_AddStringToObject(o, "tokenizer", t->tok_spec);
     if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
+    cJSON_AddNumberToObject(o, "optimizer_steps", (double)t->opt_t);
+    cJSON_AddNumberToObject(o, "skipped_steps", (double)t->skipped);
+    cJSON *win = cJSON_AddArrayToObject(o, "loss_window");
+    for (int i = 0; i < t->spike_n; i++) { /* oldest first */
+        int w = t->cfg.alert_spike_window;
+        int k = (t->spike_pos - t->spike_n + i + w) % w;
+        cJSON_AddItemToArray(win, cJSON_CreateNumber(t->spike_win[k]));
+    }
     cJSON_AddItemToObject(o, "config", cfg);
     *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -151,15 +270,15 @@ static lf_status save_checkpoint(lf_trainer *t) {
     if (t->last_eval_step == t->step && isfinite(t->last_val) && t->last_val <= t->best_val)
         snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
     char *saved = NULL;
+    double t0 = lf_time_now();
     st = lf_checkpoint_save(t->ckpt_root, t->step, &tt, t->host_params, t->host_m, t->host_v, state,
                             t->extra, t->n_extra, t->cfg.keep_last, t->best_ckpt[0] ? t->best_ckpt : NULL, &saved);
     free(state);
     if (st != LF_OK) return st;
-    char line[LF_PATH_MAX + 128];
-    snprintf(line, sizeof line, "{\"type\":\"checkpoint\",\"step\":%ld,\"path\":\"%s\"}", t->step, saved);
-    log_line(t, line);
-    lf_train_event ev = {.type = LF_EV_CKPT, .step = t->step, .total = t->cfg.train_iters, .text = saved};
-    emit(t, &ev);
+    char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64];
+    json_escape(esc, sizeof esc, saved);
+    snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%.3f}", esc, (lf_time_now() - t0) * 1e3);
+    emit_event(t, "checkpoint", NULL, json);
     lf_free(saved);
     return LF_OK;
 }
@@ -241,14 +360,28 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     cJSON *bc = cJSON_GetObjectItemCaseSensitive(o, "best_checkpoint");
     if (cJSON_IsString(bc) && strlen(bc->valuestring) < sizeof t->best_ckpt)
         snprintf(t->best_ckpt, sizeof t->best_ckpt, "%s", bc->valuestring);
+    cJSON *ot = cJSON_GetObjectItemCaseSensitive(o, "optimizer_steps");
+    t->opt_t = cJSON_IsNumber(ot) ? (long)ot->valuedouble : t->step;
+    cJSON *sk = cJSON_GetObjectItemCaseSensitive(o, "skipped_steps");
+    t->skipped = cJSON_IsNumber(sk) ? (long)sk->valuedouble : 0;
+    cJSON *win = cJSON_GetObjectItemCaseSensitive(o, "loss_window");
+    const cJSON *it;
+    t->spike_n = t->spike_pos = 0;
+    cJSON_ArrayForEach(it, win) {
+        if (!cJSON_IsNumber(it)) continue;
+        t->spike_win[t->spike_pos] = it->valuedouble;
+        t->spike_pos = (t->spike_pos + 1) % t->cfg.alert_spike_window;
+        if (t->spike_n < t->cfg.alert_spike_window) t->spike_n++;
+    }
     cJSON_Delete(o);
     t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
     t->be->to_device(t->m, t->host_m, n * sizeof(float));
     t->be->to_device(t->v, t->host_v, n * sizeof(float));
     lf_log(LF_LOG_INFO, "resumed from %s at step %ld", dir, t->step);
-    char line[LF_PATH_MAX + 128];
-    snprintf(line, sizeof line, "{\"type\":\"resume\",\"step\":%ld,\"path\":\"%s\"}", t->step, dir);
-    log_line(t, line);
+    char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 32];
+    json_escape(esc, sizeof esc, dir);
+    snprintf(json, sizeof json, "{\"path\":\"%s\"}", esc);
+    emit_event(t, "resume", NULL, json);
     lf_free(dir);
     return LF_OK;
 }
@@ -289,6 +422,60 @@ static lf_status make_ckpt_extras(lf_trainer *t) {
     return LF_OK;
 }
 
+/* Sinks the configuration asks for. log.jsonl is always there; a monitoring
+ * sink that cannot start stops the run unless monitor.required is false. */
+static lf_status open_sinks(lf_trainer *t) {
+    char path[LF_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/log.jsonl", t->cfg.out_dir);
+    lf_obs_sink *sink = NULL;
+    lf_status st = lf__jsonl_sink_open(&sink, path, t->opts.resume);
+    if (st == LF_OK) st = lf_obs_add_sink(t->obs, sink);
+    if (st != LF_OK) return st;
+    if (t->cfg.tb_enabled) {
+        const char *dir = t->cfg.tb_output_path;
+        if (!dir[0]) {
+            snprintf(path, sizeof path, "%s/tensorboard", t->cfg.out_dir);
+            dir = path;
+        }
+        st = lf_obs_tensorboard_open(&sink, dir, t->cfg.tb_job_name[0] ? t->cfg.tb_job_name : NULL, 5.0);
+        if (st == LF_OK) st = lf_obs_add_sink(t->obs, sink);
+        if (st != LF_OK) {
+            lf_error_prefix("tensorboard");
+            if (t->cfg.monitor_required) return st;
+            lf_log(LF_LOG_WARN, "%s; training goes on without it (monitor.required is false)", lf_last_error());
+        }
+    }
+    if (t->cfg.prom_port > 0) {
+        lf_prom_opts po = {.host = t->cfg.prom_host, .port = t->cfg.prom_port, .rank = 0, .job = NULL};
+        st = lf_obs_prometheus_open(&sink, &po);
+        if (st == LF_OK) st = lf_obs_add_sink(t->obs, sink);
+        if (st != LF_OK) {
+            lf_error_prefix("monitor.prometheus");
+            if (t->cfg.monitor_required) return st;
+            lf_log(LF_LOG_WARN, "%s; training goes on without it (monitor.required is false)", lf_last_error());
+        } else {
+            lf_log(LF_LOG_INFO, "serving metrics on http://%s:%d/metrics", t->cfg.prom_host, t->cfg.prom_port);
+        }
+    }
+    /* MFU needs a peak: the configured one, or the FMA rate measured once when
+     * a monitoring sink will show it */
+    if (t->cfg.peak_gflops > 0)
+        t->peak_flops = t->cfg.peak_gflops * 1e9;
+    else if (t->cfg.tb_enabled || t->cfg.prom_port > 0)
+        t->peak_flops = lf_probe_peak_flops(0.25);
+    return LF_OK;
+}
+
+static void stop_watchdog(lf_trainer *t) {
+    if (!t->wd_running) return;
+    pthread_mutex_lock(&t->wd_mu);
+    t->wd_stop = 1;
+    pthread_cond_signal(&t->wd_cv);
+    pthread_mutex_unlock(&t->wd_mu);
+    pthread_join(t->wd, NULL);
+    t->wd_running = 0;
+}
+
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts) {
     *out = NULL;
     lf_status st;
@@ -298,7 +485,17 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (opts) t->opts = *opts;
     t->best_val = INFINITY;
     t->last_val = t->last_train_eval = NAN;
+    pthread_mutex_init(&t->obs_mu, NULL);
+    pthread_mutex_init(&t->wd_mu, NULL);
+    pthread_cond_init(&t->wd_cv, NULL);
     *out = t; /* so the caller can read errmsg even on failure */
+    /* the bus first: it owns the caller's sinks from here on, whatever fails */
+    st = lf_obs_create(&t->obs);
+    for (int i = 0; i < t->opts.n_sinks && i < 4; i++) {
+        if (st == LF_OK) st = lf_obs_add_sink(t->obs, t->opts.sinks[i]);
+        else if (t->opts.sinks[i] && t->opts.sinks[i]->close) t->opts.sinks[i]->close(t->opts.sinks[i]);
+    }
+    if (st != LF_OK) return tfail(t, st);
 
     if (!t->cfg.dataset[0]) return tfail(t, lf_fail(LF_ERR_CONFIG, "key 'data.dataset' is required (a directory written by `llmforge prepare`)"));
     st = lf_dataset_open(&t->ds, t->cfg.dataset);
@@ -351,10 +548,16 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (st != LF_OK) return tfail(t, st);
     st = lf_model_init_weights(t->model, t->cfg.seed);
     if (st != LF_OK) return tfail(t, st);
-    st = lf_model_plan(t->model, B, T, NULL);
+    size_t act_bytes = 0;
+    st = lf_model_plan(t->model, B, T, &act_bytes);
     if (st != LF_OK) return tfail(t, st);
 
     size_t n = lf_model_num_params(t->model);
+    /* weights, gradients, two moments, three host staging copies, batches, activations */
+    t->planned_bytes = 7 * n * sizeof(float) + 2 * sizeof(int32_t) * (size_t)A * B * T + act_bytes;
+    t->flops_per_token = lf_gpt2_flops_per_token(&t->mcfg, T);
+    t->spike_win = calloc((size_t)t->cfg.alert_spike_window, sizeof(double));
+    if (!t->spike_win) return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory"));
     t->m = t->be->alloc(n * sizeof(float));
     t->v = t->be->alloc(n * sizeof(float));
     t->host_params = lf_alloc(n * sizeof(float));
@@ -376,10 +579,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
 
-    char logpath[LF_PATH_MAX + 32];
-    snprintf(logpath, sizeof logpath, "%s/log.jsonl", t->cfg.out_dir);
-    t->log = fopen(logpath, t->opts.resume ? "a" : "w");
-    if (!t->log) return tfail(t, lf_fail(LF_ERR_IO, "cannot open '%s' for writing: %s", logpath, strerror(errno)));
+    st = open_sinks(t);
+    if (st != LF_OK) return tfail(t, st);
 
     if (t->opts.resume) {
         st = resume_from(t, t->ckpt_root);
@@ -390,7 +591,12 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
 
 void lf_trainer_free(lf_trainer *t) {
     if (!t) return;
-    if (t->log) fclose(t->log);
+    stop_watchdog(t);
+    lf_obs_free(t->obs);
+    free(t->spike_win);
+    pthread_mutex_destroy(&t->obs_mu);
+    pthread_mutex_destroy(&t->wd_mu);
+    pthread_cond_destroy(&t->wd_cv);
     if (t->be) {
         if (t->m) t->be->free(t->m);
         if (t->v) t->be->free(t->v);
@@ -433,6 +639,7 @@ static lf_status estimate_loss(lf_trainer *t, lf_split split, double *out) {
 }
 
 static lf_status run_eval(lf_trainer *t) {
+    double t0 = lf_time_now();
     double tl = NAN, vl = NAN;
     lf_status st = estimate_loss(t, LF_SPLIT_TRAIN, &tl);
     if (st != LF_OK) return st;
@@ -444,24 +651,48 @@ static lf_status run_eval(lf_trainer *t) {
     t->last_val = vl;
     t->last_train_eval = tl;
     t->last_eval_step = t->step;
-    char line[256];
-    if (isfinite(vl))
-        snprintf(line, sizeof line, "{\"type\":\"eval\",\"step\":%ld,\"train_loss\":%.9g,\"val_loss\":%.9g}", t->step, tl, vl);
-    else
-        snprintf(line, sizeof line, "{\"type\":\"eval\",\"step\":%ld,\"train_loss\":%.9g,\"val_loss\":null}", t->step, tl);
-    log_line(t, line);
-    lf_train_event ev = {.type = LF_EV_EVAL, .step = t->step, .total = t->cfg.train_iters, .train_loss = tl, .val_loss = vl};
-    emit(t, &ev);
+    lf_obs_scalar sc[3] = {{"eval/train_loss", tl}, {"eval/val_loss", vl}, {"time/eval_ms", (lf_time_now() - t0) * 1e3}};
+    lf_obs_record r = {.kind = LF_OBS_EVAL, .step = t->step, .scalars = sc, .n_scalars = 3};
+    obs_emit(t, &r);
     return LF_OK;
 }
 
 /* ---------------------------------------------------------------- one step */
 
-static lf_status train_step(lf_trainer *t, double *loss_out, double *norm_out, float *lr_out) {
+typedef struct step_result {
+    double loss;          /* as observed (a test hook may inflate it) */
+    double norm;          /* global gradient norm before clipping */
+    float lr;
+    int skipped;          /* an alert skipped the update */
+    double data_ms, forward_ms, backward_ms, optimizer_ms;
+} step_result;
+
+/* z-score of x against the window of accepted losses (0 while the window
+ * is not yet full or has no spread). */
+static double spike_z(const lf_trainer *t, double x) {
+    int n = t->spike_n;
+    if (n < t->cfg.alert_spike_window) return 0;
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++) mean += t->spike_win[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) var += (t->spike_win[i] - mean) * (t->spike_win[i] - mean);
+    double sd = sqrt(var / (n - 1));
+    return sd > 0 ? (x - mean) / sd : 0;
+}
+
+static void spike_push(lf_trainer *t, double x) {
+    t->spike_win[t->spike_pos] = x;
+    t->spike_pos = (t->spike_pos + 1) % t->cfg.alert_spike_window;
+    if (t->spike_n < t->cfg.alert_spike_window) t->spike_n++;
+}
+
+static lf_status train_step(lf_trainer *t, step_result *o) {
     int B = t->cfg.micro_batch, T = t->cfg.model.block_size, A = t->cfg.grad_accum;
     size_t BT = (size_t)B * T;
+    long step1 = t->step + 1;
     uint64_t first = (uint64_t)t->step * (uint64_t)A * (uint64_t)B;
     long count = 0;
+    double t0 = lf_time_now();
     for (int a = 0; a < A; a++) {
         lf_status st = lf_dataset_get_batch(t->ds, LF_SPLIT_TRAIN, (lf_sampling)t->cfg.sampling, t->cfg.seed,
                                             LF_RNG_DATA, first + (uint64_t)a * B, B, T, t->inputs + a * BT,
@@ -470,30 +701,73 @@ static lf_status train_step(lf_trainer *t, double *loss_out, double *norm_out, f
         for (size_t i = 0; i < BT; i++) count += t->targets[a * BT + i] >= 0;
     }
     if (count == 0)
-        return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from", t->step + 1);
+        return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from", step1);
+    double t1 = lf_time_now();
+    o->data_ms = (t1 - t0) * 1e3;
     lf_model_zero_grad(t->model);
     double loss_sum = 0;
     for (int a = 0; a < A; a++) {
         lf_forward_opts fo = {.dloss = 1.0f / (float)count, .train = 1, .seed = t->cfg.seed,
                               .key = lf_rng_mix((uint64_t)t->step, (uint64_t)a)};
-        double s;
+        double s, ta = lf_time_now();
         long c;
         lf_status st = lf_model_forward(t->model, t->inputs + a * BT, t->targets + a * BT, B, T, &fo, &s, &c);
         if (st != LF_OK) return st;
+        double tb = lf_time_now();
         loss_sum += s;
         st = lf_model_backward(t->model);
         if (st != LF_OK) return st;
+        o->forward_ms += (tb - ta) * 1e3;
+        o->backward_ms += (lf_time_now() - tb) * 1e3;
     }
-    double loss = loss_sum / (double)count;
-    float lr = lf_lr_at(&t->cfg, t->step);
-    double norm = 0;
-    if (!isfinite(loss))
-        return lf_fail(LF_ERR_NUMERIC, "step %ld: loss is %g; lower optimizer.params.lr or check the data", t->step + 1, loss);
-    lf_status st = lf_adamw_step(t->model, t->be, t->m, t->v, t->step + 1, lr, &t->cfg, &norm);
-    if (st != LF_OK) return st;
-    *loss_out = loss;
-    *norm_out = norm;
-    *lr_out = lr;
+    double t2 = lf_time_now();
+    if (t->opts.inject_nan_step == step1) { /* test hook: a poisoned gradient */
+        float nan = NAN;
+        t->be->to_device(lf_model_grads(t->model), &nan, sizeof nan);
+    }
+    o->loss = loss_sum / (double)count;
+    if (t->opts.inject_spike_step == step1) o->loss *= 100.0; /* test hook */
+    o->norm = lf_grad_norm(t->model, t->be);
+    o->lr = lf_lr_at(&t->cfg, t->step);
+
+    if (!isfinite(o->loss) || !isfinite(o->norm)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "step %ld: non-finite %s (loss %g, gradient norm %g)", step1,
+                 !isfinite(o->loss) ? "loss" : "gradient", o->loss, o->norm);
+        if (t->cfg.alert_nan_action == LF_ALERT_STOP) {
+            raise_alert(t, "nan", "stop", msg);
+            return lf_fail(LF_ERR_NUMERIC, "%s; stopped without a checkpoint (monitor.alerts.nan.action = stop); "
+                           "lower optimizer.params.lr, check the data, or resume from the last checkpoint", msg);
+        }
+        raise_alert(t, "nan", "skip_step", msg);
+        o->skipped = 1;
+    } else if (t->cfg.alert_spike_action != LF_ALERT_OFF) {
+        double z = spike_z(t, o->loss);
+        if (z > t->cfg.alert_spike_zscore) {
+            char msg[256];
+            int skip = t->cfg.alert_spike_action == LF_ALERT_SKIP;
+            snprintf(msg, sizeof msg, "step %ld: loss %.6g is %.1f standard deviations above the last %d steps", step1,
+                     o->loss, z, t->spike_n);
+            raise_alert(t, "loss_spike", skip ? "skip_step" : "log", msg);
+            o->skipped = skip;
+        }
+        if (!o->skipped) spike_push(t, o->loss);
+    }
+    if (o->skipped) {
+        t->skipped++;
+        emit_event(t, "skipped_step", NULL, "{\"reason\":\"alert\"}");
+    } else {
+        t->opt_t++;
+        lf_status st = lf_adamw_apply(t->model, t->be, t->m, t->v, t->opt_t, o->lr, &t->cfg, o->norm);
+        if (st != LF_OK) return st;
+    }
+    if (t->opts.inject_stall_step == step1 && t->opts.inject_stall_seconds > 0) { /* test hook */
+        struct timespec ts = {(time_t)t->opts.inject_stall_seconds,
+                              (long)((t->opts.inject_stall_seconds - (double)(time_t)t->opts.inject_stall_seconds) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    o->optimizer_ms = (lf_time_now() - t2) * 1e3;
     return LF_OK;
 }
 
@@ -503,50 +777,83 @@ lf_status lf_trainer_run(lf_trainer *t) {
     double tokens_per_step = (double)A * B * T;
     if (t->step == 0) {
         char *cfgjson = lf_train_config_to_json(&t->cfg);
-        if (cfgjson) {
-            cJSON *c = cJSON_Parse(cfgjson);
-            char *flat = c ? cJSON_PrintUnformatted(c) : NULL;
-            if (flat) {
-                char *line = malloc(strlen(flat) + 64);
-                if (line) {
-                    sprintf(line, "{\"type\":\"start\",\"num_params\":%zu,\"config\":%s}", lf_model_num_params(t->model), flat);
-                    log_line(t, line);
-                    free(line);
-                }
-            }
-            free(flat);
-            cJSON_Delete(c);
-            lf_free(cfgjson);
+        cJSON *c = cfgjson ? cJSON_Parse(cfgjson) : NULL;
+        char *flat = c ? cJSON_PrintUnformatted(c) : NULL;
+        char *json = flat ? malloc(strlen(flat) + 96) : NULL;
+        if (json) {
+            sprintf(json, "{\"num_params\":%zu,\"config\":%s}", lf_model_num_params(t->model), flat);
+            emit_event(t, "start", NULL, json);
         }
+        free(json);
+        free(flat);
+        cJSON_Delete(c);
+        lf_free(cfgjson);
     }
+    mark_progress(t);
+    if (t->cfg.alert_stall_seconds > 0 && !t->wd_running) {
+        t->wd_stop = 0;
+        if (pthread_create(&t->wd, NULL, watchdog_main, t) == 0)
+            t->wd_running = 1;
+        else
+            lf_log(LF_LOG_WARN, "could not start the stall watchdog thread; stall alerts are off");
+    }
+    st = LF_OK;
     while (t->step < t->cfg.train_iters) {
         double t0 = lf_time_now();
-        double loss = 0, norm = 0;
-        float lr = 0;
-        st = train_step(t, &loss, &norm, &lr);
-        if (st != LF_OK) return tfail(t, st);
+        step_result sr = {0};
+        st = train_step(t, &sr);
+        if (st != LF_OK) break;
         double dt = lf_time_now() - t0;
         t->step++;
+        mark_progress(t);
         double tps = tokens_per_step / dt;
-        char line[320];
-        snprintf(line, sizeof line,
-                 "{\"type\":\"train\",\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_sec\":%.6g,\"ms\":%.4f}",
-                 t->step, loss, (double)lr, norm, tps, dt * 1e3);
-        log_line(t, line);
-        lf_train_event ev = {.type = LF_EV_TRAIN, .step = t->step, .total = t->cfg.train_iters, .loss = loss,
-                             .lr = lr, .grad_norm = norm, .tokens_per_sec = tps, .ms = dt * 1e3};
-        emit(t, &ev);
+        lf_obs_scalar sc[20];
+        int n = 0;
+        sc[n++] = (lf_obs_scalar){"train/loss", sr.loss};
+        sc[n++] = (lf_obs_scalar){"train/lr", sr.lr};
+        sc[n++] = (lf_obs_scalar){"train/grad_norm", sr.norm};
+        sc[n++] = (lf_obs_scalar){"train/tokens_per_sec", tps};
+        sc[n++] = (lf_obs_scalar){"time/step_ms", dt * 1e3};
+        sc[n++] = (lf_obs_scalar){"train/samples_per_sec", (double)A * B / dt};
+        sc[n++] = (lf_obs_scalar){"train/tokens", tokens_per_step};
+        if (t->peak_flops > 0) sc[n++] = (lf_obs_scalar){"train/mfu", t->flops_per_token * tps / t->peak_flops};
+        if (sr.skipped) sc[n++] = (lf_obs_scalar){"train/skipped", 1};
+        sc[n++] = (lf_obs_scalar){"memory/rss_bytes", rss_bytes()};
+        sc[n++] = (lf_obs_scalar){"memory/planned_bytes", (double)t->planned_bytes};
+        if (t->cfg.wall_clock_breakdown) {
+            sc[n++] = (lf_obs_scalar){"time/data_ms", sr.data_ms};
+            sc[n++] = (lf_obs_scalar){"time/forward_ms", sr.forward_ms};
+            sc[n++] = (lf_obs_scalar){"time/backward_ms", sr.backward_ms};
+            sc[n++] = (lf_obs_scalar){"time/optimizer_ms", sr.optimizer_ms};
+        }
+        lf_obs_record r = {.kind = LF_OBS_TRAIN, .step = t->step, .scalars = sc, .n_scalars = n};
+        obs_emit(t, &r);
         int last = t->step == t->cfg.train_iters;
         if ((t->cfg.eval_interval > 0 && t->step % t->cfg.eval_interval == 0) || last) {
             st = run_eval(t);
-            if (st != LF_OK) return tfail(t, st);
+            if (st != LF_OK) break;
+            mark_progress(t);
         }
         if ((t->cfg.ckpt_interval > 0 && t->step % t->cfg.ckpt_interval == 0) || last) {
             st = save_checkpoint(t);
-            if (st != LF_OK) return tfail(t, st);
+            if (st != LF_OK) break;
+            mark_progress(t);
         }
     }
-    return LF_OK;
+    stop_watchdog(t);
+    if (st != LF_OK) {
+        tfail(t, st);
+        char esc[1100], json[1200];
+        json_escape(esc, sizeof esc, t->errmsg);
+        snprintf(json, sizeof json, "{\"status\":\"error\",\"message\":\"%s\"}", esc);
+        emit_event(t, "end", NULL, json);
+    } else {
+        emit_event(t, "end", NULL, "{\"status\":\"ok\"}");
+    }
+    pthread_mutex_lock(&t->obs_mu);
+    lf_obs_flush(t->obs);
+    pthread_mutex_unlock(&t->obs_mu);
+    return st;
 }
 
 /* ---------------------------------------------------------------- reading a checkpoint's model */

@@ -384,8 +384,28 @@ static void test_deepspeed_off_features(void **state) {
     LF_ASSERT_ERR_CONTAINS("bf16.enabled: not supported yet by this build");
     ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 2}"), LF_ERR_UNSUPPORTED, NULL);
     LF_ASSERT_ERR_CONTAINS("zero_optimization.stage: not supported yet by this build");
-    ASSERT_ERR_EQ(parse_with(&c, "\"wall_clock_breakdown\": true"), LF_ERR_UNSUPPORTED, NULL);
-    ASSERT_ERR_EQ(parse_with(&c, "\"tensorboard\": {\"enabled\": true}"), LF_ERR_UNSUPPORTED, NULL);
+    /* monitoring keys are real settings now */
+    LF_ASSERT_OK(parse_with(&c, "\"wall_clock_breakdown\": true, \"tensorboard\": {\"enabled\": true, "
+                                "\"output_path\": \"tb\", \"job_name\": \"j\"}"));
+    assert_int_equal(c.wall_clock_breakdown, 1);
+    assert_int_equal(c.tb_enabled, 1);
+    assert_string_equal(c.tb_output_path, "tb");
+    assert_string_equal(c.tb_job_name, "j");
+    LF_ASSERT_OK(parse_with(&c, "\"monitor\": {\"prometheus\": {\"port\": 9400, \"host\": \"0.0.0.0\"}, "
+                                "\"alerts\": {\"nan\": {\"action\": \"skip_step\"}, \"loss_spike\": "
+                                "{\"action\": \"skip_step\", \"zscore\": 4, \"window\": 20}, "
+                                "\"stall\": {\"seconds\": 30, \"action\": \"exit\"}}}"));
+    assert_int_equal(c.prom_port, 9400);
+    assert_string_equal(c.prom_host, "0.0.0.0");
+    assert_int_equal(c.alert_nan_action, LF_ALERT_SKIP);
+    assert_int_equal(c.alert_spike_action, LF_ALERT_SKIP);
+    assert_int_equal(c.alert_spike_window, 20);
+    assert_int_equal(c.alert_stall_action, LF_ALERT_EXIT);
+    ASSERT_ERR_EQ(parse_with(&c, "\"monitor\": {\"alerts\": {\"nan\": {\"action\": \"log\"}}}"), LF_ERR_CONFIG,
+                  NULL);
+    LF_ASSERT_ERR_CONTAINS("monitor.alerts.nan.action");
+    LF_ASSERT_ERR_CONTAINS("stop, skip_step");
+    ASSERT_ERR_EQ(parse_with(&c, "\"monitor\": {\"prometheus\": {\"port\": 70000}}"), LF_ERR_CONFIG, NULL);
     ASSERT_ERR_EQ(parse_with(&c, "\"fp16\": {\"enabled\": \"yes\"}"), LF_ERR_CONFIG, NULL);
     ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {}}"), LF_ERR_CONFIG,
                   NULL);

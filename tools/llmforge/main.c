@@ -126,12 +126,16 @@ static int cmd_prepare(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------- train */
-typedef struct console {
+/* The console: a sink on the trainer's bus. On a terminal a progress line
+ * is redrawn every step and kept every steps_per_print steps; on a pipe
+ * only the kept lines are printed. */
+typedef struct console_sink {
+    lf_obs_sink base;
     int tty;
-    long every;
+    long every, total;
     double t_start;
     long first_step;
-} console;
+} console_sink;
 
 static void fmt_eta(double s, char *buf, size_t cap) {
     if (!isfinite(s) || s < 0) s = 0;
@@ -141,47 +145,88 @@ static void fmt_eta(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lds", v);
 }
 
-static void on_train_event(const lf_train_event *ev, void *user) {
-    console *c = user;
-    if (ev->type == LF_EV_TRAIN) {
+static double scalar(const lf_obs_record *r, const char *tag) {
+    for (int i = 0; i < r->n_scalars; i++)
+        if (!strcmp(r->scalars[i].tag, tag)) return r->scalars[i].value;
+    return NAN;
+}
+
+static void console_emit(lf_obs_sink *s, const lf_obs_record *r) {
+    console_sink *c = (console_sink *)s;
+    if (r->kind == LF_OBS_TRAIN) {
+        double loss = scalar(r, "train/loss"), lr = scalar(r, "train/lr"), norm = scalar(r, "train/grad_norm");
+        double tps = scalar(r, "train/tokens_per_sec"), ms = scalar(r, "time/step_ms");
         if (c->first_step < 0) {
-            c->first_step = ev->step - 1;
-            c->t_start = lf_time_now() - ev->ms / 1e3;
+            c->first_step = r->step - 1;
+            c->t_start = lf_time_now() - ms / 1e3;
         }
-        double elapsed = lf_time_now() - c->t_start;
-        double per = elapsed / (double)(ev->step - c->first_step);
+        double per = (lf_time_now() - c->t_start) / (double)(r->step - c->first_step);
         char eta[32];
-        fmt_eta(per * (double)(ev->total - ev->step), eta, sizeof eta);
-        int full = ev->step % c->every == 0 || ev->step == ev->total || ev->step == c->first_step + 1;
+        fmt_eta(per * (double)(c->total - r->step), eta, sizeof eta);
+        int full = r->step % c->every == 0 || r->step == c->total || r->step == c->first_step + 1;
         if (c->tty) {
-            int width = 24, filled = (int)((double)width * ev->step / (double)ev->total);
+            int width = 24, filled = (int)((double)width * r->step / (double)c->total);
             char bar[64];
             for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
             bar[width] = 0;
-            printf("\r[%s] step %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s   ", bar, ev->step, ev->total,
-                   ev->loss, ev->lr, ev->tokens_per_sec, eta);
+            printf("\r[%s] step %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s   ", bar, r->step, c->total, loss,
+                   lr, tps, eta);
             if (full) printf("\n");
             fflush(stdout);
         } else if (full) {
-            printf("step %ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n", ev->step,
-                   ev->total, ev->loss, ev->lr, ev->grad_norm, ev->ms, ev->tokens_per_sec, eta);
+            printf("step %ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n", r->step,
+                   c->total, loss, lr, norm, ms, tps, eta);
             fflush(stdout);
         }
-    } else if (ev->type == LF_EV_EVAL) {
-        if (c->tty) printf("\r%80s\r", "");
-        printf("eval at step %ld: train loss %.4f, val loss %.4f\n", ev->step, ev->train_loss, ev->val_loss);
+    } else if (r->kind == LF_OBS_EVAL) {
+        if (c->tty) printf("\r%90s\r", "");
+        printf("eval at step %ld: train loss %.4f, val loss %.4f\n", r->step, scalar(r, "eval/train_loss"),
+               scalar(r, "eval/val_loss"));
         fflush(stdout);
-    } else if (ev->type == LF_EV_CKPT) {
-        if (c->tty) printf("\r%80s\r", "");
-        printf("checkpoint saved: %s\n", ev->text);
+    } else if (r->event && !strcmp(r->event, "checkpoint")) {
+        if (c->tty) printf("\r%90s\r", "");
+        const char *p = r->json ? strstr(r->json, "\"path\":\"") : NULL;
+        if (p) {
+            p += 8;
+            const char *e = strchr(p, '"');
+            printf("checkpoint saved: %.*s\n", (int)(e ? e - p : 0), p);
+        }
+        fflush(stdout);
+    } else if (r->event && !strcmp(r->event, "alert") && c->tty) {
+        printf("\r%90s\r", ""); /* the alert itself goes to stderr through the log */
         fflush(stdout);
     }
+}
+
+static void console_close(lf_obs_sink *s) { free(s); }
+
+static lf_obs_sink *console_open(long every, long total) {
+    console_sink *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->tty = isatty(STDOUT_FILENO);
+    c->every = every;
+    c->total = total;
+    c->first_step = -1;
+    c->base.name = "console";
+    c->base.emit = console_emit;
+    c->base.close = console_close;
+    c->base.impl = c;
+    return &c->base;
+}
+
+/* monitor.alerts.stall.action = exit: the watchdog thread ends the process. */
+static void on_fatal(const char *msg, void *user) {
+    (void)user;
+    fprintf(stderr, "\nllmforge: train: %s; exiting (monitor.alerts.stall.action = exit)\n", msg);
+    fflush(stderr);
+    _exit(3);
 }
 
 static int cmd_train(int argc, char **argv) {
     const char *config = NULL, *init_from = NULL;
     int resume = 0;
     long threads = 0;
+    char port_override[64];
     const char **overrides = calloc((size_t)argc + 1, sizeof(char *));
     int n_over = 0, rc = 1;
     lf_trainer *t = NULL;
@@ -193,7 +238,7 @@ static int cmd_train(int argc, char **argv) {
             char help[16384];
             lf_train_config_help(help, sizeof help);
             printf("usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume] [--init-from FILE.safetensors]\n"
-                   "                      [--threads N]\n"
+                   "                      [--threads N] [--metrics-port PORT]\n"
                    "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
                    "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n\n"
                    "configuration keys:\n%s",
@@ -208,6 +253,11 @@ static int cmd_train(int argc, char **argv) {
             if (parse_long("--threads", v, 0, 4096, &threads)) { rc = 2; goto done; }
         } else if ((v = opt_value(argc, argv, &i, "--set", &missing))) {
             overrides[n_over++] = v;
+        } else if ((v = opt_value(argc, argv, &i, "--metrics-port", &missing))) {
+            long port;
+            if (parse_long("--metrics-port", v, 1, 65535, &port)) { rc = 2; goto done; }
+            snprintf(port_override, sizeof port_override, "monitor.prometheus.port=%ld", port);
+            overrides[n_over++] = port_override;
         } else if (missing) {
             rc = 2;
             goto done;
@@ -228,8 +278,9 @@ static int cmd_train(int argc, char **argv) {
         goto done;
     }
     lf_backend_cpu_set_threads((int)threads);
-    console con = {.tty = isatty(STDOUT_FILENO), .every = cfg.steps_per_print, .first_step = -1};
-    lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_event = on_train_event, .user = &con};
+    lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_fatal = on_fatal};
+    opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
+    opts.n_sinks = opts.sinks[0] != NULL;
     st = lf_trainer_create(&t, &cfg, &opts);
     if (st != LF_OK) {
         fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
@@ -247,7 +298,7 @@ static int cmd_train(int argc, char **argv) {
     fflush(stdout);
     st = lf_trainer_run(t);
     if (st != LF_OK) {
-        if (con.tty) printf("\n");
+        if (isatty(STDOUT_FILENO)) printf("\n");
         fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
         goto done;
     }

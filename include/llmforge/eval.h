@@ -1,0 +1,398 @@
+/*
+ * Evaluation metrics: classification (accuracy, precision/recall/F1,
+ * confusion matrix), extractive QA (exact match, SQuAD token F1), BLEU
+ * (sacreBLEU 2.6.0), ROUGE (rouge-score 0.1.2), ranking (Hits@N, MRR) and
+ * language modelling (perplexity, bits per byte).
+ *
+ * The metrics depend on nothing but lf_core: no model, no tokenizer files.
+ * Each function below states the definition it computes and the reference
+ * implementation it agrees with; docs/metrics.md says the same at length.
+ *
+ * Conventions shared by every function here:
+ *   - Text is UTF-8, NUL-terminated. Invalid UTF-8 (overlong forms,
+ *     surrogates, code points above U+10FFFF, truncated sequences, stray
+ *     continuation bytes) is LF_ERR_FORMAT with a message that names the
+ *     argument and the byte offset; nothing is read past the NUL.
+ *   - Text is handled as CPython's str handles it, because the reference
+ *     tools are Python: lower-casing is str.lower() (full Unicode case
+ *     mapping, including U+0130 -> "i\u0307" and the final-sigma rule),
+ *     whitespace is str.isspace(), word characters are those of Python's
+ *     re \w. The tables are those of Unicode 14.0.0 (CPython 3.11); see
+ *     src/eval/gen_unicode_tables.py.
+ *   - Arithmetic is in double; every sum runs in a fixed order (the order
+ *     of the items, then of the classes / n-gram orders), so results are
+ *     bit-for-bit reproducible.
+ *   - Inputs are bounded: a text is at most LF_EVAL_MAX_TEXT bytes, and the
+ *     quadratic ROUGE-L tables have caps (LF_ROUGE_MAX_LCS_CELLS); going over
+ *     a bound is LF_ERR_RANGE, never a crash.
+ *   - Functions are thread-safe as long as threads use different objects
+ *     (the error message is per thread). `lf_x_free(NULL)` is a no-op.
+ */
+#ifndef LLMFORGE_EVAL_H
+#define LLMFORGE_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "llmforge/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest text (bytes) any metric accepts. */
+#define LF_EVAL_MAX_TEXT ((size_t)64 << 20)
+
+/* ================================================================ text helpers */
+
+/* Check that s[0..len) is well-formed UTF-8. On failure returns
+ * LF_ERR_FORMAT, records "WHAT: invalid UTF-8 at byte N (reason)" and, when
+ * bad_offset != NULL, stores N there. `what` names the text in the message
+ * (may be NULL: "text"). */
+lf_status lf_utf8_validate(const char *s, size_t len, const char *what, size_t *bad_offset);
+
+/* ================================================================ classification
+ *
+ * Labels are arbitrary strings compared byte for byte. The label set is the
+ * union of every gold and predicted label seen, listed in ascending byte
+ * order (strcmp; for UTF-8 that is code-point order, as numpy.unique sorts
+ * Python strings). For class c:
+ *   tp = #(gold == c and pred == c), fp = #(pred == c, gold != c),
+ *   fn = #(gold == c, pred != c), support = #(gold == c)
+ *   precision = tp / (tp + fp), recall = tp / (tp + fn),
+ *   F1 = 2 tp / (2 tp + fp + fn)
+ * and any 0/0 is 0 — scikit-learn's precision_recall_fscore_support with
+ * zero_division=0. So a class that is never predicted has precision 0, a
+ * class that never occurs in the gold labels has recall 0 (and support 0),
+ * and both still count in the macro average, as in scikit-learn.
+ *   accuracy  = #(pred == gold) / N
+ *   macro     = unweighted mean of the per-class P, R and F1 over the label set
+ *   micro     = P, R, F1 from the summed tp, fp, fn (for single-label data
+ *               all three equal the accuracy)
+ *   binary    = P, R, F1 of the class pos_label; as in scikit-learn this
+ *               needs at most two labels in the set, and pos_label among them
+ */
+typedef struct lf_confusion lf_confusion;
+
+typedef enum lf_average {
+    LF_AVERAGE_MACRO = 0,
+    LF_AVERAGE_MICRO = 1,
+    LF_AVERAGE_BINARY = 2,
+} lf_average;
+
+typedef struct lf_prf {
+    double precision, recall, f1;
+    uint64_t support; /* gold count (summed over classes for macro/micro) */
+} lf_prf;
+
+/* At most this many distinct labels (the confusion matrix is dense). */
+#define LF_CONFUSION_MAX_LABELS 4096
+
+lf_status lf_confusion_create(lf_confusion **out);
+void lf_confusion_free(lf_confusion *c);
+/* Count one (gold, pred) pair. Both must be valid UTF-8 (LF_ERR_FORMAT);
+ * LF_ERR_RANGE past LF_CONFUSION_MAX_LABELS labels. */
+lf_status lf_confusion_add(lf_confusion *c, const char *gold, const char *pred);
+uint64_t lf_confusion_total(const lf_confusion *c);
+size_t lf_confusion_num_labels(const lf_confusion *c);
+/* i-th label in ascending order; NULL when i is out of range. The pointer
+ * lives until the next lf_confusion_add or lf_confusion_free. */
+const char *lf_confusion_label(const lf_confusion *c, size_t i);
+/* Count of items with gold label i and predicted label j (sorted indices). */
+uint64_t lf_confusion_count(const lf_confusion *c, size_t gold_i, size_t pred_j);
+/* Accuracy; LF_ERR_INVALID_ARG when nothing was added. */
+lf_status lf_confusion_accuracy(const lf_confusion *c, double *acc);
+/* Per-class precision/recall/F1/support of label i (sorted index). */
+lf_status lf_confusion_class(const lf_confusion *c, size_t i, lf_prf *out);
+/* Averaged precision/recall/F1. pos_label is used by LF_AVERAGE_BINARY only;
+ * LF_ERR_INVALID_ARG if it is NULL or not a label, or if there are more than
+ * two labels; LF_ERR_INVALID_ARG when nothing was added. */
+lf_status lf_confusion_average(const lf_confusion *c, lf_average avg, const char *pos_label, lf_prf *out);
+
+/* ================================================================ QA: exact match and token F1
+ *
+ * As the official SQuAD v1.1 evaluate script (evaluate-v1.1.py):
+ *   normalize(s) = white_space_fix(remove_articles(remove_punc(lower(s))))
+ *     lower: str.lower()
+ *     remove_punc: delete every character of Python's string.punctuation
+ *       (the 32 ASCII characters !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~)
+ *     remove_articles: re.sub(r'\b(a|an|the)\b', ' ', s), i.e. every whole
+ *       word (maximal run of \w characters) equal to a, an or the becomes ' '
+ *     white_space_fix: ' '.join(s.split())
+ *   EM(p, g) = 1 if normalize(p) == normalize(g) else 0
+ *   F1(p, g): tokens = normalize(.).split(); same = size of the multiset
+ *     intersection; 0 if same == 0, else 2 P R / (P + R) with
+ *     P = same / |p tokens|, R = same / |g tokens|
+ *   over several gold answers: the maximum over them.
+ * Note (as v1.1, unlike v2.0): two texts that both normalise to "" have
+ * EM 1 and F1 0. */
+
+/* normalize(s) as above; *out is NUL-terminated, free with lf_free. */
+lf_status lf_squad_normalize(const char *s, char **out);
+/* EM and F1 of one prediction against n_gold >= 1 gold answers (max over them). */
+lf_status lf_squad_score(const char *pred, const char *const *gold, size_t n_gold, double *em, double *f1);
+
+/* ================================================================ BLEU (sacreBLEU 2.6.0)
+ *
+ * Exactly sacrebleu.metrics.BLEU of sacreBLEU 2.6.0, max n-gram order 4:
+ *   preprocess(s) = tokenize(lowercase ? s.lower() : s).rstrip() (rstrip
+ *     before tokenizing), tokens = preprocess(s).split()
+ *   tokenizers:
+ *     13a   mteval-v13a: remove "<skipped>", remove "-\n", "\n" -> " ",
+ *           unescape &quot; &amp; &lt; &gt; (in that order), pad with a
+ *           space on each side, then the four regexes of tokenizer_re.py:
+ *           ([\{-\~\[-\` -\&\(-\+\:-\@\/]) -> " \1 ", ([^0-9])([\.,]) ->
+ *           "\1 \2 ", ([\.,])([^0-9]) -> " \1 \2", ([0-9])(-) -> "\1 \2 "
+ *     zh    tokenizer_zh.py: strip, put spaces around every character in its
+ *           _UCODE_RANGES — with their literal Python meaning, so the ranges
+ *           written '\u20000'..'\u2a6d6' and '\u2f800'..'\u2fa1d' (two-character
+ *           strings) cover U+2001..U+2A6D and U+2F81..U+2FA1 — then the four
+ *           regexes above (no unescaping, no padding)
+ *     char  every non-whitespace character is a token
+ *     none  split on whitespace only
+ *   per segment: hyp n-gram counts (n = 1..4) clipped by the maximum count of
+ *     that n-gram in any one reference; ref_len = the reference length
+ *     closest to the hypothesis length, ties to the shorter
+ *   corpus: counts, totals, sys_len, ref_len summed over segments in order;
+ *     bp = 1 if sys_len >= ref_len, else exp(1 - ref_len / sys_len) (0 if
+ *     sys_len == 0); if every count is 0 the score is 0 and the precisions
+ *     are all 0; otherwise for n = 1..4:
+ *       add-k (n > 1): count += k, total += k (and the reported counts and
+ *         totals include k, as sacreBLEU's do)
+ *       total == 0: stop (orders from here on keep precision 0)
+ *       effective order: eff = n (else eff = 4)
+ *       count == 0: exp: m *= 2 (m starts at 1), p = 100 / (m * total);
+ *                   floor: p = 100 * v / total; otherwise p = 0
+ *       else p = 100 * count / total
+ *     score = bp * exp(sum_{n<=eff} log*(p_n) / eff), log*(0) = -9999999999
+ *   smoothing values: floor 0.1, add-k 1 unless given.
+ *   signature: "nrefs:N|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+ *     (N = "var" when segments have different numbers of references; case
+ *     "lc" with lowercase; smooth "floor[0.10]" / "add-k[1.00]" carry the
+ *     value with two decimals).
+ */
+#define LF_BLEU_MAX_ORDER 4
+#define LF_BLEU_VERSION "2.6.0"
+
+typedef enum lf_bleu_tokenize {
+    LF_BLEU_TOK_13A = 0,
+    LF_BLEU_TOK_ZH = 1,
+    LF_BLEU_TOK_CHAR = 2,
+    LF_BLEU_TOK_NONE = 3,
+} lf_bleu_tokenize;
+
+typedef enum lf_bleu_smooth {
+    LF_BLEU_SMOOTH_EXP = 0,
+    LF_BLEU_SMOOTH_FLOOR = 1,
+    LF_BLEU_SMOOTH_ADD_K = 2,
+    LF_BLEU_SMOOTH_NONE = 3,
+} lf_bleu_smooth;
+
+typedef enum lf_bleu_eff {
+    LF_BLEU_EFF_AUTO = 0, /* corpus scores: no; sentence scores: yes (sacrebleu.sentence_bleu) */
+    LF_BLEU_EFF_NO = 1,
+    LF_BLEU_EFF_YES = 2,
+} lf_bleu_eff;
+
+typedef struct lf_bleu_config {
+    lf_bleu_tokenize tokenize; /* default 13a */
+    lf_bleu_smooth smooth;     /* default exp */
+    double smooth_value;       /* < 0: the method's default (floor 0.1, add-k 1) */
+    int lowercase;             /* 0: case-sensitive ("case:mixed") */
+    lf_bleu_eff effective_order;
+} lf_bleu_config;
+
+lf_bleu_config lf_bleu_config_default(void);
+
+typedef struct lf_bleu_score {
+    double score;                           /* 0..100 */
+    double counts[LF_BLEU_MAX_ORDER];       /* clipped matches per order (integers unless add-k
+                                               with a fractional k) */
+    double totals[LF_BLEU_MAX_ORDER];       /* hypothesis n-grams per order */
+    double precisions[LF_BLEU_MAX_ORDER];   /* 0..100, after smoothing */
+    double bp;                              /* brevity penalty */
+    double ratio;                           /* sys_len / ref_len (0 if ref_len == 0) */
+    int64_t sys_len, ref_len;
+    char signature[128];
+} lf_bleu_score;
+
+/* Streaming corpus BLEU: add segments, then read the corpus score. */
+typedef struct lf_bleu lf_bleu;
+
+lf_status lf_bleu_create(lf_bleu **out, const lf_bleu_config *cfg);
+void lf_bleu_free(lf_bleu *b);
+/* Add one segment: hypothesis and its n_refs >= 1 references (entries may be
+ * NULL: a missing reference, skipped as sacreBLEU skips None; at least one
+ * must be present). When sentence != NULL it receives this segment's sentence
+ * score (effective order unless the config says LF_BLEU_EFF_NO). */
+lf_status lf_bleu_add(lf_bleu *b, const char *hyp, const char *const *refs, size_t n_refs,
+                      lf_bleu_score *sentence);
+size_t lf_bleu_num_segments(const lf_bleu *b);
+/* Corpus score over the segments added so far (effective order only with
+ * LF_BLEU_EFF_YES). LF_ERR_INVALID_ARG when nothing was added. */
+lf_status lf_bleu_corpus(const lf_bleu *b, lf_bleu_score *out);
+
+/* One-shot forms. sacrebleu.corpus_bleu(hyps, refs): refs[r][i] is
+ * reference r of segment i (n_refs streams, NULL entries allowed). */
+lf_status lf_bleu_corpus_score(const lf_bleu_config *cfg, const char *const *hyps, size_t n,
+                               const char *const *const *refs, size_t n_refs, lf_bleu_score *out);
+/* sacrebleu.sentence_bleu(hyp, refs). */
+lf_status lf_bleu_sentence_score(const lf_bleu_config *cfg, const char *hyp, const char *const *refs,
+                                 size_t n_refs, lf_bleu_score *out);
+
+/* The tokens sacreBLEU's preprocessing produces for one text, joined by
+ * single spaces (what BLEU counts n-grams over). *out: lf_free. */
+lf_status lf_bleu_tokenize_text(const lf_bleu_config *cfg, const char *text, char **out);
+
+/* ================================================================ ROUGE (rouge-score 0.1.2)
+ *
+ * Exactly rouge_score.rouge_scorer.RougeScorer of Google's rouge-score 0.1.2:
+ *   default tokenizer: s.lower(); every maximal run of characters other than
+ *     [a-z0-9] becomes a space; tokens = the [a-z0-9]+ runs; with the stemmer
+ *     each token longer than 3 characters goes through NLTK's PorterStemmer
+ *     (NLTK_EXTENSIONS mode, the default rouge-score uses; nltk 3.x).
+ *     Every non-ASCII character is deleted, so Chinese text has no tokens.
+ *   rougeN: P = |hyp ∩ ref n-grams| / max(#hyp n-grams, 1),
+ *     R = |∩| / max(#ref n-grams, 1) (multiset intersection),
+ *     F = 2 P R / (P + R), 0 if P + R == 0
+ *   rougeL: LCS of the token sequences; P = LCS / |hyp|, R = LCS / |ref|,
+ *     all 0 if either is empty
+ *   rougeLsum: texts split on "\n" (empty lines dropped), summary-level
+ *     union-LCS with rouge-score's back-tracking and its guard against
+ *     counting a token more often than it occurs in either text
+ *   several references (score_multi): per type, the reference with the
+ *     highest F (the first one on ties) gives P, R and F.
+ *
+ * The CJK-aware tokenizer (LF_ROUGE_TOK_CJK, llmforge's own, not part of
+ * rouge-score) is the default tokenizer with one change: every CJK character
+ * is a token of its own (and fullwidth ASCII letters and digits U+FF10..FF5A
+ * are read as their ASCII forms). CJK characters are: Han (U+2E80..2FDF,
+ * U+3005..3007, U+3021..3029, U+3038..303B, U+3400..4DBF, U+4E00..9FFF,
+ * U+F900..FAFF and U+20000..323AF), kana (U+3040..30FF,
+ * U+31F0..31FF, U+FF66..FF9F), bopomofo (U+3100..312F, U+31A0..31BF) and
+ * Hangul (U+1100..11FF, U+3130..318F, U+A960..A97F, U+AC00..D7FF). On text
+ * without CJK or fullwidth characters both tokenizers agree exactly.
+ * LF_ROUGE_TOK_AUTO picks CJK when more than half of the non-whitespace
+ * characters of the texts being scored are CJK characters.
+ */
+#define LF_ROUGE_MAX_N 9
+typedef enum lf_rouge_type {
+    LF_ROUGE_1 = 0, /* rougeN is LF_ROUGE_1 + N - 1, N = 1..9 */
+    LF_ROUGE_2 = 1,
+    LF_ROUGE_L = LF_ROUGE_MAX_N,
+    LF_ROUGE_LSUM = LF_ROUGE_MAX_N + 1,
+    LF_ROUGE_NUM_TYPES = LF_ROUGE_MAX_N + 2,
+} lf_rouge_type;
+#define LF_ROUGE_BIT(t) (1u << (t))
+
+typedef enum lf_rouge_tokenizer {
+    LF_ROUGE_TOK_DEFAULT = 0, /* rouge-score's own */
+    LF_ROUGE_TOK_CJK = 1,
+    LF_ROUGE_TOK_AUTO = 2,
+} lf_rouge_tokenizer;
+
+/* rougeL's LCS length table (rolling rows) and each rougeLsum sentence-pair
+ * table (kept whole for back-tracking) are bounded by these many cells. */
+#define LF_ROUGE_MAX_LCS_CELLS ((uint64_t)1 << 32)
+#define LF_ROUGE_MAX_LSUM_CELLS ((uint64_t)1 << 26)
+
+typedef struct lf_rouge_config {
+    unsigned types;  /* LF_ROUGE_BIT(...) set; default rouge1|rouge2|rougeL|rougeLsum */
+    int use_stemmer; /* default 0 */
+    lf_rouge_tokenizer tokenizer; /* default LF_ROUGE_TOK_DEFAULT */
+} lf_rouge_config;
+
+lf_rouge_config lf_rouge_config_default(void);
+
+typedef struct lf_rouge_prf {
+    double precision, recall, fmeasure;
+} lf_rouge_prf;
+
+typedef struct lf_rouge_score {
+    lf_rouge_prf type[LF_ROUGE_NUM_TYPES]; /* entries of types not asked for are 0 */
+    lf_rouge_tokenizer tokenizer;          /* the tokenizer used (never AUTO) */
+} lf_rouge_score;
+
+/* "rouge1".."rouge9", "rougeL", "rougeLsum" <-> type; -1 / NULL when unknown. */
+int lf_rouge_type_from_name(const char *name);
+const char *lf_rouge_type_name(int type);
+const char *lf_rouge_tokenizer_name(lf_rouge_tokenizer t); /* "default", "cjk", "auto" */
+
+/* Score one prediction against n_refs >= 1 references (score_multi when
+ * n_refs > 1). AUTO decides from these texts alone. */
+lf_status lf_rouge_score_text(const lf_rouge_config *cfg, const char *const *refs, size_t n_refs,
+                              const char *prediction, lf_rouge_score *out);
+/* Which tokenizer AUTO resolves to over n texts (for a whole corpus). */
+lf_status lf_rouge_detect_tokenizer(const char *const *texts, size_t n, lf_rouge_tokenizer *out);
+/* Mean of per-item scores (summed in item order, then divided by n). */
+lf_status lf_rouge_mean(const lf_rouge_score *items, size_t n, lf_rouge_score *out);
+/* The tokens ROUGE compares for one text, joined by single spaces. */
+lf_status lf_rouge_tokenize_text(lf_rouge_tokenizer tok, int use_stemmer, const char *text, char **out);
+/* NLTK PorterStemmer (NLTK_EXTENSIONS) on one lower-case ASCII word; *out: lf_free. */
+lf_status lf_porter_stem(const char *word, char **out);
+
+/* ================================================================ ranking: Hits@N and MRR
+ *
+ * One query: candidates with scores (higher is better), gold candidate
+ * indices, and optionally "filtered" indices — other candidates known to be
+ * correct, removed before ranking (the filtered setting of Bordes et al.,
+ * 2013). Let s* be the best score among the gold candidates and let the
+ * competitors be the candidates that are neither gold nor filtered. With
+ * G = #competitors scoring > s* and E = #competitors scoring == s*:
+ *   pessimistic rank = 1 + G + E   (ties count against the gold; default)
+ *   optimistic  rank = 1 + G       (ties count for it)
+ *   average     rank = 1 + G + E/2 (the mean of the two: the "realistic"
+ *                                   rank of Berrendorf et al., 2020)
+ * With several gold indices this is the rank of the first correct answer.
+ * Over queries: Hits@N = mean of [rank <= N], MRR = mean of 1/rank,
+ * mean rank = mean of rank. Scores must not be NaN.
+ */
+typedef enum lf_tie_policy {
+    LF_TIES_PESSIMISTIC = 0,
+    LF_TIES_OPTIMISTIC = 1,
+    LF_TIES_AVERAGE = 2,
+} lf_tie_policy;
+
+/* Rank of one query (see above). gold: n_gold >= 1 indices < n; filtered may
+ * be NULL / n_filtered 0; gold indices that are also listed as filtered stay
+ * gold. LF_ERR_RANGE for an index >= n, LF_ERR_INVALID_ARG for a NaN score. */
+lf_status lf_rank_query(const double *scores, size_t n, const size_t *gold, size_t n_gold,
+                        const size_t *filtered, size_t n_filtered, lf_tie_policy ties, double *rank);
+
+#define LF_RANKING_MAX_K 16
+typedef struct lf_ranking {
+    size_t n_k;
+    long k[LF_RANKING_MAX_K];
+    double hits[LF_RANKING_MAX_K]; /* sums of [rank <= k] */
+    double rr_sum, rank_sum;
+    uint64_t n;
+} lf_ranking;
+
+/* Start an accumulator for Hits@k, k in ks[0..n_k) (each >= 1, n_k <= 16). */
+lf_status lf_ranking_init(lf_ranking *r, const long *ks, size_t n_k);
+lf_status lf_ranking_add(lf_ranking *r, double rank);
+/* hits[i] = Hits@ks[i] (may be NULL), *mrr, *mean_rank (may be NULL);
+ * LF_ERR_INVALID_ARG when no query was added. */
+lf_status lf_ranking_result(const lf_ranking *r, double *hits, double *mrr, double *mean_rank);
+
+/* ================================================================ language modelling
+ *   perplexity    = exp(nll_sum / n_tokens)       (NLL in nats, summed over
+ *                                                   the predicted tokens)
+ *   bits per byte = nll_sum / (ln 2 * n_bytes)    (n_bytes: UTF-8 bytes of the
+ *                                                   text those tokens encode)
+ */
+typedef struct lf_lm_stats {
+    double nll_sum;
+    uint64_t n_tokens, n_bytes;
+} lf_lm_stats;
+
+/* Add a chunk: its summed NLL (nats), token count and byte count. */
+void lf_lm_stats_add(lf_lm_stats *s, double nll_sum, uint64_t n_tokens, uint64_t n_bytes);
+/* LF_ERR_INVALID_ARG when there are no tokens / bytes; LF_ERR_NUMERIC when
+ * the NLL sum is not finite. */
+lf_status lf_lm_perplexity(const lf_lm_stats *s, double *ppl);
+lf_status lf_lm_bits_per_byte(const lf_lm_stats *s, double *bpb);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,595 @@
+/*
+ * Prometheus sink: the latest training metrics as a /metrics endpoint.
+ *
+ * Format reference: the Prometheus text exposition format, version 0.0.4
+ * (https://prometheus.io/docs/instrumenting/exposition_formats/). Each metric
+ * family is one block "# HELP name text", "# TYPE name kind", then its
+ * samples "name{label="value",...} value"; label values escape backslash,
+ * double quote and newline as \\ \" \n; HELP text escapes backslash and
+ * newline; values are Go-style floats (NaN, +Inf, -Inf). A histogram has
+ * cumulative name_bucket{le="..."} samples ending with le="+Inf" (which
+ * equals name_count), then name_sum and name_count.
+ *
+ * What is exported (every series carries rank="R",job="J" first):
+ *   TRAIN records set the gauges llmforge_step (r->step), llmforge_loss,
+ *   llmforge_lr, llmforge_grad_norm, llmforge_tokens_per_second,
+ *   llmforge_mfu, llmforge_loss_scale, llmforge_last_step_timestamp_seconds
+ *   (r->wall_time), llmforge_memory_bytes{kind="rss"|"planned"} and
+ *   llmforge_step_phase_seconds{phase} (time/<phase>_ms other than step_ms);
+ *   they add to llmforge_steps_total (+1) and llmforge_tokens_total
+ *   (+train/tokens) and observe time/step_ms in the histogram
+ *   llmforge_step_seconds. EVAL records set llmforge_eval{metric} from each
+ *   eval/<metric> tag. EVENT "skipped_step" adds to
+ *   llmforge_skipped_steps_total, EVENT "alert" to
+ *   llmforge_alerts_total{kind=r->alert_kind}.
+ *
+ * Invariants:
+ *   - A gauge family appears only once one of its series has a value;
+ *     counters and the histogram are always present (from 0), and the
+ *     alert kinds nan, loss_spike, stall, throughput_drop are pre-declared
+ *     at 0 so alert rules can take increase() of them from the first scrape.
+ *   - Counters never decrease: negative or non-finite increments are dropped.
+ *   - All state lives in one fixed-size struct guarded by a mutex. emit()
+ *     (training thread) updates it in place; the HTTP thread copies it under
+ *     the mutex and renders the copy without holding the lock, so a scrape
+ *     never delays a training step by more than a memcpy.
+ *   - Names and label values from records (eval metrics, phases, alert
+ *     kinds) go into fixed tables with hard caps; what does not fit is
+ *     dropped (eval, phases) or counted as kind="other" (alerts).
+ *   - Only GET and HEAD are served: /metrics, /health; other paths are 404,
+ *     other methods 405. The query string is ignored (MHD strips it from
+ *     the URL it passes to the handler).
+ */
+#include "llmforge/obs.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#if MHD_VERSION >= 0x00097002
+typedef enum MHD_Result lf_mhd_result;
+#else
+typedef int lf_mhd_result;
+#endif
+
+/* ---------------------------------------------------------------- state */
+
+#define PROM_NAME_MAX 128   /* bytes of an eval metric / phase / alert kind, NUL included */
+#define PROM_MAX_EVAL 64    /* distinct eval/<metric> series */
+#define PROM_MAX_PHASE 16   /* distinct time/<phase>_ms series */
+#define PROM_MAX_ALERT 32   /* distinct alert kinds, "other" included */
+#define PROM_BODY_CAP (4u << 20) /* a rendered page never exceeds this */
+
+/* Upper bounds of llmforge_step_seconds, as printed in le="..." and as numbers. */
+static const char *const k_le_str[] = {"0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5",
+                                       "1",     "2.5",  "5",     "10",   "30",  "60"};
+static const double k_le_val[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+#define PROM_N_BUCKETS ((int)(sizeof k_le_val / sizeof k_le_val[0]))
+
+static const char *const k_alert_kinds[] = {"nan", "loss_spike", "stall", "throughput_drop"};
+
+/* Scalar gauges, in the order they are rendered. */
+enum {
+    G_STEP,
+    G_LOSS,
+    G_LR,
+    G_GRAD_NORM,
+    G_TOKENS_PER_SEC,
+    G_MFU,
+    G_LOSS_SCALE,
+    G_LAST_STEP_TS,
+    G_COUNT
+};
+
+typedef struct gauge_def {
+    const char *name;
+    const char *tag;  /* source tag in TRAIN records; NULL = from the record itself */
+    const char *help;
+} gauge_def;
+
+static const gauge_def k_gauges[G_COUNT] = {
+    [G_STEP] = {"llmforge_step", NULL, "Optimizer steps completed."},
+    [G_LOSS] = {"llmforge_loss", "train/loss", "Training loss of the last step."},
+    [G_LR] = {"llmforge_lr", "train/lr", "Learning rate of the last step."},
+    [G_GRAD_NORM] = {"llmforge_grad_norm", "train/grad_norm", "Global gradient norm of the last step (before clipping)."},
+    [G_TOKENS_PER_SEC] = {"llmforge_tokens_per_second", "train/tokens_per_sec", "Training throughput of the last step in tokens per second."},
+    [G_MFU] = {"llmforge_mfu", "train/mfu", "Model FLOPs utilization of the last step (0..1)."},
+    [G_LOSS_SCALE] = {"llmforge_loss_scale", "train/loss_scale", "Dynamic loss scale (fp16)."},
+    [G_LAST_STEP_TS] = {"llmforge_last_step_timestamp_seconds", NULL, "Unix time at which the last step finished."},
+};
+
+typedef struct named_value {
+    char name[PROM_NAME_MAX];
+    double value;
+} named_value;
+
+/* Everything the page shows. Plain data, copied whole for a scrape. */
+typedef struct prom_state {
+    double gauge[G_COUNT];
+    unsigned char gauge_set[G_COUNT];
+    double mem_rss, mem_planned;
+    unsigned char mem_rss_set, mem_planned_set;
+    named_value phase[PROM_MAX_PHASE];
+    int n_phase;
+    named_value eval[PROM_MAX_EVAL];
+    int n_eval;
+    named_value alert[PROM_MAX_ALERT]; /* value = count */
+    int n_alert;
+    double steps_total, tokens_total, skipped_total;
+    uint64_t bucket[PROM_N_BUCKETS]; /* non-cumulative; the +Inf bucket is hist_count */
+    uint64_t hist_count;
+    double hist_sum;
+} prom_state;
+
+typedef struct prom_sink {
+    lf_obs_sink base;
+    struct MHD_Daemon *daemon;
+    int port;               /* the bound port (differs from opts->port when that was 0) */
+    char *base_labels;      /* rank="R",job="J" with J escaped */
+    pthread_mutex_t mu;
+    prom_state st;
+} prom_sink;
+
+/* ---------------------------------------------------------------- text buffer */
+
+/* A growable byte buffer (malloc'd: MHD frees the page with free()). Once an
+ * allocation fails or the cap is reached, `failed` is set and further
+ * appends are ignored. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} sbuf;
+
+static void sb_reserve(sbuf *b, size_t extra) {
+    if (b->failed) return;
+    if (b->len + extra + 1 <= b->cap) return;
+    size_t need = b->len + extra + 1;
+    if (need > PROM_BODY_CAP) {
+        b->failed = 1;
+        return;
+    }
+    size_t ncap = b->cap ? b->cap : 4096;
+    while (ncap < need) ncap *= 2;
+    if (ncap > PROM_BODY_CAP) ncap = PROM_BODY_CAP;
+    char *np = realloc(b->p, ncap);
+    if (!np) {
+        b->failed = 1;
+        return;
+    }
+    b->p = np;
+    b->cap = ncap;
+}
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    sb_reserve(b, n);
+    if (b->failed) return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = 1;
+        return;
+    }
+    if ((size_t)n < sizeof tmp) {
+        sb_put(b, tmp, (size_t)n);
+        return;
+    }
+    sb_reserve(b, (size_t)n);
+    if (b->failed) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* A label value, escaped: \ -> \\, " -> \", newline -> \n. */
+static void sb_label_value(sbuf *b, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '\\': sb_put(b, "\\\\", 2); break;
+        case '"': sb_put(b, "\\\"", 2); break;
+        case '\n': sb_put(b, "\\n", 2); break;
+        default: sb_put(b, s, 1); break;
+        }
+    }
+}
+
+/* A sample value: %.17g, or NaN / +Inf / -Inf as the format spells them. */
+static void sb_value(sbuf *b, double v) {
+    if (isnan(v))
+        sb_puts(b, "NaN");
+    else if (isinf(v))
+        sb_puts(b, v > 0 ? "+Inf" : "-Inf");
+    else
+        sb_printf(b, "%.17g", v);
+}
+
+/* ---------------------------------------------------------------- rendering */
+
+static void put_family(sbuf *b, const char *name, const char *type, const char *help) {
+    /* HELP texts are constants here, free of backslashes and newlines. */
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* name{<base>[,key="val"]} value */
+static void put_sample(sbuf *b, const char *name, const char *base, const char *key, const char *val, double v) {
+    sb_puts(b, name);
+    sb_puts(b, "{");
+    sb_puts(b, base);
+    if (key) {
+        sb_puts(b, ",");
+        sb_puts(b, key);
+        sb_puts(b, "=\"");
+        sb_label_value(b, val);
+        sb_puts(b, "\"");
+    }
+    sb_puts(b, "} ");
+    sb_value(b, v);
+    sb_puts(b, "\n");
+}
+
+static void render(sbuf *b, const prom_state *st, const char *base) {
+    for (int g = 0; g < G_COUNT; g++) {
+        if (!st->gauge_set[g]) continue;
+        put_family(b, k_gauges[g].name, "gauge", k_gauges[g].help);
+        put_sample(b, k_gauges[g].name, base, NULL, NULL, st->gauge[g]);
+    }
+    if (st->mem_rss_set || st->mem_planned_set) {
+        put_family(b, "llmforge_memory_bytes", "gauge",
+                   "Memory of this rank: rss = resident set size, planned = bytes the memory plan reserves.");
+        if (st->mem_rss_set) put_sample(b, "llmforge_memory_bytes", base, "kind", "rss", st->mem_rss);
+        if (st->mem_planned_set) put_sample(b, "llmforge_memory_bytes", base, "kind", "planned", st->mem_planned);
+    }
+    if (st->n_phase > 0) {
+        put_family(b, "llmforge_step_phase_seconds", "gauge", "Wall-clock time of each phase of the last step.");
+        for (int i = 0; i < st->n_phase; i++)
+            put_sample(b, "llmforge_step_phase_seconds", base, "phase", st->phase[i].name, st->phase[i].value);
+    }
+    if (st->n_eval > 0) {
+        put_family(b, "llmforge_eval", "gauge", "Result of the last evaluation, by metric (eval/<metric>).");
+        for (int i = 0; i < st->n_eval; i++)
+            put_sample(b, "llmforge_eval", base, "metric", st->eval[i].name, st->eval[i].value);
+    }
+    put_family(b, "llmforge_steps_total", "counter", "Optimizer steps completed by this process.");
+    put_sample(b, "llmforge_steps_total", base, NULL, NULL, st->steps_total);
+    put_family(b, "llmforge_tokens_total", "counter", "Training tokens processed by this process.");
+    put_sample(b, "llmforge_tokens_total", base, NULL, NULL, st->tokens_total);
+    put_family(b, "llmforge_skipped_steps_total", "counter",
+               "Steps whose update was skipped (non-finite gradients, loss-scale overflow, loss spike).");
+    put_sample(b, "llmforge_skipped_steps_total", base, NULL, NULL, st->skipped_total);
+    put_family(b, "llmforge_alerts_total", "counter", "Alerts raised, by kind.");
+    for (int i = 0; i < st->n_alert; i++)
+        put_sample(b, "llmforge_alerts_total", base, "kind", st->alert[i].name, st->alert[i].value);
+
+    put_family(b, "llmforge_step_seconds", "histogram", "Wall-clock time of a training step.");
+    uint64_t cum = 0;
+    for (int i = 0; i < PROM_N_BUCKETS; i++) {
+        cum += st->bucket[i];
+        sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"%s\"} %llu\n", base, k_le_str[i], (unsigned long long)cum);
+    }
+    sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"+Inf\"} %llu\n", base, (unsigned long long)st->hist_count);
+    sb_printf(b, "llmforge_step_seconds_sum{%s} ", base);
+    sb_value(b, st->hist_sum);
+    sb_printf(b, "\nllmforge_step_seconds_count{%s} %llu\n", base, (unsigned long long)st->hist_count);
+}
+
+/* ---------------------------------------------------------------- updates (mutex held) */
+
+/* The entry named `name` in tab[0..*n), added if there is room; NULL if full. */
+static named_value *table_slot(named_value *tab, int *n, int cap, const char *name, size_t name_len) {
+    for (int i = 0; i < *n; i++)
+        if (strlen(tab[i].name) == name_len && memcmp(tab[i].name, name, name_len) == 0) return &tab[i];
+    if (*n >= cap || name_len == 0 || name_len >= PROM_NAME_MAX) return NULL;
+    named_value *e = &tab[(*n)++];
+    memcpy(e->name, name, name_len);
+    e->name[name_len] = '\0';
+    e->value = 0;
+    return e;
+}
+
+static void observe_step_seconds(prom_state *st, double sec) {
+    if (!(sec >= 0) || isinf(sec)) return; /* NaN, negative, infinite: not a duration */
+    int i = 0;
+    while (i < PROM_N_BUCKETS && sec > k_le_val[i]) i++;
+    if (i < PROM_N_BUCKETS) st->bucket[i]++;
+    st->hist_count++;
+    st->hist_sum += sec;
+}
+
+static void update_train(prom_state *st, const lf_obs_record *r) {
+    st->gauge[G_STEP] = (double)r->step;
+    st->gauge_set[G_STEP] = 1;
+    st->gauge[G_LAST_STEP_TS] = r->wall_time;
+    st->gauge_set[G_LAST_STEP_TS] = 1;
+    st->steps_total += 1;
+    for (int i = 0; i < r->n_scalars; i++) {
+        const char *tag = r->scalars[i].tag;
+        double v = r->scalars[i].value;
+        if (!tag) continue;
+        int matched = 0;
+        for (int g = 0; g < G_COUNT && !matched; g++) {
+            if (k_gauges[g].tag && strcmp(tag, k_gauges[g].tag) == 0) {
+                st->gauge[g] = v;
+                st->gauge_set[g] = 1;
+                matched = 1;
+            }
+        }
+        if (matched) continue;
+        if (strcmp(tag, "train/tokens") == 0) {
+            if (v >= 0 && !isinf(v)) st->tokens_total += v;
+        } else if (strcmp(tag, "memory/rss_bytes") == 0) {
+            st->mem_rss = v;
+            st->mem_rss_set = 1;
+        } else if (strcmp(tag, "memory/planned_bytes") == 0) {
+            st->mem_planned = v;
+            st->mem_planned_set = 1;
+        } else if (strcmp(tag, "time/step_ms") == 0) {
+            observe_step_seconds(st, v / 1000.0);
+        } else if (strncmp(tag, "time/", 5) == 0) {
+            const char *ph = tag + 5;
+            size_t n = strlen(ph);
+            if (n > 3 && strcmp(ph + n - 3, "_ms") == 0) {
+                named_value *e = table_slot(st->phase, &st->n_phase, PROM_MAX_PHASE, ph, n - 3);
+                if (e) e->value = v / 1000.0;
+            }
+        }
+    }
+}
+
+static void update_eval(prom_state *st, const lf_obs_record *r) {
+    for (int i = 0; i < r->n_scalars; i++) {
+        const char *tag = r->scalars[i].tag;
+        if (!tag || strncmp(tag, "eval/", 5) != 0) continue;
+        const char *m = tag + 5;
+        named_value *e = table_slot(st->eval, &st->n_eval, PROM_MAX_EVAL, m, strlen(m));
+        if (e) e->value = r->scalars[i].value;
+    }
+}
+
+static void update_event(prom_state *st, const lf_obs_record *r) {
+    if (!r->event) return;
+    if (strcmp(r->event, "skipped_step") == 0) {
+        st->skipped_total += 1;
+    } else if (strcmp(r->event, "alert") == 0) {
+        const char *kind = r->alert_kind && r->alert_kind[0] ? r->alert_kind : "unknown";
+        /* The last slot is kept for "other", so a flood of new kinds cannot
+         * push out the count of alerts that happened. */
+        named_value *e = table_slot(st->alert, &st->n_alert, PROM_MAX_ALERT - 1, kind, strlen(kind));
+        if (!e) e = table_slot(st->alert, &st->n_alert, PROM_MAX_ALERT, "other", 5);
+        if (e) e->value += 1;
+    }
+}
+
+/* ---------------------------------------------------------------- sink callbacks */
+
+static void prom_emit(lf_obs_sink *s, const lf_obs_record *r) {
+    if (!s || !r) return;
+    prom_sink *p = s->impl;
+    pthread_mutex_lock(&p->mu);
+    switch (r->kind) {
+    case LF_OBS_TRAIN: update_train(&p->st, r); break;
+    case LF_OBS_EVAL: update_eval(&p->st, r); break;
+    case LF_OBS_EVENT: update_event(&p->st, r); break;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void prom_close(lf_obs_sink *s) {
+    if (!s) return;
+    prom_sink *p = s->impl;
+    if (p->daemon) MHD_stop_daemon(p->daemon); /* joins the HTTP thread */
+    pthread_mutex_destroy(&p->mu);
+    free(p->base_labels);
+    free(p);
+}
+
+/* ---------------------------------------------------------------- HTTP */
+
+static lf_mhd_result reply(struct MHD_Connection *c, unsigned int code, const char *ctype, void *body, size_t len,
+                           enum MHD_ResponseMemoryMode mode) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, mode);
+    if (!resp) {
+        if (mode == MHD_RESPMEM_MUST_FREE) free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (code == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    lf_mhd_result ret = MHD_queue_response(c, code, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static lf_mhd_result reply_text(struct MHD_Connection *c, unsigned int code, const char *text) {
+    return reply(c, code, "text/plain; charset=utf-8", (void *)text, strlen(text), MHD_RESPMEM_PERSISTENT);
+}
+
+static lf_mhd_result serve_metrics(prom_sink *p, struct MHD_Connection *c) {
+    prom_state *snap = malloc(sizeof *snap);
+    if (!snap) return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    pthread_mutex_lock(&p->mu);
+    memcpy(snap, &p->st, sizeof *snap);
+    pthread_mutex_unlock(&p->mu);
+    sbuf b = {0};
+    render(&b, snap, p->base_labels);
+    free(snap);
+    if (b.failed || !b.p) {
+        free(b.p);
+        return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "could not render metrics\n");
+    }
+    return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, MHD_RESPMEM_MUST_FREE);
+}
+
+static lf_mhd_result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version, const char *upload_data, size_t *upload_data_size,
+                                void **con_cls) {
+    (void)version;
+    (void)upload_data;
+    (void)con_cls;
+    prom_sink *p = cls;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+        *upload_data_size = 0; /* a body, if any, is not read */
+        return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    if (strcmp(url, "/metrics") == 0) return serve_metrics(p, c);
+    if (strcmp(url, "/health") == 0) return reply_text(c, MHD_HTTP_OK, "ok");
+    return reply_text(c, MHD_HTTP_NOT_FOUND, "not found\n");
+}
+
+/* ---------------------------------------------------------------- open */
+
+/* Parse an IPv4 literal (strict dotted quad), an IPv6 literal ("[::1]" and
+ * a zone, "fe80::1%eth0", accepted) or "localhost" (= 127.0.0.1) into *sa.
+ * No name resolution: a bind address is never looked up in DNS. */
+static lf_status parse_host(const char *host, struct sockaddr_storage *sa, socklen_t *sa_len, int port) {
+    char buf[256];
+    size_t n = strlen(host);
+    if (n == 0 || n >= sizeof buf) goto bad;
+    if (host[0] == '[' && host[n - 1] == ']' && n > 2) {
+        memcpy(buf, host + 1, n - 2);
+        buf[n - 2] = '\0';
+    } else {
+        memcpy(buf, host, n + 1);
+    }
+    if (strcmp(buf, "localhost") == 0) strcpy(buf, "127.0.0.1");
+    memset(sa, 0, sizeof *sa);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)sa;
+    if (buf[0] != '[' && inet_pton(AF_INET, buf, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)port);
+        *sa_len = sizeof *a4;
+        return LF_OK;
+    }
+    if (!strchr(buf, ':')) goto bad;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+    hints.ai_family = AF_INET6;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(buf, NULL, &hints, &res) != 0 || !res || res->ai_family != AF_INET6 ||
+        res->ai_addrlen > sizeof *sa) {
+        if (res) freeaddrinfo(res);
+        goto bad;
+    }
+    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    *sa_len = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    ((struct sockaddr_in6 *)sa)->sin6_port = htons((uint16_t)port);
+    return LF_OK;
+bad:
+    return lf_fail(LF_ERR_CONFIG, "prometheus: host '%s' is not an IPv4 or IPv6 address (or localhost)", host);
+}
+
+/* MHD says only that it could not start; bind the address ourselves to learn
+ * why (the socket is closed again at once). */
+static const char *bind_failure_reason(const struct sockaddr_storage *sa, socklen_t sa_len) {
+    int fd = socket(sa->ss_family, SOCK_STREAM, 0);
+    if (fd < 0) return strerror(errno);
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (sa->ss_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    const char *why = NULL;
+    if (bind(fd, (const struct sockaddr *)sa, sa_len) != 0 || listen(fd, 1) != 0) why = strerror(errno);
+    close(fd);
+    return why ? why : "libmicrohttpd could not start its listener";
+}
+
+lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
+    if (!out) return lf_fail(LF_ERR_INVALID_ARG, "prometheus: out is NULL");
+    *out = NULL;
+    if (!opts) return lf_fail(LF_ERR_INVALID_ARG, "prometheus: opts is NULL");
+    const char *host = opts->host ? opts->host : "127.0.0.1";
+    const char *job = opts->job ? opts->job : "llmforge";
+    if (opts->port < 0 || opts->port > 65535)
+        return lf_fail(LF_ERR_RANGE, "prometheus: port %d is outside 1..65535", opts->port);
+    if (opts->rank < 0) return lf_fail(LF_ERR_RANGE, "prometheus: rank %d is negative", opts->rank);
+    if (strlen(job) > 255) return lf_fail(LF_ERR_CONFIG, "prometheus: job name is longer than 255 bytes");
+
+    struct sockaddr_storage sa;
+    socklen_t sa_len = 0;
+    lf_status st = parse_host(host, &sa, &sa_len, opts->port);
+    if (st != LF_OK) return st;
+    const int v6 = sa.ss_family == AF_INET6;
+
+    prom_sink *p = calloc(1, sizeof *p);
+    if (!p) return lf_fail(LF_ERR_NOMEM, "prometheus: out of memory");
+    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        free(p);
+        return lf_fail(LF_ERR_INTERNAL, "prometheus: pthread_mutex_init failed");
+    }
+    sbuf lb = {0};
+    sb_printf(&lb, "rank=\"%d\",job=\"", opts->rank);
+    sb_label_value(&lb, job);
+    sb_puts(&lb, "\"");
+    if (lb.failed) {
+        free(lb.p);
+        st = lf_fail(LF_ERR_NOMEM, "prometheus: out of memory");
+        goto fail;
+    }
+    p->base_labels = lb.p;
+    for (size_t i = 0; i < sizeof k_alert_kinds / sizeof k_alert_kinds[0]; i++)
+        (void)table_slot(p->st.alert, &p->st.n_alert, PROM_MAX_ALERT, k_alert_kinds[i], strlen(k_alert_kinds[i]));
+
+    /* MHD_USE_ERROR_LOG stays off: library code does not write to stderr;
+     * a failure is explained by bind_failure_reason instead. */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
+    p->daemon = MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_request, p,
+                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)32,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
+                                 MHD_OPTION_END);
+    if (!p->daemon) {
+        const char *why = bind_failure_reason(&sa, sa_len);
+        const int bracket = v6 && host[0] != '[';
+        st = lf_fail(LF_ERR_IO, "prometheus: cannot listen on %s%s%s:%d: %s", bracket ? "[" : "", host,
+                     bracket ? "]" : "", opts->port, why);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(p->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    p->port = info && info->port ? (int)info->port : opts->port;
+
+    p->base.name = "prometheus";
+    p->base.emit = prom_emit;
+    p->base.flush = NULL;
+    p->base.close = prom_close;
+    p->base.impl = p;
+    p->base.error = NULL; /* never fails after it started */
+    *out = &p->base;
+    return LF_OK;
+
+fail:
+    pthread_mutex_destroy(&p->mu);
+    free(p->base_labels);
+    free(p);
+    return st;
+}
+
+int lf_obs_prometheus_port(const lf_obs_sink *s) {
+    if (!s || s->close != prom_close || !s->impl) return -1;
+    return ((const prom_sink *)s->impl)->port;
+}
