@@ -62,18 +62,119 @@ int lf_shard_mask(const lf_shard *s, size_t i);
 /* ---------------------------------------------------------------- tokenizers */
 typedef struct lf_tokenizer lf_tokenizer;
 
-/* Open a tokenizer from a spec string: "char:PATH/vocab.json". Relative paths
+/* Open a tokenizer from a spec string: "char:PATH/vocab.json", "gpt2:DIR",
+ * "tiktoken:FILE", "bpe:FILE" (kinds listed below). Relative paths
  * in the spec are resolved against base_dir when base_dir != NULL. */
 lf_status lf_tokenizer_open(lf_tokenizer **out, const char *spec, const char *base_dir);
 void lf_tokenizer_free(lf_tokenizer *t);
 int lf_tokenizer_vocab_size(const lf_tokenizer *t);
-/* Encode UTF-8 text. *ids is allocated (lf_free). A character outside the
- * vocabulary is an error naming it and its byte offset. */
+/* Encode UTF-8 text with the default options (lf_encode_opts_default: special
+ * tokens are ordinary text, invalid UTF-8 is an error naming its byte offset).
+ * *ids is allocated (lf_free). A character outside the vocabulary is an error
+ * naming it and its byte offset. */
 lf_status lf_tokenizer_encode(const lf_tokenizer *t, const char *text, size_t len, uint32_t **ids,
                               size_t *n);
-/* Decode ids to a NUL-terminated UTF-8 string (lf_free). */
+/* Decode ids to a NUL-terminated string (lf_free); *len excludes the NUL.
+ * Byte-level BPE kinds return the exact bytes the ids stand for: the ids of
+ * a text decode to that text, but an arbitrary id sequence (one cut inside a
+ * multi-byte character, as when streaming one token at a time) may decode to
+ * bytes that are not valid UTF-8 on their own, and a text holding U+0000
+ * decodes with that NUL inside (use *len). An id outside the vocabulary is
+ * LF_ERR_RANGE naming the id and its position. */
 lf_status lf_tokenizer_decode(const lf_tokenizer *t, const uint32_t *ids, size_t n, char **text,
                               size_t *len);
+
+/* Tokenizer kinds (spec prefixes), see docs/tokenizers.md:
+ *   char:FILE      vocab.json of code points (nanoGPT shakespeare_char)
+ *   gpt2:DIR       GPT-2 byte-level BPE from DIR/encoder.json + DIR/vocab.bpe;
+ *                  ids equal tiktoken's "gpt2" encoding; <|endoftext|> = 50256
+ *   tiktoken:FILE  a tiktoken rank file (one "base64(token) rank" per line)
+ *                  with GPT-2's pre-tokeniser; <|endoftext|> = largest rank + 1
+ *   bpe:FILE       a BPE trained by lf_bpe_train (same file format and
+ *                  conventions as tiktoken:FILE)
+ *
+ * Invalid UTF-8 (byte-level BPE kinds): by default (LF_UTF8_STRICT) encoding
+ * fails with LF_ERR_FORMAT naming the byte offset of the first invalid byte
+ * and the defect (RFC 3629: overlong forms, surrogates, code points above
+ * U+10FFFF, truncated sequences and stray continuation bytes are invalid).
+ * With LF_UTF8_BYTES the text is cut at every invalid byte: each maximal valid
+ * run is encoded exactly as that run alone would be, and each invalid byte
+ * becomes the token of that single byte, so decode(encode(x)) == x for any
+ * bytes x. The char kind supports LF_UTF8_STRICT only.
+ *
+ * Thread safety: an open tokenizer is read-only; lf_tokenizer_encode*,
+ * lf_tokenizer_decode and lf_tokenizer_special_id may be called from any
+ * number of threads at once on the same tokenizer. */
+typedef enum lf_utf8_policy {
+    LF_UTF8_STRICT = 0, /* invalid UTF-8 is LF_ERR_FORMAT naming its byte offset */
+    LF_UTF8_BYTES = 1,  /* each invalid byte is encoded as its own single-byte token */
+} lf_utf8_policy;
+
+/* Options for lf_tokenizer_encode_opts; a plain struct owned by the caller.
+ * Start from lf_encode_opts_default() (all zero: what lf_tokenizer_encode does). */
+typedef struct lf_encode_opts {
+    /* 1: the text of a special token ("<|endoftext|>") becomes its id, as
+     * tiktoken's encode(text, allowed_special="all"); 0 (default): it is
+     * encoded as ordinary text, as tiktoken's encode_ordinary. */
+    int allow_special;
+    lf_utf8_policy invalid_utf8;
+} lf_encode_opts;
+
+lf_encode_opts lf_encode_opts_default(void);
+
+/* lf_tokenizer_encode with options (opts NULL = defaults). Errors: as
+ * lf_tokenizer_encode; LF_ERR_UNSUPPORTED for LF_UTF8_BYTES with a kind that
+ * has no byte fallback (char). */
+lf_status lf_tokenizer_encode_opts(const lf_tokenizer *t, const char *text, size_t len, const lf_encode_opts *opts,
+                                   uint32_t **ids, size_t *n);
+
+/* The same ids as lf_tokenizer_encode_opts, computed by n_threads threads
+ * (POSIX threads; n_threads <= 1 or a short text: the calling thread alone).
+ * The text is cut only where cutting cannot change the result (byte-level
+ * BPE: before an ASCII space or newline that follows an ASCII character other
+ * than whitespace), the parts are encoded concurrently and the ids
+ * concatenated. On an error the message is the one the serial call gives
+ * (the first error in text order, offsets relative to the whole text). */
+lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, size_t len,
+                                       const lf_encode_opts *opts, int n_threads, uint32_t **ids, size_t *n);
+
+/* Id of a special token by its text ("<|endoftext|>"). LF_ERR_NOT_FOUND when
+ * the tokenizer has no such token (the char kind has none). */
+lf_status lf_tokenizer_special_id(const lf_tokenizer *t, const char *name, uint32_t *id);
+
+/* ---------------------------------------------------------------- BPE training */
+/* Byte-level BPE training with GPT-2 pre-tokenisation (docs/tokenizers.md):
+ * every input file is UTF-8 text (invalid UTF-8 is an error naming the file
+ * and byte offset); the pre-token frequencies are counted, then the most
+ * frequent adjacent pair is merged until the vocabulary is full or no pair
+ * occurs min_frequency times. Ties go to the pair whose left token's bytes
+ * sort first (then the right token's; shorter before longer when one is a
+ * prefix of the other), so the result does not depend on hashing or on the
+ * order of equal counts. The output is a tiktoken rank file: ranks 0..255 are
+ * the single bytes 0x00..0xFF, then one rank per merge in order; ids are the
+ * ranks and <|endoftext|> is the id after the last rank. Written atomically. */
+typedef struct lf_bpe_train_opts {
+    uint32_t vocab_size;    /* total ids including <|endoftext|>; 257 .. 2^24 (default 50257) */
+    uint64_t min_frequency; /* a pair seen fewer times is never merged (default 2) */
+} lf_bpe_train_opts;
+
+typedef struct lf_bpe_train_stats {
+    uint64_t input_bytes;   /* bytes read over all inputs */
+    uint64_t pieces;        /* pre-tokens counted */
+    uint64_t unique_pieces; /* distinct pre-tokens */
+    uint32_t merges;        /* ranks added after the 256 bytes */
+    uint32_t vocab_size;    /* ids in the written tokenizer (ranks + <|endoftext|>) */
+} lf_bpe_train_stats;
+
+lf_bpe_train_opts lf_bpe_train_opts_default(void);
+
+/* Train on the files inputs[0 .. n_inputs) and write the rank file to
+ * out_path. stats may be NULL. Errors: LF_ERR_INVALID_ARG (no inputs, bad
+ * options), LF_ERR_NOT_FOUND/LF_ERR_IO (an input cannot be read, the output
+ * cannot be written), LF_ERR_FORMAT (invalid UTF-8, naming file and offset),
+ * LF_ERR_NOMEM. */
+lf_status lf_bpe_train(const char *const *inputs, size_t n_inputs, const lf_bpe_train_opts *opts,
+                       const char *out_path, lf_bpe_train_stats *stats);
 
 /* ---------------------------------------------------------------- preparation */
 typedef struct lf_prepare_stats {

@@ -293,7 +293,7 @@ typedef enum lf_rouge_tokenizer {
 /* rougeL's LCS length table (rolling rows) and each rougeLsum sentence-pair
  * table (kept whole for back-tracking) are bounded by these many cells. */
 #define LF_ROUGE_MAX_LCS_CELLS ((uint64_t)1 << 32)
-#define LF_ROUGE_MAX_LSUM_CELLS ((uint64_t)1 << 26)
+#define LF_ROUGE_MAX_LSUM_CELLS ((uint64_t)1 << 24)
 
 typedef struct lf_rouge_config {
     unsigned types;  /* LF_ROUGE_BIT(...) set; default rouge1|rouge2|rougeL|rougeLsum */

@@ -71,7 +71,7 @@ void lf_obs_flush(lf_obs *o);
 /* Flushes and closes every sink. NULL is a no-op. */
 void lf_obs_free(lf_obs *o);
 
-/* The message of a sink that failed and stopped, e.g. "tensorboard
+/* The message of a sink that failed and stopped, e.g. "event file
  * 'run/events.out.tfevents.1700000000.host': write failed: No space left on
  * device" — a file sink that cannot write keeps the training going and drops
  * further records. NULL while the sink works, for a sink without an error

@@ -3,7 +3,7 @@
  *  - strict UTF-8 decoding shared by the tokenizers and prepare;
  *  - raw views of a mapped shard, for the batch sampler's hot loop;
  *  - the tokenizer operations table: one entry per spec prefix ("char:",
- *    later "gpt2:", "bpe:"), dispatched by tokenizer.c (ggml-style table of
+ *    "gpt2:", "tiktoken:", "bpe:"), dispatched by tokenizer.c (ggml-style table of
  *    function pointers; a kind that lacks an operation leaves it NULL and the
  *    wrapper answers LF_ERR_UNSUPPORTED).
  */
@@ -50,12 +50,105 @@ typedef struct lf__tokenizer_ops {
     lf_status (*decode)(const void *state, const uint32_t *ids, size_t n, char **text, size_t *len);
     /* 1 when the argument is a file path to resolve against a base dir. */
     int arg_is_path;
+    /* Optional (NULL: lf_tokenizer_encode_opts accepts the default options
+     * only, through encode). Encode with options; base_off is added to the
+     * byte offsets named in error messages (a part of a larger text). */
+    lf_status (*encode_ex)(const void *state, const char *text, size_t len, const lf_encode_opts *opts,
+                           size_t base_off, uint32_t **ids, size_t *n);
+    /* Optional (NULL: never cut, lf_tokenizer_encode_parallel runs serially).
+     * The first position p in [from, len) such that encoding text[0, p) and
+     * text[p, len) separately (with any options) gives the ids of
+     * text[0, len); len when there is none. */
+    size_t (*cut)(const void *state, const char *text, size_t len, size_t from);
+    /* Optional (NULL: no special tokens). Id of a special token by its text. */
+    lf_status (*special_id)(const void *state, const char *name, uint32_t *id);
 } lf__tokenizer_ops;
 
 extern const lf__tokenizer_ops lf__tokenizer_char_ops; /* tokenizer_char.c */
 /* vocab.json text for the given code points, in the given order
  * ({"type":"char","chars":[...]}); *json is freed with cJSON_free. */
 lf_status lf__char_vocab_json(const uint32_t *cps, size_t n, char **json);
+
+/* Byte-level BPE kinds (tokenizer_bpe.c). */
+extern const lf__tokenizer_ops lf__tokenizer_gpt2_ops;     /* "gpt2:DIR" */
+extern const lf__tokenizer_ops lf__tokenizer_tiktoken_ops; /* "tiktoken:FILE" */
+extern const lf__tokenizer_ops lf__tokenizer_bpe_ops;      /* "bpe:FILE" */
+
+/* Encode with n_threads threads through ops->cut and ops->encode_ex
+ * (bpe_parallel.c; lf_tokenizer_encode_parallel's body). */
+lf_status lf__tokenizer_encode_parallel(const lf__tokenizer_ops *ops, const void *state, const char *text,
+                                        size_t len, const lf_encode_opts *opts, int n_threads, uint32_t **ids,
+                                        size_t *n);
+
+/* ---------------------------------------------------------------- byte-level BPE internals (bpe_*.c) */
+/* GPT-2 pre-tokeniser (bpe_pretok.c): tiktoken's r50k/gpt2 pattern
+ *   '(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s
+ * (equivalent to GPT-2's encoder.py pattern) with \s, \p{L}, \p{N} spelled
+ * out so they hold tiktoken's Unicode 16 classes on any PCRE2. Compiled once
+ * (JIT when available), matched concurrently with a scanner per call. */
+typedef struct lf__pretok lf__pretok;
+lf_status lf__pretok_create(lf__pretok **out);
+void lf__pretok_free(lf__pretok *p);
+/* The PCRE2 pattern source (UTF-8, for messages and tests). */
+const char *lf__pretok_pattern(void);
+
+/* One thread's matcher: the PCRE2 match data (and a JIT stack made only if
+ * a match needs more than the default 32 KiB). */
+typedef struct lf__pretok_scan {
+    const lf__pretok *p;
+    void *md; /* pcre2_match_data_8 * */
+    void *mc; /* pcre2_match_context_8 *, NULL until needed */
+    void *js; /* pcre2_jit_stack_8 *, NULL until needed */
+} lf__pretok_scan;
+lf_status lf__pretok_scan_init(lf__pretok_scan *s, const lf__pretok *p);
+void lf__pretok_scan_done(lf__pretok_scan *s);
+/* The next piece of text[0, len) (valid UTF-8) at or after pos: sets
+ * [*start, *end) and returns LF_OK, or LF_ERR_NOT_FOUND when none is left
+ * (text that matches no alternative is skipped, as tiktoken does; the
+ * pattern leaves none). Other statuses: a PCRE2 failure (message set). */
+lf_status lf__pretok_next(lf__pretok_scan *s, const unsigned char *text, size_t len, size_t pos, size_t *start,
+                          size_t *end);
+/* Length of the longest valid UTF-8 prefix of s[0, len) (strict, utf8.c). */
+size_t lf__utf8_valid_prefix(const unsigned char *s, size_t len);
+/* The cut rule shared by the BPE kinds and the trainer (see ops->cut). */
+size_t lf__bpe_cut(const char *text, size_t len, size_t from);
+
+/* Byte-level BPE vocabulary and merge tables (bpe_merge.c). Read-only after
+ * lf__bpe_build; ids are tiktoken ranks: merging two adjacent parts gives the
+ * token whose bytes are their concatenation, lowest rank first, leftmost
+ * first among equal ranks (tiktoken's byte_pair_merge). */
+#define LF_BPE_MAX_RANKS (1u << 24)
+#define LF_BPE_NONE UINT32_MAX
+typedef struct lf__bpe {
+    uint32_t n_ranks;        /* largest rank + 1 */
+    size_t n_tokens;         /* ranks in use (holes allowed) */
+    uint32_t *tok_off;       /* (n_ranks) offset of the token's bytes in blob */
+    uint32_t *tok_len;       /* (n_ranks) length; 0 for a rank not in use */
+    unsigned char *blob;     /* token bytes */
+    uint32_t byte_id[256];   /* rank of each single byte */
+    uint32_t *map;           /* (map_mask+1) token bytes -> rank + 1, 0 = empty */
+    uint32_t *map_tag;       /* (map_mask+1) upper hash bits of the slot's key */
+    size_t map_mask;
+    uint64_t *pair_key;      /* (pair_mask+1) left << 32 | right, UINT64_MAX = empty */
+    uint32_t *pair_val;      /* (pair_mask+1) rank of the concatenation */
+    size_t pair_mask;
+} lf__bpe;
+/* Take ownership of tokens (bytes in blob, tok_off/tok_len per rank, all
+ * malloc'd) and build the lookup tables. Fails (LF_ERR_FORMAT, naming `what`)
+ * on a repeated token or a single byte without a token. */
+lf_status lf__bpe_build(lf__bpe *b, const char *what);
+void lf__bpe_release(lf__bpe *b);
+/* The 64-bit hash of a byte string the BPE tables use (also the trainer's). */
+uint64_t lf__bpe_hash(const unsigned char *p, size_t n);
+/* Rank of the token with exactly these bytes, LF_BPE_NONE when none. */
+uint32_t lf__bpe_lookup(const lf__bpe *b, const unsigned char *p, size_t n);
+/* Rank of the token made of ranks a then b, LF_BPE_NONE when none. */
+uint32_t lf__bpe_pair(const lf__bpe *b, uint32_t a, uint32_t r);
+/* BPE of one piece (1 <= n < 2^32 bytes) into out (room for n ids); returns
+ * the count, SIZE_MAX when out of memory (no message). algo 0: automatic,
+ * 1: quadratic scan (as tiktoken), 2: heap (for long pieces). The three give
+ * the same ids (tests check it). */
+size_t lf__bpe_merge(const lf__bpe *b, const unsigned char *p, size_t n, uint32_t *out, int algo);
 
 /* Resolve relative paths inside a spec against base_dir ("char:vocab.json",
  * "/d" -> "char:/d/vocab.json"). Specs of unknown kinds, or whose argument is

@@ -2,7 +2,10 @@
  * Tokenizer front end: a spec string "KIND:ARG" picks an entry of the table
  * below by its prefix and hands ARG (a path resolved against base_dir) to it.
  * Adding a kind ("gpt2:", "bpe:") is one table entry and one file; callers
- * never change. An unknown prefix is LF_ERR_UNSUPPORTED naming the spec and
+ * never change. Optional table slots (encode with options, safe cut points
+ * for multi-threaded encoding, special tokens) are NULL for kinds without
+ * them, and the wrappers below fall back or answer LF_ERR_UNSUPPORTED /
+ * LF_ERR_NOT_FOUND. An unknown prefix is LF_ERR_UNSUPPORTED naming the spec and
  * listing the supported prefixes.
  */
 #include <stdlib.h>
@@ -17,6 +20,9 @@ struct lf_tokenizer {
 
 static const lf__tokenizer_ops *const g_kinds[] = {
     &lf__tokenizer_char_ops,
+    &lf__tokenizer_gpt2_ops,
+    &lf__tokenizer_tiktoken_ops,
+    &lf__tokenizer_bpe_ops,
 };
 #define N_KINDS (sizeof g_kinds / sizeof g_kinds[0])
 
@@ -129,4 +135,56 @@ lf_status lf_tokenizer_decode(const lf_tokenizer *t, const uint32_t *ids, size_t
         return lf_fail(LF_ERR_UNSUPPORTED, "tokenizer '%s': decoding is not supported", t->ops->prefix);
     size_t dummy;
     return t->ops->decode(t->state, ids, n, text, len ? len : &dummy);
+}
+
+/* ---------------------------------------------------------------- options, threads, special tokens
+ * (the byte-level BPE kinds fill the optional table slots; tokenizer_bpe.c) */
+lf_encode_opts lf_encode_opts_default(void) {
+    lf_encode_opts o;
+    memset(&o, 0, sizeof o);
+    o.allow_special = 0;
+    o.invalid_utf8 = LF_UTF8_STRICT;
+    return o;
+}
+
+static lf_status check_encode_args(const lf_tokenizer *t, const char *text, size_t len, const lf_encode_opts *o,
+                                   uint32_t **ids, size_t *n) {
+    if (ids) *ids = NULL;
+    if (n) *n = 0;
+    if (!t || !ids || !n || (!text && len > 0))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_tokenizer_encode: NULL argument");
+    if (o->invalid_utf8 != LF_UTF8_STRICT && o->invalid_utf8 != LF_UTF8_BYTES)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_tokenizer_encode: unknown invalid_utf8 policy %d", (int)o->invalid_utf8);
+    if (!t->ops->encode)
+        return lf_fail(LF_ERR_UNSUPPORTED, "tokenizer '%s': encoding is not supported", t->ops->prefix);
+    if (!t->ops->encode_ex && o->invalid_utf8 != LF_UTF8_STRICT)
+        return lf_fail(LF_ERR_UNSUPPORTED, "tokenizer '%s': invalid UTF-8 can only be an error (LF_UTF8_STRICT)",
+                       t->ops->prefix);
+    return LF_OK;
+}
+
+lf_status lf_tokenizer_encode_opts(const lf_tokenizer *t, const char *text, size_t len, const lf_encode_opts *opts,
+                                   uint32_t **ids, size_t *n) {
+    lf_encode_opts d = lf_encode_opts_default();
+    const lf_encode_opts *o = opts ? opts : &d;
+    lf_status st = check_encode_args(t, text, len, o, ids, n);
+    if (st != LF_OK) return st;
+    if (t->ops->encode_ex) return t->ops->encode_ex(t->state, text ? text : "", len, o, 0, ids, n);
+    return t->ops->encode(t->state, text ? text : "", len, ids, n); /* a kind without special tokens */
+}
+
+lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, size_t len,
+                                       const lf_encode_opts *opts, int n_threads, uint32_t **ids, size_t *n) {
+    lf_encode_opts d = lf_encode_opts_default();
+    const lf_encode_opts *o = opts ? opts : &d;
+    lf_status st = check_encode_args(t, text, len, o, ids, n);
+    if (st != LF_OK) return st;
+    return lf__tokenizer_encode_parallel(t->ops, t->state, text ? text : "", len, o, n_threads, ids, n);
+}
+
+lf_status lf_tokenizer_special_id(const lf_tokenizer *t, const char *name, uint32_t *id) {
+    if (!t || !name || !id) return lf_fail(LF_ERR_INVALID_ARG, "lf_tokenizer_special_id: NULL argument");
+    if (!t->ops->special_id)
+        return lf_fail(LF_ERR_NOT_FOUND, "tokenizer '%s' has no special tokens ('%s' asked)", t->ops->prefix, name);
+    return t->ops->special_id(t->state, name, id);
 }

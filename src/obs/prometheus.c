@@ -556,8 +556,10 @@ lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
         (void)table_slot(p->st.alert, &p->st.n_alert, PROM_MAX_ALERT, k_alert_kinds[i], strlen(k_alert_kinds[i]));
 
     /* MHD_USE_ERROR_LOG stays off: library code does not write to stderr;
-     * a failure is explained by bind_failure_reason instead. */
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
+     * a failure is explained by bind_failure_reason instead. MHD_USE_AUTO
+     * picks epoll/poll over select, which cannot watch a descriptor above
+     * FD_SETSIZE (a trainer may hold many open shards and sockets). */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (v6 ? MHD_USE_IPv6 : 0);
     p->daemon = MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_request, p,
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)32,

@@ -39,6 +39,9 @@
  * 256 KiB are pending, and at flush/close. The sink never blocks training on
  * a timer or thread of its own.
  *
+ * Errors name the file or directory and leave the module's name to the
+ * caller's lf_error_prefix (the trainer adds "tensorboard").
+ *
  * Failure: a write error (disk full, file system gone) is remembered with a
  * message naming the file, logged once at WARN, and the sink stops writing
  * and drops later records; training goes on. lf_obs_sink_error reports it.
@@ -69,13 +72,13 @@ void lf__tb_buf_free(lf__tb_buf *b) {
 }
 
 static lf_status buf_reserve(lf__tb_buf *b, size_t extra) {
-    if (extra > SIZE_MAX / 4 - b->len) return lf_fail(LF_ERR_NOMEM, "tensorboard: event of %zu bytes is too large", extra);
+    if (extra > SIZE_MAX / 4 - b->len) return lf_fail(LF_ERR_NOMEM, "event of %zu bytes is too large", extra);
     size_t need = b->len + extra;
     if (need <= b->cap) return LF_OK;
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < need) cap *= 2;
     uint8_t *p = realloc(b->data, cap);
-    if (!p) return lf_fail(LF_ERR_NOMEM, "tensorboard: out of memory buffering %zu bytes of events", need);
+    if (!p) return lf_fail(LF_ERR_NOMEM, "out of memory buffering %zu bytes of events", need);
     b->data = p;
     b->cap = cap;
     return LF_OK;
@@ -232,7 +235,7 @@ typedef struct tb_sink {
 static void tb_stop(tb_sink *t, const char *what, int errnum) {
     if (t->failed) return;
     t->failed = 1;
-    snprintf(t->err, sizeof t->err, "tensorboard '%s': %s%s%s", t->path, what, errnum ? ": " : "",
+    snprintf(t->err, sizeof t->err, "event file '%s': %s%s%s", t->path, what, errnum ? ": " : "",
              errnum ? strerror(errnum) : "");
     lf__tb_buf_free(&t->pending);
     lf_log(LF_LOG_WARN, "%s; no more TensorBoard events will be written", t->err);
@@ -301,12 +304,12 @@ static lf_status tb_create(lf_obs_sink **out, const char *path, int excl, int *e
                            double flush_secs) {
     if (exists) *exists = 0;
     tb_sink *t = calloc(1, sizeof *t);
-    if (!t) return lf_fail(LF_ERR_NOMEM, "tensorboard: out of memory");
+    if (!t) return lf_fail(LF_ERR_NOMEM, "out of memory opening an event file");
     t->fd = -1;
     t->path = strdup(path);
     if (!t->path) {
         free(t);
-        return lf_fail(LF_ERR_NOMEM, "tensorboard: out of memory");
+        return lf_fail(LF_ERR_NOMEM, "out of memory opening an event file");
     }
     t->flush_secs = (flush_secs > 0 && isfinite(flush_secs)) ? flush_secs : TB_DEFAULT_FLUSH_SECS;
     t->base.name = "tensorboard";
@@ -321,7 +324,7 @@ static lf_status tb_create(lf_obs_sink **out, const char *path, int excl, int *e
     if (t->fd < 0) {
         int e = errno;
         if (exists) *exists = (e == EEXIST);
-        st = lf_fail(LF_ERR_IO, "tensorboard: cannot create '%s': %s", path, strerror(e));
+        st = lf_fail(LF_ERR_IO, "cannot create event file '%s': %s", path, strerror(e));
         goto fail;
     }
     st = lf__tb_append_file_version(&t->pending, wall_time, TB_FILE_VERSION);
@@ -339,7 +342,7 @@ fail:
 }
 
 lf_status lf__tb_open_path(lf_obs_sink **out, const char *path, double wall_time, double flush_secs) {
-    if (!out || !path || !path[0]) return lf_fail(LF_ERR_INVALID_ARG, "tensorboard: no output path");
+    if (!out || !path || !path[0]) return lf_fail(LF_ERR_INVALID_ARG, "no path for the event file");
     *out = NULL;
     return tb_create(out, path, 0, NULL, wall_time, flush_secs);
 }
@@ -357,20 +360,17 @@ void lf__tb_fail_write_after(lf_obs_sink *s, int k) {
 lf_status lf_obs_tensorboard_open(lf_obs_sink **out, const char *dir, const char *job_name, double flush_secs) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_obs_tensorboard_open: out is NULL");
     *out = NULL;
-    if (!dir || !dir[0]) return lf_fail(LF_ERR_INVALID_ARG, "tensorboard: no output directory");
+    if (!dir || !dir[0]) return lf_fail(LF_ERR_INVALID_ARG, "no directory for event files");
 
     char *full = NULL, *path = NULL;
     lf_status st;
     int has_job = job_name && job_name[0];
     size_t n = strlen(dir) + (has_job ? 1 + strlen(job_name) : 0) + 1;
     full = malloc(n);
-    if (!full) return lf_fail(LF_ERR_NOMEM, "tensorboard: out of memory");
+    if (!full) return lf_fail(LF_ERR_NOMEM, "out of memory opening an event file");
     snprintf(full, n, "%s%s%s", dir, has_job ? "/" : "", has_job ? job_name : "");
-    st = lf_mkdirs(full);
-    if (st != LF_OK) {
-        lf_error_prefix("tensorboard");
-        goto done;
-    }
+    st = lf_mkdirs(full); /* its message names the directory */
+    if (st != LF_OK) goto done;
 
     char host[256];
     if (gethostname(host, sizeof host) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
@@ -383,7 +383,7 @@ lf_status lf_obs_tensorboard_open(lf_obs_sink **out, const char *dir, const char
     size_t pn = strlen(full) + strlen(host) + 64;
     path = malloc(pn);
     if (!path) {
-        st = lf_fail(LF_ERR_NOMEM, "tensorboard: out of memory");
+        st = lf_fail(LF_ERR_NOMEM, "out of memory opening an event file");
         goto done;
     }
     /* Another writer may already use this second's name (two sinks, a

@@ -499,11 +499,12 @@ static void test_flush_policy(void **state) {
 
     /* a short interval: the emit after it has passed writes everything */
     lf_test_rmrf(dir);
-    LF_ASSERT_OK(lf_obs_tensorboard_open(&s, dir, NULL, 0.05));
+    double t0 = lf_time_now();
+    LF_ASSERT_OK(lf_obs_tensorboard_open(&s, dir, NULL, 0.2));
     path = find_event_file(dir);
     s->emit(s, &r);
-    assert_int_equal(file_size(path), header);
-    struct timespec ts = {0, 120 * 1000 * 1000};
+    if (lf_time_now() - t0 < 0.2) assert_int_equal(file_size(path), header); /* unless this machine stalled */
+    struct timespec ts = {0, 250 * 1000 * 1000};
     nanosleep(&ts, NULL);
     s->emit(s, &r);
     assert_int_equal(file_size(path), header + 2 * one);
@@ -559,8 +560,8 @@ static void test_bad_directories(void **state) {
     /* a file where the directory should be */
     assert_int_equal(lf_obs_tensorboard_open(&s, file, NULL, 0), LF_ERR_IO);
     assert_null(s);
-    LF_ASSERT_ERR_CONTAINS("tensorboard");
     LF_ASSERT_ERR_CONTAINS(file);
+    LF_ASSERT_ERR_CONTAINS("not a directory");
     /* ... or in the middle of the path, or the job sub-directory */
     snprintf(under, sizeof under, "%s/sub", file);
     assert_int_equal(lf_obs_tensorboard_open(&s, under, NULL, 0), LF_ERR_IO);

@@ -226,12 +226,68 @@ static void test_stall(void **state) {
     }
 }
 
+/* A monitoring sink that cannot start stops the run, unless
+ * monitor.required is false: then the run starts without it. */
+static void test_sink_failures(void **state) {
+    (void)state;
+    /* hold a port so the endpoint cannot bind it */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    int port = ntohs(a.sin_port);
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+
+    lf_train_config c = tiny("port-busy");
+    c.prom_port = port;
+    lf_trainer *t = NULL;
+    assert_int_equal(lf_trainer_create(&t, &c, NULL), LF_ERR_IO);
+    assert_non_null(strstr(lf_trainer_errmsg(t), "monitor.prometheus"));
+    assert_non_null(strstr(lf_trainer_errmsg(t), portstr));
+    lf_trainer_free(t);
+    c.monitor_required = 0;
+    t = NULL;
+    LF_ASSERT_OK(lf_trainer_create(&t, &c, NULL));
+    lf_trainer_free(t);
+    close(fd);
+
+    c = tiny("bad-host");
+    c.prom_port = free_port();
+    snprintf(c.prom_host, sizeof c.prom_host, "not a host");
+    t = NULL;
+    assert_true(lf_trainer_create(&t, &c, NULL) != LF_OK);
+    assert_non_null(strstr(lf_trainer_errmsg(t), "not a host"));
+    lf_trainer_free(t);
+
+    c = tiny("tb-blocked");
+    c.tb_enabled = 1;
+    char file[1300];
+    snprintf(file, sizeof file, "%s/plain-file", tmp);
+    LF_ASSERT_OK(lf_file_write_all(file, "x", 1));
+    snprintf(c.tb_output_path, sizeof c.tb_output_path, "%s/tb", file); /* under a file: fails even as root */
+    t = NULL;
+    assert_true(lf_trainer_create(&t, &c, NULL) != LF_OK);
+    assert_non_null(strstr(lf_trainer_errmsg(t), "plain-file"));
+    lf_trainer_free(t);
+    c.monitor_required = 0;
+    snprintf(c.out_dir, sizeof c.out_dir, "%s/tb-blocked-optional", tmp);
+    t = NULL;
+    LF_ASSERT_OK(lf_trainer_create(&t, &c, NULL));
+    LF_ASSERT_OK(lf_trainer_run(t));
+    lf_trainer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nan_stop),
         cmocka_unit_test(test_nan_skip_and_metrics),
         cmocka_unit_test(test_loss_spike),
         cmocka_unit_test(test_stall),
+        cmocka_unit_test(test_sink_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,196 @@
+/*
+ * GPT-2 pre-tokeniser: the regular expression that cuts text into the pieces
+ * byte-level BPE merges inside, run by PCRE2 (UTF + UCP, JIT-compiled).
+ *
+ * Pattern. GPT-2's encoder.py uses
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * and tiktoken's "gpt2"/r50k_base encoding the equivalent, faster
+ *   '(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s
+ * (tiktoken_ext/openai_public.py). We use the latter with `$` written `\z`
+ * (PCRE2's `$` also matches before a final newline; Rust's does not — the
+ * possessive `\s++` makes the two agree anyway, `\z` says what is meant).
+ *
+ * Character classes. The ids must equal tiktoken's, whose regex engine
+ * (Rust regex-syntax) carries Unicode 16 tables; Debian's PCRE2 10.42 carries
+ * Unicode 14. So the classes are spelled out:
+ *   - \s is Unicode White_Space (25 code points) exactly. PCRE2's own \s
+ *     adds U+180E, which Unicode 6.3 moved out of White_Space.
+ *   - \p{L} and \p{N} are PCRE2's properties plus the code points that
+ *     Unicode 15.0 .. 16.0 made letters/numbers (35 and 10 ranges below).
+ *     With a newer PCRE2 the additions are redundant, not wrong.
+ * tools/reference/make_tiktoken_fixture.py writes the three classes as
+ * tiktoken's engine sees them (tests/fixtures/tiktoken_unicode_classes.json)
+ * and tests/data/test_bpe.c checks every code point through this pattern.
+ *
+ * Concurrency: the compiled pattern is shared read-only; each caller holds
+ * an lf__pretok_scan (its match data, and a JIT stack only when a match
+ * needs more than PCRE2's default 32 KiB of machine stack).
+ *
+ * Subjects are valid UTF-8 (the caller checks, once per text): the JIT
+ * matcher does no UTF check, and the interpreter fallback (no JIT on this
+ * platform) is told PCRE2_NO_UTF_CHECK, so a text is never rescanned per
+ * piece.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdlib.h>
+#include <string.h>
+#include "data_impl.h"
+
+/* Unicode White_Space: 0009..000D 0020 0085 00A0 1680 2000..200A 2028 2029 202F 205F 3000 */
+#define WS "\\t-\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* General category L added by Unicode 15.0, 15.1 and 16.0 (absent from PCRE2 10.42's tables). */
+#define L_EXTRA                                                                                                   \
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}\\x{10D4A}-\\x{10D65}"         \
+    "\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}"     \
+    "\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}"      \
+    "\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}"               \
+    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}"                \
+    "\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
+/* General category N added by Unicode 15.0 .. 16.0. */
+#define N_EXTRA                                                                                                   \
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}"   \
+    "\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}"
+
+static const char g_pattern[] =
+    "'(?:[sdmt]|ll|ve|re)"
+    "| ?[\\p{L}" L_EXTRA "]++"
+    "| ?[\\p{N}" N_EXTRA "]++"
+    "| ?[^" WS "\\p{L}" L_EXTRA "\\p{N}" N_EXTRA "]++"
+    "|[" WS "]++\\z"
+    "|[" WS "]+(?![^" WS "])"
+    "|[" WS "]";
+
+struct lf__pretok {
+    pcre2_code *re;
+    int jit; /* 1 when JIT compilation succeeded */
+};
+
+const char *lf__pretok_pattern(void) { return g_pattern; }
+
+lf_status lf__pretok_create(lf__pretok **out) {
+    *out = NULL;
+    lf__pretok *p = calloc(1, sizeof *p);
+    if (!p) return lf_fail(LF_ERR_NOMEM, "GPT-2 pre-tokeniser: out of memory");
+    int err = 0;
+    PCRE2_SIZE erroff = 0;
+    p->re = pcre2_compile((PCRE2_SPTR)g_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
+    if (!p->re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        free(p);
+        return lf_fail(LF_ERR_INTERNAL, "GPT-2 pre-tokeniser: PCRE2 cannot compile the pattern at offset %zu: %s",
+                       (size_t)erroff, (const char *)msg);
+    }
+    /* JIT is an optimisation: without it (a platform PCRE2's JIT does not
+     * support) the interpreter gives the same matches. */
+    p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
+    *out = p;
+    return LF_OK;
+}
+
+void lf__pretok_free(lf__pretok *p) {
+    if (!p) return;
+    pcre2_code_free(p->re);
+    free(p);
+}
+
+lf_status lf__pretok_scan_init(lf__pretok_scan *s, const lf__pretok *p) {
+    memset(s, 0, sizeof *s);
+    s->p = p;
+    s->md = pcre2_match_data_create_from_pattern(p->re, NULL);
+    if (!s->md) return lf_fail(LF_ERR_NOMEM, "GPT-2 pre-tokeniser: out of memory");
+    return LF_OK;
+}
+
+void lf__pretok_scan_done(lf__pretok_scan *s) {
+    if (s->md) pcre2_match_data_free(s->md);
+    if (s->mc) pcre2_match_context_free(s->mc);
+    if (s->js) pcre2_jit_stack_free(s->js);
+    memset(s, 0, sizeof *s);
+}
+
+/* Give the scanner a JIT stack of up to 64 MiB (a whitespace run of millions
+ * of characters backtracks over all of them). */
+static lf_status grow_jit_stack(lf__pretok_scan *s) {
+    if (s->js) return lf_fail(LF_ERR_RANGE, "GPT-2 pre-tokeniser: a piece needs more than 64 MiB of JIT stack");
+    s->mc = pcre2_match_context_create(NULL);
+    s->js = pcre2_jit_stack_create(32 * 1024, 64u << 20, NULL);
+    if (!s->mc || !s->js) return lf_fail(LF_ERR_NOMEM, "GPT-2 pre-tokeniser: out of memory for the JIT stack");
+    pcre2_jit_stack_assign(s->mc, NULL, s->js);
+    return LF_OK;
+}
+
+lf_status lf__pretok_next(lf__pretok_scan *s, const unsigned char *text, size_t len, size_t pos, size_t *start,
+                          size_t *end) {
+    for (;;) {
+        int rc;
+        if (s->p->jit)
+            rc = pcre2_jit_match(s->p->re, text, len, pos, 0, s->md, s->mc);
+        else
+            rc = pcre2_match(s->p->re, text, len, pos, PCRE2_NO_UTF_CHECK, s->md, s->mc);
+        if (rc > 0) {
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+            *start = ov[0];
+            *end = ov[1];
+            return LF_OK;
+        }
+        if (rc == PCRE2_ERROR_NOMATCH) return LF_ERR_NOT_FOUND;
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+            lf_status st = grow_jit_stack(s);
+            if (st != LF_OK) return st;
+            continue;
+        }
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        return lf_fail(rc == PCRE2_ERROR_NOMEMORY ? LF_ERR_NOMEM : LF_ERR_INTERNAL,
+                       "GPT-2 pre-tokeniser: PCRE2 match at byte %zu failed: %s", pos, (const char *)msg);
+    }
+}
+
+size_t lf__utf8_valid_prefix(const unsigned char *s, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        /* ASCII runs eight bytes at a time */
+        while (i + 8 <= len) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        while (i < len && s[i] < 0x80) i++;
+        if (i >= len) break;
+        uint32_t cp;
+        const char *why;
+        int k = lf__utf8_decode(s + i, len - i, &cp, &why);
+        if (k == 0) return i;
+        i += (size_t)k;
+    }
+    return len;
+}
+
+/* ASCII whitespace as the pattern sees it (a subset of WS). */
+static int ascii_ws(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/*
+ * Why the cut is safe. Let text[p-1] be an ASCII character other than
+ * whitespace and text[p] ASCII whitespace. The piece holding text[p-1]
+ * cannot reach text[p]: whitespace joins a following non-space piece only as
+ * its first character (" ?X"), and whitespace pieces hold only whitespace.
+ * So some piece ends at p in the whole text, the pattern has no lookbehind,
+ * and matching from p sees the same text either way; to the left, no piece
+ * looks past its end except `(?!\S)`/`\z` after whitespace, which never
+ * reaches p because text[p-1] is not whitespace. Special tokens contain no
+ * whitespace, so none straddles p; a cut between ASCII characters is never
+ * inside a multi-byte sequence.
+ */
+size_t lf__bpe_cut(const char *text, size_t len, size_t from) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t p = from < 1 ? 1 : from;
+    for (; p < len; p++) {
+        if (!ascii_ws(s[p])) continue;
+        unsigned char c = s[p - 1];
+        if (c > 0x20 && c < 0x7F) return p;
+    }
+    return len;
+}
