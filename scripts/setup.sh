@@ -8,7 +8,7 @@ pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libss
       libpcre2-dev libmicrohttpd-dev fortunes fortunes-min)
 if [ "${1:-}" = "--test" ]; then
   # promtool and a real Prometheus server check the /metrics endpoint
-  pkgs+=(libcmocka-dev prometheus)
+  pkgs+=(libcmocka-dev prometheus curl)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -34,20 +34,28 @@ static int is_cons(const char *s, size_t i) {
     return 1;
 }
 
+/* Consonant flag of each position in one left-to-right pass, as
+ * _consonant_flags does (a per-position is_cons() would be quadratic on a
+ * run of 'y's): a 'y' is a consonant at the start or after a vowel. */
+#define CONS_NEXT(s, i, prev) (is_vowel((s)[i]) ? 0 : (s)[i] == 'y' ? ((i) == 0 ? 1 : !(prev)) : 1)
+
 /* _measure: number of "vc" pairs in the consonant/vowel pattern of s[0..n). */
 static int measure(const char *s, size_t n) {
-    int m = 0, prev_v = 0;
+    int m = 0, prev = 0;
     for (size_t i = 0; i < n; i++) {
-        int c = is_cons(s, i);
-        if (c && prev_v) m++;
-        prev_v = !c;
+        int c = CONS_NEXT(s, i, prev);
+        if (c && i > 0 && !prev) m++;
+        prev = c;
     }
     return m;
 }
 
 static int contains_vowel(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!is_cons(s, i)) return 1;
+    int prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        prev = CONS_NEXT(s, i, prev);
+        if (!prev) return 1;
+    }
     return 0;
 }
 
