@@ -84,8 +84,9 @@ typedef struct lf_prf {
     uint64_t support; /* gold count (summed over classes for macro/micro) */
 } lf_prf;
 
-/* At most this many distinct labels (the confusion matrix is dense). */
-#define LF_CONFUSION_MAX_LABELS 4096
+/* At most this many distinct labels (a bound on memory and on the sorted
+ * insertion of new labels; pair counts are stored sparsely). */
+#define LF_CONFUSION_MAX_LABELS 65536
 
 lf_status lf_confusion_create(lf_confusion **out);
 void lf_confusion_free(lf_confusion *c);
@@ -134,8 +135,7 @@ lf_status lf_squad_score(const char *pred, const char *const *gold, size_t n_gol
 /* ================================================================ BLEU (sacreBLEU 2.6.0)
  *
  * Exactly sacrebleu.metrics.BLEU of sacreBLEU 2.6.0, max n-gram order 4:
- *   preprocess(s) = tokenize(lowercase ? s.lower() : s).rstrip() (rstrip
- *     before tokenizing), tokens = preprocess(s).split()
+ *   tokens(s) = tokenize((lowercase ? s.lower() : s).rstrip()).split()
  *   tokenizers:
  *     13a   mteval-v13a: remove "<skipped>", remove "-\n", "\n" -> " ",
  *           unescape &quot; &amp; &lt; &gt; (in that order), pad with a

@@ -71,6 +71,20 @@ static size_t pow2_at_least(size_t n) {
     return s;
 }
 
+/* memcmp(a, b, n) == 0 without a call for the short keys of ordinary text. */
+static inline int bytes_equal(const unsigned char *a, const unsigned char *b, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) return 0;
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
 uint32_t lf__bpe_lookup(const lf__bpe *b, const unsigned char *p, size_t n) {
     uint64_t h = hash_bytes(p, n);
     uint32_t tag = (uint32_t)(h >> 32);
@@ -80,7 +94,7 @@ uint32_t lf__bpe_lookup(const lf__bpe *b, const unsigned char *p, size_t n) {
         if (r1 == 0) return LF_BPE_NONE;
         if (b->map_tag[i] == tag) {
             uint32_t r = r1 - 1;
-            if (b->tok_len[r] == n && memcmp(b->blob + b->tok_off[r], p, n) == 0) return r;
+            if (b->tok_len[r] == n && bytes_equal(b->blob + b->tok_off[r], p, n)) return r;
         }
         i = (i + 1) & b->map_mask;
     }
@@ -201,10 +215,10 @@ static size_t merge_scan(const lf__bpe *b, const unsigned char *p, size_t n, uin
             }
         if (best == LF_BPE_NONE) break;
         sym[at] = best;
-        /* drop part at+1 and pair at+1 */
-        if (at + 2 < m) {
-            memmove(sym + at + 1, sym + at + 2, (m - at - 2) * sizeof *sym);
-            memmove(rank + at + 1, rank + at + 2, (m - at - 2) * sizeof *rank);
+        /* drop part at+1 and pair at+1 (a few elements: a loop beats a call) */
+        for (size_t i = at + 1; i + 1 < m; i++) {
+            sym[i] = sym[i + 1];
+            rank[i] = rank[i + 1];
         }
         m--;
         if (at > 0) rank[at - 1] = lf__bpe_pair(b, sym[at - 1], sym[at]);

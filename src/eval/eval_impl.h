@@ -26,7 +26,14 @@ typedef struct lf__cps {
 } lf__cps;
 
 lf_status lf__cps_reserve(lf__cps *b, size_t extra);
-lf_status lf__cps_push(lf__cps *b, uint32_t c);
+static inline lf_status lf__cps_push(lf__cps *b, uint32_t c) {
+    if (b->n == b->cap) {
+        lf_status st = lf__cps_reserve(b, 1);
+        if (st != LF_OK) return st;
+    }
+    b->v[b->n++] = c;
+    return LF_OK;
+}
 lf_status lf__cps_append(lf__cps *b, const uint32_t *c, size_t n);
 void lf__cps_free(lf__cps *b);
 

@@ -52,15 +52,6 @@ lf_status lf__cps_reserve(lf__cps *b, size_t extra) {
     return LF_OK;
 }
 
-lf_status lf__cps_push(lf__cps *b, uint32_t c) {
-    if (b->n == b->cap) {
-        lf_status st = lf__cps_reserve(b, 1);
-        if (st != LF_OK) return st;
-    }
-    b->v[b->n++] = c;
-    return LF_OK;
-}
-
 lf_status lf__cps_append(lf__cps *b, const uint32_t *c, size_t n) {
     lf_status st = lf__cps_reserve(b, n);
     if (st != LF_OK) return st;
@@ -120,7 +111,7 @@ static int decode1(const unsigned char *s, size_t len, uint32_t *cp, const char 
                 *why = b0 == 0xED ? "surrogate code point"
                                   : (b0 == 0xF4 ? "code point above U+10FFFF" : "overlong encoding");
             else
-                *why = "truncated sequence";
+                *why = "invalid continuation byte";
             return 0;
         }
         c = (c << 6) | (b & 0x3F);

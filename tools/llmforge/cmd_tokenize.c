@@ -9,7 +9,7 @@
  *       timings instead of the ids (bench/tokenizer.sh).
  *   llmforge detokenize --tokenizer SPEC [--jsonl]
  *       stdin ids (separated by spaces/newlines) -> the exact bytes they stand
- *       for; --jsonl: each line {"ids": [...]} -> {"text": ...} (the text
+ *       for, written only when every line decodes; --jsonl (streamed): each line {"ids": [...]} -> {"text": ...} (the text
  *       must be valid UTF-8 to be JSON: ids cut inside a character are an
  *       error naming the line).
  *   llmforge tokenizer train --input FILE [--input FILE ...] --vocab-size N --out FILE
@@ -396,8 +396,14 @@ int cmd_tokenize(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- detokenize */
 
-/* Decode and write one sequence; 0 on success. */
-static int decode_write(lf_tokenizer *t, const uint32_t *ids, size_t n, size_t line_no, int jsonl) {
+/* Decode one sequence and write it (jsonl), or append it to *acc (plain:
+ * written only once every line has decoded); 0 on success. */
+typedef struct bytes_acc {
+    char *p;
+    size_t n, cap;
+} bytes_acc;
+
+static int decode_write(lf_tokenizer *t, const uint32_t *ids, size_t n, size_t line_no, int jsonl, bytes_acc *acc) {
     char *text = NULL;
     size_t len = 0;
     lf_status st = lf_tokenizer_decode(t, ids, n, &text, &len);
@@ -406,7 +412,22 @@ static int decode_write(lf_tokenizer *t, const uint32_t *ids, size_t n, size_t l
         return 1;
     }
     int rc = 0;
-    if (jsonl) {
+    if (!jsonl) {
+        if (acc->cap - acc->n < len) {
+            size_t cap = acc->cap ? acc->cap : 1 << 16;
+            while (cap - acc->n < len) cap *= 2;
+            char *p = realloc(acc->p, cap);
+            if (!p) {
+                fprintf(stderr, "llmforge detokenize: out of memory\n");
+                lf_free(text);
+                return 1;
+            }
+            acc->p = p;
+            acc->cap = cap;
+        }
+        memcpy(acc->p + acc->n, text, len);
+        acc->n += len;
+    } else {
         size_t bad = utf8_check((const unsigned char *)text, len);
         if (bad < len) {
             fprintf(stderr,
@@ -419,8 +440,6 @@ static int decode_write(lf_tokenizer *t, const uint32_t *ids, size_t n, size_t l
             put_json_string(stdout, text, len);
             fputs("}\n", stdout);
         }
-    } else {
-        fwrite(text, 1, len, stdout);
     }
     lf_free(text);
     return rc;
@@ -439,9 +458,10 @@ static int detokenize_plain(lf_tokenizer *t) {
     int vocab = lf_tokenizer_vocab_size(t);
     size_t line_no = 1, n = 0, i = 0;
     int rc = 0;
+    bytes_acc acc = {0};
     while (i <= len && !rc) {
         if (i == len || buf[i] == '\n') { /* one line at a time: errors name the line */
-            rc = decode_write(t, ids, n, line_no, 0);
+            rc = decode_write(t, ids, n, line_no, 0, &acc);
             n = 0;
             line_no++;
             i++;
@@ -468,6 +488,8 @@ static int detokenize_plain(lf_tokenizer *t) {
         }
         ids[n++] = (uint32_t)v;
     }
+    if (!rc && acc.n) fwrite(acc.p, 1, acc.n, stdout);
+    free(acc.p);
     free(ids);
     free(buf);
     return rc;
@@ -515,7 +537,7 @@ static int detokenize_jsonl(lf_tokenizer *t) {
             ids[k++] = (uint32_t)d;
         }
         cJSON_Delete(j);
-        if (!rc) rc = decode_write(t, ids, k, line_no, 1);
+        if (!rc) rc = decode_write(t, ids, k, line_no, 1, NULL);
     }
     free(ids);
     free(line);

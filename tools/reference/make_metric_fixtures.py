@@ -304,6 +304,12 @@ def bleu_fixture():
         "a.b,c 1.2,3 a-1 1-a -1- x.", "&quot;&amp;quot;&lt;&gt;&", " leading and trailing ", "A.\nB-\nC",
         "\u0130I\u03a3\u03a3a\u03a3 \u03a3", "mixed 中文 and English—dash…", "﹏︰ＡＢＣ１２３", "\U0001F600 emoji!",
     ]
+    # every character that str.lower() changes (one token: final-sigma contexts
+    # included), and every str.isspace() character between two letters
+    cased = "".join(chr(c) for c in range(0x110000)
+                    if not 0xD800 <= c < 0xE000 and chr(c).lower() != chr(c))
+    spaces = "x".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000 and chr(c).isspace())
+    tok_texts += [cased, cased[::-1], "a" + spaces + "b", "\u03a3\u0301a\u03a3\u0301 a\u00ad\u03a3 \u03a3\u03a3"]
     tokenize = []
     for tok in ["13a", "zh", "char", "none"]:
         for lc in [False, True]:

@@ -29,9 +29,11 @@ Writes (deterministic; seeded generator):
       tinyshakespeare.txt --vocab-size 1024`), loaded with tiktoken's
       load_tiktoken_bpe and GPT-2's pattern, <|endoftext|> = largest rank + 1.
       With --llmforge PATH the model file is (re)trained first.
+With --check-trainer (and --llmforge) the trainer is first compared with a
+plain Python BPE trainer on 200 KB of the corpus (needs the `regex` module).
 
 Usage (from the repository root):
-  python3 tools/reference/make_tiktoken_fixture.py [--llmforge build/llmforge]
+  python3 tools/reference/make_tiktoken_fixture.py [--llmforge build/llmforge [--check-trainer]]
       [--gpt2-dir ../shared/data/gpt2] [--shakespeare ../shared/data/tinyshakespeare.txt]
 """
 import argparse
@@ -115,7 +117,7 @@ def handwritten():
     ]
     # contractions in all cases
     for w in ["s", "t", "re", "ve", "m", "ll", "d"]:
-        for form in {w, w.upper(), w.capitalize()}:
+        for form in dict.fromkeys([w, w.upper(), w.capitalize()]):  # ordered: deterministic output
             c.append(f"it'{form} they'{form} '{form} x'{form}y '{form}'{form}")
     c += ["don't won't I'm you're we've they'll she'd it's", "DON'T WON'T I'M YOU'RE WE'VE THEY'LL SHE'D IT'S",
           "'''quoted'''", "rock 'n' roll", "'", "''", "' s", "'S'LL'Ll"]
@@ -261,6 +263,57 @@ def unicode_classes():
     return out
 
 
+def check_trainer(llmforge, shakespeare, n_bytes=200000, vocab_size=600):
+    """llmforge's trainer against a plain Python BPE trainer (full recount per
+    merge, same tie-break: count, then left bytes, then right bytes) on the
+    first n_bytes of the corpus. Needs the `regex` module (PyPI) for the
+    pattern's possessive quantifiers and Unicode classes."""
+    import base64
+    import collections
+    import tempfile
+    import regex
+    with open(shakespeare, encoding="utf-8") as f:
+        text = f.read()[:n_bytes]
+    words = [[[bytes([b]) for b in p], c]
+             for p, c in collections.Counter(m.encode() for m in regex.findall(GPT2_PAT, text)).items()]
+    vocab, order = {bytes([i]) for i in range(256)}, [bytes([i]) for i in range(256)]
+    while len(order) < vocab_size - 1:
+        cnt = collections.Counter()
+        for w, c in words:
+            for pair in zip(w, w[1:]):
+                cnt[pair] += c
+        if not cnt:
+            break
+        (a, b), c = min(cnt.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
+        if c < 2:
+            break
+        if a + b not in vocab:
+            vocab.add(a + b)
+            order.append(a + b)
+        for wc in words:
+            w, out, i = wc[0], [], 0
+            while i < len(w):
+                if i + 1 < len(w) and w[i] == a and w[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            wc[0] = out
+    want = "".join(f"{base64.b64encode(t).decode()} {i}\n" for i, t in enumerate(order))
+    with tempfile.TemporaryDirectory() as d:
+        inp, out = os.path.join(d, "corpus.txt"), os.path.join(d, "m.tiktoken")
+        with open(inp, "w", encoding="utf-8") as f:
+            f.write(text)
+        subprocess.run([llmforge, "tokenizer", "train", "--input", inp, "--vocab-size", str(vocab_size),
+                        "--out", out], check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            got = f.read()
+    if got != want:
+        sys.exit("llmforge tokenizer train differs from the Python reference trainer")
+    print(f"trainer check: llmforge's {len(order) - 256} merges equal the Python reference trainer's")
+
+
 def case_line(text, ids, allow_special=False):
     d = {}
     if "\x00" in text:
@@ -280,7 +333,13 @@ def main():
     ap.add_argument("--shakespeare", default=os.path.join(root, "..", "shared", "data", "tinyshakespeare.txt"))
     ap.add_argument("--llmforge", help="llmforge binary: retrain the small BPE model fixture first")
     ap.add_argument("--out-dir", default=os.path.join(root, "tests", "fixtures"))
+    ap.add_argument("--check-trainer", action="store_true",
+                    help="also compare llmforge's trainer with a Python reference trainer (needs --llmforge, regex)")
     args = ap.parse_args()
+    if args.check_trainer:
+        if not args.llmforge:
+            sys.exit("--check-trainer needs --llmforge PATH")
+        check_trainer(args.llmforge, args.shakespeare)
 
     enc = gpt2_encoding(args.gpt2_dir)
     texts = handwritten() + shakespeare_pieces(args.shakespeare) + random_strings(2000, SEED)
