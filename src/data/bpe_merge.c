@@ -259,7 +259,9 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 /* Returns SIZE_MAX when out of memory. Parts are named by their first byte. */
 static size_t merge_heap(const lf__bpe *b, const unsigned char *p, size_t n, uint32_t *sym) {
     uint32_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
-    uint64_t *heap = malloc((3 * n + 1) * sizeof *heap); /* n-1 initial + 2 per merge */
+    /* n-1 entries at first; a merge pops at least one and pushes at most two,
+     * and there are at most n-1 merges: never more than 2n-2 entries */
+    uint64_t *heap = malloc(2 * n * sizeof *heap);
     size_t m = SIZE_MAX;
     if (!next || !prev || !heap) goto done;
     size_t hn = 0;

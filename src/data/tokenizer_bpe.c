@@ -250,8 +250,7 @@ static lf_status gpt2_open(void **state, int *vocab_size, const char *dir) {
         st = lf_fail(LF_ERR_FORMAT, "%s: encoder.json is not a JSON object (invalid near byte %zu)", what, off);
         goto fail;
     }
-    uint32_t eot = rank;
-    int have_eot = 0;
+    uint32_t eot = rank; /* the id after the last rank when encoder.json has none */
     size_t n_plain = 0;
     unsigned char *tmp = NULL;
     /* check after build (needs the lookup table); first the specials */
@@ -265,12 +264,10 @@ static lf_status gpt2_open(void **state, int *vocab_size, const char *dir) {
         }
         if (strcmp(it->string, EOT_TEXT) == 0) {
             eot = (uint32_t)it->valuedouble;
-            have_eot = 1;
         } else if (strcmp(it->string, "<|startoftext|>") != 0) {
             n_plain++;
         }
     }
-    (void)have_eot;
     if ((st = tok_finish(t, eot, what)) != LF_OK) goto fail;
     tmp = malloc(enc_len + 1);
     if (!tmp) {
@@ -367,6 +364,7 @@ static lf_status rank_file_open(void **state, int *vocab_size, const char *path,
     char *buf = NULL;
     size_t len = 0;
     uint32_t *line_rank = NULL, *line_off = NULL, *line_len = NULL;
+    size_t *line_at = NULL;
     bpe_tok *t = tok_new(kind, path);
     char what[64 + 4096];
     snprintf(what, sizeof what, "%s tokenizer '%s'", kind, path);
@@ -385,8 +383,9 @@ static lf_status rank_file_open(void **state, int *vocab_size, const char *path,
     line_rank = malloc(n_lines * sizeof *line_rank);
     line_off = malloc(n_lines * sizeof *line_off);
     line_len = malloc(n_lines * sizeof *line_len);
+    line_at = malloc(n_lines * sizeof *line_at);
     b->blob = malloc(len + 1);
-    if (!line_rank || !line_off || !line_len || !b->blob) {
+    if (!line_rank || !line_off || !line_len || !line_at || !b->blob) {
         st = lf_fail(LF_ERR_NOMEM, "%s: out of memory", what);
         goto fail;
     }
@@ -428,6 +427,7 @@ static lf_status rank_file_open(void **state, int *vocab_size, const char *path,
         line_rank[n_tok] = (uint32_t)rank;
         line_off[n_tok] = (uint32_t)blob_at;
         line_len[n_tok] = (uint32_t)n;
+        line_at[n_tok] = line_no;
         n_tok++;
         blob_at += (size_t)n;
         if (rank > max_rank) max_rank = (uint32_t)rank;
@@ -446,8 +446,7 @@ static lf_status rank_file_open(void **state, int *vocab_size, const char *path,
     for (size_t i = 0; i < n_tok; i++) {
         uint32_t r = line_rank[i];
         if (b->tok_len[r] != 0) {
-            st = lf_fail(LF_ERR_FORMAT, "%s: rank %u appears twice (the second time on token line %zu)", what,
-                         (unsigned)r, i + 1);
+            st = lf_fail(LF_ERR_FORMAT, "%s: line %zu: rank %u appears twice", what, line_at[i], (unsigned)r);
             goto fail;
         }
         b->tok_off[r] = line_off[i];
@@ -457,6 +456,7 @@ static lf_status rank_file_open(void **state, int *vocab_size, const char *path,
     free(line_rank);
     free(line_off);
     free(line_len);
+    free(line_at);
     lf_free(buf);
     *state = t;
     *vocab_size = (int)t->vocab_size;
@@ -465,6 +465,7 @@ fail:
     free(line_rank);
     free(line_off);
     free(line_len);
+    free(line_at);
     lf_free(buf);
     bpe_free(t);
     return st;
@@ -577,7 +578,7 @@ static lf_status bpe_encode_ex(const void *state, const char *text, size_t len, 
     lf__pretok_scan sc;
     lf_status st = lf__pretok_scan_init(&sc, t->pt);
     if (st != LF_OK) return st;
-    if (!vec_reserve(&out, len / 3 + 16)) {
+    if (!vec_reserve(&out, len / 4 + 16)) { /* GPT-2 on English: about 4 bytes per id */
         st = lf_fail(LF_ERR_NOMEM, "%s tokenizer: out of memory encoding %zu bytes", t->kind, len);
         goto done;
     }

@@ -653,7 +653,7 @@ static void test_rank_file_malformed(void **state) {
         {"YWI= 2x\n", LF_ERR_FORMAT, "line 257"},       /* bad rank */
         {"YWI= 256 7\n", LF_ERR_FORMAT, "line 257"},    /* extra field */
         {"YWI= 99999999\n", LF_ERR_FORMAT, "not below"},
-        {"YWI= 255\n", LF_ERR_FORMAT, "rank 255 appears twice"},
+        {"YWI= 255\n", LF_ERR_FORMAT, "line 257: rank 255 appears twice"},
         {"YQ== 256\n", LF_ERR_FORMAT, "same bytes"},    /* "a" again */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

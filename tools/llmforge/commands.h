@@ -1,6 +1,7 @@
 /* Subcommands implemented in their own files (argc/argv exclude the command name). */
 #ifndef LF_TOOLS_COMMANDS_H
 #define LF_TOOLS_COMMANDS_H
+int cmd_prepare(int argc, char **argv);    /* cmd_prepare.c: text -> token shards */
 int cmd_score(int argc, char **argv);      /* cmd_score.c: metrics over files, no model */
 int cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c: text -> ids */
 int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c: ids -> text */

@@ -22,13 +22,10 @@
 #include "llmforge/infer.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
+#include "cli_util.h"
 #include "commands.h"
 
 #define LF_VERSION "0.1.0"
-
-static void die_status(lf_status st, const char *what) {
-    fprintf(stderr, "llmforge: %s: %s\n", what, lf_last_error()[0] ? lf_last_error() : lf_status_str(st));
-}
 
 static void log_to_stderr(lf_log_level level, const char *msg, void *user) {
     (void)user;
@@ -36,94 +33,6 @@ static void log_to_stderr(lf_log_level level, const char *msg, void *user) {
     fprintf(stderr, "[%s] %s\n", names[level], msg);
 }
 
-/* ---------------------------------------------------------------- number parsing */
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "llmforge: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "llmforge: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_u64(const char *opt, const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    if (*s == '-') goto bad;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end) goto bad;
-    *out = v;
-    return 0;
-bad:
-    fprintf(stderr, "llmforge: %s expects a non-negative integer, got '%s'\n", opt, s);
-    return -1;
-}
-
-/* Value of option `name` at argv[*i]: "--name=value" or "--name value". NULL if not this option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing) {
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0) return NULL;
-    if (a[n] == '=') return a + n + 1;
-    if (a[n] != 0) return NULL;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "llmforge: option %s needs a value\n", name);
-        *missing = 1;
-        return NULL;
-    }
-    (*i)++;
-    return argv[*i];
-}
-
-/* ---------------------------------------------------------------- prepare */
-static int cmd_prepare(int argc, char **argv) {
-    const char *input = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if ((v = opt_value(argc, argv, &i, "--char", &missing))) input = v;
-        else if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
-        else if (missing) return 2;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge prepare --char INPUT(file or directory) --out DIR\n"
-                   "  Character-level dataset as nanoGPT's shakespeare_char: vocabulary = sorted unique\n"
-                   "  characters, first 90%% train, last 10%% val; writes shards, vocab.json, dataset.json.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "llmforge prepare: unknown argument '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!input || !out) {
-        fprintf(stderr, "llmforge prepare: --char INPUT and --out DIR are required\n");
-        return 2;
-    }
-    lf_prepare_stats stats;
-    double t0 = lf_time_now();
-    lf_status st = lf_prepare_char(input, out, &stats);
-    if (st != LF_OK) {
-        die_status(st, "prepare");
-        return 1;
-    }
-    printf("prepared '%s' -> %s: %zu characters, vocabulary %d, train %zu tokens, val %zu tokens (%.2f s)\n", input,
-           out, stats.n_chars, stats.vocab_size, stats.train_tokens, stats.val_tokens, lf_time_now() - t0);
-    return 0;
-}
 
 /* ---------------------------------------------------------------- train */
 /* The console: a sink on the trainer's bus. On a terminal a progress line

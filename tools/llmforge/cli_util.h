@@ -1,0 +1,17 @@
+/* Helpers shared by the CLI's subcommands (cli_util.c). */
+#ifndef LF_TOOLS_CLI_UTIL_H
+#define LF_TOOLS_CLI_UTIL_H
+#include <stdint.h>
+#include "llmforge/core.h"
+
+/* "llmforge: WHAT: <last error or status>" on stderr. */
+void die_status(lf_status st, const char *what);
+/* Strict number parsing; on error print "OPT expects ..." and return -1. */
+int parse_long(const char *opt, const char *s, long lo, long hi, long *out);
+int parse_double(const char *opt, const char *s, double lo, double hi, double *out);
+int parse_u64(const char *opt, const char *s, uint64_t *out);
+/* Value of option `name` at argv[*i] ("--name=value" or "--name value",
+ * advancing *i); NULL when argv[*i] is another option, or when the value is
+ * missing (then *missing = 1 and a message is printed). */
+const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing);
+#endif
