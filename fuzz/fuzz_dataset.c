@@ -94,7 +94,8 @@ static void batches(const lf_dataset *d, lf_split split) {
         for (int mode = 0; mode < 2; mode++) {
             const int T = Ts[k];
             lf_status st = lf_dataset_get_batch(d, split, (lf_sampling)mode, 1337, LF_RNG_DATA, 5, B, T, in, tg);
-            if (T == 3) fuzz_note(split == LF_SPLIT_TRAIN ? "lf_dataset_get_batch train T=3" : "lf_dataset_get_batch val T=3", st);
+            if (T == 3)
+                fuzz_note(split == LF_SPLIT_TRAIN ? "lf_dataset_get_batch train T=3" : "lf_dataset_get_batch val T=3", st);
             if (st != LF_OK) {
                 FUZZ_CHECK(lf_last_error()[0] != 0);
                 FUZZ_CHECK(lf_dataset_num_tokens(d, split) < (size_t)T + 2);

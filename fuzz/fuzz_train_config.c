@@ -25,7 +25,8 @@ static void round_trip(const lf_train_config *cfg) {
     FUZZ_CHECK(st == LF_OK);
     char *j2 = lf_train_config_to_json(&cfg2);
     FUZZ_CHECK(j2 != NULL);
-    if (strcmp(j1, j2) != 0) fprintf(stderr, "dump changed on the round trip:\n--- first ---\n%s\n--- second ---\n%s\n", j1, j2);
+    if (strcmp(j1, j2) != 0)
+        fprintf(stderr, "dump changed on the round trip:\n--- first ---\n%s\n--- second ---\n%s\n", j1, j2);
     FUZZ_CHECK(strcmp(j1, j2) == 0);
     lf_free(j2);
     lf_free(j1);

@@ -46,7 +46,9 @@
 static inline void fuzz_note(const char *what, lf_status s) {
     static int verbose = -1;
     if (verbose < 0) verbose = getenv("LF_FUZZ_VERBOSE") != NULL;
-    if (verbose) fprintf(stderr, "  %s: %s%s%s\n", what, lf_status_str(s), s != LF_OK ? ": " : "", s != LF_OK ? lf_last_error() : "");
+    if (verbose)
+        fprintf(stderr, "  %s: %s%s%s\n", what, lf_status_str(s), s != LF_OK ? ": " : "",
+                s != LF_OK ? lf_last_error() : "");
 }
 
 /* Write all of buf to fd at offset 0 and cut the file there. 0 on success. */

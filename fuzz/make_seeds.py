@@ -71,6 +71,7 @@ def safetensors_seeds():
     out("safetensors", "unicode_names.safetensors",
         st_file([("h.0.attn.c_attn.weight", "BF16", (2, 6)), ("caf\u00e9 \u2603", "F16", (1,))]))
     # refused inputs, as starting points next to the accepted ones
+    out("safetensors", "bad_long_name.safetensors", st_file([("n" * 300, "U8", (1,))]))
     good = st_file([("w", "F32", (2,))])
     out("safetensors", "bad_truncated.safetensors", good[:-1])
     out("safetensors", "bad_overlap.safetensors",
@@ -125,6 +126,13 @@ def config_seeds():
     out("train_config", "overrides.txt",
         '{"data":{"dataset":"d"}}\0n_layer=6\0--model.n_head=3\0model.n_embd=96\0batch_size=4\0'
         'optimizer.params.betas=[0.8,0.9]\0out_dir=runs/a b\0seed=7\0data={"sampling":"sequential"}')
+    out("train_config", "monitor.json", json.dumps({
+        "data": {"dataset": "d"}, "wall_clock_breakdown": True,
+        "tensorboard": {"enabled": True, "output_path": "tb", "job_name": "run 1"},
+        "monitor": {"prometheus": {"port": 9100, "host": "0.0.0.0"}, "required": False, "peak_gflops": 312.5,
+                    "alerts": {"nan": {"action": "stop"}, "loss_spike": {"action": "skip_step", "zscore": 4.5,
+                                                                               "window": 50},
+                               "stall": {"seconds": 600, "action": "exit"}}}}, indent=2))
     out("train_config", "bad_unknown_key.json", '{"data":{"dataset":"d"},"modle":{"n_layer":2}}')
     out("train_config", "bad_batch.json",
         '{"data":{"dataset":"d"},"train_batch_size":10,"train_micro_batch_size_per_gpu":3}')
@@ -182,6 +190,30 @@ def dataset_seeds():
     out("dataset", "bad_vocab.json", manifest(vocab_size=9))
 
 
+def config_dict():
+    """fuzz/dict/train_config.dict from the key table of src/train/config.c."""
+    import re
+    src = open(os.path.join(ROOT, "src", "train", "config.c"), encoding="utf-8").read()
+    paths = re.findall(r'\.path = "([^"]+)"', src)
+    aliases = re.findall(r'\.alias = "([^"]+)"', src)
+    choices = re.findall(r'_choices\[\] = \{([^}]*)\}', src)
+    words = set(aliases)
+    for p in paths:
+        words.add(p)
+        words.update(p.split("."))
+    for c in choices:
+        words.update(re.findall(r'"([^"]+)"', c))
+    lines = ["# libFuzzer dictionary: training configuration keys and choices (fuzz/make_seeds.py",
+             "# writes it from the key table of src/train/config.c)"]
+    lines += ['"\\"%s\\""' % w for w in sorted(words)]
+    lines += ['"%s="' % w for w in sorted(set(paths) | set(aliases))]
+    lines += ['"%s"' % v for v in ("true", "false", "null", "1e3", "12.0", "-0", "1e-45", "3.4028235e38",
+                                   "18446744073709551616", "9223372036854775807", "[0.9,0.99]", "\\x00", "--")]
+    os.makedirs(os.path.join(HERE, "dict"), exist_ok=True)
+    with open(os.path.join(HERE, "dict", "train_config.dict"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     for n in ("safetensors", "shard", "train_config", "tokenizer", "dataset"):
         os.makedirs(os.path.join(CORPUS, n), exist_ok=True)
@@ -190,3 +222,4 @@ if __name__ == "__main__":
     config_seeds()
     tokenizer_seeds()
     dataset_seeds()
+    config_dict()

@@ -142,6 +142,14 @@ lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, 
  * the tokenizer has no such token (the char kind has none). */
 lf_status lf_tokenizer_special_id(const lf_tokenizer *t, const char *name, uint32_t *id);
 
+/* The end-of-text id: what prepare appends after every document and every
+ * fine-tuning response, and where generation stops. gpt2/tiktoken/bpe: the
+ * id of <|endoftext|> (50256 for gpt2); char: the id of "\n" (a character
+ * vocabulary has no special tokens, so a newline ends a text). -1 when the
+ * tokenizer has none (a char vocabulary without "\n") or t is NULL.
+ * Records no error. */
+int lf_tokenizer_eot(const lf_tokenizer *t);
+
 /* ---------------------------------------------------------------- BPE training */
 /* Byte-level BPE training with GPT-2 pre-tokenisation (docs/tokenizers.md):
  * every input file is UTF-8 text (invalid UTF-8 is an error naming the file
@@ -189,6 +197,193 @@ typedef struct lf_prepare_stats {
  * file or a directory (every regular file in it, in sorted name order,
  * concatenated). */
 lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepare_stats *stats);
+
+/* ---------------------------------------------------------------- record readers (docs/data.md)
+ * A reader yields the records of one file in order, in memory bounded by the
+ * largest record (never the file):
+ *   LF_INPUT_TEXT   the whole file is one document (at most
+ *                   LF_READER_MAX_TEXT_BYTES; pretraining only);
+ *   LF_INPUT_JSONL  JSON Lines: one JSON object per line; blank lines are
+ *                   skipped; a line longer than max_record_bytes is a bad
+ *                   record;
+ *   LF_INPUT_JSON   one JSON array of objects ([{...}, {...}]), streamed
+ *                   element by element (an element longer than
+ *                   max_record_bytes is a bad record);
+ *   LF_INPUT_AUTO   by the name: .jsonl/.ndjson/.jsonlines -> JSONL; .json ->
+ *                   JSON array when its first non-blank character is '[',
+ *                   else JSONL; .txt/.text/.md or no extension -> text;
+ *                   anything else is LF_ERR_INVALID_ARG at open.
+ * A UTF-8 byte order mark at the start of a file is ignored.
+ *
+ * Fields. Pretraining (LF_RECORD_PRETRAIN): the string field text_field
+ * ("text" when NULL). Fine-tuning (LF_RECORD_SFT): the string fields
+ * prompt_field and response_field when given (both or neither), else per
+ * record "prompt"/"response" when the object has either key, else
+ * "input_text"/"target_text". Every selected value must be a JSON string of
+ * valid UTF-8 (RFC 3629; \u escapes are decoded first); the text of a
+ * pretraining record and the response of a fine-tuning record must not be
+ * empty (an empty prompt is allowed). A record holding the escape \u0000
+ * anywhere is refused (U+0000 cannot be carried through the C strings).
+ *
+ * Bad records: a line or element that is not JSON, not an object, lacks a
+ * selected field, holds a non-string or invalid UTF-8 there, is empty where
+ * text is required, or is too long. By default the first one is an error
+ * (LF_ERR_FORMAT, or LF_ERR_RANGE for a too-long record) whose message
+ * starts "FILE:LINE: " and names the field; with skip_bad_records it is
+ * counted (lf_reader_skipped), passed to on_skip, and reading goes on.
+ * Never skippable: an unreadable file, an empty file (no byte but blanks and
+ * a byte order mark; a JSON array with no element), a JSON array whose
+ * structure is broken (no '[', unterminated, text after ']'), a text file
+ * with a NUL byte. */
+typedef enum lf_input_format {
+    LF_INPUT_AUTO = 0,
+    LF_INPUT_TEXT = 1,
+    LF_INPUT_JSONL = 2,
+    LF_INPUT_JSON = 3,
+} lf_input_format;
+
+typedef enum lf_record_mode {
+    LF_RECORD_PRETRAIN = 0, /* one text per record */
+    LF_RECORD_SFT = 1,      /* a prompt and a response per record */
+} lf_record_mode;
+
+#define LF_READER_MAX_RECORD_BYTES ((size_t)64 << 20) /* default cap of a JSON line/element */
+#define LF_READER_MAX_TEXT_BYTES ((size_t)1 << 30)    /* cap of a text document */
+
+/* Called for each skipped record with its message ("FILE:LINE: ..."),
+ * valid during the call only. */
+typedef void (*lf_skip_fn)(const char *msg, void *user);
+
+/* Plain options owned by the caller; zero-initialised means: auto format,
+ * pretraining, field "text", errors on bad records, 64 MiB cap. The strings
+ * must outlive the reader. */
+typedef struct lf_reader_opts {
+    lf_input_format format;
+    lf_record_mode mode;
+    const char *text_field;     /* NULL: "text" */
+    const char *prompt_field;   /* NULL (with response_field NULL): auto-detected pair */
+    const char *response_field;
+    int skip_bad_records;
+    size_t max_record_bytes;    /* 0: LF_READER_MAX_RECORD_BYTES; JSONL/JSON only */
+    lf_skip_fn on_skip;         /* may be NULL */
+    void *on_skip_user;
+} lf_reader_opts;
+
+/* One record; the pointers belong to the reader and stay valid until the
+ * next lf_reader_next or lf_reader_close. Strings are valid UTF-8, hold no
+ * NUL, and are NUL-terminated (the lengths exclude the NUL). */
+typedef struct lf_record {
+    const char *text;     /* pretraining; NULL in fine-tuning mode */
+    size_t text_len;
+    const char *prompt;   /* fine-tuning; NULL in pretraining mode */
+    size_t prompt_len;
+    const char *response;
+    size_t response_len;
+    uint64_t line;        /* 1-based line where the record starts */
+    uint64_t index;       /* 0-based position among the file's records, skipped ones included */
+    /* Names of the fields the strings came from (for messages; NULL for a
+     * text file), e.g. "input_text"/"target_text" when auto-detected. */
+    const char *text_key, *prompt_key, *response_key;
+} lf_record;
+
+typedef struct lf_reader lf_reader;
+
+/* Open path for reading records. Errors: LF_ERR_INVALID_ARG (bad options,
+ * fine-tuning from a text file, a name whose format auto cannot tell),
+ * LF_ERR_NOT_FOUND / LF_ERR_IO (the file cannot be opened), LF_ERR_NOMEM. */
+lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts *opts);
+/* The next record: LF_OK with *rec filled and *eof = 0, or LF_OK with
+ * *eof = 1 at the end of the file. Errors (the reader is then unusable):
+ * LF_ERR_FORMAT / LF_ERR_RANGE for a bad record (without skip_bad_records)
+ * or a broken file, LF_ERR_IO, LF_ERR_NOMEM; messages start "FILE:LINE: ". */
+lf_status lf_reader_next(lf_reader *r, lf_record *rec, int *eof);
+void lf_reader_close(lf_reader *r);
+/* Records skipped so far (skip_bad_records). */
+uint64_t lf_reader_skipped(const lf_reader *r);
+/* Bytes of the file consumed so far (for progress). */
+uint64_t lf_reader_bytes_read(const lf_reader *r);
+/* The format in use (auto resolved). */
+lf_input_format lf_reader_format(const lf_reader *r);
+/* "auto", "text", "jsonl", "json"; NULL for an unknown value. */
+const char *lf_input_format_name(lf_input_format f);
+
+/* ---------------------------------------------------------------- preparation from records (docs/data.md)
+ * lf_prepare reads every input with an lf_reader, tokenizes each record and
+ * writes token shards, split by content hash:
+ *
+ *   pretraining   ids(text) + [eot]                     no loss mask
+ *   fine-tuning   ids(prompt) + ids(response) + [eot]   mask 0 on the prompt,
+ *                                                       1 on response and eot
+ *
+ * (prompt and response are encoded separately, so no token spans the join).
+ * eot is lf_tokenizer_eot(); a tokenizer without one is LF_ERR_INVALID_ARG.
+ *
+ * Tokenizer: "char" alone builds a character vocabulary from the data (the
+ * sorted code points of every selected text, plus "\n", the end-of-text of
+ * character vocabularies) in a first pass over the inputs and writes
+ * out_dir/vocab.json; "char:FILE" copies FILE to out_dir/vocab.json; other
+ * specs are opened with lf_tokenizer_open (relative paths against the current
+ * directory) and recorded by absolute path, or relative to out_dir when the
+ * file lies inside it.
+ *
+ * Split: u = (first 8 bytes of SHA-256(key), big-endian) / 2^64 with key =
+ * the text (pretraining) or prompt, one 0x00 byte, response (fine-tuning);
+ * the record goes to train when u < f_train, else to val when u < f_train +
+ * f_val, else to test (fractions normalised to sum 1; a split whose fraction
+ * is 0 receives nothing). The split of a record depends on its content only:
+ * appending records never moves another, and equal records land together.
+ *
+ * Output in out_dir: {train,val,test}_NNN.bin shards of at most shard_tokens
+ * tokens each (a record may continue in the next shard; empty splits get no
+ * shard and no entry in "splits"), then dataset.json (format of the header
+ * above, plus "mode", "eot", per-split "records" and "target_tokens", the
+ * split rule, "skipped_records", and per source its format, records and
+ * skipped records). Memory: up to shard_tokens tokens (4 bytes, + 1 mask byte
+ * in fine-tuning) per split, plus one record. */
+#define LF_PREPARE_N_SPLITS 3 /* train, val, test */
+#define LF_PREPARE_SHARD_TOKENS ((size_t)100 * 1000 * 1000)
+
+typedef void (*lf_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *user);
+
+typedef struct lf_prepare_opts {
+    const char *const *inputs; /* files or directories (every regular file inside, sorted by name;
+                                  with LF_INPUT_AUTO, files whose format the name does not tell are
+                                  skipped, and so are text files holding a NUL byte) */
+    size_t n_inputs;
+    lf_input_format format;
+    lf_record_mode mode;
+    const char *text_field, *prompt_field, *response_field; /* as lf_reader_opts */
+    int skip_bad_records;
+    size_t max_record_bytes;   /* 0: LF_READER_MAX_RECORD_BYTES */
+    const char *tokenizer;     /* spec, see above */
+    double split[LF_PREPARE_N_SPLITS]; /* train, val, test weights (>= 0, train > 0) */
+    size_t shard_tokens;       /* 0: LF_PREPARE_SHARD_TOKENS */
+    lf_progress_fn progress;   /* may be NULL; called after each record batch and at the end */
+    void *progress_user;
+    lf_skip_fn on_skip;        /* may be NULL; each skipped record (second pass only with "char") */
+    void *on_skip_user;
+} lf_prepare_opts;
+
+/* Pretraining, auto format, split 0.9/0.1/0, no inputs, tokenizer NULL. */
+lf_prepare_opts lf_prepare_opts_default(void);
+
+typedef struct lf_prepare_result {
+    uint64_t records[LF_PREPARE_N_SPLITS];
+    uint64_t tokens[LF_PREPARE_N_SPLITS];
+    uint64_t target_tokens[LF_PREPARE_N_SPLITS]; /* tokens whose mask is 1 */
+    uint64_t shards[LF_PREPARE_N_SPLITS];
+    uint64_t skipped;        /* bad records skipped (skip_bad_records) */
+    uint64_t sources;        /* files read */
+    int vocab_size;
+    int eot;
+    char first_skip[512];    /* message of the first skipped record, "" when none */
+} lf_prepare_result;
+
+/* Errors: LF_ERR_INVALID_ARG (options, no records at all, nothing for the
+ * train split), the reader's and tokenizer's errors (a record that cannot be
+ * encoded is a bad record named FILE:LINE and the field), LF_ERR_IO,
+ * LF_ERR_NOMEM. result may be NULL. */
+lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepare_result *result);
 
 /* ---------------------------------------------------------------- datasets and batches */
 typedef enum lf_split { LF_SPLIT_TRAIN = 0, LF_SPLIT_VAL = 1 } lf_split;

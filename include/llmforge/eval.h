@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "llmforge/core.h"
+#include "llmforge/data.h"  /* lf_tokenizer (tasks section) */
+#include "llmforge/model.h" /* lf_model (tasks section) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -391,6 +393,200 @@ void lf_lm_stats_add(lf_lm_stats *s, double nll_sum, uint64_t n_tokens, uint64_t
  * the NLL sum is not finite. */
 lf_status lf_lm_perplexity(const lf_lm_stats *s, double *ppl);
 lf_status lf_lm_bits_per_byte(const lf_lm_stats *s, double *bpb);
+
+/* ================================================================ tasks: evaluating a model
+ *
+ * The task harness (src/eval/tasks.c, task_ll.c, task_gen.c; docs/eval.md
+ * says the same at length) scores a model on tasks read from JSON Lines
+ * files, one example per line, and reports the metrics above. Unlike the
+ * metrics, this part uses the model, the tokenizer and the data layer.
+ *
+ * Task files. Each non-blank line is one JSON object. The kind comes from a
+ * "task" field (on a first header line, or on every line), or, for files
+ * that name none, from lf_eval_load_opts.kind (the CLI's --kind); a file
+ * holds one kind. The first line is a header when it lacks the kind's main
+ * field (perplexity "text", multiple_choice "context", classification "text",
+ * generation and exact_match "prompt", ranking "query"); header keys:
+ *   every kind       task, name (default: the file name without extension)
+ *   multiple_choice, classification, ranking
+ *                    target_delimiter (default " ")
+ *   classification   labels [..], verbalizers {label: text} or [..]
+ *   ranking          ties ("pessimistic" | "optimistic" | "average"), hits [1,3,10]
+ *   generation, exact_match
+ *                    stop [..] (default generation: none, exact_match: ["\n"]),
+ *                    max_new_tokens (generation 64, exact_match 16),
+ *                    temperature (0 = greedy, the default), top_k, seed
+ *   perplexity       text_file or dataset (+ split, default "val"), stride
+ * Example fields (other fields are ignored):
+ *   perplexity       text
+ *   multiple_choice  context, choices [..], gold (index or list of indices)
+ *   classification   text, label (string, or index into the label set),
+ *                    labels [..] (optional, else the header's)
+ *   generation       prompt, references (string or list)
+ *   ranking          query, candidates [..], gold (index or list), filtered [..]
+ *   exact_match      prompt, answer or answers (string or list)
+ * Paths in a header (text_file, dataset) are relative to the task file. Every
+ * error in a file names it and the line: "tasks/mc.jsonl:7: gold 4 is out of
+ * range (4 choices)".
+ *
+ * Log-likelihoods follow lm-evaluation-harness (HFLM._encode_pair and
+ * _loglikelihood_tokens): trailing whitespace of the context moves to the
+ * front of the continuation; context tokens = encode(context), continuation
+ * tokens = encode(context + continuation) minus the first len(context
+ * tokens); an empty context is replaced by <|endoftext|> (an error for
+ * tokenizers without one); the sequence is cut on the left to the last
+ * block_size + 1 tokens (a continuation longer than block_size tokens is an
+ * error); LL = sum over the continuation tokens of log_softmax(logits) in
+ * double, over the first vocab_size logits. Sequences are scored in batches
+ * (sorted by length, right-padded, so the padding never reaches a scored
+ * position through causal attention), one model replica per thread.
+ *
+ * Metrics (names "<task>/<metric>"; all in 0..1 except BLEU 0..100,
+ * nll/perplexity/bits_per_byte/mean_rank):
+ *   perplexity       nll (mean per scored token, nats), perplexity = exp(nll),
+ *                    bits_per_byte = NLL sum / (ln 2 * bytes of the scored
+ *                    tokens). Windows of block_size + 1 tokens start every
+ *                    `stride` tokens (default block_size: disjoint windows,
+ *                    each token predicted once from the tokens before it in
+ *                    its window, as nanoGPT's validation loss); a token
+ *                    scored by an earlier window is not scored again. Text
+ *                    is prefixed with <|endoftext|> when the tokenizer has
+ *                    it (so every token is scored), else its first token is
+ *                    context only; a dataset split is scored as one stream
+ *                    (its loss mask respected).
+ *   multiple_choice  acc (argmax of LL is gold), acc_norm (argmax of LL /
+ *                    len(choice), len = Unicode code points of the choice
+ *                    string without the delimiter, as the harness's
+ *                    len(str)); ties go to the first choice (np.argmax)
+ *   classification   accuracy, macro_f1, macro_precision, macro_recall (the
+ *                    label whose verbaliser has the highest LL; lf_confusion)
+ *   generation       bleu (corpus, sacreBLEU defaults), rouge1, rouge2,
+ *                    rougeL, rougeLsum (mean F; tokenizer picked by
+ *                    LF_ROUGE_TOK_AUTO over the whole task)
+ *   ranking          hits@K for each K (default 1, 3, 10), mrr, mean_rank
+ *                    (candidates scored by LL; lf_rank_query, pessimistic ties)
+ *   exact_match      exact_match, f1 (SQuAD v1.1 normalisation, lf_squad_score,
+ *                    as fractions 0..1)
+ * Generation is lf_generate (greedy unless temperature > 0; example i samples
+ * with seed lf_rng_mix(seed, i)); it stops at max_new_tokens, at
+ * <|endoftext|>, or as soon as the decoded text contains a stop string, and
+ * the text is cut before the first stop string.
+ *
+ * Thread safety: a task set is read-only while it runs, but a model runs one
+ * evaluation at a time. The model's activation plan is changed by a run (a
+ * caller that relies on its plan, such as the trainer, calls lf_model_plan
+ * with its own B, T afterwards); parameters and gradients are not touched.
+ */
+typedef enum lf_eval_kind {
+    LF_EVAL_KIND_UNSET = 0, /* take the kind from the file */
+    LF_EVAL_PERPLEXITY = 1,
+    LF_EVAL_MULTIPLE_CHOICE = 2,
+    LF_EVAL_CLASSIFICATION = 3,
+    LF_EVAL_GENERATION = 4,
+    LF_EVAL_RANKING = 5,
+    LF_EVAL_EXACT_MATCH = 6,
+} lf_eval_kind;
+
+/* "perplexity", "multiple_choice", ...; "unset" for LF_EVAL_KIND_UNSET and
+ * unknown values. Never NULL. */
+const char *lf_eval_kind_name(lf_eval_kind k);
+/* Name -> kind; LF_ERR_INVALID_ARG naming the known kinds when unknown. */
+lf_status lf_eval_kind_parse(const char *name, lf_eval_kind *out);
+
+typedef struct lf_eval_load_opts {
+    lf_eval_kind kind; /* for files that name no kind (UNSET: they must) */
+    long limit;        /* > 0: the first `limit` examples of each file (for a
+                          text_file or dataset perplexity task: windows) */
+} lf_eval_load_opts;
+
+lf_eval_load_opts lf_eval_load_opts_default(void); /* {UNSET, 0} */
+
+typedef struct lf_eval_tasks lf_eval_tasks;
+
+/* Read and validate n_paths task files (opts may be NULL: defaults). A path
+ * that does not end in ".jsonl" or ".json" is, when opts->kind is
+ * LF_EVAL_PERPLEXITY, a plain UTF-8 text file, or a dataset directory (its
+ * "val" split). Task names must be distinct. Errors (nothing is returned):
+ * LF_ERR_NOT_FOUND / LF_ERR_IO (a file), LF_ERR_FORMAT (bad JSON, missing or
+ * mistyped field, unknown kind or header key, gold or label out of range,
+ * empty file, invalid UTF-8: the message names file:line),
+ * LF_ERR_INVALID_ARG, LF_ERR_NOMEM. */
+lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths,
+                             const lf_eval_load_opts *opts);
+void lf_eval_tasks_free(lf_eval_tasks *t);
+int lf_eval_tasks_count(const lf_eval_tasks *t);
+/* Name, kind, file and number of examples of task i (NULL / UNSET / 0 when
+ * out of range). A text_file or dataset perplexity task has 0 examples. */
+const char *lf_eval_task_name(const lf_eval_tasks *t, int i);
+lf_eval_kind lf_eval_task_kind(const lf_eval_tasks *t, int i);
+const char *lf_eval_task_file(const lf_eval_tasks *t, int i);
+size_t lf_eval_task_size(const lf_eval_tasks *t, int i);
+
+typedef struct lf_eval_run_opts {
+    int batch;          /* sequences per forward; 0 = automatic: the thread
+                           count, fewer when the activations of a row of the
+                           longest sequence would pass 2 GiB in all */
+    int max_new_tokens; /* > 0: overrides every generation/exact_match task's */
+    int samples;        /* 1: per-example records in the JSON ("samples") */
+} lf_eval_run_opts;
+
+lf_eval_run_opts lf_eval_run_opts_default(void); /* {0, 0, 0} */
+
+typedef struct lf_eval_results lf_eval_results;
+
+lf_status lf_eval_results_create(lf_eval_results **out);
+void lf_eval_results_free(lf_eval_results *r);
+
+/* Run every task on model m with tokenizer tok (the model's; vocabulary at
+ * most the model's vocab_size) and put the results in res, which is cleared
+ * first (so one object serves every evaluation of a run). opts may be NULL.
+ * On an error res keeps the tasks finished before it. Errors: LF_ERR_FORMAT
+ * (an example the tokenizer cannot encode, a continuation longer than
+ * block_size tokens, ...: the message names file:line), LF_ERR_RANGE,
+ * LF_ERR_MISMATCH (tokenizer larger than the model), LF_ERR_NUMERIC,
+ * LF_ERR_NOMEM, and whatever the model returns. */
+lf_status lf_eval_tasks_run(const lf_eval_tasks *t, lf_model *m, const lf_tokenizer *tok,
+                            const lf_eval_run_opts *opts, lf_eval_results *res);
+
+/* One metric of a run: the trainer logs these as they are. */
+typedef struct lf_eval_metric {
+    const char *name;     /* "<task>/<metric>", e.g. "arith/exact_match" */
+    double value;
+    int higher_is_better; /* 0 for nll, perplexity, bits_per_byte, mean_rank */
+} lf_eval_metric;
+
+/* The metrics in task order, then each kind's metric order (as listed
+ * above); *n receives the count. The array and names live until the next
+ * run into res or lf_eval_results_free. */
+const lf_eval_metric *lf_eval_results_metrics(const lf_eval_results *r, size_t *n);
+/* Value of a metric by name ("arith/exact_match"); LF_ERR_NOT_FOUND. */
+lf_status lf_eval_results_get(const lf_eval_results *r, const char *name, double *value);
+/* The results as one JSON object (lf_free):
+ *   {"tasks": {"<name>": {"kind":..., "file":..., "examples":N, "seconds":S,
+ *                         "metrics": {"acc":..., ...}, <kind details>}, ...},
+ *    "metrics": {"<name>/<metric>": value, ...}}
+ * Kind details: classification "labels", "confusion" (rows gold, columns
+ * predicted, labels in order), "per_class"; generation "bleu_signature",
+ * "rouge_tokenizer"; ranking "ties", "hits"; perplexity "tokens", "bytes",
+ * "windows", "stride", "block_size"; "samples" with opts->samples. */
+lf_status lf_eval_results_json(const lf_eval_results *r, char **out);
+/* The results as a plain-text table (and each confusion matrix), lf_free. */
+lf_status lf_eval_results_table(const lf_eval_results *r, char **out);
+
+/* Log-likelihood requests scored directly (what the tasks use): for each
+ * request, LL of `continuation` after `context` as described above. */
+typedef struct lf_eval_ll_request {
+    const char *context;      /* UTF-8; "" only with a tokenizer that has <|endoftext|> */
+    const char *continuation; /* UTF-8, must encode to at least one token */
+    double ll;                /* out: sum of log p of the continuation tokens (nats) */
+    int n_tokens;             /* out: continuation tokens scored */
+    int greedy;               /* out: 1 when every continuation token is the argmax */
+} lf_eval_ll_request;
+
+/* Score n requests, `batch` sequences per forward (0 = automatic). Errors
+ * name the request index ("request 3: ..."). */
+lf_status lf_eval_loglikelihood(lf_model *m, const lf_tokenizer *tok, lf_eval_ll_request *reqs, size_t n,
+                                int batch);
 
 #ifdef __cplusplus
 }

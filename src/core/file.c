@@ -12,16 +12,35 @@
 #include <zlib.h>
 #include "llmforge/core.h"
 
+/* Open a regular file for reading. O_NONBLOCK keeps a FIFO from blocking
+ * the open itself (it is then refused as not regular); devices such as
+ * /dev/zero are refused too, so no read here can run forever. */
+static lf_status open_regular(const char *path, FILE **out, struct stat *st) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        close(fd);
+        return lf_fail(LF_ERR_IO, "'%s' is not a regular file", path);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return lf_fail(LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    }
+    *out = f;
+    return LF_OK;
+}
+
 lf_status lf_file_read_all(const char *path, size_t max_bytes, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    FILE *f;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return lf_fail(LF_ERR_IO, "'%s' is not a regular file", path);
-    }
+    lf_status os = open_regular(path, &f, &st);
+    if (os != LF_OK) return os;
     size_t size = (size_t)st.st_size;
     if (max_bytes && size > max_bytes) {
         fclose(f);
@@ -118,8 +137,10 @@ void lf_sha256_hex(const void *data, size_t len, char hex[65]) {
 }
 
 lf_status lf_sha256_file_hex(const char *path, char hex[65]) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return lf_fail(LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    FILE *f;
+    struct stat sb;
+    lf_status os = open_regular(path, &f, &sb);
+    if (os != LF_OK) return os;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx) {
         fclose(f);

@@ -404,7 +404,7 @@ lf_status lf_safetensors_open(lf_safetensors **out, const char *path) {
         s = lf_fail(LF_ERR_NOMEM, "safetensors '%s': out of memory", path);
         goto fail;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
     if (fd < 0) {
         s = lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "safetensors '%s': cannot open: %s", path,
                     strerror(errno));

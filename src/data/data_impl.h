@@ -62,6 +62,8 @@ typedef struct lf__tokenizer_ops {
     size_t (*cut)(const void *state, const char *text, size_t len, size_t from);
     /* Optional (NULL: no special tokens). Id of a special token by its text. */
     lf_status (*special_id)(const void *state, const char *name, uint32_t *id);
+    /* Optional (NULL: no end-of-text). The end-of-text id, or -1 (lf_tokenizer_eot). */
+    int (*eot)(const void *state);
 } lf__tokenizer_ops;
 
 extern const lf__tokenizer_ops lf__tokenizer_char_ops; /* tokenizer_char.c */
@@ -157,6 +159,21 @@ lf_status lf__tokenizer_spec_resolve(const char *spec, const char *base_dir, cha
 /* The file a resolved spec names, or NULL when its kind has none
  * (points into spec). */
 const char *lf__tokenizer_spec_file(const char *spec);
+
+/* ---------------------------------------------------------------- record readers (reader_jsonl.c) */
+/* The format a file name tells: .jsonl/.ndjson/.jsonlines -> JSONL, .json
+ * -> JSON (an array, or JSONL when the reader sniffs no '['), .txt/.text/.md
+ * or no extension -> text; LF_INPUT_AUTO when the name tells none. */
+lf_input_format lf__input_format_of_name(const char *path);
+
+/* ---------------------------------------------------------------- content-hash split (split.c) */
+/* The record's position in [0,1): the first 8 bytes of SHA-256(key) read
+ * big-endian, divided by 2^64 (as a double: the top 53 bits). */
+double lf__split_unit(const void *key, size_t len);
+/* The split (0 train, 1 val, 2 test) of position u under the weights
+ * w[0..2] (>= 0, w[0] > 0): the first k with u < (w[0]+..+w[k]) / sum;
+ * never a split whose weight is 0. */
+int lf__split_pick(double u, const double w[3]);
 
 /* ---------------------------------------------------------------- helpers */
 /* "dir/name" (or name itself when absolute or dir is NULL/empty); malloc'd. */

@@ -170,7 +170,7 @@ lf_status lf_shard_open(lf_shard **out, const char *path, int verify_checksum) {
     void *map = MAP_FAILED;
     size_t size = 0;
     lf_shard *s = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
     if (fd < 0)
         return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "shard '%s': cannot open: %s", path,
                        strerror(errno));

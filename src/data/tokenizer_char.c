@@ -13,6 +13,9 @@
  * as U+XXXX with its printable form). Lookup is a dense table over
  * [0, largest code point in the vocabulary], at most 4.4 MB for a vocabulary
  * reaching U+10FFFF and 512 bytes for ASCII text.
+ *
+ * End of text (lf_tokenizer_eot): the id of "\n", -1 when the vocabulary
+ * lacks it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +205,13 @@ static lf_status char_decode(const void *state, const uint32_t *ids, size_t n, c
     return LF_OK;
 }
 
+/* A character vocabulary has no special tokens; "\n" ends a text (what
+ * prepare appends after each document and response, where generation stops). */
+static int char_eot(const void *state) {
+    const char_tok *c = state;
+    return '\n' <= c->max_cp ? (int)c->lookup['\n'] : -1;
+}
+
 const lf__tokenizer_ops lf__tokenizer_char_ops = {
     .prefix = "char:",
     .open = char_open,
@@ -209,6 +219,7 @@ const lf__tokenizer_ops lf__tokenizer_char_ops = {
     .encode = char_encode,
     .decode = char_decode,
     .arg_is_path = 1,
+    .eot = char_eot,
 };
 
 lf_status lf__char_vocab_json(const uint32_t *cps, size_t n, char **json) {

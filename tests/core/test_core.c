@@ -1,5 +1,6 @@
 /* Core: status strings, error messages, Philox known answers, RNG
  * distribution, arena, files and hashes. */
+#include <sys/stat.h>
 #include "test_util.h"
 
 void lf__philox_raw(const uint32_t in[4], const uint32_t key_in[2], uint32_t out[4]);
@@ -96,6 +97,15 @@ static void test_files_and_hashes(void **state) {
     snprintf(path, sizeof path, "%s/missing", dir);
     assert_int_equal(lf_file_read_all(path, 0, &buf, &len), LF_ERR_NOT_FOUND);
     LF_ASSERT_ERR_CONTAINS("missing");
+    /* devices and FIFOs are refused at once, never read forever or blocked on */
+    assert_int_equal(lf_file_read_all("/dev/zero", 0, &buf, &len), LF_ERR_IO);
+    LF_ASSERT_ERR_CONTAINS("not a regular file");
+    assert_int_equal(lf_sha256_file_hex("/dev/zero", hex2), LF_ERR_IO);
+    char fifo[700];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(lf_file_read_all(fifo, 0, &buf, &len), LF_ERR_IO);
+    assert_int_equal(lf_sha256_file_hex(fifo, hex2), LF_ERR_IO);
     lf_test_rmrf(dir);
     free(dir);
 }

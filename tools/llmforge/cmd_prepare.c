@@ -1,37 +1,61 @@
 /*
- * llmforge prepare: turn text into token shards.
+ * llmforge prepare: turn text and records into token shards.
+ *
  *   llmforge prepare --char INPUT --out DIR
+ *       nanoGPT shakespeare_char (lf_prepare_char), unchanged.
+ *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json]
+ *                    [--mode pretrain|sft] --tokenizer SPEC [--split 0.9,0.1,0 | none]
+ *                    [--text-field F] [--prompt-field F --response-field F]
+ *                    [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] --out DIR
+ *       records through lf_prepare (docs/data.md).
+ *
+ * Human-facing parts live here: option parsing, the progress line on a
+ * terminal (stderr), the skipped-record warnings (the first few, then a
+ * count), and the summary per split.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "llmforge/data.h"
 #include "cli_util.h"
 #include "commands.h"
 
-/* ---------------------------------------------------------------- prepare */
-int cmd_prepare(int argc, char **argv) {
-    const char *input = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        int missing = 0;
-        const char *v;
-        if ((v = opt_value(argc, argv, &i, "--char", &missing))) input = v;
-        else if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
-        else if (missing) return 2;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge prepare --char INPUT(file or directory) --out DIR\n"
-                   "  Character-level dataset as nanoGPT's shakespeare_char: vocabulary = sorted unique\n"
-                   "  characters, first 90%% train, last 10%% val; writes shards, vocab.json, dataset.json.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "llmforge prepare: unknown argument '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!input || !out) {
-        fprintf(stderr, "llmforge prepare: --char INPUT and --out DIR are required\n");
-        return 2;
-    }
+#define MAX_SKIP_WARNINGS 10
+
+static const char *const g_split_names[LF_PREPARE_N_SPLITS] = {"train", "val", "test"};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
+            "                        [--format auto|text|jsonl|json] [--mode pretrain|sft]\n"
+            "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
+            "                        [--text-field F] [--prompt-field F --response-field F]\n"
+            "                        [--max-record-bytes N] [--shard-tokens N]\n"
+            "       llmforge prepare --char INPUT --out DIR\n"
+            "\n"
+            "  --input PATH       a file, or a directory (its files in name order); repeatable\n"
+            "  --format           auto (default: .jsonl/.ndjson -> jsonl, .json -> JSON array or jsonl,\n"
+            "                     .txt/.md/no extension -> text), text (a file is one document),\n"
+            "                     jsonl (one object per line), json (an array of objects)\n"
+            "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
+            "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
+            "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
+            "  --tokenizer SPEC   char (a vocabulary built from the data, written to DIR/vocab.json),\n"
+            "                     char:FILE, gpt2:DIR, tiktoken:FILE, bpe:FILE\n"
+            "  --split W,W[,W]    train,val,test weights by content hash (default 0.9,0.1,0);\n"
+            "                     none: everything in train\n"
+            "  --skip-bad-records skip and count records that are not JSON, lack a field, ...\n"
+            "                     (default: the first one is an error naming FILE:LINE and the field)\n"
+            "  --max-record-bytes longest JSON line or array element (default 64 MiB)\n"
+            "  --shard-tokens N   tokens per shard (default 100000000)\n"
+            "  --char INPUT       character-level dataset exactly as nanoGPT's shakespeare_char:\n"
+            "                     vocabulary = sorted unique characters, first 90%% train, last 10%% val\n");
+}
+
+static int prepare_char(const char *input, const char *out) {
     lf_prepare_stats stats;
     double t0 = lf_time_now();
     lf_status st = lf_prepare_char(input, out, &stats);
@@ -44,3 +68,183 @@ int cmd_prepare(int argc, char **argv) {
     return 0;
 }
 
+/* "0.9,0.1,0", "7,2,1", "0.95,0.05" or "none". */
+static int parse_split(const char *s, double w[LF_PREPARE_N_SPLITS]) {
+    if (!strcmp(s, "none")) {
+        w[0] = 1;
+        w[1] = w[2] = 0;
+        return 0;
+    }
+    int n = 0;
+    const char *p = s;
+    w[0] = w[1] = w[2] = 0;
+    for (;;) {
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || !isfinite(v) || v < 0 || n == LF_PREPARE_N_SPLITS) break;
+        w[n++] = v;
+        if (*end == 0) {
+            if (n >= 2 && w[0] > 0) return 0;
+            break;
+        }
+        if (*end != ',') break;
+        p = end + 1;
+    }
+    fprintf(stderr,
+            "llmforge prepare: --split expects TRAIN,VAL[,TEST] weights >= 0 with TRAIN > 0 (e.g. 0.9,0.1,0 or "
+            "7,2,1) or 'none', got '%s'\n", s);
+    return -1;
+}
+
+typedef struct skip_ctx {
+    unsigned long long n;
+} skip_ctx;
+
+static void on_skip(const char *msg, void *user) {
+    skip_ctx *c = user;
+    c->n++;
+    if (c->n <= MAX_SKIP_WARNINGS) fprintf(stderr, "llmforge: prepare: skipped record: %s\n", msg);
+    else if (c->n == MAX_SKIP_WARNINGS + 1) fprintf(stderr, "llmforge: prepare: more records skipped; counting them\n");
+}
+
+typedef struct progress_ctx {
+    double last;
+    int shown;
+} progress_ctx;
+
+static void on_progress(uint64_t done, uint64_t total, void *user) {
+    progress_ctx *c = user;
+    double now = lf_time_now();
+    if (now - c->last < 0.2 && done < total) return;
+    c->last = now;
+    c->shown = 1;
+    double f = total ? (double)done / (double)total : 1.0;
+    int width = 24, filled = (int)(f * width);
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\r[%s] %5.1f%%  %.1f / %.1f MB   ", bar, 100 * f, done / 1e6, total / 1e6);
+    fflush(stderr);
+}
+
+int cmd_prepare(int argc, char **argv) {
+    const char *input = NULL, *out = NULL;
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    size_t n_inputs = 0;
+    lf_prepare_opts o = lf_prepare_opts_default();
+    int rc = 2;
+    if (!inputs) return 1;
+    for (int i = 0; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if ((v = opt_value(argc, argv, &i, "--char", &missing))) input = v;
+        else if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
+        else if ((v = opt_value(argc, argv, &i, "--input", &missing))) inputs[n_inputs++] = v;
+        else if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing))) o.tokenizer = v;
+        else if ((v = opt_value(argc, argv, &i, "--text-field", &missing))) o.text_field = v;
+        else if ((v = opt_value(argc, argv, &i, "--prompt-field", &missing))) o.prompt_field = v;
+        else if ((v = opt_value(argc, argv, &i, "--response-field", &missing))) o.response_field = v;
+        else if ((v = opt_value(argc, argv, &i, "--format", &missing))) {
+            if (!strcmp(v, "auto")) o.format = LF_INPUT_AUTO;
+            else if (!strcmp(v, "text")) o.format = LF_INPUT_TEXT;
+            else if (!strcmp(v, "jsonl")) o.format = LF_INPUT_JSONL;
+            else if (!strcmp(v, "json")) o.format = LF_INPUT_JSON;
+            else {
+                fprintf(stderr, "llmforge prepare: --format expects auto, text, jsonl or json, got '%s'\n", v);
+                goto done;
+            }
+        } else if ((v = opt_value(argc, argv, &i, "--mode", &missing))) {
+            if (!strcmp(v, "pretrain")) o.mode = LF_RECORD_PRETRAIN;
+            else if (!strcmp(v, "sft")) o.mode = LF_RECORD_SFT;
+            else {
+                fprintf(stderr, "llmforge prepare: --mode expects pretrain or sft, got '%s'\n", v);
+                goto done;
+            }
+        } else if ((v = opt_value(argc, argv, &i, "--split", &missing))) {
+            if (parse_split(v, o.split)) goto done;
+        } else if ((v = opt_value(argc, argv, &i, "--max-record-bytes", &missing))) {
+            long n;
+            if (parse_long("--max-record-bytes", v, 1, 1L << 40, &n)) goto done;
+            o.max_record_bytes = (size_t)n;
+        } else if ((v = opt_value(argc, argv, &i, "--shard-tokens", &missing))) {
+            long n;
+            if (parse_long("--shard-tokens", v, 1, 1L << 40, &n)) goto done;
+            o.shard_tokens = (size_t)n;
+        } else if (missing) {
+            goto done;
+        } else if (!strcmp(argv[i], "--skip-bad-records")) {
+            o.skip_bad_records = 1;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            rc = 0;
+            goto done;
+        } else {
+            fprintf(stderr, "llmforge prepare: unknown argument '%s' (see --help)\n", argv[i]);
+            goto done;
+        }
+    }
+    if (input) {
+        if (n_inputs || o.tokenizer) {
+            fprintf(stderr, "llmforge prepare: --char INPUT is a shorthand of its own; use it without --input/--tokenizer\n");
+            goto done;
+        }
+        if (!out) {
+            fprintf(stderr, "llmforge prepare: --char INPUT and --out DIR are required\n");
+            goto done;
+        }
+        rc = prepare_char(input, out);
+        goto done;
+    }
+    if (!n_inputs || !out || !o.tokenizer) {
+        fprintf(stderr, "llmforge prepare: --input PATH, --tokenizer SPEC (e.g. char) and --out DIR are required "
+                        "(or --char INPUT --out DIR); see --help\n");
+        goto done;
+    }
+    if (!o.prompt_field != !o.response_field) {
+        fprintf(stderr, "llmforge prepare: give --prompt-field and --response-field together\n");
+        goto done;
+    }
+    if ((o.prompt_field && o.mode != LF_RECORD_SFT) || (o.text_field && o.mode != LF_RECORD_PRETRAIN)) {
+        fprintf(stderr, "llmforge prepare: --text-field is for --mode pretrain, --prompt-field/--response-field for "
+                        "--mode sft\n");
+        goto done;
+    }
+    o.inputs = inputs;
+    o.n_inputs = n_inputs;
+    skip_ctx sc = {0};
+    progress_ctx pc = {0};
+    o.on_skip = on_skip;
+    o.on_skip_user = &sc;
+    if (isatty(STDERR_FILENO)) {
+        o.progress = on_progress;
+        o.progress_user = &pc;
+    }
+    lf_prepare_result res;
+    double t0 = lf_time_now();
+    lf_status st = lf_prepare(&o, out, &res);
+    if (pc.shown) fprintf(stderr, "\r%70s\r", "");
+    if (st != LF_OK) {
+        die_status(st, "prepare");
+        if (st == LF_ERR_FORMAT || st == LF_ERR_RANGE)
+            fprintf(stderr, "hint: --skip-bad-records skips and counts such records instead\n");
+        rc = 1;
+        goto done;
+    }
+    unsigned long long total = res.records[0] + res.records[1] + res.records[2];
+    printf("prepared %llu records from %llu file%s -> %s (%s, tokenizer %s, vocabulary %d, end-of-text id %d; %.2f s)\n",
+           total, (unsigned long long)res.sources, res.sources == 1 ? "" : "s", out,
+           o.mode == LF_RECORD_SFT ? "sft" : "pretrain", o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
+    for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
+        printf("  %-5s %10llu records %12llu tokens", g_split_names[s], (unsigned long long)res.records[s],
+               (unsigned long long)res.tokens[s]);
+        if (o.mode == LF_RECORD_SFT) printf(" (%llu targets)", (unsigned long long)res.target_tokens[s]);
+        printf("  %llu shard%s\n", (unsigned long long)res.shards[s], res.shards[s] == 1 ? "" : "s");
+    }
+    printf("  skipped %llu bad record%s%s%s\n", (unsigned long long)res.skipped, res.skipped == 1 ? "" : "s",
+           res.skipped ? "; first: " : "", res.skipped ? res.first_skip : "");
+    rc = 0;
+done:
+    free(inputs);
+    return rc;
+}
