@@ -57,6 +57,10 @@ typedef struct lf_train_config {
     /* eval / checkpoint / logging */
     long eval_interval;             /* 0 = never (except none) */
     int eval_iters;
+    char eval_tasks[4096];          /* eval.tasks: task files, one per line ("" = none) */
+    char best_metric[128];          /* checkpoint.best_metric: "val_loss" or "<task>/<metric>" */
+    int greater_is_better;          /* checkpoint.greater_is_better */
+    int load_best_model_at_end;     /* copy the best checkpoint's model to out_dir/final_model */
     long ckpt_interval;             /* 0 = only at the end */
     int keep_last;
     long steps_per_print;

@@ -57,6 +57,7 @@ typedef enum key_type {
     KT_BOOL,     /* int field, 0/1, from true/false */
     KT_U64,      /* uint64_t field, from an integer literal only */
     KT_STRING,   /* char[cap] */
+    KT_STRLIST,  /* char[cap]: strings joined by '\n', from an array of strings (or one string) */
     KT_CHOICE,   /* char[cap]: one of choices (case-insensitive), stored as spelled in the table */
     KT_ENUM,     /* int field: index into choices (case-insensitive) */
     KT_PAIR,     /* two float fields (off, off2) from a 2-element array */
@@ -150,6 +151,14 @@ static const key_def k_keys[] = {
      .alias = "eval_interval", .help = "steps between evaluations; 0 = only at the end"},
     {.path = "eval.iters", .type = KT_INT, FLD(eval_iters), .lo = 1, .hi = INF, .def = {20}, .alias = "eval_iters",
      .help = "batches per split per evaluation"},
+    {.path = "eval.tasks", .type = KT_STRLIST, FLD(eval_tasks), .def_str = "",
+     .help = "task files (JSONL, see `llmforge eval`) run at every evaluation; [] = loss only"},
+    {.path = "checkpoint.best_metric", .type = KT_STRING, FLD(best_metric), .def_str = "val_loss",
+     .help = "metric that marks the best checkpoint: val_loss or <task>/<metric> of eval.tasks"},
+    {.path = "checkpoint.greater_is_better", .type = KT_BOOL, FLD(greater_is_better), .def = {0},
+     .help = "larger best_metric is better (false for losses)"},
+    {.path = "checkpoint.load_best_model_at_end", .type = KT_BOOL, FLD(load_best_model_at_end), .def = {0},
+     .help = "after training, copy the best checkpoint's model to out_dir/final_model"},
     {.path = "checkpoint.interval", .type = KT_LONG, FLD(ckpt_interval), .lo = 0, .hi = INF, .def = {500},
      .help = "steps between checkpoints; 0 = only at the end"},
     {.path = "checkpoint.keep_last", .type = KT_INT, FLD(keep_last), .lo = 1, .hi = INF, .def = {3},
@@ -559,6 +568,35 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
         memcpy(field(cfg, k->off), s, n + 1);
         break;
     }
+    case KT_STRLIST: {
+        /* an array of strings, or one string; on the command line a
+         * comma-separated list */
+        char buf[8192];
+        size_t at = 0;
+        const cJSON *it = cJSON_IsArray(v) ? v->child : v;
+        if (!cJSON_IsArray(v) && !string_value(c, v)) return type_error(c, k, v, "an array of strings");
+        for (; it; it = cJSON_IsArray(v) ? it->next : NULL) {
+            const char *s = cJSON_IsArray(v) ? (cJSON_IsString(it) ? it->valuestring : NULL) : string_value(c, it);
+            if (!s) return type_error(c, k, v, "an array of strings");
+            for (const char *p = s; *p;) {
+                const char *e = (!cJSON_IsArray(v) && c->from_cli) ? strchr(p, ',') : NULL;
+                size_t n = e ? (size_t)(e - p) : strlen(p);
+                if (n == 0 || memchr(p, '\n', n))
+                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: an element is empty or holds a newline", k->path, c->cur);
+                if (at + n + 2 > sizeof buf || at + n + 1 >= k->size)
+                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: the list is longer than the %zu bytes allowed", k->path,
+                                   c->cur, k->size - 1);
+                if (at) buf[at++] = '\n';
+                memcpy(buf + at, p, n);
+                at += n;
+                p += n + (e ? 1 : 0);
+                if (!e) break;
+            }
+        }
+        buf[at] = 0;
+        memcpy(field(cfg, k->off), buf, at + 1);
+        break;
+    }
     case KT_CHOICE:
     case KT_ENUM: {
         if (!cJSON_IsString(v)) return type_error(c, k, v, "a string");
@@ -793,6 +831,7 @@ static void apply_defaults(parse_ctx *c) {
         case KT_FLOAT: *(float *)field(cfg, k->off) = (float)k->def[0]; break;
         case KT_U64: *(uint64_t *)field(cfg, k->off) = (uint64_t)k->def[0]; break;
         case KT_STRING:
+        case KT_STRLIST:
         case KT_CHOICE: snprintf((char *)field(cfg, k->off), k->size, "%s", k->def_str); break;
         case KT_ENUM: {
             int j = 0;
@@ -1014,6 +1053,20 @@ static cJSON *value_json(const lf_train_config *cfg, const key_def *k) {
     case KT_U64:
         snprintf(buf, sizeof buf, "%" PRIu64, *(const uint64_t *)cfield(cfg, k->off));
         return cJSON_CreateRaw(buf);
+    case KT_STRLIST: {
+        cJSON *arr = cJSON_CreateArray();
+        char s[8192];
+        size_t n = strnlen((const char *)cfield(cfg, k->off), k->size - 1);
+        memcpy(s, cfield(cfg, k->off), n);
+        s[n] = 0;
+        for (char *p = s, *e; arr && *p; p = e ? e + 1 : p + strlen(p)) {
+            e = strchr(p, '\n');
+            if (e) *e = 0;
+            cJSON_AddItemToArray(arr, cJSON_CreateString(p));
+            if (!e) break;
+        }
+        return arr;
+    }
     case KT_STRING:
     case KT_CHOICE: {
         /* bounded copy: a hand-built struct may lack the terminator */
@@ -1176,6 +1229,7 @@ static void fmt_type(char *buf, size_t cap, const key_def *k) {
         break;
     case KT_BOOL: snprintf(buf, cap, "true or false"); break;
     case KT_STRING: snprintf(buf, cap, "string"); break;
+    case KT_STRLIST: snprintf(buf, cap, "array of strings"); break;
     default: {
         size_t at = (size_t)snprintf(buf, cap, "one of:");
         for (int j = 0; k->choices[j] && at < cap; j++)

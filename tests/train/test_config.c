@@ -406,6 +406,23 @@ static void test_deepspeed_off_features(void **state) {
     LF_ASSERT_ERR_CONTAINS("monitor.alerts.nan.action");
     LF_ASSERT_ERR_CONTAINS("stop, skip_step");
     ASSERT_ERR_EQ(parse_with(&c, "\"monitor\": {\"prometheus\": {\"port\": 70000}}"), LF_ERR_CONFIG, NULL);
+    /* eval.tasks: an array of strings in the file, a comma-separated list on the command line */
+    LF_ASSERT_OK(parse_with(&c, "\"eval\": {\"tasks\": [\"a.jsonl\", \"b/c.jsonl\"]}, \"checkpoint\": "
+                                "{\"best_metric\": \"arith/exact_match\", \"greater_is_better\": true}"));
+    assert_string_equal(c.eval_tasks, "a.jsonl\nb/c.jsonl");
+    assert_string_equal(c.best_metric, "arith/exact_match");
+    assert_int_equal(c.greater_is_better, 1);
+    char *js = lf_train_config_to_json(&c);
+    assert_non_null(strstr(js, "\"tasks\": [\"a.jsonl\", \"b/c.jsonl\"]"));
+    lf_train_config back;
+    LF_ASSERT_OK(lf_train_config_parse(&back, js, "dump", 0, NULL));
+    assert_string_equal(back.eval_tasks, c.eval_tasks);
+    lf_free(js);
+    const char *ovt[] = {"data.dataset=d", "eval.tasks=x.jsonl,y.jsonl"};
+    LF_ASSERT_OK(lf_train_config_load(&c, NULL, 2, ovt));
+    assert_string_equal(c.eval_tasks, "x.jsonl\ny.jsonl");
+    ASSERT_ERR_EQ(parse_with(&c, "\"eval\": {\"tasks\": [\"a\", 3]}"), LF_ERR_CONFIG, NULL);
+    LF_ASSERT_ERR_CONTAINS("eval.tasks");
     ASSERT_ERR_EQ(parse_with(&c, "\"fp16\": {\"enabled\": \"yes\"}"), LF_ERR_CONFIG, NULL);
     ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {}}"), LF_ERR_CONFIG,
                   NULL);
