@@ -403,8 +403,9 @@ lf_status lf_lm_bits_per_byte(const lf_lm_stats *s, double *bpb);
  *
  * Task files. Each non-blank line is one JSON object. The kind comes from a
  * "task" field (on a first header line, or on every line), or, for files
- * that name none, from lf_eval_load_opts.kind (the CLI's --kind); a file
- * holds one kind. The first line is a header when it lacks the kind's main
+ * that name none, from lf_eval_load_opts.kinds[i] or .kind (the CLI's
+ * --kind), which never override a kind the file names; a file holds one
+ * kind. The first line is a header when it lacks the kind's main
  * field (perplexity "text", multiple_choice "context", classification "text",
  * generation and exact_match "prompt", ranking "query"); header keys:
  *   every kind       task, name (default: the file name without extension)
@@ -424,17 +425,21 @@ lf_status lf_lm_bits_per_byte(const lf_lm_stats *s, double *bpb);
  *                    labels [..] (optional, else the header's)
  *   generation       prompt, references (string or list)
  *   ranking          query, candidates [..], gold (index or list), filtered [..]
- *   exact_match      prompt, answer or answers (string or list)
- * Paths in a header (text_file, dataset) are relative to the task file. Every
- * error in a file names it and the line: "tasks/mc.jsonl:7: gold 4 is out of
- * range (4 choices)".
+ *   exact_match      prompt, answer or answers (string or list), or
+ *                    response (prompt/response fine-tuning pairs)
+ * (generation also takes "response" for "references".) Paths in a header
+ * (text_file, dataset) are relative to the task file. Every error in a file
+ * names it and the line: "tasks/mc.jsonl:7: gold 4 is out of range (4
+ * choices)". A header key on an example line is an error (it would be
+ * ignored).
  *
  * Log-likelihoods follow lm-evaluation-harness (HFLM._encode_pair and
  * _loglikelihood_tokens): trailing whitespace of the context moves to the
  * front of the continuation; context tokens = encode(context), continuation
  * tokens = encode(context + continuation) minus the first len(context
- * tokens); an empty context is replaced by <|endoftext|> (an error for
- * tokenizers without one); the sequence is cut on the left to the last
+ * tokens); an empty context is replaced by the end-of-text token
+ * (lf_tokenizer_eot: <|endoftext|>, or "\n" for a character vocabulary; an
+ * error for tokenizers without one); the sequence is cut on the left to the last
  * block_size + 1 tokens (a continuation longer than block_size tokens is an
  * error); LL = sum over the continuation tokens of log_softmax(logits) in
  * double, over the first vocab_size logits. Sequences are scored in batches
@@ -450,10 +455,11 @@ lf_status lf_lm_bits_per_byte(const lf_lm_stats *s, double *bpb);
  *                    each token predicted once from the tokens before it in
  *                    its window, as nanoGPT's validation loss); a token
  *                    scored by an earlier window is not scored again. Text
- *                    is prefixed with <|endoftext|> when the tokenizer has
- *                    it (so every token is scored), else its first token is
- *                    context only; a dataset split is scored as one stream
- *                    (its loss mask respected).
+ *                    is prefixed with the end-of-text token when the
+ *                    tokenizer has one (so every token is scored), else its
+ *                    first token is context only; a dataset split is scored
+ *                    as one stream (its loss mask respected). Bytes: each
+ *                    scored id's decoded length (<|endoftext|> counts 0).
  *   multiple_choice  acc (argmax of LL is gold), acc_norm (argmax of LL /
  *                    len(choice), len = Unicode code points of the choice
  *                    string without the delimiter, as the harness's
@@ -468,9 +474,9 @@ lf_status lf_lm_bits_per_byte(const lf_lm_stats *s, double *bpb);
  *   exact_match      exact_match, f1 (SQuAD v1.1 normalisation, lf_squad_score,
  *                    as fractions 0..1)
  * Generation is lf_generate (greedy unless temperature > 0; example i samples
- * with seed lf_rng_mix(seed, i)); it stops at max_new_tokens, at
- * <|endoftext|>, or as soon as the decoded text contains a stop string, and
- * the text is cut before the first stop string.
+ * with seed lf_rng_mix(seed, i)); it stops at max_new_tokens, at the
+ * end-of-text token (not part of the text), or as soon as the decoded text
+ * contains a stop string, and the text is cut before the first stop string.
  *
  * Thread safety: a task set is read-only while it runs, but a model runs one
  * evaluation at a time. The model's activation plan is changed by a run (a
@@ -497,9 +503,11 @@ typedef struct lf_eval_load_opts {
     lf_eval_kind kind; /* for files that name no kind (UNSET: they must) */
     long limit;        /* > 0: the first `limit` examples of each file (for a
                           text_file or dataset perplexity task: windows) */
+    const lf_eval_kind *kinds; /* NULL, or one per path: that file's default
+                                  kind (UNSET entries fall back to `kind`) */
 } lf_eval_load_opts;
 
-lf_eval_load_opts lf_eval_load_opts_default(void); /* {UNSET, 0} */
+lf_eval_load_opts lf_eval_load_opts_default(void); /* {UNSET, 0, NULL} */
 
 typedef struct lf_eval_tasks lf_eval_tasks;
 
@@ -540,11 +548,15 @@ void lf_eval_results_free(lf_eval_results *r);
 /* Run every task on model m with tokenizer tok (the model's; vocabulary at
  * most the model's vocab_size) and put the results in res, which is cleared
  * first (so one object serves every evaluation of a run). opts may be NULL.
- * On an error res keeps the tasks finished before it. Errors: LF_ERR_FORMAT
- * (an example the tokenizer cannot encode, a continuation longer than
- * block_size tokens, ...: the message names file:line), LF_ERR_RANGE,
- * LF_ERR_MISMATCH (tokenizer larger than the model), LF_ERR_NUMERIC,
- * LF_ERR_NOMEM, and whatever the model returns. */
+ * On an error res keeps the tasks finished before it. Errors name file:line
+ * where an example is at fault: the tokenizer's status for text it cannot
+ * encode (LF_ERR_NOT_FOUND for a character outside a char vocabulary,
+ * LF_ERR_FORMAT for invalid UTF-8), LF_ERR_FORMAT (an empty context or
+ * prompt without an end-of-text token, a continuation of no tokens), LF_ERR_RANGE
+ * (a continuation longer than block_size tokens, a stride above it),
+ * LF_ERR_MISMATCH (a tokenizer or dataset vocabulary larger than the
+ * model's), LF_ERR_NUMERIC (non-finite log-likelihoods), LF_ERR_NOMEM, and
+ * whatever the model returns. */
 lf_status lf_eval_tasks_run(const lf_eval_tasks *t, lf_model *m, const lf_tokenizer *tok,
                             const lf_eval_run_opts *opts, lf_eval_results *res);
 
@@ -576,7 +588,7 @@ lf_status lf_eval_results_table(const lf_eval_results *r, char **out);
 /* Log-likelihood requests scored directly (what the tasks use): for each
  * request, LL of `continuation` after `context` as described above. */
 typedef struct lf_eval_ll_request {
-    const char *context;      /* UTF-8; "" only with a tokenizer that has <|endoftext|> */
+    const char *context;      /* UTF-8; "" only with a tokenizer that has an end-of-text token */
     const char *continuation; /* UTF-8, must encode to at least one token */
     double ll;                /* out: sum of log p of the continuation tokens (nats) */
     int n_tokens;             /* out: continuation tokens scored */

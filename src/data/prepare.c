@@ -473,7 +473,7 @@ static lf_status encode_field(prep *p, const source *src, const lf_record *rec, 
                  lf_last_error());
     else
         snprintf(msg, sizeof msg, "%s:%llu: %s", src->path, (unsigned long long)rec->line, lf_last_error());
-    if (!p->o->skip_bad_records) return lf_fail(st, "%s", msg);
+    if (!p->o->skip_bad_records) return lf_fail(LF_ERR_FORMAT, "%s", msg);
     note_skip(p, msg);
     *skipped = 1;
     return LF_OK;

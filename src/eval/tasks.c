@@ -45,7 +45,7 @@ lf_status lf_eval_kind_parse(const char *name, lf_eval_kind *out) {
 }
 
 lf_eval_load_opts lf_eval_load_opts_default(void) {
-    lf_eval_load_opts o = {LF_EVAL_KIND_UNSET, 0};
+    lf_eval_load_opts o = {LF_EVAL_KIND_UNSET, 0, NULL};
     return o;
 }
 
@@ -410,6 +410,14 @@ static lf_status parse_example(ev_task *t, const lctx *c, const cJSON *o) {
     memset(e, 0, sizeof *e);
     t->n_ex++; /* counted now so free_task releases a half-built example */
     e->line = c->line;
+    /* a header key on an example line would be ignored silently: say so */
+    static const char *const header_only[] = {"target_delimiter", "verbalizers", "ties", "hits", "stop",
+                                              "max_new_tokens", "temperature", "top_k", "seed", "text_file",
+                                              "dataset", "split", "stride"};
+    for (size_t i = 0; i < sizeof header_only / sizeof header_only[0]; i++)
+        if (field(o, header_only[i]) && strstr(header_keys(t->kind), header_only[i]))
+            return ferr(c->file, c->line, "'%s' is a header key: put it on a first line without a '%s' field",
+                        header_only[i], main_field[t->kind]);
     lf_status st;
     int req = 1, opt = 0;
     switch (t->kind) {
@@ -469,16 +477,27 @@ static lf_status parse_example(ev_task *t, const lctx *c, const cJSON *o) {
     }
     case LF_EVAL_GENERATION: {
         if ((st = get_str(c, o, "prompt", 1, 1, &e->text)) != LF_OK) return st;
-        const cJSON *v = field(o, "references");
-        if (!v) return ferr(c->file, c->line, "field 'references' is missing");
-        return get_strv(c, v, "references", 1, 1, &e->items, &e->n_items);
+        const cJSON *v = field(o, "references"), *r = field(o, "response");
+        if (v && r) return ferr(c->file, c->line, "give 'references' or 'response', not both");
+        if (!v && !r) return ferr(c->file, c->line, "field 'references' (or 'response') is missing");
+        return get_strv(c, v ? v : r, v ? "references" : "response", 1, 1, &e->items, &e->n_items);
     }
     case LF_EVAL_EXACT_MATCH: {
         if ((st = get_str(c, o, "prompt", 1, 1, &e->text)) != LF_OK) return st;
-        const cJSON *a = field(o, "answers"), *a1 = field(o, "answer");
-        if (a && a1) return ferr(c->file, c->line, "give 'answer' or 'answers', not both");
-        if (!a && !a1) return ferr(c->file, c->line, "field 'answer' (or 'answers') is missing");
-        return get_strv(c, a ? a : a1, a ? "answers" : "answer", 1, 1, &e->items, &e->n_items);
+        /* "response": the prompt/response pairs of fine-tuning sets (llmforge data arithmetic) */
+        static const char *const keys[] = {"answers", "answer", "response"};
+        const cJSON *a = NULL;
+        const char *ak = NULL;
+        for (int i = 0; i < 3; i++) {
+            const cJSON *v = field(o, keys[i]);
+            if (v && a) return ferr(c->file, c->line, "give one of 'answer', 'answers', 'response', not several");
+            if (v) {
+                a = v;
+                ak = keys[i];
+            }
+        }
+        if (!a) return ferr(c->file, c->line, "field 'answer' (or 'answers', 'response') is missing");
+        return get_strv(c, a, ak, 1, 1, &e->items, &e->n_items);
     }
     default: return lf_fail(LF_ERR_INTERNAL, "eval: task kind %d", (int)t->kind);
     }
@@ -596,9 +615,9 @@ static lf_status open_dataset(ev_task *t, const char *where, long line) {
     return st;
 }
 
-static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts *o) {
+static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts *o, lf_eval_kind kind) {
     lf_status st;
-    t->kind = o->kind;
+    t->kind = kind;
     t->ties = LF_TIES_PESSIMISTIC;
     t->hits[0] = 1;
     t->hits[1] = 3;
@@ -606,15 +625,15 @@ static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts
     t->n_hits = 3;
     t->max_new_tokens = -1;
     t->seed = 1337;
-    t->limit_windows = o->limit;
     if (!(t->file = lf__ev_strdup(path)) || !(t->delim = lf__ev_strdup(" "))) return LF_ERR_NOMEM;
 
-    if (o->kind == LF_EVAL_PERPLEXITY && !ends_with(path, ".jsonl") && !ends_with(path, ".json")) {
+    if (kind == LF_EVAL_PERPLEXITY && !ends_with(path, ".jsonl") && !ends_with(path, ".json")) {
         /* a plain text file or a dataset directory */
         struct stat sb;
         if (stat(path, &sb) != 0)
             return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "%s: %s", path, strerror(errno));
         if (!(t->name = default_name(path))) return LF_ERR_NOMEM;
+        t->limit_windows = o->limit;
         if (S_ISDIR(sb.st_mode)) {
             if (!(t->dataset_dir = lf__ev_strdup(path))) return LF_ERR_NOMEM;
             return open_dataset(t, path, 0);
@@ -679,11 +698,8 @@ static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts
             }
         }
         if (st == LF_OK && !seen) {
-            if (lk != LF_EVAL_KIND_UNSET && t->kind != LF_EVAL_KIND_UNSET && lk != t->kind)
-                st = ferr(path, c.line, "the file says task '%s', but '%s' was asked for", kind_names[lk],
-                          kind_names[t->kind]);
-            else if (lk != LF_EVAL_KIND_UNSET)
-                t->kind = lk;
+            if (lk != LF_EVAL_KIND_UNSET)
+                t->kind = lk; /* the file's own kind wins over the default */
             else if (t->kind == LF_EVAL_KIND_UNSET)
                 st = ferr(path, c.line,
                           "no task kind: add \"task\": \"multiple_choice\" (or perplexity, classification, generation, "
@@ -710,6 +726,7 @@ static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts
     if (t->kind == LF_EVAL_PERPLEXITY && (t->text_path || t->dataset_dir)) {
         if (t->n_ex) return ferr(path, t->ex[0].line, "a perplexity task reads 'text' lines or the header's %s, not both",
                                  t->text_path ? "text_file" : "dataset");
+        t->limit_windows = o->limit; /* --limit counts windows of a text file or dataset */
         if (t->dataset_dir) return open_dataset(t, path, header_line);
         if ((st = read_text(t->text_path, path, header_line, &t->text, &t->text_len)) != LF_OK) return st;
         if (!t->text_len) return ferr(t->text_path, 0, "the text is empty");
@@ -747,8 +764,13 @@ lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int 
             st = lf_fail(LF_ERR_INVALID_ARG, "eval: task path %d is NULL", i);
             break;
         }
+        lf_eval_kind kind = opts->kinds && opts->kinds[i] != LF_EVAL_KIND_UNSET ? opts->kinds[i] : opts->kind;
+        if ((unsigned)kind >= N_KINDS) {
+            st = lf_fail(LF_ERR_INVALID_ARG, "eval: unknown kind %d for %s", (int)kind, paths[i]);
+            break;
+        }
         ts->n = i + 1;
-        st = load_file(&ts->task[i], paths[i], opts);
+        st = load_file(&ts->task[i], paths[i], opts, kind);
         for (int j = 0; st == LF_OK && j < i; j++)
             if (!strcmp(ts->task[i].name, ts->task[j].name))
                 st = lf_fail(LF_ERR_FORMAT, "%s: task name '%s' is also the name of %s (give one a \"name\" in its header)",
@@ -1002,10 +1024,10 @@ lf_status lf_eval_tasks_run(const lf_eval_tasks *t, lf_model *m, const lf_tokeni
     int tv = lf_tokenizer_vocab_size(tok);
     if (tv > c.V)
         return lf_fail(LF_ERR_MISMATCH, "eval: the tokenizer has %d ids, the model's vocabulary only %d", tv, c.V);
-    uint32_t eot;
-    if (lf_tokenizer_special_id(tok, "<|endoftext|>", &eot) == LF_OK && eot < (uint32_t)c.V) {
+    int eot = lf_tokenizer_eot(tok); /* <|endoftext|>, or "\n" for a character vocabulary */
+    if (eot >= 0 && eot < c.V) {
         c.have_eot = 1;
-        c.eot = eot;
+        c.eot = (uint32_t)eot;
     }
     lf_status st = LF_OK;
     for (int i = 0; i < t->n && st == LF_OK; i++) {

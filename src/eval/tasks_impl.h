@@ -117,7 +117,7 @@ typedef struct ev_ctx {
     const lf_eval_run_opts *opts;
     lf_eval_results *res;
     int V, L;          /* model vocab_size, block_size */
-    int have_eot;
+    int have_eot;      /* lf_tokenizer_eot(tok) is an id of the model */
     uint32_t eot;
 } ev_ctx;
 

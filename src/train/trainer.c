@@ -41,6 +41,7 @@
 #include "backend/backend_impl.h"
 #include "llmforge/checkpoint.h"
 #include "llmforge/data.h"
+#include "llmforge/eval.h"
 #include "llmforge/train.h"
 #include "train_impl.h"
 
@@ -59,6 +60,12 @@ struct lf_trainer {
     double best_val;
     double last_val, last_train_eval;
     long last_eval_step;       /* step of last_val */
+    double best_score;         /* best value of checkpoint.best_metric so far */
+    double last_score;         /* its value at the last evaluation */
+    long best_eval_step;       /* step whose evaluation set best_score (-1: none yet) */
+    lf_eval_tasks *tasks;      /* eval.tasks (NULL: loss only) */
+    lf_eval_results *task_res;
+    lf_tokenizer *tok;         /* for the tasks */
     char best_ckpt[64];        /* step directory holding the best val loss so far ("" = none) */
     lf_obs *obs;
     pthread_mutex_t obs_mu;
@@ -239,6 +246,12 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddNumberToObject(mo, "dropout", t->mcfg.dropout);
     cJSON_AddStringToObject(o, "tokenizer", t->tok_spec);
     if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
+    cJSON *bm = cJSON_AddObjectToObject(o, "best_metric");
+    cJSON_AddStringToObject(bm, "name", t->cfg.best_metric);
+    if (isfinite(t->best_score))
+        cJSON_AddNumberToObject(bm, "value", t->best_score);
+    else
+        cJSON_AddNullToObject(bm, "value");
     cJSON_AddNumberToObject(o, "optimizer_steps", (double)t->opt_t);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)t->skipped);
     cJSON *win = cJSON_AddArrayToObject(o, "loss_window");
@@ -262,13 +275,12 @@ static lf_status save_checkpoint(lf_trainer *t) {
     t->be->to_host(t->host_params, lf_model_params(t->model), n * sizeof(float));
     t->be->to_host(t->host_m, t->m, n * sizeof(float));
     t->be->to_host(t->host_v, t->v, n * sizeof(float));
+    /* this checkpoint becomes the best when the evaluation of this very step
+     * set a new best; rotation never removes the best */
+    if (t->best_eval_step == t->step) snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
     char *state = NULL;
     lf_status st = state_to_json(t, &state);
     if (st != LF_OK) return st;
-    /* this checkpoint becomes the best when the evaluation of this very step
-     * is the best so far; rotation never removes the best */
-    if (t->last_eval_step == t->step && isfinite(t->last_val) && t->last_val <= t->best_val)
-        snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
     char *saved = NULL;
     double t0 = lf_time_now();
     st = lf_checkpoint_save(t->ckpt_root, t->step, &tt, t->host_params, t->host_m, t->host_v, state,
@@ -360,6 +372,12 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     cJSON *bc = cJSON_GetObjectItemCaseSensitive(o, "best_checkpoint");
     if (cJSON_IsString(bc) && strlen(bc->valuestring) < sizeof t->best_ckpt)
         snprintf(t->best_ckpt, sizeof t->best_ckpt, "%s", bc->valuestring);
+    cJSON *bm = cJSON_GetObjectItemCaseSensitive(o, "best_metric");
+    cJSON *bmn = cJSON_GetObjectItemCaseSensitive(bm, "name"), *bmv = cJSON_GetObjectItemCaseSensitive(bm, "value");
+    if (cJSON_IsString(bmn) && !strcmp(bmn->valuestring, t->cfg.best_metric) && cJSON_IsNumber(bmv))
+        t->best_score = bmv->valuedouble;
+    else if (!strcmp(t->cfg.best_metric, "val_loss") && isfinite(t->best_val))
+        t->best_score = t->best_val;
     cJSON *ot = cJSON_GetObjectItemCaseSensitive(o, "optimizer_steps");
     t->opt_t = cJSON_IsNumber(ot) ? (long)ot->valuedouble : t->step;
     cJSON *sk = cJSON_GetObjectItemCaseSensitive(o, "skipped_steps");
@@ -466,6 +484,59 @@ static lf_status open_sinks(lf_trainer *t) {
     return LF_OK;
 }
 
+/* eval.tasks: one path per line, optionally "PATH#KIND" for files that do
+ * not name their kind (e.g. `llmforge data arithmetic` output, #exact_match). */
+static lf_status load_tasks(lf_trainer *t) {
+    if (!t->cfg.eval_tasks[0]) {
+        if (strcmp(t->cfg.best_metric, "val_loss") != 0)
+            return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.best_metric' is '%s' but eval.tasks is empty (only val_loss "
+                           "is available)", t->cfg.best_metric);
+        return LF_OK;
+    }
+    char buf[sizeof t->cfg.eval_tasks];
+    memcpy(buf, t->cfg.eval_tasks, sizeof buf);
+    const char *paths[64];
+    lf_eval_kind kinds[64];
+    int n = 0;
+    for (char *p = buf, *e; *p && n < 64; p = e ? e + 1 : p + strlen(p)) {
+        e = strchr(p, '\n');
+        if (e) *e = 0;
+        kinds[n] = LF_EVAL_KIND_UNSET;
+        char *hash = strrchr(p, '#');
+        if (hash) {
+            *hash = 0;
+            if (lf_eval_kind_parse(hash + 1, &kinds[n]) != LF_OK)
+                return lf_fail(LF_ERR_CONFIG, "key 'eval.tasks': '%s' after '#' in '%s' is not a task kind", hash + 1, p);
+        }
+        paths[n++] = p;
+        if (!e) break;
+    }
+    lf_eval_load_opts lo = lf_eval_load_opts_default();
+    lo.kinds = kinds;
+    lf_status st = lf_eval_tasks_load(&t->tasks, paths, n, &lo);
+    if (st != LF_OK) {
+        lf_error_prefix("eval.tasks");
+        return st;
+    }
+    st = lf_eval_results_create(&t->task_res);
+    if (st != LF_OK) return st;
+    st = lf_tokenizer_open(&t->tok, lf_dataset_tokenizer_spec(t->ds), NULL);
+    if (st != LF_OK) return st;
+    if (strcmp(t->cfg.best_metric, "val_loss") != 0) {
+        /* the metric must be one the tasks produce: check its task name now */
+        int found = 0;
+        for (int i = 0; i < lf_eval_tasks_count(t->tasks); i++) {
+            const char *nm = lf_eval_task_name(t->tasks, i);
+            size_t ln = strlen(nm);
+            found |= strncmp(t->cfg.best_metric, nm, ln) == 0 && t->cfg.best_metric[ln] == '/';
+        }
+        if (!found)
+            return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.best_metric': '%s' names no task of eval.tasks (metrics are "
+                           "<task>/<metric>)", t->cfg.best_metric);
+    }
+    return LF_OK;
+}
+
 static void stop_watchdog(lf_trainer *t) {
     if (!t->wd_running) return;
     pthread_mutex_lock(&t->wd_mu);
@@ -485,6 +556,9 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (opts) t->opts = *opts;
     t->best_val = INFINITY;
     t->last_val = t->last_train_eval = NAN;
+    t->best_score = t->cfg.greater_is_better ? -INFINITY : INFINITY;
+    t->last_score = NAN;
+    t->best_eval_step = -1;
     pthread_mutex_init(&t->obs_mu, NULL);
     pthread_mutex_init(&t->wd_mu, NULL);
     pthread_cond_init(&t->wd_cv, NULL);
@@ -581,6 +655,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
 
     st = open_sinks(t);
     if (st != LF_OK) return tfail(t, st);
+    st = load_tasks(t);
+    if (st != LF_OK) return tfail(t, st);
 
     if (t->opts.resume) {
         st = resume_from(t, t->ckpt_root);
@@ -593,6 +669,9 @@ void lf_trainer_free(lf_trainer *t) {
     if (!t) return;
     stop_watchdog(t);
     lf_obs_free(t->obs);
+    lf_eval_tasks_free(t->tasks);
+    lf_eval_results_free(t->task_res);
+    lf_tokenizer_free(t->tok);
     free(t->spike_win);
     pthread_mutex_destroy(&t->obs_mu);
     pthread_mutex_destroy(&t->wd_mu);
@@ -651,9 +730,68 @@ static lf_status run_eval(lf_trainer *t) {
     t->last_val = vl;
     t->last_train_eval = tl;
     t->last_eval_step = t->step;
-    lf_obs_scalar sc[3] = {{"eval/train_loss", tl}, {"eval/val_loss", vl}, {"time/eval_ms", (lf_time_now() - t0) * 1e3}};
-    lf_obs_record r = {.kind = LF_OBS_EVAL, .step = t->step, .scalars = sc, .n_scalars = 3};
+    lf_obs_scalar sc[64];
+    char names[64][160];
+    int n = 0;
+    sc[n++] = (lf_obs_scalar){"eval/train_loss", tl};
+    sc[n++] = (lf_obs_scalar){"eval/val_loss", vl};
+    double score = vl;
+    if (t->tasks) {
+        st = lf_eval_tasks_run(t->tasks, t->model, t->tok, NULL, t->task_res);
+        /* the tasks plan their own batch shapes: give training its plan back,
+         * so the replica split (and so every sum) is the one training uses */
+        lf_status st2 = lf_model_plan(t->model, t->cfg.micro_batch, t->cfg.model.block_size, NULL);
+        if (st != LF_OK) return st;
+        if (st2 != LF_OK) return st2;
+        size_t nm = 0;
+        const lf_eval_metric *m = lf_eval_results_metrics(t->task_res, &nm);
+        for (size_t i = 0; i < nm && n < 63; i++) {
+            snprintf(names[n], sizeof names[n], "eval/%s", m[i].name);
+            sc[n] = (lf_obs_scalar){names[n], m[i].value};
+            n++;
+        }
+        if (strcmp(t->cfg.best_metric, "val_loss") != 0 &&
+            lf_eval_results_get(t->task_res, t->cfg.best_metric, &score) != LF_OK)
+            score = NAN;
+    }
+    t->last_score = score;
+    if (isfinite(score) && (t->cfg.greater_is_better ? score > t->best_score : score < t->best_score)) {
+        t->best_score = score; /* strictly better: a tie keeps the earlier checkpoint */
+        t->best_eval_step = t->step;
+    }
+    sc[n++] = (lf_obs_scalar){"time/eval_ms", (lf_time_now() - t0) * 1e3};
+    lf_obs_record r = {.kind = LF_OBS_EVAL, .step = t->step, .scalars = sc, .n_scalars = n};
     obs_emit(t, &r);
+    return LF_OK;
+}
+
+/* checkpoint.load_best_model_at_end: the best checkpoint's model files are
+ * copied to out_dir/final_model (what transformers' from_pretrained and
+ * llmforge sample read). */
+static lf_status export_best_model(lf_trainer *t) {
+    if (!t->best_ckpt[0]) return LF_OK;
+    char dst[LF_PATH_MAX + 32];
+    snprintf(dst, sizeof dst, "%s/final_model", t->cfg.out_dir);
+    lf_status st = lf_mkdirs(dst);
+    if (st != LF_OK) return st;
+    static const char *files[] = {"model.safetensors", "config.json", "vocab.json", "trainer_state.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char src[LF_PATH_MAX + 200], out[LF_PATH_MAX + 64];
+        snprintf(src, sizeof src, "%s/%s/%s", t->ckpt_root, t->best_ckpt, files[i]);
+        snprintf(out, sizeof out, "%s/%s", dst, files[i]);
+        if (access(src, F_OK) != 0) continue;
+        char *data = NULL;
+        size_t len = 0;
+        st = lf_file_read_all(src, 0, &data, &len);
+        if (st == LF_OK) st = lf_file_write_all(out, data, len);
+        lf_free(data);
+        if (st != LF_OK) return st;
+    }
+    char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 128];
+    json_escape(esc, sizeof esc, dst);
+    snprintf(json, sizeof json, "{\"path\":\"%s\",\"from\":\"%s\",\"%s\":%.9g}", esc, t->best_ckpt,
+             t->cfg.best_metric, t->best_score);
+    emit_event(t, "final_model", NULL, json);
     return LF_OK;
 }
 
@@ -841,6 +979,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
         }
     }
     stop_watchdog(t);
+    if (st == LF_OK && t->cfg.load_best_model_at_end) st = export_best_model(t);
     if (st != LF_OK) {
         tfail(t, st);
         char esc[1100], json[1200];

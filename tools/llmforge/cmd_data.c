@@ -18,9 +18,11 @@
  *
  * The evaluator is the small exact-match loop the arithmetic example needs
  * now; the general harness is `llmforge eval` (src/eval). Each prompt is
- * encoded alone (no context), decoded greedily until the end-of-text id
- * (lf_tokenizer_eot: "\n" for character vocabularies), and the text before
- * it must equal the response exactly.
+ * encoded after one end-of-text token (lf_tokenizer_eot: "\n" for character
+ * vocabularies) -- in the training stream every example follows the previous
+ * one's end-of-text, and GPT-2 likewise starts texts with <|endoftext|>;
+ * --no-eot-prefix gives the prompt alone -- decoded greedily until the
+ * end-of-text id, and the text before it must equal the response exactly.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -296,6 +298,7 @@ fail:
 static int cmd_arithmetic_eval(int argc, char **argv) {
     const char *ckpt = NULL, *input = NULL;
     long limit = 0, max_new = 32, show = 5, threads = 0;
+    int eot_prefix = 1;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -311,12 +314,17 @@ static int cmd_arithmetic_eval(int argc, char **argv) {
             if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
         } else if (missing) {
             return 2;
+        } else if (!strcmp(argv[i], "--no-eot-prefix")) {
+            eot_prefix = 0;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: llmforge data arithmetic-eval --ckpt DIR --input FILE.jsonl [--limit N]\n"
                    "                                     [--max-new-tokens N] [--show N] [--threads N]\n"
-                   "  Greedy-decodes each prompt (alone) until the end-of-text token and prints the exact-match\n"
-                   "  accuracy against the responses. --limit: the first N records (0: all); --show: print the\n"
-                   "  first N wrong answers (default 5); --max-new-tokens default 32.\n");
+                   "                                     [--no-eot-prefix]\n"
+                   "  Greedy-decodes each prompt until the end-of-text token and prints the exact-match\n"
+                   "  accuracy against the responses. Each prompt follows one end-of-text token, as every\n"
+                   "  example follows the previous one's in the training stream (GPT-2's <|endoftext|>\n"
+                   "  prefix); --no-eot-prefix gives the prompt alone. --limit: the first N records (0: all);\n"
+                   "  --show: print the first N wrong answers (default 5); --max-new-tokens default 32.\n");
             return 0;
         } else {
             fprintf(stderr, "llmforge data arithmetic-eval: unknown argument '%s' (see --help)\n", argv[i]);
@@ -371,10 +379,17 @@ static int cmd_arithmetic_eval(int argc, char **argv) {
             die_status(st, "data arithmetic-eval");
             goto done;
         }
-        if (n_ids == 0) {
-            fprintf(stderr, "llmforge: data arithmetic-eval: %s:%llu: the prompt is empty\n", input,
-                    (unsigned long long)rec.line);
-            goto done;
+        if (eot_prefix || n_ids == 0) { /* [eot] + prompt (an empty prompt needs it in any case) */
+            uint32_t *p = lf_alloc((n_ids + 1) * sizeof *p);
+            if (!p) {
+                die_status(LF_ERR_NOMEM, "data arithmetic-eval");
+                goto done;
+            }
+            p[0] = (uint32_t)eot;
+            if (n_ids) memcpy(p + 1, ids, n_ids * sizeof *p);
+            lf_free(ids);
+            ids = p;
+            n_ids++;
         }
         if ((st = lf_generate(m, ids, n_ids, &so, stop_at_eot, &sc, &gen, &n_gen)) != LF_OK) {
             die_status(st, "data arithmetic-eval");
@@ -403,8 +418,9 @@ static int cmd_arithmetic_eval(int argc, char **argv) {
         fprintf(stderr, "llmforge: data arithmetic-eval: '%s' holds no problems\n", input);
         goto done;
     }
-    printf("exact match: %llu / %llu = %.2f%% (checkpoint %s, greedy, end-of-text id %d, %.1f s)\n", correct, total,
-           100.0 * (double)correct / (double)total, dir, eot, lf_time_now() - t0);
+    printf("exact match: %llu / %llu = %.2f%% (checkpoint %s, greedy, end-of-text id %d%s, %.1f s)\n", correct,
+           total, 100.0 * (double)correct / (double)total, dir, eot, eot_prefix ? " before each prompt" : "",
+           lf_time_now() - t0);
     rc = 0;
 done:
     lf_reader_close(r);

@@ -352,8 +352,8 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "llmforge tokenize: --tokenizer SPEC is required (see --help)\n");
         return 2;
     }
-    if (jsonl && repeats) {
-        fprintf(stderr, "llmforge tokenize: --bench reads plain text, not --jsonl\n");
+    if (jsonl && (repeats || threads > 1)) {
+        fprintf(stderr, "llmforge tokenize: --%s applies to plain stdin, not --jsonl\n", repeats ? "bench" : "threads");
         return 2;
     }
     lf_tokenizer *t = NULL;

@@ -4,6 +4,7 @@
 int cmd_prepare(int argc, char **argv);    /* cmd_prepare.c: text -> token shards */
 int cmd_data(int argc, char **argv);       /* cmd_data.c: synthetic sets (arithmetic) and their eval */
 int cmd_score(int argc, char **argv);      /* cmd_score.c: metrics over files, no model */
+int cmd_eval(int argc, char **argv);       /* cmd_eval.c: a checkpoint on task files */
 int cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c: text -> ids */
 int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c: ids -> text */
 int cmd_tokenizer(int argc, char **argv);  /* cmd_tokenize.c: `tokenizer train` */

@@ -1,0 +1,585 @@
+/* lf_prepare (src/data/prepare.c): fine-tuning masks exactly on response +
+ * end-of-text, end-of-text after every pretraining document, content-hash
+ * split stability when records are appended, --split none, shards of bounded
+ * size, dataset.json contents, the round trip through lf_dataset_open +
+ * lf_dataset_get_batch (prompt positions give -1 targets), bad records and
+ * skip counts, char vocabularies given or built, directories, and the GPT-2
+ * tokenizer when its files are in the shared directory. */
+#include "test_util.h"
+#include <sys/stat.h>
+#include <cjson/cJSON.h>
+#include "llmforge/data.h"
+
+static char *g_dir;        /* per-test temporary directory */
+static char *g_paths[512]; /* paths handed out by path_in, freed at teardown */
+static int g_n_paths;
+
+static int setup(void **state) {
+    (void)state;
+    g_dir = lf_test_tmpdir();
+    return g_dir ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    lf_test_rmrf(g_dir);
+    free(g_dir);
+    for (int i = 0; i < g_n_paths; i++) free(g_paths[i]);
+    g_n_paths = 0;
+    return 0;
+}
+
+/* g_dir/name, valid until the end of the test. */
+static const char *path_in(const char *name) {
+    if (g_n_paths == (int)(sizeof g_paths / sizeof g_paths[0])) fail_msg("too many paths");
+    char *p = malloc(strlen(g_dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", g_dir, name);
+    g_paths[g_n_paths++] = p;
+    return p;
+}
+
+static void put(const char *name, const char *text) { LF_ASSERT_OK(lf_file_write_all(path_in(name), text, strlen(text))); }
+
+static lf_prepare_opts opts1(const char *input, lf_record_mode mode, const char *tok) {
+    static const char *inputs[1];
+    inputs[0] = input;
+    lf_prepare_opts o = lf_prepare_opts_default();
+    o.inputs = inputs;
+    o.n_inputs = 1;
+    o.mode = mode;
+    o.tokenizer = tok;
+    return o;
+}
+
+static cJSON *read_manifest(const char *dir) {
+    char p[1200], *buf = NULL;
+    size_t len = 0;
+    snprintf(p, sizeof p, "%s/dataset.json", dir);
+    LF_ASSERT_OK(lf_file_read_all(p, 0, &buf, &len));
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    lf_free(buf);
+    assert_non_null(j);
+    return j;
+}
+
+static double num_at(const cJSON *o, const char *a, const char *b, const char *c) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b) v = cJSON_GetObjectItemCaseSensitive(v, b);
+    if (c) v = cJSON_GetObjectItemCaseSensitive(v, c);
+    if (!cJSON_IsNumber(v)) fail_msg("dataset.json: %s.%s.%s is not a number", a, b ? b : "", c ? c : "");
+    return v->valuedouble;
+}
+
+/* All tokens and mask bytes of one split, over its shards in manifest order. */
+typedef struct split_data {
+    size_t n;
+    uint32_t *tok;
+    uint8_t *mask;
+    int has_mask;
+} split_data;
+
+static void load_split(const char *dir, const cJSON *man, const char *name, split_data *sd) {
+    memset(sd, 0, sizeof *sd);
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "splits"), name);
+    if (!sp) return;
+    const cJSON *sh;
+    cJSON_ArrayForEach(sh, cJSON_GetObjectItemCaseSensitive(sp, "shards")) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, sh->valuestring);
+        lf_shard *s = NULL;
+        LF_ASSERT_OK(lf_shard_open(&s, p, 1));
+        size_t m = lf_shard_num_tokens(s);
+        sd->tok = realloc(sd->tok, (sd->n + m + 1) * sizeof *sd->tok);
+        sd->mask = realloc(sd->mask, sd->n + m + 1);
+        sd->has_mask = lf_shard_has_mask(s);
+        for (size_t i = 0; i < m; i++) {
+            sd->tok[sd->n + i] = lf_shard_token(s, i);
+            sd->mask[sd->n + i] = (uint8_t)lf_shard_mask(s, i);
+        }
+        sd->n += m;
+        lf_shard_close(s);
+    }
+}
+
+static void free_split(split_data *sd) {
+    free(sd->tok);
+    free(sd->mask);
+}
+
+static lf_tokenizer *open_tok(const char *dir) {
+    lf_tokenizer *t = NULL;
+    LF_ASSERT_OK(lf_tokenizer_open(&t, "char:vocab.json", dir));
+    return t;
+}
+
+static uint32_t id_of(const lf_tokenizer *t, const char *ch) {
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    LF_ASSERT_OK(lf_tokenizer_encode(t, ch, strlen(ch), &ids, &n));
+    assert_int_equal(n, 1);
+    uint32_t id = ids[0];
+    lf_free(ids);
+    return id;
+}
+
+/* ---------------------------------------------------------------- fine-tuning layout */
+static void test_sft_masks(void **state) {
+    (void)state;
+    put("p.jsonl", "{\"prompt\": \"12+3=\", \"response\": \"15\"}\n"
+                   "{\"input_text\": \"ab\", \"target_text\": \"c\"}\n"
+                   "{\"prompt\": \"\", \"response\": \"zz\"}\n");
+    lf_prepare_opts o = opts1(path_in("p.jsonl"), LF_RECORD_SFT, "char");
+    o.split[0] = 1;
+    o.split[1] = 0;
+    const char *out = path_in("out");
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    assert_int_equal(res.records[0], 3);
+    assert_int_equal(res.records[1] + res.records[2], 0);
+    /* 12+3= 15 \n | ab c \n | zz \n */
+    assert_int_equal(res.tokens[0], 8 + 4 + 3);
+    assert_int_equal(res.target_tokens[0], 3 + 2 + 3);
+    assert_int_equal(res.shards[0], 1);
+    assert_int_equal(res.skipped, 0);
+
+    lf_tokenizer *t = open_tok(out);
+    assert_int_equal(res.eot, (int)id_of(t, "\n"));
+    assert_int_equal(lf_tokenizer_eot(t), res.eot);
+    assert_int_equal(res.vocab_size, lf_tokenizer_vocab_size(t));
+    cJSON *man = read_manifest(out);
+    split_data sd;
+    load_split(out, man, "train", &sd);
+    assert_true(sd.has_mask);
+    const char *text = "12+3=15\nabc\nzz\n";
+    const uint8_t want_mask[] = {0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1};
+    assert_int_equal(sd.n, strlen(text));
+    for (size_t i = 0; i < sd.n; i++) {
+        char ch[2] = {text[i], 0};
+        assert_int_equal(sd.tok[i], id_of(t, ch));
+        if (sd.mask[i] != want_mask[i]) fail_msg("mask[%zu] = %d, expected %d", i, sd.mask[i], want_mask[i]);
+    }
+    free_split(&sd);
+    cJSON_Delete(man);
+    lf_tokenizer_free(t);
+}
+
+/* ---------------------------------------------------------------- pretraining layout */
+static void test_pretrain_eot(void **state) {
+    (void)state;
+    put("d.jsonl", "{\"text\": \"hello\"}\n{\"text\": \"two\\nlines\"}\n{\"text\": \"x\"}\n");
+    lf_prepare_opts o = opts1(path_in("d.jsonl"), LF_RECORD_PRETRAIN, "char");
+    o.split[1] = 0;
+    const char *out = path_in("out");
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    assert_int_equal(res.records[0], 3);
+    assert_int_equal(res.tokens[0], 6 + 10 + 2);
+    assert_int_equal(res.target_tokens[0], res.tokens[0]);
+    cJSON *man = read_manifest(out);
+    split_data sd;
+    load_split(out, man, "train", &sd);
+    assert_false(sd.has_mask); /* pretraining shards carry no mask */
+    lf_tokenizer *t = open_tok(out);
+    char *dec = NULL;
+    size_t len = 0;
+    LF_ASSERT_OK(lf_tokenizer_decode(t, sd.tok, sd.n, &dec, &len));
+    assert_string_equal(dec, "hello\ntwo\nlines\nx\n");
+    lf_free(dec);
+    free_split(&sd);
+    cJSON_Delete(man);
+    lf_tokenizer_free(t);
+
+    /* plain text files: one document each (directory order), eot after each */
+    LF_ASSERT_OK(lf_mkdirs(path_in("txt")));
+    put("txt/b.txt", "second");
+    put("txt/a.txt", "first\n");
+    put("txt/.hidden.txt", "never");
+    put("txt/c.bin", "skipped: the name tells no format");
+    put("txt/README", "third");
+    LF_ASSERT_OK(lf_file_write_all(path_in("txt/d.txt"), "bin\0ary", 7));
+    lf_prepare_opts o2 = opts1(path_in("txt"), LF_RECORD_PRETRAIN, "char");
+    o2.split[1] = 0;
+    const char *out2 = path_in("out2");
+    LF_ASSERT_OK(lf_prepare(&o2, out2, &res));
+    assert_int_equal(res.sources, 3);
+    assert_int_equal(res.records[0], 3);
+    man = read_manifest(out2);
+    load_split(out2, man, "train", &sd);
+    t = open_tok(out2);
+    LF_ASSERT_OK(lf_tokenizer_decode(t, sd.tok, sd.n, &dec, &len));
+    assert_string_equal(dec, "third\nfirst\n\nsecond\n"); /* README < a.txt < b.txt */
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(man, "sources");
+    assert_int_equal(cJSON_GetArraySize(src), 3);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(src, 0), "format")->valuestring, "text");
+    lf_free(dec);
+    free_split(&sd);
+    cJSON_Delete(man);
+    lf_tokenizer_free(t);
+}
+
+/* ---------------------------------------------------------------- split */
+/* The split each text record landed in, decoded from the shards: 1 + split
+ * index at texts[i], 0 when absent. */
+static void splits_of(const char *out, char **texts, int n, int *where) {
+    cJSON *man = read_manifest(out);
+    lf_tokenizer *t = open_tok(out);
+    static const char *names[3] = {"train", "val", "test"};
+    memset(where, 0, (size_t)n * sizeof *where);
+    for (int s = 0; s < 3; s++) {
+        split_data sd;
+        load_split(out, man, names[s], &sd);
+        if (sd.n == 0) continue;
+        char *dec = NULL;
+        size_t len = 0;
+        LF_ASSERT_OK(lf_tokenizer_decode(t, sd.tok, sd.n, &dec, &len));
+        for (char *line = strtok(dec, "\n"); line; line = strtok(NULL, "\n")) {
+            for (int i = 0; i < n; i++)
+                if (!strcmp(texts[i], line)) {
+                    if (where[i]) fail_msg("record '%s' appears twice", line);
+                    where[i] = s + 1;
+                }
+        }
+        lf_free(dec);
+        free_split(&sd);
+    }
+    cJSON_Delete(man);
+    lf_tokenizer_free(t);
+}
+
+static void test_split_stable(void **state) {
+    (void)state;
+    const int n1 = 600, n2 = 1000;
+    char **texts = calloc((size_t)n2, sizeof *texts);
+    size_t cap = (size_t)n2 * 64;
+    char *body = malloc(cap);
+    size_t at = 0;
+    for (int i = 0; i < n2; i++) {
+        texts[i] = malloc(48);
+        /* later records bring new characters: the vocabulary (and so the ids) change, the split must not */
+        snprintf(texts[i], 48, "record %d %s", i, i < n1 ? "abc" : "XYZ\xc3\xa9");
+        if (i == n1) {
+            LF_ASSERT_OK(lf_file_write_all(path_in("s1.jsonl"), body, at));
+        }
+        at += (size_t)snprintf(body + at, cap - at, "{\"text\": \"%s\"}\n", texts[i]);
+    }
+    LF_ASSERT_OK(lf_file_write_all(path_in("s2.jsonl"), body, at));
+    int *w1 = calloc((size_t)n2, sizeof *w1), *w2 = calloc((size_t)n2, sizeof *w2);
+    lf_prepare_result r1, r2;
+    lf_prepare_opts o = opts1(path_in("s1.jsonl"), LF_RECORD_PRETRAIN, "char");
+    o.split[0] = 7;
+    o.split[1] = 2;
+    o.split[2] = 1; /* weights, normalised */
+    LF_ASSERT_OK(lf_prepare(&o, path_in("o1"), &r1));
+    o = opts1(path_in("s2.jsonl"), LF_RECORD_PRETRAIN, "char");
+    o.split[0] = 0.7;
+    o.split[1] = 0.2;
+    o.split[2] = 0.1;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("o2"), &r2));
+    splits_of(path_in("o1"), texts, n2, w1);
+    splits_of(path_in("o2"), texts, n2, w2);
+    int counts[3] = {0};
+    for (int i = 0; i < n2; i++) {
+        if (!w2[i]) fail_msg("record %d is in no split", i);
+        if (i < n1 && w1[i] != w2[i]) fail_msg("record %d moved from split %d to %d when records were appended", i,
+                                               w1[i] - 1, w2[i] - 1);
+        if (i >= n1) assert_int_equal(w1[i], 0);
+        counts[w2[i] - 1]++;
+    }
+    assert_int_equal(r2.records[0], (uint64_t)counts[0]);
+    assert_int_equal(r2.records[1], (uint64_t)counts[1]);
+    assert_int_equal(r2.records[2], (uint64_t)counts[2]);
+    /* 1000 draws: each fraction within 5 points of its weight */
+    assert_true(abs(counts[0] - 700) < 50);
+    assert_true(abs(counts[1] - 200) < 50);
+    assert_true(abs(counts[2] - 100) < 50);
+    assert_true(counts[2] > 0);
+
+    /* --split none: one set */
+    o.split[0] = 1;
+    o.split[1] = o.split[2] = 0;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("o3"), &r1));
+    assert_int_equal(r1.records[0], (uint64_t)n2);
+    assert_int_equal(r1.shards[1] + r1.shards[2], 0);
+    cJSON *man = read_manifest(path_in("o3"));
+    const cJSON *splits = cJSON_GetObjectItemCaseSensitive(man, "splits");
+    assert_int_equal(cJSON_GetArraySize(splits), 1);
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(splits, "train"));
+    cJSON_Delete(man);
+    /* a weight of 0 gets nothing even at the edges: no test split with 0.9,0.1,0 */
+    o.split[0] = 0.9;
+    o.split[1] = 0.1;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("o4"), &r1));
+    assert_int_equal(r1.records[2], 0);
+    assert_int_equal(r1.records[0] + r1.records[1], (uint64_t)n2);
+
+    for (int i = 0; i < n2; i++) free(texts[i]);
+    free(texts);
+    free(body);
+    free(w1);
+    free(w2);
+}
+
+/* ---------------------------------------------------------------- manifest and round trip */
+static void test_manifest_and_batches(void **state) {
+    (void)state;
+    /* arithmetic-like pairs */
+    size_t cap = 1 << 16, at = 0;
+    char *body = malloc(cap);
+    for (int i = 0; i < 400; i++) {
+        int a = (int)(lf_rng_u64(1, LF_RNG_TEST, (uint64_t)i) % 100), b = (int)(lf_rng_u64(2, LF_RNG_TEST, (uint64_t)i) % 100);
+        at += (size_t)snprintf(body + at, cap - at, "{\"prompt\": \"%d+%d=\", \"response\": \"%d\"}\n", a, b, a + b);
+    }
+    LF_ASSERT_OK(lf_file_write_all(path_in("a.jsonl"), body, at));
+    free(body);
+    lf_prepare_opts o = opts1(path_in("a.jsonl"), LF_RECORD_SFT, "char");
+    o.shard_tokens = 500; /* several shards per split, records cut across them */
+    const char *out = path_in("ds");
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    assert_true(res.shards[0] > 3);
+    assert_true(res.records[1] > 0);
+
+    cJSON *man = read_manifest(out);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(man, "format")->valuestring, "llmforge-dataset");
+    assert_int_equal(num_at(man, "version", NULL, NULL), 1);
+    assert_int_equal(num_at(man, "vocab_size", NULL, NULL), res.vocab_size);
+    assert_int_equal(res.vocab_size, 13); /* \n + = 0-9 */
+    assert_int_equal(num_at(man, "eot", NULL, NULL), res.eot);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(man, "mode")->valuestring, "sft");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(man, "tokenizer");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(tok, "spec")->valuestring, "char:vocab.json");
+    char sha[65];
+    LF_ASSERT_OK(lf_sha256_file_hex(path_in("ds/vocab.json"), sha));
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(tok, "sha256")->valuestring, sha);
+    assert_int_equal(num_at(man, "splits", "train", "tokens"), res.tokens[0]);
+    assert_int_equal(num_at(man, "splits", "train", "records"), res.records[0]);
+    assert_int_equal(num_at(man, "splits", "train", "target_tokens"), res.target_tokens[0]);
+    assert_int_equal(num_at(man, "splits", "val", "records"), res.records[1]);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+                         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "splits"), "train"),
+                         "shards")),
+                     (int)res.shards[0]);
+    assert_int_equal(num_at(man, "records", NULL, NULL), 400);
+    assert_int_equal(num_at(man, "skipped_records", NULL, NULL), 0);
+    const cJSON *src = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(man, "sources"), 0);
+    LF_ASSERT_OK(lf_sha256_file_hex(path_in("a.jsonl"), sha));
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(src, "sha256")->valuestring, sha);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(src, "path")->valuestring, path_in("a.jsonl"));
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(src, "format")->valuestring, "jsonl");
+    assert_int_equal(num_at(src, "records", NULL, NULL), 400);
+    struct stat sb;
+    assert_int_equal(stat(path_in("a.jsonl"), &sb), 0);
+    assert_int_equal(num_at(src, "bytes", NULL, NULL), (double)sb.st_size);
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "split"), "fractions");
+    assert_int_equal(cJSON_GetArraySize(fr), 3);
+    assert_true(fabs(cJSON_GetArrayItem(fr, 0)->valuedouble - 0.9) < 1e-12);
+
+    /* every shard is at most shard_tokens */
+    split_data sd;
+    load_split(out, man, "train", &sd);
+    assert_int_equal(sd.n, res.tokens[0]);
+    size_t targets = 0;
+    for (size_t i = 0; i < sd.n; i++) targets += sd.mask[i];
+    assert_int_equal(targets, res.target_tokens[0]);
+
+    /* the round trip: the sampler gives -1 exactly at prompt positions */
+    lf_dataset *d = NULL;
+    LF_ASSERT_OK(lf_dataset_open(&d, out));
+    assert_int_equal(lf_dataset_vocab_size(d), res.vocab_size);
+    assert_int_equal(lf_dataset_num_tokens(d, LF_SPLIT_TRAIN), res.tokens[0]);
+    assert_int_equal(lf_dataset_num_tokens(d, LF_SPLIT_VAL), res.tokens[1]);
+    const int B = 16, T = 32;
+    int32_t x[16 * 32], y[16 * 32];
+    LF_ASSERT_OK(lf_dataset_get_batch(d, LF_SPLIT_TRAIN, LF_SAMPLING_RANDOM, 7, LF_RNG_DATA, 0, B, T, x, y));
+    int minus = 0, real = 0;
+    for (int b = 0; b < B; b++) {
+        /* find the window's start by matching the inputs (distinct enough over 32 tokens) */
+        size_t s = SIZE_MAX;
+        for (size_t p = 0; p + (size_t)T < sd.n && s == SIZE_MAX; p++) {
+            int same = 1;
+            for (int k = 0; k < T && same; k++) same = sd.tok[p + (size_t)k] == (uint32_t)x[b * T + k];
+            if (same) s = p;
+        }
+        assert_true(s != SIZE_MAX);
+        for (int k = 0; k < T; k++) {
+            size_t q = s + (size_t)k + 1;
+            int32_t want = sd.mask[q] ? (int32_t)sd.tok[q] : -1;
+            /* a repeated window may match elsewhere with another mask; the token must agree anyway */
+            if (y[b * T + k] != want && y[b * T + k] != -1 && want != -1)
+                fail_msg("row %d position %d: target %d, expected %d", b, k, y[b * T + k], want);
+            if (y[b * T + k] < 0) minus++;
+            else real++;
+        }
+    }
+    assert_true(minus > 0 && real > 0);
+    /* the same check exactly, with the sequential sampler whose starts are known */
+    LF_ASSERT_OK(lf_dataset_get_batch(d, LF_SPLIT_TRAIN, LF_SAMPLING_SEQUENTIAL, 0, LF_RNG_EVAL, 0, B, T, x, y));
+    lf_tokenizer *t = open_tok(out);
+    uint32_t eq = id_of(t, "=");
+    for (int b = 0; b < B; b++) {
+        size_t s = ((size_t)b * (size_t)T) % (sd.n - (size_t)T - 1);
+        for (int k = 0; k < T; k++) {
+            size_t q = s + (size_t)k + 1;
+            assert_int_equal(x[b * T + k], (int32_t)sd.tok[q - 1]);
+            assert_int_equal(y[b * T + k], sd.mask[q] ? (int32_t)sd.tok[q] : -1);
+            /* the token after '=' starts the response: a real target; '=' itself is prompt */
+            if (sd.tok[q - 1] == eq) assert_true(y[b * T + k] >= 0);
+            if (sd.tok[q] == eq) assert_int_equal(y[b * T + k], -1);
+        }
+    }
+    lf_tokenizer_free(t);
+    lf_dataset_close(d);
+    free_split(&sd);
+    cJSON_Delete(man);
+}
+
+/* ---------------------------------------------------------------- bad input */
+typedef struct skips {
+    int n;
+} skips;
+static void count_skip(const char *msg, void *user) {
+    (void)msg;
+    ((skips *)user)->n++;
+}
+
+static void test_bad_records(void **state) {
+    (void)state;
+    put("b.jsonl", "{\"text\": \"good one\"}\n{\"text\": 3}\nnope\n{\"text\": \"good two\"}\n");
+    lf_prepare_opts o = opts1(path_in("b.jsonl"), LF_RECORD_PRETRAIN, "char");
+    o.split[1] = 0;
+    lf_prepare_result res;
+    assert_int_equal(lf_prepare(&o, path_in("o"), &res), LF_ERR_FORMAT);
+    LF_ASSERT_ERR_CONTAINS("b.jsonl:2: field 'text' is a number");
+    skips sk = {0};
+    o.skip_bad_records = 1;
+    o.on_skip = count_skip;
+    o.on_skip_user = &sk;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("o"), &res));
+    assert_int_equal(res.records[0], 2);
+    assert_int_equal(res.skipped, 2);
+    assert_int_equal(sk.n, 2); /* reported once, though "char" reads the inputs twice */
+    assert_non_null(strstr(res.first_skip, "b.jsonl:2: field 'text' is a number"));
+    cJSON *man = read_manifest(path_in("o"));
+    assert_int_equal(num_at(man, "skipped_records", NULL, NULL), 2);
+    assert_int_equal(num_at(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(man, "sources"), 0), "skipped", NULL, NULL), 2);
+    cJSON_Delete(man);
+
+    /* a given vocabulary: a character outside it is a bad record naming the field */
+    put("v.json", "{\"type\": \"char\", \"chars\": [\"\\n\", \"a\", \"b\", \"=\"]}");
+    put("c.jsonl", "{\"prompt\": \"a=\", \"response\": \"b\"}\n{\"prompt\": \"a=\", \"response\": \"c\"}\n");
+    char spec[1300];
+    snprintf(spec, sizeof spec, "char:%s", path_in("v.json"));
+    o = opts1(path_in("c.jsonl"), LF_RECORD_SFT, spec);
+    o.split[1] = 0;
+    assert_int_equal(lf_prepare(&o, path_in("oc"), &res), LF_ERR_FORMAT);
+    LF_ASSERT_ERR_CONTAINS("c.jsonl:2: field 'response': char tokenizer: character U+0063 'c'");
+    o.skip_bad_records = 1;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("oc"), &res));
+    assert_int_equal(res.records[0], 1);
+    assert_int_equal(res.skipped, 1);
+    assert_int_equal(res.vocab_size, 4);
+    assert_int_equal(res.eot, 0);
+    /* the vocabulary is copied into the dataset, which stands alone */
+    lf_dataset *d = NULL;
+    LF_ASSERT_OK(lf_dataset_open(&d, path_in("oc")));
+    lf_dataset_close(d);
+    char *a = NULL, *b = NULL;
+    size_t la, lb;
+    LF_ASSERT_OK(lf_file_read_all(path_in("v.json"), 0, &a, &la));
+    LF_ASSERT_OK(lf_file_read_all(path_in("oc/vocab.json"), 0, &b, &lb));
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    lf_free(a);
+    lf_free(b);
+
+    /* a vocabulary without "\n" has no end-of-text */
+    put("v2.json", "{\"type\": \"char\", \"chars\": [\"a\", \"b\", \"=\", \"c\"]}");
+    snprintf(spec, sizeof spec, "char:%s", path_in("v2.json"));
+    o.tokenizer = spec;
+    assert_int_equal(lf_prepare(&o, path_in("od"), &res), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("no end-of-text");
+    lf_tokenizer *t = NULL;
+    LF_ASSERT_OK(lf_tokenizer_open(&t, spec, NULL));
+    assert_int_equal(lf_tokenizer_eot(t), -1);
+    lf_tokenizer_free(t);
+    assert_int_equal(lf_tokenizer_eot(NULL), -1);
+
+    /* nothing at all, nothing for train, bad options */
+    put("x.jsonl", "bad\n");
+    o = opts1(path_in("x.jsonl"), LF_RECORD_PRETRAIN, "char");
+    o.skip_bad_records = 1;
+    assert_int_equal(lf_prepare(&o, path_in("ox"), &res), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("the inputs hold no records (1 skipped; first: ");
+    put("y.jsonl", "{\"text\": \"one record\"}\n");
+    o = opts1(path_in("y.jsonl"), LF_RECORD_PRETRAIN, "char");
+    o.split[0] = 1e-12;
+    o.split[1] = 1;
+    assert_int_equal(lf_prepare(&o, path_in("oy"), &res), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("no record fell into the train split");
+    o.split[0] = 0;
+    assert_int_equal(lf_prepare(&o, path_in("oy"), &res), LF_ERR_RANGE);
+    o.split[0] = 1;
+    o.split[2] = -1;
+    assert_int_equal(lf_prepare(&o, path_in("oy"), &res), LF_ERR_RANGE);
+    o.split[2] = 0;
+    o.tokenizer = "nope:x";
+    assert_int_equal(lf_prepare(&o, path_in("oy"), &res), LF_ERR_UNSUPPORTED);
+    o.tokenizer = "char";
+    o.n_inputs = 0;
+    assert_int_equal(lf_prepare(&o, path_in("oy"), &res), LF_ERR_INVALID_ARG);
+    o = opts1(path_in("missing.jsonl"), LF_RECORD_PRETRAIN, "char");
+    assert_int_equal(lf_prepare(&o, path_in("oy"), &res), LF_ERR_NOT_FOUND);
+    LF_ASSERT_ERR_CONTAINS("missing.jsonl");
+    assert_int_equal(lf_prepare(NULL, path_in("oy"), &res), LF_ERR_INVALID_ARG);
+}
+
+/* ---------------------------------------------------------------- GPT-2 */
+static void test_gpt2(void **state) {
+    (void)state;
+    char dir[1200], enc[1300];
+    snprintf(dir, sizeof dir, "%s/data/gpt2", LF_SHARED_DIR);
+    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+    if (access(enc, R_OK) != 0) {
+        print_message("skipped: no GPT-2 files in %s\n", dir);
+        skip();
+    }
+    put("g.jsonl", "{\"prompt\": \"Hello\", \"response\": \" world\"}\n");
+    char spec[1300];
+    snprintf(spec, sizeof spec, "gpt2:%s", dir);
+    lf_prepare_opts o = opts1(path_in("g.jsonl"), LF_RECORD_SFT, spec);
+    o.split[1] = 0;
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("og"), &res));
+    assert_int_equal(res.eot, 50256);
+    assert_int_equal(res.vocab_size, 50257);
+    cJSON *man = read_manifest(path_in("og"));
+    split_data sd;
+    load_split(path_in("og"), man, "train", &sd);
+    /* tiktoken gpt2: "Hello" = [15496], " world" = [995] */
+    assert_int_equal(sd.n, 3);
+    assert_int_equal(sd.tok[0], 15496);
+    assert_int_equal(sd.tok[1], 995);
+    assert_int_equal(sd.tok[2], 50256);
+    assert_int_equal(sd.mask[0], 0);
+    assert_int_equal(sd.mask[1], 1);
+    assert_int_equal(sd.mask[2], 1);
+    const char *rs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "tokenizer"), "spec")->valuestring;
+    assert_true(strncmp(rs, "gpt2:/", 6) == 0); /* absolute: the dataset opens from anywhere */
+    free_split(&sd);
+    cJSON_Delete(man);
+    lf_dataset *d = NULL;
+    LF_ASSERT_OK(lf_dataset_open(&d, path_in("og")));
+    lf_dataset_close(d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sft_masks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pretrain_eot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_stable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_manifest_and_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gpt2, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
