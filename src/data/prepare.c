@@ -52,13 +52,19 @@ __attribute__((weak))
 #endif
 int lf_tokenizer_eot(const lf_tokenizer *t) {
     if (!t) return -1;
+    char saved[1024]; /* the probes below may record messages; this records none */
+    snprintf(saved, sizeof saved, "%s", lf_last_error());
     uint32_t id = 0;
-    if (lf_tokenizer_special_id(t, "<|endoftext|>", &id) == LF_OK) return id <= INT_MAX ? (int)id : -1;
-    uint32_t *ids = NULL;
-    size_t n = 0;
     int eot = -1;
-    if (lf_tokenizer_encode(t, "\n", 1, &ids, &n) == LF_OK && n == 1 && ids[0] <= INT_MAX) eot = (int)ids[0];
-    lf_free(ids);
+    if (lf_tokenizer_special_id(t, "<|endoftext|>", &id) == LF_OK) {
+        eot = id <= INT_MAX ? (int)id : -1;
+    } else {
+        uint32_t *ids = NULL;
+        size_t n = 0;
+        if (lf_tokenizer_encode(t, "\n", 1, &ids, &n) == LF_OK && n == 1 && ids[0] <= INT_MAX) eot = (int)ids[0];
+        lf_free(ids);
+    }
+    lf_fail(LF_OK, "%s", saved);
     return eot;
 }
 

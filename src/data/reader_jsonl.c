@@ -565,7 +565,9 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
     r->o = o;
     r->cap = o.max_record_bytes ? o.max_record_bytes : LF_READER_MAX_RECORD_BYTES;
     r->line = 1;
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK keeps a FIFO from blocking the open (it is then refused
+     * below, as are devices: no read here can wait or run forever) */
+    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (r->fd < 0) {
         st = lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
@@ -579,6 +581,12 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
         st = lf_fail(LF_ERR_INVALID_ARG, "%s: is a directory, not a file", path);
         goto fail;
     }
+    if (!S_ISREG(sb.st_mode)) {
+        st = lf_fail(LF_ERR_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    int fl = fcntl(r->fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(r->fd, F_SETFL, fl & ~O_NONBLOCK);
     if ((st = fill(r)) != LF_OK) goto fail;
     /* a UTF-8 byte order mark is not content (a short first read is fine:
      * a file starting with a BOM has it in its first bytes) */

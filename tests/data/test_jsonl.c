@@ -5,6 +5,7 @@
  * files, a byte order mark, records crossing the 64 KiB input buffer, and
  * whole-file text documents. */
 #include "test_util.h"
+#include <sys/stat.h>
 #include "llmforge/data.h"
 
 typedef struct tmpf {
@@ -429,6 +430,14 @@ static void test_utf8_and_text(void **state) {
     assert_int_equal(lf_reader_open(&r, missing, &o), LF_ERR_NOT_FOUND);
     LF_ASSERT_ERR_CONTAINS("none.jsonl: cannot open");
     assert_int_equal(lf_reader_open(&r, t.dir, &o), LF_ERR_INVALID_ARG);
+    assert_null(r);
+    /* a FIFO is refused without blocking, and so is a device */
+    char fifo[1100];
+    snprintf(fifo, sizeof fifo, "%s/fifo.jsonl", t.dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(lf_reader_open(&r, fifo, &o), LF_ERR_IO);
+    LF_ASSERT_ERR_CONTAINS("not a regular file");
+    assert_int_equal(lf_reader_open(&r, "/dev/zero", &o), LF_ERR_IO);
     assert_null(r);
     tmp_free(&t);
 }

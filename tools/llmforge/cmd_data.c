@@ -192,6 +192,19 @@ static int cmd_arithmetic(int argc, char **argv) {
     if (!(tmp = malloc(ol + 5))) goto done;
     memcpy(tmp, out, ol);
     memcpy(tmp + ol, ".tmp", 5);
+    const char *slash = strrchr(out, '/');
+    if (slash && slash != out) { /* create the parent directory, as prepare does its --out */
+        char *parent = malloc((size_t)(slash - out) + 1);
+        if (!parent) goto done;
+        memcpy(parent, out, (size_t)(slash - out));
+        parent[slash - out] = 0;
+        lf_status st = lf_mkdirs(parent);
+        free(parent);
+        if (st != LF_OK) {
+            die_status(st, "data arithmetic");
+            goto done;
+        }
+    }
     if (!(f = fopen(tmp, "w"))) {
         fprintf(stderr, "llmforge: data arithmetic: cannot create '%s': %s\n", tmp, strerror(errno));
         goto done;
