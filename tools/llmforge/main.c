@@ -415,10 +415,15 @@ static void usage(FILE *f) {
             "llmforge %s: train GPT-style language models in C\n\n"
             "usage: llmforge <command> [options]\n\n"
             "commands:\n"
-            "  prepare   turn text into token shards (--char INPUT --out DIR)\n"
-            "  train     train a model from a JSON config (CONFIG.json [--key=value ...] [--resume])\n"
-            "  sample    generate text from a checkpoint (--ckpt DIR --prompt TEXT)\n"
-            "  bench     training throughput and MFU on random data (--preset NAME | --config CFG)\n"
+            "  prepare     turn text/JSONL into token shards (--char INPUT | --input F --tokenizer SPEC) --out DIR\n"
+            "  train       train a model from a JSON config (CONFIG.json [--key=value ...] [--resume])\n"
+            "  sample      generate text from a checkpoint (--ckpt DIR --prompt TEXT)\n"
+            "  eval        run evaluation tasks on a checkpoint (--ckpt DIR --task FILE.jsonl)\n"
+            "  score       BLEU, ROUGE, accuracy/F1, exact match, Hits@N over files, no model\n"
+            "  tokenize    text on stdin -> ids (--tokenizer SPEC); detokenize: the inverse\n"
+            "  tokenizer   `tokenizer train`: a byte-level BPE on your corpus\n"
+            "  data        generated data sets (`data arithmetic`, `data arithmetic-eval`)\n"
+            "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n",
             LF_VERSION);
 }
