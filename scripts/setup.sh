@@ -5,7 +5,7 @@
 #   scripts/setup.sh --test   also what the tests need
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libssl-dev zlib1g-dev
-      libpcre2-dev libmicrohttpd-dev fortunes fortunes-min)
+      libpcre2-dev libmicrohttpd-dev libsnappy-dev libzstd-dev fortunes fortunes-min)
 if [ "${1:-}" = "--test" ]; then
   # promtool and a real Prometheus server check the /metrics endpoint
   pkgs+=(libcmocka-dev prometheus curl)
