@@ -240,6 +240,9 @@ typedef enum lf_input_format {
     LF_INPUT_TEXT = 1,
     LF_INPUT_JSONL = 2,
     LF_INPUT_JSON = 3,
+    LF_INPUT_CSV = 4,     /* RFC 4180, header row; columns by name (src/data/reader_csv.c) */
+    LF_INPUT_PARQUET = 5, /* string columns (src/data/reader_parquet.c) */
+    LF_INPUT_WDS = 6,     /* WebDataset tar shards, plain or gzip (src/data/reader_wds.c) */
 } lf_input_format;
 
 typedef enum lf_record_mode {

@@ -183,4 +183,23 @@ char *lf__path_dir(const char *path);
 /* Write data to path.tmp, fsync, rename over path, fsync the directory. */
 lf_status lf__file_write_atomic(const char *path, const void *data, size_t len);
 
+/* ---------------------------------------------------------------- record sources
+ * Formats other than text/JSONL/JSON plug into lf_reader through this table:
+ * open() gets the path (already checked to be a regular file) and the
+ * reader's options and returns an opaque state; next() fills *rec (strings
+ * owned by the state, valid until the next call) or sets *eof; errors name
+ * path and position (row, row group, tar member) and, with
+ * opts->skip_bad_records, a bad record is counted through *skipped and
+ * skipped instead; close() frees. Implemented by reader_csv.c
+ * (lf__csv_source), reader_parquet.c (lf__parquet_source) and reader_wds.c
+ * (lf__wds_source). */
+typedef struct lf__record_source {
+    lf_status (*open)(void **state, const char *path, const lf_reader_opts *opts);
+    lf_status (*next)(void *state, lf_record *rec, int *eof, uint64_t *skipped);
+    void (*close)(void *state);
+} lf__record_source;
+extern const lf__record_source lf__csv_source;
+extern const lf__record_source lf__parquet_source;
+extern const lf__record_source lf__wds_source;
+
 #endif

@@ -60,6 +60,8 @@ struct lf_reader {
     int arr_state, arr_first;  /* JSON array scanner */
     int failed;                /* a fatal error was returned; the reader is done */
     int skip_now;              /* set by bad(): the current record was skipped */
+    const lf__record_source *src; /* CSV, Parquet, WebDataset: the format's own reader */
+    void *src_state;
 };
 
 /* ---------------------------------------------------------------- input */
@@ -506,6 +508,9 @@ const char *lf_input_format_name(lf_input_format f) {
     case LF_INPUT_TEXT: return "text";
     case LF_INPUT_JSONL: return "jsonl";
     case LF_INPUT_JSON: return "json";
+    case LF_INPUT_CSV: return "csv";
+    case LF_INPUT_PARQUET: return "parquet";
+    case LF_INPUT_WDS: return "wds";
     }
     return NULL;
 }
@@ -520,8 +525,11 @@ lf_input_format lf__input_format_of_name(const char *path) {
     static const struct { const char *ext; lf_input_format f; } table[] = {
         {".jsonl", LF_INPUT_JSONL}, {".ndjson", LF_INPUT_JSONL}, {".jsonlines", LF_INPUT_JSONL},
         {".json", LF_INPUT_JSON},   {".txt", LF_INPUT_TEXT},     {".text", LF_INPUT_TEXT},
-        {".md", LF_INPUT_TEXT},
+        {".md", LF_INPUT_TEXT},     {".csv", LF_INPUT_CSV},      {".parquet", LF_INPUT_PARQUET},
+        {".tar", LF_INPUT_WDS},     {".tgz", LF_INPUT_WDS},
     };
+    size_t bl = strlen(base);
+    if (bl > 7 && strcasecmp(base + bl - 7, ".tar.gz") == 0) return LF_INPUT_WDS;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcasecmp(dot, table[i].ext) == 0) return table[i].f;
     return LF_INPUT_AUTO;
@@ -587,6 +595,18 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
     }
     int fl = fcntl(r->fd, F_GETFL);
     if (fl >= 0) (void)fcntl(r->fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (fmt == LF_INPUT_CSV || fmt == LF_INPUT_PARQUET || fmt == LF_INPUT_WDS) {
+        r->src = fmt == LF_INPUT_CSV ? &lf__csv_source : fmt == LF_INPUT_PARQUET ? &lf__parquet_source : &lf__wds_source;
+        close(r->fd);
+        r->fd = -1;
+        if ((st = r->src->open(&r->src_state, path, &o)) != LF_OK) {
+            r->src = NULL;
+            goto fail;
+        }
+        r->fmt = fmt;
+        *out = r;
+        return LF_OK;
+    }
     if ((st = fill(r)) != LF_OK) goto fail;
     /* a UTF-8 byte order mark is not content (a short first read is fine:
      * a file starting with a BOM has it in its first bytes) */
@@ -614,6 +634,9 @@ lf_status lf_reader_next(lf_reader *r, lf_record *rec, int *eof) {
     if (r->failed) return lf_fail(LF_ERR_INVALID_ARG, "%s: the reader stopped at an earlier error", r->path);
     lf_status st;
     switch (r->fmt) {
+    case LF_INPUT_CSV:
+    case LF_INPUT_PARQUET:
+    case LF_INPUT_WDS: st = r->src->next(r->src_state, rec, eof, &r->skipped); break;
     case LF_INPUT_JSONL: st = next_jsonl(r, rec, eof); break;
     case LF_INPUT_JSON: st = next_json(r, rec, eof); break;
     default: st = next_text(r, rec, eof); break;
@@ -627,6 +650,7 @@ lf_status lf_reader_next(lf_reader *r, lf_record *rec, int *eof) {
 
 void lf_reader_close(lf_reader *r) {
     if (!r) return;
+    if (r->src) r->src->close(r->src_state);
     if (r->fd >= 0) close(r->fd);
     cJSON_Delete(r->root);
     free(r->rec);

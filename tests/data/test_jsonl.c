@@ -411,9 +411,9 @@ static void test_utf8_and_text(void **state) {
     assert_int_equal(lf_reader_open(&r, t.path, &so), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("not a text file");
     /* a name that tells no format needs a format */
-    write_str(&t, "data.csv", "a,b\n");
+    write_str(&t, "data.dat", "a,b\n");
     assert_int_equal(lf_reader_open(&r, t.path, &o), LF_ERR_INVALID_ARG);
-    LF_ASSERT_ERR_CONTAINS("data.csv: cannot tell the format");
+    LF_ASSERT_ERR_CONTAINS("data.dat: cannot tell the format");
     o.format = LF_INPUT_TEXT;
     assert_int_equal(read_all(t.path, &o, buf, sizeof buf, &st), 1);
     LF_ASSERT_OK(st);
