@@ -393,6 +393,8 @@ typedef enum lf_split { LF_SPLIT_TRAIN = 0, LF_SPLIT_VAL = 1 } lf_split;
 typedef enum lf_sampling {
     LF_SAMPLING_RANDOM = 0,     /* nanoGPT: start ~ U[0, N-T) per row */
     LF_SAMPLING_SEQUENTIAL = 1, /* row i starts at (i*T) mod (N-T-1) */
+    LF_SAMPLING_RECORDS = 2,    /* start ~ a uniformly drawn record start (the token after an
+                                   end-of-text, or 0); needs lf_dataset_index_records */
 } lf_sampling;
 
 typedef struct lf_dataset lf_dataset;
@@ -406,6 +408,15 @@ size_t lf_dataset_num_tokens(const lf_dataset *d, lf_split split);
 /* Tokenizer spec with paths resolved against the dataset dir (e.g. "char:/abs/vocab.json"). */
 const char *lf_dataset_tokenizer_spec(const lf_dataset *d);
 const char *lf_dataset_dir(const lf_dataset *d);
+
+/* The dataset's end-of-text id ("eot" in dataset.json), or -1. */
+int lf_dataset_eot(const lf_dataset *d);
+/* Index where each record of a split starts (after every end-of-text
+ * token), for LF_SAMPLING_RECORDS: one pass over the split's tokens and 8
+ * bytes per record. LF_ERR_UNSUPPORTED when the dataset names no
+ * end-of-text; LF_ERR_RANGE when no record starts at least block_size+1
+ * tokens before the end. Idempotent. */
+lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T);
 
 /* Fill inputs/targets (B,T) int32 with rows first_row .. first_row+B-1.
  * Row r starts at s(r) (see lf_sampling; random draws

@@ -41,12 +41,15 @@ typedef struct split_view {
     lf_shard **shards; /* (n_shards) */
     size_t *start;     /* (n_shards+1) first token of each shard within the split; start[n_shards] = N */
     size_t n_tokens;
+    uint64_t *rec_start;   /* LF_SAMPLING_RECORDS: usable record starts (lf_dataset_index_records) */
+    size_t n_rec;
 } split_view;
 
 struct lf_dataset {
     char *dir;
     char *spec; /* tokenizer spec, paths resolved against the (absolute) dataset dir */
     int vocab_size;
+    int eot;    /* end-of-text id from the manifest, -1 when absent */
     split_view splits[N_SPLITS];
 };
 
@@ -154,6 +157,17 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
         goto fail;
     }
     d->vocab_size = (int)u;
+    d->eot = -1;
+    const cJSON *eotj = cJSON_GetObjectItemCaseSensitive(root, "eot");
+    if (eotj && !cJSON_IsNull(eotj)) {
+        if (!cJSON_IsNumber(eotj) || eotj->valuedouble < 0 || eotj->valuedouble >= (double)d->vocab_size ||
+            eotj->valuedouble != floor(eotj->valuedouble)) {
+            st = lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key 'eot' must be a token id below vocab_size %d", mpath,
+                         d->vocab_size);
+            goto fail;
+        }
+        d->eot = (int)eotj->valuedouble;
+    }
 
     /* tokenizer: spec resolved against the absolute dataset dir, file hash checked */
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
@@ -223,6 +237,7 @@ void lf_dataset_close(lf_dataset *d) {
         for (size_t i = 0; i < sp->n_shards; i++) lf_shard_close(sp->shards[i]);
         free(sp->shards);
         free(sp->start);
+        free(sp->rec_start);
     }
     free(d->spec);
     free(d->dir);
@@ -230,6 +245,7 @@ void lf_dataset_close(lf_dataset *d) {
 }
 
 int lf_dataset_vocab_size(const lf_dataset *d) { return d ? d->vocab_size : 0; }
+int lf_dataset_eot(const lf_dataset *d) { return d ? d->eot : -1; }
 
 size_t lf_dataset_num_tokens(const lf_dataset *d, lf_split split) {
     if (!d || (int)split < 0 || (int)split >= N_SPLITS) return 0;
@@ -291,13 +307,55 @@ static void copy_tokens(const split_view *sp, size_t pos, size_t count, int32_t 
     }
 }
 
+lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T) {
+    if (!d || (int)split < 0 || (int)split >= N_SPLITS || T < 1)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_dataset_index_records: bad argument");
+    split_view *sp = &d->splits[split];
+    const char *name = g_split_names[split];
+    if (!sp->present) return lf_fail(LF_ERR_NOT_FOUND, "dataset '%s': has no split '%s'", d->dir, name);
+    if (sp->rec_start) return LF_OK;
+    if (d->eot < 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "dataset '%s' names no end-of-text token (\"eot\" in dataset.json), so it "
+                       "has no record boundaries; use data.sampling random or sequential", d->dir);
+    const uint64_t N = sp->n_tokens;
+    if (N < (uint64_t)T + 2)
+        return lf_fail(LF_ERR_RANGE, "dataset '%s': split '%s' has %llu tokens, fewer than block_size+2 = %d", d->dir,
+                       name, (unsigned long long)N, T + 2);
+    const uint64_t last = N - (uint64_t)T - 1; /* a window of T+1 tokens starting here still fits */
+    size_t cap = 1024, n = 0;
+    uint64_t *starts = malloc(cap * sizeof *starts);
+    int32_t buf[4096];
+    if (!starts) return lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory indexing records", d->dir);
+    starts[n++] = 0;
+    for (uint64_t pos = 0; pos < last; pos += sizeof buf / sizeof buf[0]) {
+        size_t m = (size_t)(last - pos < sizeof buf / sizeof buf[0] ? last - pos : sizeof buf / sizeof buf[0]);
+        copy_tokens(sp, (size_t)pos, m, buf, 0);
+        for (size_t j = 0; j < m; j++) {
+            if (buf[j] != d->eot) continue;
+            if (n == cap) {
+                uint64_t *bigger = realloc(starts, 2 * cap * sizeof *starts);
+                if (!bigger) {
+                    free(starts);
+                    return lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory indexing records", d->dir);
+                }
+                starts = bigger;
+                cap *= 2;
+            }
+            starts[n++] = pos + j + 1; /* the record after this end-of-text (<= last) */
+        }
+    }
+    sp->rec_start = starts;
+    sp->n_rec = n;
+    return LF_OK;
+}
+
 lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling sampling, uint64_t seed,
                                uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs,
                                int32_t *targets) {
     if (!d || !inputs || !targets) return lf_fail(LF_ERR_INVALID_ARG, "lf_dataset_get_batch: NULL argument");
     if ((int)split < 0 || (int)split >= N_SPLITS)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': unknown split %d", d->dir, (int)split);
-    if (sampling != LF_SAMPLING_RANDOM && sampling != LF_SAMPLING_SEQUENTIAL)
+    if (sampling != LF_SAMPLING_RANDOM && sampling != LF_SAMPLING_SEQUENTIAL && sampling != LF_SAMPLING_RECORDS)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': unknown sampling mode %d", d->dir, (int)sampling);
     if (B < 1 || T < 1)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': batch size %d and block_size %d must be positive", d->dir, B, T);
@@ -309,10 +367,15 @@ lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling 
         return lf_fail(LF_ERR_RANGE, "dataset '%s': split '%s' has %llu tokens, fewer than block_size+2 = %llu", d->dir,
                        name, (unsigned long long)N, (unsigned long long)(TT + 2));
 
+    if (sampling == LF_SAMPLING_RECORDS && !sp->rec_start)
+        return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': split '%s' has no record index (lf_dataset_index_records)",
+                       d->dir, name);
     for (int b = 0; b < B; b++) {
         const uint64_t r = first_row + (uint64_t)b;
-        const uint64_t s = sampling == LF_SAMPLING_RANDOM ? lf_rng_u64(seed, purpose, r) % (N - TT)
-                                                          : mulmod_u64(r, TT, N - TT - 1);
+        uint64_t s;
+        if (sampling == LF_SAMPLING_RANDOM) s = lf_rng_u64(seed, purpose, r) % (N - TT);
+        else if (sampling == LF_SAMPLING_SEQUENTIAL) s = mulmod_u64(r, TT, N - TT - 1);
+        else s = sp->rec_start[lf_rng_u64(seed, purpose, r) % sp->n_rec];
         copy_tokens(sp, (size_t)s, (size_t)T, inputs + (size_t)b * (size_t)T, 0);
         copy_tokens(sp, (size_t)s + 1, (size_t)T, targets + (size_t)b * (size_t)T, 1);
     }

@@ -46,7 +46,8 @@
 #define PATH_BUF 256             /* longest dotted key path handled (longer ones are unknown) */
 
 _Static_assert(LF_SCHED_COSINE == 0 && LF_SCHED_CONSTANT == 1, "sched_choices order");
-_Static_assert(LF_SAMPLING_RANDOM == 0 && LF_SAMPLING_SEQUENTIAL == 1, "sampling_choices order");
+_Static_assert(LF_SAMPLING_RANDOM == 0 && LF_SAMPLING_SEQUENTIAL == 1 && LF_SAMPLING_RECORDS == 2,
+               "sampling_choices order");
 
 /* ---------------------------------------------------------------- the table */
 
@@ -93,7 +94,7 @@ typedef struct key_def {
 static const char *const arch_choices[] = {"gpt2", NULL};
 static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
-static const char *const sampling_choices[] = {"random", "sequential", NULL}; /* lf_sampling */
+static const char *const sampling_choices[] = {"random", "sequential", "records", NULL}; /* lf_sampling */
 /* alert actions, as lf_alert_action values (index = value) */
 static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", NULL};
 
@@ -117,7 +118,7 @@ static const key_def k_keys[] = {
     {.path = "data.dataset", .type = KT_STRING, FLD(dataset), .flags = KF_REQUIRED, .def_str = "",
      .help = "dataset directory written by `llmforge prepare` (required)"},
     {.path = "data.sampling", .type = KT_ENUM, FLD(sampling), .def_str = "random", .choices = sampling_choices,
-     .help = "training batch positions: random (nanoGPT) or sequential"},
+     .help = "training batch positions: random (nanoGPT), sequential, or records (windows start at a record)"},
     {.path = "train_batch_size", .type = KT_LONG, FLD(train_batch_size), .lo = 0, .hi = INF, .flags = KF_DERIVED,
      .def_str = "micro x accumulation x world size",
      .help = "sequences per optimizer step (0 = derive); any two batch keys give the third"},

@@ -222,7 +222,9 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddNumberToObject(o, "tokens_seen", (double)t->step * (double)rows_per_step * t->cfg.model.block_size);
     cJSON *cursor = cJSON_AddObjectToObject(o, "data_cursor");
     cJSON_AddStringToObject(cursor, "split", "train");
-    cJSON_AddStringToObject(cursor, "sampling", t->cfg.sampling == LF_SAMPLING_SEQUENTIAL ? "sequential" : "random");
+    cJSON_AddStringToObject(cursor, "sampling", t->cfg.sampling == LF_SAMPLING_SEQUENTIAL ? "sequential"
+                                                : t->cfg.sampling == LF_SAMPLING_RECORDS  ? "records"
+                                                                                          : "random");
     cJSON_AddNumberToObject(cursor, "next_row", (double)t->step * (double)rows_per_step);
     cJSON *rng = cJSON_AddObjectToObject(o, "rng");
     cJSON_AddStringToObject(rng, "generator", "philox4x32-10");
@@ -596,6 +598,13 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         return tfail(t, lf_fail(LF_ERR_CONFIG, "model.block_size %d is larger than the data: dataset '%s' split 'val' has %zu tokens (needs at least %d)",
                                 T, t->cfg.dataset, nval, T + 2));
 
+    if (t->cfg.sampling == LF_SAMPLING_RECORDS) {
+        st = lf_dataset_index_records(t->ds, LF_SPLIT_TRAIN, T);
+        if (st != LF_OK) {
+            lf_error_prefix("data.sampling records");
+            return tfail(t, st);
+        }
+    }
     st = lf_mkdirs(t->cfg.out_dir);
     if (st != LF_OK) {
         lf_error_prefix("out_dir '%s' is not usable", t->cfg.out_dir);
