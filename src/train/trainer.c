@@ -600,6 +600,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
 
     if (t->cfg.sampling == LF_SAMPLING_RECORDS) {
         st = lf_dataset_index_records(t->ds, LF_SPLIT_TRAIN, T);
+        if (st == LF_OK && nval >= (size_t)T + 2) st = lf_dataset_index_records(t->ds, LF_SPLIT_VAL, T);
         if (st != LF_OK) {
             lf_error_prefix("data.sampling records");
             return tfail(t, st);
@@ -712,7 +713,9 @@ static lf_status estimate_loss(lf_trainer *t, lf_split split, double *out) {
     lf_forward_opts fo = {0};
     for (int k = 0; k < t->cfg.eval_iters; k++) {
         uint64_t first = ((uint64_t)t->step * (uint64_t)t->cfg.eval_iters + (uint64_t)k) * (uint64_t)B;
-        lf_status st = lf_dataset_get_batch(t->ds, split, LF_SAMPLING_RANDOM, t->cfg.seed,
+        /* random windows, or record-aligned ones when training samples records */
+        lf_sampling smp = t->cfg.sampling == LF_SAMPLING_RECORDS ? LF_SAMPLING_RECORDS : LF_SAMPLING_RANDOM;
+        lf_status st = lf_dataset_get_batch(t->ds, split, smp, t->cfg.seed,
                                             split == LF_SPLIT_TRAIN ? LF_RNG_EVAL : LF_RNG_EVAL + 16, first, B, T,
                                             t->inputs, t->targets);
         if (st != LF_OK) return st;

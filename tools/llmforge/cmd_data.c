@@ -18,11 +18,12 @@
  *
  * The evaluator is the small exact-match loop the arithmetic example needs
  * now; the general harness is `llmforge eval` (src/eval). Each prompt is
- * encoded after one end-of-text token (lf_tokenizer_eot: "\n" for character
- * vocabularies) -- in the training stream every example follows the previous
- * one's end-of-text, and GPT-2 likewise starts texts with <|endoftext|>;
- * --no-eot-prefix gives the prompt alone -- decoded greedily until the
- * end-of-text id, and the text before it must equal the response exactly.
+ * given alone, as a model trained with data.sampling "records" sees every
+ * example at the start of a window; --eot-prefix puts one end-of-text token
+ * (lf_tokenizer_eot: "\n" for character vocabularies) before it, which is
+ * what a model trained on random windows sees (every example follows the
+ * previous one's end-of-text). Decoded greedily until the end-of-text id; the
+ * text before it must equal the response exactly.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -311,7 +312,7 @@ fail:
 static int cmd_arithmetic_eval(int argc, char **argv) {
     const char *ckpt = NULL, *input = NULL;
     long limit = 0, max_new = 32, show = 5, threads = 0;
-    int eot_prefix = 1;
+    int eot_prefix = 0;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -329,14 +330,16 @@ static int cmd_arithmetic_eval(int argc, char **argv) {
             return 2;
         } else if (!strcmp(argv[i], "--no-eot-prefix")) {
             eot_prefix = 0;
+        } else if (!strcmp(argv[i], "--eot-prefix")) {
+            eot_prefix = 1;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: llmforge data arithmetic-eval --ckpt DIR --input FILE.jsonl [--limit N]\n"
                    "                                     [--max-new-tokens N] [--show N] [--threads N]\n"
-                   "                                     [--no-eot-prefix]\n"
+                   "                                     [--eot-prefix]\n"
                    "  Greedy-decodes each prompt until the end-of-text token and prints the exact-match\n"
-                   "  accuracy against the responses. Each prompt follows one end-of-text token, as every\n"
-                   "  example follows the previous one's in the training stream (GPT-2's <|endoftext|>\n"
-                   "  prefix); --no-eot-prefix gives the prompt alone. --limit: the first N records (0: all);\n"
+                   "  accuracy against the responses. Prompts are given alone (a model trained with\n"
+                   "  data.sampling records); --eot-prefix puts one end-of-text token before each (a model\n"
+                   "  trained on random windows). --limit: the first N records (0: all);\n"
                    "  --show: print the first N wrong answers (default 5); --max-new-tokens default 32.\n");
             return 0;
         } else {
