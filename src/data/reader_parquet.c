@@ -453,6 +453,7 @@ typedef struct pq_col {
     size_t raw_cap, buf_cap;
     uint64_t page_at;           /* file offset of its header (messages) */
     uint64_t page_left;         /* values left in it */
+    uint64_t page_total;        /* values in it */
     rle def;                    /* definition levels (max_def 1) */
     int dict_enc;               /* values are dictionary indices */
     rle idx;
@@ -727,8 +728,9 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
         if (!t) return lf_fail(LF_ERR_FORMAT, "%s: no column '%s'; the columns are: %s", q->path, names[k], list);
         const pq_schema_el *e = t->el;
         if (e->num_children > 0)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: column '%s' is a nested column (a group of %d fields, e.g. a list "
-                           "or struct); only flat string columns can be read", q->path, c->name, (int)e->num_children);
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: column '%s' is a nested column (a group of %d field%s: a list, map "
+                           "or struct); only flat string columns can be read", q->path, c->name, (int)e->num_children,
+                           e->num_children == 1 ? "" : "s");
         if (e->rep == REP_REPEATED)
             return lf_fail(LF_ERR_UNSUPPORTED, "%s: column '%s' is a repeated (nested) column; only flat string "
                            "columns can be read", q->path, c->name);
@@ -1035,12 +1037,14 @@ static lf_status decompress(const pq *q, const pq_col *c, const unsigned char *s
     case CODEC_ZSTD: {
         /* a single frame that states its size must state the header's (checked before inflating) */
         unsigned long long fs = ZSTD_getFrameContentSize(src, n);
-        if (fs == ZSTD_CONTENTSIZE_ERROR) return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data is corrupt (bad frame header)");
+        if (fs == ZSTD_CONTENTSIZE_ERROR)
+            return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data is corrupt (bad frame header)");
         size_t fl = ZSTD_findFrameCompressedSize(src, n);
         if (!ZSTD_isError(fl) && fl == n && fs != ZSTD_CONTENTSIZE_UNKNOWN && fs != (unsigned long long)dn)
             return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data holds %llu bytes, the page header says %zu", fs, dn);
         size_t r = ZSTD_decompress(dst, dn, src, n);
-        if (ZSTD_isError(r)) return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data is corrupt (%s)", ZSTD_getErrorName(r));
+        if (ZSTD_isError(r))
+            return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data is corrupt (%s)", ZSTD_getErrorName(r));
         if (r != dn) return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data holds %zu bytes, the page header says %zu", r, dn);
         return LF_OK;
     }
@@ -1155,8 +1159,8 @@ static lf_status load_dictionary(pq *q, pq_col *c, const pq_page_hdr *h) {
     if (!h->has_dict || h->num_values < 0)
         return page_fail(q, c, LF_ERR_FORMAT, "a dictionary page without its header fields");
     if (h->encoding != ENC_PLAIN && h->encoding != ENC_PLAIN_DICTIONARY)
-        return page_fail(q, c, LF_ERR_UNSUPPORTED, "column '%s': dictionary page in encoding %s (supported: PLAIN)",
-                         c->name, encoding_name(h->encoding));
+        return page_fail(q, c, LF_ERR_UNSUPPORTED, "dictionary page in encoding %s (supported: PLAIN)",
+                         encoding_name(h->encoding));
     const unsigned char *d;
     lf_status st;
     if (c->codec == CODEC_UNCOMPRESSED) { /* keep the page: swap it into the dictionary's buffer */
@@ -1221,8 +1225,8 @@ static lf_status start_values(pq *q, pq_col *c, int enc, const unsigned char *v,
         rle_init(&c->idx, v + 1, n - 1, v[0]);
         return LF_OK;
     }
-    return page_fail(q, c, LF_ERR_UNSUPPORTED, "column '%s' uses encoding %s, which this reader does not support "
-                     "(supported: PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)", c->name, encoding_name(enc));
+    return page_fail(q, c, LF_ERR_UNSUPPORTED, "values in encoding %s, which this reader does not support (supported: "
+                     "PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)", encoding_name(enc));
 }
 
 /* Load the next data page holding values (skipping index pages, reading
@@ -1274,8 +1278,8 @@ static lf_status load_page(pq *q, pq_col *c) {
             size_t len = (size_t)h.usize, off = 0;
             if (c->max_def) {
                 if (h.def_enc != ENC_RLE)
-                    return page_fail(q, c, LF_ERR_UNSUPPORTED, "column '%s': definition levels in encoding %s "
-                                     "(supported: RLE)", c->name, encoding_name(h.def_enc));
+                    return page_fail(q, c, LF_ERR_UNSUPPORTED, "definition levels in encoding %s (supported: RLE)",
+                                     encoding_name(h.def_enc));
                 if (len < 4) return page_fail(q, c, LF_ERR_FORMAT, "the page ends before its definition levels");
                 uint32_t dl = lf__ld_u32le(pg);
                 if (dl > len - 4)
@@ -1297,7 +1301,7 @@ static lf_status load_page(pq *q, pq_col *c) {
                 return st;
             if ((st = start_values(q, c, h.encoding, pg, (size_t)h.usize - lev)) != LF_OK) return st;
         }
-        c->page_left = (uint64_t)h.num_values;
+        c->page_left = c->page_total = (uint64_t)h.num_values;
         return LF_OK;
     }
 }
@@ -1334,8 +1338,9 @@ static lf_status col_value(pq *q, pq_col *c, int *is_null, const unsigned char *
         return LF_OK;
     }
     size_t left = (size_t)(c->vend - c->vp);
-    if (left < 4) return page_fail(q, c, LF_ERR_FORMAT, "the PLAIN values end before the page's %s value",
-                                   "next");
+    if (left < 4)
+        return page_fail(q, c, LF_ERR_FORMAT, "the PLAIN values end before value %llu of the page",
+                         (unsigned long long)(c->page_total - c->page_left));
     uint32_t len = lf__ld_u32le(c->vp);
     if (len > left - 4)
         return page_fail(q, c, LF_ERR_FORMAT, "a PLAIN value of %u bytes runs past the end of the page", len);

@@ -40,7 +40,8 @@
  *    64 KiB buffers (gzip inflated by zlib as a stream), only the ".txt" and
  *    ".json" members a sample needs are kept, each at most the cap (a larger
  *    one is a bad record, consumed unread), and pax/long-name headers are
- *    capped at LF_WDS_MAX_META_BYTES.
+ *    capped at LF_WDS_MAX_META_BYTES. Buffers grow with the bytes that
+ *    arrive, never by what a header claims.
  *  - Offsets in messages are byte offsets in the tar stream (after gzip
  *    decompression for a .tar.gz), where the member's header starts.
  *  - A record's line is its 1-based sample number and messages read
@@ -387,11 +388,14 @@ static lf_status next_member(wds *w) {
             usum += b;
             ssum += (signed char)b;
         }
-        if (parse_num(h + 148, 8, &stored) != 0 || (stored != usum && (int64_t)stored != (int64_t)ssum))
-            return lf_fail(LF_ERR_CHECKSUM, "%s: tar header at offset %llu (member '%s'): bad checksum (the header "
-                           "says %s, the bytes sum to %o)%s", w->path, (unsigned long long)hdr_off, raw_name(h, s),
-                           parse_num(h + 148, 8, &stored) != 0 ? "no number" : "a different sum", usum,
+        if (parse_num(h + 148, 8, &stored) != 0)
+            return lf_fail(LF_ERR_CHECKSUM, "%s: tar header at offset %llu (member '%s'): bad checksum (the checksum "
+                           "field is not an octal number)%s", w->path, (unsigned long long)hdr_off, raw_name(h, s),
                            hdr_off == 0 ? "; not a tar archive?" : "");
+        if (stored != usum && (int64_t)stored != (int64_t)ssum)
+            return lf_fail(LF_ERR_CHECKSUM, "%s: tar header at offset %llu (member '%s'): bad checksum (the header "
+                           "says %#llo, the bytes sum to %#o)%s", w->path, (unsigned long long)hdr_off, raw_name(h, s),
+                           (unsigned long long)stored, usum, hdr_off == 0 ? "; not a tar archive?" : "");
         uint64_t size;
         if (parse_num(h + 124, 12, &size) != 0 || size > (UINT64_MAX >> 2))
             return lf_fail(LF_ERR_FORMAT, "%s: tar header at offset %llu (member '%s'): invalid size field", w->path,

@@ -163,6 +163,18 @@ static void test_bom_blank_and_header(void **state) {
         assert_null(r);
         LF_ASSERT_ERR_CONTAINS(cases[i].msg);
     }
+    /* more than 2^20 columns */
+    size_t nc = ((size_t)1 << 20) + 8; /* "text" and 2^20 + 4 commas */
+    char *wide = malloc(nc + 1);
+    assert_non_null(wide);
+    memset(wide, ',', nc);
+    memcpy(wide, "text", 4);
+    wide[nc] = '\n';
+    write_file(&t, "w.csv", wide, nc + 1);
+    free(wide);
+    lf_reader *rw = NULL;
+    assert_int_equal(lf_reader_open(&rw, t.path, &o), LF_ERR_RANGE);
+    LF_ASSERT_ERR_CONTAINS("w.csv:1: the header has more than 1048576 columns");
     /* a NUL byte in a header name */
     write_file(&t, "z.csv", "a,t\0x\n", 6);
     lf_reader *r = NULL;

@@ -43,8 +43,7 @@ static void put8(buf *b, unsigned v) {
     put(b, &c, 1);
 }
 static void put32le(buf *b, uint32_t v) {
-    unsigned char c[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
-    put(b, c, 4);
+    for (int i = 0; i < 4; i++) put8(b, (v >> (8 * i)) & 0xff);
 }
 static void putvar(buf *b, uint64_t v) {
     while (v >= 0x80) {
@@ -239,7 +238,8 @@ static void check_fixture(const char *json_name, int use_auto) {
         int eof;
         LF_ASSERT_OK(lf_reader_next(r, &rec, &eof));
         if (i == nrows) {
-            if (!eof) fail_msg("%s: a record after the last row (index %llu)", json_name, (unsigned long long)rec.index);
+            if (!eof)
+                fail_msg("%s: a record after the last row (index %llu)", json_name, (unsigned long long)rec.index);
             break;
         }
         if (eof) fail_msg("%s: end of file before row %d", json_name, i);
@@ -425,6 +425,8 @@ typedef struct pg_spec {
     int is_compressed;  /* v2: -1 absent */
     int junk;           /* unknown fields in the header */
     int codec;          /* 0, 1 snappy, 6 zstd: compress the data (v1/dictionary) */
+    size_t big_junk;    /* an unknown binary field of this many bytes in the header */
+    int def_enc;        /* v1 definition level encoding; 0: RLE (3) */
 } pg_spec;
 
 /* A page: header + data (compressed per codec). */
@@ -454,7 +456,7 @@ static void page(buf *chunk, const pg_spec *s, const void *data, size_t n) {
     fi32(&h, &l2, 1, s->num_values);
     if (s->type == 0) {
         fi32(&h, &l2, 2, s->encoding);
-        fi32(&h, &l2, 3, 3);
+        fi32(&h, &l2, 3, s->def_enc ? s->def_enc : 3);
         fi32(&h, &l2, 4, 3);
     } else if (s->type == 2) {
         fi32(&h, &l2, 2, s->encoding);
@@ -469,6 +471,11 @@ static void page(buf *chunk, const pg_spec *s, const void *data, size_t n) {
     if (s->junk) junk_fields(&h, &l2, 20);
     put8(&h, 0);
     if (s->junk) junk_fields(&h, &last, 30);
+    if (s->big_junk) { /* larger than the reader's first read of a header */
+        fld(&h, &last, 50, T_BINARY);
+        putvar(&h, s->big_junk);
+        for (size_t i = 0; i < s->big_junk; i++) put8(&h, 'J');
+    }
     put8(&h, 0);
     put(chunk, h.p, h.n);
     put(chunk, comp.p, comp.n);
@@ -642,6 +649,15 @@ static void test_built_valid(void **state) {
     build_dict_file(&f, &dj, &pj, NULL, 0, &fj);
     t.n = 0;
     assert_int_equal(read_built(&f, "junk.parquet", &n, &t, 1), LF_OK);
+    assert_int_equal(t.n, 5);
+    assert_memory_equal(t.p, "a|b|a", 5);
+
+    /* page headers larger than the first read (statistics can be large) */
+    pg_spec db = {.type = 2, .num_values = 2, .encoding = 0, .big_junk = 20000};
+    pg_spec pb = {.type = 0, .num_values = 4, .encoding = 8, .big_junk = 100000};
+    build_dict_file(&f, &db, &pb, NULL, 0, NULL);
+    t.n = 0;
+    assert_int_equal(read_built(&f, "bighdr.parquet", &n, &t, 1), LF_OK);
     assert_int_equal(t.n, 5);
     assert_memory_equal(t.p, "a|b|a", 5);
 
@@ -864,7 +880,7 @@ static void test_built_defects(void **state) {
         pg_spec pd = {.type = 0, .num_values = 2, .encoding = 7};
         page(&chunk, &pd, w.p, w.n);
         file(&f, &f2, &chunk, 0);
-        expect(&f, "delta.parquet", LF_ERR_UNSUPPORTED, "column 'text' uses encoding DELTA_BYTE_ARRAY");
+        expect(&f, "delta.parquet", LF_ERR_UNSUPPORTED, "column 'text', page at byte offset 4: values in encoding DELTA_BYTE_ARRAY");
         chunk.n = 0;
         page(&chunk, &pp, w.p, w.n);
         file_spec fz = {.rep = 0, .num_rows = 2, .num_values = -1, .codec = 3};
@@ -892,6 +908,62 @@ static void test_built_defects(void **state) {
         file_spec fv = {.rep = 0, .num_rows = 2, .num_values = 3};
         file(&f, &fv, &chunk, 0);
         expect(&f, "nv.parquet", LF_ERR_FORMAT, "the column chunk holds 3 values, the row group 2 rows");
+        /* corrupt compressed data (the writer stores the bytes as they are) */
+        static const struct { int codec; const char *msg; } garbage[] = {
+            {1, "Snappy data is corrupt (bad length header)"},
+            {2, "GZIP data is corrupt (incorrect header check)"},
+            {6, "ZSTD data is corrupt (bad frame header)"},
+        };
+        for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
+            buf g = {0};
+            put(&g, "\xff\xff\xff\xff\xff\xff\xff\xff\xff", 9);
+            chunk.n = 0;
+            page(&chunk, &pp, g.p, g.n);
+            file_spec fg = {.rep = 0, .num_rows = 2, .num_values = -1, .codec = garbage[i].codec};
+            file(&f, &fg, &chunk, 0);
+            expect(&f, "garbage.parquet", LF_ERR_FORMAT, garbage[i].msg);
+            /* a GZIP page claiming more than deflate can expand to */
+            if (garbage[i].codec == 2) {
+                chunk.n = 0;
+                pg_spec pbig = {.type = 0, .num_values = 2, .encoding = 0, .usize_delta = 1 << 20};
+                page(&chunk, &pbig, g.p, g.n);
+                file(&f, &fg, &chunk, 0);
+                expect(&f, "bomb.parquet", LF_ERR_FORMAT, "more than 9 bytes of GZIP data can hold");
+            }
+            buf_free(&g);
+        }
+        /* a page over the size limit; BIT_PACKED definition levels */
+        chunk.n = 0;
+        pg_spec phuge = {.type = 0, .num_values = 2, .encoding = 0, .usize_delta = 0x40000000};
+        page(&chunk, &phuge, w.p, w.n);
+        file(&f, &f2, &chunk, 0);
+        expect(&f, "huge.parquet", LF_ERR_RANGE, "is over the reader's limit");
+        chunk.n = 0;
+        pg_spec pbp = {.type = 0, .num_values = 2, .encoding = 0, .def_enc = 4};
+        page(&chunk, &pbp, w.p, w.n);
+        file_spec fopt = {.rep = 1, .num_rows = 2, .num_values = -1};
+        file(&f, &fopt, &chunk, 0);
+        expect(&f, "bitpacked.parquet", LF_ERR_UNSUPPORTED, "definition levels in encoding BIT_PACKED");
+        /* a dictionary value whose length runs past the page */
+        {
+            buf dd = {0};
+            put(&dd, "\x01\0\0\0a\x09\0\0\0b", 10);
+            chunk.n = 0;
+            pg_spec ds = {.type = 2, .num_values = 2, .encoding = 0};
+            page(&chunk, &ds, dd.p, dd.n);
+            size_t first = chunk.n;
+            page(&chunk, &pp, w.p, w.n);
+            file_spec fd = {.rep = 0, .num_rows = 2, .num_values = -1, .has_dict = 1};
+            file(&f, &fd, &chunk, first);
+            expect(&f, "dictlen.parquet", LF_ERR_FORMAT, "dictionary value 1 (9 bytes) runs past the end of the page");
+            buf_free(&dd);
+        }
+        /* a repeated column selected */
+        chunk.n = 0;
+        page(&chunk, &pp, w.p, w.n);
+        file_spec frep = {.rep = 2, .num_rows = 2, .num_values = -1};
+        file(&f, &frep, &chunk, 0);
+        expect(&f, "repeated.parquet", LF_ERR_UNSUPPORTED, "column 'text' is a repeated (nested) column");
         /* schema inconsistencies, a non-string type */
         file_spec fc = {.rep = 0, .num_rows = 2, .num_values = -1, .root_children = 2};
         file(&f, &fc, &chunk, 0);
@@ -1009,13 +1081,14 @@ static void test_truncations_and_magic(void **state) {
     tmp_free(&t);
 }
 
-/* Flip each byte of the footer (and, in a checksummed file, of the pages):
- * an error naming the file or records; with page checksums, never records
- * that differ from the original's. */
+/* Flip each byte of the pages (once) and of the footer (four ways): an
+ * error naming the file or records; with page checksums, never records that
+ * differ from the original's. */
 static void test_flips(void **state) {
     (void)state;
-    static const char *files[] = {"matrix_gzip_dict_v2.parquet", "required_v1.parquet", "required_v2.parquet",
-                                  "sft_prompt_response.parquet"};
+    static const char *files[] = {"matrix_gzip_dict_v2.parquet", "matrix_snappy_plain_v1.parquet",
+                                  "matrix_zstd_dict_v1.parquet", "nulls.parquet", "required_v1.parquet",
+                                  "required_v2.parquet", "sft_prompt_response.parquet"};
     tmp t = {0};
     for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
         char path[1024];
@@ -1029,9 +1102,9 @@ static void test_flips(void **state) {
         lf_record_mode mode = strncmp(files[fi], "sft_", 4) == 0 ? LF_RECORD_SFT : LF_RECORD_PRETRAIN;
         LF_ASSERT_OK(read_corrupt(&t, d, n, mode, &nrec0, &orig));
         int checksummed = strncmp(files[fi], "required_", 9) == 0;
-        size_t from = checksummed ? 4 : fstart, errors = 0, total = 0;
+        size_t errors = 0, total = 0;
         static const unsigned char masks[] = {0xff, 0x01, 0x80, 0x10};
-        for (size_t i = from; i < n - 8; i++) {
+        for (size_t i = 4; i < n - 8; i++) {
             for (size_t m = 0; m < sizeof masks; m++) {
                 if (i < fstart && m > 0) break; /* pages: one flip per byte */
                 memcpy(c, d, n);

@@ -204,6 +204,18 @@ static void test_gzip_by_magic(void **state) {
         LF_ASSERT_OK(st);
         assert_string_equal(got, want);
     }
+    /* bytes after the gzip stream that are not another gzip member are ignored, as gzip(1) does */
+    unsigned char *zt = malloc(zl + 100);
+    assert_non_null(zt);
+    memcpy(zt, z, zl);
+    memset(zt + zl, 0, 100);
+    memcpy(zt + zl + 50, "junk", 4);
+    write_file(&t, "trailing.tar.gz", zt, zl + 100);
+    lf_reader_opts o = opts_mode(LF_RECORD_PRETRAIN);
+    assert_int_equal(read_all(t.path, &o, got, sizeof got, &st), 5);
+    LF_ASSERT_OK(st);
+    assert_string_equal(got, want);
+    free(zt);
     lf_free(z);
     lf_free(p);
     tmp_free(&t);
@@ -471,6 +483,7 @@ static void test_tar_features(void **state) {
         {"sparse.tar", LF_ERR_UNSUPPORTED, "sparse.tar: tar header at offset 0 (member 'k/s.txt'): GNU sparse members"},
         {"pax.tar", LF_ERR_FORMAT, "pax.tar: malformed pax header at offset 0"},
         {"paxend.tar", LF_ERR_FORMAT, "paxend.tar: the archive ends at offset 1024 right after an extended header"},
+        {"paxsize.tar", LF_ERR_FORMAT, "paxsize.tar: pax header at offset 0: invalid size '12x'"},
         {"huge.tar", LF_ERR_FORMAT, "huge.tar: truncated archive: member 'k/huge.txt' (header at offset 0) is cut off at offset 1024"},
         {"hugejpg.tar", LF_ERR_FORMAT, "hugejpg.tar: truncated archive: member 'k/huge.jpg' (header at offset 0)"},
     };
@@ -499,6 +512,11 @@ static void test_tar_features(void **state) {
         } else if (!strcmp(n, "pax.tar")) {
             tb_header(&b, "PaxHeaders/x", 12, 'x', NULL);
             tb_data(&b, "99 path=abc\n", 12);
+            tb_file(&b, "k/a.txt", "a");
+            tb_end(&b);
+        } else if (!strcmp(n, "paxsize.tar")) {
+            tb_header(&b, "PaxHeaders/x", 12, 'x', NULL);
+            tb_data(&b, "12 size=12x\n", 12);
             tb_file(&b, "k/a.txt", "a");
             tb_end(&b);
         } else if (!strcmp(n, "paxend.tar")) {

@@ -3,7 +3,7 @@
  *
  *   llmforge prepare --char INPUT --out DIR
  *       nanoGPT shakespeare_char (lf_prepare_char), unchanged.
- *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json]
+ *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds]
  *                    [--mode pretrain|sft] --tokenizer SPEC [--split 0.9,0.1,0 | none]
  *                    [--text-field F] [--prompt-field F --response-field F]
  *                    [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] --out DIR
@@ -30,7 +30,7 @@ static const char *const g_split_names[LF_PREPARE_N_SPLITS] = {"train", "val", "
 static void usage(FILE *f) {
     fprintf(f,
             "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
-            "                        [--format auto|text|jsonl|json] [--mode pretrain|sft]\n"
+            "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
             "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
             "                        [--text-field F] [--prompt-field F --response-field F]\n"
             "                        [--max-record-bytes N] [--shard-tokens N]\n"
@@ -150,8 +150,11 @@ int cmd_prepare(int argc, char **argv) {
             else if (!strcmp(v, "text")) o.format = LF_INPUT_TEXT;
             else if (!strcmp(v, "jsonl")) o.format = LF_INPUT_JSONL;
             else if (!strcmp(v, "json")) o.format = LF_INPUT_JSON;
+            else if (!strcmp(v, "csv")) o.format = LF_INPUT_CSV;
+            else if (!strcmp(v, "parquet")) o.format = LF_INPUT_PARQUET;
+            else if (!strcmp(v, "wds")) o.format = LF_INPUT_WDS;
             else {
-                fprintf(stderr, "llmforge prepare: --format expects auto, text, jsonl or json, got '%s'\n", v);
+                fprintf(stderr, "llmforge prepare: --format expects auto, text, jsonl, json, csv, parquet or wds, got '%s'\n", v);
                 goto done;
             }
         } else if ((v = opt_value(argc, argv, &i, "--mode", &missing))) {

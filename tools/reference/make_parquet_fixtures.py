@@ -38,6 +38,9 @@
 # encodings, an int column, a list column and a struct column selected, and
 # an empty table.
 #
+# With `--fuzz-seeds DIR` it writes instead tiny seed files
+# (fuzz/corpus/parquet/seed_*.parquet) for fuzz/fuzz_parquet.c.
+#
 # Deterministic: fixed data, no randomness; rerunning with the same pyarrow
 # rewrites the same bytes. Keep the directory small (< 300 KB).
 import json
@@ -117,7 +120,8 @@ def write(name, table, cols, mode="pretrain", fields=None, error=None, file=None
     meta = meta_of(path, cols[0])
     meta["data_page_version"] = kw.get("data_page_version", "1.0")
     meta["dictionary"] = kw.get("use_dictionary", True)
-    desc = {"file": (file or name) + ".parquet", "mode": mode, "columns": cols, "rows": rows, "error": error, "meta": meta}
+    desc = {"file": (file or name) + ".parquet", "mode": mode, "columns": cols, "rows": rows, "error": error,
+            "meta": meta}
     for k, v in (fields or {}).items():
         desc[k] = v
     with open(os.path.join(OUT, name + ".json"), "w", encoding="utf-8") as f:
@@ -230,5 +234,34 @@ def main():
     print(f"wrote {len(os.listdir(OUT))} files, {total} bytes, to {os.path.relpath(OUT, ROOT)}", file=sys.stderr)
 
 
+def fuzz_seeds(out):
+    """Tiny files (a few hundred bytes) for fuzz/corpus/parquet: mutations of
+    small seeds stay small, so the merged corpus stays small."""
+    os.makedirs(out, exist_ok=True)
+    vals = ["hi", None, "世界🙂", "", "hi", "x" * 20]
+    t = pa.table({"text": pa.array(vals, pa.string())})
+    tiny = dict(row_group_size=4, data_page_size=16, write_batch_size=2, store_schema=False, write_statistics=False)
+    for codec in ["none", "snappy", "gzip", "zstd"]:
+        for dic in [True, False]:
+            for ver in ["1.0", "2.0"]:
+                pq.write_table(t, os.path.join(out, f"seed_{codec}_{'dict' if dic else 'plain'}_v{ver[0]}.parquet"),
+                               compression=codec, use_dictionary=dic, data_page_version=ver, **tiny)
+    req = pa.Table.from_pydict({"text": ["a", "bb", "ccc"]}, schema=pa.schema([pa.field("text", pa.string(), False)]))
+    pq.write_table(req, os.path.join(out, "seed_required_crc.parquet"), compression="none",
+                   write_page_checksum=True, **tiny)
+    sft = pa.table({"prompt": pa.array(["q1", None, "q3"], pa.string()), "response": ["a1", "a2", ""]})
+    pq.write_table(sft, os.path.join(out, "seed_sft.parquet"), compression="none", **tiny)
+    it = pa.table({"n": pa.array([1, 2], pa.int8()), "input_text": ["i1", "i2"], "target_text": ["t1", "t2"]})
+    pq.write_table(it, os.path.join(out, "seed_input_target_v2.parquet"), compression="snappy",
+                   data_page_version="2.0", **tiny)
+    pq.write_table(pa.table({"text": pa.array([b"ok", b"\xff"], pa.binary())}),
+                   os.path.join(out, "seed_binary.parquet"), compression="none", **tiny)
+    pq.write_table(pa.table({"text": [f"v{i}" for i in range(3)]}), os.path.join(out, "seed_delta.parquet"),
+                   compression="none", use_dictionary=False, column_encoding={"text": "DELTA_BYTE_ARRAY"}, **tiny)
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--fuzz-seeds":
+        fuzz_seeds(sys.argv[2])
+    else:
+        main()
