@@ -178,6 +178,10 @@ int lf__split_pick(double u, const double w[3]);
 /* ---------------------------------------------------------------- helpers */
 /* "dir/name" (or name itself when absolute or dir is NULL/empty); malloc'd. */
 char *lf__path_join(const char *dir, const char *name);
+/* The entries of dir (not "." and "..", nor hidden ones when skip_hidden)
+ * in byte-wise name order; free with lf__free_names. */
+lf_status lf__list_dir_sorted(const char *dir, int skip_hidden, char ***names, size_t *n);
+void lf__free_names(char **names, size_t n);
 /* The directory holding path ("." when it has no slash); malloc'd. */
 char *lf__path_dir(const char *path);
 /* Write data to path.tmp, fsync, rename over path, fsync the directory. */

@@ -3,6 +3,7 @@
  * file atomically (path.tmp, fsync, rename, fsync of the directory), so a
  * reader sees either the old file or the complete new one, never a torn one.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,4 +63,53 @@ done:
     free(tmp);
     free(dir);
     return st;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+lf_status lf__list_dir_sorted(const char *dir, int skip_hidden, char ***names_out, size_t *n_out) {
+    *names_out = NULL;
+    *n_out = 0;
+    lf_status st = LF_OK;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    DIR *d = opendir(dir);
+    if (!d) return lf_fail(LF_ERR_IO, "input directory '%s': cannot open: %s", dir, strerror(errno));
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (skip_hidden && e->d_name[0] == '.') continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            char **nn = realloc(names, nc * sizeof *nn);
+            if (!nn) {
+                st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", dir);
+                break;
+            }
+            names = nn;
+            cap = nc;
+        }
+        if (!(names[n] = malloc(strlen(e->d_name) + 1))) {
+            st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", dir);
+            break;
+        }
+        strcpy(names[n++], e->d_name);
+        errno = 0;
+    }
+    if (st == LF_OK && errno != 0) st = lf_fail(LF_ERR_IO, "input directory '%s': cannot list: %s", dir, strerror(errno));
+    closedir(d);
+    if (st != LF_OK) {
+        lf__free_names(names, n);
+        return st;
+    }
+    if (n) qsort(names, n, sizeof *names, cmp_name);
+    *names_out = names;
+    *n_out = n;
+    return LF_OK;
+}
+
+void lf__free_names(char **names, size_t n) {
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
 }

@@ -26,7 +26,6 @@
  *    only.
  *  - Nothing here prints; skipped records go to opts->on_skip.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -115,7 +114,6 @@ lf_prepare_opts lf_prepare_opts_default(void) {
 }
 
 /* ---------------------------------------------------------------- inputs */
-static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 static lf_status add_source(prep *p, const char *path, uint64_t bytes) {
     if (p->n_src == p->cap_src) {
@@ -154,36 +152,11 @@ static lf_status has_nul(const char *path, int *yes) {
  * auto format those whose name tells no format are skipped, and text files
  * holding a NUL byte (binaries next to the texts) too. */
 static lf_status add_dir(prep *p, const char *dir) {
-    lf_status st = LF_OK;
     char **names = NULL;
-    size_t n = 0, cap = 0, used = 0;
-    DIR *d = opendir(dir);
-    if (!d) return lf_fail(LF_ERR_IO, "input directory '%s': cannot open: %s", dir, strerror(errno));
-    struct dirent *e;
-    errno = 0;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue; /* ".", "..", hidden files */
-        if (n == cap) {
-            size_t nc = cap ? 2 * cap : 64;
-            char **nn = realloc(names, nc * sizeof *nn);
-            if (!nn) {
-                st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", dir);
-                goto done;
-            }
-            names = nn;
-            cap = nc;
-        }
-        if (!(names[n] = malloc(strlen(e->d_name) + 1))) {
-            st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", dir);
-            goto done;
-        }
-        strcpy(names[n++], e->d_name);
-    }
-    if (errno != 0) {
-        st = lf_fail(LF_ERR_IO, "input directory '%s': cannot list: %s", dir, strerror(errno));
-        goto done;
-    }
-    if (n) qsort(names, n, sizeof *names, cmp_str);
+    size_t n = 0;
+    size_t used = 0;
+    lf_status st = lf__list_dir_sorted(dir, 1, &names, &n);
+    if (st != LF_OK) return st;
     for (size_t i = 0; i < n && st == LF_OK; i++) {
         char *path = lf__path_join(dir, names[i]);
         if (!path) {
@@ -207,10 +180,7 @@ static lf_status add_dir(prep *p, const char *dir) {
         free(path);
     }
     if (st == LF_OK && used == 0) st = lf_fail(LF_ERR_INVALID_ARG, "input directory '%s' holds no input files", dir);
-done:
-    closedir(d);
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
+    lf__free_names(names, n);
     return st;
 }
 

@@ -20,7 +20,6 @@
  * files: vocab.json, train.bin, val.bin, dataset.json (each written to a
  * temporary name, fsynced and renamed).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +47,6 @@ typedef struct prep {
     size_t n_src, cap_src;
 } prep;
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* Validate one file's text, note its characters, append it. */
 static lf_status add_text(prep *p, const char *path, const char *buf, size_t len) {
@@ -131,36 +129,10 @@ static lf_status read_source(prep *p, const char *path, int in_dir, int *skipped
 }
 
 static lf_status read_dir(prep *p, const char *dir) {
-    lf_status st = LF_OK;
     char **names = NULL;
-    size_t n = 0, cap = 0;
-    DIR *d = opendir(dir);
-    if (!d) return lf_fail(LF_ERR_IO, "input directory '%s': cannot open: %s", dir, strerror(errno));
-    struct dirent *e;
-    errno = 0;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (n == cap) {
-            size_t nc = cap ? 2 * cap : 64;
-            char **nn = realloc(names, nc * sizeof *nn);
-            if (!nn) {
-                st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", dir);
-                goto done;
-            }
-            names = nn;
-            cap = nc;
-        }
-        if (!(names[n] = malloc(strlen(e->d_name) + 1))) {
-            st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", dir);
-            goto done;
-        }
-        strcpy(names[n++], e->d_name);
-    }
-    if (errno != 0) {
-        st = lf_fail(LF_ERR_IO, "input directory '%s': cannot list: %s", dir, strerror(errno));
-        goto done;
-    }
-    if (n) qsort(names, n, sizeof *names, cmp_str);
+    size_t n = 0;
+    lf_status st = lf__list_dir_sorted(dir, 0, &names, &n);
+    if (st != LF_OK) return st;
     size_t used = 0;
     for (size_t i = 0; i < n && st == LF_OK; i++) {
         char *path = lf__path_join(dir, names[i]);
@@ -181,10 +153,7 @@ static lf_status read_dir(prep *p, const char *dir) {
         free(path);
     }
     if (st == LF_OK && used == 0) st = lf_fail(LF_ERR_INVALID_ARG, "input directory '%s' holds no text files", dir);
-done:
-    closedir(d);
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
+    lf__free_names(names, n);
     return st;
 }
 
