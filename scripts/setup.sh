@@ -4,11 +4,12 @@
 #   scripts/setup.sh          build + run dependencies
 #   scripts/setup.sh --test   also what the tests need
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev libssl-dev zlib1g-dev
-      libpcre2-dev libmicrohttpd-dev libsnappy-dev libzstd-dev fortunes fortunes-min)
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libssl-dev zlib1g-dev
+      libpcre2-dev libmicrohttpd-dev libsnappy-dev libzstd-dev libopenmpi-dev openmpi-bin fortunes fortunes-min)
 if [ "${1:-}" = "--test" ]; then
-  # promtool and a real Prometheus server check the /metrics endpoint
-  pkgs+=(libcmocka-dev prometheus curl)
+  # promtool and a real Prometheus server check the /metrics endpoint;
+  # GNU time measures peak memory in bench/prepare.sh
+  pkgs+=(libcmocka-dev prometheus curl time)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

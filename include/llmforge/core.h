@@ -35,6 +35,7 @@ typedef enum lf_status {
     LF_ERR_NOT_FOUND = -10,    /* a named file, key or tensor does not exist */
     LF_ERR_NUMERIC = -11,      /* non-finite loss or gradient */
     LF_ERR_INTERNAL = -12,     /* a broken invariant inside llmforge (a bug) */
+    LF_ERR_TIMEOUT = -13,      /* a peer did not arrive at a collective within its deadline */
 } lf_status;
 
 /* Short fixed name of a status ("LF_ERR_IO: input/output error"). Never NULL. */
@@ -115,6 +116,9 @@ static inline uint64_t lf_rng_mix(uint64_t a, uint64_t b) {
 #define LF_ALIGN 64
 /* 64-byte aligned allocation; NULL on failure (and lf_fail NOMEM recorded). */
 void *lf_alloc(size_t bytes);
+/* Test hook: the next n lf_alloc calls succeed and the one after fails with
+ * LF_ERR_NOMEM (once); n < 0 turns the hook off. Process-wide. */
+void lf_alloc_fail_after(long n);
 void *lf_calloc(size_t bytes);
 void lf_free(void *p);
 

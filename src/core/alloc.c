@@ -1,10 +1,20 @@
 /* Aligned allocation and a bump arena (one block, 64-byte aligned slices). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "llmforge/core.h"
 
+/* lf_alloc_fail_after: allocations left before the injected failure; -1 = off */
+static _Atomic long g_fail_countdown = -1;
+
+void lf_alloc_fail_after(long n) { atomic_store(&g_fail_countdown, n < 0 ? -1 : n); }
+
 void *lf_alloc(size_t bytes) {
     if (bytes == 0) bytes = LF_ALIGN;
+    if (atomic_load(&g_fail_countdown) >= 0 && atomic_fetch_sub(&g_fail_countdown, 1) == 0) {
+        lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu bytes (injected failure)", bytes);
+        return NULL;
+    }
     void *p = NULL;
     if (posix_memalign(&p, LF_ALIGN, lf_arena_round(bytes)) != 0) {
         lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);

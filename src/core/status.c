@@ -26,6 +26,7 @@ const char *lf_status_str(lf_status s) {
     case LF_ERR_NOT_FOUND: return "LF_ERR_NOT_FOUND: not found";
     case LF_ERR_NUMERIC: return "LF_ERR_NUMERIC: non-finite value";
     case LF_ERR_INTERNAL: return "LF_ERR_INTERNAL: internal error";
+    case LF_ERR_TIMEOUT: return "LF_ERR_TIMEOUT: timed out";
     }
     return "LF_ERR_?: unknown status";
 }

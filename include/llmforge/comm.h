@@ -1,0 +1,208 @@
+/*
+ * llmforge communicator: the collectives data-parallel training and ZeRO are
+ * built from, behind one opaque handle (DESIGN.md "Communicator").
+ *
+ * Implementations ("kinds"):
+ *   single  one process: rank 0 of 1; every collective is a copy or a no-op.
+ *           Needs no MPI and never initialises it.
+ *   mpi     one process per rank, started by mpirun/mpiexec (Open MPI, MPICH)
+ *           or srun; float buffers in host memory. Standard MPI-3 only.
+ *   (nccl   GPU buffers, bootstrapped through mpi or torchrun's rendezvous —
+ *           comes with the CUDA backend; not built yet.)
+ *
+ * Guarantees every kind gives:
+ *  - Every rank calls the same collectives in the same order with the same
+ *    sizes (as MPI requires). Each call is one numbered collective ("#k").
+ *  - No collective waits forever: each returns within options.timeout_s of
+ *    its start (plus a short diagnosis grace, at most 5 s) with
+ *    LF_ERR_TIMEOUT and a message naming the collective, its number, the
+ *    caller's context (lf_comm_set_context) and the ranks that did not
+ *    arrive. The library never exits; the caller reports the message and
+ *    ends the job with lf_comm_abort().
+ *  - Float reductions are deterministic and identical on every rank: element
+ *    i of a sum is ((x_0 + x_1) + x_2) + ... in rank order, in float32, the
+ *    same bits on every rank, every run and with any MPI library; AVG is that
+ *    sum divided by the world size (a division, not a multiplication).
+ *  - Uneven partitions: n elements split into `size` contiguous parts, the
+ *    first n % size parts one element longer (see lf_comm_partition()).
+ *
+ * Thread safety: a handle is used by one thread at a time. lf_comm_open and
+ * lf_comm_close of "mpi" handles must come from the same thread (MPI is
+ * initialised on the first open and finalised when the last one closes).
+ */
+#ifndef LLMFORGE_COMM_H
+#define LLMFORGE_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "llmforge/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lf_comm lf_comm;
+
+/* Reduction applied by the all_reduce / reduce_scatter family. */
+typedef enum lf_comm_op {
+    LF_COMM_SUM = 0,
+    LF_COMM_AVG = 1, /* sum / world size; floats and doubles only */
+    LF_COMM_MAX = 2, /* e.g. "did any rank overflow" on a 0/1 flag */
+    LF_COMM_MIN = 3,
+} lf_comm_op;
+
+/* ---------------------------------------------------------------- rank discovery
+ * Which launcher started this process, read from its environment. A pure
+ * function of the variables, through a getenv-like callback so tests can fake
+ * an environment. Checked in this order (the first launcher whose variables
+ * are present wins, so mpirun inside a Slurm allocation counts as Open MPI):
+ *   Open MPI        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+ *                   OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+ *   MPICH (Hydra)   PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
+ *   Slurm (srun)    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST
+ *   torchrun        RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+ */
+typedef const char *(*lf_getenv_fn)(const char *name, void *user);
+
+typedef enum lf_comm_launcher {
+    LF_COMM_LAUNCHER_NONE = 0, /* no launcher variables: a plain process */
+    LF_COMM_LAUNCHER_OPENMPI = 1,
+    LF_COMM_LAUNCHER_MPICH = 2,
+    LF_COMM_LAUNCHER_SLURM = 3,
+    LF_COMM_LAUNCHER_TORCHRUN = 4,
+} lf_comm_launcher;
+
+typedef struct lf_comm_env {
+    lf_comm_launcher launcher;
+    int rank, size;             /* 0 and 1 when launcher is NONE */
+    int local_rank, local_size; /* -1 when the launcher does not say */
+    char nodelist[256];         /* SLURM_JOB_NODELIST ("" otherwise; longer lists end in "...") */
+    char master_addr[256];      /* torchrun's MASTER_ADDR ("" otherwise) */
+    int master_port;            /* torchrun's MASTER_PORT (0 otherwise) */
+} lf_comm_env;
+
+/* Fill *out from the environment seen through `get` (NULL: the process's
+ * getenv). Errors name the variables:
+ *   LF_ERR_CONFIG  a rank variable without its size variable (or the reverse),
+ *                  a value that is not a non-negative integer, size 0,
+ *                  rank >= size, local rank >= local size, local size > size,
+ *                  torchrun's WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT,
+ *                  MASTER_PORT outside 1..65535.
+ *   LF_ERR_INVALID_ARG  out is NULL. */
+lf_status lf_comm_env_detect(lf_comm_env *out, lf_getenv_fn get, void *user);
+/* "none", "openmpi", "mpich", "slurm", "torchrun". Never NULL. */
+const char *lf_comm_launcher_name(lf_comm_launcher l);
+
+/* ---------------------------------------------------------------- open / close */
+typedef struct lf_comm_options {
+    double timeout_s;     /* bound on every collective, in (0, 1e6]; default 300 */
+    size_t segment_elems; /* floats per round of the reduce-scatter/all-gather pipeline:
+                             bounds the scratch memory (about segment_elems floats)
+                             and each MPI message; 0 = default 4M */
+    lf_getenv_fn getenv_fn; /* environment for rank discovery; NULL = getenv */
+    void *getenv_user;
+} lf_comm_options;
+
+lf_comm_options lf_comm_options_default(void);
+
+/* Open a communicator. `kind`:
+ *   "single"  one process.
+ *   "mpi"     MPI_COMM_WORLD. Initialises MPI (MPI_Init_thread) unless the
+ *             program already did; checks MPI's rank and size against the
+ *             launcher variables (a Slurm batch script that starts the
+ *             program without srun is caught here).
+ *   "auto"    "mpi" when rank discovery finds a launcher with size > 1
+ *             (Open MPI, MPICH, Slurm), else "single". A torchrun launch with
+ *             WORLD_SIZE > 1 needs the nccl communicator: LF_ERR_UNSUPPORTED.
+ *   "nccl"    LF_ERR_UNSUPPORTED (not built yet).
+ * opts may be NULL (defaults). On success *out owns the handle; free it with
+ * lf_comm_close(). Returns LF_ERR_INVALID_ARG (NULL out, unknown kind),
+ * LF_ERR_RANGE (timeout), LF_ERR_CONFIG (inconsistent launcher variables),
+ * LF_ERR_MISMATCH (MPI world disagrees with the launcher variables),
+ * LF_ERR_UNSUPPORTED (MPI finalised earlier in this process, MPI without
+ * MPI-3, nccl), LF_ERR_IO (an MPI call failed), LF_ERR_NOMEM. */
+lf_status lf_comm_open(lf_comm **out, const char *kind, const lf_comm_options *opts);
+
+/* Release the handle; NULL is a no-op. The last "mpi" handle of a process
+ * that initialised MPI finalises it — unless a collective failed or timed
+ * out on that handle, in which case MPI is left as is (finalising would wait
+ * for the missing peers); the caller is expected to lf_comm_abort() then. */
+void lf_comm_close(lf_comm *c);
+
+/* Stop every process of the job with exit code `code` (MPI_Abort for mpi).
+ * The decision belongs to the caller (the CLI / trainer), after it reported
+ * the error. For mpi it does not return. For single it returns LF_OK and the
+ * caller exits as usual. LF_ERR_INVALID_ARG for NULL; LF_ERR_INTERNAL if
+ * MPI_Abort returns. */
+lf_status lf_comm_abort(lf_comm *c, int code);
+
+const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi" */
+int lf_comm_rank(const lf_comm *c);
+int lf_comm_size(const lf_comm *c);
+int lf_comm_local_rank(const lf_comm *c);     /* rank among the processes of this host */
+int lf_comm_local_size(const lf_comm *c);
+double lf_comm_timeout(const lf_comm *c);
+/* How this process was launched (what lf_comm_env_detect found at open). */
+const lf_comm_env *lf_comm_launch_env(const lf_comm *c);
+
+/* Context named in error messages until changed, e.g. "step 12"; printf-style,
+ * truncated at 127 bytes. NULL clears it. */
+void lf_comm_set_context(lf_comm *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Message of the last failure on this handle ("" if none); valid until the
+ * next call on the handle. */
+const char *lf_comm_errmsg(const lf_comm *c);
+
+/* Number of collectives started on this handle so far (the "#k" of messages). */
+int64_t lf_comm_seq(const lf_comm *c);
+
+/* Part `rank` of n elements split into `size` parts: the first n % size parts
+ * hold n/size + 1 elements, the others n/size; parts are contiguous and in
+ * rank order (DeepSpeed's ceil/floor partition, no padding). */
+void lf_comm_partition(size_t n, int size, int rank, size_t *offset, size_t *count);
+
+/* ---------------------------------------------------------------- collectives
+ * Common returns: LF_OK; LF_ERR_INVALID_ARG (NULL handle or buffer with
+ * n > 0, op not valid for the type, root outside the world, a previous
+ * collective on this handle failed — the handle is then unusable and the
+ * message repeats the first failure); LF_ERR_RANGE (n beyond what the
+ * collective supports, see each); LF_ERR_TIMEOUT (see top); LF_ERR_IO (MPI
+ * reported an error, e.g. a peer died); LF_ERR_NOMEM (scratch);
+ * LF_ERR_UNSUPPORTED (the kind lacks the collective).
+ * Buffers are host memory for single and mpi, borrowed for the call only.
+ * After LF_ERR_TIMEOUT the MPI library may still write into the buffers
+ * until the process ends: abort, do not reuse them. */
+
+/* buf (n) := op over ranks of buf, in place. Any n. */
+lf_status lf_comm_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op);
+
+/* recv (count of this rank's part) := part `rank` of (op over ranks of send (n)).
+ * recv may be exactly send + offset(rank) (in place); otherwise the buffers
+ * must not overlap. n < 2^31. */
+lf_status lf_comm_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op);
+
+/* recv (n) := the parts of every rank, part p from rank p's send (count of
+ * part p). send may be exactly recv + offset(rank) (in place). n < 2^31. */
+lf_status lf_comm_all_gather(lf_comm *c, const float *send, float *recv, size_t n);
+
+/* buf (n) := root's buf. */
+lf_status lf_comm_broadcast(lf_comm *c, float *buf, size_t n, int root);
+lf_status lf_comm_broadcast_bytes(lf_comm *c, void *buf, size_t bytes, int root);
+
+/* Every rank has arrived. */
+lf_status lf_comm_barrier(lf_comm *c);
+
+/* Small reductions (loss sums, token counts, flags): in place over n values,
+ * n <= 4096. Deterministic in rank order like the float ones. AVG is
+ * LF_ERR_INVALID_ARG for int64. */
+lf_status lf_comm_all_reduce_f64(lf_comm *c, double *v, size_t n, lf_comm_op op);
+lf_status lf_comm_all_reduce_i64(lf_comm *c, int64_t *v, size_t n, lf_comm_op op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,403 @@
+/*
+ * Communicator front end: the kind table, argument checks, collective
+ * numbering, error recording on the handle, and the local reductions every
+ * kind shares.
+ *
+ * Invariants:
+ *  - A kind's table sees only valid calls (comm_impl.h); the wrappers here
+ *    reject the rest before anything is numbered or sent.
+ *  - c->seq counts collectives handed to the kind, the same on every rank
+ *    as long as every rank makes the same calls (which MPI requires).
+ *  - The first failure of a collective is sticky: the peers may be inside
+ *    an operation this rank abandoned, so nothing more is sent on the handle.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_impl.h"
+
+/* Kinds that can be opened by name. A future nccl kind registers here:
+ *   #ifdef LF_HAVE_NCCL
+ *   &lf__comm_nccl_ops,
+ *   #endif
+ */
+static const struct lf_comm_ops *const k_kinds[] = {
+    &lf__comm_single_ops,
+    &lf__comm_mpi_ops,
+};
+
+lf_comm_options lf_comm_options_default(void) {
+    lf_comm_options o;
+    memset(&o, 0, sizeof o);
+    o.timeout_s = 300.0;
+    o.segment_elems = 0;
+    o.getenv_fn = NULL;
+    o.getenv_user = NULL;
+    return o;
+}
+
+double lf__comm_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double lf__comm_grace_s(double timeout_s) {
+    double g = 0.1 * timeout_s;
+    if (g < LF_COMM_GRACE_MIN_S) g = LF_COMM_GRACE_MIN_S;
+    if (g > LF_COMM_GRACE_MAX_S) g = LF_COMM_GRACE_MAX_S;
+    return g;
+}
+
+const char *lf__comm_coll_name(lf_comm_coll coll) {
+    switch (coll) {
+    case LF_COMM_COLL_OPEN: return "open";
+    case LF_COMM_COLL_ALL_REDUCE: return "all_reduce";
+    case LF_COMM_COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case LF_COMM_COLL_ALL_GATHER: return "all_gather";
+    case LF_COMM_COLL_BROADCAST: return "broadcast";
+    case LF_COMM_COLL_BARRIER: return "barrier";
+    case LF_COMM_COLL_ALL_REDUCE_F64: return "all_reduce_f64";
+    case LF_COMM_COLL_ALL_REDUCE_I64: return "all_reduce_i64";
+    case LF_COMM_COLL_COUNT_: break;
+    }
+    return "collective";
+}
+
+static const char *count_unit(lf_comm_coll coll) {
+    switch (coll) {
+    case LF_COMM_COLL_BROADCAST: return "bytes";
+    case LF_COMM_COLL_ALL_REDUCE_F64: return "doubles";
+    case LF_COMM_COLL_ALL_REDUCE_I64: return "int64s";
+    default: return "floats";
+    }
+}
+
+void lf__comm_describe(const lf_comm *c, char *buf, size_t cap) {
+    if (c->coll == LF_COMM_COLL_OPEN) {
+        snprintf(buf, cap, "open");
+        return;
+    }
+    if (c->coll == LF_COMM_COLL_BARRIER)
+        snprintf(buf, cap, "barrier #%lld%s%s%s", (long long)c->seq, c->context[0] ? " (" : "", c->context,
+                 c->context[0] ? ")" : "");
+    else
+        snprintf(buf, cap, "%s #%lld (%s%s%zu %s)", lf__comm_coll_name(c->coll), (long long)c->seq, c->context,
+                 c->context[0] ? ", " : "", c->count, count_unit(c->coll));
+}
+
+void lf_comm_partition(size_t n, int size, int rank, size_t *offset, size_t *count) {
+    if (size < 1 || rank < 0 || rank >= size) {
+        if (offset) *offset = 0;
+        if (count) *count = 0;
+        return;
+    }
+    size_t q = n / (size_t)size, r = n % (size_t)size, k = (size_t)rank;
+    if (offset) *offset = k * q + (k < r ? k : r);
+    if (count) *count = q + (k < r ? 1 : 0);
+}
+
+/* ---------------------------------------------------------------- local reductions */
+static inline float max_f32(float a, float b) { return (isnan(a) || a >= b) ? a : b; }
+static inline float min_f32(float a, float b) { return (isnan(a) || a <= b) ? a : b; }
+static inline double max_f64(double a, double b) { return (isnan(a) || a >= b) ? a : b; }
+static inline double min_f64(double a, double b) { return (isnan(a) || a <= b) ? a : b; }
+
+void lf__comm_reduce_f32(float *out, const float *rows, size_t stride, int nrows, size_t n, lf_comm_op op) {
+    if (n == 0 || nrows < 1) return;
+    memcpy(out, rows, n * sizeof *out);
+    for (int p = 1; p < nrows; p++) {
+        const float *x = rows + (size_t)p * stride;
+        switch (op) {
+        case LF_COMM_SUM:
+        case LF_COMM_AVG:
+            for (size_t j = 0; j < n; j++) out[j] = out[j] + x[j];
+            break;
+        case LF_COMM_MAX:
+            for (size_t j = 0; j < n; j++) out[j] = max_f32(out[j], x[j]);
+            break;
+        case LF_COMM_MIN:
+            for (size_t j = 0; j < n; j++) out[j] = min_f32(out[j], x[j]);
+            break;
+        }
+    }
+    if (op == LF_COMM_AVG && nrows > 1) {
+        float d = (float)nrows;
+        for (size_t j = 0; j < n; j++) out[j] = out[j] / d;
+    }
+}
+
+void lf__comm_reduce_f64(double *out, const double *rows, size_t stride, int nrows, size_t n, lf_comm_op op) {
+    if (n == 0 || nrows < 1) return;
+    memcpy(out, rows, n * sizeof *out);
+    for (int p = 1; p < nrows; p++) {
+        const double *x = rows + (size_t)p * stride;
+        for (size_t j = 0; j < n; j++) {
+            switch (op) {
+            case LF_COMM_SUM:
+            case LF_COMM_AVG: out[j] = out[j] + x[j]; break;
+            case LF_COMM_MAX: out[j] = max_f64(out[j], x[j]); break;
+            case LF_COMM_MIN: out[j] = min_f64(out[j], x[j]); break;
+            }
+        }
+    }
+    if (op == LF_COMM_AVG && nrows > 1)
+        for (size_t j = 0; j < n; j++) out[j] = out[j] / (double)nrows;
+}
+
+void lf__comm_reduce_i64(int64_t *out, const int64_t *rows, size_t stride, int nrows, size_t n, lf_comm_op op) {
+    if (n == 0 || nrows < 1) return;
+    memcpy(out, rows, n * sizeof *out);
+    for (int p = 1; p < nrows; p++) {
+        const int64_t *x = rows + (size_t)p * stride;
+        for (size_t j = 0; j < n; j++) {
+            switch (op) {
+            case LF_COMM_SUM:
+            case LF_COMM_AVG: /* refused by the wrapper; sum keeps the switch total */
+                /* wrap-around instead of undefined behaviour on overflow */
+                out[j] = (int64_t)((uint64_t)out[j] + (uint64_t)x[j]);
+                break;
+            case LF_COMM_MAX: out[j] = out[j] >= x[j] ? out[j] : x[j]; break;
+            case LF_COMM_MIN: out[j] = out[j] <= x[j] ? out[j] : x[j]; break;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- open / close */
+lf_status lf_comm_open(lf_comm **out, const char *kind, const lf_comm_options *opts) {
+    if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_open: out is NULL");
+    *out = NULL;
+    if (!kind) kind = "auto";
+    lf_comm_options o = opts ? *opts : lf_comm_options_default();
+    if (!(o.timeout_s > 0.0 && o.timeout_s <= 1e6))
+        return lf_fail(LF_ERR_RANGE, "communicator: timeout_s = %g is outside (0, 1e6] seconds", o.timeout_s);
+    if (o.segment_elems == 0) o.segment_elems = LF_COMM_SEGMENT_DEFAULT;
+    if (o.segment_elems > ((size_t)1 << 30))
+        return lf_fail(LF_ERR_RANGE, "communicator: segment_elems = %zu exceeds 2^30", o.segment_elems);
+
+    lf_comm_env env;
+    lf_status st = lf_comm_env_detect(&env, o.getenv_fn, o.getenv_user);
+    if (st != LF_OK) return st;
+
+    const char *want = kind;
+    if (strcmp(kind, "auto") == 0) {
+        want = "single";
+        if (env.size > 1) {
+            if (env.launcher == LF_COMM_LAUNCHER_TORCHRUN)
+                return lf_fail(LF_ERR_UNSUPPORTED,
+                               "communicator: launched by torchrun (RANK=%d, WORLD_SIZE=%d): that needs the nccl "
+                               "communicator, which is not built yet; start CPU ranks with mpirun or srun",
+                               env.rank, env.size);
+            want = "mpi";
+        }
+    } else if (strcmp(kind, "nccl") == 0) {
+        return lf_fail(LF_ERR_UNSUPPORTED, "communicator 'nccl' is not built into this llmforge (it comes with the "
+                                           "CUDA backend); use 'mpi' or 'single'");
+    }
+    const struct lf_comm_ops *ops = NULL;
+    for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++)
+        if (strcmp(k_kinds[i]->name, want) == 0) ops = k_kinds[i];
+    if (!ops) return lf_fail(LF_ERR_INVALID_ARG, "unknown communicator '%s' (auto, single, mpi)", kind);
+
+    lf_comm *c = lf_calloc(sizeof *c);
+    if (!c) return LF_ERR_NOMEM;
+    c->ops = ops;
+    c->opts = o;
+    c->env = env;
+    c->coll = LF_COMM_COLL_OPEN;
+    c->failed = LF_OK;
+    st = ops->open(c);
+    if (st != LF_OK) {
+        lf_free(c);
+        return st;
+    }
+    *out = c;
+    return LF_OK;
+}
+
+void lf_comm_close(lf_comm *c) {
+    if (!c) return;
+    if (c->ops->close) c->ops->close(c);
+    lf_free(c);
+}
+
+lf_status lf_comm_abort(lf_comm *c, int code) {
+    if (!c) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_abort: communicator is NULL");
+    if (!c->ops->abort) return LF_OK;
+    return c->ops->abort(c, code);
+}
+
+const char *lf_comm_name(const lf_comm *c) { return c ? c->ops->name : "none"; }
+int lf_comm_rank(const lf_comm *c) { return c ? c->rank : 0; }
+int lf_comm_size(const lf_comm *c) { return c ? c->size : 1; }
+int lf_comm_local_rank(const lf_comm *c) { return c ? c->local_rank : 0; }
+int lf_comm_local_size(const lf_comm *c) { return c ? c->local_size : 1; }
+double lf_comm_timeout(const lf_comm *c) { return c ? c->opts.timeout_s : 0.0; }
+const lf_comm_env *lf_comm_launch_env(const lf_comm *c) { return c ? &c->env : NULL; }
+const char *lf_comm_errmsg(const lf_comm *c) { return c ? c->errmsg : ""; }
+int64_t lf_comm_seq(const lf_comm *c) { return c ? c->seq : 0; }
+
+void lf_comm_set_context(lf_comm *c, const char *fmt, ...) {
+    if (!c) return;
+    if (!fmt) {
+        c->context[0] = '\0';
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->context, sizeof c->context, fmt, ap);
+    va_end(ap);
+}
+
+/* ---------------------------------------------------------------- collectives */
+/* Record a failure on the handle (its message is the thread's last error). */
+static lf_status record(lf_comm *c, lf_status st) {
+    snprintf(c->errmsg, sizeof c->errmsg, "%s", lf_last_error());
+    return st;
+}
+
+static lf_status refuse(lf_comm *c, lf_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static lf_status refuse(lf_comm *c, lf_status st, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    lf_fail(st, "%s", msg);
+    return record(c, st);
+}
+
+/* Checks common to every collective; on success numbers the call. */
+static lf_status begin(lf_comm *c, lf_comm_coll coll, const char *fn, size_t n, int has_buf) {
+    if (!c) return lf_fail(LF_ERR_INVALID_ARG, "%s: communicator is NULL", fn);
+    if (c->failed != LF_OK)
+        return lf_fail(LF_ERR_INVALID_ARG, "%s: the communicator is unusable after an earlier failure: %s", fn,
+                       c->errmsg);
+    if (n > 0 && !has_buf) return refuse(c, LF_ERR_INVALID_ARG, "%s: buffer is NULL for %zu elements", fn, n);
+    c->seq++;
+    c->coll = coll;
+    c->count = n;
+    return LF_OK;
+}
+
+/* After the kind returned: a failure makes the handle unusable. */
+static lf_status finish(lf_comm *c, lf_status st) {
+    if (st == LF_OK) return LF_OK;
+    c->failed = st;
+    return record(c, st);
+}
+
+static lf_status unsupported(lf_comm *c, const char *fn) {
+    return refuse(c, LF_ERR_UNSUPPORTED, "%s: the '%s' communicator does not support it", fn, c->ops->name);
+}
+
+static int op_valid(lf_comm_op op) {
+    return op == LF_COMM_SUM || op == LF_COMM_AVG || op == LF_COMM_MAX || op == LF_COMM_MIN;
+}
+
+#define LF_COMM_PART_MAX ((size_t)1 << 31)
+
+/* The part buffer (k floats) is either exactly at full + off or disjoint
+ * from the full buffer (n floats). */
+static int part_placement_ok(const float *full, size_t n, const float *part, size_t off, size_t k) {
+    if (!full || !part || k == 0 || n == 0) return 1;
+    if (part == full + off) return 1;
+    uintptr_t f0 = (uintptr_t)full, f1 = f0 + n * sizeof(float);
+    uintptr_t p0 = (uintptr_t)part, p1 = p0 + k * sizeof(float);
+    return p1 <= f0 || f1 <= p0;
+}
+
+lf_status lf_comm_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op) {
+    if (c && !op_valid(op)) return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_reduce: op %d is not a reduction", (int)op);
+    lf_status st = begin(c, LF_COMM_COLL_ALL_REDUCE, "lf_comm_all_reduce", n, buf != NULL);
+    if (st != LF_OK) return st;
+    if (!c->ops->all_reduce) return unsupported(c, "lf_comm_all_reduce");
+    return finish(c, c->ops->all_reduce(c, buf, n, op));
+}
+
+lf_status lf_comm_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op) {
+    if (c && !op_valid(op))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_reduce_scatter: op %d is not a reduction", (int)op);
+    if (c && n >= LF_COMM_PART_MAX)
+        return refuse(c, LF_ERR_RANGE, "lf_comm_reduce_scatter: %zu elements (at most 2^31 - 1)", n);
+    size_t off = 0, mine = 0;
+    if (c) lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    if (c && !part_placement_ok(send, n, recv, off, mine))
+        return refuse(c, LF_ERR_INVALID_ARG,
+                      "lf_comm_reduce_scatter: recv overlaps send without being send + %zu (this rank's part)", off);
+    lf_status st = begin(c, LF_COMM_COLL_REDUCE_SCATTER, "lf_comm_reduce_scatter", n, send && (recv || !mine));
+    if (st != LF_OK) return st;
+    if (!c->ops->reduce_scatter) return unsupported(c, "lf_comm_reduce_scatter");
+    return finish(c, c->ops->reduce_scatter(c, send, recv, n, op));
+}
+
+lf_status lf_comm_all_gather(lf_comm *c, const float *send, float *recv, size_t n) {
+    if (c && n >= LF_COMM_PART_MAX)
+        return refuse(c, LF_ERR_RANGE, "lf_comm_all_gather: %zu elements (at most 2^31 - 1)", n);
+    size_t off = 0, mine = 0;
+    if (c) lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    if (c && !part_placement_ok(recv, n, send, off, mine))
+        return refuse(c, LF_ERR_INVALID_ARG,
+                      "lf_comm_all_gather: send overlaps recv without being recv + %zu (this rank's part)", off);
+    lf_status st = begin(c, LF_COMM_COLL_ALL_GATHER, "lf_comm_all_gather", n, recv && (send || !mine));
+    if (st != LF_OK) return st;
+    if (!c->ops->all_gather) return unsupported(c, "lf_comm_all_gather");
+    return finish(c, c->ops->all_gather(c, send, recv, n));
+}
+
+static lf_status broadcast(lf_comm *c, void *buf, size_t bytes, size_t n, int root, const char *fn) {
+    if (c && (root < 0 || root >= c->size))
+        return refuse(c, LF_ERR_INVALID_ARG, "%s: root %d is outside the %d ranks", fn, root, c->size);
+    lf_status st = begin(c, LF_COMM_COLL_BROADCAST, fn, n, buf != NULL);
+    if (st != LF_OK) return st;
+    c->count = bytes;
+    if (!c->ops->broadcast) return unsupported(c, fn);
+    return finish(c, c->ops->broadcast(c, buf, bytes, root));
+}
+
+lf_status lf_comm_broadcast(lf_comm *c, float *buf, size_t n, int root) {
+    if (n > SIZE_MAX / sizeof(float))
+        return c ? refuse(c, LF_ERR_RANGE, "lf_comm_broadcast: %zu floats", n) : LF_ERR_RANGE;
+    return broadcast(c, buf, n * sizeof(float), n, root, "lf_comm_broadcast");
+}
+
+lf_status lf_comm_broadcast_bytes(lf_comm *c, void *buf, size_t bytes, int root) {
+    return broadcast(c, buf, bytes, bytes, root, "lf_comm_broadcast_bytes");
+}
+
+lf_status lf_comm_barrier(lf_comm *c) {
+    lf_status st = begin(c, LF_COMM_COLL_BARRIER, "lf_comm_barrier", 0, 1);
+    if (st != LF_OK) return st;
+    if (!c->ops->barrier) return unsupported(c, "lf_comm_barrier");
+    return finish(c, c->ops->barrier(c));
+}
+
+lf_status lf_comm_all_reduce_f64(lf_comm *c, double *v, size_t n, lf_comm_op op) {
+    if (c && !op_valid(op))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_reduce_f64: op %d is not a reduction", (int)op);
+    if (c && n > LF_COMM_SCALARS_MAX)
+        return refuse(c, LF_ERR_RANGE, "lf_comm_all_reduce_f64: %zu values (at most %d)", n, LF_COMM_SCALARS_MAX);
+    lf_status st = begin(c, LF_COMM_COLL_ALL_REDUCE_F64, "lf_comm_all_reduce_f64", n, v != NULL);
+    if (st != LF_OK) return st;
+    if (!c->ops->all_reduce_f64) return unsupported(c, "lf_comm_all_reduce_f64");
+    return finish(c, c->ops->all_reduce_f64(c, v, n, op));
+}
+
+lf_status lf_comm_all_reduce_i64(lf_comm *c, int64_t *v, size_t n, lf_comm_op op) {
+    if (c && (!op_valid(op) || op == LF_COMM_AVG))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_reduce_i64: op %d is not sum, max or min", (int)op);
+    if (c && n > LF_COMM_SCALARS_MAX)
+        return refuse(c, LF_ERR_RANGE, "lf_comm_all_reduce_i64: %zu values (at most %d)", n, LF_COMM_SCALARS_MAX);
+    lf_status st = begin(c, LF_COMM_COLL_ALL_REDUCE_I64, "lf_comm_all_reduce_i64", n, v != NULL);
+    if (st != LF_OK) return st;
+    if (!c->ops->all_reduce_i64) return unsupported(c, "lf_comm_all_reduce_i64");
+    return finish(c, c->ops->all_reduce_i64(c, v, n, op));
+}

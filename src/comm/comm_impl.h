@@ -1,0 +1,117 @@
+/*
+ * The communicator operations table (private interface; see DESIGN.md
+ * "Communicator" and include/llmforge/comm.h for the contract).
+ *
+ * The public wrappers in comm.c check arguments, number the collective
+ * (c->seq, c->coll, c->count) and record failures on the handle; a kind
+ * implements the table below and sees only valid calls:
+ *  - buffers are non-NULL whenever their element count is > 0;
+ *  - op is valid for the element type; root is in [0, size);
+ *  - reduce_scatter / all_gather have n < 2^31;
+ *  - no call arrives after one failed (the wrapper refuses it).
+ * A NULL slot means "unsupported": the wrapper returns LF_ERR_UNSUPPORTED.
+ * Every collective must return within c->opts.timeout_s of its start plus
+ * at most LF_COMM_GRACE_MAX_S of diagnosis, with LF_ERR_TIMEOUT and a
+ * message naming c->coll, c->seq, c->context and the missing ranks.
+ *
+ * Adding the nccl kind (with the CUDA backend):
+ *  - buffers are device memory: the table gets `int device_buffers = 1`, and
+ *    the trainer passes the backend's gradient buffer as is (the cpu/mpi
+ *    kinds keep taking host pointers);
+ *  - bootstrap: open an internal "mpi" handle (mpirun/srun) — or, under
+ *    torchrun, a TCP rendezvous at MASTER_ADDR:MASTER_PORT (lf_comm_env) —
+ *    rank 0 calls ncclGetUniqueId and lf_comm_broadcast_bytes() sends the
+ *    128-byte id, then ncclCommInitRank with ncclConfig_t.blocking = 0;
+ *  - timeouts: launch the NCCL collective on the backend's stream, then poll
+ *    cudaStreamQuery / ncclCommGetAsyncError against the same deadline; on
+ *    expiry ncclCommAbort and ask the bootstrap handle's side channel which
+ *    ranks did not arrive, exactly as comm_mpi.c does;
+ *  - register it in comm.c's kind table under `#ifdef LF_HAVE_NCCL`.
+ */
+#ifndef LLMFORGE_COMM_IMPL_H
+#define LLMFORGE_COMM_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "llmforge/comm.h"
+
+/* Diagnosis after a timeout waits this long for peers to answer: 10% of
+ * the timeout, clamped to [LF_COMM_GRACE_MIN_S, LF_COMM_GRACE_MAX_S]. */
+#define LF_COMM_GRACE_MIN_S 1.0
+#define LF_COMM_GRACE_MAX_S 5.0
+#define LF_COMM_SEGMENT_DEFAULT ((size_t)1 << 22)
+#define LF_COMM_SCALARS_MAX 4096
+
+/* Collective identifiers (named in messages and sent between ranks). */
+typedef enum lf_comm_coll {
+    LF_COMM_COLL_OPEN = 0,
+    LF_COMM_COLL_ALL_REDUCE = 1,
+    LF_COMM_COLL_REDUCE_SCATTER = 2,
+    LF_COMM_COLL_ALL_GATHER = 3,
+    LF_COMM_COLL_BROADCAST = 4,
+    LF_COMM_COLL_BARRIER = 5,
+    LF_COMM_COLL_ALL_REDUCE_F64 = 6,
+    LF_COMM_COLL_ALL_REDUCE_I64 = 7,
+    LF_COMM_COLL_COUNT_ = 8,
+} lf_comm_coll;
+
+struct lf_comm_ops {
+    const char *name;
+    int device_buffers; /* 0: host memory (single, mpi); 1 would be nccl's device memory */
+
+    /* Fill c->rank, c->size, c->local_rank, c->local_size and c->impl.
+     * c->opts and c->env are set. On failure release everything built. */
+    lf_status (*open)(lf_comm *c);
+    void (*close)(lf_comm *c); /* c->failed says whether a collective failed */
+    lf_status (*abort)(lf_comm *c, int code);
+
+    lf_status (*all_reduce)(lf_comm *c, float *buf, size_t n, lf_comm_op op);
+    lf_status (*reduce_scatter)(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op);
+    lf_status (*all_gather)(lf_comm *c, const float *send, float *recv, size_t n);
+    lf_status (*broadcast)(lf_comm *c, void *buf, size_t bytes, int root);
+    lf_status (*barrier)(lf_comm *c);
+    lf_status (*all_reduce_f64)(lf_comm *c, double *v, size_t n, lf_comm_op op);
+    lf_status (*all_reduce_i64)(lf_comm *c, int64_t *v, size_t n, lf_comm_op op);
+};
+
+struct lf_comm {
+    const struct lf_comm_ops *ops;
+    lf_comm_options opts;
+    lf_comm_env env;
+    int rank, size, local_rank, local_size;
+
+    /* the collective in progress (or the last one) */
+    int64_t seq;       /* 1, 2, ... per collective; 0 while opening */
+    lf_comm_coll coll;
+    size_t count;      /* elements (bytes for broadcast_bytes) */
+    char context[128]; /* lf_comm_set_context */
+
+    lf_status failed;  /* LF_OK, or the status of the first failed collective */
+    char errmsg[1024];
+    void *impl;
+};
+
+extern const struct lf_comm_ops lf__comm_single_ops;
+extern const struct lf_comm_ops lf__comm_mpi_ops;
+
+/* "all_reduce" etc. */
+const char *lf__comm_coll_name(lf_comm_coll coll);
+/* "all_reduce #57 (step 12, 1000 floats)" into buf. */
+void lf__comm_describe(const lf_comm *c, char *buf, size_t cap);
+/* Seconds the diagnosis waits for answers, from the timeout. */
+double lf__comm_grace_s(double timeout_s);
+/* Monotonic clock, seconds. */
+double lf__comm_now_s(void);
+
+/* out (n) := op over nrows rows (row p at rows + p*stride), folded in row
+ * order: ((r0 op r1) op r2) ...; AVG divides the sum by nrows. out must not
+ * overlap rows. MAX/MIN propagate NaN. */
+void lf__comm_reduce_f32(float *out, const float *rows, size_t stride, int nrows, size_t n, lf_comm_op op);
+void lf__comm_reduce_f64(double *out, const double *rows, size_t stride, int nrows, size_t n, lf_comm_op op);
+void lf__comm_reduce_i64(int64_t *out, const int64_t *rows, size_t stride, int nrows, size_t n, lf_comm_op op);
+
+/* The launcher's rank and size variable names ("OMPI_COMM_WORLD_RANK", ...),
+ * for messages; "" for LF_COMM_LAUNCHER_NONE. */
+void lf__comm_env_vars(lf_comm_launcher l, const char **rank_var, const char **size_var);
+
+#endif
