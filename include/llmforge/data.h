@@ -41,6 +41,9 @@ extern "C" {
 #define LF_SHARD_VERSION 1
 #define LF_SHARD_HEADER_BYTES 64
 #define LF_SHARD_FLAG_MASK 1u
+/* llm.c's token files: 256 x int32 header (magic, version, n_tokens), u16 tokens (version 1) or u32 (2) */
+#define LF_LLMC_MAGIC 20240520u
+#define LF_LLMC_HEADER_BYTES 1024
 
 /* ---------------------------------------------------------------- shards */
 typedef struct lf_shard lf_shard;
@@ -49,12 +52,80 @@ typedef struct lf_shard lf_shard;
  * be NULL. Written to path.tmp, fsynced, renamed. */
 lf_status lf_shard_write(const char *path, const uint32_t *tokens, const uint8_t *mask, size_t n,
                          uint32_t vocab_size);
-/* Open (mmap) and validate a shard; verify_checksum != 0 checks the CRC. */
+
+/* Streaming shard writer (src/data/shard_writer.c): the same file, format and
+ * guarantees as lf_shard_write, but the tokens arrive in pieces and memory is
+ * a fixed buffer (LF_SHARD_WRITER_BUF_BYTES for tokens, a quarter of it for
+ * the mask) whatever the shard's size. Tokens go to path.tmp behind a zero
+ * header with the CRC computed on the way; with a mask the mask bytes go to a
+ * second temporary file, path.mask.tmp, appended after the tokens at close.
+ * lf_shard_writer_close writes the header last, fsyncs, renames path.tmp to
+ * path and fsyncs the directory, so path is either absent, the earlier file,
+ * or the complete new shard.
+ *
+ * Not thread-safe: one writer is used by one thread at a time. */
+#define LF_SHARD_WRITER_BUF_BYTES ((size_t)1 << 20)
+typedef struct lf_shard_writer lf_shard_writer;
+
+/* Create path.tmp (and path.mask.tmp when has_mask) for a shard of tokens
+ * < vocab_size (u16 when vocab_size <= 65536, else u32). Errors:
+ * LF_ERR_INVALID_ARG (empty path, vocab_size 0), LF_ERR_IO (cannot create,
+ * naming the file and the system's reason), LF_ERR_NOMEM. */
+lf_status lf_shard_writer_open(lf_shard_writer **out, const char *path, uint32_t vocab_size, int has_mask);
+/* Append n tokens; mask (n bytes, nonzero = target) may be NULL, meaning
+ * every token is a target; it is ignored by a writer without a mask. A token
+ * >= vocab_size is LF_ERR_RANGE naming the shard, the token and its index in
+ * the shard; a failed write is LF_ERR_IO. After an error the writer only
+ * accepts lf_shard_writer_free. */
+lf_status lf_shard_writer_append(lf_shard_writer *w, const uint32_t *tokens, const uint8_t *mask, size_t n);
+/* Tokens appended so far. */
+uint64_t lf_shard_writer_num_tokens(const lf_shard_writer *w);
+/* Finish the shard (header, fsync, rename) and free the writer, also on
+ * failure (then path.tmp is removed and path untouched). NULL: LF_OK. */
+lf_status lf_shard_writer_close(lf_shard_writer *w);
+/* Discard an unfinished shard (remove the temporary files) and free the
+ * writer. NULL is a no-op. */
+void lf_shard_writer_free(lf_shard_writer *w);
+
+/* Split writer (src/data/shard_writer.c): the shards of one split, named
+ * DIR/NAME_000.bin, NAME_001.bin, ... (at least three digits), each of at
+ * most max_tokens tokens. A shard file is created on the first token it
+ * receives and finished when it holds max_tokens (the next token starts the
+ * next shard) or at lf_split_writer_finish, so a split that receives nothing
+ * has no shard and none is ever empty. Memory: one lf_shard_writer. */
+typedef struct lf_split_writer lf_split_writer;
+/* max_tokens 0: LF_PREPARE_SHARD_TOKENS. Creates no file. Errors:
+ * LF_ERR_INVALID_ARG (empty dir or name, vocab_size 0), LF_ERR_NOMEM. */
+lf_status lf_split_writer_open(lf_split_writer **out, const char *dir, const char *name, uint32_t vocab_size,
+                               int has_mask, uint64_t max_tokens);
+/* Append n tokens (mask as lf_shard_writer_append), cutting shards at
+ * exactly max_tokens; errors as lf_shard_writer_append and _close. */
+lf_status lf_split_writer_append(lf_split_writer *w, const uint32_t *tokens, const uint8_t *mask, size_t n);
+/* Finish the shard being written, if any. Further appends start a new one. */
+lf_status lf_split_writer_finish(lf_split_writer *w);
+/* Shards finished so far, and tokens appended so far (finished or not). */
+uint64_t lf_split_writer_num_shards(const lf_split_writer *w);
+uint64_t lf_split_writer_num_tokens(const lf_split_writer *w);
+/* File name (without the directory) of shard k, "NAME_%03llu.bin", into buf;
+ * LF_ERR_RANGE when it does not fit. */
+lf_status lf_split_writer_shard_name(const lf_split_writer *w, uint64_t k, char *buf, size_t size);
+/* Remove the finished shards of this writer from the directory (a failed
+ * preparation undoing its output). */
+void lf_split_writer_remove_shards(lf_split_writer *w);
+/* Discard the shard being written (its temporary files) and free. NULL is a
+ * no-op; finished shards stay. */
+void lf_split_writer_free(lf_split_writer *w);
+/* Open (mmap) and validate a shard; verify_checksum != 0 checks the CRC.
+ * llm.c's shard files (magic 20240520, versions 1 and 2) are read too: they
+ * carry no mask and no checksum, and their vocab_size is one more than their
+ * largest token (found by a scan at open). */
 lf_status lf_shard_open(lf_shard **out, const char *path, int verify_checksum);
 void lf_shard_close(lf_shard *s);
 size_t lf_shard_num_tokens(const lf_shard *s);
 uint32_t lf_shard_vocab_size(const lf_shard *s);
 int lf_shard_has_mask(const lf_shard *s);
+/* 1 for a shard in llm.c's format. */
+int lf_shard_is_llmc(const lf_shard *s);
 uint32_t lf_shard_token(const lf_shard *s, size_t i);
 /* 1 if token i counts as a target (always 1 without a mask). */
 int lf_shard_mask(const lf_shard *s, size_t i);
@@ -195,7 +266,10 @@ typedef struct lf_prepare_stats {
  * the UTF-8 input; first 90% (of characters) train, last 10% val. Writes
  * out_dir/{vocab.json,train.bin,val.bin,dataset.json}. input_path may be a
  * file or a directory (every regular file in it, in sorted name order,
- * concatenated). */
+ * concatenated). Streams: the input is read twice in 1 MiB chunks (the
+ * vocabulary, then the ids straight into lf_shard_writer), so memory does
+ * not grow with the input; a file that changes between the passes is an
+ * error naming it. A dataset.json already in out_dir is removed first. */
 lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepare_stats *stats);
 
 /* ---------------------------------------------------------------- record readers (docs/data.md)
@@ -303,7 +377,10 @@ lf_status lf_reader_next(lf_reader *r, lf_record *rec, int *eof);
 void lf_reader_close(lf_reader *r);
 /* Records skipped so far (skip_bad_records). */
 uint64_t lf_reader_skipped(const lf_reader *r);
-/* Bytes of the file consumed so far (for progress). */
+/* Bytes of the file consumed so far, for progress: text, JSONL, JSON, CSV
+ * and plain WebDataset tar the bytes read; a gzip tar the compressed bytes
+ * zlib has taken; Parquet the end of the furthest page read. At the end of
+ * a CSV, Parquet or WebDataset file it is the file's size. */
 uint64_t lf_reader_bytes_read(const lf_reader *r);
 /* The format in use (auto resolved). */
 lf_input_format lf_reader_format(const lf_reader *r);
@@ -341,12 +418,47 @@ const char *lf_input_format_name(lf_input_format f);
  * shard and no entry in "splits"), then dataset.json (format of the header
  * above, plus "mode", "eot", per-split "records" and "target_tokens", the
  * split rule, "skipped_records", and per source its format, records and
- * skipped records). Memory: up to shard_tokens tokens (4 bytes, + 1 mask byte
- * in fine-tuning) per split, plus one record. */
+ * skipped records). Shards are streamed through lf_split_writer, one per
+ * split. A dataset.json already in out_dir is removed before the first file
+ * of this run is written there; on any failure the shards this run finished
+ * are removed again and no dataset.json is written, so out_dir never holds a
+ * manifest that does not describe its shards.
+ *
+ * Threads: records are read in order on the calling thread and gathered in
+ * batches; n_threads threads (the calling thread and n_threads - 1 POSIX
+ * threads) tokenize a batch and compute each record's split while the
+ * calling thread reads the next one (and with n_threads > 1 one more thread
+ * computes the sources' SHA-256 meanwhile); the tokens are then written in
+ * input order. A record of LF_PREPARE_LARGE_RECORD_BYTES or more is encoded by
+ * lf_tokenizer_encode_parallel on all threads instead. The output, the
+ * counts, the skipped records (order and messages) and the errors do not
+ * depend on n_threads.
+ *
+ * Memory is bounded independent of the input size: two batches of about
+ * LF_PREPARE_BATCH_BYTES per thread (capped at 64 MiB of text) with their
+ * token ids, one lf_shard_writer buffer per split, the reader's buffers, the
+ * tokenizer, and for a single record larger than a batch, a few times that
+ * record. */
 #define LF_PREPARE_N_SPLITS 3 /* train, val, test */
 #define LF_PREPARE_SHARD_TOKENS ((size_t)100 * 1000 * 1000)
+#define LF_PREPARE_MAX_THREADS 1024
+#define LF_PREPARE_BATCH_BYTES ((size_t)1 << 20)         /* text per thread per batch */
+#define LF_PREPARE_LARGE_RECORD_BYTES ((size_t)1 << 20)  /* encoded on all threads alone */
 
-typedef void (*lf_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *user);
+/* Where lf_prepare stands, handed to the progress callback. */
+typedef struct lf_prepare_progress {
+    uint64_t bytes_done;  /* input bytes read so far, over all passes (for gzip: compressed bytes) */
+    uint64_t bytes_total; /* the input files' sizes times the passes */
+    uint64_t records;     /* records written so far (all splits; 0 in the vocabulary pass) */
+    uint64_t tokens;      /* tokens written so far (all splits) */
+    uint64_t skipped;     /* bad records skipped so far */
+    double seconds;       /* since lf_prepare started */
+    int pass, passes;     /* 1-based; "char" makes 2 passes (vocabulary, then encoding), others 1 */
+    int done;             /* 1 on the last call, made once everything is written */
+} lf_prepare_progress;
+
+/* Called on the thread that called lf_prepare; p is valid during the call. */
+typedef void (*lf_prepare_progress_fn)(const lf_prepare_progress *p, void *user);
 
 typedef struct lf_prepare_opts {
     const char *const *inputs; /* files or directories (every regular file inside, sorted by name;
@@ -361,7 +473,9 @@ typedef struct lf_prepare_opts {
     const char *tokenizer;     /* spec, see above */
     double split[LF_PREPARE_N_SPLITS]; /* train, val, test weights (>= 0, train > 0) */
     size_t shard_tokens;       /* 0: LF_PREPARE_SHARD_TOKENS */
-    lf_progress_fn progress;   /* may be NULL; called after each record batch and at the end */
+    int n_threads;             /* tokenizing threads, 1 .. LF_PREPARE_MAX_THREADS; 0: the online cores
+                                  (sysconf(_SC_NPROCESSORS_ONLN)) */
+    lf_prepare_progress_fn progress; /* may be NULL; called after each record batch and at the end */
     void *progress_user;
     lf_skip_fn on_skip;        /* may be NULL; each skipped record (second pass only with "char") */
     void *on_skip_user;
@@ -383,9 +497,11 @@ typedef struct lf_prepare_result {
 } lf_prepare_result;
 
 /* Errors: LF_ERR_INVALID_ARG (options, no records at all, nothing for the
- * train split), the reader's and tokenizer's errors (a record that cannot be
- * encoded is a bad record named FILE:LINE and the field), LF_ERR_IO,
- * LF_ERR_NOMEM. result may be NULL. */
+ * train split), LF_ERR_RANGE (a split weight, n_threads out of range), the
+ * reader's and tokenizer's errors (a record that cannot be encoded is a bad
+ * record named FILE:LINE and the field), LF_ERR_IO (naming the file, e.g. a
+ * shard that cannot be created), LF_ERR_NOMEM. result is filled only on
+ * success and may be NULL. */
 lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepare_result *result);
 
 /* ---------------------------------------------------------------- datasets and batches */
@@ -395,17 +511,31 @@ typedef enum lf_sampling {
     LF_SAMPLING_SEQUENTIAL = 1, /* row i starts at (i*T) mod (N-T-1) */
     LF_SAMPLING_RECORDS = 2,    /* start ~ a uniformly drawn record start (the token after an
                                    end-of-text, or 0); needs lf_dataset_index_records */
+    LF_SAMPLING_PACKED = 3,     /* epochs of packed sequences: the split cut into (N-1)/T
+                                   windows of T+1 tokens, each epoch visits every window once in
+                                   a shuffle keyed by (seed, epoch) (lf_dataset_packed_window) */
 } lf_sampling;
 
 typedef struct lf_dataset lf_dataset;
 
-/* Open a dataset directory (reads dataset.json, opens and validates shards). */
+/* Open a dataset directory (reads dataset.json, opens and validates shards).
+ * A directory without dataset.json that holds llm.c token files opens too:
+ * *train*.bin and *val*.bin (sorted by name) are the splits, version-1 files
+ * GPT-2 tokens (vocab 50257, end-of-text 50256), version-2 LLaMA-3 (128256);
+ * the tokenizer spec is then NULL until lf_dataset_set_tokenizer. */
 lf_status lf_dataset_open(lf_dataset **out, const char *dir);
+/* Name the tokenizer of a dataset that names none (llm.c files). Its vocab
+ * size must equal the dataset's (LF_ERR_MISMATCH); a dataset that names a
+ * different tokenizer refuses (LF_ERR_CONFIG); the same spec is accepted. */
+lf_status lf_dataset_set_tokenizer(lf_dataset *d, const char *spec);
+/* 1 when the dataset was opened from llm.c files. */
+int lf_dataset_is_llmc(const lf_dataset *d);
 void lf_dataset_close(lf_dataset *d);
 int lf_dataset_vocab_size(const lf_dataset *d);
 /* Tokens in a split (0 if the split is absent). */
 size_t lf_dataset_num_tokens(const lf_dataset *d, lf_split split);
-/* Tokenizer spec with paths resolved against the dataset dir (e.g. "char:/abs/vocab.json"). */
+/* Tokenizer spec with paths resolved against the dataset dir (e.g.
+ * "char:/abs/vocab.json"); NULL for llm.c files until one is set. */
 const char *lf_dataset_tokenizer_spec(const lf_dataset *d);
 const char *lf_dataset_dir(const lf_dataset *d);
 
@@ -418,6 +548,12 @@ int lf_dataset_eot(const lf_dataset *d);
  * tokens before the end. Idempotent. */
 lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T);
 
+/* LF_SAMPLING_PACKED: windows per epoch of a split, (N-1)/T (0 when absent). */
+uint64_t lf_dataset_packed_windows(const lf_dataset *d, lf_split split, int T);
+/* The window (0 .. n_windows-1) row `row` reads: perm_e(row mod n) of epoch
+ * e = row / n, a bijection of 0..n-1 for each (seed, purpose, e). O(1). */
+uint64_t lf_dataset_packed_window(uint64_t row, uint64_t n_windows, uint64_t seed, uint32_t purpose);
+
 /* Fill inputs/targets (B,T) int32 with rows first_row .. first_row+B-1.
  * Row r starts at s(r) (see lf_sampling; random draws
  * lf_rng_u64(seed, purpose, r) % (N - T)); inputs = tok[s .. s+T),
@@ -426,6 +562,44 @@ lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T);
 lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling sampling, uint64_t seed,
                                uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs,
                                int32_t *targets);
+
+/* ---------------------------------------------------------------- the training loader */
+/* A step's batches for one rank, made ahead by a background thread
+ * (src/data/loader.c). Row b of micro-batch a of rank r at step s is the
+ * sampler's global row ((s*accum + a)*world + r)*B + b, so ranks read
+ * disjoint rows and opening at step s resumes exactly, in O(1). */
+typedef struct lf_loader lf_loader;
+typedef struct lf_loader_opts {
+    lf_split split;
+    lf_sampling sampling;
+    uint64_t seed;
+    uint32_t purpose;   /* RNG purpose of the rows (LF_RNG_DATA for training) */
+    int micro_batch;    /* B */
+    int block_size;     /* T */
+    int accum;          /* micro-batches per step */
+    int rank, world;    /* this rank of world ranks */
+    int prefetch;       /* steps made ahead by the thread (0..64); 0 = in the caller, no thread */
+} lf_loader_opts;
+
+/* split train, random sampling, LF_RNG_DATA, B = T = accum = 1, rank 0 of 1, prefetch 2 */
+lf_loader_opts lf_loader_opts_default(void);
+/* The global row index of (step, micro-batch, row) under o. */
+uint64_t lf_loader_row(const lf_loader_opts *o, uint64_t step, int micro, int b);
+/* Start at first_step. Refuses at once what every batch would (a split
+ * smaller than T+2, records sampling without an index, bad options). The
+ * dataset must outlive the loader. */
+lf_status lf_loader_open(lf_loader **out, const lf_dataset *ds, const lf_loader_opts *o, uint64_t first_step);
+/* The next step's accum*B*T inputs and targets (micro-batch a at offset
+ * a*B*T); *wait_s (may be NULL) = seconds this call waited for them. */
+lf_status lf_loader_next(lf_loader *l, int32_t *inputs, int32_t *targets, double *wait_s);
+/* The step the next lf_loader_next returns (the data cursor). */
+uint64_t lf_loader_step(const lf_loader *l);
+/* Seconds spent waiting in lf_loader_next so far. */
+double lf_loader_wait_total(const lf_loader *l);
+/* Passes over the split so far, all ranks together (packed: windows taken /
+ * windows per epoch; otherwise tokens taken / split tokens). */
+double lf_loader_epoch(const lf_loader *l);
+void lf_loader_close(lf_loader *l);
 
 #ifdef __cplusplus
 }

@@ -159,6 +159,8 @@ lf_status lf__tokenizer_spec_resolve(const char *spec, const char *base_dir, cha
 /* The file a resolved spec names, or NULL when its kind has none
  * (points into spec). */
 const char *lf__tokenizer_spec_file(const char *spec);
+/* The files a gpt2:DIR tokenizer reads from DIR: "encoder.json", "vocab.bpe". */
+extern const char *const lf__gpt2_files[2];
 
 /* ---------------------------------------------------------------- record readers (reader_jsonl.c) */
 /* The format a file name tells: .jsonl/.ndjson/.jsonlines -> JSONL, .json
@@ -194,13 +196,17 @@ lf_status lf__file_write_atomic(const char *path, const void *data, size_t len);
  * owned by the state, valid until the next call) or sets *eof; errors name
  * path and position (row, row group, tar member) and, with
  * opts->skip_bad_records, a bad record is counted through *skipped and
- * skipped instead; close() frees. Implemented by reader_csv.c
+ * skipped instead; close() frees; bytes_read() says how many bytes of the
+ * file have been consumed so far (for progress: the compressed bytes of a
+ * gzip stream, the furthest byte read of a Parquet file, the file's size
+ * once next() has reported the end). Implemented by reader_csv.c
  * (lf__csv_source), reader_parquet.c (lf__parquet_source) and reader_wds.c
  * (lf__wds_source). */
 typedef struct lf__record_source {
     lf_status (*open)(void **state, const char *path, const lf_reader_opts *opts);
     lf_status (*next)(void *state, lf_record *rec, int *eof, uint64_t *skipped);
     void (*close)(void *state);
+    uint64_t (*bytes_read)(const void *state);
 } lf__record_source;
 extern const lf__record_source lf__csv_source;
 extern const lf__record_source lf__parquet_source;

@@ -9,6 +9,13 @@
  * add up to the split's "tokens". Split names other than train/val are
  * ignored (later formats may add "test"); "train" is required.
  *
+ * A directory without dataset.json that holds llm.c token files (*.bin with
+ * llm.c's magic, the train split from names containing "train", val from
+ * names containing "val", each sorted by name) opens as a dataset too:
+ * version-1 files are GPT-2 tokens (vocab 50257, end-of-text 50256),
+ * version-2 files LLaMA-3 tokens (vocab 128256). llm.c records no tokenizer,
+ * so its spec is NULL until lf_dataset_set_tokenizer names one.
+ *
  * A split is the concatenation of its shards: token p of the split lives in
  * shard k with start[k] <= p < start[k+1]. The sampler copies each window
  * straight out of the mapped shards (u16 or u32, little-endian), crossing
@@ -18,6 +25,13 @@
  *   random:     s(r) = lf_rng_u64(seed, purpose, r) % (N - T)   (nanoGPT's
  *               torch.randint(len(data) - block_size))
  *   sequential: s(r) = (r * T) % (N - T - 1), computed without overflow
+ *   records:    s(r) = a record start drawn by lf_rng_u64(seed, purpose, r)
+ *   packed:     the split cut into W = (N-1)/T windows [wT, wT+T]; row r is
+ *               window perm_e(r mod W) of epoch e = r / W, where perm_e is a
+ *               pseudo-random permutation of 0..W-1 keyed by (seed, purpose,
+ *               e): a 6-round Feistel network on the smallest even number of
+ *               bits covering W, cycle-walked into range. It is evaluated per
+ *               row (no table), so any row, hence a resume, costs O(1).
  *   inputs[b][t]  = tok[s + t], targets[b][t] = tok[s + t + 1], or -1 where
  *   the loss mask of that target token is 0.
  */
@@ -27,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "data_impl.h"
 
@@ -50,6 +65,7 @@ struct lf_dataset {
     char *spec; /* tokenizer spec, paths resolved against the (absolute) dataset dir */
     int vocab_size;
     int eot;    /* end-of-text id from the manifest, -1 when absent */
+    int llmc;   /* opened from llm.c files (no dataset.json) */
     split_view splits[N_SPLITS];
 };
 
@@ -97,7 +113,10 @@ static lf_status open_split(lf_dataset *d, split_view *sp, const cJSON *js, cons
         if (st != LF_OK) return st;
         sp->n_shards = (size_t)i + 1;
         const lf_shard *s = sp->shards[i];
-        if (lf_shard_vocab_size(s) != (uint32_t)d->vocab_size)
+        if (lf_shard_is_llmc(s) && lf_shard_vocab_size(s) > (uint32_t)d->vocab_size)
+            return lf_fail(LF_ERR_MISMATCH, "dataset '%s': llm.c shard '%s' holds token %u, not below vocab_size %d",
+                           d->dir, lf__shard_path(s), (unsigned)lf_shard_vocab_size(s) - 1, d->vocab_size);
+        if (!lf_shard_is_llmc(s) && lf_shard_vocab_size(s) != (uint32_t)d->vocab_size)
             return lf_fail(LF_ERR_MISMATCH, "dataset '%s': shard '%s' has vocab_size %u, dataset.json says %d", d->dir,
                            lf__shard_path(s), (unsigned)lf_shard_vocab_size(s), d->vocab_size);
         sp->start[i + 1] = sp->start[i] + lf_shard_num_tokens(s);
@@ -109,6 +128,115 @@ static lf_status open_split(lf_dataset *d, split_view *sp, const cJSON *js, cons
                        (unsigned long long)want, sp->n_tokens);
     return LF_OK;
 }
+
+/* ---------------------------------------------------------------- llm.c directories */
+static int is_llmc_file(const char *path) {
+    unsigned char h[4];
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int ok = fread(h, 1, 4, f) == 4 && lf__ld_u32le(h) == LF_LLMC_MAGIC;
+    fclose(f);
+    return ok;
+}
+
+/* d->dir has no dataset.json: open its llm.c files (LF_ERR_NOT_FOUND when
+ * there are none, so the caller reports the missing manifest). */
+static lf_status open_llmc_dir(lf_dataset *d) {
+    char **names = NULL;
+    size_t n = 0;
+    lf_status st = lf__list_dir_sorted(d->dir, 1, &names, &n);
+    if (st != LF_OK) return LF_ERR_NOT_FOUND; /* the caller's manifest error says why */
+    size_t cnt[N_SPLITS] = {0, 0};
+    char **paths = calloc(n ? n : 1, sizeof *paths);
+    int *which = calloc(n ? n : 1, sizeof *which);
+    if (!paths || !which) {
+        st = lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory", d->dir);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        which[i] = -1;
+        if (len < 5 || strcmp(names[i] + len - 4, ".bin") != 0) continue;
+        int s = strstr(names[i], "train") ? LF_SPLIT_TRAIN : strstr(names[i], "val") ? LF_SPLIT_VAL : -1;
+        if (s < 0) continue;
+        if (!(paths[i] = lf__path_join(d->dir, names[i]))) {
+            st = lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory", d->dir);
+            goto done;
+        }
+        if (!is_llmc_file(paths[i])) continue;
+        which[i] = s;
+        cnt[s]++;
+    }
+    if (cnt[LF_SPLIT_TRAIN] == 0) {
+        st = cnt[LF_SPLIT_VAL] ? lf_fail(LF_ERR_FORMAT, "dataset '%s': llm.c files for 'val' but none with \"train\" in "
+                                         "its name", d->dir)
+                               : LF_ERR_NOT_FOUND;
+        goto done;
+    }
+    d->eot = -1;
+    for (int s = 0; s < N_SPLITS; s++) {
+        split_view *sp = &d->splits[s];
+        if (!cnt[s]) continue;
+        sp->present = 1;
+        sp->shards = calloc(cnt[s], sizeof *sp->shards);
+        sp->start = calloc(cnt[s] + 1, sizeof *sp->start);
+        if (!sp->shards || !sp->start) {
+            st = lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory", d->dir);
+            goto done;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (which[i] != s) continue;
+            lf_shard *sh = NULL;
+            if ((st = lf_shard_open(&sh, paths[i], 0)) != LF_OK) goto done;
+            sp->shards[sp->n_shards++] = sh;
+            sp->start[sp->n_shards] = sp->start[sp->n_shards - 1] + lf_shard_num_tokens(sh);
+            /* version 1 = GPT-2 (u16), version 2 = LLaMA-3 (u32) */
+            int V = lf__shard_bytes_per_token(sh) == 2 ? 50257 : 128256;
+            if (d->vocab_size && d->vocab_size != V) {
+                st = lf_fail(LF_ERR_MISMATCH, "dataset '%s': llm.c file '%s' is version %d, others are not", d->dir,
+                             names[i], V == 50257 ? 1 : 2);
+                goto done;
+            }
+            d->vocab_size = V;
+            d->eot = V == 50257 ? 50256 : -1;
+            if (lf_shard_vocab_size(sh) > (uint32_t)V) {
+                st = lf_fail(LF_ERR_MISMATCH, "dataset '%s': llm.c file '%s' holds token %u, not below vocab_size %d",
+                             d->dir, names[i], (unsigned)lf_shard_vocab_size(sh) - 1, V);
+                goto done;
+            }
+        }
+        sp->n_tokens = sp->start[sp->n_shards];
+    }
+    d->llmc = 1;
+done:
+    for (size_t i = 0; i < n && paths; i++) free(paths[i]);
+    free(paths);
+    free(which);
+    lf__free_names(names, n);
+    return st;
+}
+
+lf_status lf_dataset_set_tokenizer(lf_dataset *d, const char *spec) {
+    if (!d || !spec || !*spec) return lf_fail(LF_ERR_INVALID_ARG, "lf_dataset_set_tokenizer: empty spec");
+    if (d->spec) {
+        if (strcmp(d->spec, spec) == 0) return LF_OK;
+        return lf_fail(LF_ERR_CONFIG, "dataset '%s' names its tokenizer '%s'; another one ('%s') cannot replace it",
+                       d->dir, d->spec, spec);
+    }
+    lf_tokenizer *tok = NULL;
+    lf_status st = lf_tokenizer_open(&tok, spec, NULL);
+    if (st != LF_OK) return st;
+    int V = lf_tokenizer_vocab_size(tok);
+    lf_tokenizer_free(tok);
+    if (V != d->vocab_size)
+        return lf_fail(LF_ERR_MISMATCH, "tokenizer '%s' has %d tokens, dataset '%s' has vocab_size %d", spec, V, d->dir,
+                       d->vocab_size);
+    if (!(d->spec = malloc(strlen(spec) + 1))) return lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory", d->dir);
+    strcpy(d->spec, spec);
+    return LF_OK;
+}
+
+int lf_dataset_is_llmc(const lf_dataset *d) { return d ? d->llmc : 0; }
 
 lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_dataset_open: out is NULL");
@@ -125,6 +253,19 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
         goto fail;
     }
     strcpy(d->dir, dir);
+    if (access(mpath, F_OK) != 0 && errno == ENOENT) {
+        lf_status lst = open_llmc_dir(d);
+        if (lst == LF_OK) {
+            free(mpath);
+            *out = d;
+            return LF_OK;
+        }
+        if (lst != LF_ERR_NOT_FOUND) {
+            st = lst;
+            goto fail;
+        }
+        for (int s = 0; s < N_SPLITS; s++) d->splits[s].present = 0;
+    }
     if ((st = lf_file_read_all(mpath, MANIFEST_MAX_BYTES, &buf, &len)) != LF_OK) {
         lf_error_prefix("dataset '%s'", dir);
         goto fail;
@@ -194,6 +335,37 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
             st = lf_fail(LF_ERR_CHECKSUM, "dataset '%s': tokenizer file '%s' has sha256 %s, key 'tokenizer.sha256' says %s",
                          dir, tfile, got, sha->valuestring);
             goto fail;
+        }
+    }
+
+    /* gpt2:DIR: each file against tokenizer.files */
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(tok, "files");
+    if (files && !cJSON_IsObject(files)) {
+        st = lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key 'tokenizer.files' must be an object", mpath);
+        goto fail;
+    }
+    if (files && strncmp(d->spec, "gpt2:", 5) == 0) {
+        const cJSON *f;
+        cJSON_ArrayForEach(f, files) {
+            if (!cJSON_IsString(f)) {
+                st = lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key 'tokenizer.files.%s' must be a string", mpath,
+                             f->string);
+                goto fail;
+            }
+            if (strcmp(f->string, lf__gpt2_files[0]) && strcmp(f->string, lf__gpt2_files[1])) continue;
+            char got[65], *fp = lf__path_join(d->spec + 5, f->string);
+            if (!fp) {
+                st = lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory", dir);
+                goto fail;
+            }
+            st = lf_sha256_file_hex(fp, got);
+            if (st == LF_OK && strcmp(got, f->valuestring) != 0)
+                st = lf_fail(LF_ERR_CHECKSUM, "dataset '%s': tokenizer file '%s' has sha256 %s, key "
+                             "'tokenizer.files.%s' says %s", dir, fp, got, f->string, f->valuestring);
+            else if (st != LF_OK)
+                lf_error_prefix("dataset '%s': tokenizer", dir);
+            free(fp);
+            if (st != LF_OK) goto fail;
         }
     }
 
@@ -349,13 +521,51 @@ lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T) {
     return LF_OK;
 }
 
+/* ---------------------------------------------------------------- packed epochs */
+/* Round function of the Feistel network: `half` bits of Philox output. */
+static uint64_t feistel_f(uint64_t seed, uint32_t purpose, uint64_t epoch, int round, uint64_t x, uint64_t mask) {
+    return lf_rng_u64(seed, purpose, lf_rng_mix(lf_rng_mix(epoch, (uint64_t)round + 1), x)) & mask;
+}
+
+/* Position of i (< n) under the permutation of 0..n-1 keyed by (seed, purpose, epoch). */
+static uint64_t permute(uint64_t i, uint64_t n, uint64_t seed, uint32_t purpose, uint64_t epoch) {
+    if (n <= 1) return 0;
+    int bits = 2;
+    while (bits < 64 && (UINT64_C(1) << bits) < n) bits += 2; /* an even number of bits covering n */
+    const int half = bits / 2;
+    const uint64_t mask = (UINT64_C(1) << half) - 1;
+    uint64_t x = i;
+    do { /* cycle walking: the domain is < 4n, so a few rounds on average */
+        uint64_t l = x >> half, r = x & mask;
+        for (int k = 0; k < 6; k++) {
+            uint64_t t = l ^ feistel_f(seed, purpose, epoch, k, r, mask);
+            l = r;
+            r = t;
+        }
+        x = l << half | r;
+    } while (x >= n);
+    return x;
+}
+
+uint64_t lf_dataset_packed_windows(const lf_dataset *d, lf_split split, int T) {
+    if (!d || (int)split < 0 || (int)split >= N_SPLITS || T < 1 || !d->splits[split].present) return 0;
+    uint64_t N = d->splits[split].n_tokens;
+    return N > 1 ? (N - 1) / (uint64_t)T : 0;
+}
+
+uint64_t lf_dataset_packed_window(uint64_t row, uint64_t n_windows, uint64_t seed, uint32_t purpose) {
+    if (n_windows == 0) return 0;
+    return permute(row % n_windows, n_windows, seed, purpose, row / n_windows);
+}
+
 lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling sampling, uint64_t seed,
                                uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs,
                                int32_t *targets) {
     if (!d || !inputs || !targets) return lf_fail(LF_ERR_INVALID_ARG, "lf_dataset_get_batch: NULL argument");
     if ((int)split < 0 || (int)split >= N_SPLITS)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': unknown split %d", d->dir, (int)split);
-    if (sampling != LF_SAMPLING_RANDOM && sampling != LF_SAMPLING_SEQUENTIAL && sampling != LF_SAMPLING_RECORDS)
+    if (sampling != LF_SAMPLING_RANDOM && sampling != LF_SAMPLING_SEQUENTIAL && sampling != LF_SAMPLING_RECORDS &&
+        sampling != LF_SAMPLING_PACKED)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': unknown sampling mode %d", d->dir, (int)sampling);
     if (B < 1 || T < 1)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': batch size %d and block_size %d must be positive", d->dir, B, T);
@@ -375,7 +585,8 @@ lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling 
         uint64_t s;
         if (sampling == LF_SAMPLING_RANDOM) s = lf_rng_u64(seed, purpose, r) % (N - TT);
         else if (sampling == LF_SAMPLING_SEQUENTIAL) s = mulmod_u64(r, TT, N - TT - 1);
-        else s = sp->rec_start[lf_rng_u64(seed, purpose, r) % sp->n_rec];
+        else if (sampling == LF_SAMPLING_RECORDS) s = sp->rec_start[lf_rng_u64(seed, purpose, r) % sp->n_rec];
+        else s = lf_dataset_packed_window(r, (N - 1) / TT, seed, purpose) * TT;
         copy_tokens(sp, (size_t)s, (size_t)T, inputs + (size_t)b * (size_t)T, 0);
         copy_tokens(sp, (size_t)s + 1, (size_t)T, targets + (size_t)b * (size_t)T, 1);
     }

@@ -4,39 +4,71 @@
  * include/llmforge/data.h ("preparation from records"), user guide in
  * docs/data.md.
  *
+ * Pipeline (pass 2; "char" first builds its vocabulary in pass 1):
+ *
+ *   calling thread: read records in order into batch k+1 ... help encode k,
+ *                   wait for k, write k in order, hand k+1 to the pool
+ *   pool (n_threads - 1 POSIX threads): encode the records of batch k
+ *
+ * Two batches alternate: while the pool encodes one, the calling thread
+ * fills the other. A batch holds copies of its records' strings (an arena
+ * of offsets), the messages of records the reader skipped (in their place,
+ * so skips are reported in input order), and per record the encoding
+ * thread's result: the ids, the mask, the split, or the message of a bad
+ * record. Records are claimed from an atomic counter; a record of
+ * LF_PREPARE_LARGE_RECORD_BYTES or more is left to the calling thread, which
+ * encodes it with lf_tokenizer_encode_parallel on all threads once the pool
+ * is idle. The batch is then committed by the calling thread alone, in input
+ * order, so shards, counts, skip messages and the first error are those of
+ * a run on one thread (n_threads = 1 runs the same code without a pool).
+ * The SHA-256 of each source (dataset.json) is one more read of the input:
+ * with a pool a thread of its own computes it meanwhile, else it follows.
+ *
  * Invariants:
- *  - Memory: one record at a time from the readers; per split one buffer of
- *    at most shard_tokens tokens (and mask bytes in fine-tuning mode), which
- *    is written out as a shard whenever it fills. A record's tokens may
- *    continue in the next shard of its split; the sampler reads a split as
- *    the concatenation of its shards, so nothing is lost at the cut.
+ *  - Memory: two batches (LF_PREPARE_BATCH_BYTES of text per thread, capped
+ *    at MAX_BATCH_BYTES; a batch takes at least one record, whatever its
+ *    size) with their ids, one streaming shard writer per split
+ *    (lf_split_writer: fixed buffers), the readers' buffers and the
+ *    tokenizer. Never the input nor a whole shard.
  *  - Fine-tuning layout per record: ids(prompt) with mask 0, then
  *    ids(response) and the end-of-text id with mask 1. The batch sampler
  *    turns a target whose mask is 0 into -1, so the loss covers exactly the
- *    response and its end-of-text.
+ *    response and its end-of-text. A record's tokens may continue in the
+ *    next shard of its split; the sampler reads a split as the concatenation
+ *    of its shards, so nothing is lost at the cut.
  *  - The split of a record is a function of its content alone (split.c).
- *  - Output order: shards, then (for "char"/"char:FILE") vocab.json was
- *    written before encoding, then dataset.json last; each file is written
- *    to a temporary name, fsynced and renamed, so a dataset.json on disk
- *    always describes complete files. Shards left by an earlier run in the
- *    same directory are not deleted; dataset.json names the current ones.
+ *  - Output order: a dataset.json already in out_dir is removed before the
+ *    first file of this run is written there (vocab.json or a shard), the
+ *    shards are written as records arrive, and dataset.json comes last; each
+ *    file is written to a temporary name, fsynced and renamed. On failure
+ *    the shards this run finished are removed and no dataset.json is
+ *    written, so a dataset.json on disk always describes complete files of
+ *    one run. Shards left by an earlier run and not overwritten stay;
+ *    dataset.json names the current ones.
  *  - "char" builds its vocabulary in a first pass over the inputs (the same
  *    readers with the same options, so the same records are skipped), then
  *    encodes in a second. Skipped records are reported from the second pass
  *    only.
- *  - Nothing here prints; skipped records go to opts->on_skip.
+ *  - Nothing here prints; skipped records go to opts->on_skip and progress
+ *    to opts->progress, both on the calling thread.
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "data_impl.h"
 
 #define N_CODE_POINTS 0x110000u
 #define VOCAB_FILE_MAX_BYTES ((size_t)64 << 20)
+#define MAX_BATCH_BYTES ((size_t)64 << 20)
+#define PROGRESS_EVERY ((uint64_t)1 << 20) /* pass 1: report every MiB read */
+#define NO_KEY SIZE_MAX
 
 static const char *const g_split_names[LF_PREPARE_N_SPLITS] = {"train", "val", "test"};
 
@@ -68,13 +100,6 @@ int lf_tokenizer_eot(const lf_tokenizer *t) {
 }
 
 /* ---------------------------------------------------------------- state */
-typedef struct split_buf {
-    uint32_t *tok;   /* (cap) */
-    uint8_t *mask;   /* (cap) fine-tuning only */
-    size_t n, cap;
-    uint64_t shards, records, tokens, targets;
-} split_buf;
-
 typedef struct source {
     char *path;
     lf_input_format fmt;     /* as resolved by the reader */
@@ -82,24 +107,81 @@ typedef struct source {
     char sha256[65];
 } source;
 
+enum { ITEM_RECORD = 0, ITEM_SKIP = 1 };
+
+/* One record (or one message of a record the reader skipped) of a batch. */
+typedef struct item {
+    uint32_t src;            /* index in prep.src */
+    uint8_t kind;            /* ITEM_RECORD, ITEM_SKIP */
+    uint8_t large;           /* encoded by the calling thread on all threads */
+    uint64_t line;
+    size_t a_off, a_len;     /* text (pretraining) or prompt, in the arena, then a NUL */
+    size_t b_off, b_len;     /* fine-tuning: the response, right after the prompt's NUL */
+    size_t ka_off, kb_off;   /* field names in the arena, NO_KEY when none; ITEM_SKIP: ka_off = message */
+    /* set by the encoding thread */
+    lf_status st;            /* LF_OK, or a fatal error (msg) */
+    int bad;                 /* a bad record to skip (msg) */
+    char *msg;               /* malloc'd */
+    int split;
+    uint32_t *ids;           /* lf_alloc'd; pretraining: ids(text); fine-tuning: prompt, response, eot */
+    uint8_t *mask;           /* malloc'd; fine-tuning: 0 on the prompt, 1 after */
+    size_t n, targets;
+} item;
+
+typedef struct batch {
+    item *it;
+    size_t n, cap;
+    char *arena;
+    size_t alen, acap;
+    size_t bytes;            /* strings + sizeof(item) per item */
+    uint64_t bytes_at;       /* input position (over all passes) after its last record */
+    atomic_size_t next;      /* next item to claim */
+} batch;
+
+struct prep;
+
+/* Helper threads: wait for a batch, encode records from it until none is
+ * left, report idle. */
+typedef struct pool {
+    struct prep *p;
+    pthread_t *th;
+    int n_th;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, idle;
+    batch *cur;              /* the batch being encoded, NULL when none */
+    uint64_t gen;            /* incremented per batch handed out */
+    int busy;                /* threads inside a batch */
+    int stop;
+} pool;
+
 typedef struct prep {
     const lf_prepare_opts *o;
     const char *out_dir;
     size_t shard_tokens;
+    int n_threads;
+    size_t batch_bytes;
     double w[LF_PREPARE_N_SPLITS];
     source *src;             /* the expanded list of files */
     size_t n_src, cap_src;
-    uint64_t bytes_total, bytes_done;
-    int passes;
+    uint64_t bytes_total, bytes_base; /* bytes_base: sizes of the files (and passes) finished */
+    int pass, passes;
+    double t0;
     lf_tokenizer *tok;
     int V, eot, sft;
-    split_buf sp[LF_PREPARE_N_SPLITS];
-    char *key;               /* split key scratch */
-    size_t key_cap;
+    lf_split_writer *sw[LF_PREPARE_N_SPLITS];
+    uint64_t records[LF_PREPARE_N_SPLITS], targets[LF_PREPARE_N_SPLITS];
+    int retired;             /* the earlier dataset.json was removed */
+    batch b[2];
+    batch *fill;             /* being filled by the calling thread */
+    batch *inflight;         /* handed to the pool, not yet committed */
+    pool *pl;                /* NULL with one thread */
+    uint32_t cur_src;        /* the source being read (for reader skips) */
+    lf_status fill_err;      /* an error inside the reader's skip callback */
     uint64_t skipped;
     char first_skip[512];
     char *spec_out;          /* spec written to dataset.json */
     char tok_sha[65];        /* "" when the tokenizer names no single file */
+    char tok_file_sha[2][65];/* gpt2:DIR: SHA-256 of DIR/encoder.json and DIR/vocab.bpe ("" otherwise) */
 } prep;
 
 lf_prepare_opts lf_prepare_opts_default(void) {
@@ -210,18 +292,53 @@ static lf_reader_opts reader_opts(const prep *p) {
     return ro;
 }
 
-static void progress(prep *p, uint64_t done) {
-    if (p->o->progress) p->o->progress(done, p->bytes_total * (uint64_t)p->passes, p->o->progress_user);
+static void progress(prep *p, uint64_t done, int finished) {
+    if (!p->o->progress) return;
+    lf_prepare_progress g;
+    memset(&g, 0, sizeof g);
+    g.bytes_total = p->bytes_total * (uint64_t)p->passes;
+    g.bytes_done = done < g.bytes_total ? done : g.bytes_total;
+    for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
+        g.records += p->records[s];
+        g.tokens += lf_split_writer_num_tokens(p->sw[s]);
+    }
+    g.skipped = p->skipped;
+    g.seconds = lf_time_now() - p->t0;
+    g.pass = p->pass;
+    g.passes = p->passes;
+    g.done = finished;
+    p->o->progress(&g, p->o->progress_user);
+}
+
+/* The input position over all passes: the files finished plus the part of
+ * the current one its reader has consumed (never more than its size). */
+static uint64_t position(const prep *p, const lf_reader *r, const source *s) {
+    uint64_t at = r ? lf_reader_bytes_read(r) : 0;
+    return p->bytes_base + (at < s->bytes ? at : s->bytes);
+}
+
+/* Remove the dataset.json of an earlier run before the first file of this
+ * one is written into out_dir: from then on it would describe files that
+ * are being replaced. */
+static lf_status retire_manifest(prep *p) {
+    if (p->retired) return LF_OK;
+    char *path = lf__path_join(p->out_dir, "dataset.json");
+    if (!path) return lf_fail(LF_ERR_NOMEM, "out of memory");
+    lf_status st = LF_OK;
+    if (unlink(path) != 0 && errno != ENOENT)
+        st = lf_fail(LF_ERR_IO, "prepare: cannot remove the earlier '%s': %s", path, strerror(errno));
+    free(path);
+    if (st == LF_OK) p->retired = 1;
+    return st;
 }
 
 /* ---------------------------------------------------------------- skipped records */
-static void note_skip(prep *p, const char *msg) {
+static void note_skip(prep *p, source *src, const char *msg) {
     if (p->skipped == 0) snprintf(p->first_skip, sizeof p->first_skip, "%s", msg);
     p->skipped++;
+    src->skipped++;
     if (p->o->on_skip) p->o->on_skip(msg, p->o->on_skip_user);
 }
-
-static void on_reader_skip(const char *msg, void *user) { note_skip(user, msg); }
 
 /* ---------------------------------------------------------------- pass 1: character vocabulary */
 static void mark_chars(uint8_t *seen, const char *s, size_t n) {
@@ -248,8 +365,11 @@ static lf_status build_char_vocab(prep *p) {
     lf_reader *r = NULL;
     if (!seen) return lf_fail(LF_ERR_NOMEM, "out of memory building a character vocabulary");
     lf_reader_opts ro = reader_opts(p);
+    p->pass = 1;
     for (size_t i = 0; i < p->n_src && st == LF_OK; i++) {
-        if ((st = lf_reader_open(&r, p->src[i].path, &ro)) != LF_OK) break;
+        source *s = &p->src[i];
+        if ((st = lf_reader_open(&r, s->path, &ro)) != LF_OK) break;
+        uint64_t last = 0;
         for (;;) {
             lf_record rec;
             int eof;
@@ -257,9 +377,14 @@ static lf_status build_char_vocab(prep *p) {
             if (rec.text) mark_chars(seen, rec.text, rec.text_len);
             if (rec.prompt) mark_chars(seen, rec.prompt, rec.prompt_len);
             if (rec.response) mark_chars(seen, rec.response, rec.response_len);
+            uint64_t at = position(p, r, s);
+            if (at - last >= PROGRESS_EVERY) {
+                last = at;
+                progress(p, at, 0);
+            }
         }
-        p->bytes_done += lf_reader_bytes_read(r);
-        progress(p, p->bytes_done);
+        p->bytes_base += s->bytes;
+        progress(p, p->bytes_base, 0);
         lf_reader_close(r);
         r = NULL;
     }
@@ -280,6 +405,7 @@ static lf_status build_char_vocab(prep *p) {
         st = lf_fail(LF_ERR_NOMEM, "out of memory building a character vocabulary");
         goto done;
     }
+    if ((st = retire_manifest(p)) != LF_OK) goto done;
     if ((st = lf__file_write_atomic(path, json, strlen(json))) != LF_OK) goto done;
     lf_sha256_hex(json, strlen(json), p->tok_sha);
 done:
@@ -311,7 +437,7 @@ static lf_status copy_char_vocab(prep *p, const char *file) {
         lf_error_prefix("char vocabulary '%s'", file);
         goto done;
     }
-    if (!(a && b && strcmp(a, b) == 0)) st = lf__file_write_atomic(dst, buf, len);
+    if (!(a && b && strcmp(a, b) == 0) && (st = retire_manifest(p)) == LF_OK) st = lf__file_write_atomic(dst, buf, len);
     if (st == LF_OK) lf_sha256_hex(buf, len, p->tok_sha);
 done:
     lf_free(buf);
@@ -347,6 +473,14 @@ static lf_status record_spec(prep *p, const char *spec) {
     p->spec_out = s;
     struct stat sb;
     if (stat(abs, &sb) == 0 && S_ISREG(sb.st_mode)) st = lf_sha256_file_hex(abs, p->tok_sha);
+    if (stat(abs, &sb) == 0 && S_ISDIR(sb.st_mode) && strncmp(spec, "gpt2:", 5) == 0) {
+        /* the GPT-2 files, each hashed (dataset.json "tokenizer.files") */
+        for (int i = 0; i < 2 && st == LF_OK; i++) {
+            char *f = lf__path_join(abs, lf__gpt2_files[i]);
+            st = f ? lf_sha256_file_hex(f, p->tok_file_sha[i]) : lf_fail(LF_ERR_NOMEM, "out of memory");
+            free(f);
+        }
+    }
 done:
     free(abs);
     free(od);
@@ -379,150 +513,389 @@ static lf_status open_tokenizer(prep *p) {
     return LF_OK;
 }
 
-/* ---------------------------------------------------------------- shards */
-static char *shard_name(int s, uint64_t k) {
-    char name[64];
-    snprintf(name, sizeof name, "%s_%03llu.bin", g_split_names[s], (unsigned long long)k);
-    char *r = malloc(strlen(name) + 1);
-    if (r) strcpy(r, name);
-    return r;
-}
-
-static lf_status flush_split(prep *p, int s) {
-    split_buf *b = &p->sp[s];
-    if (b->n == 0) return LF_OK;
-    char *name = shard_name(s, b->shards), *path = name ? lf__path_join(p->out_dir, name) : NULL;
-    lf_status st = path ? lf_shard_write(path, b->tok, p->sft ? b->mask : NULL, b->n, (uint32_t)p->V)
-                        : lf_fail(LF_ERR_NOMEM, "out of memory");
-    free(name);
-    free(path);
-    if (st != LF_OK) return st;
-    b->shards++;
-    b->n = 0;
-    return LF_OK;
-}
-
-/* Append ids with one mask value, cutting shards at exactly shard_tokens. */
-static lf_status push(prep *p, int s, const uint32_t *ids, size_t n, uint8_t m) {
-    split_buf *b = &p->sp[s];
-    b->tokens += n;
-    if (m) b->targets += n;
-    while (n > 0) {
-        if (b->n == p->shard_tokens) {
-            lf_status st = flush_split(p, s);
-            if (st != LF_OK) return st;
-        }
-        size_t room = p->shard_tokens - b->n, take = n < room ? n : room;
-        if (b->n + take > b->cap) {
-            size_t cap = b->cap ? b->cap : 1 << 16;
-            while (cap < b->n + take) cap *= 2;
-            if (cap > p->shard_tokens) cap = p->shard_tokens;
-            uint32_t *t = realloc(b->tok, cap * sizeof *t);
-            if (!t) return lf_fail(LF_ERR_NOMEM, "out of memory buffering %zu tokens", cap);
-            b->tok = t;
-            if (p->sft) {
-                uint8_t *mm = realloc(b->mask, cap);
-                if (!mm) return lf_fail(LF_ERR_NOMEM, "out of memory buffering %zu tokens", cap);
-                b->mask = mm;
-            }
-            b->cap = cap;
-        }
-        memcpy(b->tok + b->n, ids, take * sizeof *ids);
-        if (p->sft) memset(b->mask + b->n, m, take);
-        b->n += take;
-        ids += take;
-        n -= take;
+/* ---------------------------------------------------------------- batches */
+static void batch_reset(prep *p, batch *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        lf_free(b->it[i].ids);
+        free(b->it[i].mask);
+        free(b->it[i].msg);
     }
+    b->n = 0;
+    b->alen = 0;
+    b->bytes = 0;
+    atomic_store(&b->next, 0);
+    /* a huge record grew the arena: give it back rather than keep it */
+    if (b->acap > 2 * p->batch_bytes + ((size_t)1 << 20)) {
+        free(b->arena);
+        b->arena = NULL;
+        b->acap = 0;
+    }
+}
+
+static void batch_free(batch *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        lf_free(b->it[i].ids);
+        free(b->it[i].mask);
+        free(b->it[i].msg);
+    }
+    free(b->it);
+    free(b->arena);
+    memset(b, 0, sizeof *b);
+}
+
+/* A new zeroed item (its strings not yet placed). */
+static item *batch_item(batch *b) {
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 256;
+        item *ni = realloc(b->it, cap * sizeof *ni);
+        if (!ni) return NULL;
+        b->it = ni;
+        b->cap = cap;
+    }
+    item *it = &b->it[b->n++];
+    memset(it, 0, sizeof *it);
+    it->ka_off = it->kb_off = NO_KEY;
+    b->bytes += sizeof *it;
+    return it;
+}
+
+/* Copy s[0, n) and a NUL into the arena; *off is where it starts. */
+static int arena_put(batch *b, const char *s, size_t n, size_t *off) {
+    if (n + 1 > b->acap - b->alen) {
+        size_t cap = b->acap ? b->acap : (size_t)1 << 16;
+        while (cap - b->alen < n + 1) {
+            if (cap > SIZE_MAX / 2) return -1;
+            cap *= 2;
+        }
+        char *na = realloc(b->arena, cap);
+        if (!na) return -1;
+        b->arena = na;
+        b->acap = cap;
+    }
+    *off = b->alen;
+    if (n) memcpy(b->arena + b->alen, s, n);
+    b->arena[b->alen + n] = 0;
+    b->alen += n + 1;
+    b->bytes += n + 1;
+    return 0;
+}
+
+static lf_status batch_add_record(prep *p, batch *b, const lf_record *rec) {
+    item *it = batch_item(b);
+    if (!it) return lf_fail(LF_ERR_NOMEM, "out of memory gathering records");
+    it->src = p->cur_src;
+    it->kind = ITEM_RECORD;
+    it->line = rec->line;
+    int bad = 0;
+    const char *ka = p->sft ? rec->prompt_key : rec->text_key;
+    if (p->sft) {
+        /* prompt, NUL, response: the split key is the bytes between */
+        bad |= arena_put(b, rec->prompt, rec->prompt_len, &it->a_off);
+        bad |= arena_put(b, rec->response, rec->response_len, &it->b_off);
+        it->a_len = rec->prompt_len;
+        it->b_len = rec->response_len;
+        if (rec->response_key) bad |= arena_put(b, rec->response_key, strlen(rec->response_key), &it->kb_off);
+    } else {
+        bad |= arena_put(b, rec->text, rec->text_len, &it->a_off);
+        it->a_len = rec->text_len;
+    }
+    if (ka) bad |= arena_put(b, ka, strlen(ka), &it->ka_off);
+    if (bad) return lf_fail(LF_ERR_NOMEM, "out of memory gathering records (%zu bytes)", b->alen);
+    it->large = p->n_threads > 1 && it->a_len + it->b_len >= LF_PREPARE_LARGE_RECORD_BYTES;
     return LF_OK;
+}
+
+/* The reader skipped a record: keep its message in its place. */
+static void on_reader_skip(const char *msg, void *user) {
+    prep *p = user;
+    batch *b = p->fill;
+    item *it = batch_item(b);
+    if (!it || arena_put(b, msg, strlen(msg), &it->ka_off) != 0) {
+        if (it) b->n--;
+        if (p->fill_err == LF_OK) p->fill_err = lf_fail(LF_ERR_NOMEM, "out of memory noting a skipped record");
+        return;
+    }
+    it->src = p->cur_src;
+    it->kind = ITEM_SKIP;
+}
+
+/* ---------------------------------------------------------------- encoding (any thread) */
+/* Encode one field of an item. A failure that makes the record bad sets
+ * it->msg ("FILE:LINE: field 'F': ...") and it->bad (skip_bad_records) or
+ * it->st; other failures (memory, internal) set it->st. */
+static int encode_field(const prep *p, const batch *b, item *it, const char *s, size_t n, size_t key_off,
+                        int n_threads, uint32_t **ids, size_t *m) {
+    lf_status st = lf_tokenizer_encode_parallel(p->tok, s, n, NULL, n_threads, ids, m);
+    if (st == LF_OK) return 0;
+    char msg[1024];
+    const source *src = &p->src[it->src];
+    if (st == LF_ERR_NOMEM || st == LF_ERR_INVALID_ARG || st == LF_ERR_INTERNAL) {
+        snprintf(msg, sizeof msg, "%s", lf_last_error());
+        it->st = st;
+    } else {
+        if (key_off != NO_KEY)
+            snprintf(msg, sizeof msg, "%s:%llu: field '%s': %s", src->path, (unsigned long long)it->line,
+                     b->arena + key_off, lf_last_error());
+        else
+            snprintf(msg, sizeof msg, "%s:%llu: %s", src->path, (unsigned long long)it->line, lf_last_error());
+        if (p->o->skip_bad_records) it->bad = 1;
+        else it->st = LF_ERR_FORMAT;
+    }
+    it->msg = strdup(msg);
+    if (!it->msg) it->st = LF_ERR_NOMEM;
+    return -1;
+}
+
+static void encode_item(const prep *p, const batch *b, item *it, int n_threads) {
+    const char *a = b->arena + it->a_off;
+    uint32_t *ia = NULL, *ib = NULL;
+    size_t na = 0, nb = 0;
+    if (encode_field(p, b, it, a, it->a_len, it->ka_off, n_threads, &ia, &na) != 0) return;
+    size_t klen = it->a_len;
+    if (p->sft) {
+        if (encode_field(p, b, it, b->arena + it->b_off, it->b_len, it->kb_off, n_threads, &ib, &nb) != 0) {
+            lf_free(ia);
+            return;
+        }
+        klen = it->a_len + 1 + it->b_len; /* prompt 0x00 response, contiguous in the arena */
+    }
+    it->split = lf__split_pick(lf__split_unit(a, klen), p->w);
+    if (!p->sft) {
+        it->ids = ia; /* the end-of-text is appended at commit */
+        it->n = na;
+        it->targets = na + 1;
+        return;
+    }
+    size_t n = na + nb + 1;
+    it->ids = lf_alloc(n * sizeof *it->ids);
+    it->mask = malloc(n);
+    if (!it->ids || !it->mask) {
+        it->st = LF_ERR_NOMEM;
+        it->msg = strdup("out of memory joining a prompt and its response");
+    } else {
+        if (na) memcpy(it->ids, ia, na * sizeof *ia);
+        if (nb) memcpy(it->ids + na, ib, nb * sizeof *ib);
+        it->ids[na + nb] = (uint32_t)p->eot;
+        memset(it->mask, 0, na);
+        memset(it->mask + na, 1, nb + 1);
+        it->n = n;
+        it->targets = nb + 1;
+    }
+    lf_free(ia);
+    lf_free(ib);
+}
+
+/* Claim and encode records until none is left (large ones are skipped:
+ * the calling thread encodes them on all threads afterwards). */
+static void encode_batch(const prep *p, batch *b) {
+    for (;;) {
+        size_t i = atomic_fetch_add(&b->next, 1);
+        if (i >= b->n) break;
+        item *it = &b->it[i];
+        if (it->kind == ITEM_RECORD && !it->large) encode_item(p, b, it, 1);
+    }
+}
+
+/* ---------------------------------------------------------------- pool */
+static void *pool_main(void *arg) {
+    pool *pl = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        while (!pl->stop && (!pl->cur || pl->gen == seen)) pthread_cond_wait(&pl->wake, &pl->mu);
+        if (pl->stop) break;
+        batch *b = pl->cur;
+        seen = pl->gen;
+        pl->busy++;
+        pthread_mutex_unlock(&pl->mu);
+        encode_batch(pl->p, b);
+        pthread_mutex_lock(&pl->mu);
+        if (--pl->busy == 0) pthread_cond_broadcast(&pl->idle);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+static void pool_free(pool *pl) {
+    if (!pl) return;
+    pthread_mutex_lock(&pl->mu);
+    pl->stop = 1;
+    pthread_cond_broadcast(&pl->wake);
+    pthread_mutex_unlock(&pl->mu);
+    for (int i = 0; i < pl->n_th; i++) pthread_join(pl->th[i], NULL);
+    pthread_cond_destroy(&pl->wake);
+    pthread_cond_destroy(&pl->idle);
+    pthread_mutex_destroy(&pl->mu);
+    free(pl->th);
+    free(pl);
+}
+
+/* n helper threads; NULL (and no error) when none could be started: the
+ * calling thread then does all the work, with the same result. */
+static pool *pool_create(prep *p, int n) {
+    pool *pl = calloc(1, sizeof *pl);
+    if (!pl) return NULL;
+    pl->p = p;
+    if (!(pl->th = calloc((size_t)n, sizeof *pl->th))) {
+        free(pl);
+        return NULL;
+    }
+    pthread_mutex_init(&pl->mu, NULL);
+    pthread_cond_init(&pl->wake, NULL);
+    pthread_cond_init(&pl->idle, NULL);
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&pl->th[i], NULL, pool_main, pl) != 0) break;
+        pl->n_th++;
+    }
+    if (pl->n_th == 0) {
+        pool_free(pl);
+        return NULL;
+    }
+    return pl;
+}
+
+static void pool_start(pool *pl, batch *b) {
+    pthread_mutex_lock(&pl->mu);
+    pl->cur = b;
+    pl->gen++;
+    pthread_cond_broadcast(&pl->wake);
+    pthread_mutex_unlock(&pl->mu);
+}
+
+/* Help encode b, then wait until no helper is inside it. */
+static void pool_wait(const prep *p, pool *pl, batch *b) {
+    encode_batch(p, b);
+    pthread_mutex_lock(&pl->mu);
+    while (pl->busy > 0) pthread_cond_wait(&pl->idle, &pl->mu);
+    pl->cur = NULL;
+    pthread_mutex_unlock(&pl->mu);
+}
+
+/* ---------------------------------------------------------------- commit (calling thread) */
+/* Finish encoding b (its large records on all threads), then write it in
+ * input order; b is reset either way. */
+static lf_status commit(prep *p, batch *b) {
+    lf_status st = LF_OK;
+    if (p->pl && b == p->inflight) pool_wait(p, p->pl, b);
+    else encode_batch(p, b);
+    if (b == p->inflight) p->inflight = NULL;
+    for (size_t i = 0; i < b->n && st == LF_OK; i++) {
+        item *it = &b->it[i];
+        source *src = &p->src[it->src];
+        if (it->kind == ITEM_SKIP) {
+            note_skip(p, src, b->arena + it->ka_off);
+            continue;
+        }
+        if (it->large) encode_item(p, b, it, p->n_threads);
+        if (it->st != LF_OK) {
+            st = lf_fail(it->st, "%s", it->msg ? it->msg : lf_status_str(it->st));
+            break;
+        }
+        if (it->bad) {
+            note_skip(p, src, it->msg);
+            continue;
+        }
+        const int s = it->split;
+        if ((st = retire_manifest(p)) != LF_OK) break;
+        if ((st = lf_split_writer_append(p->sw[s], it->ids, it->mask, it->n)) != LF_OK) break;
+        if (!p->sft) {
+            const uint32_t eot = (uint32_t)p->eot;
+            if ((st = lf_split_writer_append(p->sw[s], &eot, NULL, 1)) != LF_OK) break;
+        }
+        p->records[s]++;
+        p->targets[s] += it->targets;
+        src->records++;
+        /* the ids are not needed any more: free them now, not at the reset */
+        lf_free(it->ids);
+        free(it->mask);
+        it->ids = NULL;
+        it->mask = NULL;
+    }
+    uint64_t at = b->bytes_at;
+    batch_reset(p, b);
+    if (st == LF_OK) progress(p, at, 0);
+    return st;
+}
+
+/* The filling batch is complete: commit the one in flight, then hand this
+ * one to the pool (or, with one thread, commit it now). */
+static lf_status dispatch(prep *p) {
+    lf_status st = LF_OK;
+    if (p->inflight && (st = commit(p, p->inflight)) != LF_OK) return st;
+    batch *b = p->fill;
+    if (b->n == 0) return LF_OK;
+    if (!p->pl) return commit(p, b);
+    pool_start(p->pl, b);
+    p->inflight = b;
+    p->fill = b == &p->b[0] ? &p->b[1] : &p->b[0];
+    return LF_OK;
+}
+
+/* ---------------------------------------------------------------- source hashes */
+/* The SHA-256 of every source for dataset.json: a whole extra read of the
+ * input, done by a thread of its own beside the encoding when there are
+ * threads, else after it. Its errors come after every other one either way. */
+typedef struct hasher {
+    prep *p;
+    lf_status st;
+    char msg[1024];
+} hasher;
+
+static void *hash_sources(void *arg) {
+    hasher *h = arg;
+    h->st = LF_OK;
+    for (size_t i = 0; i < h->p->n_src && h->st == LF_OK; i++)
+        if ((h->st = lf_sha256_file_hex(h->p->src[i].path, h->p->src[i].sha256)) != LF_OK)
+            snprintf(h->msg, sizeof h->msg, "%s", lf_last_error());
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- pass 2: encode */
-/* Encode one field; *skipped = 1 when the record was skipped instead. */
-static lf_status encode_field(prep *p, const source *src, const lf_record *rec, const char *key, const char *s,
-                              size_t n, uint32_t **ids, size_t *m, int *skipped) {
-    *skipped = 0;
-    lf_status st = lf_tokenizer_encode(p->tok, s, n, ids, m);
-    if (st == LF_OK || st == LF_ERR_NOMEM || st == LF_ERR_INVALID_ARG || st == LF_ERR_INTERNAL) return st;
-    char msg[1024];
-    if (key)
-        snprintf(msg, sizeof msg, "%s:%llu: field '%s': %s", src->path, (unsigned long long)rec->line, key,
-                 lf_last_error());
-    else
-        snprintf(msg, sizeof msg, "%s:%llu: %s", src->path, (unsigned long long)rec->line, lf_last_error());
-    if (!p->o->skip_bad_records) return lf_fail(LF_ERR_FORMAT, "%s", msg);
-    note_skip(p, msg);
-    *skipped = 1;
-    return LF_OK;
-}
-
-static lf_status key_of(prep *p, const lf_record *rec, size_t *len) {
-    size_t need = p->sft ? rec->prompt_len + 1 + rec->response_len : rec->text_len;
-    if (need + 1 > p->key_cap) {
-        char *k = realloc(p->key, need + 1);
-        if (!k) return lf_fail(LF_ERR_NOMEM, "out of memory");
-        p->key = k;
-        p->key_cap = need + 1;
-    }
-    if (p->sft) {
-        memcpy(p->key, rec->prompt, rec->prompt_len);
-        p->key[rec->prompt_len] = 0;
-        memcpy(p->key + rec->prompt_len + 1, rec->response, rec->response_len);
-    } else {
-        memcpy(p->key, rec->text, rec->text_len);
-    }
-    *len = need;
-    return LF_OK;
-}
-
-static lf_status encode_source(prep *p, source *src) {
-    lf_status st;
-    uint32_t *a = NULL, *b = NULL;
+/* Read every source into batches. An error of the calling thread (a file
+ * that cannot be opened or read, a broken record) is returned only after
+ * the records before it are written: an earlier record's error wins, as it
+ * would on one thread. */
+static lf_status encode_all(prep *p) {
+    lf_status st = LF_OK, rerr = LF_OK;
+    char rmsg[1024] = "";
     lf_reader *r = NULL;
-    if ((st = lf_sha256_file_hex(src->path, src->sha256)) != LF_OK) return st;
     lf_reader_opts ro = reader_opts(p);
     ro.on_skip = on_reader_skip;
     ro.on_skip_user = p;
-    if ((st = lf_reader_open(&r, src->path, &ro)) != LF_OK) return st;
-    src->fmt = lf_reader_format(r);
-    const uint32_t eot = (uint32_t)p->eot;
-    uint64_t last = 0, skipped_before = p->skipped;
-    for (;;) {
-        lf_record rec;
-        int eof, skipped = 0;
-        size_t na = 0, nb = 0, klen = 0;
-        if ((st = lf_reader_next(r, &rec, &eof)) != LF_OK || eof) break;
-        if (p->sft) {
-            st = encode_field(p, src, &rec, rec.prompt_key, rec.prompt, rec.prompt_len, &a, &na, &skipped);
-            if (st == LF_OK && !skipped)
-                st = encode_field(p, src, &rec, rec.response_key, rec.response, rec.response_len, &b, &nb, &skipped);
-        } else {
-            st = encode_field(p, src, &rec, rec.text_key, rec.text, rec.text_len, &a, &na, &skipped);
-        }
-        if (st == LF_OK && !skipped && (st = key_of(p, &rec, &klen)) == LF_OK) {
-            int s = lf__split_pick(lf__split_unit(p->key, klen), p->w);
-            if (p->sft) {
-                if ((st = push(p, s, a, na, 0)) == LF_OK && (st = push(p, s, b, nb, 1)) == LF_OK)
-                    st = push(p, s, &eot, 1, 1);
-            } else {
-                if ((st = push(p, s, a, na, 1)) == LF_OK) st = push(p, s, &eot, 1, 1);
+    p->pass = p->passes;
+    p->fill = &p->b[0];
+    hasher h = {.p = p};
+    pthread_t hash_thread;
+    const int hashing = p->pl && pthread_create(&hash_thread, NULL, hash_sources, &h) == 0;
+    for (size_t i = 0; i < p->n_src && rerr == LF_OK && st == LF_OK; i++) {
+        source *src = &p->src[i];
+        p->cur_src = (uint32_t)i;
+        if ((rerr = lf_reader_open(&r, src->path, &ro)) != LF_OK) break;
+        src->fmt = lf_reader_format(r);
+        for (;;) {
+            lf_record rec;
+            int eof;
+            if ((rerr = lf_reader_next(r, &rec, &eof)) != LF_OK) break;
+            if ((rerr = p->fill_err) != LF_OK) break;
+            if (eof) break;
+            if ((rerr = batch_add_record(p, p->fill, &rec)) != LF_OK) break;
+            if (p->fill->bytes >= p->batch_bytes) {
+                p->fill->bytes_at = position(p, r, src);
+                if ((st = dispatch(p)) != LF_OK) break;
             }
-            p->sp[s].records++;
-            src->records++;
         }
-        lf_free(a);
-        lf_free(b);
-        a = b = NULL;
-        if (st != LF_OK) break;
-        uint64_t at = lf_reader_bytes_read(r);
-        if (at - last >= (1u << 20)) {
-            last = at;
-            progress(p, p->bytes_done + at);
-        }
+        lf_reader_close(r);
+        r = NULL;
+        p->bytes_base += src->bytes;
+        p->fill->bytes_at = p->bytes_base;
     }
-    p->bytes_done += lf_reader_bytes_read(r);
-    progress(p, p->bytes_done);
-    src->skipped = p->skipped - skipped_before;
-    lf_reader_close(r);
+    if (rerr != LF_OK) snprintf(rmsg, sizeof rmsg, "%s", lf_last_error());
+    if (st == LF_OK) st = dispatch(p);
+    if (st == LF_OK && p->inflight) st = commit(p, p->inflight);
+    if (st == LF_OK && rerr != LF_OK) st = lf_fail(rerr, "%s", rmsg);
+    if (hashing) pthread_join(hash_thread, NULL);
+    else if (st == LF_OK) hash_sources(&h);
+    if (st == LF_OK && h.st != LF_OK) st = lf_fail(h.st, "%s", h.msg);
     return st;
 }
 
@@ -537,27 +910,38 @@ static lf_status write_manifest(prep *p) {
     ok = ok && (tok = cJSON_AddObjectToObject(root, "tokenizer"));
     ok = ok && cJSON_AddStringToObject(tok, "spec", p->spec_out);
     if (ok && p->tok_sha[0]) ok = cJSON_AddStringToObject(tok, "sha256", p->tok_sha) != NULL;
+    if (ok && p->tok_file_sha[0][0]) {
+        cJSON *files = cJSON_AddObjectToObject(tok, "files");
+        ok = files != NULL;
+        for (int i = 0; ok && i < 2; i++)
+            ok = cJSON_AddStringToObject(files, lf__gpt2_files[i], p->tok_file_sha[i]) != NULL;
+    }
     ok = ok && cJSON_AddNumberToObject(root, "vocab_size", p->V);
     ok = ok && cJSON_AddNumberToObject(root, "eot", p->eot);
     ok = ok && cJSON_AddStringToObject(root, "mode", p->sft ? "sft" : "pretrain");
     ok = ok && (splits = cJSON_AddObjectToObject(root, "splits"));
     uint64_t total = 0;
     for (int s = 0; s < LF_PREPARE_N_SPLITS && ok; s++) {
-        const split_buf *b = &p->sp[s];
-        total += b->records;
-        if (b->shards == 0) continue;
+        const lf_split_writer *w = p->sw[s];
+        total += p->records[s];
+        uint64_t n_shards = lf_split_writer_num_shards(w);
+        if (n_shards == 0) continue;
         cJSON *o = cJSON_AddObjectToObject(splits, g_split_names[s]), *sh = o ? cJSON_AddArrayToObject(o, "shards") : NULL;
         ok = sh != NULL;
-        for (uint64_t k = 0; k < b->shards && ok; k++) {
-            char *name = shard_name(s, k);
-            cJSON *js = name ? cJSON_CreateString(name) : NULL;
-            free(name);
+        for (uint64_t k = 0; k < n_shards && ok; k++) {
+            char name[512];
+            if (lf_split_writer_shard_name(w, k, name, sizeof name) != LF_OK) {
+                cJSON_Delete(root);
+                return lf_fail(LF_ERR_INTERNAL, "prepare: shard name %llu of split '%s' does not fit",
+                               (unsigned long long)k, g_split_names[s]);
+            }
+            cJSON *js = cJSON_CreateString(name);
             ok = js && cJSON_AddItemToArray(sh, js);
             if (!ok) cJSON_Delete(js);
         }
-        ok = ok && cJSON_AddNumberToObject(o, "tokens", (double)b->tokens);
-        ok = ok && cJSON_AddNumberToObject(o, "records", (double)b->records);
-        ok = ok && cJSON_AddNumberToObject(o, "target_tokens", (double)b->targets);
+        ok = ok && cJSON_AddNumberToObject(o, "tokens", (double)lf_split_writer_num_tokens(w));
+        ok = ok && cJSON_AddNumberToObject(o, "records", (double)p->records[s]);
+        ok = ok && cJSON_AddNumberToObject(o, "target_tokens", (double)p->targets[s]);
     }
     ok = ok && (rule = cJSON_AddObjectToObject(root, "split"));
     ok = ok && cJSON_AddStringToObject(rule, "method", "sha256");
@@ -613,6 +997,9 @@ static lf_status check_opts(const lf_prepare_opts *o, const char *out_dir, doubl
         sum += v;
     }
     if (!(o->split[0] > 0)) return lf_fail(LF_ERR_RANGE, "prepare: the train split weight must be > 0");
+    if (o->n_threads < 0 || o->n_threads > LF_PREPARE_MAX_THREADS)
+        return lf_fail(LF_ERR_RANGE, "prepare: n_threads is %d, must be 0 (all cores) .. %d", o->n_threads,
+                       LF_PREPARE_MAX_THREADS);
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) w[s] = o->split[s] / sum;
     return LF_OK;
 }
@@ -625,39 +1012,54 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     if (st != LF_OK) return st;
     p.o = opts;
     p.out_dir = out_dir;
+    p.t0 = lf_time_now();
     p.sft = opts->mode == LF_RECORD_SFT;
     p.shard_tokens = opts->shard_tokens ? opts->shard_tokens : LF_PREPARE_SHARD_TOKENS;
     p.passes = strcmp(opts->tokenizer, "char") == 0 ? 2 : 1;
+    p.pass = 1;
     p.eot = -1;
+    p.n_threads = opts->n_threads;
+    if (p.n_threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        p.n_threads = n < 1 ? 1 : n > LF_PREPARE_MAX_THREADS ? LF_PREPARE_MAX_THREADS : (int)n;
+    }
+    p.batch_bytes = LF_PREPARE_BATCH_BYTES * (size_t)p.n_threads;
+    if (p.batch_bytes > MAX_BATCH_BYTES) p.batch_bytes = MAX_BATCH_BYTES;
+    for (int s = 0; s < 2; s++) atomic_init(&p.b[s].next, 0);
 
     if ((st = expand_inputs(&p)) != LF_OK) goto done;
     if ((st = lf_mkdirs(out_dir)) != LF_OK) goto done;
     if ((st = open_tokenizer(&p)) != LF_OK) goto done;
-    for (size_t i = 0; i < p.n_src; i++)
-        if ((st = encode_source(&p, &p.src[i])) != LF_OK) goto done;
+    for (int s = 0; s < LF_PREPARE_N_SPLITS; s++)
+        if ((st = lf_split_writer_open(&p.sw[s], out_dir, g_split_names[s], (uint32_t)p.V, p.sft,
+                                       (uint64_t)p.shard_tokens)) != LF_OK)
+            goto done;
+    if (p.n_threads > 1) p.pl = pool_create(&p, p.n_threads - 1);
+    if ((st = encode_all(&p)) != LF_OK) goto done;
 
-    uint64_t total = p.sp[0].records + p.sp[1].records + p.sp[2].records;
+    uint64_t total = p.records[0] + p.records[1] + p.records[2];
     if (total == 0) {
         st = lf_fail(LF_ERR_INVALID_ARG, "prepare: the inputs hold no records (%llu skipped%s%s)",
                      (unsigned long long)p.skipped, p.skipped ? "; first: " : "", p.skipped ? p.first_skip : "");
         goto done;
     }
-    if (p.sp[0].records == 0) {
+    if (p.records[0] == 0) {
         st = lf_fail(LF_ERR_INVALID_ARG,
                      "prepare: no record fell into the train split (%llu records, split %g/%g/%g); add records or "
                      "raise the train fraction", (unsigned long long)total, p.w[0], p.w[1], p.w[2]);
         goto done;
     }
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++)
-        if ((st = flush_split(&p, s)) != LF_OK) goto done;
+        if ((st = lf_split_writer_finish(p.sw[s])) != LF_OK) goto done;
     if ((st = write_manifest(&p)) != LF_OK) goto done;
+    progress(&p, p.bytes_total * (uint64_t)p.passes, 1);
 
     if (result) {
         for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
-            result->records[s] = p.sp[s].records;
-            result->tokens[s] = p.sp[s].tokens;
-            result->target_tokens[s] = p.sp[s].targets;
-            result->shards[s] = p.sp[s].shards;
+            result->records[s] = p.records[s];
+            result->tokens[s] = lf_split_writer_num_tokens(p.sw[s]);
+            result->target_tokens[s] = p.targets[s];
+            result->shards[s] = lf_split_writer_num_shards(p.sw[s]);
         }
         result->skipped = p.skipped;
         result->sources = p.n_src;
@@ -666,14 +1068,17 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
         snprintf(result->first_skip, sizeof result->first_skip, "%s", p.first_skip);
     }
 done:
-    lf_tokenizer_free(p.tok);
+    if (p.inflight && p.pl) pool_wait(&p, p.pl, p.inflight); /* only after an error: nothing may run on */
+    pool_free(p.pl);
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
-        free(p.sp[s].tok);
-        free(p.sp[s].mask);
+        if (st != LF_OK) lf_split_writer_remove_shards(p.sw[s]); /* no partial dataset is left */
+        lf_split_writer_free(p.sw[s]);
     }
+    batch_free(&p.b[0]);
+    batch_free(&p.b[1]);
+    lf_tokenizer_free(p.tok);
     for (size_t i = 0; i < p.n_src; i++) free(p.src[i].path);
     free(p.src);
-    free(p.key);
     free(p.spec_out);
     return st;
 }

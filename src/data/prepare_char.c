@@ -14,121 +14,178 @@
  * byte-wise name order. In a directory a file holding a NUL byte is taken
  * for binary and skipped (e.g. the .dat index files next to the fortune
  * texts); a single input file holding one is an error. Every text must be
- * valid UTF-8; the error names the file and the byte offset.
+ * valid UTF-8; the error names the file and the byte offset. A file holding
+ * a NUL byte is reported as such even when invalid UTF-8 comes first.
+ *
+ * Streaming, in memory bounded independent of the input size (a READ_BYTES
+ * buffer, its ids, two code-point bitmaps and two shard writers):
+ *  - pass 1 reads each file in chunks, validates it, marks its code points
+ *    in a bitmap of its own (merged into the vocabulary only when the file
+ *    is kept) and counts them; the vocabulary and n are then known;
+ *  - pass 2 reads the files again and encodes each chunk up to its last
+ *    complete character (the rest is carried into the next chunk), sending
+ *    the first int(n*0.9) ids to train.bin and the others to val.bin
+ *    through lf_shard_writer. A file that changed between the passes is an
+ *    error naming it.
  *
  * Output, in this order so a dataset.json on disk always describes complete
- * files: vocab.json, train.bin, val.bin, dataset.json (each written to a
- * temporary name, fsynced and renamed).
+ * files: (an earlier dataset.json is removed first) vocab.json, train.bin,
+ * val.bin, dataset.json (each written to a temporary name, fsynced and
+ * renamed).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "data_impl.h"
 
-/* Hard cap on the concatenated input: ids take 4 bytes per character. */
-#define PREPARE_CHAR_MAX_BYTES ((size_t)1 << 30)
 #define N_CODE_POINTS 0x110000u
+#define READ_BYTES ((size_t)1 << 20) /* one chunk; a character never straddles two */
 
 typedef struct source {
     char *path;
-    size_t bytes;
+    uint64_t bytes;
     char sha256[65];
 } source;
 
 typedef struct prep {
     const char *input;
-    char *text; /* concatenation of every source */
-    size_t len, cap;
-    size_t n_chars;
-    uint8_t *seen; /* (N_CODE_POINTS / 8) bitmap */
+    unsigned char *buf;  /* (READ_BYTES) */
+    uint64_t n_chars;
+    uint8_t *seen;       /* (N_CODE_POINTS / 8) the vocabulary */
+    uint8_t *fseen;      /* (N_CODE_POINTS / 8) the current file's code points */
     source *src;
     size_t n_src, cap_src;
 } prep;
 
+/* ---------------------------------------------------------------- chunked reading */
+typedef struct chunker {
+    int fd;
+    size_t have;   /* bytes in buf (a carried partial character first) */
+    uint64_t base; /* file offset of buf[0] */
+    int eof;
+} chunker;
 
-/* Validate one file's text, note its characters, append it. */
-static lf_status add_text(prep *p, const char *path, const char *buf, size_t len) {
-    const unsigned char *s = (const unsigned char *)buf;
-    size_t i = 0, n = 0;
-    while (i < len) {
-        uint32_t cp;
-        int k = 1;
-        if (s[i] < 0x80) {
-            cp = s[i];
-        } else {
-            const char *why = "";
-            k = lf__utf8_decode(s + i, len - i, &cp, &why);
-            if (k == 0)
-                return lf_fail(LF_ERR_FORMAT, "input '%s': invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)", path, i,
-                               s[i], why);
+static lf_status chunk_open(chunker *c, const char *path) {
+    memset(c, 0, sizeof *c);
+    c->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (c->fd < 0)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "input '%s': cannot open: %s", path,
+                       strerror(errno));
+    return LF_OK;
+}
+
+/* Read more bytes after the c->have already in buf; sets c->eof at the end. */
+static lf_status chunk_read(chunker *c, unsigned char *buf, const char *path) {
+    for (;;) {
+        ssize_t n = read(c->fd, buf + c->have, READ_BYTES - c->have);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return lf_fail(LF_ERR_IO, "input '%s': read failed: %s", path, strerror(errno));
+        if (n == 0) c->eof = 1;
+        c->have += (size_t)n;
+        return LF_OK;
+    }
+}
+
+/* Drop buf[0, used) and keep the rest at the start. */
+static void chunk_consume(chunker *c, unsigned char *buf, size_t used) {
+    memmove(buf, buf + used, c->have - used);
+    c->have -= used;
+    c->base += used;
+}
+
+/* ---------------------------------------------------------------- pass 1 */
+/* Scan one file: validate, count and mark its code points. in_dir: a file
+ * with a NUL byte is skipped (*skipped = 1). */
+static lf_status scan_source(prep *p, const char *path, int in_dir, int *skipped) {
+    *skipped = 0;
+    chunker c;
+    lf_status st = chunk_open(&c, path);
+    if (st != LF_OK) return st;
+    uint64_t n = 0, bad_at = 0, size = 0;
+    uint32_t max_cp = 0;
+    int bad = 0;
+    unsigned bad_byte = 0;
+    const char *bad_why = "";
+    for (;;) {
+        size_t fresh = c.have;
+        if ((st = chunk_read(&c, p->buf, path)) != LF_OK) goto done;
+        size += c.have - fresh;
+        const unsigned char *nul = memchr(p->buf + fresh, 0, c.have - fresh);
+        if (nul) {
+            uint64_t off = c.base + (uint64_t)(nul - p->buf);
+            if (in_dir) {
+                lf_log(LF_LOG_DEBUG, "prepare: skipping '%s' (NUL byte at offset %llu: binary)", path,
+                       (unsigned long long)off);
+                *skipped = 1;
+            } else {
+                st = lf_fail(LF_ERR_FORMAT, "input '%s': NUL byte at byte offset %llu (a binary file?)", path,
+                             (unsigned long long)off);
+            }
+            goto done;
         }
-        p->seen[cp >> 3] |= (uint8_t)(1u << (cp & 7));
-        n++;
-        i += (size_t)k;
+        if (bad) { /* after invalid UTF-8 only a NUL byte is looked for (it names the file better) */
+            chunk_consume(&c, p->buf, c.have);
+            if (c.eof) break;
+            continue;
+        }
+        /* characters starting in the last 3 bytes may continue in the next chunk */
+        const size_t lim = c.eof ? c.have : c.have > 3 ? c.have - 3 : 0;
+        size_t i = 0;
+        while (i < lim) {
+            uint32_t cp = p->buf[i];
+            int k = 1;
+            if (cp >= 0x80 && (k = lf__utf8_decode(p->buf + i, c.have - i, &cp, &bad_why)) == 0) {
+                bad = 1;
+                bad_at = c.base + i;
+                bad_byte = p->buf[i];
+                break;
+            }
+            p->fseen[cp >> 3] |= (uint8_t)(1u << (cp & 7));
+            if (cp > max_cp) max_cp = cp;
+            n++;
+            i += (size_t)k;
+        }
+        chunk_consume(&c, p->buf, bad ? c.have : i);
+        if (c.eof) break;
     }
-    if (p->len + len > p->cap) {
-        size_t cap = p->cap ? p->cap : 1 << 16;
-        while (cap < p->len + len) cap *= 2;
-        char *t = realloc(p->text, cap);
-        if (!t) return lf_fail(LF_ERR_NOMEM, "out of memory reading '%s' (%zu bytes so far)", path, p->len + len);
-        p->text = t;
-        p->cap = cap;
+    if (bad) {
+        st = lf_fail(LF_ERR_FORMAT, "input '%s': invalid UTF-8 at byte offset %llu (byte 0x%02X: %s)", path,
+                     (unsigned long long)bad_at, bad_byte, bad_why);
+        goto done;
     }
-    if (len > 0) memcpy(p->text + p->len, buf, len);
-    p->len += len;
+    /* keep the file: its code points join the vocabulary */
+    for (uint32_t w = 0; w <= max_cp >> 3; w++) p->seen[w] |= p->fseen[w];
     p->n_chars += n;
-
     if (p->n_src == p->cap_src) {
         size_t cap = p->cap_src ? 2 * p->cap_src : 16;
         source *ns = realloc(p->src, cap * sizeof *ns);
-        if (!ns) return lf_fail(LF_ERR_NOMEM, "out of memory listing sources");
+        if (!ns) {
+            st = lf_fail(LF_ERR_NOMEM, "out of memory listing sources");
+            goto done;
+        }
         p->src = ns;
         p->cap_src = cap;
     }
     source *sr = &p->src[p->n_src];
-    sr->path = malloc(strlen(path) + 1);
-    if (!sr->path) return lf_fail(LF_ERR_NOMEM, "out of memory listing sources");
+    if (!(sr->path = malloc(strlen(path) + 1))) {
+        st = lf_fail(LF_ERR_NOMEM, "out of memory listing sources");
+        goto done;
+    }
     strcpy(sr->path, path);
-    sr->bytes = len;
-    lf_sha256_hex(buf, len, sr->sha256);
+    sr->bytes = size;
     p->n_src++;
-    return LF_OK;
-}
-
-/* Read one file; in_dir: a file with a NUL byte is skipped (*skipped = 1). */
-static lf_status read_source(prep *p, const char *path, int in_dir, int *skipped) {
-    *skipped = 0;
-    char *buf = NULL;
-    size_t len = 0;
-    size_t room = PREPARE_CHAR_MAX_BYTES - p->len;
-    lf_status st = lf_file_read_all(path, room ? room : 1, &buf, &len); /* 0 would mean "no cap" */
-    if (st == LF_OK && room == 0 && len > 0) {
-        lf_free(buf);
-        st = LF_ERR_RANGE;
-    }
-    if (st == LF_ERR_RANGE)
-        return lf_fail(LF_ERR_RANGE, "input '%s': the text would exceed the %zu-byte limit of character-level preparation",
-                       p->input, PREPARE_CHAR_MAX_BYTES);
-    if (st != LF_OK) return st;
-    const char *nul = memchr(buf, 0, len);
-    if (nul) {
-        size_t off = (size_t)(nul - buf);
-        lf_free(buf);
-        if (in_dir) {
-            lf_log(LF_LOG_DEBUG, "prepare: skipping '%s' (NUL byte at offset %zu: binary)", path, off);
-            *skipped = 1;
-            return LF_OK;
-        }
-        return lf_fail(LF_ERR_FORMAT, "input '%s': NUL byte at byte offset %zu (a binary file?)", path, off);
-    }
-    st = add_text(p, path, buf, len);
-    lf_free(buf);
+    if ((st = lf_sha256_file_hex(path, sr->sha256)) != LF_OK) goto done;
+done:
+    memset(p->fseen, 0, (size_t)(max_cp >> 3) + 1); /* only the part this file touched */
+    close(c.fd);
     return st;
 }
 
-static lf_status read_dir(prep *p, const char *dir) {
+static lf_status scan_dir(prep *p, const char *dir) {
     char **names = NULL;
     size_t n = 0;
     lf_status st = lf__list_dir_sorted(dir, 0, &names, &n);
@@ -145,7 +202,7 @@ static lf_status read_dir(prep *p, const char *dir) {
             st = lf_fail(LF_ERR_IO, "input '%s': cannot stat: %s", path, strerror(errno));
         } else if (S_ISREG(sb.st_mode)) {
             int skipped = 0;
-            st = read_source(p, path, 1, &skipped);
+            st = scan_source(p, path, 1, &skipped);
             if (st == LF_OK && !skipped) used++;
         } else {
             lf_log(LF_LOG_DEBUG, "prepare: skipping '%s' (not a regular file)", path);
@@ -157,8 +214,52 @@ static lf_status read_dir(prep *p, const char *dir) {
     return st;
 }
 
+/* ---------------------------------------------------------------- pass 2 */
+/* Length of buf[0, have) up to its last complete character (valid UTF-8). */
+static size_t complete_prefix(const unsigned char *buf, size_t have) {
+    if (have == 0) return 0;
+    size_t j = have - 1;
+    while (j > 0 && have - j < 4 && (buf[j] & 0xC0) == 0x80) j--;
+    unsigned b = buf[j];
+    size_t len = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+    return j + len <= have ? have : j;
+}
+
+/* Encode one kept file; the first *train_left ids go to train. */
+static lf_status encode_source(prep *p, const lf_tokenizer *tok, const source *s, lf_shard_writer *train,
+                               lf_shard_writer *val, uint64_t *train_left, uint64_t *n_ids) {
+    chunker c;
+    lf_status st = chunk_open(&c, s->path);
+    if (st != LF_OK) return st;
+    uint32_t *ids = NULL;
+    for (;;) {
+        if ((st = chunk_read(&c, p->buf, s->path)) != LF_OK) break;
+        size_t cut = c.eof ? c.have : complete_prefix(p->buf, c.have);
+        size_t n = 0;
+        if (cut > 0 && (st = lf_tokenizer_encode(tok, (const char *)p->buf, cut, &ids, &n)) != LF_OK) {
+            lf_error_prefix("input '%s' (changed since it was read?)", s->path);
+            break;
+        }
+        *n_ids += n;
+        size_t to_train = (uint64_t)n < *train_left ? n : (size_t)*train_left;
+        if (n > 0) {
+            if ((st = lf_shard_writer_append(train, ids, NULL, to_train)) != LF_OK) break;
+            if ((st = lf_shard_writer_append(val, ids + to_train, NULL, n - to_train)) != LF_OK) break;
+        }
+        *train_left -= to_train;
+        lf_free(ids);
+        ids = NULL;
+        chunk_consume(&c, p->buf, cut);
+        if (c.eof) break;
+    }
+    lf_free(ids);
+    close(c.fd);
+    return st;
+}
+
 /* dataset.json text; *out freed with cJSON_free. */
-static lf_status manifest_json(const prep *p, const char *vocab_sha, int V, size_t n_train, size_t n_val, char **out) {
+static lf_status manifest_json(const prep *p, const char *vocab_sha, int V, uint64_t n_train, uint64_t n_val,
+                               char **out) {
     *out = NULL;
     cJSON *root = cJSON_CreateObject(), *tok = NULL, *splits = NULL, *sources = NULL;
     int ok = root != NULL;
@@ -170,7 +271,7 @@ static lf_status manifest_json(const prep *p, const char *vocab_sha, int V, size
     ok = ok && cJSON_AddNumberToObject(root, "vocab_size", V);
     ok = ok && (splits = cJSON_AddObjectToObject(root, "splits"));
     const char *names[2] = {"train", "val"};
-    const size_t counts[2] = {n_train, n_val};
+    const uint64_t counts[2] = {n_train, n_val};
     for (int s = 0; s < 2 && ok; s++) {
         cJSON *sp = cJSON_AddObjectToObject(splits, names[s]);
         cJSON *sh = sp ? cJSON_AddArrayToObject(sp, "shards") : NULL;
@@ -197,6 +298,13 @@ static lf_status manifest_json(const prep *p, const char *vocab_sha, int V, size
     return LF_OK;
 }
 
+/* out_dir/name, or NULL after recording LF_ERR_NOMEM. */
+static char *out_path(const char *out_dir, const char *name) {
+    char *path = lf__path_join(out_dir, name);
+    if (!path) lf_fail(LF_ERR_NOMEM, "out of memory");
+    return path;
+}
+
 lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepare_stats *stats) {
     if (stats) memset(stats, 0, sizeof *stats);
     if (!input_path || !*input_path || !out_dir || !*out_dir)
@@ -204,13 +312,16 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
 
     lf_status st = LF_OK;
     prep p = {.input = input_path};
-    uint32_t *cps = NULL, *ids = NULL;
-    char *vocab_json = NULL, *manifest = NULL, *path = NULL;
+    uint32_t *cps = NULL;
+    char *vocab_json = NULL, *manifest = NULL, *path = NULL, *train_path = NULL;
     lf_tokenizer *tok = NULL;
-    size_t n_ids = 0;
+    lf_shard_writer *wt = NULL, *wv = NULL;
+    int train_done = 0;
 
     p.seen = calloc(N_CODE_POINTS / 8, 1);
-    if (!p.seen) {
+    p.fseen = calloc(N_CODE_POINTS / 8, 1);
+    p.buf = malloc(READ_BYTES);
+    if (!p.seen || !p.fseen || !p.buf) {
         st = lf_fail(LF_ERR_NOMEM, "out of memory preparing '%s'", input_path);
         goto done;
     }
@@ -220,10 +331,10 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
         goto done;
     }
     if (S_ISDIR(sb.st_mode)) {
-        st = read_dir(&p, input_path);
+        st = scan_dir(&p, input_path);
     } else {
         int skipped = 0;
-        st = read_source(&p, input_path, 0, &skipped);
+        st = scan_source(&p, input_path, 0, &skipped);
     }
     if (st != LF_OK) goto done;
     if (p.n_chars == 0) {
@@ -245,64 +356,70 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
         if (p.seen[cp >> 3] & (1u << (cp & 7))) cps[V++] = cp;
 
     if ((st = lf_mkdirs(out_dir)) != LF_OK) goto done;
+    /* an earlier dataset.json would describe files about to be replaced */
+    if (!(path = out_path(out_dir, "dataset.json"))) goto nomem;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        st = lf_fail(LF_ERR_IO, "prepare: cannot remove the earlier '%s': %s", path, strerror(errno));
+        goto done;
+    }
     if ((st = lf__char_vocab_json(cps, V, &vocab_json)) != LF_OK) goto done;
     char vocab_sha[65];
     lf_sha256_hex(vocab_json, strlen(vocab_json), vocab_sha);
-    if (!(path = lf__path_join(out_dir, "vocab.json"))) {
-        st = lf_fail(LF_ERR_NOMEM, "out of memory preparing '%s'", input_path);
-        goto done;
-    }
+    free(path);
+    if (!(path = out_path(out_dir, "vocab.json"))) goto nomem;
     if ((st = lf__file_write_atomic(path, vocab_json, strlen(vocab_json))) != LF_OK) goto done;
 
     /* encode through the vocabulary just written: one encoder for prepare and use */
     if ((st = lf_tokenizer_open(&tok, "char:vocab.json", out_dir)) != LF_OK) goto done;
-    if ((st = lf_tokenizer_encode(tok, p.text, p.len, &ids, &n_ids)) != LF_OK) {
-        lf_error_prefix("input '%s'", input_path);
-        goto done;
-    }
+    const uint64_t n_train = (uint64_t)((double)p.n_chars * 0.9); /* Python: int(n*0.9) */
+    const uint64_t n_val = p.n_chars - n_train;
+    free(path);
+    if (!(train_path = out_path(out_dir, "train.bin")) || !(path = out_path(out_dir, "val.bin"))) goto nomem;
+    if ((st = lf_shard_writer_open(&wt, train_path, (uint32_t)V, 0)) != LF_OK) goto done;
+    if ((st = lf_shard_writer_open(&wv, path, (uint32_t)V, 0)) != LF_OK) goto done;
+    uint64_t train_left = n_train, n_ids = 0;
+    for (size_t i = 0; i < p.n_src; i++)
+        if ((st = encode_source(&p, tok, &p.src[i], wt, wv, &train_left, &n_ids)) != LF_OK) goto done;
     if (n_ids != p.n_chars) {
-        st = lf_fail(LF_ERR_INTERNAL, "prepare: %zu characters encoded to %zu tokens", p.n_chars, n_ids);
+        st = lf_fail(LF_ERR_IO, "input '%s': %llu characters read first, %llu the second time (a file changed "
+                     "while being prepared?)", input_path, (unsigned long long)p.n_chars, (unsigned long long)n_ids);
         goto done;
     }
-    const size_t n_train = (size_t)((double)n_ids * 0.9); /* Python: int(n*0.9) */
-    const size_t n_val = n_ids - n_train;
-
-    const char *files[2] = {"train.bin", "val.bin"};
-    const uint32_t *parts[2] = {ids, ids + n_train};
-    const size_t counts[2] = {n_train, n_val};
-    for (int s = 0; s < 2; s++) {
-        free(path);
-        if (!(path = lf__path_join(out_dir, files[s]))) {
-            st = lf_fail(LF_ERR_NOMEM, "out of memory preparing '%s'", input_path);
-            goto done;
-        }
-        if ((st = lf_shard_write(path, parts[s], NULL, counts[s], (uint32_t)V)) != LF_OK) goto done;
-    }
+    st = lf_shard_writer_close(wt);
+    wt = NULL;
+    if (st != LF_OK) goto done;
+    train_done = 1;
+    st = lf_shard_writer_close(wv);
+    wv = NULL;
+    if (st != LF_OK) goto done;
 
     if ((st = manifest_json(&p, vocab_sha, (int)V, n_train, n_val, &manifest)) != LF_OK) goto done;
     free(path);
-    if (!(path = lf__path_join(out_dir, "dataset.json"))) {
-        st = lf_fail(LF_ERR_NOMEM, "out of memory preparing '%s'", input_path);
-        goto done;
-    }
+    if (!(path = out_path(out_dir, "dataset.json"))) goto nomem;
     if ((st = lf__file_write_atomic(path, manifest, strlen(manifest))) != LF_OK) goto done;
 
     if (stats) {
-        stats->n_chars = p.n_chars;
+        stats->n_chars = (size_t)p.n_chars;
         stats->vocab_size = (int)V;
-        stats->train_tokens = n_train;
-        stats->val_tokens = n_val;
+        stats->train_tokens = (size_t)n_train;
+        stats->val_tokens = (size_t)n_val;
     }
-
+    goto done;
+nomem:
+    st = LF_ERR_NOMEM;
 done:
+    lf_shard_writer_free(wt);
+    lf_shard_writer_free(wv);
+    if (st != LF_OK && train_done) unlink(train_path); /* no half dataset */
     lf_tokenizer_free(tok);
-    lf_free(ids);
     cJSON_free(vocab_json);
     cJSON_free(manifest);
     free(path);
+    free(train_path);
     free(cps);
-    free(p.text);
+    free(p.buf);
     free(p.seen);
+    free(p.fseen);
     for (size_t i = 0; i < p.n_src; i++) free(p.src[i].path);
     free(p.src);
     return st;

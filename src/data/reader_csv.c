@@ -533,4 +533,6 @@ fail:
     return st;
 }
 
-const lf__record_source lf__csv_source = {src_open, src_next, src_close};
+static uint64_t src_bytes_read(const void *state) { return state ? ((const csv *)state)->off : 0; }
+
+const lf__record_source lf__csv_source = {src_open, src_next, src_close, src_bytes_read};

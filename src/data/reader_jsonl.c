@@ -660,5 +660,9 @@ void lf_reader_close(lf_reader *r) {
 }
 
 uint64_t lf_reader_skipped(const lf_reader *r) { return r ? r->skipped : 0; }
-uint64_t lf_reader_bytes_read(const lf_reader *r) { return r ? r->bytes : 0; }
+uint64_t lf_reader_bytes_read(const lf_reader *r) {
+    if (!r) return 0;
+    if (r->src) return r->src->bytes_read ? r->src->bytes_read(r->src_state) : 0;
+    return r->bytes;
+}
 lf_input_format lf_reader_format(const lf_reader *r) { return r ? r->fmt : LF_INPUT_AUTO; }

@@ -476,6 +476,8 @@ typedef struct pq {
     uint64_t rg_rows_left, row, total_rows;
     unsigned char *hdr;
     size_t hdr_cap;
+    uint64_t reached;           /* furthest byte of a page read (progress) */
+    int at_end;                 /* next() reported the end */
 } pq;
 
 /* Grow *buf to hold n bytes (contents not kept). */
@@ -1251,6 +1253,7 @@ static lf_status load_page(pq *q, pq_col *c) {
             return page_fail(q, c, LF_ERR_RANGE, "a page of %d bytes (%d compressed) is over the reader's limit of "
                              "%zu bytes", h.usize, h.csize, PQ_MAX_PAGE_BYTES);
         c->pos = data_at + (uint64_t)h.csize;
+        if (c->pos > q->reached) q->reached = c->pos;
         if (h.type != PAGE_DATA && h.type != PAGE_DATA_V2 && h.type != PAGE_DICTIONARY) continue; /* index pages */
         if ((st = grow(q, &c->raw, &c->raw_cap, (size_t)h.csize)) != LF_OK) return st;
         if ((st = read_at(q, c->raw, (size_t)h.csize, data_at)) != LF_OK) return st;
@@ -1419,6 +1422,7 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
                 if (q->total_rows == 0)
                     return lf_fail(LF_ERR_FORMAT, "%s: the file holds no rows (%zu row groups)", q->path, q->n_rg);
                 *eof = 1;
+                q->at_end = 1;
                 return LF_OK;
             }
             lf_status st = start_row_group(q, q->rg_next++);
@@ -1539,4 +1543,13 @@ fail:
     return st;
 }
 
-const lf__record_source lf__parquet_source = {src_open, src_next, src_close};
+/* Progress: the end of the furthest page read (only the selected columns'
+ * pages are read, so it moves page by page and jumps over the other
+ * columns' chunks and the footer), the whole file at the end. */
+static uint64_t src_bytes_read(const void *state) {
+    const pq *q = state;
+    if (!q) return 0;
+    return q->at_end ? q->size : q->reached < q->size ? q->reached : q->size;
+}
+
+const lf__record_source lf__parquet_source = {src_open, src_next, src_close, src_bytes_read};

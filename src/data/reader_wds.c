@@ -60,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <cjson/cJSON.h>
@@ -122,6 +123,9 @@ typedef struct wds {
     uint64_t samples;
     uint64_t *skipped;
     int skip_now;
+    /* progress */
+    uint64_t size;       /* of the file, at open */
+    int at_end;          /* next() reported the end */
 } wds;
 
 /* ---------------------------------------------------------------- small helpers */
@@ -729,6 +733,7 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
         }
         if (!w->in_sample) {
             *eof = 1;
+            w->at_end = 1;
             return LF_OK;
         }
         memset(rec, 0, sizeof *rec);
@@ -784,6 +789,8 @@ static lf_status src_open(void **state, const char *path, const lf_reader_opts *
         st = lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
+    struct stat sb;
+    if (fstat(w->fd, &sb) == 0) w->size = (uint64_t)sb.st_size;
     /* gzip by its magic: read the first bytes as compressed input, and hand
      * them to the tar layer unchanged when they are not gzip */
     size_t got = 0, n = 0;
@@ -815,4 +822,15 @@ fail:
     return st;
 }
 
-const lf__record_source lf__wds_source = {src_open, src_next, src_close};
+/* Progress: bytes of the file consumed: the compressed bytes zlib has taken
+ * for a .tar.gz, the tar bytes handed out for a plain tar; the file's size
+ * once the end was reported (the zero blocks after the end-of-archive block
+ * of a plain tar are never read). */
+static uint64_t src_bytes_read(const void *state) {
+    const wds *w = state;
+    if (!w) return 0;
+    if (w->at_end) return w->size;
+    return w->gz ? w->zin_off - w->zs.avail_in : w->off;
+}
+
+const lf__record_source lf__wds_source = {src_open, src_next, src_close, src_bytes_read};

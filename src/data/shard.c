@@ -14,6 +14,8 @@
  * implied by n_tokens. Tokens are not range-checked at open (a scan of a
  * large shard on every open would be too slow); the writer refuses tokens
  * >= vocab_size and the CRC guards the payload from then on.
+ *
+ * llm.c's shards (magic 20240520) open through the same call; see open_llmc.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +36,7 @@ struct lf_shard {
     size_t n;
     unsigned bpt;
     uint32_t vocab_size;
+    int llmc; /* llm.c's format: no mask, no checksum, vocab_size = max token + 1 */
 };
 
 /* ---------------------------------------------------------------- write */
@@ -161,6 +164,51 @@ static uint64_t ld_u64(const unsigned char *p) {
     return (uint64_t)lf__ld_u32le(p) | (uint64_t)lf__ld_u32le(p + 4) << 32;
 }
 
+/* llm.c's shard (dev/data/data_common.py write_datafile): 256 little-endian
+ * int32 header words, [0] = magic 20240520, [1] = version (1: u16 GPT-2
+ * tokens, 2: u32 tokens), [2] = number of tokens; then the tokens. It has
+ * no vocabulary size and no checksum, so open scans the tokens once and
+ * records max + 1 as the shard's vocab_size (the dataset checks it against
+ * the vocabulary it was given). */
+static lf_status open_llmc(lf_shard *s, const char *path, const unsigned char *h, size_t size) {
+    if (size < LF_LLMC_HEADER_BYTES)
+        return lf_fail(LF_ERR_FORMAT, "shard '%s': llm.c shard of %zu bytes, less than its %d-byte header", path, size,
+                       LF_LLMC_HEADER_BYTES);
+    uint32_t version = lf__ld_u32le(h + 4), n = lf__ld_u32le(h + 8);
+    if (version != 1 && version != 2)
+        return lf_fail(LF_ERR_UNSUPPORTED, "shard '%s': llm.c shard version %u, this build reads versions 1 (u16 "
+                       "tokens) and 2 (u32 tokens)", path, (unsigned)version);
+    if (n > INT32_MAX)
+        return lf_fail(LF_ERR_FORMAT, "shard '%s': llm.c header says %u tokens, a negative int32", path, (unsigned)n);
+    const unsigned bpt = version == 1 ? 2u : 4u;
+    uint64_t expect = LF_LLMC_HEADER_BYTES + (uint64_t)n * bpt;
+    if (expect != (uint64_t)size)
+        return lf_fail(LF_ERR_FORMAT, "shard '%s': llm.c header says %u tokens (%llu bytes), file holds %zu bytes", path,
+                       (unsigned)n, (unsigned long long)expect, size);
+    const unsigned char *tok = h + LF_LLMC_HEADER_BYTES;
+    uint32_t max = 0;
+    if (bpt == 2) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = lf__ld_u16le(tok + 2 * i);
+            max = v > max ? v : max;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = lf__ld_u32le(tok + 4 * i);
+            max = v > max ? v : max;
+        }
+        if (max == UINT32_MAX)
+            return lf_fail(LF_ERR_FORMAT, "shard '%s': llm.c shard holds token id %u", path, (unsigned)max);
+    }
+    s->n = n;
+    s->bpt = bpt;
+    s->vocab_size = max + 1;
+    s->tokens = tok;
+    s->mask = NULL;
+    s->llmc = 1;
+    return LF_OK;
+}
+
 lf_status lf_shard_open(lf_shard **out, const char *path, int verify_checksum) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_shard_open: out is NULL");
     *out = NULL;
@@ -198,8 +246,21 @@ lf_status lf_shard_open(lf_shard **out, const char *path, int verify_checksum) {
     fd = -1;
 
     const unsigned char *h = map;
+    if (lf__ld_u32le(h) == LF_LLMC_MAGIC) {
+        s = calloc(1, sizeof *s);
+        if (!s || !(s->path = malloc(strlen(path) + 1))) {
+            st = lf_fail(LF_ERR_NOMEM, "shard '%s': out of memory", path);
+            goto fail;
+        }
+        strcpy(s->path, path);
+        if ((st = open_llmc(s, path, h, size)) != LF_OK) goto fail;
+        s->map = map;
+        s->map_len = size;
+        *out = s;
+        return LF_OK;
+    }
     if (memcmp(h, LF_SHARD_MAGIC, sizeof LF_SHARD_MAGIC) != 0) {
-        st = lf_fail(LF_ERR_FORMAT, "shard '%s': bad magic (not an llmforge token shard)", path);
+        st = lf_fail(LF_ERR_FORMAT, "shard '%s': bad magic (neither an llmforge token shard nor an llm.c one)", path);
         goto fail;
     }
     uint32_t version = lf__ld_u32le(h + 8), bpt = lf__ld_u32le(h + 12);
@@ -290,6 +351,7 @@ void lf_shard_close(lf_shard *s) {
 size_t lf_shard_num_tokens(const lf_shard *s) { return s ? s->n : 0; }
 uint32_t lf_shard_vocab_size(const lf_shard *s) { return s ? s->vocab_size : 0; }
 int lf_shard_has_mask(const lf_shard *s) { return s && s->mask != NULL; }
+int lf_shard_is_llmc(const lf_shard *s) { return s && s->llmc; }
 
 uint32_t lf_shard_token(const lf_shard *s, size_t i) {
     if (!s || i >= s->n) return 0;

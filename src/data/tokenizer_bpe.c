@@ -42,6 +42,8 @@
 #include <cjson/cJSON.h>
 #include "data_impl.h"
 
+const char *const lf__gpt2_files[2] = {"encoder.json", "vocab.bpe"};
+
 #define VOCAB_FILE_MAX_BYTES (64u << 20)
 #define RANK_FILE_MAX_BYTES (512u << 20)
 #define EOT_TEXT "<|endoftext|>"
@@ -148,7 +150,7 @@ static lf_status bad_char(const char *what, const char *where, uint32_t cp) {
 static lf_status gpt2_open(void **state, int *vocab_size, const char *dir) {
     *state = NULL;
     *vocab_size = 0;
-    char *bpe_path = lf__path_join(dir, "vocab.bpe"), *enc_path = lf__path_join(dir, "encoder.json");
+    char *bpe_path = lf__path_join(dir, lf__gpt2_files[1]), *enc_path = lf__path_join(dir, lf__gpt2_files[0]);
     char *merges = NULL, *enc = NULL;
     size_t merges_len = 0, enc_len = 0;
     cJSON *root = NULL;

@@ -6,12 +6,14 @@
  *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds]
  *                    [--mode pretrain|sft] --tokenizer SPEC [--split 0.9,0.1,0 | none]
  *                    [--text-field F] [--prompt-field F --response-field F]
- *                    [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] --out DIR
+ *                    [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
+ *                    --out DIR
  *       records through lf_prepare (docs/data.md).
  *
- * Human-facing parts live here: option parsing, the progress line on a
- * terminal (stderr), the skipped-record warnings (the first few, then a
- * count), and the summary per split.
+ * Human-facing parts live here: option parsing, the progress bar on stderr
+ * when stderr is a terminal (bytes read of the input, records, tokens,
+ * MB/s; nothing otherwise), the skipped-record warnings (the first few, then
+ * a count), and the summary per split.
  */
 #include <errno.h>
 #include <math.h>
@@ -33,13 +35,14 @@ static void usage(FILE *f) {
             "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
             "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
             "                        [--text-field F] [--prompt-field F --response-field F]\n"
-            "                        [--max-record-bytes N] [--shard-tokens N]\n"
+            "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
             "       llmforge prepare --char INPUT --out DIR\n"
             "\n"
             "  --input PATH       a file, or a directory (its files in name order); repeatable\n"
             "  --format           auto (default: .jsonl/.ndjson -> jsonl, .json -> JSON array or jsonl,\n"
             "                     .txt/.md/no extension -> text), text (a file is one document),\n"
-            "                     jsonl (one object per line), json (an array of objects)\n"
+            "                     jsonl (one object per line), json (an array of objects), csv,\n"
+            "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md)\n"
             "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
             "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
             "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
@@ -50,7 +53,10 @@ static void usage(FILE *f) {
             "  --skip-bad-records skip and count records that are not JSON, lack a field, ...\n"
             "                     (default: the first one is an error naming FILE:LINE and the field)\n"
             "  --max-record-bytes longest JSON line or array element (default 64 MiB)\n"
-            "  --shard-tokens N   tokens per shard (default 100000000)\n"
+            "  --shard-tokens N   tokens per shard file, 1 .. 2^40 (default 100000000); memory does not\n"
+            "                     grow with it: shards are streamed to disk\n"
+            "  --threads N        tokenizing threads, 0 .. 1024 (default 0: every online core); the\n"
+            "                     output is the same for every N\n"
             "  --char INPUT       character-level dataset exactly as nanoGPT's shakespeare_char:\n"
             "                     vocabulary = sorted unique characters, first 90%% train, last 10%% val\n");
 }
@@ -110,22 +116,41 @@ static void on_skip(const char *msg, void *user) {
 
 typedef struct progress_ctx {
     double last;
-    int shown;
+    int width; /* characters of the line last drawn, 0 when none */
 } progress_ctx;
 
-static void on_progress(uint64_t done, uint64_t total, void *user) {
+/* "12.3k", "4.56M", "7.89G" */
+static void human(char *buf, size_t size, double v) {
+    if (v < 1e3) snprintf(buf, size, "%.0f", v);
+    else if (v < 1e6) snprintf(buf, size, "%.1fk", v / 1e3);
+    else if (v < 1e9) snprintf(buf, size, "%.2fM", v / 1e6);
+    else snprintf(buf, size, "%.2fG", v / 1e9);
+}
+
+/* One line on stderr (a terminal), redrawn at most 5 times a second:
+ *   [##########..............]  41.7%  41.7/100.0 MB  231k records  10.5M tokens  24.3 MB/s */
+static void on_progress(const lf_prepare_progress *g, void *user) {
     progress_ctx *c = user;
     double now = lf_time_now();
-    if (now - c->last < 0.2 && done < total) return;
+    if (now - c->last < 0.2 && !g->done) return;
     c->last = now;
-    c->shown = 1;
-    double f = total ? (double)done / (double)total : 1.0;
-    int width = 24, filled = (int)(f * width);
-    char bar[32];
-    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
-    bar[width] = 0;
-    fprintf(stderr, "\r[%s] %5.1f%%  %.1f / %.1f MB   ", bar, 100 * f, done / 1e6, total / 1e6);
+    double f = g->bytes_total ? (double)g->bytes_done / (double)g->bytes_total : 1.0;
+    int filled = (int)(f * 24);
+    char bar[25], rec[16], tok[16], line[200];
+    for (int i = 0; i < 24; i++) bar[i] = i < filled ? '#' : '.';
+    bar[24] = 0;
+    human(rec, sizeof rec, (double)g->records);
+    human(tok, sizeof tok, (double)g->tokens);
+    double mbs = g->seconds > 0 ? (double)g->bytes_done / 1e6 / g->seconds : 0;
+    int n = snprintf(line, sizeof line, "[%s] %5.1f%%  %.1f/%.1f MB  %s records  %s tokens  %.1f MB/s", bar,
+                     100 * f, (double)g->bytes_done / 1e6, (double)g->bytes_total / 1e6, rec, tok, mbs);
+    if (g->passes > 1 && n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n, "  (pass %d/%d%s)", g->pass, g->passes,
+                 g->pass == 1 ? ": vocabulary" : "");
+    n = (int)strlen(line);
+    fprintf(stderr, "\r%s%*s", line, c->width > n ? c->width - n : 0, "");
     fflush(stderr);
+    c->width = n;
 }
 
 int cmd_prepare(int argc, char **argv) {
@@ -133,7 +158,7 @@ int cmd_prepare(int argc, char **argv) {
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     size_t n_inputs = 0;
     lf_prepare_opts o = lf_prepare_opts_default();
-    int rc = 2;
+    int rc = 2, threads_given = 0;
     if (!inputs) return 1;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
@@ -174,6 +199,11 @@ int cmd_prepare(int argc, char **argv) {
             long n;
             if (parse_long("--shard-tokens", v, 1, 1L << 40, &n)) goto done;
             o.shard_tokens = (size_t)n;
+        } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
+            long n;
+            if (parse_long("--threads", v, 0, LF_PREPARE_MAX_THREADS, &n)) goto done;
+            o.n_threads = (int)n;
+            threads_given = 1;
         } else if (missing) {
             goto done;
         } else if (!strcmp(argv[i], "--skip-bad-records")) {
@@ -190,6 +220,11 @@ int cmd_prepare(int argc, char **argv) {
     if (input) {
         if (n_inputs || o.tokenizer) {
             fprintf(stderr, "llmforge prepare: --char INPUT is a shorthand of its own; use it without --input/--tokenizer\n");
+            goto done;
+        }
+        if (o.shard_tokens || threads_given) {
+            fprintf(stderr, "llmforge prepare: --char writes one train.bin and one val.bin on one thread; "
+                            "--shard-tokens and --threads are for --input\n");
             goto done;
         }
         if (!out) {
@@ -226,7 +261,7 @@ int cmd_prepare(int argc, char **argv) {
     lf_prepare_result res;
     double t0 = lf_time_now();
     lf_status st = lf_prepare(&o, out, &res);
-    if (pc.shown) fprintf(stderr, "\r%70s\r", "");
+    if (pc.width) fprintf(stderr, "\r%*s\r", pc.width, "");
     if (st != LF_OK) {
         die_status(st, "prepare");
         if (st == LF_ERR_FORMAT || st == LF_ERR_RANGE)
