@@ -72,9 +72,76 @@ float *lf_model_params(lf_model *m); /* backend memory, num_params floats */
 float *lf_model_grads(lf_model *m);
 const lf_param_info *lf_model_find_param(const lf_model *m, const char *name);
 
-/* Plan and allocate activations for up to B x T (T <= block_size). Bytes the
- * plan takes are returned in *bytes (may be NULL). Re-planning frees the old. */
+/* ---------------------------------------------------------------- activation memory
+ *
+ * Activation recomputation (DeepSpeed's "activation checkpointing") trades
+ * compute in backward for activation memory. Every policy gives the same
+ * losses and gradients bit for bit in fp32: recomputation re-runs the same
+ * ops on the same inputs, and dropout masks are a pure function of
+ * (seed, key, element), so backward redraws the masks forward drew.
+ *
+ * Per layer and token (row), with C channels, NH heads and T positions, a
+ * block keeps these floats: none 16C + NH*T + 4 (GPT-2 small at T 256: 20C);
+ * selective 10C + NH*T + 4 (drops both layernorm outputs and the GELU output
+ * and recomputes them in backward: one more layernorm and GELU pass per
+ * layer); full C (the block's input only; backward runs the forward of every
+ * block but the last again, up to its GELU: (L-1)(16C^2 + 4TC) FLOPs per
+ * token on top of a step's 6N + 12LCT, e.g. +15% for GPT-2 small at T 256).
+ * Each replica adds one block's working set, shared by all layers.
+ */
+typedef enum lf_recompute {
+    LF_RECOMPUTE_NONE = 0,      /* keep what backward reads (default) */
+    LF_RECOMPUTE_SELECTIVE = 1, /* recompute layernorm and GELU outputs */
+    LF_RECOMPUTE_FULL = 2,      /* keep block inputs; recompute each block */
+} lf_recompute;
+
+/* "none", "selective", "full"; "?" for other values. */
+const char *lf_recompute_name(lf_recompute policy);
+/* Parse one of those names (exact, lower case). LF_ERR_INVALID_ARG names the
+ * value and the choices. */
+lf_status lf_recompute_parse(const char *name, lf_recompute *out);
+
+/* What an activation plan allocates, in bytes (one block; this breakdown
+ * adds up to total). */
+typedef struct lf_act_bytes {
+    size_t total;         /* the whole block lf_model_plan allocates */
+    size_t saved;         /* kept from forward for backward, all replicas: per-layer
+                             activations, embeddings, ln_f (what the policy changes) */
+    size_t work;          /* per replica, shared by the layers: one block's working
+                             set, attention scratch, activation gradients */
+    size_t logits;        /* logits (dlogits in training) and losses, (B,T,Vp) + (B,T),
+                             and the model's copy of the batch */
+    size_t replica_grads; /* parameter-gradient buffers of replicas 1.. (CPU threads) */
+} lf_act_bytes;
+
+/* Activation bytes of a plan for (cfg, B, T, policy) with the batch split
+ * over n_replicas model replicas, computed without allocating anything: the
+ * same layout lf_model_plan allocates, so for the same arguments the totals
+ * are equal. n_replicas is what the backend splits B rows into: 1 on
+ * accelerators; the CPU backend runs min(lf_backend_cpu_threads(), B). It is
+ * reduced as lf_model_plan reduces it (no replica without rows). Returns
+ * LF_OK; LF_ERR_RANGE / LF_ERR_CONFIG (invalid cfg, T > block_size);
+ * LF_ERR_INVALID_ARG (B, T or n_replicas < 1, unknown policy). Pure and
+ * thread-safe. */
+lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_recompute policy, int n_replicas,
+                                   lf_act_bytes *out);
+
+/* Recompute policy of the next lf_model_plan (the plan in place keeps the
+ * policy it was made with until then; lf_model_forward plans by itself only
+ * when the model has no plan large enough). Default LF_RECOMPUTE_NONE.
+ * Returns LF_OK or LF_ERR_INVALID_ARG (unknown policy; nothing changes). */
+lf_status lf_model_set_recompute(lf_model *m, lf_recompute policy);
+/* The policy of the plan in place (of the next plan when there is none). */
+lf_recompute lf_model_recompute(const lf_model *m);
+
+/* Plan and allocate activations for up to B x T (T <= block_size) with the
+ * policy lf_model_set_recompute chose. Bytes the plan takes are returned in
+ * *bytes (may be NULL): lf_gpt2_activation_bytes(cfg, B, T, policy, replicas)
+ * .total, all of it in one allocation through the backend. Re-planning frees
+ * the old plan (and any pending backward). */
 lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes);
+/* Breakdown of the plan in place (all zero when there is none). */
+void lf_model_activation_bytes(const lf_model *m, lf_act_bytes *out);
 
 typedef struct lf_forward_opts {
     float dloss;       /* > 0: compute dlogits scaled by dloss for a later backward

@@ -20,6 +20,16 @@
  *    opts->dloss > 0, so the logits of a training forward are not kept.
  *  - Dropout masks are keyed by (opts->seed, lf_rng_mix(opts->key, site)), so
  *    backward regenerates them and a resumed run draws the same masks.
+ *  - Activation recomputation (lf_recompute) only changes where a layer's
+ *    tensors live: a tensor the policy does not keep points into the
+ *    replica's working set, which every layer shares, and backward writes it
+ *    again with the same op on the same input (and the same dropout keys)
+ *    right before reading it. Ops are deterministic for a given shape, and
+ *    every slot is LF_ALIGN-aligned, so the recomputed values are the
+ *    forward's bit for bit and every policy gives the same gradients.
+ *  - The residual-branch outputs (attproj, fcproj) are dead once added to the
+ *    stream (backward reads neither), so under every policy they share one
+ *    working buffer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -40,11 +50,11 @@ typedef struct layer_acts {
     float *qkv;                       /* (N,3C) */
     float *atty;                      /* (N,C) attention output before c_proj */
     float *att;                       /* (B,NH,T,T) softmax probabilities */
-    float *attproj;                   /* (N,C) c_proj output (after dropout) */
+    float *attproj;                   /* (N,C) c_proj output (after dropout); working set */
     float *res2;                      /* (N,C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu;            /* (N,4C) */
-    float *fcproj;                    /* (N,C) after dropout */
+    float *fcproj;                    /* (N,C) after dropout; working set */
     float *res3;                      /* (N,C) block output */
 } layer_acts;
 
@@ -87,8 +97,10 @@ struct lf_model {
     int (*lp)[P_PER_LAYER];           /* per-layer table indices */
 
     /* activation plan */
+    lf_recompute recompute;           /* policy of the next plan */
+    lf_recompute plan_rc;             /* policy of the plan in place */
     int plan_B, plan_T, n_rep, rep_B; /* rep_B: rows each replica is planned for */
-    size_t act_bytes;
+    lf_act_bytes act;                 /* what the plan in place allocated */
     void *act_block;
     replica *rep;
     float *logits;                    /* (B,T,Vp), becomes dlogits in training */
@@ -250,7 +262,8 @@ static void free_plan(lf_model *m) {
     free(m->rep);
     m->rep = NULL;
     m->plan_B = m->plan_T = m->n_rep = m->rep_B = 0;
-    m->act_bytes = 0;
+    memset(&m->act, 0, sizeof m->act);
+    m->have_dlogits = 0; /* the activations a backward would read are gone */
 }
 
 void lf_model_free(lf_model *m) {
@@ -310,99 +323,223 @@ void lf_model_zero_grad(lf_model *m) { m->be->zero(m->grads, m->num_params); }
 
 /* Two passes over the same list of slots: the first sums sizes, the second
  * hands out pointers. Keeping one list means the plan and the allocation
- * cannot disagree. */
+ * cannot disagree, and lf_gpt2_activation_bytes runs the first pass alone. */
+enum { CAT_SAVED, CAT_WORK, CAT_LOGITS, CAT_GRADS, CAT_N };
+
 typedef struct planner {
     unsigned char *base; /* NULL while sizing */
     size_t used;
+    size_t cat[CAT_N];   /* bytes by lf_act_bytes category */
 } planner;
 
-static float *slot(planner *p, size_t floats) {
+static float *slot(planner *p, int cat, size_t floats) {
     size_t bytes = lf_arena_round(floats * sizeof(float));
     float *ptr = p->base ? (float *)(p->base + p->used) : NULL;
     p->used += bytes;
+    p->cat[cat] += bytes;
     return ptr;
 }
 
-/* Per-replica activations for up to rB rows; r > 0 also get a gradient buffer. */
-static void lay_out_replica(lf_model *m, replica *rp, int r, planner *p, int rB, int T) {
-    const lf_gpt2_config *c = &m->cfg;
-    size_t N = (size_t)rB * T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
-    size_t att = (size_t)rB * NH * T * T;
+/* The shape a plan is made for. */
+typedef struct plan_spec {
+    const lf_gpt2_config *cfg;
+    size_t num_params;
+    lf_recompute rc;
+    int B, T, n_rep, rB; /* rB: rows of each replica */
+} plan_spec;
+
+/* Per-replica activations for up to rB rows; r > 0 also get a gradient
+ * buffer (model_grads is replica 0's). rp is NULL while sizing. Layer
+ * tensors the policy does not keep all point into `w`, the working set. */
+static void lay_out_replica(const plan_spec *s, replica *rp, int r, planner *p, float *model_grads) {
+    const lf_gpt2_config *c = s->cfg;
+    size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
+    size_t att = (size_t)s->rB * NH * s->T * s->T;
+    int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* layernorm and GELU outputs */
+    int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
     replica dummy = {0};
-    layer_acts la_dummy;
     if (!rp) rp = &dummy;
-    rp->encoded = slot(p, N * C);
-    for (int l = 0; l < c->n_layer; l++) {
-        layer_acts *a = rp->la ? &rp->la[l] : &la_dummy;
-        a->ln1 = slot(p, N * C);
-        a->ln1_mean = slot(p, N);
-        a->ln1_rstd = slot(p, N);
-        a->qkv = slot(p, N * 3 * C);
-        a->atty = slot(p, N * C);
-        a->att = slot(p, att);
-        a->attproj = slot(p, N * C);
-        a->res2 = slot(p, N * C);
-        a->ln2 = slot(p, N * C);
-        a->ln2_mean = slot(p, N);
-        a->ln2_rstd = slot(p, N);
-        a->fch = slot(p, N * 4 * C);
-        a->fch_gelu = slot(p, N * 4 * C);
-        a->fcproj = slot(p, N * C);
-        a->res3 = slot(p, N * C);
+
+    layer_acts w = {0}; /* the working set: what no layer keeps */
+    w.attproj = w.fcproj = slot(p, CAT_WORK, N * C);
+    if (!keep_outputs) {
+        w.ln1 = slot(p, CAT_WORK, N * C);
+        /* selective recomputes ln_2's output, then ln_1's, one after the
+         * other: one buffer; full recomputes the block at once: two */
+        w.ln2 = keep_block ? w.ln1 : slot(p, CAT_WORK, N * C);
+        w.fch_gelu = slot(p, CAT_WORK, N * 4 * C);
     }
-    rp->lnf = slot(p, N * C);
-    rp->lnf_mean = slot(p, N);
-    rp->lnf_rstd = slot(p, N);
-    rp->att_scratch = slot(p, att);
-    rp->dresidual = slot(p, N * C);
-    rp->dbranch = slot(p, N * C);
-    rp->dln = slot(p, N * C);
-    rp->datty = slot(p, N * C);
-    rp->dqkv = slot(p, N * 3 * C);
-    rp->dfch = slot(p, N * 4 * C);
-    rp->dfch_gelu = slot(p, N * 4 * C);
-    rp->grads = r > 0 ? slot(p, m->num_params) : m->grads;
+    if (!keep_block) {
+        w.ln1_mean = slot(p, CAT_WORK, N);
+        w.ln1_rstd = slot(p, CAT_WORK, N);
+        w.qkv = slot(p, CAT_WORK, N * 3 * C);
+        w.atty = slot(p, CAT_WORK, N * C);
+        w.att = slot(p, CAT_WORK, att);
+        w.res2 = slot(p, CAT_WORK, N * C);
+        w.ln2_mean = slot(p, CAT_WORK, N);
+        w.ln2_rstd = slot(p, CAT_WORK, N);
+        w.fch = slot(p, CAT_WORK, N * 4 * C);
+    }
+
+    rp->encoded = slot(p, CAT_SAVED, N * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_acts la_dummy;
+        layer_acts *a = rp->la ? &rp->la[l] : &la_dummy;
+        *a = w;
+        if (keep_block) {
+            a->ln1_mean = slot(p, CAT_SAVED, N);
+            a->ln1_rstd = slot(p, CAT_SAVED, N);
+            a->qkv = slot(p, CAT_SAVED, N * 3 * C);
+            a->atty = slot(p, CAT_SAVED, N * C);
+            a->att = slot(p, CAT_SAVED, att);
+            a->res2 = slot(p, CAT_SAVED, N * C);
+            a->ln2_mean = slot(p, CAT_SAVED, N);
+            a->ln2_rstd = slot(p, CAT_SAVED, N);
+            a->fch = slot(p, CAT_SAVED, N * 4 * C);
+        }
+        if (keep_outputs) {
+            a->ln1 = slot(p, CAT_SAVED, N * C);
+            a->ln2 = slot(p, CAT_SAVED, N * C);
+            a->fch_gelu = slot(p, CAT_SAVED, N * 4 * C);
+        }
+        a->res3 = slot(p, CAT_SAVED, N * C); /* the next block's input: kept by every policy */
+    }
+    rp->lnf = slot(p, CAT_SAVED, N * C);
+    rp->lnf_mean = slot(p, CAT_SAVED, N);
+    rp->lnf_rstd = slot(p, CAT_SAVED, N);
+    rp->att_scratch = slot(p, CAT_WORK, att);
+    rp->dresidual = slot(p, CAT_WORK, N * C);
+    rp->dbranch = slot(p, CAT_WORK, N * C);
+    rp->dln = slot(p, CAT_WORK, N * C);
+    rp->datty = slot(p, CAT_WORK, N * C);
+    rp->dqkv = slot(p, CAT_WORK, N * 3 * C);
+    rp->dfch = slot(p, CAT_WORK, N * 4 * C);
+    rp->dfch_gelu = slot(p, CAT_WORK, N * 4 * C);
+    rp->grads = r > 0 ? slot(p, CAT_GRADS, s->num_params) : model_grads;
 }
 
-static void lay_out(lf_model *m, planner *p, int B, int T, int n_rep, int rB) {
-    size_t N = (size_t)B * T, Vp = (size_t)vp_of(&m->cfg);
-    m->logits = slot(p, N * Vp);
-    m->losses = slot(p, N);
-    m->inputs = (int32_t *)slot(p, N);
-    m->targets = (int32_t *)slot(p, N);
-    for (int r = 0; r < n_rep; r++) lay_out_replica(m, m->rep ? &m->rep[r] : NULL, r, p, rB, T);
+/* m is NULL while sizing without a model (lf_gpt2_activation_bytes). */
+static void lay_out(const plan_spec *s, lf_model *m, planner *p) {
+    size_t N = (size_t)s->B * s->T, Vp = (size_t)vp_of(s->cfg);
+    float *logits = slot(p, CAT_LOGITS, N * Vp);
+    float *losses = slot(p, CAT_LOGITS, N);
+    int32_t *inputs = (int32_t *)slot(p, CAT_LOGITS, N);
+    int32_t *targets = (int32_t *)slot(p, CAT_LOGITS, N);
+    if (m) {
+        m->logits = logits;
+        m->losses = losses;
+        m->inputs = inputs;
+        m->targets = targets;
+    }
+    for (int r = 0; r < s->n_rep; r++)
+        lay_out_replica(s, m && m->rep ? &m->rep[r] : NULL, r, p, m ? m->grads : NULL);
 }
+
+static void act_bytes_of(const planner *p, lf_act_bytes *out) {
+    out->total = p->used;
+    out->saved = p->cat[CAT_SAVED];
+    out->work = p->cat[CAT_WORK];
+    out->logits = p->cat[CAT_LOGITS];
+    out->replica_grads = p->cat[CAT_GRADS];
+}
+
+/* Rows per replica, and replicas left once none is empty. */
+static void split_rows(int B, int n_rep, int *rB, int *n_out) {
+    if (n_rep < 1) n_rep = 1;
+    if (n_rep > B) n_rep = B;
+    *rB = (B + n_rep - 1) / n_rep;
+    *n_out = (B + *rB - 1) / *rB;
+}
+
+const char *lf_recompute_name(lf_recompute policy) {
+    switch (policy) {
+    case LF_RECOMPUTE_NONE: return "none";
+    case LF_RECOMPUTE_SELECTIVE: return "selective";
+    case LF_RECOMPUTE_FULL: return "full";
+    }
+    return "?";
+}
+
+static int recompute_valid(lf_recompute policy) {
+    return policy == LF_RECOMPUTE_NONE || policy == LF_RECOMPUTE_SELECTIVE || policy == LF_RECOMPUTE_FULL;
+}
+
+lf_status lf_recompute_parse(const char *name, lf_recompute *out) {
+    static const lf_recompute all[] = {LF_RECOMPUTE_NONE, LF_RECOMPUTE_SELECTIVE, LF_RECOMPUTE_FULL};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++) {
+        if (!strcmp(name, lf_recompute_name(all[i]))) {
+            *out = all[i];
+            return LF_OK;
+        }
+    }
+    return lf_fail(LF_ERR_INVALID_ARG, "recompute policy '%s' is not one of none, selective, full",
+                   name ? name : "(null)");
+}
+
+lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_recompute policy, int n_replicas,
+                                   lf_act_bytes *out) {
+    memset(out, 0, sizeof *out);
+    lf_status st = lf_gpt2_config_validate(cfg);
+    if (st != LF_OK) return st;
+    if (B < 1 || T < 1 || n_replicas < 1)
+        return lf_fail(LF_ERR_INVALID_ARG, "activation plan: batch %d x %d over %d replicas is empty", B, T, n_replicas);
+    if (T > cfg->block_size)
+        return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, cfg->block_size);
+    if (!recompute_valid(policy)) return lf_fail(LF_ERR_INVALID_ARG, "unknown recompute policy %d", (int)policy);
+    lf_param_info *table;
+    int count;
+    size_t num_params;
+    st = lf_gpt2_param_table(cfg, &table, &count, &num_params);
+    if (st != LF_OK) return st;
+    lf_free(table);
+    plan_spec s = {.cfg = cfg, .num_params = num_params, .rc = policy, .B = B, .T = T};
+    split_rows(B, n_replicas, &s.rB, &s.n_rep);
+    planner p = {0};
+    lay_out(&s, NULL, &p);
+    act_bytes_of(&p, out);
+    return LF_OK;
+}
+
+lf_status lf_model_set_recompute(lf_model *m, lf_recompute policy) {
+    if (!recompute_valid(policy)) return lf_fail(LF_ERR_INVALID_ARG, "unknown recompute policy %d", (int)policy);
+    m->recompute = policy;
+    return LF_OK;
+}
+
+lf_recompute lf_model_recompute(const lf_model *m) { return m->act_block ? m->plan_rc : m->recompute; }
+
+void lf_model_activation_bytes(const lf_model *m, lf_act_bytes *out) { *out = m->act; }
 
 lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     if (B < 1 || T < 1) return lf_fail(LF_ERR_INVALID_ARG, "plan: batch %d x %d is empty", B, T);
     if (T > m->cfg.block_size)
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, m->cfg.block_size);
     free_plan(m);
-    int n_rep = m->be->replicas ? m->be->replicas(B) : 1;
-    if (n_rep < 1) n_rep = 1;
-    int rB = (B + n_rep - 1) / n_rep;
-    n_rep = (B + rB - 1) / rB; /* no empty replica */
+    plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .rc = m->recompute, .B = B, .T = T};
+    split_rows(B, m->be->replicas ? m->be->replicas(B) : 1, &s.rB, &s.n_rep);
     planner p = {0};
-    lay_out(m, &p, B, T, n_rep, rB); /* sizing pass */
-    m->rep = calloc((size_t)n_rep, sizeof *m->rep);
+    lay_out(&s, m, &p); /* sizing pass */
+    m->rep = calloc((size_t)s.n_rep, sizeof *m->rep);
     int ok = m->rep != NULL;
-    for (int r = 0; ok && r < n_rep; r++) {
+    for (int r = 0; ok && r < s.n_rep; r++) {
         m->rep[r].la = calloc((size_t)m->cfg.n_layer, sizeof(layer_acts));
         ok = m->rep[r].la != NULL;
     }
-    m->n_rep = n_rep;
+    m->n_rep = s.n_rep;
     m->act_block = ok ? m->be->alloc(p.used) : NULL;
     if (!m->act_block) {
         size_t need = p.used;
         free_plan(m);
-        return lf_fail(LF_ERR_NOMEM, "out of memory allocating %.1f MB of activations for batch %d x %d", need / 1e6, B, T);
+        return lf_fail(LF_ERR_NOMEM, "out of memory allocating %.1f MB of activations for batch %d x %d (recompute %s)",
+                       need / 1e6, B, T, lf_recompute_name(s.rc));
     }
-    planner q = {.base = m->act_block, .used = 0};
-    lay_out(m, &q, B, T, n_rep, rB);
+    planner q = {.base = m->act_block};
+    lay_out(&s, m, &q);
     m->plan_B = B;
     m->plan_T = T;
-    m->rep_B = rB;
-    m->act_bytes = q.used;
+    m->rep_B = s.rB;
+    m->plan_rc = s.rc;
+    act_bytes_of(&q, &m->act);
     if (bytes) *bytes = q.used;
     return LF_OK;
 }
@@ -425,36 +562,50 @@ static lf_dropout drop_at(const lf_model *m, const replica *rp, int layer, int s
     return d;
 }
 
+/* The block input of layer l: the embeddings, or the previous block's output. */
+static const float *block_input(const replica *rp, int l) { return l == 0 ? rp->encoded : rp->la[l - 1].res3; }
+
+/* Forward of block l. whole = 0 stops after the GELU, with everything the
+ * block's backward reads written (full recomputation: c_fc's projection and
+ * the block output are not needed again). */
+static void block_forward(lf_model *m, replica *rp, int l, int T, int whole) {
+    const lf_backend_ops *be = m->be;
+    const lf_gpt2_config *c = &m->cfg;
+    int B = rp->B, C = c->n_embd, NH = c->n_head;
+    int N = B * T;
+    uint64_t rowC = (uint64_t)T * C, rowAtt = (uint64_t)NH * T * T;
+    layer_acts *a = &rp->la[l];
+    const int *ix = m->lp[l];
+    const float *residual = block_input(rp, l);
+    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
+    be->matmul_forward(a->qkv, a->ln1, PW(m, ix[P_ATTN_W]), PW(m, ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
+    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, drop_at(m, rp, l, SITE_ATT, rowAtt));
+    be->matmul_forward(a->attproj, a->atty, PW(m, ix[P_APROJ_W]), PW(m, ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
+    lf_dropout d1 = drop_at(m, rp, l, SITE_ATT_RESID, rowC);
+    if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
+    be->residual_forward(a->res2, residual, a->attproj, (size_t)N * C);
+    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
+    be->matmul_forward(a->fch, a->ln2, PW(m, ix[P_FC_W]), PW(m, ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
+    be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    if (!whole) return;
+    be->matmul_forward(a->fcproj, a->fch_gelu, PW(m, ix[P_MPROJ_W]), PW(m, ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
+    lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
+    if (d2.p > 0) be->dropout_forward(a->fcproj, a->fcproj, (size_t)N * C, d2);
+    be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
+}
+
 static void forward_replica(lf_model *m, replica *rp, int T, int with_targets) {
     const lf_backend_ops *be = m->be;
     const lf_gpt2_config *c = &m->cfg;
-    int B = rp->B, C = c->n_embd, NH = c->n_head, L = c->n_layer, V = c->vocab_size, Vp = vp_of(c);
+    int B = rp->B, C = c->n_embd, L = c->n_layer, V = c->vocab_size, Vp = vp_of(c);
     int N = B * T;
-    uint64_t rowC = (uint64_t)T * C, rowAtt = (uint64_t)NH * T * T;
+    uint64_t rowC = (uint64_t)T * C;
     be->encoder_forward(rp->encoded, rp->inputs, PW(m, m->wte), PW(m, m->wpe), B, T, C);
     lf_dropout de = drop_at(m, rp, L, SITE_EMB, rowC);
     if (de.p > 0) be->dropout_forward(rp->encoded, rp->encoded, (size_t)N * C, de);
 
-    const float *residual = rp->encoded;
-    for (int l = 0; l < L; l++) {
-        layer_acts *a = &rp->la[l];
-        const int *ix = m->lp[l];
-        be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
-        be->matmul_forward(a->qkv, a->ln1, PW(m, ix[P_ATTN_W]), PW(m, ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
-        be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, drop_at(m, rp, l, SITE_ATT, rowAtt));
-        be->matmul_forward(a->attproj, a->atty, PW(m, ix[P_APROJ_W]), PW(m, ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
-        lf_dropout d1 = drop_at(m, rp, l, SITE_ATT_RESID, rowC);
-        if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
-        be->residual_forward(a->res2, residual, a->attproj, (size_t)N * C);
-        be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
-        be->matmul_forward(a->fch, a->ln2, PW(m, ix[P_FC_W]), PW(m, ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
-        be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-        be->matmul_forward(a->fcproj, a->fch_gelu, PW(m, ix[P_MPROJ_W]), PW(m, ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
-        lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
-        if (d2.p > 0) be->dropout_forward(a->fcproj, a->fcproj, (size_t)N * C, d2);
-        be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
-        residual = a->res3;
-    }
+    for (int l = 0; l < L; l++) block_forward(m, rp, l, T, 1);
+    const float *residual = block_input(rp, L);
     be->layernorm_forward(rp->lnf, rp->lnf_mean, rp->lnf_rstd, residual, PW(m, m->lnf_w), PW(m, m->lnf_b), N, C);
     be->matmul_forward(rp->logits, rp->lnf, PW(m, m->wte), NULL, N, C, Vp, LF_W_OUT_IN);
 
@@ -570,13 +721,21 @@ static void backward_replica(lf_model *m, replica *rp, int T) {
     be->zero(rp->dresidual, NC);
     /* lm_head (tied to wte) and ln_f */
     be->matmul_backward(rp->dln, GR(m, g, m->wte), NULL, rp->logits, rp->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
-    const float *last = L > 0 ? rp->la[L - 1].res3 : rp->encoded;
+    const float *last = block_input(rp, L);
     be->layernorm_backward(rp->dresidual, GR(m, g, m->lnf_w), GR(m, g, m->lnf_b), rp->dln, last, PW(m, m->lnf_w),
                            rp->lnf_mean, rp->lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         layer_acts *a = &rp->la[l];
         const int *ix = m->lp[l];
-        const float *residual = l == 0 ? rp->encoded : rp->la[l - 1].res3;
+        const float *residual = block_input(rp, l);
+        /* Recompute what the plan did not keep, each right before it is read.
+         * full: the working set still holds the last block from forward. */
+        if (m->plan_rc == LF_RECOMPUTE_FULL && l < L - 1) block_forward(m, rp, l, T, 0);
+        if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) {
+            be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]),
+                                  N, C);
+            be->gelu_forward(a->fch_gelu, a->fch, NC * 4);
+        }
         /* dresidual = d(res3); res3 = res2 + dropout(fcproj) */
         lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
         const float *dbr = rp->dresidual;
@@ -602,6 +761,9 @@ static void backward_replica(lf_model *m, replica *rp, int T) {
                             PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
         be->attention_backward(rp->dqkv, rp->att_scratch, rp->datty, a->qkv, a->att, B, T, C, NH,
                                drop_at(m, rp, l, SITE_ATT, rowAtt));
+        if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
+            be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]),
+                                  N, C);
         be->matmul_backward(rp->dln, GR(m, g, ix[P_ATTN_W]), GR(m, g, ix[P_ATTN_B]), rp->dqkv, a->ln1,
                             PW(m, ix[P_ATTN_W]), N, C, 3 * C, LF_W_IN_OUT);
         be->layernorm_backward(rp->dresidual, GR(m, g, ix[P_LN1_W]), GR(m, g, ix[P_LN1_B]), rp->dln, residual,
