@@ -15,7 +15,14 @@ extern "C" {
 
 typedef struct lf_backend_ops lf_backend_ops;
 
-/* The backend registered under `name` ("cpu"), or NULL (message recorded). */
+/* The backend registered under `name`, or NULL (message recorded; status
+ * LF_ERR_NOT_FOUND). NULL name = "cpu". Compiled in:
+ *   "cpu"       fp32 throughout (OpenMP + OpenBLAS);
+ *   "cpu-bf16"  the same, except that matrix products take bf16 operands and
+ *               accumulate in fp32 (oneDNN on CPUs with AVX512-BF16 or AMX,
+ *               else a fallback; see lf_backend_cpu_bf16_kernel). Weights,
+ *               gradients, optimizer state, layernorm, softmax, attention
+ *               and the loss stay fp32. Training config: bf16.enabled. */
 const lf_backend_ops *lf_backend_get(const char *name);
 const char *lf_backend_name(const lf_backend_ops *ops);
 
@@ -23,6 +30,14 @@ const char *lf_backend_name(const lf_backend_ops *ops);
  * default (OMP_NUM_THREADS when set, else every core). */
 void lf_backend_cpu_set_threads(int n);
 int lf_backend_cpu_threads(void);
+
+/* Which kernel "cpu-bf16" uses on this machine, decided at the first call
+ * (thread-safe; the string is static): "oneDNN 2.6.3 avx512_core_amx
+ * (brg:avx512_core_amx_bf16)" when oneDNN's ISA has bf16 instructions, else
+ * "fallback (fp32 sgemm on bf16-rounded operands; ...)" with the reason.
+ * ONEDNN_MAX_CPU_ISA (oneDNN's variable, read before the first call) below
+ * AVX512_CORE_BF16 selects the fallback. */
+const char *lf_backend_cpu_bf16_kernel(void);
 
 #ifdef __cplusplus
 }

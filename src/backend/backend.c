@@ -4,7 +4,8 @@
 
 const lf_backend_ops *lf_backend_get(const char *name) {
     if (!name || strcmp(name, "cpu") == 0) return lf__backend_cpu();
-    lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu)", name);
+    if (strcmp(name, "cpu-bf16") == 0) return lf__backend_cpu_bf16();
+    lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu, cpu-bf16)", name);
     return NULL;
 }
 

@@ -17,6 +17,12 @@
  *  - The residual stream's gradient ACCUMULATES: layernorm_backward and
  *    residual_backward add (+=) into dinp, and encoder_backward into its
  *    parameter gradients.
+ *  - Parameters change only through to_device and adamw_update, or are
+ *    followed by params_changed: a backend may keep derived copies of the
+ *    weights (cpu-bf16 keeps bf16 ones) until one of those is called.
+ *  - Matmul precision is the backend's: "cpu" computes in fp32; "cpu-bf16"
+ *    rounds both operands of every matmul product to bf16 and accumulates
+ *    in fp32 (gradients, weights and every other op stay fp32).
  *  - Weights use the Hugging Face GPT-2 layout: Conv1D weights are (C, OC)
  *    ("in, out") and y = x @ W + b. The tied lm_head uses wte (V, C) with
  *    y = x @ wte^T, which is matmul with layout LF_W_OUT_IN.
@@ -171,9 +177,16 @@ struct lf_backend_ops {
     void (*run_replicas)(int n, void (*fn)(void *arg, int i), void *arg);
     /* ---- y += x, element-wise (gradient reduction across replicas). */
     void (*add_inplace)(float *y, const float *x, size_t n);
+
+    /* ---- parameters were written by a route other than to_device or
+     * adamw_update (e.g. a collective into backend memory, or a host write
+     * on the CPU): drop whatever the backend derived from them (cpu-bf16's
+     * bf16 weight copies). Never called while ops run. */
+    void (*params_changed)(void);
 };
 
 /* Registered backends. */
 const lf_backend_ops *lf__backend_cpu(void);
+const lf_backend_ops *lf__backend_cpu_bf16(void);
 
 #endif

@@ -7,6 +7,13 @@
  * called from inside one of our parallel regions (attention) runs on the
  * calling thread only, which is what those call sites want.
  *
+ * Two tables: "cpu" (fp32 throughout) and "cpu-bf16", the same ops except
+ * matmul, which takes bf16 operands with fp32 accumulation (cpu_bf16.c).
+ * cpu-bf16 caches bf16 copies of the weights, so its memory ops and AdamW
+ * also tell that cache when parameters may have changed: to_device and
+ * params_changed make every copy stale, free drops them all, and AdamW
+ * renews the copies of the tensor it updates (cpu_bf16.c).
+ *
  * Reference: backend_impl.h (the contract), llm.c train_gpt2.c (op shapes).
  */
 #include <string.h>
@@ -72,6 +79,8 @@ static void cpu_add_inplace(float *restrict y, const float *restrict x, size_t n
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+static void cpu_params_changed(void) {} /* fp32: nothing is derived from the parameters */
+
 static const lf_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -100,6 +109,53 @@ static const lf_backend_ops cpu_ops = {
     .replicas = cpu_replicas,
     .run_replicas = cpu_run_replicas,
     .add_inplace = cpu_add_inplace,
+    .params_changed = cpu_params_changed,
 };
 
 const lf_backend_ops *lf__backend_cpu(void) { return &cpu_ops; }
+
+/* ---------------------------------------------------------------- cpu-bf16 */
+
+static void bf16_free(void *p) {
+    if (!p) return;
+    lf__cpu_bf16_memory_freed(); /* a later tensor may get this address */
+    lf_free(p);
+}
+
+static void bf16_to_device(void *dst, const void *src, size_t bytes) {
+    cpu_copy(dst, src, bytes);
+    lf__cpu_bf16_params_changed();
+}
+
+static const lf_backend_ops cpu_bf16_ops = {
+    .name = "cpu-bf16",
+    .alloc = cpu_alloc,
+    .free = bf16_free,
+    .to_device = bf16_to_device,
+    .to_host = cpu_copy,
+    .zero = cpu_zero,
+    .scale = cpu_scale,
+    .encoder_forward = lf__cpu_encoder_forward,
+    .encoder_backward = lf__cpu_encoder_backward,
+    .layernorm_forward = lf__cpu_layernorm_forward,
+    .layernorm_backward = lf__cpu_layernorm_backward,
+    .matmul_forward = lf__cpu_bf16_matmul_forward,
+    .matmul_backward = lf__cpu_bf16_matmul_backward,
+    .attention_forward = lf__cpu_attention_forward,
+    .attention_backward = lf__cpu_attention_backward,
+    .gelu_forward = lf__cpu_gelu_forward,
+    .gelu_backward = lf__cpu_gelu_backward,
+    .residual_forward = lf__cpu_residual_forward,
+    .residual_backward = lf__cpu_residual_backward,
+    .dropout_forward = lf__cpu_dropout_forward,
+    .dropout_backward = lf__cpu_dropout_backward,
+    .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,
+    .adamw_update = lf__cpu_bf16_adamw_update,
+    .sum_squares = lf__cpu_sum_squares,
+    .replicas = cpu_replicas,
+    .run_replicas = cpu_run_replicas,
+    .add_inplace = cpu_add_inplace,
+    .params_changed = lf__cpu_bf16_params_changed,
+};
+
+const lf_backend_ops *lf__backend_cpu_bf16(void) { return &cpu_bf16_ops; }

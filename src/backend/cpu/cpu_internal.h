@@ -68,6 +68,25 @@ static inline int lf__cpu_dropout_keep(lf_dropout d, uint64_t i) {
     return lf__cpu_rng_uniform(d.seed, LF_RNG_DROPOUT, lf_rng_mix(d.key, d.offset + i)) >= d.p;
 }
 
+/* x rounded to the nearest bf16, ties to even (what oneDNN, PyTorch and
+ * AVX512-BF16's vcvtne2ps2bf16 do); a NaN stays a (quiet) NaN, never rounded
+ * into inf. Branch-free, so conversion loops vectorize. */
+static inline uint16_t lf__cpu_bf16_bits(float f) {
+    uint32_t u;
+    __builtin_memcpy(&u, &f, sizeof u);
+    const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)(((u & 0x7FFFFFFFu) > 0x7F800000u) ? nan : rne);
+}
+
+/* The same value as an fp32 (bf16 bits in the high half). */
+static inline float lf__cpu_bf16_as_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    __builtin_memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* The ops. Argument order, shapes and semantics are exactly those of the
  * matching slot of lf_backend_ops in backend_impl.h, which documents every
  * pointer's shape. */
@@ -97,6 +116,36 @@ void lf__cpu_matmul_forward(float *out, const float *inp, const float *weight, c
 void lf__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                              const float *inp, const float *weight, int N, int C, int OC,
                              lf_weight_layout layout);
+void lf__cpu_bias_backward(float *dbias, const float *dout, int N, int OC);
+
+/* cpu_bf16.c: the matmul pair of the "cpu-bf16" table (bf16 operands, fp32
+ * accumulation; oneDNN or the rounded-sgemm fallback), and its weight-copy
+ * cache. params_changed: parameters may have changed (the copies are stale);
+ * memory_freed: some backend memory was freed (drop every copy, a new
+ * tensor may reuse the address). */
+void lf__cpu_bf16_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                                 int N, int C, int OC, lf_weight_layout layout);
+void lf__cpu_bf16_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, int N, int C, int OC,
+                                  lf_weight_layout layout);
+void lf__cpu_bf16_params_changed(void);
+void lf__cpu_bf16_memory_freed(void);
+/* adamw_update of the cpu-bf16 table: the fp32 update, renewing in the same
+ * pass the copies of the weight that is exactly [params, params+n), and
+ * marking stale any other copy that overlaps the range. */
+void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                               float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                               int t);
+/* x rounded to the nearest bf16 (ties to even; NaN stays NaN), as fp32. */
+float lf__cpu_bf16_round(float x);
+/* Test hooks: 1 when products go to oneDNN; force the fallback (on = 1) or
+ * return to what was detected (0); products that fell back a level because
+ * of a failure; free every thread's primitives and scratch and every weight
+ * copy (only while no op runs). */
+int lf__cpu_bf16_uses_onednn(void);
+void lf__cpu_bf16_force_fallback(int on);
+long lf__cpu_bf16_failures(void);
+void lf__cpu_bf16_release(void);
 
 /* cpu_attention.c */
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
@@ -113,6 +162,12 @@ void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const 
 void lf__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay,
                           float grad_scale, int t);
+/* The same update, also writing the new parameters rounded to bf16 into
+ * shadow_bf16 (bits) and/or shadow_f32r (as fp32), each n long or NULL: the
+ * cpu-bf16 weight copies renewed in the pass that moves the weights. */
+void lf__cpu_adamw_update_shadow(float *params, const float *grads, float *m, float *v, size_t n,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay,
+                                 float grad_scale, int t, uint16_t *shadow_bf16, float *shadow_f32r);
 double lf__cpu_sum_squares(const float *x, size_t n);
 
 #endif

@@ -41,8 +41,9 @@ void lf__cpu_matmul_forward(float *restrict out, const float *restrict inp,
                     beta, out, OC);
 }
 
-/* dbias[o] += sum_n dout[n,o]: each thread sums its own channels over all rows. */
-static void bias_backward(float *restrict dbias, const float *restrict dout, int N, int OC) {
+/* dbias[o] += sum_n dout[n,o]: each thread sums its own channels over all rows
+ * (also the bf16 matmul's dbias, from its fp32 dout). */
+void lf__cpu_bias_backward(float *restrict dbias, const float *restrict dout, int N, int OC) {
 #pragma omp parallel if ((long)N * OC >= LF_CPU_PAR_MIN)
     {
         int c0, c1;
@@ -80,5 +81,5 @@ void lf__cpu_matmul_backward(float *restrict dinp, float *restrict dweight, floa
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
     }
-    if (dbias) bias_backward(dbias, dout, N, OC);
+    if (dbias) lf__cpu_bias_backward(dbias, dout, N, OC);
 }

@@ -15,35 +15,73 @@
  * partials are added in chunk order, so the result is bit-identical for any
  * thread count.
  *
+ * lf__cpu_adamw_update_shadow also writes the new parameters rounded to
+ * bf16 (cpu-bf16's weight copies, cpu_bf16.c), in the same pass.
+ *
  * Reference: Loshchilov & Hutter, "Decoupled Weight Decay Regularization"
  * (ICLR 2019); torch/optim/adamw.py _single_tensor_adamw.
  */
 #include <math.h>
 #include "cpu_internal.h"
 
+/* The constants of one update (t >= 1; the bias corrections divide by
+ * 1 - beta^t). */
+typedef struct adamw_k {
+    float decay, step_size, bc2_sqrt, w1, w1c, b2, omb2, eps, grad_scale;
+    int lerp_low;
+} adamw_k;
+
+static adamw_k adamw_consts(float lr, float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, int t) {
+    if (t < 1) t = 1;
+    const double bc1 = 1.0 - pow((double)beta1, (double)t);
+    const double bc2 = 1.0 - pow((double)beta2, (double)t);
+    adamw_k k = {.decay = (float)(1.0 - (double)lr * (double)weight_decay),
+                 .step_size = (float)((double)lr / bc1),
+                 .bc2_sqrt = (float)sqrt(bc2),
+                 .w1 = (float)(1.0 - (double)beta1), /* lerp weight */
+                 .b2 = beta2,
+                 .omb2 = (float)(1.0 - (double)beta2),
+                 .eps = eps,
+                 .grad_scale = grad_scale};
+    k.w1c = 1.0f - k.w1;
+    k.lerp_low = fabsf(k.w1) < 0.5f;
+    return k;
+}
+
+/* One element: updates *m and *v, returns the new parameter. */
+static inline float adamw_elem(const adamw_k *k, float param, float grad, float *m, float *v) {
+    const float g = grad * k->grad_scale;
+    const float p = param * k->decay;
+    const float mi = k->lerp_low ? *m + k->w1 * (g - *m) : g - (g - *m) * k->w1c;
+    const float vi = *v * k->b2 + k->omb2 * g * g;
+    const float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+    *m = mi;
+    *v = vi;
+    return p + (-k->step_size * mi) / denom;
+}
+
 void lf__cpu_adamw_update(float *restrict params, const float *restrict grads, float *restrict m,
                           float *restrict v, size_t n, float lr, float beta1, float beta2,
                           float eps, float weight_decay, float grad_scale, int t) {
-    if (t < 1) t = 1; /* the bias corrections divide by 1 - beta^t */
-    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    const double bc1 = 1.0 - pow((double)beta1, (double)t);
-    const double bc2 = 1.0 - pow((double)beta2, (double)t);
-    const float step_size = (float)((double)lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float w1 = (float)(1.0 - (double)beta1); /* lerp weight */
-    const float w1c = 1.0f - w1;
-    const float omb2 = (float)(1.0 - (double)beta2);
-    const int lerp_low = fabsf(w1) < 0.5f;
+    const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) params[i] = adamw_elem(&k, params[i], grads[i], &m[i], &v[i]);
+}
+
+void lf__cpu_adamw_update_shadow(float *restrict params, const float *restrict grads,
+                                 float *restrict m, float *restrict v, size_t n, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay,
+                                 float grad_scale, int t, uint16_t *restrict shadow_bf16,
+                                 float *restrict shadow_f32r) {
+    const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 #pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        const float g = grads[i] * grad_scale;
-        const float p = params[i] * decay;
-        const float mi = lerp_low ? m[i] + w1 * (g - m[i]) : g - (g - m[i]) * w1c;
-        const float vi = v[i] * beta2 + omb2 * g * g;
-        const float denom = sqrtf(vi) / bc2_sqrt + eps;
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p + (-step_size * mi) / denom;
+        const float p = adamw_elem(&k, params[i], grads[i], &m[i], &v[i]);
+        const uint16_t h = lf__cpu_bf16_bits(p);
+        params[i] = p;
+        if (shadow_bf16) shadow_bf16[i] = h;
+        if (shadow_f32r) shadow_f32r[i] = lf__cpu_bf16_as_f32(h);
     }
 }
 
