@@ -6,7 +6,8 @@
  *   model.arch ["gpt2"], model.n_layer [4], model.n_head [4], model.n_embd [128],
  *   model.block_size [64], model.bias [true], model.dropout [0.0],
  *   model.vocab_size [0 = from the dataset]
- *   data.dataset [required], data.sampling ["random"|"sequential"]
+ *   data.dataset [required], data.sampling ["random"|"sequential"|"records"|"packed"],
+ *   data.prefetch [2], data.tokenizer [""]
  *   train_batch_size [derived], train_micro_batch_size_per_gpu [12],
  *   gradient_accumulation_steps [1], train_iters [2000]
  *   optimizer.type ["AdamW"], optimizer.params.{lr [1e-3], betas [[0.9,0.99]],
@@ -14,14 +15,27 @@
  *   scheduler.type ["cosine"|"constant"], scheduler.{warmup_iters [100],
  *     decay_iters [train_iters], min_lr [lr/10]}
  *   gradient_clipping [1.0; 0 disables]
+ *   bf16.enabled [false]: matrix products with bf16 operands, fp32 accumulation,
+ *     fp32 master weights and optimizer state (backend.h: "cpu-bf16")
+ *   activation_checkpointing.policy ["none"|"selective"|"full"]
  *   eval.interval [250], eval.iters [20]
  *   checkpoint.interval [500], checkpoint.keep_last [3]
  *   steps_per_print [10], seed [1337], out_dir ["out"]
+ *   comm.backend ["auto"|"single"|"mpi"], comm.timeout_s [300],
+ *     comm.bucket_elems [4194304]
  * Unknown keys and bad values are errors naming the key path.
+ *
+ * Data parallel (docs/distributed.md): started as N processes (mpirun, srun),
+ * every rank holds the whole model and optimizer state (ZeRO stage 0), reads
+ * its own rows of each step, and the gradients are summed across ranks before
+ * the (replicated) optimizer step; the global batch is train_batch_size =
+ * micro x accumulation x N, and a run gives the losses of one process with
+ * the same global batch.
  */
 #ifndef LLMFORGE_TRAIN_H
 #define LLMFORGE_TRAIN_H
 
+#include "llmforge/comm.h"
 #include "llmforge/core.h"
 #include "llmforge/model.h"
 #include "llmforge/obs.h"
@@ -41,11 +55,25 @@ typedef struct lf_train_config {
     /* data */
     char dataset[LF_PATH_MAX];
     int sampling;                   /* lf_sampling */
+    int prefetch;                   /* steps of batches made ahead by the loader thread */
+    long memory_limit;              /* memory.limit_bytes: 0 = MemAvailable */
+    /* fp16 (DeepSpeed's section) */
+    int fp16;
+    float fp16_loss_scale;          /* 0 = dynamic */
+    int fp16_scale_power;
+    long fp16_window;
+    int fp16_hysteresis;
+    int fp16_consecutive;
+    float fp16_min_scale;
+    char data_tokenizer[LF_PATH_MAX];/* tokenizer for datasets naming none (llm.c files) */
     /* batch */
     long train_batch_size;          /* = micro * accum * world (0 in the file = derive) */
     int micro_batch;                /* train_micro_batch_size_per_gpu */
     int grad_accum;                 /* gradient_accumulation_steps */
+    int world_size;                 /* data-parallel ranks the batch identity was resolved for: not a
+                                       key (the launcher's, see lf_train_config_load) */
     long train_iters;
+    int recompute;                  /* lf_recompute: activation_checkpointing.policy */
     /* optimizer */
     char optimizer_type[16];        /* "AdamW" */
     float lr, beta1, beta2, eps, weight_decay;
@@ -54,6 +82,7 @@ typedef struct lf_train_config {
     long warmup_iters, decay_iters; /* decay_iters -1 in the table = train_iters */
     float min_lr;
     float grad_clip;
+    int bf16;                       /* bf16.enabled: matmuls in bf16 (backend "cpu-bf16") */
     /* eval / checkpoint / logging */
     long eval_interval;             /* 0 = never (except none) */
     int eval_iters;
@@ -81,6 +110,10 @@ typedef struct lf_train_config {
     int alert_spike_window;
     float alert_stall_seconds;      /* 0 = off */
     int alert_stall_action;         /* LOG or EXIT */
+    /* communicator (include/llmforge/comm.h; docs/distributed.md) */
+    char comm_backend[16];          /* comm.backend: "auto", "single" or "mpi" */
+    float comm_timeout_s;           /* comm.timeout_s: bound on every collective */
+    long comm_bucket_elems;         /* comm.bucket_elems: gradient floats per all-reduce call */
 } lf_train_config;
 
 typedef enum lf_alert_action {
@@ -95,12 +128,23 @@ lf_train_config lf_train_config_default(void);
  * JSON, otherwise taken as a string; a bare leaf name such as "n_layer=6" is
  * accepted when it names exactly one key). Validates ranges and cross-field
  * rules (n_embd % n_head, batch identity). Errors name the key path and the
- * file. */
+ * file.
+ * The world size of the batch identity is the launcher's: lf_comm_env_detect()
+ * on this process's environment (1 for a plain process; N under mpirun -np N,
+ * srun -n N, torchrun), so every rank of a job resolves the same numbers and
+ * reports an inconsistency the same way. It lands in cfg->world_size. */
 lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides,
                                const char *const *overrides);
 /* Same, from JSON text (used when resuming from trainer_state.json). */
 lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin,
                                 int n_overrides, const char *const *overrides);
+/* The same two with the world size given (>= 1) instead of discovered:
+ * tests, planning for another world size, reading a configuration saved by a
+ * run with another world size. world_size 0 = discover, as above. */
+lf_status lf_train_config_load_world(lf_train_config *cfg, const char *path, int world_size, int n_overrides,
+                                     const char *const *overrides);
+lf_status lf_train_config_parse_world(lf_train_config *cfg, const char *json_text, const char *origin,
+                                      int world_size, int n_overrides, const char *const *overrides);
 /* The resolved config as pretty JSON (every key, defaults filled in). lf_free. */
 char *lf_train_config_to_json(const lf_train_config *cfg);
 /* Returns of load/parse: LF_OK; LF_ERR_NOT_FOUND / LF_ERR_IO (file); LF_ERR_FORMAT
@@ -125,6 +169,10 @@ typedef struct lf_trainer lf_trainer;
 
 typedef struct lf_trainer_opts {
     int resume;                       /* continue from out_dir/ckpt/latest */
+    /* The communicator to train on, borrowed (it must outlive the trainer);
+     * NULL: the trainer opens comm.backend with comm.timeout_s itself and
+     * closes it in lf_trainer_free. Its size must be cfg->world_size. */
+    lf_comm *comm;
     const char *init_from;            /* safetensors weights to start from, or NULL */
     /* Sinks the caller adds to the trainer's bus besides those the config
      * asks for (log.jsonl always; TensorBoard, Prometheus when enabled):
@@ -138,15 +186,35 @@ typedef struct lf_trainer_opts {
     /* Test hooks (0 = off): at that step (1-based) make the gradient NaN,
      * multiply the observed loss by 100, or sleep inject_stall_seconds. */
     long inject_nan_step, inject_spike_step, inject_stall_step;
+    /* fp16: steps (1-based, up to 16) whose gradients are made to overflow (an inf put in h.0's c_fc weight gradient) */
+    long inject_overflow_steps[16];
+    int n_inject_overflow;
     double inject_stall_seconds;
 } lf_trainer_opts;
 
+/* With several ranks every rank calls create, run and free, with the same
+ * configuration (checked: the hash of the resolved configuration must agree).
+ * Rank 0 alone writes out_dir (config.resolved.json, log.jsonl, TensorBoard,
+ * checkpoints), serves Prometheus and feeds the caller's sinks; the other
+ * ranks write nothing there and emit nothing, but return the same errors.
+ * Resuming and --init-from read the files on rank 0 and broadcast them, so
+ * only rank 0 needs out_dir; every rank reads the dataset.
+ * A failure on one rank only (a file, memory, a collective that timed out)
+ * leaves the others waiting in their next collective until comm.timeout_s:
+ * after any failed call with lf_comm_size(lf_trainer_comm(t)) > 1, the caller
+ * ends the job with lf_comm_abort(). Failures decided from reduced values (a
+ * non-finite loss or gradient with nan.action stop, fp16 overflow at the
+ * minimum scale, an empty batch) happen on every rank at the same step. */
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts);
 /* Run until train_iters. */
 lf_status lf_trainer_run(lf_trainer *t);
 void lf_trainer_free(lf_trainer *t);
 const char *lf_trainer_errmsg(const lf_trainer *t);
 lf_model *lf_trainer_model(lf_trainer *t);
+/* The communicator the trainer runs on (its own or opts.comm), for
+ * lf_comm_rank/size and lf_comm_abort; NULL when create failed before it
+ * was opened. */
+lf_comm *lf_trainer_comm(lf_trainer *t);
 
 /* The model configuration and tokenizer spec a checkpoint directory was
  * trained with (from its trainer_state.json). */
@@ -176,13 +244,16 @@ typedef struct lf_bench_result {
     double peak_flops;           /* what MFU is measured against */
     double mfu;
     size_t num_params;
+    size_t activation_bytes;     /* what lf_model_plan allocated for B x T and the policy */
 } lf_bench_result;
 
 /* Train `steps` timed steps (after `warmup` untimed ones) of the model cfg on
- * random tokens from random weights: forward, backward, clip 1.0, AdamW.
+ * random tokens from random weights: forward, backward, clip 1.0, AdamW,
+ * with activations planned for B x T under the recompute policy; bf16: on
+ * the "cpu-bf16" backend (bf16 matmuls) instead of "cpu".
  * peak_flops <= 0: measured with lf_probe_peak_flops. */
-lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, int steps, int warmup, double peak_flops,
-                         lf_bench_result *out);
+lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
+                         int warmup, double peak_flops, lf_bench_result *out);
 
 /* Measured fp32 FMA rate of this machine with all backend threads (FLOP/s),
  * running independent vector FMA chains for about `seconds`. */

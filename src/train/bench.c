@@ -56,12 +56,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, int steps, int warmup, double peak_flops,
-                         lf_bench_result *out) {
+lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
+                         int warmup, double peak_flops, lf_bench_result *out) {
     memset(out, 0, sizeof *out);
     if (steps < 1 || warmup < 0) return lf_fail(LF_ERR_RANGE, "bench: steps must be >= 1 and warmup >= 0");
     if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
-    const lf_backend_ops *be = lf_backend_get("cpu");
+    const lf_backend_ops *be = lf_backend_get(bf16 ? "cpu-bf16" : "cpu");
     lf_model *m = NULL;
     float *m1 = NULL, *m2 = NULL;
     int32_t *x = NULL, *y = NULL;
@@ -70,7 +70,9 @@ lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, int steps, int
     if (st != LF_OK) goto done;
     st = lf_model_init_weights(m, 1337);
     if (st != LF_OK) goto done;
-    st = lf_model_plan(m, B, T, NULL);
+    size_t act_bytes = 0;
+    st = lf_model_set_recompute(m, recompute);
+    if (st == LF_OK) st = lf_model_plan(m, B, T, &act_bytes);
     if (st != LF_OK) goto done;
     size_t n = lf_model_num_params(m), BT = (size_t)B * T;
     m1 = be->alloc(n * sizeof(float));
@@ -118,6 +120,7 @@ lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, int steps, int
     out->peak_flops = peak_flops > 0 ? peak_flops : lf_probe_peak_flops(0.5);
     out->mfu = out->model_flops_per_sec / out->peak_flops;
     out->num_params = n;
+    out->activation_bytes = act_bytes;
 done:
     if (m1) be->free(m1);
     if (m2) be->free(m2);

@@ -18,8 +18,11 @@
  *  - floats are written with the shortest %.Ng (N <= 9) that reads back as
  *    the same float: 0.001 stays 0.001 and every value round-trips;
  *  - batch identity (DeepSpeed): train_batch_size = micro x accumulation x
- *    world size; any two given infer the third, all three must agree.
- *  - DeepSpeed features this build lacks (fp16, bf16, ZeRO, ...) are accepted
+ *    world size; any two given infer the third, all three must agree. The
+ *    world size is not a key: it is the launcher's (lf_comm_env_detect on
+ *    this process's environment), so every rank of a job resolves the same
+ *    batch and fails the same way, or the caller's (..._world).
+ *  - DeepSpeed features this build lacks (fp16, ZeRO, ...) are accepted
  *    only with values that mean "off", so a ds_config.json that leaves them
  *    off loads, and one that turns them on fails loudly (LF_ERR_UNSUPPORTED).
  *
@@ -38,15 +41,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "llmforge/comm.h"
 #include "llmforge/data.h"
 #include "llmforge/train.h"
 
 #define CFG_FILE_MAX (16u << 20) /* configuration files larger than this are refused */
-#define WORLD_SIZE 1             /* data-parallel size; 1 until a communicator exists */
 #define PATH_BUF 256             /* longest dotted key path handled (longer ones are unknown) */
 
 _Static_assert(LF_SCHED_COSINE == 0 && LF_SCHED_CONSTANT == 1, "sched_choices order");
-_Static_assert(LF_SAMPLING_RANDOM == 0 && LF_SAMPLING_SEQUENTIAL == 1 && LF_SAMPLING_RECORDS == 2,
+_Static_assert(LF_SAMPLING_RANDOM == 0 && LF_SAMPLING_SEQUENTIAL == 1 && LF_SAMPLING_RECORDS == 2 &&
+                   LF_SAMPLING_PACKED == 3,
                "sampling_choices order");
 
 /* ---------------------------------------------------------------- the table */
@@ -94,9 +98,14 @@ typedef struct key_def {
 static const char *const arch_choices[] = {"gpt2", NULL};
 static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
-static const char *const sampling_choices[] = {"random", "sequential", "records", NULL}; /* lf_sampling */
+static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
 /* alert actions, as lf_alert_action values (index = value) */
 static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", NULL};
+/* activation_checkpointing.policy, as lf_recompute values (index = value) */
+static const char *const recompute_choices[] = {"none", "selective", "full", NULL};
+static const char *const comm_choices[] = {"auto", "single", "mpi", NULL};
+_Static_assert(LF_RECOMPUTE_NONE == 0 && LF_RECOMPUTE_SELECTIVE == 1 && LF_RECOMPUTE_FULL == 2,
+               "recompute_choices order");
 
 static const key_def k_keys[] = {
     {.path = "model.arch", .type = KT_CHOICE, FLD(arch), .def_str = "gpt2", .choices = arch_choices,
@@ -116,9 +125,14 @@ static const key_def k_keys[] = {
     {.path = "model.vocab_size", .type = KT_INT, FLD(model.vocab_size), .lo = 0, .hi = 16777216, .def = {0},
      .help = "vocabulary rows; 0 = the dataset's vocabulary, larger = padded"},
     {.path = "data.dataset", .type = KT_STRING, FLD(dataset), .flags = KF_REQUIRED, .def_str = "",
-     .help = "dataset directory written by `llmforge prepare` (required)"},
+     .help = "dataset directory written by `llmforge prepare`, or one holding llm.c .bin files (required)"},
     {.path = "data.sampling", .type = KT_ENUM, FLD(sampling), .def_str = "random", .choices = sampling_choices,
-     .help = "training batch positions: random (nanoGPT), sequential, or records (windows start at a record)"},
+     .help = "training batch positions: random (nanoGPT), sequential, records (windows start at a record), or "
+             "packed (epochs of non-overlapping windows, shuffled by seed and epoch)"},
+    {.path = "data.prefetch", .type = KT_INT, FLD(prefetch), .lo = 0, .hi = 64, .def = {2},
+     .help = "steps of batches a background thread prepares ahead (0 = none)"},
+    {.path = "data.tokenizer", .type = KT_STRING, FLD(data_tokenizer), .def_str = "",
+     .help = "tokenizer spec for a dataset that names none (llm.c files), e.g. gpt2:DIR"},
     {.path = "train_batch_size", .type = KT_LONG, FLD(train_batch_size), .lo = 0, .hi = INF, .flags = KF_DERIVED,
      .def_str = "micro x accumulation x world size",
      .help = "sequences per optimizer step (0 = derive); any two batch keys give the third"},
@@ -170,17 +184,42 @@ static const key_def k_keys[] = {
      .help = "seed of every random stream (init, data order, dropout)"},
     {.path = "out_dir", .type = KT_STRING, FLD(out_dir), .flags = KF_REQUIRED, .def_str = "out",
      .help = "run directory (checkpoints, logs, resolved config)"},
+    /* precision (DeepSpeed's bf16 section) */
+    {.path = "bf16.enabled", .type = KT_BOOL, FLD(bf16), .def = {0},
+     .help = "bf16 matrix products (fp32 accumulation, master weights, optimizer state): the cpu-bf16 backend"},
     /* DeepSpeed features later work implements: accepted only when off. */
-    {.path = "fp16.enabled", .type = KT_OFF_BOOL, .help = "fp16 mixed precision"},
-    {.path = "fp16.loss_scale", .type = KT_IGNORED},
-    {.path = "fp16.initial_scale_power", .type = KT_IGNORED},
-    {.path = "fp16.loss_scale_window", .type = KT_IGNORED},
-    {.path = "fp16.hysteresis", .type = KT_IGNORED},
-    {.path = "fp16.consecutive_hysteresis", .type = KT_IGNORED},
-    {.path = "fp16.min_loss_scale", .type = KT_IGNORED},
+    {.path = "memory.limit_bytes", .type = KT_LONG, FLD(memory_limit), .lo = 0, .hi = INF, .def = {0},
+     .help = "refuse to start when the memory plan exceeds this (0 = the machine's available memory)"},
+    /* fp16 with DeepSpeed's loss scaling (include/llmforge/loss_scaler.h) */
+    {.path = "fp16.enabled", .type = KT_BOOL, FLD(fp16), .def = {0},
+     .help = "fp16 gradients with dynamic loss scaling (on CPU: fp32 compute, gradients rounded to fp16)"},
+    {.path = "fp16.loss_scale", .type = KT_FLOAT, FLD(fp16_loss_scale), .lo = 0, .hi = INF, .def = {0},
+     .help = "0 = dynamic loss scaling; > 0 = this static scale"},
+    {.path = "fp16.initial_scale_power", .type = KT_INT, FLD(fp16_scale_power), .lo = 0, .hi = 60, .def = {16},
+     .help = "dynamic scaling starts at 2^this"},
+    {.path = "fp16.loss_scale_window", .type = KT_LONG, FLD(fp16_window), .lo = 1, .hi = INF, .def = {1000},
+     .help = "clean steps after which the scale doubles"},
+    {.path = "fp16.hysteresis", .type = KT_INT, FLD(fp16_hysteresis), .lo = 1, .hi = 1000000, .def = {2},
+     .help = "overflows tolerated before the scale halves"},
+    {.path = "fp16.consecutive_hysteresis", .type = KT_BOOL, FLD(fp16_consecutive), .def = {0},
+     .help = "restore the hysteresis after every clean step (not only when the scale grows)"},
+    {.path = "fp16.min_loss_scale", .type = KT_FLOAT, FLD(fp16_min_scale), .lo = 0, .hi = INF, .flags = KF_LO_OPEN,
+     .def = {1}, .help = "the scale never goes below this; an overflow at it stops the run"},
     {.path = "fp16.auto_cast", .type = KT_IGNORED},
-    {.path = "bf16.enabled", .type = KT_OFF_BOOL, .help = "bf16 mixed precision"},
     {.path = "zero_optimization.stage", .type = KT_OFF_ZERO, .help = "ZeRO sharding"},
+    /* activation recomputation: our policy key; DeepSpeed's own keys of the
+     * section tune its multi-GPU partitioning and change no result, so a
+     * ds_config.json carrying them loads and they are ignored */
+    {.path = "activation_checkpointing.policy", .type = KT_ENUM, FLD(recompute), .def_str = "none",
+     .choices = recompute_choices,
+     .help = "activation recomputation: none, selective (recompute layernorm and GELU outputs) or full "
+             "(keep block inputs, recompute each block); same results, less memory, more compute"},
+    {.path = "activation_checkpointing.partition_activations", .type = KT_IGNORED},
+    {.path = "activation_checkpointing.cpu_checkpointing", .type = KT_IGNORED},
+    {.path = "activation_checkpointing.contiguous_memory_optimization", .type = KT_IGNORED},
+    {.path = "activation_checkpointing.number_checkpoints", .type = KT_IGNORED},
+    {.path = "activation_checkpointing.synchronize_checkpoint_boundary", .type = KT_IGNORED},
+    {.path = "activation_checkpointing.profile", .type = KT_IGNORED},
     /* monitoring */
     {.path = "wall_clock_breakdown", .type = KT_BOOL, FLD(wall_clock_breakdown), .def = {0},
      .help = "time each phase of a step (data, forward, backward, optimizer, checkpoint)"},
@@ -191,7 +230,7 @@ static const key_def k_keys[] = {
     {.path = "tensorboard.job_name", .type = KT_STRING, FLD(tb_job_name), .def_str = "",
      .help = "sub-directory of output_path for this run (DeepSpeed's job_name)"},
     {.path = "monitor.prometheus.port", .type = KT_INT, FLD(prom_port), .lo = 0, .hi = 65535, .def = {0},
-     .help = "serve Prometheus /metrics on this port (0 = off; rank r uses port + local rank)"},
+     .help = "serve Prometheus /metrics on this port (0 = off; with several ranks rank 0 serves it)"},
     {.path = "monitor.prometheus.host", .type = KT_STRING, FLD(prom_host), .def_str = "127.0.0.1",
      .help = "address /metrics binds to"},
     {.path = "monitor.required", .type = KT_BOOL, FLD(monitor_required), .def = {1},
@@ -210,6 +249,14 @@ static const key_def k_keys[] = {
      .def = {0}, .help = "alert when no step finishes for this long (0 = off)"},
     {.path = "monitor.alerts.stall.action", .type = KT_ENUM, FLD(alert_stall_action), .def_str = "log",
      .choices = alert_choices, .help = "stall: log (event + metric) or exit (the process ends non-zero)"},
+    /* data parallel: the communicator (include/llmforge/comm.h) */
+    {.path = "comm.backend", .type = KT_CHOICE, FLD(comm_backend), .def_str = "auto", .choices = comm_choices,
+     .help = "communicator: auto (mpi when a launcher started several ranks, else single), single, mpi"},
+    {.path = "comm.timeout_s", .type = KT_FLOAT, FLD(comm_timeout_s), .lo = 0, .hi = 1e6, .flags = KF_LO_OPEN,
+     .def = {300}, .help = "bound on every collective: a dead or stuck rank ends the job after this long"},
+    {.path = "comm.bucket_elems", .type = KT_LONG, FLD(comm_bucket_elems), .lo = 1, .hi = 1073741824,
+     .def = {4194304}, .help = "gradient floats per all-reduce call (and the communicator's scratch bound; "
+                               "DeepSpeed's reduce_bucket_size)"},
 };
 #define NKEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
 
@@ -339,6 +386,8 @@ typedef struct parse_ctx {
     numraw *nums;                /* number literals of the text being applied */
     size_t n_nums;
     char file_where[LF_PATH_MAX + 32];
+    int world;                   /* world size of the batch identity */
+    char world_note[48];         /* where it came from, for messages: " (openmpi)" or "" */
 } parse_ctx;
 
 static const char *const k_cli = "on the command line";
@@ -822,7 +871,9 @@ static lf_status apply_text(parse_ctx *c, const char *text, const char *name) {
 
 static void apply_defaults(parse_ctx *c) {
     memset(c, 0, sizeof *c);
+    c->world = 1;
     lf_train_config *cfg = &c->cfg;
+    cfg->world_size = 1;
     for (int i = 0; i < NKEYS; i++) {
         const key_def *k = &k_keys[i];
         switch (k->type) {
@@ -888,7 +939,7 @@ static lf_status derive_batch(parse_ctx *c) {
     lf_train_config *cfg = &c->cfg;
     int iT = key_index("train_batch_size"), iM = key_index("train_micro_batch_size_per_gpu"),
         iA = key_index("gradient_accumulation_steps");
-    long long T = cfg->train_batch_size, M = cfg->micro_batch, A = cfg->grad_accum, W = WORLD_SIZE;
+    long long T = cfg->train_batch_size, M = cfg->micro_batch, A = cfg->grad_accum, W = c->world;
     int hasT = c->given[iT] && T > 0, hasM = c->given[iM], hasA = c->given[iA];
     const char *wT = note_of(c, iT);
     if (!hasT) {
@@ -897,14 +948,14 @@ static lf_status derive_batch(parse_ctx *c) {
         if (T != M * A * W)
             return lf_fail(LF_ERR_CONFIG,
                            "key 'train_batch_size' %s: train_batch_size %lld != train_micro_batch_size_per_gpu %lld × "
-                           "gradient_accumulation_steps %lld × world size %lld = %lld",
-                           wT, T, M, A, W, M * A * W);
+                           "gradient_accumulation_steps %lld × world size %lld%s = %lld",
+                           wT, T, M, A, W, c->world_note, M * A * W);
     } else if (hasM) {
         if (T % (M * W))
             return lf_fail(LF_ERR_CONFIG,
                            "key 'train_batch_size' %s: train_batch_size %lld is not divisible by "
-                           "train_micro_batch_size_per_gpu %lld × world size %lld",
-                           wT, T, M, W);
+                           "train_micro_batch_size_per_gpu %lld × world size %lld%s",
+                           wT, T, M, W, c->world_note);
         A = T / (M * W);
         if (A > INT_MAX)
             return lf_fail(LF_ERR_CONFIG, "key 'gradient_accumulation_steps' %s: %lld is out of range [1, %d]", derived,
@@ -915,20 +966,21 @@ static lf_status derive_batch(parse_ctx *c) {
         if (T % (A * W))
             return lf_fail(LF_ERR_CONFIG,
                            "key 'train_batch_size' %s: train_batch_size %lld is not divisible by "
-                           "gradient_accumulation_steps %lld × world size %lld",
-                           wT, T, A, W);
+                           "gradient_accumulation_steps %lld × world size %lld%s",
+                           wT, T, A, W, c->world_note);
         M = T / (A * W);
         if (M < (long long)km->lo || M > (long long)km->hi)
             return lf_fail(LF_ERR_CONFIG,
                            "key 'train_batch_size' %s: train_batch_size %lld / (gradient_accumulation_steps %lld × "
-                           "world size %lld) gives train_micro_batch_size_per_gpu %lld, out of range [%lld, %lld]",
-                           wT, T, A, W, M, (long long)km->lo, (long long)km->hi);
+                           "world size %lld%s) gives train_micro_batch_size_per_gpu %lld, out of range [%lld, %lld]",
+                           wT, T, A, W, c->world_note, M, (long long)km->lo, (long long)km->hi);
         c->where[iM] = derived;
     }
     if (T > LONG_MAX) return lf_fail(LF_ERR_CONFIG, "key 'train_batch_size': %lld does not fit a long", T);
     cfg->train_batch_size = (long)T;
     cfg->micro_batch = (int)M;
     cfg->grad_accum = (int)A;
+    cfg->world_size = (int)W;
     return LF_OK;
 }
 
@@ -981,8 +1033,27 @@ static lf_status check_ranges(const parse_ctx *c) {
     return LF_OK;
 }
 
+/* The world size of the batch identity: given (>= 1), or the launcher's. */
+static lf_status set_world(parse_ctx *c, int world) {
+    if (world > 0) {
+        c->world = world;
+        return LF_OK;
+    }
+    if (world < 0) return lf_fail(LF_ERR_INVALID_ARG, "lf_train_config: world size %d is negative", world);
+    lf_comm_env env;
+    lf_status st = lf_comm_env_detect(&env, NULL, NULL);
+    if (st != LF_OK) {
+        lf_error_prefix("world size for the batch identity");
+        return st;
+    }
+    c->world = env.size;
+    if (env.launcher != LF_COMM_LAUNCHER_NONE)
+        snprintf(c->world_note, sizeof c->world_note, " (from %s)", lf_comm_launcher_name(env.launcher));
+    return LF_OK;
+}
+
 /* Defaults, optional text, overrides, derivation, validation; *out written on success. */
-static lf_status build(lf_train_config *out, const char *text, const char *name, int n_overrides,
+static lf_status build(lf_train_config *out, const char *text, const char *name, int world, int n_overrides,
                        const char *const *overrides) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_train_config: cfg is NULL");
     if (n_overrides < 0 || (n_overrides > 0 && !overrides))
@@ -990,7 +1061,8 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
     if (!table_ok()) return lf_fail(LF_ERR_INTERNAL, "configuration table: a field size does not match its type");
     parse_ctx ctx, *c = &ctx;
     apply_defaults(c);
-    lf_status st = LF_OK;
+    lf_status st = set_world(c, world);
+    if (st != LF_OK) return st;
     if (text) {
         snprintf(c->file_where, sizeof c->file_where, "in '%s'", name);
         c->cur = c->file_where;
@@ -1008,6 +1080,9 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
                      note_of(c, ie), c->cfg.model.n_embd, c->cfg.model.n_head, note_of(c, ih));
     }
     if (st == LF_OK) st = check_alert_actions(c);
+    if (st == LF_OK && c->cfg.fp16 && c->cfg.bf16)
+        st = lf_fail(LF_ERR_CONFIG, "keys 'fp16.enabled' (%s) and 'bf16.enabled' (%s) are both true; choose one",
+                     note_of(c, key_index("fp16.enabled")), note_of(c, key_index("bf16.enabled")));
     if (st == LF_OK) *out = c->cfg;
     return st;
 }
@@ -1022,21 +1097,31 @@ lf_train_config lf_train_config_default(void) {
     return c.cfg;
 }
 
-lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides,
-                               const char *const *overrides) {
+lf_status lf_train_config_load_world(lf_train_config *cfg, const char *path, int world_size, int n_overrides,
+                                     const char *const *overrides) {
     char *text = NULL;
     if (path) {
         lf_status st = lf_file_read_all(path, CFG_FILE_MAX, &text, NULL);
         if (st != LF_OK) return st;
     }
-    lf_status st = build(cfg, text, path, n_overrides, overrides);
+    lf_status st = build(cfg, text, path, world_size, n_overrides, overrides);
     lf_free(text);
     return st;
 }
 
+lf_status lf_train_config_parse_world(lf_train_config *cfg, const char *json_text, const char *origin,
+                                      int world_size, int n_overrides, const char *const *overrides) {
+    return build(cfg, json_text, origin ? origin : "<text>", world_size, n_overrides, overrides);
+}
+
+lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides,
+                               const char *const *overrides) {
+    return lf_train_config_load_world(cfg, path, 0, n_overrides, overrides);
+}
+
 lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin,
                                 int n_overrides, const char *const *overrides) {
-    return build(cfg, json_text, origin ? origin : "<text>", n_overrides, overrides);
+    return lf_train_config_parse_world(cfg, json_text, origin, 0, n_overrides, overrides);
 }
 
 /* The value of row k as a cJSON node (numbers as raw text so they print exactly). */
@@ -1261,7 +1346,7 @@ size_t lf_train_config_help(char *buf, size_t cap) {
         if (k->type == KT_OFF_BOOL) sb_printf(&b, "  %-31s false only (%s)\n", k->path, k->help);
         if (k->type == KT_OFF_ZERO) sb_printf(&b, "  %-31s 0 only (%s)\n", k->path, k->help);
     }
-    sb_printf(&b, "  Other fp16.* keys DeepSpeed defines are accepted and ignored.\n");
+    sb_printf(&b, "  fp16.auto_cast (DeepSpeed) is accepted and ignored.\n");
     if (b.cap && b.len >= b.cap) buf[b.cap - 1] = 0; /* truncated, still terminated */
     return b.len;
 }

@@ -16,6 +16,18 @@
  *    random is carried in memory, so resume is bit-exact.
  *  - Gradient clipping as torch.nn.utils.clip_grad_norm_: coef =
  *    min(1, max_norm / (norm + 1e-6)), folded into the AdamW update.
+ *  - Data parallel over the communicator (docs/distributed.md), ZeRO stage 0:
+ *    every rank holds the whole model and AdamW state; rank r reads rows
+ *    ((s*A + a)*W + r)*B + b (src/data/loader.c), so a step's global batch is
+ *    the same set of rows for any layout with the same A*W*B. Before the
+ *    forward pass the ranks sum their target counts (every rank divides by
+ *    the global count); after backward they sum the gradients in buckets of
+ *    comm.bucket_elems (not overlapped with backward: the collectives are
+ *    blocking). The sums are in rank order and bitwise identical on every
+ *    rank, so the norm, clipping, alerts, the fp16 overflow decision and
+ *    AdamW give the same bits everywhere and the replicas never drift.
+ *    Rank 0 alone writes out_dir and emits records; resume state is read by
+ *    rank 0 and broadcast.
  *  - Everything a person or a tool watches goes out as records on one bus
  *    (obs.h): log.jsonl always, TensorBoard and Prometheus when configured,
  *    and whatever sinks the caller adds (the CLI's console). Emission is
@@ -42,6 +54,8 @@
 #include "llmforge/checkpoint.h"
 #include "llmforge/data.h"
 #include "llmforge/eval.h"
+#include "llmforge/loss_scaler.h"
+#include "llmforge/plan.h"
 #include "llmforge/train.h"
 #include "train_impl.h"
 
@@ -52,6 +66,7 @@ struct lf_trainer {
     const lf_backend_ops *be;
     lf_model *model;
     lf_dataset *ds;
+    lf_loader *loader;         /* training batches, prefetched; opened at the current step */
     float *m, *v;              /* AdamW moments (backend memory) */
     float *host_params;        /* staging for checkpoints (host) */
     float *host_m, *host_v;
@@ -69,8 +84,13 @@ struct lf_trainer {
     char best_ckpt[64];        /* step directory holding the best val loss so far ("" = none) */
     lf_obs *obs;
     pthread_mutex_t obs_mu;
+    /* data parallel */
+    lf_comm *comm;             /* own (opened from comm.backend) or opts.comm */
+    int own_comm;
+    int rank, world;
     long opt_t;                /* AdamW updates applied (skipped steps do not count) */
-    long skipped;              /* steps skipped by an alert */
+    long skipped;              /* steps skipped by an alert or an fp16 overflow */
+    lf_loss_scaler scaler;     /* fp16 */
     double *spike_win;         /* ring of the last accepted losses */
     int spike_n, spike_pos;
     /* stall watchdog */
@@ -92,6 +112,8 @@ struct lf_trainer {
     char errmsg[1024];
 };
 
+static lf_status open_loader(lf_trainer *t);
+
 static lf_status tfail(lf_trainer *t, lf_status st) {
     snprintf(t->errmsg, sizeof t->errmsg, "%s", lf_last_error());
     return st;
@@ -100,8 +122,12 @@ static lf_status tfail(lf_trainer *t, lf_status st) {
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
 lf_model *lf_trainer_model(lf_trainer *t) { return t->model; }
 
+lf_comm *lf_trainer_comm(lf_trainer *t) { return t ? t->comm : NULL; }
+
+/* Records go out on rank 0 only: every rank computes the same reduced
+ * values, one of them reports them. */
 static void obs_emit(lf_trainer *t, lf_obs_record *r) {
-    if (!t->obs) return;
+    if (!t->obs || t->rank != 0) return;
     r->wall_time = lf_obs_wall_time();
     pthread_mutex_lock(&t->obs_mu);
     lf_obs_emit(t->obs, r);
@@ -134,7 +160,7 @@ static void raise_alert(lf_trainer *t, const char *kind, const char *action, con
     char esc[1024], json[1400];
     json_escape(esc, sizeof esc, msg);
     snprintf(json, sizeof json, "{\"kind\":\"%s\",\"action\":\"%s\",\"message\":\"%s\"}", kind, action, esc);
-    lf_log(LF_LOG_WARN, "alert %s (%s): %s", kind, action, msg);
+    if (t->rank == 0) lf_log(LF_LOG_WARN, "alert %s (%s): %s", kind, action, msg); /* decided alike on every rank */
     emit_event(t, "alert", kind, json);
 }
 
@@ -215,7 +241,7 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
         cJSON_Delete(cfg);
         return lf_fail(LF_ERR_NOMEM, "out of memory building trainer_state.json");
     }
-    long rows_per_step = (long)t->cfg.micro_batch * t->cfg.grad_accum;
+    long rows_per_step = (long)t->cfg.micro_batch * t->cfg.grad_accum * t->world; /* the global batch */
     cJSON_AddStringToObject(o, "format", "llmforge-trainer-state");
     cJSON_AddNumberToObject(o, "version", 1);
     cJSON_AddNumberToObject(o, "step", (double)t->step);
@@ -224,8 +250,13 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddStringToObject(cursor, "split", "train");
     cJSON_AddStringToObject(cursor, "sampling", t->cfg.sampling == LF_SAMPLING_SEQUENTIAL ? "sequential"
                                                 : t->cfg.sampling == LF_SAMPLING_RECORDS  ? "records"
+                                                : t->cfg.sampling == LF_SAMPLING_PACKED   ? "packed"
                                                                                           : "random");
+    /* the loader's whole state: rows are a function of the step (src/data/loader.c) */
+    cJSON_AddNumberToObject(cursor, "next_step", (double)t->step);
     cJSON_AddNumberToObject(cursor, "next_row", (double)t->step * (double)rows_per_step);
+    cJSON_AddNumberToObject(cursor, "world_size", t->world);
+    if (t->loader) cJSON_AddNumberToObject(cursor, "epoch", lf_loader_epoch(t->loader));
     cJSON *rng = cJSON_AddObjectToObject(o, "rng");
     cJSON_AddStringToObject(rng, "generator", "philox4x32-10");
     char seed[32];
@@ -236,6 +267,15 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
         cJSON_AddNumberToObject(o, "best_val_loss", t->best_val);
     else
         cJSON_AddNullToObject(o, "best_val_loss");
+    if (t->cfg.fp16) {
+        const lf_loss_scaler *ls = &t->scaler;
+        cJSON *sc = cJSON_AddObjectToObject(o, "loss_scaler");
+        cJSON_AddStringToObject(sc, "type", ls->dynamic ? "dynamic" : "static");
+        cJSON_AddNumberToObject(sc, "scale", ls->scale);
+        cJSON_AddNumberToObject(sc, "hysteresis", ls->cur_hysteresis);
+        cJSON_AddNumberToObject(sc, "iter", (double)ls->iter);
+        cJSON_AddNumberToObject(sc, "last_overflow_iter", (double)ls->last_overflow_iter);
+    }
     cJSON *mo = cJSON_AddObjectToObject(o, "model");
     cJSON_AddStringToObject(mo, "arch", "gpt2");
     cJSON_AddNumberToObject(mo, "n_layer", t->mcfg.n_layer);
@@ -274,12 +314,13 @@ static lf_status save_checkpoint(lf_trainer *t) {
     int count;
     const lf_param_info *table = lf_model_params_table(t->model, &count);
     lf_ckpt_tensors tt = {table, count, n};
-    t->be->to_host(t->host_params, lf_model_params(t->model), n * sizeof(float));
-    t->be->to_host(t->host_m, t->m, n * sizeof(float));
-    t->be->to_host(t->host_v, t->v, n * sizeof(float));
     /* this checkpoint becomes the best when the evaluation of this very step
      * set a new best; rotation never removes the best */
     if (t->best_eval_step == t->step) snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
+    if (t->rank != 0) return LF_OK; /* the replicas are identical: rank 0 writes */
+    t->be->to_host(t->host_params, lf_model_params(t->model), n * sizeof(float));
+    t->be->to_host(t->host_m, t->m, n * sizeof(float));
+    t->be->to_host(t->host_v, t->v, n * sizeof(float));
     char *state = NULL;
     lf_status st = state_to_json(t, &state);
     if (st != LF_OK) return st;
@@ -300,11 +341,12 @@ static lf_status save_checkpoint(lf_trainer *t) {
 /* Resuming takes the configuration from the command line (to allow a longer
  * train_iters, say). Settings that change the trajectory are compared with
  * the checkpoint's and every difference is logged as a warning. */
-static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg) {
+static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg, int saved_world) {
     char *text = saved_cfg ? cJSON_PrintUnformatted(saved_cfg) : NULL;
     if (!text) return;
     lf_train_config old;
-    lf_status st = lf_train_config_parse(&old, text, "checkpoint", 0, NULL);
+    /* resolved for the world size that saved it (its batch keys satisfy that identity) */
+    lf_status st = lf_train_config_parse_world(&old, text, "checkpoint", saved_world, 0, NULL);
     free(text);
     if (st != LF_OK) {
         lf_log(LF_LOG_WARN, "resume: cannot read the checkpoint's configuration (%s)", lf_last_error());
@@ -329,8 +371,9 @@ static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg) {
     DRIFT("scheduler.decay_iters", "%ld", old.decay_iters, c->decay_iters);
     DRIFT("scheduler.min_lr", "%g", (double)old.min_lr, (double)c->min_lr);
     DRIFT("gradient_clipping", "%g", (double)old.grad_clip, (double)c->grad_clip);
-    DRIFT("train_micro_batch_size_per_gpu", "%d", old.micro_batch, c->micro_batch);
-    DRIFT("gradient_accumulation_steps", "%d", old.grad_accum, c->grad_accum);
+    /* the global batch decides the rows of a step; how it splits into
+     * micro-batches, accumulation and ranks does not (src/data/loader.c) */
+    DRIFT("train_batch_size", "%ld", old.train_batch_size, c->train_batch_size);
     DRIFT("data.sampling", "%d", old.sampling, c->sampling);
     DRIFT("model.dropout", "%g", (double)old.model.dropout, (double)c->model.dropout);
     DRIFT("seed", "%llu", (unsigned long long)old.seed, (unsigned long long)c->seed);
@@ -343,34 +386,78 @@ static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg) {
                "an uninterrupted one (resume with out_dir/config.resolved.json to keep them)", msg);
 }
 
-static lf_status resume_from(lf_trainer *t, const char *path) {
-    char *dir = NULL;
-    lf_status st = lf_checkpoint_resolve(path, &dir);
-    if (st != LF_OK) return st;
+/* Rank 0 reads the checkpoint (only rank 0 writes them, so only rank 0 is
+ * sure to see them) into the host staging buffers and *state, then shares
+ * both: a length (negative: rank 0 failed, its message follows, and every
+ * rank fails with it), the state text, parameters and both moments. */
+static lf_status resume_read(lf_trainer *t, const char *path, char **dir, char **state) {
     size_t n = lf_model_num_params(t->model);
-    int count;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
-    lf_ckpt_tensors tt = {table, count, n};
-    char *state = NULL;
-    st = lf_checkpoint_load(dir, &tt, t->host_params, t->host_m, t->host_v, &state);
+    lf_status st = LF_OK;
+    int64_t len = 0;
+    if (t->rank == 0) {
+        st = lf_checkpoint_resolve(path, dir);
+        if (st == LF_OK) {
+            int count;
+            const lf_param_info *table = lf_model_params_table(t->model, &count);
+            lf_ckpt_tensors tt = {table, count, n};
+            st = lf_checkpoint_load(*dir, &tt, t->host_params, t->host_m, t->host_v, state);
+            if (st != LF_OK) lf_error_prefix("resuming from '%s'", *dir);
+        }
+        len = st == LF_OK ? (int64_t)strlen(*state) + 1 : (int64_t)st; /* statuses are negative */
+    }
+    if (t->world == 1) return st;
+    lf_comm_set_context(t->comm, "resume");
+    lf_status cs = lf_comm_broadcast_bytes(t->comm, &len, sizeof len, 0);
+    if (cs != LF_OK) return cs;
+    if (len < 0) { /* rank 0 failed: every rank reports it */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", t->rank == 0 ? lf_last_error() : "");
+        cs = lf_comm_broadcast_bytes(t->comm, msg, sizeof msg, 0);
+        if (cs != LF_OK) return cs;
+        msg[sizeof msg - 1] = 0;
+        return t->rank == 0 ? st : lf_fail((lf_status)len, "rank 0: %s", msg);
+    }
+    if (t->rank != 0 && !(*state = lf_alloc((size_t)len)))
+        return lf_fail(LF_ERR_NOMEM, "out of memory receiving trainer_state.json (%lld bytes)", (long long)len);
+    cs = lf_comm_broadcast_bytes(t->comm, *state, (size_t)len, 0);
+    if (cs == LF_OK) cs = lf_comm_broadcast(t->comm, t->host_params, n, 0);
+    if (cs == LF_OK) cs = lf_comm_broadcast(t->comm, t->host_m, n, 0);
+    if (cs == LF_OK) cs = lf_comm_broadcast(t->comm, t->host_v, n, 0);
+    if (cs == LF_OK) (*state)[len - 1] = 0;
+    return cs;
+}
+
+static lf_status resume_from(lf_trainer *t, const char *path) {
+    char *dir = NULL, *state = NULL;
+    size_t n = lf_model_num_params(t->model);
+    lf_status st = resume_read(t, path, &dir, &state);
     if (st != LF_OK) {
-        lf_error_prefix("resuming from '%s'", dir);
         lf_free(dir);
+        lf_free(state);
         return st;
     }
+    const char *where = dir ? dir : "rank 0's checkpoint";
     cJSON *o = cJSON_Parse(state);
     lf_free(state);
     cJSON *step = o ? cJSON_GetObjectItemCaseSensitive(o, "step") : NULL;
     if (!cJSON_IsNumber(step) || step->valuedouble < 0) {
         cJSON_Delete(o);
-        st = lf_fail(LF_ERR_FORMAT, "checkpoint '%s': trainer_state.json has no valid \"step\"", dir);
+        st = lf_fail(LF_ERR_FORMAT, "checkpoint '%s': trainer_state.json has no valid \"step\"", where);
         lf_free(dir);
         return st;
     }
     t->step = (long)step->valuedouble;
     cJSON *best = cJSON_GetObjectItemCaseSensitive(o, "best_val_loss");
     t->best_val = cJSON_IsNumber(best) ? best->valuedouble : INFINITY;
-    warn_config_drift(t, cJSON_GetObjectItemCaseSensitive(o, "config"));
+    cJSON *cur = cJSON_GetObjectItemCaseSensitive(o, "data_cursor");
+    cJSON *sw = cJSON_GetObjectItemCaseSensitive(cur, "world_size");
+    int saved_world = cJSON_IsNumber(sw) && sw->valuedouble >= 1 && sw->valuedouble <= 1e6 ? (int)sw->valuedouble : 1;
+    if (t->rank == 0) {
+        warn_config_drift(t, cJSON_GetObjectItemCaseSensitive(o, "config"), saved_world);
+        if (saved_world != t->world)
+            lf_log(LF_LOG_INFO, "resuming a checkpoint of %d rank%s with %d rank%s", saved_world,
+                   saved_world == 1 ? "" : "s", t->world, t->world == 1 ? "" : "s");
+    }
     cJSON *bc = cJSON_GetObjectItemCaseSensitive(o, "best_checkpoint");
     if (cJSON_IsString(bc) && strlen(bc->valuestring) < sizeof t->best_ckpt)
         snprintf(t->best_ckpt, sizeof t->best_ckpt, "%s", bc->valuestring);
@@ -380,6 +467,25 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
         t->best_score = bmv->valuedouble;
     else if (!strcmp(t->cfg.best_metric, "val_loss") && isfinite(t->best_val))
         t->best_score = t->best_val;
+    cJSON *lsj = cJSON_GetObjectItemCaseSensitive(o, "loss_scaler");
+    if (t->cfg.fp16 && t->scaler.dynamic && cJSON_IsObject(lsj)) {
+        /* continue the checkpoint's dynamic scaler (a static or absent one starts afresh) */
+        cJSON *sc = cJSON_GetObjectItemCaseSensitive(lsj, "scale"), *hy = cJSON_GetObjectItemCaseSensitive(lsj, "hysteresis");
+        cJSON *itr = cJSON_GetObjectItemCaseSensitive(lsj, "iter");
+        cJSON *lo = cJSON_GetObjectItemCaseSensitive(lsj, "last_overflow_iter");
+        cJSON *ty = cJSON_GetObjectItemCaseSensitive(lsj, "type");
+        if (cJSON_IsString(ty) && !strcmp(ty->valuestring, "dynamic") && cJSON_IsNumber(sc) && sc->valuedouble > 0 &&
+            cJSON_IsNumber(hy) && cJSON_IsNumber(itr) && cJSON_IsNumber(lo)) {
+            t->scaler.scale = sc->valuedouble;
+            t->scaler.cur_hysteresis = (int)hy->valuedouble;
+            t->scaler.iter = (long)itr->valuedouble;
+            t->scaler.last_overflow_iter = (long)lo->valuedouble;
+        } else {
+            if (t->rank == 0)
+                lf_log(LF_LOG_WARN, "checkpoint '%s': trainer_state.json's loss_scaler is incomplete; the loss scale "
+                       "starts afresh", where);
+        }
+    }
     cJSON *ot = cJSON_GetObjectItemCaseSensitive(o, "optimizer_steps");
     t->opt_t = cJSON_IsNumber(ot) ? (long)ot->valuedouble : t->step;
     cJSON *sk = cJSON_GetObjectItemCaseSensitive(o, "skipped_steps");
@@ -397,9 +503,9 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
     t->be->to_device(t->m, t->host_m, n * sizeof(float));
     t->be->to_device(t->v, t->host_v, n * sizeof(float));
-    lf_log(LF_LOG_INFO, "resumed from %s at step %ld", dir, t->step);
+    if (t->rank == 0) lf_log(LF_LOG_INFO, "resumed from %s at step %ld", where, t->step);
     char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 32];
-    json_escape(esc, sizeof esc, dir);
+    json_escape(esc, sizeof esc, where);
     snprintf(json, sizeof json, "{\"path\":\"%s\"}", esc);
     emit_event(t, "resume", NULL, json);
     lf_free(dir);
@@ -549,6 +655,62 @@ static void stop_watchdog(lf_trainer *t) {
     t->wd_running = 0;
 }
 
+/* The communicator: the caller's, or comm.backend opened here. Its size must
+ * be the world size the configuration's batch was resolved for, and every
+ * rank must run the same configuration (the hash of the resolved JSON). */
+static lf_status open_comm(lf_trainer *t) {
+    const lf_train_config *c = &t->cfg;
+    lf_status st;
+    if (t->opts.comm) {
+        t->comm = t->opts.comm;
+    } else {
+        lf_comm_options co = lf_comm_options_default();
+        co.timeout_s = c->comm_timeout_s;
+        co.segment_elems = (size_t)c->comm_bucket_elems; /* scratch of one bucket (the memory plan's figure) */
+        st = lf_comm_open(&t->comm, c->comm_backend, &co);
+        if (st != LF_OK) {
+            lf_error_prefix("key 'comm.backend' is '%s'", c->comm_backend);
+            return st;
+        }
+        t->own_comm = 1;
+    }
+    t->rank = lf_comm_rank(t->comm);
+    t->world = lf_comm_size(t->comm);
+    if (c->world_size != t->world) {
+        const lf_comm_env *env = lf_comm_launch_env(t->comm);
+        return lf_fail(LF_ERR_CONFIG, "the configuration's batch was resolved for world size %d (train_batch_size %ld = "
+                       "train_micro_batch_size_per_gpu %d × gradient_accumulation_steps %d × %d) but communicator '%s' "
+                       "has %d rank%s (launcher: %s, %d process%s)%s", c->world_size, c->train_batch_size,
+                       c->micro_batch, c->grad_accum, c->world_size, lf_comm_name(t->comm), t->world,
+                       t->world == 1 ? "" : "s", lf_comm_launcher_name(env->launcher), env->size,
+                       env->size == 1 ? "" : "es",
+                       t->world == 1 && env->size > 1 ? "; comm.backend 'single' under a launcher of several processes "
+                                                        "would train the same rows in each: use 'auto' or 'mpi'" : "");
+    }
+    long long G = (long long)c->micro_batch * c->grad_accum * t->world;
+    if (c->train_batch_size != G)
+        return lf_fail(LF_ERR_CONFIG, "train_batch_size %ld != train_micro_batch_size_per_gpu %d × "
+                       "gradient_accumulation_steps %d × world size %d = %lld", c->train_batch_size, c->micro_batch,
+                       c->grad_accum, t->world, G);
+    if (t->world == 1) return LF_OK;
+    /* the same configuration everywhere: max of (h, -h) over ranks is (h, -h) only when all agree */
+    char *json = lf_train_config_to_json(c);
+    if (!json) return lf_fail(LF_ERR_NOMEM, "out of memory hashing the configuration");
+    char hex[65];
+    lf_sha256_hex(json, strlen(json), hex);
+    lf_free(json);
+    hex[15] = 0; /* 60 bits: positive, and so is its negation */
+    int64_t h = (int64_t)strtoll(hex, NULL, 16), v[2] = {h, -h};
+    lf_comm_set_context(t->comm, "startup");
+    st = lf_comm_all_reduce_i64(t->comm, v, 2, LF_COMM_MAX);
+    if (st != LF_OK) return st;
+    if (v[0] != -v[1])
+        return lf_fail(LF_ERR_CONFIG, "the ranks run different configurations (the resolved configuration of rank %d "
+                       "hashes to %015llx, another rank's differs): start every rank with the same file and overrides",
+                       t->rank, (unsigned long long)h);
+    return LF_OK;
+}
+
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts) {
     *out = NULL;
     lf_status st;
@@ -557,6 +719,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     t->cfg = *cfg;
     if (opts) t->opts = *opts;
     t->best_val = INFINITY;
+    lf_loss_scaler_init(&t->scaler, t->cfg.fp16_loss_scale, t->cfg.fp16_scale_power, t->cfg.fp16_window,
+                        t->cfg.fp16_hysteresis, t->cfg.fp16_consecutive, t->cfg.fp16_min_scale);
     t->last_val = t->last_train_eval = NAN;
     t->best_score = t->cfg.greater_is_better ? -INFINITY : INFINITY;
     t->last_score = NAN;
@@ -572,10 +736,24 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         else if (t->opts.sinks[i] && t->opts.sinks[i]->close) t->opts.sinks[i]->close(t->opts.sinks[i]);
     }
     if (st != LF_OK) return tfail(t, st);
+    /* then the communicator: from here on a failure on one rank is reported
+     * by that rank, which ends the job (lf_comm_abort, the caller's part) */
+    st = open_comm(t);
+    if (st != LF_OK) return tfail(t, st);
 
     if (!t->cfg.dataset[0]) return tfail(t, lf_fail(LF_ERR_CONFIG, "key 'data.dataset' is required (a directory written by `llmforge prepare`)"));
     st = lf_dataset_open(&t->ds, t->cfg.dataset);
     if (st != LF_OK) return tfail(t, st);
+    if (t->cfg.data_tokenizer[0]) {
+        st = lf_dataset_set_tokenizer(t->ds, t->cfg.data_tokenizer);
+        if (st != LF_OK) {
+            lf_error_prefix("key 'data.tokenizer'");
+            return tfail(t, st);
+        }
+    }
+    if (!lf_dataset_tokenizer_spec(t->ds))
+        return tfail(t, lf_fail(LF_ERR_CONFIG, "dataset '%s' holds llm.c token files, which name no tokenizer: set key "
+                                "'data.tokenizer' (e.g. gpt2:DIR with encoder.json and vocab.bpe)", t->cfg.dataset));
     int V = lf_dataset_vocab_size(t->ds);
     t->mcfg = t->cfg.model;
     if (t->cfg.model.vocab_size == 0 || t->cfg.model.vocab_size == V) {
@@ -606,26 +784,34 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
             return tfail(t, st);
         }
     }
-    st = lf_mkdirs(t->cfg.out_dir);
-    if (st != LF_OK) {
-        lf_error_prefix("out_dir '%s' is not usable", t->cfg.out_dir);
-        return tfail(t, st);
-    }
     snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/ckpt", t->cfg.out_dir);
-    if (!t->opts.resume) {
-        /* a fresh run must not mix its checkpoints with an earlier run's */
-        char *old = NULL;
-        if (lf_checkpoint_resolve(t->ckpt_root, &old) == LF_OK) {
-            st = lf_fail(LF_ERR_CONFIG, "out_dir '%s' already holds a run (checkpoint '%s'); continue it with --resume, "
-                         "or choose another out_dir", t->cfg.out_dir, old);
-            lf_free(old);
+    if (t->rank == 0) { /* out_dir is rank 0's: the other ranks may not even see it (another host) */
+        st = lf_mkdirs(t->cfg.out_dir);
+        if (st != LF_OK) {
+            lf_error_prefix("out_dir '%s' is not usable", t->cfg.out_dir);
             return tfail(t, st);
         }
+        if (!t->opts.resume) {
+            /* a fresh run must not mix its checkpoints with an earlier run's */
+            char *old = NULL;
+            if (lf_checkpoint_resolve(t->ckpt_root, &old) == LF_OK) {
+                st = lf_fail(LF_ERR_CONFIG, "out_dir '%s' already holds a run (checkpoint '%s'); continue it with "
+                             "--resume, or choose another out_dir", t->cfg.out_dir, old);
+                lf_free(old);
+                return tfail(t, st);
+            }
+        }
+        st = write_resolved_config(t);
+        if (st != LF_OK) return tfail(t, st);
     }
-    st = write_resolved_config(t);
-    if (st != LF_OK) return tfail(t, st);
 
-    t->be = lf_backend_get("cpu");
+    t->be = lf_backend_get(t->cfg.bf16 ? "cpu-bf16" : "cpu");
+    if (!t->be) return tfail(t, LF_ERR_NOT_FOUND);
+    /* every byte of the step, known before any large allocation: refuse now what cannot fit */
+    lf_mem_plan plan;
+    st = lf_mem_plan_make(&plan, &t->cfg, &t->mcfg, t->be->replicas ? t->be->replicas(B) : 1);
+    if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
+    if (st != LF_OK) return tfail(t, st);
     st = lf_model_create(&t->model, &t->mcfg, t->be);
     if (st != LF_OK) return tfail(t, st);
     st = make_ckpt_extras(t);
@@ -633,12 +819,16 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     st = lf_model_init_weights(t->model, t->cfg.seed);
     if (st != LF_OK) return tfail(t, st);
     size_t act_bytes = 0;
-    st = lf_model_plan(t->model, B, T, &act_bytes);
+    st = lf_model_set_recompute(t->model, (lf_recompute)t->cfg.recompute);
+    if (st == LF_OK) st = lf_model_plan(t->model, B, T, &act_bytes);
     if (st != LF_OK) return tfail(t, st);
 
     size_t n = lf_model_num_params(t->model);
     /* weights, gradients, two moments, three host staging copies, batches, activations */
-    t->planned_bytes = 7 * n * sizeof(float) + 2 * sizeof(int32_t) * (size_t)A * B * T + act_bytes;
+    t->planned_bytes = plan.total;
+    if (act_bytes != plan.act.total) /* the model's own count must be the plan's */
+        return tfail(t, lf_fail(LF_ERR_INTERNAL, "activation plan mismatch: the model allocated %zu bytes, the memory "
+                                "plan says %zu", act_bytes, plan.act.total));
     t->flops_per_token = lf_gpt2_flops_per_token(&t->mcfg, T);
     t->spike_win = calloc((size_t)t->cfg.alert_spike_window, sizeof(double));
     if (!t->spike_win) return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory"));
@@ -654,7 +844,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     t->be->zero(t->m, n);
     t->be->zero(t->v, n);
 
-    if (t->opts.init_from && t->opts.init_from[0]) {
+    if (t->opts.init_from && t->opts.init_from[0] && t->rank == 0) { /* broadcast below */
         int count;
         const lf_param_info *table = lf_model_params_table(t->model, &count);
         lf_ckpt_tensors tt = {table, count, n};
@@ -663,15 +853,27 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
 
-    st = open_sinks(t);
-    if (st != LF_OK) return tfail(t, st);
+    if (t->rank == 0) {
+        st = open_sinks(t);
+        if (st != LF_OK) return tfail(t, st);
+    }
     st = load_tasks(t);
     if (st != LF_OK) return tfail(t, st);
 
     if (t->opts.resume) {
-        st = resume_from(t, t->ckpt_root);
+        st = resume_from(t, t->ckpt_root); /* rank 0 reads, every rank gets the same state */
         if (st != LF_OK) return tfail(t, st);
+    } else if (t->world > 1) {
+        /* one set of weights everywhere: rank 0's (its --init-from file, or
+         * the seeded initialisation every rank made alike anyway) */
+        lf_comm_set_context(t->comm, "startup");
+        if (t->rank == 0) t->be->to_host(t->host_params, lf_model_params(t->model), n * sizeof(float));
+        st = lf_comm_broadcast(t->comm, t->host_params, n, 0);
+        if (st != LF_OK) return tfail(t, st);
+        t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
+    st = open_loader(t); /* its ring is step memory too: allocated before the first step */
+    if (st != LF_OK) return tfail(t, st);
     return LF_OK;
 }
 
@@ -698,7 +900,9 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->inputs);
     lf_free(t->targets);
     lf_model_free(t->model);
+    lf_loader_close(t->loader);
     lf_dataset_close(t->ds);
+    if (t->own_comm) lf_comm_close(t->comm); /* last: it may finalise MPI */
     free(t);
 }
 
@@ -706,31 +910,46 @@ void lf_trainer_free(lf_trainer *t) {
 
 /* Mean over eval_iters random batches of the batch-mean loss (nanoGPT's
  * estimate_loss). Rows are keyed by (step, batch) so evaluation never
- * disturbs the training streams. */
+ * disturbs the training streams. With W ranks batch k is the global
+ * micro-batch of W*B rows, rank r evaluating rows r*B .. r*B+B-1 of it; the
+ * ranks sum each batch's (loss sum, target count) and every rank divides, so
+ * the figures are those of one process with micro-batch W*B. */
+#define EVAL_CHUNK 2048 /* batches per reduction: 2 values each, within LF_COMM_SCALARS_MAX */
 static lf_status estimate_loss(lf_trainer *t, lf_split split, double *out) {
-    int B = t->cfg.micro_batch, T = t->cfg.model.block_size;
-    double total = 0;
+    int B = t->cfg.micro_batch, T = t->cfg.model.block_size, iters = t->cfg.eval_iters;
+    double total = 0, part[EVAL_CHUNK][2];
     lf_forward_opts fo = {0};
-    for (int k = 0; k < t->cfg.eval_iters; k++) {
-        uint64_t first = ((uint64_t)t->step * (uint64_t)t->cfg.eval_iters + (uint64_t)k) * (uint64_t)B;
-        /* random windows, or record-aligned ones when training samples records */
-        lf_sampling smp = t->cfg.sampling == LF_SAMPLING_RECORDS ? LF_SAMPLING_RECORDS : LF_SAMPLING_RANDOM;
-        lf_status st = lf_dataset_get_batch(t->ds, split, smp, t->cfg.seed,
-                                            split == LF_SPLIT_TRAIN ? LF_RNG_EVAL : LF_RNG_EVAL + 16, first, B, T,
-                                            t->inputs, t->targets);
-        if (st != LF_OK) return st;
-        double sum;
-        long cnt;
-        st = lf_model_forward(t->model, t->inputs, t->targets, B, T, &fo, &sum, &cnt);
-        if (st != LF_OK) return st;
-        total += cnt > 0 ? sum / (double)cnt : 0.0;
+    for (int k0 = 0; k0 < iters; k0 += EVAL_CHUNK) {
+        int nk = iters - k0 < EVAL_CHUNK ? iters - k0 : EVAL_CHUNK;
+        for (int j = 0; j < nk; j++) {
+            uint64_t batch = (uint64_t)t->step * (uint64_t)iters + (uint64_t)(k0 + j);
+            uint64_t first = (batch * (uint64_t)t->world + (uint64_t)t->rank) * (uint64_t)B;
+            /* random windows, or record-aligned ones when training samples records */
+            lf_sampling smp = t->cfg.sampling == LF_SAMPLING_RECORDS ? LF_SAMPLING_RECORDS : LF_SAMPLING_RANDOM;
+            lf_status st = lf_dataset_get_batch(t->ds, split, smp, t->cfg.seed,
+                                                split == LF_SPLIT_TRAIN ? LF_RNG_EVAL : LF_RNG_EVAL + 16, first, B, T,
+                                                t->inputs, t->targets);
+            if (st != LF_OK) return st;
+            double sum;
+            long cnt;
+            st = lf_model_forward(t->model, t->inputs, t->targets, B, T, &fo, &sum, &cnt);
+            if (st != LF_OK) return st;
+            part[j][0] = sum;
+            part[j][1] = (double)cnt;
+        }
+        if (t->world > 1) {
+            lf_status st = lf_comm_all_reduce_f64(t->comm, &part[0][0], 2 * (size_t)nk, LF_COMM_SUM);
+            if (st != LF_OK) return st;
+        }
+        for (int j = 0; j < nk; j++) total += part[j][1] > 0 ? part[j][0] / part[j][1] : 0.0;
     }
-    *out = total / t->cfg.eval_iters;
+    *out = total / iters;
     return LF_OK;
 }
 
 static lf_status run_eval(lf_trainer *t) {
     double t0 = lf_time_now();
+    lf_comm_set_context(t->comm, "evaluation at step %ld", t->step);
     double tl = NAN, vl = NAN;
     lf_status st = estimate_loss(t, LF_SPLIT_TRAIN, &tl);
     if (st != LF_OK) return st;
@@ -813,9 +1032,44 @@ typedef struct step_result {
     double loss;          /* as observed (a test hook may inflate it) */
     double norm;          /* global gradient norm before clipping */
     float lr;
-    int skipped;          /* an alert skipped the update */
+    int skipped;          /* an alert or an fp16 overflow skipped the update */
+    int overflow;         /* fp16: the gradients overflowed */
+    double loss_scale;    /* fp16: the scale this step used */
     double data_ms, forward_ms, backward_ms, optimizer_ms;
+    double comm_ms;       /* in collectives (token count, loss, gradients); not in the other phases */
 } step_result;
+
+/* fp16 on the CPU: the (scaled) gradients are rounded to fp16, as an fp16
+ * gradient buffer would hold them; a value beyond fp16's range becomes inf.
+ * Returns the index (in the parameter table) of the first tensor holding a
+ * non-finite gradient, -1 when all are finite. The buffer is host memory on
+ * the CPU backend. */
+static int fp16_round_grads(lf_trainer *t) {
+    float *g = lf_model_grads(t->model);
+    int count = 0;
+    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    int bad = -1;
+    for (int k = 0; k < count; k++) {
+        float *p = g + table[k].offset;
+        const long n = (long)table[k].numel;
+        int nonfinite = 0;
+#pragma omp parallel for reduction(| : nonfinite) schedule(static)
+        for (long i = 0; i < n; i++) {
+            float v = (float)(_Float16)p[i];
+            p[i] = v;
+            nonfinite |= !isfinite(v);
+        }
+        if (nonfinite && bad < 0) bad = k;
+    }
+    return bad;
+}
+
+static void scale_grads(lf_trainer *t, float f) {
+    float *g = lf_model_grads(t->model);
+    const long n = (long)lf_model_num_params(t->model);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) g[i] *= f;
+}
 
 /* z-score of x against the window of accepted losses (0 while the window
  * is not yet full or has no spread). */
@@ -836,32 +1090,122 @@ static void spike_push(lf_trainer *t, double x) {
     if (t->spike_n < t->cfg.alert_spike_window) t->spike_n++;
 }
 
+/* The training loader at the current step (a resume opens it at the checkpoint's step: O(1)). */
+static lf_status open_loader(lf_trainer *t) {
+    lf_loader_close(t->loader);
+    t->loader = NULL;
+    lf_loader_opts lo = lf_loader_opts_default();
+    lo.sampling = (lf_sampling)t->cfg.sampling;
+    lo.seed = t->cfg.seed;
+    lo.micro_batch = t->cfg.micro_batch;
+    lo.block_size = t->cfg.model.block_size;
+    lo.accum = t->cfg.grad_accum;
+    lo.rank = t->rank; /* this rank's rows of each step's global batch */
+    lo.world = t->world;
+    lo.prefetch = t->cfg.prefetch;
+    return lf_loader_open(&t->loader, t->ds, &lo, (uint64_t)t->step);
+}
+
+/* Collectives of a step, timed into o->comm_ms. */
+static lf_status step_sum_i64(lf_trainer *t, step_result *o, int64_t *v, size_t n) {
+    double t0 = lf_time_now();
+    lf_status st = lf_comm_all_reduce_i64(t->comm, v, n, LF_COMM_SUM);
+    o->comm_ms += (lf_time_now() - t0) * 1e3;
+    return st;
+}
+
+static lf_status step_sum_f64(lf_trainer *t, step_result *o, double *v, size_t n) {
+    double t0 = lf_time_now();
+    lf_status st = lf_comm_all_reduce_f64(t->comm, v, n, LF_COMM_SUM);
+    o->comm_ms += (lf_time_now() - t0) * 1e3;
+    return st;
+}
+
+/* The gradients summed over ranks, in place, comm.bucket_elems floats per
+ * call (DeepSpeed's reduce buckets; each call bounds the communicator's
+ * scratch). SUM, not AVG: every rank's dloss already divides by the global
+ * count of targets. Host memory: the CPU backend's gradient buffer (a GPU
+ * backend pairs with a communicator taking device buffers, comm_impl.h). */
+static lf_status all_reduce_grads(lf_trainer *t, step_result *o) {
+    double t0 = lf_time_now();
+    float *g = lf_model_grads(t->model);
+    const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
+    lf_status st = LF_OK;
+    for (size_t a = 0; a < n && st == LF_OK; a += bucket)
+        st = lf_comm_all_reduce(t->comm, g + a, n - a < bucket ? n - a : bucket, LF_COMM_SUM);
+    o->comm_ms += (lf_time_now() - t0) * 1e3;
+    return st;
+}
+
+/* fp16: the step's gradients overflowed (on rank `rank`, in tensor k; rank
+ * -1: in the sum over ranks). Skips the step on every rank alike (the
+ * decision comes from reduced values); fails at the minimum scale. */
+static lf_status fp16_skip(lf_trainer *t, step_result *o, long step1, double scale, int rank, int k) {
+    int count = 0;
+    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    char which[LF_PARAM_NAME_MAX + 64];
+    if (rank < 0)
+        snprintf(which, sizeof which, "%s' (the sum over ranks", k >= 0 && k < count ? table[k].name : "?");
+    else if (t->world > 1)
+        snprintf(which, sizeof which, "%s' (on rank %d", k >= 0 && k < count ? table[k].name : "?", rank);
+    else
+        snprintf(which, sizeof which, "%s", k >= 0 && k < count ? table[k].name : "?");
+    int paren = rank < 0 || t->world > 1;
+    lf_status st = lf_loss_scaler_update(&t->scaler, 1);
+    if (st != LF_OK)
+        return lf_fail(LF_ERR_NUMERIC, "step %ld: fp16 gradient overflow in '%s%s with the loss scale already at "
+                       "its minimum %g (fp16.min_loss_scale); stopped without a checkpoint. The gradients "
+                       "exceed fp16's range even unscaled: use bf16 (\"bf16\": {\"enabled\": true}), which "
+                       "has fp32's range, or lower optimizer.params.lr", step1, which, paren ? ")" : "'", scale);
+    o->overflow = o->skipped = 1;
+    o->norm = NAN;
+    o->lr = lf_lr_at(&t->cfg, t->step);
+    t->skipped++;
+    char json[512], rank_json[32] = "";
+    if (t->world > 1) snprintf(rank_json, sizeof rank_json, ",\"rank\":%d", rank);
+    snprintf(json, sizeof json, "{\"reason\":\"fp16_overflow\",\"tensor\":\"%s\"%s,\"loss_scale\":%.17g,"
+             "\"next_loss_scale\":%.17g}", k >= 0 && k < count ? table[k].name : "?", rank_json, scale,
+             t->scaler.scale);
+    emit_event(t, "skipped_step", NULL, json);
+    return LF_OK;
+}
+
 static lf_status train_step(lf_trainer *t, step_result *o) {
     int B = t->cfg.micro_batch, T = t->cfg.model.block_size, A = t->cfg.grad_accum;
     size_t BT = (size_t)B * T;
     long step1 = t->step + 1;
-    uint64_t first = (uint64_t)t->step * (uint64_t)A * (uint64_t)B;
-    long count = 0;
-    double t0 = lf_time_now();
-    for (int a = 0; a < A; a++) {
-        lf_status st = lf_dataset_get_batch(t->ds, LF_SPLIT_TRAIN, (lf_sampling)t->cfg.sampling, t->cfg.seed,
-                                            LF_RNG_DATA, first + (uint64_t)a * B, B, T, t->inputs + a * BT,
-                                            t->targets + a * BT);
-        if (st != LF_OK) return st;
-        for (size_t i = 0; i < BT; i++) count += t->targets[a * BT + i] >= 0;
+    int64_t count = 0;
+    lf_status st;
+    lf_comm_set_context(t->comm, "step %ld", step1); /* named by any collective that fails */
+    if (t->loader && lf_loader_step(t->loader) != (uint64_t)t->step) {
+        lf_loader_close(t->loader); /* the step moved (a resume): reopen there, O(1) */
+        t->loader = NULL;
     }
+    if (!t->loader) {
+        st = open_loader(t);
+        if (st != LF_OK) return st;
+    }
+    double wait = 0;
+    st = lf_loader_next(t->loader, t->inputs, t->targets, &wait);
+    if (st != LF_OK) return st;
+    for (size_t i = 0; i < (size_t)A * BT; i++) count += t->targets[i] >= 0;
+    o->data_ms = wait * 1e3; /* time the step waited for data (the copy out of the prefetch ring included) */
+    /* every rank divides by the global count: the sum over ranks is then the
+     * mean over the global batch, whatever each rank's share of targets */
+    if (t->world > 1 && (st = step_sum_i64(t, o, &count, 1)) != LF_OK) return st;
     if (count == 0)
         return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from", step1);
-    double t1 = lf_time_now();
-    o->data_ms = (t1 - t0) * 1e3;
     lf_model_zero_grad(t->model);
     double loss_sum = 0;
+    const double scale = t->cfg.fp16 ? t->scaler.scale : 1.0;
+    o->loss_scale = scale;
     for (int a = 0; a < A; a++) {
-        lf_forward_opts fo = {.dloss = 1.0f / (float)count, .train = 1, .seed = t->cfg.seed,
-                              .key = lf_rng_mix((uint64_t)t->step, (uint64_t)a)};
+        /* dropout keyed by the global micro-batch index of the step (a*W + r) */
+        lf_forward_opts fo = {.dloss = (float)(scale / (double)count), .train = 1, .seed = t->cfg.seed,
+                              .key = lf_rng_mix((uint64_t)t->step, (uint64_t)a * (uint64_t)t->world + (uint64_t)t->rank)};
         double s, ta = lf_time_now();
         long c;
-        lf_status st = lf_model_forward(t->model, t->inputs + a * BT, t->targets + a * BT, B, T, &fo, &s, &c);
+        st = lf_model_forward(t->model, t->inputs + a * BT, t->targets + a * BT, B, T, &fo, &s, &c);
         if (st != LF_OK) return st;
         double tb = lf_time_now();
         loss_sum += s;
@@ -870,14 +1214,52 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         o->forward_ms += (tb - ta) * 1e3;
         o->backward_ms += (lf_time_now() - tb) * 1e3;
     }
-    double t2 = lf_time_now();
-    if (t->opts.inject_nan_step == step1) { /* test hook: a poisoned gradient */
+    double t2 = lf_time_now(), comm_before = o->comm_ms;
+    /* test hooks act on this rank's share, before the sums: an injection on
+     * one rank reaches every rank through the reductions */
+    if (t->opts.inject_nan_step == step1) { /* a poisoned gradient */
         float nan = NAN;
         t->be->to_device(lf_model_grads(t->model), &nan, sizeof nan);
     }
-    o->loss = loss_sum / (double)count;
-    if (t->opts.inject_spike_step == step1) o->loss *= 100.0; /* test hook */
-    o->norm = lf_grad_norm(t->model, t->be);
+    if (t->opts.inject_spike_step == step1) loss_sum *= 100.0; /* an inflated loss */
+    int bad = -1; /* fp16: first tensor whose rounded gradients are not finite on this rank */
+    if (t->cfg.fp16) {
+        for (int i = 0; i < t->opts.n_inject_overflow && i < 16; i++) {
+            if (t->opts.inject_overflow_steps[i] != step1) continue; /* test hook: an overflowing gradient */
+            const lf_param_info *pi = lf_model_find_param(t->model, "h.0.mlp.c_fc.weight");
+            if (pi) lf_model_grads(t->model)[pi->offset] = INFINITY;
+        }
+        bad = fp16_round_grads(t);
+    }
+    /* one small reduction: the loss sum, and how many ranks overflowed */
+    double red[2] = {loss_sum, bad >= 0 ? 1.0 : 0.0};
+    if (t->world > 1 && (st = step_sum_f64(t, o, red, 2)) != LF_OK) return st;
+    o->loss = red[0] / (double)count;
+    if (red[1] > 0) { /* some rank overflowed: every rank skips. Which one (the lowest) and where: */
+        int64_t code = bad >= 0 ? (int64_t)(t->world - t->rank) << 32 | (int64_t)bad : 0;
+        if (t->world > 1) {
+            double tc = lf_time_now();
+            st = lf_comm_all_reduce_i64(t->comm, &code, 1, LF_COMM_MAX); /* max: the lowest rank that overflowed */
+            o->comm_ms += (lf_time_now() - tc) * 1e3;
+            if (st != LF_OK) return st;
+        }
+        st = fp16_skip(t, o, step1, scale, t->world - (int)(code >> 32), (int)(code & 0xffffffff));
+        o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
+        return st;
+    }
+    if (t->world > 1) {
+        st = all_reduce_grads(t, o);
+        if (st != LF_OK) return st;
+        /* an fp16 all-reduce leaves fp16 sums, which may overflow themselves;
+         * the sums are the same bits on every rank, and so is the decision */
+        if (t->cfg.fp16 && (bad = fp16_round_grads(t)) >= 0) {
+            st = fp16_skip(t, o, step1, scale, -1, bad);
+            o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
+            return st;
+        }
+    }
+    if (t->cfg.fp16 && scale != 1.0) scale_grads(t, (float)(1.0 / scale));
+    o->norm = lf_grad_norm(t->model, t->be); /* of the summed gradients: the same on every rank */
     o->lr = lf_lr_at(&t->cfg, t->step);
 
     if (!isfinite(o->loss) || !isfinite(o->norm)) {
@@ -903,12 +1285,13 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         }
         if (!o->skipped) spike_push(t, o->loss);
     }
+    if (t->cfg.fp16) (void)lf_loss_scaler_update(&t->scaler, 0); /* a clean step (cannot fail) */
     if (o->skipped) {
         t->skipped++;
         emit_event(t, "skipped_step", NULL, "{\"reason\":\"alert\"}");
     } else {
         t->opt_t++;
-        lf_status st = lf_adamw_apply(t->model, t->be, t->m, t->v, t->opt_t, o->lr, &t->cfg, o->norm);
+        st = lf_adamw_apply(t->model, t->be, t->m, t->v, t->opt_t, o->lr, &t->cfg, o->norm);
         if (st != LF_OK) return st;
     }
     if (t->opts.inject_stall_step == step1 && t->opts.inject_stall_seconds > 0) { /* test hook */
@@ -917,14 +1300,14 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
-    o->optimizer_ms = (lf_time_now() - t2) * 1e3;
+    o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
     return LF_OK;
 }
 
 lf_status lf_trainer_run(lf_trainer *t) {
     lf_status st;
     int B = t->cfg.micro_batch, T = t->cfg.model.block_size, A = t->cfg.grad_accum;
-    double tokens_per_step = (double)A * B * T;
+    double tokens_per_step = (double)A * B * T * t->world; /* the global batch: throughput of the whole job */
     if (t->step == 0) {
         char *cfgjson = lf_train_config_to_json(&t->cfg);
         cJSON *c = cfgjson ? cJSON_Parse(cfgjson) : NULL;
@@ -964,10 +1347,13 @@ lf_status lf_trainer_run(lf_trainer *t) {
         sc[n++] = (lf_obs_scalar){"train/grad_norm", sr.norm};
         sc[n++] = (lf_obs_scalar){"train/tokens_per_sec", tps};
         sc[n++] = (lf_obs_scalar){"time/step_ms", dt * 1e3};
-        sc[n++] = (lf_obs_scalar){"train/samples_per_sec", (double)A * B / dt};
+        sc[n++] = (lf_obs_scalar){"train/samples_per_sec", (double)A * B * t->world / dt};
         sc[n++] = (lf_obs_scalar){"train/tokens", tokens_per_step};
-        if (t->peak_flops > 0) sc[n++] = (lf_obs_scalar){"train/mfu", t->flops_per_token * tps / t->peak_flops};
+        sc[n++] = (lf_obs_scalar){"train/epoch", lf_loader_epoch(t->loader)};
+        if (t->peak_flops > 0) /* against every rank's peak (rank 0's measurement, times the ranks) */
+            sc[n++] = (lf_obs_scalar){"train/mfu", t->flops_per_token * tps / (t->peak_flops * t->world)};
         if (sr.skipped) sc[n++] = (lf_obs_scalar){"train/skipped", 1};
+        if (t->cfg.fp16) sc[n++] = (lf_obs_scalar){"train/loss_scale", sr.loss_scale};
         sc[n++] = (lf_obs_scalar){"memory/rss_bytes", rss_bytes()};
         sc[n++] = (lf_obs_scalar){"memory/planned_bytes", (double)t->planned_bytes};
         if (t->cfg.wall_clock_breakdown) {
@@ -975,6 +1361,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
             sc[n++] = (lf_obs_scalar){"time/forward_ms", sr.forward_ms};
             sc[n++] = (lf_obs_scalar){"time/backward_ms", sr.backward_ms};
             sc[n++] = (lf_obs_scalar){"time/optimizer_ms", sr.optimizer_ms};
+            if (t->world > 1) sc[n++] = (lf_obs_scalar){"time/comm_ms", sr.comm_ms};
         }
         lf_obs_record r = {.kind = LF_OBS_TRAIN, .step = t->step, .scalars = sc, .n_scalars = n};
         obs_emit(t, &r);
@@ -991,7 +1378,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
         }
     }
     stop_watchdog(t);
-    if (st == LF_OK && t->cfg.load_best_model_at_end) st = export_best_model(t);
+    if (st == LF_OK && t->cfg.load_best_model_at_end && t->rank == 0) st = export_best_model(t);
     if (st != LF_OK) {
         tfail(t, st);
         char esc[1100], json[1200];

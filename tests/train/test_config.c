@@ -378,10 +378,19 @@ static void test_deepspeed_off_features(void **state) {
                                 "\"loss_scale_window\": 1000, \"hysteresis\": 2, \"min_loss_scale\": 1}, "
                                 "\"bf16\": {\"enabled\": false}, \"zero_optimization\": {\"stage\": 0}, "
                                 "\"wall_clock_breakdown\": false, \"tensorboard\": {\"enabled\": false}"));
-    ASSERT_ERR_EQ(parse_with(&c, "\"fp16\": {\"enabled\": true}"), LF_ERR_UNSUPPORTED,
-                  "fp16.enabled: not supported yet by this build (set to true in 'cfg.json'; only false is accepted)");
-    ASSERT_ERR_EQ(parse_with(&c, "\"bf16\": {\"enabled\": true}"), LF_ERR_UNSUPPORTED, NULL);
-    LF_ASSERT_ERR_CONTAINS("bf16.enabled: not supported yet by this build");
+    /* fp16 is a real setting now (DeepSpeed's loss scaler); bf16 with it is an error */
+    LF_ASSERT_OK(parse_with(&c, "\"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 12}"));
+    assert_int_equal(c.fp16, 1);
+    assert_int_equal(c.fp16_scale_power, 12);
+    ASSERT_ERR_EQ(parse_with(&c, "\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}"), LF_ERR_CONFIG,
+                  NULL);
+    LF_ASSERT_ERR_CONTAINS("choose one");
+    /* bf16 is a real setting now (the cpu-bf16 backend) */
+    assert_int_equal(c.bf16, 0);
+    LF_ASSERT_OK(parse_with(&c, "\"bf16\": {\"enabled\": true}"));
+    assert_int_equal(c.bf16, 1);
+    ASSERT_ERR_EQ(parse_with(&c, "\"bf16\": {\"enabled\": 1}"), LF_ERR_CONFIG, NULL);
+    LF_ASSERT_ERR_CONTAINS("bf16.enabled");
     ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 2}"), LF_ERR_UNSUPPORTED, NULL);
     LF_ASSERT_ERR_CONTAINS("zero_optimization.stage: not supported yet by this build");
     /* monitoring keys are real settings now */

@@ -7,7 +7,7 @@
  *   llmforge train CONFIG.json [--key.path=value ...] [--resume] [--init-from FILE]
  *   llmforge sample --ckpt DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
  *   llmforge bench (--preset gpt2-124m | --config CFG) [--micro-batch B] [--seq T] [--steps N] [--warmup W]
- *                  [--peak-gflops G] [--json]
+ *                  [--peak-gflops G] [--recompute none|selective|full] [--bf16] [--json]
  */
 #include <errno.h>
 #include <limits.h>
@@ -112,7 +112,11 @@ static void console_close(lf_obs_sink *s) { free(s); }
 static lf_obs_sink *console_open(long every, long total) {
     console_sink *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->tty = isatty(STDOUT_FILENO);
+    /* a rank started by mpirun writes to mpirun's forwarding pty even when
+     * mpirun's own output goes to a file: lines, not a redrawn bar, there */
+    lf_comm_env env;
+    int launched = lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.size > 1;
+    c->tty = isatty(STDOUT_FILENO) && !launched;
     c->every = every;
     c->total = total;
     c->first_step = -1;
@@ -121,6 +125,26 @@ static lf_obs_sink *console_open(long every, long total) {
     c->base.close = console_close;
     c->base.impl = c;
     return &c->base;
+}
+
+/* A trainer failure, reported by this rank. With several ranks it names the
+ * rank, and the whole job is then ended (lf_comm_abort, MPI_Abort for mpi):
+ * a rank failing alone would leave the others waiting in their next
+ * collective until comm.timeout_s. */
+static void train_failed(lf_trainer *t, const char *hint) {
+    lf_comm *c = lf_trainer_comm(t);
+    int world = c ? lf_comm_size(c) : 1;
+    if (world > 1)
+        fprintf(stderr, "llmforge: train: rank %d of %d: %s\n", lf_comm_rank(c), world, lf_trainer_errmsg(t));
+    else
+        fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
+    if (hint) fprintf(stderr, "hint: %s\n", hint);
+    if (world > 1) {
+        fprintf(stderr, "llmforge: train: rank %d ends the job\n", lf_comm_rank(c));
+        fflush(stdout);
+        fflush(stderr);
+        lf_comm_abort(c, 1); /* does not return for mpi */
+    }
 }
 
 /* monitor.alerts.stall.action = exit: the watchdog thread ends the process. */
@@ -186,29 +210,44 @@ static int cmd_train(int argc, char **argv) {
         die_status(st, "config");
         goto done;
     }
+    if (threads == 0 && !getenv("OMP_NUM_THREADS")) {
+        /* several ranks on this host: each takes its share of the cores, not all of them */
+        lf_comm_env env;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.local_size > 1 && cores > 0)
+            threads = cores / env.local_size > 0 ? cores / env.local_size : 1;
+    }
     lf_backend_cpu_set_threads((int)threads);
     lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_fatal = on_fatal};
     opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
     opts.n_sinks = opts.sinks[0] != NULL;
     st = lf_trainer_create(&t, &cfg, &opts);
     if (st != LF_OK) {
-        fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
-        if (st == LF_ERR_NOT_FOUND && resume)
-            fprintf(stderr, "hint: --resume needs a checkpoint in %s/ckpt; start without --resume\n", cfg.out_dir);
+        char hint[LF_PATH_MAX + 96];
+        snprintf(hint, sizeof hint, "--resume needs a checkpoint in %s/ckpt; start without --resume", cfg.out_dir);
+        train_failed(t, st == LF_ERR_NOT_FOUND && resume ? hint : NULL);
         goto done;
     }
-    lf_model *m = lf_trainer_model(t);
-    const lf_gpt2_config *mc = lf_model_config(m);
-    printf("llmforge train: %zu parameters (%.2fM), %d layers, %d heads, %d channels, block %d, vocab %d; "
-           "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
-           lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, mc->n_embd,
-           mc->block_size, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum, cfg.train_iters,
-           lf_backend_cpu_threads(), cfg.out_dir);
-    fflush(stdout);
+    lf_comm *comm = lf_trainer_comm(t);
+    if (lf_comm_rank(comm) == 0) { /* the other ranks print nothing but errors */
+        lf_model *m = lf_trainer_model(t);
+        const lf_gpt2_config *mc = lf_model_config(m);
+        printf("llmforge train: %zu parameters (%.2fM), %d layers, %d heads, %d channels, block %d, vocab %d; "
+               "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
+               lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, mc->n_embd,
+               mc->block_size, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum, cfg.train_iters,
+               lf_backend_cpu_threads(), cfg.out_dir);
+        if (lf_comm_size(comm) > 1)
+            printf("data parallel: %d ranks (%s, launched by %s); global batch %ld = micro %d x accum %d x %d ranks\n",
+                   lf_comm_size(comm), lf_comm_name(comm), lf_comm_launcher_name(lf_comm_launch_env(comm)->launcher),
+                   cfg.train_batch_size, cfg.micro_batch, cfg.grad_accum, lf_comm_size(comm));
+        if (cfg.bf16) printf("bf16: %s\n", lf_backend_cpu_bf16_kernel());
+        fflush(stdout);
+    }
     st = lf_trainer_run(t);
     if (st != LF_OK) {
         if (isatty(STDOUT_FILENO)) printf("\n");
-        fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
+        train_failed(t, NULL);
         goto done;
     }
     rc = 0;
@@ -331,6 +370,9 @@ static int cmd_bench(int argc, char **argv) {
     long B = 4, T = 0, steps = 10, warmup = 2, threads = 0;
     double peak_gflops = 0;
     int json = 0;
+    lf_recompute recompute = LF_RECOMPUTE_NONE;
+    int recompute_given = 0;
+    int bf16 = 0;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -348,15 +390,27 @@ static int cmd_bench(int argc, char **argv) {
             if (parse_double("--peak-gflops", v, 1e-3, 1e9, &peak_gflops)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
             if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--recompute", &missing))) {
+            if (lf_recompute_parse(v, &recompute) != LF_OK) {
+                fprintf(stderr, "llmforge bench: --recompute '%s' is not one of none, selective, full\n", v);
+                return 2;
+            }
+            recompute_given = 1;
         } else if (missing) return 2;
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: llmforge bench (--preset gpt2-124m | --config CFG) [--micro-batch B] [--seq T]\n"
-                   "                      [--steps N] [--warmup W] [--peak-gflops G] [--threads N] [--json]\n"
+                   "                      [--steps N] [--warmup W] [--peak-gflops G] [--threads N]\n"
+                   "                      [--recompute none|selective|full] [--bf16] [--json]\n"
                    "  Trains on random tokens from random weights; prints median ms/step, tokens/s,\n"
                    "  model FLOP/s ((6N + 12*L*C*T) per token) and MFU against --peak-gflops or a measured\n"
-                   "  FMA peak. Presets: gpt2-124m (12 layers, 12 heads, 768, vocab 50304, block 1024),\n"
-                   "  shakespeare-char-cpu (4, 4, 128, vocab 65, block 64).\n");
+                   "  FMA peak, and the activation memory of the step under the recompute policy\n"
+                   "  (default: the config's activation_checkpointing.policy, else none).\n"
+                   "  Presets: gpt2-124m (12 layers, 12 heads, 768, vocab 50304, block 1024),\n"
+                   "  shakespeare-char-cpu (4, 4, 128, vocab 65, block 64).\n"
+                   "  --bf16: matrix products with bf16 operands and fp32 accumulation (the backend of\n"
+                   "  bf16.enabled, also taken from --config); prints which kernel does them.\n");
             return 0;
         } else {
             fprintf(stderr, "llmforge bench: unknown argument '%s' (see --help)\n", argv[i]);
@@ -383,6 +437,8 @@ static int cmd_bench(int argc, char **argv) {
         if (st != LF_OK) { die_status(st, "bench: config"); return 1; }
         mc = cfg.model;
         if (mc.vocab_size == 0) mc.vocab_size = 50304;
+        if (!recompute_given) recompute = (lf_recompute)cfg.recompute;
+        if (cfg.bf16) bf16 = 1;
     } else {
         fprintf(stderr, "llmforge bench: --preset NAME or --config CFG is required\n");
         return 2;
@@ -390,18 +446,23 @@ static int cmd_bench(int argc, char **argv) {
     if (T == 0) T = mc.block_size;
     lf_backend_cpu_set_threads((int)threads);
     lf_bench_result r;
-    lf_status st = lf_bench_train(&mc, (int)B, (int)T, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
+    lf_status st = lf_bench_train(&mc, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
     if (st != LF_OK) { die_status(st, "bench"); return 1; }
     if (json) {
         printf("{\"impl\":\"llmforge\",\"ms_per_step\":%.4f,\"tokens_per_sec\":%.4f,\"model_flops_per_sec\":%.6g,"
                "\"mfu\":%.6f,\"peak_flops\":%.6g,\"flops_per_token\":%.6g,\"num_params\":%zu,\"micro_batch\":%ld,"
-               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%.4f,\"ms_max\":%.4f}\n",
+               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%.4f,\"ms_max\":%.4f,"
+               "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\"}\n",
                r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec, r.mfu, r.peak_flops, r.flops_per_token,
-               r.num_params, B, T, r.steps, lf_backend_cpu_threads(), r.ms_min, r.ms_max);
+               r.num_params, B, T, r.steps, lf_backend_cpu_threads(), r.ms_min, r.ms_max, lf_recompute_name(recompute),
+               r.activation_bytes, bf16 ? "true" : "false", bf16 ? lf_backend_cpu_bf16_kernel() : "");
     } else {
         printf("model: %d layers, %d heads, %d channels, vocab %d; %zu parameters\n", mc.n_layer, mc.n_head, mc.n_embd,
                mc.vocab_size, r.num_params);
         printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n", B, T, r.steps, warmup, lf_backend_cpu_threads());
+        printf("activations: %.1f MB (recompute %s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute));
+        printf("precision: %s\n", bf16 ? "bf16 matmuls" : "fp32");
+        if (bf16) printf("bf16: %s\n", lf_backend_cpu_bf16_kernel());
         printf("median %.2f ms/step (min %.2f, max %.2f)\n", r.ms_per_step, r.ms_min, r.ms_max);
         printf("%.1f tokens/s, %.2f GFLOP/s model, MFU %.1f%% of %.1f GFLOP/s %s\n", r.tokens_per_sec,
                r.model_flops_per_sec / 1e9, r.mfu * 100, r.peak_flops / 1e9, peak_gflops > 0 ? "(given)" : "(measured FMA peak)");
@@ -424,6 +485,7 @@ static void usage(FILE *f) {
             "  tokenizer   `tokenizer train`: a byte-level BPE on your corpus\n"
             "  data        generated data sets (`data arithmetic`, `data arithmetic-eval`)\n"
             "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
+            "  plan        the memory a training config needs, item by item, and whether it fits\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n",
             LF_VERSION);
 }
@@ -445,6 +507,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -1,0 +1,60 @@
+/*
+ * Memory plan of a training run: every byte the step needs, known before the
+ * first allocation (src/train/plan.c). The trainer refuses to start a run
+ * whose plan exceeds memory.limit_bytes, or the machine's available memory
+ * (MemAvailable), with the largest consumers and what would make it fit;
+ * `llmforge plan` prints the same plan without training.
+ */
+#ifndef LLMFORGE_PLAN_H
+#define LLMFORGE_PLAN_H
+
+#include "llmforge/model.h"
+#include "llmforge/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LF_PLAN_MAX_ITEMS 12
+
+typedef struct lf_mem_item {
+    char name[64];
+    size_t bytes;
+} lf_mem_item;
+
+typedef struct lf_mem_plan {
+    lf_mem_item items[LF_PLAN_MAX_ITEMS]; /* in allocation order */
+    int n_items;
+    size_t total;
+    size_t params;           /* parameters in the model */
+    int B, T, A, replicas;
+    lf_recompute policy;
+    lf_act_bytes act;        /* the activation plan of this policy */
+    size_t act_policy[3];    /* activation bytes under none, selective, full (same B, T) */
+    size_t limit;            /* what the plan must fit: memory.limit_bytes, else MemAvailable; 0 = unknown */
+    int limit_from_config;   /* 1: memory.limit_bytes */
+} lf_mem_plan;
+
+/* The plan of cfg for model mcfg (vocab resolved) with the micro-batch split
+ * over `replicas` model replicas (the CPU backend: min(threads, B)). Reads
+ * MemAvailable from /proc/meminfo when memory.limit_bytes is 0. */
+lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas);
+
+/* LF_OK when the plan fits its limit (or no limit is known). Otherwise
+ * LF_ERR_NOMEM with a message: the total against the limit, the largest
+ * consumers, and the changes that would make it fit, each with the bytes it
+ * saves (a smaller micro-batch with more accumulation, a recompute policy),
+ * and a note on what does not help here (bf16 keeps fp32 activations, ZeRO
+ * needs several processes). */
+lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg);
+
+/* The plan as a table, for `llmforge plan` (like snprintf: returns the length it needed). */
+size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap);
+
+/* "1.23 GiB" style; buf of at least 32 bytes. */
+const char *lf_fmt_bytes(size_t bytes, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,205 @@
+/*
+ * The memory plan (include/llmforge/plan.h). Everything a step allocates is
+ * a function of the configuration: parameters, gradients and AdamW moments
+ * (4 bytes each per parameter), the trainer's host staging copies for
+ * checkpoints (parameters and both moments), the activation plan of the
+ * model (lf_gpt2_activation_bytes, per recompute policy), the step's batch
+ * and the loader's prefetch ring, and with several ranks the communicator's
+ * scratch for one gradient bucket. So the plan is exact up to small
+ * bookkeeping (tables, file buffers) and is checked before anything large is
+ * allocated.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmforge/plan.h"
+
+const char *lf_fmt_bytes(size_t bytes, char *buf, size_t cap) {
+    const double b = (double)bytes;
+    if (b >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024) snprintf(buf, cap, "%.1f MiB", b / (1024.0 * 1024));
+    else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+    else snprintf(buf, cap, "%zu B", bytes);
+    return buf;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, 0 when unknown. */
+static size_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+static void add(lf_mem_plan *p, const char *name, size_t bytes) {
+    if (p->n_items >= LF_PLAN_MAX_ITEMS || bytes == 0) return;
+    snprintf(p->items[p->n_items].name, sizeof p->items[0].name, "%s", name);
+    p->items[p->n_items++].bytes = bytes;
+    p->total += bytes;
+}
+
+/* Total of the plan with micro-batch B, accumulation A and policy rc (the rest as cfg). */
+static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas, int B,
+                           int A, lf_recompute rc) {
+    memset(p, 0, sizeof *p);
+    lf_param_info *table = NULL;
+    int count = 0;
+    size_t P = 0;
+    lf_status st = lf_gpt2_param_table(mcfg, &table, &count, &P);
+    if (st != LF_OK) return st;
+    lf_free(table);
+    const int T = mcfg->block_size;
+    p->params = P;
+    p->B = B;
+    p->T = T;
+    p->A = A;
+    p->replicas = replicas < 1 ? 1 : replicas > B ? B : replicas;
+    p->policy = rc;
+    for (int k = 0; k < 3; k++) {
+        lf_act_bytes ab;
+        st = lf_gpt2_activation_bytes(mcfg, B, T, (lf_recompute)k, p->replicas, &ab);
+        if (st != LF_OK) return st;
+        p->act_policy[k] = ab.total;
+        if (k == (int)rc) p->act = ab;
+    }
+    const size_t f = sizeof(float), batch = 2 * sizeof(int32_t) * (size_t)A * (size_t)B * (size_t)T;
+    add(p, "parameters (fp32 master weights)", P * f);
+    add(p, "gradients (fp32)", P * f);
+    add(p, "AdamW moments (fp32, 2 per parameter)", 2 * P * f);
+    add(p, "checkpoint staging (host copies)", 3 * P * f);
+    char name[64];
+    snprintf(name, sizeof name, "activations (recompute %s)", lf_recompute_name(rc));
+    add(p, name, p->act.total);
+    if (cfg->bf16) {
+        /* cpu-bf16 caches a bf16 copy of every matmul weight (wte for the lm_head, and per layer
+         * c_attn, attn.c_proj, c_fc, mlp.c_proj), and converts activation operands into
+         * per-replica scratch whose largest is the logits gradient (rows x Vp) */
+        const size_t C = (size_t)mcfg->n_embd, L = (size_t)mcfg->n_layer;
+        const size_t Vp = (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size);
+        add(p, "bf16 weight copies", 2 * (Vp * C + L * 12 * C * C));
+        const size_t rows = (size_t)((B + p->replicas - 1) / p->replicas) * (size_t)T;
+        add(p, "bf16 operand scratch (estimate)", (size_t)p->replicas * rows * Vp * 2);
+    }
+    add(p, "step batch (inputs, targets)", batch);
+    add(p, "loader prefetch ring", (size_t)cfg->prefetch * batch);
+    if (cfg->world_size > 1) {
+        /* the mpi communicator's receive buffer for one bucket of the gradient
+         * all-reduce: a part of ceil(bucket / W) floats from each of W ranks */
+        size_t W = (size_t)cfg->world_size, bucket = (size_t)cfg->comm_bucket_elems;
+        if (bucket == 0 || bucket > P) bucket = P;
+        add(p, "communication scratch (all-reduce bucket)", W * ((bucket + W - 1) / W) * f);
+    }
+    return LF_OK;
+}
+
+lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas) {
+    if (!p || !cfg || !mcfg) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: NULL argument");
+    lf_status st = plan_with(p, cfg, mcfg, replicas, cfg->micro_batch, cfg->grad_accum, (lf_recompute)cfg->recompute);
+    if (st != LF_OK) return st;
+    if (cfg->memory_limit > 0) {
+        p->limit = (size_t)cfg->memory_limit;
+        p->limit_from_config = 1;
+    } else {
+        p->limit = mem_available();
+    }
+    return LF_OK;
+}
+
+static int by_size_desc(const void *a, const void *b) {
+    const lf_mem_item *x = a, *y = b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
+}
+
+/* appends to a message buffer */
+typedef struct sbuf {
+    char *p;
+    size_t cap, len;
+} sbuf;
+
+static void sb(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p ? b->p + (b->len < b->cap ? b->len : b->cap) : NULL,
+                      b->len < b->cap ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len += (size_t)n;
+}
+
+lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg) {
+    if (p->limit == 0 || p->total <= p->limit) return LF_OK;
+    char msg[2048], b1[32], b2[32], b3[32];
+    sbuf s = {msg, sizeof msg, 0};
+    sb(&s, "the run needs %s, more than %s (%s): ", lf_fmt_bytes(p->total, b1, sizeof b1),
+       p->limit_from_config ? "key 'memory.limit_bytes'" : "the memory available", lf_fmt_bytes(p->limit, b2, sizeof b2));
+    lf_mem_item top[LF_PLAN_MAX_ITEMS];
+    memcpy(top, p->items, sizeof top);
+    qsort(top, (size_t)p->n_items, sizeof top[0], by_size_desc);
+    sb(&s, "largest");
+    for (int i = 0; i < p->n_items && i < 3; i++)
+        sb(&s, "%s %s %s", i ? "," : "", top[i].name, lf_fmt_bytes(top[i].bytes, b1, sizeof b1));
+    sb(&s, ". To fit:");
+    int n_adv = 0;
+    /* a smaller micro-batch with more accumulation (same train_batch_size) */
+    for (int B = p->B / 2; B >= 1; B /= 2) {
+        if (p->B % B) continue;
+        lf_mem_plan q;
+        int A = p->A * (p->B / B);
+        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy) != LF_OK) break;
+        if (q.total <= p->limit || B == 1) {
+            sb(&s, " train_micro_batch_size_per_gpu %d with gradient_accumulation_steps %d saves %s%s;", B, A,
+               lf_fmt_bytes(p->total - q.total, b1, sizeof b1), q.total <= p->limit ? "" : " (not enough alone)");
+            n_adv++;
+            break;
+        }
+    }
+    /* a recompute policy */
+    for (int k = (int)p->policy + 1; k < 3; k++) {
+        size_t save = p->act_policy[p->policy] - p->act_policy[k];
+        sb(&s, " activation_checkpointing.policy %s saves %s%s;", lf_recompute_name((lf_recompute)k),
+           lf_fmt_bytes(save, b1, sizeof b1), p->total - save <= p->limit ? "" : " (not enough alone)");
+        n_adv++;
+    }
+    /* everything at once */
+    lf_mem_plan q;
+    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL) == LF_OK) {
+        if (q.total > p->limit)
+            sb(&s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
+               "model.block_size) or more memory;", lf_fmt_bytes(q.total, b3, sizeof b3));
+        else if (n_adv > 1)
+            sb(&s, " micro-batch 1 with full recompute needs %s;", lf_fmt_bytes(q.total, b3, sizeof b3));
+    }
+    sb(&s, " bf16 keeps activations in fp32 in this build and adds bf16 weight copies, so it saves nothing; ZeRO "
+       "stages shard optimizer state over several processes and save nothing in one");
+    (void)mcfg;
+    return lf_fail(LF_ERR_NOMEM, "%s", msg);
+}
+
+size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
+    char b1[32], b2[32];
+    sbuf s = {buf, cap, 0};
+    if (buf && cap) buf[0] = 0;
+    sb(&s, "memory plan: %zu parameters (%.2fM); micro-batch %d x %d tokens, accumulation %d, %d replica%s\n",
+       p->params, p->params / 1e6, p->B, p->T, p->A, p->replicas, p->replicas == 1 ? "" : "s");
+    for (int i = 0; i < p->n_items; i++)
+        sb(&s, "  %-40s %12s  %5.1f%%\n", p->items[i].name, lf_fmt_bytes(p->items[i].bytes, b1, sizeof b1),
+           100.0 * (double)p->items[i].bytes / (double)p->total);
+    sb(&s, "  %-40s %12s\n", "total", lf_fmt_bytes(p->total, b1, sizeof b1));
+    if (p->limit)
+        sb(&s, "  %-40s %12s  (%s)\n", p->limit_from_config ? "limit (memory.limit_bytes)" : "available (MemAvailable)",
+           lf_fmt_bytes(p->limit, b2, sizeof b2), p->total <= p->limit ? "fits" : "DOES NOT FIT");
+    char b3[32], b4[32];
+    sb(&s, "activations: kept for backward %s, working set %s, logits %s, replica gradients %s\n",
+       lf_fmt_bytes(p->act.saved, b1, sizeof b1), lf_fmt_bytes(p->act.work, b2, sizeof b2),
+       lf_fmt_bytes(p->act.logits, b3, sizeof b3), lf_fmt_bytes(p->act.replica_grads, b4, sizeof b4));
+    sb(&s, "activations by recompute policy (fp32 and bf16 alike: bf16 changes only the matmul operands):\n");
+    for (int k = 0; k < 3; k++)
+        sb(&s, "  %-10s %12s%s\n", lf_recompute_name((lf_recompute)k), lf_fmt_bytes(p->act_policy[k], b1, sizeof b1),
+           k == (int)p->policy ? "  <- configured" : "");
+    return s.len;
+}

@@ -1,0 +1,184 @@
+/*
+ * The memory plan and out-of-memory as a planned error:
+ *  - the plan's items add up; its activation item is what the model
+ *    allocates (the trainer checks this on every start) and drops with each
+ *    recompute policy;
+ *  - a plan over memory.limit_bytes stops lf_trainer_create before the model
+ *    exists: LF_ERR_NOMEM, a message naming the limit, the largest consumers
+ *    and the changes that would fit, each with its saving; nothing trained or
+ *    checkpointed; the advised micro-batch then fits under the same limit;
+ *  - an allocation failure injected at every allocation of the trainer's
+ *    setup in turn is reported as LF_ERR_NOMEM and frees everything (the
+ *    ASan build checks the leaks).
+ */
+#include "test_util.h"
+#include <sys/stat.h>
+#include "llmforge/data.h"
+#include "llmforge/plan.h"
+#include "llmforge/train.h"
+
+static char *tmp;
+static char data_dir[600];
+
+static int setup(void **state) {
+    (void)state;
+    tmp = lf_test_tmpdir();
+    char *text;
+    size_t len;
+    LF_ASSERT_OK(lf_file_read_all(LF_SHARED_DIR "/data/tinyshakespeare.txt", 0, &text, &len));
+    char path[700];
+    snprintf(path, sizeof path, "%s/small.txt", tmp);
+    LF_ASSERT_OK(lf_file_write_all(path, text, 65536));
+    lf_free(text);
+    snprintf(data_dir, sizeof data_dir, "%s/data", tmp);
+    lf_prepare_stats ps;
+    LF_ASSERT_OK(lf_prepare_char(path, data_dir, &ps));
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    lf_test_rmrf(tmp);
+    free(tmp);
+    return 0;
+}
+
+static lf_train_config cfg_of(const char *name) {
+    lf_train_config c = lf_train_config_default();
+    c.model.n_layer = 4;
+    c.model.n_head = 4;
+    c.model.n_embd = 64;
+    c.model.block_size = 64;
+    c.micro_batch = 16;
+    c.train_batch_size = 16;
+    c.train_iters = 2;
+    c.warmup_iters = 0;
+    c.decay_iters = 2;
+    c.eval_interval = 0;
+    c.eval_iters = 1;
+    c.ckpt_interval = 0;
+    c.peak_gflops = 100;
+    snprintf(c.dataset, sizeof c.dataset, "%s", data_dir);
+    snprintf(c.out_dir, sizeof c.out_dir, "%s/%s", tmp, name);
+    return c;
+}
+
+static void test_plan_adds_up(void **state) {
+    (void)state;
+    lf_train_config c = cfg_of("p");
+    lf_gpt2_config m = c.model;
+    m.vocab_size = 65;
+    lf_mem_plan p;
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2));
+    size_t sum = 0;
+    for (int i = 0; i < p.n_items; i++) sum += p.items[i].bytes;
+    assert_int_equal(sum, p.total);
+    assert_true(p.act_policy[0] > p.act_policy[1] && p.act_policy[1] > p.act_policy[2]);
+    assert_int_equal(p.act.total, p.act_policy[0]);
+    assert_int_equal(p.items[0].bytes, p.params * 4);
+    /* the model allocates exactly the activation item */
+    lf_model *model = NULL;
+    LF_ASSERT_OK(lf_model_create(&model, &m, lf_backend_get("cpu")));
+    lf_backend_cpu_set_threads(2);
+    for (int k = 0; k < 3; k++) {
+        size_t got = 0;
+        c.recompute = k;
+        LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2));
+        LF_ASSERT_OK(lf_model_set_recompute(model, (lf_recompute)k));
+        LF_ASSERT_OK(lf_model_plan(model, c.micro_batch, m.block_size, &got));
+        assert_int_equal(got, p.act.total);
+    }
+    lf_model_free(model);
+    char text[4096];
+    size_t n = lf_mem_plan_format(&p, text, sizeof text);
+    assert_true(n > 0 && n < sizeof text);
+    assert_non_null(strstr(text, "activations (recompute full)"));
+    assert_non_null(strstr(text, "selective"));
+}
+
+static void test_over_limit_stops_with_advice(void **state) {
+    (void)state;
+    lf_backend_cpu_set_threads(2);
+    lf_train_config c = cfg_of("over");
+    lf_gpt2_config m = c.model;
+    m.vocab_size = 65;
+    lf_mem_plan p;
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2));
+    /* a limit the configured run misses by part of its activations */
+    c.memory_limit = (long)(p.total - p.act.total / 3);
+    lf_trainer *t = NULL;
+    lf_trainer_opts o = {0};
+    assert_int_equal(lf_trainer_create(&t, &c, &o), LF_ERR_NOMEM);
+    const char *msg = lf_trainer_errmsg(t);
+    const char *want[] = {"memory.limit_bytes", "largest", "activations", "train_micro_batch_size_per_gpu 8 with "
+                          "gradient_accumulation_steps 2 saves", "activation_checkpointing.policy selective saves",
+                          "activation_checkpointing.policy full saves", "bf16"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(msg, want[i])) fail_msg("message lacks '%s': %s", want[i], msg);
+    lf_trainer_free(t);
+    char path[1200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/ckpt", c.out_dir);
+    assert_int_not_equal(stat(path, &sb), 0); /* nothing trained, nothing saved */
+    /* the advice holds: half the micro-batch, twice the accumulation, same limit */
+    lf_train_config c2 = c;
+    snprintf(c2.out_dir, sizeof c2.out_dir, "%s/over-fixed", tmp);
+    c2.micro_batch = 8;
+    c2.grad_accum = 2;
+    LF_ASSERT_OK(lf_trainer_create(&t, &c2, &o));
+    LF_ASSERT_OK(lf_trainer_run(t));
+    lf_trainer_free(t);
+    /* so does full recompute */
+    lf_train_config c3 = c;
+    snprintf(c3.out_dir, sizeof c3.out_dir, "%s/over-full", tmp);
+    c3.recompute = LF_RECOMPUTE_FULL;
+    LF_ASSERT_OK(lf_trainer_create(&t, &c3, &o));
+    lf_trainer_free(t);
+    /* a limit nothing can meet says so */
+    lf_train_config c4 = c;
+    snprintf(c4.out_dir, sizeof c4.out_dir, "%s/never", tmp);
+    c4.memory_limit = 4096;
+    assert_int_equal(lf_trainer_create(&t, &c4, &o), LF_ERR_NOMEM);
+    if (!strstr(lf_trainer_errmsg(t), "even micro-batch 1 with full recompute"))
+        fail_msg("message: %s", lf_trainer_errmsg(t));
+    lf_trainer_free(t);
+}
+
+static void test_injected_allocation_failures(void **state) {
+    (void)state;
+    lf_backend_cpu_set_threads(2);
+    int failures = 0, k;
+    for (k = 0; k < 200; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "inj%d", k);
+        lf_train_config c = cfg_of(name);
+        c.model.n_layer = 1;
+        c.micro_batch = 4;
+        c.train_batch_size = 4;
+        lf_trainer *t = NULL;
+        lf_trainer_opts o = {0};
+        lf_alloc_fail_after(k);
+        lf_status st = lf_trainer_create(&t, &c, &o);
+        lf_alloc_fail_after(-1);
+        if (st == LF_OK) {
+            LF_ASSERT_OK(lf_trainer_run(t));
+            lf_trainer_free(t);
+            break; /* k is past the setup's last allocation */
+        }
+        if (st != LF_ERR_NOMEM) fail_msg("failure at allocation %d gave %s: %s", k, lf_status_str(st), lf_trainer_errmsg(t));
+        if (!strstr(lf_trainer_errmsg(t), "out of memory")) fail_msg("allocation %d: %s", k, lf_trainer_errmsg(t));
+        lf_trainer_free(t);
+        failures++;
+    }
+    assert_true(failures >= 8); /* model, activations, optimizer state, staging, batches, ... each failed once */
+    assert_true(k < 200);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_adds_up),
+        cmocka_unit_test(test_over_limit_stops_with_advice),
+        cmocka_unit_test(test_injected_allocation_failures),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
