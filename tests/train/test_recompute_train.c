@@ -10,30 +10,11 @@
 #include "llmforge/data.h"
 #include "llmforge/train.h"
 
-static char *tmp;
-static char data_dir[600];
+#include "char_fixture.h"
 
 static int setup(void **state) {
     (void)state;
-    tmp = lf_test_tmpdir();
-    char *text;
-    size_t len;
-    LF_ASSERT_OK(lf_file_read_all(LF_SHARED_DIR "/data/tinyshakespeare.txt", 0, &text, &len));
-    char path[700];
-    snprintf(path, sizeof path, "%s/small.txt", tmp);
-    LF_ASSERT_OK(lf_file_write_all(path, text, 32768));
-    lf_free(text);
-    snprintf(data_dir, sizeof data_dir, "%s/data", tmp);
-    lf_prepare_stats ps;
-    LF_ASSERT_OK(lf_prepare_char(path, data_dir, &ps));
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    lf_test_rmrf(tmp);
-    free(tmp);
-    return 0;
+    return char_fixture_setup(32768);
 }
 
 enum { STEPS = 5 };
@@ -193,5 +174,5 @@ int main(void) {
         cmocka_unit_test(test_resume_changes_policy),
         cmocka_unit_test(test_config_key),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, char_fixture_teardown);
 }
