@@ -33,12 +33,16 @@ typedef struct lf_mem_plan {
     size_t act_policy[3];    /* activation bytes under none, selective, full (same B, T) */
     size_t limit;            /* what the plan must fit: memory.limit_bytes, else MemAvailable; 0 = unknown */
     int limit_from_config;   /* 1: memory.limit_bytes */
+    int staging;             /* host staging copies counted (a backend whose memory is not the host's) */
 } lf_mem_plan;
 
 /* The plan of cfg for model mcfg (vocab resolved) with the micro-batch split
- * over `replicas` model replicas (the CPU backend: min(threads, B)). Reads
- * MemAvailable from /proc/meminfo when memory.limit_bytes is 0. */
-lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas);
+ * over `replicas` model replicas (the CPU backend: min(threads, B)).
+ * host_staging: count the trainer's host copies of parameters and moments
+ * for checkpoints (0 for the CPU backends, whose memory is the host's).
+ * Reads MemAvailable from /proc/meminfo when memory.limit_bytes is 0. */
+lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+                           int host_staging);
 
 /* LF_OK when the plan fits its limit (or no limit is known). Otherwise
  * LF_ERR_NOMEM with a message: the total against the limit, the largest

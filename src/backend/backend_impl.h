@@ -62,6 +62,8 @@ struct lf_backend_ops {
     const char *name;
 
     /* ---- memory */
+    int host_memory;                         /* 1: backend memory is host memory (callers may
+                                                read and write it in place, no staging copy) */
     void *(*alloc)(size_t bytes);            /* NULL on failure */
     void (*free)(void *p);
     void (*to_device)(void *dst, const void *host_src, size_t bytes);

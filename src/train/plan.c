@@ -1,8 +1,9 @@
 /*
  * The memory plan (include/llmforge/plan.h). Everything a step allocates is
  * a function of the configuration: parameters, gradients and AdamW moments
- * (4 bytes each per parameter), the trainer's host staging copies for
- * checkpoints (parameters and both moments), the activation plan of the
+ * (4 bytes each per parameter), on a backend whose memory is not host
+ * memory the trainer's host staging copies for checkpoints (parameters and
+ * both moments; the CPU backends need none), the activation plan of the
  * model (lf_gpt2_activation_bytes, per recompute policy), the step's batch
  * and the loader's prefetch ring, and with several ranks the communicator's
  * scratch for one gradient bucket. So the plan is exact up to small
@@ -45,7 +46,7 @@ static void add(lf_mem_plan *p, const char *name, size_t bytes) {
 
 /* Total of the plan with micro-batch B, accumulation A and policy rc (the rest as cfg). */
 static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas, int B,
-                           int A, lf_recompute rc) {
+                           int A, lf_recompute rc, int staging) {
     memset(p, 0, sizeof *p);
     lf_param_info *table = NULL;
     int count = 0;
@@ -60,6 +61,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->A = A;
     p->replicas = replicas < 1 ? 1 : replicas > B ? B : replicas;
     p->policy = rc;
+    p->staging = staging;
     for (int k = 0; k < 3; k++) {
         lf_act_bytes ab;
         st = lf_gpt2_activation_bytes(mcfg, B, T, (lf_recompute)k, p->replicas, &ab);
@@ -71,7 +73,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     add(p, "parameters (fp32 master weights)", P * f);
     add(p, "gradients (fp32)", P * f);
     add(p, "AdamW moments (fp32, 2 per parameter)", 2 * P * f);
-    add(p, "checkpoint staging (host copies)", 3 * P * f);
+    if (staging) add(p, "checkpoint staging (host copies)", 3 * P * f);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s)", lf_recompute_name(rc));
     add(p, name, p->act.total);
@@ -97,9 +99,10 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     return LF_OK;
 }
 
-lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas) {
+lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+                           int host_staging) {
     if (!p || !cfg || !mcfg) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: NULL argument");
-    lf_status st = plan_with(p, cfg, mcfg, replicas, cfg->micro_batch, cfg->grad_accum, (lf_recompute)cfg->recompute);
+    lf_status st = plan_with(p, cfg, mcfg, replicas, cfg->micro_batch, cfg->grad_accum, (lf_recompute)cfg->recompute, host_staging);
     if (st != LF_OK) return st;
     if (cfg->memory_limit > 0) {
         p->limit = (size_t)cfg->memory_limit;
@@ -150,7 +153,7 @@ lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, co
         if (p->B % B) continue;
         lf_mem_plan q;
         int A = p->A * (p->B / B);
-        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy) != LF_OK) break;
+        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy, p->staging) != LF_OK) break;
         if (q.total <= p->limit || B == 1) {
             sb(&s, " train_micro_batch_size_per_gpu %d with gradient_accumulation_steps %d saves %s%s;", B, A,
                lf_fmt_bytes(p->total - q.total, b1, sizeof b1), q.total <= p->limit ? "" : " (not enough alone)");
@@ -167,7 +170,7 @@ lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, co
     }
     /* everything at once */
     lf_mem_plan q;
-    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL) == LF_OK) {
+    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging) == LF_OK) {
         if (q.total > p->limit)
             sb(&s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
                "model.block_size) or more memory;", lf_fmt_bytes(q.total, b3, sizeof b3));

@@ -68,8 +68,8 @@ struct lf_trainer {
     lf_dataset *ds;
     lf_loader *loader;         /* training batches, prefetched; opened at the current step */
     float *m, *v;              /* AdamW moments (backend memory) */
-    float *host_params;        /* staging for checkpoints (host) */
-    float *host_m, *host_v;
+    float *host_params;        /* staging for checkpoints (host); on a host-memory backend the */
+    float *host_m, *host_v;    /* parameters and moments themselves (no copy) */
     int32_t *inputs, *targets; /* (A, B, T) all micro-batches of a step */
     long step;                 /* optimizer steps completed */
     double best_val;
@@ -117,6 +117,17 @@ static lf_status open_loader(lf_trainer *t);
 static lf_status tfail(lf_trainer *t, lf_status st) {
     snprintf(t->errmsg, sizeof t->errmsg, "%s", lf_last_error());
     return st;
+}
+
+/* Staging copies between backend memory and the host buffers; on a
+ * host-memory backend the host buffers are the backend's own, and there is
+ * nothing to copy (the backend is told when parameters changed under it). */
+static void stage_out(const lf_trainer *t, void *host, const void *dev, size_t bytes) {
+    if (host != dev) t->be->to_host(host, dev, bytes);
+}
+static void stage_in(const lf_trainer *t, void *dev, const void *host, size_t bytes) {
+    if (host != dev) t->be->to_device(dev, host, bytes);
+    else if (t->be->params_changed) t->be->params_changed();
 }
 
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
@@ -318,9 +329,9 @@ static lf_status save_checkpoint(lf_trainer *t) {
      * set a new best; rotation never removes the best */
     if (t->best_eval_step == t->step) snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
     if (t->rank != 0) return LF_OK; /* the replicas are identical: rank 0 writes */
-    t->be->to_host(t->host_params, lf_model_params(t->model), n * sizeof(float));
-    t->be->to_host(t->host_m, t->m, n * sizeof(float));
-    t->be->to_host(t->host_v, t->v, n * sizeof(float));
+    stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
+    stage_out(t, t->host_m, t->m, n * sizeof(float));
+    stage_out(t, t->host_v, t->v, n * sizeof(float));
     char *state = NULL;
     lf_status st = state_to_json(t, &state);
     if (st != LF_OK) return st;
@@ -500,9 +511,9 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
         if (t->spike_n < t->cfg.alert_spike_window) t->spike_n++;
     }
     cJSON_Delete(o);
-    t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
-    t->be->to_device(t->m, t->host_m, n * sizeof(float));
-    t->be->to_device(t->v, t->host_v, n * sizeof(float));
+    stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
+    stage_in(t, t->m, t->host_m, n * sizeof(float));
+    stage_in(t, t->v, t->host_v, n * sizeof(float));
     if (t->rank == 0) lf_log(LF_LOG_INFO, "resumed from %s at step %ld", where, t->step);
     char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 32];
     json_escape(esc, sizeof esc, where);
@@ -809,7 +820,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (!t->be) return tfail(t, LF_ERR_NOT_FOUND);
     /* every byte of the step, known before any large allocation: refuse now what cannot fit */
     lf_mem_plan plan;
-    st = lf_mem_plan_make(&plan, &t->cfg, &t->mcfg, t->be->replicas ? t->be->replicas(B) : 1);
+    st = lf_mem_plan_make(&plan, &t->cfg, &t->mcfg, t->be->replicas ? t->be->replicas(B) : 1, !t->be->host_memory);
     if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
     if (st != LF_OK) return tfail(t, st);
     st = lf_model_create(&t->model, &t->mcfg, t->be);
@@ -834,9 +845,15 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (!t->spike_win) return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory"));
     t->m = t->be->alloc(n * sizeof(float));
     t->v = t->be->alloc(n * sizeof(float));
-    t->host_params = lf_alloc(n * sizeof(float));
-    t->host_m = lf_alloc(n * sizeof(float));
-    t->host_v = lf_alloc(n * sizeof(float));
+    if (t->be->host_memory) { /* checkpoints read and write the tensors in place */
+        t->host_params = lf_model_params(t->model);
+        t->host_m = t->m;
+        t->host_v = t->v;
+    } else {
+        t->host_params = lf_alloc(n * sizeof(float));
+        t->host_m = lf_alloc(n * sizeof(float));
+        t->host_v = lf_alloc(n * sizeof(float));
+    }
     t->inputs = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     t->targets = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     if (!t->m || !t->v || !t->host_params || !t->host_m || !t->host_v || !t->inputs || !t->targets)
@@ -850,7 +867,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         lf_ckpt_tensors tt = {table, count, n};
         st = lf_weights_load(t->opts.init_from, &tt, t->host_params);
         if (st != LF_OK) return tfail(t, st);
-        t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
+        stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
 
     if (t->rank == 0) {
@@ -867,10 +884,10 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         /* one set of weights everywhere: rank 0's (its --init-from file, or
          * the seeded initialisation every rank made alike anyway) */
         lf_comm_set_context(t->comm, "startup");
-        if (t->rank == 0) t->be->to_host(t->host_params, lf_model_params(t->model), n * sizeof(float));
+        if (t->rank == 0) stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
         st = lf_comm_broadcast(t->comm, t->host_params, n, 0);
         if (st != LF_OK) return tfail(t, st);
-        t->be->to_device(lf_model_params(t->model), t->host_params, n * sizeof(float));
+        stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
     st = open_loader(t); /* its ring is step memory too: allocated before the first step */
     if (st != LF_OK) return tfail(t, st);
@@ -894,9 +911,11 @@ void lf_trainer_free(lf_trainer *t) {
     }
     lf_free(t->tok_data);
     lf_free(t->hf_config);
-    lf_free(t->host_params);
-    lf_free(t->host_m);
-    lf_free(t->host_v);
+    if (t->be && !t->be->host_memory) {
+        lf_free(t->host_params);
+        lf_free(t->host_m);
+        lf_free(t->host_v);
+    }
     lf_free(t->inputs);
     lf_free(t->targets);
     lf_model_free(t->model);

@@ -103,16 +103,16 @@ static void test_plan_scratch(void **state) {
     c.memory_limit = 1L << 40;
     lf_gpt2_config m = {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 32, .vocab_size = 65, .bias = 1};
     lf_mem_plan p;
-    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1));
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1, 0));
     for (int i = 0; i < p.n_items; i++) assert_null(strstr(p.items[i].name, "communication"));
     size_t one = p.total;
     c.world_size = 3;
     c.comm_bucket_elems = 1000;
-    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1));
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1, 0));
     assert_int_equal(p.total - one, 3 * 334 * sizeof(float));
     assert_non_null(strstr(p.items[p.n_items - 1].name, "communication scratch"));
     c.comm_bucket_elems = 1L << 30; /* larger than the model: the model's size */
-    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1));
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1, 0));
     assert_int_equal(p.total - one, 3 * ((p.params + 2) / 3) * sizeof(float));
 }
 

@@ -50,7 +50,7 @@ static void test_plan_adds_up(void **state) {
     lf_gpt2_config m = c.model;
     m.vocab_size = 65;
     lf_mem_plan p;
-    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2));
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2, 0));
     size_t sum = 0;
     for (int i = 0; i < p.n_items; i++) sum += p.items[i].bytes;
     assert_int_equal(sum, p.total);
@@ -64,7 +64,7 @@ static void test_plan_adds_up(void **state) {
     for (int k = 0; k < 3; k++) {
         size_t got = 0;
         c.recompute = k;
-        LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2));
+        LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2, 0));
         LF_ASSERT_OK(lf_model_set_recompute(model, (lf_recompute)k));
         LF_ASSERT_OK(lf_model_plan(model, c.micro_batch, m.block_size, &got));
         assert_int_equal(got, p.act.total);
@@ -84,7 +84,7 @@ static void test_over_limit_stops_with_advice(void **state) {
     lf_gpt2_config m = c.model;
     m.vocab_size = 65;
     lf_mem_plan p;
-    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2));
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2, 0));
     /* a limit the configured run misses by part of its activations */
     c.memory_limit = (long)(p.total - p.act.total / 3);
     lf_trainer *t = NULL;

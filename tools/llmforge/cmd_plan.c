@@ -67,7 +67,7 @@ int cmd_plan(int argc, char **argv) {
     int B = cfg.micro_batch, replicas = lf_backend_cpu_threads();
     if (replicas > B) replicas = B;
     lf_mem_plan p;
-    st = lf_mem_plan_make(&p, &cfg, &m, replicas);
+    st = lf_mem_plan_make(&p, &cfg, &m, replicas, 0);
     if (st != LF_OK) {
         fprintf(stderr, "llmforge: plan: %s\n", lf_last_error());
         goto done;

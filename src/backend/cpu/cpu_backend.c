@@ -83,6 +83,7 @@ static void cpu_params_changed(void) {} /* fp32: nothing is derived from the par
 
 static const lf_backend_ops cpu_ops = {
     .name = "cpu",
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .to_device = cpu_copy,
@@ -129,6 +130,7 @@ static void bf16_to_device(void *dst, const void *src, size_t bytes) {
 
 static const lf_backend_ops cpu_bf16_ops = {
     .name = "cpu-bf16",
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .free = bf16_free,
     .to_device = bf16_to_device,
