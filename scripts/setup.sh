@@ -8,8 +8,9 @@ pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjs
       libpcre2-dev libmicrohttpd-dev libsnappy-dev libzstd-dev libopenmpi-dev openmpi-bin fortunes fortunes-min)
 if [ "${1:-}" = "--test" ]; then
   # promtool and a real Prometheus server check the /metrics endpoint;
-  # GNU time measures peak memory in bench/prepare.sh
-  pkgs+=(libcmocka-dev prometheus curl time)
+  # GNU time measures peak memory in bench/prepare.sh;
+  # iproute2 (ip netns, veth) makes two hosts on one machine for tests/cli/test_two_hosts.sh
+  pkgs+=(libcmocka-dev prometheus curl time iproute2)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
