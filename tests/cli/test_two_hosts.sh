@@ -77,6 +77,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --allow-run-as-root -np 2 --hostfile "$dir/hosts"
      --mca plm_rsh_agent "$dir/agent.sh"
      --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24)
+# a sanitizer build's LeakSanitizer settings (Open MPI's own allocations suppressed) reach both ranks
+[ -n "${LSAN_OPTIONS:-}" ] && mpi+=(-x LSAN_OPTIONS)
 echo "ip netns exec $ns0 ${mpi[*]} $bin train cfg.json"
 
 # each rank runs in its own namespace: rank 0 in the first, rank 1 in the second
