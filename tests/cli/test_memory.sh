@@ -53,6 +53,22 @@ ok
 grep -q "model.n_layer" bad2.txt || fail "the config error does not name the key: $(cat bad2.txt)"
 ok
 
+# per rank for another world size, as JSON: the batch identity and the all-reduce bucket follow W
+j=$("$LF" plan --model.vocab_size=65 --data.dataset=none --model.n_layer=2 --model.n_head=2 --model.n_embd=32 \
+      --train_batch_size=16 --gradient_accumulation_steps=1 --world-size 4 --json 2>pj.err) || fail "plan --json: $(cat pj.err)"
+[ "$(printf '%s\n' "$j" | wc -l)" -eq 1 ] || fail "plan --json printed more than one line"
+for w in '"world_size":4' '"micro_batch":4' '"name":"communication scratch' '"fits":true' '"total_bytes":'; do
+    case "$j" in *"$w"*) ;; *) fail "plan --json lacks $w: $j" ;; esac
+done
+ok
+"$LF" plan "${ARGS[@]}" --world-size 0 >bad3.txt 2>&1
+[ $? -eq 2 ] || fail "plan --world-size 0 did not exit 2"
+"$LF" plan --model.vocab_size=65 --data.dataset=none --train_batch_size=10 --train_micro_batch_size_per_gpu=4 \
+    --world-size 2 >bad4.txt 2>&1
+[ $? -eq 2 ] || fail "plan with inconsistent batch arithmetic did not exit 2"
+grep -q "world size 2" bad4.txt || fail "the batch error does not show the world size: $(cat bad4.txt)"
+ok
+
 # ------------------------------------------------------------ train over the limit
 "$LF" train "${ARGS[@]}" --memory.limit_bytes=300000 --out_dir=oom --train_iters=5 >oom.log 2>&1 &&
     fail "train over memory.limit_bytes succeeded"

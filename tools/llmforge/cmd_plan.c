@@ -18,7 +18,8 @@
 
 int cmd_plan(int argc, char **argv) {
     const char *config = NULL;
-    long threads = 0;
+    long threads = 0, world = 0;
+    int json = 0;
     int rc = 2;
     const char **ov = calloc((size_t)argc + 1, sizeof *ov);
     int n_ov = 0;
@@ -27,14 +28,20 @@ int cmd_plan(int argc, char **argv) {
         int missing = 0;
         const char *v;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge plan [CONFIG.json] [--key.path=value ...] [--threads N]\n"
-                   "  The memory a training run needs, item by item, before anything is allocated; the\n"
-                   "  vocabulary comes from data.dataset (or model.vocab_size when the dataset is absent).\n"
+            printf("usage: llmforge plan [CONFIG.json] [--key.path=value ...] [--threads N] [--world-size W] [--json]\n"
+                   "  The memory a training run needs per rank, item by item, before anything is allocated;\n"
+                   "  the vocabulary comes from data.dataset (or model.vocab_size when the dataset is absent).\n"
+                   "  --world-size W plans for W ranks (default: the launcher's, else 1): the batch identity\n"
+                   "  and the communication buffers follow it. --json prints one JSON object instead.\n"
                    "  Exit 0 when it fits memory.limit_bytes (or the available memory), 1 when it does not.\n");
             rc = 0;
             goto done;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
             if (parse_long("--threads", v, 0, 4096, &threads)) goto done;
+        } else if ((v = opt_value(argc, argv, &i, "--world-size", &missing))) {
+            if (parse_long("--world-size", v, 1, 1 << 20, &world)) goto done;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
         } else if (missing) {
             goto done;
         } else if (!strncmp(argv[i], "--", 2) && strchr(argv[i], '=')) {
@@ -47,7 +54,7 @@ int cmd_plan(int argc, char **argv) {
         }
     }
     lf_train_config cfg;
-    lf_status st = lf_train_config_load(&cfg, config, n_ov, ov);
+    lf_status st = lf_train_config_load_world(&cfg, config, (int)world, n_ov, ov);
     if (st != LF_OK) {
         fprintf(stderr, "llmforge: plan: config: %s\n", lf_last_error());
         goto done;
@@ -72,19 +79,30 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "llmforge: plan: %s\n", lf_last_error());
         goto done;
     }
-    size_t need = lf_mem_plan_format(&p, NULL, 0) + 1;
-    char *text = malloc(need);
-    if (!text) goto done;
-    lf_mem_plan_format(&p, text, need);
-    fputs(text, stdout);
-    free(text);
     st = lf_mem_plan_check(&p, &cfg, &m);
-    if (st != LF_OK) {
-        printf("does not fit: %s\n", lf_last_error());
-        rc = 1;
-        goto done;
+    if (json) {
+        /* one object; item names are plain ASCII without quotes or backslashes */
+        printf("{\"world_size\":%d,\"parameters\":%zu,\"micro_batch\":%d,\"block_size\":%d,"
+               "\"gradient_accumulation_steps\":%d,\"replicas\":%d,\"recompute\":\"%s\",\"per_rank\":[",
+               cfg.world_size, p.params, p.B, p.T, p.A, p.replicas, lf_recompute_name(p.policy));
+        for (int i = 0; i < p.n_items; i++)
+            printf("%s{\"name\":\"%s\",\"bytes\":%zu}", i ? "," : "", p.items[i].name, p.items[i].bytes);
+        printf("],\"total_bytes\":%zu,\"activation_bytes_by_policy\":{\"none\":%zu,\"selective\":%zu,"
+               "\"full\":%zu},\"limit_bytes\":%zu,\"limit_from\":\"%s\",\"fits\":%s}\n",
+               p.total, p.act_policy[0], p.act_policy[1], p.act_policy[2], p.limit,
+               p.limit_from_config ? "memory.limit_bytes" : p.limit ? "MemAvailable" : "none",
+               st == LF_OK ? "true" : "false");
+    } else {
+        size_t need = lf_mem_plan_format(&p, NULL, 0) + 1;
+        char *text = malloc(need);
+        if (!text) goto done;
+        lf_mem_plan_format(&p, text, need);
+        if (cfg.world_size > 1) printf("world size %d: every figure below is per rank\n", cfg.world_size);
+        fputs(text, stdout);
+        free(text);
+        if (st != LF_OK) printf("does not fit: %s\n", lf_last_error());
     }
-    rc = 0;
+    rc = st == LF_OK ? 0 : 1;
 done:
     free(ov);
     return rc;
