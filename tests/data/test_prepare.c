@@ -10,46 +10,9 @@
 #include <cjson/cJSON.h>
 #include "llmforge/data.h"
 
-static char *g_dir;        /* per-test temporary directory */
-static char *g_paths[512]; /* paths handed out by path_in, freed at teardown */
-static int g_n_paths;
-
-static int setup(void **state) {
-    (void)state;
-    g_dir = lf_test_tmpdir();
-    return g_dir ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    lf_test_rmrf(g_dir);
-    free(g_dir);
-    for (int i = 0; i < g_n_paths; i++) free(g_paths[i]);
-    g_n_paths = 0;
-    return 0;
-}
-
-/* g_dir/name, valid until the end of the test. */
-static const char *path_in(const char *name) {
-    if (g_n_paths == (int)(sizeof g_paths / sizeof g_paths[0])) fail_msg("too many paths");
-    char *p = malloc(strlen(g_dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", g_dir, name);
-    g_paths[g_n_paths++] = p;
-    return p;
-}
+#include "prepare_fixture.h"
 
 static void put(const char *name, const char *text) { LF_ASSERT_OK(lf_file_write_all(path_in(name), text, strlen(text))); }
-
-static lf_prepare_opts opts1(const char *input, lf_record_mode mode, const char *tok) {
-    static const char *inputs[1];
-    inputs[0] = input;
-    lf_prepare_opts o = lf_prepare_opts_default();
-    o.inputs = inputs;
-    o.n_inputs = 1;
-    o.mode = mode;
-    o.tokenizer = tok;
-    return o;
-}
 
 static cJSON *read_manifest(const char *dir) {
     char p[1200], *buf = NULL;

@@ -23,41 +23,7 @@
 #include <cjson/cJSON.h>
 #include "llmforge/data.h"
 
-static char *g_dir;
-static char *g_paths[256];
-static int g_n_paths;
-
-static int setup(void **state) {
-    (void)state;
-    g_dir = lf_test_tmpdir();
-    return g_dir ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    lf_test_rmrf(g_dir);
-    free(g_dir);
-    for (int i = 0; i < g_n_paths; i++) free(g_paths[i]);
-    g_n_paths = 0;
-    return 0;
-}
-
-/* g_dir/name, valid until the end of the test. */
-static const char *path_in(const char *name) {
-    if (g_n_paths == (int)(sizeof g_paths / sizeof g_paths[0])) fail_msg("too many paths");
-    char *p = malloc(strlen(g_dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", g_dir, name);
-    g_paths[g_n_paths++] = p;
-    return p;
-}
-
-static const char *join2(const char *dir, const char *name) {
-    if (g_n_paths == (int)(sizeof g_paths / sizeof g_paths[0])) fail_msg("too many paths");
-    char *p = malloc(strlen(dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", dir, name);
-    g_paths[g_n_paths++] = p;
-    return p;
-}
+#include "prepare_fixture.h"
 
 static int exists(const char *path) { return access(path, F_OK) == 0; }
 
@@ -189,17 +155,6 @@ static void load_split(const char *dir, const cJSON *man, const char *name, spli
 static void free_split(split_data *sd) {
     free(sd->tok);
     free(sd->mask);
-}
-
-static lf_prepare_opts opts1(const char *input, lf_record_mode mode, const char *tok) {
-    static const char *inputs[1];
-    inputs[0] = input;
-    lf_prepare_opts o = lf_prepare_opts_default();
-    o.inputs = inputs;
-    o.n_inputs = 1;
-    o.mode = mode;
-    o.tokenizer = tok;
-    return o;
 }
 
 /* ---------------------------------------------------------------- lf_shard_writer */
