@@ -168,6 +168,42 @@ lf_status lf_model_backward(lf_model *m);
 /* Zero all parameter gradients. */
 void lf_model_zero_grad(lf_model *m);
 
+/* ---- ZeRO: parameters and gradients by unit -------------------------------
+ * The flat parameter vector is cut into units used one after another: unit 0
+ * the embeddings (wte, wpe; wte also serves the tied lm_head), units 1..L the
+ * blocks, unit L+1 ln_f. Each is a contiguous range of the flat vector
+ * (lf_gpt2_param_table's order). Forward uses units 0, 1..L, L+1 and 0 again;
+ * backward L+1 and 0 (lm_head), L..1, then 0 (the embeddings). */
+int lf_model_num_units(const lf_model *m);
+void lf_model_unit_range(const lf_model *m, int unit, size_t *lo, size_t *n);
+/* Floats of unit 0 and of the largest other unit (the unit working buffers);
+ * returns the number of parameters (0 for an invalid cfg). */
+size_t lf_gpt2_unit_sizes(const lf_gpt2_config *cfg, size_t *unit0, size_t *max_other);
+
+typedef struct lf_model_zero {
+    /* ZeRO-2/3: no whole-model gradient buffer. After the backward of each
+     * unit (every micro-batch), the unit's gradient of that backward, summed
+     * over the model's replicas, is handed to reduce_grads (unit_n floats,
+     * overwritten by the next backward); lf_model_grads is NULL. */
+    int partition_grads;
+    /* ZeRO-3: no whole-model parameter buffer. Before a unit is used,
+     * gather_params fills its working buffer (unit_n floats); a gathered unit
+     * stays valid until lf_model_params_changed or another unit takes its
+     * buffer (unit 0 has its own). lf_model_params is NULL. */
+    int partition_params;
+    lf_status (*gather_params)(void *user, int unit, float *dst);
+    lf_status (*reduce_grads)(void *user, int unit, float *grad);
+    void *user;
+} lf_model_zero;
+/* Switch the model to partitioned gradients and/or parameters (once; the
+ * whole buffers are freed and unit working buffers allocated: see
+ * lf_gpt2_zero_work_bytes). LF_ERR_NOMEM leaves the model as it was. */
+lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z);
+/* Bytes of the unit working buffers lf_model_set_zero allocates. */
+size_t lf_gpt2_zero_work_bytes(const lf_gpt2_config *cfg, int partition_grads, int partition_params);
+/* ZeRO-3: the parameters changed (an optimizer step): gathered units are stale. */
+void lf_model_params_changed(lf_model *m);
+
 /* Last error message recorded on this model. */
 const char *lf_model_errmsg(const lf_model *m);
 

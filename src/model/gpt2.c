@@ -81,7 +81,11 @@ typedef struct replica {
     float *datty;                     /* (N,C) */
     float *dqkv;                      /* (N,3C) */
     float *dfch, *dfch_gelu;          /* (N,4C) */
-    float *grads;                     /* replica 0: the model's; others: their own */
+    /* Parameter gradients: replica 0 adds into the model's whole buffer
+     * (gfull); the others, and replica 0 under ZeRO-2/3, into unit buffers:
+     * gemb for unit 0 (held through the whole backward, which starts and ends
+     * with it), gblk for the unit being visited. */
+    float *gfull, *gemb, *gblk;
     double loss_sum;
     long n_valid;
 } replica;
@@ -95,6 +99,17 @@ struct lf_model {
     float *params, *grads;
     int wte, wpe, lnf_w, lnf_b;       /* table indices */
     int (*lp)[P_PER_LAYER];           /* per-layer table indices */
+    int n_units;                      /* L + 2 (lf_model_num_units) */
+    size_t *unit_lo, *unit_n;         /* flat range of each unit */
+    int *unit_of;                     /* unit of each tensor */
+    size_t unit0_n, max_other_n;
+
+    /* ZeRO (lf_model_set_zero) */
+    lf_model_zero zero;
+    float *pemb, *pblk;               /* ZeRO-3: gathered parameters of unit 0 / of slot_unit */
+    int emb_valid, blk_unit;          /* what they hold (blk_unit -1: nothing) */
+    float *gemb0, *gblk0;             /* ZeRO-2/3: replica 0's unit gradients */
+    int task_l;                       /* the layer the replicas' tasks work on */
 
     /* activation plan */
     lf_recompute recompute;           /* policy of the next plan */
@@ -200,6 +215,48 @@ size_t lf_gpt2_num_params_nonembedding(const lf_gpt2_config *c) {
     return total - wpe;
 }
 
+/* Units (lf_model_num_units): the flat range of each, from the table. The
+ * first tensor of each block starts it; ln_f follows the last block. */
+static void unit_ranges(const lf_param_info *t, int count, int L, size_t total, size_t *lo, size_t *n) {
+    lo[0] = 0;
+    int u = 1;
+    for (int i = 0; i < count && u <= L + 1; i++) {
+        char want[32];
+        if (u <= L) snprintf(want, sizeof want, "h.%d.", u - 1);
+        else snprintf(want, sizeof want, "ln_f.");
+        if (strncmp(t[i].name, want, strlen(want)) == 0) lo[u++] = t[i].offset;
+    }
+    for (int k = 0; k < L + 2; k++) n[k] = (k + 1 < L + 2 ? lo[k + 1] : total) - lo[k];
+}
+
+size_t lf_gpt2_unit_sizes(const lf_gpt2_config *cfg, size_t *unit0, size_t *max_other) {
+    *unit0 = *max_other = 0;
+    lf_param_info *t;
+    int count;
+    size_t total;
+    if (lf_gpt2_param_table(cfg, &t, &count, &total) != LF_OK) return 0;
+    int L = cfg->n_layer;
+    size_t *lo = malloc(2 * sizeof(size_t) * (size_t)(L + 2));
+    if (!lo) {
+        lf_free(t);
+        return 0;
+    }
+    unit_ranges(t, count, L, total, lo, lo + L + 2);
+    *unit0 = lo[L + 2];
+    for (int k = 1; k < L + 2; k++)
+        if (lo[L + 2 + k] > *max_other) *max_other = lo[L + 2 + k];
+    free(lo);
+    lf_free(t);
+    return total;
+}
+
+size_t lf_gpt2_zero_work_bytes(const lf_gpt2_config *cfg, int partition_grads, int partition_params) {
+    size_t u0, mo;
+    if (!lf_gpt2_unit_sizes(cfg, &u0, &mo)) return 0;
+    size_t one = lf_arena_round(u0 * sizeof(float)) + lf_arena_round(mo * sizeof(float));
+    return (partition_grads ? one : 0) + (partition_params ? one : 0);
+}
+
 double lf_gpt2_flops_per_token(const lf_gpt2_config *c, int T) {
     double N = (double)lf_gpt2_num_params_nonembedding(c);
     return 6.0 * N + 12.0 * c->n_layer * (double)c->n_embd * T;
@@ -237,6 +294,22 @@ lf_status lf_model_create(lf_model **out, const lf_gpt2_config *cfg, const lf_ba
             snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
             m->lp[l][k] = find_index(m, name);
         }
+    int L = cfg->n_layer;
+    m->n_units = L + 2;
+    m->unit_lo = calloc(2 * (size_t)m->n_units, sizeof(size_t));
+    m->unit_of = calloc((size_t)m->n_tensors, sizeof(int));
+    if (!m->unit_lo || !m->unit_of) { st = lf_fail(LF_ERR_NOMEM, "out of memory"); goto fail; }
+    m->unit_n = m->unit_lo + m->n_units;
+    unit_ranges(m->table, m->n_tensors, L, m->num_params, m->unit_lo, m->unit_n);
+    m->unit0_n = m->unit_n[0];
+    for (int u = 1; u < m->n_units; u++)
+        if (m->unit_n[u] > m->max_other_n) m->max_other_n = m->unit_n[u];
+    for (int i = 0; i < m->n_tensors; i++) {
+        int u = 0;
+        while (u + 1 < m->n_units && m->table[i].offset >= m->unit_lo[u + 1]) u++;
+        m->unit_of[i] = u;
+    }
+    m->blk_unit = -1;
     size_t bytes = m->num_params * sizeof(float);
     m->params = be->alloc(bytes);
     m->grads = be->alloc(bytes);
@@ -271,8 +344,13 @@ void lf_model_free(lf_model *m) {
     free_plan(m);
     if (m->params) m->be->free(m->params);
     if (m->grads) m->be->free(m->grads);
+    float *work[4] = {m->pemb, m->pblk, m->gemb0, m->gblk0};
+    for (int i = 0; i < 4; i++)
+        if (work[i]) m->be->free(work[i]);
     lf_free(m->table);
     free(m->lp);
+    free(m->unit_lo);
+    free(m->unit_of);
     free(m);
 }
 
@@ -311,13 +389,65 @@ const lf_param_info *lf_model_params_table(const lf_model *m, int *count) {
 size_t lf_model_num_params(const lf_model *m) { return m->num_params; }
 float *lf_model_params(lf_model *m) { return m->params; }
 float *lf_model_grads(lf_model *m) { return m->grads; }
+int lf_model_num_units(const lf_model *m) { return m->n_units; }
+void lf_model_unit_range(const lf_model *m, int unit, size_t *lo, size_t *n) {
+    *lo = m->unit_lo[unit];
+    *n = m->unit_n[unit];
+}
+
+lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
+    if (m->zero.partition_grads || m->zero.partition_params)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: the model is already partitioned");
+    if ((z->partition_grads && !z->reduce_grads) || (z->partition_params && !z->gather_params))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: a partitioned buffer needs its callback");
+    if (z->partition_params && !z->partition_grads)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: partitioned parameters need partitioned gradients");
+    const lf_backend_ops *be = m->be;
+    float *buf[4] = {NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0 */
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        int want = i < 2 ? z->partition_params : z->partition_grads;
+        if (!want) continue;
+        buf[i] = be->alloc((i % 2 ? m->max_other_n : m->unit0_n) * sizeof(float));
+        ok &= buf[i] != NULL;
+    }
+    if (!ok) {
+        for (int i = 0; i < 4; i++)
+            if (buf[i]) be->free(buf[i]);
+        return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO unit buffers");
+    }
+    free_plan(m); /* replica 0's gradient pointers change */
+    m->zero = *z;
+    m->pemb = buf[0];
+    m->pblk = buf[1];
+    m->gemb0 = buf[2];
+    m->gblk0 = buf[3];
+    if (z->partition_grads) {
+        be->free(m->grads);
+        m->grads = NULL;
+    }
+    if (z->partition_params) {
+        be->free(m->params);
+        m->params = NULL;
+    }
+    m->emb_valid = 0;
+    m->blk_unit = -1;
+    return LF_OK;
+}
+
+void lf_model_params_changed(lf_model *m) {
+    m->emb_valid = 0;
+    m->blk_unit = -1;
+}
 const lf_param_info *lf_model_find_param(const lf_model *m, const char *name) {
     int i = find_index(m, name);
     return i < 0 ? NULL : &m->table[i];
 }
 const float *lf_model_logits(const lf_model *m) { return m->logits; }
 const char *lf_model_errmsg(const lf_model *m) { return m->errmsg; }
-void lf_model_zero_grad(lf_model *m) { m->be->zero(m->grads, m->num_params); }
+void lf_model_zero_grad(lf_model *m) {
+    if (m->grads) m->be->zero(m->grads, m->num_params);
+}
 
 /* ---------------------------------------------------------------- activation plan */
 
@@ -344,14 +474,15 @@ static float *slot(planner *p, int cat, size_t floats) {
 typedef struct plan_spec {
     const lf_gpt2_config *cfg;
     size_t num_params;
+    size_t unit0_n, max_other_n; /* replica gradient buffers: one per unit slot */
     lf_recompute rc;
     int B, T, n_rep, rB; /* rB: rows of each replica */
 } plan_spec;
 
-/* Per-replica activations for up to rB rows; r > 0 also get a gradient
- * buffer (model_grads is replica 0's). rp is NULL while sizing. Layer
+/* Per-replica activations for up to rB rows; r > 0 also get unit gradient
+ * buffers (replica 0 uses the model's). rp is NULL while sizing. Layer
  * tensors the policy does not keep all point into `w`, the working set. */
-static void lay_out_replica(const plan_spec *s, replica *rp, int r, planner *p, float *model_grads) {
+static void lay_out_replica(const plan_spec *s, replica *rp, int r, planner *p, const lf_model *m) {
     const lf_gpt2_config *c = s->cfg;
     size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
     size_t att = (size_t)s->rB * NH * s->T * s->T;
@@ -415,7 +546,15 @@ static void lay_out_replica(const plan_spec *s, replica *rp, int r, planner *p, 
     rp->dqkv = slot(p, CAT_WORK, N * 3 * C);
     rp->dfch = slot(p, CAT_WORK, N * 4 * C);
     rp->dfch_gelu = slot(p, CAT_WORK, N * 4 * C);
-    rp->grads = r > 0 ? slot(p, CAT_GRADS, s->num_params) : model_grads;
+    if (r > 0) {
+        rp->gfull = NULL;
+        rp->gemb = slot(p, CAT_GRADS, s->unit0_n);
+        rp->gblk = slot(p, CAT_GRADS, s->max_other_n);
+    } else if (m) {
+        rp->gfull = m->grads; /* NULL under ZeRO-2/3: the unit buffers instead */
+        rp->gemb = m->gemb0;
+        rp->gblk = m->gblk0;
+    }
 }
 
 /* m is NULL while sizing without a model (lf_gpt2_activation_bytes). */
@@ -432,7 +571,7 @@ static void lay_out(const plan_spec *s, lf_model *m, planner *p) {
         m->targets = targets;
     }
     for (int r = 0; r < s->n_rep; r++)
-        lay_out_replica(s, m && m->rep ? &m->rep[r] : NULL, r, p, m ? m->grads : NULL);
+        lay_out_replica(s, m && m->rep ? &m->rep[r] : NULL, r, p, m);
 }
 
 static void act_bytes_of(const planner *p, lf_act_bytes *out) {
@@ -486,13 +625,9 @@ lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_r
     if (T > cfg->block_size)
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, cfg->block_size);
     if (!recompute_valid(policy)) return lf_fail(LF_ERR_INVALID_ARG, "unknown recompute policy %d", (int)policy);
-    lf_param_info *table;
-    int count;
-    size_t num_params;
-    st = lf_gpt2_param_table(cfg, &table, &count, &num_params);
-    if (st != LF_OK) return st;
-    lf_free(table);
-    plan_spec s = {.cfg = cfg, .num_params = num_params, .rc = policy, .B = B, .T = T};
+    plan_spec s = {.cfg = cfg, .rc = policy, .B = B, .T = T};
+    s.num_params = lf_gpt2_unit_sizes(cfg, &s.unit0_n, &s.max_other_n);
+    if (!s.num_params) return lf_fail(LF_ERR_NOMEM, "out of memory sizing the activation plan");
     split_rows(B, n_replicas, &s.rB, &s.n_rep);
     planner p = {0};
     lay_out(&s, NULL, &p);
@@ -515,7 +650,8 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     if (T > m->cfg.block_size)
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, m->cfg.block_size);
     free_plan(m);
-    plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .rc = m->recompute, .B = B, .T = T};
+    plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .unit0_n = m->unit0_n,
+                   .max_other_n = m->max_other_n, .rc = m->recompute, .B = B, .T = T};
     split_rows(B, m->be->replicas ? m->be->replicas(B) : 1, &s.rB, &s.n_rep);
     planner p = {0};
     lay_out(&s, m, &p); /* sizing pass */
@@ -546,7 +682,25 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
 
 /* ---------------------------------------------------------------- forward / backward */
 
-#define PW(m, idx) ((idx) >= 0 ? (m)->params + (m)->table[idx].offset : NULL)
+/* Weights of tensor idx (NULL for an absent bias): in the whole buffer, or
+ * under ZeRO-3 in the working buffer its unit was gathered into. */
+static float *param_at(const lf_model *m, int idx) {
+    if (idx < 0) return NULL;
+    size_t off = m->table[idx].offset;
+    if (m->params) return m->params + off;
+    int u = m->unit_of[idx];
+    return (u == 0 ? m->pemb : m->pblk) + (off - m->unit_lo[u]);
+}
+#define PW(m, idx) param_at(m, idx)
+
+/* Where replica rp adds the gradient of tensor idx. */
+static float *grad_at(const lf_model *m, const replica *rp, int idx) {
+    if (idx < 0) return NULL;
+    size_t off = m->table[idx].offset;
+    if (rp->gfull) return rp->gfull + off;
+    int u = m->unit_of[idx];
+    return (u == 0 ? rp->gemb : rp->gblk) + (off - m->unit_lo[u]);
+}
 
 enum { SITE_ATT = 0, SITE_ATT_RESID = 1, SITE_MLP_RESID = 2, SITE_EMB = 7 };
 
@@ -594,17 +748,19 @@ static void block_forward(lf_model *m, replica *rp, int l, int T, int whole) {
     be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
 }
 
-static void forward_replica(lf_model *m, replica *rp, int T, int with_targets) {
+static void embed_forward(lf_model *m, replica *rp, int T) {
+    const lf_backend_ops *be = m->be;
+    int B = rp->B, C = m->cfg.n_embd, L = m->cfg.n_layer;
+    be->encoder_forward(rp->encoded, rp->inputs, PW(m, m->wte), PW(m, m->wpe), B, T, C);
+    lf_dropout de = drop_at(m, rp, L, SITE_EMB, (uint64_t)T * C);
+    if (de.p > 0) be->dropout_forward(rp->encoded, rp->encoded, (size_t)B * T * C, de);
+}
+
+static void head_forward(lf_model *m, replica *rp, int T, int with_targets) {
     const lf_backend_ops *be = m->be;
     const lf_gpt2_config *c = &m->cfg;
     int B = rp->B, C = c->n_embd, L = c->n_layer, V = c->vocab_size, Vp = vp_of(c);
     int N = B * T;
-    uint64_t rowC = (uint64_t)T * C;
-    be->encoder_forward(rp->encoded, rp->inputs, PW(m, m->wte), PW(m, m->wpe), B, T, C);
-    lf_dropout de = drop_at(m, rp, L, SITE_EMB, rowC);
-    if (de.p > 0) be->dropout_forward(rp->encoded, rp->encoded, (size_t)N * C, de);
-
-    for (int l = 0; l < L; l++) block_forward(m, rp, l, T, 1);
     const float *residual = block_input(rp, L);
     be->layernorm_forward(rp->lnf, rp->lnf_mean, rp->lnf_rstd, residual, PW(m, m->lnf_w), PW(m, m->lnf_b), N, C);
     be->matmul_forward(rp->logits, rp->lnf, PW(m, m->wte), NULL, N, C, Vp, LF_W_OUT_IN);
@@ -630,15 +786,34 @@ static void forward_replica(lf_model *m, replica *rp, int T, int with_targets) {
     }
 }
 
-static void forward_task(void *arg, int r) {
+/* The replicas' tasks, one unit at a time (m->task_l names the layer). */
+static void embed_task(void *arg, int r) {
     lf_model *m = arg;
-    forward_replica(m, &m->rep[r], m->cur_T, m->cur_with_targets);
+    embed_forward(m, &m->rep[r], m->cur_T);
+}
+static void block_task(void *arg, int r) {
+    lf_model *m = arg;
+    block_forward(m, &m->rep[r], m->task_l, m->cur_T, 1);
+}
+static void head_task(void *arg, int r) {
+    lf_model *m = arg;
+    head_forward(m, &m->rep[r], m->cur_T, m->cur_with_targets);
 }
 
-static void backward_replica(lf_model *m, replica *rp, int T);
-static void backward_task(void *arg, int r) {
+static void head_backward(lf_model *m, replica *rp, int T);
+static void block_backward(lf_model *m, replica *rp, int l, int T);
+static void embed_backward(lf_model *m, replica *rp, int T);
+static void head_bw_task(void *arg, int r) {
     lf_model *m = arg;
-    backward_replica(m, &m->rep[r], m->cur_T);
+    head_backward(m, &m->rep[r], m->cur_T);
+}
+static void block_bw_task(void *arg, int r) {
+    lf_model *m = arg;
+    block_backward(m, &m->rep[r], m->task_l, m->cur_T);
+}
+static void embed_bw_task(void *arg, int r) {
+    lf_model *m = arg;
+    embed_backward(m, &m->rep[r], m->cur_T);
 }
 
 /* One replica runs in the caller with multi-threaded ops; several run
@@ -649,6 +824,40 @@ static void run_all(lf_model *m, int n_rep, void (*task)(void *, int)) {
     } else {
         m->be->run_replicas(n_rep, task, m);
     }
+}
+
+/* ZeRO-3: unit u's parameters in place before it is used (unit 0 has its
+ * own buffer; the others share one). The gather is a collective, made from
+ * the calling thread, outside the replicas' parallel region. */
+static lf_status use_unit(lf_model *m, int u) {
+    if (m->params) return LF_OK;
+    if (u == 0 ? m->emb_valid : m->blk_unit == u) return LF_OK;
+    lf_status st = m->zero.gather_params(m->zero.user, u, u == 0 ? m->pemb : m->pblk);
+    if (st != LF_OK) {
+        if (u == 0) m->emb_valid = 0;
+        else m->blk_unit = -1;
+        return st;
+    }
+    if (u == 0) m->emb_valid = 1;
+    else m->blk_unit = u;
+    if (m->be->params_changed) m->be->params_changed(); /* cached copies keyed by the buffer's address */
+    return LF_OK;
+}
+
+/* The replicas through the units in order: embeddings, blocks, head. */
+static lf_status forward_units(lf_model *m, int n_rep) {
+    int L = m->cfg.n_layer;
+    lf_status st = use_unit(m, 0);
+    if (st != LF_OK) return st;
+    run_all(m, n_rep, embed_task);
+    for (int l = 0; l < L; l++) {
+        if ((st = use_unit(m, 1 + l)) != LF_OK) return st;
+        m->task_l = l;
+        run_all(m, n_rep, block_task);
+    }
+    if ((st = use_unit(m, L + 1)) != LF_OK) return st;
+    run_all(m, n_rep, head_task); /* lm_head: wte, still in unit 0's buffer */
+    return LF_OK;
 }
 
 lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
@@ -693,7 +902,11 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
     }
     m->cur_rep = n_rep;
     m->cur_with_targets = targets != NULL;
-    run_all(m, n_rep, forward_task);
+    lf_status st = forward_units(m, n_rep);
+    if (st != LF_OK) {
+        m->have_dlogits = 0;
+        return st;
+    }
     double sum = 0;
     long cnt = 0;
     for (int r = 0; r < n_rep; r++) { /* fixed order: deterministic */
@@ -706,77 +919,105 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
     return LF_OK;
 }
 
-#define GR(m, g, idx) ((idx) >= 0 ? (g) + (m)->table[idx].offset : NULL)
+#define GR(m, rp, idx) grad_at(m, rp, idx)
 
-static void backward_replica(lf_model *m, replica *rp, int T) {
+/* lm_head (tied to wte) and ln_f. */
+static void head_backward(lf_model *m, replica *rp, int T) {
     const lf_backend_ops *be = m->be;
     const lf_gpt2_config *c = &m->cfg;
-    int B = rp->B, C = c->n_embd, NH = c->n_head, L = c->n_layer, Vp = vp_of(c);
+    int B = rp->B, C = c->n_embd, L = c->n_layer, Vp = vp_of(c);
+    int N = B * T;
+    be->zero(rp->dresidual, (size_t)N * C);
+    be->matmul_backward(rp->dln, GR(m, rp, m->wte), NULL, rp->logits, rp->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
+    const float *last = block_input(rp, L);
+    be->layernorm_backward(rp->dresidual, GR(m, rp, m->lnf_w), GR(m, rp, m->lnf_b), rp->dln, last, PW(m, m->lnf_w),
+                           rp->lnf_mean, rp->lnf_rstd, N, C);
+}
+
+/* Block l: on entry rp->dresidual is d(block output), on exit d(block input). */
+static void block_backward(lf_model *m, replica *rp, int l, int T) {
+    const lf_backend_ops *be = m->be;
+    const lf_gpt2_config *c = &m->cfg;
+    int B = rp->B, C = c->n_embd, NH = c->n_head, L = c->n_layer;
     int N = B * T;
     size_t NC = (size_t)N * C;
     uint64_t rowC = (uint64_t)T * C, rowAtt = (uint64_t)NH * T * T;
-    float *g = rp->grads;
-    if (g != m->grads) be->zero(g, m->num_params);
-
-    be->zero(rp->dresidual, NC);
-    /* lm_head (tied to wte) and ln_f */
-    be->matmul_backward(rp->dln, GR(m, g, m->wte), NULL, rp->logits, rp->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
-    const float *last = block_input(rp, L);
-    be->layernorm_backward(rp->dresidual, GR(m, g, m->lnf_w), GR(m, g, m->lnf_b), rp->dln, last, PW(m, m->lnf_w),
-                           rp->lnf_mean, rp->lnf_rstd, N, C);
-    for (int l = L - 1; l >= 0; l--) {
-        layer_acts *a = &rp->la[l];
-        const int *ix = m->lp[l];
-        const float *residual = block_input(rp, l);
-        /* Recompute what the plan did not keep, each right before it is read.
-         * full: the working set still holds the last block from forward. */
-        if (m->plan_rc == LF_RECOMPUTE_FULL && l < L - 1) block_forward(m, rp, l, T, 0);
-        if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) {
-            be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]),
-                                  N, C);
-            be->gelu_forward(a->fch_gelu, a->fch, NC * 4);
-        }
-        /* dresidual = d(res3); res3 = res2 + dropout(fcproj) */
-        lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
-        const float *dbr = rp->dresidual;
-        if (d2.p > 0) {
-            be->dropout_backward(rp->dbranch, rp->dresidual, NC, d2);
-            dbr = rp->dbranch;
-        }
-        be->matmul_backward(rp->dfch_gelu, GR(m, g, ix[P_MPROJ_W]), GR(m, g, ix[P_MPROJ_B]), dbr, a->fch_gelu,
-                            PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
-        be->gelu_backward(rp->dfch, a->fch, rp->dfch_gelu, NC * 4);
-        be->matmul_backward(rp->dln, GR(m, g, ix[P_FC_W]), GR(m, g, ix[P_FC_B]), rp->dfch, a->ln2, PW(m, ix[P_FC_W]),
-                            N, C, 4 * C, LF_W_IN_OUT);
-        be->layernorm_backward(rp->dresidual, GR(m, g, ix[P_LN2_W]), GR(m, g, ix[P_LN2_B]), rp->dln, a->res2,
-                               PW(m, ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
-        /* dresidual = d(res2); res2 = residual + dropout(attproj) */
-        lf_dropout d1 = drop_at(m, rp, l, SITE_ATT_RESID, rowC);
-        dbr = rp->dresidual;
-        if (d1.p > 0) {
-            be->dropout_backward(rp->dbranch, rp->dresidual, NC, d1);
-            dbr = rp->dbranch;
-        }
-        be->matmul_backward(rp->datty, GR(m, g, ix[P_APROJ_W]), GR(m, g, ix[P_APROJ_B]), dbr, a->atty,
-                            PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
-        be->attention_backward(rp->dqkv, rp->att_scratch, rp->datty, a->qkv, a->att, B, T, C, NH,
-                               drop_at(m, rp, l, SITE_ATT, rowAtt));
-        if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
-            be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]),
-                                  N, C);
-        be->matmul_backward(rp->dln, GR(m, g, ix[P_ATTN_W]), GR(m, g, ix[P_ATTN_B]), rp->dqkv, a->ln1,
-                            PW(m, ix[P_ATTN_W]), N, C, 3 * C, LF_W_IN_OUT);
-        be->layernorm_backward(rp->dresidual, GR(m, g, ix[P_LN1_W]), GR(m, g, ix[P_LN1_B]), rp->dln, residual,
-                               PW(m, ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
-        /* dresidual = d(residual), the block input */
+    layer_acts *a = &rp->la[l];
+    const int *ix = m->lp[l];
+    const float *residual = block_input(rp, l);
+    /* Recompute what the plan did not keep, each right before it is read.
+     * full: the working set still holds the last block from forward. */
+    if (m->plan_rc == LF_RECOMPUTE_FULL && l < L - 1) block_forward(m, rp, l, T, 0);
+    if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) {
+        be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
+        be->gelu_forward(a->fch_gelu, a->fch, NC * 4);
     }
-    lf_dropout de = drop_at(m, rp, L, SITE_EMB, rowC);
+    /* dresidual = d(res3); res3 = res2 + dropout(fcproj) */
+    lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
+    const float *dbr = rp->dresidual;
+    if (d2.p > 0) {
+        be->dropout_backward(rp->dbranch, rp->dresidual, NC, d2);
+        dbr = rp->dbranch;
+    }
+    be->matmul_backward(rp->dfch_gelu, GR(m, rp, ix[P_MPROJ_W]), GR(m, rp, ix[P_MPROJ_B]), dbr, a->fch_gelu,
+                        PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
+    be->gelu_backward(rp->dfch, a->fch, rp->dfch_gelu, NC * 4);
+    be->matmul_backward(rp->dln, GR(m, rp, ix[P_FC_W]), GR(m, rp, ix[P_FC_B]), rp->dfch, a->ln2, PW(m, ix[P_FC_W]), N,
+                        C, 4 * C, LF_W_IN_OUT);
+    be->layernorm_backward(rp->dresidual, GR(m, rp, ix[P_LN2_W]), GR(m, rp, ix[P_LN2_B]), rp->dln, a->res2,
+                           PW(m, ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
+    /* dresidual = d(res2); res2 = residual + dropout(attproj) */
+    lf_dropout d1 = drop_at(m, rp, l, SITE_ATT_RESID, rowC);
+    dbr = rp->dresidual;
+    if (d1.p > 0) {
+        be->dropout_backward(rp->dbranch, rp->dresidual, NC, d1);
+        dbr = rp->dbranch;
+    }
+    be->matmul_backward(rp->datty, GR(m, rp, ix[P_APROJ_W]), GR(m, rp, ix[P_APROJ_B]), dbr, a->atty,
+                        PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
+    be->attention_backward(rp->dqkv, rp->att_scratch, rp->datty, a->qkv, a->att, B, T, C, NH,
+                           drop_at(m, rp, l, SITE_ATT, rowAtt));
+    if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
+        be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
+    be->matmul_backward(rp->dln, GR(m, rp, ix[P_ATTN_W]), GR(m, rp, ix[P_ATTN_B]), rp->dqkv, a->ln1,
+                        PW(m, ix[P_ATTN_W]), N, C, 3 * C, LF_W_IN_OUT);
+    be->layernorm_backward(rp->dresidual, GR(m, rp, ix[P_LN1_W]), GR(m, rp, ix[P_LN1_B]), rp->dln, residual,
+                           PW(m, ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
+}
+
+static void embed_backward(lf_model *m, replica *rp, int T) {
+    const lf_backend_ops *be = m->be;
+    int B = rp->B, C = m->cfg.n_embd, L = m->cfg.n_layer;
+    size_t NC = (size_t)B * T * C;
+    lf_dropout de = drop_at(m, rp, L, SITE_EMB, (uint64_t)T * C);
     const float *denc = rp->dresidual;
     if (de.p > 0) {
         be->dropout_backward(rp->dbranch, rp->dresidual, NC, de);
         denc = rp->dbranch;
     }
-    be->encoder_backward(GR(m, g, m->wte), GR(m, g, m->wpe), denc, rp->inputs, B, T, C);
+    be->encoder_backward(GR(m, rp, m->wte), GR(m, rp, m->wpe), denc, rp->inputs, B, T, C);
+}
+
+/* Unit buffers start each backward of their unit at zero (matmul and
+ * layernorm backwards add into the gradient). */
+static void zero_unit_grads(lf_model *m, int n_rep, int emb) {
+    for (int r = 0; r < n_rep; r++) {
+        replica *rp = &m->rep[r];
+        if (rp->gfull) continue;
+        if (emb) m->be->zero(rp->gemb, m->unit0_n);
+        else m->be->zero(rp->gblk, m->max_other_n);
+    }
+}
+
+/* Unit u's backward is done on every replica: the replicas' gradients are
+ * added in replica order (1, 2, ...) into replica 0's: the model's whole
+ * buffer, or under ZeRO-2/3 replica 0's unit buffer, which then goes to
+ * reduce_grads. */
+static lf_status finish_unit(lf_model *m, int n_rep, int u) {
+    size_t lo = m->unit_lo[u], n = m->unit_n[u];
+    float *dst = m->rep[0].gfull ? m->rep[0].gfull + lo : (u == 0 ? m->rep[0].gemb : m->rep[0].gblk);
+    for (int r = 1; r < n_rep; r++) m->be->add_inplace(dst, u == 0 ? m->rep[r].gemb : m->rep[r].gblk, n);
+    return m->zero.partition_grads ? m->zero.reduce_grads(m->zero.user, u, dst) : LF_OK;
 }
 
 lf_status lf_model_backward(lf_model *m) {
@@ -784,10 +1025,23 @@ lf_status lf_model_backward(lf_model *m) {
         snprintf(m->errmsg, sizeof m->errmsg, "backward without a training forward (forward needs targets and dloss > 0)");
         return lf_fail(LF_ERR_INVALID_ARG, "%s", m->errmsg);
     }
-    int n_rep = m->cur_rep;
-    run_all(m, n_rep, backward_task);
-    /* fixed order: replica 1, 2, ... added into replica 0's (the model's) */
-    for (int r = 1; r < n_rep; r++) m->be->add_inplace(m->grads, m->rep[r].grads, m->num_params);
     m->have_dlogits = 0;
-    return LF_OK;
+    int n_rep = m->cur_rep, L = m->cfg.n_layer;
+    lf_status st = use_unit(m, 0);
+    if (st == LF_OK) st = use_unit(m, L + 1);
+    if (st != LF_OK) return st;
+    zero_unit_grads(m, n_rep, 1);
+    zero_unit_grads(m, n_rep, 0);
+    run_all(m, n_rep, head_bw_task);
+    if ((st = finish_unit(m, n_rep, L + 1)) != LF_OK) return st;
+    for (int l = L - 1; l >= 0; l--) {
+        if ((st = use_unit(m, 1 + l)) != LF_OK) return st;
+        zero_unit_grads(m, n_rep, 0);
+        m->task_l = l;
+        run_all(m, n_rep, block_bw_task);
+        if ((st = finish_unit(m, n_rep, 1 + l)) != LF_OK) return st;
+    }
+    if ((st = use_unit(m, 0)) != LF_OK) return st;
+    run_all(m, n_rep, embed_bw_task);
+    return finish_unit(m, n_rep, 0);
 }

@@ -182,10 +182,14 @@ static void test_planned_equals_allocated(void **state) {
                 assert_int_equal(pure.total, bytes);
                 assert_memory_equal(&pure, &held, sizeof pure);
                 assert_int_equal(pure.saved + pure.work + pure.logits + pure.replica_grads, pure.total);
-                /* replicas beyond the first carry a gradient buffer each */
+                /* replicas beyond the first carry two unit gradient buffers each:
+                 * the embeddings' and the largest other unit's */
                 int used_reps = reps < b ? reps : b;
-                assert_int_equal(pure.replica_grads,
-                                 (size_t)(used_reps - 1) * lf_arena_round(lf_model_num_params(m) * sizeof(float)));
+                size_t u0 = 0, mo = 0;
+                assert_int_equal(lf_gpt2_unit_sizes(&c, &u0, &mo), lf_model_num_params(m));
+                assert_true(u0 > 0 && mo > 0 && u0 + mo < lf_model_num_params(m));
+                assert_int_equal(pure.replica_grads, (size_t)(used_reps - 1) * (lf_arena_round(u0 * sizeof(float)) +
+                                                                                 lf_arena_round(mo * sizeof(float))));
             }
             lf_model_free(m);
         }
