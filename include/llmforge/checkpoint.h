@@ -46,6 +46,30 @@ lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_ten
                              const float *m, const float *v, const char *state_json, const lf_ckpt_file *extra,
                              int n_extra, int keep_last, const char *protect, char **saved_dir);
 
+/* The same save in parts, for ranks that each hold slices of the state
+ * (ZeRO): one rank begins (ckpt/.tmp_step_N/ with model.safetensors and,
+ * with_optim, optimizer.safetensors created at full size, headers written;
+ * *tmp_dir receives the directory, lf_free), every rank writes its flat
+ * ranges [lo, lo+n) of parameters (and moments) into those files in place
+ * (pwrite + fsync; the slices of a save must not overlap), then the rank that
+ * began commits (hashes, state, extras, rename, latest, rotation) once all
+ * slices are written, or discards the directory. The files describe whole
+ * tensors whatever the slicing, so any layout reads them back. Every rank
+ * must see tmp_dir (one filesystem). */
+lf_status lf_checkpoint_begin(const char *ckpt_root, long step, const lf_ckpt_tensors *tt, int with_optim,
+                              char **tmp_dir);
+lf_status lf_checkpoint_write_slice(const char *tmp_dir, const lf_ckpt_tensors *tt, size_t lo, size_t n,
+                                    const float *params, const float *m, const float *v);
+lf_status lf_checkpoint_commit(const char *ckpt_root, long step, const char *tmp_dir, const char *state_json,
+                               const lf_ckpt_file *extra, int n_extra, int keep_last, const char *protect,
+                               char **saved_dir);
+void lf_checkpoint_discard(const char *tmp_dir);
+/* Load flat elements [lo, lo+n) of the parameters (params may be NULL) and
+ * moments (m, v: both or neither) into buffers of n floats, after the same
+ * name and shape checks as lf_checkpoint_load; verify = 0 skips the SHA-256
+ * check (another rank did it). */
+lf_status lf_checkpoint_load_slice(const char *dir, const lf_ckpt_tensors *tt, int verify, size_t lo, size_t n,
+                                   float *params, float *m, float *v, char **state_json);
 /* Resolve "ckpt_root/latest" (or a step directory given directly) to a
  * directory path (lf_free). LF_ERR_NOT_FOUND when there is none. */
 lf_status lf_checkpoint_resolve(const char *path, char **dir);

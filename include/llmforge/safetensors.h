@@ -53,6 +53,14 @@ const char *lf_safetensors_path(const lf_safetensors *st);
 lf_status lf_safetensors_write(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
                                int n_meta);
 
+/* The header alone, the file extended to its full size (the data region
+ * reads as zeros until written): for writers that fill the data region in
+ * parts, e.g. each rank its slices with pwrite. tensors[i].data is not read
+ * (may be NULL). *data_start (may be NULL) receives the data region's file
+ * offset. Fsynced; removed again on failure. */
+lf_status lf_safetensors_create(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
+                                int n_meta, size_t *data_start);
+
 const char *lf_st_dtype_name(lf_st_dtype d);
 size_t lf_st_dtype_size(lf_st_dtype d);
 

@@ -114,6 +114,10 @@ typedef struct lf_train_config {
     char comm_backend[16];          /* comm.backend: "auto", "single" or "mpi" */
     float comm_timeout_s;           /* comm.timeout_s: bound on every collective */
     long comm_bucket_elems;         /* comm.bucket_elems: gradient floats per all-reduce call */
+    /* ZeRO (docs/distributed.md): 0 replicated, 1 AdamW moments partitioned over the ranks,
+     * 2 gradients too, 3 parameters too (gathered unit by unit for forward and backward) */
+    int zero_stage;                 /* zero_optimization.stage */
+    int offload_optimizer;          /* zero_optimization.offload_optimizer.device: 0 none, 1 cpu */
 } lf_train_config;
 
 typedef enum lf_alert_action {

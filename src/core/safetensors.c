@@ -579,7 +579,7 @@ static lf_status write_all(int fd, const char *path, const void *data, size_t le
 static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 static lf_status check_write_args(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
-                                  int n_meta) {
+                                  int n_meta, int need_data) {
     for (int i = 0; i < n; i++) {
         const lf_st_tensor *t = &tensors[i];
         if (!memchr(t->name, 0, LF_ST_NAME_MAX))
@@ -603,7 +603,7 @@ static lf_status check_write_args(const char *path, const lf_st_tensor *tensors,
             return lf_fail(LF_ERR_INVALID_ARG,
                            "safetensors '%s': tensor '%s': numel %zu / nbytes %zu disagree with %s %s (%zu / %zu)",
                            path, nm, t->numel, t->nbytes, lf_st_dtype_name(t->dtype), sh, numel, nbytes);
-        if (nbytes > 0 && !t->data)
+        if (nbytes > 0 && !t->data && need_data)
             return lf_fail(LF_ERR_INVALID_ARG, "safetensors '%s': tensor '%s': data is NULL", path, nm);
     }
     for (int i = 0; i < 2 * n_meta; i++) {
@@ -634,12 +634,14 @@ static lf_status check_write_args(const char *path, const lf_st_tensor *tensors,
     return s;
 }
 
-lf_status lf_safetensors_write(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
-                               int n_meta) {
+/* The header (length prefix not included), padded to 8 bytes; the data
+ * region follows in the given order. */
+static lf_status build_header(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
+                              int n_meta, int need_data, sbuf *out) {
     if (!path) return lf_fail(LF_ERR_INVALID_ARG, "lf_safetensors_write: path is NULL");
     if (n < 0 || (n > 0 && !tensors) || n_meta < 0 || (n_meta > 0 && !meta))
         return lf_fail(LF_ERR_INVALID_ARG, "safetensors '%s': bad tensor or metadata arguments", path);
-    lf_status s = check_write_args(path, tensors, n, meta, n_meta);
+    lf_status s = check_write_args(path, tensors, n, meta, n_meta, need_data);
     if (s != LF_OK) return s;
 
     sbuf h = {0};
@@ -676,6 +678,44 @@ lf_status lf_safetensors_write(const char *path, const lf_st_tensor *tensors, in
         return lf_fail(LF_ERR_RANGE, "safetensors '%s': header of %zu bytes exceeds the %llu-byte cap", path, h.len,
                        ST_HEADER_CAP);
     }
+    *out = h;
+    return LF_OK;
+}
+
+lf_status lf_safetensors_create(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
+                                int n_meta, size_t *data_start) {
+    sbuf h = {0};
+    lf_status s = build_header(path, tensors, n, meta, n_meta, 0, &h);
+    if (s != LF_OK) return s;
+    uint64_t data = 0;
+    for (int i = 0; i < n; i++) data += tensors[i].nbytes;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        free(h.p);
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "safetensors '%s': cannot create: %s", path,
+                       strerror(errno));
+    }
+    uint64_t hlen = h.len;
+    s = write_all(fd, path, &hlen, 8);
+    if (s == LF_OK) s = write_all(fd, path, h.p, h.len);
+    if (s == LF_OK && ftruncate(fd, (off_t)(8 + h.len + data)) != 0)
+        s = lf_fail(LF_ERR_IO, "safetensors '%s': cannot extend to %llu bytes: %s", path,
+                    (unsigned long long)(8 + h.len + data), strerror(errno));
+    if (s == LF_OK && fsync(fd) != 0)
+        s = lf_fail(LF_ERR_IO, "safetensors '%s': fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && s == LF_OK)
+        s = lf_fail(LF_ERR_IO, "safetensors '%s': close failed: %s", path, strerror(errno));
+    if (s == LF_OK && data_start) *data_start = 8 + h.len;
+    free(h.p);
+    if (s != LF_OK) unlink(path);
+    return s;
+}
+
+lf_status lf_safetensors_write(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
+                               int n_meta) {
+    sbuf h = {0};
+    lf_status s = build_header(path, tensors, n, meta, n_meta, 1, &h);
+    if (s != LF_OK) return s;
 
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {

@@ -322,15 +322,24 @@ static lf_status problems_fail(const problems *pr, const char *what) {
                    pr->dup.n ? "; duplicate: " : "", pr->dup.n ? pr->dup.buf : "");
 }
 
-static void copy_found(const lf_ckpt_tensors *tt, const lf_st_tensor *const *found, float *dst) {
-    for (int j = 0; j < tt->count; j++)
-        memcpy(dst + tt->table[j].offset, found[j]->data, found[j]->nbytes); /* data may be unaligned */
+/* Flat elements [lo, lo+n) of the tensors found into dst[0..n). */
+static void copy_found(const lf_ckpt_tensors *tt, const lf_st_tensor *const *found, size_t lo, size_t n, float *dst) {
+    for (int j = 0; j < tt->count; j++) {
+        size_t a = tt->table[j].offset, b = a + tt->table[j].numel;
+        if (a < lo) a = lo;
+        if (b > lo + n) b = lo + n;
+        if (a >= b) continue;
+        const unsigned char *src = (const unsigned char *)found[j]->data + (a - tt->table[j].offset) * sizeof(float);
+        memcpy(dst + (a - lo), src, (b - a) * sizeof(float)); /* data may be unaligned */
+    }
 }
 
 /* ---------------------------------------------------------------- save */
 
-static lf_status write_tensor_file(const char *path, const lf_ckpt_tensors *tt, const char *prefix, const float *buf,
-                                   lf_st_tensor *ts, const char *const *meta, int n_meta) {
+/* The safetensors description of the table (names prefix + param name), in
+ * table order: the data region is then the flat buffer itself, so flat
+ * element i of the buffer lies at data_start + 4i. */
+static lf_status describe(const lf_ckpt_tensors *tt, const char *prefix, lf_st_tensor *ts) {
     for (int i = 0; i < tt->count; i++) {
         const lf_param_info *p = &tt->table[i];
         lf_st_tensor *t = &ts[i];
@@ -338,39 +347,73 @@ static lf_status write_tensor_file(const char *path, const lf_ckpt_tensors *tt, 
         int k = snprintf(t->name, sizeof t->name, "%s%s", prefix, p->name);
         if (k < 0 || (size_t)k >= sizeof t->name)
             return lf_fail(LF_ERR_INVALID_ARG, "tensor name '%s%s' is too long", prefix, p->name);
+        if (i > 0 && p->offset != tt->table[i - 1].offset + tt->table[i - 1].numel)
+            return lf_fail(LF_ERR_INVALID_ARG, "checkpoint: parameter '%s' does not follow the one before it in "
+                           "the flat buffer", p->name);
         t->dtype = LF_ST_F32;
         t->ndim = p->ndim;
         for (int d = 0; d < p->ndim; d++) t->shape[d] = p->shape[d];
         t->numel = p->numel;
         t->nbytes = p->numel * sizeof(float);
-        t->data = buf + p->offset;
     }
-    return lf_safetensors_write(path, ts, tt->count, meta, n_meta);
+    return tt->count > 0 && tt->table[0].offset == 0 ? LF_OK
+                                                     : lf_fail(LF_ERR_INVALID_ARG, "checkpoint: the table does not start "
+                                                               "at offset 0");
 }
 
-static lf_status optim_write(const char *path, const lf_ckpt_tensors *tt, const float *m, const float *v,
-                             lf_st_tensor *ts) {
-    /* both moments in one file: exp_avg.* then exp_avg_sq.* */
-    lf_status s = LF_OK;
-    for (int half = 0; half < 2 && s == LF_OK; half++) {
-        const char *prefix = half ? CK_V_PREFIX : CK_M_PREFIX;
-        const float *buf = half ? v : m;
-        for (int i = 0; i < tt->count; i++) {
-            const lf_param_info *p = &tt->table[i];
-            lf_st_tensor *t = &ts[half * tt->count + i];
-            memset(t, 0, sizeof *t);
-            int k = snprintf(t->name, sizeof t->name, "%s%s", prefix, p->name);
-            if (k < 0 || (size_t)k >= sizeof t->name)
-                return lf_fail(LF_ERR_INVALID_ARG, "tensor name '%s%s' is too long", prefix, p->name);
-            t->dtype = LF_ST_F32;
-            t->ndim = p->ndim;
-            for (int d = 0; d < p->ndim; d++) t->shape[d] = p->shape[d];
-            t->numel = p->numel;
-            t->nbytes = p->numel * sizeof(float);
-            t->data = buf + p->offset;
-        }
+/* model.safetensors and (with_optim) optimizer.safetensors, header only,
+ * at full size: the ranks fill the data regions (lf_checkpoint_write_slice). */
+static lf_status create_tensor_files(const char *dir, const lf_ckpt_tensors *tt, int with_optim) {
+    lf_st_tensor *ts = malloc(2 * (size_t)tt->count * sizeof *ts);
+    if (!ts) return lf_fail(LF_ERR_NOMEM, "checkpoint save: out of memory");
+    char file[CK_PATH_MAX];
+    static const char *const model_meta[] = {"format", "pt"};
+    lf_status s = describe(tt, "", ts);
+    if (s == LF_OK) s = path_join(file, dir, CK_MODEL_FILE);
+    if (s == LF_OK) s = lf_safetensors_create(file, ts, tt->count, model_meta, 1, NULL);
+    if (s == LF_OK && with_optim) { /* both moments in one file: exp_avg.* then exp_avg_sq.* */
+        s = describe(tt, CK_M_PREFIX, ts);
+        if (s == LF_OK) s = describe(tt, CK_V_PREFIX, ts + tt->count);
+        if (s == LF_OK) s = path_join(file, dir, CK_OPTIM_FILE);
+        if (s == LF_OK) s = lf_safetensors_create(file, ts, 2 * tt->count, NULL, 0, NULL);
     }
-    return lf_safetensors_write(path, ts, 2 * tt->count, NULL, 0);
+    free(ts);
+    return s;
+}
+
+/* pwrite all of buf at off. */
+static lf_status pwrite_all(int fd, const char *path, const void *buf, size_t len, size_t off) {
+    const unsigned char *p = buf;
+    while (len > 0) {
+        size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
+        ssize_t w = pwrite(fd, p, chunk, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return lf_fail(LF_ERR_IO, "cannot write '%s': %s", path, w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        len -= (size_t)w;
+        off += (size_t)w;
+    }
+    return LF_OK;
+}
+
+/* Write flat elements [lo, lo+n) of k buffers (laid one after another in the
+ * file, each `total` floats) into a file made by create_tensor_files. */
+static lf_status write_ranges(const char *path, size_t total, size_t lo, size_t n, const float *const *bufs, int k) {
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open '%s' for writing: %s", path,
+                       strerror(errno));
+    uint64_t hlen = 0;
+    struct stat sb;
+    lf_status s = LF_OK;
+    if (pread(fd, &hlen, 8, 0) != 8 || fstat(fd, &sb) != 0 || hlen > ((uint64_t)100 << 20) ||
+        (uint64_t)sb.st_size != 8 + hlen + (uint64_t)k * total * sizeof(float))
+        s = lf_fail(LF_ERR_FORMAT, "'%s' is not the checkpoint file this save created (header or size differs)", path);
+    for (int i = 0; i < k && s == LF_OK; i++)
+        s = pwrite_all(fd, path, bufs[i], n * sizeof(float), 8 + (size_t)hlen + ((size_t)i * total + lo) * sizeof(float));
+    if (s == LF_OK && fsync(fd) != 0) s = lf_fail(LF_ERR_IO, "fsync of '%s' failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && s == LF_OK) s = lf_fail(LF_ERR_IO, "close of '%s' failed: %s", path, strerror(errno));
+    return s;
 }
 
 static lf_status add_file_entry(cJSON *files, const char *dir, const char *name) {
@@ -495,69 +538,87 @@ static void rotate(const char *root, int keep_last, const char *keep_name, const
     free(ents);
 }
 
-lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_tensors *tt, const float *params,
-                             const float *m, const float *v, const char *state_json, const lf_ckpt_file *extra,
-                             int n_extra, int keep_last, const char *protect, char **saved_dir) {
+/* The step directory's name and its tmp twin under the normalised root. */
+static lf_status step_paths(const char *ckpt_root, long step, char *root, char *name, char *tmp, char *final) {
+    lf_status s = path_norm(root, ckpt_root);
+    if (s != LF_OK) return s;
+    snprintf(name, 64, "step_%08ld", step);
+    char tname[80];
+    snprintf(tname, sizeof tname, ".tmp_%s", name);
+    char probe[CK_PATH_MAX];
+    if ((s = path_join(tmp, root, tname)) != LF_OK || (s = path_join(final, root, name)) != LF_OK ||
+        (s = path_join(probe, tmp, CK_OPTIM_FILE)) != LF_OK) /* longest file path fits */
+        return s;
+    return LF_OK;
+}
+
+lf_status lf_checkpoint_begin(const char *ckpt_root, long step, const lf_ckpt_tensors *tt, int with_optim,
+                              char **tmp_dir) {
+    *tmp_dir = NULL;
+    if (!ckpt_root || step < 0) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_begin: no root or negative step");
+    pindex ix = {0};
+    lf_status s = table_check("checkpoint save", tt, &ix);
+    free(ix.by_name);
+    if (s != LF_OK) return s;
+    char root[CK_PATH_MAX], name[64], tmp[CK_PATH_MAX], final[CK_PATH_MAX];
+    if ((s = step_paths(ckpt_root, step, root, name, tmp, final)) != LF_OK) return s;
+    if ((s = lf_mkdirs(root)) != LF_OK) {
+        lf_error_prefix("checkpoint root '%s'", root);
+        return s;
+    }
+    if (remove_tree(tmp) != 0) return lf_fail(LF_ERR_IO, "cannot remove stale '%s': %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0755) != 0) return lf_fail(LF_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    s = create_tensor_files(tmp, tt, with_optim);
+    if (s == LF_OK && !(*tmp_dir = dup_lf(tmp))) s = lf_fail(LF_ERR_NOMEM, "checkpoint save: out of memory");
+    if (s != LF_OK) remove_tree(tmp);
+    return s;
+}
+
+lf_status lf_checkpoint_write_slice(const char *tmp_dir, const lf_ckpt_tensors *tt, size_t lo, size_t n,
+                                    const float *params, const float *m, const float *v) {
+    if (!tmp_dir || !tt || lo > tt->total || n > tt->total - lo || (n && !params) || ((m == NULL) != (v == NULL)))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_write_slice: bad arguments");
+    if (n == 0) return LF_OK;
+    char file[CK_PATH_MAX];
+    lf_status s = path_join(file, tmp_dir, CK_MODEL_FILE);
+    const float *pb[1] = {params}, *ob[2] = {m, v};
+    if (s == LF_OK) s = write_ranges(file, tt->total, lo, n, pb, 1);
+    if (s == LF_OK && m && (s = path_join(file, tmp_dir, CK_OPTIM_FILE)) == LF_OK)
+        s = write_ranges(file, tt->total, lo, n, ob, 2);
+    return s;
+}
+
+void lf_checkpoint_discard(const char *tmp_dir) {
+    if (tmp_dir) remove_tree(tmp_dir);
+}
+
+lf_status lf_checkpoint_commit(const char *ckpt_root, long step, const char *tmp_dir, const char *state_json,
+                               const lf_ckpt_file *extra, int n_extra, int keep_last, const char *protect,
+                               char **saved_dir) {
     if (saved_dir) *saved_dir = NULL;
-    if (!ckpt_root || !params || !state_json || step < 0)
-        return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: missing root, params or state, or negative step");
-    if ((m == NULL) != (v == NULL))
-        return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: give both optimizer moments or neither");
+    if (!ckpt_root || !tmp_dir || !state_json || step < 0)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_commit: missing root, directory or state, or negative step");
     for (int i = 0; i < n_extra; i++) {
         const char *en = extra[i].name;
         if (!en || !*en || strchr(en, '/') || en[0] == '.' || strlen(en) > 128 || !strcmp(en, CK_MODEL_FILE) ||
             !strcmp(en, CK_OPTIM_FILE) || !strcmp(en, CK_STATE_FILE) || (!extra[i].data && extra[i].len))
             return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: bad extra file name '%s'", en ? en : "(null)");
     }
-
     lf_status s = LF_OK;
-    pindex ix = {0};
     cJSON *state = NULL;
     char *text = NULL;
-    lf_st_tensor *ts = NULL;
-    int made_tmp = 0;
-    char root[CK_PATH_MAX], name[64], tname[80], tmp[CK_PATH_MAX], final[CK_PATH_MAX], file[CK_PATH_MAX];
-
-    s = table_check("checkpoint save", tt, &ix);
-    if (s != LF_OK) goto done;
+    char root[CK_PATH_MAX], name[64], tmp[CK_PATH_MAX], final[CK_PATH_MAX], file[CK_PATH_MAX];
+    if ((s = step_paths(ckpt_root, step, root, name, tmp, final)) != LF_OK) goto done;
+    if (strcmp(tmp, tmp_dir) != 0) {
+        s = lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_commit: '%s' is not the directory begun for step %ld", tmp_dir,
+                    step);
+        goto done;
+    }
     state = cJSON_Parse(state_json);
     if (!cJSON_IsObject(state)) {
         s = lf_fail(LF_ERR_INVALID_ARG, "checkpoint save: state_json is not a JSON object");
         goto done;
     }
-    if ((s = path_norm(root, ckpt_root)) != LF_OK) goto done;
-    snprintf(name, sizeof name, "step_%08ld", step);
-    snprintf(tname, sizeof tname, ".tmp_%s", name);
-    if ((s = path_join(tmp, root, tname)) != LF_OK || (s = path_join(final, root, name)) != LF_OK ||
-        (s = path_join(file, tmp, CK_OPTIM_FILE)) != LF_OK) /* longest file path fits */
-        goto done;
-    if ((s = lf_mkdirs(root)) != LF_OK) {
-        lf_error_prefix("checkpoint root '%s'", root);
-        goto done;
-    }
-    if (remove_tree(tmp) != 0) {
-        s = lf_fail(LF_ERR_IO, "cannot remove stale '%s': %s", tmp, strerror(errno));
-        goto done;
-    }
-    if (mkdir(tmp, 0755) != 0) {
-        s = lf_fail(LF_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-        goto done;
-    }
-    made_tmp = 1;
-
-    ts = malloc(2 * (size_t)tt->count * sizeof *ts);
-    if (!ts) {
-        s = lf_fail(LF_ERR_NOMEM, "checkpoint save: out of memory");
-        goto done;
-    }
-    static const char *const model_meta[] = {"format", "pt"};
-    path_join(file, tmp, CK_MODEL_FILE);
-    if ((s = write_tensor_file(file, tt, "", params, ts, model_meta, 1)) != LF_OK) goto done;
-    if (m) {
-        path_join(file, tmp, CK_OPTIM_FILE);
-        if ((s = optim_write(file, tt, m, v, ts)) != LF_OK) goto done;
-    }
-
     cJSON_DeleteItemFromObjectCaseSensitive(state, "files");
     cJSON *files = cJSON_AddObjectToObject(state, "files");
     if (!files) {
@@ -565,7 +626,8 @@ lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_ten
         goto done;
     }
     if ((s = add_file_entry(files, tmp, CK_MODEL_FILE)) != LF_OK) goto done;
-    if (m && (s = add_file_entry(files, tmp, CK_OPTIM_FILE)) != LF_OK) goto done;
+    if ((s = path_join(file, tmp, CK_OPTIM_FILE)) != LF_OK) goto done;
+    if (is_file(file) && (s = add_file_entry(files, tmp, CK_OPTIM_FILE)) != LF_OK) goto done;
     for (int i = 0; i < n_extra; i++) {
         char epath[CK_PATH_MAX + 160];
         snprintf(epath, sizeof epath, "%s/%s", tmp, extra[i].name);
@@ -582,7 +644,6 @@ lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_ten
     if ((s = lf_fsync_dir(tmp)) != LF_OK) goto done;
 
     if ((s = install_dir(root, tmp, final, name)) != LF_OK) goto done;
-    made_tmp = 0;
     if ((s = lf_fsync_dir(root)) != LF_OK) goto done;
 
     char latest[CK_PATH_MAX], latest_tmp[CK_PATH_MAX], line[80];
@@ -605,11 +666,29 @@ lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_ten
     }
 
 done:
-    if (s != LF_OK && made_tmp) remove_tree(tmp);
-    free(ts);
+    if (s != LF_OK && is_dir(tmp_dir)) remove_tree(tmp_dir);
     cJSON_free(text);
     cJSON_Delete(state);
-    free(ix.by_name);
+    return s;
+}
+
+lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_tensors *tt, const float *params,
+                             const float *m, const float *v, const char *state_json, const lf_ckpt_file *extra,
+                             int n_extra, int keep_last, const char *protect, char **saved_dir) {
+    if (saved_dir) *saved_dir = NULL;
+    if (!ckpt_root || !params || !state_json || step < 0)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: missing root, params or state, or negative step");
+    if ((m == NULL) != (v == NULL))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_save: give both optimizer moments or neither");
+    char *tmp = NULL;
+    lf_status s = lf_checkpoint_begin(ckpt_root, step, tt, m != NULL, &tmp);
+    if (s != LF_OK) return s;
+    s = lf_checkpoint_write_slice(tmp, tt, 0, tt->total, params, m, v);
+    if (s == LF_OK)
+        s = lf_checkpoint_commit(ckpt_root, step, tmp, state_json, extra, n_extra, keep_last, protect, saved_dir);
+    else
+        lf_checkpoint_discard(tmp);
+    lf_free(tmp);
     return s;
 }
 
@@ -732,10 +811,18 @@ static lf_status verify_files(const char *dir, const cJSON *files) {
 
 lf_status lf_checkpoint_load(const char *dir, const lf_ckpt_tensors *tt, float *params, float *m, float *v,
                              char **state_json) {
+    if (!tt) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_load: no table");
+    return lf_checkpoint_load_slice(dir, tt, 1, 0, tt->total, params, m, v, state_json);
+}
+
+lf_status lf_checkpoint_load_slice(const char *dir, const lf_ckpt_tensors *tt, int verify, size_t lo, size_t n,
+                                   float *params, float *m, float *v, char **state_json) {
     if (state_json) *state_json = NULL;
-    if (!dir || !params) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_load: dir or params is NULL");
+    if (!dir || (!params && !m)) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_load: dir or buffers are NULL");
     if ((m == NULL) != (v == NULL))
         return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_load: give both optimizer moments or neither");
+    if (!tt || lo > tt->total || n > tt->total - lo)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_load: range [%zu, +%zu) outside the model", lo, n);
 
     lf_status s;
     pindex ix = {0};
@@ -770,7 +857,7 @@ lf_status lf_checkpoint_load(const char *dir, const lf_ckpt_tensors *tt, float *
         s = lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' holds no optimizer state (%s)", dir, CK_OPTIM_FILE);
         goto done;
     }
-    if ((s = verify_files(dir, files)) != LF_OK) goto done;
+    if (verify && (s = verify_files(dir, files)) != LF_OK) goto done;
 
     found = calloc(3 * (size_t)tt->count, sizeof *found);
     pr = calloc(1, sizeof *pr);
@@ -799,10 +886,10 @@ lf_status lf_checkpoint_load(const char *dir, const lf_ckpt_tensors *tt, float *
     }
 
     /* everything verified: now write the caller's buffers */
-    copy_found(tt, found, params);
+    if (params) copy_found(tt, found, lo, n, params);
     if (m) {
-        copy_found(tt, found + tt->count, m);
-        copy_found(tt, found + 2 * (size_t)tt->count, v);
+        copy_found(tt, found + tt->count, lo, n, m);
+        copy_found(tt, found + 2 * (size_t)tt->count, lo, n, v);
     }
     if (state_json) {
         *state_json = text;
@@ -843,7 +930,7 @@ lf_status lf_weights_load(const char *path, const lf_ckpt_tensors *tt, float *pa
         s = problems_fail(pr, what);
         goto done;
     }
-    copy_found(tt, found, params);
+    copy_found(tt, found, 0, tt->total, params);
 done:
     free(pr);
     free(found);

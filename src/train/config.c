@@ -104,6 +104,7 @@ static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "
 /* activation_checkpointing.policy, as lf_recompute values (index = value) */
 static const char *const recompute_choices[] = {"none", "selective", "full", NULL};
 static const char *const comm_choices[] = {"auto", "single", "mpi", NULL};
+static const char *const offload_choices[] = {"none", "cpu", NULL};
 _Static_assert(LF_RECOMPUTE_NONE == 0 && LF_RECOMPUTE_SELECTIVE == 1 && LF_RECOMPUTE_FULL == 2,
                "recompute_choices order");
 
@@ -206,7 +207,25 @@ static const key_def k_keys[] = {
     {.path = "fp16.min_loss_scale", .type = KT_FLOAT, FLD(fp16_min_scale), .lo = 0, .hi = INF, .flags = KF_LO_OPEN,
      .def = {1}, .help = "the scale never goes below this; an overflow at it stops the run"},
     {.path = "fp16.auto_cast", .type = KT_IGNORED},
-    {.path = "zero_optimization.stage", .type = KT_OFF_ZERO, .help = "ZeRO sharding"},
+    {.path = "zero_optimization.stage", .type = KT_INT, FLD(zero_stage), .lo = 0, .hi = 3, .def = {0},
+     .help = "ZeRO: 0 replicated; 1 AdamW moments partitioned over the ranks; 2 gradients too; 3 parameters "
+             "too, gathered unit by unit for forward and backward"},
+    {.path = "zero_optimization.offload_optimizer.device", .type = KT_ENUM, FLD(offload_optimizer), .def_str = "none",
+     .choices = offload_choices,
+     .help = "where AdamW's state lives: none or cpu (the same on the CPU backend: host memory)"},
+    {.path = "zero_optimization.offload_optimizer.pin_memory", .type = KT_IGNORED},
+    {.path = "zero_optimization.offload_param.device", .type = KT_IGNORED},
+    {.path = "zero_optimization.overlap_comm", .type = KT_IGNORED},
+    {.path = "zero_optimization.contiguous_gradients", .type = KT_IGNORED},
+    {.path = "zero_optimization.reduce_scatter", .type = KT_IGNORED},
+    {.path = "zero_optimization.reduce_bucket_size", .type = KT_IGNORED},
+    {.path = "zero_optimization.allgather_partitions", .type = KT_IGNORED},
+    {.path = "zero_optimization.allgather_bucket_size", .type = KT_IGNORED},
+    {.path = "zero_optimization.stage3_prefetch_bucket_size", .type = KT_IGNORED},
+    {.path = "zero_optimization.stage3_param_persistence_threshold", .type = KT_IGNORED},
+    {.path = "zero_optimization.stage3_max_live_parameters", .type = KT_IGNORED},
+    {.path = "zero_optimization.stage3_max_reuse_distance", .type = KT_IGNORED},
+    {.path = "zero_optimization.stage3_gather_16bit_weights_on_model_save", .type = KT_IGNORED},
     /* activation recomputation: our policy key; DeepSpeed's own keys of the
      * section tune its multi-GPU partitioning and change no result, so a
      * ds_config.json carrying them loads and they are ignored */

@@ -391,8 +391,17 @@ static void test_deepspeed_off_features(void **state) {
     assert_int_equal(c.bf16, 1);
     ASSERT_ERR_EQ(parse_with(&c, "\"bf16\": {\"enabled\": 1}"), LF_ERR_CONFIG, NULL);
     LF_ASSERT_ERR_CONTAINS("bf16.enabled");
-    ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 2}"), LF_ERR_UNSUPPORTED, NULL);
-    LF_ASSERT_ERR_CONTAINS("zero_optimization.stage: not supported yet by this build");
+    /* ZeRO is a real setting now: stages 0-3, offload_optimizer none/cpu, DeepSpeed's tuning keys accepted */
+    LF_ASSERT_OK(parse_with(&c, "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                                "\"cpu\", \"pin_memory\": true}, \"overlap_comm\": true, \"reduce_bucket_size\": 5e8}"));
+    assert_int_equal(c.zero_stage, 2);
+    assert_int_equal(c.offload_optimizer, 1);
+    ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 4}"), LF_ERR_CONFIG, NULL);
+    LF_ASSERT_ERR_CONTAINS("key 'zero_optimization.stage' in 'cfg.json': 4 is out of range [0, 3]");
+    ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": -1}"), LF_ERR_CONFIG, NULL);
+    ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\"}}"),
+                  LF_ERR_CONFIG, NULL);
+    LF_ASSERT_ERR_CONTAINS("zero_optimization.offload_optimizer.device");
     /* monitoring keys are real settings now */
     LF_ASSERT_OK(parse_with(&c, "\"wall_clock_breakdown\": true, \"tensorboard\": {\"enabled\": true, "
                                 "\"output_path\": \"tb\", \"job_name\": \"j\"}"));
@@ -433,13 +442,15 @@ static void test_deepspeed_off_features(void **state) {
     ASSERT_ERR_EQ(parse_with(&c, "\"eval\": {\"tasks\": [\"a\", 3]}"), LF_ERR_CONFIG, NULL);
     LF_ASSERT_ERR_CONTAINS("eval.tasks");
     ASSERT_ERR_EQ(parse_with(&c, "\"fp16\": {\"enabled\": \"yes\"}"), LF_ERR_CONFIG, NULL);
-    ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {}}"), LF_ERR_CONFIG,
-                  NULL);
-    LF_ASSERT_ERR_CONTAINS("unknown key 'zero_optimization.offload_optimizer'");
-    const char *ov[] = {"data.dataset=d", "zero_optimization.stage=2"};
-    ASSERT_ERR_EQ(lf_train_config_load(&c, NULL, 2, ov), LF_ERR_UNSUPPORTED,
-                  "zero_optimization.stage: not supported yet by this build (set to 2 on the command line; only 0 is "
-                  "accepted)");
+    ASSERT_ERR_EQ(parse_with(&c, "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"dev\": 1}}"),
+                  LF_ERR_CONFIG, NULL);
+    LF_ASSERT_ERR_CONTAINS("unknown key 'zero_optimization.offload_optimizer.dev'");
+    const char *ov[] = {"data.dataset=d", "zero_optimization.stage=3"};
+    LF_ASSERT_OK(lf_train_config_load(&c, NULL, 2, ov));
+    assert_int_equal(c.zero_stage, 3);
+    const char *ov5[] = {"data.dataset=d", "zero_optimization.stage=5"};
+    ASSERT_ERR_EQ(lf_train_config_load(&c, NULL, 2, ov5), LF_ERR_CONFIG, NULL);
+    LF_ASSERT_ERR_CONTAINS("zero_optimization.stage");
 }
 
 static void assert_config_equal(const lf_train_config *a, const lf_train_config *b) {
@@ -561,7 +572,7 @@ static void test_help(void **state) {
     assert_int_equal(strlen(buf), n);
     const char *want[] = {"model.n_layer", "integer in [1, 1024]; default 4", "optimizer.params.betas",
                           "scheduler.min_lr", "optimizer.params.lr / 10", "(also --max_iters)", "fp16.enabled",
-                          "zero_optimization.stage         0 only", "integer >= 1; default 2000", "one of: cosine constant"};
+                          "zero_optimization.stage         integer in [0, 3]; default 0", "integer >= 1; default 2000", "one of: cosine constant"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(buf, want[i])) fail_msg("help lacks '%s':\n%s", want[i], buf);
     char small[16];
