@@ -88,6 +88,18 @@ struct lf_trainer {
     lf_comm *comm;             /* own (opened from comm.backend) or opts.comm */
     int own_comm;
     int rank, world;
+    /* ZeRO (zero_optimization.stage >= 1): rank r's shard is, for every unit
+     * u of the model (lf_model_num_units), the part lf_comm_partition(n_u,
+     * W, r) of that unit: flat elements [pc_lo[u], pc_lo[u] + pc_n[u]),
+     * held at sh_off[u] of the shard buffers. */
+    int zstage;
+    int n_units;
+    size_t *unit_lo, *unit_n, *pc_lo, *pc_n, *sh_off;
+    size_t shard_n;            /* floats in this rank's shard */
+    float *gshard;             /* stage >= 2: the shard's gradient, summed over ranks and micro-batches */
+    float *pshard;             /* stage 3: the shard's parameters (fp32 master weights) */
+    int zbad;                  /* stage >= 2, fp16: first tensor whose local unit gradient overflowed (-1) */
+    double hook_comm_ms;       /* collectives made from the model's unit hooks */
     long opt_t;                /* AdamW updates applied (skipped steps do not count) */
     long skipped;              /* steps skipped by an alert or an fp16 overflow */
     lf_loss_scaler scaler;     /* fp16 */
@@ -102,6 +114,7 @@ struct lf_trainer {
     /* throughput accounting */
     double peak_flops, flops_per_token;
     size_t planned_bytes;
+    size_t planned_act_bytes;
     /* files every checkpoint carries, so it stands alone: the tokenizer's
      * vocabulary and a Hugging Face config.json (GPT2LMHeadModel) */
     lf_ckpt_file extra[2];
@@ -113,6 +126,11 @@ struct lf_trainer {
 };
 
 static lf_status open_loader(lf_trainer *t);
+static lf_status zero_layout(lf_trainer *t);
+static lf_status zero_partition(lf_trainer *t);
+static lf_status zero_save(lf_trainer *t, const char *state, char **saved);
+static lf_status zero_resume_read(lf_trainer *t, const char *path, char **dir, char **state);
+static size_t moments_n(const lf_trainer *t) { return t->zstage ? t->shard_n : lf_model_num_params(t->model); }
 
 static lf_status tfail(lf_trainer *t, lf_status st) {
     snprintf(t->errmsg, sizeof t->errmsg, "%s", lf_last_error());
@@ -328,6 +346,22 @@ static lf_status save_checkpoint(lf_trainer *t) {
     /* this checkpoint becomes the best when the evaluation of this very step
      * set a new best; rotation never removes the best */
     if (t->best_eval_step == t->step) snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
+    if (t->zstage) { /* every rank writes its shard, in parallel */
+        char *state = NULL, *saved = NULL;
+        double t0 = lf_time_now();
+        lf_status st = state_to_json(t, &state);
+        if (st == LF_OK) st = zero_save(t, state, &saved);
+        free(state);
+        if (st != LF_OK) return st;
+        if (t->rank == 0) {
+            char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64];
+            json_escape(esc, sizeof esc, saved);
+            snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%.3f}", esc, (lf_time_now() - t0) * 1e3);
+            emit_event(t, "checkpoint", NULL, json);
+        }
+        lf_free(saved);
+        return LF_OK;
+    }
     if (t->rank != 0) return LF_OK; /* the replicas are identical: rank 0 writes */
     stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
     stage_out(t, t->host_m, t->m, n * sizeof(float));
@@ -441,7 +475,7 @@ static lf_status resume_read(lf_trainer *t, const char *path, char **dir, char *
 static lf_status resume_from(lf_trainer *t, const char *path) {
     char *dir = NULL, *state = NULL;
     size_t n = lf_model_num_params(t->model);
-    lf_status st = resume_read(t, path, &dir, &state);
+    lf_status st = t->zstage ? zero_resume_read(t, path, &dir, &state) : resume_read(t, path, &dir, &state);
     if (st != LF_OK) {
         lf_free(dir);
         lf_free(state);
@@ -512,8 +546,8 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     }
     cJSON_Delete(o);
     stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
-    stage_in(t, t->m, t->host_m, n * sizeof(float));
-    stage_in(t, t->v, t->host_v, n * sizeof(float));
+    stage_in(t, t->m, t->host_m, moments_n(t) * sizeof(float));
+    stage_in(t, t->v, t->host_v, moments_n(t) * sizeof(float));
     if (t->rank == 0) lf_log(LF_LOG_INFO, "resumed from %s at step %ld", where, t->step);
     char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 32];
     json_escape(esc, sizeof esc, where);
@@ -837,29 +871,33 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     size_t n = lf_model_num_params(t->model);
     /* weights, gradients, two moments, three host staging copies, batches, activations */
     t->planned_bytes = plan.total;
+    t->planned_act_bytes = plan.act.total;
     if (act_bytes != plan.act.total) /* the model's own count must be the plan's */
         return tfail(t, lf_fail(LF_ERR_INTERNAL, "activation plan mismatch: the model allocated %zu bytes, the memory "
                                 "plan says %zu", act_bytes, plan.act.total));
     t->flops_per_token = lf_gpt2_flops_per_token(&t->mcfg, T);
     t->spike_win = calloc((size_t)t->cfg.alert_spike_window, sizeof(double));
     if (!t->spike_win) return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory"));
-    t->m = t->be->alloc(n * sizeof(float));
-    t->v = t->be->alloc(n * sizeof(float));
+    st = zero_layout(t); /* ZeRO: this rank's shard of every unit */
+    if (st != LF_OK) return tfail(t, st);
+    size_t nm = moments_n(t); /* AdamW moments: the whole model, or this rank's shard */
+    t->m = t->be->alloc(nm * sizeof(float));
+    t->v = t->be->alloc(nm * sizeof(float));
     if (t->be->host_memory) { /* checkpoints read and write the tensors in place */
         t->host_params = lf_model_params(t->model);
         t->host_m = t->m;
         t->host_v = t->v;
     } else {
         t->host_params = lf_alloc(n * sizeof(float));
-        t->host_m = lf_alloc(n * sizeof(float));
-        t->host_v = lf_alloc(n * sizeof(float));
+        t->host_m = lf_alloc(nm * sizeof(float));
+        t->host_v = lf_alloc(nm * sizeof(float));
     }
     t->inputs = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     t->targets = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     if (!t->m || !t->v || !t->host_params || !t->host_m || !t->host_v || !t->inputs || !t->targets)
         return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating optimizer state for %zu parameters", n));
-    t->be->zero(t->m, n);
-    t->be->zero(t->v, n);
+    t->be->zero(t->m, nm);
+    t->be->zero(t->v, nm);
 
     if (t->opts.init_from && t->opts.init_from[0] && t->rank == 0) { /* broadcast below */
         int count;
@@ -889,6 +927,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         if (st != LF_OK) return tfail(t, st);
         stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
+    st = zero_partition(t); /* ZeRO-2/3: the model gives up its whole gradient (and parameter) buffers */
+    if (st != LF_OK) return tfail(t, st);
     st = open_loader(t); /* its ring is step memory too: allocated before the first step */
     if (st != LF_OK) return tfail(t, st);
     return LF_OK;
@@ -918,6 +958,9 @@ void lf_trainer_free(lf_trainer *t) {
     }
     lf_free(t->inputs);
     lf_free(t->targets);
+    if (t->be && t->gshard) t->be->free(t->gshard);
+    if (t->be && t->pshard) t->be->free(t->pshard);
+    free(t->unit_lo);
     lf_model_free(t->model);
     lf_loader_close(t->loader);
     lf_dataset_close(t->ds);
@@ -1060,20 +1103,23 @@ typedef struct step_result {
 
 /* fp16 on the CPU: the (scaled) gradients are rounded to fp16, as an fp16
  * gradient buffer would hold them; a value beyond fp16's range becomes inf.
- * Returns the index (in the parameter table) of the first tensor holding a
- * non-finite gradient, -1 when all are finite. The buffer is host memory on
- * the CPU backend. */
-static int fp16_round_grads(lf_trainer *t) {
-    float *g = lf_model_grads(t->model);
+ * buf holds flat elements [lo, lo+n). Returns the index (in the parameter
+ * table) of the first tensor holding a non-finite gradient, -1 when all are
+ * finite. The buffer is host memory on the CPU backend. */
+static int fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n) {
     int count = 0;
     const lf_param_info *table = lf_model_params_table(t->model, &count);
     int bad = -1;
     for (int k = 0; k < count; k++) {
-        float *p = g + table[k].offset;
-        const long n = (long)table[k].numel;
+        size_t a = table[k].offset, b = a + table[k].numel;
+        if (a < lo) a = lo;
+        if (b > lo + n) b = lo + n;
+        if (a >= b) continue;
+        float *p = buf + (a - lo);
+        const long len = (long)(b - a);
         int nonfinite = 0;
 #pragma omp parallel for reduction(| : nonfinite) schedule(static)
-        for (long i = 0; i < n; i++) {
+        for (long i = 0; i < len; i++) {
             float v = (float)(_Float16)p[i];
             p[i] = v;
             nonfinite |= !isfinite(v);
@@ -1081,6 +1127,10 @@ static int fp16_round_grads(lf_trainer *t) {
         if (nonfinite && bad < 0) bad = k;
     }
     return bad;
+}
+
+static int fp16_round_grads(lf_trainer *t) {
+    return fp16_round_range(t, lf_model_grads(t->model), 0, lf_model_num_params(t->model));
 }
 
 static void scale_grads(lf_trainer *t, float f) {
@@ -1156,6 +1206,282 @@ static lf_status all_reduce_grads(lf_trainer *t, step_result *o) {
     return st;
 }
 
+/* ---------------------------------------------------------------- ZeRO */
+
+static lf_status zero_layout(lf_trainer *t) {
+    t->zstage = t->cfg.zero_stage;
+    t->zbad = -1;
+    if (!t->zstage) return LF_OK;
+    int U = lf_model_num_units(t->model);
+    t->n_units = U;
+    t->unit_lo = calloc(5 * (size_t)U, sizeof(size_t));
+    if (!t->unit_lo) return lf_fail(LF_ERR_NOMEM, "out of memory");
+    t->unit_n = t->unit_lo + U;
+    t->pc_lo = t->unit_lo + 2 * U;
+    t->pc_n = t->unit_lo + 3 * U;
+    t->sh_off = t->unit_lo + 4 * U;
+    size_t at = 0;
+    for (int u = 0; u < U; u++) {
+        size_t po = 0, pc = 0;
+        lf_model_unit_range(t->model, u, &t->unit_lo[u], &t->unit_n[u]);
+        lf_comm_partition(t->unit_n[u], t->world, t->rank, &po, &pc);
+        t->pc_lo[u] = t->unit_lo[u] + po;
+        t->pc_n[u] = pc;
+        t->sh_off[u] = at;
+        at += pc;
+    }
+    t->shard_n = at;
+    return LF_OK;
+}
+
+/* This rank's piece of unit u: parameters, gradients (NULL before the sum on
+ * stage 1), moments. */
+static float *zp_params(lf_trainer *t, int u) {
+    return t->pshard ? t->pshard + t->sh_off[u] : lf_model_params(t->model) + t->pc_lo[u];
+}
+static float *zp_grads(lf_trainer *t, int u) {
+    return t->gshard ? t->gshard + t->sh_off[u] : lf_model_grads(t->model) + t->pc_lo[u];
+}
+
+/* The model's hooks (src/model/gpt2.c): gather unit u for use, and sum a
+ * unit's gradient of one backward over the ranks into this rank's shard. */
+static lf_status zero_gather(void *user, int u, float *dst) {
+    lf_trainer *t = user;
+    double t0 = lf_time_now();
+    lf_status st = lf_comm_all_gather(t->comm, t->pshard + t->sh_off[u], dst, t->unit_n[u]);
+    t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
+    return st;
+}
+
+static lf_status zero_reduce(void *user, int u, float *grad) {
+    lf_trainer *t = user;
+    size_t n = t->unit_n[u], po = t->pc_lo[u] - t->unit_lo[u], pc = t->pc_n[u];
+    if (t->cfg.fp16) { /* this rank's fp16 gradient, before the sum */
+        int k = fp16_round_range(t, grad, t->unit_lo[u], n);
+        if (k >= 0 && t->zbad < 0) t->zbad = k;
+    }
+    double t0 = lf_time_now();
+    lf_status st = lf_comm_reduce_scatter(t->comm, grad, grad + po, n, LF_COMM_SUM);
+    t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
+    if (st != LF_OK) return st;
+    t->be->add_inplace(t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
+    return LF_OK;
+}
+
+/* Stage 2: the model keeps no whole gradient buffer; stage 3 no whole
+ * parameter buffer either (the shard takes this rank's pieces first). */
+static lf_status zero_partition(lf_trainer *t) {
+    if (t->zstage < 2) return LF_OK;
+    int B = t->cfg.micro_batch, T = t->cfg.model.block_size;
+    t->gshard = t->be->alloc((t->shard_n ? t->shard_n : 1) * sizeof(float));
+    if (!t->gshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO gradient shard");
+    t->be->zero(t->gshard, t->shard_n);
+    if (t->zstage == 3) {
+        t->pshard = t->be->alloc((t->shard_n ? t->shard_n : 1) * sizeof(float));
+        if (!t->pshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO parameter shard");
+        const float *p = lf_model_params(t->model);
+        for (int u = 0; u < t->n_units; u++)
+            memcpy(t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
+    }
+    lf_model_zero z = {.partition_grads = 1, .partition_params = t->zstage == 3, .gather_params = zero_gather,
+                       .reduce_grads = zero_reduce, .user = t};
+    lf_status st = lf_model_set_zero(t->model, &z);
+    if (st != LF_OK) return st;
+    if (t->zstage == 3) t->host_params = NULL; /* freed with the model's whole buffer */
+    size_t act = 0; /* set_zero dropped the activation plan: the same plan again */
+    st = lf_model_plan(t->model, B, T, &act);
+    if (st == LF_OK && act != t->planned_act_bytes) st = lf_fail(LF_ERR_INTERNAL, "activation plan changed");
+    return st;
+}
+
+/* Stage 1: this rank's gradient summed over the ranks, unit by unit (in
+ * place: the piece lands where it lies in the whole buffer). */
+static lf_status zero_reduce_scatter_all(lf_trainer *t, step_result *o) {
+    double t0 = lf_time_now();
+    float *g = lf_model_grads(t->model);
+    lf_status st = LF_OK;
+    for (int u = 0; u < t->n_units && st == LF_OK; u++)
+        st = lf_comm_reduce_scatter(t->comm, g + t->unit_lo[u], g + t->pc_lo[u], t->unit_n[u], LF_COMM_SUM);
+    o->comm_ms += (lf_time_now() - t0) * 1e3;
+    return st;
+}
+
+/* Squared norm of the whole gradient: this rank's shard, summed over ranks
+ * (folded in rank order: the same bits everywhere). */
+static lf_status zero_grad_norm(lf_trainer *t, step_result *o, double *norm) {
+    double ss = 0;
+    for (int u = 0; u < t->n_units; u++) ss += t->be->sum_squares(zp_grads(t, u), t->pc_n[u]);
+    if (t->world > 1) {
+        lf_status st = step_sum_f64(t, o, &ss, 1);
+        if (st != LF_OK) return st;
+    }
+    *norm = sqrt(ss);
+    return LF_OK;
+}
+
+static void zero_scale_grads(lf_trainer *t, float f) {
+    for (int u = 0; u < t->n_units; u++) {
+        float *g = zp_grads(t, u);
+        for (size_t i = 0; i < t->pc_n[u]; i++) g[i] *= f;
+    }
+}
+
+/* fp16, after the sum: the shard rounded to fp16 again; the first
+ * overflowing tensor of any rank (the same answer everywhere), -1 if none. */
+static lf_status zero_fp16_sum_check(lf_trainer *t, step_result *o, int *bad) {
+    int k = -1;
+    for (int u = 0; u < t->n_units && k < 0; u++) k = fp16_round_range(t, zp_grads(t, u), t->pc_lo[u], t->pc_n[u]);
+    int64_t code = k >= 0 ? (int64_t)1 << 32 | (int64_t)k : 0;
+    if (t->world > 1) {
+        double t0 = lf_time_now();
+        lf_status st = lf_comm_all_reduce_i64(t->comm, &code, 1, LF_COMM_MAX);
+        o->comm_ms += (lf_time_now() - t0) * 1e3;
+        if (st != LF_OK) return st;
+    }
+    *bad = code ? (int)(code & 0xffffffff) : -1;
+    return LF_OK;
+}
+
+/* AdamW on this rank's shard (weight decay by tensor, as lf_adamw_apply),
+ * then the new parameters everywhere: stages 1-2 all-gather every unit into
+ * the whole buffer; stage 3 keeps the shard and the model gathers on use. */
+static lf_status zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
+    if (!isfinite(norm))
+        return lf_fail(LF_ERR_NUMERIC, "step %ld: gradient norm is %g; lower optimizer.params.lr or check the data",
+                       t->opt_t, norm);
+    const lf_train_config *c = &t->cfg;
+    float scale = 1.0f;
+    if (c->grad_clip > 0) {
+        double coef = (double)c->grad_clip / (norm + 1e-6);
+        if (coef < 1.0) scale = (float)coef;
+    }
+    int count = 0;
+    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    for (int u = 0; u < t->n_units; u++) {
+        size_t lo = t->pc_lo[u], hi = lo + t->pc_n[u], sh = t->sh_off[u];
+        float *p = zp_params(t, u), *g = zp_grads(t, u);
+        for (int k = 0; k < count; k++) {
+            size_t a = table[k].offset, b = a + table[k].numel;
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            if (a >= b) continue;
+            size_t at = a - lo;
+            t->be->adamw_update(p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
+                                table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
+        }
+    }
+    if (t->zstage == 3) {
+        lf_model_params_changed(t->model);
+        return LF_OK;
+    }
+    double t0 = lf_time_now();
+    float *all = lf_model_params(t->model);
+    lf_status st = LF_OK;
+    for (int u = 0; u < t->n_units && st == LF_OK; u++)
+        st = lf_comm_all_gather(t->comm, all + t->pc_lo[u], all + t->unit_lo[u], t->unit_n[u]);
+    o->comm_ms += (lf_time_now() - t0) * 1e3;
+    if (t->be->params_changed) t->be->params_changed();
+    return st;
+}
+
+/* The status every rank agrees on: each rank's own (0 or a negative
+ * lf_status), the lowest rank's failure wins; a rank that did not fail
+ * reports that rank's failure. */
+static lf_status zero_agree(lf_trainer *t, lf_status mine, const char *what) {
+    if (t->world == 1) return mine;
+    int64_t code = mine != LF_OK ? (int64_t)(t->world - t->rank) << 32 | (int64_t)(uint32_t)(-(int)mine) : 0;
+    lf_status st = lf_comm_all_reduce_i64(t->comm, &code, 1, LF_COMM_MAX);
+    if (st != LF_OK) return st;
+    if (!code) return LF_OK;
+    int who = t->world - (int)(code >> 32);
+    lf_status s = (lf_status)(-(int)(code & 0xffffffff));
+    if (mine != LF_OK) return mine;
+    return lf_fail(s, "%s failed on rank %d (its message is in that rank's output)", what, who);
+}
+
+/* Every rank writes its shard into the files rank 0 created; rank 0
+ * commits only when all have written. */
+static lf_status zero_save(lf_trainer *t, const char *state, char **saved) {
+    *saved = NULL;
+    int count;
+    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    lf_ckpt_tensors tt = {table, count, lf_model_num_params(t->model)};
+    lf_comm_set_context(t->comm, "checkpoint at step %ld", t->step);
+    char *tmp = NULL;
+    char path[LF_PATH_MAX + 64] = "";
+    lf_status st = LF_OK;
+    if (t->rank == 0) {
+        st = lf_checkpoint_begin(t->ckpt_root, t->step, &tt, 1, &tmp);
+        if (st == LF_OK) snprintf(path, sizeof path, "%s", tmp);
+    }
+    st = zero_agree(t, st, "starting the checkpoint");
+    if (st == LF_OK && t->world > 1) st = lf_comm_broadcast_bytes(t->comm, path, sizeof path, 0);
+    if (st != LF_OK) {
+        lf_free(tmp);
+        return st;
+    }
+    lf_status mine = LF_OK;
+    for (int u = 0; u < t->n_units && mine == LF_OK; u++)
+        mine = lf_checkpoint_write_slice(path, &tt, t->pc_lo[u], t->pc_n[u], zp_params(t, u), t->m + t->sh_off[u],
+                                         t->v + t->sh_off[u]);
+    if (mine != LF_OK)
+        lf_error_prefix("rank %d writing its shard (ZeRO checkpoints are written by every rank: out_dir must be on a "
+                        "filesystem all ranks share)", t->rank);
+    st = zero_agree(t, mine, "writing the checkpoint's shards");
+    if (t->rank == 0) {
+        if (st == LF_OK)
+            st = lf_checkpoint_commit(t->ckpt_root, t->step, tmp, state, t->extra, t->n_extra, t->cfg.keep_last,
+                                      t->best_ckpt[0] ? t->best_ckpt : NULL, saved);
+        else
+            lf_checkpoint_discard(tmp); /* nothing half-written stays */
+    }
+    lf_free(tmp);
+    lf_status was = st;
+    st = zero_agree(t, t->rank == 0 ? st : LF_OK, "committing the checkpoint");
+    return was != LF_OK ? was : st;
+}
+
+/* Rank 0 resolves and verifies the checkpoint and reads its state; every
+ * rank then reads the parameters (all of them: the model starts whole) and
+ * its shard of the moments from the shared files. */
+static lf_status zero_resume_read(lf_trainer *t, const char *path, char **dir, char **state) {
+    int count;
+    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    size_t n = lf_model_num_params(t->model);
+    lf_ckpt_tensors tt = {table, count, n};
+    lf_comm_set_context(t->comm, "resume");
+    float *params = lf_model_params(t->model); /* host memory on the CPU backends */
+    lf_status st = LF_OK;
+    if (t->rank == 0) {
+        st = lf_checkpoint_resolve(path, dir);
+        if (st == LF_OK) st = lf_checkpoint_load_slice(*dir, &tt, 1, 0, n, params, NULL, NULL, state);
+        if (st != LF_OK) lf_error_prefix("resuming from '%s'", *dir ? *dir : path);
+    }
+    st = zero_agree(t, st, "reading the checkpoint");
+    int64_t len = t->rank == 0 && st == LF_OK ? (int64_t)strlen(*state) + 1 : 0;
+    char where[LF_PATH_MAX + 64] = "";
+    if (t->rank == 0 && *dir) snprintf(where, sizeof where, "%s", *dir);
+    if (st == LF_OK && t->world > 1) {
+        st = lf_comm_broadcast_bytes(t->comm, &len, sizeof len, 0);
+        if (st == LF_OK) st = lf_comm_broadcast_bytes(t->comm, where, sizeof where, 0);
+        if (st == LF_OK && t->rank != 0 && !(*state = lf_alloc((size_t)len)))
+            st = lf_fail(LF_ERR_NOMEM, "out of memory receiving trainer_state.json");
+        if (st == LF_OK) st = lf_comm_broadcast_bytes(t->comm, *state, (size_t)len, 0);
+        if (st == LF_OK) (*state)[len - 1] = 0;
+    }
+    if (st != LF_OK) return st;
+    lf_status mine = LF_OK;
+    if (t->rank != 0) mine = lf_checkpoint_load_slice(where, &tt, 0, 0, n, params, NULL, NULL, NULL);
+    for (int u = 0; u < t->n_units && mine == LF_OK; u++)
+        if (t->pc_n[u])
+            mine = lf_checkpoint_load_slice(where, &tt, 0, t->pc_lo[u], t->pc_n[u], NULL, t->m + t->sh_off[u],
+                                            t->v + t->sh_off[u], NULL);
+    if (mine != LF_OK)
+        lf_error_prefix("rank %d reading its shard of '%s' (ZeRO checkpoints are read by every rank: out_dir must be "
+                        "on a filesystem all ranks share)", t->rank, where);
+    return zero_agree(t, mine, "reading the checkpoint's shards");
+}
+
 /* fp16: the step's gradients overflowed (on rank `rank`, in tensor k; rank
  * -1: in the sum over ranks). Skips the step on every rank alike (the
  * decision comes from reduced values); fails at the minimum scale. */
@@ -1215,6 +1541,8 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
     if (count == 0)
         return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from", step1);
     lf_model_zero_grad(t->model);
+    if (t->gshard) t->be->zero(t->gshard, t->shard_n);
+    t->zbad = -1;
     double loss_sum = 0;
     const double scale = t->cfg.fp16 ? t->scaler.scale : 1.0;
     o->loss_scale = scale;
@@ -1224,21 +1552,23 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
                               .key = lf_rng_mix((uint64_t)t->step, (uint64_t)a * (uint64_t)t->world + (uint64_t)t->rank)};
         double s, ta = lf_time_now();
         long c;
+        t->hook_comm_ms = 0; /* ZeRO-2/3: collectives inside forward and backward */
         st = lf_model_forward(t->model, t->inputs + a * BT, t->targets + a * BT, B, T, &fo, &s, &c);
         if (st != LF_OK) return st;
-        double tb = lf_time_now();
+        double tb = lf_time_now(), fwd_comm = t->hook_comm_ms;
         loss_sum += s;
         st = lf_model_backward(t->model);
         if (st != LF_OK) return st;
-        o->forward_ms += (tb - ta) * 1e3;
-        o->backward_ms += (lf_time_now() - tb) * 1e3;
+        o->forward_ms += (tb - ta) * 1e3 - fwd_comm;
+        o->backward_ms += (lf_time_now() - tb) * 1e3 - (t->hook_comm_ms - fwd_comm);
+        o->comm_ms += t->hook_comm_ms;
     }
     double t2 = lf_time_now(), comm_before = o->comm_ms;
     /* test hooks act on this rank's share, before the sums: an injection on
      * one rank reaches every rank through the reductions */
-    if (t->opts.inject_nan_step == step1) { /* a poisoned gradient */
-        float nan = NAN;
-        t->be->to_device(lf_model_grads(t->model), &nan, sizeof nan);
+    if (t->opts.inject_nan_step == step1) { /* a poisoned gradient (ZeRO-2/3: in this rank's summed shard) */
+        float nan = NAN, *g = t->gshard ? t->gshard : lf_model_grads(t->model);
+        if (!t->gshard || t->shard_n) t->be->to_device(g, &nan, sizeof nan);
     }
     if (t->opts.inject_spike_step == step1) loss_sum *= 100.0; /* an inflated loss */
     int bad = -1; /* fp16: first tensor whose rounded gradients are not finite on this rank */
@@ -1246,9 +1576,11 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         for (int i = 0; i < t->opts.n_inject_overflow && i < 16; i++) {
             if (t->opts.inject_overflow_steps[i] != step1) continue; /* test hook: an overflowing gradient */
             const lf_param_info *pi = lf_model_find_param(t->model, "h.0.mlp.c_fc.weight");
-            if (pi) lf_model_grads(t->model)[pi->offset] = INFINITY;
+            const lf_param_info *table = lf_model_params_table(t->model, NULL);
+            if (pi && lf_model_grads(t->model)) lf_model_grads(t->model)[pi->offset] = INFINITY;
+            else if (pi && t->zbad < 0) t->zbad = (int)(pi - table); /* ZeRO-2/3: the local gradient is gone */
         }
-        bad = fp16_round_grads(t);
+        bad = t->zstage >= 2 ? t->zbad : fp16_round_grads(t);
     }
     /* one small reduction: the loss sum, and how many ranks overflowed */
     double red[2] = {loss_sum, bad >= 0 ? 1.0 : 0.0};
@@ -1266,7 +1598,7 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
         return st;
     }
-    if (t->world > 1) {
+    if (t->zstage == 0 && t->world > 1) {
         st = all_reduce_grads(t, o);
         if (st != LF_OK) return st;
         /* an fp16 all-reduce leaves fp16 sums, which may overflow themselves;
@@ -1277,8 +1609,23 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
             return st;
         }
     }
-    if (t->cfg.fp16 && scale != 1.0) scale_grads(t, (float)(1.0 / scale));
-    o->norm = lf_grad_norm(t->model, t->be); /* of the summed gradients: the same on every rank */
+    if (t->zstage) {
+        /* stage 1 sums now (reduce-scatter); stages 2-3 summed unit by unit in backward */
+        if (t->zstage == 1 && (st = zero_reduce_scatter_all(t, o)) != LF_OK) return st;
+        if (t->cfg.fp16) {
+            if ((st = zero_fp16_sum_check(t, o, &bad)) != LF_OK) return st;
+            if (bad >= 0) {
+                st = fp16_skip(t, o, step1, scale, -1, bad);
+                o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
+                return st;
+            }
+            if (scale != 1.0) zero_scale_grads(t, (float)(1.0 / scale));
+        }
+        if ((st = zero_grad_norm(t, o, &o->norm)) != LF_OK) return st;
+    } else {
+        if (t->cfg.fp16 && scale != 1.0) scale_grads(t, (float)(1.0 / scale));
+        o->norm = lf_grad_norm(t->model, t->be); /* of the summed gradients: the same on every rank */
+    }
     o->lr = lf_lr_at(&t->cfg, t->step);
 
     if (!isfinite(o->loss) || !isfinite(o->norm)) {
@@ -1310,7 +1657,8 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         emit_event(t, "skipped_step", NULL, "{\"reason\":\"alert\"}");
     } else {
         t->opt_t++;
-        st = lf_adamw_apply(t->model, t->be, t->m, t->v, t->opt_t, o->lr, &t->cfg, o->norm);
+        st = t->zstage ? zero_adamw(t, o, o->lr, o->norm)
+                       : lf_adamw_apply(t->model, t->be, t->m, t->v, t->opt_t, o->lr, &t->cfg, o->norm);
         if (st != LF_OK) return st;
     }
     if (t->opts.inject_stall_step == step1 && t->opts.inject_stall_seconds > 0) { /* test hook */
