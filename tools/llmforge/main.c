@@ -486,6 +486,7 @@ static void usage(FILE *f) {
             "  data        generated data sets (`data arithmetic`, `data arithmetic-eval`)\n"
             "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
             "  plan        the memory a training config needs, item by item, and whether it fits\n"
+            "  launch      run a command as G ranks per node through mpirun (--nproc-per-node G -- train cfg.json)\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n",
             LF_VERSION);
 }
@@ -508,6 +509,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
