@@ -121,6 +121,9 @@ void *lf_alloc(size_t bytes);
 void lf_alloc_fail_after(long n);
 void *lf_calloc(size_t bytes);
 void lf_free(void *p);
+/* Bytes the allocator reserved for a block from lf_alloc (its own count,
+ * malloc_usable_size: at least what was asked); 0 for NULL. */
+size_t lf_alloc_usable(const void *p);
 
 /* Bump arena over one aligned block: everything a training step needs is
  * planned, reserved once, and released together. */

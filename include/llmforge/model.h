@@ -201,6 +201,11 @@ typedef struct lf_model_zero {
 lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z);
 /* Bytes of the unit working buffers lf_model_set_zero allocates. */
 size_t lf_gpt2_zero_work_bytes(const lf_gpt2_config *cfg, int partition_grads, int partition_params);
+/* Bytes the allocator holds for the model's parameters (the whole buffer,
+ * or the two gathered-unit buffers under ZeRO-3) and gradients (the whole
+ * buffer, or replica 0's two unit buffers under ZeRO-2/3), by
+ * lf_alloc_usable: for checking the memory plan against the allocator. */
+void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads);
 /* ZeRO-3: the parameters changed (an optimizer step): gathered units are stale. */
 void lf_model_params_changed(lf_model *m);
 

@@ -34,6 +34,12 @@ typedef struct lf_mem_plan {
     size_t limit;            /* what the plan must fit: memory.limit_bytes, else MemAvailable; 0 = unknown */
     int limit_from_config;   /* 1: memory.limit_bytes */
     int staging;             /* host staging copies counted (a backend whose memory is not the host's) */
+    /* data parallel: the plan is one rank's (rank `rank` of `world`) */
+    int world, rank, zero_stage;
+    size_t shard;            /* ZeRO >= 1: floats of this rank's shard (its part of every unit) */
+    size_t params_bytes;     /* parameters held: the whole model, or (ZeRO-3) the shard and two gathered units */
+    size_t grads_bytes;      /* gradients: the whole model, or (ZeRO-2/3) the shard and two unit buffers */
+    size_t optim_bytes;      /* AdamW moments: of the whole model, or (ZeRO >= 1) of the shard */
 } lf_mem_plan;
 
 /* The plan of cfg for model mcfg (vocab resolved) with the micro-batch split
@@ -43,6 +49,10 @@ typedef struct lf_mem_plan {
  * Reads MemAvailable from /proc/meminfo when memory.limit_bytes is 0. */
 lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
                            int host_staging);
+/* The same for rank `rank` of cfg->world_size (ZeRO shards differ by one
+ * element per unit between ranks; rank 0's is the largest). */
+lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+                                int host_staging, int rank);
 
 /* LF_OK when the plan fits its limit (or no limit is known). Otherwise
  * LF_ERR_NOMEM with a message: the total against the limit, the largest

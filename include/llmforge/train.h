@@ -218,6 +218,11 @@ lf_model *lf_trainer_model(lf_trainer *t);
 /* The communicator the trainer runs on (its own or opts.comm), for
  * lf_comm_rank/size and lf_comm_abort; NULL when create failed before it
  * was opened. */
+/* What this rank holds, by the allocator's own count (lf_alloc_usable):
+ * parameters (the model's buffers, plus the ZeRO-3 shard), gradients (the
+ * model's, plus the ZeRO-2/3 shard) and AdamW moments. Compare with
+ * lf_mem_plan's params_bytes, grads_bytes, optim_bytes. */
+void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim);
 lf_comm *lf_trainer_comm(lf_trainer *t);
 
 /* The model configuration and tokenizer spec a checkpoint directory was

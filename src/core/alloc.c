@@ -1,4 +1,5 @@
 /* Aligned allocation and a bump arena (one block, 64-byte aligned slices). */
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@ void *lf_calloc(size_t bytes) {
 }
 
 void lf_free(void *p) { free(p); }
+
+size_t lf_alloc_usable(const void *p) { return p ? malloc_usable_size((void *)p) : 0; }
 
 struct lf_arena {
     unsigned char *base;

@@ -435,6 +435,11 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
     return LF_OK;
 }
 
+void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads) {
+    *params = lf_alloc_usable(m->params) + lf_alloc_usable(m->pemb) + lf_alloc_usable(m->pblk);
+    *grads = lf_alloc_usable(m->grads) + lf_alloc_usable(m->gemb0) + lf_alloc_usable(m->gblk0);
+}
+
 void lf_model_params_changed(lf_model *m) {
     m->emb_valid = 0;
     m->blk_unit = -1;

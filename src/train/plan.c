@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "llmforge/comm.h"
 #include "llmforge/plan.h"
 
 const char *lf_fmt_bytes(size_t bytes, char *buf, size_t cap) {
@@ -46,7 +47,7 @@ static void add(lf_mem_plan *p, const char *name, size_t bytes) {
 
 /* Total of the plan with micro-batch B, accumulation A and policy rc (the rest as cfg). */
 static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas, int B,
-                           int A, lf_recompute rc, int staging) {
+                           int A, lf_recompute rc, int staging, int rank) {
     memset(p, 0, sizeof *p);
     lf_param_info *table = NULL;
     int count = 0;
@@ -70,10 +71,34 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         if (k == (int)rc) p->act = ab;
     }
     const size_t f = sizeof(float), batch = 2 * sizeof(int32_t) * (size_t)A * (size_t)B * (size_t)T;
-    add(p, "parameters (fp32 master weights)", P * f);
-    add(p, "gradients (fp32)", P * f);
-    add(p, "AdamW moments (fp32, 2 per parameter)", 2 * P * f);
-    if (staging) add(p, "checkpoint staging (host copies)", 3 * P * f);
+    /* ZeRO: the rank's shard is its part of every unit (embeddings, L blocks
+     * of one size, ln_f), lf_comm_partition's split; two unit-sized working
+     * buffers each for gathered parameters (stage 3) and unit gradients
+     * (stages 2-3), as lf_model_set_zero allocates them */
+    const int W = cfg->world_size > 0 ? cfg->world_size : 1, Z = cfg->zero_stage;
+    p->world = W;
+    p->rank = rank;
+    p->zero_stage = Z;
+    size_t u0 = 0, mo = 0;
+    if (!lf_gpt2_unit_sizes(mcfg, &u0, &mo)) return lf_fail(LF_ERR_NOMEM, "out of memory planning");
+    const size_t lnf = (size_t)mcfg->n_embd * (mcfg->bias ? 2 : 1), blk = mcfg->n_layer > 0 ? mo : 0;
+    size_t part = 0, off = 0;
+    p->shard = 0;
+    lf_comm_partition(u0, W, rank, &off, &part);
+    p->shard += part;
+    lf_comm_partition(blk, W, rank, &off, &part);
+    p->shard += (size_t)mcfg->n_layer * part;
+    lf_comm_partition(lnf, W, rank, &off, &part);
+    p->shard += part;
+    const size_t units = lf_gpt2_zero_work_bytes(mcfg, 1, 0); /* one unit-0 buffer and one of the largest other */
+    p->params_bytes = Z == 3 ? p->shard * f + units : P * f;
+    p->grads_bytes = Z >= 2 ? p->shard * f + units : P * f;
+    p->optim_bytes = 2 * (Z >= 1 ? p->shard : P) * f;
+    add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 gathered units)" : "parameters (fp32 master weights)", p->params_bytes);
+    add(p, Z >= 2 ? "gradients (ZeRO shard + 2 unit buffers)" : "gradients (fp32)", p->grads_bytes);
+    add(p, Z >= 1 ? "AdamW moments (ZeRO shard, 2 per element)" : "AdamW moments (fp32, 2 per parameter)",
+        p->optim_bytes);
+    if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * (Z >= 1 ? p->shard : P)) * f);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s)", lf_recompute_name(rc));
     add(p, name, p->act.total);
@@ -89,20 +114,31 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     }
     add(p, "step batch (inputs, targets)", batch);
     add(p, "loader prefetch ring", (size_t)cfg->prefetch * batch);
-    if (cfg->world_size > 1) {
-        /* the mpi communicator's receive buffer for one bucket of the gradient
-         * all-reduce: a part of ceil(bucket / W) floats from each of W ranks */
-        size_t W = (size_t)cfg->world_size, bucket = (size_t)cfg->comm_bucket_elems;
-        if (bucket == 0 || bucket > P) bucket = P;
-        add(p, "communication scratch (all-reduce bucket)", W * ((bucket + W - 1) / W) * f);
+    if (W > 1) {
+        /* the mpi communicator's receive buffer: a part of ceil(bucket / W)
+         * floats from each of W ranks for one bucket of the gradient
+         * all-reduce (stage 0), or of the largest unit's reduce-scatter (ZeRO:
+         * collectives go unit by unit, in rounds of at most a bucket) */
+        size_t bucket = (size_t)cfg->comm_bucket_elems, biggest = Z ? (u0 > mo ? u0 : mo) : P;
+        if (bucket == 0 || bucket > biggest) bucket = biggest;
+        add(p, Z ? "communication scratch (largest unit's reduce-scatter)" : "communication scratch (all-reduce bucket)",
+            (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f);
     }
     return LF_OK;
 }
 
 lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
                            int host_staging) {
+    return lf_mem_plan_make_rank(p, cfg, mcfg, replicas, host_staging, 0);
+}
+
+lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+                                int host_staging, int rank) {
     if (!p || !cfg || !mcfg) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: NULL argument");
-    lf_status st = plan_with(p, cfg, mcfg, replicas, cfg->micro_batch, cfg->grad_accum, (lf_recompute)cfg->recompute, host_staging);
+    if (rank < 0 || rank >= (cfg->world_size > 0 ? cfg->world_size : 1))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: rank %d outside world size %d", rank, cfg->world_size);
+    lf_status st = plan_with(p, cfg, mcfg, replicas, cfg->micro_batch, cfg->grad_accum, (lf_recompute)cfg->recompute,
+                             host_staging, rank);
     if (st != LF_OK) return st;
     if (cfg->memory_limit > 0) {
         p->limit = (size_t)cfg->memory_limit;
@@ -153,7 +189,7 @@ lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, co
         if (p->B % B) continue;
         lf_mem_plan q;
         int A = p->A * (p->B / B);
-        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy, p->staging) != LF_OK) break;
+        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy, p->staging, p->rank) != LF_OK) break;
         if (q.total <= p->limit || B == 1) {
             sb(&s, " train_micro_batch_size_per_gpu %d with gradient_accumulation_steps %d saves %s%s;", B, A,
                lf_fmt_bytes(p->total - q.total, b1, sizeof b1), q.total <= p->limit ? "" : " (not enough alone)");
@@ -170,15 +206,27 @@ lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, co
     }
     /* everything at once */
     lf_mem_plan q;
-    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging) == LF_OK) {
+    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging, p->rank) == LF_OK) {
         if (q.total > p->limit)
             sb(&s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
                "model.block_size) or more memory;", lf_fmt_bytes(q.total, b3, sizeof b3));
         else if (n_adv > 1)
             sb(&s, " micro-batch 1 with full recompute needs %s;", lf_fmt_bytes(q.total, b3, sizeof b3));
     }
-    sb(&s, " bf16 keeps activations in fp32 in this build and adds bf16 weight copies, so it saves nothing; ZeRO "
-       "stages shard optimizer state over several processes and save nothing in one");
+    /* a ZeRO stage (with several ranks: one rank's shard shrinks with the world size) */
+    if (p->world > 1) {
+        for (int z = p->zero_stage + 1; z <= 3; z++) {
+            lf_train_config zc = *cfg;
+            zc.zero_stage = z;
+            if (plan_with(&q, &zc, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank) != LF_OK) break;
+            if (q.total < p->total)
+                sb(&s, " zero_optimization.stage %d saves %s%s;", z, lf_fmt_bytes(p->total - q.total, b1, sizeof b1),
+                   q.total <= p->limit ? "" : " (not enough alone)");
+        }
+    }
+    sb(&s, " bf16 keeps activations in fp32 in this build and adds bf16 weight copies, so it saves nothing%s",
+       p->world > 1 ? "" : "; ZeRO stages shard optimizer state, gradients and parameters over several processes "
+                           "(llmforge launch / mpirun) and save nothing in one");
     (void)mcfg;
     return lf_fail(LF_ERR_NOMEM, "%s", msg);
 }
@@ -189,6 +237,11 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
     if (buf && cap) buf[0] = 0;
     sb(&s, "memory plan: %zu parameters (%.2fM); micro-batch %d x %d tokens, accumulation %d, %d replica%s\n",
        p->params, p->params / 1e6, p->B, p->T, p->A, p->replicas, p->replicas == 1 ? "" : "s");
+    if (p->zero_stage)
+        sb(&s, "per rank: rank %d of %d, ZeRO stage %d: a shard of %zu elements (this rank's part of every unit)\n",
+           p->rank, p->world, p->zero_stage, p->shard);
+    else if (p->world > 1)
+        sb(&s, "per rank: rank %d of %d, ZeRO stage 0 (every rank holds the whole state)\n", p->rank, p->world);
     for (int i = 0; i < p->n_items; i++)
         sb(&s, "  %-40s %12s  %5.1f%%\n", p->items[i].name, lf_fmt_bytes(p->items[i].bytes, b1, sizeof b1),
            100.0 * (double)p->items[i].bytes / (double)p->total);

@@ -153,6 +153,13 @@ lf_model *lf_trainer_model(lf_trainer *t) { return t->model; }
 
 lf_comm *lf_trainer_comm(lf_trainer *t) { return t ? t->comm : NULL; }
 
+void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim) {
+    lf_model_state_bytes(t->model, params, grads);
+    *params += lf_alloc_usable(t->pshard);
+    *grads += lf_alloc_usable(t->gshard);
+    *optim = lf_alloc_usable(t->m) + lf_alloc_usable(t->v);
+}
+
 /* Records go out on rank 0 only: every rank computes the same reduced
  * values, one of them reports them. */
 static void obs_emit(lf_trainer *t, lf_obs_record *r) {
@@ -854,7 +861,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (!t->be) return tfail(t, LF_ERR_NOT_FOUND);
     /* every byte of the step, known before any large allocation: refuse now what cannot fit */
     lf_mem_plan plan;
-    st = lf_mem_plan_make(&plan, &t->cfg, &t->mcfg, t->be->replicas ? t->be->replicas(B) : 1, !t->be->host_memory);
+    st = lf_mem_plan_make_rank(&plan, &t->cfg, &t->mcfg, t->be->replicas ? t->be->replicas(B) : 1,
+                               !t->be->host_memory, t->rank);
     if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
     if (st != LF_OK) return tfail(t, st);
     st = lf_model_create(&t->model, &t->mcfg, t->be);
@@ -1395,8 +1403,13 @@ static lf_status zero_agree(lf_trainer *t, lf_status mine, const char *what) {
     if (!code) return LF_OK;
     int who = t->world - (int)(code >> 32);
     lf_status s = (lf_status)(-(int)(code & 0xffffffff));
+    char msg[1024]; /* that rank's message, for every rank to report */
+    snprintf(msg, sizeof msg, "%s", t->rank == who ? lf_last_error() : "");
+    st = lf_comm_broadcast_bytes(t->comm, msg, sizeof msg, who);
+    if (st != LF_OK) return st;
+    msg[sizeof msg - 1] = 0;
     if (mine != LF_OK) return mine;
-    return lf_fail(s, "%s failed on rank %d (its message is in that rank's output)", what, who);
+    return lf_fail(s, "%s failed on rank %d: %s", what, who, msg);
 }
 
 /* Every rank writes its shard into the files rank 0 created; rank 0

@@ -11,6 +11,11 @@
  *                    resumes with 1 rank, and one saved by 1 rank resumes
  *                    with 2; steps 11-20 continue the uninterrupted 2-rank
  *                    run within 1e-5.
+ *   mpi_dp equiv S   the same with zero_optimization.stage S (1-3).
+ *   mpi_dp memory    any N, a GPT of ~10.7M parameters: each rank's bytes of
+ *                    parameters, gradients and moments by the allocator's
+ *                    count equal its memory plan for ZeRO 0-3, and fall
+ *                    with the stage.
  *   mpi_dp skips     2 ranks: an fp16 overflow injected on rank 1 only skips
  *                    the step on both ranks (the event names rank 1 and the
  *                    tensor; loss scale and skips as the single-process run
@@ -31,6 +36,7 @@
 
 #include "llmforge/comm.h"
 #include "llmforge/data.h"
+#include "llmforge/plan.h"
 #include "llmforge/safetensors.h"
 #include "llmforge/train.h"
 
@@ -416,6 +422,94 @@ static int run_skips(void) {
     return 0;
 }
 
+/* Per-rank memory by ZeRO stage on a GPT of ~10.7M parameters (6 layers x
+ * 384 channels, block 256): what the allocator holds for parameters,
+ * gradients and AdamW moments equals this rank's plan (lf_mem_plan_make_rank)
+ * for every stage, and falls with the stage as the plan says. */
+static int run_memory(void) {
+    const char *what[4] = {"ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    size_t got[4][3], want[4][3], P = 0;
+    for (int z = 0; z <= 3; z++) {
+        char name[32];
+        snprintf(name, sizeof name, "mem%d", z);
+        lf_train_config c = config(name, g_size, 1, 1);
+        c.model.n_layer = 6;
+        c.model.n_head = 6;
+        c.model.n_embd = 384;
+        c.model.block_size = 256;
+        c.micro_batch = 1;
+        c.grad_accum = 1;
+        c.train_batch_size = g_size;
+        c.zero_stage = z;
+        lf_trainer *t = NULL;
+        lf_status st = lf_trainer_create(&t, &c, NULL);
+        CHECK(st == LF_OK, "create %s: %s", name, lf_trainer_errmsg(t));
+        lf_trainer_state_bytes(t, &got[z][0], &got[z][1], &got[z][2]);
+        lf_model *m = lf_trainer_model(t);
+        P = lf_model_num_params(m);
+        lf_mem_plan plan;
+        OK(lf_mem_plan_make_rank(&plan, &c, lf_model_config(m), 1, 0, g_rank));
+        want[z][0] = plan.params_bytes;
+        want[z][1] = plan.grads_bytes;
+        want[z][2] = plan.optim_bytes;
+        lf_trainer_free(t);
+        static const char *cat[3] = {"parameters", "gradients", "AdamW moments"};
+        for (int k = 0; k < 3; k++) /* the allocator rounds a block up by at most a page */
+            CHECK(got[z][k] >= want[z][k] && got[z][k] - want[z][k] <= 3 * 4096,
+                  "%s rank %d: %s hold %zu bytes by the allocator's count, the plan says %zu", what[z], g_rank, cat[k],
+                  got[z][k], want[z][k]);
+    }
+    double total[4];
+    for (int z = 0; z < 4; z++) total[z] = (double)(want[z][0] + want[z][1] + want[z][2]);
+    const double f = sizeof(float), W = g_size;
+    /* moments by W from stage 1; gradients and parameters down to a shard and two unit buffers */
+    CHECK(want[1][2] <= 2 * f * (P / W + 8) && want[0][2] == 2 * f * P, "moments: %zu and %zu bytes", want[0][2],
+          want[1][2]);
+    CHECK(want[2][1] < want[1][1] && want[3][0] < want[2][0], "gradients or parameters did not fall");
+    for (int z = 1; z < 4; z++) CHECK(total[z] < total[z - 1], "%s holds no less than %s", what[z], what[z - 1]);
+    /* every rank prints its line in rank order */
+    for (int r = 0; r < g_size; r++) {
+        OK(lf_comm_barrier(g_c));
+        if (r != g_rank) continue;
+        printf("rank %d of %d, %zu parameters: bytes of parameters + gradients + moments (allocator = plan):", g_rank,
+               g_size, P);
+        for (int z = 0; z < 4; z++)
+            printf(" %s %.1f MB (%zu + %zu + %zu, %.2fx of ZeRO-0)%s", what[z], total[z] / 1e6, got[z][0], got[z][1],
+                   got[z][2], total[z] / total[0], z < 3 ? ";" : "\n");
+        fflush(stdout);
+    }
+    OK(lf_comm_barrier(g_c));
+    if (g_rank == 0) printf("PASS memory: every rank's allocation equals its plan for ZeRO 0-3 and falls with the stage\n");
+    return 0;
+}
+
+/* ZeRO-3 on N ranks, rank 2 stalls (the trainer's test hook sleeps 60 s
+ * after step 3) with comm.timeout_s 3: every other rank's next collective
+ * times out naming rank 2; each prints its message and ends the job
+ * (lf_comm_abort). Run by mpi_zero_cli.sh, which checks the messages and
+ * that the job ended within the timeout + 10 s. */
+static int run_stall(void) {
+    CHECK(g_size >= 3, "stall runs on 3 or more ranks");
+    lf_train_config c = config("stall", g_size, 1, 10);
+    c.micro_batch = 1;
+    c.train_batch_size = g_size;
+    c.zero_stage = 3;
+    c.comm_timeout_s = 3;
+    lf_trainer_opts o = {0};
+    if (g_rank == 2) {
+        o.inject_stall_step = 3;
+        o.inject_stall_seconds = 60;
+    }
+    lf_trainer *t = NULL;
+    lf_status st = lf_trainer_create(&t, &c, &o);
+    CHECK(st == LF_OK, "create: %s", lf_trainer_errmsg(t));
+    st = lf_trainer_run(t);
+    printf("rank %d: run ended: %s: %s\n", g_rank, lf_status_str(st), lf_trainer_errmsg(t));
+    fflush(stdout);
+    lf_comm_abort(lf_trainer_comm(t), 3); /* as the CLI does after a failed step */
+    return 3;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "equiv";
@@ -434,8 +528,10 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "equiv")) rc = run_equiv();
     else if (!strcmp(mode, "resume")) rc = run_resume();
     else if (!strcmp(mode, "skips")) rc = run_skips();
+    else if (!strcmp(mode, "memory")) rc = run_memory();
+    else if (!strcmp(mode, "stall")) rc = run_stall();
     else {
-        fprintf(stderr, "usage: mpi_dp equiv|resume|skips\n");
+        fprintf(stderr, "usage: mpi_dp equiv [STAGE]|resume|skips|memory|stall\n");
         rc = 2;
     }
     cleanup();

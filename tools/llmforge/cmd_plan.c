@@ -18,7 +18,7 @@
 
 int cmd_plan(int argc, char **argv) {
     const char *config = NULL;
-    long threads = 0, world = 0;
+    long threads = 0, world = 0, rank = 0;
     int json = 0;
     int rc = 2;
     const char **ov = calloc((size_t)argc + 1, sizeof *ov);
@@ -28,11 +28,14 @@ int cmd_plan(int argc, char **argv) {
         int missing = 0;
         const char *v;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge plan [CONFIG.json] [--key.path=value ...] [--threads N] [--world-size W] [--json]\n"
+            printf("usage: llmforge plan [CONFIG.json] [--key.path=value ...] [--threads N] [--world-size W] [--rank R]\n"
+                   "                     [--json]\n"
                    "  The memory a training run needs per rank, item by item, before anything is allocated;\n"
                    "  the vocabulary comes from data.dataset (or model.vocab_size when the dataset is absent).\n"
                    "  --world-size W plans for W ranks (default: the launcher's, else 1): the batch identity\n"
-                   "  and the communication buffers follow it. --json prints one JSON object instead.\n"
+                   "  and the communication buffers follow it; with zero_optimization.stage 1-3 parameters,\n"
+                   "  gradients and AdamW moments are those of one rank's shard (--rank R, default 0: the\n"
+                   "  largest). --json prints one JSON object instead.\n"
                    "  Exit 0 when it fits memory.limit_bytes (or the available memory), 1 when it does not.\n");
             rc = 0;
             goto done;
@@ -40,6 +43,8 @@ int cmd_plan(int argc, char **argv) {
             if (parse_long("--threads", v, 0, 4096, &threads)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--world-size", &missing))) {
             if (parse_long("--world-size", v, 1, 1 << 20, &world)) goto done;
+        } else if ((v = opt_value(argc, argv, &i, "--rank", &missing))) {
+            if (parse_long("--rank", v, 0, (1 << 20) - 1, &rank)) goto done;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else if (missing) {
@@ -59,6 +64,10 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "llmforge: plan: config: %s\n", lf_last_error());
         goto done;
     }
+    if (rank >= cfg.world_size) {
+        fprintf(stderr, "llmforge: plan: --rank %ld is not below the world size %d\n", rank, cfg.world_size);
+        goto done;
+    }
     lf_backend_cpu_set_threads((int)threads);
     lf_gpt2_config m = cfg.model;
     lf_dataset *ds = NULL;
@@ -74,7 +83,7 @@ int cmd_plan(int argc, char **argv) {
     int B = cfg.micro_batch, replicas = lf_backend_cpu_threads();
     if (replicas > B) replicas = B;
     lf_mem_plan p;
-    st = lf_mem_plan_make(&p, &cfg, &m, replicas, 0);
+    st = lf_mem_plan_make_rank(&p, &cfg, &m, replicas, 0, (int)rank);
     if (st != LF_OK) {
         fprintf(stderr, "llmforge: plan: %s\n", lf_last_error());
         goto done;
@@ -82,9 +91,12 @@ int cmd_plan(int argc, char **argv) {
     st = lf_mem_plan_check(&p, &cfg, &m);
     if (json) {
         /* one object; item names are plain ASCII without quotes or backslashes */
-        printf("{\"world_size\":%d,\"parameters\":%zu,\"micro_batch\":%d,\"block_size\":%d,"
-               "\"gradient_accumulation_steps\":%d,\"replicas\":%d,\"recompute\":\"%s\",\"per_rank\":[",
-               cfg.world_size, p.params, p.B, p.T, p.A, p.replicas, lf_recompute_name(p.policy));
+        printf("{\"world_size\":%d,\"rank\":%d,\"zero_stage\":%d,\"shard_elements\":%zu,\"parameters\":%zu,"
+               "\"micro_batch\":%d,\"block_size\":%d,\"gradient_accumulation_steps\":%d,\"replicas\":%d,"
+               "\"recompute\":\"%s\",\"parameter_bytes\":%zu,\"gradient_bytes\":%zu,\"optimizer_bytes\":%zu,"
+               "\"activation_bytes\":%zu,\"per_rank\":[",
+               cfg.world_size, p.rank, p.zero_stage, p.zero_stage ? p.shard : p.params, p.params, p.B, p.T, p.A,
+               p.replicas, lf_recompute_name(p.policy), p.params_bytes, p.grads_bytes, p.optim_bytes, p.act.total);
         for (int i = 0; i < p.n_items; i++)
             printf("%s{\"name\":\"%s\",\"bytes\":%zu}", i ? "," : "", p.items[i].name, p.items[i].bytes);
         printf("],\"total_bytes\":%zu,\"activation_bytes_by_policy\":{\"none\":%zu,\"selective\":%zu,"
