@@ -13,6 +13,7 @@
 # of a step — the token-count and loss sums and the bucketed gradient
 # all-reduce, 10.7M floats); efficiency = tokens/s(2 x 1) / tokens/s(1 x 2);
 # and whether the two runs logged the same losses (they must, within 1e-5).
+# Then per-rank peak memory of ZeRO stages 0-3 on 4 ranks (see below).
 # The collectives are not overlapped with backward (docs/distributed.md), so
 # comm_ms adds to the step.
 # LLMFORGE=path picks the binary (default: `make build`, build/llmforge);
@@ -74,4 +75,29 @@ paste <(losses "$OUT/r1x2") <(losses "$OUT/r2x1") | awk '
   { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; n++ }
   END { printf "losses of the two layouts over %d steps: worst relative difference %.2g%s\n", n, w,
         w <= 1e-5 ? "" : "  (MORE THAN 1e-5)" }'
-echo "(RSS: rank 0's resident set; ZeRO stages that shrink it per rank are later work)"
+echo "(RSS: rank 0's resident set at the last step)"
+
+# Per-rank memory by ZeRO stage: the same model and global batch on 4 ranks x
+# 1 thread (micro-batch 2 each), ZERO_STEPS steps per stage; each rank's peak
+# resident set (GNU time's maximum RSS) beside the plan's per-rank bytes of
+# parameters + gradients + AdamW moments (llmforge plan --world-size 4 --rank r).
+ZERO_STEPS=${ZERO_STEPS:-5}
+if [ -x /usr/bin/time ]; then
+  echo
+  echo "== ZeRO stages, 4 ranks x 1 thread, $ZERO_STEPS steps each: ${MPIRUN} ${mpiflags[*]} -n 4"
+  printf "%-7s %18s %18s %14s %9s %9s\n" stage "peak RSS/rank MiB" "planned state MiB" "(rank 0 items)" "ms/step" comm
+  for z in 0 1 2 3; do
+    OMP_NUM_THREADS=1 "$MPIRUN" "${mpiflags[@]}" -n 4 bash -c \
+      'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; exec /usr/bin/time -f "rank $r peak_rss_kb %M" "$@"' _ \
+      "$LLMFORGE" train "${common[@]}" --threads 1 --train_micro_batch_size_per_gpu=2 --train_iters="$ZERO_STEPS" \
+      --zero_optimization.stage=$z --out_dir="$OUT/zero$z" 2>"$OUT/zero$z.err" >/dev/null ||
+      { tail -20 "$OUT/zero$z.err"; exit 1; }
+    rss=$(grep -o 'peak_rss_kb [0-9]*' "$OUT/zero$z.err" | awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $2 / 1024 }')
+    planned=$("$LLMFORGE" plan "${common[@]}" --train_micro_batch_size_per_gpu=2 --zero_optimization.stage=$z \
+      --world-size 4 --rank 0 --json | sed 's/.*"parameter_bytes":\([0-9]*\),"gradient_bytes":\([0-9]*\),"optimizer_bytes":\([0-9]*\).*/\1 \2 \3/' |
+      awk '{ printf "%.1f %.0f+%.0f+%.0f", ($1 + $2 + $3) / 1048576, $1 / 1048576, $2 / 1048576, $3 / 1048576 }')
+    printf "ZeRO-%d  %18s %18s %14s %9.1f %9.1f\n" "$z" "$rss" "${planned% *}" "${planned#* }" \
+      "$(median "$OUT/zero$z" ms)" "$(median "$OUT/zero$z" time/comm_ms)"
+  done
+  echo "(peak RSS per rank, ranks 0/1/2/3; planned state = parameters + gradients + moments of one rank)"
+fi
