@@ -4,7 +4,8 @@
 # of both addresses (one slot each); its remote-start agent enters the other
 # namespace (ip netns exec) instead of ssh, and Open MPI's TCP traffic is held
 # to the veth link. The 2-rank run across the two "hosts" must log the same
-# per-step losses as one process with the same global batch (1e-5 relative).
+# per-step losses as one process with the same global batch (1e-5 relative),
+# with ZeRO stage 0 and stage 3.
 #   test_two_hosts.sh LLMFORGE SOURCE_DIR SHARED_DIR
 # Needs root, permission to create network namespaces, iproute2 and Open
 # MPI's mpirun; without them it prints "SKIPPED: reason" and exits 0.
@@ -107,4 +108,16 @@ paste <(losses "$dir/one") <(losses "$dir/two") | awk -v b=$((rx1 - rx0)) -v t="
   END { if (n != 5 || w > 1e-5) { printf "losses differ: %d steps, worst relative %.3g\n", n, w; exit 1 }
         printf "2 ranks on 2 hosts = 1 process over %d steps (worst relative difference %.2g; mpirun %s s, %d bytes in over the veth)\n", n, w, t, b }' ||
   fail "losses across two hosts differ from one process's"
+# ZeRO-3 across the two hosts: parameters gathered unit by unit over the link,
+# the step-5 checkpoint written by both ranks (the namespaces share the filesystem)
+timeout -k 5 50 ip netns exec "$ns0" "${mpi[@]}" "$bin" train "$dir/cfg.json" --threads 1 \
+  --zero_optimization.stage=3 --out_dir="$dir/zero3" >"$dir/out" 2>&1
+rc=$?
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "ZeRO-3 across the two namespaces hung"
+[ "$rc" -eq 0 ] || fail "ZeRO-3 across the two namespaces exited $rc"
+paste <(losses "$dir/one") <(losses "$dir/zero3") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; n++ }
+  END { if (n != 5 || w > 1e-5) { printf "ZeRO-3 losses differ: %d steps, worst relative %.3g\n", n, w; exit 1 }
+        printf "ZeRO-3, 2 ranks on 2 hosts = 1 process over %d steps (worst relative difference %.2g)\n", n, w }' ||
+  fail "ZeRO-3 losses across two hosts differ from one process's"
 echo "PASS"
