@@ -103,7 +103,10 @@ echo "3. zero_optimization.stage 4: both ranks name the key"
 
 # 4. kill -9 of rank 2 of 4 mid-training; checkpoints every step
 per_rank='r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}'
-run 60 4 bash -c "$per_rank"'; if [ "$r" = 2 ]; then "$@" & p=$!; sleep 3; kill -9 $p; wait $p; exit $?; fi; exec "$@"' \
+# rank 2 dies once training is under way: after the first checkpoint, half a second later
+kill2='if [ "$r" = 2 ]; then "$@" & p=$!; for i in $(seq 900); do [ -e "'"$dir"'/kill/ckpt/latest" ] && break;
+  sleep 0.1; done; sleep 0.5; kill -9 $p; wait $p; exit $?; fi; exec "$@"'
+run 120 4 bash -c "$per_rank; $kill2" \
   _ "$bin" train "$dir/cfg.json" --zero_optimization.stage=3 --train_iters=100000 --checkpoint.interval=1 \
   --comm.timeout_s=5 --out_dir="$dir/kill"
 [ "$rc" -ne 0 ] || fail "the job survived a dead rank"
