@@ -682,32 +682,36 @@ static lf_status build_header(const char *path, const lf_st_tensor *tensors, int
     return LF_OK;
 }
 
-lf_status lf_safetensors_create(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
-                                int n_meta, size_t *data_start) {
-    sbuf h = {0};
-    lf_status s = build_header(path, tensors, n, meta, n_meta, 0, &h);
-    if (s != LF_OK) return s;
-    uint64_t data = 0;
-    for (int i = 0; i < n; i++) data += tensors[i].nbytes;
+/* Writes header h and then either the tensors' data (with_data) or nothing,
+ * extending the file to its full size; fsynced; removed on failure. */
+static lf_status write_file(const char *path, const sbuf *h, const lf_st_tensor *tensors, int n, int with_data) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(h.p);
+    if (fd < 0)
         return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "safetensors '%s': cannot create: %s", path,
                        strerror(errno));
-    }
-    uint64_t hlen = h.len;
-    s = write_all(fd, path, &hlen, 8);
-    if (s == LF_OK) s = write_all(fd, path, h.p, h.len);
-    if (s == LF_OK && ftruncate(fd, (off_t)(8 + h.len + data)) != 0)
+    uint64_t hlen = h->len, data = 0;
+    for (int i = 0; i < n; i++) data += tensors[i].nbytes;
+    lf_status s = write_all(fd, path, &hlen, 8);
+    if (s == LF_OK) s = write_all(fd, path, h->p, h->len);
+    for (int i = 0; with_data && i < n && s == LF_OK; i++) s = write_all(fd, path, tensors[i].data, tensors[i].nbytes);
+    if (s == LF_OK && !with_data && ftruncate(fd, (off_t)(8 + h->len + data)) != 0)
         s = lf_fail(LF_ERR_IO, "safetensors '%s': cannot extend to %llu bytes: %s", path,
-                    (unsigned long long)(8 + h.len + data), strerror(errno));
+                    (unsigned long long)(8 + h->len + data), strerror(errno));
     if (s == LF_OK && fsync(fd) != 0)
         s = lf_fail(LF_ERR_IO, "safetensors '%s': fsync failed: %s", path, strerror(errno));
     if (close(fd) != 0 && s == LF_OK)
         s = lf_fail(LF_ERR_IO, "safetensors '%s': close failed: %s", path, strerror(errno));
+    if (s != LF_OK) unlink(path); /* never leave a half-written file behind */
+    return s;
+}
+
+lf_status lf_safetensors_create(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
+                                int n_meta, size_t *data_start) {
+    sbuf h = {0};
+    lf_status s = build_header(path, tensors, n, meta, n_meta, 0, &h);
+    if (s == LF_OK) s = write_file(path, &h, tensors, n, 0);
     if (s == LF_OK && data_start) *data_start = 8 + h.len;
     free(h.p);
-    if (s != LF_OK) unlink(path);
     return s;
 }
 
@@ -715,23 +719,7 @@ lf_status lf_safetensors_write(const char *path, const lf_st_tensor *tensors, in
                                int n_meta) {
     sbuf h = {0};
     lf_status s = build_header(path, tensors, n, meta, n_meta, 1, &h);
-    if (s != LF_OK) return s;
-
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(h.p);
-        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "safetensors '%s': cannot create: %s", path,
-                       strerror(errno));
-    }
-    uint64_t hlen = h.len;
-    s = write_all(fd, path, &hlen, 8);
-    if (s == LF_OK) s = write_all(fd, path, h.p, h.len);
-    for (int i = 0; i < n && s == LF_OK; i++) s = write_all(fd, path, tensors[i].data, tensors[i].nbytes);
-    if (s == LF_OK && fsync(fd) != 0)
-        s = lf_fail(LF_ERR_IO, "safetensors '%s': fsync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && s == LF_OK)
-        s = lf_fail(LF_ERR_IO, "safetensors '%s': close failed: %s", path, strerror(errno));
+    if (s == LF_OK) s = write_file(path, &h, tensors, n, 1);
     free(h.p);
-    if (s != LF_OK) unlink(path); /* never leave a half-written file behind */
     return s;
 }

@@ -353,41 +353,28 @@ static lf_status save_checkpoint(lf_trainer *t) {
     /* this checkpoint becomes the best when the evaluation of this very step
      * set a new best; rotation never removes the best */
     if (t->best_eval_step == t->step) snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
-    if (t->zstage) { /* every rank writes its shard, in parallel */
-        char *state = NULL, *saved = NULL;
-        double t0 = lf_time_now();
-        lf_status st = state_to_json(t, &state);
-        if (st == LF_OK) st = zero_save(t, state, &saved);
-        free(state);
-        if (st != LF_OK) return st;
-        if (t->rank == 0) {
-            char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64];
-            json_escape(esc, sizeof esc, saved);
-            snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%.3f}", esc, (lf_time_now() - t0) * 1e3);
-            emit_event(t, "checkpoint", NULL, json);
-        }
-        lf_free(saved);
-        return LF_OK;
-    }
-    if (t->rank != 0) return LF_OK; /* the replicas are identical: rank 0 writes */
-    stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
-    stage_out(t, t->host_m, t->m, n * sizeof(float));
-    stage_out(t, t->host_v, t->v, n * sizeof(float));
-    char *state = NULL;
-    lf_status st = state_to_json(t, &state);
-    if (st != LF_OK) return st;
-    char *saved = NULL;
+    if (!t->zstage && t->rank != 0) return LF_OK; /* stage 0: the replicas are identical, rank 0 writes */
+    char *state = NULL, *saved = NULL;
     double t0 = lf_time_now();
-    st = lf_checkpoint_save(t->ckpt_root, t->step, &tt, t->host_params, t->host_m, t->host_v, state,
-                            t->extra, t->n_extra, t->cfg.keep_last, t->best_ckpt[0] ? t->best_ckpt : NULL, &saved);
+    lf_status st = state_to_json(t, &state);
+    if (st == LF_OK && t->zstage) {
+        st = zero_save(t, state, &saved); /* every rank writes its shard, in parallel */
+    } else if (st == LF_OK) {
+        stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
+        stage_out(t, t->host_m, t->m, n * sizeof(float));
+        stage_out(t, t->host_v, t->v, n * sizeof(float));
+        st = lf_checkpoint_save(t->ckpt_root, t->step, &tt, t->host_params, t->host_m, t->host_v, state, t->extra,
+                                t->n_extra, t->cfg.keep_last, t->best_ckpt[0] ? t->best_ckpt : NULL, &saved);
+    }
     free(state);
-    if (st != LF_OK) return st;
-    char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64];
-    json_escape(esc, sizeof esc, saved);
-    snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%.3f}", esc, (lf_time_now() - t0) * 1e3);
-    emit_event(t, "checkpoint", NULL, json);
+    if (st == LF_OK && t->rank == 0) {
+        char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64];
+        json_escape(esc, sizeof esc, saved);
+        snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%.3f}", esc, (lf_time_now() - t0) * 1e3);
+        emit_event(t, "checkpoint", NULL, json);
+    }
     lf_free(saved);
-    return LF_OK;
+    return st;
 }
 
 /* Resuming takes the configuration from the command line (to allow a longer

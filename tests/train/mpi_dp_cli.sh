@@ -21,8 +21,8 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/lf_dp_cli.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; [ -f "$dir/out" ] && { echo "--- output"; cat "$dir/out"; }; exit 1; }
 
-head -c 65536 "$shared/data/tinyshakespeare.txt" >"$dir/small.txt"
-"$bin" prepare --char "$dir/small.txt" --out "$dir/ds" >/dev/null || fail "prepare"
+. "$(dirname "$0")/mpi_cli_lib.sh"
+make_dataset "$shared"
 cat >"$dir/cfg.json" <<EOF
 {"data": {"dataset": "$dir/ds"},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32},
@@ -31,21 +31,7 @@ cat >"$dir/cfg.json" <<EOF
  "steps_per_print": 1, "wall_clock_breakdown": true, "comm": {"timeout_s": 20}}
 EOF
 
-# run LIMIT_S NP ARGS...: mpirun -n NP ARGS under an outer bound; sets rc, elapsed
-run() {
-  local limit=$1 np=$2
-  shift 2
-  local t0 t1
-  t0=$(date +%s.%N)
-  timeout -k 5 "$limit" "${mpirun[@]}" -n "$np" "$@" >"$dir/out" 2>&1
-  rc=$?
-  t1=$(date +%s.%N)
-  elapsed=$(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")
-  [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "mpirun -n $np $* hung (stopped after $elapsed s)"
-}
 losses() { grep '"type":"train"' "$1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
-# every rank runs `bash -c SCRIPT _ ARGS`: SCRIPT sees its rank in $r
-per_rank='r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}'
 
 # 1. two ranks against one process
 "$bin" train "$dir/cfg.json" --out_dir="$dir/one" >"$dir/one.out" 2>&1 || { cat "$dir/one.out"; fail "1-process run"; }

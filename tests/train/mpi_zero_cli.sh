@@ -24,8 +24,8 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/lf_zero_cli.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; [ -f "$dir/out" ] && { echo "--- output"; tail -40 "$dir/out"; }; exit 1; }
 
-head -c 65536 "$shared/data/tinyshakespeare.txt" >"$dir/small.txt"
-"$bin" prepare --char "$dir/small.txt" --out "$dir/ds" >/dev/null || fail "prepare"
+. "$(dirname "$0")/mpi_cli_lib.sh"
+make_dataset "$shared"
 # micro-batch 2 everywhere: dropout masks are keyed by the global micro-batch
 # index, so every layout with the same micro-batch draws the same masks
 cat >"$dir/cfg.json" <<EOF
@@ -37,19 +37,6 @@ cat >"$dir/cfg.json" <<EOF
  "steps_per_print": 10, "comm": {"timeout_s": 20}}
 EOF
 
-# run LIMIT_S NP ARGS...: mpirun -n NP ARGS under an outer bound; sets rc, elapsed
-run() {
-  local limit=$1 np=$2
-  shift 2
-  local t0 t1
-  t0=$(date +%s.%N)
-  timeout -k 5 "$limit" "${mpirun[@]}" -n "$np" "$@" >"$dir/out" 2>&1
-  rc=$?
-  t1=$(date +%s.%N)
-  elapsed=$(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")
-  # mpirun passes on a rank's 137 (killed) itself: only the outer bound means a hang
-  awk "BEGIN{exit !($elapsed < $limit)}" || fail "mpirun -n $np $* hung (stopped after $elapsed s)"
-}
 # "step loss" lines of a log
 steps() { grep '"type":"train"' "$1/log.jsonl" | sed 's/.*"step":\([0-9]*\),.*"loss":\([^,]*\),.*/\1 \2/'; }
 # compare FROM TO RUN REF WHAT: steps FROM..TO of RUN equal REF's within 1e-5
@@ -102,7 +89,6 @@ n=$(grep -c "key 'zero_optimization.stage' .*4 is out of range \[0, 3\]" "$dir/o
 echo "3. zero_optimization.stage 4: both ranks name the key"
 
 # 4. kill -9 of rank 2 of 4 mid-training; checkpoints every step
-per_rank='r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}'
 # rank 2 dies once training is under way: after the first checkpoint, half a second later
 kill2='if [ "$r" = 2 ]; then "$@" & p=$!; for i in $(seq 900); do [ -e "'"$dir"'/kill/ckpt/latest" ] && break;
   sleep 0.1; done; sleep 0.5; kill -9 $p; wait $p; exit $?; fi; exec "$@"'
