@@ -147,16 +147,8 @@ mpirun --version 2>/dev/null | grep -q "Open MPI" || { echo "SKIPPED: mpirun is 
 "$bin" launch --nproc-per-node 2 --dry-run -- train cfg.json >"$dir/out" 2>&1 || fail "--dry-run exited $?"
 grep -q -e "^llmforge: launch: mpirun -np 2 .*$exe train cfg.json\$" "$dir/out" || fail "--dry-run printed no mpirun -np 2 command"
 
-head -c 20480 "$shared/data/tinyshakespeare.txt" >"$dir/small.txt"
-"$bin" prepare --char "$dir/small.txt" --out "$dir/ds" >/dev/null || fail "prepare"
-cat >"$dir/cfg.json" <<EOF
-{"data": {"dataset": "$dir/ds"},
- "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32},
- "train_batch_size": 8, "gradient_accumulation_steps": 2, "train_iters": 5,
- "eval": {"interval": 0}, "checkpoint": {"interval": 0}, "scheduler": {"warmup_iters": 2},
- "steps_per_print": 1, "comm": {"timeout_s": 20}}
-EOF
-losses() { grep '"type":"train"' "$1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+. "$src/tests/train/mpi_cli_lib.sh"
+tiny_job "$shared"
 export OMP_NUM_THREADS=1
 # a sanitizer build: Open MPI's own allocations are not ours (tests/comm/lsan_mpi.supp); the
 # ranks inherit this from mpirun

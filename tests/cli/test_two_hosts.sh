@@ -60,16 +60,8 @@ EOF
 chmod +x "$dir/agent.sh"
 printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' >"$dir/hosts"
 
-head -c 20480 "$shared/data/tinyshakespeare.txt" >"$dir/small.txt"
-"$bin" prepare --char "$dir/small.txt" --out "$dir/ds" >/dev/null || fail "prepare"
-cat >"$dir/cfg.json" <<EOF
-{"data": {"dataset": "$dir/ds"},
- "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32},
- "train_batch_size": 8, "gradient_accumulation_steps": 2, "train_iters": 5,
- "eval": {"interval": 0}, "checkpoint": {"interval": 0}, "scheduler": {"warmup_iters": 2},
- "steps_per_print": 1, "comm": {"timeout_s": 20}}
-EOF
-losses() { grep '"type":"train"' "$1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+. "$(dirname "$0")/../../tests/train/mpi_cli_lib.sh"
+tiny_job "$shared"
 
 "$bin" train "$dir/cfg.json" --threads 1 --out_dir="$dir/one" >"$dir/one.out" 2>&1 ||
   { cat "$dir/one.out"; fail "1-process run"; }

@@ -25,3 +25,21 @@ make_dataset() {
   head -c 65536 "$1/data/tinyshakespeare.txt" >"$dir/small.txt"
   "$bin" prepare --char "$dir/small.txt" --out "$dir/ds" >/dev/null || fail "prepare"
 }
+
+# tiny_job SHARED: the 5-step job of the launch and two-hosts tests: a
+# character dataset of the first 20 KB of Tiny Shakespeare in $dir/ds, its
+# configuration in $dir/cfg.json (2 layers x 32 channels, global batch 8)
+tiny_job() {
+  head -c 20480 "$1/data/tinyshakespeare.txt" >"$dir/small.txt"
+  "$bin" prepare --char "$dir/small.txt" --out "$dir/ds" >/dev/null || fail "prepare"
+  cat >"$dir/cfg.json" <<JSON
+{"data": {"dataset": "$dir/ds"},
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32},
+ "train_batch_size": 8, "gradient_accumulation_steps": 2, "train_iters": 5,
+ "eval": {"interval": 0}, "checkpoint": {"interval": 0}, "scheduler": {"warmup_iters": 2},
+ "steps_per_print": 1, "comm": {"timeout_s": 20}}
+JSON
+}
+
+# the per-step losses of a run directory's log.jsonl, one per line
+losses() { grep '"type":"train"' "$1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }

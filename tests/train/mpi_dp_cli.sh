@@ -31,7 +31,6 @@ cat >"$dir/cfg.json" <<EOF
  "steps_per_print": 1, "wall_clock_breakdown": true, "comm": {"timeout_s": 20}}
 EOF
 
-losses() { grep '"type":"train"' "$1/log.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 
 # 1. two ranks against one process
 "$bin" train "$dir/cfg.json" --out_dir="$dir/one" >"$dir/one.out" 2>&1 || { cat "$dir/one.out"; fail "1-process run"; }
