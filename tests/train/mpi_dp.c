@@ -11,7 +11,8 @@
  *                    resumes with 1 rank, and one saved by 1 rank resumes
  *                    with 2; steps 11-20 continue the uninterrupted 2-rank
  *                    run within 1e-5.
- *   mpi_dp equiv S   the same with zero_optimization.stage S (1-3).
+ *   mpi_dp equiv S   the same with zero_optimization.stage S (1-3); also
+ *   mpi_dp skips S   for the skips below.
  *   mpi_dp memory    any N, a GPT of ~10.7M parameters: each rank's bytes of
  *                    parameters, gradients and moments by the allocator's
  *                    count equal its memory plan for ZeRO 0-3, and fall
