@@ -94,9 +94,9 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->params_bytes = Z == 3 ? p->shard * f + units : P * f;
     p->grads_bytes = Z >= 2 ? p->shard * f + units : P * f;
     p->optim_bytes = 2 * (Z >= 1 ? p->shard : P) * f;
-    add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 gathered units)" : "parameters (fp32 master weights)", p->params_bytes);
-    add(p, Z >= 2 ? "gradients (ZeRO shard + 2 unit buffers)" : "gradients (fp32)", p->grads_bytes);
-    add(p, Z >= 1 ? "AdamW moments (ZeRO shard, 2 per element)" : "AdamW moments (fp32, 2 per parameter)",
+    add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 units)" : "parameters (fp32 master weights)", p->params_bytes);
+    add(p, Z >= 2 ? "gradients (ZeRO shard + 2 units)" : "gradients (fp32)", p->grads_bytes);
+    add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)" : "AdamW moments (fp32, 2 per parameter)",
         p->optim_bytes);
     if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * (Z >= 1 ? p->shard : P)) * f);
     char name[64];
@@ -121,7 +121,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
          * collectives go unit by unit, in rounds of at most a bucket) */
         size_t bucket = (size_t)cfg->comm_bucket_elems, biggest = Z ? (u0 > mo ? u0 : mo) : P;
         if (bucket == 0 || bucket > biggest) bucket = biggest;
-        add(p, Z ? "communication scratch (largest unit's reduce-scatter)" : "communication scratch (all-reduce bucket)",
+        add(p, Z ? "communication scratch (reduce-scatter)" : "communication scratch (all-reduce bucket)",
             (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f);
     }
     return LF_OK;
@@ -209,7 +209,8 @@ lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, co
     if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging, p->rank) == LF_OK) {
         if (q.total > p->limit)
             sb(&s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
-               "model.block_size) or more memory;", lf_fmt_bytes(q.total, b3, sizeof b3));
+               "model.block_size)%s or more memory;", lf_fmt_bytes(q.total, b3, sizeof b3),
+               p->world > 1 && p->zero_stage < 3 ? ", a higher ZeRO stage (below)," : "");
         else if (n_adv > 1)
             sb(&s, " micro-batch 1 with full recompute needs %s;", lf_fmt_bytes(q.total, b3, sizeof b3));
     }
