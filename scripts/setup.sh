@@ -9,8 +9,9 @@ pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjs
 if [ "${1:-}" = "--test" ]; then
   # promtool and a real Prometheus server check the /metrics endpoint;
   # GNU time measures peak memory in bench/prepare.sh;
-  # iproute2 (ip netns, veth) makes two hosts on one machine for tests/cli/test_two_hosts.sh
-  pkgs+=(libcmocka-dev prometheus curl time iproute2)
+  # iproute2 (ip netns, veth) makes two hosts on one machine for tests/cli/test_two_hosts.sh;
+  # slurm-wlm and munge bring up a private one-node Slurm cluster for tests/cli/test_slurm.sh
+  pkgs+=(libcmocka-dev prometheus curl time iproute2 slurm-wlm munge)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -97,6 +97,44 @@ static void copy_capped(char *dst, size_t cap, const char *src) {
     memcpy(dst + cap - 4, "...", 4); /* a hard cap; the list is for messages only */
 }
 
+/* Slurm has no single "tasks on this node" variable: SLURM_STEP_TASKS_PER_NODE
+ * (srun's step; SLURM_TASKS_PER_NODE for the job) lists the tasks of each
+ * node in order, runs compressed as "N(xK)" ("2(x3),1": 2, 2, 2, 1), and
+ * SLURM_NODEID is this node's index in it. *out stays -1 when either is
+ * unset. */
+static lf_status slurm_local_size(lf_getenv_fn get, void *user, int *out) {
+    const char *name = "SLURM_STEP_TASKS_PER_NODE", *list = get_var(get, user, name);
+    if (!list) list = get_var(get, user, name = "SLURM_TASKS_PER_NODE");
+    const char *vid = get_var(get, user, "SLURM_NODEID");
+    if (!list || !vid) return LF_OK;
+    int node = 0;
+    lf_status st = parse_count("SLURM_NODEID", vid, 0, INT_MAX, &node);
+    if (st != LF_OK) return st;
+    long at = 0; /* nodes covered so far */
+    for (const char *p = list; *p;) {
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(p, &end, 10), k = 1;
+        if (end == p || n < 1 || n > INT_MAX || errno) break;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x') break;
+            k = strtol(p + 2, &end, 10);
+            if (end == p + 2 || k < 1 || *end != ')' || errno) break;
+            p = end + 1;
+        }
+        if (node < at + k) {
+            *out = (int)n;
+            return LF_OK;
+        }
+        at += k;
+        if (*p == ',') p++;
+        else if (*p) break;
+    }
+    return lf_fail(LF_ERR_CONFIG, "Slurm launch: %s='%s' does not list node SLURM_NODEID=%d (expected counts like "
+                   "\"2(x3),1\")", name, list, node);
+}
+
 static lf_status detect_one(const launcher_vars *L, lf_getenv_fn get, void *user, lf_comm_env *e) {
     const char *vr = get_var(get, user, L->rank), *vs = get_var(get, user, L->size);
     if (!vr) return lf_fail(LF_ERR_CONFIG, "%s launch: %s=%s is set but %s is not", L->label, L->size, vs, L->rank);
@@ -118,6 +156,11 @@ static lf_status detect_one(const launcher_vars *L, lf_getenv_fn get, void *user
                        e->local_rank, L->local_size, e->local_size);
 
     if (L->launcher == LF_COMM_LAUNCHER_SLURM) {
+        if ((st = slurm_local_size(get, user, &e->local_size)) != LF_OK) return st;
+        if (e->local_size > e->size || (e->local_size > 0 && vlr && e->local_rank >= e->local_size))
+            return lf_fail(LF_ERR_CONFIG, "Slurm launch: %d tasks on this node (SLURM_STEP_TASKS_PER_NODE, "
+                           "SLURM_NODEID) does not fit SLURM_NTASKS=%d and SLURM_LOCALID=%d", e->local_size, e->size,
+                           e->local_rank);
         const char *nl = get_var(get, user, "SLURM_JOB_NODELIST");
         if (!nl) nl = get_var(get, user, "SLURM_NODELIST"); /* older Slurm */
         if (nl) copy_capped(e->nodelist, sizeof e->nodelist, nl);

@@ -97,6 +97,24 @@ static void test_env_slurm(void **state) {
     assert_int_equal(v.local_size, -1);
     assert_string_equal(v.nodelist, "node[01-04]");
 
+    /* tasks on this node: SLURM_STEP_TASKS_PER_NODE at index SLURM_NODEID, runs compressed as N(xK) */
+    static const struct {
+        const char *list, *node;
+        int want;
+    } per_node[] = {{"4(x4)", "1", 4}, {"5,6(x2),4", "0", 5}, {"5,6(x2),4", "2", 6}, {"5,6(x2),4", "3", 4}};
+    for (size_t i = 0; i < sizeof per_node / sizeof per_node[0]; i++) {
+        fake_env f = e;
+        put(&f, "SLURM_STEP_TASKS_PER_NODE", per_node[i].list);
+        put(&f, "SLURM_NODEID", per_node[i].node);
+        LF_ASSERT_OK(detect(&f, &v));
+        assert_int_equal(v.local_size, per_node[i].want);
+    }
+    fake_env f = e; /* the job's list when the step's is absent */
+    put(&f, "SLURM_TASKS_PER_NODE", "4(x4)");
+    put(&f, "SLURM_NODEID", "3");
+    LF_ASSERT_OK(detect(&f, &v));
+    assert_int_equal(v.local_size, 4);
+
     /* a node list longer than the field is capped, marked with "..." */
     char longlist[1000];
     memset(longlist, 'n', sizeof longlist - 1);
@@ -153,6 +171,15 @@ static void test_env_errors(void **state) {
     expect_env_error(negative, 2, "PMI_RANK='-1'", NULL);
     const char *trailing[] = {"PMI_RANK", "1x", "PMI_SIZE", "2"};
     expect_env_error(trailing, 2, "PMI_RANK='1x'", NULL);
+    const char *past_end[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "8", "SLURM_STEP_TASKS_PER_NODE", "2(x3)",
+                              "SLURM_NODEID", "3"};
+    expect_env_error(past_end, 4, "SLURM_STEP_TASKS_PER_NODE='2(x3)' does not list node SLURM_NODEID=3", NULL);
+    const char *garbled[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "8", "SLURM_STEP_TASKS_PER_NODE", "2(y3)",
+                             "SLURM_NODEID", "0"};
+    expect_env_error(garbled, 4, "SLURM_STEP_TASKS_PER_NODE='2(y3)'", NULL);
+    const char *too_many[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "2", "SLURM_STEP_TASKS_PER_NODE", "4",
+                              "SLURM_NODEID", "0"};
+    expect_env_error(too_many, 4, "4 tasks on this node", "SLURM_NTASKS=2");
     const char *size0[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "0"};
     expect_env_error(size0, 2, "SLURM_NTASKS=0", NULL);
     const char *huge[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "99999999999999999999"};
