@@ -88,10 +88,22 @@ void lf__cpu_gelu_forward(float *restrict out, const float *restrict inp, size_t
     for (size_t i = 0; i < n; i++) out[i] = gelu(inp[i]);
 }
 
-/* The same values rounded to bf16 (cpu-bf16's bf16 activation storage). */
+/* The same values rounded to bf16 (cpu-bf16's bf16 activation storage).
+ * GELU goes through a float tile in L1, then the tile is rounded: the fused
+ * loop (gelu and rounding in one) measured 1.5x slower than these two. */
+#define GELU_TILE 1024
+
 void lf__cpu_gelu_forward_bf16(uint16_t *restrict out, const float *restrict inp, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_bits(gelu(inp[i]));
+    const size_t ntiles = (n + GELU_TILE - 1) / GELU_TILE;
+#pragma omp parallel for schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t k = 0; k < ntiles; k++) {
+        float tile[GELU_TILE];
+        const size_t lo = k * GELU_TILE, len = n - lo < GELU_TILE ? n - lo : GELU_TILE;
+#pragma omp simd
+        for (size_t i = 0; i < len; i++) tile[i] = gelu(inp[lo + i]);
+#pragma omp simd
+        for (size_t i = 0; i < len; i++) out[lo + i] = lf__cpu_bf16_bits(tile[i]);
+    }
 }
 
 void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
