@@ -88,6 +88,9 @@ const lf_param_info *lf_model_find_param(const lf_model *m, const char *name);
  * block but the last again, up to its GELU: (L-1)(16C^2 + 4TC) FLOPs per
  * token on top of a step's 6N + 12LCT, e.g. +15% for GPT-2 small at T 256).
  * Each replica adds one block's working set, shared by all layers.
+ * With bf16 activation storage (lf_act_dtype) the 7C of those that only
+ * feed matrix products (ln_1, ln_2, attention and GELU outputs) take 2
+ * bytes instead of 4, in the saved tensors and the working set alike.
  */
 typedef enum lf_recompute {
     LF_RECOMPUTE_NONE = 0,      /* keep what backward reads (default) */
@@ -114,17 +117,35 @@ typedef struct lf_act_bytes {
     size_t replica_grads; /* parameter-gradient buffers of replicas 1.. (CPU threads) */
 } lf_act_bytes;
 
-/* Activation bytes of a plan for (cfg, B, T, policy) with the batch split
- * over n_replicas model replicas, computed without allocating anything: the
- * same layout lf_model_plan allocates, so for the same arguments the totals
- * are equal. n_replicas is what the backend splits B rows into: 1 on
- * accelerators; the CPU backend runs min(lf_backend_cpu_threads(), B). It is
- * reduced as lf_model_plan reduces it (no replica without rows). Returns
- * LF_OK; LF_ERR_RANGE / LF_ERR_CONFIG (invalid cfg, T > block_size);
- * LF_ERR_INVALID_ARG (B, T or n_replicas < 1, unknown policy). Pure and
- * thread-safe. */
-lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_recompute policy, int n_replicas,
-                                   lf_act_bytes *out);
+/* Storage of the activations whose only use is as the input of a matrix
+ * product: the ln_1, ln_2 and ln_f outputs, the attention output (c_proj's
+ * input) and the GELU output (mlp.c_proj's input). Everything else a step
+ * keeps (the residual stream, layernorm statistics, qkv, the attention
+ * probabilities, the GELU input, logits and losses) is fp32 either way.
+ * LF_ACT_BF16 needs a backend whose products round their operands to bf16
+ * anyway ("cpu-bf16"): there it halves those tensors and changes no bit of
+ * any loss or gradient. */
+typedef enum lf_act_dtype {
+    LF_ACT_FP32 = 0,
+    LF_ACT_BF16 = 1,
+} lf_act_dtype;
+
+/* "fp32", "bf16"; "?" for other values. */
+const char *lf_act_dtype_name(lf_act_dtype dtype);
+
+/* Activation bytes of a plan for (cfg, B, T, policy, dtype) with the batch
+ * split over n_replicas model replicas, computed without allocating
+ * anything: the same layout lf_model_plan allocates, so for the same
+ * arguments the totals are equal. dtype is the storage of the matmul inputs
+ * (lf_act_dtype; a model on "cpu-bf16" uses LF_ACT_BF16 unless told
+ * otherwise, on "cpu" LF_ACT_FP32). n_replicas is what the backend splits B
+ * rows into: 1 on accelerators; the CPU backend runs
+ * min(lf_backend_cpu_threads(), B). It is reduced as lf_model_plan reduces
+ * it (no replica without rows). Returns LF_OK; LF_ERR_RANGE / LF_ERR_CONFIG
+ * (invalid cfg, T > block_size); LF_ERR_INVALID_ARG (B, T or n_replicas < 1,
+ * unknown policy or dtype). Pure and thread-safe. */
+lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
+                                   int n_replicas, lf_act_bytes *out);
 
 /* Recompute policy of the next lf_model_plan (the plan in place keeps the
  * policy it was made with until then; lf_model_forward plans by itself only
@@ -134,9 +155,20 @@ lf_status lf_model_set_recompute(lf_model *m, lf_recompute policy);
 /* The policy of the plan in place (of the next plan when there is none). */
 lf_recompute lf_model_recompute(const lf_model *m);
 
+/* Storage of the matmul inputs for the next lf_model_plan, like
+ * lf_model_set_recompute. The default is LF_ACT_BF16 on a backend that
+ * offers bf16 activation storage ("cpu-bf16"), else LF_ACT_FP32; fp32 there
+ * gives the same results with more memory (the tests compare the two).
+ * Returns LF_OK, LF_ERR_UNSUPPORTED (bf16 on a backend without it, e.g.
+ * "cpu") or LF_ERR_INVALID_ARG (unknown dtype); on error nothing changes. */
+lf_status lf_model_set_act_dtype(lf_model *m, lf_act_dtype dtype);
+/* The storage of the plan in place (of the next plan when there is none). */
+lf_act_dtype lf_model_act_dtype(const lf_model *m);
+
 /* Plan and allocate activations for up to B x T (T <= block_size) with the
- * policy lf_model_set_recompute chose. Bytes the plan takes are returned in
- * *bytes (may be NULL): lf_gpt2_activation_bytes(cfg, B, T, policy, replicas)
+ * policy lf_model_set_recompute chose and the storage of
+ * lf_model_set_act_dtype. Bytes the plan takes are returned in *bytes (may
+ * be NULL): lf_gpt2_activation_bytes(cfg, B, T, policy, dtype, replicas)
  * .total, all of it in one allocation through the backend. Re-planning frees
  * the old plan (and any pending backward). */
 lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes);

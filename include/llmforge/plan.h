@@ -29,8 +29,10 @@ typedef struct lf_mem_plan {
     size_t params;           /* parameters in the model */
     int B, T, A, replicas;
     lf_recompute policy;
-    lf_act_bytes act;        /* the activation plan of this policy */
-    size_t act_policy[3];    /* activation bytes under none, selective, full (same B, T) */
+    lf_act_dtype act_dtype;  /* storage of the matmul inputs: bf16 with bf16.enabled */
+    lf_act_bytes act;        /* the activation plan of this policy and act_dtype */
+    size_t act_policy[3];    /* activation bytes under none, selective, full (same B, T, act_dtype) */
+    size_t act_by_dtype[2][3]; /* [lf_act_dtype][policy]: both storages, for comparison */
     size_t limit;            /* what the plan must fit: memory.limit_bytes, else MemAvailable; 0 = unknown */
     int limit_from_config;   /* 1: memory.limit_bytes */
     int staging;             /* host staging copies counted (a backend whose memory is not the host's) */
@@ -57,9 +59,9 @@ lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, cons
 /* LF_OK when the plan fits its limit (or no limit is known). Otherwise
  * LF_ERR_NOMEM with a message: the total against the limit, the largest
  * consumers, and the changes that would make it fit, each with the bytes it
- * saves (a smaller micro-batch with more accumulation, a recompute policy),
- * and a note on what does not help here (bf16 keeps fp32 activations, ZeRO
- * needs several processes). */
+ * saves (a smaller micro-batch with more accumulation, a recompute policy,
+ * bf16 when the run is fp32: its bf16 activations less its weight copies),
+ * and a note on what does not help here (ZeRO needs several processes). */
 lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg);
 
 /* The plan as a table, for `llmforge plan` (like snprintf: returns the length it needed). */

@@ -7,7 +7,9 @@
  * HS = C/NH head size, N = B*T rows.
  *
  * Invariants the model relies on:
- *  - All tensors are float32, row-major, contiguous, in backend memory.
+ *  - All tensors are float32, row-major, contiguous, in backend memory,
+ *    except the bf16 activations of the *_bf16 slots (below): uint16_t bf16
+ *    bits, the fp32 value rounded to nearest, ties to even, NaN kept NaN.
  *  - Parameter gradients always ACCUMULATE (+=): micro-batches add up until
  *    the model zeroes them before a step's first micro-batch.
  *  - Activation gradients with a single producer are OVERWRITTEN (=):
@@ -179,6 +181,35 @@ struct lf_backend_ops {
     void (*run_replicas)(int n, void (*fn)(void *arg, int i), void *arg);
     /* ---- y += x, element-wise (gradient reduction across replicas). */
     void (*add_inplace)(float *y, const float *x, size_t n);
+
+    /* ---- bf16 activation storage. A backend whose matmul rounds its
+     * operands to bf16 anyway (cpu-bf16) offers these, so the model can store
+     * an activation whose only use is as a matmul's `inp` in bf16, at half
+     * the bytes, without changing any result bit: each slot computes exactly
+     * its fp32 counterpart and rounds the result as cast_bf16 does, and the
+     * matmul pair, given inp already rounded, computes exactly what the fp32
+     * pair (matmul_forward/backward of the same table) computes from the
+     * fp32 inp. NULL on backends that keep activations in fp32 ("cpu"): all
+     * five or none. */
+    void (*cast_bf16)(uint16_t *out,               // (n) bf16
+                      const float *inp,            // (n)
+                      size_t n);
+    void (*layernorm_forward_bf16)(uint16_t *out,  // (N,C) bf16
+                                   float *mean,    // (N)
+                                   float *rstd,    // (N)
+                                   const float *inp, const float *weight, const float *bias, int N, int C);
+    void (*gelu_forward_bf16)(uint16_t *out,       // (n) bf16
+                              const float *inp, size_t n);
+    void (*matmul_forward_bf16)(float *out,        // (N,OC)
+                                const uint16_t *inp, // (N,C) bf16
+                                const float *weight, const float *bias, int N, int C, int OC,
+                                lf_weight_layout layout);
+    void (*matmul_backward_bf16)(float *dinp,      // (N,C) = or NULL
+                                 float *dweight,   // +=
+                                 float *dbias,     // (OC) += or NULL
+                                 const float *dout,// (N,OC)
+                                 const uint16_t *inp, // (N,C) bf16
+                                 const float *weight, int N, int C, int OC, lf_weight_layout layout);
 
     /* ---- parameters were written by a route other than to_device or
      * adamw_update (e.g. a collective into backend memory, or a host write

@@ -30,6 +30,13 @@
  *  - The residual-branch outputs (attproj, fcproj) are dead once added to the
  *    stream (backward reads neither), so under every policy they share one
  *    working buffer.
+ *  - Activation storage (lf_act_dtype): the tensors whose only readers are
+ *    matmuls, as their `inp` (ln1, atty, ln2, fch_gelu, lnf: the `act`
+ *    pointers below), are fp32 or bf16 for the whole plan (plan_dt). bf16
+ *    needs the backend's bf16 slots (backend_impl.h), which round exactly as
+ *    its products round their operands, so both storages give the same bits.
+ *    The attention output is written in fp32 into the attproj buffer (free
+ *    until c_proj overwrites it) and cast from there.
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,15 +52,21 @@ enum {
     P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_MPROJ_W, P_MPROJ_B, P_PER_LAYER
 };
 
+/* A matmul-input activation: float or uint16_t (bf16 bits) as plan_dt says. */
+typedef void act;
+
 typedef struct layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    act *ln1;                         /* (N,C) */
+    float *ln1_mean, *ln1_rstd;       /* (N), (N) */
     float *qkv;                       /* (N,3C) */
-    float *atty;                      /* (N,C) attention output before c_proj */
+    act *atty;                        /* (N,C) attention output before c_proj */
     float *att;                       /* (B,NH,T,T) softmax probabilities */
     float *attproj;                   /* (N,C) c_proj output (after dropout); working set */
     float *res2;                      /* (N,C) residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;            /* (N,4C) */
+    act *ln2;                         /* (N,C) */
+    float *ln2_mean, *ln2_rstd;
+    float *fch;                       /* (N,4C) GELU input */
+    act *fch_gelu;                    /* (N,4C) */
     float *fcproj;                    /* (N,C) after dropout; working set */
     float *res3;                      /* (N,C) block output */
 } layer_acts;
@@ -66,7 +79,8 @@ typedef struct replica {
     int b0, B;                        /* rows [b0, b0+B) of the current batch */
     layer_acts *la;
     float *encoded;                   /* (N,C) embeddings (after dropout) */
-    float *lnf, *lnf_mean, *lnf_rstd;
+    act *lnf;                         /* (N,C) */
+    float *lnf_mean, *lnf_rstd;
     float *att_scratch;               /* (B,NH,T,T) */
     float *logits, *losses;           /* views at row b0 of the model's buffers */
     int32_t *inputs, *targets;        /* likewise */
@@ -114,6 +128,8 @@ struct lf_model {
     /* activation plan */
     lf_recompute recompute;           /* policy of the next plan */
     lf_recompute plan_rc;             /* policy of the plan in place */
+    lf_act_dtype act_dt;              /* matmul-input storage of the next plan */
+    lf_act_dtype plan_dt;             /* ... of the plan in place */
     int plan_B, plan_T, n_rep, rep_B; /* rep_B: rows each replica is planned for */
     lf_act_bytes act;                 /* what the plan in place allocated */
     void *act_block;
@@ -264,6 +280,12 @@ double lf_gpt2_flops_per_token(const lf_gpt2_config *c, int T) {
 
 /* ---------------------------------------------------------------- lifecycle */
 
+/* The backend can store matmul inputs in bf16 (all five slots, or none). */
+static int bf16_acts_supported(const lf_backend_ops *be) {
+    return be->cast_bf16 && be->layernorm_forward_bf16 && be->gelu_forward_bf16 && be->matmul_forward_bf16 &&
+           be->matmul_backward_bf16;
+}
+
 static int find_index(const lf_model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
         if (strcmp(m->table[i].name, name) == 0) return i;
@@ -310,6 +332,7 @@ lf_status lf_model_create(lf_model **out, const lf_gpt2_config *cfg, const lf_ba
         m->unit_of[i] = u;
     }
     m->blk_unit = -1;
+    m->act_dt = bf16_acts_supported(be) ? LF_ACT_BF16 : LF_ACT_FP32;
     size_t bytes = m->num_params * sizeof(float);
     m->params = be->alloc(bytes);
     m->grads = be->alloc(bytes);
@@ -467,13 +490,17 @@ typedef struct planner {
     size_t cat[CAT_N];   /* bytes by lf_act_bytes category */
 } planner;
 
-static float *slot(planner *p, int cat, size_t floats) {
-    size_t bytes = lf_arena_round(floats * sizeof(float));
-    float *ptr = p->base ? (float *)(p->base + p->used) : NULL;
+static void *slot_bytes(planner *p, int cat, size_t bytes) {
+    bytes = lf_arena_round(bytes);
+    void *ptr = p->base ? p->base + p->used : NULL;
     p->used += bytes;
     p->cat[cat] += bytes;
     return ptr;
 }
+
+static float *slot(planner *p, int cat, size_t floats) { return slot_bytes(p, cat, floats * sizeof(float)); }
+
+static size_t act_size(lf_act_dtype dt) { return dt == LF_ACT_BF16 ? sizeof(uint16_t) : sizeof(float); }
 
 /* The shape a plan is made for. */
 typedef struct plan_spec {
@@ -481,6 +508,7 @@ typedef struct plan_spec {
     size_t num_params;
     size_t unit0_n, max_other_n; /* replica gradient buffers: one per unit slot */
     lf_recompute rc;
+    lf_act_dtype dt;     /* storage of the matmul inputs */
     int B, T, n_rep, rB; /* rB: rows of each replica */
 } plan_spec;
 
@@ -493,23 +521,24 @@ static void lay_out_replica(const plan_spec *s, replica *rp, int r, planner *p, 
     size_t att = (size_t)s->rB * NH * s->T * s->T;
     int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* layernorm and GELU outputs */
     int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
+    const size_t A = act_size(s->dt);              /* bytes per element of a matmul input */
     replica dummy = {0};
     if (!rp) rp = &dummy;
 
     layer_acts w = {0}; /* the working set: what no layer keeps */
     w.attproj = w.fcproj = slot(p, CAT_WORK, N * C);
     if (!keep_outputs) {
-        w.ln1 = slot(p, CAT_WORK, N * C);
+        w.ln1 = slot_bytes(p, CAT_WORK, N * C * A);
         /* selective recomputes ln_2's output, then ln_1's, one after the
          * other: one buffer; full recomputes the block at once: two */
-        w.ln2 = keep_block ? w.ln1 : slot(p, CAT_WORK, N * C);
-        w.fch_gelu = slot(p, CAT_WORK, N * 4 * C);
+        w.ln2 = keep_block ? w.ln1 : slot_bytes(p, CAT_WORK, N * C * A);
+        w.fch_gelu = slot_bytes(p, CAT_WORK, N * 4 * C * A);
     }
     if (!keep_block) {
         w.ln1_mean = slot(p, CAT_WORK, N);
         w.ln1_rstd = slot(p, CAT_WORK, N);
         w.qkv = slot(p, CAT_WORK, N * 3 * C);
-        w.atty = slot(p, CAT_WORK, N * C);
+        w.atty = slot_bytes(p, CAT_WORK, N * C * A);
         w.att = slot(p, CAT_WORK, att);
         w.res2 = slot(p, CAT_WORK, N * C);
         w.ln2_mean = slot(p, CAT_WORK, N);
@@ -526,7 +555,7 @@ static void lay_out_replica(const plan_spec *s, replica *rp, int r, planner *p, 
             a->ln1_mean = slot(p, CAT_SAVED, N);
             a->ln1_rstd = slot(p, CAT_SAVED, N);
             a->qkv = slot(p, CAT_SAVED, N * 3 * C);
-            a->atty = slot(p, CAT_SAVED, N * C);
+            a->atty = slot_bytes(p, CAT_SAVED, N * C * A);
             a->att = slot(p, CAT_SAVED, att);
             a->res2 = slot(p, CAT_SAVED, N * C);
             a->ln2_mean = slot(p, CAT_SAVED, N);
@@ -534,13 +563,13 @@ static void lay_out_replica(const plan_spec *s, replica *rp, int r, planner *p, 
             a->fch = slot(p, CAT_SAVED, N * 4 * C);
         }
         if (keep_outputs) {
-            a->ln1 = slot(p, CAT_SAVED, N * C);
-            a->ln2 = slot(p, CAT_SAVED, N * C);
-            a->fch_gelu = slot(p, CAT_SAVED, N * 4 * C);
+            a->ln1 = slot_bytes(p, CAT_SAVED, N * C * A);
+            a->ln2 = slot_bytes(p, CAT_SAVED, N * C * A);
+            a->fch_gelu = slot_bytes(p, CAT_SAVED, N * 4 * C * A);
         }
         a->res3 = slot(p, CAT_SAVED, N * C); /* the next block's input: kept by every policy */
     }
-    rp->lnf = slot(p, CAT_SAVED, N * C);
+    rp->lnf = slot_bytes(p, CAT_SAVED, N * C * A);
     rp->lnf_mean = slot(p, CAT_SAVED, N);
     rp->lnf_rstd = slot(p, CAT_SAVED, N);
     rp->att_scratch = slot(p, CAT_WORK, att);
@@ -604,6 +633,16 @@ const char *lf_recompute_name(lf_recompute policy) {
     return "?";
 }
 
+const char *lf_act_dtype_name(lf_act_dtype dtype) {
+    switch (dtype) {
+    case LF_ACT_FP32: return "fp32";
+    case LF_ACT_BF16: return "bf16";
+    }
+    return "?";
+}
+
+static int act_dtype_valid(lf_act_dtype dtype) { return dtype == LF_ACT_FP32 || dtype == LF_ACT_BF16; }
+
 static int recompute_valid(lf_recompute policy) {
     return policy == LF_RECOMPUTE_NONE || policy == LF_RECOMPUTE_SELECTIVE || policy == LF_RECOMPUTE_FULL;
 }
@@ -620,8 +659,8 @@ lf_status lf_recompute_parse(const char *name, lf_recompute *out) {
                    name ? name : "(null)");
 }
 
-lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_recompute policy, int n_replicas,
-                                   lf_act_bytes *out) {
+lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
+                                   int n_replicas, lf_act_bytes *out) {
     memset(out, 0, sizeof *out);
     lf_status st = lf_gpt2_config_validate(cfg);
     if (st != LF_OK) return st;
@@ -630,7 +669,8 @@ lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_r
     if (T > cfg->block_size)
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, cfg->block_size);
     if (!recompute_valid(policy)) return lf_fail(LF_ERR_INVALID_ARG, "unknown recompute policy %d", (int)policy);
-    plan_spec s = {.cfg = cfg, .rc = policy, .B = B, .T = T};
+    if (!act_dtype_valid(dtype)) return lf_fail(LF_ERR_INVALID_ARG, "unknown activation dtype %d", (int)dtype);
+    plan_spec s = {.cfg = cfg, .rc = policy, .dt = dtype, .B = B, .T = T};
     s.num_params = lf_gpt2_unit_sizes(cfg, &s.unit0_n, &s.max_other_n);
     if (!s.num_params) return lf_fail(LF_ERR_NOMEM, "out of memory sizing the activation plan");
     split_rows(B, n_replicas, &s.rB, &s.n_rep);
@@ -648,6 +688,17 @@ lf_status lf_model_set_recompute(lf_model *m, lf_recompute policy) {
 
 lf_recompute lf_model_recompute(const lf_model *m) { return m->act_block ? m->plan_rc : m->recompute; }
 
+lf_status lf_model_set_act_dtype(lf_model *m, lf_act_dtype dtype) {
+    if (!act_dtype_valid(dtype)) return lf_fail(LF_ERR_INVALID_ARG, "unknown activation dtype %d", (int)dtype);
+    if (dtype == LF_ACT_BF16 && !bf16_acts_supported(m->be))
+        return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' keeps activations in fp32 (bf16 activation storage needs "
+                       "cpu-bf16)", m->be->name);
+    m->act_dt = dtype;
+    return LF_OK;
+}
+
+lf_act_dtype lf_model_act_dtype(const lf_model *m) { return m->act_block ? m->plan_dt : m->act_dt; }
+
 void lf_model_activation_bytes(const lf_model *m, lf_act_bytes *out) { *out = m->act; }
 
 lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
@@ -656,7 +707,7 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, m->cfg.block_size);
     free_plan(m);
     plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .unit0_n = m->unit0_n,
-                   .max_other_n = m->max_other_n, .rc = m->recompute, .B = B, .T = T};
+                   .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T};
     split_rows(B, m->be->replicas ? m->be->replicas(B) : 1, &s.rB, &s.n_rep);
     planner p = {0};
     lay_out(&s, m, &p); /* sizing pass */
@@ -671,8 +722,9 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     if (!m->act_block) {
         size_t need = p.used;
         free_plan(m);
-        return lf_fail(LF_ERR_NOMEM, "out of memory allocating %.1f MB of activations for batch %d x %d (recompute %s)",
-                       need / 1e6, B, T, lf_recompute_name(s.rc));
+        return lf_fail(LF_ERR_NOMEM,
+                       "out of memory allocating %.1f MB of activations for batch %d x %d (recompute %s, %s matmul "
+                       "inputs)", need / 1e6, B, T, lf_recompute_name(s.rc), lf_act_dtype_name(s.dt));
     }
     planner q = {.base = m->act_block};
     lay_out(&s, m, &q);
@@ -680,6 +732,7 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     m->plan_T = T;
     m->rep_B = s.rB;
     m->plan_rc = s.rc;
+    m->plan_dt = s.dt;
     act_bytes_of(&q, &m->act);
     if (bytes) *bytes = q.used;
     return LF_OK;
@@ -724,6 +777,44 @@ static lf_dropout drop_at(const lf_model *m, const replica *rp, int layer, int s
 /* The block input of layer l: the embeddings, or the previous block's output. */
 static const float *block_input(const replica *rp, int l) { return l == 0 ? rp->encoded : rp->la[l - 1].res3; }
 
+/* The ops that write or read matmul-input activations, in the plan's
+ * storage (plan_dt): the fp32 ops, or the backend's bf16 slots. */
+static void ln_forward(const lf_model *m, act *out, float *mean, float *rstd, const float *inp, const float *weight,
+                       const float *bias, int N, int C) {
+    if (m->plan_dt == LF_ACT_BF16) m->be->layernorm_forward_bf16(out, mean, rstd, inp, weight, bias, N, C);
+    else m->be->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+
+static void gelu_forward(const lf_model *m, act *out, const float *inp, size_t n) {
+    if (m->plan_dt == LF_ACT_BF16) m->be->gelu_forward_bf16(out, inp, n);
+    else m->be->gelu_forward(out, inp, n);
+}
+
+/* Attention output into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
+static void attn_forward(const lf_model *m, act *out, float *tmp, float *att, const float *qkv, int B, int T, int C,
+                         int NH, lf_dropout drop) {
+    if (m->plan_dt == LF_ACT_BF16) {
+        m->be->attention_forward(tmp, att, qkv, B, T, C, NH, drop);
+        m->be->cast_bf16(out, tmp, (size_t)B * T * C);
+    } else {
+        m->be->attention_forward(out, att, qkv, B, T, C, NH, drop);
+    }
+}
+
+static void mm_forward(const lf_model *m, float *out, const act *inp, const float *weight, const float *bias, int N,
+                       int C, int OC, lf_weight_layout layout) {
+    if (m->plan_dt == LF_ACT_BF16) m->be->matmul_forward_bf16(out, inp, weight, bias, N, C, OC, layout);
+    else m->be->matmul_forward(out, inp, weight, bias, N, C, OC, layout);
+}
+
+static void mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                        const act *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout) {
+    if (m->plan_dt == LF_ACT_BF16)
+        m->be->matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+    else
+        m->be->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+}
+
 /* Forward of block l. whole = 0 stops after the GELU, with everything the
  * block's backward reads written (full recomputation: c_fc's projection and
  * the block output are not needed again). */
@@ -736,18 +827,19 @@ static void block_forward(lf_model *m, replica *rp, int l, int T, int whole) {
     layer_acts *a = &rp->la[l];
     const int *ix = m->lp[l];
     const float *residual = block_input(rp, l);
-    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
-    be->matmul_forward(a->qkv, a->ln1, PW(m, ix[P_ATTN_W]), PW(m, ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
-    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, drop_at(m, rp, l, SITE_ATT, rowAtt));
-    be->matmul_forward(a->attproj, a->atty, PW(m, ix[P_APROJ_W]), PW(m, ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
+    ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
+    mm_forward(m, a->qkv, a->ln1, PW(m, ix[P_ATTN_W]), PW(m, ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
+    /* attproj is free until c_proj writes it: the fp32 attention output of bf16 storage */
+    attn_forward(m, a->atty, a->attproj, a->att, a->qkv, B, T, C, NH, drop_at(m, rp, l, SITE_ATT, rowAtt));
+    mm_forward(m, a->attproj, a->atty, PW(m, ix[P_APROJ_W]), PW(m, ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
     lf_dropout d1 = drop_at(m, rp, l, SITE_ATT_RESID, rowC);
     if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
     be->residual_forward(a->res2, residual, a->attproj, (size_t)N * C);
-    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
-    be->matmul_forward(a->fch, a->ln2, PW(m, ix[P_FC_W]), PW(m, ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
-    be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    ln_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
+    mm_forward(m, a->fch, a->ln2, PW(m, ix[P_FC_W]), PW(m, ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
+    gelu_forward(m, a->fch_gelu, a->fch, (size_t)N * 4 * C);
     if (!whole) return;
-    be->matmul_forward(a->fcproj, a->fch_gelu, PW(m, ix[P_MPROJ_W]), PW(m, ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
+    mm_forward(m, a->fcproj, a->fch_gelu, PW(m, ix[P_MPROJ_W]), PW(m, ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
     lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
     if (d2.p > 0) be->dropout_forward(a->fcproj, a->fcproj, (size_t)N * C, d2);
     be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
@@ -767,8 +859,8 @@ static void head_forward(lf_model *m, replica *rp, int T, int with_targets) {
     int B = rp->B, C = c->n_embd, L = c->n_layer, V = c->vocab_size, Vp = vp_of(c);
     int N = B * T;
     const float *residual = block_input(rp, L);
-    be->layernorm_forward(rp->lnf, rp->lnf_mean, rp->lnf_rstd, residual, PW(m, m->lnf_w), PW(m, m->lnf_b), N, C);
-    be->matmul_forward(rp->logits, rp->lnf, PW(m, m->wte), NULL, N, C, Vp, LF_W_OUT_IN);
+    ln_forward(m, rp->lnf, rp->lnf_mean, rp->lnf_rstd, residual, PW(m, m->lnf_w), PW(m, m->lnf_b), N, C);
+    mm_forward(m, rp->logits, rp->lnf, PW(m, m->wte), NULL, N, C, Vp, LF_W_OUT_IN);
 
     rp->loss_sum = 0;
     rp->n_valid = 0;
@@ -933,7 +1025,7 @@ static void head_backward(lf_model *m, replica *rp, int T) {
     int B = rp->B, C = c->n_embd, L = c->n_layer, Vp = vp_of(c);
     int N = B * T;
     be->zero(rp->dresidual, (size_t)N * C);
-    be->matmul_backward(rp->dln, GR(m, rp, m->wte), NULL, rp->logits, rp->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
+    mm_backward(m, rp->dln, GR(m, rp, m->wte), NULL, rp->logits, rp->lnf, PW(m, m->wte), N, C, Vp, LF_W_OUT_IN);
     const float *last = block_input(rp, L);
     be->layernorm_backward(rp->dresidual, GR(m, rp, m->lnf_w), GR(m, rp, m->lnf_b), rp->dln, last, PW(m, m->lnf_w),
                            rp->lnf_mean, rp->lnf_rstd, N, C);
@@ -954,8 +1046,8 @@ static void block_backward(lf_model *m, replica *rp, int l, int T) {
      * full: the working set still holds the last block from forward. */
     if (m->plan_rc == LF_RECOMPUTE_FULL && l < L - 1) block_forward(m, rp, l, T, 0);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) {
-        be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
-        be->gelu_forward(a->fch_gelu, a->fch, NC * 4);
+        ln_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(m, ix[P_LN2_W]), PW(m, ix[P_LN2_B]), N, C);
+        gelu_forward(m, a->fch_gelu, a->fch, NC * 4);
     }
     /* dresidual = d(res3); res3 = res2 + dropout(fcproj) */
     lf_dropout d2 = drop_at(m, rp, l, SITE_MLP_RESID, rowC);
@@ -964,11 +1056,11 @@ static void block_backward(lf_model *m, replica *rp, int l, int T) {
         be->dropout_backward(rp->dbranch, rp->dresidual, NC, d2);
         dbr = rp->dbranch;
     }
-    be->matmul_backward(rp->dfch_gelu, GR(m, rp, ix[P_MPROJ_W]), GR(m, rp, ix[P_MPROJ_B]), dbr, a->fch_gelu,
-                        PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
+    mm_backward(m, rp->dfch_gelu, GR(m, rp, ix[P_MPROJ_W]), GR(m, rp, ix[P_MPROJ_B]), dbr, a->fch_gelu,
+                PW(m, ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
     be->gelu_backward(rp->dfch, a->fch, rp->dfch_gelu, NC * 4);
-    be->matmul_backward(rp->dln, GR(m, rp, ix[P_FC_W]), GR(m, rp, ix[P_FC_B]), rp->dfch, a->ln2, PW(m, ix[P_FC_W]), N,
-                        C, 4 * C, LF_W_IN_OUT);
+    mm_backward(m, rp->dln, GR(m, rp, ix[P_FC_W]), GR(m, rp, ix[P_FC_B]), rp->dfch, a->ln2, PW(m, ix[P_FC_W]), N, C,
+                4 * C, LF_W_IN_OUT);
     be->layernorm_backward(rp->dresidual, GR(m, rp, ix[P_LN2_W]), GR(m, rp, ix[P_LN2_B]), rp->dln, a->res2,
                            PW(m, ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
     /* dresidual = d(res2); res2 = residual + dropout(attproj) */
@@ -978,14 +1070,14 @@ static void block_backward(lf_model *m, replica *rp, int l, int T) {
         be->dropout_backward(rp->dbranch, rp->dresidual, NC, d1);
         dbr = rp->dbranch;
     }
-    be->matmul_backward(rp->datty, GR(m, rp, ix[P_APROJ_W]), GR(m, rp, ix[P_APROJ_B]), dbr, a->atty,
-                        PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
+    mm_backward(m, rp->datty, GR(m, rp, ix[P_APROJ_W]), GR(m, rp, ix[P_APROJ_B]), dbr, a->atty,
+                PW(m, ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
     be->attention_backward(rp->dqkv, rp->att_scratch, rp->datty, a->qkv, a->att, B, T, C, NH,
                            drop_at(m, rp, l, SITE_ATT, rowAtt));
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
-        be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
-    be->matmul_backward(rp->dln, GR(m, rp, ix[P_ATTN_W]), GR(m, rp, ix[P_ATTN_B]), rp->dqkv, a->ln1,
-                        PW(m, ix[P_ATTN_W]), N, C, 3 * C, LF_W_IN_OUT);
+        ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(m, ix[P_LN1_W]), PW(m, ix[P_LN1_B]), N, C);
+    mm_backward(m, rp->dln, GR(m, rp, ix[P_ATTN_W]), GR(m, rp, ix[P_ATTN_B]), rp->dqkv, a->ln1, PW(m, ix[P_ATTN_W]),
+                N, C, 3 * C, LF_W_IN_OUT);
     be->layernorm_backward(rp->dresidual, GR(m, rp, ix[P_LN1_W]), GR(m, rp, ix[P_LN1_B]), rp->dln, residual,
                            PW(m, ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
 }

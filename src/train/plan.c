@@ -4,7 +4,8 @@
  * (4 bytes each per parameter), on a backend whose memory is not host
  * memory the trainer's host staging copies for checkpoints (parameters and
  * both moments; the CPU backends need none), the activation plan of the
- * model (lf_gpt2_activation_bytes, per recompute policy), the step's batch
+ * model (lf_gpt2_activation_bytes, per recompute policy; with bf16 the
+ * matmul inputs are stored in bf16), the step's batch
  * and the loader's prefetch ring, and with several ranks the communicator's
  * scratch for one gradient bucket. So the plan is exact up to small
  * bookkeeping (tables, file buffers) and is checked before anything large is
@@ -63,13 +64,17 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->replicas = replicas < 1 ? 1 : replicas > B ? B : replicas;
     p->policy = rc;
     p->staging = staging;
-    for (int k = 0; k < 3; k++) {
-        lf_act_bytes ab;
-        st = lf_gpt2_activation_bytes(mcfg, B, T, (lf_recompute)k, p->replicas, &ab);
-        if (st != LF_OK) return st;
-        p->act_policy[k] = ab.total;
-        if (k == (int)rc) p->act = ab;
-    }
+    /* bf16 runs on cpu-bf16, whose model stores the matmul inputs in bf16 */
+    p->act_dtype = cfg->bf16 ? LF_ACT_BF16 : LF_ACT_FP32;
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 3; k++) {
+            lf_act_bytes ab;
+            st = lf_gpt2_activation_bytes(mcfg, B, T, (lf_recompute)k, (lf_act_dtype)d, p->replicas, &ab);
+            if (st != LF_OK) return st;
+            p->act_by_dtype[d][k] = ab.total;
+            if (d == (int)p->act_dtype) p->act_policy[k] = ab.total;
+            if (d == (int)p->act_dtype && k == (int)rc) p->act = ab;
+        }
     const size_t f = sizeof(float), batch = 2 * sizeof(int32_t) * (size_t)A * (size_t)B * (size_t)T;
     /* ZeRO: the rank's shard is its part of every unit (embeddings, L blocks
      * of one size, ln_f), lf_comm_partition's split; two unit-sized working
@@ -100,12 +105,14 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         p->optim_bytes);
     if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * (Z >= 1 ? p->shard : P)) * f);
     char name[64];
-    snprintf(name, sizeof name, "activations (recompute %s)", lf_recompute_name(rc));
+    snprintf(name, sizeof name, "activations (recompute %s%s)", lf_recompute_name(rc),
+             p->act_dtype == LF_ACT_BF16 ? ", bf16" : "");
     add(p, name, p->act.total);
     if (cfg->bf16) {
         /* cpu-bf16 caches a bf16 copy of every matmul weight (wte for the lm_head, and per layer
-         * c_attn, attn.c_proj, c_fc, mlp.c_proj), and converts activation operands into
-         * per-replica scratch whose largest is the logits gradient (rows x Vp) */
+         * c_attn, attn.c_proj, c_fc, mlp.c_proj), and converts the operands not stored in bf16
+         * (the output gradients) into per-replica scratch whose largest is the logits gradient
+         * (rows x Vp) */
         const size_t C = (size_t)mcfg->n_embd, L = (size_t)mcfg->n_layer;
         const size_t Vp = (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size);
         add(p, "bf16 weight copies", 2 * (Vp * C + L * 12 * C * C));
@@ -225,10 +232,31 @@ lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, co
                    q.total <= p->limit ? "" : " (not enough alone)");
         }
     }
-    sb(&s, " bf16 keeps activations in fp32 in this build and adds bf16 weight copies, so it saves nothing%s",
-       p->world > 1 ? "" : "; ZeRO stages shard optimizer state, gradients and parameters over several processes "
-                           "(llmforge launch / mpirun) and save nothing in one");
-    (void)mcfg;
+    /* bf16, when the run is fp32: its matmul inputs stored in bf16, less its weight copies and scratch */
+    if (!cfg->bf16) {
+        lf_train_config cb = *cfg;
+        cb.bf16 = 1;
+        cb.fp16 = 0;
+        if (plan_with(&q, &cb, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank) == LF_OK) {
+            const size_t act_save = p->act.total - q.act.total;
+            const size_t cost = (q.total - q.act.total) - (p->total - p->act.total); /* weight copies, scratch */
+            const char *instead = cfg->fp16 ? " (instead of fp16)" : "";
+            if (q.total < p->total) {
+                sb(&s, " bf16.enabled true%s saves %s (%s of activations stored in bf16, less %s of bf16 weight copies "
+                   "and scratch)%s;", instead, lf_fmt_bytes(p->total - q.total, b1, sizeof b1),
+                   lf_fmt_bytes(act_save, b2, sizeof b2), lf_fmt_bytes(cost, b3, sizeof b3),
+                   q.total <= p->limit ? "" : " (not enough alone)");
+                n_adv++;
+            } else {
+                sb(&s, " bf16.enabled true%s stores activations in bf16 (%s less) but adds %s of bf16 weight "
+                   "copies and scratch, so it saves nothing here;", instead, lf_fmt_bytes(act_save, b2, sizeof b2),
+                   lf_fmt_bytes(cost, b3, sizeof b3));
+            }
+        }
+    }
+    if (p->world == 1)
+        sb(&s, " ZeRO stages shard optimizer state, gradients and parameters over several processes (llmforge "
+           "launch / mpirun) and save nothing in one");
     return lf_fail(LF_ERR_NOMEM, "%s", msg);
 }
 
@@ -254,9 +282,11 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
     sb(&s, "activations: kept for backward %s, working set %s, logits %s, replica gradients %s\n",
        lf_fmt_bytes(p->act.saved, b1, sizeof b1), lf_fmt_bytes(p->act.work, b2, sizeof b2),
        lf_fmt_bytes(p->act.logits, b3, sizeof b3), lf_fmt_bytes(p->act.replica_grads, b4, sizeof b4));
-    sb(&s, "activations by recompute policy (fp32 and bf16 alike: bf16 changes only the matmul operands):\n");
+    sb(&s, "activations by recompute policy, matmul inputs stored in fp32 / in bf16 (bf16.enabled):\n");
     for (int k = 0; k < 3; k++)
-        sb(&s, "  %-10s %12s%s\n", lf_recompute_name((lf_recompute)k), lf_fmt_bytes(p->act_policy[k], b1, sizeof b1),
-           k == (int)p->policy ? "  <- configured" : "");
+        sb(&s, "  %-10s %12s %12s%s%s\n", lf_recompute_name((lf_recompute)k),
+           lf_fmt_bytes(p->act_by_dtype[LF_ACT_FP32][k], b1, sizeof b1),
+           lf_fmt_bytes(p->act_by_dtype[LF_ACT_BF16][k], b2, sizeof b2), k == (int)p->policy ? "  <- configured, " : "",
+           k == (int)p->policy ? lf_act_dtype_name(p->act_dtype) : "");
     return s.len;
 }

@@ -176,7 +176,7 @@ static void test_planned_equals_allocated(void **state) {
                 size_t counted = allocated - before;
                 lf_act_bytes pure, held;
                 int reps = lf_backend_cpu_threads();
-                LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, T, (lf_recompute)pol, reps, &pure));
+                LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, T, (lf_recompute)pol, LF_ACT_FP32, reps, &pure));
                 lf_model_activation_bytes(m, &held);
                 assert_int_equal(counted, bytes);
                 assert_int_equal(pure.total, bytes);
@@ -203,7 +203,7 @@ static void test_gpt2_small_ordering(void **state) {
     const int b = 4, t = 256, L = 12;
     lf_act_bytes a[3];
     for (int pol = 0; pol < 3; pol++) {
-        LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, t, (lf_recompute)pol, 1, &a[pol]));
+        LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, t, (lf_recompute)pol, LF_ACT_FP32, 1, &a[pol]));
         printf("gpt2-124m B %d T %d %-9s: total %.1f MB (saved %.1f, work %.1f, logits %.1f)\n", b, t,
                lf_recompute_name((lf_recompute)pol), a[pol].total / 1e6, a[pol].saved / 1e6, a[pol].work / 1e6,
                a[pol].logits / 1e6);
@@ -220,7 +220,7 @@ static void test_gpt2_small_ordering(void **state) {
     assert_int_equal(a[LF_RECOMPUTE_NONE].logits, a[LF_RECOMPUTE_FULL].logits);
     /* with replicas, every replica carries its own working set */
     lf_act_bytes two;
-    LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, t, LF_RECOMPUTE_FULL, 2, &two));
+    LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, t, LF_RECOMPUTE_FULL, LF_ACT_FP32, 2, &two));
     assert_true(two.replica_grads > 0);
     assert_int_equal(two.saved, a[LF_RECOMPUTE_FULL].saved);
 }
@@ -242,10 +242,12 @@ static void test_api(void **state) {
 
     lf_gpt2_config c = small_config(0);
     lf_act_bytes ab;
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 0, T, LF_RECOMPUTE_NONE, 1, &ab), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, LF_RECOMPUTE_NONE, 0, &ab), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T + 1, LF_RECOMPUTE_NONE, 1, &ab), LF_ERR_RANGE);
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, (lf_recompute)3, 1, &ab), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_gpt2_activation_bytes(&c, 0, T, LF_RECOMPUTE_NONE, LF_ACT_FP32, 1, &ab), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, LF_RECOMPUTE_NONE, LF_ACT_FP32, 0, &ab), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T + 1, LF_RECOMPUTE_NONE, LF_ACT_FP32, 1, &ab), LF_ERR_RANGE);
+    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, (lf_recompute)3, LF_ACT_FP32, 1, &ab), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, LF_RECOMPUTE_NONE, (lf_act_dtype)2, 1, &ab),
+                     LF_ERR_INVALID_ARG);
     assert_int_equal(ab.total, 0);
 
     lf_model *m = NULL;

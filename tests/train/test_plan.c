@@ -57,23 +57,37 @@ static void test_plan_adds_up(void **state) {
     assert_true(p.act_policy[0] > p.act_policy[1] && p.act_policy[1] > p.act_policy[2]);
     assert_int_equal(p.act.total, p.act_policy[0]);
     assert_int_equal(p.items[0].bytes, p.params * 4);
-    /* the model allocates exactly the activation item */
-    lf_model *model = NULL;
-    LF_ASSERT_OK(lf_model_create(&model, &m, lf_backend_get("cpu")));
+    /* the model allocates exactly the activation item, in fp32 and with bf16
+     * (cpu-bf16 stores the matmul inputs in bf16: less, by policy) */
     lf_backend_cpu_set_threads(2);
-    for (int k = 0; k < 3; k++) {
-        size_t got = 0;
-        c.recompute = k;
-        LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2, 0));
-        LF_ASSERT_OK(lf_model_set_recompute(model, (lf_recompute)k));
-        LF_ASSERT_OK(lf_model_plan(model, c.micro_batch, m.block_size, &got));
-        assert_int_equal(got, p.act.total);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        lf_model *model = NULL;
+        LF_ASSERT_OK(lf_model_create(&model, &m, lf_backend_get(bf16 ? "cpu-bf16" : "cpu")));
+        c.bf16 = bf16;
+        for (int k = 0; k < 3; k++) {
+            size_t got = 0;
+            c.recompute = k;
+            LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2, 0));
+            LF_ASSERT_OK(lf_model_set_recompute(model, (lf_recompute)k));
+            LF_ASSERT_OK(lf_model_plan(model, c.micro_batch, m.block_size, &got));
+            assert_int_equal(got, p.act.total);
+            assert_int_equal(p.act_dtype, bf16 ? LF_ACT_BF16 : LF_ACT_FP32);
+            assert_int_equal(lf_model_act_dtype(model), p.act_dtype);
+            assert_int_equal(p.act_policy[k], p.act_by_dtype[p.act_dtype][k]);
+            assert_true(p.act_by_dtype[LF_ACT_BF16][k] < p.act_by_dtype[LF_ACT_FP32][k]);
+        }
+        lf_model_free(model);
     }
-    lf_model_free(model);
+    int named = 0;
+    for (int i = 0; i < p.n_items; i++)
+        named += strstr(p.items[i].name, "activations (recompute full, bf16)") != NULL;
+    assert_int_equal(named, 1);
+    c.bf16 = 0;
     char text[4096];
     size_t n = lf_mem_plan_format(&p, text, sizeof text);
     assert_true(n > 0 && n < sizeof text);
-    assert_non_null(strstr(text, "activations (recompute full)"));
+    assert_non_null(strstr(text, "activations (recompute full, bf16)"));
+    assert_non_null(strstr(text, "<- configured, bf16"));
     assert_non_null(strstr(text, "selective"));
 }
 
@@ -125,6 +139,46 @@ static void test_over_limit_stops_with_advice(void **state) {
     lf_trainer_free(t);
 }
 
+/* An fp32 run that bf16 would make fit: the advice names bf16 with its net
+ * saving (activations stored in bf16, less the weight copies and scratch),
+ * and the bf16 run starts under the same limit with its activations exactly
+ * as planned. */
+static void test_bf16_advice(void **state) {
+    (void)state;
+    lf_backend_cpu_set_threads(2);
+    lf_train_config c = cfg_of("bf16adv");
+    lf_gpt2_config m = c.model;
+    m.vocab_size = 65;
+    lf_mem_plan p32, p16;
+    LF_ASSERT_OK(lf_mem_plan_make(&p32, &c, &m, 2, 0));
+    c.bf16 = 1;
+    LF_ASSERT_OK(lf_mem_plan_make(&p16, &c, &m, 2, 0));
+    c.bf16 = 0;
+    assert_true(p16.total < p32.total);
+    assert_true(p16.act.total < p32.act.total);
+    c.memory_limit = (long)(p16.total + (p32.total - p16.total) / 2);
+    LF_ASSERT_OK(lf_mem_plan_make(&p32, &c, &m, 2, 0));
+    assert_int_equal(lf_mem_plan_check(&p32, &c, &m), LF_ERR_NOMEM);
+    char want[256], b1[32], b2[32];
+    snprintf(want, sizeof want, "bf16.enabled true saves %s (%s of activations stored in bf16",
+             lf_fmt_bytes(p32.total - p16.total, b1, sizeof b1),
+             lf_fmt_bytes(p32.act.total - p16.act.total, b2, sizeof b2));
+    LF_ASSERT_ERR_CONTAINS(want);
+    /* bf16 alone fits: its advice (up to the next ';') does not say otherwise */
+    const char *adv = strstr(lf_last_error(), "bf16.enabled true saves");
+    const char *end = strchr(adv, ';'), *nea = strstr(adv, "not enough alone");
+    assert_non_null(end);
+    if (nea && nea < end) fail_msg("bf16 alone fits, yet the advice says it is not enough: %s", lf_last_error());
+    lf_trainer *t = NULL;
+    lf_trainer_opts o = {0};
+    assert_int_equal(lf_trainer_create(&t, &c, &o), LF_ERR_NOMEM);
+    lf_trainer_free(t);
+    c.bf16 = 1;
+    LF_ASSERT_OK(lf_trainer_create(&t, &c, &o)); /* fits; the trainer checks the model's activations */
+    LF_ASSERT_OK(lf_trainer_run(t));
+    lf_trainer_free(t);
+}
+
 static void test_injected_allocation_failures(void **state) {
     (void)state;
     lf_backend_cpu_set_threads(2);
@@ -159,6 +213,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_adds_up),
         cmocka_unit_test(test_over_limit_stops_with_advice),
+        cmocka_unit_test(test_bf16_advice),
         cmocka_unit_test(test_injected_allocation_failures),
     };
     return cmocka_run_group_tests(tests, setup, char_fixture_teardown);

@@ -99,9 +99,15 @@ int cmd_plan(int argc, char **argv) {
                p.replicas, lf_recompute_name(p.policy), p.params_bytes, p.grads_bytes, p.optim_bytes, p.act.total);
         for (int i = 0; i < p.n_items; i++)
             printf("%s{\"name\":\"%s\",\"bytes\":%zu}", i ? "," : "", p.items[i].name, p.items[i].bytes);
-        printf("],\"total_bytes\":%zu,\"activation_bytes_by_policy\":{\"none\":%zu,\"selective\":%zu,"
-               "\"full\":%zu},\"limit_bytes\":%zu,\"limit_from\":\"%s\",\"fits\":%s}\n",
-               p.total, p.act_policy[0], p.act_policy[1], p.act_policy[2], p.limit,
+        printf("],\"total_bytes\":%zu,\"activation_dtype\":\"%s\",\"activation_bytes_by_policy\":{\"none\":%zu,"
+               "\"selective\":%zu,\"full\":%zu},", p.total, lf_act_dtype_name(p.act_dtype), p.act_policy[0],
+               p.act_policy[1], p.act_policy[2]);
+        printf("\"activation_bytes_by_dtype\":{");
+        for (int d = 0; d < 2; d++)
+            printf("%s\"%s\":{\"none\":%zu,\"selective\":%zu,\"full\":%zu}", d ? "," : "",
+                   lf_act_dtype_name((lf_act_dtype)d), p.act_by_dtype[d][0], p.act_by_dtype[d][1],
+                   p.act_by_dtype[d][2]);
+        printf("},\"limit_bytes\":%zu,\"limit_from\":\"%s\",\"fits\":%s}\n", p.limit,
                p.limit_from_config ? "memory.limit_bytes" : p.limit ? "MemAvailable" : "none",
                st == LF_OK ? "true" : "false");
     } else {

@@ -460,7 +460,8 @@ static int cmd_bench(int argc, char **argv) {
         printf("model: %d layers, %d heads, %d channels, vocab %d; %zu parameters\n", mc.n_layer, mc.n_head, mc.n_embd,
                mc.vocab_size, r.num_params);
         printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n", B, T, r.steps, warmup, lf_backend_cpu_threads());
-        printf("activations: %.1f MB (recompute %s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute));
+        printf("activations: %.1f MB (recompute %s%s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute),
+               bf16 ? ", matmul inputs in bf16" : "");
         printf("precision: %s\n", bf16 ? "bf16 matmuls" : "fp32");
         if (bf16) printf("bf16: %s\n", lf_backend_cpu_bf16_kernel());
         printf("median %.2f ms/step (min %.2f, max %.2f)\n", r.ms_per_step, r.ms_min, r.ms_max);

@@ -8,7 +8,10 @@
  * calling thread only, which is what those call sites want.
  *
  * Two tables: "cpu" (fp32 throughout) and "cpu-bf16", the same ops except
- * matmul, which takes bf16 operands with fp32 accumulation (cpu_bf16.c).
+ * matmul, which takes bf16 operands with fp32 accumulation (cpu_bf16.c),
+ * plus the bf16 activation slots (a layernorm and a GELU that write bf16, a
+ * cast, and the matmul pair with a bf16 input), with which the model stores
+ * the matmul inputs in bf16 at no change in results.
  * cpu-bf16 caches bf16 copies of the weights, so its memory ops and AdamW
  * also tell that cache when parameters may have changed: to_device and
  * params_changed make every copy stale, free drops them all, and AdamW
@@ -110,6 +113,7 @@ static const lf_backend_ops cpu_ops = {
     .replicas = cpu_replicas,
     .run_replicas = cpu_run_replicas,
     .add_inplace = cpu_add_inplace,
+    /* bf16 activation slots NULL: fp32 keeps its activations in fp32 */
     .params_changed = cpu_params_changed,
 };
 
@@ -157,6 +161,11 @@ static const lf_backend_ops cpu_bf16_ops = {
     .replicas = cpu_replicas,
     .run_replicas = cpu_run_replicas,
     .add_inplace = cpu_add_inplace,
+    .cast_bf16 = lf__cpu_cast_bf16,
+    .layernorm_forward_bf16 = lf__cpu_layernorm_forward_bf16,
+    .gelu_forward_bf16 = lf__cpu_gelu_forward_bf16,
+    .matmul_forward_bf16 = lf__cpu_bf16_matmul_forward_bf16,
+    .matmul_backward_bf16 = lf__cpu_bf16_matmul_backward_bf16,
     .params_changed = lf__cpu_bf16_params_changed,
 };
 

@@ -15,6 +15,14 @@
  * Rounding is round-to-nearest-even, NaN kept NaN (what oneDNN, PyTorch and
  * AVX512-BF16's vcvtne2ps2bf16 do).
  *
+ * bf16 activations: the *_bf16 pair takes `inp` already stored in bf16 (the
+ * model's ln_1/ln_2/ln_f outputs, attention output and GELU output on this
+ * backend). Those bits are what this file's own conversion would have made
+ * of the fp32 tensor (lf__cpu_cast_bf16, or lf__cpu_bf16_bits in the bf16
+ * layernorm and GELU), so oneDNN gets the same source, and the fallback the
+ * same rounded fp32 (the exact expansion), as from the fp32 pair: results
+ * are bit-identical, and the conversion pass is skipped.
+ *
  * Invariants:
  *  - Same contract as the fp32 matmul (backend_impl.h): forward overwrites
  *    out; backward overwrites dinp and ACCUMULATES dweight (oneDNN "sum"
@@ -41,7 +49,8 @@
  *    part of the primitive key. The weight cache is shared, under a mutex.
  *  - Ops return nothing, so a failure (no memory for a copy, a primitive
  *    oneDNN refuses) cannot be reported: that product is computed by the
- *    next path down (oneDNN -> rounded sgemm -> plain fp32 sgemm) and counted
+ *    next path down (oneDNN -> rounded sgemm -> plain fp32 sgemm, or for a
+ *    bf16 operand a plain loop on the operands as stored) and counted
  *    (lf__cpu_bf16_failures; the tests require 0).
  *  - Copies and primitives live until lf__cpu_bf16_release or process exit;
  *    they grow with the distinct weights and shapes seen, not per step.
@@ -70,7 +79,10 @@ enum { MODE_ONEDNN = 1, MODE_FALLBACK = 2 };
 
 float lf__cpu_bf16_round(float x) { return lf__cpu_bf16_as_f32(lf__cpu_bf16_bits(x)); }
 
-static void to_bf16(uint16_t *restrict out, const float *restrict in, size_t n) {
+/* Every fp32 -> bf16 conversion of this backend goes through here or through
+ * lf__cpu_bf16_bits itself (the bf16 layernorm and GELU), so an activation
+ * stored in bf16 holds the bits the product would have made of it. */
+void lf__cpu_cast_bf16(uint16_t *restrict out, const float *restrict in, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= (size_t)4 * LF_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_bits(in[i]);
 }
@@ -80,9 +92,16 @@ static void to_f32r(float *restrict out, const float *restrict in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_as_f32(lf__cpu_bf16_bits(in[i]));
 }
 
+/* bf16 bits back to fp32: exact, and equal to to_f32r of any fp32 value
+ * that rounds to them. */
+static void from_bf16(float *restrict out, const uint16_t *restrict in, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t)4 * LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_as_f32(in[i]);
+}
+
 static void convert(void *out, const float *in, size_t n, int kind) {
     if (kind == KIND_BF16)
-        to_bf16(out, in, n);
+        lf__cpu_cast_bf16(out, in, n);
     else
         to_f32r(out, in, n);
 }
@@ -452,10 +471,13 @@ static int onednn_product(tstate *s, int M, int N, int K, const uint16_t *A, int
 
 /* ---------------------------------------------------------------- products */
 
-/* One operand of a product: fp32 source and its converted copies, made on
- * first need (weights through the cache, activations into scratch). */
+/* One operand of a product: its source, fp32 (x) or an activation stored in
+ * bf16 (h, x NULL), and its converted copies, made on first need (weights
+ * through the cache, activations into scratch). A bf16 source is its own
+ * bf16 copy; its rounded-fp32 copy is its exact expansion. */
 typedef struct operand {
     const float *x;
+    const uint16_t *h;
     size_t n;
     int weight;
     int slot; /* scratch slot 0 or 1 for activations */
@@ -464,14 +486,39 @@ typedef struct operand {
 
 static const void *operand_get(tstate *s, operand *o, int kind) {
     if (o->cvt[kind]) return o->cvt[kind];
-    if (o->weight) {
+    if (o->h && kind == KIND_BF16) {
+        o->cvt[kind] = o->h;
+    } else if (o->weight) {
         o->cvt[kind] = weight_copy(o->x, o->n, kind);
     } else {
         void *b = scratch(s, kind * 2 + o->slot, o->n * kind_size(kind));
-        if (b) convert(b, o->x, o->n, kind);
+        if (b && o->h) from_bf16(b, o->h, o->n);
+        else if (b) convert(b, o->x, o->n, kind);
         o->cvt[kind] = b;
     }
     return o->cvt[kind];
+}
+
+/* Element (i, k) of operand o viewed as an (rows, cols) matrix stored
+ * row-major, or transposed when t. */
+static inline float operand_at(const operand *o, int t, int rows, int cols, int i, int k) {
+    const size_t at = t ? (size_t)k * rows + i : (size_t)i * cols + k;
+    return o->h ? lf__cpu_bf16_as_f32(o->h[at]) : o->x[at];
+}
+
+/* The last path down, when no scratch could be had for a bf16 operand's
+ * expansion: a plain loop (fp32 accumulation in row order) on the operands
+ * as stored. Slow; it exists so that an op without memory still computes. */
+static void product_direct(int M, int N, int K, const operand *A, int ta, const operand *B, int tb,
+                           const float *bias, float *C, int sum) {
+#pragma omp parallel for schedule(static) if ((long)M * N * K >= LF_CPU_PAR_MIN)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += operand_at(A, ta, M, K, i, k) * operand_at(B, tb, K, N, k, j);
+            float *c = C + (size_t)i * N + j;
+            *c = sum ? *c + acc : bias ? bias[j] + acc : acc;
+        }
 }
 
 /* C (M,N) = A @ B [+ bias] (sum: C += A @ B), A/B stored as onednn_product
@@ -489,6 +536,10 @@ static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand 
         if (mode() == MODE_FALLBACK) failed();
         a = A->x;
         b = B->x;
+        if (!a || !b) { /* a bf16 operand: no fp32 source to hand to sgemm */
+            product_direct(M, N, K, A, ta, B, tb, bias, C, sum);
+            return;
+        }
     }
     float beta = sum ? 1.0f : 0.0f;
     if (bias && !sum) {
@@ -499,26 +550,39 @@ static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand 
                 ta ? M : K, b, tb ? K : N, beta, C, N);
 }
 
-void lf__cpu_bf16_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
-                                 int OC, lf_weight_layout layout) {
+/* The forward with inp given as fp32 (inp) or bf16 (inp_h). */
+static void matmul_forward(float *out, const float *inp, const uint16_t *inp_h, const float *weight,
+                           const float *bias, int N, int C, int OC, lf_weight_layout layout) {
     if (N <= 0 || OC <= 0) return;
-    if (C <= 0) { /* no product: out = bias (or 0), exactly what the fp32 op does */
+    if (C <= 0) { /* no product: out = bias (or 0), exactly what the fp32 op does (inp is not read) */
         lf__cpu_matmul_forward(out, inp, weight, bias, N, C, OC, layout);
         return;
     }
     tstate *s = thread_state();
-    operand x = {.x = inp, .n = (size_t)N * C, .slot = 0};
+    operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .slot = 0};
     operand w = {.x = weight, .n = (size_t)C * OC, .weight = 1};
     /* IN_OUT: W stored (C,OC) = (K,N); OUT_IN: stored (OC,C) = (N,K) */
     product(s, N, OC, C, &x, 0, &w, layout == LF_W_OUT_IN, bias, out, 0);
 }
 
-void lf__cpu_bf16_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                  const float *weight, int N, int C, int OC, lf_weight_layout layout) {
+void lf__cpu_bf16_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
+                                 int OC, lf_weight_layout layout) {
+    matmul_forward(out, inp, NULL, weight, bias, N, C, OC, layout);
+}
+
+void lf__cpu_bf16_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias,
+                                      int N, int C, int OC, lf_weight_layout layout) {
+    matmul_forward(out, NULL, inp, weight, bias, N, C, OC, layout);
+}
+
+/* The backward with inp given as fp32 (inp) or bf16 (inp_h). */
+static void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const uint16_t *inp_h, const float *weight, int N, int C, int OC,
+                            lf_weight_layout layout) {
     if (N <= 0 || OC <= 0 || C <= 0) return;
     tstate *s = thread_state();
     operand d = {.x = dout, .n = (size_t)N * OC, .slot = 1};
-    operand x = {.x = inp, .n = (size_t)N * C, .slot = 0};
+    operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .slot = 0};
     operand w = {.x = weight, .n = (size_t)C * OC, .weight = 1};
     if (layout == LF_W_IN_OUT) {
         /* dinp (N,C) = dout (N,OC) @ W^T, W stored (C,OC) = (N,K) of this product */
@@ -532,4 +596,15 @@ void lf__cpu_bf16_matmul_backward(float *dinp, float *dweight, float *dbias, con
         product(s, OC, C, N, &d, 1, &x, 0, NULL, dweight, 1);
     }
     if (dbias) lf__cpu_bias_backward(dbias, dout, N, OC);
+}
+
+void lf__cpu_bf16_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                  const float *weight, int N, int C, int OC, lf_weight_layout layout) {
+    matmul_backward(dinp, dweight, dbias, dout, inp, NULL, weight, N, C, OC, layout);
+}
+
+void lf__cpu_bf16_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout,
+                                       const uint16_t *inp, const float *weight, int N, int C, int OC,
+                                       lf_weight_layout layout) {
+    matmul_backward(dinp, dweight, dbias, dout, NULL, inp, weight, N, C, OC, layout);
 }

@@ -97,6 +97,7 @@ void lf__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, c
 void lf__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
                               int B, int T, int C);
 void lf__cpu_gelu_forward(float *out, const float *inp, size_t n);
+void lf__cpu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n);
 void lf__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void lf__cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
 void lf__cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
@@ -106,6 +107,8 @@ void lf__cpu_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropo
 /* cpu_norm.c */
 void lf__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                const float *weight, const float *bias, int N, int C);
+void lf__cpu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                    const float *weight, const float *bias, int N, int C);
 void lf__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean,
                                 const float *rstd, int N, int C);
@@ -128,6 +131,17 @@ void lf__cpu_bf16_matmul_forward(float *out, const float *inp, const float *weig
 void lf__cpu_bf16_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                   const float *inp, const float *weight, int N, int C, int OC,
                                   lf_weight_layout layout);
+/* The same pair with inp stored in bf16 (the model's bf16 activations):
+ * exactly the numbers the fp32-inp pair gives for the fp32 inp that rounds
+ * to it, since that pair rounds inp to bf16 first. */
+void lf__cpu_bf16_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias,
+                                      int N, int C, int OC, lf_weight_layout layout);
+void lf__cpu_bf16_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout,
+                                       const uint16_t *inp, const float *weight, int N, int C, int OC,
+                                       lf_weight_layout layout);
+/* out[i] = inp[i] rounded to bf16 (lf__cpu_bf16_bits): the conversion the
+ * products apply to their operands. */
+void lf__cpu_cast_bf16(uint16_t *out, const float *inp, size_t n);
 void lf__cpu_bf16_params_changed(void);
 void lf__cpu_bf16_memory_freed(void);
 /* adamw_update of the cpu-bf16 table: the fp32 update, renewing in the same

@@ -4,6 +4,9 @@
  *
  * Invariants:
  *  - forward saves mean and rstd = 1/sqrt(var + eps) per row for backward.
+ *  - the bf16 forward (cpu-bf16's bf16 activation storage) computes the same
+ *    statistics and values with the same code and rounds each output to
+ *    bf16: its output is cast_bf16 of the fp32 forward's, bit for bit.
  *  - backward accumulates (+=) into dinp, dweight and dbias.
  *  - dweight/dbias sums run over rows in order inside a per-channel double
  *    accumulator; threads own disjoint channel slices, so the result is
@@ -22,6 +25,29 @@
 /* Channels summed together in one pass over the rows of a channel slice. */
 #define LN_ACC_W 64
 
+/* mean and 1/sqrt(var + eps) of one row: two passes (mean, then centred
+ * squares), so no cancellation. Shared by both forwards, so their statistics
+ * and outputs are the same bits. */
+static inline void ln_stats(const float *restrict x, int C, float *mean, float *rstd) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    const float m = s / (float)C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    *mean = m;
+    *rstd = 1.0f / sqrtf(v / (float)C + LN_EPS);
+}
+
+/* One output element (bias: add b; the no-bias form is a separate
+ * expression, as in the fp32 op, so both forwards contract alike). */
+static inline float ln_out(float x, float m, float r, float w) { return (x - m) * r * w; }
+static inline float ln_out_b(float x, float m, float r, float w, float b) { return (x - m) * r * w + b; }
+
 void lf__cpu_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
                                const float *restrict inp, const float *restrict weight,
                                const float *restrict bias, int N, int C) {
@@ -29,24 +55,37 @@ void lf__cpu_layernorm_forward(float *restrict out, float *restrict mean, float 
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;
         float *restrict o = out + (size_t)n * C;
-        /* two passes (mean, then centred squares): no cancellation */
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        const float m = s / (float)C;
-        float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        const float r = 1.0f / sqrtf(v / (float)C + LN_EPS);
+        float m, r;
+        ln_stats(x, C, &m, &r);
         if (bias) {
 #pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+            for (int c = 0; c < C; c++) o[c] = ln_out_b(x[c], m, r, weight[c], bias[c]);
         } else {
 #pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * weight[c];
+            for (int c = 0; c < C; c++) o[c] = ln_out(x[c], m, r, weight[c]);
+        }
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+/* The same layernorm, its output rounded to bf16 (the fp32 op's values,
+ * rounded as cast_bf16 rounds). */
+void lf__cpu_layernorm_forward_bf16(uint16_t *restrict out, float *restrict mean, float *restrict rstd,
+                                    const float *restrict inp, const float *restrict weight,
+                                    const float *restrict bias, int N, int C) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;
+        uint16_t *restrict o = out + (size_t)n * C;
+        float m, r;
+        ln_stats(x, C, &m, &r);
+        if (bias) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = lf__cpu_bf16_bits(ln_out_b(x[c], m, r, weight[c], bias[c]));
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = lf__cpu_bf16_bits(ln_out(x[c], m, r, weight[c]));
         }
         mean[n] = m;
         rstd[n] = r;
