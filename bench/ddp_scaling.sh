@@ -88,11 +88,11 @@ if [ -x /usr/bin/time ]; then
   printf "%-7s %18s %18s %14s %9s %9s\n" stage "peak RSS/rank MiB" "planned state MiB" "(rank 0 items)" "ms/step" comm
   for z in 0 1 2 3; do
     OMP_NUM_THREADS=1 "$MPIRUN" "${mpiflags[@]}" -n 4 bash -c \
-      'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; exec /usr/bin/time -f "rank $r peak_rss_kb %M" "$@"' _ \
+      'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; exec /usr/bin/time -o "$0.rss.$r" -f "%M" "$@"' "$OUT/zero$z" \
       "$LLMFORGE" train "${common[@]}" --threads 1 --train_micro_batch_size_per_gpu=2 --train_iters="$ZERO_STEPS" \
       --zero_optimization.stage=$z --out_dir="$OUT/zero$z" 2>"$OUT/zero$z.err" >/dev/null ||
       { tail -20 "$OUT/zero$z.err"; exit 1; }
-    rss=$(grep -o 'peak_rss_kb [0-9]*' "$OUT/zero$z.err" | awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $2 / 1024 }')
+    rss=$(for r in 0 1 2 3; do cat "$OUT/zero$z.rss.$r"; done | awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $1 / 1024 }')
     planned=$("$LLMFORGE" plan "${common[@]}" --train_micro_batch_size_per_gpu=2 --zero_optimization.stage=$z \
       --world-size 4 --rank 0 --json | sed 's/.*"parameter_bytes":\([0-9]*\),"gradient_bytes":\([0-9]*\),"optimizer_bytes":\([0-9]*\).*/\1 \2 \3/' |
       awk '{ printf "%.1f %.0f+%.0f+%.0f", ($1 + $2 + $3) / 1048576, $1 / 1048576, $2 / 1048576, $3 / 1048576 }')
