@@ -17,47 +17,19 @@
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+#include "model_fixture.h"
 
-/* ---------------------------------------------------------------- a backend that counts its allocations */
-
-static lf_backend_ops counting;
-static size_t allocated; /* bytes handed out by counting.alloc, ever */
-static int n_allocs;
-
-static void *counting_alloc(size_t bytes) {
-    void *p = lf__backend_cpu_bf16()->alloc(bytes);
-    if (p) {
-        allocated += bytes;
-        n_allocs++;
-    }
-    return p;
-}
-
-static const lf_backend_ops *counting_backend(void) {
-    counting = *lf__backend_cpu_bf16();
-    counting.alloc = counting_alloc;
-    return &counting;
-}
+static const lf_backend_ops *counting_backend(void) { return counting_backend_of(lf__backend_cpu_bf16()); }
 
 /* ---------------------------------------------------------------- training steps */
 
 enum { B = 4, T = 16, MICRO = 2, STEPS = 3, VP = 128 };
 static int rows_planned = B; /* B, or 1 for one replica running threaded ops */
 
-static lf_gpt2_config small_config(float dropout) {
-    lf_gpt2_config c = {.n_layer = 3, .n_head = 4, .n_embd = 48, .block_size = T, .vocab_size = 97,
-                        .padded_vocab_size = VP, .bias = 1, .dropout = dropout};
-    return c;
-}
+static lf_gpt2_config small_config(float dropout) { return fixture_config(T, dropout); }
 
 /* Deterministic tokens; a few ignored targets. */
-static void make_batch(int k, int32_t *in, int32_t *tg) {
-    for (int i = 0; i < B * T; i++) {
-        in[i] = (int32_t)(lf_rng_u64(21, LF_RNG_TEST, (uint64_t)(k * 2 * B * T + i)) % 97);
-        tg[i] = (int32_t)(lf_rng_u64(21, LF_RNG_TEST, (uint64_t)(k * 2 * B * T + B * T + i)) % 97);
-        if (i % 13 == 5) tg[i] = -1;
-    }
-}
+static void make_batch(int k, int32_t *in, int32_t *tg) { fixture_batch(21, 13, 5, k, B, T, in, tg); }
 
 typedef struct run_result {
     double loss[STEPS][MICRO + 1];

@@ -12,47 +12,19 @@
 #include "backend/backend_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+#include "model_fixture.h"
 
-/* ---------------------------------------------------------------- a backend that counts its allocations */
-
-static lf_backend_ops counting;
-static size_t allocated; /* bytes handed out by counting.alloc, ever */
-static int n_allocs;
-
-static void *counting_alloc(size_t bytes) {
-    void *p = lf__backend_cpu()->alloc(bytes);
-    if (p) {
-        allocated += bytes;
-        n_allocs++;
-    }
-    return p;
-}
-
-static const lf_backend_ops *counting_backend(void) {
-    counting = *lf__backend_cpu();
-    counting.alloc = counting_alloc;
-    return &counting;
-}
+static const lf_backend_ops *counting_backend(void) { return counting_backend_of(lf__backend_cpu()); }
 
 /* ---------------------------------------------------------------- one training step */
 
 enum { B = 4, T = 16, MICRO = 2 };
 static int rows_planned = B; /* B, or 1 for one replica running threaded ops */
 
-static lf_gpt2_config small_config(float dropout) {
-    lf_gpt2_config c = {.n_layer = 3, .n_head = 4, .n_embd = 48, .block_size = T, .vocab_size = 97,
-                        .padded_vocab_size = 128, .bias = 1, .dropout = dropout};
-    return c;
-}
+static lf_gpt2_config small_config(float dropout) { return fixture_config(T, dropout); }
 
 /* Deterministic tokens; a few ignored targets. */
-static void make_batch(int micro, int32_t *in, int32_t *tg) {
-    for (int i = 0; i < B * T; i++) {
-        in[i] = (int32_t)(lf_rng_u64(5, LF_RNG_TEST, (uint64_t)(micro * 2 * B * T + i)) % 97);
-        tg[i] = (int32_t)(lf_rng_u64(5, LF_RNG_TEST, (uint64_t)(micro * 2 * B * T + B * T + i)) % 97);
-        if (i % 11 == 3) tg[i] = -1;
-    }
-}
+static void make_batch(int k, int32_t *in, int32_t *tg) { fixture_batch(5, 11, 3, k, B, T, in, tg); }
 
 typedef struct step_result {
     double loss[MICRO + 1];
