@@ -941,9 +941,23 @@ static lf_status use_unit(lf_model *m, int u) {
     return LF_OK;
 }
 
+/* With whole parameters nothing happens between units: each replica runs
+ * its whole forward in one go (no barrier per unit). */
+static void forward_task(void *arg, int r) {
+    lf_model *m = arg;
+    replica *rp = &m->rep[r];
+    embed_forward(m, rp, m->cur_T);
+    for (int l = 0; l < m->cfg.n_layer; l++) block_forward(m, rp, l, m->cur_T, 1);
+    head_forward(m, rp, m->cur_T, m->cur_with_targets);
+}
+
 /* The replicas through the units in order: embeddings, blocks, head. */
 static lf_status forward_units(lf_model *m, int n_rep) {
     int L = m->cfg.n_layer;
+    if (m->params) {
+        run_all(m, n_rep, forward_task);
+        return LF_OK;
+    }
     lf_status st = use_unit(m, 0);
     if (st != LF_OK) return st;
     run_all(m, n_rep, embed_task);
