@@ -66,9 +66,7 @@ typedef enum key_type {
     KT_CHOICE,   /* char[cap]: one of choices (case-insensitive), stored as spelled in the table */
     KT_ENUM,     /* int field: index into choices (case-insensitive) */
     KT_PAIR,     /* two float fields (off, off2) from a 2-element array */
-    KT_OFF_BOOL, /* feature not in this build: only false is accepted */
-    KT_OFF_ZERO, /* feature not in this build: only 0 is accepted */
-    KT_IGNORED,  /* companion of an off feature (e.g. fp16.loss_scale): any value, ignored */
+    KT_IGNORED,  /* a DeepSpeed key that tunes its own machinery and changes no result: any value, ignored */
 } key_type;
 
 enum {
@@ -188,7 +186,6 @@ static const key_def k_keys[] = {
     /* precision (DeepSpeed's bf16 section) */
     {.path = "bf16.enabled", .type = KT_BOOL, FLD(bf16), .def = {0},
      .help = "bf16 matrix products (fp32 accumulation, master weights, optimizer state): the cpu-bf16 backend"},
-    /* DeepSpeed features later work implements: accepted only when off. */
     {.path = "memory.limit_bytes", .type = KT_LONG, FLD(memory_limit), .lo = 0, .hi = INF, .def = {0},
      .help = "refuse to start when the memory plan exceeds this (0 = the machine's available memory)"},
     /* fp16 with DeepSpeed's loss scaling (include/llmforge/loss_scaler.h) */
@@ -279,7 +276,7 @@ static const key_def k_keys[] = {
 };
 #define NKEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
 
-static int is_setting(const key_def *k) { return k->type < KT_OFF_BOOL; }
+static int is_setting(const key_def *k) { return k->type != KT_IGNORED; }
 
 static const char *leaf_of(const char *path) {
     const char *dot = strrchr(path, '.');
@@ -545,7 +542,6 @@ static lf_status read_integer(const parse_ctx *c, const key_def *k, const cJSON 
         x = (long long)d;
     }
     long long tlo = k->type == KT_LONG ? LONG_MIN : INT_MIN, thi = k->type == KT_LONG ? LONG_MAX : INT_MAX;
-    if (k->type == KT_OFF_ZERO) tlo = LLONG_MIN, thi = LLONG_MAX;
     if (x < tlo || x > thi) return range_error_text(k, c->cur, num);
     *out = x;
     return LF_OK;
@@ -600,7 +596,7 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
     switch (k->type) {
     case KT_INT:
     case KT_LONG: {
-        long long x;
+        long long x = 0;
         if ((st = read_integer(c, k, v, &x)) != LF_OK) return st;
         if (k->type == KT_INT)
             *(int *)field(cfg, k->off) = (int)x;
@@ -685,20 +681,6 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
         if ((st = read_float(c, k, v->child->next, &b)) != LF_OK) return st;
         *(float *)field(cfg, k->off) = a;
         *(float *)field(cfg, k->off2) = b;
-        break;
-    }
-    case KT_OFF_BOOL:
-        if (!cJSON_IsBool(v)) return type_error(c, k, v, "false (the only value this build supports)");
-        if (cJSON_IsTrue(v))
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: not supported yet by this build (set to true %s; only false is accepted)",
-                           k->path, c->cur);
-        break;
-    case KT_OFF_ZERO: {
-        long long x;
-        if ((st = read_integer(c, k, v, &x)) != LF_OK) return st;
-        if (x != 0)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: not supported yet by this build (set to %lld %s; only 0 is accepted)",
-                           k->path, x, c->cur);
         break;
     }
     case KT_IGNORED:
@@ -1359,13 +1341,19 @@ size_t lf_train_config_help(char *buf, size_t cap) {
         if (k->alias) sb_printf(&b, " (also --%s)", k->alias);
         sb_printf(&b, "\n");
     }
-    sb_printf(&b, "\nDeepSpeed keys accepted only when off (not supported yet by this build):\n");
-    for (int i = 0; i < NKEYS; i++) {
+    sb_printf(&b, "\nDeepSpeed keys accepted and ignored (they tune DeepSpeed's own machinery, no result):\n ");
+    for (int i = 0, col = 1; i < NKEYS; i++) {
         const key_def *k = &k_keys[i];
-        if (k->type == KT_OFF_BOOL) sb_printf(&b, "  %-31s false only (%s)\n", k->path, k->help);
-        if (k->type == KT_OFF_ZERO) sb_printf(&b, "  %-31s 0 only (%s)\n", k->path, k->help);
+        if (k->type != KT_IGNORED) continue;
+        size_t len = strlen(k->path) + 1;
+        if (col + len > 96) {
+            sb_printf(&b, "\n ");
+            col = 1;
+        }
+        sb_printf(&b, " %s", k->path);
+        col += (int)len;
     }
-    sb_printf(&b, "  fp16.auto_cast (DeepSpeed) is accepted and ignored.\n");
+    sb_printf(&b, "\n");
     if (b.cap && b.len >= b.cap) buf[b.cap - 1] = 0; /* truncated, still terminated */
     return b.len;
 }
