@@ -241,6 +241,15 @@ static int cmd_train(int argc, char **argv) {
             printf("data parallel: %d ranks (%s, launched by %s); global batch %ld = micro %d x accum %d x %d ranks\n",
                    lf_comm_size(comm), lf_comm_name(comm), lf_comm_launcher_name(lf_comm_launch_env(comm)->launcher),
                    cfg.train_batch_size, cfg.micro_batch, cfg.grad_accum, lf_comm_size(comm));
+        if (cfg.zero_stage) {
+            static const char *what[] = {"", "AdamW moments", "AdamW moments and gradients",
+                                         "AdamW moments, gradients and parameters"};
+            size_t p = 0, g = 0, o = 0;
+            lf_trainer_state_bytes(t, &p, &g, &o);
+            printf("ZeRO stage %d: %s sharded over %d rank%s; this rank holds %.1f MB of parameters, %.1f MB of "
+                   "gradients, %.1f MB of moments\n", cfg.zero_stage, what[cfg.zero_stage], lf_comm_size(comm),
+                   lf_comm_size(comm) == 1 ? "" : "s", p / 1e6, g / 1e6, o / 1e6);
+        }
         if (cfg.bf16) printf("bf16: %s\n", lf_backend_cpu_bf16_kernel());
         fflush(stdout);
     }
