@@ -21,30 +21,9 @@
 
 #include "llmforge/comm.h"
 
-static int g_rank = -1, g_size = 0;
-static lf_comm *g_abort_via; /* handle used to end the job on a failure */
+#include "comm/mpi_check.h"
 
-static void fail_at(int line, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "rank %d: FAIL (mpi_comm.c:%d): ", g_rank, line);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    fflush(stderr);
-    if (g_abort_via) lf_comm_abort(g_abort_via, 1);
-    exit(1);
-}
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) fail_at(__LINE__, __VA_ARGS__);    \
-    } while (0)
-#define OK(expr)                                                                                     \
-    do {                                                                                             \
-        lf_status s_ = (expr);                                                                       \
-        CHECK(s_ == LF_OK, "%s -> %s: %s", #expr, lf_status_str(s_), lf_last_error());               \
-    } while (0)
+static int g_size = 0;
 
 static double now_s(void) {
     struct timespec ts;
@@ -87,7 +66,7 @@ static void same_bits(const float *got, uint64_t salt, size_t from, size_t n, lf
     for (size_t i = 0; i < n; i++) {
         float e = expect_at(salt, g_size, from + i, op);
         if (memcmp(&got[i], &e, sizeof e) != 0)
-            fail_at(__LINE__, "%s n=%zu %s: element %zu is %.9g, expected %.9g", what, total, op_name(op), from + i,
+            fail_at(__FILE__, __LINE__, "%s n=%zu %s: element %zu is %.9g, expected %.9g", what, total, op_name(op), from + i,
                     got[i], e);
     }
 }
@@ -309,7 +288,7 @@ static int run_timeout(double T) {
     for (int i = 0; i < 1000; i++) buf[i] = (float)i;
     if (g_rank == 1) { /* the late rank: stalls outside the communicator */
         sleep((unsigned)(T + 60));
-        fail_at(__LINE__, "the late rank was not stopped by the others' abort");
+        fail_at(__FILE__, __LINE__, "the late rank was not stopped by the others' abort");
     }
     double t0 = now_s();
     lf_status st = lf_comm_all_reduce(c, buf, 1000, LF_COMM_SUM);
@@ -350,7 +329,7 @@ static int run_mismatch(double T) {
         printf("rank %d: all_reduce returned LF_OK; waiting for the others' abort\n", g_rank);
         fflush(stdout);
         st = lf_comm_barrier(c);
-        fail_at(__LINE__, "the barrier after a mismatched all_reduce returned %s", lf_status_str(st));
+        fail_at(__FILE__, __LINE__, "the barrier after a mismatched all_reduce returned %s", lf_status_str(st));
     }
     CHECK(st == LF_ERR_TIMEOUT || st == LF_ERR_IO, "mismatched all_reduce returned %s", lf_status_str(st));
     printf("rank %d: PASS mismatch after %.2f s: %s: %s\n", g_rank, dt, lf_status_str(st), lf_comm_errmsg(c));

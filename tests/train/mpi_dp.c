@@ -45,32 +45,12 @@
 #define GLOBAL 8 /* rows per step */
 #define TOL 1e-5
 
-static int g_rank = -1, g_size = 0;
-static lf_comm *g_c; /* the test's own handle: coordination, and the abort on a failure */
+#include "comm/mpi_check.h"
+
+static int g_size = 0;
+static lf_comm *g_c; /* the test's own handle: coordination, and the abort on a failure (g_abort_via) */
 static char g_tmp[512], g_data[600];
 static int g_stage; /* zero_optimization.stage of the runs under test (equiv STAGE) */
-
-static void fail_at(int line, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "rank %d: FAIL (mpi_dp.c:%d): ", g_rank, line);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    fflush(stderr);
-    if (g_c) lf_comm_abort(g_c, 1);
-    exit(1);
-}
-
-#define CHECK(cond, ...)                             \
-    do {                                             \
-        if (!(cond)) fail_at(__LINE__, __VA_ARGS__); \
-    } while (0)
-#define OK(expr)                                                                       \
-    do {                                                                               \
-        lf_status s_ = (expr);                                                         \
-        CHECK(s_ == LF_OK, "%s -> %s: %s", #expr, lf_status_str(s_), lf_last_error()); \
-    } while (0)
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-12); }
 
@@ -518,6 +498,7 @@ int main(int argc, char **argv) {
     lf_comm_options co = lf_comm_options_default();
     co.timeout_s = 120;
     lf_status st = lf_comm_open(&g_c, "mpi", &co);
+    g_abort_via = g_c;
     if (st != LF_OK) {
         fprintf(stderr, "FAIL: lf_comm_open: %s\n", lf_last_error());
         return 1;
