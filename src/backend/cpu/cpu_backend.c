@@ -84,35 +84,28 @@ static void cpu_add_inplace(float *restrict y, const float *restrict x, size_t n
 
 static void cpu_params_changed(void) {} /* fp32: nothing is derived from the parameters */
 
+/* The ops both CPU tables share: every op that takes no matmul operand, and
+ * the host-memory plumbing. */
+#define CPU_SHARED_OPS                                                     \
+    .host_memory = 1, .alloc = cpu_alloc, .to_host = cpu_copy, .zero = cpu_zero, .scale = cpu_scale, \
+    .encoder_forward = lf__cpu_encoder_forward, .encoder_backward = lf__cpu_encoder_backward,         \
+    .layernorm_forward = lf__cpu_layernorm_forward, .layernorm_backward = lf__cpu_layernorm_backward, \
+    .attention_forward = lf__cpu_attention_forward, .attention_backward = lf__cpu_attention_backward, \
+    .gelu_forward = lf__cpu_gelu_forward, .gelu_backward = lf__cpu_gelu_backward,                     \
+    .residual_forward = lf__cpu_residual_forward, .residual_backward = lf__cpu_residual_backward,     \
+    .dropout_forward = lf__cpu_dropout_forward, .dropout_backward = lf__cpu_dropout_backward,         \
+    .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,                           \
+    .sum_squares = lf__cpu_sum_squares, .replicas = cpu_replicas, .run_replicas = cpu_run_replicas,   \
+    .add_inplace = cpu_add_inplace
+
 static const lf_backend_ops cpu_ops = {
+    CPU_SHARED_OPS,
     .name = "cpu",
-    .host_memory = 1,
-    .alloc = cpu_alloc,
     .free = cpu_free,
     .to_device = cpu_copy,
-    .to_host = cpu_copy,
-    .zero = cpu_zero,
-    .scale = cpu_scale,
-    .encoder_forward = lf__cpu_encoder_forward,
-    .encoder_backward = lf__cpu_encoder_backward,
-    .layernorm_forward = lf__cpu_layernorm_forward,
-    .layernorm_backward = lf__cpu_layernorm_backward,
     .matmul_forward = lf__cpu_matmul_forward,
     .matmul_backward = lf__cpu_matmul_backward,
-    .attention_forward = lf__cpu_attention_forward,
-    .attention_backward = lf__cpu_attention_backward,
-    .gelu_forward = lf__cpu_gelu_forward,
-    .gelu_backward = lf__cpu_gelu_backward,
-    .residual_forward = lf__cpu_residual_forward,
-    .residual_backward = lf__cpu_residual_backward,
-    .dropout_forward = lf__cpu_dropout_forward,
-    .dropout_backward = lf__cpu_dropout_backward,
-    .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,
     .adamw_update = lf__cpu_adamw_update,
-    .sum_squares = lf__cpu_sum_squares,
-    .replicas = cpu_replicas,
-    .run_replicas = cpu_run_replicas,
-    .add_inplace = cpu_add_inplace,
     /* bf16 activation slots NULL: fp32 keeps its activations in fp32 */
     .params_changed = cpu_params_changed,
 };
@@ -133,34 +126,13 @@ static void bf16_to_device(void *dst, const void *src, size_t bytes) {
 }
 
 static const lf_backend_ops cpu_bf16_ops = {
+    CPU_SHARED_OPS,
     .name = "cpu-bf16",
-    .host_memory = 1,
-    .alloc = cpu_alloc,
     .free = bf16_free,
     .to_device = bf16_to_device,
-    .to_host = cpu_copy,
-    .zero = cpu_zero,
-    .scale = cpu_scale,
-    .encoder_forward = lf__cpu_encoder_forward,
-    .encoder_backward = lf__cpu_encoder_backward,
-    .layernorm_forward = lf__cpu_layernorm_forward,
-    .layernorm_backward = lf__cpu_layernorm_backward,
     .matmul_forward = lf__cpu_bf16_matmul_forward,
     .matmul_backward = lf__cpu_bf16_matmul_backward,
-    .attention_forward = lf__cpu_attention_forward,
-    .attention_backward = lf__cpu_attention_backward,
-    .gelu_forward = lf__cpu_gelu_forward,
-    .gelu_backward = lf__cpu_gelu_backward,
-    .residual_forward = lf__cpu_residual_forward,
-    .residual_backward = lf__cpu_residual_backward,
-    .dropout_forward = lf__cpu_dropout_forward,
-    .dropout_backward = lf__cpu_dropout_backward,
-    .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,
     .adamw_update = lf__cpu_bf16_adamw_update,
-    .sum_squares = lf__cpu_sum_squares,
-    .replicas = cpu_replicas,
-    .run_replicas = cpu_run_replicas,
-    .add_inplace = cpu_add_inplace,
     .cast_bf16 = lf__cpu_cast_bf16,
     .layernorm_forward_bf16 = lf__cpu_layernorm_forward_bf16,
     .gelu_forward_bf16 = lf__cpu_gelu_forward_bf16,
