@@ -39,6 +39,24 @@ int lf_backend_cpu_threads(void);
  * AVX512_CORE_BF16 selects the fallback. */
 const char *lf_backend_cpu_bf16_kernel(void);
 
+/* Which kernel does the fp32 matrix products of "cpu" (and of the attention
+ * and the bf16 fallback), decided at the first call (thread-safe; the string
+ * is static): "oneDNN 2.6.3 avx512_core (jit sgemm)" by default, oneDNN's
+ * ISA chosen from CPUID feature bits, so it does not depend on a BLAS's table
+ * of CPU models; "OpenBLAS 0.3.21 SkylakeX (AVX-512 kernel, ...)" with the
+ * environment variable LLMFORGE_FP32_GEMM=openblas (or where oneDNN has no
+ * JIT kernel). LLMFORGE_FP32_GEMM=onednn is the default spelled out. */
+const char *lf_backend_cpu_fp32_kernel(void);
+
+/* NULL, or a sentence saying that the fp32 kernel in use is narrower than
+ * the CPU allows (e.g. OpenBLAS's generic Prescott kernel on an AVX-512 CPU)
+ * and what to do, or that LLMFORGE_FP32_GEMM holds an unknown value. */
+const char *lf_backend_cpu_kernel_warning(void);
+
+/* LF_OK, or LF_ERR_CONFIG naming LLMFORGE_FP32_GEMM when it holds something
+ * other than onednn/openblas (the products then use oneDNN). */
+lf_status lf_backend_cpu_check(void);
+
 #ifdef __cplusplus
 }
 #endif

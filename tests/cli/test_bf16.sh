@@ -46,7 +46,7 @@ ARGS=(--data.dataset=data --model.n_layer=2 --model.n_head=4 --model.n_embd=64 -
 "$LF" train "$CFG" "${ARGS[@]}" --out_dir=bf16 --bf16.enabled=true >bf16.log 2>&1 ||
     fail "bf16 train: $(cat bf16.log)"
 ok
-grep -qE '^bf16: (oneDNN |fallback \()' bf16.log || fail "bf16 run does not name its kernel: $(cat bf16.log)"
+grep -qE '^bf16 matmul: (oneDNN |fallback \()' bf16.log || fail "bf16 run does not name its kernel: $(cat bf16.log)"
 grep -q '^bf16:' fp32.log && fail "fp32 run prints a bf16 line"
 ok
 grep -q '"bf16"' bf16/config.resolved.json || fail "config.resolved.json lacks the bf16 section"

@@ -7,9 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli_util.h"
+#include "llmforge/backend.h"
 
 void die_status(lf_status st, const char *what) {
     fprintf(stderr, "llmforge: %s: %s\n", what, lf_last_error()[0] ? lf_last_error() : lf_status_str(st));
+}
+
+int cli_backend_setup(const char *cmd, long threads, int warn) {
+    lf_backend_cpu_set_threads((int)threads);
+    if (lf_backend_cpu_check() != LF_OK) {
+        fprintf(stderr, "llmforge %s: %s\n", cmd, lf_last_error());
+        return 2;
+    }
+    const char *w = lf_backend_cpu_kernel_warning();
+    if (warn && w) fprintf(stderr, "llmforge %s: warning: %s\n", cmd, w);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- number parsing */

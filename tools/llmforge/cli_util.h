@@ -6,6 +6,11 @@
 
 /* "llmforge: WHAT: <last error or status>" on stderr. */
 void die_status(lf_status st, const char *what);
+/* The CPU backend's threads (n <= 0: OpenMP's default), then its kernel
+ * check: 2 after a message when LLMFORGE_FP32_GEMM is bad, else 0; with
+ * `warn`, the slow-kernel warning (lf_backend_cpu_kernel_warning) goes to
+ * stderr. */
+int cli_backend_setup(const char *cmd, long threads, int warn);
 /* Strict number parsing; on error print "OPT expects ..." and return -1. */
 int parse_long(const char *opt, const char *s, long lo, long hi, long *out);
 int parse_double(const char *opt, const char *s, double lo, double hi, double *out);

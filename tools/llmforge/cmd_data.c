@@ -351,7 +351,7 @@ static int cmd_arithmetic_eval(int argc, char **argv) {
         fprintf(stderr, "llmforge data arithmetic-eval: --ckpt DIR and --input FILE.jsonl are required\n");
         return 2;
     }
-    lf_backend_cpu_set_threads((int)threads);
+    if (cli_backend_setup("data arithmetic-eval", threads, 1)) return 2;
     int rc = 1;
     char *dir = NULL, *text = NULL;
     lf_model *m = NULL;

@@ -152,7 +152,7 @@ int cmd_eval(int argc, char **argv) {
     lo.limit = limit;
     ro.batch = (int)batch;
     ro.max_new_tokens = (int)max_new;
-    lf_backend_cpu_set_threads((int)threads);
+    if (cli_backend_setup("eval", threads, 1)) return 2;
 
     int rc = 1;
     char *dir = NULL, *js = NULL, *table = NULL, *final_json = NULL;

@@ -217,7 +217,10 @@ static int cmd_train(int argc, char **argv) {
         if (lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.local_size > 1 && cores > 0)
             threads = cores / env.local_size > 0 ? cores / env.local_size : 1;
     }
-    lf_backend_cpu_set_threads((int)threads);
+    if (cli_backend_setup("train", threads, 0)) {
+        rc = 2;
+        goto done;
+    }
     lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_fatal = on_fatal};
     opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
     opts.n_sinks = opts.sinks[0] != NULL;
@@ -250,7 +253,10 @@ static int cmd_train(int argc, char **argv) {
                    "gradients, %.1f MB of moments\n", cfg.zero_stage, what[cfg.zero_stage], lf_comm_size(comm),
                    lf_comm_size(comm) == 1 ? "" : "s", p / 1e6, g / 1e6, o / 1e6);
         }
-        if (cfg.bf16) printf("bf16: %s\n", lf_backend_cpu_bf16_kernel());
+        printf("fp32 matmul: %s\n", lf_backend_cpu_fp32_kernel());
+        if (cfg.bf16) printf("bf16 matmul: %s\n", lf_backend_cpu_bf16_kernel());
+        if (lf_backend_cpu_kernel_warning())
+            fprintf(stderr, "llmforge train: warning: %s\n", lf_backend_cpu_kernel_warning());
         fflush(stdout);
     }
     st = lf_trainer_run(t);
@@ -319,7 +325,7 @@ static int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "llmforge sample: --ckpt DIR is required\n");
         return 2;
     }
-    lf_backend_cpu_set_threads((int)threads);
+    if (cli_backend_setup("sample", threads, 1)) return 2;
     int rc = 1;
     char *dir = NULL;
     lf_model *m = NULL;
@@ -453,7 +459,7 @@ static int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (T == 0) T = mc.block_size;
-    lf_backend_cpu_set_threads((int)threads);
+    if (cli_backend_setup("bench", threads, 1)) return 2;
     lf_bench_result r;
     lf_status st = lf_bench_train(&mc, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
     if (st != LF_OK) { die_status(st, "bench"); return 1; }
@@ -461,10 +467,11 @@ static int cmd_bench(int argc, char **argv) {
         printf("{\"impl\":\"llmforge\",\"ms_per_step\":%.4f,\"tokens_per_sec\":%.4f,\"model_flops_per_sec\":%.6g,"
                "\"mfu\":%.6f,\"peak_flops\":%.6g,\"flops_per_token\":%.6g,\"num_params\":%zu,\"micro_batch\":%ld,"
                "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%.4f,\"ms_max\":%.4f,"
-               "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\"}\n",
+               "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\"}\n",
                r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec, r.mfu, r.peak_flops, r.flops_per_token,
                r.num_params, B, T, r.steps, lf_backend_cpu_threads(), r.ms_min, r.ms_max, lf_recompute_name(recompute),
-               r.activation_bytes, bf16 ? "true" : "false", bf16 ? lf_backend_cpu_bf16_kernel() : "");
+               r.activation_bytes, bf16 ? "true" : "false", bf16 ? lf_backend_cpu_bf16_kernel() : "",
+               lf_backend_cpu_fp32_kernel());
     } else {
         printf("model: %d layers, %d heads, %d channels, vocab %d; %zu parameters\n", mc.n_layer, mc.n_head, mc.n_embd,
                mc.vocab_size, r.num_params);
@@ -472,7 +479,8 @@ static int cmd_bench(int argc, char **argv) {
         printf("activations: %.1f MB (recompute %s%s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute),
                bf16 ? ", matmul inputs in bf16" : "");
         printf("precision: %s\n", bf16 ? "bf16 matmuls" : "fp32");
-        if (bf16) printf("bf16: %s\n", lf_backend_cpu_bf16_kernel());
+        printf("fp32 matmul: %s\n", lf_backend_cpu_fp32_kernel());
+        if (bf16) printf("bf16 matmul: %s\n", lf_backend_cpu_bf16_kernel());
         printf("median %.2f ms/step (min %.2f, max %.2f)\n", r.ms_per_step, r.ms_min, r.ms_max);
         printf("%.1f tokens/s, %.2f GFLOP/s model, MFU %.1f%% of %.1f GFLOP/s %s\n", r.tokens_per_sec,
                r.model_flops_per_sec / 1e9, r.mfu * 100, r.peak_flops / 1e9, peak_gflops > 0 ? "(given)" : "(measured FMA peak)");

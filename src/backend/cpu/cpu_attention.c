@@ -8,8 +8,9 @@
  * probabilities before dropout, zero above the diagonal.
  *
  * Invariants:
- *  - One thread owns one (b,h) pair at a time (OpenMP over B*NH); OpenBLAS
- *    called inside that parallel region runs on the calling thread. Each
+ *  - One thread owns one (b,h) pair at a time (OpenMP over B*NH); the fp32
+ *    GEMM (lf__cpu_sgemm) called inside that parallel region runs on the
+ *    calling thread. Each
  *    pair writes disjoint parts of out/att/dqkv/scratch, so no races, and
  *    the arithmetic per pair does not depend on the thread count.
  *  - Rows are processed in blocks of ATT_RB; block [r0,r1) only needs key
@@ -29,7 +30,6 @@
 #include <math.h>
 #include <string.h>
 #include <omp.h>
-#include <cblas.h>
 #include "cpu_internal.h"
 #include "cpu_math.h"
 
@@ -56,8 +56,7 @@ static void dropped_av(float *out_blk, const float *A, const float *v, int r0, i
                 o[j - j0] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j)) ? a[j] * dscale
                                                                                       : 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, w, 1.0f, tile, w,
-                    v + (size_t)j0 * C3, (int)C3, j0 ? 1.0f : 0.0f, out_blk, C);
+        lf__cpu_sgemm(0, 0, rows, HS, w, 1.0f, tile, w, v + (size_t)j0 * C3, (int)C3, j0 ? 1.0f : 0.0f, out_blk, C);
     }
 }
 
@@ -83,8 +82,7 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                 const int r1 = r0 + ATT_RB < T ? r0 + ATT_RB : T, rows = r1 - r0;
                 float *A = att_bh + (size_t)r0 * T;
                 /* pre-softmax scores for rows r0..r1-1, key columns 0..r1-1 */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, scale,
-                            q + (size_t)r0 * C3, (int)C3, k, (int)C3, 0.0f, A, T);
+                lf__cpu_sgemm(0, 1, rows, r1, HS, scale, q + (size_t)r0 * C3, (int)C3, k, (int)C3, 0.0f, A, T);
                 for (int t = r0; t < r1; t++) {
                     float *row = att_bh + (size_t)t * T;
                     const float mx = lf__cpu_max_f32(row, t + 1);
@@ -101,8 +99,7 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                     for (int j = t + 1; j < T; j++) row[j] = 0.0f;
                 }
                 if (!use_drop)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, r1, 1.0f, A, T,
-                                v, (int)C3, 0.0f, out_bh + (size_t)r0 * C, C);
+                    lf__cpu_sgemm(0, 0, rows, HS, r1, 1.0f, A, T, v, (int)C3, 0.0f, out_bh + (size_t)r0 * C, C);
                 else
                     dropped_av(out_bh + (size_t)r0 * C, A, v, r0, rows, r1, T, C, HS, base, drop,
                                dscale);
@@ -142,8 +139,7 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
 
                 /* dv[0:r1] += dropout(A)^T @ dout[r0:r1] */
                 if (!use_drop) {
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, rows, 1.0f, A, T,
-                                dO, C, 1.0f, dv, (int)C3);
+                    lf__cpu_sgemm(1, 0, r1, HS, rows, 1.0f, A, T, dO, C, 1.0f, dv, (int)C3);
                 } else {
                     for (int t = r0; t < r1; t++) {
                         const float *a = att_bh + (size_t)t * T;
@@ -154,13 +150,11 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
                             s[j] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j))
                                        ? a[j] * dscale : 0.0f;
                     }
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, rows, 1.0f, S, T,
-                                dO, C, 1.0f, dv, (int)C3);
+                    lf__cpu_sgemm(1, 0, r1, HS, rows, 1.0f, S, T, dO, C, 1.0f, dv, (int)C3);
                 }
 
                 /* datt (rows x r1) = dout[r0:r1] @ v[0:r1]^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HS, 1.0f, dO, C, v,
-                            (int)C3, 0.0f, S, T);
+                lf__cpu_sgemm(0, 1, rows, r1, HS, 1.0f, dO, C, v, (int)C3, 0.0f, S, T);
 
                 /* through dropout, then softmax backward, in place: S = dpreatt */
                 for (int t = r0; t < r1; t++) {
@@ -181,10 +175,8 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
                 }
 
                 /* dq[r0:r1] = scale * dpre @ k[0:r1];  dk[0:r1] += scale * dpre^T @ q[r0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, r1, scale, S, T, k,
-                            (int)C3, 0.0f, dq + (size_t)r0 * C3, (int)C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, rows, scale, S, T,
-                            q + (size_t)r0 * C3, (int)C3, 1.0f, dk, (int)C3);
+                lf__cpu_sgemm(0, 0, rows, HS, r1, scale, S, T, k, (int)C3, 0.0f, dq + (size_t)r0 * C3, (int)C3);
+                lf__cpu_sgemm(1, 0, r1, HS, rows, scale, S, T, q + (size_t)r0 * C3, (int)C3, 1.0f, dk, (int)C3);
             }
         }
     }

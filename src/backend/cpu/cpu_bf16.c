@@ -8,7 +8,7 @@
  *    when oneDNN's effective ISA has bf16 instructions (AVX512-BF16, AMX):
  *    brgemm kernels on tiles, fp32 accumulation;
  *  - otherwise the fallback: operands rounded to bf16 (kept as fp32) and
- *    OpenBLAS sgemm. Same operands, so the same numbers up to summation
+ *    the fp32 sgemm (cpu_gemm.c). Same operands, so the same numbers up to summation
  *    order; oneDNN's own bf16 emulation on CPUs without bf16 is slower than
  *    sgemm. ONEDNN_MAX_CPU_ISA=AVX512_CORE (oneDNN's variable) forces it.
  *
@@ -64,7 +64,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <omp.h>
-#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu_internal.h"
 
@@ -117,22 +116,6 @@ static atomic_long g_failures;
 static dnnl_engine_t g_engine;
 static char g_info[192];
 
-static const char *isa_name(dnnl_cpu_isa_t isa) {
-    switch (isa) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    default: return "unknown ISA";
-    }
-}
-
 static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, int M, int N, int K, int ta, int tb, int bias, int sum);
 
 static void detect(void) {
@@ -142,7 +125,7 @@ static void detect(void) {
     if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) != (unsigned)dnnl_cpu_isa_avx512_core_bf16) {
         snprintf(g_info, sizeof g_info,
                  "fallback (fp32 sgemm on bf16-rounded operands; oneDNN %d.%d.%d ISA %s has no bf16)", v->major,
-                 v->minor, v->patch, isa_name(isa));
+                 v->minor, v->patch, lf__cpu_onednn_isa_name((unsigned)isa));
         return;
     }
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
@@ -160,7 +143,7 @@ static void detect(void) {
         return;
     }
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) impl = "?";
-    snprintf(g_info, sizeof g_info, "oneDNN %d.%d.%d %s (%s)", v->major, v->minor, v->patch, isa_name(isa), impl);
+    snprintf(g_info, sizeof g_info, "oneDNN %d.%d.%d %s (%s)", v->major, v->minor, v->patch, lf__cpu_onednn_isa_name((unsigned)isa), impl);
     dnnl_primitive_desc_destroy(pd);
     g_detected = MODE_ONEDNN;
 }
@@ -546,8 +529,7 @@ static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand 
         for (int i = 0; i < M; i++) memcpy(C + (size_t)i * N, bias, (size_t)N * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, a,
-                ta ? M : K, b, tb ? K : N, beta, C, N);
+    lf__cpu_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, C, N);
 }
 
 /* The forward with inp given as fp32 (inp) or bf16 (inp_h). */

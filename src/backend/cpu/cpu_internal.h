@@ -161,6 +161,50 @@ void lf__cpu_bf16_force_fallback(int on);
 long lf__cpu_bf16_failures(void);
 void lf__cpu_bf16_release(void);
 
+/* cpu_gemm.c: the fp32 GEMM every fp32 product goes through (oneDNN's
+ * dnnl_sgemm by default, OpenBLAS as the fallback). Row-major BLAS
+ * semantics: C (M,N) = alpha * op(A) @ op(B) + beta * C, op = transpose
+ * when ta/tb; C is not read when beta == 0. */
+void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                   int ldb, float beta, float *C, int ldc);
+
+enum { LF_CPU_GEMM_ONEDNN = 1, LF_CPU_GEMM_OPENBLAS = 2 };
+
+/* Vector ISA widths, ordered. */
+typedef enum lf__cpu_vec {
+    LF_CPU_VEC_NONE = 0, LF_CPU_VEC_SSE, LF_CPU_VEC_AVX, LF_CPU_VEC_AVX2, LF_CPU_VEC_AVX512
+} lf__cpu_vec;
+
+/* What the choice of fp32 GEMM depends on. */
+typedef struct lf__cpu_gemm_facts {
+    const char *request;       /* LLMFORGE_FP32_GEMM: NULL/"" (default), "onednn", "openblas" */
+    unsigned onednn_isa;       /* dnnl_get_effective_cpu_isa() (ONEDNN_MAX_CPU_ISA applied) */
+    char onednn_version[16];   /* "2.6.3" */
+    const char *openblas_core; /* openblas_get_corename(): "SkylakeX", "Prescott", ... */
+    char openblas_version[16]; /* "0.3.21" */
+    int cpu_avx2, cpu_avx512;  /* CPUID: AVX2+FMA; AVX-512 F/BW/VL/DQ */
+} lf__cpu_gemm_facts;
+
+typedef struct lf__cpu_gemm_choice {
+    int lib;                   /* LF_CPU_GEMM_* */
+    lf__cpu_vec vec;           /* the vector width the chosen kernel runs at */
+    int bad_request;           /* LLMFORGE_FP32_GEMM holds something else */
+    char kernel[128];          /* "oneDNN 2.6.3 avx512_core (jit sgemm)" */
+    char warning[320];         /* "" or why this kernel is slower than the CPU allows */
+} lf__cpu_gemm_choice;
+
+/* The decision, as a pure function (tested on made-up machines). */
+void lf__cpu_gemm_choose(const lf__cpu_gemm_facts *f, lf__cpu_gemm_choice *c);
+/* The facts of this process's machine and environment. */
+void lf__cpu_gemm_facts_here(lf__cpu_gemm_facts *f);
+/* The library in use (LF_CPU_GEMM_*); a test may force one (0: back to the choice). */
+int lf__cpu_gemm_lib(void);
+void lf__cpu_gemm_force(int lib);
+/* Products oneDNN refused and OpenBLAS computed (0 unless a bug). */
+long lf__cpu_gemm_failures(void);
+/* oneDNN's name of an ISA value ("avx512_core"). */
+const char *lf__cpu_onednn_isa_name(unsigned isa);
+
 /* cpu_attention.c */
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH, lf_dropout drop);

@@ -1,5 +1,6 @@
 /*
- * Matmul + bias of the CPU backend, through OpenBLAS cblas_sgemm.
+ * Matmul + bias of the CPU backend, through the backend's fp32 GEMM
+ * (lf__cpu_sgemm, cpu_gemm.c: oneDNN by default, OpenBLAS as the fallback).
  *
  * Layouts (backend_impl.h): LF_W_IN_OUT weight (C,OC), out = inp @ W (the
  * Hugging Face Conv1D of GPT-2); LF_W_OUT_IN weight (OC,C), out = inp @ W^T
@@ -18,7 +19,6 @@
  */
 #include <string.h>
 #include <omp.h>
-#include <cblas.h>
 #include "cpu_internal.h"
 
 #define BIAS_ACC_W 64
@@ -34,11 +34,9 @@ void lf__cpu_matmul_forward(float *restrict out, const float *restrict inp,
         beta = 1.0f;
     }
     if (layout == LF_W_IN_OUT)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC,
-                    beta, out, OC);
+        lf__cpu_sgemm(0, 0, N, OC, C, 1.0f, inp, C, weight, OC, beta, out, OC);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-                    beta, out, OC);
+        lf__cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 /* dbias[o] += sum_n dout[n,o]: each thread sums its own channels over all rows
@@ -69,17 +67,13 @@ void lf__cpu_matmul_backward(float *restrict dinp, float *restrict dweight, floa
     if (layout == LF_W_IN_OUT) {
         /* W (C,OC): dinp (N,C) = dout (N,OC) @ W^T; dW (C,OC) += inp^T @ dout */
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight,
-                        OC, 0.0f, dinp, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC,
-                    1.0f, dweight, OC);
+            lf__cpu_sgemm(0, 1, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
+        lf__cpu_sgemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
     } else {
         /* W (OC,C): dinp (N,C) = dout @ W; dW (OC,C) += dout^T @ inp */
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
-                        C, 0.0f, dinp, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                    1.0f, dweight, C);
+            lf__cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+        lf__cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     }
     if (dbias) lf__cpu_bias_backward(dbias, dout, N, OC);
 }
