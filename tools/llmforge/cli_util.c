@@ -20,7 +20,7 @@ int cli_backend_setup(const char *cmd, long threads, int warn) {
         return 2;
     }
     const char *w = lf_backend_cpu_kernel_warning();
-    if (warn && w) fprintf(stderr, "llmforge %s: warning: %s\n", cmd, w);
+    if (warn && w) fprintf(stderr, "llmforge: warning: %s\n", w);
     return 0;
 }
 

@@ -256,7 +256,7 @@ static int cmd_train(int argc, char **argv) {
         printf("fp32 matmul: %s\n", lf_backend_cpu_fp32_kernel());
         if (cfg.bf16) printf("bf16 matmul: %s\n", lf_backend_cpu_bf16_kernel());
         if (lf_backend_cpu_kernel_warning())
-            fprintf(stderr, "llmforge train: warning: %s\n", lf_backend_cpu_kernel_warning());
+            fprintf(stderr, "llmforge: warning: %s\n", lf_backend_cpu_kernel_warning());
         fflush(stdout);
     }
     st = lf_trainer_run(t);
