@@ -1,13 +1,22 @@
-# Interpreter: /usr/bin/python3 with Debian's python3-torch (PyTorch 1.13) and python3-numpy.
+# Interpreter: the benchmarks' virtual environment, $LF_BENCH_PYTHON from bench/venv.sh (PyPI's
+# PyTorch 2.x, MKL); bench/gpt2_step.sh runs it.
 #
 # torch_step.py -- PyTorch side of the training-step throughput benchmark.
 # Times full training steps (zero_grad, forward, backward, clip_grad_norm_ 1.0, AdamW step) of
 # the reference GPT-2 (tools/reference/gpt2_reference.py) on random tokens, default preset
 # GPT-2 124M (12 layers, 12 heads, n_embd 768, vocab 50304, block 1024, bias, dropout 0),
-# AdamW lr 6e-4, betas (0.9, 0.95), weight_decay 0.1 on dim >= 2 tensors.
+# AdamW lr 6e-4, betas (0.9, 0.95), weight_decay 0.1 on dim >= 2 tensors (torch.optim.AdamW with
+# its defaults, as nanoGPT on CPU: fused=True is CUDA-only there).
+# Attention: --attention sdpa (default) is nanoGPT's on PyTorch 2.x,
+# F.scaled_dot_product_attention(is_causal=True) (bench/torch_common.py); --attention manual keeps
+# the reference's written-out softmax(q k^T) v, nanoGPT's path on PyTorch < 2.0.
+# Eager mode: nanoGPT compiles (torch.compile) by default on GPU, but its CPU recipe runs
+# --compile=False, and that is what is timed here. Threads: torch.set_num_threads(--threads), no
+# environment variables set; no anomaly detection, no deterministic mode, no profiler.
 #
 # Prints per-step timings, then ONE JSON line:
-#   {"impl":"pytorch","ms_per_step":median,"tokens_per_sec":...,"model_flops_per_sec":...,...}
+#   {"impl":"pytorch","ms_per_step":median,"tokens_per_sec":...,"model_flops_per_sec":...,
+#    "torch_version":...,"blas":...,"mkl_available":...,...}
 # ms_per_step is the median over the --steps timed steps (after --warmup untimed ones);
 # tokens_per_sec = micro_batch*seq / (ms_per_step/1000);
 # model_flops_per_sec = tokens_per_sec * (6*N + 12*n_layer*n_embd*seq), N = parameter count
@@ -15,8 +24,8 @@
 # --bf16 runs forward+loss under torch.autocast('cpu', dtype=torch.bfloat16) (weights, grads
 # and optimizer stay fp32).
 #
-# Usage:  /usr/bin/python3 bench/torch_step.py [--micro-batch 4] [--seq 256] [--steps 10]
-#             [--warmup 2] [--threads 2] [--preset gpt2-124m] [--bf16]
+# Usage:  $LF_BENCH_PYTHON bench/torch_step.py [--micro-batch 4] [--seq 256] [--steps 10]
+#             [--warmup 2] [--threads 2] [--preset gpt2-124m] [--bf16] [--attention sdpa|manual]
 
 import argparse
 import json
@@ -30,6 +39,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools", "reference"))
 from gpt2_reference import GPT, GPTConfig, model_flops_per_token  # noqa: E402
+from torch_common import describe, describe_line, env_tuning, use_sdpa  # noqa: E402
 
 PRESETS = {
     "gpt2-124m": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304, block_size=1024),
@@ -49,6 +59,7 @@ def main():
     ap.add_argument("--preset", choices=sorted(PRESETS), default="gpt2-124m")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--attention", choices=("sdpa", "manual"), default="sdpa")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -59,14 +70,18 @@ def main():
     B, T = args.micro_batch, args.seq
 
     model = GPT(cfg)
+    if args.attention == "sdpa":
+        use_sdpa(model)
     model.train()
     optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95))
     params = list(model.parameters())
     flops_per_token = model_flops_per_token(model, T)
     print(f"preset {args.preset}: {model.num_params() / 1e6:.2f}M parameters (excluding wpe), "
-          f"B={B} T={T} bf16={args.bf16} threads={torch.get_num_threads()} "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')} "
-          f"torch {torch.__version__}", flush=True)
+          f"B={B} T={T} bf16={args.bf16} attention={args.attention} "
+          f"threads={torch.get_num_threads()}; environment: {env_tuning() or 'no tuning variables'}",
+          flush=True)
+    info = describe()
+    print(describe_line(info), flush=True)
 
     def step():
         seq = torch.randint(cfg.vocab_size, (B, T + 1))
@@ -109,7 +124,11 @@ def main():
         "steps": len(times),
         "bf16": args.bf16,
         "threads": torch.get_num_threads(),
-        "torch_version": torch.__version__,
+        "attention": args.attention,
+        "torch_version": info["torch_version"],
+        "blas": info["blas"],
+        "mkl_available": info["mkl_available"],
+        "onednn_version": info["onednn_version"],
     }
     print(json.dumps(result), flush=True)
 

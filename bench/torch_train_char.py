@@ -1,4 +1,5 @@
-# Interpreter: /usr/bin/python3 with Debian's python3-torch (PyTorch 1.13) and python3-numpy.
+# Interpreter: the benchmarks' virtual environment, $LF_BENCH_PYTHON from bench/venv.sh (PyPI's
+# PyTorch 2.x, MKL, and numpy); bench/shakespeare_char.sh runs it.
 #
 # torch_train_char.py -- PyTorch side of the character-level training benchmark.
 # Trains the reference GPT-2 (tools/reference/gpt2_reference.py) with nanoGPT's training loop
@@ -11,6 +12,17 @@
 #   warmup 100, cosine decay to min_lr 1e-4 at lr_decay_iters (default: = --iters, like the
 #   config's 2000 = max_iters), eval every 250 iterations (and at 0) on 20 batches per split.
 #
+# That is nanoGPT's README recipe for a CPU (`python train.py config/train_shakespeare_char.py
+# --device=cpu --compile=False --eval_iters=20 --log_interval=1 --block_size=64 --batch_size=12
+# --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000 --lr_decay_iters=2000 --dropout=0.0`):
+# eager mode (nanoGPT compiles by default only where its GPU recipe runs; on CPU it says
+# --compile=False), fp32 (nanoGPT's autocast context is a nullcontext on CPU), torch.optim.AdamW
+# with its defaults (fused=True is CUDA-only in nanoGPT). Attention: --attention sdpa (default)
+# is nanoGPT's on PyTorch 2.x, F.scaled_dot_product_attention(is_causal=True)
+# (bench/torch_common.py); --attention manual keeps the reference's written-out softmax(q k^T) v.
+# The model is the reference GPT (Conv1D weight layout (in, out) where nanoGPT has nn.Linear's
+# (out, in): the same products; GELU tanh approximation where nanoGPT's nn.GELU is exact).
+#
 # Iterations are 0 .. N-1 (N optimizer steps). After the last one the losses are estimated
 # again, then ONE JSON line is printed:
 #   {"impl":"pytorch","median_ms_per_iter":...,"final_val_loss":...,"final_train_loss":...,
@@ -18,10 +30,11 @@
 # median_ms_per_iter excludes the first 10 iterations and the iterations that ran an eval;
 # final_*_loss come from estimate_loss() after the last iteration.
 #
-# Threads: torch.set_num_threads(--threads); OPENBLAS_NUM_THREADS / OMP_NUM_THREADS from the
-# environment are left as the caller set them.
+# Threads: torch.set_num_threads(--threads); nothing is set in the environment (what the caller
+# set is printed). No anomaly detection, no deterministic mode, no profiler.
 #
-# Usage:  /usr/bin/python3 bench/torch_train_char.py DATA_DIR [--iters 2000] [--threads 2]
+# Usage:  $LF_BENCH_PYTHON bench/torch_train_char.py DATA_DIR [--iters 2000] [--threads 2]
+#             [--attention sdpa|manual]
 
 import argparse
 import json
@@ -37,7 +50,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools", "reference"))
-from gpt2_reference import GPT, GPTConfig  # noqa: E402
+from gpt2_reference import GPT, GPTConfig, model_flops_per_token  # noqa: E402
+from torch_common import describe, describe_line, env_tuning, use_sdpa  # noqa: E402
 
 SHARD_MAGIC = b"LFSHARD\0"
 SHARD_HEADER = 64
@@ -73,6 +87,7 @@ def main():
     ap.add_argument("--eval-iters", type=int, default=20)
     ap.add_argument("--log-interval", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--attention", choices=("sdpa", "manual"), default="sdpa")
     args = ap.parse_args()
 
     # nanoGPT config/train_shakespeare_char.py with its CPU adjustments from the README
@@ -95,9 +110,10 @@ def main():
         if len(d) <= block_size + 1:
             raise SystemExit(f"{name}.bin has only {len(d)} tokens (need > {block_size + 1})")
     print(f"data: train {len(train_data)} tokens, val {len(val_data)} tokens, "
-          f"vocab_size {vocab_size}; torch {torch.__version__}, threads {torch.get_num_threads()}"
-          f", OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}",
-          flush=True)
+          f"vocab_size {vocab_size}; threads {torch.get_num_threads()}, attention {args.attention}; "
+          f"environment: {env_tuning() or 'no tuning variables'}", flush=True)
+    info = describe()
+    print(describe_line(info), flush=True)
 
     def get_batch(split):
         data = train_data if split == "train" else val_data
@@ -110,6 +126,8 @@ def main():
     cfg = GPTConfig(block_size=block_size, vocab_size=vocab_size, n_layer=n_layer,
                     n_head=n_head, n_embd=n_embd, dropout=dropout, bias=bias)
     model = GPT(cfg)
+    if args.attention == "sdpa":
+        use_sdpa(model)
     print(f"parameters: {model.num_params() / 1e6:.2f}M (excluding wpe)", flush=True)
     optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2))
 
@@ -179,7 +197,12 @@ def main():
         "iters": max_iters,
         "last_iter_loss": round(last_loss, 6),
         "threads": torch.get_num_threads(),
-        "torch_version": torch.__version__,
+        "flops_per_token": model_flops_per_token(model, block_size),
+        "attention": args.attention,
+        "torch_version": info["torch_version"],
+        "blas": info["blas"],
+        "mkl_available": info["mkl_available"],
+        "onednn_version": info["onednn_version"],
     }
     print(json.dumps(result), flush=True)
 

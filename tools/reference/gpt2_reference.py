@@ -1,4 +1,6 @@
-# Interpreter: /usr/bin/python3 with Debian's python3-torch (PyTorch 1.13) and python3-numpy.
+# Interpreter: /usr/bin/python3 with Debian's python3-torch (PyTorch 1.13) and python3-numpy for
+# the fixture generators; the benchmarks (bench/) import it under PyPI's PyTorch 2.x
+# (bench/venv.sh), where it runs unchanged.
 #
 # gpt2_reference.py -- a compact GPT-2 in PyTorch, written for llmforge as the numerical
 # reference for the C implementation (golden test, benchmarks).
