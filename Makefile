@@ -1,6 +1,10 @@
 # Thin wrapper over CMake. The two commands of the README:
 #   make run    set up, build, prepare the default corpus, train, sample
 #   make test   set up, build, run the whole suite with CTest
+# `build` and `run` need only the build + run packages (setup.sh); the test
+# suite is configured (-DLF_TESTS=ON, needs cmocka) by `test` and `asan` alone.
+# `build` leaves LF_TESTS as the build directory has it, so a directory
+# `make test` configured keeps its tests.
 BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 DATA     ?= /usr/share/games/fortunes
@@ -22,12 +26,12 @@ build: setup
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: setup-test
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLF_WERROR=ON >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLF_WERROR=ON -DLF_TESTS=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 asan: setup-test
-	@cmake -S . -B build-asan -DLF_SANITIZE=ON -DLF_WERROR=ON >/dev/null
+	@cmake -S . -B build-asan -DLF_SANITIZE=ON -DLF_WERROR=ON -DLF_TESTS=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE slow
 
