@@ -10,6 +10,10 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 DATA     ?= /usr/share/games/fortunes
 RUN_DIR  ?= out/run
 CONFIG   ?= configs/default_run.json
+# ITERS=N trains N steps instead of the configuration's train_iters, the
+# cosine decaying over those N (the last step is always checkpointed)
+ITERS    ?=
+ITERS_ARGS = $(if $(ITERS),--train_iters=$(ITERS) --scheduler.decay_iters=$(ITERS))
 
 .PHONY: all build setup setup-test test asan run clean
 
@@ -38,7 +42,7 @@ asan: setup-test
 run: build
 	rm -rf $(RUN_DIR)
 	$(BUILD)/llmforge prepare --char $(DATA) --out $(RUN_DIR)/data
-	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR)
+	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR) $(ITERS_ARGS)
 	$(BUILD)/llmforge sample --ckpt $(RUN_DIR)/ckpt/latest --prompt "$${PROMPT:-Q: }" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 1
 
 clean:
