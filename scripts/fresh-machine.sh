@@ -71,10 +71,10 @@ print_phases() {
   echo "$me: time per phase (seconds):"
   local i total=0
   for i in "${!phase_names[@]}"; do
-    printf '  %-46s %5s\n' "${phase_names[$i]}" "${phase_secs[$i]}"
+    printf '  %-52s %5s\n' "${phase_names[$i]}" "${phase_secs[$i]}"
     total=$((total + phase_secs[i]))
   done
-  printf '  %-46s %5s\n' total "$total"
+  printf '  %-52s %5s\n' total "$total"
 }
 
 # --- cleanup: on every exit path -------------------------------------------
@@ -223,7 +223,8 @@ in_root() {
 prereq=$(awk '/^## Quick start/ { q = 1; next } /^## / { q = 0 } q && /^    (sudo )?apt-get / { print; exit }' \
   "$root/work/llmforge/README.md" | sed -e 's/#.*//' -e 's/^ *//' -e 's/ *$//' -e 's/\bsudo //g')
 [ -n "$prereq" ] || die "README.md's quick start names no apt-get prerequisite step"
-phase_begin "README prerequisites: $prereq"
+phase_begin "the README's prerequisite line"
+echo "$me: # $prereq"
 in_root "$prereq" </dev/null >"$work/prereq.log" 2>&1 || {
   tail -n 30 "$work/prereq.log" >&2
   die "the README's prerequisite step failed in the fresh root: $prereq"
