@@ -204,10 +204,17 @@ else
 fi
 phase_end
 
-mount -t proc proc "$root/proc" && mounted+=("$root/proc")
-mount --bind /dev "$root/dev" && mounted+=("$root/dev")
-mount --bind /dev/pts "$root/dev/pts" && mounted+=("$root/dev/pts")
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm" && mounted+=("$root/dev/shm")
+# mount_in POINT MOUNT-ARGS...: mounts onto $root/POINT, remembered for cleanup
+mount_in() {
+  local at=$root/$1
+  shift
+  mount "$@" "$at" || die "could not mount $* on $at"
+  mounted+=("$at")
+}
+mount_in proc -t proc proc
+mount_in dev --bind /dev
+mount_in dev/pts --bind /dev/pts
+mount_in dev/shm -t tmpfs -o mode=1777,nosuid,nodev tmpfs # the root's own, for MPI's shared memory
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 
 # A login shell of a new user (root, as on the project's machines): nothing
