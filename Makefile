@@ -1,11 +1,19 @@
 # Thin wrapper over CMake. The two commands of the README:
 #   make run    set up, build, prepare the default corpus, train, sample
 #   make test   set up, build, run the whole suite with CTest
+# `build` and `run` need only the build + run packages (setup.sh); the test
+# suite is configured (-DLF_TESTS=ON, needs cmocka) by `test` and `asan` alone.
+# `build` leaves LF_TESTS as the build directory has it, so a directory
+# `make test` configured keeps its tests.
 BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 DATA     ?= /usr/share/games/fortunes
 RUN_DIR  ?= out/run
 CONFIG   ?= configs/default_run.json
+# ITERS=N trains N steps instead of the configuration's train_iters, the
+# cosine decaying over those N (the last step is always checkpointed)
+ITERS    ?=
+ITERS_ARGS = $(if $(ITERS),--train_iters=$(ITERS) --scheduler.decay_iters=$(ITERS))
 
 .PHONY: all build setup setup-test test asan run clean
 
@@ -22,19 +30,19 @@ build: setup
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: setup-test
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLF_WERROR=ON >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLF_WERROR=ON -DLF_TESTS=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 asan: setup-test
-	@cmake -S . -B build-asan -DLF_SANITIZE=ON -DLF_WERROR=ON >/dev/null
+	@cmake -S . -B build-asan -DLF_SANITIZE=ON -DLF_WERROR=ON -DLF_TESTS=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE slow
 
 run: build
 	rm -rf $(RUN_DIR)
 	$(BUILD)/llmforge prepare --char $(DATA) --out $(RUN_DIR)/data
-	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR)
+	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR) $(ITERS_ARGS)
 	$(BUILD)/llmforge sample --ckpt $(RUN_DIR)/ckpt/latest --prompt "$${PROMPT:-Q: }" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 1
 
 clean:
