@@ -157,6 +157,24 @@ uint32_t lf_crc32(uint32_t crc, const void *data, size_t len);
 /* Monotonic wall clock in seconds. */
 double lf_time_now(void);
 
+/* ---------------------------------------------------------------- JSON numbers */
+/* Every JSON number llmforge writes reads back (strtod) as the double it
+ * wrote. lf_json_number writes v into buf with the fewest significant digits
+ * that do so (at most 17; "0.1", "0.30000000000000004"), or "null" when v is
+ * not finite (JSON has neither NaN nor infinity). cap >= LF_JSON_NUMBER_MAX
+ * always suffices. Returns the length written. Thread-safe; assumes the "C"
+ * numeric locale (a decimal point), as the whole library does. */
+#define LF_JSON_NUMBER_MAX 32
+int lf_json_number(char *buf, size_t cap, double v);
+/* cJSON_Print (formatted != 0) or cJSON_PrintUnformatted of item, with every
+ * number written by lf_json_number: cJSON 1.7 keeps 15 significant digits
+ * whenever they read back within an ulp or two, so its own output does not
+ * always read back as the same double. item is not changed. The string comes
+ * from cJSON's allocator (free it with cJSON_free); NULL when out of memory.
+ * Thread-safe for distinct items. */
+struct cJSON;
+char *lf_json_print(const struct cJSON *item, int formatted);
+
 #ifdef __cplusplus
 }
 #endif

@@ -966,7 +966,7 @@ static lf_status write_manifest(prep *p) {
         ok = ok && cJSON_AddNumberToObject(o, "records", (double)s->records);
         ok = ok && cJSON_AddNumberToObject(o, "skipped", (double)s->skipped);
     }
-    if (ok) text = cJSON_Print(root);
+    if (ok) text = lf_json_print(root, 1); /* split weights read back exactly */
     cJSON_Delete(root);
     if (!text || !(path = lf__path_join(p->out_dir, "dataset.json"))) {
         st = lf_fail(LF_ERR_NOMEM, "out of memory building dataset.json");

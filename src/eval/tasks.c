@@ -935,7 +935,7 @@ lf_status lf_eval_results_json(const lf_eval_results *r, char **out) {
         }
     }
     for (size_t k = 0; ok && k < r->n_m; k++) ok = cJSON_AddNumberToObject(all, r->m[k].name, r->m[k].value) != NULL;
-    char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
+    char *s = ok ? lf_json_print(root, 0) : NULL; /* numbers that read back exactly */
     cJSON_Delete(root);
     return dup_out(s, out);
 }

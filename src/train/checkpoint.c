@@ -634,7 +634,7 @@ lf_status lf_checkpoint_commit(const char *ckpt_root, long step, const char *tmp
         if ((s = lf_file_write_all(epath, extra[i].data, extra[i].len)) != LF_OK) goto done;
         if ((s = add_file_entry(files, tmp, extra[i].name)) != LF_OK) goto done;
     }
-    text = cJSON_Print(state);
+    text = lf_json_print(state, 1); /* the trainer's numbers read back exactly */
     if (!text) {
         s = lf_fail(LF_ERR_NOMEM, "checkpoint save: out of memory printing trainer_state.json");
         goto done;

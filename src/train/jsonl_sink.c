@@ -7,11 +7,16 @@
  *   eval   {"type":"eval","step":S,"train_loss":..,"val_loss":.., ...other eval/ tags}
  *   event  {"type":"<event name>","step":S,"time":<unix seconds>, ...the record's JSON fields}
  *
- * Numbers are written with %.9g (full float precision); non-finite values,
- * which JSON cannot hold, as null. It lives with the trainer because the
- * train/eval line layout is the trainer's contract (README, bench scripts).
+ * Numbers read back as the value published: a double with the fewest digits
+ * that strtod turns back into it (lf_json_number, at most 17); a value that
+ * is exactly a float (the learning rate, say) with the fewest that read back
+ * as that float (at most 9: "0.0006", not 0.00060000002849847078). Non-finite
+ * values, which JSON cannot hold, as null. It lives with the trainer because
+ * the train/eval line layout is the trainer's contract (README, bench
+ * scripts).
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,10 +32,17 @@ typedef struct jsonl_sink {
 } jsonl_sink;
 
 static void put_num(FILE *f, double v) {
-    if (isfinite(v))
-        fprintf(f, "%.9g", v);
-    else
-        fputs("null", f);
+    char buf[LF_JSON_NUMBER_MAX];
+    if (isfinite(v) && fabs(v) <= FLT_MAX && (double)(float)v == v && v != floor(v)) {
+        /* %.Ng is the nearest N-digit decimal: the first that reads back is the shortest */
+        for (int prec = 1; prec <= 9; prec++) {
+            snprintf(buf, sizeof buf, "%.*g", prec, v);
+            if ((float)strtod(buf, NULL) == (float)v) break;
+        }
+    } else {
+        lf_json_number(buf, sizeof buf, v);
+    }
+    fputs(buf, f);
 }
 
 static const lf_obs_scalar *find(const lf_obs_record *r, const char *tag) {
@@ -75,8 +87,8 @@ static void jsonl_emit(lf_obs_sink *s, const lf_obs_record *r) {
         put_rest(f, r, fixed, 2);
         fputs("}\n", f);
     } else {
-        fprintf(f, "{\"type\":\"%s\",\"step\":%ld,\"time\":%.3f", r->event ? r->event : "event", r->step,
-                r->wall_time);
+        fprintf(f, "{\"type\":\"%s\",\"step\":%ld,\"time\":", r->event ? r->event : "event", r->step);
+        put_num(f, r->wall_time);
         if (r->json) {
             /* merge the fields of the record's JSON object */
             const char *a = strchr(r->json, '{'), *b = strrchr(r->json, '}');

@@ -339,7 +339,7 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
         cJSON_AddItemToArray(win, cJSON_CreateNumber(t->spike_win[k]));
     }
     cJSON_AddItemToObject(o, "config", cfg);
-    *out = cJSON_PrintUnformatted(o);
+    *out = lf_json_print(o, 0); /* best_metric and loss_window read back exactly */
     cJSON_Delete(o);
     if (!*out) return lf_fail(LF_ERR_NOMEM, "out of memory printing trainer_state.json");
     return LF_OK;
@@ -368,9 +368,10 @@ static lf_status save_checkpoint(lf_trainer *t) {
     }
     free(state);
     if (st == LF_OK && t->rank == 0) {
-        char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64];
+        char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64], ms[LF_JSON_NUMBER_MAX];
         json_escape(esc, sizeof esc, saved);
-        snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%.3f}", esc, (lf_time_now() - t0) * 1e3);
+        lf_json_number(ms, sizeof ms, (lf_time_now() - t0) * 1e3);
+        snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%s}", esc, ms);
         emit_event(t, "checkpoint", NULL, json);
     }
     lf_free(saved);
@@ -1075,10 +1076,11 @@ static lf_status export_best_model(lf_trainer *t) {
         lf_free(data);
         if (st != LF_OK) return st;
     }
-    char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 128];
+    char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 128], score[LF_JSON_NUMBER_MAX];
     json_escape(esc, sizeof esc, dst);
-    snprintf(json, sizeof json, "{\"path\":\"%s\",\"from\":\"%s\",\"%s\":%.9g}", esc, t->best_ckpt,
-             t->cfg.best_metric, t->best_score);
+    lf_json_number(score, sizeof score, t->best_score);
+    snprintf(json, sizeof json, "{\"path\":\"%s\",\"from\":\"%s\",\"%s\":%s}", esc, t->best_ckpt,
+             t->cfg.best_metric, score);
     emit_event(t, "final_model", NULL, json);
     return LF_OK;
 }

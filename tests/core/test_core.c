@@ -1,7 +1,8 @@
 /* Core: status strings, error messages, Philox known answers, RNG
- * distribution, arena, files and hashes. */
+ * distribution, arena, files and hashes, JSON numbers. */
 #include <sys/stat.h>
 #include "test_util.h"
+#include <cjson/cJSON.h>
 
 void lf__philox_raw(const uint32_t in[4], const uint32_t key_in[2], uint32_t out[4]);
 
@@ -110,11 +111,80 @@ static void test_files_and_hashes(void **state) {
     free(dir);
 }
 
+/* lf_json_number reads back (strtod) as the same double, with the fewest
+ * digits; lf_json_print does the same inside a tree, where cJSON's printer
+ * alone writes 0.1+0.2 as 0.3. */
+static void test_json_numbers(void **state) {
+    (void)state;
+    static const struct {
+        double v;
+        const char *text;
+    } known[] = {
+        {0.1, "0.1"},
+        {0.1 + 0.2, "0.30000000000000004"},
+        {1.0 / 3, "0.3333333333333333"},
+        {1e23, "1e+23"},
+        {1e6, "1000000"},
+        {123456789012345.0, "123456789012345"},
+        {-0.0, "-0"},
+        {9007199254740992.0, "9007199254740992"},
+        {1234.5, "1234.5"},
+        {-2.5, "-2.5"},
+        {0, "0"},
+        {5e-324, "5e-324"}, /* subnormal: fewer digits are significant */
+        {2.2250738585072014e-308, "2.2250738585072014e-308"},
+        {1.7976931348623157e308, "1.7976931348623157e+308"},
+        {NAN, "null"},
+        {INFINITY, "null"},
+        {-INFINITY, "null"},
+    };
+    char buf[LF_JSON_NUMBER_MAX];
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        int n = lf_json_number(buf, sizeof buf, known[i].v);
+        assert_int_equal(n, (int)strlen(buf));
+        assert_string_equal(buf, known[i].text);
+    }
+    /* random finite bit patterns: every exponent, every mantissa */
+    for (uint64_t i = 0; i < 20000; i++) {
+        uint64_t bits = lf_rng_u64(7, 0, i);
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        if (!isfinite(v)) continue;
+        lf_json_number(buf, sizeof buf, v);
+        if (strtod(buf, NULL) != v) fail_msg("%.17g written as %s", v, buf);
+        int digits = 0; /* significant: from the first nonzero digit to the exponent */
+        for (const char *p = buf; *p && *p != 'e'; p++) digits += (digits || (*p >= '1' && *p <= '9')) && *p != '.';
+        if (digits > 17) fail_msg("%.17g written as %s", v, buf);
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "third", 1.0 / 3);
+    cJSON *arr = cJSON_AddArrayToObject(root, "list");
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(0.1 + 0.2));
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(NAN));
+    cJSON_AddItemToObjectCS(cJSON_AddObjectToObject(root, "deep"), "tiny", cJSON_CreateNumber(1e-300 / 3));
+    for (int formatted = 0; formatted <= 1; formatted++) {
+        char *s = lf_json_print(root, formatted);
+        assert_non_null(s);
+        cJSON *back = cJSON_Parse(s);
+        assert_non_null(back);
+        assert_true(cJSON_GetObjectItem(back, "third")->valuedouble == 1.0 / 3);
+        assert_true(cJSON_GetArrayItem(cJSON_GetObjectItem(back, "list"), 0)->valuedouble == 0.1 + 0.2);
+        assert_true(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(back, "list"), 1)));
+        assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(back, "deep"), "tiny")->valuedouble == 1e-300 / 3);
+        cJSON_Delete(back);
+        cJSON_free(s);
+    }
+    /* the tree itself is unchanged */
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(root, "third")));
+    cJSON_Delete(root);
+    assert_null(lf_json_print(NULL, 0));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_rng_distribution),
         cmocka_unit_test(test_errors),              cmocka_unit_test(test_arena),
-        cmocka_unit_test(test_files_and_hashes),
+        cmocka_unit_test(test_files_and_hashes),    cmocka_unit_test(test_json_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

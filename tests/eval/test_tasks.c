@@ -835,6 +835,73 @@ static void test_json_and_enumeration(void **state) {
     assert_string_equal(lf_eval_kind_name(LF_EVAL_EXACT_MATCH), "exact_match");
 }
 
+/* Every metric in lf_eval_results_json reads back as the same double: values
+ * that need 16 or 17 significant digits, both sides of the 1e6 and 1e-4
+ * boundaries of the table's format, subnormals, and the extremes. (cJSON 1.7
+ * prints 15 digits whenever they read back within about an ulp, which 0.1+0.2
+ * and 1/3 do.) */
+static void test_json_numbers_read_back(void **state) {
+    (void)state;
+    write_file(path_in("n1.jsonl"), "{\"text\":\"the quick fox\"}\n");
+    const char *paths[] = {path_in("n1.jsonl")};
+    lf_eval_load_opts lo = lf_eval_load_opts_default();
+    lo.kind = LF_EVAL_PERPLEXITY;
+    lf_eval_tasks *ts;
+    LF_ASSERT_OK(lf_eval_tasks_load(&ts, paths, 1, &lo));
+    lf_eval_results *r;
+    LF_ASSERT_OK(lf_eval_results_create(&r));
+    LF_ASSERT_OK(lf_eval_tasks_run(ts, g_m, g_tok, NULL, r));
+    size_t n;
+    const lf_eval_metric *m = lf_eval_results_metrics(r, &n);
+    assert_int_equal(n, 3); /* nll, perplexity, bits_per_byte */
+    const double vals[] = {1.0 / 3,
+                           0.1 + 0.2,
+                           2.0 / 3 * 1e-5,
+                           1e-300,
+                           4.9406564584124654e-324,
+                           2.2250738585072009e-308,
+                           1.7976931348623157e308,
+                           nextafter(1e6, 0),
+                           1e6,
+                           nextafter(1e6, 2e6),
+                           nextafter(1e-4, 0),
+                           1e-4,
+                           nextafter(1e-4, 1),
+                           1e23,
+                           271828.18284590452,
+                           (double)0.1f,
+                           -123.45678901234567,
+                           m[0].value,
+                           m[1].value,
+                           m[2].value};
+    const size_t nv = sizeof vals / sizeof vals[0];
+    /* the results hold the metrics in memory the caller may not change; the
+     * test sets them directly, three values per round */
+    lf_eval_metric *mm = (lf_eval_metric *)m;
+    for (size_t i = 0; i < nv; i += 3) {
+        for (size_t k = 0; k < 3; k++) mm[k].value = vals[(i + k) % nv];
+        char *js;
+        LF_ASSERT_OK(lf_eval_results_json(r, &js));
+        cJSON *root = cJSON_Parse(js);
+        assert_non_null(root);
+        const cJSON *all = cJSON_GetObjectItem(root, "metrics");
+        const cJSON *task = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tasks"), "n1");
+        const cJSON *own = cJSON_GetObjectItem(task, "metrics");
+        for (size_t k = 0; k < 3; k++) {
+            const cJSON *a = cJSON_GetObjectItem(all, m[k].name);
+            const cJSON *b = cJSON_GetObjectItem(own, m[k].name + 3); /* after "n1/" */
+            if (!cJSON_IsNumber(a) || !cJSON_IsNumber(b) || a->valuedouble != m[k].value ||
+                b->valuedouble != m[k].value)
+                fail_msg("%s = %.17g reads back as %.17g / %.17g from %s", m[k].name, m[k].value,
+                         a ? a->valuedouble : NAN, b ? b->valuedouble : NAN, js);
+        }
+        cJSON_Delete(root);
+        lf_free(js);
+    }
+    lf_eval_results_free(r);
+    lf_eval_tasks_free(ts);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multiple_choice_matches_separate_path),
@@ -846,6 +913,7 @@ int main(void) {
         cmocka_unit_test(test_perplexity_dataset_and_text_file),
         cmocka_unit_test(test_bad_input_names_file_and_line),
         cmocka_unit_test(test_json_and_enumeration),
+        cmocka_unit_test(test_json_numbers_read_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

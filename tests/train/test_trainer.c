@@ -8,6 +8,8 @@
 #include "test_util.h"
 #include "llmforge/data.h"
 #include "llmforge/train.h"
+#include <cjson/cJSON.h>
+#include "train/train_impl.h"
 
 #include "char_fixture.h"
 
@@ -174,8 +176,51 @@ static void test_errors(void **state) {
     expect_create_error(&c, 1, "ckpt");
 }
 
+/* log.jsonl numbers read back as the values published: doubles exactly,
+ * floats (the learning rate) as the same float in their shortest form. */
+static void test_log_numbers_read_back(void **state) {
+    (void)state;
+    char path[700];
+    snprintf(path, sizeof path, "%s/numbers.jsonl", tmp);
+    lf_obs_sink *sink;
+    LF_ASSERT_OK(lf__jsonl_sink_open(&sink, path, 0));
+    const double loss = 0.1 + 0.2, norm = 1.0 / 3, tps = 123456.78901234567, when = 1764620000.1234567;
+    const float lr = 6e-4f;
+    lf_obs_scalar sc[] = {{"train/loss", loss},           {"train/lr", lr},         {"train/grad_norm", norm},
+                          {"train/tokens_per_sec", tps}, {"time/step_ms", 1e-300}, {"train/tokens", 4096},
+                          {"train/mfu", NAN}};
+    lf_obs_record r = {.kind = LF_OBS_TRAIN, .step = 1, .scalars = sc, .n_scalars = 7};
+    sink->emit(sink, &r);
+    lf_obs_record ev = {.kind = LF_OBS_EVENT, .step = 1, .wall_time = when, .event = "checkpoint"};
+    sink->emit(sink, &ev);
+    sink->close(sink);
+    char *text;
+    size_t len;
+    LF_ASSERT_OK(lf_file_read_all(path, 0, &text, &len));
+    printf("%s", text);
+    char *nl = strchr(text, '\n');
+    assert_non_null(nl);
+    *nl = 0;
+    cJSON *a = cJSON_Parse(text), *b = cJSON_Parse(nl + 1);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(cJSON_GetObjectItem(a, "loss")->valuedouble == loss);
+    assert_true(cJSON_GetObjectItem(a, "grad_norm")->valuedouble == norm);
+    assert_true(cJSON_GetObjectItem(a, "tokens_per_sec")->valuedouble == tps);
+    assert_true(cJSON_GetObjectItem(a, "ms")->valuedouble == 1e-300);
+    assert_true((float)cJSON_GetObjectItem(a, "lr")->valuedouble == lr);
+    assert_non_null(strstr(text, "\"lr\":0.0006,"));
+    assert_non_null(strstr(text, "\"train/tokens\":4096,"));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(a, "train/mfu")));
+    assert_true(cJSON_GetObjectItem(b, "time")->valuedouble == when);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    lf_free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_log_numbers_read_back),
         cmocka_unit_test(test_resume_is_bit_exact),
         cmocka_unit_test(test_accumulation_equals_big_batch),
         cmocka_unit_test(test_errors),

@@ -189,7 +189,7 @@ int cmd_eval(int argc, char **argv) {
         ok = cJSON_AddItemToObject(root, item->string, item);
     }
     cJSON_Delete(parsed);
-    if (!ok || !(final_json = cJSON_PrintUnformatted(root))) {
+    if (!ok || !(final_json = lf_json_print(root, 0))) { /* metrics that read back exactly */
         die_status(LF_ERR_NOMEM, "eval");
         goto done;
     }

@@ -602,7 +602,7 @@ static int load_jsonl(const options *o, dataset *d) {
 
 /* ---------------------------------------------------------------- output helpers */
 static void print_json(cJSON *j) {
-    char *s = cJSON_PrintUnformatted(j);
+    char *s = lf_json_print(j, 0); /* scores that read back exactly */
     if (s) {
         printf("%s\n", s);
         cJSON_free(s);

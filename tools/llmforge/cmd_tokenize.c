@@ -240,10 +240,16 @@ static int tokenize_bench(lf_tokenizer *t, const char *text, size_t len, const l
     }
     printf("{\"bytes\":%zu,\"tokens\":%zu,\"threads\":%d,\"repeats\":%d,\"seconds\":[", len, n_tokens, threads,
            repeats);
-    for (int r = 0; r < repeats; r++) printf("%s%.6f", r ? "," : "", secs[r]);
+    char num[LF_JSON_NUMBER_MAX], num2[LF_JSON_NUMBER_MAX]; /* numbers that read back exactly */
+    for (int r = 0; r < repeats; r++) {
+        lf_json_number(num, sizeof num, secs[r]);
+        printf("%s%s", r ? "," : "", num);
+    }
     qsort(secs, (size_t)repeats, sizeof *secs, cmp_double);
     double med = repeats % 2 ? secs[repeats / 2] : 0.5 * (secs[repeats / 2 - 1] + secs[repeats / 2]);
-    printf("],\"median_seconds\":%.6f,\"mb_per_s\":%.3f}\n", med, med > 0 ? (double)len / med / 1e6 : 0.0);
+    lf_json_number(num, sizeof num, med);
+    lf_json_number(num2, sizeof num2, med > 0 ? (double)len / med / 1e6 : 0.0);
+    printf("],\"median_seconds\":%s,\"mb_per_s\":%s}\n", num, num2);
     free(secs);
     return 0;
 }
