@@ -464,14 +464,18 @@ static int cmd_bench(int argc, char **argv) {
     lf_status st = lf_bench_train(&mc, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
     if (st != LF_OK) { die_status(st, "bench"); return 1; }
     if (json) {
-        printf("{\"impl\":\"llmforge\",\"ms_per_step\":%.4f,\"tokens_per_sec\":%.4f,\"model_flops_per_sec\":%.6g,"
-               "\"mfu\":%.6f,\"peak_flops\":%.6g,\"flops_per_token\":%.6g,\"num_params\":%zu,\"micro_batch\":%ld,"
-               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%.4f,\"ms_max\":%.4f,"
+        /* every number reads back as the double it is (lf_json_number) */
+        char n[8][LF_JSON_NUMBER_MAX];
+        const double v[8] = {r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec, r.mfu,
+                             r.peak_flops,  r.flops_per_token, r.ms_min, r.ms_max};
+        for (int k = 0; k < 8; k++) lf_json_number(n[k], sizeof n[k], v[k]);
+        printf("{\"impl\":\"llmforge\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
+               "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
+               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%s,\"ms_max\":%s,"
                "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\"}\n",
-               r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec, r.mfu, r.peak_flops, r.flops_per_token,
-               r.num_params, B, T, r.steps, lf_backend_cpu_threads(), r.ms_min, r.ms_max, lf_recompute_name(recompute),
-               r.activation_bytes, bf16 ? "true" : "false", bf16 ? lf_backend_cpu_bf16_kernel() : "",
-               lf_backend_cpu_fp32_kernel());
+               n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(), n[6], n[7],
+               lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false",
+               bf16 ? lf_backend_cpu_bf16_kernel() : "", lf_backend_cpu_fp32_kernel());
     } else {
         printf("model: %d layers, %d heads, %d channels, vocab %d; %zu parameters\n", mc.n_layer, mc.n_head, mc.n_embd,
                mc.vocab_size, r.num_params);
