@@ -50,15 +50,17 @@ static adamw_k adamw_consts(float lr, float beta1, float beta2, float eps, float
 }
 
 /* One element: updates *m and *v, returns the new parameter. */
-static inline float adamw_elem(const adamw_k *k, float param, float grad, float *m, float *v) {
-    const float g = grad * k->grad_scale;
-    const float p = param * k->decay;
-    const float mi = k->lerp_low ? *m + k->w1 * (g - *m) : g - (g - *m) * k->w1c;
-    const float vi = *v * k->b2 + k->omb2 * g * g;
-    const float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+/* k by value: the constants are locals of the loop, never reloaded through a
+ * pointer that the stores to m and v might alias, so the loop vectorizes. */
+static inline float adamw_elem(const adamw_k k, float param, float grad, float *m, float *v) {
+    const float g = grad * k.grad_scale;
+    const float p = param * k.decay;
+    const float mi = k.lerp_low ? *m + k.w1 * (g - *m) : g - (g - *m) * k.w1c;
+    const float vi = *v * k.b2 + k.omb2 * g * g;
+    const float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
     *m = mi;
     *v = vi;
-    return p + (-k->step_size * mi) / denom;
+    return p + (-k.step_size * mi) / denom;
 }
 
 void lf__cpu_adamw_update(float *restrict params, const float *restrict grads, float *restrict m,
@@ -66,7 +68,7 @@ void lf__cpu_adamw_update(float *restrict params, const float *restrict grads, f
                           float eps, float weight_decay, float grad_scale, int t) {
     const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 #pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) params[i] = adamw_elem(&k, params[i], grads[i], &m[i], &v[i]);
+    for (size_t i = 0; i < n; i++) params[i] = adamw_elem(k, params[i], grads[i], &m[i], &v[i]);
 }
 
 void lf__cpu_adamw_update_shadow(float *restrict params, const float *restrict grads,
@@ -77,7 +79,7 @@ void lf__cpu_adamw_update_shadow(float *restrict params, const float *restrict g
     const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 #pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        const float p = adamw_elem(&k, params[i], grads[i], &m[i], &v[i]);
+        const float p = adamw_elem(k, params[i], grads[i], &m[i], &v[i]);
         const uint16_t h = lf__cpu_bf16_bits(p);
         params[i] = p;
         if (shadow_bf16) shadow_bf16[i] = h;
