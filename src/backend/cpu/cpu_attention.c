@@ -15,8 +15,11 @@
  *    the arithmetic per pair does not depend on the thread count.
  *  - Rows are processed in blocks of ATT_RB; block [r0,r1) only needs key
  *    columns 0..r1-1, which skips about half of the T x T work.
- *  - Softmax is max-subtracted in fp32; exp is lf__cpu_expf_nonpos
- *    (cpu_math.h), vectorizable and at least as accurate as expf.
+ *  - Softmax is max-subtracted in fp32; exp is lf__cpu_expf_f32
+ *    (cpu_math.h: float arithmetic, <= 2 ulp, as PyTorch's vectorized
+ *    softmax; the double-precision lf__cpu_expf_nonpos cost a quarter of
+ *    the forward at T = 64). Row loops run over whole vectors with the
+ *    columns above the diagonal masked (att_width).
  *  - Attention dropout: element (b,h,t,j) has flat index ((b*NH+h)*T+t)*T+j
  *    in the (B,NH,T,T) tensor; the mask is recomputed in backward.
  *  - backward overwrites dqkv (each (b,h) zeroes its dk, dv slices, and dq
@@ -35,6 +38,14 @@
 
 #define ATT_RB 64      /* rows per block (64 measured best of 32..256 at T=256/1024) */
 #define ATT_TILE 16384 /* floats in the forward's dropout tile (64 KiB of stack) */
+#define ATT_VW 16      /* softmax row loops run over whole vectors of this many floats */
+
+/* Columns a softmax row t of a block ending at r1 works on: t+1 rounded up
+ * to ATT_VW, at most r1 (the columns past t are masked). */
+static inline int att_width(int t, int r1) {
+    const int n = (t + ATT_VW) & ~(ATT_VW - 1);
+    return n < r1 ? n : r1;
+}
 
 /* out_blk (rows,HS; ld C) = dropout(A) (rows x r1; ld T) @ v (r1,HS; ld 3C).
  * The dropped probabilities go through a stack tile, ATT_TILE/rows columns
@@ -85,18 +96,27 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                 lf__cpu_sgemm(0, 1, rows, r1, HS, scale, q + (size_t)r0 * C3, (int)C3, k, (int)C3, 0.0f, A, T);
                 for (int t = r0; t < r1; t++) {
                     float *row = att_bh + (size_t)t * T;
-                    const float mx = lf__cpu_max_f32(row, t + 1);
+                    /* whole vectors: columns 0..n-1, n = t+1 rounded up to ATT_VW (at most r1), the
+                     * ones above the diagonal masked; short rows of variable length left the loops
+                     * mostly in their scalar remainders (T = 64: 2x slower) */
+                    const int n = att_width(t, r1);
+                    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+                    for (int j = 0; j < n; j++) {
+                        const float x = j <= t ? row[j] : -INFINITY;
+                        mx = x > mx ? x : mx;
+                    }
                     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                    for (int j = 0; j <= t; j++) {
-                        float e = lf__cpu_expf_nonpos(row[j] - mx);
+                    for (int j = 0; j < n; j++) {
+                        const float e = j <= t ? lf__cpu_expf_f32(row[j] - mx) : 0.0f;
                         row[j] = e;
                         sum += e;
                     }
                     const float inv = 1.0f / sum;
 #pragma omp simd
-                    for (int j = 0; j <= t; j++) row[j] *= inv;
-                    for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+                    for (int j = 0; j < n; j++) row[j] *= inv;
+                    if (n < T) memset(row + n, 0, sizeof(float) * (size_t)(T - n));
                 }
                 if (!use_drop)
                     lf__cpu_sgemm(0, 0, rows, HS, r1, 1.0f, A, T, v, (int)C3, 0.0f, out_bh + (size_t)r0 * C, C);
@@ -166,12 +186,14 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
                         for (int j = 0; j <= t; j++)
                             s[j] = lf__cpu_dropout_keep(drop, row + (uint64_t)j) ? s[j] * dscale : 0.0f;
                     }
+                    /* whole vectors as in forward; a[j] = 0 above the diagonal */
+                    const int n = att_width(t, r1);
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j <= t; j++) dot += a[j] * s[j];
+                    for (int j = 0; j < n; j++) dot += j <= t ? a[j] * s[j] : 0.0f;
 #pragma omp simd
-                    for (int j = 0; j <= t; j++) s[j] = a[j] * (s[j] - dot);
-                    for (int j = t + 1; j < r1; j++) s[j] = 0.0f;
+                    for (int j = 0; j < n; j++) s[j] = j <= t ? a[j] * (s[j] - dot) : 0.0f;
+                    if (n < r1) memset(s + n, 0, sizeof(float) * (size_t)(r1 - n));
                 }
 
                 /* dq[r0:r1] = scale * dpre @ k[0:r1];  dk[0:r1] += scale * dpre^T @ q[r0:r1] */

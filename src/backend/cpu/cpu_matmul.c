@@ -7,8 +7,10 @@
  * (nn.Linear, the tied lm_head over wte).
  *
  * Invariants:
- *  - forward overwrites out; the bias is written first and sgemm adds the
- *    product with beta = 1, which saves a pass over out.
+ *  - forward overwrites out: the product (beta = 0), then the bias added
+ *    row by row while the rows are still in cache (writing the bias first
+ *    and multiplying with beta = 1 cost a memcpy per row and a read of out
+ *    inside the GEMM: 4.7% of a shakespeare_char step).
  *  - backward overwrites dinp = dout @ W^T (beta = 0; skipped when dinp is
  *    NULL) and accumulates the parameter gradients: dW += inp^T @ dout
  *    (IN_OUT) or dout^T @ inp (OUT_IN) with beta = 1, dbias += column sums.
@@ -27,16 +29,17 @@ void lf__cpu_matmul_forward(float *restrict out, const float *restrict inp,
                             const float *restrict weight, const float *restrict bias,
                             int N, int C, int OC, lf_weight_layout layout) {
     if (N <= 0 || OC <= 0) return;
-    float beta = 0.0f;
-    if (bias) {
-#pragma omp parallel for schedule(static) if ((long)N * OC >= LF_CPU_PAR_MIN)
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
     if (layout == LF_W_IN_OUT)
-        lf__cpu_sgemm(0, 0, N, OC, C, 1.0f, inp, C, weight, OC, beta, out, OC);
+        lf__cpu_sgemm(0, 0, N, OC, C, 1.0f, inp, C, weight, OC, 0.0f, out, OC);
     else
-        lf__cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+        lf__cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+    if (!bias) return;
+#pragma omp parallel for schedule(static) if ((long)N * OC >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        float *restrict o = out + (size_t)n * OC;
+#pragma omp simd
+        for (int c = 0; c < OC; c++) o[c] += bias[c];
+    }
 }
 
 /* dbias[o] += sum_n dout[n,o]: each thread sums its own channels over all rows
