@@ -45,7 +45,8 @@ static void cpu_zero(float *x, size_t n) {
 }
 
 static void cpu_scale(float *x, size_t n, float s) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
@@ -78,7 +79,8 @@ static void cpu_run_replicas(int n, void (*fn)(void *arg, int i), void *arg) {
 }
 
 static void cpu_add_inplace(float *restrict y, const float *restrict x, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 

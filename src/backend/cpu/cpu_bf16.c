@@ -82,19 +82,22 @@ float lf__cpu_bf16_round(float x) { return lf__cpu_bf16_as_f32(lf__cpu_bf16_bits
  * lf__cpu_bf16_bits itself (the bf16 layernorm and GELU), so an activation
  * stored in bf16 holds the bits the product would have made of it. */
 void lf__cpu_cast_bf16(uint16_t *restrict out, const float *restrict in, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)4 * LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)4 * LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_bits(in[i]);
 }
 
 static void to_f32r(float *restrict out, const float *restrict in, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)4 * LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)4 * LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_as_f32(lf__cpu_bf16_bits(in[i]));
 }
 
 /* bf16 bits back to fp32: exact, and equal to to_f32r of any fp32 value
  * that rounds to them. */
 static void from_bf16(float *restrict out, const uint16_t *restrict in, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)4 * LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)4 * LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_as_f32(in[i]);
 }
 

@@ -67,7 +67,8 @@ void lf__cpu_adamw_update(float *restrict params, const float *restrict grads, f
                           float *restrict v, size_t n, float lr, float beta1, float beta2,
                           float eps, float weight_decay, float grad_scale, int t) {
     const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) params[i] = adamw_elem(k, params[i], grads[i], &m[i], &v[i]);
 }
 
@@ -77,7 +78,8 @@ void lf__cpu_adamw_update_shadow(float *restrict params, const float *restrict g
                                  float grad_scale, int t, uint16_t *restrict shadow_bf16,
                                  float *restrict shadow_f32r) {
     const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         const float p = adamw_elem(k, params[i], grads[i], &m[i], &v[i]);
         const uint16_t h = lf__cpu_bf16_bits(p);

@@ -84,7 +84,8 @@ static inline float gelu(float x) {
 }
 
 void lf__cpu_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = gelu(inp[i]);
 }
 
@@ -108,7 +109,8 @@ void lf__cpu_gelu_forward_bf16(uint16_t *restrict out, const float *restrict inp
 
 void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
                            const float *restrict dout, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float x2 = x * x;
@@ -122,12 +124,14 @@ void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
 
 void lf__cpu_residual_forward(float *out, const float *a, const float *b, size_t n) {
     /* out may alias a or b (in-place residual stream); element-wise, so fine. */
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void lf__cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float d = dout[i];
         da[i] += d;
@@ -147,7 +151,8 @@ void lf__cpu_dropout_forward(float *out, const float *inp, size_t n, lf_dropout 
         return;
     }
     const float scale = 1.0f / (1.0f - drop.p);
-#pragma omp parallel for simd schedule(static) if (n >= DROPOUT_PAR_MIN)
+#pragma omp parallel if (n >= DROPOUT_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_dropout_keep(drop, i) ? inp[i] * scale : 0.0f;
 }
 
@@ -158,6 +163,7 @@ void lf__cpu_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropo
         return;
     }
     const float scale = 1.0f / (1.0f - drop.p);
-#pragma omp parallel for simd schedule(static) if (n >= DROPOUT_PAR_MIN)
+#pragma omp parallel if (n >= DROPOUT_PAR_MIN)
+#pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) dinp[i] = lf__cpu_dropout_keep(drop, i) ? dout[i] * scale : 0.0f;
 }
