@@ -8,10 +8,10 @@
  * 3-4x slower, silently; OPENBLAS_CORETYPE=Prescott reproduces that on any
  * x86 machine. oneDNN (already our bf16 kernel) picks its ISA from CPUID
  * feature bits (AVX2, AVX-512), so a CPU it has never heard of still gets
- * its widest kernel. Measured on one Sapphire Rapids core: oneDNN 2.6.3's
- * dnnl_sgemm 143-164 GFLOP/s on GPT-2's products, OpenBLAS SkylakeX 127-142,
- * OpenBLAS Prescott 33-38 (bench/gemm_kernels.sh prints the same table on
- * any machine).
+ * its widest kernel. Measured on one Sapphire Rapids core (bench/gemm_kernels.sh,
+ * which prints the same table on any machine): oneDNN 2.6.3's dnnl_sgemm
+ * 148-162 GFLOP/s on GPT-2 124M's products, OpenBLAS SkylakeX 124-143,
+ * OpenBLAS Prescott 35-38.
  *
  * Choice, made once at the first product (thread-safe):
  *  - oneDNN's dnnl_sgemm by default;
