@@ -16,17 +16,9 @@ case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 case "$CFG" in /*) ;; *) CFG="$PWD/$CFG" ;; esac
 case "$SHARED" in /*) ;; *) SHARED="$PWD/$SHARED" ;; esac
 
-passed=0
-fail() {
-    echo "FAIL: $*" >&2
-    echo "$passed passed, 1 failed" >&2
-    exit 1
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lf_cli_bf16.XXXXXX") || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || fail "cd $tmp"
+cli_tmpdir bf16
 
 corpus="$SHARED/data/tinyshakespeare.txt"
 if [ -f "$corpus" ]; then

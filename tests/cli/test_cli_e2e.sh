@@ -17,19 +17,11 @@ case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 case "$CFG" in /*) ;; *) CFG="$PWD/$CFG" ;; esac
 case "$SHARED" in /*) ;; *) SHARED="$PWD/$SHARED" ;; esac
 
-passed=0
-fail() {
-    echo "FAIL: $*" >&2
-    echo "$passed passed, 1 failed" >&2
-    exit 1
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 PY=$(command -v python3 || true)
 [ -n "$PY" ] || echo "note: python3 not found; JSON is checked with grep/awk only"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lf_cli_e2e.XXXXXX") || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || fail "cd $tmp"
+cli_tmpdir e2e
 
 # ------------------------------------------------------------ prepare
 corpus="$SHARED/data/tinyshakespeare.txt"

@@ -10,17 +10,9 @@ SRC=${2:?source dir}
 CFG="$SRC/configs/shakespeare_char_cpu.json"
 case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 
-passed=0
-fail() {
-    echo "FAIL: $*" >&2
-    echo "$passed passed, 1 failed" >&2
-    exit 1
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lf_cli_errors.XXXXXX") || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || fail "cd $tmp"
+cli_tmpdir errors
 
 # A tiny model and run that finish in milliseconds.
 TINY=(--model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.block_size=16

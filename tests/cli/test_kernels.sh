@@ -15,17 +15,9 @@ case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 case "$SRC" in /*) ;; *) SRC="$PWD/$SRC" ;; esac
 unset LLMFORGE_FP32_GEMM ONEDNN_MAX_CPU_ISA
 
-passed=0
-fail() {
-    echo "FAIL: $*" >&2
-    echo "$passed passed, 1 failed" >&2
-    exit 1
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lf_cli_kernels.XXXXXX") || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || fail "cd $tmp"
+cli_tmpdir kernels
 
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
 avx512=0; avx2=0

@@ -10,17 +10,9 @@ LF=${1:?usage: test_recompute.sh LLMFORGE SOURCE_DIR SHARED_DIR}
 SRC=${2:?source dir}
 case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 
-passed=0
-fail() {
-    echo "FAIL: $*" >&2
-    echo "$passed passed, 1 failed" >&2
-    exit 1
-}
-ok() { passed=$((passed + 1)); }
+. "$(dirname "$0")/cli_lib.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lf_cli_recompute.XXXXXX") || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || fail "cd $tmp"
+cli_tmpdir recompute
 
 BENCH=(bench --preset shakespeare-char-cpu --steps 1 --warmup 0 --threads 2 --peak-gflops 100 --json)
 
