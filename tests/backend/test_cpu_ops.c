@@ -210,6 +210,12 @@ static void test_attention_forward(void **state) {
     attention_forward_case(2, 130, 12, 3, 0.1f);
     attention_forward_case(1, 300, 4, 1, 0.5f); /* dropout tile in column chunks */
     attention_forward_case(1, 1, 4, 2, 0.0f);
+    /* the register-tiled small-T path (see test_gradcheck.c) */
+    attention_forward_case(1, 18, 16, 1, 0.0f);
+    attention_forward_case(2, 37, 64, 2, 0.0f);
+    attention_forward_case(1, 21, 256, 2, 0.0f);
+    attention_forward_case(2, 128, 128, 4, 0.0f);
+    attention_forward_case(1, 1, 32, 2, 0.0f);
 }
 
 static void test_gelu_residual_forward(void **state) {

@@ -225,6 +225,13 @@ static void test_attention_backward(void **state) {
     attention_case(1, 70, 8, 2, 0.0f, 200); /* two row blocks */
     attention_case(1, 70, 8, 2, 0.2f, 200);
     attention_case(1, 300, 4, 1, 0.2f, 150); /* dropout tile in column chunks */
+    /* the register-tiled small-T path (head size a multiple of 16, T <= 128, no dropout):
+     * T neither a multiple of the 4-row tile nor of the 16-wide blocks, one to eight vectors per head
+     * row (HS 128: the two-row tiles), and T at the path's limit */
+    attention_case(1, 18, 16, 1, 0.0f, 0);
+    attention_case(2, 37, 64, 2, 0.0f, 200);
+    attention_case(1, 21, 256, 2, 0.0f, 200);
+    attention_case(1, 128, 128, 2, 0.0f, 200);
 }
 
 /* ------------------------------------------------------------- element-wise */

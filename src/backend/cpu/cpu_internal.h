@@ -10,8 +10,8 @@
  *    not depend on the number of threads, so results are bit-identical for
  *    any thread count. Rows are split across threads only where each output
  *    element is written by exactly one row.
- *  - Ops never allocate; the only scratch is a fixed-size stack tile in the
- *    attention forward with dropout.
+ *  - Ops never allocate; the only scratch is fixed-size stack tiles in the
+ *    attention (the forward with dropout, the small-T register-tiled path).
  *  - Helpers here and in cpu_math.h are written so the loops that use them
  *    vectorize (no calls, no branches); they are bit-exact with the core RNG
  *    and at least as accurate as libm, respectively.
