@@ -17,16 +17,39 @@
 extern "C" {
 #endif
 
-typedef struct lf_gpt2_config {
+/* Architectures (model.arch). Each is one table in src/model/ (model_impl.h). */
+typedef enum lf_arch {
+    LF_ARCH_GPT2 = 0,  /* "gpt2": learned positions, LayerNorm, GELU MLP, tied head (nanoGPT, HF GPT2LMHeadModel) */
+    LF_ARCH_LLAMA = 1, /* "llama": RoPE, RMSNorm, SwiGLU MLP, grouped-query attention (HF LlamaForCausalLM) */
+} lf_arch;
+
+typedef enum lf_norm {
+    LF_NORM_LAYERNORM = 0, /* (x - mean) * rstd * w + b, biased variance (GPT-2) */
+    LF_NORM_RMSNORM = 1,   /* x * rsqrt(mean(x^2) + eps) * w (Llama) */
+} lf_norm;
+
+/* A model's shape and hyper-parameters, for every architecture. A field
+ * left 0 takes its architecture's default (lf_model_config_resolve). */
+typedef struct lf_model_config {
+    lf_arch arch;
     int n_layer;
     int n_head;
+    int n_kv_head;        /* key/value heads (GQA; 1 = MQA); divides n_head. 0: n_head */
     int n_embd;
-    int block_size;       /* max sequence length (wpe rows) */
+    int ffn_hidden;       /* MLP hidden width. 0: 4*n_embd (gpt2); 8*n_embd/3 rounded up to 64 (llama) */
+    int block_size;       /* max sequence length (wpe rows; RoPE positions) */
     int vocab_size;       /* real vocabulary (targets < vocab_size) */
-    int padded_vocab_size;/* wte rows; >= vocab_size (0 = same as vocab_size) */
-    int bias;             /* biases in linears and layernorms */
+    int padded_vocab_size;/* embedding rows; >= vocab_size (0 = same as vocab_size) */
+    lf_norm norm;         /* set by the architecture */
+    float norm_eps;       /* 0: 1e-5 */
+    float rope_theta;     /* llama: RoPE base. 0: 10000 */
+    int tie_embeddings;   /* lm_head shares the token embedding (gpt2: always) */
+    int bias;             /* biases in linears and layernorms (gpt2 only) */
     float dropout;        /* nanoGPT: embeddings, attention weights, residual branches */
-} lf_gpt2_config;
+} lf_model_config;
+
+/* Transitional name (the GPT-2-only config this struct replaced). */
+typedef lf_model_config lf_gpt2_config;
 
 /* Checks ranges and divisibility; message names the field. */
 lf_status lf_gpt2_config_validate(const lf_gpt2_config *cfg);
