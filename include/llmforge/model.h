@@ -88,7 +88,7 @@ void lf_model_free(lf_model *m);
  * layernorm weights. Deterministic in seed (counter RNG, purpose INIT). */
 lf_status lf_model_init_weights(lf_model *m, uint64_t seed);
 
-const lf_gpt2_config *lf_model_config(const lf_model *m);
+const lf_gpt2_config *lf_model_get_config(const lf_model *m);
 const lf_param_info *lf_model_params_table(const lf_model *m, int *count);
 size_t lf_model_num_params(const lf_model *m);
 float *lf_model_params(lf_model *m); /* backend memory, num_params floats */

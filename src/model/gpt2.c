@@ -404,7 +404,7 @@ lf_status lf_model_init_weights(lf_model *m, uint64_t seed) {
     return LF_OK;
 }
 
-const lf_gpt2_config *lf_model_config(const lf_model *m) { return &m->cfg; }
+const lf_gpt2_config *lf_model_get_config(const lf_model *m) { return &m->cfg; }
 const lf_param_info *lf_model_params_table(const lf_model *m, int *count) {
     if (count) *count = m->n_tensors;
     return m->table;

@@ -429,7 +429,7 @@ static int run_memory(void) {
         lf_model *m = lf_trainer_model(t);
         P = lf_model_num_params(m);
         lf_mem_plan plan;
-        OK(lf_mem_plan_make_rank(&plan, &c, lf_model_config(m), 1, 0, g_rank));
+        OK(lf_mem_plan_make_rank(&plan, &c, lf_model_get_config(m), 1, 0, g_rank));
         want[z][0] = plan.params_bytes;
         want[z][1] = plan.grads_bytes;
         want[z][2] = plan.optim_bytes;

@@ -234,7 +234,7 @@ static int cmd_train(int argc, char **argv) {
     lf_comm *comm = lf_trainer_comm(t);
     if (lf_comm_rank(comm) == 0) { /* the other ranks print nothing but errors */
         lf_model *m = lf_trainer_model(t);
-        const lf_gpt2_config *mc = lf_model_config(m);
+        const lf_gpt2_config *mc = lf_model_get_config(m);
         printf("llmforge train: %zu parameters (%.2fM), %d layers, %d heads, %d channels, block %d, vocab %d; "
                "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
                lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, mc->n_embd,
