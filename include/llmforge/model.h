@@ -1,10 +1,13 @@
 /*
- * GPT-2 model: configuration, parameter table (Hugging Face GPT-2 names and
- * shapes), initialisation, forward and backward built from backend ops.
+ * Decoder-only language models: configuration, parameter table (Hugging Face
+ * names and shapes), initialisation, forward and backward built from backend
+ * ops, for every architecture (lf_arch: GPT-2, Llama). The runtime
+ * (src/model/model.c) is architecture-neutral; each architecture is one
+ * table (src/model/model_impl.h, one file per architecture).
  *
  * Parameters, gradients and each optimizer moment are one contiguous buffer
  * each, laid out in parameter-table order; the table is a pure function of
- * the configuration (lf_gpt2_param_table), so checkpoint I/O, zero-grad and
+ * the configuration (lf_model_param_table), so checkpoint I/O, zero-grad and
  * sharding are operations on ranges.
  */
 #ifndef LLMFORGE_MODEL_H
@@ -48,11 +51,20 @@ typedef struct lf_model_config {
     float dropout;        /* nanoGPT: embeddings, attention weights, residual branches */
 } lf_model_config;
 
-/* Transitional name (the GPT-2-only config this struct replaced). */
-typedef lf_model_config lf_gpt2_config;
+/* "gpt2", "llama"; "?" for other values. */
+const char *lf_arch_name(lf_arch arch);
+/* Parse an architecture name (exact, lower case). LF_ERR_CONFIG names the
+ * value and the choices. */
+lf_status lf_arch_parse(const char *name, lf_arch *out);
 
-/* Checks ranges and divisibility; message names the field. */
-lf_status lf_gpt2_config_validate(const lf_gpt2_config *cfg);
+/* Fill the fields left 0 with the architecture's defaults (n_kv_head,
+ * ffn_hidden, norm, norm_eps, rope_theta; GPT-2 ties its embeddings).
+ * LF_ERR_CONFIG for an unknown arch. Idempotent. */
+lf_status lf_model_config_resolve(lf_model_config *cfg);
+
+/* Resolves a copy and checks ranges and divisibility; the message names
+ * the key (model.n_head, model.n_kv_head, ...). */
+lf_status lf_model_config_validate(const lf_model_config *cfg);
 
 #define LF_PARAM_NAME_MAX 64
 typedef struct lf_param_info {
@@ -62,33 +74,49 @@ typedef struct lf_param_info {
     size_t offset;                /* in floats, into the parameter buffer */
     size_t numel;
     int decay;                    /* nanoGPT: weight decay on tensors with >= 2 dims */
+    int unit;                     /* ZeRO unit (lf_model_num_units): 0 embeddings, 1..L blocks, L+1 head */
 } lf_param_info;
 
 /* Parameter table of a config: *out is allocated (lf_free), *count entries,
- * *total floats. Order: wte, wpe, then per layer ln_1.{weight,bias},
- * attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias}, ln_2.{weight,bias},
- * mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias}; then ln_f.{weight,bias}.
- * Biases are absent when cfg->bias == 0. */
-lf_status lf_gpt2_param_table(const lf_gpt2_config *cfg, lf_param_info **out, int *count, size_t *total);
+ * *total floats.
+ * gpt2: wte, wpe, then per layer ln_1.{weight,bias}, attn.c_attn.{weight,bias},
+ * attn.c_proj.{weight,bias}, ln_2.{weight,bias}, mlp.c_fc.{weight,bias},
+ * mlp.c_proj.{weight,bias}; then ln_f.{weight,bias} (biases absent when
+ * cfg->bias == 0). Conv1D layout (in, out).
+ * llama: model.embed_tokens.weight, then per layer
+ * model.layers.{i}.input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight,
+ * post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight; then
+ * model.norm.weight and (untied) lm_head.weight. nn.Linear layout (out, in). */
+lf_status lf_model_param_table(const lf_model_config *cfg, lf_param_info **out, int *count, size_t *total);
 
-/* Parameters without the position embedding (nanoGPT's get_num_params). */
-size_t lf_gpt2_num_params_nonembedding(const lf_gpt2_config *cfg);
+/* Parameters without those that do not count in 6N (GPT-2's position
+ * embedding: nanoGPT's get_num_params). */
+size_t lf_model_num_params_nonembedding(const lf_model_config *cfg);
 
-/* Model FLOPs per token for training (6N + 12*L*C*T; nanoGPT/PaLM counting). */
-double lf_gpt2_flops_per_token(const lf_gpt2_config *cfg, int T);
+/* Model FLOPs per token for training: 6N + attention (12*L*C*T for GPT-2,
+ * 12*L*NH*HS*T for Llama: nanoGPT/PaLM counting). */
+double lf_model_flops_per_token(const lf_model_config *cfg, int T);
+
+/* Hugging Face config.json of a config (GPT2LMHeadModel, LlamaForCausalLM),
+ * like snprintf: the length it needed; 0 when the architecture's config has
+ * no HF equivalent (GPT-2 without biases). */
+int lf_model_hf_config_json(const lf_model_config *cfg, char *buf, size_t cap);
 
 typedef struct lf_model lf_model;
 
 /* Allocates parameters and gradients (zeroed). */
-lf_status lf_model_create(lf_model **out, const lf_gpt2_config *cfg, const lf_backend_ops *be);
+/* cfg is resolved (lf_model_config_resolve) into the model's copy. */
+lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, const lf_backend_ops *be);
 void lf_model_free(lf_model *m);
 
-/* GPT-2 init: normal(0, 0.02) for weights, residual projections (attn.c_proj,
+/* The architecture's init, deterministic in seed (counter RNG, purpose INIT).
+ * gpt2: normal(0, 0.02) for weights, residual projections (attn.c_proj,
  * mlp.c_proj weights) normal(0, 0.02/sqrt(2*n_layer)), zero biases, ones for
- * layernorm weights. Deterministic in seed (counter RNG, purpose INIT). */
+ * layernorm weights. llama (HF LlamaPreTrainedModel): normal(0, 0.02) for
+ * every matrix, ones for the RMSNorm weights. */
 lf_status lf_model_init_weights(lf_model *m, uint64_t seed);
 
-const lf_gpt2_config *lf_model_get_config(const lf_model *m);
+const lf_model_config *lf_model_get_config(const lf_model *m); /* resolved */
 const lf_param_info *lf_model_params_table(const lf_model *m, int *count);
 size_t lf_model_num_params(const lf_model *m);
 float *lf_model_params(lf_model *m); /* backend memory, num_params floats */
@@ -167,7 +195,7 @@ const char *lf_act_dtype_name(lf_act_dtype dtype);
  * it (no replica without rows). Returns LF_OK; LF_ERR_RANGE / LF_ERR_CONFIG
  * (invalid cfg, T > block_size); LF_ERR_INVALID_ARG (B, T or n_replicas < 1,
  * unknown policy or dtype). Pure and thread-safe. */
-lf_status lf_gpt2_activation_bytes(const lf_gpt2_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
+lf_status lf_model_plan_bytes(const lf_model_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
                                    int n_replicas, lf_act_bytes *out);
 
 /* Recompute policy of the next lf_model_plan (the plan in place keeps the
@@ -191,7 +219,7 @@ lf_act_dtype lf_model_act_dtype(const lf_model *m);
 /* Plan and allocate activations for up to B x T (T <= block_size) with the
  * policy lf_model_set_recompute chose and the storage of
  * lf_model_set_act_dtype. Bytes the plan takes are returned in *bytes (may
- * be NULL): lf_gpt2_activation_bytes(cfg, B, T, policy, dtype, replicas)
+ * be NULL): lf_model_plan_bytes(cfg, B, T, policy, dtype, replicas)
  * .total, all of it in one allocation through the backend. Re-planning frees
  * the old plan (and any pending backward). */
 lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes);
@@ -227,13 +255,13 @@ void lf_model_zero_grad(lf_model *m);
  * The flat parameter vector is cut into units used one after another: unit 0
  * the embeddings (wte, wpe; wte also serves the tied lm_head), units 1..L the
  * blocks, unit L+1 ln_f. Each is a contiguous range of the flat vector
- * (lf_gpt2_param_table's order). Forward uses units 0, 1..L, L+1 and 0 again;
+ * (lf_model_param_table's order). Forward uses units 0, 1..L, L+1 and 0 again;
  * backward L+1 and 0 (lm_head), L..1, then 0 (the embeddings). */
 int lf_model_num_units(const lf_model *m);
 void lf_model_unit_range(const lf_model *m, int unit, size_t *lo, size_t *n);
 /* Floats of unit 0 and of the largest other unit (the unit working buffers);
  * returns the number of parameters (0 for an invalid cfg). */
-size_t lf_gpt2_unit_sizes(const lf_gpt2_config *cfg, size_t *unit0, size_t *max_other);
+size_t lf_model_unit_sizes(const lf_model_config *cfg, size_t *unit0, size_t *max_other);
 
 typedef struct lf_model_zero {
     /* ZeRO-2/3: no whole-model gradient buffer. After the backward of each
@@ -252,10 +280,10 @@ typedef struct lf_model_zero {
 } lf_model_zero;
 /* Switch the model to partitioned gradients and/or parameters (once; the
  * whole buffers are freed and unit working buffers allocated: see
- * lf_gpt2_zero_work_bytes). LF_ERR_NOMEM leaves the model as it was. */
+ * lf_model_zero_work_bytes). LF_ERR_NOMEM leaves the model as it was. */
 lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z);
 /* Bytes of the unit working buffers lf_model_set_zero allocates. */
-size_t lf_gpt2_zero_work_bytes(const lf_gpt2_config *cfg, int partition_grads, int partition_params);
+size_t lf_model_zero_work_bytes(const lf_model_config *cfg, int partition_grads, int partition_params);
 /* Bytes the allocator holds for the model's parameters (the whole buffer,
  * or the two gathered-unit buffers under ZeRO-3) and gradients (the whole
  * buffer, or replica 0's two unit buffers under ZeRO-2/3), by

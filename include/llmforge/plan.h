@@ -49,11 +49,11 @@ typedef struct lf_mem_plan {
  * host_staging: count the trainer's host copies of parameters and moments
  * for checkpoints (0 for the CPU backends, whose memory is the host's).
  * Reads MemAvailable from /proc/meminfo when memory.limit_bytes is 0. */
-lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                            int host_staging);
 /* The same for rank `rank` of cfg->world_size (ZeRO shards differ by one
  * element per unit between ranks; rank 0's is the largest). */
-lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                                 int host_staging, int rank);
 
 /* LF_OK when the plan fits its limit (or no limit is known). Otherwise
@@ -62,7 +62,7 @@ lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, cons
  * saves (a smaller micro-batch with more accumulation, a recompute policy,
  * bf16 when the run is fp32: its bf16 activations less its weight copies),
  * and a note on what does not help here (ZeRO needs several processes). */
-lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg);
+lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg);
 
 /* The plan as a table, for `llmforge plan` (like snprintf: returns the length it needed). */
 size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap);

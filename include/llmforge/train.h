@@ -51,7 +51,7 @@ typedef enum lf_sched_type { LF_SCHED_COSINE = 0, LF_SCHED_CONSTANT = 1 } lf_sch
 typedef struct lf_train_config {
     /* model */
     char arch[16];
-    lf_gpt2_config model;           /* model.vocab_size 0 = take it from the dataset */
+    lf_model_config model;           /* model.vocab_size 0 = take it from the dataset */
     /* data */
     char dataset[LF_PATH_MAX];
     int sampling;                   /* lf_sampling */
@@ -227,7 +227,17 @@ lf_comm *lf_trainer_comm(lf_trainer *t);
 
 /* The model configuration and tokenizer spec a checkpoint directory was
  * trained with (from its trainer_state.json). */
-lf_status lf_checkpoint_read_model(const char *dir, lf_gpt2_config *cfg, char *tokenizer, size_t cap);
+lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *tokenizer, size_t cap);
+
+/* One call from a checkpoint to a model: ckpt is a checkpoint directory or a
+ * run's out_dir (lf_checkpoint_resolve: its latest), the model is created on
+ * backend be (NULL: "cpu") with the checkpoint's weights in backend memory.
+ * tokenizer (cap bytes, may be NULL) receives the spec it was trained with
+ * ("" when it names none; relative paths are against *dir_out), *dir_out
+ * (may be NULL; lf_free) the resolved directory. On error nothing is left
+ * allocated and the message names the file. */
+lf_status lf_checkpoint_load_model(const char *ckpt, const lf_backend_ops *be, lf_model **model, char *tokenizer,
+                                   size_t cap, char **dir_out);
 
 /* ---------------------------------------------------------------- optimizer */
 /* One optimizer step on m's gradients: global norm (returned in *norm), clip
@@ -261,7 +271,7 @@ typedef struct lf_bench_result {
  * with activations planned for B x T under the recompute policy; bf16: on
  * the "cpu-bf16" backend (bf16 matmuls) instead of "cpu".
  * peak_flops <= 0: measured with lf_probe_peak_flops. */
-lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
+lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
                          int warmup, double peak_flops, lf_bench_result *out);
 
 /* Measured fp32 FMA rate of this machine with all backend threads (FLOP/s),

@@ -31,7 +31,7 @@
 /* Activation bytes of one batch row of length T (the planner's slots, plus
  * the per-replica gradient buffer), for the automatic batch size. */
 static int auto_batch(const lf_model *m, int T) {
-    const lf_gpt2_config *c = lf_model_get_config(m);
+    const lf_model_config *c = lf_model_get_config(m);
     double C = c->n_embd, L = c->n_layer, NH = c->n_head, t = T;
     double Vp = c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
     double per_row = 4.0 * (L * (17.0 * t * C + 2.0 * t + NH * t * t) + NH * t * t + 15.0 * t * C + 6.0 * t +
@@ -78,7 +78,7 @@ static double logp_of(const float *row, int V, int target, int *is_argmax) {
 
 lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
     if (n == 0) return LF_OK;
-    const lf_gpt2_config *c = lf_model_get_config(m);
+    const lf_model_config *c = lf_model_get_config(m);
     int V = c->vocab_size, Vp = c->padded_vocab_size > 0 ? c->padded_vocab_size : V;
     ord *o = malloc(n * sizeof *o);
     if (!o) return lf_fail(LF_ERR_NOMEM, "eval: out of memory");
@@ -248,7 +248,7 @@ lf_status lf_eval_loglikelihood(lf_model *m, const lf_tokenizer *tok, lf_eval_ll
     if (!m || !tok || (n && !reqs)) return lf_fail(LF_ERR_INVALID_ARG, "eval: NULL argument");
     if (batch < 0) return lf_fail(LF_ERR_INVALID_ARG, "eval: batch %d is negative", batch);
     if (n == 0) return LF_OK;
-    const lf_gpt2_config *mc = lf_model_get_config(m);
+    const lf_model_config *mc = lf_model_get_config(m);
     ev_ctx c = {.m = m, .tok = tok, .V = mc->vocab_size, .L = mc->block_size};
     int eot = lf_tokenizer_eot(tok);
     if (eot >= 0 && eot < c.V) {

@@ -1019,7 +1019,7 @@ lf_status lf_eval_tasks_run(const lf_eval_tasks *t, lf_model *m, const lf_tokeni
     if (!opts) opts = &def;
     if (opts->batch < 0) return lf_fail(LF_ERR_INVALID_ARG, "eval: batch %d is negative", opts->batch);
     results_clear(res);
-    const lf_gpt2_config *mc = lf_model_get_config(m);
+    const lf_model_config *mc = lf_model_get_config(m);
     ev_ctx c = {.m = m, .tok = tok, .opts = opts, .res = res, .V = mc->vocab_size, .L = mc->block_size};
     int tv = lf_tokenizer_vocab_size(tok);
     if (tv > c.V)

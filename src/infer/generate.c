@@ -18,7 +18,7 @@ lf_status lf_generate(lf_model *m, const uint32_t *prompt, size_t n_prompt, cons
                       lf_token_fn on_token, void *user, uint32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    const lf_gpt2_config *c = lf_model_get_config(m);
+    const lf_model_config *c = lf_model_get_config(m);
     int V = c->vocab_size, Vp = c->padded_vocab_size > 0 ? c->padded_vocab_size : V, Tmax = c->block_size;
     if (n_prompt == 0) return lf_fail(LF_ERR_INVALID_ARG, "generation needs a prompt of at least one token");
     if (opts->max_new_tokens < 0) return lf_fail(LF_ERR_RANGE, "max_new_tokens %d is negative", opts->max_new_tokens);

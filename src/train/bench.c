@@ -56,7 +56,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
+lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
                          int warmup, double peak_flops, lf_bench_result *out) {
     memset(out, 0, sizeof *out);
     if (steps < 1 || warmup < 0) return lf_fail(LF_ERR_RANGE, "bench: steps must be >= 1 and warmup >= 0");
@@ -115,7 +115,7 @@ lf_status lf_bench_train(const lf_gpt2_config *cfg, int B, int T, lf_recompute r
     out->ms_min = times[0] * 1e3;
     out->ms_max = times[steps - 1] * 1e3;
     out->tokens_per_sec = (double)BT / med;
-    out->flops_per_token = lf_gpt2_flops_per_token(cfg, T);
+    out->flops_per_token = lf_model_flops_per_token(cfg, T);
     out->model_flops_per_sec = out->flops_per_token * out->tokens_per_sec;
     out->peak_flops = peak_flops > 0 ? peak_flops : lf_probe_peak_flops(0.5);
     out->mfu = out->model_flops_per_sec / out->peak_flops;

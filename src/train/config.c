@@ -93,7 +93,8 @@ typedef struct key_def {
 #define FLD(f) .off = offsetof(lf_train_config, f), .size = sizeof(((lf_train_config *)0)->f)
 #define INF HUGE_VAL
 
-static const char *const arch_choices[] = {"gpt2", NULL};
+static const char *const arch_choices[] = {"gpt2", "llama", NULL}; /* lf_arch order */
+_Static_assert(LF_ARCH_GPT2 == 0 && LF_ARCH_LLAMA == 1, "arch_choices order");
 static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
@@ -113,12 +114,23 @@ static const key_def k_keys[] = {
      .help = "transformer blocks (L)"},
     {.path = "model.n_head", .type = KT_INT, FLD(model.n_head), .lo = 1, .hi = 1024, .def = {4},
      .help = "attention heads (NH); must divide model.n_embd"},
+    {.path = "model.n_kv_head", .type = KT_INT, FLD(model.n_kv_head), .lo = 0, .hi = 1024, .def = {0},
+     .help = "llama: key/value heads (grouped-query attention; 1 = multi-query); must divide model.n_head; "
+             "0 = model.n_head"},
+    {.path = "model.ffn_hidden", .type = KT_INT, FLD(model.ffn_hidden), .lo = 0, .hi = 1048576, .def = {0},
+     .help = "MLP hidden width; 0 = 4 * n_embd (gpt2), 8 * n_embd / 3 rounded up to 64 (llama)"},
+    {.path = "model.rope_theta", .type = KT_FLOAT, FLD(model.rope_theta), .lo = 0, .hi = INF, .def = {0},
+     .help = "llama: RoPE base; 0 = 10000"},
+    {.path = "model.norm_eps", .type = KT_FLOAT, FLD(model.norm_eps), .lo = 0, .hi = 1, .def = {0},
+     .help = "epsilon of the normalisation layers; 0 = 1e-5"},
+    {.path = "model.tie_embeddings", .type = KT_BOOL, FLD(model.tie_embeddings), .def = {1},
+     .help = "lm_head shares the token embedding (gpt2: always)"},
     {.path = "model.n_embd", .type = KT_INT, FLD(model.n_embd), .lo = 1, .hi = 65536, .def = {128},
      .help = "channels (C)"},
     {.path = "model.block_size", .type = KT_INT, FLD(model.block_size), .lo = 1, .hi = 1048576, .def = {64},
      .help = "context length (T)"},
     {.path = "model.bias", .type = KT_BOOL, FLD(model.bias), .def = {1},
-     .help = "biases in linear and layernorm layers"},
+     .help = "gpt2: biases in linear and layernorm layers (llama has none)"},
     {.path = "model.dropout", .type = KT_FLOAT, FLD(model.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN,
      .def = {0}, .help = "dropout probability (embeddings, attention weights, residual branches)"},
     {.path = "model.vocab_size", .type = KT_INT, FLD(model.vocab_size), .lo = 0, .hi = 16777216, .def = {0},
@@ -904,6 +916,26 @@ static void apply_defaults(parse_ctx *c) {
 /* Origin note for messages about a key other than the one reported. */
 static const char *note_of(const parse_ctx *c, int i) { return c->where[i] ? c->where[i] : "by default"; }
 
+/* model.arch into the model config, the keys that default differently per
+ * architecture (llama has no biases), then the architecture's own checks
+ * (lf_model_config_validate, with the vocabulary still unknown: checked
+ * with a placeholder of 1 when 0). */
+static lf_status resolve_model(parse_ctx *c) {
+    lf_model_config *m = &c->cfg.model;
+    lf_status st = lf_arch_parse(c->cfg.arch, &m->arch);
+    if (st != LF_OK) return st;
+    const int ib = key_index("model.bias"), it = key_index("model.tie_embeddings");
+    if (m->arch == LF_ARCH_LLAMA && !c->given[ib]) m->bias = 0;
+    if (m->arch == LF_ARCH_LLAMA && m->bias)
+        return lf_fail(LF_ERR_CONFIG, "key 'model.bias' %s: model.arch llama has no biases", note_of(c, ib));
+    if (m->arch == LF_ARCH_GPT2 && !m->tie_embeddings)
+        return lf_fail(LF_ERR_CONFIG, "key 'model.tie_embeddings' %s: gpt2's lm_head is always tied to wte",
+                       note_of(c, it));
+    lf_model_config v = *m;
+    if (v.vocab_size == 0) v.vocab_size = 1;
+    return lf_model_config_validate(&v);
+}
+
 /* scheduler.decay_iters and scheduler.min_lr when not given. */
 static void derive_schedule(parse_ctx *c) {
     if (!c->given[key_index("scheduler.decay_iters")]) c->cfg.decay_iters = c->cfg.train_iters;
@@ -1080,6 +1112,7 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
         st = lf_fail(LF_ERR_CONFIG, "key 'model.n_embd' %s: %d is not divisible by model.n_head %d (set %s)",
                      note_of(c, ie), c->cfg.model.n_embd, c->cfg.model.n_head, note_of(c, ih));
     }
+    if (st == LF_OK) st = resolve_model(c);
     if (st == LF_OK) st = check_alert_actions(c);
     if (st == LF_OK && c->cfg.fp16 && c->cfg.bf16)
         st = lf_fail(LF_ERR_CONFIG, "keys 'fp16.enabled' (%s) and 'bf16.enabled' (%s) are both true; choose one",

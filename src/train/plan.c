@@ -4,7 +4,7 @@
  * (4 bytes each per parameter), on a backend whose memory is not host
  * memory the trainer's host staging copies for checkpoints (parameters and
  * both moments; the CPU backends need none), the activation plan of the
- * model (lf_gpt2_activation_bytes, per recompute policy; with bf16 the
+ * model (lf_model_plan_bytes, per recompute policy; with bf16 the
  * matmul inputs are stored in bf16), the step's batch
  * and the loader's prefetch ring, and with several ranks the communicator's
  * scratch for one gradient bucket. So the plan is exact up to small
@@ -47,13 +47,13 @@ static void add(lf_mem_plan *p, const char *name, size_t bytes) {
 }
 
 /* Total of the plan with micro-batch B, accumulation A and policy rc (the rest as cfg). */
-static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas, int B,
+static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas, int B,
                            int A, lf_recompute rc, int staging, int rank) {
     memset(p, 0, sizeof *p);
     lf_param_info *table = NULL;
     int count = 0;
     size_t P = 0;
-    lf_status st = lf_gpt2_param_table(mcfg, &table, &count, &P);
+    lf_status st = lf_model_param_table(mcfg, &table, &count, &P);
     if (st != LF_OK) return st;
     lf_free(table);
     const int T = mcfg->block_size;
@@ -69,7 +69,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     for (int d = 0; d < 2; d++)
         for (int k = 0; k < 3; k++) {
             lf_act_bytes ab;
-            st = lf_gpt2_activation_bytes(mcfg, B, T, (lf_recompute)k, (lf_act_dtype)d, p->replicas, &ab);
+            st = lf_model_plan_bytes(mcfg, B, T, (lf_recompute)k, (lf_act_dtype)d, p->replicas, &ab);
             if (st != LF_OK) return st;
             p->act_by_dtype[d][k] = ab.total;
             if (d == (int)p->act_dtype) p->act_policy[k] = ab.total;
@@ -85,7 +85,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->rank = rank;
     p->zero_stage = Z;
     size_t u0 = 0, mo = 0;
-    if (!lf_gpt2_unit_sizes(mcfg, &u0, &mo)) return lf_fail(LF_ERR_NOMEM, "out of memory planning");
+    if (!lf_model_unit_sizes(mcfg, &u0, &mo)) return lf_fail(LF_ERR_NOMEM, "out of memory planning");
     const size_t lnf = (size_t)mcfg->n_embd * (mcfg->bias ? 2 : 1), blk = mcfg->n_layer > 0 ? mo : 0;
     size_t part = 0, off = 0;
     p->shard = 0;
@@ -95,7 +95,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->shard += (size_t)mcfg->n_layer * part;
     lf_comm_partition(lnf, W, rank, &off, &part);
     p->shard += part;
-    const size_t units = lf_gpt2_zero_work_bytes(mcfg, 1, 0); /* one unit-0 buffer and one of the largest other */
+    const size_t units = lf_model_zero_work_bytes(mcfg, 1, 0); /* one unit-0 buffer and one of the largest other */
     p->params_bytes = Z == 3 ? p->shard * f + units : P * f;
     p->grads_bytes = Z >= 2 ? p->shard * f + units : P * f;
     p->optim_bytes = 2 * (Z >= 1 ? p->shard : P) * f;
@@ -134,12 +134,12 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     return LF_OK;
 }
 
-lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                            int host_staging) {
     return lf_mem_plan_make_rank(p, cfg, mcfg, replicas, host_staging, 0);
 }
 
-lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg, int replicas,
+lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                                 int host_staging, int rank) {
     if (!p || !cfg || !mcfg) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: NULL argument");
     if (rank < 0 || rank >= (cfg->world_size > 0 ? cfg->world_size : 1))
@@ -177,7 +177,7 @@ static void sb(sbuf *b, const char *fmt, ...) {
     if (n > 0) b->len += (size_t)n;
 }
 
-lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_gpt2_config *mcfg) {
+lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg) {
     if (p->limit == 0 || p->total <= p->limit) return LF_OK;
     char msg[2048], b1[32], b2[32], b3[32];
     sbuf s = {msg, sizeof msg, 0};

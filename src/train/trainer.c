@@ -61,7 +61,7 @@
 
 struct lf_trainer {
     lf_train_config cfg;
-    lf_gpt2_config mcfg;       /* the model as built: vocab from the dataset */
+    lf_model_config mcfg;       /* the model as built: vocab from the dataset */
     lf_trainer_opts opts;
     const lf_backend_ops *be;
     lf_model *model;
@@ -116,7 +116,7 @@ struct lf_trainer {
     size_t planned_bytes;
     size_t planned_act_bytes;
     /* files every checkpoint carries, so it stands alone: the tokenizer's
-     * vocabulary and a Hugging Face config.json (GPT2LMHeadModel) */
+     * vocabulary and a Hugging Face config.json */
     lf_ckpt_file extra[2];
     int n_extra;
     char *tok_data, *hf_config;
@@ -313,15 +313,21 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
         cJSON_AddNumberToObject(sc, "last_overflow_iter", (double)ls->last_overflow_iter);
     }
     cJSON *mo = cJSON_AddObjectToObject(o, "model");
-    cJSON_AddStringToObject(mo, "arch", "gpt2");
-    cJSON_AddNumberToObject(mo, "n_layer", t->mcfg.n_layer);
-    cJSON_AddNumberToObject(mo, "n_head", t->mcfg.n_head);
-    cJSON_AddNumberToObject(mo, "n_embd", t->mcfg.n_embd);
-    cJSON_AddNumberToObject(mo, "block_size", t->mcfg.block_size);
-    cJSON_AddNumberToObject(mo, "vocab_size", t->mcfg.vocab_size);
-    cJSON_AddNumberToObject(mo, "padded_vocab_size", t->mcfg.padded_vocab_size);
-    cJSON_AddBoolToObject(mo, "bias", t->mcfg.bias != 0);
-    cJSON_AddNumberToObject(mo, "dropout", t->mcfg.dropout);
+    const lf_model_config *mc = &t->mcfg; /* resolved */
+    cJSON_AddStringToObject(mo, "arch", lf_arch_name(mc->arch));
+    cJSON_AddNumberToObject(mo, "n_layer", mc->n_layer);
+    cJSON_AddNumberToObject(mo, "n_head", mc->n_head);
+    cJSON_AddNumberToObject(mo, "n_kv_head", mc->n_kv_head);
+    cJSON_AddNumberToObject(mo, "n_embd", mc->n_embd);
+    cJSON_AddNumberToObject(mo, "ffn_hidden", mc->ffn_hidden);
+    cJSON_AddNumberToObject(mo, "block_size", mc->block_size);
+    cJSON_AddNumberToObject(mo, "vocab_size", mc->vocab_size);
+    cJSON_AddNumberToObject(mo, "padded_vocab_size", mc->padded_vocab_size);
+    cJSON_AddNumberToObject(mo, "norm_eps", mc->norm_eps);
+    cJSON_AddNumberToObject(mo, "rope_theta", mc->rope_theta);
+    cJSON_AddBoolToObject(mo, "tie_embeddings", mc->tie_embeddings != 0);
+    cJSON_AddBoolToObject(mo, "bias", mc->bias != 0);
+    cJSON_AddNumberToObject(mo, "dropout", mc->dropout);
     cJSON_AddStringToObject(o, "tokenizer", t->tok_spec);
     if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
     cJSON *bm = cJSON_AddObjectToObject(o, "best_metric");
@@ -555,7 +561,8 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
 /* The files each checkpoint carries besides tensors and state. A char
  * tokenizer's vocab.json is copied (the spec then names it relative to the
  * checkpoint); other tokenizers keep their spec. config.json is Hugging
- * Face's GPT2Config for this model (GPT-2 always has biases, so only then). */
+ * Face's config of this model (lf_model_hf_config_json: GPT2LMHeadModel,
+ * LlamaForCausalLM), so transformers loads the checkpoint directory. */
 static lf_status make_ckpt_extras(lf_trainer *t) {
     const char *spec = lf_dataset_tokenizer_spec(t->ds);
     snprintf(t->tok_spec, sizeof t->tok_spec, "%s", spec);
@@ -566,23 +573,11 @@ static lf_status make_ckpt_extras(lf_trainer *t) {
         t->extra[t->n_extra++] = (lf_ckpt_file){"vocab.json", t->tok_data, len};
         snprintf(t->tok_spec, sizeof t->tok_spec, "char:vocab.json");
     }
-    if (t->mcfg.bias) {
-        const lf_gpt2_config *c = &t->mcfg;
-        int Vp = c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
-        char buf[1024];
-        int n = snprintf(buf, sizeof buf,
-                         "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                         "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
-                         "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-                         "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": %.9g,\n"
-                         "  \"embd_pdrop\": %.9g,\n  \"attn_pdrop\": %.9g,\n  \"layer_norm_epsilon\": 1e-05,\n"
-                         "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-                         "  \"torch_dtype\": \"float32\"\n}\n",
-                         Vp, c->block_size, c->block_size, c->n_embd, c->n_layer, c->n_head, (double)c->dropout,
-                         (double)c->dropout, (double)c->dropout);
+    int n = lf_model_hf_config_json(&t->mcfg, NULL, 0); /* 0: no HF equivalent (GPT-2 without biases) */
+    if (n > 0) {
         t->hf_config = lf_alloc((size_t)n + 1);
-        if (!t->hf_config) return LF_ERR_NOMEM;
-        memcpy(t->hf_config, buf, (size_t)n + 1);
+        if (!t->hf_config) return lf_fail(LF_ERR_NOMEM, "out of memory");
+        lf_model_hf_config_json(&t->mcfg, t->hf_config, (size_t)n + 1);
         t->extra[t->n_extra++] = (lf_ckpt_file){"config.json", t->hf_config, (size_t)n};
     }
     return LF_OK;
@@ -807,6 +802,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         return tfail(t, lf_fail(LF_ERR_CONFIG, "key 'model.vocab_size' is %d but dataset '%s' has %d tokens",
                                 t->cfg.model.vocab_size, t->cfg.dataset, V));
     }
+    if ((st = lf_model_config_resolve(&t->mcfg)) != LF_OK) return tfail(t, st);
     int T = t->cfg.model.block_size, B = t->cfg.micro_batch, A = t->cfg.grad_accum;
     size_t ntrain = lf_dataset_num_tokens(t->ds, LF_SPLIT_TRAIN), nval = lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL);
     if (ntrain < (size_t)T + 2)
@@ -871,7 +867,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (act_bytes != plan.act.total) /* the model's own count must be the plan's */
         return tfail(t, lf_fail(LF_ERR_INTERNAL, "activation plan mismatch: the model allocated %zu bytes, the memory "
                                 "plan says %zu", act_bytes, plan.act.total));
-    t->flops_per_token = lf_gpt2_flops_per_token(&t->mcfg, T);
+    t->flops_per_token = lf_model_flops_per_token(&t->mcfg, T);
     t->spike_win = calloc((size_t)t->cfg.alert_spike_window, sizeof(double));
     if (!t->spike_win) return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory"));
     st = zero_layout(t); /* ZeRO: this rank's shard of every unit */
@@ -1765,7 +1761,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
 
 /* ---------------------------------------------------------------- reading a checkpoint's model */
 
-lf_status lf_checkpoint_read_model(const char *dir, lf_gpt2_config *cfg, char *tokenizer, size_t cap) {
+lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *tokenizer, size_t cap) {
     char path[LF_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     char *text = NULL;
@@ -1778,10 +1774,14 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_gpt2_config *cfg, char *t
         cJSON_Delete(o);
         return lf_fail(LF_ERR_FORMAT, "'%s': not JSON or no \"model\" object", path);
     }
-    static const char *keys[] = {"n_layer", "n_head", "n_embd", "block_size", "vocab_size", "padded_vocab_size"};
-    int vals[6];
-    for (int i = 0; i < 6; i++) {
+    /* required, then optional (0 = the architecture's default: checkpoints
+     * written before Llama carry only GPT-2's keys) */
+    static const char *keys[] = {"n_layer", "n_head", "n_embd", "block_size", "vocab_size", "padded_vocab_size",
+                                 "n_kv_head", "ffn_hidden"};
+    int vals[8] = {0};
+    for (int i = 0; i < 8; i++) {
         cJSON *it = cJSON_GetObjectItemCaseSensitive(mo, keys[i]);
+        if (!it && i >= 6) continue;
         if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e9) {
             cJSON_Delete(o);
             return lf_fail(LF_ERR_FORMAT, "'%s': model.%s is missing or not a valid number", path, keys[i]);
@@ -1789,22 +1789,73 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_gpt2_config *cfg, char *t
         vals[i] = (int)it->valuedouble;
     }
     memset(cfg, 0, sizeof *cfg);
+    cJSON *ar = cJSON_GetObjectItemCaseSensitive(mo, "arch");
+    if (ar && (!cJSON_IsString(ar) || lf_arch_parse(ar->valuestring, &cfg->arch) != LF_OK)) {
+        cJSON_Delete(o);
+        return lf_fail(LF_ERR_FORMAT, "'%s': model.arch is not one of gpt2, llama", path);
+    }
     cfg->n_layer = vals[0];
     cfg->n_head = vals[1];
     cfg->n_embd = vals[2];
     cfg->block_size = vals[3];
     cfg->vocab_size = vals[4];
     cfg->padded_vocab_size = vals[5];
+    cfg->n_kv_head = vals[6];
+    cfg->ffn_hidden = vals[7];
     cfg->bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mo, "bias"));
+    cJSON *te = cJSON_GetObjectItemCaseSensitive(mo, "tie_embeddings");
+    cfg->tie_embeddings = te ? cJSON_IsTrue(te) : 1;
     cJSON *dr = cJSON_GetObjectItemCaseSensitive(mo, "dropout");
     cfg->dropout = cJSON_IsNumber(dr) ? (float)dr->valuedouble : 0.0f;
+    cJSON *ne = cJSON_GetObjectItemCaseSensitive(mo, "norm_eps");
+    cfg->norm_eps = cJSON_IsNumber(ne) ? (float)ne->valuedouble : 0.0f;
+    cJSON *rt = cJSON_GetObjectItemCaseSensitive(mo, "rope_theta");
+    cfg->rope_theta = cJSON_IsNumber(rt) ? (float)rt->valuedouble : 0.0f;
     cJSON *tk = cJSON_GetObjectItemCaseSensitive(o, "tokenizer");
     if (tokenizer && cap) {
         tokenizer[0] = 0;
         if (cJSON_IsString(tk)) snprintf(tokenizer, cap, "%s", tk->valuestring);
     }
     cJSON_Delete(o);
-    st = lf_gpt2_config_validate(cfg);
+    st = lf_model_config_validate(cfg);
     if (st != LF_OK) lf_error_prefix("'%s'", path);
+    return st;
+}
+
+lf_status lf_checkpoint_load_model(const char *ckpt, const lf_backend_ops *be, lf_model **model, char *tokenizer,
+                                   size_t cap, char **dir_out) {
+    *model = NULL;
+    if (dir_out) *dir_out = NULL;
+    if (!be) be = lf_backend_get("cpu");
+    char *dir = NULL;
+    float *host = NULL;
+    lf_model *m = NULL;
+    lf_status st = lf_checkpoint_resolve(ckpt, &dir);
+    if (st != LF_OK) return st;
+    lf_model_config mc;
+    char spec[LF_PATH_MAX + 32];
+    if ((st = lf_checkpoint_read_model(dir, &mc, spec, sizeof spec)) != LF_OK) goto fail;
+    if (tokenizer && cap) snprintf(tokenizer, cap, "%s", spec);
+    if ((st = lf_model_create(&m, &mc, be)) != LF_OK) goto fail;
+    int count;
+    const lf_param_info *table = lf_model_params_table(m, &count);
+    lf_ckpt_tensors tt = {table, count, lf_model_num_params(m)};
+    if (!(host = lf_alloc(tt.total * sizeof(float)))) {
+        st = lf_fail(LF_ERR_NOMEM, "out of memory reading checkpoint '%s'", dir);
+        goto fail;
+    }
+    if ((st = lf_checkpoint_load(dir, &tt, host, NULL, NULL, NULL)) != LF_OK) goto fail;
+    be->to_device(lf_model_params(m), host, tt.total * sizeof(float));
+    lf_model_params_changed(m);
+    if (be->params_changed) be->params_changed();
+    lf_free(host);
+    *model = m;
+    if (dir_out) *dir_out = dir;
+    else lf_free(dir);
+    return LF_OK;
+fail:
+    lf_free(host);
+    lf_free(dir);
+    lf_model_free(m);
     return st;
 }

@@ -66,7 +66,7 @@ static int setup(void **state) {
     snprintf(spec, sizeof spec, "char:%s/vocab_nonl.json", g_dir);
     LF_ASSERT_OK(lf_tokenizer_open(&g_tok_nonl, spec, NULL));
     assert_int_equal(lf_tokenizer_eot(g_tok_nonl), -1);
-    lf_gpt2_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = BLOCK, .vocab_size = g_V, .bias = 1};
+    lf_model_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = BLOCK, .vocab_size = g_V, .bias = 1};
     LF_ASSERT_OK(lf_model_create(&g_m, &cfg, lf_backend_get("cpu")));
     LF_ASSERT_OK(lf_model_init_weights(g_m, 7));
     /* a sharper model than the 0.02 init gives: log-likelihoods far apart */

@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     lf_backend_cpu_set_threads(threads);
-    const lf_gpt2_config c = {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257,
+    const lf_model_config c = {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257,
                               .padded_vocab_size = 50304, .bias = 1};
     const lf_backend_ops *be = lf_backend_get("cpu-bf16");
     lf_model *m[2];

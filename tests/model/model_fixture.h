@@ -33,8 +33,8 @@ static inline const lf_backend_ops *counting_backend_of(const lf_backend_ops *ba
     return &counting;
 }
 
-static inline lf_gpt2_config fixture_config(int T, float dropout) {
-    lf_gpt2_config c = {.n_layer = 3, .n_head = 4, .n_embd = 48, .block_size = T, .vocab_size = 97,
+static inline lf_model_config fixture_config(int T, float dropout) {
+    lf_model_config c = {.n_layer = 3, .n_head = 4, .n_embd = 48, .block_size = T, .vocab_size = 97,
                         .padded_vocab_size = 128, .bias = 1, .dropout = dropout};
     return c;
 }

@@ -7,7 +7,7 @@
  * ops, over two accumulated micro-batches (the second a row shorter), on the
  * oneDNN kernel and on the fallback; and so do the weights after a few AdamW
  * steps. The plan: the bytes allocated (counted by a backend whose alloc
- * counts) equal lf_gpt2_activation_bytes for bf16 storage, and on GPT-2
+ * counts) equal lf_model_plan_bytes for bf16 storage, and on GPT-2
  * small bf16 saves exactly half of each bf16 slot, per policy. The API:
  * defaults per backend, bf16 refused on "cpu", the dtype waits for the next
  * plan.
@@ -26,7 +26,7 @@ static const lf_backend_ops *counting_backend(void) { return counting_backend_of
 enum { B = 4, T = 16, MICRO = 2, STEPS = 3, VP = 128 };
 static int rows_planned = B; /* B, or 1 for one replica running threaded ops */
 
-static lf_gpt2_config small_config(float dropout) { return fixture_config(T, dropout); }
+static lf_model_config small_config(float dropout) { return fixture_config(T, dropout); }
 
 /* Deterministic tokens; a few ignored targets. */
 static void make_batch(int k, int32_t *in, int32_t *tg) { fixture_batch(21, 13, 5, k, B, T, in, tg); }
@@ -42,7 +42,7 @@ typedef struct run_result {
 /* Plan rows_planned x T with (policy, dtype); STEPS steps of MICRO
  * accumulated micro-batches (the last a row shorter when the plan has more
  * than one), each followed by the backend's AdamW; then an eval forward. */
-static run_result run(const lf_gpt2_config *c, lf_recompute policy, lf_act_dtype dtype) {
+static run_result run(const lf_model_config *c, lf_recompute policy, lf_act_dtype dtype) {
     run_result r = {0};
     const lf_backend_ops *be = counting_backend();
     lf_model *m = NULL;
@@ -107,7 +107,7 @@ static void free_result(run_result *r) {
 static void check_bit_identical(float dropout, int threads, int rows) {
     lf_backend_cpu_set_threads(threads);
     rows_planned = rows;
-    lf_gpt2_config c = small_config(dropout);
+    lf_model_config c = small_config(dropout);
     run_result ref = run(&c, LF_RECOMPUTE_NONE, LF_ACT_FP32);
     for (int pol = LF_RECOMPUTE_NONE; pol <= LF_RECOMPUTE_FULL; pol++) {
         for (int dt = LF_ACT_FP32; dt <= LF_ACT_BF16; dt++) {
@@ -178,7 +178,7 @@ static void test_planned_equals_allocated(void **state) {
     (void)state;
     for (int threads = 1; threads <= 2; threads++) {
         lf_backend_cpu_set_threads(threads);
-        lf_gpt2_config c = small_config(0.1f);
+        lf_model_config c = small_config(0.1f);
         for (int pol = LF_RECOMPUTE_NONE; pol <= LF_RECOMPUTE_FULL; pol++) {
             lf_model *m = NULL;
             LF_ASSERT_OK(lf_model_create(&m, &c, counting_backend()));
@@ -190,8 +190,8 @@ static void test_planned_equals_allocated(void **state) {
                 size_t counted = allocated - before;
                 lf_act_bytes pure, held, f32;
                 int reps = lf_backend_cpu_threads();
-                LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, T, (lf_recompute)pol, LF_ACT_BF16, reps, &pure));
-                LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, T, (lf_recompute)pol, LF_ACT_FP32, reps, &f32));
+                LF_ASSERT_OK(lf_model_plan_bytes(&c, b, T, (lf_recompute)pol, LF_ACT_BF16, reps, &pure));
+                LF_ASSERT_OK(lf_model_plan_bytes(&c, b, T, (lf_recompute)pol, LF_ACT_FP32, reps, &f32));
                 lf_model_activation_bytes(m, &held);
                 assert_int_equal(counted, bytes);
                 assert_int_equal(pure.total, bytes);
@@ -212,14 +212,14 @@ static void test_planned_equals_allocated(void **state) {
  * of each tensor it stores in bf16, nothing else. */
 static void test_gpt2_small_halves(void **state) {
     (void)state;
-    lf_gpt2_config c = {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
+    lf_model_config c = {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
     const size_t b = 4, t = 256, L = 12, N = b * t, C = 768, H = sizeof(uint16_t); /* H: what bf16 saves per element */
     for (int reps = 1; reps <= 2; reps++) {
         const size_t Nr = N / (size_t)reps; /* rows of each replica */
         for (int pol = 0; pol < 3; pol++) {
             lf_act_bytes f, h;
-            LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, (int)b, (int)t, (lf_recompute)pol, LF_ACT_FP32, reps, &f));
-            LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, (int)b, (int)t, (lf_recompute)pol, LF_ACT_BF16, reps, &h));
+            LF_ASSERT_OK(lf_model_plan_bytes(&c, (int)b, (int)t, (lf_recompute)pol, LF_ACT_FP32, reps, &f));
+            LF_ASSERT_OK(lf_model_plan_bytes(&c, (int)b, (int)t, (lf_recompute)pol, LF_ACT_BF16, reps, &h));
             printf("gpt2-124m B %zu T %zu, %d replica(s), %-9s: fp32 %.1f MB, bf16 %.1f MB (saved %.1f -> %.1f, work "
                    "%.1f -> %.1f)\n",
                    b, t, reps, lf_recompute_name((lf_recompute)pol), f.total / 1e6, h.total / 1e6, f.saved / 1e6,
@@ -251,7 +251,7 @@ static void test_api(void **state) {
     assert_string_equal(lf_act_dtype_name(LF_ACT_FP32), "fp32");
     assert_string_equal(lf_act_dtype_name(LF_ACT_BF16), "bf16");
     assert_string_equal(lf_act_dtype_name((lf_act_dtype)5), "?");
-    lf_gpt2_config c = small_config(0);
+    lf_model_config c = small_config(0);
 
     /* fp32 backend: fp32 storage, bf16 refused */
     lf_model *m = NULL;
@@ -275,7 +275,7 @@ static void test_api(void **state) {
     assert_int_equal(lf_model_act_dtype(m), LF_ACT_FP32);
     assert_true(bf_bytes < fp_bytes);
     lf_act_bytes ab;
-    LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, B, T, LF_RECOMPUTE_NONE, LF_ACT_BF16, lf_backend_cpu_threads(), &ab));
+    LF_ASSERT_OK(lf_model_plan_bytes(&c, B, T, LF_RECOMPUTE_NONE, LF_ACT_BF16, lf_backend_cpu_threads(), &ab));
     assert_int_equal(ab.total, bf_bytes);
     lf_model_free(m);
 }

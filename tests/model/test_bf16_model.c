@@ -13,8 +13,8 @@
 
 enum { B = 4, T = 32, V = 97, STEPS = 8 };
 
-static lf_gpt2_config small_config(void) {
-    lf_gpt2_config c = {.n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = T, .vocab_size = V,
+static lf_model_config small_config(void) {
+    lf_model_config c = {.n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = T, .vocab_size = V,
                         .padded_vocab_size = 128, .bias = 1, .dropout = 0.0f};
     return c;
 }
@@ -35,7 +35,7 @@ typedef struct run {
 } run;
 
 static void run_open(run *r, const char *backend) {
-    lf_gpt2_config c = small_config();
+    lf_model_config c = small_config();
     r->be = lf_backend_get(backend);
     assert_non_null(r->be);
     LF_ASSERT_OK(lf_model_create(&r->m, &c, r->be));

@@ -5,7 +5,7 @@
  * over two accumulated micro-batches with ignored targets and a micro-batch
  * smaller than the plan. The bytes lf_model_plan allocates (counted by a
  * backend whose alloc counts) equal the plan it reports and the pure
- * lf_gpt2_activation_bytes; on a GPT-2 small shape full < selective < none,
+ * lf_model_plan_bytes; on a GPT-2 small shape full < selective < none,
  * by exactly the tensors each policy drops.
  */
 #include "test_util.h"
@@ -21,7 +21,7 @@ static const lf_backend_ops *counting_backend(void) { return counting_backend_of
 enum { B = 4, T = 16, MICRO = 2 };
 static int rows_planned = B; /* B, or 1 for one replica running threaded ops */
 
-static lf_gpt2_config small_config(float dropout) { return fixture_config(T, dropout); }
+static lf_model_config small_config(float dropout) { return fixture_config(T, dropout); }
 
 /* Deterministic tokens; a few ignored targets. */
 static void make_batch(int k, int32_t *in, int32_t *tg) { fixture_batch(5, 11, 3, k, B, T, in, tg); }
@@ -38,7 +38,7 @@ typedef struct step_result {
 /* Plan rows_planned x T with `policy`, zero the gradients, accumulate MICRO
  * micro-batches (the last one a row shorter, a prefix of the plan, unless
  * the plan has one row), then an eval forward. */
-static step_result run_step(const lf_gpt2_config *c, lf_recompute policy) {
+static step_result run_step(const lf_model_config *c, lf_recompute policy) {
     step_result r = {0};
     lf_model *m = NULL;
     LF_ASSERT_OK(lf_model_create(&m, c, counting_backend()));
@@ -84,7 +84,7 @@ static void free_result(step_result *r) {
 static void check_bit_identical(float dropout, int threads, int rows) {
     lf_backend_cpu_set_threads(threads);
     rows_planned = rows;
-    lf_gpt2_config c = small_config(dropout);
+    lf_model_config c = small_config(dropout);
     step_result ref = run_step(&c, LF_RECOMPUTE_NONE);
     for (int pol = LF_RECOMPUTE_SELECTIVE; pol <= LF_RECOMPUTE_FULL; pol++) {
         step_result r = run_step(&c, (lf_recompute)pol);
@@ -137,7 +137,7 @@ static void test_planned_equals_allocated(void **state) {
     (void)state;
     for (int threads = 1; threads <= 2; threads++) {
         lf_backend_cpu_set_threads(threads);
-        lf_gpt2_config c = small_config(0.1f);
+        lf_model_config c = small_config(0.1f);
         for (int pol = LF_RECOMPUTE_NONE; pol <= LF_RECOMPUTE_FULL; pol++) {
             lf_model *m = NULL;
             LF_ASSERT_OK(lf_model_create(&m, &c, counting_backend()));
@@ -148,7 +148,7 @@ static void test_planned_equals_allocated(void **state) {
                 size_t counted = allocated - before;
                 lf_act_bytes pure, held;
                 int reps = lf_backend_cpu_threads();
-                LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, T, (lf_recompute)pol, LF_ACT_FP32, reps, &pure));
+                LF_ASSERT_OK(lf_model_plan_bytes(&c, b, T, (lf_recompute)pol, LF_ACT_FP32, reps, &pure));
                 lf_model_activation_bytes(m, &held);
                 assert_int_equal(counted, bytes);
                 assert_int_equal(pure.total, bytes);
@@ -158,7 +158,7 @@ static void test_planned_equals_allocated(void **state) {
                  * the embeddings' and the largest other unit's */
                 int used_reps = reps < b ? reps : b;
                 size_t u0 = 0, mo = 0;
-                assert_int_equal(lf_gpt2_unit_sizes(&c, &u0, &mo), lf_model_num_params(m));
+                assert_int_equal(lf_model_unit_sizes(&c, &u0, &mo), lf_model_num_params(m));
                 assert_true(u0 > 0 && mo > 0 && u0 + mo < lf_model_num_params(m));
                 assert_int_equal(pure.replica_grads, (size_t)(used_reps - 1) * (lf_arena_round(u0 * sizeof(float)) +
                                                                                  lf_arena_round(mo * sizeof(float))));
@@ -171,11 +171,11 @@ static void test_planned_equals_allocated(void **state) {
 
 static void test_gpt2_small_ordering(void **state) {
     (void)state;
-    lf_gpt2_config c = {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
+    lf_model_config c = {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
     const int b = 4, t = 256, L = 12;
     lf_act_bytes a[3];
     for (int pol = 0; pol < 3; pol++) {
-        LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, t, (lf_recompute)pol, LF_ACT_FP32, 1, &a[pol]));
+        LF_ASSERT_OK(lf_model_plan_bytes(&c, b, t, (lf_recompute)pol, LF_ACT_FP32, 1, &a[pol]));
         printf("gpt2-124m B %d T %d %-9s: total %.1f MB (saved %.1f, work %.1f, logits %.1f)\n", b, t,
                lf_recompute_name((lf_recompute)pol), a[pol].total / 1e6, a[pol].saved / 1e6, a[pol].work / 1e6,
                a[pol].logits / 1e6);
@@ -192,7 +192,7 @@ static void test_gpt2_small_ordering(void **state) {
     assert_int_equal(a[LF_RECOMPUTE_NONE].logits, a[LF_RECOMPUTE_FULL].logits);
     /* with replicas, every replica carries its own working set */
     lf_act_bytes two;
-    LF_ASSERT_OK(lf_gpt2_activation_bytes(&c, b, t, LF_RECOMPUTE_FULL, LF_ACT_FP32, 2, &two));
+    LF_ASSERT_OK(lf_model_plan_bytes(&c, b, t, LF_RECOMPUTE_FULL, LF_ACT_FP32, 2, &two));
     assert_true(two.replica_grads > 0);
     assert_int_equal(two.saved, a[LF_RECOMPUTE_FULL].saved);
 }
@@ -212,13 +212,13 @@ static void test_api(void **state) {
     assert_string_equal(lf_recompute_name(LF_RECOMPUTE_NONE), "none");
     assert_string_equal(lf_recompute_name((lf_recompute)7), "?");
 
-    lf_gpt2_config c = small_config(0);
+    lf_model_config c = small_config(0);
     lf_act_bytes ab;
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 0, T, LF_RECOMPUTE_NONE, LF_ACT_FP32, 1, &ab), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, LF_RECOMPUTE_NONE, LF_ACT_FP32, 0, &ab), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T + 1, LF_RECOMPUTE_NONE, LF_ACT_FP32, 1, &ab), LF_ERR_RANGE);
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, (lf_recompute)3, LF_ACT_FP32, 1, &ab), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_gpt2_activation_bytes(&c, 1, T, LF_RECOMPUTE_NONE, (lf_act_dtype)2, 1, &ab),
+    assert_int_equal(lf_model_plan_bytes(&c, 0, T, LF_RECOMPUTE_NONE, LF_ACT_FP32, 1, &ab), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_model_plan_bytes(&c, 1, T, LF_RECOMPUTE_NONE, LF_ACT_FP32, 0, &ab), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_model_plan_bytes(&c, 1, T + 1, LF_RECOMPUTE_NONE, LF_ACT_FP32, 1, &ab), LF_ERR_RANGE);
+    assert_int_equal(lf_model_plan_bytes(&c, 1, T, (lf_recompute)3, LF_ACT_FP32, 1, &ab), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_model_plan_bytes(&c, 1, T, LF_RECOMPUTE_NONE, (lf_act_dtype)2, 1, &ab),
                      LF_ERR_INVALID_ARG);
     assert_int_equal(ab.total, 0);
 

@@ -254,8 +254,13 @@ static void test_type_errors(void **state) {
                   "key 'optimizer.params.betas' in 'cfg.json': expected an array of 2 numbers, got [0.9]");
     ASSERT_ERR_EQ(parse_with(&c, "\"scheduler\": {\"type\": \"linear\"}"), LF_ERR_CONFIG,
                   "key 'scheduler.type' in 'cfg.json': \"linear\" is not one of: cosine, constant");
-    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"arch\": \"llama\"}"), LF_ERR_CONFIG,
-                  "key 'model.arch' in 'cfg.json': \"llama\" is not one of: gpt2");
+    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"arch\": \"mamba\"}"), LF_ERR_CONFIG,
+                  "key 'model.arch' in 'cfg.json': \"mamba\" is not one of: gpt2, llama");
+    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"tie_embeddings\": false}"), LF_ERR_CONFIG,
+                  "key 'model.tie_embeddings' in 'cfg.json': gpt2's lm_head is always tied to wte");
+    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"n_kv_head\": 2}"), LF_ERR_CONFIG,
+                  "model.n_kv_head 2: gpt2 has one key/value head per query head (4); grouped-query attention is "
+                  "model.arch llama");
     ASSERT_ERR_EQ(parse_with(&c, "\"optimizer\": {\"type\": \"SGD\"}"), LF_ERR_CONFIG,
                   "key 'optimizer.type' in 'cfg.json': \"SGD\" is not one of: AdamW");
     LF_ASSERT_OK(parse_with(&c, "\"optimizer\": {\"type\": \"adamw\"}, \"scheduler\": {\"type\": \"Constant\"}"));

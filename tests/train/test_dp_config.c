@@ -101,7 +101,7 @@ static void test_plan_scratch(void **state) {
     (void)state;
     lf_train_config c = lf_train_config_default();
     c.memory_limit = 1L << 40;
-    lf_gpt2_config m = {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 32, .vocab_size = 65, .bias = 1};
+    lf_model_config m = {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 32, .vocab_size = 65, .bias = 1};
     lf_mem_plan p;
     LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1, 0));
     for (int i = 0; i < p.n_items; i++) assert_null(strstr(p.items[i].name, "communication"));

@@ -65,7 +65,7 @@ static void load_initial_params(void) {
 static int setup(void **state) {
     (void)state;
     LF_ASSERT_OK(lf_safetensors_open(&st, FIXTURE));
-    lf_gpt2_config c = {.n_layer = meta_int("n_layer"), .n_head = meta_int("n_head"), .n_embd = meta_int("n_embd"),
+    lf_model_config c = {.n_layer = meta_int("n_layer"), .n_head = meta_int("n_head"), .n_embd = meta_int("n_embd"),
                         .block_size = meta_int("block_size"), .vocab_size = meta_int("vocab_size"), .bias = 1};
     B = meta_int("B");
     T = meta_int("T");

@@ -47,7 +47,7 @@ static lf_train_config cfg_of(const char *name) {
 static void test_plan_adds_up(void **state) {
     (void)state;
     lf_train_config c = cfg_of("p");
-    lf_gpt2_config m = c.model;
+    lf_model_config m = c.model;
     m.vocab_size = 65;
     lf_mem_plan p;
     LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2, 0));
@@ -95,7 +95,7 @@ static void test_over_limit_stops_with_advice(void **state) {
     (void)state;
     lf_backend_cpu_set_threads(2);
     lf_train_config c = cfg_of("over");
-    lf_gpt2_config m = c.model;
+    lf_model_config m = c.model;
     m.vocab_size = 65;
     lf_mem_plan p;
     LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 2, 0));
@@ -147,7 +147,7 @@ static void test_bf16_advice(void **state) {
     (void)state;
     lf_backend_cpu_set_threads(2);
     lf_train_config c = cfg_of("bf16adv");
-    lf_gpt2_config m = c.model;
+    lf_model_config m = c.model;
     m.vocab_size = 65;
     lf_mem_plan p32, p16;
     LF_ASSERT_OK(lf_mem_plan_make(&p32, &c, &m, 2, 0));

@@ -274,38 +274,18 @@ static int stop_at_eot(uint32_t token, void *user) { return token == ((stop_ctx 
 
 /* Model and tokenizer of a checkpoint (as `llmforge sample` loads them). */
 static lf_status load_checkpoint(const char *ckpt, lf_model **m, lf_tokenizer **tok, char **dir_out) {
-    char *dir = NULL;
-    float *host = NULL;
-    lf_status st = lf_checkpoint_resolve(ckpt, &dir);
-    if (st != LF_OK) return st;
-    lf_gpt2_config mc;
     char spec[LF_PATH_MAX + 32];
-    if ((st = lf_checkpoint_read_model(dir, &mc, spec, sizeof spec)) != LF_OK) goto fail;
-    if (!spec[0]) {
-        st = lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' does not name its tokenizer", dir);
-        goto fail;
-    }
-    if ((st = lf_tokenizer_open(tok, spec, dir)) != LF_OK) goto fail;
-    if ((st = lf_model_create(m, &mc, lf_backend_get("cpu"))) != LF_OK) goto fail;
-    int count;
-    const lf_param_info *table = lf_model_params_table(*m, &count);
-    lf_ckpt_tensors tt = {table, count, lf_model_num_params(*m)};
-    if (!(host = lf_alloc(tt.total * sizeof(float)))) {
-        st = LF_ERR_NOMEM;
-        goto fail;
-    }
-    if ((st = lf_checkpoint_load(dir, &tt, host, NULL, NULL, NULL)) != LF_OK) goto fail;
-    memcpy(lf_model_params(*m), host, tt.total * sizeof(float)); /* CPU backend: host memory */
-    lf_free(host);
-    *dir_out = dir;
-    return LF_OK;
-fail:
-    lf_free(host);
-    lf_free(dir);
-    lf_model_free(*m);
-    lf_tokenizer_free(*tok);
-    *m = NULL;
     *tok = NULL;
+    lf_status st = lf_checkpoint_load_model(ckpt, lf_backend_get("cpu"), m, spec, sizeof spec, dir_out);
+    if (st != LF_OK) return st;
+    if (!spec[0]) st = lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' does not name its tokenizer", *dir_out);
+    else st = lf_tokenizer_open(tok, spec, *dir_out);
+    if (st != LF_OK) {
+        lf_model_free(*m);
+        lf_free(*dir_out);
+        *m = NULL;
+        *dir_out = NULL;
+    }
     return st;
 }
 

@@ -51,48 +51,21 @@ static void eval_usage(FILE *f) {
 
 /* Load the checkpoint's model and tokenizer as `sample` does. */
 static int load_checkpoint(const char *ckpt, char **dir, lf_model **m, lf_tokenizer **tok) {
-    float *host = NULL;
-    int rc = 1;
-    lf_status st = lf_checkpoint_resolve(ckpt, dir);
+    char spec[LF_PATH_MAX + 32];
+    lf_status st = lf_checkpoint_load_model(ckpt, lf_backend_get("cpu"), m, spec, sizeof spec, dir);
     if (st != LF_OK) {
         die_status(st, "eval");
-        goto done;
-    }
-    lf_gpt2_config mc;
-    char spec[LF_PATH_MAX + 32];
-    if ((st = lf_checkpoint_read_model(*dir, &mc, spec, sizeof spec)) != LF_OK) {
-        die_status(st, "eval");
-        goto done;
+        return 1;
     }
     if (!spec[0]) {
         fprintf(stderr, "llmforge: eval: checkpoint '%s' does not name its tokenizer\n", *dir);
-        goto done;
+        return 1;
     }
     if ((st = lf_tokenizer_open(tok, spec, *dir)) != LF_OK) {
         die_status(st, "eval: tokenizer");
-        goto done;
+        return 1;
     }
-    if ((st = lf_model_create(m, &mc, lf_backend_get("cpu"))) != LF_OK) {
-        die_status(st, "eval");
-        goto done;
-    }
-    int count;
-    const lf_param_info *table = lf_model_params_table(*m, &count);
-    lf_ckpt_tensors tt = {table, count, lf_model_num_params(*m)};
-    host = lf_alloc(tt.total * sizeof(float));
-    if (!host) {
-        die_status(LF_ERR_NOMEM, "eval");
-        goto done;
-    }
-    if ((st = lf_checkpoint_load(*dir, &tt, host, NULL, NULL, NULL)) != LF_OK) {
-        die_status(st, "eval");
-        goto done;
-    }
-    memcpy(lf_model_params(*m), host, tt.total * sizeof(float)); /* CPU backend: host memory */
-    rc = 0;
-done:
-    lf_free(host);
-    return rc;
+    return 0;
 }
 
 int cmd_eval(int argc, char **argv) {

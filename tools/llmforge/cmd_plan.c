@@ -69,7 +69,7 @@ int cmd_plan(int argc, char **argv) {
         goto done;
     }
     lf_backend_cpu_set_threads((int)threads);
-    lf_gpt2_config m = cfg.model;
+    lf_model_config m = cfg.model;
     lf_dataset *ds = NULL;
     if (lf_dataset_open(&ds, cfg.dataset) == LF_OK) {
         int V = lf_dataset_vocab_size(ds);

@@ -234,7 +234,7 @@ static int cmd_train(int argc, char **argv) {
     lf_comm *comm = lf_trainer_comm(t);
     if (lf_comm_rank(comm) == 0) { /* the other ranks print nothing but errors */
         lf_model *m = lf_trainer_model(t);
-        const lf_gpt2_config *mc = lf_model_get_config(m);
+        const lf_model_config *mc = lf_model_get_config(m);
         printf("llmforge train: %zu parameters (%.2fM), %d layers, %d heads, %d channels, block %d, vocab %d; "
                "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
                lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, mc->n_embd,
@@ -331,13 +331,9 @@ static int cmd_sample(int argc, char **argv) {
     lf_model *m = NULL;
     lf_tokenizer *tok = NULL;
     uint32_t *ids = NULL, *out = NULL;
-    float *host = NULL;
     size_t n_ids = 0, n_out = 0;
-    lf_status st = lf_checkpoint_resolve(ckpt, &dir);
-    if (st != LF_OK) { die_status(st, "sample"); goto done; }
-    lf_gpt2_config mc;
     char spec[LF_PATH_MAX + 32];
-    st = lf_checkpoint_read_model(dir, &mc, spec, sizeof spec);
+    lf_status st = lf_checkpoint_load_model(ckpt, lf_backend_get("cpu"), &m, spec, sizeof spec, &dir);
     if (st != LF_OK) { die_status(st, "sample"); goto done; }
     if (!spec[0]) {
         fprintf(stderr, "llmforge: sample: checkpoint '%s' does not name its tokenizer\n", dir);
@@ -345,17 +341,6 @@ static int cmd_sample(int argc, char **argv) {
     }
     st = lf_tokenizer_open(&tok, spec, dir); /* relative to the checkpoint: it carries its vocabulary */
     if (st != LF_OK) { die_status(st, "sample: tokenizer"); goto done; }
-    const lf_backend_ops *be = lf_backend_get("cpu");
-    st = lf_model_create(&m, &mc, be);
-    if (st != LF_OK) { die_status(st, "sample"); goto done; }
-    int count;
-    const lf_param_info *table = lf_model_params_table(m, &count);
-    lf_ckpt_tensors tt = {table, count, lf_model_num_params(m)};
-    host = lf_alloc(tt.total * sizeof(float));
-    if (!host) { die_status(LF_ERR_NOMEM, "sample"); goto done; }
-    st = lf_checkpoint_load(dir, &tt, host, NULL, NULL, NULL);
-    if (st != LF_OK) { die_status(st, "sample"); goto done; }
-    memcpy(lf_model_params(m), host, tt.total * sizeof(float)); /* CPU backend: host memory */
     st = lf_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids);
     if (st != LF_OK) { die_status(st, "sample: prompt"); goto done; }
     if (n_ids == 0) {
@@ -373,7 +358,6 @@ done:
     lf_free(dir);
     lf_free(ids);
     lf_free(out);
-    lf_free(host);
     lf_model_free(m);
     lf_tokenizer_free(tok);
     return rc;
@@ -432,15 +416,15 @@ static int cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    lf_gpt2_config mc = {0};
+    lf_model_config mc = {0};
     if (preset && config) {
         fprintf(stderr, "llmforge bench: give --preset or --config, not both\n");
         return 2;
     }
     if (preset && !strcmp(preset, "gpt2-124m")) {
-        mc = (lf_gpt2_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
+        mc = (lf_model_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
     } else if (preset && !strcmp(preset, "shakespeare-char-cpu")) {
-        mc = (lf_gpt2_config){.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .bias = 1};
+        mc = (lf_model_config){.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .bias = 1};
     } else if (preset) {
         fprintf(stderr, "llmforge bench: unknown preset '%s' (gpt2-124m, shakespeare-char-cpu)\n", preset);
         return 2;

@@ -1,0 +1,776 @@
+/*
+ * The architecture-neutral model runtime: lifecycle, flat parameter and
+ * gradient buffers, ZeRO units and hooks, model replicas, the activation
+ * planner, and the forward/backward drivers. What differs between
+ * architectures is behind lf__model_arch (model_impl.h): gpt2.c, llama.c.
+ *
+ * Invariants:
+ *  - Parameters and gradients are one contiguous buffer each, in the order of
+ *    the architecture's parameter table; tensors are addressed by offset only.
+ *  - Activations live in one block planned for (B, T) by lf_model_plan; a
+ *    forward with a smaller B or T uses a prefix of each slot. Nothing is
+ *    allocated in forward or backward.
+ *  - Parameter gradients accumulate across backward calls until
+ *    lf_model_zero_grad (so micro-batches add up).
+ *  - The fused classifier writes dlogits over the logits during forward when
+ *    opts->dloss > 0, so the logits of a training forward are not kept.
+ *  - Dropout masks are keyed by (opts->seed, lf_rng_mix(opts->key, site)), so
+ *    backward regenerates them and a resumed run draws the same masks.
+ *  - The replicas' losses are summed in replica order, their gradients added
+ *    in replica order into replica 0's: results do not depend on timing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model/model_impl.h"
+
+/* ---------------------------------------------------------------- architectures */
+
+const lf__model_arch *lf__arch_of(lf_arch arch) {
+    switch (arch) {
+    case LF_ARCH_GPT2: return &lf__arch_gpt2;
+    case LF_ARCH_LLAMA: break; /* llama.c */
+    }
+    return NULL;
+}
+
+const char *lf_arch_name(lf_arch arch) {
+    const lf__model_arch *a = lf__arch_of(arch);
+    return a ? a->name : "?";
+}
+
+lf_status lf_arch_parse(const char *name, lf_arch *out) {
+    static const lf_arch all[] = {LF_ARCH_GPT2, LF_ARCH_LLAMA};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(name, lf_arch_name(all[i]))) {
+            *out = all[i];
+            return LF_OK;
+        }
+    return lf_fail(LF_ERR_CONFIG, "model.arch '%s' is not one of gpt2, llama", name ? name : "(null)");
+}
+
+lf_status lf_model_config_resolve(lf_model_config *c) {
+    const lf__model_arch *a = lf__arch_of(c->arch);
+    if (!a) return lf_fail(LF_ERR_CONFIG, "model.arch %d is not one of gpt2, llama", (int)c->arch);
+    a->resolve(c);
+    return LF_OK;
+}
+
+/* A resolved copy of cfg, validated. */
+static lf_status resolved(const lf_model_config *cfg, lf_model_config *out, const lf__model_arch **arch) {
+    *out = *cfg;
+    lf_status st = lf_model_config_resolve(out);
+    if (st != LF_OK) return st;
+    *arch = lf__arch_of(out->arch);
+    return (*arch)->validate(out);
+}
+
+lf_status lf_model_config_validate(const lf_model_config *cfg) {
+    lf_model_config c;
+    const lf__model_arch *a;
+    return resolved(cfg, &c, &a);
+}
+
+lf_status lf_model_param_table(const lf_model_config *cfg, lf_param_info **out, int *count, size_t *total) {
+    *out = NULL;
+    lf_model_config c;
+    const lf__model_arch *a;
+    lf_status st = resolved(cfg, &c, &a);
+    if (st != LF_OK) return st;
+    return a->param_table(&c, out, count, total);
+}
+
+void lf__add_param(lf_param_info *t, int *n, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
+                   int unit) {
+    lf_param_info *p = &t[*n];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim > 1 ? d1 : 0;
+    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    p->offset = *off;
+    p->decay = ndim >= 2;
+    p->unit = unit;
+    *off += p->numel;
+    (*n)++;
+}
+
+size_t lf_model_num_params_nonembedding(const lf_model_config *cfg) {
+    lf_model_config c;
+    const lf__model_arch *a;
+    lf_param_info *t;
+    int n;
+    size_t total;
+    if (resolved(cfg, &c, &a) != LF_OK || a->param_table(&c, &t, &n, &total) != LF_OK) return 0;
+    lf_free(t);
+    return total - a->embedding_only(&c);
+}
+
+double lf_model_flops_per_token(const lf_model_config *cfg, int T) {
+    lf_model_config c;
+    const lf__model_arch *a;
+    if (resolved(cfg, &c, &a) != LF_OK) return 0.0;
+    return 6.0 * (double)lf_model_num_params_nonembedding(&c) + a->attn_flops_per_token(&c, T);
+}
+
+int lf_model_hf_config_json(const lf_model_config *cfg, char *buf, size_t cap) {
+    lf_model_config c;
+    const lf__model_arch *a;
+    if (resolved(cfg, &c, &a) != LF_OK) return 0;
+    return a->hf_config_json(&c, buf, cap);
+}
+
+/* Units (lf_model_num_units): the flat range of each, from the table's unit
+ * numbers (contiguous and increasing: the architectures lay them out so). */
+static void unit_ranges(const lf_param_info *t, int count, int n_units, size_t total, size_t *lo, size_t *n) {
+    for (int u = 0; u < n_units; u++) lo[u] = total;
+    for (int i = count - 1; i >= 0; i--) lo[t[i].unit] = t[i].offset;
+    for (int u = n_units - 2; u >= 0; u--)
+        if (lo[u] > lo[u + 1]) lo[u] = lo[u + 1]; /* an empty unit */
+    for (int u = 0; u < n_units; u++) n[u] = (u + 1 < n_units ? lo[u + 1] : total) - lo[u];
+}
+
+size_t lf_model_unit_sizes(const lf_model_config *cfg, size_t *unit0, size_t *max_other) {
+    *unit0 = *max_other = 0;
+    lf_param_info *t;
+    int count;
+    size_t total;
+    if (lf_model_param_table(cfg, &t, &count, &total) != LF_OK) return 0;
+    int U = cfg->n_layer + 2;
+    size_t *lo = malloc(2 * sizeof(size_t) * (size_t)U);
+    if (!lo) {
+        lf_free(t);
+        return 0;
+    }
+    unit_ranges(t, count, U, total, lo, lo + U);
+    *unit0 = lo[U];
+    for (int k = 1; k < U; k++)
+        if (lo[U + k] > *max_other) *max_other = lo[U + k];
+    free(lo);
+    lf_free(t);
+    return total;
+}
+
+size_t lf_model_zero_work_bytes(const lf_model_config *cfg, int partition_grads, int partition_params) {
+    size_t u0, mo;
+    if (!lf_model_unit_sizes(cfg, &u0, &mo)) return 0;
+    size_t one = lf_arena_round(u0 * sizeof(float)) + lf_arena_round(mo * sizeof(float));
+    return (partition_grads ? one : 0) + (partition_params ? one : 0);
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+/* The backend can store matmul inputs in bf16 (all five slots, or none). */
+static int bf16_slots(const lf_backend_ops *be) {
+    return be->cast_bf16 && be->layernorm_forward_bf16 && be->gelu_forward_bf16 && be->matmul_forward_bf16 &&
+           be->matmul_backward_bf16;
+}
+
+static int bf16_acts_supported(const lf_model *m) { return m->arch->bf16_acts && bf16_slots(m->be); }
+
+int lf__param_index(const lf_model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->table[i].name, name) == 0) return i;
+    return -1;
+}
+
+lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, const lf_backend_ops *be) {
+    *out = NULL;
+    if (!be) return lf_fail(LF_ERR_INVALID_ARG, "no backend given");
+    lf_model_config c;
+    const lf__model_arch *a;
+    lf_status st = resolved(cfg, &c, &a);
+    if (st != LF_OK) return st;
+    lf_model *m = calloc(1, sizeof *m);
+    if (!m) return lf_fail(LF_ERR_NOMEM, "out of memory creating the model");
+    m->cfg = c;
+    m->arch = a;
+    m->be = be;
+    if ((st = a->param_table(&m->cfg, &m->table, &m->n_tensors, &m->num_params)) != LF_OK) goto fail;
+    if ((st = a->bind(m)) != LF_OK) goto fail;
+    m->n_units = c.n_layer + 2;
+    m->unit_lo = calloc(2 * (size_t)m->n_units, sizeof(size_t));
+    if (!m->unit_lo) { st = lf_fail(LF_ERR_NOMEM, "out of memory"); goto fail; }
+    m->unit_n = m->unit_lo + m->n_units;
+    unit_ranges(m->table, m->n_tensors, m->n_units, m->num_params, m->unit_lo, m->unit_n);
+    m->unit0_n = m->unit_n[0];
+    for (int u = 1; u < m->n_units; u++)
+        if (m->unit_n[u] > m->max_other_n) m->max_other_n = m->unit_n[u];
+    m->blk_unit = -1;
+    m->act_dt = bf16_acts_supported(m) ? LF_ACT_BF16 : LF_ACT_FP32;
+    size_t bytes = m->num_params * sizeof(float);
+    m->params = be->alloc(bytes);
+    m->grads = be->alloc(bytes);
+    if (!m->params || !m->grads) {
+        st = lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu parameters (%.1f MB each for weights and gradients)",
+                     m->num_params, bytes / 1e6);
+        goto fail;
+    }
+    be->zero(m->params, m->num_params);
+    be->zero(m->grads, m->num_params);
+    *out = m;
+    return LF_OK;
+fail:
+    lf_model_free(m);
+    return st;
+}
+
+static void free_plan(lf_model *m) {
+    if (m->act_block) m->be->free(m->act_block);
+    m->act_block = NULL;
+    if (m->rep)
+        for (int r = 0; r < m->n_rep; r++) free(m->rep[r].acts);
+    free(m->rep);
+    m->rep = NULL;
+    m->plan_B = m->plan_T = m->n_rep = m->rep_B = 0;
+    memset(&m->act, 0, sizeof m->act);
+    m->have_dlogits = 0; /* the activations a backward would read are gone */
+}
+
+void lf_model_free(lf_model *m) {
+    if (!m) return;
+    free_plan(m);
+    if (m->params) m->be->free(m->params);
+    if (m->grads) m->be->free(m->grads);
+    float *work[4] = {m->pemb, m->pblk, m->gemb0, m->gblk0};
+    for (int i = 0; i < 4; i++)
+        if (work[i]) m->be->free(work[i]);
+    if (m->arch && m->arch_state) m->arch->unbind(m);
+    lf_free(m->table);
+    free(m->unit_lo);
+    free(m);
+}
+
+lf_status lf_model_init_weights(lf_model *m, uint64_t seed) {
+    float *host = lf_alloc(m->num_params * sizeof(float));
+    if (!host) return lf_fail(LF_ERR_NOMEM, "out of memory initialising %zu parameters", m->num_params);
+    m->arch->init_weights(&m->cfg, m->table, m->n_tensors, host, seed);
+    m->be->to_device(m->params, host, m->num_params * sizeof(float));
+    lf_free(host);
+    return LF_OK;
+}
+
+const lf_model_config *lf_model_get_config(const lf_model *m) { return &m->cfg; }
+const lf_param_info *lf_model_params_table(const lf_model *m, int *count) {
+    if (count) *count = m->n_tensors;
+    return m->table;
+}
+size_t lf_model_num_params(const lf_model *m) { return m->num_params; }
+float *lf_model_params(lf_model *m) { return m->params; }
+float *lf_model_grads(lf_model *m) { return m->grads; }
+int lf_model_num_units(const lf_model *m) { return m->n_units; }
+void lf_model_unit_range(const lf_model *m, int unit, size_t *lo, size_t *n) {
+    *lo = m->unit_lo[unit];
+    *n = m->unit_n[unit];
+}
+
+lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
+    if (m->zero.partition_grads || m->zero.partition_params)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: the model is already partitioned");
+    if ((z->partition_grads && !z->reduce_grads) || (z->partition_params && !z->gather_params))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: a partitioned buffer needs its callback");
+    if (z->partition_params && !z->partition_grads)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: partitioned parameters need partitioned gradients");
+    const lf_backend_ops *be = m->be;
+    float *buf[4] = {NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0 */
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        int want = i < 2 ? z->partition_params : z->partition_grads;
+        if (!want) continue;
+        buf[i] = be->alloc((i % 2 ? m->max_other_n : m->unit0_n) * sizeof(float));
+        ok &= buf[i] != NULL;
+    }
+    if (!ok) {
+        for (int i = 0; i < 4; i++)
+            if (buf[i]) be->free(buf[i]);
+        return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO unit buffers");
+    }
+    free_plan(m); /* replica 0's gradient pointers change */
+    m->zero = *z;
+    m->pemb = buf[0];
+    m->pblk = buf[1];
+    m->gemb0 = buf[2];
+    m->gblk0 = buf[3];
+    if (z->partition_grads) {
+        be->free(m->grads);
+        m->grads = NULL;
+    }
+    if (z->partition_params) {
+        be->free(m->params);
+        m->params = NULL;
+    }
+    m->emb_valid = 0;
+    m->blk_unit = -1;
+    return LF_OK;
+}
+
+void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads) {
+    *params = lf_alloc_usable(m->params) + lf_alloc_usable(m->pemb) + lf_alloc_usable(m->pblk);
+    *grads = lf_alloc_usable(m->grads) + lf_alloc_usable(m->gemb0) + lf_alloc_usable(m->gblk0);
+}
+
+void lf_model_params_changed(lf_model *m) {
+    m->emb_valid = 0;
+    m->blk_unit = -1;
+}
+const lf_param_info *lf_model_find_param(const lf_model *m, const char *name) {
+    int i = lf__param_index(m, name);
+    return i < 0 ? NULL : &m->table[i];
+}
+const float *lf_model_logits(const lf_model *m) { return m->logits; }
+const char *lf_model_errmsg(const lf_model *m) { return m->errmsg; }
+void lf_model_zero_grad(lf_model *m) {
+    if (m->grads) m->be->zero(m->grads, m->num_params);
+}
+
+/* ---------------------------------------------------------------- activation plan */
+
+/* Two passes over the same list of slots: the first sums sizes, the second
+ * hands out pointers. Keeping one list means the plan and the allocation
+ * cannot disagree, and lf_model_plan_bytes runs the first pass alone. */
+void *lf__slot_bytes(lf__planner *p, int cat, size_t bytes) {
+    bytes = lf_arena_round(bytes);
+    void *ptr = p->base ? p->base + p->used : NULL;
+    p->used += bytes;
+    p->cat[cat] += bytes;
+    return ptr;
+}
+
+float *lf__slot(lf__planner *p, int cat, size_t floats) { return lf__slot_bytes(p, cat, floats * sizeof(float)); }
+
+/* Replica r's slots: the architecture's activations, then (r > 0) its unit
+ * gradient buffers; replica 0 uses the model's. rp is NULL while sizing. */
+static void lay_out_replica(const lf__model_arch *a, const lf__plan_spec *s, lf__replica *rp, int r, lf__planner *p,
+                            const lf_model *m) {
+    a->lay_out_replica(s, rp ? rp->acts : NULL, p);
+    if (r > 0) {
+        float *gemb = lf__slot(p, LF__CAT_GRADS, s->unit0_n);
+        float *gblk = lf__slot(p, LF__CAT_GRADS, s->max_other_n);
+        if (rp) {
+            rp->gfull = NULL;
+            rp->gemb = gemb;
+            rp->gblk = gblk;
+        }
+    } else if (rp && m) {
+        rp->gfull = m->grads; /* NULL under ZeRO-2/3: the unit buffers instead */
+        rp->gemb = m->gemb0;
+        rp->gblk = m->gblk0;
+    }
+}
+
+/* m is NULL while sizing without a model (lf_model_plan_bytes). */
+static void lay_out(const lf__model_arch *a, const lf__plan_spec *s, lf_model *m, lf__planner *p) {
+    size_t N = (size_t)s->B * s->T, Vp = (size_t)lf__vp(s->cfg);
+    float *logits = lf__slot(p, LF__CAT_LOGITS, N * Vp);
+    float *losses = lf__slot(p, LF__CAT_LOGITS, N);
+    int32_t *inputs = (int32_t *)lf__slot(p, LF__CAT_LOGITS, N);
+    int32_t *targets = (int32_t *)lf__slot(p, LF__CAT_LOGITS, N);
+    if (m) {
+        m->logits = logits;
+        m->losses = losses;
+        m->inputs = inputs;
+        m->targets = targets;
+    }
+    for (int r = 0; r < s->n_rep; r++) lay_out_replica(a, s, m && m->rep ? &m->rep[r] : NULL, r, p, m);
+}
+
+static void act_bytes_of(const lf__planner *p, lf_act_bytes *out) {
+    out->total = p->used;
+    out->saved = p->cat[LF__CAT_SAVED];
+    out->work = p->cat[LF__CAT_WORK];
+    out->logits = p->cat[LF__CAT_LOGITS];
+    out->replica_grads = p->cat[LF__CAT_GRADS];
+}
+
+/* Rows per replica, and replicas left once none is empty. */
+static void split_rows(int B, int n_rep, int *rB, int *n_out) {
+    if (n_rep < 1) n_rep = 1;
+    if (n_rep > B) n_rep = B;
+    *rB = (B + n_rep - 1) / n_rep;
+    *n_out = (B + *rB - 1) / *rB;
+}
+
+const char *lf_recompute_name(lf_recompute policy) {
+    switch (policy) {
+    case LF_RECOMPUTE_NONE: return "none";
+    case LF_RECOMPUTE_SELECTIVE: return "selective";
+    case LF_RECOMPUTE_FULL: return "full";
+    }
+    return "?";
+}
+
+const char *lf_act_dtype_name(lf_act_dtype dtype) {
+    switch (dtype) {
+    case LF_ACT_FP32: return "fp32";
+    case LF_ACT_BF16: return "bf16";
+    }
+    return "?";
+}
+
+static int act_dtype_valid(lf_act_dtype dtype) { return dtype == LF_ACT_FP32 || dtype == LF_ACT_BF16; }
+
+static int recompute_valid(lf_recompute policy) {
+    return policy == LF_RECOMPUTE_NONE || policy == LF_RECOMPUTE_SELECTIVE || policy == LF_RECOMPUTE_FULL;
+}
+
+lf_status lf_recompute_parse(const char *name, lf_recompute *out) {
+    static const lf_recompute all[] = {LF_RECOMPUTE_NONE, LF_RECOMPUTE_SELECTIVE, LF_RECOMPUTE_FULL};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++) {
+        if (!strcmp(name, lf_recompute_name(all[i]))) {
+            *out = all[i];
+            return LF_OK;
+        }
+    }
+    return lf_fail(LF_ERR_INVALID_ARG, "recompute policy '%s' is not one of none, selective, full",
+                   name ? name : "(null)");
+}
+
+lf_status lf_model_plan_bytes(const lf_model_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
+                              int n_replicas, lf_act_bytes *out) {
+    memset(out, 0, sizeof *out);
+    lf_model_config c;
+    const lf__model_arch *a;
+    lf_status st = resolved(cfg, &c, &a);
+    if (st != LF_OK) return st;
+    if (B < 1 || T < 1 || n_replicas < 1)
+        return lf_fail(LF_ERR_INVALID_ARG, "activation plan: batch %d x %d over %d replicas is empty", B, T, n_replicas);
+    if (T > c.block_size)
+        return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, c.block_size);
+    if (!recompute_valid(policy)) return lf_fail(LF_ERR_INVALID_ARG, "unknown recompute policy %d", (int)policy);
+    if (!act_dtype_valid(dtype)) return lf_fail(LF_ERR_INVALID_ARG, "unknown activation dtype %d", (int)dtype);
+    if (dtype == LF_ACT_BF16 && !a->bf16_acts)
+        return lf_fail(LF_ERR_UNSUPPORTED, "model.arch %s keeps its activations in fp32", a->name);
+    lf__plan_spec s = {.cfg = &c, .rc = policy, .dt = dtype, .B = B, .T = T};
+    s.num_params = lf_model_unit_sizes(&c, &s.unit0_n, &s.max_other_n);
+    if (!s.num_params) return lf_fail(LF_ERR_NOMEM, "out of memory sizing the activation plan");
+    split_rows(B, n_replicas, &s.rB, &s.n_rep);
+    lf__planner p = {0};
+    lay_out(a, &s, NULL, &p);
+    act_bytes_of(&p, out);
+    return LF_OK;
+}
+
+lf_status lf_model_set_recompute(lf_model *m, lf_recompute policy) {
+    if (!recompute_valid(policy)) return lf_fail(LF_ERR_INVALID_ARG, "unknown recompute policy %d", (int)policy);
+    m->recompute = policy;
+    return LF_OK;
+}
+
+lf_recompute lf_model_recompute(const lf_model *m) { return m->act_block ? m->plan_rc : m->recompute; }
+
+lf_status lf_model_set_act_dtype(lf_model *m, lf_act_dtype dtype) {
+    if (!act_dtype_valid(dtype)) return lf_fail(LF_ERR_INVALID_ARG, "unknown activation dtype %d", (int)dtype);
+    if (dtype == LF_ACT_BF16 && !bf16_acts_supported(m))
+        return lf_fail(LF_ERR_UNSUPPORTED, m->arch->bf16_acts
+                       ? "backend '%s' keeps activations in fp32 (bf16 activation storage needs cpu-bf16)"
+                       : "model.arch %s keeps its activations in fp32",
+                       m->arch->bf16_acts ? m->be->name : m->arch->name);
+    m->act_dt = dtype;
+    return LF_OK;
+}
+
+lf_act_dtype lf_model_act_dtype(const lf_model *m) { return m->act_block ? m->plan_dt : m->act_dt; }
+
+void lf_model_activation_bytes(const lf_model *m, lf_act_bytes *out) { *out = m->act; }
+
+lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
+    if (B < 1 || T < 1) return lf_fail(LF_ERR_INVALID_ARG, "plan: batch %d x %d is empty", B, T);
+    if (T > m->cfg.block_size)
+        return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, m->cfg.block_size);
+    free_plan(m);
+    const lf__model_arch *a = m->arch;
+    lf__plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .unit0_n = m->unit0_n,
+                       .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T};
+    split_rows(B, m->be->replicas ? m->be->replicas(B) : 1, &s.rB, &s.n_rep);
+    lf__planner p = {0};
+    lay_out(a, &s, NULL, &p); /* sizing pass */
+    m->rep = calloc((size_t)s.n_rep, sizeof *m->rep);
+    int ok = m->rep != NULL;
+    m->n_rep = ok ? s.n_rep : 0;
+    for (int r = 0; ok && r < s.n_rep; r++) {
+        m->rep[r].acts = calloc(1, a->acts_size + (size_t)m->cfg.n_layer * a->layer_size);
+        ok = m->rep[r].acts != NULL;
+        if (ok) a->acts_init(m->rep[r].acts, (unsigned char *)m->rep[r].acts + a->acts_size);
+    }
+    m->act_block = ok ? m->be->alloc(p.used) : NULL;
+    if (!m->act_block) {
+        size_t need = p.used;
+        free_plan(m);
+        return lf_fail(LF_ERR_NOMEM,
+                       "out of memory allocating %.1f MB of activations for batch %d x %d (recompute %s, %s matmul "
+                       "inputs)", need / 1e6, B, T, lf_recompute_name(s.rc), lf_act_dtype_name(s.dt));
+    }
+    lf__planner q = {.base = m->act_block};
+    lay_out(a, &s, m, &q);
+    m->plan_B = B;
+    m->plan_T = T;
+    m->rep_B = s.rB;
+    m->plan_rc = s.rc;
+    m->plan_dt = s.dt;
+    act_bytes_of(&q, &m->act);
+    if (bytes) *bytes = q.used;
+    return LF_OK;
+}
+
+/* ---------------------------------------------------------------- helpers for the architectures */
+
+float *lf__param_at(const lf_model *m, int idx) {
+    if (idx < 0) return NULL;
+    size_t off = m->table[idx].offset;
+    if (m->params) return m->params + off;
+    int u = m->table[idx].unit;
+    return (u == 0 ? m->pemb : m->pblk) + (off - m->unit_lo[u]);
+}
+
+float *lf__grad_at(const lf_model *m, const lf__replica *rp, int idx) {
+    if (idx < 0) return NULL;
+    size_t off = m->table[idx].offset;
+    if (rp->gfull) return rp->gfull + off;
+    int u = m->table[idx].unit;
+    return (u == 0 ? rp->gemb : rp->gblk) + (off - m->unit_lo[u]);
+}
+
+lf_dropout lf__drop_at(const lf_model *m, const lf__replica *rp, int layer, int site, uint64_t row_elems) {
+    lf_dropout d = {0};
+    if (!m->opts.train || m->cfg.dropout <= 0.0f) return d;
+    d.p = m->cfg.dropout;
+    d.seed = m->opts.seed;
+    d.key = lf_rng_mix(m->opts.key, (uint64_t)layer * 8u + (uint64_t)site);
+    d.offset = (uint64_t)rp->b0 * row_elems;
+    return d;
+}
+
+void lf__ln_forward(const lf_model *m, void *out, float *mean, float *rstd, const float *inp, const float *weight,
+                    const float *bias, int N, int C) {
+    if (m->plan_dt == LF_ACT_BF16) m->be->layernorm_forward_bf16(out, mean, rstd, inp, weight, bias, N, C);
+    else m->be->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
+                    int C, int OC, lf_weight_layout layout) {
+    if (m->plan_dt == LF_ACT_BF16) m->be->matmul_forward_bf16(out, inp, weight, bias, N, C, OC, layout);
+    else m->be->matmul_forward(out, inp, weight, bias, N, C, OC, layout);
+}
+
+void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                     const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout) {
+    if (m->plan_dt == LF_ACT_BF16)
+        m->be->matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+    else
+        m->be->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+}
+
+void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
+    rp->loss_sum = 0;
+    rp->n_valid = 0;
+    if (!with_targets) return;
+    const int grad = m->opts.dloss > 0.0f;
+    m->be->crossentropy_forward_backward(rp->losses, grad ? rp->logits : NULL, rp->logits, rp->targets, N,
+                                         m->cfg.vocab_size, lf__vp(&m->cfg), m->opts.dloss);
+    /* host read of losses: the CPU backend's memory is host memory; other
+     * backends copy N floats back here */
+    double sum = 0;
+    long cnt = 0;
+    for (int i = 0; i < N; i++) {
+        if (rp->targets[i] >= 0) {
+            sum += rp->losses[i];
+            cnt++;
+        }
+    }
+    rp->loss_sum = sum;
+    rp->n_valid = cnt;
+}
+
+/* ---------------------------------------------------------------- forward / backward drivers */
+
+/* The replicas' tasks, one unit at a time (m->task_l names the layer). */
+static void embed_task(void *arg, int r) {
+    lf_model *m = arg;
+    m->arch->embed_forward(m, &m->rep[r], m->cur_T);
+}
+static void block_task(void *arg, int r) {
+    lf_model *m = arg;
+    m->arch->block_forward(m, &m->rep[r], m->task_l, m->cur_T);
+}
+static void head_task(void *arg, int r) {
+    lf_model *m = arg;
+    m->arch->head_forward(m, &m->rep[r], m->cur_T, m->cur_with_targets);
+}
+static void head_bw_task(void *arg, int r) {
+    lf_model *m = arg;
+    m->arch->head_backward(m, &m->rep[r], m->cur_T);
+}
+static void block_bw_task(void *arg, int r) {
+    lf_model *m = arg;
+    m->arch->block_backward(m, &m->rep[r], m->task_l, m->cur_T);
+}
+static void embed_bw_task(void *arg, int r) {
+    lf_model *m = arg;
+    m->arch->embed_backward(m, &m->rep[r], m->cur_T);
+}
+
+/* One replica runs in the caller with multi-threaded ops; several run
+ * concurrently through the backend, each with single-threaded ops. */
+static void run_all(lf_model *m, int n_rep, void (*task)(void *, int)) {
+    if (n_rep == 1 || !m->be->run_replicas) {
+        for (int r = 0; r < n_rep; r++) task(m, r);
+    } else {
+        m->be->run_replicas(n_rep, task, m);
+    }
+}
+
+/* ZeRO-3: unit u's parameters in place before it is used (unit 0 has its
+ * own buffer; the others share one). The gather is a collective, made from
+ * the calling thread, outside the replicas' parallel region. */
+static lf_status use_unit(lf_model *m, int u) {
+    if (m->params) return LF_OK;
+    if (u == 0 ? m->emb_valid : m->blk_unit == u) return LF_OK;
+    lf_status st = m->zero.gather_params(m->zero.user, u, u == 0 ? m->pemb : m->pblk);
+    if (st != LF_OK) {
+        if (u == 0) m->emb_valid = 0;
+        else m->blk_unit = -1;
+        return st;
+    }
+    if (u == 0) m->emb_valid = 1;
+    else m->blk_unit = u;
+    if (m->be->params_changed) m->be->params_changed(); /* cached copies keyed by the buffer's address */
+    return LF_OK;
+}
+
+/* With whole parameters nothing happens between units: each replica runs
+ * its whole forward in one go (no barrier per unit). */
+static void forward_task(void *arg, int r) {
+    lf_model *m = arg;
+    lf__replica *rp = &m->rep[r];
+    m->arch->embed_forward(m, rp, m->cur_T);
+    for (int l = 0; l < m->cfg.n_layer; l++) m->arch->block_forward(m, rp, l, m->cur_T);
+    m->arch->head_forward(m, rp, m->cur_T, m->cur_with_targets);
+}
+
+/* The replicas through the units in order: embeddings, blocks, head. */
+static lf_status forward_units(lf_model *m, int n_rep) {
+    int L = m->cfg.n_layer;
+    if (m->params) {
+        run_all(m, n_rep, forward_task);
+        return LF_OK;
+    }
+    lf_status st = use_unit(m, 0);
+    if (st != LF_OK) return st;
+    run_all(m, n_rep, embed_task);
+    for (int l = 0; l < L; l++) {
+        if ((st = use_unit(m, 1 + l)) != LF_OK) return st;
+        m->task_l = l;
+        run_all(m, n_rep, block_task);
+    }
+    if ((st = use_unit(m, L + 1)) != LF_OK) return st;
+    run_all(m, n_rep, head_task); /* a tied lm_head: unit 0, still in its own buffer */
+    return LF_OK;
+}
+
+lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                           const lf_forward_opts *opts, double *loss_sum, long *n_valid) {
+    const lf_model_config *c = &m->cfg;
+    if (!m->act_block || B > m->plan_B || T > m->plan_T) {
+        lf_status st = lf_model_plan(m, B > m->plan_B ? B : m->plan_B, T > m->plan_T ? T : m->plan_T, NULL);
+        if (st != LF_OK) return st;
+    }
+    int V = c->vocab_size, N = B * T;
+    for (int i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) {
+            snprintf(m->errmsg, sizeof m->errmsg, "input token %d at position %d is outside the vocabulary [0, %d)",
+                     inputs[i], i, V);
+            return lf_fail(LF_ERR_RANGE, "%s", m->errmsg);
+        }
+        if (targets && targets[i] >= V) {
+            snprintf(m->errmsg, sizeof m->errmsg, "target token %d at position %d is outside the vocabulary [0, %d)",
+                     targets[i], i, V);
+            return lf_fail(LF_ERR_RANGE, "%s", m->errmsg);
+        }
+    }
+    lf_forward_opts none = {0};
+    m->opts = opts ? *opts : none;
+    m->cur_B = B;
+    m->cur_T = T;
+    memcpy(m->inputs, inputs, sizeof(int32_t) * (size_t)N);
+    if (targets) memcpy(m->targets, targets, sizeof(int32_t) * (size_t)N);
+
+    /* split the rows over the replicas (fewer when B is small) */
+    int rB = m->rep_B, n_rep = (B + rB - 1) / rB;
+    size_t Vp = (size_t)lf__vp(c);
+    for (int r = 0; r < n_rep; r++) {
+        lf__replica *rp = &m->rep[r];
+        rp->b0 = r * rB;
+        rp->B = B - rp->b0 < rB ? B - rp->b0 : rB;
+        size_t row = (size_t)rp->b0 * T;
+        rp->logits = m->logits + row * Vp;
+        rp->losses = m->losses + row;
+        rp->inputs = m->inputs + row;
+        rp->targets = m->targets + row;
+    }
+    m->cur_rep = n_rep;
+    m->cur_with_targets = targets != NULL;
+    lf_status st = forward_units(m, n_rep);
+    if (st != LF_OK) {
+        m->have_dlogits = 0;
+        return st;
+    }
+    double sum = 0;
+    long cnt = 0;
+    for (int r = 0; r < n_rep; r++) { /* fixed order: deterministic */
+        sum += m->rep[r].loss_sum;
+        cnt += m->rep[r].n_valid;
+    }
+    m->have_dlogits = targets && m->opts.dloss > 0.0f;
+    if (loss_sum) *loss_sum = sum;
+    if (n_valid) *n_valid = cnt;
+    return LF_OK;
+}
+
+/* Unit buffers start each backward of their unit at zero (matmul and
+ * norm backwards add into the gradient). */
+static void zero_unit_grads(lf_model *m, int n_rep, int emb) {
+    for (int r = 0; r < n_rep; r++) {
+        lf__replica *rp = &m->rep[r];
+        if (rp->gfull) continue;
+        if (emb) m->be->zero(rp->gemb, m->unit0_n);
+        else m->be->zero(rp->gblk, m->max_other_n);
+    }
+}
+
+/* Unit u's backward is done on every replica: the replicas' gradients are
+ * added in replica order (1, 2, ...) into replica 0's: the model's whole
+ * buffer, or under ZeRO-2/3 replica 0's unit buffer, which then goes to
+ * reduce_grads. */
+static lf_status finish_unit(lf_model *m, int n_rep, int u) {
+    size_t lo = m->unit_lo[u], n = m->unit_n[u];
+    float *dst = m->rep[0].gfull ? m->rep[0].gfull + lo : (u == 0 ? m->rep[0].gemb : m->rep[0].gblk);
+    for (int r = 1; r < n_rep; r++) m->be->add_inplace(dst, u == 0 ? m->rep[r].gemb : m->rep[r].gblk, n);
+    return m->zero.partition_grads ? m->zero.reduce_grads(m->zero.user, u, dst) : LF_OK;
+}
+
+lf_status lf_model_backward(lf_model *m) {
+    if (!m->have_dlogits) {
+        snprintf(m->errmsg, sizeof m->errmsg, "backward without a training forward (forward needs targets and dloss > 0)");
+        return lf_fail(LF_ERR_INVALID_ARG, "%s", m->errmsg);
+    }
+    m->have_dlogits = 0;
+    int n_rep = m->cur_rep, L = m->cfg.n_layer;
+    lf_status st = use_unit(m, 0);
+    if (st == LF_OK) st = use_unit(m, L + 1);
+    if (st != LF_OK) return st;
+    zero_unit_grads(m, n_rep, 1);
+    zero_unit_grads(m, n_rep, 0);
+    run_all(m, n_rep, head_bw_task);
+    if ((st = finish_unit(m, n_rep, L + 1)) != LF_OK) return st;
+    for (int l = L - 1; l >= 0; l--) {
+        if ((st = use_unit(m, 1 + l)) != LF_OK) return st;
+        zero_unit_grads(m, n_rep, 0);
+        m->task_l = l;
+        run_all(m, n_rep, block_bw_task);
+        if ((st = finish_unit(m, n_rep, 1 + l)) != LF_OK) return st;
+    }
+    if ((st = use_unit(m, 0)) != LF_OK) return st;
+    run_all(m, n_rep, embed_bw_task);
+    return finish_unit(m, n_rep, 0);
+}

@@ -1,0 +1,208 @@
+/*
+ * The seam between the architecture-neutral model runtime (model.c) and the
+ * architectures (gpt2.c, llama.c): private to src/model/.
+ *
+ * The runtime owns what every decoder-only transformer shares: the
+ * lifecycle, the flat parameter and gradient buffers laid out by the
+ * parameter table, ZeRO units and their hooks, the model replicas (one per
+ * CPU thread), the two-pass activation planner, the batch copy, the loss
+ * sum, and the order in which forward and backward visit the units. An
+ * architecture is one const table (lf__model_arch) that owns its
+ * validation and defaults, its parameter table (Hugging Face names, units),
+ * its init rule, FLOPs per token, its activation slots, its embedding /
+ * block / head forward and backward, and its Hugging Face config.json.
+ *
+ * Invariants:
+ *  - The parameter table is a pure function of the resolved config; each
+ *    entry names its unit (0 embeddings, 1..L blocks, L+1 the final norm and
+ *    an untied head), and the units are contiguous, increasing ranges of the
+ *    flat vector. Forward uses units 0, 1..L, L+1 (and 0 again for a tied
+ *    head, whose buffer unit 0 keeps); backward L+1 and 0, L..1, then 0.
+ *  - An architecture's per-replica activations are its own struct (acts),
+ *    laid out by lay_out_replica through the planner; the runtime adds the
+ *    replica's gradient buffers after them. Sizing and allocation run the
+ *    same code (planner.base NULL while sizing), so plan and allocation
+ *    cannot disagree.
+ *  - Architecture compute functions run inside a replica task: they call
+ *    backend ops only (single-threaded when several replicas run).
+ */
+#ifndef LF_MODEL_IMPL_H
+#define LF_MODEL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "backend/backend_impl.h"
+#include "llmforge/model.h"
+
+/* ---------------------------------------------------------------- planner */
+
+enum { LF__CAT_SAVED, LF__CAT_WORK, LF__CAT_LOGITS, LF__CAT_GRADS, LF__CAT_N };
+
+typedef struct lf__planner {
+    unsigned char *base; /* NULL while sizing */
+    size_t used;
+    size_t cat[LF__CAT_N]; /* bytes by lf_act_bytes category */
+} lf__planner;
+
+void *lf__slot_bytes(lf__planner *p, int cat, size_t bytes);
+float *lf__slot(lf__planner *p, int cat, size_t floats);
+
+/* The shape a plan is made for. */
+typedef struct lf__plan_spec {
+    const lf_model_config *cfg; /* resolved */
+    size_t num_params;
+    size_t unit0_n, max_other_n; /* replica gradient buffers: one per unit slot */
+    lf_recompute rc;
+    lf_act_dtype dt;     /* storage of the matmul inputs */
+    int B, T, n_rep, rB; /* rB: rows of each replica */
+} lf__plan_spec;
+
+/* Bytes per element of a matmul-input activation. */
+static inline size_t lf__act_size(lf_act_dtype dt) { return dt == LF_ACT_BF16 ? sizeof(uint16_t) : sizeof(float); }
+
+/* ---------------------------------------------------------------- replicas */
+
+/* One model replica: the activations of a slice of the batch's rows. The
+ * CPU backend runs one replica per thread, each calling the ops from inside
+ * the model's parallel region (so the ops and BLAS run single-threaded);
+ * with one replica the ops use every thread themselves. */
+typedef struct lf__replica {
+    int b0, B;                 /* rows [b0, b0+B) of the current batch */
+    void *acts;                /* the architecture's activations (acts_size bytes) */
+    float *logits, *losses;    /* views at row b0 of the model's buffers */
+    int32_t *inputs, *targets; /* likewise */
+    /* Parameter gradients: replica 0 adds into the model's whole buffer
+     * (gfull); the others, and replica 0 under ZeRO-2/3, into unit buffers:
+     * gemb for unit 0 (held through the whole backward, which starts and ends
+     * with it), gblk for the unit being visited. */
+    float *gfull, *gemb, *gblk;
+    double loss_sum;
+    long n_valid;
+} lf__replica;
+
+/* ---------------------------------------------------------------- architectures */
+
+typedef struct lf__model_arch {
+    const char *name; /* model.arch */
+    lf_arch arch;
+    /* Fill the fields left 0 with this architecture's defaults (in place). */
+    void (*resolve)(lf_model_config *c);
+    /* Ranges and divisibility of a resolved config; messages name the key. */
+    lf_status (*validate)(const lf_model_config *c);
+    /* Parameter table (lf_calloc'd), in flat-buffer order, units set. */
+    lf_status (*param_table)(const lf_model_config *c, lf_param_info **out, int *count, size_t *total);
+    /* Parameters that do not count in 6N (e.g. GPT-2's wpe). */
+    size_t (*embedding_only)(const lf_model_config *c);
+    /* Attention FLOPs per token on top of 6N (forward + backward). */
+    double (*attn_flops_per_token)(const lf_model_config *c, int T);
+    /* Initial weights into host (num_params floats), deterministic in seed. */
+    void (*init_weights)(const lf_model_config *c, const lf_param_info *t, int n, float *host, uint64_t seed);
+    /* Hugging Face config.json of this model (like snprintf; 0 when the
+     * architecture has no HF equivalent for this config). */
+    int (*hf_config_json)(const lf_model_config *c, char *buf, size_t cap);
+    /* Storage of matmul inputs this architecture can keep in bf16 on a
+     * backend with the bf16 slots (0: fp32 only). */
+    int bf16_acts;
+
+    /* Per model: table indices the compute functions use (arch_state). */
+    lf_status (*bind)(lf_model *m);
+    void (*unbind)(lf_model *m);
+    /* Activations of one replica: allocated zeroed with acts_size bytes
+     * (plus n_layer * layer_size for per-layer entries the struct points at,
+     * see acts_init), then laid out. */
+    size_t acts_size, layer_size;
+    void (*acts_init)(void *acts, void *layers); /* point acts at its per-layer array */
+    void (*lay_out_replica)(const lf__plan_spec *s, void *acts, lf__planner *p);
+
+    /* Compute of one replica (m->task_l, m->cur_T, m->opts as the runtime set them). */
+    void (*embed_forward)(lf_model *m, lf__replica *rp, int T);
+    void (*block_forward)(lf_model *m, lf__replica *rp, int l, int T);
+    /* ln_f (or norm), lm_head, and with targets the fused classifier into
+     * rp->losses (dlogits over the logits when opts.dloss > 0). */
+    void (*head_forward)(lf_model *m, lf__replica *rp, int T, int with_targets);
+    void (*head_backward)(lf_model *m, lf__replica *rp, int T);
+    void (*block_backward)(lf_model *m, lf__replica *rp, int l, int T);
+    void (*embed_backward)(lf_model *m, lf__replica *rp, int T);
+} lf__model_arch;
+
+extern const lf__model_arch lf__arch_gpt2;
+extern const lf__model_arch lf__arch_llama;
+
+/* The table of an architecture, or NULL. */
+const lf__model_arch *lf__arch_of(lf_arch arch);
+
+/* ---------------------------------------------------------------- the model */
+
+struct lf_model {
+    lf_model_config cfg; /* resolved */
+    const lf__model_arch *arch;
+    void *arch_state;    /* the architecture's (bind/unbind) */
+    const lf_backend_ops *be;
+    lf_param_info *table;
+    int n_tensors;
+    size_t num_params;
+    float *params, *grads;
+    int n_units;              /* L + 2 (lf_model_num_units) */
+    size_t *unit_lo, *unit_n; /* flat range of each unit */
+    size_t unit0_n, max_other_n;
+
+    /* ZeRO (lf_model_set_zero) */
+    lf_model_zero zero;
+    float *pemb, *pblk;       /* ZeRO-3: gathered parameters of unit 0 / of blk_unit */
+    int emb_valid, blk_unit;  /* what they hold (blk_unit -1: nothing) */
+    float *gemb0, *gblk0;     /* ZeRO-2/3: replica 0's unit gradients */
+    int task_l;               /* the layer the replicas' tasks work on */
+
+    /* activation plan */
+    lf_recompute recompute;   /* policy of the next plan */
+    lf_recompute plan_rc;     /* policy of the plan in place */
+    lf_act_dtype act_dt;      /* matmul-input storage of the next plan */
+    lf_act_dtype plan_dt;     /* ... of the plan in place */
+    int plan_B, plan_T, n_rep, rep_B; /* rep_B: rows each replica is planned for */
+    lf_act_bytes act;         /* what the plan in place allocated */
+    void *act_block;
+    lf__replica *rep;
+    float *logits;            /* (B,T,Vp), becomes dlogits in training */
+    float *losses;            /* (B,T) */
+    int32_t *inputs, *targets; /* copies of the last forward's batch */
+
+    /* last forward */
+    int cur_B, cur_T, cur_rep, cur_with_targets;
+    int have_dlogits;
+    lf_forward_opts opts;
+    char errmsg[1024];
+};
+
+/* Weights of tensor idx (NULL for idx < 0): in the whole buffer, or under
+ * ZeRO-3 in the working buffer its unit was gathered into. */
+float *lf__param_at(const lf_model *m, int idx);
+/* Where replica rp adds the gradient of tensor idx (NULL for idx < 0). */
+float *lf__grad_at(const lf_model *m, const lf__replica *rp, int idx);
+/* Index of a tensor in the table, or -1. */
+int lf__param_index(const lf_model *m, const char *name);
+/* Dropout of one site for a replica; `row_elems` is the tensor's elements
+ * per batch row, so the replica's slice draws the unsplit batch's masks.
+ * Sites are numbered per layer (0..7); layer L is the embeddings'. */
+lf_dropout lf__drop_at(const lf_model *m, const lf__replica *rp, int layer, int site, uint64_t row_elems);
+/* Padded vocabulary (embedding rows). */
+static inline int lf__vp(const lf_model_config *c) {
+    return c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
+}
+
+/* The ops that write or read matmul-input activations in the plan's storage
+ * (plan_dt): the fp32 ops, or the backend's bf16 slots. */
+void lf__ln_forward(const lf_model *m, void *out, float *mean, float *rstd, const float *inp, const float *weight,
+                    const float *bias, int N, int C);
+void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
+                    int C, int OC, lf_weight_layout layout);
+void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                     const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout);
+
+/* The fused classifier over rp's rows and the replica's loss sum (head_forward's tail). */
+void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets);
+
+/* One parameter-table entry (name, 1-2 dims, unit); advances *n and *off. */
+void lf__add_param(lf_param_info *t, int *n, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
+                   int unit);
+
+#endif
