@@ -3,8 +3,9 @@
  *
  * Every op is a forward/backward pair with llm.c's argument order: outputs,
  * saved statistics, inputs, weights, then dimensions. Dimension vocabulary:
- * B batch, T time, C channels, OC output channels, V vocab, NH heads,
- * HS = C/NH head size, N = B*T rows.
+ * B batch, T time, C channels, OC output channels, V vocab, NH (query)
+ * heads, NKV key/value heads (NKV == NH: multi-head attention; NH % NKV == 0),
+ * HS = C/NH head size, F feed-forward width, N = B*T rows.
  *
  * Invariants the model relies on:
  *  - All tensors are float32, row-major, contiguous, in backend memory,
@@ -13,12 +14,13 @@
  *  - Parameter gradients always ACCUMULATE (+=): micro-batches add up until
  *    the model zeroes them before a step's first micro-batch.
  *  - Activation gradients with a single producer are OVERWRITTEN (=):
- *    matmul_backward's dinp, attention_backward's dqkv, gelu_backward's and
- *    dropout_backward's dinp, and the fused classifier's dlogits. So no
- *    activation gradient needs zeroing before backward.
- *  - The residual stream's gradient ACCUMULATES: layernorm_backward and
- *    residual_backward add (+=) into dinp, and encoder_backward into its
- *    parameter gradients.
+ *    matmul_backward's dinp, attention_backward's dqkv, gelu_backward's,
+ *    swiglu_backward's and dropout_backward's dinp, and the fused
+ *    classifier's dlogits. So no activation gradient needs zeroing before
+ *    backward. rope_backward transforms dqkv in place (its q and k parts).
+ *  - The residual stream's gradient ACCUMULATES: layernorm_backward,
+ *    rmsnorm_backward and residual_backward add (+=) into dinp, and
+ *    encoder_backward into its parameter gradients.
  *  - Parameters change only through to_device and adamw_update, or are
  *    followed by params_changed: a backend may keep derived copies of the
  *    weights (cpu-bf16 keeps bf16 ones) until one of those is called.
@@ -73,14 +75,16 @@ struct lf_backend_ops {
     void (*zero)(float *x, size_t n);
     void (*scale)(float *x, size_t n, float s);   /* x *= s */
 
-    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
+    /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe == NULL
+     * (no position embedding, Llama): out[b,t,:] = wte[inp[b,t],:], and
+     * backward's dwpe must then be NULL too. */
     void (*encoder_forward)(float *out,            // (B,T,C)
                             const int32_t *inp,    // (B,T)
                             const float *wte,      // (V,C)
                             const float *wpe,      // (maxT,C)
                             int B, int T, int C);
     void (*encoder_backward)(float *dwte,          // (V,C) +=
-                             float *dwpe,          // (maxT,C) +=
+                             float *dwpe,          // (maxT,C) += or NULL
                              const float *dout,    // (B,T,C)
                              const int32_t *inp,   // (B,T)
                              int B, int T, int C);
@@ -104,6 +108,22 @@ struct lf_backend_ops {
                                const float *rstd,  // (N)
                                int N, int C);
 
+    /* ---- RMSNorm over the last dim (HF LlamaRMSNorm, fp32):
+     * rstd = 1/sqrt(mean(x^2) + eps), out = weight * (x * rstd). No mean, no
+     * bias. rstd is saved for backward. */
+    void (*rmsnorm_forward)(float *out,            // (N,C)
+                            float *rstd,           // (N)
+                            const float *inp,      // (N,C)
+                            const float *weight,   // (C)
+                            int N, int C, float eps);
+    void (*rmsnorm_backward)(float *dinp,          // (N,C) +=
+                             float *dweight,       // (C) +=
+                             const float *dout,    // (N,C)
+                             const float *inp,     // (N,C)
+                             const float *weight,  // (C)
+                             const float *rstd,    // (N) from forward
+                             int N, int C);
+
     /* ---- matmul + bias: out = inp @ W (+ bias), W in `layout`. bias may be NULL. */
     void (*matmul_forward)(float *out,             // (N,OC)
                            const float *inp,       // (N,C)
@@ -119,25 +139,61 @@ struct lf_backend_ops {
                             const float *weight,
                             int N, int C, int OC, lf_weight_layout layout);
 
-    /* ---- causal multi-head self-attention (scaled by 1/sqrt(HS)).
-     * qkv rows hold [q | k | v], each C wide, head h at channels h*HS..h*HS+HS-1
-     * (nanoGPT's c_attn split). att saves the softmax probabilities BEFORE
-     * dropout; dropout (attn_dropout) applies to att before att @ v. Entries of
-     * att above the diagonal are written as 0. */
+    /* ---- rotary position embedding, Hugging Face Llama's convention
+     * (rotate_half: channel i pairs with i + HS/2, NOT interleaved pairs),
+     * applied in place to the q and k parts of qkv rows laid out as for
+     * attention ([q: NH*HS | k: NKV*HS | v: NKV*HS]; v untouched). Row t is
+     * at position pos0 + t (pos0: position of the first row, for KV-cache
+     * decoding). For each head and i < HS/2, with
+     * inv_freq[i] = 1 / theta^(2i/HS) and angle = (pos0+t) * inv_freq[i]:
+     *   out[i]      = x[i] * cos(angle) - x[i+HS/2] * sin(angle)
+     *   out[i+HS/2] = x[i+HS/2] * cos(angle) + x[i] * sin(angle).
+     * inv_freq and the angle are float32 arithmetic as HF computes them
+     * (powf, then the float product), cos/sin of that float angle accurate
+     * to float rounding: see cpu_llama.c for why. HS must be even (callers
+     * validate). backward applies the transposed rotation to dqkv in place
+     * (the gradient w.r.t. the rotated q, k becomes the gradient w.r.t. the
+     * unrotated ones; the v part is untouched). */
+    void (*rope_forward)(float *qkv,               // (B,T,(NH+2*NKV)*HS) in place
+                         int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+    void (*rope_backward)(float *dqkv,             // (B,T,(NH+2*NKV)*HS) in place
+                          int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+
+    /* ---- causal self-attention (scaled by 1/sqrt(HS)), multi-head or
+     * grouped-query. qkv rows are W = C + 2*NKV*HS wide: [q: NH*HS | k: NKV*HS |
+     * v: NKV*HS], head h of each part at channels h*HS..h*HS+HS-1 of it.
+     * Query head h uses key/value head h / (NH/NKV) (grouped-query
+     * attention; NKV == 1 is multi-query). NKV == NH is nanoGPT's c_attn split
+     * [q | k | v], each C wide (GPT-2). NH % NKV == 0 (callers validate).
+     * att saves the softmax probabilities BEFORE dropout; dropout
+     * (attn_dropout) applies to att before att @ v. Entries of att above the
+     * diagonal are written as 0. backward overwrites all of dqkv; the k and v
+     * parts of a key/value head hold the sum over its query heads. */
     void (*attention_forward)(float *out,          // (B,T,C)
                               float *att,          // (B,NH,T,T)
-                              const float *qkv,    // (B,T,3C)
-                              int B, int T, int C, int NH, lf_dropout drop);
-    void (*attention_backward)(float *dqkv,        // (B,T,3C) = (overwritten)
+                              const float *qkv,    // (B,T,W)
+                              int B, int T, int C, int NH, int NKV, lf_dropout drop);
+    void (*attention_backward)(float *dqkv,        // (B,T,W) = (overwritten)
                                float *scratch,     // (B,NH,T,T) scratch, contents undefined after
                                const float *dout,  // (B,T,C)
-                               const float *qkv,   // (B,T,3C)
+                               const float *qkv,   // (B,T,W)
                                const float *att,   // (B,NH,T,T) from forward
-                               int B, int T, int C, int NH, lf_dropout drop);
+                               int B, int T, int C, int NH, int NKV, lf_dropout drop);
 
     /* ---- GELU, tanh approximation (GPT-2 / nanoGPT's nn.GELU(approximate='tanh')). */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, /* = */ const float *inp, const float *dout, size_t n);
+
+    /* ---- SwiGLU on a fused [gate | up] input (Llama's MLP, Shazeer 2020):
+     * out[n,j] = silu(inp[n,j]) * inp[n,F+j], silu(x) = x * sigmoid(x).
+     * backward overwrites dinp's gate and up halves. */
+    void (*swiglu_forward)(float *out,             // (N,F)
+                           const float *inp,       // (N,2F): gate cols 0..F-1, up cols F..2F-1
+                           int N, int F);
+    void (*swiglu_backward)(float *dinp,           // (N,2F) = (overwritten)
+                            const float *inp,      // (N,2F)
+                            const float *dout,     // (N,F)
+                            int N, int F);
 
     /* ---- residual: out = a + b;  backward: da += dout, db += dout */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);

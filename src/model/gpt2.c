@@ -337,10 +337,10 @@ static void gelu_forward(const lf_model *m, act *out, const float *inp, size_t n
 static void attn_forward(const lf_model *m, act *out, float *tmp, float *att, const float *qkv, int B, int T, int C,
                          int NH, lf_dropout drop) {
     if (m->plan_dt == LF_ACT_BF16) {
-        m->be->attention_forward(tmp, att, qkv, B, T, C, NH, drop);
+        m->be->attention_forward(tmp, att, qkv, B, T, C, NH, NH, drop);
         m->be->cast_bf16(out, tmp, (size_t)B * T * C);
     } else {
-        m->be->attention_forward(out, att, qkv, B, T, C, NH, drop);
+        m->be->attention_forward(out, att, qkv, B, T, C, NH, NH, drop);
     }
 }
 
@@ -452,7 +452,7 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     }
     lf__mm_backward(m, x->datty, GR(ix[P_APROJ_W]), GR(ix[P_APROJ_B]), dbr, a->atty,
                 PW(ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
-    be->attention_backward(x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH,
+    be->attention_backward(x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NH,
                            lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
         lf__ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(ix[P_LN1_W]), PW(ix[P_LN1_B]), N, C);

@@ -42,10 +42,10 @@ int main(int argc, char **argv) {
     TIME("matmul bwd C->3C", 5, 2 * mmf, "GFLOP/s", o->matmul_backward(dx, dw, db, y, x, w, N, C, 3 * C, LF_W_IN_OUT));
     double af = 4.0 * B * NH * (double)T * T * (C / NH) / 2; /* causal half: QK^T and AV */
     lf_dropout d0 = {0, 1, 2}, d1 = {0.1f, 1, 2};
-    TIME("attention fwd", 3, af, "GFLOP/s", o->attention_forward(out, att, x, B, T, C, NH, d0));
-    TIME("attention bwd", 3, 2 * af, "GFLOP/s", o->attention_backward(dx, scr, y, x, att, B, T, C, NH, d0));
-    TIME("attention fwd p=0.1", 1, af, "GFLOP/s", o->attention_forward(out, att, x, B, T, C, NH, d1));
-    TIME("attention bwd p=0.1", 1, 2 * af, "GFLOP/s", o->attention_backward(dx, scr, y, x, att, B, T, C, NH, d1));
+    TIME("attention fwd", 3, af, "GFLOP/s", o->attention_forward(out, att, x, B, T, C, NH, NH, d0));
+    TIME("attention bwd", 3, 2 * af, "GFLOP/s", o->attention_backward(dx, scr, y, x, att, B, T, C, NH, NH, d0));
+    TIME("attention fwd p=0.1", 1, af, "GFLOP/s", o->attention_forward(out, att, x, B, T, C, NH, NH, d1));
+    TIME("attention bwd p=0.1", 1, 2 * af, "GFLOP/s", o->attention_backward(dx, scr, y, x, att, B, T, C, NH, NH, d1));
     TIME("layernorm fwd", 10, nc * 8, "GB/s", o->layernorm_forward(out, mean, rstd, x, w, bias, N, C));
     TIME("layernorm bwd", 10, nc * 16, "GB/s", o->layernorm_backward(dx, dw, db, y, x, w, mean, rstd, N, C));
     TIME("gelu fwd 4C", 10, nc * 32, "GB/s", o->gelu_forward(out, x, (size_t)N * 4 * C));

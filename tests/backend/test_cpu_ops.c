@@ -191,7 +191,7 @@ static void attention_forward_case(int b_, int t_, int c_, int nh, float p) {
     lf_dropout drop = {p, 99, 5, 0};
     ten qkv = ten_rand((size_t)b_ * t_ * 3 * c_, 1.5f, 10);
     ten out = ten_new((size_t)b_ * t_ * c_), att = ten_rand((size_t)b_ * nh * t_ * t_, 1, 11);
-    ops()->attention_forward(out.f, att.f, qkv.f, b_, t_, c_, nh, drop);
+    ops()->attention_forward(out.f, att.f, qkv.f, b_, t_, c_, nh, nh, drop);
     ref_attention_forward(out.d, att.d, qkv.d, b_, t_, c_, nh, drop);
     REF_CHECK("attention out", out.f, out.d, out.n, FWD_TOL);
     REF_CHECK("attention att", att.f, att.d, att.n, FWD_TOL);
@@ -433,8 +433,8 @@ static void test_backward_accumulates(void **state) {
         TWICE("matmul dweight", o3, t3, (size_t)3 * C * C, ops()->matmul_backward(NULL, g_, o2, d.f, x.f, w.f, N, C, 3 * C, L));
         TWICE("matmul dbias", o2, t2, (size_t)3 * C, ops()->matmul_backward(NULL, o3, g_, d.f, x.f, w.f, N, C, 3 * C, L));
     }
-    ops()->attention_forward(out, att, x.f, B, T, C, NH, drop);
-    OVERWRITES("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, drop));
+    ops()->attention_forward(out, att, x.f, B, T, C, NH, NH, drop);
+    OVERWRITES("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, NH, drop));
     OVERWRITES("gelu dinp", once, twice, nc, ops()->gelu_backward(g_, x.f, d.f, nc));
     TWICE("residual da", once, twice, nc, ops()->residual_backward(g_, o3, d.f, nc));
     TWICE("residual db", once, twice, nc, ops()->residual_backward(o3, g_, d.f, nc));
@@ -478,8 +478,8 @@ static void test_thread_count_determinism(void **state) {
         ops()->matmul_backward(NULL, dw, res[r][5], d.f, x.f, x.f, n_, c_, oc, LF_W_IN_OUT);
         free(dw);
         lf_dropout drop = {0.1f, 1, 2, 0};
-        ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, drop);
-        ops()->attention_backward(res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, drop);
+        ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, nh, drop);
+        ops()->attention_backward(res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, nh, drop);
         ss[r] = ops()->sum_squares(big.f, big.n);
     }
     const char *names[NRES] = {"encoder dwte", "encoder dwpe", "layernorm dinp", "layernorm dweight",

@@ -196,11 +196,11 @@ static void attention_case(int B, int T, int C, int NH, float p, size_t samples)
     ten qkv = ten_rand((size_t)B * T * 3 * C, 1, 30), R = ten_rand((size_t)B * T * C, 1, 31);
     ten out = ten_new((size_t)B * T * C), att = ten_new((size_t)B * NH * T * T);
     ten scratch = ten_new(att.n);
-    ops()->attention_forward(out.f, att.f, qkv.f, B, T, C, NH, drop);
+    ops()->attention_forward(out.f, att.f, qkv.f, B, T, C, NH, NH, drop);
     ten dqkv = ten_rand(qkv.n, 1, 32);
     float *dqkv0 = floats_copy(dqkv.f, dqkv.n);
     for (size_t i = 0; i < scratch.n; i++) scratch.f[i] = NAN; /* contents are undefined */
-    ops()->attention_backward(dqkv.f, scratch.f, R.f, qkv.f, att.f, B, T, C, NH, drop);
+    ops()->attention_backward(dqkv.f, scratch.f, R.f, qkv.f, att.f, B, T, C, NH, NH, drop);
 
     att_ctx ctx = {qkv.d, out.d, att.d, R.d, B, T, C, NH, drop};
     char what[96];

@@ -405,7 +405,8 @@ static void fast_backward_bh(float *dq, float *dk, float *dv, float *S_bh, const
 }
 
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                               int NH, lf_dropout drop) {
+                               int NH, int NKV, lf_dropout drop) {
+    (void)NKV; /* NKV == NH only, until grouped-query attention lands */
     const int HS = C / NH;
     const long C3 = 3L * C;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -467,7 +468,8 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
 }
 
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH, lf_dropout drop) {
+                                const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop) {
+    (void)NKV; /* NKV == NH only, until grouped-query attention lands */
     const int HS = C / NH;
     const long C3 = 3L * C;
     const float scale = 1.0f / sqrtf((float)HS);

@@ -212,9 +212,19 @@ const char *lf__cpu_onednn_isa_name(unsigned isa);
 
 /* cpu_attention.c */
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                               int NH, lf_dropout drop);
+                               int NH, int NKV, lf_dropout drop);
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH, lf_dropout drop);
+                                const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop);
+
+/* cpu_llama.c: the ops Llama-family models add (RMSNorm, RoPE, SwiGLU). */
+void lf__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                             float eps);
+void lf__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                              const float *weight, const float *rstd, int N, int C);
+void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+void lf__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void lf__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 
 /* cpu_loss.c */
 void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
