@@ -1,0 +1,684 @@
+/*
+ * Hugging Face model directories (include/llmforge/hf.h): config.json plus
+ * model.safetensors, or shards listed by model.safetensors.index.json.
+ *
+ * Why ourselves: transformers is the only reader of these directories and it
+ * is Python; the format is small (two JSON files and safetensors, whose
+ * reader is src/core/safetensors.c), and llmforge has no Python at run time.
+ *
+ * References: transformers' modeling_utils.py (save_pretrained: shard names
+ * model-%05d-of-%05d.safetensors, SAFE_WEIGHTS_INDEX_NAME with
+ * {"metadata": {"total_size": ...}, "weight_map": {tensor: shard}}), and the
+ * configuration classes configuration_llama.py, configuration_mistral.py,
+ * configuration_gpt2.py, modeling_rope_utils.py (4.x writes rope_theta and
+ * rope_scaling at the top level, 5.x writes rope_parameters {rope_type,
+ * rope_theta}).
+ *
+ * Invariants:
+ *   - after lf_hf_open, e[0 .. n) holds every tensor of every shard, sorted by
+ *     name with no name twice, and every weight_map entry names the shard its
+ *     tensor is in; lookups are binary searches over e;
+ *   - shard names come from a possibly hostile index: each is one plain file
+ *     name (no '/', not "." or ".."), so nothing outside the directory is
+ *     opened; the number of shards and of index entries is capped;
+ *   - tensor data stays in the read-only mappings of src/core/safetensors.c
+ *     and may be unaligned: every read goes through memcpy;
+ *   - the handle is never written after open, so readers need no lock.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cjson/cJSON.h>
+#include "llmforge/hf.h"
+#include "llmforge/safetensors.h"
+
+#define HF_CONFIG_CAP (16u << 20)
+#define HF_INDEX_CAP (64u << 20)
+#define HF_MAX_SHARDS 65536
+#define HF_MAX_INDEX_ENTRIES (1 << 22)
+#define HF_SIZE_MAX (1 << 30) /* any size field of a config */
+#define HF_CONFIG_NAME "config.json"
+#define HF_SINGLE_NAME "model.safetensors"
+#define HF_INDEX_NAME "model.safetensors.index.json"
+
+typedef struct hf_entry {
+    const char *name; /* into the shard's tensor table */
+    int shard;
+    const lf_st_tensor *t;
+} hf_entry;
+
+struct lf_hf_model {
+    char *dir;
+    char *config_text;
+    cJSON *config;
+    const char *model_type; /* into config */
+    int n_shards;
+    char **shard_names;
+    lf_safetensors **shards;
+    int n;
+    hf_entry *e; /* sorted by name */
+};
+
+/* dir + "/" + name, lf_alloc'd; NULL (NOMEM recorded) on failure. */
+static char *path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = lf_alloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+static char *str_dup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = lf_alloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* *exists = 1 when a regular file is at path, 0 when nothing is; anything
+ * else there (a directory, a FIFO) or a failing stat is an error. */
+static lf_status file_exists(const char *path, int *exists) {
+    struct stat st;
+    *exists = 0;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return LF_OK;
+        return lf_fail(LF_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) return lf_fail(LF_ERR_FORMAT, "'%s' is not a regular file", path);
+    *exists = 1;
+    return LF_OK;
+}
+
+/* Read and parse a JSON object file. what names it in messages. */
+static lf_status read_json(const char *path, size_t cap, char **text_out, cJSON **json_out) {
+    char *text = NULL;
+    size_t len = 0;
+    *json_out = NULL;
+    if (text_out) *text_out = NULL;
+    lf_status s = lf_file_read_all(path, cap, &text, &len);
+    if (s != LF_OK) return s;
+    if (strlen(text) != len) {
+        lf_free(text);
+        return lf_fail(LF_ERR_FORMAT, "'%s': contains a NUL byte", path);
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
+    if (!j) {
+        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        lf_free(text);
+        return lf_fail(LF_ERR_FORMAT, "'%s': not valid JSON (near byte %zu)", path, at);
+    }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        lf_free(text);
+        return lf_fail(LF_ERR_FORMAT, "'%s': not a JSON object", path);
+    }
+    *json_out = j;
+    if (text_out)
+        *text_out = text;
+    else
+        lf_free(text);
+    return LF_OK;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    return strcmp(((const hf_entry *)a)->name, ((const hf_entry *)b)->name);
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static const hf_entry *find_entry(const lf_hf_model *h, const char *name) {
+    if (!h || !name) return NULL;
+    hf_entry key = {.name = name};
+    return bsearch(&key, h->e, (size_t)h->n, sizeof *h->e, cmp_entry);
+}
+
+static int find_shard(const lf_hf_model *h, const char *name) {
+    const char *const *hit = bsearch(&name, h->shard_names, (size_t)h->n_shards, sizeof *h->shard_names, cmp_str_ptr);
+    return hit ? (int)(hit - (const char *const *)h->shard_names) : -1;
+}
+
+static int plain_file_name(const char *s) {
+    return s[0] && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 && strlen(s) < 4096;
+}
+
+/* The shard list of an index: unique names, sorted. Each weight_map value is
+ * checked here. */
+static lf_status index_shards(lf_hf_model *h, const char *ipath, const cJSON *wm) {
+    int count = cJSON_GetArraySize(wm);
+    if (count <= 0) return lf_fail(LF_ERR_FORMAT, "'%s': weight_map is empty", ipath);
+    if (count > HF_MAX_INDEX_ENTRIES)
+        return lf_fail(LF_ERR_RANGE, "'%s': weight_map has %d entries, more than the %d allowed", ipath, count,
+                       HF_MAX_INDEX_ENTRIES);
+    const char **names = lf_alloc((size_t)count * sizeof *names);
+    if (!names) return LF_ERR_NOMEM;
+    int k = 0;
+    lf_status s = LF_OK;
+    for (const cJSON *it = wm->child; it; it = it->next) {
+        if (!it->string || !it->string[0]) {
+            s = lf_fail(LF_ERR_FORMAT, "'%s': weight_map has an empty tensor name", ipath);
+            goto done;
+        }
+        if (!cJSON_IsString(it) || !it->valuestring) {
+            s = lf_fail(LF_ERR_FORMAT, "'%s': weight_map['%.200s'] is not a string", ipath, it->string);
+            goto done;
+        }
+        if (!plain_file_name(it->valuestring)) {
+            s = lf_fail(LF_ERR_FORMAT, "'%s': weight_map['%.200s'] = '%.200s' is not a file name inside the directory",
+                        ipath, it->string, it->valuestring);
+            goto done;
+        }
+        names[k++] = it->valuestring;
+    }
+    qsort(names, (size_t)k, sizeof *names, cmp_str_ptr);
+    int u = 0;
+    for (int i = 0; i < k; i++)
+        if (u == 0 || strcmp(names[u - 1], names[i]) != 0) names[u++] = names[i];
+    if (u > HF_MAX_SHARDS) {
+        s = lf_fail(LF_ERR_RANGE, "'%s': %d shards, more than the %d allowed", ipath, u, HF_MAX_SHARDS);
+        goto done;
+    }
+    h->shard_names = lf_calloc((size_t)u * sizeof *h->shard_names);
+    h->shards = lf_calloc((size_t)u * sizeof *h->shards);
+    if (!h->shard_names || !h->shards) {
+        s = LF_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < u; i++) {
+        if (!(h->shard_names[i] = str_dup(names[i]))) {
+            s = LF_ERR_NOMEM;
+            goto done;
+        }
+        h->n_shards = i + 1;
+    }
+done:
+    lf_free(names);
+    return s;
+}
+
+/* Open every shard; from_index says whether the index named them. */
+static lf_status open_shards(lf_hf_model *h, int from_index) {
+    for (int i = 0; i < h->n_shards; i++) {
+        char *p = path_join(h->dir, h->shard_names[i]);
+        if (!p) return LF_ERR_NOMEM;
+        int ex = 0;
+        lf_status s = file_exists(p, &ex);
+        if (s != LF_OK || !ex) {
+            if (s != LF_OK)
+                lf_error_prefix("hf model '%s'", h->dir);
+            else if (from_index)
+                s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': %s names shard '%s', which does not exist", h->dir,
+                            HF_INDEX_NAME, h->shard_names[i]);
+            else
+                s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': '%s' does not exist", h->dir, h->shard_names[i]);
+            lf_free(p);
+            return s;
+        }
+        s = lf_safetensors_open(&h->shards[i], p);
+        lf_free(p);
+        if (s != LF_OK) {
+            lf_error_prefix("hf model '%s': shard '%s'", h->dir, h->shard_names[i]);
+            return s;
+        }
+    }
+    return LF_OK;
+}
+
+/* The sorted tensor table over all shards; a name in two shards is refused. */
+static lf_status build_table(lf_hf_model *h) {
+    size_t total = 0;
+    for (int i = 0; i < h->n_shards; i++) total += (size_t)lf_safetensors_count(h->shards[i]);
+    if (total > (size_t)HF_MAX_INDEX_ENTRIES)
+        return lf_fail(LF_ERR_RANGE, "hf model '%s': %zu tensors, more than the %d allowed", h->dir, total,
+                       HF_MAX_INDEX_ENTRIES);
+    h->e = lf_alloc((total ? total : 1) * sizeof *h->e);
+    if (!h->e) return LF_ERR_NOMEM;
+    size_t k = 0;
+    for (int i = 0; i < h->n_shards; i++)
+        for (int j = 0; j < lf_safetensors_count(h->shards[i]); j++) {
+            const lf_st_tensor *t = lf_safetensors_at(h->shards[i], j);
+            h->e[k++] = (hf_entry){.name = t->name, .shard = i, .t = t};
+        }
+    qsort(h->e, k, sizeof *h->e, cmp_entry);
+    for (size_t i = 1; i < k; i++)
+        if (strcmp(h->e[i - 1].name, h->e[i].name) == 0) {
+            int a = h->e[i - 1].shard, b = h->e[i].shard;
+            if (a > b) {
+                int tmp = a;
+                a = b;
+                b = tmp;
+            }
+            return lf_fail(LF_ERR_MISMATCH, "hf model '%s': tensor '%.200s' is in two shards, '%s' and '%s'", h->dir,
+                           h->e[i].name, h->shard_names[a], h->shard_names[b]);
+        }
+    h->n = (int)k;
+    return LF_OK;
+}
+
+/* Every weight_map entry must name the shard that holds its tensor. */
+static lf_status check_index(const lf_hf_model *h, const cJSON *wm) {
+    for (const cJSON *it = wm->child; it; it = it->next) {
+        int sh = find_shard(h, it->valuestring);
+        const hf_entry *e = find_entry(h, it->string);
+        if (sh < 0) return lf_fail(LF_ERR_INTERNAL, "hf model '%s': shard '%s' lost", h->dir, it->valuestring);
+        if (!e)
+            return lf_fail(LF_ERR_MISMATCH, "hf model '%s': %s puts tensor '%.200s' in '%s', which does not hold it",
+                           h->dir, HF_INDEX_NAME, it->string, it->valuestring);
+        if (e->shard != sh)
+            return lf_fail(LF_ERR_MISMATCH, "hf model '%s': %s puts tensor '%.200s' in '%s', but '%s' holds it",
+                           h->dir, HF_INDEX_NAME, it->string, it->valuestring, h->shard_names[e->shard]);
+    }
+    return LF_OK;
+}
+
+lf_status lf_hf_open(lf_hf_model **out, const char *dir) {
+    if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_hf_open: out is NULL");
+    *out = NULL;
+    if (!dir || !dir[0]) return lf_fail(LF_ERR_INVALID_ARG, "lf_hf_open: no directory given");
+    lf_status s = LF_OK;
+    char *cpath = NULL, *ipath = NULL, *spath = NULL;
+    cJSON *index = NULL;
+    lf_hf_model *h = lf_calloc(sizeof *h);
+    if (!h) return LF_ERR_NOMEM;
+    if (!(h->dir = str_dup(dir)) || !(cpath = path_join(dir, HF_CONFIG_NAME)) ||
+        !(ipath = path_join(dir, HF_INDEX_NAME)) || !(spath = path_join(dir, HF_SINGLE_NAME))) {
+        s = LF_ERR_NOMEM;
+        goto fail;
+    }
+
+    struct stat dst;
+    if (stat(dir, &dst) != 0 || !S_ISDIR(dst.st_mode)) {
+        s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': not a directory", dir);
+        goto fail;
+    }
+    int ex = 0;
+    if ((s = file_exists(cpath, &ex)) != LF_OK) goto fail_prefix;
+    if (!ex) {
+        s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': %s missing", dir, HF_CONFIG_NAME);
+        goto fail;
+    }
+    if ((s = read_json(cpath, HF_CONFIG_CAP, &h->config_text, &h->config)) != LF_OK) goto fail_prefix;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(h->config, "model_type");
+    if (!cJSON_IsString(mt) || !mt->valuestring || !mt->valuestring[0]) {
+        s = lf_fail(LF_ERR_FORMAT, "'%s': 'model_type' missing or not a non-empty string", cpath);
+        goto fail;
+    }
+    h->model_type = mt->valuestring;
+
+    int has_index = 0;
+    if ((s = file_exists(ipath, &has_index)) != LF_OK) goto fail_prefix;
+    if (has_index) {
+        if ((s = read_json(ipath, HF_INDEX_CAP, NULL, &index)) != LF_OK) goto fail;
+        const cJSON *wm = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+        if (!cJSON_IsObject(wm)) {
+            s = lf_fail(LF_ERR_FORMAT, "'%s': 'weight_map' missing or not an object", ipath);
+            goto fail;
+        }
+        if ((s = index_shards(h, ipath, wm)) != LF_OK) goto fail;
+        if ((s = open_shards(h, 1)) != LF_OK) goto fail;
+        if ((s = build_table(h)) != LF_OK) goto fail;
+        if ((s = check_index(h, wm)) != LF_OK) goto fail;
+    } else {
+        int single = 0;
+        if ((s = file_exists(spath, &single)) != LF_OK) goto fail_prefix;
+        if (!single) {
+            s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': neither %s nor %s", dir, HF_SINGLE_NAME, HF_INDEX_NAME);
+            goto fail;
+        }
+        h->shard_names = lf_calloc(sizeof *h->shard_names);
+        h->shards = lf_calloc(sizeof *h->shards);
+        if (!h->shard_names || !h->shards || !(h->shard_names[0] = str_dup(HF_SINGLE_NAME))) {
+            s = LF_ERR_NOMEM;
+            goto fail;
+        }
+        h->n_shards = 1;
+        if ((s = open_shards(h, 0)) != LF_OK) goto fail;
+        if ((s = build_table(h)) != LF_OK) goto fail;
+    }
+    cJSON_Delete(index);
+    lf_free(cpath);
+    lf_free(ipath);
+    lf_free(spath);
+    *out = h;
+    return LF_OK;
+
+fail_prefix:
+    lf_error_prefix("hf model '%s'", dir);
+fail:
+    cJSON_Delete(index);
+    lf_free(cpath);
+    lf_free(ipath);
+    lf_free(spath);
+    lf_hf_close(h);
+    if (s == LF_OK) s = LF_ERR_INTERNAL;
+    return s;
+}
+
+void lf_hf_close(lf_hf_model *h) {
+    if (!h) return;
+    for (int i = 0; i < h->n_shards; i++) {
+        if (h->shards) lf_safetensors_close(h->shards[i]);
+        if (h->shard_names) lf_free(h->shard_names[i]);
+    }
+    lf_free(h->shards);
+    lf_free(h->shard_names);
+    lf_free(h->e);
+    cJSON_Delete(h->config);
+    lf_free(h->config_text);
+    lf_free(h->dir);
+    lf_free(h);
+}
+
+const char *lf_hf_model_type(const lf_hf_model *h) { return h ? h->model_type : NULL; }
+const char *lf_hf_config_text(const lf_hf_model *h) { return h ? h->config_text : NULL; }
+const char *lf_hf_dir(const lf_hf_model *h) { return h ? h->dir : NULL; }
+int lf_hf_num_tensors(const lf_hf_model *h) { return h ? h->n : 0; }
+
+const char *lf_hf_tensor_name(const lf_hf_model *h, int i) {
+    if (!h || i < 0 || i >= h->n) return NULL;
+    return h->e[i].name;
+}
+
+const char *lf_hf_tensor_file(const lf_hf_model *h, const char *name) {
+    const hf_entry *e = find_entry(h, name);
+    return e ? h->shard_names[e->shard] : NULL;
+}
+
+/* ================================================================ config.json */
+
+typedef struct cfg_ctx {
+    const cJSON *root;
+    char where[600]; /* "'DIR/config.json'" for messages */
+} cfg_ctx;
+
+/* NULL for a key that is absent or null. */
+static const cJSON *cfg_get(const cJSON *obj, const char *key) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return (!j || cJSON_IsNull(j)) ? NULL : j;
+}
+
+/* An integer in [lo, hi]; absent or null: dflt when !required. */
+static lf_status cfg_int(const cfg_ctx *c, const char *key, int required, int dflt, int lo, int hi, int *out) {
+    const cJSON *j = cfg_get(c->root, key);
+    if (!j) {
+        if (required) return lf_fail(LF_ERR_CONFIG, "%s: '%s' missing", c->where, key);
+        *out = dflt;
+        return LF_OK;
+    }
+    if (!cJSON_IsNumber(j)) return lf_fail(LF_ERR_CONFIG, "%s: '%s' is not a number", c->where, key);
+    double d = j->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi) || d != floor(d))
+        return lf_fail(LF_ERR_CONFIG, "%s: '%s' = %.17g is not an integer in [%d, %d]", c->where, key, d, lo, hi);
+    *out = (int)d;
+    return LF_OK;
+}
+
+/* A finite number in (lo, hi]; absent or null: dflt. */
+static lf_status cfg_num_in(const cfg_ctx *c, const cJSON *obj, const char *key, const char *shown, double dflt,
+                            double lo, double hi, double *out) {
+    const cJSON *j = cfg_get(obj, key);
+    if (!j) {
+        *out = dflt;
+        return LF_OK;
+    }
+    if (!cJSON_IsNumber(j)) return lf_fail(LF_ERR_CONFIG, "%s: '%s' is not a number", c->where, shown);
+    double d = j->valuedouble;
+    if (!(d > lo && d <= hi))
+        return lf_fail(LF_ERR_CONFIG, "%s: '%s' = %.17g is out of range (%g, %g]", c->where, shown, d, lo, hi);
+    *out = d;
+    return LF_OK;
+}
+
+static lf_status cfg_bool(const cfg_ctx *c, const char *key, int dflt, int *out) {
+    const cJSON *j = cfg_get(c->root, key);
+    if (!j) {
+        *out = dflt;
+        return LF_OK;
+    }
+    if (!cJSON_IsBool(j)) return lf_fail(LF_ERR_CONFIG, "%s: '%s' is not true or false", c->where, key);
+    *out = cJSON_IsTrue(j) ? 1 : 0;
+    return LF_OK;
+}
+
+/* A string value, or dflt when absent or null. */
+static lf_status cfg_str(const cfg_ctx *c, const char *key, const char *dflt, const char **out) {
+    const cJSON *j = cfg_get(c->root, key);
+    if (!j) {
+        *out = dflt;
+        return LF_OK;
+    }
+    if (!cJSON_IsString(j) || !j->valuestring) return lf_fail(LF_ERR_CONFIG, "%s: '%s' is not a string", c->where, key);
+    *out = j->valuestring;
+    return LF_OK;
+}
+
+#define CFG_TRY(expr)                    \
+    do {                                 \
+        lf_status s_ = (expr);           \
+        if (s_ != LF_OK) return s_;      \
+    } while (0)
+
+/* rope_theta from either spelling; refuses every RoPE variant but plain. */
+static lf_status cfg_rope(const cfg_ctx *c, double *theta) {
+    const cJSON *scaling = cfg_get(c->root, "rope_scaling");
+    if (scaling) {
+        const cJSON *ty = cJSON_IsObject(scaling) ? cJSON_GetObjectItemCaseSensitive(scaling, "rope_type") : NULL;
+        if (!cJSON_IsString(ty) && cJSON_IsObject(scaling)) ty = cJSON_GetObjectItemCaseSensitive(scaling, "type");
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'rope_scaling' is set (type '%s'); llmforge implements plain RoPE only",
+                       c->where, cJSON_IsString(ty) && ty->valuestring ? ty->valuestring : "?");
+    }
+    double top = 0;
+    CFG_TRY(cfg_num_in(c, c->root, "rope_theta", "rope_theta", 0, 0, 1e30, &top));
+    double nested = 0;
+    const cJSON *rp = cfg_get(c->root, "rope_parameters");
+    if (rp) {
+        if (!cJSON_IsObject(rp)) return lf_fail(LF_ERR_CONFIG, "%s: 'rope_parameters' is not an object", c->where);
+        for (const cJSON *it = rp->child; it; it = it->next) {
+            const char *k = it->string ? it->string : "";
+            if (strcmp(k, "rope_type") == 0) {
+                if (!cJSON_IsString(it) || !it->valuestring)
+                    return lf_fail(LF_ERR_CONFIG, "%s: 'rope_parameters.rope_type' is not a string", c->where);
+                if (strcmp(it->valuestring, "default") != 0)
+                    return lf_fail(LF_ERR_UNSUPPORTED,
+                                   "%s: 'rope_parameters.rope_type' is '%.100s'; llmforge implements plain RoPE "
+                                   "('default') only",
+                                   c->where, it->valuestring);
+            } else if (strcmp(k, "rope_theta") == 0) {
+                CFG_TRY(cfg_num_in(c, rp, "rope_theta", "rope_parameters.rope_theta", 0, 0, 1e30, &nested));
+            } else {
+                return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'rope_parameters.%.100s' is not supported (plain RoPE only)",
+                               c->where, k);
+            }
+        }
+    }
+    if (top > 0 && nested > 0 && top != nested)
+        return lf_fail(LF_ERR_CONFIG, "%s: 'rope_theta' (%.17g) and 'rope_parameters.rope_theta' (%.17g) disagree",
+                       c->where, top, nested);
+    *theta = top > 0 ? top : nested > 0 ? nested : 10000.0;
+    return LF_OK;
+}
+
+static lf_status cfg_llama(const cfg_ctx *c, int mistral, lf_model_config *m) {
+    m->arch = LF_ARCH_LLAMA;
+    m->norm = LF_NORM_RMSNORM;
+    m->bias = 0;
+    CFG_TRY(cfg_int(c, "hidden_size", 1, 0, 1, HF_SIZE_MAX, &m->n_embd));
+    CFG_TRY(cfg_int(c, "num_hidden_layers", 1, 0, 1, HF_SIZE_MAX, &m->n_layer));
+    CFG_TRY(cfg_int(c, "num_attention_heads", 1, 0, 1, HF_SIZE_MAX, &m->n_head));
+    CFG_TRY(cfg_int(c, "num_key_value_heads", 0, m->n_head, 1, HF_SIZE_MAX, &m->n_kv_head));
+    CFG_TRY(cfg_int(c, "intermediate_size", 1, 0, 1, HF_SIZE_MAX, &m->ffn_hidden));
+    CFG_TRY(cfg_int(c, "vocab_size", 1, 0, 1, HF_SIZE_MAX, &m->vocab_size));
+    CFG_TRY(cfg_int(c, "max_position_embeddings", 1, 0, 1, HF_SIZE_MAX, &m->block_size));
+    m->padded_vocab_size = m->vocab_size;
+    double eps = 0, theta = 0;
+    CFG_TRY(cfg_num_in(c, c->root, "rms_norm_eps", "rms_norm_eps", 1e-6, 0, 1, &eps));
+    m->norm_eps = (float)eps;
+    CFG_TRY(cfg_rope(c, &theta));
+    m->rope_theta = (float)theta;
+    CFG_TRY(cfg_bool(c, "tie_word_embeddings", 0, &m->tie_embeddings));
+
+    const char *act = NULL;
+    CFG_TRY(cfg_str(c, "hidden_act", "silu", &act));
+    if (strcmp(act, "silu") != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_act' is '%.100s'; llmforge's llama MLP uses silu only", c->where,
+                       act);
+    int ab = 0, mb = 0;
+    CFG_TRY(cfg_bool(c, "attention_bias", 0, &ab));
+    if (ab) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'attention_bias' is true; llmforge's llama has no biases", c->where);
+    CFG_TRY(cfg_bool(c, "mlp_bias", 0, &mb));
+    if (mb) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'mlp_bias' is true; llmforge's llama has no biases", c->where);
+    if (m->n_embd % m->n_head != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_size' %d is not divisible by 'num_attention_heads' %d", c->where,
+                       m->n_embd, m->n_head);
+    int head_dim = 0;
+    CFG_TRY(cfg_int(c, "head_dim", 0, m->n_embd / m->n_head, 1, HF_SIZE_MAX, &head_dim));
+    if (head_dim != m->n_embd / m->n_head)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: 'head_dim' %d differs from hidden_size / num_attention_heads = %d (not supported)", c->where,
+                       head_dim, m->n_embd / m->n_head);
+    if (m->n_head % m->n_kv_head != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: 'num_attention_heads' %d is not divisible by 'num_key_value_heads' %d", c->where, m->n_head,
+                       m->n_kv_head);
+    if (mistral) {
+        int sw = 0;
+        CFG_TRY(cfg_int(c, "sliding_window", 0, 0, 1, HF_SIZE_MAX, &sw));
+        if (sw > 0 && sw < m->block_size)
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: 'sliding_window' %d is smaller than 'max_position_embeddings' %d; llmforge attends "
+                           "to the whole context",
+                           c->where, sw, m->block_size);
+    }
+    return LF_OK;
+}
+
+static lf_status cfg_gpt2(const cfg_ctx *c, lf_model_config *m) {
+    m->arch = LF_ARCH_GPT2;
+    m->norm = LF_NORM_LAYERNORM;
+    m->bias = 1;
+    m->tie_embeddings = 1;
+    CFG_TRY(cfg_int(c, "n_embd", 1, 0, 1, HF_SIZE_MAX, &m->n_embd));
+    CFG_TRY(cfg_int(c, "n_layer", 1, 0, 1, HF_SIZE_MAX, &m->n_layer));
+    CFG_TRY(cfg_int(c, "n_head", 1, 0, 1, HF_SIZE_MAX, &m->n_head));
+    CFG_TRY(cfg_int(c, "n_positions", 1, 0, 1, HF_SIZE_MAX, &m->block_size));
+    CFG_TRY(cfg_int(c, "vocab_size", 1, 0, 1, HF_SIZE_MAX, &m->vocab_size));
+    CFG_TRY(cfg_int(c, "n_inner", 0, 0, 1, HF_SIZE_MAX, &m->ffn_hidden));
+    m->n_kv_head = m->n_head;
+    m->padded_vocab_size = m->vocab_size;
+    double eps = 0;
+    CFG_TRY(cfg_num_in(c, c->root, "layer_norm_epsilon", "layer_norm_epsilon", 1e-5, 0, 1, &eps));
+    m->norm_eps = (float)eps;
+    if (m->n_embd % m->n_head != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'n_embd' %d is not divisible by 'n_head' %d", c->where, m->n_embd,
+                       m->n_head);
+    const char *act = NULL;
+    CFG_TRY(cfg_str(c, "activation_function", "gelu_new", &act));
+    if (strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: 'activation_function' is '%.100s'; llmforge's GPT-2 uses the tanh GELU (gelu_new)",
+                       c->where, act);
+    int tie = 1, scale = 1, by_layer = 0;
+    CFG_TRY(cfg_bool(c, "tie_word_embeddings", 1, &tie));
+    if (!tie) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'tie_word_embeddings' is false; llmforge's GPT-2 is tied", c->where);
+    CFG_TRY(cfg_bool(c, "scale_attn_weights", 1, &scale));
+    if (!scale) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_weights' is false (not supported)", c->where);
+    CFG_TRY(cfg_bool(c, "scale_attn_by_inverse_layer_idx", 0, &by_layer));
+    if (by_layer)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_by_inverse_layer_idx' is true (not supported)", c->where);
+    return LF_OK;
+}
+
+lf_status lf_hf_model_config(const lf_hf_model *h, lf_model_config *out) {
+    if (!h || !out) return lf_fail(LF_ERR_INVALID_ARG, "lf_hf_model_config: NULL argument");
+    memset(out, 0, sizeof *out);
+    cfg_ctx c = {.root = h->config};
+    snprintf(c.where, sizeof c.where, "'%s/%s'", h->dir, HF_CONFIG_NAME);
+    lf_model_config m;
+    memset(&m, 0, sizeof m);
+    lf_status s;
+    if (strcmp(h->model_type, "llama") == 0)
+        s = cfg_llama(&c, 0, &m);
+    else if (strcmp(h->model_type, "mistral") == 0)
+        s = cfg_llama(&c, 1, &m);
+    else if (strcmp(h->model_type, "gpt2") == 0)
+        s = cfg_gpt2(&c, &m);
+    else
+        s = lf_fail(LF_ERR_UNSUPPORTED, "%s: 'model_type' '%.100s' is not supported (supported: llama, mistral, gpt2)",
+                    c.where, h->model_type);
+    if (s == LF_OK) *out = m;
+    return s;
+}
+
+/* ================================================================ tensors */
+
+lf_status lf_hf_tensor_shape(const lf_hf_model *h, const char *name, int *ndim, int64_t shape[4]) {
+    if (!h || !name || !ndim || !shape) return lf_fail(LF_ERR_INVALID_ARG, "lf_hf_tensor_shape: NULL argument");
+    const hf_entry *e = find_entry(h, name);
+    if (!e) return lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': no tensor '%.200s'", h->dir, name);
+    if (e->t->ndim > 4)
+        return lf_fail(LF_ERR_UNSUPPORTED, "hf model '%s': tensor '%.200s' in '%s' has %d dimensions (at most 4)",
+                       h->dir, name, h->shard_names[e->shard], e->t->ndim);
+    *ndim = e->t->ndim;
+    for (int d = 0; d < 4; d++) shape[d] = d < e->t->ndim ? e->t->shape[d] : 0;
+    return LF_OK;
+}
+
+/* IEEE binary16 -> binary32, exact for every input (the 2^11 mantissa fits
+ * in 24 bits, the exponent range in 8). */
+static uint32_t f16_to_f32_bits(uint16_t x) {
+    uint32_t sign = (uint32_t)(x >> 15) << 31;
+    uint32_t e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
+    if (e == 0x1f) return sign | 0x7f800000u | (m << 13); /* inf, NaN (payload and quiet bit kept) */
+    if (e != 0) return sign | ((e + 112u) << 23) | (m << 13);
+    if (m == 0) return sign; /* signed zero */
+    /* subnormal m * 2^-24: shift the leading one up to bit 10 */
+    uint32_t exp = 113;
+    while (!(m & 0x400u)) {
+        m <<= 1;
+        exp--;
+    }
+    return sign | (exp << 23) | ((m & 0x3ffu) << 13);
+}
+
+lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, size_t numel) {
+    if (!h || !name || (!dst && numel)) return lf_fail(LF_ERR_INVALID_ARG, "lf_hf_read_f32: NULL argument");
+    const hf_entry *e = find_entry(h, name);
+    if (!e) return lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': no tensor '%.200s'", h->dir, name);
+    const lf_st_tensor *t = e->t;
+    const char *file = h->shard_names[e->shard];
+    if (t->numel != numel)
+        return lf_fail(LF_ERR_MISMATCH, "hf model '%s': tensor '%.200s' in '%s' has %zu elements, the caller expects %zu",
+                       h->dir, name, file, t->numel, numel);
+    const unsigned char *src = t->data;
+    switch (t->dtype) {
+    case LF_ST_F32:
+        if (numel) memcpy(dst, src, numel * sizeof(float));
+        return LF_OK;
+    case LF_ST_BF16:
+        for (size_t i = 0; i < numel; i++) {
+            uint16_t v;
+            memcpy(&v, src + 2 * i, 2);
+            uint32_t u = (uint32_t)v << 16;
+            memcpy(dst + i, &u, 4);
+        }
+        return LF_OK;
+    case LF_ST_F16:
+        for (size_t i = 0; i < numel; i++) {
+            uint16_t v;
+            memcpy(&v, src + 2 * i, 2);
+            uint32_t u = f16_to_f32_bits(v);
+            memcpy(dst + i, &u, 4);
+        }
+        return LF_OK;
+    default:
+        return lf_fail(LF_ERR_UNSUPPORTED, "hf model '%s': tensor '%.200s' in '%s' is %s (F32, BF16 or F16 only)", h->dir,
+                       name, file, lf_st_dtype_name(t->dtype));
+    }
+}
