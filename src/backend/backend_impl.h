@@ -150,9 +150,10 @@ struct lf_backend_ops {
      *   out[i+HS/2] = x[i+HS/2] * cos(angle) + x[i] * sin(angle).
      * inv_freq and the angle are float32 arithmetic as HF computes them
      * (powf, then the float product), cos/sin of that float angle accurate
-     * to float rounding: see cpu_llama.c for why. HS must be even (callers
-     * validate). backward applies the transposed rotation to dqkv in place
-     * (the gradient w.r.t. the rotated q, k becomes the gradient w.r.t. the
+     * to float rounding: see cpu_llama.c for why. HS must be even and
+     * pos0 + T <= 2^24 (positions exact as floats; callers validate).
+     * backward applies the transposed rotation to dqkv in place (the
+     * gradient w.r.t. the rotated q, k becomes the gradient w.r.t. the
      * unrotated ones; the v part is untouched). */
     void (*rope_forward)(float *qkv,               // (B,T,(NH+2*NKV)*HS) in place
                          int B, int T, int NH, int NKV, int HS, int pos0, float theta);

@@ -85,13 +85,14 @@ static inline double ref_drop_scale(lf_dropout d) { return 1.0 / (1.0 - (double)
 
 /* ------------------------------------------------------------- ops */
 
+/* wpe may be NULL (no position embedding) */
 static inline void ref_encoder_forward(double *out, const int32_t *inp, const double *wte,
                                        const double *wpe, int B, int T, int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++)
                 out[((size_t)b * T + t) * C + c] =
-                    wte[(size_t)inp[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+                    wte[(size_t)inp[b * T + t] * C + c] + (wpe ? wpe[(size_t)t * C + c] : 0.0);
 }
 
 static inline void ref_layernorm_forward(double *out, double *mean, double *rstd,
@@ -112,6 +113,59 @@ static inline void ref_layernorm_forward(double *out, double *mean, double *rstd
     }
 }
 
+/* HF LlamaRMSNorm: out = w * x / sqrt(mean(x^2) + eps) */
+static inline void ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *w,
+                                       int N, int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C;
+        double ms = 0;
+        for (int c = 0; c < C; c++) ms += x[c] * x[c];
+        ms /= C;
+        double r = 1.0 / sqrt(ms + eps);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = w[c] * x[c] * r;
+        rstd[n] = r;
+    }
+}
+
+/* HF Llama's rotation angle for position p and frequency i, rounded where
+ * HF rounds (backend_impl.h): the float exponent 2i/HS, powf, the float
+ * reciprocal, the float product p * inv_freq. exact_angle = 1 gives the
+ * same angle in exact (double) arithmetic instead, to show that the tests
+ * can tell the two apart. */
+static inline double ref_rope_angle(int p, int i, int HS, float theta, int exact_angle) {
+    if (exact_angle) return (double)p * pow((double)theta, -2.0 * i / HS);
+    const float inv = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+    return (double)((float)p * inv);
+}
+
+/* RoPE (rotate_half convention) in place on the q and k heads of qkv rows
+ * [q: NH*HS | k: NKV*HS | v: NKV*HS]; row t at position pos0 + t. */
+static inline void ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                                    float theta, int exact_angle) {
+    const int half = HS / 2;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int hd = 0; hd < NH + NKV; hd++) {
+                double *x = qkv + ((size_t)b * T + t) * W + (size_t)hd * HS;
+                for (int i = 0; i < half; i++) {
+                    const double a = ref_rope_angle(pos0 + t, i, HS, theta, exact_angle);
+                    const double x1 = x[i], x2 = x[i + half];
+                    x[i] = x1 * cos(a) - x2 * sin(a);
+                    x[i + half] = x2 * cos(a) + x1 * sin(a);
+                }
+            }
+}
+
+/* out = silu(gate) * up on rows [gate (F) | up (F)] */
+static inline void ref_swiglu_forward(double *out, const double *inp, int N, int F) {
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < F; j++) {
+            const double g = inp[(size_t)n * 2 * F + j], u = inp[(size_t)n * 2 * F + F + j];
+            out[(size_t)n * F + j] = g / (1.0 + exp(-g)) * u;
+        }
+}
+
 static inline void ref_matmul_forward(double *out, const double *inp, const double *w,
                                       const double *bias, int N, int C, int OC,
                                       lf_weight_layout layout) {
@@ -126,18 +180,22 @@ static inline void ref_matmul_forward(double *out, const double *inp, const doub
         }
 }
 
+/* qkv rows [q: NH*HS | k: NKV*HS | v: NKV*HS]; query head h reads kv head
+ * h / (NH/NKV) (NKV == NH: GPT-2's [q | k | v]) */
 static inline void ref_attention_forward(double *out, double *att, const double *qkv, int B, int T,
-                                         int C, int NH, lf_dropout drop) {
-    const int HS = C / NH;
+                                         int C, int NH, int NKV, lf_dropout drop) {
+    const int HS = C / NH, g = NH / NKV;
+    const size_t W = (size_t)C + 2 * (size_t)NKV * HS;
     const double scale = 1.0 / sqrt((double)HS);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
                 double *a = att + (((size_t)b * NH + h) * T + t) * T;
-                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
+                const double *q = qkv + ((size_t)b * T + t) * W + h * HS;
+                const size_t kv = (size_t)(h / g) * HS;
                 double mx = -INFINITY;
                 for (int j = 0; j <= t; j++) {
-                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HS;
+                    const double *k = qkv + ((size_t)b * T + j) * W + C + kv;
                     double s = 0;
                     for (int i = 0; i < HS; i++) s += q[i] * k[i];
                     a[j] = s * scale;
@@ -155,7 +213,7 @@ static inline void ref_attention_forward(double *out, double *att, const double 
                         uint64_t idx = (((uint64_t)b * NH + h) * T + t) * T + j;
                         p = ref_keep(drop, idx) ? p * ref_drop_scale(drop) : 0.0;
                     }
-                    const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * HS;
+                    const double *v = qkv + ((size_t)b * T + j) * W + C + (size_t)NKV * HS + kv;
                     for (int i = 0; i < HS; i++) o[i] += p * v[i];
                 }
             }

@@ -90,6 +90,9 @@ static void test_table(void **state) {
     /* everything but matmul and the parameter-writing ops is the fp32 op */
     assert_ptr_equal(o->layernorm_forward, fp()->layernorm_forward);
     assert_ptr_equal(o->attention_backward, fp()->attention_backward);
+    assert_ptr_equal(o->rmsnorm_backward, fp()->rmsnorm_backward);
+    assert_ptr_equal(o->rope_forward, fp()->rope_forward);
+    assert_ptr_equal(o->swiglu_forward, fp()->swiglu_forward);
     assert_ptr_equal(o->crossentropy_forward_backward, fp()->crossentropy_forward_backward);
     assert_ptr_not_equal(o->matmul_forward, fp()->matmul_forward);
 }

@@ -1,5 +1,7 @@
 /* CPU backend: the table, memory ops and threads; every forward op against
- * the double-precision reference (ref_ops.h) on odd sizes; dropout masks
+ * the double-precision reference (ref_ops.h) on odd sizes, the Llama-family
+ * ops (RMSNorm, RoPE, SwiGLU, grouped-query attention, the encoder without
+ * wpe) included; dropout masks
  * bit-exact against the contract's formula; the fused classifier's edges
  * (ignored targets, padded vocab, NULL and aliased dlogits); AdamW against a
  * hand-written torch step; sum_squares; backward accumulation (twice =
@@ -145,6 +147,10 @@ static void test_encoder_forward(void **state) {
     ops()->encoder_forward(out.f, inp, wte.f, wpe.f, B, T, C);
     ref_encoder_forward(out.d, inp, wte.d, wpe.d, B, T, C);
     REF_CHECK("encoder out", out.f, out.d, out.n, FWD_TOL);
+    /* no position embedding (Llama): out = wte[inp], exactly */
+    ops()->encoder_forward(out.f, inp, wte.f, NULL, B, T, C);
+    for (int n = 0; n < N; n++)
+        assert_memory_equal(out.f + (size_t)n * C, wte.f + (size_t)inp[n] * C, C * sizeof(float));
     ten_free(&wte); ten_free(&wpe); ten_free(&out);
 }
 
@@ -187,12 +193,13 @@ static void test_matmul_forward(void **state) {
         }
 }
 
-static void attention_forward_case(int b_, int t_, int c_, int nh, float p) {
+static void attention_forward_gqa(int b_, int t_, int c_, int nh, int nkv, float p) {
     lf_dropout drop = {p, 99, 5, 0};
-    ten qkv = ten_rand((size_t)b_ * t_ * 3 * c_, 1.5f, 10);
+    const size_t w = (size_t)c_ + 2 * (size_t)nkv * (c_ / nh);
+    ten qkv = ten_rand((size_t)b_ * t_ * w, 1.5f, 10);
     ten out = ten_new((size_t)b_ * t_ * c_), att = ten_rand((size_t)b_ * nh * t_ * t_, 1, 11);
-    ops()->attention_forward(out.f, att.f, qkv.f, b_, t_, c_, nh, nh, drop);
-    ref_attention_forward(out.d, att.d, qkv.d, b_, t_, c_, nh, drop);
+    ops()->attention_forward(out.f, att.f, qkv.f, b_, t_, c_, nh, nkv, drop);
+    ref_attention_forward(out.d, att.d, qkv.d, b_, t_, c_, nh, nkv, drop);
     REF_CHECK("attention out", out.f, out.d, out.n, FWD_TOL);
     REF_CHECK("attention att", att.f, att.d, att.n, FWD_TOL);
     for (int bh = 0; bh < b_ * nh; bh++) /* causal: exact zeros above the diagonal */
@@ -200,6 +207,10 @@ static void attention_forward_case(int b_, int t_, int c_, int nh, float p) {
             for (int j = t + 1; j < t_; j++)
                 assert_true(att.f[((size_t)bh * t_ + t) * t_ + j] == 0.0f);
     ten_free(&qkv); ten_free(&out); ten_free(&att);
+}
+
+static void attention_forward_case(int b_, int t_, int c_, int nh, float p) {
+    attention_forward_gqa(b_, t_, c_, nh, nh, p);
 }
 
 static void test_attention_forward(void **state) {
@@ -216,6 +227,131 @@ static void test_attention_forward(void **state) {
     attention_forward_case(1, 21, 256, 2, 0.0f);
     attention_forward_case(2, 128, 128, 4, 0.0f);
     attention_forward_case(1, 1, 32, 2, 0.0f);
+    /* grouped-query (NKV = 2 with NH 4 and 8) and multi-query (NKV = 1).
+     * The GEMM path: head sizes not a multiple of 16, dropout, T > 128 */
+    attention_forward_gqa(B, T, C, NH, 2, 0.0f);
+    attention_forward_gqa(B, T, C, NH, 1, 0.25f);
+    attention_forward_gqa(2, 130, 24, 8, 2, 0.0f);
+    attention_forward_gqa(2, 130, 24, 8, 2, 0.1f);
+    attention_forward_gqa(1, 150, 64, 4, 1, 0.0f);
+    /* the small-T path: HS 16, 32 and 128 */
+    attention_forward_gqa(1, 18, 64, 4, 2, 0.0f);
+    attention_forward_gqa(2, 37, 128, 8, 2, 0.0f);
+    attention_forward_gqa(1, 21, 128, 4, 1, 0.0f);
+    attention_forward_gqa(1, 128, 256, 8, 2, 0.0f);
+    attention_forward_gqa(1, 9, 512, 4, 1, 0.0f);
+}
+
+/* ------------------------------------------------------------- Llama-family ops */
+
+static void test_rmsnorm_forward(void **state) {
+    (void)state;
+    const int sizes[][2] = {{N, C}, {5, 131}, {2, 1000}};
+    const float epss[] = {1e-5f, 1e-6f};
+    for (int s = 0; s < 3; s++)
+        for (int e = 0; e < 2; e++) {
+            const int n = sizes[s][0], c = sizes[s][1];
+            ten inp = ten_rand((size_t)n * c, 2, 3), w = ten_rand((size_t)c, 1, 4);
+            for (size_t i = 0; i < inp.n; i++) { /* offset rows: no mean is taken out */
+                inp.f[i] += 3.0f;
+                inp.d[i] = inp.f[i];
+            }
+            ten out = ten_rand(inp.n, 100, 5), rstd = ten_new((size_t)n);
+            ops()->rmsnorm_forward(out.f, rstd.f, inp.f, w.f, n, c, epss[e]);
+            ref_rmsnorm_forward(out.d, rstd.d, inp.d, w.d, n, c, (double)epss[e]);
+            REF_CHECK("rmsnorm out", out.f, out.d, out.n, FWD_TOL);
+            REF_CHECK("rmsnorm rstd", rstd.f, rstd.d, rstd.n, FWD_TOL);
+            ten_free(&inp); ten_free(&w); ten_free(&out); ten_free(&rstd);
+        }
+    /* eps matters: a zero row gives rstd = 1/sqrt(eps) and a zero output */
+    float z[8] = {0}, w1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, o[8], r;
+    ops()->rmsnorm_forward(o, &r, z, w1, 1, 8, 1e-6f);
+    assert_true(fabs((double)r - 1e3) <= 1e-3);
+    for (int c = 0; c < 8; c++) assert_true(o[c] == 0.0f);
+}
+
+/* qkv (b,t,(nh+2nkv)hs) rotated by the op against the reference; the v part
+ * must come back untouched, bit for bit. */
+static void rope_case(int b_, int t_, int nh, int nkv, int hs, int pos0, float theta) {
+    const size_t w = (size_t)(nh + 2 * nkv) * hs, n = (size_t)b_ * t_ * w;
+    ten x = ten_rand(n, 1, 60);
+    float *x0 = floats_copy(x.f, n);
+    ops()->rope_forward(x.f, b_, t_, nh, nkv, hs, pos0, theta);
+    ref_rope_forward(x.d, b_, t_, nh, nkv, hs, pos0, theta, 0);
+    char what[96];
+    snprintf(what, sizeof what, "rope hs=%d pos0=%d theta=%g", hs, pos0, (double)theta);
+    REF_CHECK(what, x.f, x.d, n, FWD_TOL);
+    for (size_t r = 0; r < (size_t)b_ * t_; r++) {
+        const size_t v0 = r * w + (size_t)(nh + nkv) * hs;
+        assert_memory_equal(x.f + v0, x0 + v0, (size_t)nkv * hs * sizeof(float));
+    }
+    /* backward is the transpose, and a rotation's transpose is its inverse */
+    ops()->rope_backward(x.f, b_, t_, nh, nkv, hs, pos0, theta);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)x.f[i] - x0[i]));
+    if (!(worst <= 1e-5)) fail_msg("%s: backward(forward(x)) - x = %.3g", what, worst);
+    free(x0);
+    ten_free(&x);
+}
+
+static void test_rope_forward(void **state) {
+    (void)state;
+    rope_case(B, T, NH, 2, 8, 0, 10000.0f);
+    rope_case(2, 5, 4, 1, 64, 17, 500000.0f);
+    rope_case(1, 3, 3, 1, 130, 3, 10000.0f); /* 65 frequencies: two chunks of the op */
+    rope_case(2, 300, 4, 4, 16, 0, 10000.0f); /* above the parallel threshold */
+    rope_case(1, 4, 2, 2, 64, 70000, 10000.0f); /* long positions */
+
+    /* position 0 is the identity, exactly */
+    const int hs = 32, nh = 2, nkv = 1, w = (nh + 2 * nkv) * hs;
+    ten x = ten_rand((size_t)w, 1, 61);
+    float *y = floats_copy(x.f, x.n);
+    ops()->rope_forward(y, 1, 1, nh, nkv, hs, 0, 10000.0f);
+    assert_memory_equal(y, x.f, x.n * sizeof(float));
+
+    /* KV-cache decoding: one row at pos0 = p is row p of the whole sequence */
+    const int tt = 40;
+    ten seq = ten_rand((size_t)tt * w, 1, 62);
+    float *whole = floats_copy(seq.f, seq.n);
+    ops()->rope_forward(whole, 1, tt, nh, nkv, hs, 0, 10000.0f);
+    for (int p = 0; p < tt; p += 13) {
+        float *row = floats_copy(seq.f + (size_t)p * w, (size_t)w);
+        ops()->rope_forward(row, 1, 1, nh, nkv, hs, p, 10000.0f);
+        assert_memory_equal(row, whole + (size_t)p * w, (size_t)w * sizeof(float));
+        free(row);
+    }
+
+    /* the float32 angle is what HF computes; at long positions an exact angle
+     * differs by far more than the tolerance, so the check above pins it */
+    const int pos = 70000, hs2 = 128;
+    ten a = ten_rand((size_t)3 * hs2, 1, 63);
+    ops()->rope_forward(a.f, 1, 1, 1, 1, hs2, pos, 500000.0f);
+    ref_rope_forward(a.d, 1, 1, 1, 1, hs2, pos, 500000.0f, 1);
+    const double e_exact = ref_err_d(a.f, a.d, a.n, 1e-6);
+    if (getenv("LF_TEST_VERBOSE")) printf("  rope at position %d against an exact angle: error %.3g\n", pos, e_exact);
+    assert_true(e_exact > 100 * FWD_TOL);
+    free(y); free(whole);
+    ten_free(&x); ten_free(&seq); ten_free(&a);
+}
+
+static void test_swiglu_forward(void **state) {
+    (void)state;
+    const int sizes[][2] = {{N, C}, {3, 1001}, {40, 600}};
+    for (int s = 0; s < 3; s++) {
+        const int n = sizes[s][0], f = sizes[s][1];
+        ten inp = ten_rand((size_t)n * 2 * f, 3, 64), out = ten_rand((size_t)n * f, 100, 65);
+        /* saturated gates: silu(g) = g for large g, tiny for very negative g */
+        inp.f[0] = inp.d[0] = 30.0f;
+        inp.f[1] = inp.d[1] = -30.0f;
+        inp.f[2] = inp.d[2] = 100.0f;
+        inp.f[3] = inp.d[3] = -100.0f;
+        ops()->swiglu_forward(out.f, inp.f, n, f);
+        ref_swiglu_forward(out.d, inp.d, n, f);
+        REF_CHECK("swiglu out", out.f, out.d, out.n, FWD_TOL);
+        assert_true(out.f[0] == 30.0f * inp.f[f] && out.f[2] == 100.0f * inp.f[f + 2]);
+        assert_true(fabsf(out.f[3]) < 1e-30f);
+        ten_free(&inp); ten_free(&out);
+    }
 }
 
 static void test_gelu_residual_forward(void **state) {
@@ -439,6 +575,29 @@ static void test_backward_accumulates(void **state) {
     TWICE("residual da", once, twice, nc, ops()->residual_backward(g_, o3, d.f, nc));
     TWICE("residual db", once, twice, nc, ops()->residual_backward(o3, g_, d.f, nc));
     OVERWRITES("dropout dinp", once, twice, nc, ops()->dropout_backward(g_, d.f, nc, drop));
+    /* Llama-family ops: RMSNorm accumulates into the residual stream and its weight, SwiGLU
+     * overwrites (its input has one producer), grouped-query attention overwrites all of dqkv
+     * although a group's dk/dv sum several heads: the GEMM path (HS 5, dropout) and the
+     * small-T path (HS 16) */
+    TWICE("encoder dwte, no wpe", o2, t2, (size_t)V * C, ops()->encoder_backward(g_, NULL, d.f, inp, B, T, C));
+    ops()->rmsnorm_forward(out, rstd, x.f, w.f, N, C, 1e-5f);
+    TWICE("rmsnorm dinp", once, twice, nc, ops()->rmsnorm_backward(g_, o2, d.f, x.f, w.f, rstd, N, C));
+    TWICE("rmsnorm dweight", o2, t2, (size_t)C, ops()->rmsnorm_backward(once, g_, d.f, x.f, w.f, rstd, N, C));
+    OVERWRITES("swiglu dinp", once, twice, (size_t)N * 2 * (C / 2), ops()->swiglu_backward(g_, x.f, d.f, N, C / 2));
+    ops()->attention_forward(out, att, x.f, B, T, C, NH, 2, drop);
+    OVERWRITES("attention dqkv (GQA)", once, twice, (size_t)N * 2 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, 2, drop));
+    {
+        const int c2 = 64, nh2 = 4, nkv2 = 2; /* HS 16: the small-T path */
+        const size_t w2 = (size_t)N * (c2 + 2 * nkv2 * (c2 / nh2));
+        ten q2 = ten_rand(w2, 1, 43), d2 = ten_rand((size_t)N * c2, 1, 44);
+        float *a2 = calloc((size_t)B * nh2 * T * T, sizeof(float)), *s2 = calloc((size_t)B * nh2 * T * T, sizeof(float));
+        float *out2 = calloc((size_t)N * c2, sizeof(float)), *g1 = calloc(w2, sizeof(float)), *g2 = calloc(w2, sizeof(float));
+        lf_dropout off = {0.0f, 3, 4, 0};
+        ops()->attention_forward(out2, a2, q2.f, B, T, c2, nh2, nkv2, off);
+        OVERWRITES("attention dqkv (GQA, small T)", g1, g2, w2, ops()->attention_backward(g_, s2, d2.f, q2.f, a2, B, T, c2, nh2, nkv2, off));
+        free(a2); free(s2); free(out2); free(g1); free(g2);
+        ten_free(&q2); ten_free(&d2);
+    }
 #undef TWICE
 #undef OVERWRITES
     free(once); free(twice); free(o2); free(t2); free(o3); free(t3); free(scratch); free(att);
@@ -464,9 +623,13 @@ static void test_thread_count_determinism(void **state) {
     lf_backend_cpu_set_threads(1);
     ops()->layernorm_forward(tmp, mean, rstd, x.f, w.f, w.f, n_, c_);
 
-    enum { NRES = 8 };
+    /* grouped-query attention: the GEMM path (HS 25, dropout) and the small-T path (C 64,
+     * NH 4, NKV 1: HS 16), whose dk/dv sum the group's heads */
+    const int c2 = 64, nh2 = 4;
+    enum { NRES = 14 };
     size_t len[NRES] = {(size_t)v_ * c_, (size_t)t_ * c_, (size_t)n_ * c_, (size_t)c_, (size_t)c_,
-                        (size_t)oc, (size_t)n_ * 3 * c_, 1};
+                        (size_t)oc, (size_t)n_ * 3 * c_, (size_t)n_ * c_, (size_t)c_, (size_t)n_ * 2 * c_,
+                        (size_t)n_ * 2 * c_, (size_t)n_ * (c2 + 2 * (c2 / nh2)), (size_t)n_ * 3 * c_, 1};
     float *res[3][NRES];
     double ss[3];
     for (int r = 0; r < 3; r++) {
@@ -480,10 +643,24 @@ static void test_thread_count_determinism(void **state) {
         lf_dropout drop = {0.1f, 1, 2, 0};
         ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, nh, drop);
         ops()->attention_backward(res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, nh, drop);
+        float *rs = malloc(n_ * sizeof(float));
+        ops()->rmsnorm_forward(tmp, rs, x.f, w.f, n_, c_, 1e-5f);
+        ops()->rmsnorm_backward(res[r][7], res[r][8], d.f, x.f, w.f, rs, n_, c_);
+        free(rs);
+        ops()->swiglu_backward(res[r][9], x.f, d.f, n_, c_);
+        ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, 2, drop);
+        ops()->attention_backward(res[r][10], scratch, d.f, x.f, att, b_, t_, c_, nh, 2, drop);
+        lf_dropout off = {0.0f, 1, 2, 0};
+        ops()->attention_forward(tmp, att, x.f, b_, t_, c2, nh2, 1, off);
+        ops()->attention_backward(res[r][11], scratch, d.f, x.f, att, b_, t_, c2, nh2, 1, off);
+        memcpy(res[r][12], x.f, len[12] * sizeof(float));
+        ops()->rope_forward(res[r][12], b_, t_, 4, 1, c_ / 2, 5, 10000.0f); /* W = 6 * 50 = 3 c_ */
         ss[r] = ops()->sum_squares(big.f, big.n);
     }
     const char *names[NRES] = {"encoder dwte", "encoder dwpe", "layernorm dinp", "layernorm dweight",
-                               "layernorm dbias", "matmul dbias", "attention dqkv", "(unused)"};
+                               "layernorm dbias", "matmul dbias", "attention dqkv", "rmsnorm dinp",
+                               "rmsnorm dweight", "swiglu dinp", "attention dqkv (GQA)",
+                               "attention dqkv (MQA, small T)", "rope", "(unused)"};
     for (int r = 1; r < 3; r++) {
         for (int k = 0; k < NRES - 1; k++)
             if (memcmp(res[0][k], res[r][k], len[k] * sizeof(float)) != 0)
@@ -509,6 +686,9 @@ int main(void) {
         cmocka_unit_test(test_layernorm_forward),
         cmocka_unit_test(test_matmul_forward),
         cmocka_unit_test(test_attention_forward),
+        cmocka_unit_test(test_rmsnorm_forward),
+        cmocka_unit_test(test_rope_forward),
+        cmocka_unit_test(test_swiglu_forward),
         cmocka_unit_test(test_gelu_residual_forward),
         cmocka_unit_test(test_dropout_forward_mask),
         cmocka_unit_test(test_crossentropy),

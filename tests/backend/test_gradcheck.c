@@ -6,7 +6,9 @@
  * start value), the other activation gradients are overwritten (=, checked
  * with no start value).
  * Sizes are odd on purpose (B=3, T=7, C=20, NH=4, V=37, Vp=40, OC=13), plus
- * cases that cross the kernels' internal block sizes. */
+ * cases that cross the kernels' internal block sizes. The Llama-family ops
+ * (RMSNorm, RoPE, SwiGLU, grouped-query attention, the encoder without a
+ * position table) are checked the same way. */
 #include "ref_ops.h"
 
 static const lf_backend_ops *ops(void) { return lf__backend_cpu(); }
@@ -62,6 +64,12 @@ static void test_encoder_backward(void **state) {
     ref_fd_grad(dwpe.d, wpe.d, wpe.n, enc_loss, &ctx);
     GRAD_CHECK("encoder dwte", dwte.f, dwte0, dwte.d, dwte.n);
     GRAD_CHECK("encoder dwpe", dwpe.f, dwpe0, dwpe.d, dwpe.n);
+    /* no position embedding: dwpe NULL, dwte accumulates the same gradient */
+    memcpy(dwte.f, dwte0, dwte.n * sizeof(float));
+    ops()->encoder_backward(dwte.f, NULL, R.f, inp, B, T, C);
+    ctx.wpe = NULL;
+    ref_fd_grad(dwte.d, wte.d, wte.n, enc_loss, &ctx);
+    GRAD_CHECK("encoder dwte (no wpe)", dwte.f, dwte0, dwte.d, dwte.n);
     free(dwte0);
     free(dwpe0);
     ten_free(&wte); ten_free(&wpe); ten_free(&R); ten_free(&out); ten_free(&dwte); ten_free(&dwpe);
@@ -117,6 +125,118 @@ static void test_layernorm_backward(void **state) {
     layernorm_case(21, 20, 1);
     layernorm_case(21, 20, 0);
     layernorm_case(5, 131, 1); /* crosses the 64-channel accumulator block */
+}
+
+/* ------------------------------------------------------------- RMSNorm */
+
+typedef struct {
+    double *inp, *w, *out, *rstd;
+    const double *R;
+    int N, C;
+    double eps;
+} rms_ctx;
+
+static double rms_loss(void *p) {
+    rms_ctx *c = p;
+    ref_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->N, c->C, c->eps);
+    return ref_dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void rmsnorm_case(int N, int C, float eps) {
+    ten inp = ten_rand((size_t)N * C, 1.5f, 17), w = ten_rand((size_t)C, 1, 18), R = ten_rand((size_t)N * C, 1, 19);
+    for (int i = 0; i < N * C; i++) { /* row offsets: RMSNorm does not centre */
+        inp.f[i] += 0.3f * (float)(i / C);
+        inp.d[i] = inp.f[i];
+    }
+    ten out = ten_new(inp.n), rstd = ten_new((size_t)N);
+    ops()->rmsnorm_forward(out.f, rstd.f, inp.f, w.f, N, C, eps);
+    ten dinp = ten_rand(inp.n, 1, 20), dw = ten_rand(w.n, 1, 21);
+    float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n);
+    ops()->rmsnorm_backward(dinp.f, dw.f, R.f, inp.f, w.f, rstd.f, N, C);
+
+    rms_ctx ctx = {inp.d, w.d, out.d, rstd.d, R.d, N, C, (double)eps};
+    ref_fd_grad(dinp.d, inp.d, inp.n, rms_loss, &ctx);
+    ref_fd_grad(dw.d, w.d, w.n, rms_loss, &ctx);
+    GRAD_CHECK("rmsnorm dinp", dinp.f, dinp0, dinp.d, dinp.n); /* accumulated */
+    GRAD_CHECK("rmsnorm dweight", dw.f, dw0, dw.d, dw.n);
+    free(dinp0); free(dw0);
+    ten_free(&inp); ten_free(&w); ten_free(&R); ten_free(&out); ten_free(&rstd); ten_free(&dinp);
+    ten_free(&dw);
+}
+
+static void test_rmsnorm_backward(void **state) {
+    (void)state;
+    rmsnorm_case(21, 20, 1e-5f);
+    rmsnorm_case(5, 131, 1e-6f); /* crosses the 64-channel accumulator block */
+}
+
+/* ------------------------------------------------------------- RoPE */
+
+typedef struct {
+    double *x, *y;
+    const double *R;
+    int B, T, NH, NKV, HS, pos0;
+    float theta;
+} rope_ctx;
+
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    const size_t n = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->HS;
+    memcpy(c->y, c->x, n * sizeof(double));
+    ref_rope_forward(c->y, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, c->theta, 0);
+    return ref_dot(c->y, c->R, n);
+}
+
+static void rope_case(int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
+    const size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    ten x = ten_rand(n, 1, 70), R = ten_rand(n, 1, 71), y = ten_new(n);
+    /* backward runs in place on the gradient w.r.t. the rotated qkv (here R)
+     * and leaves the gradient w.r.t. the unrotated one, v part included */
+    ten g = ten_new(n);
+    memcpy(g.f, R.f, n * sizeof(float));
+    ops()->rope_backward(g.f, B, T, NH, NKV, HS, pos0, theta);
+    rope_ctx ctx = {x.d, y.d, R.d, B, T, NH, NKV, HS, pos0, theta};
+    ref_fd_grad(g.d, x.d, n, rope_loss, &ctx);
+    char what[96];
+    snprintf(what, sizeof what, "rope dqkv HS=%d pos0=%d", HS, pos0);
+    GRAD_CHECK(what, g.f, NULL, g.d, n);
+    ten_free(&x); ten_free(&R); ten_free(&y); ten_free(&g);
+}
+
+static void test_rope_backward(void **state) {
+    (void)state;
+    rope_case(3, 7, 4, 2, 8, 0, 10000.0f);
+    rope_case(2, 5, 4, 1, 6, 1000, 500000.0f);
+    rope_case(1, 2, 1, 1, 130, 7, 10000.0f); /* two chunks of frequencies */
+}
+
+/* ------------------------------------------------------------- SwiGLU */
+
+typedef struct {
+    double *inp, *out;
+    const double *R;
+    int N, F;
+} swiglu_ctx;
+
+static double swiglu_loss(void *p) {
+    swiglu_ctx *c = p;
+    ref_swiglu_forward(c->out, c->inp, c->N, c->F);
+    return ref_dot(c->out, c->R, (size_t)c->N * c->F);
+}
+
+static void test_swiglu_backward(void **state) {
+    (void)state;
+    const int sizes[][2] = {{21, 20}, {3, 77}};
+    for (int s = 0; s < 2; s++) {
+        const int N = sizes[s][0], F = sizes[s][1];
+        ten inp = ten_rand((size_t)N * 2 * F, 2.5f, 72), R = ten_rand((size_t)N * F, 1, 73);
+        ten out = ten_new((size_t)N * F), dinp = ten_rand(inp.n, 100, 74); /* garbage: overwritten */
+        ops()->swiglu_backward(dinp.f, inp.f, R.f, N, F);
+        swiglu_ctx ctx = {inp.d, out.d, R.d, N, F};
+        ref_fd_grad(dinp.d, inp.d, inp.n, swiglu_loss, &ctx);
+        GRAD_CHECK("swiglu dinp", dinp.f, NULL, dinp.d, dinp.n);
+        ten_free(&inp); ten_free(&R); ten_free(&out); ten_free(&dinp);
+    }
 }
 
 /* ------------------------------------------------------------- matmul */
@@ -181,30 +301,32 @@ static void test_matmul_backward(void **state) {
 typedef struct {
     double *qkv, *out, *att;
     const double *R;
-    int B, T, C, NH;
+    int B, T, C, NH, NKV;
     lf_dropout drop;
 } att_ctx;
 
 static double att_loss(void *p) {
     att_ctx *c = p;
-    ref_attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->drop);
+    ref_attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->NKV, c->drop);
     return ref_dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
-static void attention_case(int B, int T, int C, int NH, float p, size_t samples) {
+/* NKV key/value heads (NKV == NH: multi-head) */
+static void attention_case_gqa(int B, int T, int C, int NH, int NKV, float p, size_t samples) {
     lf_dropout drop = {p, 1234, 77, 0};
-    ten qkv = ten_rand((size_t)B * T * 3 * C, 1, 30), R = ten_rand((size_t)B * T * C, 1, 31);
+    const size_t W = (size_t)C + 2 * (size_t)NKV * (C / NH);
+    ten qkv = ten_rand((size_t)B * T * W, 1, 30), R = ten_rand((size_t)B * T * C, 1, 31);
     ten out = ten_new((size_t)B * T * C), att = ten_new((size_t)B * NH * T * T);
     ten scratch = ten_new(att.n);
-    ops()->attention_forward(out.f, att.f, qkv.f, B, T, C, NH, NH, drop);
+    ops()->attention_forward(out.f, att.f, qkv.f, B, T, C, NH, NKV, drop);
     ten dqkv = ten_rand(qkv.n, 1, 32);
     float *dqkv0 = floats_copy(dqkv.f, dqkv.n);
     for (size_t i = 0; i < scratch.n; i++) scratch.f[i] = NAN; /* contents are undefined */
-    ops()->attention_backward(dqkv.f, scratch.f, R.f, qkv.f, att.f, B, T, C, NH, NH, drop);
+    ops()->attention_backward(dqkv.f, scratch.f, R.f, qkv.f, att.f, B, T, C, NH, NKV, drop);
 
-    att_ctx ctx = {qkv.d, out.d, att.d, R.d, B, T, C, NH, drop};
+    att_ctx ctx = {qkv.d, out.d, att.d, R.d, B, T, C, NH, NKV, drop};
     char what[96];
-    snprintf(what, sizeof what, "attention dqkv T=%d p=%.2f", T, (double)p);
+    snprintf(what, sizeof what, "attention dqkv T=%d NH=%d NKV=%d p=%.2f", T, NH, NKV, (double)p);
     if (samples == 0) {
         ref_fd_grad(dqkv.d, qkv.d, qkv.n, att_loss, &ctx);
         GRAD_CHECK(what, dqkv.f, NULL, dqkv.d, dqkv.n); /* overwritten */
@@ -216,6 +338,10 @@ static void attention_case(int B, int T, int C, int NH, float p, size_t samples)
     free(dqkv0);
     ten_free(&qkv); ten_free(&R); ten_free(&out); ten_free(&att); ten_free(&scratch);
     ten_free(&dqkv);
+}
+
+static void attention_case(int B, int T, int C, int NH, float p, size_t samples) {
+    attention_case_gqa(B, T, C, NH, NH, p, samples);
 }
 
 static void test_attention_backward(void **state) {
@@ -232,6 +358,17 @@ static void test_attention_backward(void **state) {
     attention_case(2, 37, 64, 2, 0.0f, 200);
     attention_case(1, 21, 256, 2, 0.0f, 200);
     attention_case(1, 128, 128, 2, 0.0f, 200);
+    /* grouped-query (NKV 2 of NH 4 or 8) and multi-query (NKV 1) on both paths: dk and dv of
+     * a key/value head sum its query heads. GEMM path: HS not a multiple of 16, dropout, T > 128 */
+    attention_case_gqa(3, 7, 20, 4, 2, 0.0f, 0);
+    attention_case_gqa(3, 7, 20, 4, 1, 0.3f, 0);
+    attention_case_gqa(2, 7, 24, 8, 2, 0.0f, 0);
+    attention_case_gqa(1, 70, 16, 4, 2, 0.2f, 200);
+    attention_case_gqa(1, 140, 64, 4, 1, 0.0f, 150);
+    /* small-T path: HS 16 and 32 */
+    attention_case_gqa(2, 18, 64, 4, 2, 0.0f, 0);
+    attention_case_gqa(1, 21, 128, 8, 2, 0.0f, 300);
+    attention_case_gqa(1, 37, 128, 4, 1, 0.0f, 300);
 }
 
 /* ------------------------------------------------------------- element-wise */
@@ -342,6 +479,8 @@ static void test_crossentropy_backward(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encoder_backward),   cmocka_unit_test(test_layernorm_backward),
+        cmocka_unit_test(test_rmsnorm_backward),   cmocka_unit_test(test_rope_backward),
+        cmocka_unit_test(test_swiglu_backward),
         cmocka_unit_test(test_matmul_backward),    cmocka_unit_test(test_attention_backward),
         cmocka_unit_test(test_gelu_backward),      cmocka_unit_test(test_residual_backward),
         cmocka_unit_test(test_dropout_backward),   cmocka_unit_test(test_crossentropy_backward),

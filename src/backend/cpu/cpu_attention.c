@@ -1,18 +1,25 @@
 /*
- * Causal multi-head self-attention of the CPU backend.
+ * Causal self-attention of the CPU backend: multi-head (GPT-2) and
+ * grouped-query (Llama; multi-query as the case of one key/value head).
  *
- * Layout: qkv (B,T,3C) rows hold [q | k | v]; head h uses channels
- * h*HS..h*HS+HS-1 of each part, so a head's q, k and v are (T,HS) strided
- * views with leading dimension 3C, and its output is a (T,HS) view of out
- * (B,T,C) with leading dimension C. att (B,NH,T,T) holds the softmax
+ * Layout: qkv (B,T,W) rows hold [q: NH*HS | k: NKV*HS | v: NKV*HS],
+ * W = C + 2*NKV*HS; head h uses channels h*HS..h*HS+HS-1 of q, and query
+ * head h reads key/value head g = h / G, G = NH/NKV query heads per group.
+ * So a head's q, k and v are (T,HS) strided views with leading dimension W,
+ * and its output is a (T,HS) view of out (B,T,C) with leading dimension C.
+ * NKV == NH is GPT-2's [q | k | v], each C wide (W = 3C, g = h): the code
+ * then performs exactly the operations it did before grouped-query support,
+ * so the results are the same bits. att (B,NH,T,T) holds the softmax
  * probabilities before dropout, zero above the diagonal.
  *
  * Invariants:
- *  - One thread owns one (b,h) pair at a time (OpenMP over B*NH); the fp32
- *    GEMM (lf__cpu_sgemm) called inside that parallel region runs on the
- *    calling thread. Each
- *    pair writes disjoint parts of out/att/dqkv/scratch, so no races, and
- *    the arithmetic per pair does not depend on the thread count.
+ *  - Forward: one thread owns one (b,h) pair at a time (OpenMP over
+ *    B*NH). Backward: one thread owns one (b,g) pair (OpenMP over B*NKV)
+ *    and runs the group's query heads h = g*G .. g*G+G-1 in order: dq of
+ *    each head is its own, while dk and dv of the group sum the heads'
+ *    contributions in that fixed order, so there are no races and no
+ *    dependence on the thread count. The fp32 GEMM (lf__cpu_sgemm) called
+ *    inside these parallel regions runs on the calling thread.
  *  - Rows are processed in blocks of ATT_RB; block [r0,r1) only needs key
  *    columns 0..r1-1, which skips about half of the T x T work.
  *  - Softmax is max-subtracted in fp32; exp is lf__cpu_expf_f32
@@ -22,13 +29,18 @@
  *    columns above the diagonal masked (att_width).
  *  - Attention dropout: element (b,h,t,j) has flat index ((b*NH+h)*T+t)*T+j
  *    in the (B,NH,T,T) tensor; the mask is recomputed in backward.
- *  - backward overwrites dqkv (each (b,h) zeroes its dk, dv slices, and dq
- *    rows are written once per row block with beta = 0); scratch (B,NH,T,T) holds, per row
- *    block, first the dropped probabilities (for dv) and then datt/dpreatt.
+ *  - backward overwrites dqkv: each (b,g) zeroes its dk, dv slices before
+ *    its first head (GEMM path) or has its first head store rather than add
+ *    (small-T path), and dq rows are written once per row block with
+ *    beta = 0; scratch (B,NH,T,T) holds, per row block, first the dropped
+ *    probabilities (for dv) and then datt/dpreatt.
  *
  * Reference: Vaswani et al. 2017 (scaled dot-product attention); nanoGPT
  * CausalSelfAttention; llm.c attention_backward for the softmax gradient
- * dpre = att * (datt - sum_j att*datt).
+ * dpre = att * (datt - sum_j att*datt); Ainslie et al. 2023, "GQA: Training
+ * Generalized Multi-Query Transformer Models from Multi-Head Checkpoints"
+ * (grouped-query attention), Shazeer 2019 (multi-query); Hugging Face
+ * modeling_llama.py repeat_kv (query head h reads kv head h / G).
  */
 #include <math.h>
 #include <string.h>
@@ -47,14 +59,13 @@ static inline int att_width(int t, int r1) {
     return n < r1 ? n : r1;
 }
 
-/* out_blk (rows,HS; ld C) = dropout(A) (rows x r1; ld T) @ v (r1,HS; ld 3C).
+/* out_blk (rows,HS; ld C) = dropout(A) (rows x r1; ld T) @ v (r1,HS; ld W).
  * The dropped probabilities go through a stack tile, ATT_TILE/rows columns
  * at a time, because att must keep the undropped values. */
 static void dropped_av(float *out_blk, const float *A, const float *v, int r0, int rows, int r1,
-                       int T, int C, int HS, uint64_t base, lf_dropout drop, float dscale) {
+                       int T, int C, long W, int HS, uint64_t base, lf_dropout drop, float dscale) {
     float tile[ATT_TILE];
     const int jc = ATT_TILE / rows;
-    const long C3 = 3L * C;
     for (int j0 = 0; j0 < r1; j0 += jc) {
         const int w = r1 - j0 < jc ? r1 - j0 : jc;
         for (int i = 0; i < rows; i++) {
@@ -67,7 +78,7 @@ static void dropped_av(float *out_blk, const float *A, const float *v, int r0, i
                 o[j - j0] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j)) ? a[j] * dscale
                                                                                       : 0.0f;
         }
-        lf__cpu_sgemm(0, 0, rows, HS, w, 1.0f, tile, w, v + (size_t)j0 * C3, (int)C3, j0 ? 1.0f : 0.0f, out_blk, C);
+        lf__cpu_sgemm(0, 0, rows, HS, w, 1.0f, tile, w, v + (size_t)j0 * W, (int)W, j0 ? 1.0f : 0.0f, out_blk, C);
     }
 }
 
@@ -272,10 +283,11 @@ static void fast_abt(float *S, int lds, const float *X, int ldx, const float *Yt
 }
 
 /* O[r*ldo + :HS] = alpha * sum_{i=lo}^{hi-1} P[r*rs + i*is] * Y[i*ldy + :HS], r < R;
+ * with `add`, O[...] += that instead (the later heads of a key/value group).
  * NV = HS/16 vectors per row, R*NV <= 16 accumulators. */
 static inline __attribute__((always_inline)) void fast_ab_tile(float *O, int ldo, const float *P, long rs, long is,
                                                                int lo, int hi, const float *Y, int ldy, float alpha,
-                                                               const int R, const int NV) {
+                                                               int add, const int R, const int NV) {
     att_v16 acc[ATT_FAST_R][8];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = (att_v16){0};
@@ -287,6 +299,16 @@ static inline __attribute__((always_inline)) void fast_ab_tile(float *O, int ldo
             for (int v = 0; v < NV; v++) acc[r][v] += p * y[v];
         }
     }
+    if (add) {
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++) {
+                att_v16 o;
+                v16_load(&o, O + (size_t)r * ldo + 16 * v);
+                o += acc[r][v] * alpha;
+                v16_store(O + (size_t)r * ldo + 16 * v, &o);
+            }
+        return;
+    }
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) {
             const att_v16 o = acc[r][v] * alpha;
@@ -295,14 +317,14 @@ static inline __attribute__((always_inline)) void fast_ab_tile(float *O, int ldo
 }
 
 static void fast_ab(float *O, int ldo, const float *P, long rs, long is, int lo, int hi, const float *Y, int ldy,
-                    int HS, float alpha, int R) {
+                    int HS, float alpha, int add, int R) {
     const int NV = HS / 16;
     if (R == ATT_FAST_R && NV <= 4) {
         switch (NV) {
-        case 1: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, ATT_FAST_R, 1); break;
-        case 2: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, ATT_FAST_R, 2); break;
-        case 3: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, ATT_FAST_R, 3); break;
-        default: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, ATT_FAST_R, 4); break;
+        case 1: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 1); break;
+        case 2: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 2); break;
+        case 3: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 3); break;
+        default: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 4); break;
         }
         return;
     }
@@ -311,7 +333,7 @@ static void fast_ab(float *O, int ldo, const float *P, long rs, long is, int lo,
         const int rr = R - r >= 2 ? 2 : 1;
         float *Or = O + (size_t)r * ldo;
         const float *Pr = P + r * rs;
-#define LF_AB(RR, VV) fast_ab_tile(Or, ldo, Pr, rs, is, lo, hi, Y, ldy, alpha, RR, VV)
+#define LF_AB(RR, VV) fast_ab_tile(Or, ldo, Pr, rs, is, lo, hi, Y, ldy, alpha, add, RR, VV)
         if (rr == 2) {
             switch (NV) {
             case 1: LF_AB(2, 1); break;
@@ -340,17 +362,17 @@ static void fast_ab(float *O, int ldo, const float *P, long rs, long is, int lo,
     }
 }
 
-/* Forward of one (b,h) pair. */
+/* Forward of one (b,h) pair: q, k, v have leading dimension W. */
 static void fast_forward_bh(float *out_bh, float *att_bh, const float *q, const float *k, const float *v, int T, int C,
-                            int HS, float scale) {
-    const int TP = (T + 15) & ~15, C3 = 3 * C;
+                            int W, int HS, float scale) {
+    const int TP = (T + 15) & ~15;
     float Kt[ATT_FAST_TILE];
     float S[ATT_FAST_R * ATT_FAST_TMAX];
-    att_transpose(Kt, k, C3, T, TP, HS);
+    att_transpose(Kt, k, W, T, TP, HS);
     for (int t0 = 0; t0 < T; t0 += ATT_FAST_R) {
         const int R = T - t0 < ATT_FAST_R ? T - t0 : ATT_FAST_R;
         const int nb = (t0 + R + 15) / 16; /* key columns 0..t0+R-1 */
-        fast_abt(S, TP, q + (size_t)t0 * C3, C3, Kt, TP, HS, nb, scale, R);
+        fast_abt(S, TP, q + (size_t)t0 * W, W, Kt, TP, HS, nb, scale, R);
         for (int r = 0; r < R; r++) {
             const int t = t0 + r;
             float *row = att_bh + (size_t)t * T;
@@ -360,18 +382,20 @@ static void fast_forward_bh(float *out_bh, float *att_bh, const float *q, const 
             if (n < T) memset(row + n, 0, sizeof(float) * (size_t)(T - n));
         }
         /* out rows t0.. = P[t0.., 0..t0+R) @ v: entries past each row's diagonal are 0 */
-        fast_ab(out_bh + (size_t)t0 * C, C, att_bh + (size_t)t0 * T, T, 1, 0, t0 + R, v, C3, HS, 1.0f, R);
+        fast_ab(out_bh + (size_t)t0 * C, C, att_bh + (size_t)t0 * T, T, 1, 0, t0 + R, v, W, HS, 1.0f, 0, R);
     }
 }
 
-/* Backward of one (b,h) pair: S_bh (T,T) scratch ends as the softmax gradient. */
+/* Backward of one (b,h) pair: S_bh (T,T) scratch ends as the softmax
+ * gradient; dq is written, dk and dv are written (add = 0: the group's first
+ * head) or added to (add = 1). q, k, v, dq, dk, dv have leading dimension W. */
 static void fast_backward_bh(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh, const float *q,
-                             const float *k, const float *v, const float *att_bh, int T, int C, int HS,
-                             float scale) {
-    const int TP = (T + 15) & ~15, C3 = 3 * C;
+                             const float *k, const float *v, const float *att_bh, int T, int C, int W, int HS,
+                             float scale, int add) {
+    const int TP = (T + 15) & ~15;
     float Vt[ATT_FAST_TILE];
     float S[ATT_FAST_R * ATT_FAST_TMAX], At[ATT_FAST_TMAX];
-    att_transpose(Vt, v, C3, T, TP, HS);
+    att_transpose(Vt, v, W, T, TP, HS);
     for (int t0 = 0; t0 < T; t0 += ATT_FAST_R) {
         const int R = T - t0 < ATT_FAST_R ? T - t0 : ATT_FAST_R;
         const int nb = (t0 + R + 15) / 16;
@@ -394,21 +418,20 @@ static void fast_backward_bh(float *dq, float *dk, float *dv, float *S_bh, const
             if (n < T) memset(s + n, 0, sizeof(float) * (size_t)(T - n));
         }
         /* dq rows t0.. = scale * dpre[t0.., 0..t0+R) @ k */
-        fast_ab(dq + (size_t)t0 * C3, C3, S_bh + (size_t)t0 * T, T, 1, 0, t0 + R, k, C3, HS, scale, R);
+        fast_ab(dq + (size_t)t0 * W, W, S_bh + (size_t)t0 * T, T, 1, 0, t0 + R, k, W, HS, scale, 0, R);
     }
     /* dv rows j = sum_{t >= j} att[t][j] dout[t];  dk rows j = scale * sum_{t >= j} dpre[t][j] q[t] */
     for (int j0 = 0; j0 < T; j0 += ATT_FAST_R) {
         const int R = T - j0 < ATT_FAST_R ? T - j0 : ATT_FAST_R;
-        fast_ab(dv + (size_t)j0 * C3, C3, att_bh + j0, 1, T, j0, T, dout_bh, C, HS, 1.0f, R);
-        fast_ab(dk + (size_t)j0 * C3, C3, S_bh + j0, 1, T, j0, T, q, C3, HS, scale, R);
+        fast_ab(dv + (size_t)j0 * W, W, att_bh + j0, 1, T, j0, T, dout_bh, C, HS, 1.0f, add, R);
+        fast_ab(dk + (size_t)j0 * W, W, S_bh + j0, 1, T, j0, T, q, W, HS, scale, add, R);
     }
 }
 
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH, int NKV, lf_dropout drop) {
-    (void)NKV; /* NKV == NH only, until grouped-query attention lands */
-    const int HS = C / NH;
-    const long C3 = 3L * C;
+    const int HS = C / NH, G = NH / NKV;
+    const long W = (long)C + 2L * NKV * HS, KV = (long)NKV * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const int use_drop = drop.p > 0.0f;
     const float dscale = use_drop ? 1.0f / (1.0f - drop.p) : 1.0f;
@@ -417,14 +440,14 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * NH * T * T * HS >= LF_CPU_PAR_MIN)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
+            const float *q = qkv + (size_t)b * T * W + (size_t)h * HS;
+            const float *k = qkv + (size_t)b * T * W + C + (size_t)(h / G) * HS;
+            const float *v = k + KV;
             float *att_bh = att + ((size_t)b * NH + h) * T * T;
             float *out_bh = out + (size_t)b * T * C + (size_t)h * HS;
             const uint64_t base = ((uint64_t)b * NH + h) * T * T;
             if (fast) {
-                fast_forward_bh(out_bh, att_bh, q, k, v, T, C, HS, scale);
+                fast_forward_bh(out_bh, att_bh, q, k, v, T, C, (int)W, HS, scale);
                 continue;
             }
 
@@ -432,7 +455,7 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                 const int r1 = r0 + ATT_RB < T ? r0 + ATT_RB : T, rows = r1 - r0;
                 float *A = att_bh + (size_t)r0 * T;
                 /* pre-softmax scores for rows r0..r1-1, key columns 0..r1-1 */
-                lf__cpu_sgemm(0, 1, rows, r1, HS, scale, q + (size_t)r0 * C3, (int)C3, k, (int)C3, 0.0f, A, T);
+                lf__cpu_sgemm(0, 1, rows, r1, HS, scale, q + (size_t)r0 * W, (int)W, k, (int)W, 0.0f, A, T);
                 for (int t = r0; t < r1; t++) {
                     float *row = att_bh + (size_t)t * T;
                     /* whole vectors: columns 0..n-1, n = t+1 rounded up to ATT_VW (at most r1), the
@@ -458,9 +481,9 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                     if (n < T) memset(row + n, 0, sizeof(float) * (size_t)(T - n));
                 }
                 if (!use_drop)
-                    lf__cpu_sgemm(0, 0, rows, HS, r1, 1.0f, A, T, v, (int)C3, 0.0f, out_bh + (size_t)r0 * C, C);
+                    lf__cpu_sgemm(0, 0, rows, HS, r1, 1.0f, A, T, v, (int)W, 0.0f, out_bh + (size_t)r0 * C, C);
                 else
-                    dropped_av(out_bh + (size_t)r0 * C, A, v, r0, rows, r1, T, C, HS, base, drop,
+                    dropped_av(out_bh + (size_t)r0 * C, A, v, r0, rows, r1, T, C, W, HS, base, drop,
                                dscale);
             }
         }
@@ -469,81 +492,87 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
 
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop) {
-    (void)NKV; /* NKV == NH only, until grouped-query attention lands */
-    const int HS = C / NH;
-    const long C3 = 3L * C;
+    const int HS = C / NH, G = NH / NKV;
+    const long W = (long)C + 2L * NKV * HS, KV = (long)NKV * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const int use_drop = drop.p > 0.0f;
     const float dscale = use_drop ? 1.0f / (1.0f - drop.p) : 1.0f;
     const int fast = att_fast_ok(T, HS, drop);
 
+    /* one (b, kv head) per thread: dk, dv sum the group's heads in order */
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * NH * T * T * HS >= LF_CPU_PAR_MIN)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const size_t qoff = (size_t)b * T * C3 + (size_t)h * HS;
-            const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
-            const float *att_bh = att + ((size_t)b * NH + h) * T * T;
-            float *S_bh = scratch + ((size_t)b * NH + h) * T * T;
-            const float *dout_bh = dout + (size_t)b * T * C + (size_t)h * HS;
-            const uint64_t base = ((uint64_t)b * NH + h) * T * T;
-            if (fast) {
-                fast_backward_bh(dq, dk, dv, S_bh, dout_bh, q, k, v, att_bh, T, C, HS, scale);
-                continue;
-            }
-            for (int t = 0; t < T; t++) {
-                memset(dk + (size_t)t * C3, 0, sizeof(float) * (size_t)HS);
-                memset(dv + (size_t)t * C3, 0, sizeof(float) * (size_t)HS);
-            }
+        for (int g = 0; g < NKV; g++) {
+            const size_t koff = (size_t)b * T * W + C + (size_t)g * HS;
+            const float *k = qkv + koff, *v = k + KV;
+            float *dk = dqkv + koff, *dv = dk + KV;
+            if (!fast)
+                for (int t = 0; t < T; t++) {
+                    memset(dk + (size_t)t * W, 0, sizeof(float) * (size_t)HS);
+                    memset(dv + (size_t)t * W, 0, sizeof(float) * (size_t)HS);
+                }
+            for (int h = g * G; h < g * G + G; h++) {
+                const size_t qoff = (size_t)b * T * W + (size_t)h * HS;
+                const float *q = qkv + qoff;
+                float *dq = dqkv + qoff;
+                const float *att_bh = att + ((size_t)b * NH + h) * T * T;
+                float *S_bh = scratch + ((size_t)b * NH + h) * T * T;
+                const float *dout_bh = dout + (size_t)b * T * C + (size_t)h * HS;
+                const uint64_t base = ((uint64_t)b * NH + h) * T * T;
+                if (fast) {
+                    fast_backward_bh(dq, dk, dv, S_bh, dout_bh, q, k, v, att_bh, T, C, (int)W, HS, scale, h > g * G);
+                    continue;
+                }
 
-            for (int r0 = 0; r0 < T; r0 += ATT_RB) {
-                const int r1 = r0 + ATT_RB < T ? r0 + ATT_RB : T, rows = r1 - r0;
-                const float *A = att_bh + (size_t)r0 * T;
-                float *S = S_bh + (size_t)r0 * T;
-                const float *dO = dout_bh + (size_t)r0 * C;
+                for (int r0 = 0; r0 < T; r0 += ATT_RB) {
+                    const int r1 = r0 + ATT_RB < T ? r0 + ATT_RB : T, rows = r1 - r0;
+                    const float *A = att_bh + (size_t)r0 * T;
+                    float *S = S_bh + (size_t)r0 * T;
+                    const float *dO = dout_bh + (size_t)r0 * C;
 
-                /* dv[0:r1] += dropout(A)^T @ dout[r0:r1] */
-                if (!use_drop) {
-                    lf__cpu_sgemm(1, 0, r1, HS, rows, 1.0f, A, T, dO, C, 1.0f, dv, (int)C3);
-                } else {
+                    /* dv[0:r1] += dropout(A)^T @ dout[r0:r1] */
+                    if (!use_drop) {
+                        lf__cpu_sgemm(1, 0, r1, HS, rows, 1.0f, A, T, dO, C, 1.0f, dv, (int)W);
+                    } else {
+                        for (int t = r0; t < r1; t++) {
+                            const float *a = att_bh + (size_t)t * T;
+                            float *s = S_bh + (size_t)t * T;
+                            const uint64_t row = base + (uint64_t)t * T;
+#pragma omp simd
+                            for (int j = 0; j < r1; j++)
+                                s[j] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j))
+                                           ? a[j] * dscale : 0.0f;
+                        }
+                        lf__cpu_sgemm(1, 0, r1, HS, rows, 1.0f, S, T, dO, C, 1.0f, dv, (int)W);
+                    }
+
+                    /* datt (rows x r1) = dout[r0:r1] @ v[0:r1]^T */
+                    lf__cpu_sgemm(0, 1, rows, r1, HS, 1.0f, dO, C, v, (int)W, 0.0f, S, T);
+
+                    /* through dropout, then softmax backward, in place: S = dpreatt */
                     for (int t = r0; t < r1; t++) {
                         const float *a = att_bh + (size_t)t * T;
                         float *s = S_bh + (size_t)t * T;
-                        const uint64_t row = base + (uint64_t)t * T;
+                        if (use_drop) {
+                            const uint64_t row = base + (uint64_t)t * T;
 #pragma omp simd
-                        for (int j = 0; j < r1; j++)
-                            s[j] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j))
-                                       ? a[j] * dscale : 0.0f;
-                    }
-                    lf__cpu_sgemm(1, 0, r1, HS, rows, 1.0f, S, T, dO, C, 1.0f, dv, (int)C3);
-                }
-
-                /* datt (rows x r1) = dout[r0:r1] @ v[0:r1]^T */
-                lf__cpu_sgemm(0, 1, rows, r1, HS, 1.0f, dO, C, v, (int)C3, 0.0f, S, T);
-
-                /* through dropout, then softmax backward, in place: S = dpreatt */
-                for (int t = r0; t < r1; t++) {
-                    const float *a = att_bh + (size_t)t * T;
-                    float *s = S_bh + (size_t)t * T;
-                    if (use_drop) {
-                        const uint64_t row = base + (uint64_t)t * T;
-#pragma omp simd
-                        for (int j = 0; j <= t; j++)
-                            s[j] = lf__cpu_dropout_keep(drop, row + (uint64_t)j) ? s[j] * dscale : 0.0f;
-                    }
-                    /* whole vectors as in forward; a[j] = 0 above the diagonal */
-                    const int n = att_width(t, r1);
-                    float dot = 0.0f;
+                            for (int j = 0; j <= t; j++)
+                                s[j] = lf__cpu_dropout_keep(drop, row + (uint64_t)j) ? s[j] * dscale : 0.0f;
+                        }
+                        /* whole vectors as in forward; a[j] = 0 above the diagonal */
+                        const int n = att_width(t, r1);
+                        float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j < n; j++) dot += j <= t ? a[j] * s[j] : 0.0f;
+                        for (int j = 0; j < n; j++) dot += j <= t ? a[j] * s[j] : 0.0f;
 #pragma omp simd
-                    for (int j = 0; j < n; j++) s[j] = j <= t ? a[j] * (s[j] - dot) : 0.0f;
-                    if (n < r1) memset(s + n, 0, sizeof(float) * (size_t)(r1 - n));
-                }
+                        for (int j = 0; j < n; j++) s[j] = j <= t ? a[j] * (s[j] - dot) : 0.0f;
+                        if (n < r1) memset(s + n, 0, sizeof(float) * (size_t)(r1 - n));
+                    }
 
-                /* dq[r0:r1] = scale * dpre @ k[0:r1];  dk[0:r1] += scale * dpre^T @ q[r0:r1] */
-                lf__cpu_sgemm(0, 0, rows, HS, r1, scale, S, T, k, (int)C3, 0.0f, dq + (size_t)r0 * C3, (int)C3);
-                lf__cpu_sgemm(1, 0, r1, HS, rows, scale, S, T, q + (size_t)r0 * C3, (int)C3, 1.0f, dk, (int)C3);
+                    /* dq[r0:r1] = scale * dpre @ k[0:r1];  dk[0:r1] += scale * dpre^T @ q[r0:r1] */
+                    lf__cpu_sgemm(0, 0, rows, HS, r1, scale, S, T, k, (int)W, 0.0f, dq + (size_t)r0 * W, (int)W);
+                    lf__cpu_sgemm(1, 0, r1, HS, rows, scale, S, T, q + (size_t)r0 * W, (int)W, 1.0f, dk, (int)W);
+                }
             }
         }
     }

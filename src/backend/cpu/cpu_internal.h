@@ -3,10 +3,12 @@
  * at, and small helpers shared by the op files.
  *
  * Invariants (see backend_impl.h for the full contract):
- *  - Backward ops accumulate (+=) into every gradient; only the fused
- *    classifier overwrites dlogits.
- *  - Every reduction that crosses rows (dbias, layernorm dweight/dbias,
- *    encoder dwte/dwpe, sum_squares) has a fixed summation order that does
+ *  - Backward ops accumulate (+=) into parameter and residual-stream
+ *    gradients and overwrite the single-producer activation gradients
+ *    (the list is in backend_impl.h).
+ *  - Every reduction that crosses rows (dbias, layernorm and rmsnorm
+ *    dweight/dbias, encoder dwte/dwpe, the dk/dv of a grouped-query
+ *    attention group, sum_squares) has a fixed summation order that does
  *    not depend on the number of threads, so results are bit-identical for
  *    any thread count. Rows are split across threads only where each output
  *    element is written by exactly one row.

@@ -1,5 +1,6 @@
 /*
- * Element-wise ops of the CPU backend: token + position embedding, GELU
+ * Element-wise ops of the CPU backend: token + position embedding (or the
+ * token embedding alone: wpe == NULL, models with rotary positions), GELU
  * (tanh approximation), residual add, standalone dropout.
  *
  * Invariants:
@@ -36,6 +37,11 @@ void lf__cpu_encoder_forward(float *restrict out, const int32_t *restrict inp,
     for (long n = 0; n < N; n++) {
         float *restrict o = out + n * C;
         const float *restrict we = wte + (size_t)inp[n] * C;
+        if (!wpe) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = we[c];
+            continue;
+        }
         const float *restrict wp = wpe + (size_t)(n % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
@@ -57,6 +63,11 @@ void lf__cpu_encoder_backward(float *restrict dwte, float *restrict dwpe,
                     const long n = (long)b * T + t;
                     const float *restrict d = dout + n * C;
                     float *restrict dw = dwte + (size_t)inp[n] * C;
+                    if (!dwpe) {
+#pragma omp simd
+                        for (int c = c0; c < c1; c++) dw[c] += d[c];
+                        continue;
+                    }
                     float *restrict dp = dwpe + (size_t)t * C;
 #pragma omp simd
                     for (int c = c0; c < c1; c++) {
