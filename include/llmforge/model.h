@@ -53,6 +53,9 @@ typedef struct lf_model_config {
 
 /* "gpt2", "llama"; "?" for other values. */
 const char *lf_arch_name(lf_arch arch);
+/* 1 when the architecture can store its matmul inputs in bf16 (lf_act_dtype;
+ * gpt2), 0 when they stay fp32 (llama). */
+int lf_arch_bf16_acts(lf_arch arch);
 /* Parse an architecture name (exact, lower case). LF_ERR_CONFIG names the
  * value and the choices. */
 lf_status lf_arch_parse(const char *name, lf_arch *out);
@@ -76,6 +79,18 @@ typedef struct lf_param_info {
     int decay;                    /* nanoGPT: weight decay on tensors with >= 2 dims */
     int unit;                     /* ZeRO unit (lf_model_num_units): 0 embeddings, 1..L blocks, L+1 head */
 } lf_param_info;
+
+/* Named model shapes (`llmforge bench --preset`, `llmforge plan --preset`):
+ * gpt2-124m, shakespeare-char-cpu, smollm-135m (Llama: 30 layers, 576
+ * channels, 9 heads, 3 KV heads, ffn 1536, vocab 49152, tied) and
+ * llama-3.2-1b (16 layers, 2048 channels, 32/8 heads, ffn 8192, vocab
+ * 128256, tied, rope_theta 500000; its rope_scaling is not applied).
+ * LF_ERR_NOT_FOUND lists the names. */
+lf_status lf_model_preset(const char *name, lf_model_config *out);
+const char *lf_model_preset_names(void); /* "gpt2-124m, ..." */
+/* The config as configuration overrides ("model.arch=llama\nmodel.n_layer=30\n..."),
+ * one per line, like snprintf. */
+int lf_model_config_overrides(const lf_model_config *cfg, char *buf, size_t cap);
 
 /* Parameter table of a config: *out is allocated (lf_free), *count entries,
  * *total floats.

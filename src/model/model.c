@@ -29,7 +29,7 @@
 const lf__model_arch *lf__arch_of(lf_arch arch) {
     switch (arch) {
     case LF_ARCH_GPT2: return &lf__arch_gpt2;
-    case LF_ARCH_LLAMA: break; /* llama.c */
+    case LF_ARCH_LLAMA: return &lf__arch_llama;
     }
     return NULL;
 }
@@ -37,6 +37,11 @@ const lf__model_arch *lf__arch_of(lf_arch arch) {
 const char *lf_arch_name(lf_arch arch) {
     const lf__model_arch *a = lf__arch_of(arch);
     return a ? a->name : "?";
+}
+
+int lf_arch_bf16_acts(lf_arch arch) {
+    const lf__model_arch *a = lf__arch_of(arch);
+    return a && a->bf16_acts;
 }
 
 lf_status lf_arch_parse(const char *name, lf_arch *out) {
@@ -119,6 +124,53 @@ int lf_model_hf_config_json(const lf_model_config *cfg, char *buf, size_t cap) {
     const lf__model_arch *a;
     if (resolved(cfg, &c, &a) != LF_OK) return 0;
     return a->hf_config_json(&c, buf, cap);
+}
+
+/* ---------------------------------------------------------------- presets */
+
+typedef struct preset {
+    const char *name, *what;
+    lf_model_config cfg;
+} preset;
+
+static const preset k_presets[] = {
+    {"gpt2-124m", "GPT-2 small (HF gpt2; vocab padded to 50304 as llm.c does)",
+     {.arch = LF_ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304,
+      .bias = 1, .tie_embeddings = 1}},
+    {"shakespeare-char-cpu", "nanoGPT's shakespeare_char CPU model (configs/shakespeare_char_cpu.json)",
+     {.arch = LF_ARCH_GPT2, .n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65,
+      .bias = 1, .tie_embeddings = 1}},
+    {"smollm-135m", "HuggingFaceTB/SmolLM-135M's shape (Llama: 9 heads, 3 KV heads, tied)",
+     {.arch = LF_ARCH_LLAMA, .n_layer = 30, .n_head = 9, .n_kv_head = 3, .n_embd = 576, .ffn_hidden = 1536,
+      .block_size = 2048, .vocab_size = 49152, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .tie_embeddings = 1}},
+    {"llama-3.2-1b", "meta-llama/Llama-3.2-1B's shape (GQA 32/8, tied; its rope_scaling is not applied)",
+     {.arch = LF_ARCH_LLAMA, .n_layer = 16, .n_head = 32, .n_kv_head = 8, .n_embd = 2048, .ffn_hidden = 8192,
+      .block_size = 131072, .vocab_size = 128256, .norm_eps = 1e-5f, .rope_theta = 500000.0f,
+      .tie_embeddings = 1}},
+};
+
+lf_status lf_model_preset(const char *name, lf_model_config *out) {
+    for (size_t i = 0; name && i < sizeof k_presets / sizeof k_presets[0]; i++)
+        if (!strcmp(name, k_presets[i].name)) {
+            *out = k_presets[i].cfg;
+            return LF_OK;
+        }
+    return lf_fail(LF_ERR_NOT_FOUND, "unknown model preset '%s' (%s)", name ? name : "(null)", lf_model_preset_names());
+}
+
+const char *lf_model_preset_names(void) {
+    return "gpt2-124m, shakespeare-char-cpu, smollm-135m, llama-3.2-1b";
+}
+
+int lf_model_config_overrides(const lf_model_config *c, char *buf, size_t cap) {
+    return snprintf(buf, cap,
+                    "model.arch=%s\nmodel.n_layer=%d\nmodel.n_head=%d\nmodel.n_kv_head=%d\nmodel.n_embd=%d\n"
+                    "model.ffn_hidden=%d\nmodel.block_size=%d\nmodel.vocab_size=%d\nmodel.norm_eps=%.9g\n"
+                    "model.rope_theta=%.9g\nmodel.tie_embeddings=%s\nmodel.bias=%s\nmodel.dropout=%.9g",
+                    lf_arch_name(c->arch), c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden,
+                    c->block_size, c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size : c->vocab_size,
+                    (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
+                    c->bias ? "true" : "false", (double)c->dropout);
 }
 
 /* Units (lf_model_num_units): the flat range of each, from the table's unit

@@ -922,6 +922,16 @@ static const char *note_of(const parse_ctx *c, int i) { return c->where[i] ? c->
  * with a placeholder of 1 when 0). */
 static lf_status resolve_model(parse_ctx *c) {
     lf_model_config *m = &c->cfg.model;
+    static const struct { const char *key; unsigned bit; } given[] = {
+        {"model.arch", LF_MODEL_GIVEN_ARCH}, {"model.n_layer", LF_MODEL_GIVEN_N_LAYER},
+        {"model.n_head", LF_MODEL_GIVEN_N_HEAD}, {"model.n_kv_head", LF_MODEL_GIVEN_N_KV_HEAD},
+        {"model.n_embd", LF_MODEL_GIVEN_N_EMBD}, {"model.ffn_hidden", LF_MODEL_GIVEN_FFN_HIDDEN},
+        {"model.block_size", LF_MODEL_GIVEN_BLOCK_SIZE}, {"model.vocab_size", LF_MODEL_GIVEN_VOCAB_SIZE},
+        {"model.norm_eps", LF_MODEL_GIVEN_NORM_EPS}, {"model.rope_theta", LF_MODEL_GIVEN_ROPE_THETA},
+        {"model.tie_embeddings", LF_MODEL_GIVEN_TIE}, {"model.bias", LF_MODEL_GIVEN_BIAS}};
+    c->cfg.model_given = 0;
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
+        if (c->given[key_index(given[i].key)]) c->cfg.model_given |= given[i].bit;
     lf_status st = lf_arch_parse(c->cfg.arch, &m->arch);
     if (st != LF_OK) return st;
     const int ib = key_index("model.bias"), it = key_index("model.tie_embeddings");

@@ -65,11 +65,13 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->policy = rc;
     p->staging = staging;
     /* bf16 runs on cpu-bf16, whose model stores the matmul inputs in bf16 */
-    p->act_dtype = cfg->bf16 ? LF_ACT_BF16 : LF_ACT_FP32;
+    const int bf16_acts = lf_arch_bf16_acts(mcfg->arch); /* else its matmul inputs stay fp32 under bf16 too */
+    p->act_dtype = cfg->bf16 && bf16_acts ? LF_ACT_BF16 : LF_ACT_FP32;
     for (int d = 0; d < 2; d++)
         for (int k = 0; k < 3; k++) {
             lf_act_bytes ab;
-            st = lf_model_plan_bytes(mcfg, B, T, (lf_recompute)k, (lf_act_dtype)d, p->replicas, &ab);
+            const lf_act_dtype dd = d == LF_ACT_BF16 && !bf16_acts ? LF_ACT_FP32 : (lf_act_dtype)d;
+            st = lf_model_plan_bytes(mcfg, B, T, (lf_recompute)k, dd, p->replicas, &ab);
             if (st != LF_OK) return st;
             p->act_by_dtype[d][k] = ab.total;
             if (d == (int)p->act_dtype) p->act_policy[k] = ab.total;

@@ -57,6 +57,7 @@
 #include "llmforge/loss_scaler.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
+#include "llmforge/hf.h"
 #include "train_impl.h"
 
 struct lf_trainer {
@@ -120,6 +121,7 @@ struct lf_trainer {
     lf_ckpt_file extra[2];
     int n_extra;
     char *tok_data, *hf_config;
+    lf_hf_model *hf;           /* --init-from a Hugging Face directory (closed after the weights are read) */
     char tok_spec[LF_PATH_MAX + 32]; /* the spec as stored in checkpoints */
     char ckpt_root[LF_PATH_MAX + 8];
     char errmsg[1024];
@@ -560,7 +562,8 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
 
 /* The files each checkpoint carries besides tensors and state. A char
  * tokenizer's vocab.json is copied (the spec then names it relative to the
- * checkpoint); other tokenizers keep their spec. config.json is Hugging
+ * checkpoint), and so is a Hugging Face tokenizer.json ("hf:tokenizer.json");
+ * other tokenizers keep their spec. config.json is Hugging
  * Face's config of this model (lf_model_hf_config_json: GPT2LMHeadModel,
  * LlamaForCausalLM), so transformers loads the checkpoint directory. */
 static lf_status make_ckpt_extras(lf_trainer *t) {
@@ -572,6 +575,12 @@ static lf_status make_ckpt_extras(lf_trainer *t) {
         if (st != LF_OK) return st;
         t->extra[t->n_extra++] = (lf_ckpt_file){"vocab.json", t->tok_data, len};
         snprintf(t->tok_spec, sizeof t->tok_spec, "char:vocab.json");
+    } else if (strncmp(spec, "hf:", 3) == 0) { /* a Hugging Face tokenizer.json travels with the weights */
+        size_t len = 0;
+        lf_status st = lf_file_read_all(spec + 3, 256u << 20, &t->tok_data, &len);
+        if (st != LF_OK) return st;
+        t->extra[t->n_extra++] = (lf_ckpt_file){"tokenizer.json", t->tok_data, len};
+        snprintf(t->tok_spec, sizeof t->tok_spec, "hf:tokenizer.json");
     }
     int n = lf_model_hf_config_json(&t->mcfg, NULL, 0); /* 0: no HF equivalent (GPT-2 without biases) */
     if (n > 0) {
@@ -746,6 +755,129 @@ static lf_status open_comm(lf_trainer *t) {
     return LF_OK;
 }
 
+/* ---------------------------------------------------------------- --init-from a Hugging Face directory */
+
+/* A directory holding config.json: a Hugging Face model (save_pretrained). */
+static int is_hf_dir(const char *path) {
+    char cfg[LF_PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    struct stat sd, sc;
+    return stat(path, &sd) == 0 && S_ISDIR(sd.st_mode) && stat(cfg, &sc) == 0 && S_ISREG(sc.st_mode);
+}
+
+/* The model section from the HF config.json: keys the configuration leaves
+ * out are taken from it; keys it sets must agree (all disagreements listed
+ * by name). A Llama's block_size may be anything (RoPE has no position
+ * table); GPT-2's must be n_positions. model.vocab_size (embedding rows)
+ * becomes the HF vocab_size. */
+static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
+    lf_model_config h;
+    lf_status st = lf_hf_model_config(hf, &h);
+    if (st != LF_OK) return st;
+    lf_model_config *m = &t->cfg.model;
+    const unsigned g = t->cfg.model_given;
+    char bad[2048] = "";
+    size_t len = 0;
+#define HF_KEY(bit, field, key, fmt, cast)                                                                        \
+    do {                                                                                                        \
+        if (!(g & (bit))) m->field = h.field;                                                                   \
+        else if (m->field != h.field && len < sizeof bad)                                                       \
+            len += (size_t)snprintf(bad + len, sizeof bad - len, "%s%s " fmt " (config.json " fmt ")", len ? "; " : "", \
+                                    key, (cast)m->field, (cast)h.field);                                        \
+    } while (0)
+    if (!(g & LF_MODEL_GIVEN_ARCH)) {
+        m->arch = h.arch;
+        snprintf(t->cfg.arch, sizeof t->cfg.arch, "%s", lf_arch_name(h.arch));
+    } else if (m->arch != h.arch) {
+        len += (size_t)snprintf(bad + len, sizeof bad - len, "model.arch %s (config.json %s)", lf_arch_name(m->arch),
+                                lf_arch_name(h.arch));
+    }
+    HF_KEY(LF_MODEL_GIVEN_N_LAYER, n_layer, "model.n_layer", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_N_HEAD, n_head, "model.n_head", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_N_KV_HEAD, n_kv_head, "model.n_kv_head", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_N_EMBD, n_embd, "model.n_embd", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_FFN_HIDDEN, ffn_hidden, "model.ffn_hidden", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_NORM_EPS, norm_eps, "model.norm_eps", "%g", double);
+    HF_KEY(LF_MODEL_GIVEN_ROPE_THETA, rope_theta, "model.rope_theta", "%g", double);
+    HF_KEY(LF_MODEL_GIVEN_TIE, tie_embeddings, "model.tie_embeddings", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_BIAS, bias, "model.bias", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_VOCAB_SIZE, vocab_size, "model.vocab_size", "%d", int);
+    if (h.arch == LF_ARCH_LLAMA) {
+        if (!(g & LF_MODEL_GIVEN_BLOCK_SIZE)) m->block_size = h.block_size;
+    } else {
+        HF_KEY(LF_MODEL_GIVEN_BLOCK_SIZE, block_size, "model.block_size", "%d", int);
+    }
+#undef HF_KEY
+    if (len)
+        return lf_fail(LF_ERR_MISMATCH, "--init-from '%s': the configuration disagrees with its config.json: %s",
+                       lf_hf_dir(hf), bad);
+    m->padded_vocab_size = 0;
+    return LF_OK;
+}
+
+/* The weights of an HF directory into host params by name (GPT-2's may
+ * carry the "transformer." prefix), converted to fp32; every missing
+ * tensor, shape mismatch and unexpected tensor is listed. Ignored: a tied
+ * model's lm_head.weight, RoPE's inv_freq buffers, GPT-2's attention-mask
+ * buffers. */
+static lf_status hf_load_weights(lf_trainer *t, const lf_hf_model *hf, float *params) {
+    int count;
+    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    int nt = lf_hf_num_tensors(hf);
+    unsigned char *used = calloc((size_t)nt + 1, 1);
+    if (!used) return lf_fail(LF_ERR_NOMEM, "out of memory");
+    char bad[4096] = "";
+    size_t len = 0;
+    int n_bad = 0;
+    lf_status st = LF_OK;
+    for (int i = 0; i < count && st == LF_OK; i++) {
+        const lf_param_info *p = &table[i];
+        char name[LF_PARAM_NAME_MAX + 16];
+        int ndim;
+        int64_t shape[4];
+        snprintf(name, sizeof name, "%s", p->name);
+        if (lf_hf_tensor_shape(hf, name, &ndim, shape) != LF_OK) {
+            snprintf(name, sizeof name, "transformer.%s", p->name);
+            if (lf_hf_tensor_shape(hf, name, &ndim, shape) != LF_OK) {
+                if (len < sizeof bad)
+                    len += (size_t)snprintf(bad + len, sizeof bad - len, "%smissing %s", n_bad ? "; " : "", p->name);
+                n_bad++;
+                continue;
+            }
+        }
+        for (int k = 0; k < nt; k++)
+            if (!strcmp(lf_hf_tensor_name(hf, k), name)) used[k] = 1;
+        int ok = ndim == p->ndim;
+        for (int d = 0; ok && d < ndim; d++) ok = shape[d] == p->shape[d];
+        if (!ok) {
+            if (len < sizeof bad)
+                len += (size_t)snprintf(bad + len, sizeof bad - len, "%s%s has shape [%lld, %lld], the model [%lld, %lld]",
+                                        n_bad ? "; " : "", name, (long long)shape[0],
+                                        (long long)(ndim > 1 ? shape[1] : 0), (long long)p->shape[0],
+                                        (long long)p->shape[1]);
+            n_bad++;
+            continue;
+        }
+        st = lf_hf_read_f32(hf, name, params + p->offset, p->numel);
+    }
+    for (int k = 0; k < nt && st == LF_OK; k++) {
+        const char *nm = lf_hf_tensor_name(hf, k);
+        size_t l = strlen(nm);
+        if (used[k] || strstr(nm, "rotary_emb.inv_freq") || (l > 10 && !strcmp(nm + l - 10, ".attn.bias")) ||
+            strstr(nm, ".attn.masked_bias") || (t->mcfg.tie_embeddings && !strcmp(nm, "lm_head.weight")))
+            continue;
+        if (len < sizeof bad)
+            len += (size_t)snprintf(bad + len, sizeof bad - len, "%sunexpected %s", n_bad ? "; " : "", nm);
+        n_bad++;
+    }
+    free(used);
+    if (st != LF_OK) return st;
+    if (n_bad)
+        return lf_fail(LF_ERR_MISMATCH, "--init-from '%s': %d tensor%s do not match the model: %s", lf_hf_dir(hf),
+                       n_bad, n_bad == 1 ? "" : "s", bad);
+    return LF_OK;
+}
+
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts) {
     *out = NULL;
     lf_status st;
@@ -790,6 +922,16 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         return tfail(t, lf_fail(LF_ERR_CONFIG, "dataset '%s' holds llm.c token files, which name no tokenizer: set key "
                                 "'data.tokenizer' (e.g. gpt2:DIR with encoder.json and vocab.bpe)", t->cfg.dataset));
     int V = lf_dataset_vocab_size(t->ds);
+    if (t->opts.init_from && t->opts.init_from[0] && is_hf_dir(t->opts.init_from)) {
+        st = lf_hf_open(&t->hf, t->opts.init_from);
+        if (st == LF_OK) st = hf_merge_config(t, t->hf);
+        if (st != LF_OK) return tfail(t, st);
+        if (t->cfg.model.vocab_size < V)
+            return tfail(t, lf_fail(LF_ERR_CONFIG, "--init-from '%s' has %d embedding rows but dataset '%s' has %d "
+                                    "tokens: prepare the data with the model's tokenizer (hf:%s/tokenizer.json)",
+                                    t->opts.init_from, t->cfg.model.vocab_size, t->cfg.dataset, V,
+                                    t->opts.init_from));
+    }
     t->mcfg = t->cfg.model;
     if (t->cfg.model.vocab_size == 0 || t->cfg.model.vocab_size == V) {
         t->mcfg.vocab_size = V;
@@ -895,8 +1037,12 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         int count;
         const lf_param_info *table = lf_model_params_table(t->model, &count);
         lf_ckpt_tensors tt = {table, count, n};
-        st = lf_weights_load(t->opts.init_from, &tt, t->host_params);
+        st = t->hf ? hf_load_weights(t, t->hf, t->host_params) : lf_weights_load(t->opts.init_from, &tt, t->host_params);
         if (st != LF_OK) return tfail(t, st);
+        if (t->hf) lf_log(LF_LOG_INFO, "initialised from Hugging Face model %s (%s)", t->opts.init_from,
+                          lf_hf_model_type(t->hf));
+        lf_hf_close(t->hf);
+        t->hf = NULL;
         stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
 
@@ -929,6 +1075,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
 void lf_trainer_free(lf_trainer *t) {
     if (!t) return;
     stop_watchdog(t);
+    lf_hf_close(t->hf);
     lf_obs_free(t->obs);
     lf_eval_tasks_free(t->tasks);
     lf_eval_results_free(t->task_res);
@@ -1059,7 +1206,7 @@ static lf_status export_best_model(lf_trainer *t) {
     snprintf(dst, sizeof dst, "%s/final_model", t->cfg.out_dir);
     lf_status st = lf_mkdirs(dst);
     if (st != LF_OK) return st;
-    static const char *files[] = {"model.safetensors", "config.json", "vocab.json", "trainer_state.json"};
+    static const char *files[] = {"model.safetensors", "config.json", "vocab.json", "tokenizer.json", "trainer_state.json"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char src[LF_PATH_MAX + 200], out[LF_PATH_MAX + 64];
         snprintf(src, sizeof src, "%s/%s/%s", t->ckpt_root, t->best_ckpt, files[i]);

@@ -1,6 +1,10 @@
 /*
- * Golden test against PyTorch: tests/fixtures/gpt2_golden.safetensors was
- * written by tools/reference/make_golden.py (a GPT-2 in PyTorch). Compared by
+ * Golden test against PyTorch, one fixture per run (argv[1], default
+ * gpt2_golden): tests/fixtures/gpt2_golden.safetensors was written by
+ * tools/reference/make_golden.py (a GPT-2 in PyTorch);
+ * llama_golden{,_tied}.safetensors by tools/reference/make_llama_golden.py
+ * (transformers' LlamaForCausalLM: GQA with an untied head, and tied). The
+ * model config comes from the fixture's metadata. Compared by
  * tensor name: logits and loss (1e-5 relative), every parameter gradient
  * (1e-4), and 10 AdamW steps with clipping and weight decay (losses 1e-5,
  * gradient norms 1e-4, final weights elementwise against the error bound
@@ -13,7 +17,7 @@
 #include "llmforge/safetensors.h"
 #include "llmforge/train.h"
 
-#define FIXTURE LF_SOURCE_DIR "/tests/fixtures/gpt2_golden.safetensors"
+static char fixture[1024] = LF_SOURCE_DIR "/tests/fixtures/gpt2_golden.safetensors";
 
 static lf_safetensors *st;
 static lf_model *model;
@@ -30,6 +34,18 @@ static double meta_num(const char *k) {
     const char *v = lf_safetensors_meta(st, k);
     assert_non_null(v);
     return strtod(v, NULL);
+}
+
+static int meta_int_or(const char *k, int dflt) {
+    const char *v = lf_safetensors_meta(st, k);
+    if (!v) return dflt;
+    if (!strcmp(v, "true")) return 1;
+    if (!strcmp(v, "false")) return 0;
+    return atoi(v);
+}
+static float meta_float_or(const char *k, float dflt) {
+    const char *v = lf_safetensors_meta(st, k);
+    return v ? strtof(v, NULL) : dflt;
 }
 
 static const lf_st_tensor *need(const char *name) {
@@ -64,9 +80,18 @@ static void load_initial_params(void) {
 
 static int setup(void **state) {
     (void)state;
-    LF_ASSERT_OK(lf_safetensors_open(&st, FIXTURE));
+    LF_ASSERT_OK(lf_safetensors_open(&st, fixture));
     lf_model_config c = {.n_layer = meta_int("n_layer"), .n_head = meta_int("n_head"), .n_embd = meta_int("n_embd"),
-                        .block_size = meta_int("block_size"), .vocab_size = meta_int("vocab_size"), .bias = 1};
+                         .block_size = meta_int("block_size"), .vocab_size = meta_int("vocab_size"),
+                         .bias = meta_int_or("bias", 1), .n_kv_head = meta_int_or("n_kv_head", 0),
+                         .ffn_hidden = meta_int_or("ffn_hidden", 0), .tie_embeddings = meta_int_or("tie_embeddings", 1)};
+    const char *arch = lf_safetensors_meta(st, "arch");
+    LF_ASSERT_OK(lf_arch_parse(arch ? arch : "gpt2", &c.arch));
+    if (c.arch == LF_ARCH_LLAMA) {
+        c.norm_eps = meta_float_or("norm_eps", 0.0f);
+        c.rope_theta = meta_float_or("rope_theta", 0.0f);
+    }
+    printf("fixture %s: %s\n", fixture, lf_arch_name(c.arch));
     B = meta_int("B");
     T = meta_int("T");
     be = lf_backend_get("cpu");
@@ -271,7 +296,8 @@ static void test_ten_adamw_steps(void **state) {
     lf_free(m2);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) snprintf(fixture, sizeof fixture, "%s/tests/fixtures/%s.safetensors", LF_SOURCE_DIR, argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_logits_and_loss),
         cmocka_unit_test(test_gradients),

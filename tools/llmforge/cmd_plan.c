@@ -21,24 +21,31 @@ int cmd_plan(int argc, char **argv) {
     long threads = 0, world = 0, rank = 0;
     int json = 0;
     int rc = 2;
-    const char **ov = calloc((size_t)argc + 1, sizeof *ov);
+    const char **ov = calloc((size_t)argc + 24, sizeof *ov);
+    const char *preset = NULL;
+    char preset_ov[1024];
     int n_ov = 0;
     if (!ov) return 1;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge plan [CONFIG.json] [--key.path=value ...] [--threads N] [--world-size W] [--rank R]\n"
-                   "                     [--json]\n"
+            printf("usage: llmforge plan [CONFIG.json] [--preset NAME] [--key.path=value ...] [--threads N]\n"
+                   "                     [--world-size W] [--rank R] [--json]\n"
+                   "  --preset NAME takes the model section from a named shape (%s);\n"
+                   "  without CONFIG the rest is the defaults.\n"
                    "  The memory a training run needs per rank, item by item, before anything is allocated;\n"
                    "  the vocabulary comes from data.dataset (or model.vocab_size when the dataset is absent).\n"
                    "  --world-size W plans for W ranks (default: the launcher's, else 1): the batch identity\n"
                    "  and the communication buffers follow it; with zero_optimization.stage 1-3 parameters,\n"
                    "  gradients and AdamW moments are those of one rank's shard (--rank R, default 0: the\n"
                    "  largest). --json prints one JSON object instead.\n"
-                   "  Exit 0 when it fits memory.limit_bytes (or the available memory), 1 when it does not.\n");
+                   "  Exit 0 when it fits memory.limit_bytes (or the available memory), 1 when it does not.\n",
+                   lf_model_preset_names());
             rc = 0;
             goto done;
+        } else if ((v = opt_value(argc, argv, &i, "--preset", &missing))) {
+            preset = v;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
             if (parse_long("--threads", v, 0, 4096, &threads)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--world-size", &missing))) {
@@ -57,6 +64,25 @@ int cmd_plan(int argc, char **argv) {
             fprintf(stderr, "llmforge plan: unknown argument '%s' (see --help)\n", argv[i]);
             goto done;
         }
+    }
+    if (preset) { /* the preset's model keys first, so --model.* overrides still apply */
+        lf_model_config pm;
+        if (lf_model_preset(preset, &pm) != LF_OK) {
+            fprintf(stderr, "llmforge plan: %s\n", lf_last_error());
+            goto done;
+        }
+        lf_model_config_overrides(&pm, preset_ov, sizeof preset_ov);
+        const char *pre[24];
+        int n_pre = 0;
+        for (char *line = preset_ov, *nl; line && n_pre < 22; line = nl) {
+            nl = strchr(line, '\n');
+            if (nl) *nl++ = 0;
+            pre[n_pre++] = line;
+        }
+        if (!config) pre[n_pre++] = "data.dataset=(none: --preset)";
+        memmove(ov + n_pre, ov, sizeof *ov * (size_t)n_ov);
+        memcpy(ov, pre, sizeof *ov * (size_t)n_pre);
+        n_ov += n_pre;
     }
     lf_train_config cfg;
     lf_status st = lf_train_config_load_world(&cfg, config, (int)world, n_ov, ov);

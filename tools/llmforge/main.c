@@ -6,7 +6,7 @@
  *   llmforge prepare --char INPUT --out DIR
  *   llmforge train CONFIG.json [--key.path=value ...] [--resume] [--init-from FILE]
  *   llmforge sample --ckpt DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
- *   llmforge bench (--preset gpt2-124m | --config CFG) [--micro-batch B] [--seq T] [--steps N] [--warmup W]
+ *   llmforge bench (--preset NAME | --config CFG) [--micro-batch B] [--seq T] [--steps N] [--warmup W]
  *                  [--peak-gflops G] [--recompute none|selective|full] [--bf16] [--json]
  */
 #include <errno.h>
@@ -399,7 +399,7 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge bench (--preset gpt2-124m | --config CFG) [--micro-batch B] [--seq T]\n"
+            printf("usage: llmforge bench (--preset NAME | --config CFG) [--micro-batch B] [--seq T]\n"
                    "                      [--steps N] [--warmup W] [--peak-gflops G] [--threads N]\n"
                    "                      [--recompute none|selective|full] [--bf16] [--json]\n"
                    "  Trains on random tokens from random weights; prints median ms/step, tokens/s,\n"
@@ -407,7 +407,9 @@ static int cmd_bench(int argc, char **argv) {
                    "  FMA peak, and the activation memory of the step under the recompute policy\n"
                    "  (default: the config's activation_checkpointing.policy, else none).\n"
                    "  Presets: gpt2-124m (12 layers, 12 heads, 768, vocab 50304, block 1024),\n"
-                   "  shakespeare-char-cpu (4, 4, 128, vocab 65, block 64).\n"
+                   "  shakespeare-char-cpu (4, 4, 128, vocab 65, block 64), smollm-135m (llama: 30 layers,\n"
+                   "  9 heads / 3 KV heads, 576, ffn 1536, vocab 49152, tied), llama-3.2-1b (16, 32/8, 2048,\n"
+                   "  ffn 8192, vocab 128256, tied).\n"
                    "  --bf16: matrix products with bf16 operands and fp32 accumulation (the backend of\n"
                    "  bf16.enabled, also taken from --config); prints which kernel does them.\n");
             return 0;
@@ -421,13 +423,12 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "llmforge bench: give --preset or --config, not both\n");
         return 2;
     }
-    if (preset && !strcmp(preset, "gpt2-124m")) {
-        mc = (lf_model_config){.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1};
-    } else if (preset && !strcmp(preset, "shakespeare-char-cpu")) {
-        mc = (lf_model_config){.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .bias = 1};
-    } else if (preset) {
-        fprintf(stderr, "llmforge bench: unknown preset '%s' (gpt2-124m, shakespeare-char-cpu)\n", preset);
-        return 2;
+    if (preset) {
+        lf_status pst = lf_model_preset(preset, &mc);
+        if (pst != LF_OK) {
+            fprintf(stderr, "llmforge bench: %s\n", lf_last_error());
+            return 2;
+        }
     } else if (config) {
         lf_train_config cfg;
         /* bench reads only the model section; the dataset is never opened */
@@ -453,15 +454,16 @@ static int cmd_bench(int argc, char **argv) {
         const double v[8] = {r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec, r.mfu,
                              r.peak_flops,  r.flops_per_token, r.ms_min, r.ms_max};
         for (int k = 0; k < 8; k++) lf_json_number(n[k], sizeof n[k], v[k]);
-        printf("{\"impl\":\"llmforge\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
+        printf("{\"impl\":\"llmforge\",\"arch\":\"%s\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
                "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
                "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%s,\"ms_max\":%s,"
                "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\"}\n",
-               n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(), n[6], n[7],
+               lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(), n[6], n[7],
                lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false",
                bf16 ? lf_backend_cpu_bf16_kernel() : "", lf_backend_cpu_fp32_kernel());
     } else {
-        printf("model: %d layers, %d heads, %d channels, vocab %d; %zu parameters\n", mc.n_layer, mc.n_head, mc.n_embd,
+        printf("model: %s, %d layers, %d heads (%d KV), %d channels, vocab %d; %zu parameters\n",
+               lf_arch_name(mc.arch), mc.n_layer, mc.n_head, mc.n_kv_head ? mc.n_kv_head : mc.n_head, mc.n_embd,
                mc.vocab_size, r.num_params);
         printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n", B, T, r.steps, warmup, lf_backend_cpu_threads());
         printf("activations: %.1f MB (recompute %s%s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute),

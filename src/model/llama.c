@@ -1,0 +1,427 @@
+/*
+ * Llama-family decoder (Hugging Face LlamaForCausalLM; Llama 2/3, SmolLM,
+ * Mistral without sliding windows): token embedding, L pre-norm blocks
+ * (RMSNorm -> grouped-query attention with RoPE -> residual, RMSNorm ->
+ * SwiGLU MLP -> residual), a final RMSNorm and an lm_head, tied to the
+ * embedding or not. No biases, no position embedding. One architecture
+ * table (lf__arch_llama, model_impl.h) of the model runtime (model.c).
+ *
+ * Layout: Hugging Face names and nn.Linear's (out, in) weights, y = x @ W^T
+ * (LF_W_OUT_IN). A block's q, k and v projections are consecutive in the
+ * flat buffer, so together they are one ((NH + 2 NKV) HS, C) matrix and one
+ * product gives rows [q | k | v], the layout the attention op reads;
+ * likewise gate and up are one (2F, C) matrix giving [gate | up] for the
+ * SwiGLU op. The checkpoint's model.safetensors is therefore exactly what
+ * transformers loads.
+ *
+ * Invariants:
+ *  - RoPE is applied in place to the q and k parts of qkv right after the
+ *    projection (positions 0..T-1), so qkv holds the rotated q and k that
+ *    attention and its backward read; backward rotates dq and dk back
+ *    before the projection's backward.
+ *  - Activation gradients are shared by all layers, as in gpt2.c: the
+ *    residual stream's gradient (dresidual) that the RMSNorm backwards add
+ *    into, and per-op buffers their single producer overwrites.
+ *  - Recomputation (lf_recompute) as in gpt2.c: selective recomputes the two
+ *    RMSNorm outputs and the SwiGLU output; full keeps each block's input and
+ *    re-runs the block (up to SwiGLU) in backward. Same ops on the same
+ *    inputs: every policy gives the same bits.
+ *  - Matmul inputs are stored in fp32 (no bf16 activation storage yet: the
+ *    backend has no bf16 RMSNorm/SwiGLU slots); on cpu-bf16 the products
+ *    still round their operands to bf16.
+ *  - Dropout: HF Llama has attention dropout only (attention_dropout), which
+ *    is model.dropout here; there is none on the residual branches.
+ *
+ * References: Touvron et al. 2023 (Llama); Hugging Face transformers
+ * modeling_llama.py (LlamaRMSNorm, rotate_half, LlamaMLP, repeat_kv);
+ * Ainslie et al. 2023 (GQA); Shazeer 2020 (GLU variants).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model/model_impl.h"
+
+/* Indices of one block's tensors in the parameter table. */
+enum { P_IN_NORM, P_Q, P_K, P_V, P_O, P_POST_NORM, P_GATE, P_UP, P_DOWN, P_PER_LAYER };
+
+typedef struct layer_acts {
+    float *h1, *rstd1;  /* (N,C), (N): input_layernorm output and statistics */
+    float *qkv;         /* (N,W) [q | k | v], q and k rotated */
+    float *att;         /* (B,NH,T,T) softmax probabilities */
+    float *atty;        /* (N,C) attention output before o_proj */
+    float *oproj;       /* (N,C) o_proj / down_proj outputs; working set */
+    float *res2;        /* (N,C) residual after attention */
+    float *h2, *rstd2;  /* post_attention_layernorm */
+    float *gu;          /* (N,2F) [gate | up] */
+    float *sw;          /* (N,F) SwiGLU output */
+    float *res3;        /* (N,C) block output */
+} layer_acts;
+
+typedef struct llama_acts {
+    layer_acts *la;
+    float *encoded;        /* (N,C) token embeddings */
+    float *hf, *rstdf;     /* final norm */
+    float *att_scratch;    /* (B,NH,T,T) */
+    float *dresidual, *dln, *datty; /* (N,C) */
+    float *dqkv;           /* (N,W) */
+    float *dgu;            /* (N,2F) */
+    float *dsw;            /* (N,F) */
+} llama_acts;
+
+typedef struct llama_state {
+    int emb, norm, head; /* head: lm_head.weight, or the embedding when tied */
+    int (*lp)[P_PER_LAYER];
+} llama_state;
+
+static const llama_state *ST(const lf_model *m) { return m->arch_state; }
+static llama_acts *ACTS(const lf__replica *rp) { return rp->acts; }
+
+static int head_size(const lf_model_config *c) { return c->n_embd / c->n_head; }
+/* Width of a qkv row: NH*HS query channels, NKV*HS each for keys and values. */
+static int qkv_width(const lf_model_config *c) { return c->n_embd + 2 * c->n_kv_head * head_size(c); }
+
+/* ---------------------------------------------------------------- config and table */
+
+static void llama_resolve(lf_model_config *c) {
+    if (c->n_kv_head == 0) c->n_kv_head = c->n_head;
+    if (c->ffn_hidden == 0) c->ffn_hidden = ((8 * c->n_embd / 3) + 63) / 64 * 64;
+    c->norm = LF_NORM_RMSNORM;
+    if (c->norm_eps == 0.0f) c->norm_eps = 1e-5f;
+    if (c->rope_theta == 0.0f) c->rope_theta = 10000.0f;
+}
+
+static lf_status llama_validate(const lf_model_config *c) {
+    if (c->n_layer < 1 || c->n_layer > 1024) return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
+    if (c->n_head < 1 || c->n_head > 1024) return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
+    if (c->n_embd < 1 || c->n_embd > 65536) return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
+    if (c->n_embd % c->n_head != 0)
+        return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
+    if (c->n_kv_head < 1 || c->n_kv_head > c->n_head)
+        return lf_fail(LF_ERR_RANGE, "model.n_kv_head %d is out of range [1, model.n_head %d]", c->n_kv_head, c->n_head);
+    if (c->n_head % c->n_kv_head != 0)
+        return lf_fail(LF_ERR_CONFIG, "model.n_head %d is not divisible by model.n_kv_head %d (each key/value head "
+                       "serves a whole group of query heads)", c->n_head, c->n_kv_head);
+    if (head_size(c) % 2 != 0)
+        return lf_fail(LF_ERR_CONFIG, "head size model.n_embd / model.n_head = %d / %d = %d is odd: RoPE rotates pairs "
+                       "of channels", c->n_embd, c->n_head, head_size(c));
+    if (c->ffn_hidden < 1 || c->ffn_hidden > (1 << 20))
+        return lf_fail(LF_ERR_RANGE, "model.ffn_hidden %d is out of range [1, 1048576]", c->ffn_hidden);
+    if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
+        return lf_fail(LF_ERR_RANGE, "model.norm_eps %g is out of range (0, 1)", (double)c->norm_eps);
+    if (!(c->rope_theta > 1.0f && isfinite(c->rope_theta)))
+        return lf_fail(LF_ERR_RANGE, "model.rope_theta %g must be a finite number > 1", (double)c->rope_theta);
+    if (c->bias) return lf_fail(LF_ERR_CONFIG, "model.bias: model.arch llama has no biases");
+    if (c->block_size < 1 || c->block_size > (1 << 20))
+        return lf_fail(LF_ERR_RANGE, "model.block_size %d is out of range [1, 1048576]", c->block_size);
+    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
+        return lf_fail(LF_ERR_RANGE, "model.vocab_size %d is out of range [1, 16777216]", c->vocab_size);
+    if (c->padded_vocab_size != 0 && c->padded_vocab_size < c->vocab_size)
+        return lf_fail(LF_ERR_RANGE, "padded vocab size %d is smaller than vocab_size %d", c->padded_vocab_size,
+                       c->vocab_size);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
+    return LF_OK;
+}
+
+static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out, int *count, size_t *total) {
+    *out = NULL;
+    const int L = c->n_layer, C = c->n_embd, HS = head_size(c), F = c->ffn_hidden;
+    const int KV = c->n_kv_head * HS;
+    lf_param_info *t = lf_calloc(sizeof *t * (size_t)(1 + L * P_PER_LAYER + 2));
+    if (!t) return lf_fail(LF_ERR_NOMEM, "out of memory for the parameter table");
+    int n = 0;
+    size_t off = 0;
+    char name[LF_PARAM_NAME_MAX];
+    lf__add_param(t, &n, &off, "model.embed_tokens.weight", 2, lf__vp(c), C, 0);
+    for (int l = 0; l < L; l++) {
+#define ADD(suffix, nd, a, b)                                              \
+    do {                                                                   \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);      \
+        lf__add_param(t, &n, &off, name, nd, a, b, 1 + l);                 \
+    } while (0)
+        ADD("input_layernorm.weight", 1, C, 0);
+        ADD("self_attn.q_proj.weight", 2, C, C);
+        ADD("self_attn.k_proj.weight", 2, KV, C);
+        ADD("self_attn.v_proj.weight", 2, KV, C);
+        ADD("self_attn.o_proj.weight", 2, C, C);
+        ADD("post_attention_layernorm.weight", 1, C, 0);
+        ADD("mlp.gate_proj.weight", 2, F, C);
+        ADD("mlp.up_proj.weight", 2, F, C);
+        ADD("mlp.down_proj.weight", 2, C, F);
+#undef ADD
+    }
+    lf__add_param(t, &n, &off, "model.norm.weight", 1, C, 0, L + 1);
+    if (!c->tie_embeddings) lf__add_param(t, &n, &off, "lm_head.weight", 2, lf__vp(c), C, L + 1);
+    *out = t;
+    *count = n;
+    *total = off;
+    return LF_OK;
+}
+
+/* An untied embedding is a lookup, no FLOPs; the tied one is also the head. */
+static size_t llama_embedding_only(const lf_model_config *c) {
+    return c->tie_embeddings ? 0 : (size_t)lf__vp(c) * (size_t)c->n_embd;
+}
+
+/* QK^T and AV: 2 * 2 * T * (NH*HS) per token and layer forward, x3 with backward. */
+static double llama_attn_flops(const lf_model_config *c, int T) {
+    return 12.0 * c->n_layer * (double)c->n_head * head_size(c) * T;
+}
+
+/* HF LlamaPreTrainedModel._init_weights: normal(0, initializer_range 0.02)
+ * for every linear and the embedding, RMSNorm weights 1. */
+static void llama_init(const lf_model_config *c, const lf_param_info *t, int n, float *host, uint64_t seed) {
+    (void)c;
+    for (int i = 0; i < n; i++) {
+        const lf_param_info *p = &t[i];
+        float *w = host + p->offset;
+        if (p->ndim == 1) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+        } else {
+            for (size_t j = 0; j < p->numel; j++) w[j] = 0.02f * lf_rng_normal(seed, LF_RNG_INIT, p->offset + j);
+        }
+    }
+}
+
+static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
+    return snprintf(buf, cap,
+                    "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                    "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                    "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                    "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+                    "  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n"
+                    "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                    "  \"attention_dropout\": %.9g,\n  \"initializer_range\": 0.02,\n  \"use_cache\": true,\n"
+                    "  \"torch_dtype\": \"float32\"\n}\n",
+                    lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c),
+                    c->block_size, (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
+                    (double)c->dropout);
+}
+
+static lf_status llama_bind(lf_model *m) {
+    llama_state *s = calloc(1, sizeof *s);
+    if (s) s->lp = calloc((size_t)m->cfg.n_layer, sizeof *s->lp);
+    if (!s || !s->lp) {
+        free(s);
+        return lf_fail(LF_ERR_NOMEM, "out of memory");
+    }
+    s->emb = lf__param_index(m, "model.embed_tokens.weight");
+    s->norm = lf__param_index(m, "model.norm.weight");
+    s->head = m->cfg.tie_embeddings ? s->emb : lf__param_index(m, "lm_head.weight");
+    static const char *suffix[P_PER_LAYER] = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",   "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        for (int k = 0; k < P_PER_LAYER; k++) {
+            char name[LF_PARAM_NAME_MAX];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix[k]);
+            s->lp[l][k] = lf__param_index(m, name);
+        }
+    m->arch_state = s;
+    return LF_OK;
+}
+
+static void llama_unbind(lf_model *m) {
+    llama_state *s = m->arch_state;
+    if (s) free(s->lp);
+    free(s);
+    m->arch_state = NULL;
+}
+
+static void llama_acts_init(void *acts, void *layers) { ((llama_acts *)acts)->la = layers; }
+
+/* ---------------------------------------------------------------- activation slots */
+
+/* Per layer and token, under none: 7C + W + 3F + NH*T + 2 floats (W the qkv
+ * width); selective drops h1, h2 and sw (2C + F); full keeps only res3. */
+static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
+    const lf_model_config *c = s->cfg;
+    const size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
+    const size_t W = (size_t)qkv_width(c), F = (size_t)c->ffn_hidden;
+    const size_t att = (size_t)s->rB * NH * s->T * s->T;
+    const int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* norm and SwiGLU outputs */
+    const int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
+    llama_acts dummy = {0};
+    llama_acts *x = acts ? acts : &dummy;
+
+    layer_acts w = {0}; /* the working set: what no layer keeps */
+    w.oproj = lf__slot(p, LF__CAT_WORK, N * C);
+    if (!keep_outputs) {
+        w.h1 = lf__slot(p, LF__CAT_WORK, N * C);
+        /* selective recomputes h2, then h1, one after the other: one buffer;
+         * full recomputes the block at once: two */
+        w.h2 = keep_block ? w.h1 : lf__slot(p, LF__CAT_WORK, N * C);
+        w.sw = lf__slot(p, LF__CAT_WORK, N * F);
+    }
+    if (!keep_block) {
+        w.rstd1 = lf__slot(p, LF__CAT_WORK, N);
+        w.qkv = lf__slot(p, LF__CAT_WORK, N * W);
+        w.att = lf__slot(p, LF__CAT_WORK, att);
+        w.atty = lf__slot(p, LF__CAT_WORK, N * C);
+        w.res2 = lf__slot(p, LF__CAT_WORK, N * C);
+        w.rstd2 = lf__slot(p, LF__CAT_WORK, N);
+        w.gu = lf__slot(p, LF__CAT_WORK, N * 2 * F);
+    }
+
+    x->encoded = lf__slot(p, LF__CAT_SAVED, N * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_acts la_dummy;
+        layer_acts *a = x->la ? &x->la[l] : &la_dummy;
+        *a = w;
+        if (keep_block) {
+            a->rstd1 = lf__slot(p, LF__CAT_SAVED, N);
+            a->qkv = lf__slot(p, LF__CAT_SAVED, N * W);
+            a->att = lf__slot(p, LF__CAT_SAVED, att);
+            a->atty = lf__slot(p, LF__CAT_SAVED, N * C);
+            a->res2 = lf__slot(p, LF__CAT_SAVED, N * C);
+            a->rstd2 = lf__slot(p, LF__CAT_SAVED, N);
+            a->gu = lf__slot(p, LF__CAT_SAVED, N * 2 * F);
+        }
+        if (keep_outputs) {
+            a->h1 = lf__slot(p, LF__CAT_SAVED, N * C);
+            a->h2 = lf__slot(p, LF__CAT_SAVED, N * C);
+            a->sw = lf__slot(p, LF__CAT_SAVED, N * F);
+        }
+        a->res3 = lf__slot(p, LF__CAT_SAVED, N * C); /* the next block's input: kept by every policy */
+    }
+    x->hf = lf__slot(p, LF__CAT_SAVED, N * C);
+    x->rstdf = lf__slot(p, LF__CAT_SAVED, N);
+    x->att_scratch = lf__slot(p, LF__CAT_WORK, att);
+    x->dresidual = lf__slot(p, LF__CAT_WORK, N * C);
+    x->dln = lf__slot(p, LF__CAT_WORK, N * C);
+    x->datty = lf__slot(p, LF__CAT_WORK, N * C);
+    x->dqkv = lf__slot(p, LF__CAT_WORK, N * W);
+    x->dgu = lf__slot(p, LF__CAT_WORK, N * 2 * F);
+    x->dsw = lf__slot(p, LF__CAT_WORK, N * F);
+}
+
+/* ---------------------------------------------------------------- compute */
+
+#define PW(idx) lf__param_at(m, idx)
+#define GR(idx) lf__grad_at(m, rp, idx)
+
+enum { SITE_ATT = 0 };
+
+static const float *block_input(const llama_acts *x, int l) { return l == 0 ? x->encoded : x->la[l - 1].res3; }
+
+/* Forward of block l; whole = 0 stops after SwiGLU (full recomputation). */
+static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole) {
+    const lf_backend_ops *be = m->be;
+    llama_acts *x = ACTS(rp);
+    const lf_model_config *c = &m->cfg;
+    const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = head_size(c);
+    const int W = qkv_width(c), F = c->ffn_hidden, N = B * T;
+    const size_t NC = (size_t)N * C;
+    layer_acts *a = &x->la[l];
+    const int *ix = ST(m)->lp[l];
+    const float *residual = block_input(x, l);
+    be->rmsnorm_forward(a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
+    /* q, k, v are consecutive: one (W, C) product */
+    be->matmul_forward(a->qkv, a->h1, PW(ix[P_Q]), NULL, N, C, W, LF_W_OUT_IN);
+    be->rope_forward(a->qkv, B, T, NH, NKV, HS, 0, c->rope_theta);
+    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, NKV,
+                          lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+    be->matmul_forward(a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
+    be->residual_forward(a->res2, residual, a->oproj, NC);
+    be->rmsnorm_forward(a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
+    /* gate and up are consecutive: one (2F, C) product */
+    be->matmul_forward(a->gu, a->h2, PW(ix[P_GATE]), NULL, N, C, 2 * F, LF_W_OUT_IN);
+    be->swiglu_forward(a->sw, a->gu, N, F);
+    if (!whole) return;
+    be->matmul_forward(a->oproj, a->sw, PW(ix[P_DOWN]), NULL, N, F, C, LF_W_OUT_IN);
+    be->residual_forward(a->res3, a->res2, a->oproj, NC);
+}
+
+static void llama_block_forward(lf_model *m, lf__replica *rp, int l, int T) { block_forward(m, rp, l, T, 1); }
+
+static void embed_forward(lf_model *m, lf__replica *rp, int T) {
+    llama_acts *x = ACTS(rp);
+    m->be->encoder_forward(x->encoded, rp->inputs, PW(ST(m)->emb), NULL, rp->B, T, m->cfg.n_embd);
+}
+
+static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) {
+    llama_acts *x = ACTS(rp);
+    const lf_model_config *c = &m->cfg;
+    const int C = c->n_embd, N = rp->B * T;
+    m->be->rmsnorm_forward(x->hf, x->rstdf, block_input(x, c->n_layer), PW(ST(m)->norm), N, C, c->norm_eps);
+    m->be->matmul_forward(rp->logits, x->hf, PW(ST(m)->head), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
+    lf__classifier(m, rp, N, with_targets);
+}
+
+/* lm_head (or the tied embedding) and the final norm. */
+static void head_backward(lf_model *m, lf__replica *rp, int T) {
+    const lf_backend_ops *be = m->be;
+    llama_acts *x = ACTS(rp);
+    const lf_model_config *c = &m->cfg;
+    const int C = c->n_embd, N = rp->B * T;
+    be->zero(x->dresidual, (size_t)N * C);
+    be->matmul_backward(x->dln, GR(ST(m)->head), NULL, rp->logits, x->hf, PW(ST(m)->head), N, C, lf__vp(c),
+                        LF_W_OUT_IN);
+    be->rmsnorm_backward(x->dresidual, GR(ST(m)->norm), x->dln, block_input(x, c->n_layer), PW(ST(m)->norm), x->rstdf,
+                         N, C);
+}
+
+/* Block l: on entry x->dresidual is d(block output), on exit d(block input). */
+static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
+    const lf_backend_ops *be = m->be;
+    llama_acts *x = ACTS(rp);
+    const lf_model_config *c = &m->cfg;
+    const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = head_size(c);
+    const int W = qkv_width(c), F = c->ffn_hidden, N = B * T, L = c->n_layer;
+    layer_acts *a = &x->la[l];
+    const int *ix = ST(m)->lp[l];
+    const float *residual = block_input(x, l);
+    /* Recompute what the plan did not keep, each right before it is read.
+     * full: the working set still holds the last block from forward. */
+    if (m->plan_rc == LF_RECOMPUTE_FULL && l < L - 1) block_forward(m, rp, l, T, 0);
+    if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) {
+        be->rmsnorm_forward(a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
+        be->swiglu_forward(a->sw, a->gu, N, F);
+    }
+    /* dresidual = d(res3); res3 = res2 + down(swiglu(gate_up(h2))) */
+    be->matmul_backward(x->dsw, GR(ix[P_DOWN]), NULL, x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C, LF_W_OUT_IN);
+    be->swiglu_backward(x->dgu, a->gu, x->dsw, N, F);
+    be->matmul_backward(x->dln, GR(ix[P_GATE]), NULL, x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F, LF_W_OUT_IN);
+    be->rmsnorm_backward(x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N, C);
+    /* dresidual = d(res2); res2 = residual + o(attention(rope(qkv(h1)))) */
+    be->matmul_backward(x->datty, GR(ix[P_O]), NULL, x->dresidual, a->atty, PW(ix[P_O]), N, C, C, LF_W_OUT_IN);
+    be->attention_backward(x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NKV,
+                           lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+    be->rope_backward(x->dqkv, B, T, NH, NKV, HS, 0, c->rope_theta);
+    if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* h1 shares h2's buffer */
+        be->rmsnorm_forward(a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
+    be->matmul_backward(x->dln, GR(ix[P_Q]), NULL, x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
+    be->rmsnorm_backward(x->dresidual, GR(ix[P_IN_NORM]), x->dln, residual, PW(ix[P_IN_NORM]), a->rstd1, N, C);
+}
+
+static void embed_backward(lf_model *m, lf__replica *rp, int T) {
+    llama_acts *x = ACTS(rp);
+    m->be->encoder_backward(GR(ST(m)->emb), NULL, x->dresidual, rp->inputs, rp->B, T, m->cfg.n_embd);
+}
+
+const lf__model_arch lf__arch_llama = {
+    .name = "llama",
+    .arch = LF_ARCH_LLAMA,
+    .resolve = llama_resolve,
+    .validate = llama_validate,
+    .param_table = llama_param_table,
+    .embedding_only = llama_embedding_only,
+    .attn_flops_per_token = llama_attn_flops,
+    .init_weights = llama_init,
+    .hf_config_json = llama_hf_config,
+    .bf16_acts = 0,
+    .bind = llama_bind,
+    .unbind = llama_unbind,
+    .acts_size = sizeof(llama_acts),
+    .layer_size = sizeof(layer_acts),
+    .acts_init = llama_acts_init,
+    .lay_out_replica = llama_lay_out,
+    .embed_forward = embed_forward,
+    .block_forward = llama_block_forward,
+    .head_forward = head_forward,
+    .head_backward = head_backward,
+    .block_backward = block_backward,
+    .embed_backward = embed_backward,
+};
