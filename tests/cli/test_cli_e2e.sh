@@ -49,9 +49,12 @@ if [ -n "$PY" ]; then
 fi
 
 # ------------------------------------------------------------ train 60 steps
+# LF_TEST_ARCH=llama runs the same script on a Llama (multi-query attention: 2 heads, 1 KV head).
+ARCH=${LF_TEST_ARCH:-gpt2}
 ARGS=(--data.dataset=data --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --model.block_size=32
       --train_micro_batch_size_per_gpu=8 --eval.interval=30 --eval.iters=2 --checkpoint.interval=30
       --checkpoint.keep_last=1 --steps_per_print=10 --threads=2)
+[ "$ARCH" = llama ] && ARGS+=(--model.arch=llama --model.bias=false --model.n_kv_head=1 --model.ffn_hidden=64)
 "$LF" train "$CFG" "${ARGS[@]}" --out_dir=run --train_iters=60 >train.log 2>&1 || fail "train: $(cat train.log)"
 ok
 grep -q "step 60/60" train.log || fail "train output has no 'step 60/60' line: $(cat train.log)"
@@ -123,7 +126,33 @@ for f in model.safetensors optimizer.safetensors; do
 done
 ok
 
-if [ -n "$PY" ]; then
+if [ -n "$PY" ] && [ "$ARCH" = llama ]; then
+    "$PY" - "$ck" "$V" <<'PY' || fail "llama model.safetensors / config.json / trainer_state.json are not as expected"
+import json, os, struct, sys
+ck, V = sys.argv[1], int(sys.argv[2])
+with open(os.path.join(ck, "model.safetensors"), "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+h.pop("__metadata__", None)
+# Hugging Face LlamaForCausalLM names, nn.Linear layout (out, in); tied: no lm_head.weight
+assert h["model.embed_tokens.weight"]["shape"] == [V, 32], h["model.embed_tokens.weight"]
+assert h["model.layers.1.self_attn.q_proj.weight"]["shape"] == [32, 32]
+assert h["model.layers.1.self_attn.k_proj.weight"]["shape"] == [16, 32], "1 KV head of 16"
+assert h["model.layers.1.self_attn.v_proj.weight"]["shape"] == [16, 32]
+assert h["model.layers.1.mlp.gate_proj.weight"]["shape"] == [64, 32]
+assert h["model.layers.1.mlp.down_proj.weight"]["shape"] == [32, 64]
+assert h["model.layers.0.input_layernorm.weight"]["shape"] == [32]
+assert "model.norm.weight" in h and "lm_head.weight" not in h and "model.layers.2.input_layernorm.weight" not in h
+assert not any(k.endswith(".bias") for k in h), "llama has no biases"
+c = json.load(open(os.path.join(ck, "config.json")))
+assert c["architectures"] == ["LlamaForCausalLM"] and c["model_type"] == "llama", c
+assert (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"],
+        c["num_hidden_layers"], c["vocab_size"], c["tie_word_embeddings"]) == (32, 2, 1, 64, 2, V, True), c
+s = json.load(open(os.path.join(ck, "trainer_state.json")))
+assert s["model"]["arch"] == "llama" and s["model"]["n_kv_head"] == 1 and s["model"]["ffn_hidden"] == 64, s["model"]
+PY
+    ok
+elif [ -n "$PY" ]; then
     "$PY" - "$ck" "$V" <<'PY' || fail "model.safetensors / trainer_state.json do not have the expected content"
 import json, os, struct, sys
 ck, V = sys.argv[1], int(sys.argv[2])
@@ -150,7 +179,7 @@ for name in ("model.safetensors", "optimizer.safetensors"):
     assert s["files"][name]["bytes"] == os.path.getsize(os.path.join(ck, name)), name
 PY
     ok
-else
+elif [ "$ARCH" = gpt2 ]; then
     hdr=$(head -c 4096 "$ck/model.safetensors" | tr -d '\0')
     case "$hdr" in *"\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[$V,32]"*) ;; *) fail "wte.weight is not F32 [$V,32]" ;; esac
     case "$hdr" in *lm_head.weight*) fail "lm_head.weight is stored" ;; esac
@@ -182,7 +211,7 @@ s1d=$(sample run 1 2>sample.err) || fail "sample with the dataset moved away: $(
 mv data.away data
 ok
 latest_dir="run/ckpt/$(cat run/ckpt/latest)"
-grep -q '"model_type": "gpt2"' "$latest_dir/config.json" || fail "checkpoint has no transformers config.json"
+grep -q "\"model_type\": \"$ARCH\"" "$latest_dir/config.json" || fail "checkpoint has no transformers config.json of model_type $ARCH"
 grep -q '"vocab.json"' "$latest_dir/trainer_state.json" || fail "trainer_state.json does not list vocab.json"
 ok
 

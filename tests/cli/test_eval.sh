@@ -69,9 +69,12 @@ fi
 echo "the quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG! ?,;:'-" >>corpus.txt
 "$LF" prepare --char corpus.txt --out data >prepare.log 2>&1 || fail "prepare: $(cat prepare.log)"
 ok
+# LF_TEST_ARCH=llama: the same tasks on a Llama (multi-query attention)
+ARCH_ARGS=()
+[ "${LF_TEST_ARCH:-gpt2}" = llama ] && ARCH_ARGS=(--model.arch=llama --model.n_kv_head=1 --model.ffn_hidden=64)
 "$LF" train --data.dataset=data --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --model.block_size=32 \
     --train_micro_batch_size_per_gpu=8 --eval.interval=0 --eval.iters=1 --checkpoint.interval=0 \
-    --train_iters=30 --out_dir=run --threads=2 >train.log 2>&1 || fail "train: $(cat train.log)"
+    --train_iters=30 --out_dir=run --threads=2 "${ARCH_ARGS[@]}" >train.log 2>&1 || fail "train: $(cat train.log)"
 ok
 [ -s run/ckpt/latest ] || fail "train wrote no checkpoint"
 ok

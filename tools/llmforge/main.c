@@ -235,9 +235,11 @@ static int cmd_train(int argc, char **argv) {
     if (lf_comm_rank(comm) == 0) { /* the other ranks print nothing but errors */
         lf_model *m = lf_trainer_model(t);
         const lf_model_config *mc = lf_model_get_config(m);
-        printf("llmforge train: %zu parameters (%.2fM), %d layers, %d heads, %d channels, block %d, vocab %d; "
-               "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
-               lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, mc->n_embd,
+        char kv[32] = "";
+        if (mc->n_kv_head != mc->n_head) snprintf(kv, sizeof kv, " (%d KV)", mc->n_kv_head);
+        printf("llmforge train: %s, %zu parameters (%.2fM), %d layers, %d heads%s, %d channels, block %d, vocab %d; "
+               "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n", lf_arch_name(mc->arch),
+               lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, kv, mc->n_embd,
                mc->block_size, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum, cfg.train_iters,
                lf_backend_cpu_threads(), cfg.out_dir);
         if (lf_comm_size(comm) > 1)
