@@ -181,6 +181,39 @@ struct lf_backend_ops {
                                const float *att,   // (B,NH,T,T) from forward
                                int B, int T, int C, int NH, int NKV, lf_dropout drop);
 
+    /* ---- KV cache (generation). The cache of one layer is two tensors
+     * kcache, vcache (B, NKV, Tmax, HS): per (batch row, key/value head) the
+     * keys (values) of positions 0..Tmax-1, HS contiguous, so one decoded
+     * query row reads each key and value row as one contiguous run.
+     * kv_append copies the k and v parts of Tn new qkv rows (laid out as for
+     * attention, W = (NH + 2*NKV)*HS) into positions pos0 .. pos0+Tn-1, bit
+     * for bit; positions outside that range are untouched. Callers check
+     * 0 <= pos0, Tn >= 1, pos0 + Tn <= Tmax, NH % NKV == 0. */
+    void (*kv_append)(float *kcache,               // (B,NKV,Tmax,HS)
+                      float *vcache,               // (B,NKV,Tmax,HS)
+                      const float *qkv,            // (B,Tn,W)
+                      int B, int Tn, int NH, int NKV, int HS, int pos0, int Tmax);
+    /* Causal attention of Tn new query rows (absolute positions pos0 ..
+     * pos0+Tn-1; the q part of the qkv rows) against the cached keys and
+     * values 0 .. pos0+t (the new rows' k, v already appended by kv_append).
+     * Query head h reads key/value head h / (NH/NKV), scaled by 1/sqrt(HS),
+     * as attention_forward; no dropout (inference). out (B,Tn,C) is
+     * overwritten, C = NH*HS. scratch: at least lf_kv_attention_scratch(B,
+     * NH, Tn, pos0) floats, contents undefined after. Same arithmetic as
+     * attention_forward (fp32 scores, max-subtracted softmax with the
+     * backend's exp, fp32 sums), so a prefill of T rows at pos0 = 0 gives
+     * attention_forward's out to float rounding and one row at pos0 = p gives
+     * row p of the whole sequence's attention to float rounding. The CPU
+     * backend computes each row alone (the same bits however the positions
+     * are split into calls, and for any thread count). Callers check the
+     * conditions of kv_append and C % NH == 0. */
+    void (*attention_cached)(float *out,           // (B,Tn,C)
+                             float *scratch,       // (lf_kv_attention_scratch) floats
+                             const float *qkv,     // (B,Tn,W)
+                             const float *kcache,  // (B,NKV,Tmax,HS)
+                             const float *vcache,  // (B,NKV,Tmax,HS)
+                             int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax);
+
     /* ---- GELU, tanh approximation (GPT-2 / nanoGPT's nn.GELU(approximate='tanh')). */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, /* = */ const float *inp, const float *dout, size_t n);
@@ -274,6 +307,12 @@ struct lf_backend_ops {
      * bf16 weight copies). Never called while ops run. */
     void (*params_changed)(void);
 };
+
+/* Floats of scratch attention_cached needs: one probability row of
+ * pos0 + Tn entries per (batch row, query head, new row). */
+static inline size_t lf_kv_attention_scratch(int B, int NH, int Tn, int pos0) {
+    return (size_t)B * (size_t)NH * (size_t)Tn * ((size_t)pos0 + (size_t)Tn);
+}
 
 /* Registered backends. */
 const lf_backend_ops *lf__backend_cpu(void);

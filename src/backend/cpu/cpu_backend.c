@@ -87,7 +87,8 @@ static void cpu_add_inplace(float *restrict y, const float *restrict x, size_t n
 static void cpu_params_changed(void) {} /* fp32: nothing is derived from the parameters */
 
 /* The ops both CPU tables share: every op that takes no matmul operand
- * (the Llama-family ones of cpu_llama.c too), and the host-memory plumbing. */
+ * (the Llama-family ones of cpu_llama.c and the KV-cache ones of cpu_kv.c
+ * too), and the host-memory plumbing. */
 #define CPU_SHARED_OPS                                                     \
     .host_memory = 1, .alloc = cpu_alloc, .to_host = cpu_copy, .zero = cpu_zero, .scale = cpu_scale, \
     .encoder_forward = lf__cpu_encoder_forward, .encoder_backward = lf__cpu_encoder_backward,         \
@@ -95,6 +96,7 @@ static void cpu_params_changed(void) {} /* fp32: nothing is derived from the par
     .rmsnorm_forward = lf__cpu_rmsnorm_forward, .rmsnorm_backward = lf__cpu_rmsnorm_backward,         \
     .rope_forward = lf__cpu_rope_forward, .rope_backward = lf__cpu_rope_backward,                     \
     .attention_forward = lf__cpu_attention_forward, .attention_backward = lf__cpu_attention_backward, \
+    .kv_append = lf__cpu_kv_append, .attention_cached = lf__cpu_attention_cached,                     \
     .gelu_forward = lf__cpu_gelu_forward, .gelu_backward = lf__cpu_gelu_backward,                     \
     .swiglu_forward = lf__cpu_swiglu_forward, .swiglu_backward = lf__cpu_swiglu_backward,             \
     .residual_forward = lf__cpu_residual_forward, .residual_backward = lf__cpu_residual_backward,     \

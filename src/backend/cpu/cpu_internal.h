@@ -218,6 +218,12 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop);
 
+/* cpu_kv.c: the KV-cache ops of generation. */
+void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS,
+                       int pos0, int Tmax);
+void lf__cpu_attention_cached(float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache,
+                              int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax);
+
 /* cpu_llama.c: the ops Llama-family models add (RMSNorm, RoPE, SwiGLU). */
 void lf__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
                              float eps);
