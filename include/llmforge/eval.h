@@ -479,9 +479,9 @@ lf_status lf_lm_bits_per_byte(const lf_lm_stats *s, double *bpb);
  * contains a stop string, and the text is cut before the first stop string.
  *
  * Thread safety: a task set is read-only while it runs, but a model runs one
- * evaluation at a time. The model's activation plan is changed by a run (a
- * caller that relies on its plan, such as the trainer, calls lf_model_plan
- * with its own B, T afterwards); parameters and gradients are not touched.
+ * evaluation at a time. A run scores and generates on sessions of its own
+ * (lf_session): the model's activation plan, parameters and gradients are
+ * not touched, so the trainer evaluates between steps without re-planning.
  */
 typedef enum lf_eval_kind {
     LF_EVAL_KIND_UNSET = 0, /* take the kind from the file */

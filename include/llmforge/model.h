@@ -307,6 +307,37 @@ void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads);
 /* ZeRO-3: the parameters changed (an optimizer step): gathered units are stale. */
 void lf_model_params_changed(lf_model *m);
 
+/* ---- sessions: execution state apart from the weights ---------------------
+ * A session is a forward-only context on a model's weights: its own
+ * activation plan for up to B x T (forward only: each layer's tensors in one
+ * working set, only block outputs kept), its logits, and per-layer KV caches
+ * of T positions in backend memory. The model's own plan (the trainer's) is
+ * never touched, so evaluation and generation do not re-plan training. The
+ * session borrows the weights: the model must outlive it, and optimizer
+ * steps are seen by its next forward. Not for ZeRO-3 (partitioned weights). */
+typedef struct lf_session lf_session;
+/* with_cache 0: no KV cache (scoring); 1: one of T positions per row when the
+ * backend has cached attention (lf_session_has_cache says whether it does). */
+lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int with_cache);
+void lf_session_free(lf_session *s);
+/* Forward of inputs (B' <= B rows of T tokens). use_cache 0: positions 0..T-1,
+ * nothing cached (T <= the session's T). use_cache 1: the rows continue the
+ * cached sequence at position lf_session_pos (prefill: T prompt tokens from
+ * 0; decode: 1 token): their keys and values are appended and they attend
+ * over every cached position before them. LF_ERR_RANGE when the cache would
+ * overflow, LF_ERR_UNSUPPORTED when the backend has no cached attention. */
+lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T, int use_cache);
+/* Logits (B', T, Vp) of the last forward (backend memory). */
+const float *lf_session_logits(const lf_session *s);
+/* Start a new cached sequence (position 0); positions filled so far. */
+void lf_session_reset(lf_session *s);
+int lf_session_pos(const lf_session *s);
+int lf_session_has_cache(const lf_session *s);
+lf_model *lf_session_model(const lf_session *s);
+/* Bytes a session of B x T allocates (activations, and the KV cache when
+ * with_cache), without a model: the planner's own sizing pass. */
+lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int with_cache, size_t *bytes);
+
 /* Last error message recorded on this model. */
 const char *lf_model_errmsg(const lf_model *m);
 

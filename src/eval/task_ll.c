@@ -28,16 +28,13 @@
 #define AUTO_BATCH_BYTES (2.0 * 1024 * 1024 * 1024)
 
 /* ---------------------------------------------------------------- scoring engine */
-/* Activation bytes of one batch row of length T (the planner's slots, plus
- * the per-replica gradient buffer), for the automatic batch size. */
+/* Rows of length T that fit AUTO_BATCH_BYTES of session activations (the
+ * planner's own figure for one row), at most one per thread. */
 static int auto_batch(const lf_model *m, int T) {
-    const lf_model_config *c = lf_model_get_config(m);
-    double C = c->n_embd, L = c->n_layer, NH = c->n_head, t = T;
-    double Vp = c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
-    double per_row = 4.0 * (L * (17.0 * t * C + 2.0 * t + NH * t * t) + NH * t * t + 15.0 * t * C + 6.0 * t +
-                            t * Vp + (double)lf_model_num_params(m));
+    size_t per_row = 0;
+    if (lf_session_plan_bytes(lf_model_get_config(m), 1, T, 0, &per_row) != LF_OK || per_row == 0) return 1;
     int threads = lf_backend_cpu_threads();
-    double b = floor(AUTO_BATCH_BYTES / per_row);
+    double b = floor(AUTO_BATCH_BYTES / (double)per_row);
     if (b > threads) b = threads;
     return b < 1 ? 1 : (int)b;
 }
@@ -96,7 +93,8 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
     int32_t *tgt = malloc(sizeof(int32_t) * cells);
     double *lp = malloc(sizeof(double) * cells);
     unsigned char *hit = malloc(cells);
-    lf_status st = in && pos && tgt && lp && hit ? lf_model_plan(m, B, Tmax, NULL)
+    lf_session *ses = NULL; /* its own plan: a model in training keeps the trainer's */
+    lf_status st = in && pos && tgt && lp && hit ? lf_session_create(&ses, m, B, Tmax, 0)
                                                  : lf_fail(LF_ERR_NOMEM, "eval: out of memory");
     for (size_t i0 = 0; i0 < n && st == LF_OK; i0 += (size_t)B) {
         int nb = n - i0 < (size_t)B ? (int)(n - i0) : B;
@@ -112,9 +110,9 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
                 tgt[np++] = q->tok[k];
             }
         }
-        st = lf_model_forward(m, in, NULL, nb, T, NULL, NULL, NULL);
+        st = lf_session_forward(ses, in, nb, T, 0);
         if (st != LF_OK) break;
-        const float *lg = lf_model_logits(m);
+        const float *lg = lf_session_logits(ses);
         /* each position on its own (any thread), summed below in a fixed order */
 #pragma omp parallel for schedule(static)
         for (long i = 0; i < (long)np; i++) {
@@ -137,6 +135,7 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
             }
         }
     }
+    lf_session_free(ses);
     free(in);
     free(pos);
     free(tgt);

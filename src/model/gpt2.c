@@ -306,6 +306,7 @@ static void gpt2_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     rp->lnf = lf__slot_bytes(p, LF__CAT_SAVED, N * C * A);
     rp->lnf_mean = lf__slot(p, LF__CAT_SAVED, N);
     rp->lnf_rstd = lf__slot(p, LF__CAT_SAVED, N);
+    if (s->infer) return; /* a session: forward only */
     rp->att_scratch = lf__slot(p, LF__CAT_WORK, att);
     rp->dresidual = lf__slot(p, LF__CAT_WORK, N * C);
     rp->dbranch = lf__slot(p, LF__CAT_WORK, N * C);
@@ -333,14 +334,14 @@ static void gelu_forward(const lf_model *m, act *out, const float *inp, size_t n
     else m->be->gelu_forward(out, inp, n);
 }
 
-/* Attention output into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
-static void attn_forward(const lf_model *m, act *out, float *tmp, float *att, const float *qkv, int B, int T, int C,
-                         int NH, lf_dropout drop) {
+/* Attention output of layer l into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
+static void attn_forward(const lf_model *m, const lf__replica *rp, int l, act *out, float *tmp, float *att,
+                         const float *qkv, int T, lf_dropout drop) {
     if (m->plan_dt == LF_ACT_BF16) {
-        m->be->attention_forward(tmp, att, qkv, B, T, C, NH, NH, drop);
-        m->be->cast_bf16(out, tmp, (size_t)B * T * C);
+        lf__attention(m, rp, l, tmp, att, qkv, T, drop);
+        m->be->cast_bf16(out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
     } else {
-        m->be->attention_forward(out, att, qkv, B, T, C, NH, NH, drop);
+        lf__attention(m, rp, l, out, att, qkv, T, drop);
     }
 }
 
@@ -360,7 +361,7 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     lf__ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(ix[P_LN1_W]), PW(ix[P_LN1_B]), N, C);
     lf__mm_forward(m, a->qkv, a->ln1, PW(ix[P_ATTN_W]), PW(ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
     /* attproj is free until c_proj writes it: the fp32 attention output of bf16 storage */
-    attn_forward(m, a->atty, a->attproj, a->att, a->qkv, B, T, C, NH, lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
+    attn_forward(m, rp, l, a->atty, a->attproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
     lf__mm_forward(m, a->attproj, a->atty, PW(ix[P_APROJ_W]), PW(ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
     lf_dropout d1 = lf__drop_at(m, rp, l, SITE_ATT_RESID, rowC);
     if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
@@ -379,7 +380,8 @@ static void embed_forward(lf_model *m, lf__replica *rp, int T) {
     const lf_backend_ops *be = m->be;
     gpt2_acts *x = ACTS(rp);
     int B = rp->B, C = m->cfg.n_embd, L = m->cfg.n_layer;
-    be->encoder_forward(x->encoded, rp->inputs, PW(ST(m)->wte), PW(ST(m)->wpe), B, T, C);
+    /* positions cur_pos0.. (cached decoding continues a sequence) */
+    be->encoder_forward(x->encoded, rp->inputs, PW(ST(m)->wte), PW(ST(m)->wpe) + (size_t)m->cur_pos0 * C, B, T, C);
     lf_dropout de = lf__drop_at(m, rp, L, SITE_EMB, (uint64_t)T * C);
     if (de.p > 0) be->dropout_forward(x->encoded, x->encoded, (size_t)B * T * C, de);
 }

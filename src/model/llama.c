@@ -288,6 +288,7 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     }
     x->hf = lf__slot(p, LF__CAT_SAVED, N * C);
     x->rstdf = lf__slot(p, LF__CAT_SAVED, N);
+    if (s->infer) return; /* a session: forward only */
     x->att_scratch = lf__slot(p, LF__CAT_WORK, att);
     x->dresidual = lf__slot(p, LF__CAT_WORK, N * C);
     x->dln = lf__slot(p, LF__CAT_WORK, N * C);
@@ -320,9 +321,8 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     be->rmsnorm_forward(a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     /* q, k, v are consecutive: one (W, C) product */
     be->matmul_forward(a->qkv, a->h1, PW(ix[P_Q]), NULL, N, C, W, LF_W_OUT_IN);
-    be->rope_forward(a->qkv, B, T, NH, NKV, HS, 0, c->rope_theta);
-    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, NKV,
-                          lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+    be->rope_forward(a->qkv, B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
+    lf__attention(m, rp, l, a->atty, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     be->matmul_forward(a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
     be->residual_forward(a->res2, residual, a->oproj, NC);
     be->rmsnorm_forward(a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);

@@ -283,6 +283,10 @@ static void free_plan(lf_model *m) {
 void lf_model_free(lf_model *m) {
     if (!m) return;
     free_plan(m);
+    if (m->borrowed) { /* a session's view: everything else is the model's */
+        free(m);
+        return;
+    }
     if (m->params) m->be->free(m->params);
     if (m->grads) m->be->free(m->grads);
     float *work[4] = {m->pemb, m->pblk, m->gemb0, m->gblk0};
@@ -396,7 +400,9 @@ float *lf__slot(lf__planner *p, int cat, size_t floats) { return lf__slot_bytes(
 static void lay_out_replica(const lf__model_arch *a, const lf__plan_spec *s, lf__replica *rp, int r, lf__planner *p,
                             const lf_model *m) {
     a->lay_out_replica(s, rp ? rp->acts : NULL, p);
-    if (r > 0) {
+    if (s->infer) {
+        if (rp) rp->gfull = rp->gemb = rp->gblk = NULL;
+    } else if (r > 0) {
         float *gemb = lf__slot(p, LF__CAT_GRADS, s->unit0_n);
         float *gblk = lf__slot(p, LF__CAT_GRADS, s->max_other_n);
         if (rp) {
@@ -533,7 +539,8 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     free_plan(m);
     const lf__model_arch *a = m->arch;
     lf__plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .unit0_n = m->unit0_n,
-                       .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T};
+                       .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T,
+                       .infer = m->borrowed};
     split_rows(B, m->be->replicas ? m->be->replicas(B) : 1, &s.rB, &s.n_rep);
     lf__planner p = {0};
     lay_out(a, &s, NULL, &p); /* sizing pass */
@@ -611,6 +618,21 @@ void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbia
         m->be->matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
     else
         m->be->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+}
+
+void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,
+                   lf_dropout drop) {
+    const lf_model_config *c = &m->cfg;
+    const int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH;
+    if (!m->kv || !m->kv->active) {
+        m->be->attention_forward(out, att, qkv, rp->B, T, C, NH, NKV, drop);
+        return;
+    }
+    const lf__kv *kv = m->kv;
+    const size_t row = (size_t)NKV * kv->Tmax * HS; /* one batch row of a cache */
+    float *kc = kv->k[l] + (size_t)rp->b0 * row, *vc = kv->v[l] + (size_t)rp->b0 * row;
+    m->be->kv_append(kc, vc, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, kv->Tmax);
+    m->be->attention_cached(out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
 }
 
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
@@ -742,6 +764,7 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
     }
     lf_forward_opts none = {0};
     m->opts = opts ? *opts : none;
+    if (!m->kv || !m->kv->active) m->cur_pos0 = 0;
     m->cur_B = B;
     m->cur_T = T;
     memcpy(m->inputs, inputs, sizeof(int32_t) * (size_t)N);
@@ -825,4 +848,134 @@ lf_status lf_model_backward(lf_model *m) {
     if ((st = use_unit(m, 0)) != LF_OK) return st;
     run_all(m, n_rep, embed_bw_task);
     return finish_unit(m, n_rep, 0);
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+struct lf_session {
+    lf_model *parent;
+    lf_model *view; /* the parent's weights, this session's plan */
+    lf__kv kv;
+    void *kv_block;
+    int B, T;
+    int pos;        /* cached positions filled (lf_session_forward with use_cache) */
+};
+
+lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int with_cache) {
+    *out = NULL;
+    if (B < 1 || T < 1) return lf_fail(LF_ERR_INVALID_ARG, "session: batch %d x %d is empty", B, T);
+    if (T > m->cfg.block_size)
+        return lf_fail(LF_ERR_RANGE, "session: context %d exceeds model.block_size %d", T, m->cfg.block_size);
+    if (!m->params)
+        return lf_fail(LF_ERR_UNSUPPORTED, "session: the model's parameters are partitioned (ZeRO-3); "
+                       "a session needs whole weights");
+    lf_session *s = calloc(1, sizeof *s);
+    lf_model *v = s ? malloc(sizeof *v) : NULL;
+    if (!v) {
+        free(s);
+        return lf_fail(LF_ERR_NOMEM, "out of memory creating a session");
+    }
+    *v = *m; /* borrowed: table, units, arch_state, parameters */
+    v->borrowed = 1;
+    v->grads = NULL;
+    memset(&v->zero, 0, sizeof v->zero);
+    v->pemb = v->pblk = v->gemb0 = v->gblk0 = NULL;
+    v->act_block = NULL;
+    v->rep = NULL;
+    v->n_rep = 0;
+    v->have_dlogits = 0;
+    v->kv = NULL;
+    /* forward only: every layer's tensors in the working set, only block
+     * outputs kept (the full-recompute layout; nothing is recomputed) */
+    v->recompute = LF_RECOMPUTE_FULL;
+    s->parent = m;
+    s->view = v;
+    s->B = B;
+    s->T = T;
+    lf_status st = lf_model_plan(v, B, T, NULL);
+    const lf_model_config *c = &m->cfg;
+    const int L = c->n_layer, HS = c->n_embd / c->n_head;
+    const size_t per = (size_t)B * c->n_kv_head * T * HS;
+    if (st == LF_OK && with_cache && m->be->kv_append && m->be->attention_cached) {
+        s->kv.k = calloc(2 * (size_t)L, sizeof(float *));
+        s->kv_block = s->kv.k ? m->be->alloc(2 * (size_t)L * per * sizeof(float)) : NULL;
+        if (!s->kv_block) {
+            st = lf_fail(LF_ERR_NOMEM, "out of memory allocating the KV cache (%.1f MB for %d x %d positions)",
+                         2.0 * L * per * sizeof(float) / 1e6, B, T);
+        } else {
+            s->kv.v = s->kv.k + L;
+            for (int l = 0; l < L; l++) {
+                s->kv.k[l] = (float *)s->kv_block + (size_t)(2 * l) * per;
+                s->kv.v[l] = (float *)s->kv_block + (size_t)(2 * l + 1) * per;
+            }
+            s->kv.B = B;
+            s->kv.Tmax = T;
+        }
+    }
+    if (st != LF_OK) {
+        lf_session_free(s);
+        return st;
+    }
+    *out = s;
+    return LF_OK;
+}
+
+void lf_session_free(lf_session *s) {
+    if (!s) return;
+    if (s->kv_block) s->parent->be->free(s->kv_block);
+    free(s->kv.k);
+    lf_model_free(s->view);
+    free(s);
+}
+
+void lf_session_reset(lf_session *s) { s->pos = 0; }
+int lf_session_pos(const lf_session *s) { return s->pos; }
+int lf_session_has_cache(const lf_session *s) { return s->kv_block != NULL; }
+
+lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T, int use_cache) {
+    lf_model *v = s->view;
+    if (B < 1 || B > s->B || T < 1)
+        return lf_fail(LF_ERR_INVALID_ARG, "session forward: batch %d x %d outside the session's %d x %d", B, T, s->B,
+                       s->T);
+    v->params = s->parent->params; /* the parent may have been re-planned or stepped: same buffer */
+    if (!use_cache) {
+        if (T > s->T) return lf_fail(LF_ERR_RANGE, "session forward: %d positions, the session holds %d", T, s->T);
+        v->kv = NULL;
+        return lf_model_forward(v, inputs, NULL, B, T, NULL, NULL, NULL);
+    }
+    if (!s->kv_block) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no KV-cache attention", v->be->name);
+    if (s->pos + T > s->T)
+        return lf_fail(LF_ERR_RANGE, "session forward: positions %d..%d exceed the cache of %d (lf_session_reset "
+                       "starts a new sequence)", s->pos, s->pos + T - 1, s->T);
+    v->kv = &s->kv;
+    s->kv.active = 1;
+    v->cur_pos0 = s->pos;
+    lf_status st = lf_model_forward(v, inputs, NULL, B, T, NULL, NULL, NULL);
+    s->kv.active = 0;
+    v->kv = NULL;
+    if (st == LF_OK) s->pos += T;
+    return st;
+}
+
+const float *lf_session_logits(const lf_session *s) { return s->view->logits; }
+lf_model *lf_session_model(const lf_session *s) { return s->parent; }
+
+lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int with_cache, size_t *bytes) {
+    *bytes = 0;
+    lf_model_config c;
+    const lf__model_arch *a;
+    lf_status st = resolved(cfg, &c, &a);
+    if (st != LF_OK) return st;
+    if (B < 1 || T < 1 || T > c.block_size)
+        return lf_fail(LF_ERR_RANGE, "session: batch %d x %d outside [1, block_size %d]", B, T, c.block_size);
+    /* fp32 matmul inputs: the larger storage, an upper bound on either backend */
+    lf__plan_spec sp = {.cfg = &c, .rc = LF_RECOMPUTE_FULL, .dt = LF_ACT_FP32, .B = B, .T = T, .infer = 1};
+    sp.num_params = lf_model_unit_sizes(&c, &sp.unit0_n, &sp.max_other_n);
+    split_rows(B, 1, &sp.rB, &sp.n_rep);
+    lf__planner p = {0};
+    lay_out(a, &sp, NULL, &p);
+    const size_t kv = with_cache ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)(c.n_embd / c.n_head) *
+                                       sizeof(float) : 0;
+    *bytes = p.used + kv;
+    return LF_OK;
 }

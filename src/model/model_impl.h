@@ -55,6 +55,7 @@ typedef struct lf__plan_spec {
     lf_recompute rc;
     lf_act_dtype dt;     /* storage of the matmul inputs */
     int B, T, n_rep, rB; /* rB: rows of each replica */
+    int infer;           /* forward only (a session): no activation or parameter gradients */
 } lf__plan_spec;
 
 /* Bytes per element of a matmul-input activation. */
@@ -131,6 +132,17 @@ extern const lf__model_arch lf__arch_llama;
 /* The table of an architecture, or NULL. */
 const lf__model_arch *lf__arch_of(lf_arch arch);
 
+/* ---------------------------------------------------------------- KV cache */
+
+/* A session's per-layer key/value caches, (B, NKV, Tmax, HS) each, in
+ * backend memory; while a cached forward runs, the model (a session's view)
+ * points at it and the architectures' attention goes through lf__attention. */
+typedef struct lf__kv {
+    float **k, **v; /* n_layer each */
+    int B, Tmax;
+    int active;     /* the current forward appends to and attends over the cache */
+} lf__kv;
+
 /* ---------------------------------------------------------------- the model */
 
 struct lf_model {
@@ -166,8 +178,14 @@ struct lf_model {
     float *losses;            /* (B,T) */
     int32_t *inputs, *targets; /* copies of the last forward's batch */
 
+    /* a session's view of another model's weights (lf_session): shares its
+     * table, units and parameters, owns only its plan */
+    int borrowed;
+    lf__kv *kv;               /* the session's cache (NULL: none) */
+
     /* last forward */
     int cur_B, cur_T, cur_rep, cur_with_targets;
+    int cur_pos0;             /* position of the forward's first row (0 but for cached decoding) */
     int have_dlogits;
     lf_forward_opts opts;
     char errmsg[1024];
@@ -197,6 +215,12 @@ void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float 
                     int C, int OC, lf_weight_layout layout);
 void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
                      const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout);
+
+/* Causal attention of layer l for replica rp's T rows (positions cur_pos0..):
+ * attention_forward over the rows, or with the session's cache active,
+ * kv_append then attention_cached, att serving as the scratch. */
+void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,
+                   lf_dropout drop);
 
 /* The fused classifier over rp's rows and the replica's loss sum (head_forward's tail). */
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets);

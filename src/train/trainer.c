@@ -1169,12 +1169,9 @@ static lf_status run_eval(lf_trainer *t) {
     sc[n++] = (lf_obs_scalar){"eval/val_loss", vl};
     double score = vl;
     if (t->tasks) {
+        /* the tasks run on sessions of their own shapes: training keeps its plan */
         st = lf_eval_tasks_run(t->tasks, t->model, t->tok, NULL, t->task_res);
-        /* the tasks plan their own batch shapes: give training its plan back,
-         * so the replica split (and so every sum) is the one training uses */
-        lf_status st2 = lf_model_plan(t->model, t->cfg.micro_batch, t->cfg.model.block_size, NULL);
         if (st != LF_OK) return st;
-        if (st2 != LF_OK) return st2;
         size_t nm = 0;
         const lf_eval_metric *m = lf_eval_results_metrics(t->task_res, &nm);
         for (size_t i = 0; i < nm && n < 63; i++) {

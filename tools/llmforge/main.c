@@ -277,10 +277,17 @@ done:
 /* ---------------------------------------------------------------- sample */
 typedef struct stream_ctx {
     const lf_tokenizer *tok;
+    int quiet;            /* --json: no text on stdout */
+    double t_first, t_last; /* when the first and the latest token came */
+    size_t n;
 } stream_ctx;
 
 static int print_token(uint32_t token, void *user) {
     stream_ctx *s = user;
+    const double now = lf_time_now();
+    if (s->n++ == 0) s->t_first = now;
+    s->t_last = now;
+    if (s->quiet || !s->tok) return 0;
     char *text = NULL;
     size_t len = 0;
     if (lf_tokenizer_decode(s->tok, &token, 1, &text, &len) == LF_OK) {
@@ -291,32 +298,69 @@ static int print_token(uint32_t token, void *user) {
     return 0;
 }
 
+/* "1,2,3" or "1 2 3" into ids (lf_alloc'd). */
+static int parse_ids(const char *s, uint32_t **ids, size_t *n) {
+    size_t cap = strlen(s) / 2 + 2;
+    *ids = lf_alloc(cap * sizeof **ids);
+    *n = 0;
+    if (!*ids) return 1;
+    const char *p = s;
+    while (*p) {
+        while (*p == ',' || *p == ' ') p++;
+        if (!*p) break;
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p || v > 0x7fffffffUL) {
+            fprintf(stderr, "llmforge sample: --ids: '%s' is not a list of token ids\n", s);
+            return 1;
+        }
+        (*ids)[(*n)++] = (uint32_t)v;
+        p = end;
+    }
+    return 0;
+}
+
 static int cmd_sample(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "\n";
+    const char *ckpt = NULL, *prompt = "\n", *ids_arg = NULL;
     long max_new = 200, top_k = 0, threads = 0;
-    double temperature = 1.0;
+    double temperature = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
+    int json = 0, no_cache = 0;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
         if ((v = opt_value(argc, argv, &i, "--ckpt", &missing))) ckpt = v;
         else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) prompt = v;
+        else if ((v = opt_value(argc, argv, &i, "--ids", &missing))) ids_arg = v;
         else if ((v = opt_value(argc, argv, &i, "--max-new-tokens", &missing))) {
             if (parse_long("--max-new-tokens", v, 0, 1L << 24, &max_new)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--temperature", &missing))) {
             if (parse_double("--temperature", v, 0, 100, &temperature)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--top-k", &missing))) {
             if (parse_long("--top-k", v, 0, INT_MAX, &top_k)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--top-p", &missing))) {
+            if (parse_double("--top-p", v, 0, 1, &top_p)) return 2;
+            if (top_p <= 0) {
+                fprintf(stderr, "llmforge sample: --top-p %g must be in (0, 1]\n", top_p);
+                return 2;
+            }
         } else if ((v = opt_value(argc, argv, &i, "--seed", &missing))) {
             if (parse_u64("--seed", v, &seed)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
             if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
         } else if (missing) return 2;
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--no-cache")) no_cache = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge sample --ckpt DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T]\n"
-                   "                       [--top-k K] [--seed S] [--threads N]\n"
+            printf("usage: llmforge sample --ckpt DIR [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N]\n"
+                   "                       [--temperature T] [--top-k K] [--top-p P] [--seed S] [--no-cache]\n"
+                   "                       [--json] [--threads N]\n"
                    "  DIR: a checkpoint step directory, a run's ckpt/ or ckpt/latest, or the run's out_dir.\n"
-                   "  --temperature 0 is greedy decoding.\n");
+                   "  --temperature 0 is greedy decoding; --top-p keeps the smallest set of tokens whose\n"
+                   "  probability reaches P. Decoding uses a KV cache; --no-cache runs a forward over the\n"
+                   "  whole context for every token (the reference path: same tokens when greedy).\n"
+                   "  --ids: the prompt as token ids. --json: one JSON object (prompt ids, generated ids,\n"
+                   "  the logits of the last prompt position, prefill and decode timing) instead of text.\n");
             return 0;
         } else {
             fprintf(stderr, "llmforge sample: unknown argument '%s' (see --help)\n", argv[i]);
@@ -332,31 +376,70 @@ static int cmd_sample(int argc, char **argv) {
     char *dir = NULL;
     lf_model *m = NULL;
     lf_tokenizer *tok = NULL;
+    lf_session *ses = NULL;
     uint32_t *ids = NULL, *out = NULL;
+    int32_t *ctx = NULL;
     size_t n_ids = 0, n_out = 0;
     char spec[LF_PATH_MAX + 32];
     lf_status st = lf_checkpoint_load_model(ckpt, lf_backend_get("cpu"), &m, spec, sizeof spec, &dir);
     if (st != LF_OK) { die_status(st, "sample"); goto done; }
-    if (!spec[0]) {
-        fprintf(stderr, "llmforge: sample: checkpoint '%s' does not name its tokenizer\n", dir);
-        goto done;
+    if (ids_arg) {
+        if (parse_ids(ids_arg, &ids, &n_ids)) { rc = 2; goto done; }
+    } else {
+        if (!spec[0]) {
+            fprintf(stderr, "llmforge: sample: checkpoint '%s' does not name its tokenizer\n", dir);
+            goto done;
+        }
+        st = lf_tokenizer_open(&tok, spec, dir); /* relative to the checkpoint: it carries its vocabulary */
+        if (st != LF_OK) { die_status(st, "sample: tokenizer"); goto done; }
+        st = lf_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids);
+        if (st != LF_OK) { die_status(st, "sample: prompt"); goto done; }
     }
-    st = lf_tokenizer_open(&tok, spec, dir); /* relative to the checkpoint: it carries its vocabulary */
-    if (st != LF_OK) { die_status(st, "sample: tokenizer"); goto done; }
-    st = lf_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids);
-    if (st != LF_OK) { die_status(st, "sample: prompt"); goto done; }
     if (n_ids == 0) {
         fprintf(stderr, "llmforge: sample: the prompt is empty; give --prompt TEXT\n");
         goto done;
     }
-    lf_sample_opts so = {.max_new_tokens = (int)max_new, .temperature = (float)temperature, .top_k = (int)top_k, .seed = seed};
-    stream_ctx sc = {tok};
-    fputs(prompt, stdout);
+    lf_sample_opts so = {.max_new_tokens = (int)max_new, .temperature = (float)temperature, .top_k = (int)top_k,
+                         .seed = seed, .top_p = (float)top_p, .no_cache = no_cache};
+    stream_ctx sc = {.tok = tok, .quiet = json};
+    if (!json && !ids_arg) fputs(prompt, stdout);
+    const double t0 = lf_time_now();
     st = lf_generate(m, ids, n_ids, &so, print_token, &sc, &out, &n_out);
-    printf("\n");
+    const double t_end = lf_time_now();
+    if (!json) printf("\n");
     if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    if (json) {
+        /* the logits of the last prompt position, from a forward of the prompt (cropped to block_size) */
+        const lf_model_config *mc = lf_model_get_config(m);
+        const int T = n_ids > (size_t)mc->block_size ? mc->block_size : (int)n_ids;
+        const int Vp = mc->padded_vocab_size > 0 ? mc->padded_vocab_size : mc->vocab_size;
+        ctx = lf_alloc(sizeof(int32_t) * (size_t)T);
+        if (!ctx) { die_status(LF_ERR_NOMEM, "sample"); goto done; }
+        for (int i = 0; i < T; i++) ctx[i] = (int32_t)ids[n_ids - (size_t)T + (size_t)i];
+        if ((st = lf_session_create(&ses, m, 1, T, 0)) == LF_OK) st = lf_session_forward(ses, ctx, 1, T, 0);
+        if (st != LF_OK) { die_status(st, "sample"); goto done; }
+        const float *lg = lf_session_logits(ses) + (size_t)(T - 1) * Vp; /* CPU backend: host memory */
+        printf("{\"prompt\":[");
+        for (size_t i = 0; i < n_ids; i++) printf("%s%u", i ? "," : "", ids[i]);
+        printf("],\"greedy\":%s,\"cache\":%s,\"generated\":[", temperature == 0 ? "true" : "false",
+               no_cache ? "false" : "true");
+        for (size_t i = 0; i < n_out; i++) printf("%s%u", i ? "," : "", out[i]);
+        printf("],\"last_logits\":[");
+        for (int v = 0; v < mc->vocab_size; v++) {
+            char num[LF_JSON_NUMBER_MAX];
+            lf_json_number(num, sizeof num, lg[v]);
+            printf("%s%s", v ? "," : "", num);
+        }
+        char a[LF_JSON_NUMBER_MAX], b[LF_JSON_NUMBER_MAX], c[LF_JSON_NUMBER_MAX];
+        lf_json_number(a, sizeof a, sc.n ? (sc.t_first - t0) * 1e3 : 0.0); /* prompt forward + first token */
+        lf_json_number(b, sizeof b, sc.n > 1 ? (double)(sc.n - 1) / (sc.t_last - sc.t_first) : 0.0);
+        lf_json_number(c, sizeof c, (t_end - t0) * 1e3);
+        printf("],\"first_token_ms\":%s,\"decode_tokens_per_sec\":%s,\"total_ms\":%s}\n", a, b, c);
+    }
     rc = 0;
 done:
+    lf_session_free(ses);
+    lf_free(ctx);
     lf_free(dir);
     lf_free(ids);
     lf_free(out);
