@@ -412,7 +412,8 @@ static lf_status load_merges(loader *L, const cJSON *merges) {
         }
         if (ir == LF_BPE_NONE) {
             st = lf_fail(LF_ERR_FORMAT,
-                         "%s: model.merges[%zu] (\"%.*s\" \"%.*s\"): the merged token \"%.*s%.*s\" is not in model.vocab",
+                         "%s: model.merges[%zu] (\"%.*s\" \"%.*s\"): the merged token \"%.*s%.*s\" is not in "
+                         "model.vocab",
                          L->what, i, (int)(na > 200 ? 200 : na), a, (int)(nb > 200 ? 200 : nb), b,
                          (int)(na > 200 ? 200 : na), a, (int)(nb > 200 ? 200 : nb), b);
             goto done;
@@ -607,7 +608,8 @@ static lf_status load_step(loader *L, const cJSON *o, const char *where, int las
         const cJSON *lit = cJSON_IsObject(pat) ? get(pat, "String") : NULL;
         int invert;
         if (!cJSON_IsString(re) && !cJSON_IsString(lit))
-            return lf_fail(LF_ERR_FORMAT, "%s: %s.pattern must be {\"Regex\": ...} or {\"String\": ...}", L->what, where);
+            return lf_fail(LF_ERR_FORMAT, "%s: %s.pattern must be {\"Regex\": ...} or {\"String\": ...}", L->what,
+                           where);
         if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") != 0)
             return lf_fail(LF_ERR_UNSUPPORTED, "%s: %s: behavior '%.100s' is not supported (only Isolated)", L->what,
                            where, cJSON_IsString(beh) ? beh->valuestring : json_kind(beh));
@@ -821,7 +823,8 @@ static lf_status hf_open(void **state, int *vocab_size, const char *path) {
     t->eot = -1;
     for (size_t i = 0; i < sizeof g_eot_names / sizeof g_eot_names[0] && t->eot < 0; i++) {
         uint32_t id = find_special(t, g_eot_names[i]);
-        if (id == LF_BPE_NONE) id = lf__bpe_lookup(&t->b, (const unsigned char *)g_eot_names[i], strlen(g_eot_names[i]));
+        if (id == LF_BPE_NONE)
+            id = lf__bpe_lookup(&t->b, (const unsigned char *)g_eot_names[i], strlen(g_eot_names[i]));
         if (id != LF_BPE_NONE) t->eot = (int)id;
     }
     st = LF_OK;
@@ -1029,7 +1032,8 @@ static lf_status hf_decode(const void *state, const uint32_t *ids, size_t n, cha
         uint32_t id = ids[i];
         if (id >= t->vocab_size || t->dec_len[id] == 0)
             return lf_fail(LF_ERR_RANGE, "hf tokenizer: token id %u at position %zu is not in the vocabulary (%s)",
-                           (unsigned)id, i, id < t->vocab_size ? "an id the file does not use" : "vocab_size too small");
+                           (unsigned)id, i,
+                           id < t->vocab_size ? "an id the file does not use" : "vocab_size too small");
         total += t->dec_len[id];
     }
     char *out = lf_alloc(total + 1);

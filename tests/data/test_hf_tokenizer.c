@@ -140,7 +140,8 @@ static uint8_t *class_bitmap(const cJSON *root, const char *name) {
     uint8_t *m = calloc(0x110000, 1);
     const cJSON *r;
     cJSON_ArrayForEach(r, cJSON_GetObjectItem(root, name)) {
-        uint32_t a = (uint32_t)cJSON_GetArrayItem(r, 0)->valuedouble, b = (uint32_t)cJSON_GetArrayItem(r, 1)->valuedouble;
+        uint32_t a = (uint32_t)cJSON_GetArrayItem(r, 0)->valuedouble;
+        uint32_t b = (uint32_t)cJSON_GetArrayItem(r, 1)->valuedouble;
         for (uint32_t c = a; c <= b; c++) m[c] = 1;
     }
     return m;
@@ -185,7 +186,8 @@ static void test_unicode_classes(void **state) {
         for (int c = 0; c < 3; c++) {
             s[0] = (unsigned char)lead[c];
             int one = n_matches(&sc, s, (size_t)k + 1) == 1;
-            if (one != want[c] && bad++ < 10) print_error("U+%04X: lead '%c': one piece %d, want %d\n", cp, lead[c], one, want[c]);
+            if (one != want[c] && bad++ < 10)
+                print_error("U+%04X: lead '%c': one piece %d, want %d\n", cp, lead[c], one, want[c]);
         }
     }
     assert_int_equal(bad, 0);
