@@ -134,7 +134,7 @@ int lf_shard_mask(const lf_shard *s, size_t i);
 typedef struct lf_tokenizer lf_tokenizer;
 
 /* Open a tokenizer from a spec string: "char:PATH/vocab.json", "gpt2:DIR",
- * "tiktoken:FILE", "bpe:FILE" (kinds listed below). Relative paths
+ * "tiktoken:FILE", "bpe:FILE", "hf:FILE" (kinds listed below). Relative paths
  * in the spec are resolved against base_dir when base_dir != NULL. */
 lf_status lf_tokenizer_open(lf_tokenizer **out, const char *spec, const char *base_dir);
 void lf_tokenizer_free(lf_tokenizer *t);
@@ -163,6 +163,15 @@ lf_status lf_tokenizer_decode(const lf_tokenizer *t, const uint32_t *ids, size_t
  *                  with GPT-2's pre-tokeniser; <|endoftext|> = largest rank + 1
  *   bpe:FILE       a BPE trained by lf_bpe_train (same file format and
  *                  conventions as tiktoken:FILE)
+ *   hf:FILE        a Hugging Face tokenizer.json of the byte-level BPE family
+ *                  (GPT-2, Llama 3, Qwen2, SmolLM): ids equal to the tokenizers
+ *                  library's encode(text, add_special_tokens=False), added
+ *                  tokens marked "special" recognised only with allow_special
+ *                  (non-special added tokens always, as tokenizers does), no
+ *                  BOS/EOS added. Files with a normalizer, another model type
+ *                  or a pre-tokenizer other than ByteLevel / Split / Digits are
+ *                  LF_ERR_UNSUPPORTED naming the file and field; malformed ones
+ *                  LF_ERR_FORMAT (docs/tokenizers.md). vocab_size = largest id + 1.
  *
  * Invalid UTF-8 (byte-level BPE kinds): by default (LF_UTF8_STRICT) encoding
  * fails with LF_ERR_FORMAT naming the byte offset of the first invalid byte
@@ -209,15 +218,18 @@ lf_status lf_tokenizer_encode_opts(const lf_tokenizer *t, const char *text, size
 lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, size_t len,
                                        const lf_encode_opts *opts, int n_threads, uint32_t **ids, size_t *n);
 
-/* Id of a special token by its text ("<|endoftext|>"). LF_ERR_NOT_FOUND when
- * the tokenizer has no such token (the char kind has none). */
+/* Id of a special token by its text ("<|endoftext|>"; hf: any added token,
+ * "<|im_start|>"). LF_ERR_NOT_FOUND when the tokenizer has no such token (the
+ * char kind has none). */
 lf_status lf_tokenizer_special_id(const lf_tokenizer *t, const char *name, uint32_t *id);
 
 /* The end-of-text id: what prepare appends after every document and every
  * fine-tuning response, and where generation stops. gpt2/tiktoken/bpe: the
  * id of <|endoftext|> (50256 for gpt2); char: the id of "\n" (a character
- * vocabulary has no special tokens, so a newline ends a text). -1 when the
- * tokenizer has none (a char vocabulary without "\n") or t is NULL.
+ * vocabulary has no special tokens, so a newline ends a text); hf: the first
+ * of <|endoftext|>, <|end_of_text|>, <|im_end|>, </s>, <eos> the file has (an
+ * added token, else a vocabulary entry). -1 when the tokenizer has none (a
+ * char vocabulary without "\n", an hf file with none of those) or t is NULL.
  * Records no error. */
 int lf_tokenizer_eot(const lf_tokenizer *t);
 

@@ -23,6 +23,16 @@
  *     entry's rank; the heap key orders equal ranks by start byte, which is
  *     the quadratic scan's leftmost rule.
  *
+ * Explicit merge lists (Hugging Face tokenizer.json, lf__bpe_set_merges):
+ * the pair table then holds exactly the listed pairs, each with its
+ * position in the list as its priority, and merge_id[priority] is the token
+ * the merge makes; ids are no longer priorities, so the two algorithms
+ * compare priorities and write merge_id[] (lf__bpe_result). This is
+ * tokenizers' Word::merge_all (lowest merge index first, leftmost among
+ * equal), and a pair absent from the list never merges even when its
+ * concatenation is a token. Without a list (tiktoken ranks) merge_id is
+ * NULL and the priority is the token's own rank, as above.
+ *
  * Tables: open addressing with linear probing, power-of-two sizes, load at
  * most 1/2. Token bytes hash with a 64-bit multiply-fold over 8-byte words
  * (wyhash's mum); the slot keeps the rank and 32 more hash bits so that a
@@ -113,6 +123,7 @@ uint32_t lf__bpe_pair(const lf__bpe *b, uint32_t a, uint32_t r) {
 
 void lf__bpe_release(lf__bpe *b) {
     if (!b) return;
+    free(b->merge_id);
     free(b->tok_off);
     free(b->tok_len);
     free(b->blob);
@@ -131,8 +142,7 @@ static void pair_insert(lf__bpe *b, uint32_t a, uint32_t r, uint32_t val) {
     b->pair_val[i] = val;
 }
 
-lf_status lf__bpe_build(lf__bpe *b, const char *what) {
-    /* token map */
+lf_status lf__bpe_build_map(lf__bpe *b, const char *what) {
     b->n_tokens = 0;
     for (uint32_t r = 0; r < b->n_ranks; r++) b->n_tokens += b->tok_len[r] > 0;
     size_t slots = pow2_at_least(2 * b->n_tokens + 2);
@@ -165,18 +175,26 @@ lf_status lf__bpe_build(lf__bpe *b, const char *what) {
             return lf_fail(LF_ERR_FORMAT, "%s: byte 0x%02X has no token (byte-level BPE needs all 256 single bytes)",
                            what, (unsigned)c);
     }
+    return LF_OK;
+}
+
+static lf_status alloc_pairs(lf__bpe *b, size_t n_pairs, const char *what) {
+    size_t ps = pow2_at_least(2 * n_pairs + 2);
+    b->pair_key = malloc(ps * sizeof *b->pair_key);
+    b->pair_val = malloc(ps * sizeof *b->pair_val);
+    if (!b->pair_key || !b->pair_val) return lf_fail(LF_ERR_NOMEM, "%s: out of memory building the pair table", what);
+    memset(b->pair_key, 0xFF, ps * sizeof *b->pair_key);
+    b->pair_mask = ps - 1;
+    return LF_OK;
+}
+
+lf_status lf__bpe_build(lf__bpe *b, const char *what) {
+    lf_status st = lf__bpe_build_map(b, what);
+    if (st != LF_OK) return st;
     /* pair table: every split of every token into two tokens */
     size_t n_pairs = 0;
     for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) {
-            size_t ps = pow2_at_least(2 * n_pairs + 2);
-            b->pair_key = malloc(ps * sizeof *b->pair_key);
-            b->pair_val = malloc(ps * sizeof *b->pair_val);
-            if (!b->pair_key || !b->pair_val)
-                return lf_fail(LF_ERR_NOMEM, "%s: out of memory building the pair table", what);
-            memset(b->pair_key, 0xFF, ps * sizeof *b->pair_key);
-            b->pair_mask = ps - 1;
-        }
+        if (pass == 1 && (st = alloc_pairs(b, n_pairs, what)) != LF_OK) return st;
         for (uint32_t r = 0; r < b->n_ranks; r++) {
             size_t n = b->tok_len[r];
             const unsigned char *p = b->blob + b->tok_off[r];
@@ -192,6 +210,24 @@ lf_status lf__bpe_build(lf__bpe *b, const char *what) {
             }
         }
     }
+    return LF_OK;
+}
+
+lf_status lf__bpe_set_merges(lf__bpe *b, const uint32_t *left, const uint32_t *right, const uint32_t *result,
+                             uint32_t n_merges, const char *what) {
+    lf_status st;
+    if (n_merges >= LF_BPE_MAX_RANKS)
+        return lf_fail(LF_ERR_FORMAT, "%s: %u merges, more than %u allowed", what, (unsigned)n_merges,
+                       (unsigned)LF_BPE_MAX_RANKS - 1);
+    b->merge_id = malloc((n_merges ? n_merges : 1) * sizeof *b->merge_id);
+    if (!b->merge_id) return lf_fail(LF_ERR_NOMEM, "%s: out of memory building the merge table", what);
+    if ((st = alloc_pairs(b, n_merges, what)) != LF_OK) return st;
+    for (uint32_t p = 0; p < n_merges; p++) {
+        b->merge_id[p] = result[p];
+        if (left[p] != LF_BPE_NONE && right[p] != LF_BPE_NONE)
+            pair_insert(b, left[p], right[p], p); /* a pair listed twice keeps its later position */
+    }
+    b->n_merges = n_merges;
     return LF_OK;
 }
 
@@ -214,7 +250,7 @@ static size_t merge_scan(const lf__bpe *b, const unsigned char *p, size_t n, uin
                 at = i;
             }
         if (best == LF_BPE_NONE) break;
-        sym[at] = best;
+        sym[at] = lf__bpe_result(b, best);
         /* drop part at+1 and pair at+1 (a few elements: a loop beats a call) */
         for (size_t i = at + 1; i + 1 < m; i++) {
             sym[i] = sym[i + 1];
@@ -280,16 +316,17 @@ static size_t merge_heap(const lf__bpe *b, const unsigned char *p, size_t n, uin
         if (sym[L] == LF_BPE_NONE) continue; /* absorbed */
         uint32_t R = next[L];
         if (R >= n || lf__bpe_pair(b, sym[L], sym[R]) != r) continue; /* stale */
-        sym[L] = r;
+        uint32_t id = lf__bpe_result(b, r);
+        sym[L] = id;
         sym[R] = LF_BPE_NONE;
         next[L] = next[R];
         if (next[R] < n) prev[next[R]] = L;
         if (prev[L] != UINT32_MAX) {
-            uint32_t q = lf__bpe_pair(b, sym[prev[L]], r);
+            uint32_t q = lf__bpe_pair(b, sym[prev[L]], id);
             if (q != LF_BPE_NONE) heap_push(heap, &hn, (uint64_t)q << 32 | prev[L]);
         }
         if (next[L] < n) {
-            uint32_t q = lf__bpe_pair(b, r, sym[next[L]]);
+            uint32_t q = lf__bpe_pair(b, id, sym[next[L]]);
             if (q != LF_BPE_NONE) heap_push(heap, &hn, (uint64_t)q << 32 | L);
         }
     }

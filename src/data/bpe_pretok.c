@@ -26,6 +26,23 @@
  * an lf__pretok_scan (its match data, and a JIT stack only when a match
  * needs more than PCRE2's default 32 KiB of machine stack).
  *
+ * Patterns from a file (lf__pretok_create_custom: a Hugging Face
+ * tokenizer.json Split regex, Digits) are written for the engine tokenizers
+ * uses, Oniguruma in its default Ruby syntax, whose Unicode tables are also
+ * Unicode 16 (tools/reference/make_hf_tokenizer_fixture.py checks that they
+ * equal tiktoken's). Before PCRE2 compiles such a pattern it is rewritten
+ * where the two engines read the same text differently:
+ *   - \s, \p{L}, \p{N} (also \pL, \pN, \P{..}, \p{^..}) become the
+ *     spelled-out classes above, outside and inside [...]; \S outside a class
+ *     becomes [^WS]. Negated forms inside a class are left to PCRE2 (they
+ *     differ only on U+180E and the Unicode 15-16 additions).
+ *   - Ruby's \h/\H are hex digits (PCRE2: horizontal space): [0-9a-fA-F].
+ *   - Ruby's option (?m) is dot-matches-newline: PCRE2's (?s).
+ *   - Ruby's ^ and $ always match at line breaks: PCRE2_MULTILINE.
+ *   - Ruby's class set operations (&&, a [ nested in a class) have no PCRE2
+ *     form: refused with a message naming the offset.
+ * Everything else (\w, \b, \d, ...) is compiled as PCRE2 reads it.
+ *
  * Subjects are valid UTF-8 (the caller checks, once per text): the JIT
  * matcher does no UTF check, and the interpreter fallback (no JIT on this
  * platform) is told PCRE2_NO_UTF_CHECK, so a text is never rescanned per
@@ -63,35 +80,235 @@ static const char g_pattern[] =
 
 struct lf__pretok {
     pcre2_code *re;
-    int jit; /* 1 when JIT compilation succeeded */
+    int jit;          /* 1 when JIT compilation succeeded */
+    const char *name; /* for messages */
+    char *source;     /* the PCRE2 pattern compiled (custom patterns; NULL: g_pattern) */
 };
 
 const char *lf__pretok_pattern(void) { return g_pattern; }
+
+const char *lf__pretok_source(const lf__pretok *p) { return p->source ? p->source : g_pattern; }
+
+static lf_status compile(lf__pretok *p, const char *src, size_t len, uint32_t options, lf_status bad) {
+    int err = 0;
+    PCRE2_SIZE erroff = 0;
+    p->re = pcre2_compile((PCRE2_SPTR)src, len, options, &err, &erroff, NULL);
+    if (!p->re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return lf_fail(bad, "%s: PCRE2 cannot compile the pattern at offset %zu: %s", p->name, (size_t)erroff,
+                       (const char *)msg);
+    }
+    /* JIT is an optimisation: without it (a platform PCRE2's JIT does not
+     * support) the interpreter gives the same matches. */
+    p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
+    return LF_OK;
+}
 
 lf_status lf__pretok_create(lf__pretok **out) {
     *out = NULL;
     lf__pretok *p = calloc(1, sizeof *p);
     if (!p) return lf_fail(LF_ERR_NOMEM, "GPT-2 pre-tokeniser: out of memory");
-    int err = 0;
-    PCRE2_SIZE erroff = 0;
-    p->re = pcre2_compile((PCRE2_SPTR)g_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
-    if (!p->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
+    p->name = "GPT-2 pre-tokeniser";
+    lf_status st = compile(p, g_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, LF_ERR_INTERNAL);
+    if (st != LF_OK) {
         free(p);
-        return lf_fail(LF_ERR_INTERNAL, "GPT-2 pre-tokeniser: PCRE2 cannot compile the pattern at offset %zu: %s",
-                       (size_t)erroff, (const char *)msg);
+        return st;
     }
-    /* JIT is an optimisation: without it (a platform PCRE2's JIT does not
-     * support) the interpreter gives the same matches. */
-    p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
     *out = p;
     return LF_OK;
 }
 
+/* ---------------------------------------------------------------- patterns from files (Oniguruma, Ruby syntax) */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->cap - b->n < n + 1) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->n < n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* The class items standing for property L or N (inside [...]). */
+static const char *prop_items(char c) {
+    return c == 'L' ? "\\p{L}" L_EXTRA : "\\p{N}" N_EXTRA;
+}
+
+/* Rewrite pat[0, n) (see the header); *out malloc'd and NUL-terminated. */
+static lf_status translate(const char *pat, size_t n, const char *name, char **out) {
+    sbuf b = {0};
+    int in_class = 0;   /* inside [...] */
+    size_t class_at = 0; /* where the class's items start (a ']' there is literal) */
+    size_t i = 0;
+    *out = NULL;
+    while (i < n) {
+        char c = pat[i];
+        if (c == '\\' && i + 1 < n) {
+            char d = pat[i + 1];
+            if (d == 'Q') { /* literal text up to \E */
+                size_t e = i + 2;
+                while (e + 1 < n && !(pat[e] == '\\' && pat[e + 1] == 'E')) e++;
+                e = e + 1 < n ? e + 2 : n;
+                put(&b, pat + i, e - i);
+                i = e;
+                continue;
+            }
+            if (d == 's') {
+                puts_(&b, in_class ? WS : "[" WS "]");
+                i += 2;
+                continue;
+            }
+            if (d == 'S' && !in_class) {
+                puts_(&b, "[^" WS "]");
+                i += 2;
+                continue;
+            }
+            if (d == 'h' || (d == 'H' && !in_class)) {
+                puts_(&b, d == 'H' ? "[^0-9a-fA-F]" : in_class ? "0-9a-fA-F" : "[0-9a-fA-F]");
+                i += 2;
+                continue;
+            }
+            if (d == 'H') {
+                free(b.p);
+                return lf_fail(LF_ERR_UNSUPPORTED, "%s: \\H inside a character class (offset %zu) is not supported",
+                               name, i);
+            }
+            if (d == 'p' || d == 'P') {
+                /* \pL, \p{L}, \p{^L}: the property letter and its negation */
+                size_t e = i + 2;
+                int neg = d == 'P', braced = e < n && pat[e] == '{';
+                char prop = 0;
+                if (braced) {
+                    size_t q = e + 1;
+                    if (q < n && pat[q] == '^') {
+                        neg = !neg;
+                        q++;
+                    }
+                    if (q + 1 < n && (pat[q] == 'L' || pat[q] == 'N') && pat[q + 1] == '}') {
+                        prop = pat[q];
+                        e = q + 2;
+                    }
+                } else if (e < n && (pat[e] == 'L' || pat[e] == 'N')) {
+                    prop = pat[e];
+                    e++;
+                }
+                if (prop && !(in_class && neg)) {
+                    if (!in_class) puts_(&b, neg ? "[^" : "[");
+                    puts_(&b, prop_items(prop));
+                    if (!in_class) puts_(&b, "]");
+                    i = e;
+                    continue;
+                }
+            }
+            put(&b, pat + i, 2); /* any other escape: as PCRE2 reads it */
+            i += 2;
+            continue;
+        }
+        if (in_class) {
+            if (c == ']' && i > class_at) {
+                in_class = 0;
+            } else if (c == '[' && i + 1 < n && pat[i + 1] == ':') { /* [:alpha:] */
+                size_t e = i + 2;
+                while (e + 1 < n && !(pat[e] == ':' && pat[e + 1] == ']')) e++;
+                e = e + 1 < n ? e + 2 : n;
+                put(&b, pat + i, e - i);
+                i = e;
+                continue;
+            } else if (c == '[' || (c == '&' && i + 1 < n && pat[i + 1] == '&')) {
+                free(b.p);
+                return lf_fail(LF_ERR_UNSUPPORTED,
+                               "%s: character class set operations ('&&' or a nested '[', offset %zu) are not "
+                               "supported", name, i);
+            }
+            put(&b, &c, 1);
+            i++;
+            continue;
+        }
+        if (c == '[') {
+            in_class = 1;
+            put(&b, &c, 1);
+            i++;
+            if (i < n && pat[i] == '^') put(&b, pat + i++, 1);
+            class_at = i;
+            continue;
+        }
+        if (c == '(' && i + 1 < n && pat[i + 1] == '?') {
+            /* (?imx-imx) or (?imx-imx:...): Ruby's m is PCRE2's s */
+            size_t e = i + 2;
+            while (e < n && (pat[e] == 'i' || pat[e] == 'm' || pat[e] == 'x' || pat[e] == '-')) e++;
+            if (e > i + 2 && e < n && (pat[e] == ')' || pat[e] == ':')) {
+                for (size_t k = i; k < e; k++) put(&b, pat[k] == 'm' && k >= i + 2 ? "s" : pat + k, 1);
+                i = e;
+                continue;
+            }
+        }
+        put(&b, &c, 1);
+        i++;
+    }
+    if (b.oom || !b.p) {
+        free(b.p);
+        if (b.oom) return lf_fail(LF_ERR_NOMEM, "%s: out of memory translating the pattern", name);
+        b.p = calloc(1, 1);
+        if (!b.p) return lf_fail(LF_ERR_NOMEM, "%s: out of memory translating the pattern", name);
+    }
+    *out = b.p;
+    return LF_OK;
+}
+
+lf_status lf__pretok_create_custom(lf__pretok **out, const char *pattern, size_t len, int literal, const char *name) {
+    *out = NULL;
+    if (len > LF_PRETOK_MAX_PATTERN)
+        return lf_fail(LF_ERR_RANGE, "%s: the pattern is %zu bytes, more than %u allowed", name, len,
+                       (unsigned)LF_PRETOK_MAX_PATTERN);
+    if (lf__utf8_valid_prefix((const unsigned char *)pattern, len) != len)
+        return lf_fail(LF_ERR_FORMAT, "%s: the pattern is not valid UTF-8", name);
+    lf__pretok *p = calloc(1, sizeof *p);
+    if (!p) return lf_fail(LF_ERR_NOMEM, "%s: out of memory", name);
+    p->name = name;
+    lf_status st;
+    if (literal) {
+        p->source = malloc(len + 1);
+        if (!p->source) {
+            st = lf_fail(LF_ERR_NOMEM, "%s: out of memory", name);
+            goto fail;
+        }
+        memcpy(p->source, pattern, len);
+        p->source[len] = 0;
+        st = compile(p, p->source, len, PCRE2_LITERAL | PCRE2_UTF, LF_ERR_FORMAT);
+    } else {
+        if ((st = translate(pattern, len, name, &p->source)) != LF_OK) goto fail;
+        st = compile(p, p->source, strlen(p->source), PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, LF_ERR_FORMAT);
+    }
+    if (st != LF_OK) goto fail;
+    *out = p;
+    return LF_OK;
+fail:
+    lf__pretok_free(p);
+    return st;
+}
+
 void lf__pretok_free(lf__pretok *p) {
     if (!p) return;
-    pcre2_code_free(p->re);
+    if (p->re) pcre2_code_free(p->re);
+    free(p->source);
     free(p);
 }
 
@@ -99,7 +316,7 @@ lf_status lf__pretok_scan_init(lf__pretok_scan *s, const lf__pretok *p) {
     memset(s, 0, sizeof *s);
     s->p = p;
     s->md = pcre2_match_data_create_from_pattern(p->re, NULL);
-    if (!s->md) return lf_fail(LF_ERR_NOMEM, "GPT-2 pre-tokeniser: out of memory");
+    if (!s->md) return lf_fail(LF_ERR_NOMEM, "%s: out of memory", p->name);
     return LF_OK;
 }
 
@@ -113,10 +330,10 @@ void lf__pretok_scan_done(lf__pretok_scan *s) {
 /* Give the scanner a JIT stack of up to 64 MiB (a whitespace run of millions
  * of characters backtracks over all of them). */
 static lf_status grow_jit_stack(lf__pretok_scan *s) {
-    if (s->js) return lf_fail(LF_ERR_RANGE, "GPT-2 pre-tokeniser: a piece needs more than 64 MiB of JIT stack");
+    if (s->js) return lf_fail(LF_ERR_RANGE, "%s: a piece needs more than 64 MiB of JIT stack", s->p->name);
     s->mc = pcre2_match_context_create(NULL);
     s->js = pcre2_jit_stack_create(32 * 1024, 64u << 20, NULL);
-    if (!s->mc || !s->js) return lf_fail(LF_ERR_NOMEM, "GPT-2 pre-tokeniser: out of memory for the JIT stack");
+    if (!s->mc || !s->js) return lf_fail(LF_ERR_NOMEM, "%s: out of memory for the JIT stack", s->p->name);
     pcre2_jit_stack_assign(s->mc, NULL, s->js);
     return LF_OK;
 }
@@ -143,8 +360,10 @@ lf_status lf__pretok_next(lf__pretok_scan *s, const unsigned char *text, size_t 
         }
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof msg);
-        return lf_fail(rc == PCRE2_ERROR_NOMEMORY ? LF_ERR_NOMEM : LF_ERR_INTERNAL,
-                       "GPT-2 pre-tokeniser: PCRE2 match at byte %zu failed: %s", pos, (const char *)msg);
+        /* a pattern from a file may backtrack past PCRE2's limits: the pattern's fault, not ours */
+        int limit = rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT;
+        return lf_fail(rc == PCRE2_ERROR_NOMEMORY ? LF_ERR_NOMEM : limit ? LF_ERR_RANGE : LF_ERR_INTERNAL,
+                       "%s: PCRE2 match at byte %zu failed: %s", s->p->name, pos, (const char *)msg);
     }
 }
 

@@ -3,7 +3,7 @@
  *  - strict UTF-8 decoding shared by the tokenizers and prepare;
  *  - raw views of a mapped shard, for the batch sampler's hot loop;
  *  - the tokenizer operations table: one entry per spec prefix ("char:",
- *    "gpt2:", "tiktoken:", "bpe:"), dispatched by tokenizer.c (ggml-style table of
+ *    "gpt2:", "tiktoken:", "bpe:", "hf:"), dispatched by tokenizer.c (ggml-style table of
  *    function pointers; a kind that lacks an operation leaves it NULL and the
  *    wrapper answers LF_ERR_UNSUPPORTED).
  */
@@ -75,6 +75,8 @@ lf_status lf__char_vocab_json(const uint32_t *cps, size_t n, char **json);
 extern const lf__tokenizer_ops lf__tokenizer_gpt2_ops;     /* "gpt2:DIR" */
 extern const lf__tokenizer_ops lf__tokenizer_tiktoken_ops; /* "tiktoken:FILE" */
 extern const lf__tokenizer_ops lf__tokenizer_bpe_ops;      /* "bpe:FILE" */
+/* Hugging Face tokenizer.json, byte-level BPE (tokenizer_hf.c). */
+extern const lf__tokenizer_ops lf__tokenizer_hf_ops;       /* "hf:FILE" */
 
 /* Encode with n_threads threads through ops->cut and ops->encode_ex
  * (bpe_parallel.c; lf_tokenizer_encode_parallel's body). */
@@ -93,6 +95,19 @@ lf_status lf__pretok_create(lf__pretok **out);
 void lf__pretok_free(lf__pretok *p);
 /* The PCRE2 pattern source (UTF-8, for messages and tests). */
 const char *lf__pretok_pattern(void);
+/* A pre-tokeniser from a pattern written for Oniguruma's Ruby syntax (a
+ * Hugging Face tokenizer.json Split regex; literal != 0: a plain string to
+ * find), rewritten for PCRE2 as bpe_pretok.c describes and compiled with UTF,
+ * UCP and MULTILINE (JIT when available). name (a static or longer-lived
+ * string) prefixes its messages. Errors: LF_ERR_FORMAT (PCRE2 refuses the
+ * pattern, naming the offset; not UTF-8), LF_ERR_UNSUPPORTED (a construct with
+ * no PCRE2 form), LF_ERR_RANGE (over LF_PRETOK_MAX_PATTERN bytes),
+ * LF_ERR_NOMEM. Matching through lf__pretok_next as for the GPT-2 pattern;
+ * a match that exceeds PCRE2's backtracking limits is LF_ERR_RANGE. */
+#define LF_PRETOK_MAX_PATTERN (64u << 10)
+lf_status lf__pretok_create_custom(lf__pretok **out, const char *pattern, size_t len, int literal, const char *name);
+/* The PCRE2 source a pre-tokeniser compiled (after the rewriting). */
+const char *lf__pretok_source(const lf__pretok *p);
 
 /* One thread's matcher: the PCRE2 match data (and a JIT stack made only if
  * a match needs more than the default 32 KiB). */
@@ -132,19 +147,38 @@ typedef struct lf__bpe {
     uint32_t *map_tag;       /* (map_mask+1) upper hash bits of the slot's key */
     size_t map_mask;
     uint64_t *pair_key;      /* (pair_mask+1) left << 32 | right, UINT64_MAX = empty */
-    uint32_t *pair_val;      /* (pair_mask+1) rank of the concatenation */
+    uint32_t *pair_val;      /* (pair_mask+1) priority of the merge: the concatenation's rank, or
+                                with an explicit merge list its position in the list */
     size_t pair_mask;
+    uint32_t *merge_id;      /* (n_merges) token made by the merge of priority p; NULL without a
+                                merge list (the priority is then the token's rank) */
+    uint32_t n_merges;
 } lf__bpe;
 /* Take ownership of tokens (bytes in blob, tok_off/tok_len per rank, all
  * malloc'd) and build the lookup tables. Fails (LF_ERR_FORMAT, naming `what`)
  * on a repeated token or a single byte without a token. */
 lf_status lf__bpe_build(lf__bpe *b, const char *what);
+/* The same tables from an explicit merge list (Hugging Face tokenizer.json),
+ * in two steps: lf__bpe_build_map builds the token map and byte_id[] alone
+ * (so the caller can look the merges' tokens up), then lf__bpe_set_merges
+ * the pair table: merge p joins the tokens left[p] and right[p] into
+ * result[p], and only the listed pairs ever merge, lowest p first (leftmost
+ * among equal), as tokenizers' BPE does; a pair listed twice keeps its later
+ * p (tokenizers collects the list into a hash map); left[p] or right[p]
+ * LF_BPE_NONE leaves merge p out (one that can never apply). The caller
+ * checks that every id names a token. Errors as lf__bpe_build. */
+lf_status lf__bpe_build_map(lf__bpe *b, const char *what);
+lf_status lf__bpe_set_merges(lf__bpe *b, const uint32_t *left, const uint32_t *right, const uint32_t *result,
+                             uint32_t n_merges, const char *what);
 void lf__bpe_release(lf__bpe *b);
+/* The token the merge of priority p makes (lf__bpe_pair's answer). */
+static inline uint32_t lf__bpe_result(const lf__bpe *b, uint32_t p) { return b->merge_id ? b->merge_id[p] : p; }
 /* The 64-bit hash of a byte string the BPE tables use (also the trainer's). */
 uint64_t lf__bpe_hash(const unsigned char *p, size_t n);
 /* Rank of the token with exactly these bytes, LF_BPE_NONE when none. */
 uint32_t lf__bpe_lookup(const lf__bpe *b, const unsigned char *p, size_t n);
-/* Rank of the token made of ranks a then b, LF_BPE_NONE when none. */
+/* Priority of merging ranks a then b (the token it makes: lf__bpe_result),
+ * LF_BPE_NONE when they do not merge. */
 uint32_t lf__bpe_pair(const lf__bpe *b, uint32_t a, uint32_t r);
 /* BPE of one piece (1 <= n < 2^32 bytes) into out (room for n ids); returns
  * the count, SIZE_MAX when out of memory (no message). algo 0: automatic,

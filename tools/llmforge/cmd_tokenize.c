@@ -15,6 +15,7 @@
  *   llmforge tokenizer train --input FILE [--input FILE ...] --vocab-size N --out FILE
  *                            [--min-frequency K]
  *   llmforge tokenizer info --tokenizer SPEC
+ *       {"spec", "vocab_size", "endoftext" (when the kind has it), "eot"}.
  *
  * Every input error names the line (JSON that does not parse, a missing or
  * non-string "text", a token that is not an id, an id outside the
@@ -314,8 +315,10 @@ static void tokenize_usage(FILE *f) {
             "usage: llmforge tokenize --tokenizer SPEC [--allow-special] [--invalid-utf8 error|bytes] [--jsonl]\n"
             "                         [--threads N] [--bench REPEATS]\n"
             "  Prints the ids of stdin as one line of space-separated integers.\n"
-            "  SPEC: gpt2:DIR (encoder.json + vocab.bpe), tiktoken:FILE, bpe:FILE, char:vocab.json\n"
-            "  --allow-special   <|endoftext|> in the text becomes its id (else it is ordinary text)\n"
+            "  SPEC: gpt2:DIR (encoder.json + vocab.bpe), tiktoken:FILE, bpe:FILE, char:vocab.json,\n"
+            "        hf:FILE (a Hugging Face tokenizer.json, byte-level BPE)\n"
+            "  --allow-special   special tokens in the text (<|endoftext|>; for hf: every added token marked\n"
+            "                    special, e.g. <|im_start|>) become their ids (else they are ordinary text)\n"
             "  --invalid-utf8    error (default): invalid UTF-8 is an error naming the byte offset;\n"
             "                    bytes: each invalid byte becomes its single-byte token\n"
             "  --jsonl           each line {\"text\": ...} -> a line {\"ids\": [...]}\n"
@@ -668,6 +671,7 @@ static int tokenizer_info(int argc, char **argv) {
     put_json_string(stdout, spec, strlen(spec));
     printf(",\"vocab_size\":%d", lf_tokenizer_vocab_size(t));
     if (lf_tokenizer_special_id(t, "<|endoftext|>", &eot) == LF_OK) printf(",\"endoftext\":%u", (unsigned)eot);
+    printf(",\"eot\":%d", lf_tokenizer_eot(t)); /* what prepare appends and generation stops at; -1: none */
     printf("}\n");
     lf_tokenizer_free(t);
     return 0;
