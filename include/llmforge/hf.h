@@ -111,6 +111,14 @@ lf_status lf_hf_tensor_shape(const lf_hf_model *h, const char *name, int *ndim, 
  * message names the tensor and its file. */
 lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, size_t numel);
 
+/* Every tensor of a model's parameter table (lf_model_params_table) into
+ * host params (table offsets, fp32) by name: the table's name, else with
+ * GPT-2's "transformer." prefix; shapes must match. All missing tensors,
+ * shape mismatches and unexpected tensors are listed in one
+ * LF_ERR_MISMATCH. Ignored: lm_head.weight when tied, RoPE's inv_freq
+ * buffers, GPT-2's attention-mask buffers (".attn.bias", ".attn.masked_bias"). */
+lf_status lf_hf_load_params(const lf_hf_model *h, const lf_param_info *table, int count, int tied, float *params);
+
 #ifdef __cplusplus
 }
 #endif

@@ -682,3 +682,67 @@ lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, siz
                        name, file, lf_st_dtype_name(t->dtype));
     }
 }
+
+/* ---------------------------------------------------------------- into a model's parameters */
+
+/* The weights of an HF directory into host params by name (GPT-2's may
+ * carry the "transformer." prefix), converted to fp32; every missing
+ * tensor, shape mismatch and unexpected tensor is listed. Ignored: a tied
+ * model's lm_head.weight, RoPE's inv_freq buffers, GPT-2's attention-mask
+ * buffers. */
+lf_status lf_hf_load_params(const lf_hf_model *hf, const lf_param_info *table, int count, int tied, float *params) {
+    int nt = lf_hf_num_tensors(hf);
+    unsigned char *used = calloc((size_t)nt + 1, 1);
+    if (!used) return lf_fail(LF_ERR_NOMEM, "out of memory");
+    char bad[4096] = "";
+    size_t len = 0;
+    int n_bad = 0;
+    lf_status st = LF_OK;
+    for (int i = 0; i < count && st == LF_OK; i++) {
+        const lf_param_info *p = &table[i];
+        char name[LF_PARAM_NAME_MAX + 16];
+        int ndim;
+        int64_t shape[4];
+        snprintf(name, sizeof name, "%s", p->name);
+        if (lf_hf_tensor_shape(hf, name, &ndim, shape) != LF_OK) {
+            snprintf(name, sizeof name, "transformer.%s", p->name);
+            if (lf_hf_tensor_shape(hf, name, &ndim, shape) != LF_OK) {
+                if (len < sizeof bad)
+                    len += (size_t)snprintf(bad + len, sizeof bad - len, "%smissing %s", n_bad ? "; " : "", p->name);
+                n_bad++;
+                continue;
+            }
+        }
+        for (int k = 0; k < nt; k++)
+            if (!strcmp(lf_hf_tensor_name(hf, k), name)) used[k] = 1;
+        int ok = ndim == p->ndim;
+        for (int d = 0; ok && d < ndim; d++) ok = shape[d] == p->shape[d];
+        if (!ok) {
+            if (len < sizeof bad)
+                len += (size_t)snprintf(bad + len, sizeof bad - len, "%s%s has shape [%lld, %lld], the model [%lld, %lld]",
+                                        n_bad ? "; " : "", name, (long long)shape[0],
+                                        (long long)(ndim > 1 ? shape[1] : 0), (long long)p->shape[0],
+                                        (long long)p->shape[1]);
+            n_bad++;
+            continue;
+        }
+        st = lf_hf_read_f32(hf, name, params + p->offset, p->numel);
+    }
+    for (int k = 0; k < nt && st == LF_OK; k++) {
+        const char *nm = lf_hf_tensor_name(hf, k);
+        size_t l = strlen(nm);
+        if (used[k] || strstr(nm, "rotary_emb.inv_freq") || (l > 10 && !strcmp(nm + l - 10, ".attn.bias")) ||
+            strstr(nm, ".attn.masked_bias") || (tied && !strcmp(nm, "lm_head.weight")))
+            continue;
+        if (len < sizeof bad)
+            len += (size_t)snprintf(bad + len, sizeof bad - len, "%sunexpected %s", n_bad ? "; " : "", nm);
+        n_bad++;
+    }
+    free(used);
+    if (st != LF_OK) return st;
+    if (n_bad)
+        return lf_fail(LF_ERR_MISMATCH, "'%s': %d tensor%s do not match the model: %s", lf_hf_dir(hf),
+                       n_bad, n_bad == 1 ? "" : "s", bad);
+    return LF_OK;
+}
+

@@ -421,9 +421,13 @@ static int cmd_sample(int argc, char **argv) {
         const float *lg = lf_session_logits(ses) + (size_t)(T - 1) * Vp; /* CPU backend: host memory */
         printf("{\"prompt\":[");
         for (size_t i = 0; i < n_ids; i++) printf("%s%u", i ? "," : "", ids[i]);
-        printf("],\"greedy\":%s,\"cache\":%s,\"generated\":[", temperature == 0 ? "true" : "false",
+        printf("],\"sampling\":\"%s\",\"cache\":%s,\"generated\":[", temperature == 0 ? "greedy" : "sample",
                no_cache ? "false" : "true");
         for (size_t i = 0; i < n_out; i++) printf("%s%u", i ? "," : "", out[i]);
+        if (temperature == 0) { /* the key tools/check_hf_llama.py --compare reads */
+            printf("],\"greedy\":[");
+            for (size_t i = 0; i < n_out; i++) printf("%s%u", i ? "," : "", out[i]);
+        }
         printf("],\"last_logits\":[");
         for (int v = 0; v < mc->vocab_size; v++) {
             char num[LF_JSON_NUMBER_MAX];

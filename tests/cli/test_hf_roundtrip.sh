@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Hugging Face round trip: a Llama trained by llmforge (GQA, untied head) is
+# loaded by transformers.AutoModelForCausalLM.from_pretrained from its
+# checkpoint directory with no missing or unexpected weights; its logits of
+# the last prompt position agree with llmforge's (tools/check_hf_llama.py:
+# |hf - lf| <= 1e-4 + 1e-4 |hf|) and so does a greedy continuation.
+#   bash test_hf_roundtrip.sh LLMFORGE SOURCE_DIR SHARED_DIR
+# Needs a Python with torch and transformers: $LF_HF_PYTHON, else the bench
+# venv ($HOME/.cache/llmforge/bench-venv, bench/venv.sh + pip install
+# transformers). Without one the test prints SKIPPED (CTest's skip): the
+# wheels are several GB, more than CI installs for a test.
+set -u
+LF=${1:?usage: test_hf_roundtrip.sh LLMFORGE SOURCE_DIR SHARED_DIR}
+SRC=${2:?source dir}
+SHARED=${3:?shared dir}
+case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
+case "$SRC" in /*) ;; *) SRC="$PWD/$SRC" ;; esac
+. "$(dirname "$0")/cli_lib.sh"
+PYHF=${LF_HF_PYTHON:-$HOME/.cache/llmforge/bench-venv/bin/python}
+if ! [ -x "$PYHF" ] || ! "$PYHF" -c "import torch, transformers" 2>/dev/null; then
+    echo "SKIPPED: no Python with torch and transformers ($PYHF); set LF_HF_PYTHON"
+    exit 0
+fi
+cli_tmpdir hfrt
+corpus="$SHARED/data/tinyshakespeare.txt"
+if [ -f "$corpus" ]; then head -c 30000 "$corpus" >corpus.txt
+else for i in $(seq 1 400); do echo "ROMEO: what light through yonder window breaks?"; done >corpus.txt; fi
+"$LF" prepare --char corpus.txt --out data >prepare.log 2>&1 || fail "prepare: $(cat prepare.log)"
+ok
+"$LF" train --data.dataset=data --model.arch=llama --model.n_layer=2 --model.n_head=4 --model.n_kv_head=2 \
+    --model.n_embd=32 --model.ffn_hidden=80 --model.block_size=32 --model.tie_embeddings=false \
+    --model.rope_theta=5000 --train_micro_batch_size_per_gpu=8 --train_iters=40 --eval.interval=0 \
+    --checkpoint.interval=0 --out_dir=run --threads=2 >train.log 2>&1 || fail "train: $(cat train.log)"
+ok
+IDS=3,17,22,9,40,1,11,29
+"$LF" sample --ckpt run --ids $IDS --max-new-tokens 12 --temperature 0 --json --threads 2 >lf.json 2>sample.err ||
+    fail "sample --json: $(cat sample.err)"
+ok
+"$PYHF" "$SRC/tools/check_hf_llama.py" run/ckpt --ids $IDS --tokens 12 --compare lf.json --out hf.json \
+    >check.log 2>&1 || fail "transformers disagrees or cannot load the checkpoint: $(tail -5 check.log)"
+ok
+grep -q '"missing_keys": \[\], "unexpected_keys": \[\]' hf.json || fail "missing or unexpected weights: $(head -c 400 hf.json)"
+ok
+grep -q '"logits_agree": true' hf.json || fail "logits disagree: $(grep -o '"compare": {[^}]*}' hf.json)"
+ok
+echo "$(grep -o '"compare": {[^}]*}' hf.json)"
+echo "$passed passed, 0 failed"
