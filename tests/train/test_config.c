@@ -258,6 +258,14 @@ static void test_type_errors(void **state) {
                   "key 'model.arch' in 'cfg.json': \"mamba\" is not one of: gpt2, llama");
     ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"tie_embeddings\": false}"), LF_ERR_CONFIG,
                   "key 'model.tie_embeddings' in 'cfg.json': gpt2's lm_head is always tied to wte");
+    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"arch\": \"llama\", \"n_head\": 4, \"n_kv_head\": 3}"),
+                  LF_ERR_CONFIG, "model.n_head 4 is not divisible by model.n_kv_head 3 (each key/value head serves a "
+                  "whole group of query heads)");
+    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"arch\": \"llama\", \"n_head\": 8, \"n_embd\": 72}"),
+                  LF_ERR_CONFIG, "head size model.n_embd / model.n_head = 72 / 8 = 9 is odd: RoPE rotates pairs of "
+                  "channels");
+    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"arch\": \"llama\", \"bias\": true}"), LF_ERR_CONFIG,
+                  "key 'model.bias' in 'cfg.json': model.arch llama has no biases");
     ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"n_kv_head\": 2}"), LF_ERR_CONFIG,
                   "model.n_kv_head 2: gpt2 has one key/value head per query head (4); grouped-query attention is "
                   "model.arch llama");
