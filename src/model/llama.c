@@ -234,7 +234,7 @@ static void llama_acts_init(void *acts, void *layers) { ((llama_acts *)acts)->la
 
 /* ---------------------------------------------------------------- activation slots */
 
-/* Per layer and token, under none: 7C + W + 3F + NH*T + 2 floats (W the qkv
+/* Per layer and token, under none: 5C + W + 3F + NH*T + 2 floats (W the qkv
  * width); selective drops h1, h2 and sw (2C + F); full keeps only res3. */
 static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     const lf_model_config *c = s->cfg;

@@ -21,7 +21,21 @@ static const lf_backend_ops *counting_backend(void) { return counting_backend_of
 enum { B = 4, T = 16, MICRO = 2 };
 static int rows_planned = B; /* B, or 1 for one replica running threaded ops */
 
-static lf_model_config small_config(float dropout) { return fixture_config(T, dropout); }
+/* The architecture under test (argv[1]: gpt2 by default, or llama: GQA 4/2,
+ * SwiGLU, RoPE, attention dropout only, untied head). */
+static lf_arch g_arch = LF_ARCH_GPT2;
+
+static lf_model_config small_config(float dropout) {
+    lf_model_config c = fixture_config(T, dropout);
+    if (g_arch == LF_ARCH_LLAMA) {
+        c.arch = LF_ARCH_LLAMA;
+        c.bias = 0;
+        c.n_kv_head = 2;
+        c.ffn_hidden = 96;
+        c.tie_embeddings = 0;
+    }
+    return c;
+}
 
 /* Deterministic tokens; a few ignored targets. */
 static void make_batch(int k, int32_t *in, int32_t *tg) { fixture_batch(5, 11, 3, k, B, T, in, tg); }
@@ -197,6 +211,30 @@ static void test_gpt2_small_ordering(void **state) {
     assert_int_equal(two.saved, a[LF_RECOMPUTE_FULL].saved);
 }
 
+static void test_llama_smollm_ordering(void **state) {
+    (void)state;
+    lf_model_config c;
+    LF_ASSERT_OK(lf_model_preset("smollm-135m", &c));
+    const int b = 4, t = 256, L = 30;
+    lf_act_bytes a[3];
+    for (int pol = 0; pol < 3; pol++) {
+        LF_ASSERT_OK(lf_model_plan_bytes(&c, b, t, (lf_recompute)pol, LF_ACT_FP32, 1, &a[pol]));
+        printf("smollm-135m B %d T %d %-9s: total %.1f MB (saved %.1f, work %.1f, logits %.1f)\n", b, t,
+               lf_recompute_name((lf_recompute)pol), a[pol].total / 1e6, a[pol].saved / 1e6, a[pol].work / 1e6,
+               a[pol].logits / 1e6);
+    }
+    const size_t N = (size_t)b * t, C = 576, Fh = 1536, W = 576 + 2 * 3 * 64, NH = 9, F = sizeof(float);
+    /* none keeps per layer and token 5C + W + 3F + NH*T + 2 floats, plus the
+     * embeddings and the final norm (C + 1) */
+    assert_int_equal(a[LF_RECOMPUTE_NONE].saved,
+                     (size_t)L * N * (5 * C + W + 3 * Fh + NH * t + 2) * F + N * C * F + N * (C + 1) * F);
+    /* selective drops both norm outputs and the SwiGLU output (2C + F) */
+    assert_int_equal(a[LF_RECOMPUTE_NONE].saved - a[LF_RECOMPUTE_SELECTIVE].saved, (size_t)L * N * (2 * C + Fh) * F);
+    /* full keeps the embeddings, each block's output and the final norm (output + rstd) */
+    assert_int_equal(a[LF_RECOMPUTE_FULL].saved, (size_t)(L + 2) * N * C * F + N * F);
+    assert_true(a[LF_RECOMPUTE_FULL].total < a[LF_RECOMPUTE_SELECTIVE].total);
+}
+
 /* ---------------------------------------------------------------- API edges */
 
 static void test_api(void **state) {
@@ -243,7 +281,9 @@ static void test_api(void **state) {
     lf_model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && lf_arch_parse(argv[1], &g_arch) != LF_OK) return 2;
+    printf("architecture %s\n", lf_arch_name(g_arch));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bit_identical_no_dropout_1_thread),
         cmocka_unit_test(test_bit_identical_no_dropout_2_threads),
@@ -252,6 +292,7 @@ int main(void) {
         cmocka_unit_test(test_bit_identical_dropout_threaded_ops),
         cmocka_unit_test(test_planned_equals_allocated),
         cmocka_unit_test(test_gpt2_small_ordering),
+        cmocka_unit_test(test_llama_smollm_ordering),
         cmocka_unit_test(test_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -97,6 +97,16 @@ static lf_train_config config(const char *name, int world, int A, long iters) {
     c.model.n_head = 2;
     c.model.n_embd = 32;
     c.model.block_size = 32;
+    const char *arch = getenv("LF_TEST_ARCH"); /* llama: the same checks on a multi-query Llama */
+    if (arch && !strcmp(arch, "llama")) {
+        snprintf(c.arch, sizeof c.arch, "llama");
+        c.model.arch = LF_ARCH_LLAMA;
+        c.model.bias = 0;
+        c.model.n_kv_head = 1;
+        c.model.ffn_hidden = 64;
+        static int said;
+        if (!said++ && g_rank == 0) printf("architecture llama (1 KV head, SwiGLU 64)\n");
+    }
     c.world_size = world;
     c.grad_accum = A;
     c.micro_batch = GLOBAL / (A * world);
