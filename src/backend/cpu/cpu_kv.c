@@ -19,8 +19,8 @@
  * Invariants:
  *  - Each query row is computed alone by one call of attend_row (scores,
  *    max-subtracted softmax with lf__cpu_expf_f32, then the probabilities
- *    times V, keys in increasing position), a single out-of-line copy of the
- *    code: a row at absolute position p gives the same bits whether it
+ *    times V, keys in increasing position; its loops depend only on the
+ *    row's own length), a single out-of-line copy of the code: a row at absolute position p gives the same bits whether it
  *    arrives in a prefill of many rows or alone in a decode step, and for
  *    any thread count (OpenMP over (b, h) pairs only decides who runs which
  *    rows, never how a row is summed).
@@ -60,39 +60,107 @@ void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, in
     }
 }
 
+/* Eight floats as one GCC vector (one AVX register, two SSE ones, or half
+ * an AVX-512 one: no ISA dispatch), loaded at float alignment. */
+typedef float kv_v8 __attribute__((vector_size(32)));
+typedef float kv_v8u __attribute__((vector_size(32), aligned(4), may_alias));
+
+static inline __attribute__((always_inline)) kv_v8 v8_load(const float *p) { return *(const kv_v8u *)p; }
+static inline __attribute__((always_inline)) void v8_store(float *p, kv_v8 v) { *(kv_v8u *)p = v; }
+
+/* The lanes summed in a fixed tree (the same bits every run). */
+static inline __attribute__((always_inline)) float v8_hsum(kv_v8 a) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+/* q . k over HS channels: lanes of 8 over the first H8 = HS & ~7, then the
+ * rest in order. Every key goes through this same expression (inlined into
+ * both the 4-key and the 1-key loop below), so a score does not depend on
+ * which loop computed it. */
+#define KV_DOT_TAIL(d, q, k, H8, HS)                                  \
+    do {                                                              \
+        for (int i_ = (H8); i_ < (HS); i_++) (d) += (q)[i_] * (k)[i_]; \
+    } while (0)
+
 /* One query row q (HS) against keys/values 0..n-1 (rows of K, V with
  * stride HS): s (n) = softmax(scale * q . K_j), o (HS) = sum_j s_j V_j.
- * noinline: one compiled copy for every row (see the invariants). */
+ * Keys go four at a time: four independent dot products hide the FMA
+ * latency a single running sum waits on, and the axpy touches o once per
+ * four value rows. noinline: one compiled copy for every row (see the
+ * invariants at the top). */
 __attribute__((noinline)) static void attend_row(float *restrict o, float *restrict s, const float *restrict q,
                                                  const float *restrict K, const float *restrict V, int n, int HS,
                                                  float scale) {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        const float *k = K + (size_t)j * HS;
-        float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-        for (int i = 0; i < HS; i++) d += q[i] * k[i];
-        d *= scale;
-        s[j] = d;
-        mx = d > mx ? d : mx;
+    const int H8 = HS & ~7;
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = K + (size_t)j * HS, *k1 = k0 + HS, *k2 = k1 + HS, *k3 = k2 + HS;
+        kv_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int i = 0; i < H8; i += 8) {
+            const kv_v8 x = v8_load(q + i);
+            a0 += x * v8_load(k0 + i);
+            a1 += x * v8_load(k1 + i);
+            a2 += x * v8_load(k2 + i);
+            a3 += x * v8_load(k3 + i);
+        }
+        float d0 = v8_hsum(a0), d1 = v8_hsum(a1), d2 = v8_hsum(a2), d3 = v8_hsum(a3);
+        KV_DOT_TAIL(d0, q, k0, H8, HS);
+        KV_DOT_TAIL(d1, q, k1, H8, HS);
+        KV_DOT_TAIL(d2, q, k2, H8, HS);
+        KV_DOT_TAIL(d3, q, k3, H8, HS);
+        s[j] = d0 * scale, s[j + 1] = d1 * scale, s[j + 2] = d2 * scale, s[j + 3] = d3 * scale;
     }
+    for (; j < n; j++) {
+        const float *k0 = K + (size_t)j * HS;
+        kv_v8 a0 = {0};
+        for (int i = 0; i < H8; i += 8) a0 += v8_load(q + i) * v8_load(k0 + i);
+        float d0 = v8_hsum(a0);
+        KV_DOT_TAIL(d0, q, k0, H8, HS);
+        s[j] = d0 * scale;
+    }
+
+    /* max-subtracted softmax in fp32, exp as attention_forward's */
+    float mx = -INFINITY;
+    for (int t = 0; t < n; t++) mx = s[t] > mx ? s[t] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
-        const float e = lf__cpu_expf_f32(s[j] - mx);
-        s[j] = e;
+    for (int t = 0; t < n; t++) {
+        const float e = lf__cpu_expf_f32(s[t] - mx);
+        s[t] = e;
         sum += e;
     }
     const float inv = 1.0f / sum;
 #pragma omp simd
-    for (int j = 0; j < n; j++) s[j] *= inv;
-#pragma omp simd
+    for (int t = 0; t < n; t++) s[t] *= inv;
+
+    /* o = sum_j s_j V_j, keys in increasing position */
     for (int i = 0; i < HS; i++) o[i] = 0.0f;
-    for (int j = 0; j < n; j++) {
-        const float p = s[j];
-        const float *v = V + (size_t)j * HS;
-#pragma omp simd
-        for (int i = 0; i < HS; i++) o[i] += p * v[i];
+    j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float p0 = s[j], p1 = s[j + 1], p2 = s[j + 2], p3 = s[j + 3];
+        const float *v0 = V + (size_t)j * HS, *v1 = v0 + HS, *v2 = v1 + HS, *v3 = v2 + HS;
+        for (int i = 0; i < H8; i += 8) {
+            kv_v8 x = v8_load(o + i);
+            x += p0 * v8_load(v0 + i);
+            x += p1 * v8_load(v1 + i);
+            x += p2 * v8_load(v2 + i);
+            x += p3 * v8_load(v3 + i);
+            v8_store(o + i, x);
+        }
+        for (int i = H8; i < HS; i++) {
+            float x = o[i];
+            x += p0 * v0[i];
+            x += p1 * v1[i];
+            x += p2 * v2[i];
+            x += p3 * v3[i];
+            o[i] = x;
+        }
+    }
+    for (; j < n; j++) {
+        const float p0 = s[j];
+        const float *v0 = V + (size_t)j * HS;
+        for (int i = 0; i < H8; i += 8) v8_store(o + i, v8_load(o + i) + p0 * v8_load(v0 + i));
+        for (int i = H8; i < HS; i++) o[i] += p0 * v0[i];
     }
 }
 
