@@ -233,6 +233,34 @@ lf_status lf_tokenizer_special_id(const lf_tokenizer *t, const char *name, uint3
  * Records no error. */
 int lf_tokenizer_eot(const lf_tokenizer *t);
 
+/* ---------------------------------------------------------------- streaming detokenizer
+ * Generated tokens to text one token at a time, never splitting a UTF-8
+ * character: byte-level BPE splits many characters (CJK, emoji) across
+ * tokens, and the bytes of an unfinished character wait in the stream for
+ * the token that completes them. An ill-formed sequence becomes U+FFFD, one
+ * per maximal subpart (Unicode 15 section 3.9; what Python's
+ * bytes.decode('utf-8', 'replace') does; lf_tokenizer_decode itself returns
+ * the raw bytes). So the pushes and the final flush of the ids of any text
+ * concatenate to exactly lf_tokenizer_decode of all the ids.
+ * A stream borrows its tokenizer (which must outlive it) and is used by one
+ * thread at a time; several streams may share one tokenizer. */
+typedef struct lf_detok_stream lf_detok_stream; /* holds the bytes of an incomplete UTF-8 sequence */
+
+/* Errors: LF_ERR_INVALID_ARG (NULL out or t), LF_ERR_NOMEM. */
+lf_status lf_detok_stream_create(lf_detok_stream **out, const lf_tokenizer *t);
+/* Decode one token; *out (lf_free, NUL-terminated, *len bytes, possibly 0)
+ * receives the complete UTF-8 characters now available: the held-back bytes
+ * of earlier tokens and this token's, less an unfinished character at the
+ * end (kept for the next call). Always well-formed UTF-8. Errors (the stream
+ * is left as it was, *out NULL): LF_ERR_RANGE naming an id outside the
+ * vocabulary (the tokenizer's decode), LF_ERR_INVALID_ARG, LF_ERR_NOMEM. */
+lf_status lf_detok_stream_push(lf_detok_stream *s, uint32_t token, char **out, size_t *len);
+/* End of the stream: *out (lf_free) receives what is left, an unfinished
+ * character as one U+FFFD (empty when nothing is held back). The stream is
+ * then empty and may go on with a new text. Errors as push. */
+lf_status lf_detok_stream_flush(lf_detok_stream *s, char **out, size_t *len);
+void lf_detok_stream_free(lf_detok_stream *s); /* NULL: no-op */
+
 /* ---------------------------------------------------------------- BPE training */
 /* Byte-level BPE training with GPT-2 pre-tokenisation (docs/tokenizers.md):
  * every input file is UTF-8 text (invalid UTF-8 is an error naming the file
