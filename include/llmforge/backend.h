@@ -24,6 +24,12 @@ typedef struct lf_backend_ops lf_backend_ops;
  *               gradients, optimizer state, layernorm, softmax, attention
  *               and the loss stay fp32. Training config: bf16.enabled. */
 const lf_backend_ops *lf_backend_get(const char *name);
+/* The fp32 backend the trainer, bench, eval and sample use: "cpu", or the
+ * one the environment variable LLMFORGE_BACKEND names ("cpu-fenced": the
+ * test backend whose memory the host cannot touch outside a backend call,
+ * see src/backend/cpu/cpu_fenced.c). NULL (message recorded) for an unknown
+ * name. */
+const lf_backend_ops *lf_backend_default(void);
 const char *lf_backend_name(const lf_backend_ops *ops);
 
 /* Threads the CPU backend uses (OpenMP + BLAS). n <= 0 keeps OpenMP's

@@ -327,8 +327,11 @@ void lf_session_free(lf_session *s);
  * over every cached position before them. LF_ERR_RANGE when the cache would
  * overflow, LF_ERR_UNSUPPORTED when the backend has no cached attention. */
 lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T, int use_cache);
-/* Logits (B', T, Vp) of the last forward (backend memory). */
+/* Logits (B', T, Vp) of the last forward (backend memory: read it through
+ * lf_session_copy_logits unless the backend's memory is the host's). */
 const float *lf_session_logits(const lf_session *s);
+/* Rows [row, row + n_rows) of those logits (Vp floats each) into host dst. */
+void lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst);
 /* Start a new cached sequence (position 0); positions filled so far. */
 void lf_session_reset(lf_session *s);
 int lf_session_pos(const lf_session *s);

@@ -72,6 +72,7 @@ struct lf_backend_ops {
     void (*free)(void *p);
     void (*to_device)(void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* backend to backend memory */
     void (*zero)(float *x, size_t n);
     void (*scale)(float *x, size_t n, float s);   /* x *= s */
 
@@ -259,6 +260,16 @@ struct lf_backend_ops {
                          float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_scale, int t);
 
+    /* ---- the loss of a forward: the sum of losses[i] over the rows whose
+     * target is not ignored (targets[i] >= 0), in row order in double, and
+     * their count in *n_valid (a host variable). */
+    double (*loss_sum)(const float *losses, const int32_t *targets, int N, long *n_valid);
+
+    /* ---- fp16 training: x rounded to the nearest fp16 value (IEEE binary16,
+     * ties to even; out of range -> inf) in place; returns 1 when any result
+     * is not finite (the loss scaler's overflow test), else 0. */
+    int (*fp16_round)(float *x, size_t n);
+
     /* ---- sum of squares of x (accumulated in double). */
     double (*sum_squares)(const float *x, size_t n);
 
@@ -317,5 +328,6 @@ static inline size_t lf_kv_attention_scratch(int B, int NH, int Tn, int pos0) {
 /* Registered backends. */
 const lf_backend_ops *lf__backend_cpu(void);
 const lf_backend_ops *lf__backend_cpu_bf16(void);
+const lf_backend_ops *lf__backend_cpu_fenced(void); /* tests: memory unreadable outside ops (cpu_fenced.c) */
 
 #endif

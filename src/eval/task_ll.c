@@ -93,8 +93,9 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
     int32_t *tgt = malloc(sizeof(int32_t) * cells);
     double *lp = malloc(sizeof(double) * cells);
     unsigned char *hit = malloc(cells);
+    float *lgh = malloc(sizeof(float) * cells * (size_t)Vp); /* a batch's logits on the host */
     lf_session *ses = NULL; /* its own plan: a model in training keeps the trainer's */
-    lf_status st = in && pos && tgt && lp && hit ? lf_session_create(&ses, m, B, Tmax, 0)
+    lf_status st = in && pos && tgt && lp && hit && lgh ? lf_session_create(&ses, m, B, Tmax, 0)
                                                  : lf_fail(LF_ERR_NOMEM, "eval: out of memory");
     for (size_t i0 = 0; i0 < n && st == LF_OK; i0 += (size_t)B) {
         int nb = n - i0 < (size_t)B ? (int)(n - i0) : B;
@@ -112,7 +113,8 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
         }
         st = lf_session_forward(ses, in, nb, T, 0);
         if (st != LF_OK) break;
-        const float *lg = lf_session_logits(ses);
+        lf_session_copy_logits(ses, 0, (size_t)nb * (size_t)T, lgh); /* to the host */
+        const float *lg = lgh;
         /* each position on its own (any thread), summed below in a fixed order */
 #pragma omp parallel for schedule(static)
         for (long i = 0; i < (long)np; i++) {
@@ -136,6 +138,7 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
         }
     }
     lf_session_free(ses);
+    free(lgh);
     free(in);
     free(pos);
     free(tgt);

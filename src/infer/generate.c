@@ -51,9 +51,10 @@ lf_status lf_generate(lf_model *m, const uint32_t *prompt, size_t n_prompt, cons
     uint32_t *seq = lf_alloc(sizeof(uint32_t) * total);
     int32_t *ctx = lf_alloc(sizeof(int32_t) * (size_t)Tmax);
     float *work = lf_alloc(sizeof(float) * (size_t)V);
+    float *row = lf_alloc(sizeof(float) * (size_t)Vp); /* the logits wanted, on the host */
     int *iwork = lf_alloc(sizeof(int) * (size_t)V);
     lf_session *s = NULL;
-    if (!seq || !ctx || !work || !iwork) {
+    if (!seq || !ctx || !work || !iwork || !row) {
         st = lf_fail(LF_ERR_NOMEM, "generation: out of memory");
         goto done;
     }
@@ -79,8 +80,8 @@ lf_status lf_generate(lf_model *m, const uint32_t *prompt, size_t n_prompt, cons
             }
         }
         if (st != LF_OK) goto done;
-        const float *logits = lf_session_logits(s) + (size_t)(rows - 1) * Vp;
-        const int next = lf_sample_token(logits, V, opts->temperature, opts->top_k, opts->top_p > 0 ? opts->top_p : 1.0f,
+        lf_session_copy_logits(s, (size_t)(rows - 1), 1, row);
+        const int next = lf_sample_token(row, V, opts->temperature, opts->top_k, opts->top_p > 0 ? opts->top_p : 1.0f,
                                          opts->seed, (uint64_t)len, work, iwork);
         seq[len++] = (uint32_t)next;
         if (on_token && on_token((uint32_t)next, user)) break;
@@ -99,5 +100,6 @@ done:
     lf_free(ctx);
     lf_free(work);
     lf_free(iwork);
+    lf_free(row);
     return st;
 }

@@ -642,18 +642,7 @@ void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
     const int grad = m->opts.dloss > 0.0f;
     m->be->crossentropy_forward_backward(rp->losses, grad ? rp->logits : NULL, rp->logits, rp->targets, N,
                                          m->cfg.vocab_size, lf__vp(&m->cfg), m->opts.dloss);
-    /* host read of losses: the CPU backend's memory is host memory; other
-     * backends copy N floats back here */
-    double sum = 0;
-    long cnt = 0;
-    for (int i = 0; i < N; i++) {
-        if (rp->targets[i] >= 0) {
-            sum += rp->losses[i];
-            cnt++;
-        }
-    }
-    rp->loss_sum = sum;
-    rp->n_valid = cnt;
+    rp->loss_sum = m->be->loss_sum(rp->losses, rp->targets, N, &rp->n_valid);
 }
 
 /* ---------------------------------------------------------------- forward / backward drivers */
@@ -767,8 +756,8 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
     if (!m->kv || !m->kv->active) m->cur_pos0 = 0;
     m->cur_B = B;
     m->cur_T = T;
-    memcpy(m->inputs, inputs, sizeof(int32_t) * (size_t)N);
-    if (targets) memcpy(m->targets, targets, sizeof(int32_t) * (size_t)N);
+    m->be->to_device(m->inputs, inputs, sizeof(int32_t) * (size_t)N);
+    if (targets) m->be->to_device(m->targets, targets, sizeof(int32_t) * (size_t)N);
 
     /* split the rows over the replicas (fewer when B is small) */
     int rB = m->rep_B, n_rep = (B + rB - 1) / rB;
@@ -958,6 +947,11 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
 }
 
 const float *lf_session_logits(const lf_session *s) { return s->view->logits; }
+
+void lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst) {
+    const size_t Vp = (size_t)lf__vp(&s->view->cfg);
+    s->view->be->to_host(dst, s->view->logits + row * Vp, n_rows * Vp * sizeof(float));
+}
 lf_model *lf_session_model(const lf_session *s) { return s->parent; }
 
 lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int with_cache, size_t *bytes) {

@@ -61,7 +61,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     memset(out, 0, sizeof *out);
     if (steps < 1 || warmup < 0) return lf_fail(LF_ERR_RANGE, "bench: steps must be >= 1 and warmup >= 0");
     if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
-    const lf_backend_ops *be = lf_backend_get(bf16 ? "cpu-bf16" : "cpu");
+    const lf_backend_ops *be = bf16 ? lf_backend_get("cpu-bf16") : lf_backend_default();
+    if (!be) return LF_ERR_NOT_FOUND;
     lf_model *m = NULL;
     float *m1 = NULL, *m2 = NULL;
     int32_t *x = NULL, *y = NULL;

@@ -920,7 +920,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         if (st != LF_OK) return tfail(t, st);
     }
 
-    t->be = lf_backend_get(t->cfg.bf16 ? "cpu-bf16" : "cpu");
+    t->be = t->cfg.bf16 ? lf_backend_get("cpu-bf16") : lf_backend_default(); /* LLMFORGE_BACKEND: cpu-fenced */
     if (!t->be) return tfail(t, LF_ERR_NOT_FOUND);
     /* every byte of the step, known before any large allocation: refuse now what cannot fit */
     lf_mem_plan plan;
@@ -1180,7 +1180,7 @@ typedef struct step_result {
  * gradient buffer would hold them; a value beyond fp16's range becomes inf.
  * buf holds flat elements [lo, lo+n). Returns the index (in the parameter
  * table) of the first tensor holding a non-finite gradient, -1 when all are
- * finite. The buffer is host memory on the CPU backend. */
+ * finite. The buffer is backend memory (the backend's fp16_round). */
 static int fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n) {
     int count = 0;
     const lf_param_info *table = lf_model_params_table(t->model, &count);
@@ -1190,16 +1190,7 @@ static int fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n) {
         if (a < lo) a = lo;
         if (b > lo + n) b = lo + n;
         if (a >= b) continue;
-        float *p = buf + (a - lo);
-        const long len = (long)(b - a);
-        int nonfinite = 0;
-#pragma omp parallel for reduction(| : nonfinite) schedule(static)
-        for (long i = 0; i < len; i++) {
-            float v = (float)(_Float16)p[i];
-            p[i] = v;
-            nonfinite |= !isfinite(v);
-        }
-        if (nonfinite && bad < 0) bad = k;
+        if (t->be->fp16_round(buf + (a - lo), b - a) && bad < 0) bad = k; /* backend memory */
     }
     return bad;
 }
@@ -1209,10 +1200,7 @@ static int fp16_round_grads(lf_trainer *t) {
 }
 
 static void scale_grads(lf_trainer *t, float f) {
-    float *g = lf_model_grads(t->model);
-    const long n = (long)lf_model_num_params(t->model);
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < n; i++) g[i] *= f;
+    t->be->scale(lf_model_grads(t->model), lf_model_num_params(t->model), f);
 }
 
 /* z-score of x against the window of accepted losses (0 while the window
@@ -1356,7 +1344,7 @@ static lf_status zero_partition(lf_trainer *t) {
         if (!t->pshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO parameter shard");
         const float *p = lf_model_params(t->model);
         for (int u = 0; u < t->n_units; u++)
-            memcpy(t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
+            t->be->copy(t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
     }
     lf_model_zero z = {.partition_grads = 1, .partition_params = t->zstage == 3, .gather_params = zero_gather,
                        .reduce_grads = zero_reduce, .user = t};
@@ -1657,7 +1645,10 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
             if (t->opts.inject_overflow_steps[i] != step1) continue; /* test hook: an overflowing gradient */
             const lf_param_info *pi = lf_model_find_param(t->model, "h.0.mlp.c_fc.weight");
             const lf_param_info *table = lf_model_params_table(t->model, NULL);
-            if (pi && lf_model_grads(t->model)) lf_model_grads(t->model)[pi->offset] = INFINITY;
+            if (pi && lf_model_grads(t->model)) {
+                const float inf = INFINITY;
+                t->be->to_device(lf_model_grads(t->model) + pi->offset, &inf, sizeof inf);
+            }
             else if (pi && t->zbad < 0) t->zbad = (int)(pi - table); /* ZeRO-2/3: the local gradient is gone */
         }
         bad = t->zstage >= 2 ? t->zbad : fp16_round_grads(t);
@@ -1908,7 +1899,8 @@ lf_status lf_checkpoint_load_model(const char *ckpt, const lf_backend_ops *be, l
                                    size_t cap, char **dir_out) {
     *model = NULL;
     if (dir_out) *dir_out = NULL;
-    if (!be) be = lf_backend_get("cpu");
+    if (!be) be = lf_backend_default();
+    if (!be) return LF_ERR_NOT_FOUND;
     char *dir = NULL;
     float *host = NULL;
     lf_model *m = NULL;

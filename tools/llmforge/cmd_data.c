@@ -276,7 +276,7 @@ static int stop_at_eot(uint32_t token, void *user) { return token == ((stop_ctx 
 static lf_status load_checkpoint(const char *ckpt, lf_model **m, lf_tokenizer **tok, char **dir_out) {
     char spec[LF_PATH_MAX + 32];
     *tok = NULL;
-    lf_status st = lf_checkpoint_load_model(ckpt, lf_backend_get("cpu"), m, spec, sizeof spec, dir_out);
+    lf_status st = lf_checkpoint_load_model(ckpt, NULL, m, spec, sizeof spec, dir_out);
     if (st != LF_OK) return st;
     if (!spec[0]) st = lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' does not name its tokenizer", *dir_out);
     else st = lf_tokenizer_open(tok, spec, *dir_out);

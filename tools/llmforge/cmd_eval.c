@@ -52,7 +52,7 @@ static void eval_usage(FILE *f) {
 /* Load the checkpoint's model and tokenizer as `sample` does. */
 static int load_checkpoint(const char *ckpt, char **dir, lf_model **m, lf_tokenizer **tok) {
     char spec[LF_PATH_MAX + 32];
-    lf_status st = lf_checkpoint_load_model(ckpt, lf_backend_get("cpu"), m, spec, sizeof spec, dir);
+    lf_status st = lf_checkpoint_load_model(ckpt, NULL, m, spec, sizeof spec, dir);
     if (st != LF_OK) {
         die_status(st, "eval");
         return 1;

@@ -276,7 +276,7 @@ done:
 
 /* ---------------------------------------------------------------- sample */
 typedef struct stream_ctx {
-    const lf_tokenizer *tok;
+    lf_detok_stream *ds;  /* whole UTF-8 characters only (NULL: --ids without a tokenizer) */
     int quiet;            /* --json: no text on stdout */
     double t_first, t_last; /* when the first and the latest token came */
     size_t n;
@@ -287,10 +287,10 @@ static int print_token(uint32_t token, void *user) {
     const double now = lf_time_now();
     if (s->n++ == 0) s->t_first = now;
     s->t_last = now;
-    if (s->quiet || !s->tok) return 0;
+    if (s->quiet || !s->ds) return 0;
     char *text = NULL;
     size_t len = 0;
-    if (lf_tokenizer_decode(s->tok, &token, 1, &text, &len) == LF_OK) {
+    if (lf_detok_stream_push(s->ds, token, &text, &len) == LF_OK && len) {
         fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
@@ -381,7 +381,7 @@ static int cmd_sample(int argc, char **argv) {
     int32_t *ctx = NULL;
     size_t n_ids = 0, n_out = 0;
     char spec[LF_PATH_MAX + 32];
-    lf_status st = lf_checkpoint_load_model(ckpt, lf_backend_get("cpu"), &m, spec, sizeof spec, &dir);
+    lf_status st = lf_checkpoint_load_model(ckpt, NULL, &m, spec, sizeof spec, &dir);
     if (st != LF_OK) { die_status(st, "sample"); goto done; }
     if (ids_arg) {
         if (parse_ids(ids_arg, &ids, &n_ids)) { rc = 2; goto done; }
@@ -401,11 +401,19 @@ static int cmd_sample(int argc, char **argv) {
     }
     lf_sample_opts so = {.max_new_tokens = (int)max_new, .temperature = (float)temperature, .top_k = (int)top_k,
                          .seed = seed, .top_p = (float)top_p, .no_cache = no_cache};
-    stream_ctx sc = {.tok = tok, .quiet = json};
+    stream_ctx sc = {.quiet = json};
+    if (tok && (st = lf_detok_stream_create(&sc.ds, tok)) != LF_OK) { die_status(st, "sample"); goto done; }
     if (!json && !ids_arg) fputs(prompt, stdout);
     const double t0 = lf_time_now();
     st = lf_generate(m, ids, n_ids, &so, print_token, &sc, &out, &n_out);
     const double t_end = lf_time_now();
+    if (sc.ds && !json) { /* a character the last token left unfinished */
+        char *rest = NULL;
+        size_t rl = 0;
+        if (lf_detok_stream_flush(sc.ds, &rest, &rl) == LF_OK && rl) fwrite(rest, 1, rl, stdout);
+        lf_free(rest);
+    }
+    lf_detok_stream_free(sc.ds);
     if (!json) printf("\n");
     if (st != LF_OK) { die_status(st, "sample"); goto done; }
     if (json) {
@@ -418,7 +426,9 @@ static int cmd_sample(int argc, char **argv) {
         for (int i = 0; i < T; i++) ctx[i] = (int32_t)ids[n_ids - (size_t)T + (size_t)i];
         if ((st = lf_session_create(&ses, m, 1, T, 0)) == LF_OK) st = lf_session_forward(ses, ctx, 1, T, 0);
         if (st != LF_OK) { die_status(st, "sample"); goto done; }
-        const float *lg = lf_session_logits(ses) + (size_t)(T - 1) * Vp; /* CPU backend: host memory */
+        float *lg = lf_alloc(sizeof(float) * (size_t)Vp);
+        if (!lg) { die_status(LF_ERR_NOMEM, "sample"); goto done; }
+        lf_session_copy_logits(ses, (size_t)(T - 1), 1, lg);
         printf("{\"prompt\":[");
         for (size_t i = 0; i < n_ids; i++) printf("%s%u", i ? "," : "", ids[i]);
         printf("],\"sampling\":\"%s\",\"cache\":%s,\"generated\":[", temperature == 0 ? "greedy" : "sample",
@@ -439,6 +449,7 @@ static int cmd_sample(int argc, char **argv) {
         lf_json_number(b, sizeof b, sc.n > 1 ? (double)(sc.n - 1) / (sc.t_last - sc.t_first) : 0.0);
         lf_json_number(c, sizeof c, (t_end - t0) * 1e3);
         printf("],\"first_token_ms\":%s,\"decode_tokens_per_sec\":%s,\"total_ms\":%s}\n", a, b, c);
+        lf_free(lg);
     }
     rc = 0;
 done:

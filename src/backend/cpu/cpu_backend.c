@@ -20,6 +20,7 @@
  * Reference: backend_impl.h (the contract), llm.c train_gpt2.c (op shapes).
  */
 #include <string.h>
+#include <math.h>
 #include <omp.h>
 #include <cblas.h>
 #include "cpu_internal.h"
@@ -84,13 +85,24 @@ static void cpu_add_inplace(float *restrict y, const float *restrict x, size_t n
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+static int cpu_fp16_round(float *restrict x, size_t n) {
+    int nonfinite = 0;
+#pragma omp parallel for reduction(| : nonfinite) schedule(static) if (n >= (size_t)LF_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        const float v = (float)(_Float16)x[i];
+        x[i] = v;
+        nonfinite |= !isfinite(v);
+    }
+    return nonfinite;
+}
+
 static void cpu_params_changed(void) {} /* fp32: nothing is derived from the parameters */
 
 /* The ops both CPU tables share: every op that takes no matmul operand
  * (the Llama-family ones of cpu_llama.c and the KV-cache ones of cpu_kv.c
  * too), and the host-memory plumbing. */
 #define CPU_SHARED_OPS                                                     \
-    .host_memory = 1, .alloc = cpu_alloc, .to_host = cpu_copy, .zero = cpu_zero, .scale = cpu_scale, \
+    .host_memory = 1, .alloc = cpu_alloc, .to_host = cpu_copy, .copy = cpu_copy, .zero = cpu_zero, .scale = cpu_scale, \
     .encoder_forward = lf__cpu_encoder_forward, .encoder_backward = lf__cpu_encoder_backward,         \
     .layernorm_forward = lf__cpu_layernorm_forward, .layernorm_backward = lf__cpu_layernorm_backward, \
     .rmsnorm_forward = lf__cpu_rmsnorm_forward, .rmsnorm_backward = lf__cpu_rmsnorm_backward,         \
@@ -102,7 +114,7 @@ static void cpu_params_changed(void) {} /* fp32: nothing is derived from the par
     .residual_forward = lf__cpu_residual_forward, .residual_backward = lf__cpu_residual_backward,     \
     .dropout_forward = lf__cpu_dropout_forward, .dropout_backward = lf__cpu_dropout_backward,         \
     .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,                           \
-    .sum_squares = lf__cpu_sum_squares, .replicas = cpu_replicas, .run_replicas = cpu_run_replicas,   \
+    .loss_sum = lf__cpu_loss_sum, .fp16_round = cpu_fp16_round, .sum_squares = lf__cpu_sum_squares, .replicas = cpu_replicas, .run_replicas = cpu_run_replicas,   \
     .add_inplace = cpu_add_inplace
 
 static const lf_backend_ops cpu_ops = {

@@ -235,6 +235,7 @@ void lf__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void lf__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 
 /* cpu_loss.c */
+double lf__cpu_loss_sum(const float *losses, const int32_t *targets, int N, long *n_valid);
 void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
                                            const int32_t *targets, int N, int V, int Vp,
                                            float dloss);

@@ -62,3 +62,17 @@ void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const 
         }
     }
 }
+
+/* Row order, in double: the same sum for any thread count. */
+double lf__cpu_loss_sum(const float *losses, const int32_t *targets, int N, long *n_valid) {
+    double sum = 0;
+    long cnt = 0;
+    for (int i = 0; i < N; i++) {
+        if (targets[i] >= 0) {
+            sum += losses[i];
+            cnt++;
+        }
+    }
+    *n_valid = cnt;
+    return sum;
+}
