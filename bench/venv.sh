@@ -1,12 +1,13 @@
 # shellcheck shell=bash
 # bench/venv.sh -- sourced (`. bench/venv.sh`, from the repository root) by
 # the benchmarks that run PyTorch. Makes sure a virtual environment with
-# PyPI's PyTorch 2.x and numpy exists and exports LF_BENCH_PYTHON, the
-# interpreter to run the PyTorch side with.
+# PyPI's PyTorch 2.x, numpy and transformers exists and exports
+# LF_BENCH_PYTHON, the interpreter to run the PyTorch side with.
 #
 # Where: LF_BENCH_VENV, default $HOME/.cache/llmforge/bench-venv. When its
-# python cannot `import torch, numpy`, it is made with `python3 -m venv`
-# (Debian: python3-venv) and filled with `pip install torch numpy`: PyPI's
+# python cannot `import torch, numpy, transformers`, it is made with
+# `python3 -m venv` (Debian: python3-venv) and filled with `pip install torch
+# numpy transformers` (transformers: the Llama and decoding peers): PyPI's
 # default torch wheel, the build a user gets from `pip install torch` (MKL
 # and oneDNN on x86-64; on Linux it also brings the CUDA libraries, some GB
 # on disk, so it is made only here, for the benchmarks, never by the build or
@@ -25,7 +26,7 @@
 LF_BENCH_VENV=${LF_BENCH_VENV:-$HOME/.cache/llmforge/bench-venv}
 
 bench_venv_ok() {
-  [ -x "$LF_BENCH_VENV/bin/python" ] && "$LF_BENCH_VENV/bin/python" -c "import torch, numpy" 2>/dev/null
+  [ -x "$LF_BENCH_VENV/bin/python" ] && "$LF_BENCH_VENV/bin/python" -c "import torch, numpy, transformers" 2>/dev/null
 }
 
 if ! bench_venv_ok; then
@@ -41,10 +42,11 @@ if ! bench_venv_ok; then
       python3 -m venv "$LF_BENCH_VENV" ||
         { echo "bench: python3 -m venv failed; on Debian: apt-get install python3-venv" >&2; exec 9>&-; return 1; }
     fi
-    echo "bench: pip install torch numpy into $LF_BENCH_VENV (PyPI's default wheel, a few GB; once)" >&2
-    "$LF_BENCH_VENV/bin/python" -m pip install --quiet torch numpy >&2 ||
-      { echo "bench: pip install torch numpy failed (see above)" >&2; exec 9>&-; return 1; }
-    bench_venv_ok || { echo "bench: $LF_BENCH_VENV/bin/python still cannot import torch" >&2; exec 9>&-; return 1; }
+    echo "bench: pip install torch numpy transformers into $LF_BENCH_VENV (PyPI's default wheel, a few GB; once)" >&2
+    "$LF_BENCH_VENV/bin/python" -m pip install --quiet torch numpy transformers >&2 ||
+      { echo "bench: pip install torch numpy transformers failed (see above)" >&2; exec 9>&-; return 1; }
+    bench_venv_ok ||
+      { echo "bench: $LF_BENCH_VENV/bin/python still cannot import torch, numpy, transformers" >&2; exec 9>&-; return 1; }
   fi
   exec 9>&-
 fi
