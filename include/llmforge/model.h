@@ -332,6 +332,9 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
 const float *lf_session_logits(const lf_session *s);
 /* Rows [row, row + n_rows) of those logits (Vp floats each) into host dst. */
 void lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst);
+/* 1 when the session's backend memory is host memory (lf_session_logits may
+ * then be read in place, without a copy). */
+int lf_session_host_memory(const lf_session *s);
 /* Start a new cached sequence (position 0); positions filled so far. */
 void lf_session_reset(lf_session *s);
 int lf_session_pos(const lf_session *s);

@@ -93,10 +93,12 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
     int32_t *tgt = malloc(sizeof(int32_t) * cells);
     double *lp = malloc(sizeof(double) * cells);
     unsigned char *hit = malloc(cells);
-    float *lgh = malloc(sizeof(float) * cells * (size_t)Vp); /* a batch's logits on the host */
+    float *lgh = NULL; /* a batch's logits copied to the host (a backend whose memory is not the host's) */
     lf_session *ses = NULL; /* its own plan: a model in training keeps the trainer's */
-    lf_status st = in && pos && tgt && lp && hit && lgh ? lf_session_create(&ses, m, B, Tmax, 0)
+    lf_status st = in && pos && tgt && lp && hit ? lf_session_create(&ses, m, B, Tmax, 0)
                                                  : lf_fail(LF_ERR_NOMEM, "eval: out of memory");
+    if (st == LF_OK && !lf_session_host_memory(ses) && !(lgh = malloc(sizeof(float) * cells * (size_t)Vp)))
+        st = lf_fail(LF_ERR_NOMEM, "eval: out of memory for a batch's logits");
     for (size_t i0 = 0; i0 < n && st == LF_OK; i0 += (size_t)B) {
         int nb = n - i0 < (size_t)B ? (int)(n - i0) : B;
         int T = o[i0].n - 1;
@@ -113,8 +115,11 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
         }
         st = lf_session_forward(ses, in, nb, T, 0);
         if (st != LF_OK) break;
-        lf_session_copy_logits(ses, 0, (size_t)nb * (size_t)T, lgh); /* to the host */
-        const float *lg = lgh;
+        const float *lg = lf_session_logits(ses); /* read in place on host memory, else copied */
+        if (lgh) {
+            lf_session_copy_logits(ses, 0, (size_t)nb * (size_t)T, lgh);
+            lg = lgh;
+        }
         /* each position on its own (any thread), summed below in a fixed order */
 #pragma omp parallel for schedule(static)
         for (long i = 0; i < (long)np; i++) {

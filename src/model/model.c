@@ -948,6 +948,8 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
 
 const float *lf_session_logits(const lf_session *s) { return s->view->logits; }
 
+int lf_session_host_memory(const lf_session *s) { return s->view->be->host_memory; }
+
 void lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst) {
     const size_t Vp = (size_t)lf__vp(&s->view->cfg);
     s->view->be->to_host(dst, s->view->logits + row * Vp, n_rows * Vp * sizeof(float));
