@@ -1,7 +1,7 @@
 /*
  * Backends: the compute behind the model. A backend is an operations table
- * (src/backend/backend_impl.h); this public header only names and selects
- * them. The CPU backend is the reference every other backend is tested
+ * (src/backend/backend_impl.h) and instances of it; this public header
+ * opens, selects and synchronises them. The CPU backend is the reference every other backend is tested
  * against.
  */
 #ifndef LLMFORGE_BACKEND_H
@@ -13,24 +13,53 @@
 extern "C" {
 #endif
 
-typedef struct lf_backend_ops lf_backend_ops;
+typedef struct lf_backend_ops lf_backend_ops; /* a kind of backend (private) */
+typedef struct lf_backend lf_backend;         /* an instance of one, with its own context */
 
-/* The backend registered under `name`, or NULL (message recorded; status
- * LF_ERR_NOT_FOUND). NULL name = "cpu". Compiled in:
- *   "cpu"       fp32 throughout (OpenMP + OpenBLAS);
- *   "cpu-bf16"  the same, except that matrix products take bf16 operands and
- *               accumulate in fp32 (oneDNN on CPUs with AVX512-BF16 or AMX,
- *               else a fallback; see lf_backend_cpu_bf16_kernel). Weights,
- *               gradients, optimizer state, layernorm, softmax, attention
- *               and the loss stay fp32. Training config: bf16.enabled. */
-const lf_backend_ops *lf_backend_get(const char *name);
-/* The fp32 backend the trainer, bench, eval and sample use: "cpu", or the
- * one the environment variable LLMFORGE_BACKEND names ("cpu-fenced": the
- * test backend whose memory the host cannot touch outside a backend call,
- * see src/backend/cpu/cpu_fenced.c). NULL (message recorded) for an unknown
- * name. */
-const lf_backend_ops *lf_backend_default(void);
-const char *lf_backend_name(const lf_backend_ops *ops);
+/* Compiled in:
+ *   "cpu"        fp32 throughout (OpenMP, oneDNN/OpenBLAS products);
+ *   "cpu-bf16"   the same, except that matrix products take bf16 operands
+ *                and accumulate in fp32 (oneDNN on CPUs with AVX512-BF16 or
+ *                AMX, else a fallback; see lf_backend_cpu_bf16_kernel).
+ *                Weights, gradients, optimizer state, norms, softmax,
+ *                attention and the loss stay fp32. Training config:
+ *                bf16.enabled;
+ *   "cpu-fenced" a test backend: cpu's ops on memory the host cannot touch
+ *                outside a backend call (src/backend/cpu/cpu_fenced.c).
+ * An instance carries its backend's context (a device's stream, handles and
+ * workspace; cpu-fenced's regions) and a sticky status: an op that fails
+ * records the failure there, and lf_backend_sync reports it. */
+
+/* A new instance of the backend registered under `name` (NULL: "cpu"):
+ * LF_OK, or LF_ERR_NOT_FOUND naming the backends compiled in, or the
+ * backend's own error. Close it with lf_backend_close after every model on
+ * it is freed. */
+lf_status lf_backend_open(const char *name, lf_backend **out);
+/* Frees an instance from lf_backend_open (and its context). NULL and the
+ * shared instances of lf_backend_get are left alone. */
+void lf_backend_close(lf_backend *be);
+/* The process-wide shared instance of `name` (NULL: "cpu"), made on first
+ * use and never closed; NULL (message recorded, LF_ERR_NOT_FOUND) for an
+ * unknown name. Convenient where one instance per process is enough; a
+ * failure on it is seen by every user of it. */
+lf_backend *lf_backend_get(const char *name);
+/* The name of the fp32 backend the trainer, bench, eval and sample use:
+ * "cpu", or the one the environment variable LLMFORGE_BACKEND names (e.g.
+ * "cpu-fenced"). */
+const char *lf_backend_default_name(void);
+/* lf_backend_get(lf_backend_default_name()). */
+lf_backend *lf_backend_default(void);
+const char *lf_backend_name(const lf_backend *be);
+/* 1 when the backend's memory is the host's (callers may read it in place). */
+int lf_backend_host_memory(const lf_backend *be);
+
+/* Waits until every op queued on the instance has finished, then returns
+ * its sticky status: LF_OK, or the first failure of an op since the
+ * instance was opened (message recorded: "backend 'NAME': ..."). Once
+ * failed, an instance stays failed. */
+lf_status lf_backend_sync(lf_backend *be);
+/* The sticky status without waiting (no message recorded). */
+lf_status lf_backend_status(const lf_backend *be);
 
 /* Threads the CPU backend uses (OpenMP + BLAS). n <= 0 keeps OpenMP's
  * default (OMP_NUM_THREADS when set, else every core). */

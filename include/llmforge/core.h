@@ -36,6 +36,7 @@ typedef enum lf_status {
     LF_ERR_NUMERIC = -11,      /* non-finite loss or gradient */
     LF_ERR_INTERNAL = -12,     /* a broken invariant inside llmforge (a bug) */
     LF_ERR_TIMEOUT = -13,      /* a peer did not arrive at a collective within its deadline */
+    LF_ERR_DEVICE = -14,       /* the backend (a device, a kernel library) failed an operation */
 } lf_status;
 
 /* Short fixed name of a status ("LF_ERR_IO: input/output error"). Never NULL. */

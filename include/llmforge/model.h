@@ -121,7 +121,7 @@ typedef struct lf_model lf_model;
 
 /* Allocates parameters and gradients (zeroed). */
 /* cfg is resolved (lf_model_config_resolve) into the model's copy. */
-lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, const lf_backend_ops *be);
+lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend *be);
 void lf_model_free(lf_model *m);
 
 /* The architecture's init, deterministic in seed (counter RNG, purpose INIT).
@@ -331,7 +331,7 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
  * lf_session_copy_logits unless the backend's memory is the host's). */
 const float *lf_session_logits(const lf_session *s);
 /* Rows [row, row + n_rows) of those logits (Vp floats each) into host dst. */
-void lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst);
+lf_status lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst);
 /* 1 when the session's backend memory is host memory (lf_session_logits may
  * then be read in place, without a copy). */
 int lf_session_host_memory(const lf_session *s);

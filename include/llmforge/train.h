@@ -246,7 +246,7 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
  * ("" when it names none; relative paths are against *dir_out), *dir_out
  * (may be NULL; lf_free) the resolved directory. On error nothing is left
  * allocated and the message names the file. */
-lf_status lf_checkpoint_load_model(const char *ckpt, const lf_backend_ops *be, lf_model **model, char *tokenizer,
+lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer,
                                    size_t cap, char **dir_out);
 
 /* ---------------------------------------------------------------- optimizer */
@@ -254,12 +254,12 @@ lf_status lf_checkpoint_load_model(const char *ckpt, const lf_backend_ops *be, l
  * to cfg->grad_clip (torch's clip_grad_norm_), AdamW with step count t >= 1
  * and learning rate lr; weight decay only on tensors whose table entry says
  * decay. Non-finite norm: LF_ERR_NUMERIC, parameters untouched. */
-lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+lf_status lf_adamw_step(lf_model *m, lf_backend *be, float *mom1, float *mom2, long t, float lr,
                         const lf_train_config *cfg, double *norm);
 /* The two halves of lf_adamw_step: the global gradient norm, and the clipped
  * AdamW update given that norm (LF_ERR_NUMERIC for a non-finite norm). */
-double lf_grad_norm(lf_model *m, const lf_backend_ops *be);
-lf_status lf_adamw_apply(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+double lf_grad_norm(lf_model *m, lf_backend *be);
+lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, long t, float lr,
                          const lf_train_config *cfg, double norm);
 
 /* ---------------------------------------------------------------- benchmark */

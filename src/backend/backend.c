@@ -1,20 +1,125 @@
-/* Backend registry: the one place that knows which backends were compiled in. */
+/*
+ * Backend registry and instances: the one place that knows which backends
+ * were compiled in, and the instance lifecycle and sticky status every
+ * backend shares (backend_impl.h).
+ *
+ * Invariants:
+ *  - An instance's status goes from LF_OK to the first failure once
+ *    (compare-and-swap in lf__backend_fail) and never back.
+ *  - lf_backend_get's instances are made once each (pthread_once) and live
+ *    until the process exits.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backend/backend_impl.h"
 
-const lf_backend_ops *lf_backend_get(const char *name) {
+static const lf_backend_ops *table_of(const char *name) {
     if (!name || strcmp(name, "cpu") == 0) return lf__backend_cpu();
     if (strcmp(name, "cpu-bf16") == 0) return lf__backend_cpu_bf16();
     if (strcmp(name, "cpu-fenced") == 0) return lf__backend_cpu_fenced();
-    lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu, cpu-bf16, cpu-fenced)", name);
     return NULL;
 }
 
-const lf_backend_ops *lf_backend_default(void) {
-    const char *env = getenv("LLMFORGE_BACKEND");
-    if (env && *env) return lf_backend_get(env);
-    return lf__backend_cpu();
+static lf_status unknown(const char *name) {
+    return lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu, cpu-bf16, cpu-fenced)", name);
 }
 
-const char *lf_backend_name(const lf_backend_ops *ops) { return ops ? ops->name : "(none)"; }
+static lf_status init(lf_backend *be, const lf_backend_ops *ops) {
+    memset(be, 0, sizeof *be);
+    be->ops = ops;
+    atomic_store(&be->status, LF_OK);
+    return ops->open ? ops->open(be) : LF_OK;
+}
+
+lf_status lf__backend_open_ops(const lf_backend_ops *ops, lf_backend **out) {
+    *out = NULL;
+    lf_backend *be = lf_calloc(sizeof *be);
+    if (!be) return LF_ERR_NOMEM;
+    const lf_status st = init(be, ops);
+    if (st != LF_OK) {
+        lf_free(be);
+        return st;
+    }
+    *out = be;
+    return LF_OK;
+}
+
+lf_status lf_backend_open(const char *name, lf_backend **out) {
+    const lf_backend_ops *ops = table_of(name);
+    if (!ops) {
+        *out = NULL;
+        return unknown(name);
+    }
+    return lf__backend_open_ops(ops, out);
+}
+
+void lf_backend_close(lf_backend *be) {
+    if (!be || be->shared) return;
+    if (be->ops->sync) be->ops->sync(be);
+    if (be->ops->close) be->ops->close(be);
+    lf_free(be);
+}
+
+/* ---------------------------------------------------------------- shared instances */
+
+enum { SHARED_CPU, SHARED_BF16, SHARED_FENCED, SHARED_N };
+static lf_backend g_shared[SHARED_N];
+static lf_status g_shared_st[SHARED_N];
+static pthread_once_t g_once[SHARED_N] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+
+#define SHARED_INIT(i, table)                                  \
+    static void shared_init_##i(void) {                        \
+        g_shared_st[i] = init(&g_shared[i], table());          \
+        g_shared[i].shared = 1;                                \
+    }
+SHARED_INIT(SHARED_CPU, lf__backend_cpu)
+SHARED_INIT(SHARED_BF16, lf__backend_cpu_bf16)
+SHARED_INIT(SHARED_FENCED, lf__backend_cpu_fenced)
+
+lf_backend *lf_backend_get(const char *name) {
+    int i;
+    if (!name || strcmp(name, "cpu") == 0) {
+        i = SHARED_CPU;
+        pthread_once(&g_once[i], shared_init_SHARED_CPU);
+    } else if (strcmp(name, "cpu-bf16") == 0) {
+        i = SHARED_BF16;
+        pthread_once(&g_once[i], shared_init_SHARED_BF16);
+    } else if (strcmp(name, "cpu-fenced") == 0) {
+        i = SHARED_FENCED;
+        pthread_once(&g_once[i], shared_init_SHARED_FENCED);
+    } else {
+        unknown(name);
+        return NULL;
+    }
+    if (g_shared_st[i] != LF_OK) {
+        lf_fail(g_shared_st[i], "backend '%s' could not be opened", name ? name : "cpu");
+        return NULL;
+    }
+    return &g_shared[i];
+}
+
+const char *lf_backend_default_name(void) {
+    const char *env = getenv("LLMFORGE_BACKEND");
+    return env && *env ? env : "cpu";
+}
+
+lf_backend *lf_backend_default(void) { return lf_backend_get(lf_backend_default_name()); }
+
+const char *lf_backend_name(const lf_backend *be) { return be ? be->ops->name : "(none)"; }
+
+int lf_backend_host_memory(const lf_backend *be) { return be && be->ops->host_memory; }
+
+/* ---------------------------------------------------------------- sticky status */
+
+lf_status lf_backend_status(const lf_backend *be) { return (lf_status)atomic_load(&be->status); }
+
+lf_status lf_backend_sync(lf_backend *be) {
+    if (be->ops->sync) be->ops->sync(be);
+    const lf_status st = lf_backend_status(be);
+    if (st == LF_OK) return LF_OK;
+    return lf_fail(st, "backend '%s': %s", be->ops->name, be->msg);
+}

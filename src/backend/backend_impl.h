@@ -1,6 +1,11 @@
 /*
  * The backend operations table (private interface; see DESIGN.md "Backend").
  *
+ * A backend is an operations table (lf_backend_ops, one per kind of
+ * backend) and instances of it (lf_backend: the table plus the instance's
+ * own context: a device's stream, library handles and workspace; the
+ * fenced backend's region list). Every slot takes the instance first.
+ *
  * Every op is a forward/backward pair with llm.c's argument order: outputs,
  * saved statistics, inputs, weights, then dimensions. Dimension vocabulary:
  * B batch, T time, C channels, OC output channels, V vocab, NH (query)
@@ -31,6 +36,19 @@
  *    ("in, out") and y = x @ W + b. The tied lm_head uses wte (V, C) with
  *    y = x @ wte^T, which is matmul with layout LF_W_OUT_IN.
  *  - Ops never allocate; scratch is passed in by the caller.
+ *  - Errors are sticky. An op that cannot do its work (a precondition the
+ *    caller should have checked, a kernel library that refuses, a device
+ *    error) records it on the instance with lf__backend_fail and returns;
+ *    the first failure is kept, later ones are dropped. Ops may be queued
+ *    (a device stream), so callers learn of a failure at a sync point:
+ *    lf_backend_sync, which the model calls at the end of every forward,
+ *    backward and optimizer step and which every copy to the host implies
+ *    for the data it returns. After a failure the instance stays failed
+ *    (results undefined) until it is closed, as a CUDA context does. There
+ *    are no silent fallbacks: a slower path taken because the fast one
+ *    failed is reported the same way.
+ *  - Ops of one instance may run concurrently only from run_replicas'
+ *    tasks; lf__backend_fail is thread-safe.
  *  - A NULL slot means "unsupported"; callers check and return
  *    LF_ERR_UNSUPPORTED.
  *  - Dropout masks are a pure function of (seed, key, element index) through
@@ -44,8 +62,11 @@
 #ifndef LLMFORGE_BACKEND_IMPL_H
 #define LLMFORGE_BACKEND_IMPL_H
 
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <stdio.h>
 #include "llmforge/backend.h"
 
 typedef enum lf_weight_layout {
@@ -65,26 +86,34 @@ typedef struct lf_dropout {
 struct lf_backend_ops {
     const char *name;
 
+    /* ---- instance lifecycle. open sets be->ctx (the instance's context;
+     * NULL slot: no context) and returns LF_OK or an error (message
+     * recorded); close frees it. sync waits until every op queued on the
+     * instance has finished (NULL: ops are synchronous, as on the CPU). */
+    lf_status (*open)(lf_backend *be);
+    void (*close)(lf_backend *be);
+    void (*sync)(lf_backend *be);
+
     /* ---- memory */
     int host_memory;                         /* 1: backend memory is host memory (callers may
                                                 read and write it in place, no staging copy) */
-    void *(*alloc)(size_t bytes);            /* NULL on failure */
-    void (*free)(void *p);
-    void (*to_device)(void *dst, const void *host_src, size_t bytes);
-    void (*to_host)(void *host_dst, const void *src, size_t bytes);
-    void (*copy)(void *dst, const void *src, size_t bytes); /* backend to backend memory */
-    void (*zero)(float *x, size_t n);
-    void (*scale)(float *x, size_t n, float s);   /* x *= s */
+    void *(*alloc)(lf_backend *be, size_t bytes);            /* NULL on failure */
+    void (*free)(lf_backend *be, void *p);
+    void (*to_device)(lf_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(lf_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(lf_backend *be, void *dst, const void *src, size_t bytes); /* backend to backend memory */
+    void (*zero)(lf_backend *be, float *x, size_t n);
+    void (*scale)(lf_backend *be, float *x, size_t n, float s);   /* x *= s */
 
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe == NULL
      * (no position embedding, Llama): out[b,t,:] = wte[inp[b,t],:], and
      * backward's dwpe must then be NULL too. */
-    void (*encoder_forward)(float *out,            // (B,T,C)
+    void (*encoder_forward)(lf_backend *be, float *out,            // (B,T,C)
                             const int32_t *inp,    // (B,T)
                             const float *wte,      // (V,C)
                             const float *wpe,      // (maxT,C)
                             int B, int T, int C);
-    void (*encoder_backward)(float *dwte,          // (V,C) +=
+    void (*encoder_backward)(lf_backend *be, float *dwte,          // (V,C) +=
                              float *dwpe,          // (maxT,C) += or NULL
                              const float *dout,    // (B,T,C)
                              const int32_t *inp,   // (B,T)
@@ -92,14 +121,14 @@ struct lf_backend_ops {
 
     /* ---- layernorm over the last dim, eps 1e-5, biased variance (PyTorch).
      * bias may be NULL (bias=false models). */
-    void (*layernorm_forward)(float *out,          // (N,C)
+    void (*layernorm_forward)(lf_backend *be, float *out,          // (N,C)
                               float *mean,         // (N)
                               float *rstd,         // (N)
                               const float *inp,    // (N,C)
                               const float *weight, // (C)
                               const float *bias,   // (C) or NULL
                               int N, int C);
-    void (*layernorm_backward)(float *dinp,        // (N,C) +=
+    void (*layernorm_backward)(lf_backend *be, float *dinp,        // (N,C) +=
                                float *dweight,     // (C) +=
                                float *dbias,       // (C) += or NULL
                                const float *dout,  // (N,C)
@@ -112,12 +141,12 @@ struct lf_backend_ops {
     /* ---- RMSNorm over the last dim (HF LlamaRMSNorm, fp32):
      * rstd = 1/sqrt(mean(x^2) + eps), out = weight * (x * rstd). No mean, no
      * bias. rstd is saved for backward. */
-    void (*rmsnorm_forward)(float *out,            // (N,C)
+    void (*rmsnorm_forward)(lf_backend *be, float *out,            // (N,C)
                             float *rstd,           // (N)
                             const float *inp,      // (N,C)
                             const float *weight,   // (C)
                             int N, int C, float eps);
-    void (*rmsnorm_backward)(float *dinp,          // (N,C) +=
+    void (*rmsnorm_backward)(lf_backend *be, float *dinp,          // (N,C) +=
                              float *dweight,       // (C) +=
                              const float *dout,    // (N,C)
                              const float *inp,     // (N,C)
@@ -126,13 +155,13 @@ struct lf_backend_ops {
                              int N, int C);
 
     /* ---- matmul + bias: out = inp @ W (+ bias), W in `layout`. bias may be NULL. */
-    void (*matmul_forward)(float *out,             // (N,OC)
+    void (*matmul_forward)(lf_backend *be, float *out,             // (N,OC)
                            const float *inp,       // (N,C)
                            const float *weight,    // (C,OC) or (OC,C)
                            const float *bias,      // (OC) or NULL
                            int N, int C, int OC, lf_weight_layout layout);
     /* dinp may be NULL (gradient not needed, e.g. nothing below). dbias may be NULL. */
-    void (*matmul_backward)(float *dinp,           // (N,C) = (overwritten) or NULL
+    void (*matmul_backward)(lf_backend *be, float *dinp,           // (N,C) = (overwritten) or NULL
                             float *dweight,        // same shape as weight, +=
                             float *dbias,          // (OC) += or NULL
                             const float *dout,     // (N,OC)
@@ -156,9 +185,9 @@ struct lf_backend_ops {
      * backward applies the transposed rotation to dqkv in place (the
      * gradient w.r.t. the rotated q, k becomes the gradient w.r.t. the
      * unrotated ones; the v part is untouched). */
-    void (*rope_forward)(float *qkv,               // (B,T,(NH+2*NKV)*HS) in place
+    void (*rope_forward)(lf_backend *be, float *qkv,               // (B,T,(NH+2*NKV)*HS) in place
                          int B, int T, int NH, int NKV, int HS, int pos0, float theta);
-    void (*rope_backward)(float *dqkv,             // (B,T,(NH+2*NKV)*HS) in place
+    void (*rope_backward)(lf_backend *be, float *dqkv,             // (B,T,(NH+2*NKV)*HS) in place
                           int B, int T, int NH, int NKV, int HS, int pos0, float theta);
 
     /* ---- causal self-attention (scaled by 1/sqrt(HS)), multi-head or
@@ -171,11 +200,11 @@ struct lf_backend_ops {
      * (attn_dropout) applies to att before att @ v. Entries of att above the
      * diagonal are written as 0. backward overwrites all of dqkv; the k and v
      * parts of a key/value head hold the sum over its query heads. */
-    void (*attention_forward)(float *out,          // (B,T,C)
+    void (*attention_forward)(lf_backend *be, float *out,          // (B,T,C)
                               float *att,          // (B,NH,T,T)
                               const float *qkv,    // (B,T,W)
                               int B, int T, int C, int NH, int NKV, lf_dropout drop);
-    void (*attention_backward)(float *dqkv,        // (B,T,W) = (overwritten)
+    void (*attention_backward)(lf_backend *be, float *dqkv,        // (B,T,W) = (overwritten)
                                float *scratch,     // (B,NH,T,T) scratch, contents undefined after
                                const float *dout,  // (B,T,C)
                                const float *qkv,   // (B,T,W)
@@ -190,7 +219,7 @@ struct lf_backend_ops {
      * attention, W = (NH + 2*NKV)*HS) into positions pos0 .. pos0+Tn-1, bit
      * for bit; positions outside that range are untouched. Callers check
      * 0 <= pos0, Tn >= 1, pos0 + Tn <= Tmax, NH % NKV == 0. */
-    void (*kv_append)(float *kcache,               // (B,NKV,Tmax,HS)
+    void (*kv_append)(lf_backend *be, float *kcache,               // (B,NKV,Tmax,HS)
                       float *vcache,               // (B,NKV,Tmax,HS)
                       const float *qkv,            // (B,Tn,W)
                       int B, int Tn, int NH, int NKV, int HS, int pos0, int Tmax);
@@ -208,7 +237,7 @@ struct lf_backend_ops {
      * backend computes each row alone (the same bits however the positions
      * are split into calls, and for any thread count). Callers check the
      * conditions of kv_append and C % NH == 0. */
-    void (*attention_cached)(float *out,           // (B,Tn,C)
+    void (*attention_cached)(lf_backend *be, float *out,           // (B,Tn,C)
                              float *scratch,       // (lf_kv_attention_scratch) floats
                              const float *qkv,     // (B,Tn,W)
                              const float *kcache,  // (B,NKV,Tmax,HS)
@@ -216,29 +245,29 @@ struct lf_backend_ops {
                              int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax);
 
     /* ---- GELU, tanh approximation (GPT-2 / nanoGPT's nn.GELU(approximate='tanh')). */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, /* = */ const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(lf_backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(lf_backend *be, float *dinp, /* = */ const float *inp, const float *dout, size_t n);
 
     /* ---- SwiGLU on a fused [gate | up] input (Llama's MLP, Shazeer 2020):
      * out[n,j] = silu(inp[n,j]) * inp[n,F+j], silu(x) = x * sigmoid(x).
      * backward overwrites dinp's gate and up halves. */
-    void (*swiglu_forward)(float *out,             // (N,F)
+    void (*swiglu_forward)(lf_backend *be, float *out,             // (N,F)
                            const float *inp,       // (N,2F): gate cols 0..F-1, up cols F..2F-1
                            int N, int F);
-    void (*swiglu_backward)(float *dinp,           // (N,2F) = (overwritten)
+    void (*swiglu_backward)(lf_backend *be, float *dinp,           // (N,2F) = (overwritten)
                             const float *inp,      // (N,2F)
                             const float *dout,     // (N,F)
                             int N, int F);
 
     /* ---- residual: out = a + b;  backward: da += dout, db += dout */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
-    void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
+    void (*residual_forward)(lf_backend *be, float *out, const float *a, const float *b, size_t n);
+    void (*residual_backward)(lf_backend *be, float *da, float *db, const float *dout, size_t n);
 
     /* ---- dropout as a standalone op (embeddings, residual branches).
      * out may equal inp. backward: dinp = mask * dout / (1-p) (overwritten;
      * dinp may equal dout). */
-    void (*dropout_forward)(float *out, const float *inp, size_t n, lf_dropout drop);
-    void (*dropout_backward)(float *dinp, const float *dout, size_t n, lf_dropout drop);
+    void (*dropout_forward)(lf_backend *be, float *out, const float *inp, size_t n, lf_dropout drop);
+    void (*dropout_backward)(lf_backend *be, float *dinp, const float *dout, size_t n, lf_dropout drop);
 
     /* ---- fused softmax + cross-entropy over V (of a row padded to Vp >= V;
      * columns V..Vp-1 are ignored and their dlogits written as 0).
@@ -246,7 +275,7 @@ struct lf_backend_ops {
      * "ignored": loss 0 and dlogits row 0. When dlogits != NULL it is written
      * (overwritten) with (softmax - onehot) * dloss for non-ignored rows; dlogits
      * may alias logits. Returns nothing; the caller sums losses. */
-    void (*crossentropy_forward_backward)(float *losses,        // (N)
+    void (*crossentropy_forward_backward)(lf_backend *be, float *losses,        // (N)
                                           float *dlogits,       // (N,Vp) or NULL
                                           const float *logits,  // (N,Vp)
                                           const int32_t *targets,// (N)
@@ -256,32 +285,32 @@ struct lf_backend_ops {
      * first: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)). t >= 1.
      * grad_scale multiplies g first (gradient clipping folded in). */
-    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
+    void (*adamw_update)(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_scale, int t);
 
     /* ---- the loss of a forward: the sum of losses[i] over the rows whose
      * target is not ignored (targets[i] >= 0), in row order in double, and
      * their count in *n_valid (a host variable). */
-    double (*loss_sum)(const float *losses, const int32_t *targets, int N, long *n_valid);
+    double (*loss_sum)(lf_backend *be, const float *losses, const int32_t *targets, int N, long *n_valid);
 
     /* ---- fp16 training: x rounded to the nearest fp16 value (IEEE binary16,
      * ties to even; out of range -> inf) in place; returns 1 when any result
      * is not finite (the loss scaler's overflow test), else 0. */
-    int (*fp16_round)(float *x, size_t n);
+    int (*fp16_round)(lf_backend *be, float *x, size_t n);
 
     /* ---- sum of squares of x (accumulated in double). */
-    double (*sum_squares)(const float *x, size_t n);
+    double (*sum_squares)(lf_backend *be, const float *x, size_t n);
 
     /* ---- how many model replicas a batch of B rows should be split into
      * (the CPU backend: one per thread, each running single-threaded ops;
      * accelerators: 1). NULL means 1. */
-    int (*replicas)(int B);
+    int (*replicas)(lf_backend *be, int B);
     /* ---- run fn(arg, i) for i in [0, n), concurrently, one replica each;
      * ops called from fn must run single-threaded. NULL: a plain loop. */
-    void (*run_replicas)(int n, void (*fn)(void *arg, int i), void *arg);
+    void (*run_replicas)(lf_backend *be, int n, void (*fn)(void *arg, int i), void *arg);
     /* ---- y += x, element-wise (gradient reduction across replicas). */
-    void (*add_inplace)(float *y, const float *x, size_t n);
+    void (*add_inplace)(lf_backend *be, float *y, const float *x, size_t n);
 
     /* ---- bf16 activation storage. A backend whose matmul rounds its
      * operands to bf16 anyway (cpu-bf16) offers these, so the model can store
@@ -292,20 +321,20 @@ struct lf_backend_ops {
      * pair (matmul_forward/backward of the same table) computes from the
      * fp32 inp. NULL on backends that keep activations in fp32 ("cpu"): all
      * five or none. */
-    void (*cast_bf16)(uint16_t *out,               // (n) bf16
+    void (*cast_bf16)(lf_backend *be, uint16_t *out,               // (n) bf16
                       const float *inp,            // (n)
                       size_t n);
-    void (*layernorm_forward_bf16)(uint16_t *out,  // (N,C) bf16
+    void (*layernorm_forward_bf16)(lf_backend *be, uint16_t *out,  // (N,C) bf16
                                    float *mean,    // (N)
                                    float *rstd,    // (N)
                                    const float *inp, const float *weight, const float *bias, int N, int C);
-    void (*gelu_forward_bf16)(uint16_t *out,       // (n) bf16
+    void (*gelu_forward_bf16)(lf_backend *be, uint16_t *out,       // (n) bf16
                               const float *inp, size_t n);
-    void (*matmul_forward_bf16)(float *out,        // (N,OC)
+    void (*matmul_forward_bf16)(lf_backend *be, float *out,        // (N,OC)
                                 const uint16_t *inp, // (N,C) bf16
                                 const float *weight, const float *bias, int N, int C, int OC,
                                 lf_weight_layout layout);
-    void (*matmul_backward_bf16)(float *dinp,      // (N,C) = or NULL
+    void (*matmul_backward_bf16)(lf_backend *be, float *dinp,      // (N,C) = or NULL
                                  float *dweight,   // +=
                                  float *dbias,     // (OC) += or NULL
                                  const float *dout,// (N,OC)
@@ -316,7 +345,7 @@ struct lf_backend_ops {
      * adamw_update (e.g. a collective into backend memory, or a host write
      * on the CPU): drop whatever the backend derived from them (cpu-bf16's
      * bf16 weight copies). Never called while ops run. */
-    void (*params_changed)(void);
+    void (*params_changed)(lf_backend *be);
 };
 
 /* Floats of scratch attention_cached needs: one probability row of
@@ -324,6 +353,41 @@ struct lf_backend_ops {
 static inline size_t lf_kv_attention_scratch(int B, int NH, int Tn, int pos0) {
     return (size_t)B * (size_t)NH * (size_t)Tn * ((size_t)pos0 + (size_t)Tn);
 }
+
+/* An instance (see the header comment). Public code holds it opaque
+ * (llmforge/backend.h); ops and model code reach the table through it. */
+struct lf_backend {
+    const lf_backend_ops *ops;
+    void *ctx;          /* the backend's context (ops->open) */
+    int shared;         /* lf_backend_get's process-wide instance: lf_backend_close leaves it open */
+    _Atomic int status; /* sticky: LF_OK or the first failure */
+    char msg[512];      /* its message, written once by whoever set status */
+};
+
+/* Record a failure on the instance (the first one wins; thread-safe; no
+ * effect after the first). The message should name the op and what it was
+ * given. Returns `code`. Inline, so the backends below the registry's
+ * library (lf_backend_cpu) need nothing from above them. The message is
+ * written by the thread that won the swap before its op returns; it is read
+ * only after a sync point (lf_backend_sync, after the replicas joined). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline lf_status lf__backend_fail(lf_backend *be, lf_status code, const char *fmt, ...) {
+    int expected = LF_OK;
+    if (code == LF_OK) code = LF_ERR_INTERNAL;
+    if (!atomic_compare_exchange_strong(&be->status, &expected, (int)code)) return code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(be->msg, sizeof be->msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+static inline int lf__backend_failed(const lf_backend *be) { return be->status != LF_OK; }
+
+/* An instance of a table that is not registered by name (tests' counting
+ * backends); closed with lf_backend_close. */
+lf_status lf__backend_open_ops(const lf_backend_ops *ops, lf_backend **out);
 
 /* Registered backends. */
 const lf_backend_ops *lf__backend_cpu(void);

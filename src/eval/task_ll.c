@@ -117,7 +117,7 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
         if (st != LF_OK) break;
         const float *lg = lf_session_logits(ses); /* read in place on host memory, else copied */
         if (lgh) {
-            lf_session_copy_logits(ses, 0, (size_t)nb * (size_t)T, lgh);
+            if ((st = lf_session_copy_logits(ses, 0, (size_t)nb * (size_t)T, lgh)) != LF_OK) break;
             lg = lgh;
         }
         /* each position on its own (any thread), summed below in a fixed order */

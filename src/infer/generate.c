@@ -79,8 +79,8 @@ lf_status lf_generate(lf_model *m, const uint32_t *prompt, size_t n_prompt, cons
                 st = lf_session_forward(s, ctx, 1, T, 0);
             }
         }
+        if (st == LF_OK) st = lf_session_copy_logits(s, (size_t)(rows - 1), 1, row);
         if (st != LF_OK) goto done;
-        lf_session_copy_logits(s, (size_t)(rows - 1), 1, row);
         const int next = lf_sample_token(row, V, opts->temperature, opts->top_k, opts->top_p > 0 ? opts->top_p : 1.0f,
                                          opts->seed, (uint64_t)len, work, iwork);
         seq[len++] = (uint32_t)next;

@@ -330,8 +330,8 @@ enum { SITE_ATT = 0, SITE_ATT_RESID = 1, SITE_MLP_RESID = 2, SITE_EMB = 7 };
 static const float *block_input(const gpt2_acts *x, int l) { return l == 0 ? x->encoded : x->la[l - 1].res3; }
 
 static void gelu_forward(const lf_model *m, act *out, const float *inp, size_t n) {
-    if (m->plan_dt == LF_ACT_BF16) m->be->gelu_forward_bf16(out, inp, n);
-    else m->be->gelu_forward(out, inp, n);
+    if (m->plan_dt == LF_ACT_BF16) m->be->ops->gelu_forward_bf16(m->be, out, inp, n);
+    else m->be->ops->gelu_forward(m->be, out, inp, n);
 }
 
 /* Attention output of layer l into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
@@ -339,7 +339,7 @@ static void attn_forward(const lf_model *m, const lf__replica *rp, int l, act *o
                          const float *qkv, int T, lf_dropout drop) {
     if (m->plan_dt == LF_ACT_BF16) {
         lf__attention(m, rp, l, tmp, att, qkv, T, drop);
-        m->be->cast_bf16(out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
+        m->be->ops->cast_bf16(m->be, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
     } else {
         lf__attention(m, rp, l, out, att, qkv, T, drop);
     }
@@ -349,7 +349,7 @@ static void attn_forward(const lf_model *m, const lf__replica *rp, int l, act *o
  * block's backward reads written (full recomputation: c_fc's projection and
  * the block output are not needed again). */
 static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     gpt2_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     int B = rp->B, C = c->n_embd, NH = c->n_head;
@@ -364,26 +364,26 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     attn_forward(m, rp, l, a->atty, a->attproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
     lf__mm_forward(m, a->attproj, a->atty, PW(ix[P_APROJ_W]), PW(ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
     lf_dropout d1 = lf__drop_at(m, rp, l, SITE_ATT_RESID, rowC);
-    if (d1.p > 0) be->dropout_forward(a->attproj, a->attproj, (size_t)N * C, d1);
-    be->residual_forward(a->res2, residual, a->attproj, (size_t)N * C);
+    if (d1.p > 0) be->ops->dropout_forward(be, a->attproj, a->attproj, (size_t)N * C, d1);
+    be->ops->residual_forward(be, a->res2, residual, a->attproj, (size_t)N * C);
     lf__ln_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(ix[P_LN2_W]), PW(ix[P_LN2_B]), N, C);
     lf__mm_forward(m, a->fch, a->ln2, PW(ix[P_FC_W]), PW(ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
     gelu_forward(m, a->fch_gelu, a->fch, (size_t)N * 4 * C);
     if (!whole) return;
     lf__mm_forward(m, a->fcproj, a->fch_gelu, PW(ix[P_MPROJ_W]), PW(ix[P_MPROJ_B]), N, 4 * C, C, LF_W_IN_OUT);
     lf_dropout d2 = lf__drop_at(m, rp, l, SITE_MLP_RESID, rowC);
-    if (d2.p > 0) be->dropout_forward(a->fcproj, a->fcproj, (size_t)N * C, d2);
-    be->residual_forward(a->res3, a->res2, a->fcproj, (size_t)N * C);
+    if (d2.p > 0) be->ops->dropout_forward(be, a->fcproj, a->fcproj, (size_t)N * C, d2);
+    be->ops->residual_forward(be, a->res3, a->res2, a->fcproj, (size_t)N * C);
 }
 
 static void embed_forward(lf_model *m, lf__replica *rp, int T) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     gpt2_acts *x = ACTS(rp);
     int B = rp->B, C = m->cfg.n_embd, L = m->cfg.n_layer;
     /* positions cur_pos0.. (cached decoding continues a sequence) */
-    be->encoder_forward(x->encoded, rp->inputs, PW(ST(m)->wte), PW(ST(m)->wpe) + (size_t)m->cur_pos0 * C, B, T, C);
+    be->ops->encoder_forward(be, x->encoded, rp->inputs, PW(ST(m)->wte), PW(ST(m)->wpe) + (size_t)m->cur_pos0 * C, B, T, C);
     lf_dropout de = lf__drop_at(m, rp, L, SITE_EMB, (uint64_t)T * C);
-    if (de.p > 0) be->dropout_forward(x->encoded, x->encoded, (size_t)B * T * C, de);
+    if (de.p > 0) be->ops->dropout_forward(be, x->encoded, x->encoded, (size_t)B * T * C, de);
 }
 
 static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) {
@@ -400,21 +400,21 @@ static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) 
 
 /* lm_head (tied to wte) and ln_f. */
 static void head_backward(lf_model *m, lf__replica *rp, int T) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     gpt2_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     int B = rp->B, C = c->n_embd, L = c->n_layer, Vp = lf__vp(c);
     int N = B * T;
-    be->zero(x->dresidual, (size_t)N * C);
+    be->ops->zero(be, x->dresidual, (size_t)N * C);
     lf__mm_backward(m, x->dln, GR(ST(m)->wte), NULL, rp->logits, x->lnf, PW(ST(m)->wte), N, C, Vp, LF_W_OUT_IN);
     const float *last = block_input(x, L);
-    be->layernorm_backward(x->dresidual, GR(ST(m)->lnf_w), GR(ST(m)->lnf_b), x->dln, last, PW(ST(m)->lnf_w),
+    be->ops->layernorm_backward(be, x->dresidual, GR(ST(m)->lnf_w), GR(ST(m)->lnf_b), x->dln, last, PW(ST(m)->lnf_w),
                            x->lnf_mean, x->lnf_rstd, N, C);
 }
 
 /* Block l: on entry x->dresidual is d(block output), on exit d(block input). */
 static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     gpt2_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     int B = rp->B, C = c->n_embd, NH = c->n_head, L = c->n_layer;
@@ -435,47 +435,47 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     lf_dropout d2 = lf__drop_at(m, rp, l, SITE_MLP_RESID, rowC);
     const float *dbr = x->dresidual;
     if (d2.p > 0) {
-        be->dropout_backward(x->dbranch, x->dresidual, NC, d2);
+        be->ops->dropout_backward(be, x->dbranch, x->dresidual, NC, d2);
         dbr = x->dbranch;
     }
     lf__mm_backward(m, x->dfch_gelu, GR(ix[P_MPROJ_W]), GR(ix[P_MPROJ_B]), dbr, a->fch_gelu,
                 PW(ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
-    be->gelu_backward(x->dfch, a->fch, x->dfch_gelu, NC * 4);
+    be->ops->gelu_backward(be, x->dfch, a->fch, x->dfch_gelu, NC * 4);
     lf__mm_backward(m, x->dln, GR(ix[P_FC_W]), GR(ix[P_FC_B]), x->dfch, a->ln2, PW(ix[P_FC_W]), N, C,
                 4 * C, LF_W_IN_OUT);
-    be->layernorm_backward(x->dresidual, GR(ix[P_LN2_W]), GR(ix[P_LN2_B]), x->dln, a->res2,
+    be->ops->layernorm_backward(be, x->dresidual, GR(ix[P_LN2_W]), GR(ix[P_LN2_B]), x->dln, a->res2,
                            PW(ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
     /* dresidual = d(res2); res2 = residual + dropout(attproj) */
     lf_dropout d1 = lf__drop_at(m, rp, l, SITE_ATT_RESID, rowC);
     dbr = x->dresidual;
     if (d1.p > 0) {
-        be->dropout_backward(x->dbranch, x->dresidual, NC, d1);
+        be->ops->dropout_backward(be, x->dbranch, x->dresidual, NC, d1);
         dbr = x->dbranch;
     }
     lf__mm_backward(m, x->datty, GR(ix[P_APROJ_W]), GR(ix[P_APROJ_B]), dbr, a->atty,
                 PW(ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
-    be->attention_backward(x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NH,
+    be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NH,
                            lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
         lf__ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(ix[P_LN1_W]), PW(ix[P_LN1_B]), N, C);
     lf__mm_backward(m, x->dln, GR(ix[P_ATTN_W]), GR(ix[P_ATTN_B]), x->dqkv, a->ln1, PW(ix[P_ATTN_W]),
                 N, C, 3 * C, LF_W_IN_OUT);
-    be->layernorm_backward(x->dresidual, GR(ix[P_LN1_W]), GR(ix[P_LN1_B]), x->dln, residual,
+    be->ops->layernorm_backward(be, x->dresidual, GR(ix[P_LN1_W]), GR(ix[P_LN1_B]), x->dln, residual,
                            PW(ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 static void embed_backward(lf_model *m, lf__replica *rp, int T) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     gpt2_acts *x = ACTS(rp);
     int B = rp->B, C = m->cfg.n_embd, L = m->cfg.n_layer;
     size_t NC = (size_t)B * T * C;
     lf_dropout de = lf__drop_at(m, rp, L, SITE_EMB, (uint64_t)T * C);
     const float *denc = x->dresidual;
     if (de.p > 0) {
-        be->dropout_backward(x->dbranch, x->dresidual, NC, de);
+        be->ops->dropout_backward(be, x->dbranch, x->dresidual, NC, de);
         denc = x->dbranch;
     }
-    be->encoder_backward(GR(ST(m)->wte), GR(ST(m)->wpe), denc, rp->inputs, B, T, C);
+    be->ops->encoder_backward(be, GR(ST(m)->wte), GR(ST(m)->wpe), denc, rp->inputs, B, T, C);
 }
 
 

@@ -309,7 +309,7 @@ static const float *block_input(const llama_acts *x, int l) { return l == 0 ? x-
 
 /* Forward of block l; whole = 0 stops after SwiGLU (full recomputation). */
 static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = head_size(c);
@@ -318,54 +318,54 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     layer_acts *a = &x->la[l];
     const int *ix = ST(m)->lp[l];
     const float *residual = block_input(x, l);
-    be->rmsnorm_forward(a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
+    be->ops->rmsnorm_forward(be, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     /* q, k, v are consecutive: one (W, C) product */
-    be->matmul_forward(a->qkv, a->h1, PW(ix[P_Q]), NULL, N, C, W, LF_W_OUT_IN);
-    be->rope_forward(a->qkv, B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
+    be->ops->matmul_forward(be, a->qkv, a->h1, PW(ix[P_Q]), NULL, N, C, W, LF_W_OUT_IN);
+    be->ops->rope_forward(be, a->qkv, B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
     lf__attention(m, rp, l, a->atty, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
-    be->matmul_forward(a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
-    be->residual_forward(a->res2, residual, a->oproj, NC);
-    be->rmsnorm_forward(a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
+    be->ops->matmul_forward(be, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
+    be->ops->residual_forward(be, a->res2, residual, a->oproj, NC);
+    be->ops->rmsnorm_forward(be, a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
     /* gate and up are consecutive: one (2F, C) product */
-    be->matmul_forward(a->gu, a->h2, PW(ix[P_GATE]), NULL, N, C, 2 * F, LF_W_OUT_IN);
-    be->swiglu_forward(a->sw, a->gu, N, F);
+    be->ops->matmul_forward(be, a->gu, a->h2, PW(ix[P_GATE]), NULL, N, C, 2 * F, LF_W_OUT_IN);
+    be->ops->swiglu_forward(be, a->sw, a->gu, N, F);
     if (!whole) return;
-    be->matmul_forward(a->oproj, a->sw, PW(ix[P_DOWN]), NULL, N, F, C, LF_W_OUT_IN);
-    be->residual_forward(a->res3, a->res2, a->oproj, NC);
+    be->ops->matmul_forward(be, a->oproj, a->sw, PW(ix[P_DOWN]), NULL, N, F, C, LF_W_OUT_IN);
+    be->ops->residual_forward(be, a->res3, a->res2, a->oproj, NC);
 }
 
 static void llama_block_forward(lf_model *m, lf__replica *rp, int l, int T) { block_forward(m, rp, l, T, 1); }
 
 static void embed_forward(lf_model *m, lf__replica *rp, int T) {
     llama_acts *x = ACTS(rp);
-    m->be->encoder_forward(x->encoded, rp->inputs, PW(ST(m)->emb), NULL, rp->B, T, m->cfg.n_embd);
+    m->be->ops->encoder_forward(m->be, x->encoded, rp->inputs, PW(ST(m)->emb), NULL, rp->B, T, m->cfg.n_embd);
 }
 
 static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) {
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     const int C = c->n_embd, N = rp->B * T;
-    m->be->rmsnorm_forward(x->hf, x->rstdf, block_input(x, c->n_layer), PW(ST(m)->norm), N, C, c->norm_eps);
-    m->be->matmul_forward(rp->logits, x->hf, PW(ST(m)->head), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
+    m->be->ops->rmsnorm_forward(m->be, x->hf, x->rstdf, block_input(x, c->n_layer), PW(ST(m)->norm), N, C, c->norm_eps);
+    m->be->ops->matmul_forward(m->be, rp->logits, x->hf, PW(ST(m)->head), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
     lf__classifier(m, rp, N, with_targets);
 }
 
 /* lm_head (or the tied embedding) and the final norm. */
 static void head_backward(lf_model *m, lf__replica *rp, int T) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     const int C = c->n_embd, N = rp->B * T;
-    be->zero(x->dresidual, (size_t)N * C);
-    be->matmul_backward(x->dln, GR(ST(m)->head), NULL, rp->logits, x->hf, PW(ST(m)->head), N, C, lf__vp(c),
+    be->ops->zero(be, x->dresidual, (size_t)N * C);
+    be->ops->matmul_backward(be, x->dln, GR(ST(m)->head), NULL, rp->logits, x->hf, PW(ST(m)->head), N, C, lf__vp(c),
                         LF_W_OUT_IN);
-    be->rmsnorm_backward(x->dresidual, GR(ST(m)->norm), x->dln, block_input(x, c->n_layer), PW(ST(m)->norm), x->rstdf,
+    be->ops->rmsnorm_backward(be, x->dresidual, GR(ST(m)->norm), x->dln, block_input(x, c->n_layer), PW(ST(m)->norm), x->rstdf,
                          N, C);
 }
 
 /* Block l: on entry x->dresidual is d(block output), on exit d(block input). */
 static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = head_size(c);
@@ -377,28 +377,28 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
      * full: the working set still holds the last block from forward. */
     if (m->plan_rc == LF_RECOMPUTE_FULL && l < L - 1) block_forward(m, rp, l, T, 0);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) {
-        be->rmsnorm_forward(a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
-        be->swiglu_forward(a->sw, a->gu, N, F);
+        be->ops->rmsnorm_forward(be, a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
+        be->ops->swiglu_forward(be, a->sw, a->gu, N, F);
     }
     /* dresidual = d(res3); res3 = res2 + down(swiglu(gate_up(h2))) */
-    be->matmul_backward(x->dsw, GR(ix[P_DOWN]), NULL, x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C, LF_W_OUT_IN);
-    be->swiglu_backward(x->dgu, a->gu, x->dsw, N, F);
-    be->matmul_backward(x->dln, GR(ix[P_GATE]), NULL, x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F, LF_W_OUT_IN);
-    be->rmsnorm_backward(x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N, C);
+    be->ops->matmul_backward(be, x->dsw, GR(ix[P_DOWN]), NULL, x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C, LF_W_OUT_IN);
+    be->ops->swiglu_backward(be, x->dgu, a->gu, x->dsw, N, F);
+    be->ops->matmul_backward(be, x->dln, GR(ix[P_GATE]), NULL, x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F, LF_W_OUT_IN);
+    be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N, C);
     /* dresidual = d(res2); res2 = residual + o(attention(rope(qkv(h1)))) */
-    be->matmul_backward(x->datty, GR(ix[P_O]), NULL, x->dresidual, a->atty, PW(ix[P_O]), N, C, C, LF_W_OUT_IN);
-    be->attention_backward(x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NKV,
+    be->ops->matmul_backward(be, x->datty, GR(ix[P_O]), NULL, x->dresidual, a->atty, PW(ix[P_O]), N, C, C, LF_W_OUT_IN);
+    be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NKV,
                            lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
-    be->rope_backward(x->dqkv, B, T, NH, NKV, HS, 0, c->rope_theta);
+    be->ops->rope_backward(be, x->dqkv, B, T, NH, NKV, HS, 0, c->rope_theta);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* h1 shares h2's buffer */
-        be->rmsnorm_forward(a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
-    be->matmul_backward(x->dln, GR(ix[P_Q]), NULL, x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
-    be->rmsnorm_backward(x->dresidual, GR(ix[P_IN_NORM]), x->dln, residual, PW(ix[P_IN_NORM]), a->rstd1, N, C);
+        be->ops->rmsnorm_forward(be, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
+    be->ops->matmul_backward(be, x->dln, GR(ix[P_Q]), NULL, x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
+    be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_IN_NORM]), x->dln, residual, PW(ix[P_IN_NORM]), a->rstd1, N, C);
 }
 
 static void embed_backward(lf_model *m, lf__replica *rp, int T) {
     llama_acts *x = ACTS(rp);
-    m->be->encoder_backward(GR(ST(m)->emb), NULL, x->dresidual, rp->inputs, rp->B, T, m->cfg.n_embd);
+    m->be->ops->encoder_backward(m->be, GR(ST(m)->emb), NULL, x->dresidual, rp->inputs, rp->B, T, m->cfg.n_embd);
 }
 
 const lf__model_arch lf__arch_llama = {

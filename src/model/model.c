@@ -214,9 +214,9 @@ size_t lf_model_zero_work_bytes(const lf_model_config *cfg, int partition_grads,
 /* ---------------------------------------------------------------- lifecycle */
 
 /* The backend can store matmul inputs in bf16 (all five slots, or none). */
-static int bf16_slots(const lf_backend_ops *be) {
-    return be->cast_bf16 && be->layernorm_forward_bf16 && be->gelu_forward_bf16 && be->matmul_forward_bf16 &&
-           be->matmul_backward_bf16;
+static int bf16_slots(lf_backend *be) {
+    return be->ops->cast_bf16 && be->ops->layernorm_forward_bf16 && be->ops->gelu_forward_bf16 && be->ops->matmul_forward_bf16 &&
+           be->ops->matmul_backward_bf16;
 }
 
 static int bf16_acts_supported(const lf_model *m) { return m->arch->bf16_acts && bf16_slots(m->be); }
@@ -227,7 +227,7 @@ int lf__param_index(const lf_model *m, const char *name) {
     return -1;
 }
 
-lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, const lf_backend_ops *be) {
+lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend *be) {
     *out = NULL;
     if (!be) return lf_fail(LF_ERR_INVALID_ARG, "no backend given");
     lf_model_config c;
@@ -252,15 +252,15 @@ lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, const lf_b
     m->blk_unit = -1;
     m->act_dt = bf16_acts_supported(m) ? LF_ACT_BF16 : LF_ACT_FP32;
     size_t bytes = m->num_params * sizeof(float);
-    m->params = be->alloc(bytes);
-    m->grads = be->alloc(bytes);
+    m->params = be->ops->alloc(be, bytes);
+    m->grads = be->ops->alloc(be, bytes);
     if (!m->params || !m->grads) {
         st = lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu parameters (%.1f MB each for weights and gradients)",
                      m->num_params, bytes / 1e6);
         goto fail;
     }
-    be->zero(m->params, m->num_params);
-    be->zero(m->grads, m->num_params);
+    be->ops->zero(be, m->params, m->num_params);
+    be->ops->zero(be, m->grads, m->num_params);
     *out = m;
     return LF_OK;
 fail:
@@ -269,7 +269,7 @@ fail:
 }
 
 static void free_plan(lf_model *m) {
-    if (m->act_block) m->be->free(m->act_block);
+    if (m->act_block) m->be->ops->free(m->be, m->act_block);
     m->act_block = NULL;
     if (m->rep)
         for (int r = 0; r < m->n_rep; r++) free(m->rep[r].acts);
@@ -287,11 +287,11 @@ void lf_model_free(lf_model *m) {
         free(m);
         return;
     }
-    if (m->params) m->be->free(m->params);
-    if (m->grads) m->be->free(m->grads);
+    if (m->params) m->be->ops->free(m->be, m->params);
+    if (m->grads) m->be->ops->free(m->be, m->grads);
     float *work[4] = {m->pemb, m->pblk, m->gemb0, m->gblk0};
     for (int i = 0; i < 4; i++)
-        if (work[i]) m->be->free(work[i]);
+        if (work[i]) m->be->ops->free(m->be, work[i]);
     if (m->arch && m->arch_state) m->arch->unbind(m);
     lf_free(m->table);
     free(m->unit_lo);
@@ -302,7 +302,7 @@ lf_status lf_model_init_weights(lf_model *m, uint64_t seed) {
     float *host = lf_alloc(m->num_params * sizeof(float));
     if (!host) return lf_fail(LF_ERR_NOMEM, "out of memory initialising %zu parameters", m->num_params);
     m->arch->init_weights(&m->cfg, m->table, m->n_tensors, host, seed);
-    m->be->to_device(m->params, host, m->num_params * sizeof(float));
+    m->be->ops->to_device(m->be, m->params, host, m->num_params * sizeof(float));
     lf_free(host);
     return LF_OK;
 }
@@ -328,18 +328,18 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
         return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: a partitioned buffer needs its callback");
     if (z->partition_params && !z->partition_grads)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: partitioned parameters need partitioned gradients");
-    const lf_backend_ops *be = m->be;
+    lf_backend *be = m->be;
     float *buf[4] = {NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0 */
     int ok = 1;
     for (int i = 0; i < 4; i++) {
         int want = i < 2 ? z->partition_params : z->partition_grads;
         if (!want) continue;
-        buf[i] = be->alloc((i % 2 ? m->max_other_n : m->unit0_n) * sizeof(float));
+        buf[i] = be->ops->alloc(be, (i % 2 ? m->max_other_n : m->unit0_n) * sizeof(float));
         ok &= buf[i] != NULL;
     }
     if (!ok) {
         for (int i = 0; i < 4; i++)
-            if (buf[i]) be->free(buf[i]);
+            if (buf[i]) be->ops->free(be, buf[i]);
         return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO unit buffers");
     }
     free_plan(m); /* replica 0's gradient pointers change */
@@ -349,11 +349,11 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
     m->gemb0 = buf[2];
     m->gblk0 = buf[3];
     if (z->partition_grads) {
-        be->free(m->grads);
+        be->ops->free(be, m->grads);
         m->grads = NULL;
     }
     if (z->partition_params) {
-        be->free(m->params);
+        be->ops->free(be, m->params);
         m->params = NULL;
     }
     m->emb_valid = 0;
@@ -377,7 +377,7 @@ const lf_param_info *lf_model_find_param(const lf_model *m, const char *name) {
 const float *lf_model_logits(const lf_model *m) { return m->logits; }
 const char *lf_model_errmsg(const lf_model *m) { return m->errmsg; }
 void lf_model_zero_grad(lf_model *m) {
-    if (m->grads) m->be->zero(m->grads, m->num_params);
+    if (m->grads) m->be->ops->zero(m->be, m->grads, m->num_params);
 }
 
 /* ---------------------------------------------------------------- activation plan */
@@ -523,7 +523,7 @@ lf_status lf_model_set_act_dtype(lf_model *m, lf_act_dtype dtype) {
         return lf_fail(LF_ERR_UNSUPPORTED, m->arch->bf16_acts
                        ? "backend '%s' keeps activations in fp32 (bf16 activation storage needs cpu-bf16)"
                        : "model.arch %s keeps its activations in fp32",
-                       m->arch->bf16_acts ? m->be->name : m->arch->name);
+                       m->arch->bf16_acts ? m->be->ops->name : m->arch->name);
     m->act_dt = dtype;
     return LF_OK;
 }
@@ -541,7 +541,7 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     lf__plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .unit0_n = m->unit0_n,
                        .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T,
                        .infer = m->borrowed};
-    split_rows(B, m->be->replicas ? m->be->replicas(B) : 1, &s.rB, &s.n_rep);
+    split_rows(B, m->be->ops->replicas ? m->be->ops->replicas(m->be, B) : 1, &s.rB, &s.n_rep);
     lf__planner p = {0};
     lay_out(a, &s, NULL, &p); /* sizing pass */
     m->rep = calloc((size_t)s.n_rep, sizeof *m->rep);
@@ -552,7 +552,7 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
         ok = m->rep[r].acts != NULL;
         if (ok) a->acts_init(m->rep[r].acts, (unsigned char *)m->rep[r].acts + a->acts_size);
     }
-    m->act_block = ok ? m->be->alloc(p.used) : NULL;
+    m->act_block = ok ? m->be->ops->alloc(m->be, p.used) : NULL;
     if (!m->act_block) {
         size_t need = p.used;
         free_plan(m);
@@ -602,22 +602,22 @@ lf_dropout lf__drop_at(const lf_model *m, const lf__replica *rp, int layer, int 
 
 void lf__ln_forward(const lf_model *m, void *out, float *mean, float *rstd, const float *inp, const float *weight,
                     const float *bias, int N, int C) {
-    if (m->plan_dt == LF_ACT_BF16) m->be->layernorm_forward_bf16(out, mean, rstd, inp, weight, bias, N, C);
-    else m->be->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    if (m->plan_dt == LF_ACT_BF16) m->be->ops->layernorm_forward_bf16(m->be, out, mean, rstd, inp, weight, bias, N, C);
+    else m->be->ops->layernorm_forward(m->be, out, mean, rstd, inp, weight, bias, N, C);
 }
 
 void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
                     int C, int OC, lf_weight_layout layout) {
-    if (m->plan_dt == LF_ACT_BF16) m->be->matmul_forward_bf16(out, inp, weight, bias, N, C, OC, layout);
-    else m->be->matmul_forward(out, inp, weight, bias, N, C, OC, layout);
+    if (m->plan_dt == LF_ACT_BF16) m->be->ops->matmul_forward_bf16(m->be, out, inp, weight, bias, N, C, OC, layout);
+    else m->be->ops->matmul_forward(m->be, out, inp, weight, bias, N, C, OC, layout);
 }
 
 void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
                      const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout) {
     if (m->plan_dt == LF_ACT_BF16)
-        m->be->matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+        m->be->ops->matmul_backward_bf16(m->be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
     else
-        m->be->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+        m->be->ops->matmul_backward(m->be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
 }
 
 void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,
@@ -625,14 +625,14 @@ void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, 
     const lf_model_config *c = &m->cfg;
     const int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH;
     if (!m->kv || !m->kv->active) {
-        m->be->attention_forward(out, att, qkv, rp->B, T, C, NH, NKV, drop);
+        m->be->ops->attention_forward(m->be, out, att, qkv, rp->B, T, C, NH, NKV, drop);
         return;
     }
     const lf__kv *kv = m->kv;
     const size_t row = (size_t)NKV * kv->Tmax * HS; /* one batch row of a cache */
     float *kc = kv->k[l] + (size_t)rp->b0 * row, *vc = kv->v[l] + (size_t)rp->b0 * row;
-    m->be->kv_append(kc, vc, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, kv->Tmax);
-    m->be->attention_cached(out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
+    m->be->ops->kv_append(m->be, kc, vc, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, kv->Tmax);
+    m->be->ops->attention_cached(m->be, out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
 }
 
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
@@ -640,9 +640,9 @@ void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
     rp->n_valid = 0;
     if (!with_targets) return;
     const int grad = m->opts.dloss > 0.0f;
-    m->be->crossentropy_forward_backward(rp->losses, grad ? rp->logits : NULL, rp->logits, rp->targets, N,
+    m->be->ops->crossentropy_forward_backward(m->be, rp->losses, grad ? rp->logits : NULL, rp->logits, rp->targets, N,
                                          m->cfg.vocab_size, lf__vp(&m->cfg), m->opts.dloss);
-    rp->loss_sum = m->be->loss_sum(rp->losses, rp->targets, N, &rp->n_valid);
+    rp->loss_sum = m->be->ops->loss_sum(m->be, rp->losses, rp->targets, N, &rp->n_valid);
 }
 
 /* ---------------------------------------------------------------- forward / backward drivers */
@@ -676,10 +676,10 @@ static void embed_bw_task(void *arg, int r) {
 /* One replica runs in the caller with multi-threaded ops; several run
  * concurrently through the backend, each with single-threaded ops. */
 static void run_all(lf_model *m, int n_rep, void (*task)(void *, int)) {
-    if (n_rep == 1 || !m->be->run_replicas) {
+    if (n_rep == 1 || !m->be->ops->run_replicas) {
         for (int r = 0; r < n_rep; r++) task(m, r);
     } else {
-        m->be->run_replicas(n_rep, task, m);
+        m->be->ops->run_replicas(m->be, n_rep, task, m);
     }
 }
 
@@ -697,7 +697,7 @@ static lf_status use_unit(lf_model *m, int u) {
     }
     if (u == 0) m->emb_valid = 1;
     else m->blk_unit = u;
-    if (m->be->params_changed) m->be->params_changed(); /* cached copies keyed by the buffer's address */
+    if (m->be->ops->params_changed) m->be->ops->params_changed(m->be); /* cached copies keyed by the buffer's address */
     return LF_OK;
 }
 
@@ -731,6 +731,14 @@ static lf_status forward_units(lf_model *m, int n_rep) {
     return LF_OK;
 }
 
+/* The backend's sticky status at the end of a forward or backward: the
+ * first op that failed, with its message kept as the model's error. */
+static lf_status sync_point(lf_model *m) {
+    const lf_status st = lf_backend_sync(m->be);
+    if (st != LF_OK) snprintf(m->errmsg, sizeof m->errmsg, "%s", lf_last_error());
+    return st;
+}
+
 lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
                            const lf_forward_opts *opts, double *loss_sum, long *n_valid) {
     const lf_model_config *c = &m->cfg;
@@ -756,8 +764,8 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
     if (!m->kv || !m->kv->active) m->cur_pos0 = 0;
     m->cur_B = B;
     m->cur_T = T;
-    m->be->to_device(m->inputs, inputs, sizeof(int32_t) * (size_t)N);
-    if (targets) m->be->to_device(m->targets, targets, sizeof(int32_t) * (size_t)N);
+    m->be->ops->to_device(m->be, m->inputs, inputs, sizeof(int32_t) * (size_t)N);
+    if (targets) m->be->ops->to_device(m->be, m->targets, targets, sizeof(int32_t) * (size_t)N);
 
     /* split the rows over the replicas (fewer when B is small) */
     int rB = m->rep_B, n_rep = (B + rB - 1) / rB;
@@ -775,6 +783,7 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
     m->cur_rep = n_rep;
     m->cur_with_targets = targets != NULL;
     lf_status st = forward_units(m, n_rep);
+    if (st == LF_OK) st = sync_point(m);
     if (st != LF_OK) {
         m->have_dlogits = 0;
         return st;
@@ -797,8 +806,8 @@ static void zero_unit_grads(lf_model *m, int n_rep, int emb) {
     for (int r = 0; r < n_rep; r++) {
         lf__replica *rp = &m->rep[r];
         if (rp->gfull) continue;
-        if (emb) m->be->zero(rp->gemb, m->unit0_n);
-        else m->be->zero(rp->gblk, m->max_other_n);
+        if (emb) m->be->ops->zero(m->be, rp->gemb, m->unit0_n);
+        else m->be->ops->zero(m->be, rp->gblk, m->max_other_n);
     }
 }
 
@@ -809,7 +818,7 @@ static void zero_unit_grads(lf_model *m, int n_rep, int emb) {
 static lf_status finish_unit(lf_model *m, int n_rep, int u) {
     size_t lo = m->unit_lo[u], n = m->unit_n[u];
     float *dst = m->rep[0].gfull ? m->rep[0].gfull + lo : (u == 0 ? m->rep[0].gemb : m->rep[0].gblk);
-    for (int r = 1; r < n_rep; r++) m->be->add_inplace(dst, u == 0 ? m->rep[r].gemb : m->rep[r].gblk, n);
+    for (int r = 1; r < n_rep; r++) m->be->ops->add_inplace(m->be, dst, u == 0 ? m->rep[r].gemb : m->rep[r].gblk, n);
     return m->zero.partition_grads ? m->zero.reduce_grads(m->zero.user, u, dst) : LF_OK;
 }
 
@@ -836,7 +845,8 @@ lf_status lf_model_backward(lf_model *m) {
     }
     if ((st = use_unit(m, 0)) != LF_OK) return st;
     run_all(m, n_rep, embed_bw_task);
-    return finish_unit(m, n_rep, 0);
+    if ((st = finish_unit(m, n_rep, 0)) != LF_OK) return st;
+    return sync_point(m);
 }
 
 /* ---------------------------------------------------------------- sessions */
@@ -885,9 +895,9 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     const lf_model_config *c = &m->cfg;
     const int L = c->n_layer, HS = c->n_embd / c->n_head;
     const size_t per = (size_t)B * c->n_kv_head * T * HS;
-    if (st == LF_OK && with_cache && m->be->kv_append && m->be->attention_cached) {
+    if (st == LF_OK && with_cache && m->be->ops->kv_append && m->be->ops->attention_cached) {
         s->kv.k = calloc(2 * (size_t)L, sizeof(float *));
-        s->kv_block = s->kv.k ? m->be->alloc(2 * (size_t)L * per * sizeof(float)) : NULL;
+        s->kv_block = s->kv.k ? m->be->ops->alloc(m->be, 2 * (size_t)L * per * sizeof(float)) : NULL;
         if (!s->kv_block) {
             st = lf_fail(LF_ERR_NOMEM, "out of memory allocating the KV cache (%.1f MB for %d x %d positions)",
                          2.0 * L * per * sizeof(float) / 1e6, B, T);
@@ -911,7 +921,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
 
 void lf_session_free(lf_session *s) {
     if (!s) return;
-    if (s->kv_block) s->parent->be->free(s->kv_block);
+    if (s->kv_block) s->parent->be->ops->free(s->parent->be, s->kv_block);
     free(s->kv.k);
     lf_model_free(s->view);
     free(s);
@@ -932,7 +942,7 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
         v->kv = NULL;
         return lf_model_forward(v, inputs, NULL, B, T, NULL, NULL, NULL);
     }
-    if (!s->kv_block) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no KV-cache attention", v->be->name);
+    if (!s->kv_block) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no KV-cache attention", v->be->ops->name);
     if (s->pos + T > s->T)
         return lf_fail(LF_ERR_RANGE, "session forward: positions %d..%d exceed the cache of %d (lf_session_reset "
                        "starts a new sequence)", s->pos, s->pos + T - 1, s->T);
@@ -948,11 +958,13 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
 
 const float *lf_session_logits(const lf_session *s) { return s->view->logits; }
 
-int lf_session_host_memory(const lf_session *s) { return s->view->be->host_memory; }
+int lf_session_host_memory(const lf_session *s) { return s->view->be->ops->host_memory; }
 
-void lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst) {
+lf_status lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst) {
     const size_t Vp = (size_t)lf__vp(&s->view->cfg);
-    s->view->be->to_host(dst, s->view->logits + row * Vp, n_rows * Vp * sizeof(float));
+    lf_backend *be = s->view->be;
+    be->ops->to_host(be, dst, s->view->logits + row * Vp, n_rows * Vp * sizeof(float));
+    return lf_backend_sync(be);
 }
 lf_model *lf_session_model(const lf_session *s) { return s->parent; }
 

@@ -149,7 +149,7 @@ struct lf_model {
     lf_model_config cfg; /* resolved */
     const lf__model_arch *arch;
     void *arch_state;    /* the architecture's (bind/unbind) */
-    const lf_backend_ops *be;
+    lf_backend *be;
     lf_param_info *table;
     int n_tensors;
     size_t num_params;

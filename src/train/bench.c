@@ -61,7 +61,7 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     memset(out, 0, sizeof *out);
     if (steps < 1 || warmup < 0) return lf_fail(LF_ERR_RANGE, "bench: steps must be >= 1 and warmup >= 0");
     if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
-    const lf_backend_ops *be = bf16 ? lf_backend_get("cpu-bf16") : lf_backend_default();
+    lf_backend *be = bf16 ? lf_backend_get("cpu-bf16") : lf_backend_default();
     if (!be) return LF_ERR_NOT_FOUND;
     lf_model *m = NULL;
     float *m1 = NULL, *m2 = NULL;
@@ -76,8 +76,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     if (st == LF_OK) st = lf_model_plan(m, B, T, &act_bytes);
     if (st != LF_OK) goto done;
     size_t n = lf_model_num_params(m), BT = (size_t)B * T;
-    m1 = be->alloc(n * sizeof(float));
-    m2 = be->alloc(n * sizeof(float));
+    m1 = be->ops->alloc(be, n * sizeof(float));
+    m2 = be->ops->alloc(be, n * sizeof(float));
     x = lf_alloc(BT * sizeof(int32_t));
     y = lf_alloc(BT * sizeof(int32_t));
     times = calloc((size_t)steps, sizeof(double));
@@ -85,8 +85,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
         st = lf_fail(LF_ERR_NOMEM, "bench: out of memory");
         goto done;
     }
-    be->zero(m1, n);
-    be->zero(m2, n);
+    be->ops->zero(be, m1, n);
+    be->ops->zero(be, m2, n);
     lf_train_config tc = lf_train_config_default();
     tc.grad_clip = 1.0f;
     for (int s = 0; s < warmup + steps; s++) {
@@ -123,8 +123,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     out->num_params = n;
     out->activation_bytes = act_bytes;
 done:
-    if (m1) be->free(m1);
-    if (m2) be->free(m2);
+    if (m1) be->ops->free(be, m1);
+    if (m2) be->ops->free(be, m2);
     lf_free(x);
     lf_free(y);
     free(times);

@@ -3,19 +3,22 @@
  * norm, clipping as torch.nn.utils.clip_grad_norm_ (coef = min(1, max_norm /
  * (norm + 1e-6)), folded into the update as a gradient scale), then
  * torch.optim.AdamW on every tensor, weight decay only where the parameter
- * table says so (nanoGPT: tensors with >= 2 dims).
+ * table says so (nanoGPT: tensors with >= 2 dims). The step ends at a
+ * backend sync point, so a failed op surfaces as the step's status.
  */
 #include <math.h>
 #include "backend/backend_impl.h"
 #include "llmforge/train.h"
 
-double lf_grad_norm(lf_model *m, const lf_backend_ops *be) {
-    return sqrt(be->sum_squares(lf_model_grads(m), lf_model_num_params(m)));
+double lf_grad_norm(lf_model *m, lf_backend *be) {
+    return sqrt(be->ops->sum_squares(be, lf_model_grads(m), lf_model_num_params(m)));
 }
 
-lf_status lf_adamw_apply(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, long t, float lr,
                          const lf_train_config *cfg, double norm) {
     float *p = lf_model_params(m), *g = lf_model_grads(m);
+    lf_status st = lf_backend_sync(be); /* the norm came from the backend: was it computed? */
+    if (st != LF_OK) return st;
     if (!isfinite(norm)) return lf_fail(LF_ERR_NUMERIC, "step %ld: gradient norm is %g; lower optimizer.params.lr or check the data", t, norm);
     float scale = 1.0f;
     if (cfg->grad_clip > 0) {
@@ -26,13 +29,13 @@ lf_status lf_adamw_apply(lf_model *m, const lf_backend_ops *be, float *mom1, flo
     const lf_param_info *table = lf_model_params_table(m, &count);
     for (int i = 0; i < count; i++) {
         const lf_param_info *pi = &table[i];
-        be->adamw_update(p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr,
+        be->ops->adamw_update(be, p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr,
                          cfg->beta1, cfg->beta2, cfg->eps, pi->decay ? cfg->weight_decay : 0.0f, scale, (int)t);
     }
-    return LF_OK;
+    return lf_backend_sync(be);
 }
 
-lf_status lf_adamw_step(lf_model *m, const lf_backend_ops *be, float *mom1, float *mom2, long t, float lr,
+lf_status lf_adamw_step(lf_model *m, lf_backend *be, float *mom1, float *mom2, long t, float lr,
                         const lf_train_config *cfg, double *norm_out) {
     double norm = lf_grad_norm(m, be);
     if (norm_out) *norm_out = norm;

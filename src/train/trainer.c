@@ -64,7 +64,7 @@ struct lf_trainer {
     lf_train_config cfg;
     lf_model_config mcfg;       /* the model as built: vocab from the dataset */
     lf_trainer_opts opts;
-    const lf_backend_ops *be;
+    lf_backend *be;
     lf_model *model;
     lf_dataset *ds;
     lf_loader *loader;         /* training batches, prefetched; opened at the current step */
@@ -143,11 +143,11 @@ static lf_status tfail(lf_trainer *t, lf_status st) {
  * host-memory backend the host buffers are the backend's own, and there is
  * nothing to copy (the backend is told when parameters changed under it). */
 static void stage_out(const lf_trainer *t, void *host, const void *dev, size_t bytes) {
-    if (host != dev) t->be->to_host(host, dev, bytes);
+    if (host != dev) t->be->ops->to_host(t->be, host, dev, bytes);
 }
 static void stage_in(const lf_trainer *t, void *dev, const void *host, size_t bytes) {
-    if (host != dev) t->be->to_device(dev, host, bytes);
-    else if (t->be->params_changed) t->be->params_changed();
+    if (host != dev) t->be->ops->to_device(t->be, dev, host, bytes);
+    else if (t->be->ops->params_changed) t->be->ops->params_changed(t->be);
 }
 
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
@@ -920,12 +920,13 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         if (st != LF_OK) return tfail(t, st);
     }
 
-    t->be = t->cfg.bf16 ? lf_backend_get("cpu-bf16") : lf_backend_default(); /* LLMFORGE_BACKEND: cpu-fenced */
-    if (!t->be) return tfail(t, LF_ERR_NOT_FOUND);
+    /* the trainer's own instance (its context and sticky status); LLMFORGE_BACKEND: cpu-fenced */
+    st = lf_backend_open(t->cfg.bf16 ? "cpu-bf16" : lf_backend_default_name(), &t->be);
+    if (st != LF_OK) return tfail(t, st);
     /* every byte of the step, known before any large allocation: refuse now what cannot fit */
     lf_mem_plan plan;
-    st = lf_mem_plan_make_rank(&plan, &t->cfg, &t->mcfg, t->be->replicas ? t->be->replicas(B) : 1,
-                               !t->be->host_memory, t->rank);
+    st = lf_mem_plan_make_rank(&plan, &t->cfg, &t->mcfg, t->be->ops->replicas ? t->be->ops->replicas(t->be, B) : 1,
+                               !t->be->ops->host_memory, t->rank);
     if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
     if (st != LF_OK) return tfail(t, st);
     st = lf_model_create(&t->model, &t->mcfg, t->be);
@@ -952,9 +953,9 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     st = zero_layout(t); /* ZeRO: this rank's shard of every unit */
     if (st != LF_OK) return tfail(t, st);
     size_t nm = moments_n(t); /* AdamW moments: the whole model, or this rank's shard */
-    t->m = t->be->alloc(nm * sizeof(float));
-    t->v = t->be->alloc(nm * sizeof(float));
-    if (t->be->host_memory) { /* checkpoints read and write the tensors in place */
+    t->m = t->be->ops->alloc(t->be, nm * sizeof(float));
+    t->v = t->be->ops->alloc(t->be, nm * sizeof(float));
+    if (t->be->ops->host_memory) { /* checkpoints read and write the tensors in place */
         t->host_params = lf_model_params(t->model);
         t->host_m = t->m;
         t->host_v = t->v;
@@ -967,8 +968,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     t->targets = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     if (!t->m || !t->v || !t->host_params || !t->host_m || !t->host_v || !t->inputs || !t->targets)
         return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating optimizer state for %zu parameters", n));
-    t->be->zero(t->m, nm);
-    t->be->zero(t->v, nm);
+    t->be->ops->zero(t->be, t->m, nm);
+    t->be->ops->zero(t->be, t->v, nm);
 
     if (t->opts.init_from && t->opts.init_from[0] && t->rank == 0) { /* broadcast below */
         int count;
@@ -1023,22 +1024,23 @@ void lf_trainer_free(lf_trainer *t) {
     pthread_mutex_destroy(&t->wd_mu);
     pthread_cond_destroy(&t->wd_cv);
     if (t->be) {
-        if (t->m) t->be->free(t->m);
-        if (t->v) t->be->free(t->v);
+        if (t->m) t->be->ops->free(t->be, t->m);
+        if (t->v) t->be->ops->free(t->be, t->v);
     }
     lf_free(t->tok_data);
     lf_free(t->hf_config);
-    if (t->be && !t->be->host_memory) {
+    if (t->be && !t->be->ops->host_memory) {
         lf_free(t->host_params);
         lf_free(t->host_m);
         lf_free(t->host_v);
     }
     lf_free(t->inputs);
     lf_free(t->targets);
-    if (t->be && t->gshard) t->be->free(t->gshard);
-    if (t->be && t->pshard) t->be->free(t->pshard);
+    if (t->be && t->gshard) t->be->ops->free(t->be, t->gshard);
+    if (t->be && t->pshard) t->be->ops->free(t->be, t->pshard);
     free(t->unit_lo);
     lf_model_free(t->model);
+    lf_backend_close(t->be); /* after everything allocated on it */
     lf_loader_close(t->loader);
     lf_dataset_close(t->ds);
     if (t->own_comm) lf_comm_close(t->comm); /* last: it may finalise MPI */
@@ -1190,7 +1192,7 @@ static int fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n) {
         if (a < lo) a = lo;
         if (b > lo + n) b = lo + n;
         if (a >= b) continue;
-        if (t->be->fp16_round(buf + (a - lo), b - a) && bad < 0) bad = k; /* backend memory */
+        if (t->be->ops->fp16_round(t->be, buf + (a - lo), b - a) && bad < 0) bad = k; /* backend memory */
     }
     return bad;
 }
@@ -1200,7 +1202,7 @@ static int fp16_round_grads(lf_trainer *t) {
 }
 
 static void scale_grads(lf_trainer *t, float f) {
-    t->be->scale(lf_model_grads(t->model), lf_model_num_params(t->model), f);
+    t->be->ops->scale(t->be, lf_model_grads(t->model), lf_model_num_params(t->model), f);
 }
 
 /* z-score of x against the window of accepted losses (0 while the window
@@ -1327,7 +1329,7 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
     lf_status st = lf_comm_reduce_scatter(t->comm, grad, grad + po, n, LF_COMM_SUM);
     t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
     if (st != LF_OK) return st;
-    t->be->add_inplace(t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
+    t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
     return LF_OK;
 }
 
@@ -1336,15 +1338,15 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
 static lf_status zero_partition(lf_trainer *t) {
     if (t->zstage < 2) return LF_OK;
     int B = t->cfg.micro_batch, T = t->cfg.model.block_size;
-    t->gshard = t->be->alloc((t->shard_n ? t->shard_n : 1) * sizeof(float));
+    t->gshard = t->be->ops->alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
     if (!t->gshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO gradient shard");
-    t->be->zero(t->gshard, t->shard_n);
+    t->be->ops->zero(t->be, t->gshard, t->shard_n);
     if (t->zstage == 3) {
-        t->pshard = t->be->alloc((t->shard_n ? t->shard_n : 1) * sizeof(float));
+        t->pshard = t->be->ops->alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
         if (!t->pshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO parameter shard");
         const float *p = lf_model_params(t->model);
         for (int u = 0; u < t->n_units; u++)
-            t->be->copy(t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
+            t->be->ops->copy(t->be, t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
     }
     lf_model_zero z = {.partition_grads = 1, .partition_params = t->zstage == 3, .gather_params = zero_gather,
                        .reduce_grads = zero_reduce, .user = t};
@@ -1373,7 +1375,7 @@ static lf_status zero_reduce_scatter_all(lf_trainer *t, step_result *o) {
  * (folded in rank order: the same bits everywhere). */
 static lf_status zero_grad_norm(lf_trainer *t, step_result *o, double *norm) {
     double ss = 0;
-    for (int u = 0; u < t->n_units; u++) ss += t->be->sum_squares(zp_grads(t, u), t->pc_n[u]);
+    for (int u = 0; u < t->n_units; u++) ss += t->be->ops->sum_squares(t->be, zp_grads(t, u), t->pc_n[u]);
     if (t->world > 1) {
         lf_status st = step_sum_f64(t, o, &ss, 1);
         if (st != LF_OK) return st;
@@ -1429,7 +1431,7 @@ static lf_status zero_adamw(lf_trainer *t, step_result *o, float lr, double norm
             if (b > hi) b = hi;
             if (a >= b) continue;
             size_t at = a - lo;
-            t->be->adamw_update(p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
+            t->be->ops->adamw_update(t->be, p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
                                 table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
         }
     }
@@ -1443,7 +1445,7 @@ static lf_status zero_adamw(lf_trainer *t, step_result *o, float lr, double norm
     for (int u = 0; u < t->n_units && st == LF_OK; u++)
         st = lf_comm_all_gather(t->comm, all + t->pc_lo[u], all + t->unit_lo[u], t->unit_n[u]);
     o->comm_ms += (lf_time_now() - t0) * 1e3;
-    if (t->be->params_changed) t->be->params_changed();
+    if (t->be->ops->params_changed) t->be->ops->params_changed(t->be);
     return st;
 }
 
@@ -1609,7 +1611,7 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
     if (count == 0)
         return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from", step1);
     lf_model_zero_grad(t->model);
-    if (t->gshard) t->be->zero(t->gshard, t->shard_n);
+    if (t->gshard) t->be->ops->zero(t->be, t->gshard, t->shard_n);
     t->zbad = -1;
     double loss_sum = 0;
     const double scale = t->cfg.fp16 ? t->scaler.scale : 1.0;
@@ -1636,7 +1638,7 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
      * one rank reaches every rank through the reductions */
     if (t->opts.inject_nan_step == step1) { /* a poisoned gradient (ZeRO-2/3: in this rank's summed shard) */
         float nan = NAN, *g = t->gshard ? t->gshard : lf_model_grads(t->model);
-        if (!t->gshard || t->shard_n) t->be->to_device(g, &nan, sizeof nan);
+        if (!t->gshard || t->shard_n) t->be->ops->to_device(t->be, g, &nan, sizeof nan);
     }
     if (t->opts.inject_spike_step == step1) loss_sum *= 100.0; /* an inflated loss */
     int bad = -1; /* fp16: first tensor whose rounded gradients are not finite on this rank */
@@ -1647,7 +1649,7 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
             const lf_param_info *table = lf_model_params_table(t->model, NULL);
             if (pi && lf_model_grads(t->model)) {
                 const float inf = INFINITY;
-                t->be->to_device(lf_model_grads(t->model) + pi->offset, &inf, sizeof inf);
+                t->be->ops->to_device(t->be, lf_model_grads(t->model) + pi->offset, &inf, sizeof inf);
             }
             else if (pi && t->zbad < 0) t->zbad = (int)(pi - table); /* ZeRO-2/3: the local gradient is gone */
         }
@@ -1895,7 +1897,7 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
     return st;
 }
 
-lf_status lf_checkpoint_load_model(const char *ckpt, const lf_backend_ops *be, lf_model **model, char *tokenizer,
+lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer,
                                    size_t cap, char **dir_out) {
     *model = NULL;
     if (dir_out) *dir_out = NULL;
@@ -1919,9 +1921,9 @@ lf_status lf_checkpoint_load_model(const char *ckpt, const lf_backend_ops *be, l
         goto fail;
     }
     if ((st = lf_checkpoint_load(dir, &tt, host, NULL, NULL, NULL)) != LF_OK) goto fail;
-    be->to_device(lf_model_params(m), host, tt.total * sizeof(float));
+    be->ops->to_device(be, lf_model_params(m), host, tt.total * sizeof(float));
     lf_model_params_changed(m);
-    if (be->params_changed) be->params_changed();
+    if (be->ops->params_changed) be->ops->params_changed(be);
     lf_free(host);
     *model = m;
     if (dir_out) *dir_out = dir;

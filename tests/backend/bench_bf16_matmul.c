@@ -35,7 +35,7 @@ static float *rnd(size_t n, float s, uint64_t k) {
 int main(int argc, char **argv) {
     const int N = argc > 1 ? atoi(argv[1]) : 1024, C = argc > 2 ? atoi(argv[2]) : 768;
     const int OC = argc > 3 ? atoi(argv[3]) : 3072, reps = argc > 4 ? atoi(argv[4]) : 10;
-    const lf_backend_ops *f = lf_backend_get("cpu"), *h = lf_backend_get("cpu-bf16");
+    lf_backend *f = lf_backend_get("cpu"), *h = lf_backend_get("cpu-bf16");
     float *x = rnd((size_t)N * C, 1.0f, 1), *w = rnd((size_t)C * OC, 0.02f, 2), *b = rnd((size_t)OC, 0.1f, 3);
     float *out = lf_alloc((size_t)N * OC * sizeof(float)), *dout = rnd((size_t)N * OC, 1e-3f, 4);
     float *dx = lf_alloc((size_t)N * C * sizeof(float)), *dw = lf_alloc((size_t)C * OC * sizeof(float));
@@ -45,14 +45,14 @@ int main(int argc, char **argv) {
     for (int L = 0; L < 2; L++) {
         const lf_weight_layout lay = (lf_weight_layout)L;
         printf("-- layout %s\n", L == 0 ? "IN_OUT (Conv1D: x @ W)" : "OUT_IN (lm_head: x @ W^T)");
-        TIME("fp32 forward", reps, fl, f->matmul_forward(out, x, w, b, N, C, OC, lay));
-        TIME("bf16 forward", reps, fl, h->matmul_forward(out, x, w, b, N, C, OC, lay));
+        TIME("fp32 forward", reps, fl, f->ops->matmul_forward(f, out, x, w, b, N, C, OC, lay));
+        TIME("bf16 forward", reps, fl, h->ops->matmul_forward(h, out, x, w, b, N, C, OC, lay));
         TIME("bf16 forward, weight converted", reps, fl,
-             (h->params_changed(), h->matmul_forward(out, x, w, b, N, C, OC, lay)));
+             (h->ops->params_changed(h), h->ops->matmul_forward(h, out, x, w, b, N, C, OC, lay)));
         TIME("fp32 backward (dinp + dweight)", reps, 2 * fl,
-             f->matmul_backward(dx, dw, NULL, dout, x, w, N, C, OC, lay));
+             f->ops->matmul_backward(f, dx, dw, NULL, dout, x, w, N, C, OC, lay));
         TIME("bf16 backward (dinp + dweight)", reps, 2 * fl,
-             h->matmul_backward(dx, dw, NULL, dout, x, w, N, C, OC, lay));
+             h->ops->matmul_backward(h, dx, dw, NULL, dout, x, w, N, C, OC, lay));
     }
     lf_free(x), lf_free(w), lf_free(b), lf_free(out), lf_free(dout), lf_free(dx), lf_free(dw);
     lf__cpu_bf16_release();

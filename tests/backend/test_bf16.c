@@ -11,11 +11,12 @@
 #include <float.h>
 #include <omp.h>
 #include "ref_ops.h"
+#include "slots.h"
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
 
-static const lf_backend_ops *bf(void) { return lf__backend_cpu_bf16(); }
-static const lf_backend_ops *fp(void) { return lf__backend_cpu(); }
+static lf_backend *bf(void) { return lf_backend_get("cpu-bf16"); }
+static lf_backend *fp(void) { return lf_backend_get("cpu"); }
 
 #define BF16_TOL 2e-2   /* relative Frobenius error against the exact product */
 #define BF16_MIN 1e-4   /* ... and at least this: the operands were rounded */
@@ -77,24 +78,22 @@ static const int SIZES[][3] = {{21, 20, 13}, {37, 67, 45}, {1, 5, 3}, {256, 128,
 
 static void test_table(void **state) {
     (void)state;
-    const lf_backend_ops *o = bf();
-    assert_string_equal(o->name, "cpu-bf16");
+    lf_backend *o = bf();
+    assert_string_equal(o->ops->name, "cpu-bf16");
     assert_ptr_equal(lf_backend_get("cpu-bf16"), o);
     assert_ptr_equal(lf_backend_get("cpu"), fp());
     assert_null(lf_backend_get("cpu-fp8"));
     LF_ASSERT_ERR_CONTAINS("cpu-bf16");
-    const void *const *slot = (const void *const *)((const char *)o + sizeof(const char *));
-    size_t nslots = (sizeof *o - sizeof(const char *)) / sizeof(void *);
-    for (size_t i = 0; i < nslots; i++)
-        if (!slot[i]) fail_msg("cpu-bf16 backend slot %zu is NULL", i);
+    lf_test_required_slots(o->ops);
+    assert_int_equal(lf_test_bf16_slots(o->ops), 5);
     /* everything but matmul and the parameter-writing ops is the fp32 op */
-    assert_ptr_equal(o->layernorm_forward, fp()->layernorm_forward);
-    assert_ptr_equal(o->attention_backward, fp()->attention_backward);
-    assert_ptr_equal(o->rmsnorm_backward, fp()->rmsnorm_backward);
-    assert_ptr_equal(o->rope_forward, fp()->rope_forward);
-    assert_ptr_equal(o->swiglu_forward, fp()->swiglu_forward);
-    assert_ptr_equal(o->crossentropy_forward_backward, fp()->crossentropy_forward_backward);
-    assert_ptr_not_equal(o->matmul_forward, fp()->matmul_forward);
+    assert_ptr_equal(o->ops->layernorm_forward, fp()->ops->layernorm_forward);
+    assert_ptr_equal(o->ops->attention_backward, fp()->ops->attention_backward);
+    assert_ptr_equal(o->ops->rmsnorm_backward, fp()->ops->rmsnorm_backward);
+    assert_ptr_equal(o->ops->rope_forward, fp()->ops->rope_forward);
+    assert_ptr_equal(o->ops->swiglu_forward, fp()->ops->swiglu_forward);
+    assert_ptr_equal(o->ops->crossentropy_forward_backward, fp()->ops->crossentropy_forward_backward);
+    assert_ptr_not_equal(o->ops->matmul_forward, fp()->ops->matmul_forward);
 }
 
 static void test_kernel_report(void **state) {
@@ -148,9 +147,9 @@ static void check_forward(const char *path) {
                 ten b = ten_rand((size_t)OC, 0.3f, 13), out = ten_new((size_t)N * OC);
                 float *f32 = malloc(out.n * sizeof(float));
                 double *ir = rounded(&inp), *wr = rounded(&w), *exact_r = malloc(out.n * sizeof(double));
-                bf()->params_changed(); /* w's buffer is new */
-                bf()->matmul_forward(out.f, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
-                fp()->matmul_forward(f32, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+                bf()->ops->params_changed(bf()); /* w's buffer is new */
+                bf()->ops->matmul_forward(bf(), out.f, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+                fp()->ops->matmul_forward(fp(), f32, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
                 ref_matmul_forward(out.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, OC, lay);
                 ref_matmul_forward(exact_r, ir, wr, with_bias ? b.d : NULL, N, C, OC, lay);
                 double e = frob_err(out.f, out.d, out.n), er = frob_err(out.f, exact_r, out.n);
@@ -182,9 +181,9 @@ static void check_backward(const char *path) {
             double *ir = rounded(&inp), *wr = rounded(&w), *dr = rounded(&dout), *want = malloc(nw * sizeof(double));
             ref_matmul_backward(rdinp, rdw, dout.d, inp.d, w.d, N, C, OC, lay);
             ref_matmul_backward(rrdinp, rrdw, dr, ir, wr, N, C, OC, lay);
-            bf()->params_changed();
+            bf()->ops->params_changed(bf());
 
-            bf()->matmul_backward(dinp, dw, db, dout.f, inp.f, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), dinp, dw, db, dout.f, inp.f, w.f, N, C, OC, lay);
             double e = frob_err(dinp, rdinp, nx), er = frob_err(dinp, rrdinp, nx);
             if (!(e <= BF16_TOL) || !(er <= ACC_TOL) || (OC > 3 && !(e >= BF16_MIN)))
                 fail_msg("%s dinp N=%d C=%d OC=%d layout %d: error %.3g vs exact, %.3g vs rounded", path, N, C, OC, L,
@@ -199,11 +198,11 @@ static void check_backward(const char *path) {
                          "exact",
                          path, N, C, OC, L, er, e);
             /* dbias += from the fp32 dout: exactly the fp32 op's */
-            fp()->matmul_backward(NULL, dw32, db32, dout.f, inp.f, w.f, N, C, OC, lay);
+            fp()->ops->matmul_backward(fp(), NULL, dw32, db32, dout.f, inp.f, w.f, N, C, OC, lay);
             assert_memory_equal(db, db32, OC * sizeof(float));
 
             /* again, without dinp: dweight accumulates a second product */
-            bf()->matmul_backward(NULL, dw, NULL, dout.f, inp.f, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), NULL, dw, NULL, dout.f, inp.f, w.f, N, C, OC, lay);
             for (size_t i = 0; i < nw; i++) want[i] = pre.d[i] + 2 * rrdw[i];
             er = frob_err(dw, want, nw);
             if (!(er <= ACC_TOL)) fail_msg("%s dweight twice: error %.3g", path, er);
@@ -245,12 +244,12 @@ static void test_onednn_matches_fallback(void **state) {
         float *o1 = malloc((size_t)N * OC * sizeof(float)), *o2 = malloc((size_t)N * OC * sizeof(float));
         float *x1 = malloc((size_t)N * C * sizeof(float)), *x2 = malloc((size_t)N * C * sizeof(float));
         float *w1 = calloc((size_t)C * OC, sizeof(float)), *w2 = calloc((size_t)C * OC, sizeof(float));
-        bf()->params_changed();
-        bf()->matmul_forward(o1, inp.f, w.f, b.f, N, C, OC, (lf_weight_layout)L);
-        bf()->matmul_backward(x1, w1, NULL, dout.f, inp.f, w.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->params_changed(bf());
+        bf()->ops->matmul_forward(bf(), o1, inp.f, w.f, b.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->matmul_backward(bf(), x1, w1, NULL, dout.f, inp.f, w.f, N, C, OC, (lf_weight_layout)L);
         lf__cpu_bf16_force_fallback(1);
-        bf()->matmul_forward(o2, inp.f, w.f, b.f, N, C, OC, (lf_weight_layout)L);
-        bf()->matmul_backward(x2, w2, NULL, dout.f, inp.f, w.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->matmul_forward(bf(), o2, inp.f, w.f, b.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->matmul_backward(bf(), x2, w2, NULL, dout.f, inp.f, w.f, N, C, OC, (lf_weight_layout)L);
         lf__cpu_bf16_force_fallback(0);
         double e1 = frob_err_f(o1, o2, (size_t)N * OC), e2 = frob_err_f(x1, x2, (size_t)N * C);
         double e3 = frob_err_f(w1, w2, (size_t)C * OC);
@@ -270,14 +269,14 @@ static void test_never_nan(void **state) {
     ten dout = ten_rand((size_t)N * OC, 1e4f, 43);
     float *out = malloc((size_t)N * OC * sizeof(float)), *dinp = malloc((size_t)N * C * sizeof(float));
     float *dw = calloc((size_t)C * OC, sizeof(float)), *db = calloc(OC, sizeof(float));
-    bf()->params_changed();
-    bf()->matmul_forward(out, inp.f, w.f, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->matmul_backward(dinp, dw, db, dout.f, inp.f, w.f, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->params_changed(bf());
+    bf()->ops->matmul_forward(bf(), out, inp.f, w.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_backward(bf(), dinp, dw, db, dout.f, inp.f, w.f, N, C, OC, LF_W_IN_OUT);
     for (size_t i = 0; i < (size_t)N * OC; i++) assert_true(isfinite(out[i]));
     for (size_t i = 0; i < (size_t)N * C; i++) assert_true(isfinite(dinp[i]));
     for (size_t i = 0; i < (size_t)C * OC; i++) assert_true(isfinite(dw[i]));
     inp.f[5 * C + 7] = NAN; /* row 5 */
-    bf()->matmul_forward(out, inp.f, w.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, w.f, NULL, N, C, OC, LF_W_IN_OUT);
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) assert_true(n == 5 ? isnan(out[n * OC + o]) : isfinite(out[n * OC + o]));
     ten_free(&inp), ten_free(&w), ten_free(&dout);
@@ -295,8 +294,8 @@ typedef struct rep_job {
 static void rep_task(void *arg, int i) {
     rep_job *j = arg;
     const size_t r0 = (size_t)i * j->rows;
-    bf()->matmul_forward(j->out[i], j->inp + r0 * j->C, j->w, NULL, j->rows, j->C, j->OC, LF_W_IN_OUT);
-    bf()->matmul_backward(j->dinp[i], j->dw[i], NULL, j->dout + r0 * j->OC, j->inp + r0 * j->C, j->w, j->rows, j->C,
+    bf()->ops->matmul_forward(bf(), j->out[i], j->inp + r0 * j->C, j->w, NULL, j->rows, j->C, j->OC, LF_W_IN_OUT);
+    bf()->ops->matmul_backward(bf(), j->dinp[i], j->dw[i], NULL, j->dout + r0 * j->OC, j->inp + r0 * j->C, j->w, j->rows, j->C,
                           j->OC, LF_W_IN_OUT);
 }
 
@@ -313,16 +312,16 @@ static void test_replicas_threads(void **state) {
         j.dinp[i] = malloc((size_t)rows * C * sizeof(float));
         j.dw[i] = calloc((size_t)C * OC, sizeof(float));
     }
-    bf()->params_changed();
-    for (int round = 0; round < 3; round++) bf()->run_replicas(R, rep_task, &j); /* dw: 3 products */
+    bf()->ops->params_changed(bf());
+    for (int round = 0; round < 3; round++) bf()->ops->run_replicas(bf(), R, rep_task, &j); /* dw: 3 products */
     float *o = malloc((size_t)rows * OC * sizeof(float)), *x = malloc((size_t)rows * C * sizeof(float));
     float *dw = calloc((size_t)C * OC, sizeof(float));
     for (int i = 0; i < R; i++) {
         const size_t r0 = (size_t)i * rows;
         memset(dw, 0, (size_t)C * OC * sizeof(float));
-        bf()->matmul_forward(o, inp.f + r0 * C, w.f, NULL, rows, C, OC, LF_W_IN_OUT);
+        bf()->ops->matmul_forward(bf(), o, inp.f + r0 * C, w.f, NULL, rows, C, OC, LF_W_IN_OUT);
         for (int round = 0; round < 3; round++)
-            bf()->matmul_backward(x, dw, NULL, dout.f + r0 * OC, inp.f + r0 * C, w.f, rows, C, OC, LF_W_IN_OUT);
+            bf()->ops->matmul_backward(bf(), x, dw, NULL, dout.f + r0 * OC, inp.f + r0 * C, w.f, rows, C, OC, LF_W_IN_OUT);
         double e1 = frob_err_f(j.out[i], o, (size_t)rows * OC), e2 = frob_err_f(j.dinp[i], x, (size_t)rows * C);
         double e3 = frob_err_f(j.dw[i], dw, (size_t)C * OC);
         if (!(e1 <= 1e-6 && e2 <= 1e-6 && e3 <= 1e-6))
@@ -340,65 +339,65 @@ static void test_weight_cache(void **state) {
     const int N = 8, C = 32, OC = 24;
     const size_t nw = (size_t)C * OC;
     ten inp = ten_rand((size_t)N * C, 1.0f, 61), w0 = ten_rand(nw, 0.5f, 62), w1 = ten_rand(nw, 0.5f, 63);
-    float *w = bf()->alloc(nw * sizeof(float)), *out = malloc((size_t)N * OC * sizeof(float));
+    float *w = bf()->ops->alloc(bf(), nw * sizeof(float)), *out = malloc((size_t)N * OC * sizeof(float));
     float *want = malloc((size_t)N * OC * sizeof(float));
     assert_non_null(w);
-    bf()->to_device(w, w0.f, nw * sizeof(float));
-    bf()->matmul_forward(out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->matmul_forward(want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->to_device(bf(), w, w0.f, nw * sizeof(float));
+    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* a host write the backend is not told about: the copy is still in use */
     memcpy(w, w1.f, nw * sizeof(float));
-    bf()->matmul_forward(out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->matmul_forward(want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
     /* ... until params_changed */
-    bf()->params_changed();
-    bf()->matmul_forward(out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->matmul_forward(want, inp.f, w1.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->params_changed(bf());
+    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, w1.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* to_device */
-    bf()->to_device(w, w0.f, nw * sizeof(float));
-    bf()->matmul_forward(out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->matmul_forward(want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->to_device(bf(), w, w0.f, nw * sizeof(float));
+    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* adamw_update moves the weights: the next product sees the new ones */
     float *g = calloc(nw, sizeof(float)), *m = calloc(nw, sizeof(float)), *v = calloc(nw, sizeof(float));
     for (size_t i = 0; i < nw; i++) g[i] = (float)((i % 7) - 3);
-    bf()->adamw_update(w, g, m, v, nw, 0.05f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
+    bf()->ops->adamw_update(bf(), w, g, m, v, nw, 0.05f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
     float *wn = malloc(nw * sizeof(float));
-    bf()->to_host(wn, w, nw * sizeof(float));
+    bf()->ops->to_host(bf(), wn, w, nw * sizeof(float));
     assert_memory_not_equal(wn, w0.f, nw * sizeof(float));
-    bf()->matmul_forward(out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->matmul_forward(want, inp.f, wn, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, wn, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* adamw_update over a range holding two weights (neither exactly): both
      * copies go stale and are made again from the new values */
-    float *two = bf()->alloc(2 * nw * sizeof(float)), *g2 = calloc(2 * nw, sizeof(float));
+    float *two = bf()->ops->alloc(bf(), 2 * nw * sizeof(float)), *g2 = calloc(2 * nw, sizeof(float));
     float *m2 = calloc(2 * nw, sizeof(float)), *v2 = calloc(2 * nw, sizeof(float));
     float *out2 = malloc((size_t)N * OC * sizeof(float)), *host = malloc(2 * nw * sizeof(float));
     assert_non_null(two);
-    bf()->to_device(two, w0.f, nw * sizeof(float));
-    bf()->to_device(two + nw, w1.f, nw * sizeof(float));
-    bf()->matmul_forward(out, inp.f, two, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->matmul_forward(out2, inp.f, two + nw, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->to_device(bf(), two, w0.f, nw * sizeof(float));
+    bf()->ops->to_device(bf(), two + nw, w1.f, nw * sizeof(float));
+    bf()->ops->matmul_forward(bf(), out, inp.f, two, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out2, inp.f, two + nw, NULL, N, C, OC, LF_W_IN_OUT);
     for (size_t i = 0; i < 2 * nw; i++) g2[i] = (float)((i % 5) - 2);
-    bf()->adamw_update(two, g2, m2, v2, 2 * nw, 0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
-    bf()->to_host(host, two, 2 * nw * sizeof(float));
+    bf()->ops->adamw_update(bf(), two, g2, m2, v2, 2 * nw, 0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
+    bf()->ops->to_host(bf(), host, two, 2 * nw * sizeof(float));
     for (int k = 0; k < 2; k++) {
-        bf()->matmul_forward(out, inp.f, two + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
-        bf()->matmul_forward(want, inp.f, host + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
+        bf()->ops->matmul_forward(bf(), out, inp.f, two + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
+        bf()->ops->matmul_forward(bf(), want, inp.f, host + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
         assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
     }
-    bf()->free(two);
+    bf()->ops->free(bf(), two);
     free(g2), free(m2), free(v2), free(out2), free(host);
 
-    bf()->free(w);
-    bf()->free(NULL);
+    bf()->ops->free(bf(), w);
+    bf()->ops->free(bf(), NULL);
     free(out), free(want), free(g), free(m), free(v), free(wn);
     ten_free(&inp), ten_free(&w0), ten_free(&w1);
 }
@@ -416,8 +415,8 @@ static void test_adamw_same(void **state) {
     ten p = ten_rand(n, 1.0f, 71), g = ten_rand(n, 0.1f, 72), m = ten_rand(n, 0.01f, 73), v = ten_rand(n, 0.01f, 74);
     for (size_t i = 0; i < n; i++) v.f[i] = fabsf(v.f[i]);
     float *p2 = floats_copy(p.f, n), *m2 = floats_copy(m.f, n), *v2 = floats_copy(v.f, n);
-    fp()->adamw_update(p.f, g.f, m.f, v.f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
-    bf()->adamw_update(p2, g.f, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    fp()->ops->adamw_update(fp(), p.f, g.f, m.f, v.f, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    bf()->ops->adamw_update(bf(), p2, g.f, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     assert_memory_equal(p.f, p2, n * sizeof(float));
     assert_memory_equal(m.f, m2, n * sizeof(float));
     assert_memory_equal(v.f, v2, n * sizeof(float));

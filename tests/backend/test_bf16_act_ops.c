@@ -16,12 +16,12 @@
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
 
-static const lf_backend_ops *bf(void) { return lf__backend_cpu_bf16(); }
+static lf_backend *bf(void) { return lf_backend_get("cpu-bf16"); }
 
 static uint16_t *cast_of(const float *x, size_t n) {
     uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
     assert_non_null(h);
-    bf()->cast_bf16(h, x, n);
+    bf()->ops->cast_bf16(bf(), h, x, n);
     return h;
 }
 
@@ -30,17 +30,17 @@ static const int SIZES[][3] = {{21, 20, 13}, {37, 67, 45}, {1, 5, 3}, {256, 128,
 
 static void test_tables(void **state) {
     (void)state;
-    const lf_backend_ops *f = lf__backend_cpu(), *b = bf();
-    assert_null(f->cast_bf16);
-    assert_null(f->layernorm_forward_bf16);
-    assert_null(f->gelu_forward_bf16);
-    assert_null(f->matmul_forward_bf16);
-    assert_null(f->matmul_backward_bf16);
-    assert_non_null(b->cast_bf16);
-    assert_non_null(b->layernorm_forward_bf16);
-    assert_non_null(b->gelu_forward_bf16);
-    assert_non_null(b->matmul_forward_bf16);
-    assert_non_null(b->matmul_backward_bf16);
+    lf_backend *f = lf_backend_get("cpu"), *b = bf();
+    assert_null(f->ops->cast_bf16);
+    assert_null(f->ops->layernorm_forward_bf16);
+    assert_null(f->ops->gelu_forward_bf16);
+    assert_null(f->ops->matmul_forward_bf16);
+    assert_null(f->ops->matmul_backward_bf16);
+    assert_non_null(b->ops->cast_bf16);
+    assert_non_null(b->ops->layernorm_forward_bf16);
+    assert_non_null(b->ops->gelu_forward_bf16);
+    assert_non_null(b->ops->matmul_forward_bf16);
+    assert_non_null(b->ops->matmul_backward_bf16);
 }
 
 static void test_cast(void **state) {
@@ -69,7 +69,7 @@ static void test_cast(void **state) {
         }
         free(h);
         uint16_t small[7];
-        bf()->cast_bf16(small, x, 7);
+        bf()->ops->cast_bf16(bf(), small, x, 7);
         for (int i = 0; i < 7; i++) assert_int_equal(small[i], lf__cpu_bf16_bits(x[i]));
     }
     free(x);
@@ -92,8 +92,8 @@ static void test_layernorm(void **state) {
                 float *rstd = malloc(N * sizeof(float));
                 float *mean_h = malloc(N * sizeof(float)), *rstd_h = malloc(N * sizeof(float));
                 uint16_t *out_h = malloc(n * sizeof(uint16_t));
-                bf()->layernorm_forward(out, mean, rstd, inp.f, w.f, with_bias ? b.f : NULL, N, C);
-                bf()->layernorm_forward_bf16(out_h, mean_h, rstd_h, inp.f, w.f, with_bias ? b.f : NULL, N, C);
+                bf()->ops->layernorm_forward(bf(), out, mean, rstd, inp.f, w.f, with_bias ? b.f : NULL, N, C);
+                bf()->ops->layernorm_forward_bf16(bf(), out_h, mean_h, rstd_h, inp.f, w.f, with_bias ? b.f : NULL, N, C);
                 uint16_t *want = cast_of(out, n);
                 if (memcmp(out_h, want, n * sizeof(uint16_t)))
                     fail_msg("layernorm N=%d C=%d bias %d, %d threads: bf16 output is not the cast fp32 output", N, C,
@@ -120,8 +120,8 @@ static void test_gelu(void **state) {
             }
             float *out = malloc(n * sizeof(float));
             uint16_t *out_h = malloc(n * sizeof(uint16_t));
-            bf()->gelu_forward(out, x.f, n);
-            bf()->gelu_forward_bf16(out_h, x.f, n);
+            bf()->ops->gelu_forward(bf(), out, x.f, n);
+            bf()->ops->gelu_forward_bf16(bf(), out_h, x.f, n);
             uint16_t *want = cast_of(out, n);
             if (memcmp(out_h, want, n * sizeof(uint16_t)))
                 fail_msg("gelu n=%zu, %d threads: bf16 output is not the cast fp32 output", n, threads);
@@ -140,8 +140,8 @@ static void check_matmul(int N, int C, int OC, lf_weight_layout lay, const char 
     uint16_t *inp_h = cast_of(inp.f, nx);
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         float *o32 = malloc(no * sizeof(float)), *o16 = malloc(no * sizeof(float));
-        bf()->matmul_forward(o32, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
-        bf()->matmul_forward_bf16(o16, inp_h, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+        bf()->ops->matmul_forward(bf(), o32, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+        bf()->ops->matmul_forward_bf16(bf(), o16, inp_h, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
         if (memcmp(o16, o32, no * sizeof(float)))
             fail_msg("%s: forward N=%d C=%d OC=%d layout %d bias %d differs", where, N, C, OC, (int)lay, with_bias);
         free(o32), free(o16);
@@ -149,14 +149,14 @@ static void check_matmul(int N, int C, int OC, lf_weight_layout lay, const char 
     float *di32 = malloc(nx * sizeof(float)), *di16 = malloc(nx * sizeof(float));
     float *dw32 = floats_copy(pre.f, nw), *dw16 = floats_copy(pre.f, nw);
     float *db32 = floats_copy(preb.f, OC), *db16 = floats_copy(preb.f, OC);
-    bf()->matmul_backward(di32, dw32, db32, dout.f, inp.f, w.f, N, C, OC, lay);
-    bf()->matmul_backward_bf16(di16, dw16, db16, dout.f, inp_h, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward(bf(), di32, dw32, db32, dout.f, inp.f, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward_bf16(bf(), di16, dw16, db16, dout.f, inp_h, w.f, N, C, OC, lay);
     if (memcmp(di16, di32, nx * sizeof(float)) || memcmp(dw16, dw32, nw * sizeof(float)) ||
         memcmp(db16, db32, OC * sizeof(float)))
         fail_msg("%s: backward N=%d C=%d OC=%d layout %d differs", where, N, C, OC, (int)lay);
     /* without dinp and dbias: dweight accumulates a second product */
-    bf()->matmul_backward(NULL, dw32, NULL, dout.f, inp.f, w.f, N, C, OC, lay);
-    bf()->matmul_backward_bf16(NULL, dw16, NULL, dout.f, inp_h, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward(bf(), NULL, dw32, NULL, dout.f, inp.f, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward_bf16(bf(), NULL, dw16, NULL, dout.f, inp_h, w.f, N, C, OC, lay);
     if (memcmp(dw16, dw32, nw * sizeof(float)))
         fail_msg("%s: second backward N=%d C=%d OC=%d layout %d differs", where, N, C, OC, (int)lay);
     ten_free(&inp), ten_free(&w), ten_free(&b), ten_free(&dout), ten_free(&pre), ten_free(&preb);
@@ -164,11 +164,11 @@ static void check_matmul(int N, int C, int OC, lf_weight_layout lay, const char 
 }
 
 static void check_all_matmuls(const char *where) {
-    bf()->params_changed(); /* new weight buffers at old addresses */
+    bf()->ops->params_changed(bf()); /* new weight buffers at old addresses */
     for (int s = 0; s < NSIZES; s++)
         for (int L = 0; L < 2; L++) {
             check_matmul(SIZES[s][0], SIZES[s][1], SIZES[s][2], (lf_weight_layout)L, where);
-            bf()->params_changed();
+            bf()->ops->params_changed(bf());
         }
 }
 
@@ -197,8 +197,8 @@ static void replica_task(void *arg, int i) {
 static void test_matmul_replicas(void **state) {
     (void)state;
     lf_backend_cpu_set_threads(2);
-    bf()->params_changed();
-    bf()->run_replicas(2, replica_task, NULL);
+    bf()->ops->params_changed(bf());
+    bf()->ops->run_replicas(bf(), 2, replica_task, NULL);
     lf_backend_cpu_set_threads(2);
     assert_int_equal(lf__cpu_bf16_failures(), 0);
 }
@@ -227,7 +227,7 @@ static void test_no_scratch(void **state) {
         long f0 = lf__cpu_bf16_failures();
         float *out = malloc(no * sizeof(float));
         lf_alloc_fail_after(0);
-        bf()->matmul_forward_bf16(out, inp_h, w.f, b.f, N, C, OC, lay);
+        bf()->ops->matmul_forward_bf16(bf(), out, inp_h, w.f, b.f, N, C, OC, lay);
         lf_alloc_fail_after(-1);
         assert_true(lf__cpu_bf16_failures() > f0);
         REF_CHECK("forward without scratch", out, want, no, 1e-5);
@@ -237,7 +237,7 @@ static void test_no_scratch(void **state) {
         f0 = lf__cpu_bf16_failures();
         float *dw = calloc(nw, sizeof(float)), *dinp = malloc(nx * sizeof(float));
         lf_alloc_fail_after(0);
-        bf()->matmul_backward_bf16(dinp, dw, NULL, dout.f, inp_h, w.f, N, C, OC, lay);
+        bf()->ops->matmul_backward_bf16(bf(), dinp, dw, NULL, dout.f, inp_h, w.f, N, C, OC, lay);
         lf_alloc_fail_after(-1);
         assert_true(lf__cpu_bf16_failures() > f0);
         double *dr = malloc(no * sizeof(double));

@@ -8,10 +8,11 @@
  * double); and bit-identical results for 1, 2 and 3 threads in the
  * reductions that promise it. Gradients: test_gradcheck.c. */
 #include "ref_ops.h"
+#include "slots.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_math.h"
 
-static const lf_backend_ops *ops(void) { return lf__backend_cpu(); }
+static lf_backend *ops(void) { return lf_backend_get("cpu"); }
 
 enum { B = 3, T = 7, C = 20, NH = 4, V = 37, VP = 40, OC = 13, N = B * T };
 #define FWD_TOL 2e-6
@@ -20,24 +21,16 @@ enum { B = 3, T = 7, C = 20, NH = 4, V = 37, VP = 40, OC = 13, N = B * T };
 
 static void test_table(void **state) {
     (void)state;
-    const lf_backend_ops *o = ops();
-    assert_string_equal(o->name, "cpu");
+    lf_backend *o = ops();
+    assert_string_equal(o->ops->name, "cpu");
     assert_ptr_equal(lf_backend_get("cpu"), o);
     assert_string_equal(lf_backend_name(o), "cpu");
     /* every slot filled but the bf16 activation ones (fp32 keeps fp32
-     * activations): the struct is a name followed by function pointers */
-    const void *const *slot = (const void *const *)((const char *)o + sizeof(const char *));
-    size_t nslots = (sizeof *o - sizeof(const char *)) / sizeof(void *);
-    const size_t bf16_lo = (offsetof(lf_backend_ops, cast_bf16) - sizeof(const char *)) / sizeof(void *);
-    const size_t bf16_hi = (offsetof(lf_backend_ops, matmul_backward_bf16) - sizeof(const char *)) / sizeof(void *);
-    assert_int_equal(bf16_hi - bf16_lo, 4);
-    for (size_t i = 0; i < nslots; i++) {
-        if (i >= bf16_lo && i <= bf16_hi) {
-            if (slot[i]) fail_msg("cpu backend bf16 activation slot %zu is set", i);
-        } else if (!slot[i]) {
-            fail_msg("cpu backend slot %zu is NULL", i);
-        }
-    }
+     * activations) */
+    lf_test_required_slots(o->ops);
+    assert_int_equal(lf_test_bf16_slots(o->ops), 0);
+    lf_test_required_slots(lf_backend_get("cpu-fenced")->ops);
+    assert_int_equal(lf_test_bf16_slots(lf_backend_get("cpu-fenced")->ops), 0);
 }
 
 static void test_threads(void **state) {
@@ -56,19 +49,19 @@ static void test_memory_ops(void **state) {
     (void)state;
     const size_t n = 300001; /* large enough for the parallel paths */
     float *host = malloc(n * sizeof(float)), *back = malloc(n * sizeof(float));
-    float *dev = ops()->alloc(n * sizeof(float));
+    float *dev = ops()->ops->alloc(ops(), n * sizeof(float));
     assert_non_null(dev);
     assert_int_equal((uintptr_t)dev % 64, 0);
     for (size_t i = 0; i < n; i++) host[i] = (float)i - 7.5f;
-    ops()->to_device(dev, host, n * sizeof(float));
-    ops()->scale(dev, n, 0.5f);
-    ops()->to_host(back, dev, n * sizeof(float));
+    ops()->ops->to_device(ops(), dev, host, n * sizeof(float));
+    ops()->ops->scale(ops(), dev, n, 0.5f);
+    ops()->ops->to_host(ops(), back, dev, n * sizeof(float));
     for (size_t i = 0; i < n; i++) assert_true(back[i] == host[i] * 0.5f);
-    ops()->zero(dev, n);
-    ops()->to_host(back, dev, n * sizeof(float));
+    ops()->ops->zero(ops(), dev, n);
+    ops()->ops->to_host(ops(), back, dev, n * sizeof(float));
     for (size_t i = 0; i < n; i++) assert_true(back[i] == 0.0f);
-    ops()->free(dev);
-    ops()->free(NULL);
+    ops()->ops->free(ops(), dev);
+    ops()->ops->free(ops(), NULL);
     free(host);
     free(back);
 }
@@ -144,11 +137,11 @@ static void test_encoder_forward(void **state) {
     for (int i = 0; i < N; i++) inp[i] = (int32_t)(lf_rng_u64(5, LF_RNG_TEST, i) % V);
     ten wte = ten_rand((size_t)V * C, 1, 1), wpe = ten_rand((size_t)(T + 2) * C, 1, 2);
     ten out = ten_new((size_t)N * C);
-    ops()->encoder_forward(out.f, inp, wte.f, wpe.f, B, T, C);
+    ops()->ops->encoder_forward(ops(), out.f, inp, wte.f, wpe.f, B, T, C);
     ref_encoder_forward(out.d, inp, wte.d, wpe.d, B, T, C);
     REF_CHECK("encoder out", out.f, out.d, out.n, FWD_TOL);
     /* no position embedding (Llama): out = wte[inp], exactly */
-    ops()->encoder_forward(out.f, inp, wte.f, NULL, B, T, C);
+    ops()->ops->encoder_forward(ops(), out.f, inp, wte.f, NULL, B, T, C);
     for (int n = 0; n < N; n++)
         assert_memory_equal(out.f + (size_t)n * C, wte.f + (size_t)inp[n] * C, C * sizeof(float));
     ten_free(&wte); ten_free(&wpe); ten_free(&out);
@@ -167,7 +160,7 @@ static void test_layernorm_forward(void **state) {
                 inp.d[i] = inp.f[i];
             }
             ten out = ten_new(inp.n), mean = ten_new((size_t)n), rstd = ten_new((size_t)n);
-            ops()->layernorm_forward(out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, n, c);
+            ops()->ops->layernorm_forward(ops(), out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, n, c);
             ref_layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, with_bias ? b.d : NULL, n, c);
             REF_CHECK("layernorm out", out.f, out.d, out.n, FWD_TOL);
             REF_CHECK("layernorm mean", mean.f, mean.d, mean.n, FWD_TOL);
@@ -184,7 +177,7 @@ static void test_matmul_forward(void **state) {
             ten inp = ten_rand((size_t)N * C, 1, 6), w = ten_rand((size_t)C * OC, 1, 7),
                 b = ten_rand((size_t)OC, 1, 8);
             ten out = ten_rand((size_t)N * OC, 100, 9); /* garbage: forward overwrites */
-            ops()->matmul_forward(out.f, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC,
+            ops()->ops->matmul_forward(ops(), out.f, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC,
                                   (lf_weight_layout)layout);
             ref_matmul_forward(out.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, OC,
                                (lf_weight_layout)layout);
@@ -198,7 +191,7 @@ static void attention_forward_gqa(int b_, int t_, int c_, int nh, int nkv, float
     const size_t w = (size_t)c_ + 2 * (size_t)nkv * (c_ / nh);
     ten qkv = ten_rand((size_t)b_ * t_ * w, 1.5f, 10);
     ten out = ten_new((size_t)b_ * t_ * c_), att = ten_rand((size_t)b_ * nh * t_ * t_, 1, 11);
-    ops()->attention_forward(out.f, att.f, qkv.f, b_, t_, c_, nh, nkv, drop);
+    ops()->ops->attention_forward(ops(), out.f, att.f, qkv.f, b_, t_, c_, nh, nkv, drop);
     ref_attention_forward(out.d, att.d, qkv.d, b_, t_, c_, nh, nkv, drop);
     REF_CHECK("attention out", out.f, out.d, out.n, FWD_TOL);
     REF_CHECK("attention att", att.f, att.d, att.n, FWD_TOL);
@@ -257,7 +250,7 @@ static void test_rmsnorm_forward(void **state) {
                 inp.d[i] = inp.f[i];
             }
             ten out = ten_rand(inp.n, 100, 5), rstd = ten_new((size_t)n);
-            ops()->rmsnorm_forward(out.f, rstd.f, inp.f, w.f, n, c, epss[e]);
+            ops()->ops->rmsnorm_forward(ops(), out.f, rstd.f, inp.f, w.f, n, c, epss[e]);
             ref_rmsnorm_forward(out.d, rstd.d, inp.d, w.d, n, c, (double)epss[e]);
             REF_CHECK("rmsnorm out", out.f, out.d, out.n, FWD_TOL);
             REF_CHECK("rmsnorm rstd", rstd.f, rstd.d, rstd.n, FWD_TOL);
@@ -265,7 +258,7 @@ static void test_rmsnorm_forward(void **state) {
         }
     /* eps matters: a zero row gives rstd = 1/sqrt(eps) and a zero output */
     float z[8] = {0}, w1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, o[8], r;
-    ops()->rmsnorm_forward(o, &r, z, w1, 1, 8, 1e-6f);
+    ops()->ops->rmsnorm_forward(ops(), o, &r, z, w1, 1, 8, 1e-6f);
     assert_true(fabs((double)r - 1e3) <= 1e-3);
     for (int c = 0; c < 8; c++) assert_true(o[c] == 0.0f);
 }
@@ -276,7 +269,7 @@ static void rope_case(int b_, int t_, int nh, int nkv, int hs, int pos0, float t
     const size_t w = (size_t)(nh + 2 * nkv) * hs, n = (size_t)b_ * t_ * w;
     ten x = ten_rand(n, 1, 60);
     float *x0 = floats_copy(x.f, n);
-    ops()->rope_forward(x.f, b_, t_, nh, nkv, hs, pos0, theta);
+    ops()->ops->rope_forward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, theta);
     ref_rope_forward(x.d, b_, t_, nh, nkv, hs, pos0, theta, 0);
     char what[96];
     snprintf(what, sizeof what, "rope hs=%d pos0=%d theta=%g", hs, pos0, (double)theta);
@@ -286,7 +279,7 @@ static void rope_case(int b_, int t_, int nh, int nkv, int hs, int pos0, float t
         assert_memory_equal(x.f + v0, x0 + v0, (size_t)nkv * hs * sizeof(float));
     }
     /* backward is the transpose, and a rotation's transpose is its inverse */
-    ops()->rope_backward(x.f, b_, t_, nh, nkv, hs, pos0, theta);
+    ops()->ops->rope_backward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, theta);
     double worst = 0;
     for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)x.f[i] - x0[i]));
     if (!(worst <= 1e-5)) fail_msg("%s: backward(forward(x)) - x = %.3g", what, worst);
@@ -306,17 +299,17 @@ static void test_rope_forward(void **state) {
     const int hs = 32, nh = 2, nkv = 1, w = (nh + 2 * nkv) * hs;
     ten x = ten_rand((size_t)w, 1, 61);
     float *y = floats_copy(x.f, x.n);
-    ops()->rope_forward(y, 1, 1, nh, nkv, hs, 0, 10000.0f);
+    ops()->ops->rope_forward(ops(), y, 1, 1, nh, nkv, hs, 0, 10000.0f);
     assert_memory_equal(y, x.f, x.n * sizeof(float));
 
     /* KV-cache decoding: one row at pos0 = p is row p of the whole sequence */
     const int tt = 40;
     ten seq = ten_rand((size_t)tt * w, 1, 62);
     float *whole = floats_copy(seq.f, seq.n);
-    ops()->rope_forward(whole, 1, tt, nh, nkv, hs, 0, 10000.0f);
+    ops()->ops->rope_forward(ops(), whole, 1, tt, nh, nkv, hs, 0, 10000.0f);
     for (int p = 0; p < tt; p += 13) {
         float *row = floats_copy(seq.f + (size_t)p * w, (size_t)w);
-        ops()->rope_forward(row, 1, 1, nh, nkv, hs, p, 10000.0f);
+        ops()->ops->rope_forward(ops(), row, 1, 1, nh, nkv, hs, p, 10000.0f);
         assert_memory_equal(row, whole + (size_t)p * w, (size_t)w * sizeof(float));
         free(row);
     }
@@ -325,7 +318,7 @@ static void test_rope_forward(void **state) {
      * differs by far more than the tolerance, so the check above pins it */
     const int pos = 70000, hs2 = 128;
     ten a = ten_rand((size_t)3 * hs2, 1, 63);
-    ops()->rope_forward(a.f, 1, 1, 1, 1, hs2, pos, 500000.0f);
+    ops()->ops->rope_forward(ops(), a.f, 1, 1, 1, 1, hs2, pos, 500000.0f);
     ref_rope_forward(a.d, 1, 1, 1, 1, hs2, pos, 500000.0f, 1);
     const double e_exact = ref_err_d(a.f, a.d, a.n, 1e-6);
     if (getenv("LF_TEST_VERBOSE")) printf("  rope at position %d against an exact angle: error %.3g\n", pos, e_exact);
@@ -345,7 +338,7 @@ static void test_swiglu_forward(void **state) {
         inp.f[1] = inp.d[1] = -30.0f;
         inp.f[2] = inp.d[2] = 100.0f;
         inp.f[3] = inp.d[3] = -100.0f;
-        ops()->swiglu_forward(out.f, inp.f, n, f);
+        ops()->ops->swiglu_forward(ops(), out.f, inp.f, n, f);
         ref_swiglu_forward(out.d, inp.d, n, f);
         REF_CHECK("swiglu out", out.f, out.d, out.n, FWD_TOL);
         assert_true(out.f[0] == 30.0f * inp.f[f] && out.f[2] == 100.0f * inp.f[f + 2]);
@@ -358,10 +351,10 @@ static void test_gelu_residual_forward(void **state) {
     (void)state;
     const size_t n = 20001;
     ten x = ten_rand(n, 3, 12), y = ten_rand(n, 1, 13), out = ten_new(n);
-    ops()->gelu_forward(out.f, x.f, n);
+    ops()->ops->gelu_forward(ops(), out.f, x.f, n);
     for (size_t i = 0; i < n; i++) out.d[i] = ref_gelu(x.d[i]);
     REF_CHECK("gelu", out.f, out.d, n, FWD_TOL);
-    ops()->residual_forward(out.f, x.f, y.f, n);
+    ops()->ops->residual_forward(ops(), out.f, x.f, y.f, n);
     for (size_t i = 0; i < n; i++) assert_true(out.f[i] == x.f[i] + y.f[i]);
     ten_free(&x); ten_free(&y); ten_free(&out);
 }
@@ -372,7 +365,7 @@ static void test_dropout_forward_mask(void **state) {
     lf_dropout drop = {0.3f, 7, 11, 0};
     ten x = ten_rand(n, 1, 14), out = ten_new(n);
     const float scale = 1.0f / (1.0f - drop.p);
-    ops()->dropout_forward(out.f, x.f, n, drop);
+    ops()->ops->dropout_forward(ops(), out.f, x.f, n, drop);
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
         int keep = lf_rng_uniform(drop.seed, LF_RNG_DROPOUT, lf_rng_mix(drop.key, i)) >= drop.p;
@@ -382,16 +375,16 @@ static void test_dropout_forward_mask(void **state) {
     assert_true(fabs((double)kept / n - 0.7) < 0.01);
     /* in place gives the same; p = 0 is the identity */
     float *y = floats_copy(x.f, n);
-    ops()->dropout_forward(y, y, n, drop);
+    ops()->ops->dropout_forward(ops(), y, y, n, drop);
     assert_memory_equal(y, out.f, n * sizeof(float));
     lf_dropout off = {0.0f, 7, 11, 0};
-    ops()->dropout_forward(out.f, x.f, n, off);
+    ops()->ops->dropout_forward(ops(), out.f, x.f, n, off);
     assert_memory_equal(out.f, x.f, n * sizeof(float));
     /* backward: dinp = mask * dout / (1-p) (overwritten); p = 0.5 makes the scaling exact,
      * so the check is bit-exact whatever the compiler contracts into FMAs */
     lf_dropout half = {0.5f, 7, 11, 0};
     float *dinp = floats_copy(x.f, n);
-    ops()->dropout_backward(dinp, y, n, half);
+    ops()->ops->dropout_backward(ops(), dinp, y, n, half);
     for (size_t i = 0; i < n; i++) {
         int keep = lf_rng_uniform(half.seed, LF_RNG_DROPOUT, lf_rng_mix(half.key, i)) >= half.p;
         assert_true(dinp[i] == (keep ? y[i] * 2.0f : 0.0f));
@@ -399,8 +392,8 @@ static void test_dropout_forward_mask(void **state) {
     free(dinp);
     /* a different key gives a different mask */
     lf_dropout other = {0.3f, 7, 12, 0};
-    ops()->dropout_forward(y, x.f, n, other);
-    ops()->dropout_forward(out.f, x.f, n, drop);
+    ops()->ops->dropout_forward(ops(), y, x.f, n, other);
+    ops()->ops->dropout_forward(ops(), out.f, x.f, n, drop);
     assert_true(memcmp(y, out.f, n * sizeof(float)) != 0);
     free(y);
     ten_free(&x); ten_free(&out);
@@ -419,7 +412,7 @@ static void test_crossentropy(void **state) {
         for (int j = V; j < VP; j++) logits.f[(size_t)i * VP + j] = logits.d[(size_t)i * VP + j] = 1e30f;
     float *dl = malloc(logits.n * sizeof(float));
     for (size_t i = 0; i < logits.n; i++) dl[i] = 123.0f;
-    ops()->crossentropy_forward_backward(losses.f, dl, logits.f, targets, N, V, VP, dloss);
+    ops()->ops->crossentropy_forward_backward(ops(), losses.f, dl, logits.f, targets, N, V, VP, dloss);
     ref_crossentropy(losses.d, logits.d, targets, N, V, VP);
     REF_CHECK("crossentropy losses", losses.f, losses.d, losses.n, FWD_TOL);
     /* dlogits against (softmax - onehot) * dloss */
@@ -443,16 +436,16 @@ static void test_crossentropy(void **state) {
 
     /* NULL dlogits: same losses; aliased dlogits == logits: same everything */
     float *losses2 = malloc(N * sizeof(float));
-    ops()->crossentropy_forward_backward(losses2, NULL, logits.f, targets, N, V, VP, dloss);
+    ops()->ops->crossentropy_forward_backward(ops(), losses2, NULL, logits.f, targets, N, V, VP, dloss);
     assert_memory_equal(losses2, losses.f, N * sizeof(float));
     float *alias = floats_copy(logits.f, logits.n);
-    ops()->crossentropy_forward_backward(losses2, alias, alias, targets, N, V, VP, dloss);
+    ops()->ops->crossentropy_forward_backward(ops(), losses2, alias, alias, targets, N, V, VP, dloss);
     assert_memory_equal(losses2, losses.f, N * sizeof(float));
     assert_memory_equal(alias, dl, logits.n * sizeof(float));
 
     /* a target outside the vocabulary is malformed: NaN loss (caught upstream), zero row */
     int32_t bad[1] = {V};
-    ops()->crossentropy_forward_backward(losses2, alias, logits.f, bad, 1, V, VP, dloss);
+    ops()->ops->crossentropy_forward_backward(ops(), losses2, alias, logits.f, bad, 1, V, VP, dloss);
     assert_true(isnan(losses2[0]));
     for (int j = 0; j < VP; j++) assert_true(alias[j] == 0.0f);
     free(losses2); free(alias); free(want); free(dl);
@@ -471,7 +464,7 @@ static void test_adamw(void **state) {
         g.f[0] = 0.0f; /* zero gradient at t=1: m = v = 0, only decay moves p */
         g.d[0] = 0.0;
         float *p_before = floats_copy(p.f, n);
-        ops()->adamw_update(p.f, g.f, m.f, v.f, n, lr, b1, b2, eps, wd, gs, t);
+        ops()->ops->adamw_update(ops(), p.f, g.f, m.f, v.f, n, lr, b1, b2, eps, wd, gs, t);
         ref_adamw(p.d, g.d, m.d, v.d, n, lr, b1, b2, eps, wd, gs, t);
         REF_CHECK("adamw params", p.f, p.d, n, 1e-6);
         REF_CHECK("adamw m", m.f, m.d, n, 1e-5);
@@ -501,7 +494,7 @@ static void test_sum_squares(void **state) {
         ten x = ten_rand(n, 3, 30 + s);
         long double want = 0;
         for (size_t i = 0; i < n; i++) want += (long double)x.d[i] * x.d[i];
-        double got = ops()->sum_squares(x.f, n);
+        double got = ops()->ops->sum_squares(ops(), x.f, n);
         if (n == 0) assert_true(got == 0.0);
         else assert_true(fabs(got - (double)want) <= 1e-12 * (double)want);
         ten_free(&x);
@@ -557,35 +550,35 @@ static void test_backward_accumulates(void **state) {
             fail_msg("%s: backward did not overwrite its output", what);  \
     } while (0)
 
-    TWICE("encoder dwte", o2, t2, (size_t)V * C, ops()->encoder_backward(g_, twice + nc, d.f, inp, B, T, C));
-    TWICE("encoder dwpe", once, twice, (size_t)T * C, ops()->encoder_backward(o2, g_, d.f, inp, B, T, C));
-    ops()->layernorm_forward(out, mean, rstd, x.f, w.f, w.f, N, C);
-    TWICE("layernorm dinp", once, twice, nc, ops()->layernorm_backward(g_, o2, o3, d.f, x.f, w.f, mean, rstd, N, C));
-    TWICE("layernorm dweight", o2, t2, (size_t)C, ops()->layernorm_backward(once, g_, o3, d.f, x.f, w.f, mean, rstd, N, C));
-    TWICE("layernorm dbias", o2, t2, (size_t)C, ops()->layernorm_backward(once, o3, g_, d.f, x.f, w.f, mean, rstd, N, C));
+    TWICE("encoder dwte", o2, t2, (size_t)V * C, ops()->ops->encoder_backward(ops(), g_, twice + nc, d.f, inp, B, T, C));
+    TWICE("encoder dwpe", once, twice, (size_t)T * C, ops()->ops->encoder_backward(ops(), o2, g_, d.f, inp, B, T, C));
+    ops()->ops->layernorm_forward(ops(), out, mean, rstd, x.f, w.f, w.f, N, C);
+    TWICE("layernorm dinp", once, twice, nc, ops()->ops->layernorm_backward(ops(), g_, o2, o3, d.f, x.f, w.f, mean, rstd, N, C));
+    TWICE("layernorm dweight", o2, t2, (size_t)C, ops()->ops->layernorm_backward(ops(), once, g_, o3, d.f, x.f, w.f, mean, rstd, N, C));
+    TWICE("layernorm dbias", o2, t2, (size_t)C, ops()->ops->layernorm_backward(ops(), once, o3, g_, d.f, x.f, w.f, mean, rstd, N, C));
     for (int layout = 0; layout < 2; layout++) {
         lf_weight_layout L = (lf_weight_layout)layout;
-        OVERWRITES("matmul dinp", once, twice, nc, ops()->matmul_backward(g_, o3, o2, d.f, x.f, w.f, N, C, 3 * C, L));
-        TWICE("matmul dweight", o3, t3, (size_t)3 * C * C, ops()->matmul_backward(NULL, g_, o2, d.f, x.f, w.f, N, C, 3 * C, L));
-        TWICE("matmul dbias", o2, t2, (size_t)3 * C, ops()->matmul_backward(NULL, o3, g_, d.f, x.f, w.f, N, C, 3 * C, L));
+        OVERWRITES("matmul dinp", once, twice, nc, ops()->ops->matmul_backward(ops(), g_, o3, o2, d.f, x.f, w.f, N, C, 3 * C, L));
+        TWICE("matmul dweight", o3, t3, (size_t)3 * C * C, ops()->ops->matmul_backward(ops(), NULL, g_, o2, d.f, x.f, w.f, N, C, 3 * C, L));
+        TWICE("matmul dbias", o2, t2, (size_t)3 * C, ops()->ops->matmul_backward(ops(), NULL, o3, g_, d.f, x.f, w.f, N, C, 3 * C, L));
     }
-    ops()->attention_forward(out, att, x.f, B, T, C, NH, NH, drop);
-    OVERWRITES("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, NH, drop));
-    OVERWRITES("gelu dinp", once, twice, nc, ops()->gelu_backward(g_, x.f, d.f, nc));
-    TWICE("residual da", once, twice, nc, ops()->residual_backward(g_, o3, d.f, nc));
-    TWICE("residual db", once, twice, nc, ops()->residual_backward(o3, g_, d.f, nc));
-    OVERWRITES("dropout dinp", once, twice, nc, ops()->dropout_backward(g_, d.f, nc, drop));
+    ops()->ops->attention_forward(ops(), out, att, x.f, B, T, C, NH, NH, drop);
+    OVERWRITES("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->ops->attention_backward(ops(), g_, scratch, d.f, x.f, att, B, T, C, NH, NH, drop));
+    OVERWRITES("gelu dinp", once, twice, nc, ops()->ops->gelu_backward(ops(), g_, x.f, d.f, nc));
+    TWICE("residual da", once, twice, nc, ops()->ops->residual_backward(ops(), g_, o3, d.f, nc));
+    TWICE("residual db", once, twice, nc, ops()->ops->residual_backward(ops(), o3, g_, d.f, nc));
+    OVERWRITES("dropout dinp", once, twice, nc, ops()->ops->dropout_backward(ops(), g_, d.f, nc, drop));
     /* Llama-family ops: RMSNorm accumulates into the residual stream and its weight, SwiGLU
      * overwrites (its input has one producer), grouped-query attention overwrites all of dqkv
      * although a group's dk/dv sum several heads: the GEMM path (HS 5, dropout) and the
      * small-T path (HS 16) */
-    TWICE("encoder dwte, no wpe", o2, t2, (size_t)V * C, ops()->encoder_backward(g_, NULL, d.f, inp, B, T, C));
-    ops()->rmsnorm_forward(out, rstd, x.f, w.f, N, C, 1e-5f);
-    TWICE("rmsnorm dinp", once, twice, nc, ops()->rmsnorm_backward(g_, o2, d.f, x.f, w.f, rstd, N, C));
-    TWICE("rmsnorm dweight", o2, t2, (size_t)C, ops()->rmsnorm_backward(once, g_, d.f, x.f, w.f, rstd, N, C));
-    OVERWRITES("swiglu dinp", once, twice, (size_t)N * 2 * (C / 2), ops()->swiglu_backward(g_, x.f, d.f, N, C / 2));
-    ops()->attention_forward(out, att, x.f, B, T, C, NH, 2, drop);
-    OVERWRITES("attention dqkv (GQA)", once, twice, (size_t)N * 2 * C, ops()->attention_backward(g_, scratch, d.f, x.f, att, B, T, C, NH, 2, drop));
+    TWICE("encoder dwte, no wpe", o2, t2, (size_t)V * C, ops()->ops->encoder_backward(ops(), g_, NULL, d.f, inp, B, T, C));
+    ops()->ops->rmsnorm_forward(ops(), out, rstd, x.f, w.f, N, C, 1e-5f);
+    TWICE("rmsnorm dinp", once, twice, nc, ops()->ops->rmsnorm_backward(ops(), g_, o2, d.f, x.f, w.f, rstd, N, C));
+    TWICE("rmsnorm dweight", o2, t2, (size_t)C, ops()->ops->rmsnorm_backward(ops(), once, g_, d.f, x.f, w.f, rstd, N, C));
+    OVERWRITES("swiglu dinp", once, twice, (size_t)N * 2 * (C / 2), ops()->ops->swiglu_backward(ops(), g_, x.f, d.f, N, C / 2));
+    ops()->ops->attention_forward(ops(), out, att, x.f, B, T, C, NH, 2, drop);
+    OVERWRITES("attention dqkv (GQA)", once, twice, (size_t)N * 2 * C, ops()->ops->attention_backward(ops(), g_, scratch, d.f, x.f, att, B, T, C, NH, 2, drop));
     {
         const int c2 = 64, nh2 = 4, nkv2 = 2; /* HS 16: the small-T path */
         const size_t w2 = (size_t)N * (c2 + 2 * nkv2 * (c2 / nh2));
@@ -593,8 +586,8 @@ static void test_backward_accumulates(void **state) {
         float *a2 = calloc((size_t)B * nh2 * T * T, sizeof(float)), *s2 = calloc((size_t)B * nh2 * T * T, sizeof(float));
         float *out2 = calloc((size_t)N * c2, sizeof(float)), *g1 = calloc(w2, sizeof(float)), *g2 = calloc(w2, sizeof(float));
         lf_dropout off = {0.0f, 3, 4, 0};
-        ops()->attention_forward(out2, a2, q2.f, B, T, c2, nh2, nkv2, off);
-        OVERWRITES("attention dqkv (GQA, small T)", g1, g2, w2, ops()->attention_backward(g_, s2, d2.f, q2.f, a2, B, T, c2, nh2, nkv2, off));
+        ops()->ops->attention_forward(ops(), out2, a2, q2.f, B, T, c2, nh2, nkv2, off);
+        OVERWRITES("attention dqkv (GQA, small T)", g1, g2, w2, ops()->ops->attention_backward(ops(), g_, s2, d2.f, q2.f, a2, B, T, c2, nh2, nkv2, off));
         free(a2); free(s2); free(out2); free(g1); free(g2);
         ten_free(&q2); ten_free(&d2);
     }
@@ -621,7 +614,7 @@ static void test_thread_count_determinism(void **state) {
     float *att = malloc((size_t)b_ * nh * t_ * t_ * sizeof(float));
     float *scratch = malloc((size_t)b_ * nh * t_ * t_ * sizeof(float));
     lf_backend_cpu_set_threads(1);
-    ops()->layernorm_forward(tmp, mean, rstd, x.f, w.f, w.f, n_, c_);
+    ops()->ops->layernorm_forward(ops(), tmp, mean, rstd, x.f, w.f, w.f, n_, c_);
 
     /* grouped-query attention: the GEMM path (HS 25, dropout) and the small-T path (C 64,
      * NH 4, NKV 1: HS 16), whose dk/dv sum the group's heads */
@@ -635,27 +628,27 @@ static void test_thread_count_determinism(void **state) {
     for (int r = 0; r < 3; r++) {
         lf_backend_cpu_set_threads(r + 1);
         for (int k = 0; k < NRES; k++) res[r][k] = calloc(len[k], sizeof(float));
-        ops()->encoder_backward(res[r][0], res[r][1], d.f, inp, b_, t_, c_);
-        ops()->layernorm_backward(res[r][2], res[r][3], res[r][4], d.f, x.f, w.f, mean, rstd, n_, c_);
+        ops()->ops->encoder_backward(ops(), res[r][0], res[r][1], d.f, inp, b_, t_, c_);
+        ops()->ops->layernorm_backward(ops(), res[r][2], res[r][3], res[r][4], d.f, x.f, w.f, mean, rstd, n_, c_);
         float *dw = calloc((size_t)oc * c_, sizeof(float));
-        ops()->matmul_backward(NULL, dw, res[r][5], d.f, x.f, x.f, n_, c_, oc, LF_W_IN_OUT);
+        ops()->ops->matmul_backward(ops(), NULL, dw, res[r][5], d.f, x.f, x.f, n_, c_, oc, LF_W_IN_OUT);
         free(dw);
         lf_dropout drop = {0.1f, 1, 2, 0};
-        ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, nh, drop);
-        ops()->attention_backward(res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, nh, drop);
+        ops()->ops->attention_forward(ops(), tmp, att, x.f, b_, t_, c_, nh, nh, drop);
+        ops()->ops->attention_backward(ops(), res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, nh, drop);
         float *rs = malloc(n_ * sizeof(float));
-        ops()->rmsnorm_forward(tmp, rs, x.f, w.f, n_, c_, 1e-5f);
-        ops()->rmsnorm_backward(res[r][7], res[r][8], d.f, x.f, w.f, rs, n_, c_);
+        ops()->ops->rmsnorm_forward(ops(), tmp, rs, x.f, w.f, n_, c_, 1e-5f);
+        ops()->ops->rmsnorm_backward(ops(), res[r][7], res[r][8], d.f, x.f, w.f, rs, n_, c_);
         free(rs);
-        ops()->swiglu_backward(res[r][9], x.f, d.f, n_, c_);
-        ops()->attention_forward(tmp, att, x.f, b_, t_, c_, nh, 2, drop);
-        ops()->attention_backward(res[r][10], scratch, d.f, x.f, att, b_, t_, c_, nh, 2, drop);
+        ops()->ops->swiglu_backward(ops(), res[r][9], x.f, d.f, n_, c_);
+        ops()->ops->attention_forward(ops(), tmp, att, x.f, b_, t_, c_, nh, 2, drop);
+        ops()->ops->attention_backward(ops(), res[r][10], scratch, d.f, x.f, att, b_, t_, c_, nh, 2, drop);
         lf_dropout off = {0.0f, 1, 2, 0};
-        ops()->attention_forward(tmp, att, x.f, b_, t_, c2, nh2, 1, off);
-        ops()->attention_backward(res[r][11], scratch, d.f, x.f, att, b_, t_, c2, nh2, 1, off);
+        ops()->ops->attention_forward(ops(), tmp, att, x.f, b_, t_, c2, nh2, 1, off);
+        ops()->ops->attention_backward(ops(), res[r][11], scratch, d.f, x.f, att, b_, t_, c2, nh2, 1, off);
         memcpy(res[r][12], x.f, len[12] * sizeof(float));
-        ops()->rope_forward(res[r][12], b_, t_, 4, 1, c_ / 2, 5, 10000.0f); /* W = 6 * 50 = 3 c_ */
-        ss[r] = ops()->sum_squares(big.f, big.n);
+        ops()->ops->rope_forward(ops(), res[r][12], b_, t_, 4, 1, c_ / 2, 5, 10000.0f); /* W = 6 * 50 = 3 c_ */
+        ss[r] = ops()->ops->sum_squares(ops(), big.f, big.n);
     }
     const char *names[NRES] = {"encoder dwte", "encoder dwpe", "layernorm dinp", "layernorm dweight",
                                "layernorm dbias", "matmul dbias", "attention dqkv", "rmsnorm dinp",

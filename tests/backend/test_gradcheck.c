@@ -11,7 +11,7 @@
  * position table) are checked the same way. */
 #include "ref_ops.h"
 
-static const lf_backend_ops *ops(void) { return lf__backend_cpu(); }
+static lf_backend *ops(void) { return lf_backend_get("cpu"); }
 
 /* ------------------------------------------------------------- sampled FD */
 
@@ -57,7 +57,7 @@ static void test_encoder_backward(void **state) {
     ten R = ten_rand((size_t)B * T * C, 1, 4), out = ten_new((size_t)B * T * C);
     ten dwte = ten_rand(wte.n, 1, 5), dwpe = ten_rand(wpe.n, 1, 6);
     float *dwte0 = floats_copy(dwte.f, dwte.n), *dwpe0 = floats_copy(dwpe.f, dwpe.n);
-    ops()->encoder_backward(dwte.f, dwpe.f, R.f, inp, B, T, C);
+    ops()->ops->encoder_backward(ops(), dwte.f, dwpe.f, R.f, inp, B, T, C);
 
     enc_ctx ctx = {inp, wte.d, wpe.d, out.d, R.d, B, T, C};
     ref_fd_grad(dwte.d, wte.d, wte.n, enc_loss, &ctx);
@@ -66,7 +66,7 @@ static void test_encoder_backward(void **state) {
     GRAD_CHECK("encoder dwpe", dwpe.f, dwpe0, dwpe.d, dwpe.n);
     /* no position embedding: dwpe NULL, dwte accumulates the same gradient */
     memcpy(dwte.f, dwte0, dwte.n * sizeof(float));
-    ops()->encoder_backward(dwte.f, NULL, R.f, inp, B, T, C);
+    ops()->ops->encoder_backward(ops(), dwte.f, NULL, R.f, inp, B, T, C);
     ctx.wpe = NULL;
     ref_fd_grad(dwte.d, wte.d, wte.n, enc_loss, &ctx);
     GRAD_CHECK("encoder dwte (no wpe)", dwte.f, dwte0, dwte.d, dwte.n);
@@ -97,12 +97,12 @@ static void layernorm_case(int N, int C, int with_bias) {
         inp.d[i] = inp.f[i];
     }
     ten out = ten_new(inp.n), mean = ten_new((size_t)N), rstd = ten_new((size_t)N);
-    ops()->layernorm_forward(out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, N, C);
+    ops()->ops->layernorm_forward(ops(), out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, N, C);
 
     ten dinp = ten_rand(inp.n, 1, 14), dw = ten_rand(w.n, 1, 15), db = ten_rand(b.n, 1, 16);
     float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n),
           *db0 = floats_copy(db.f, db.n);
-    ops()->layernorm_backward(dinp.f, dw.f, with_bias ? db.f : NULL, R.f, inp.f, w.f, mean.f,
+    ops()->ops->layernorm_backward(ops(), dinp.f, dw.f, with_bias ? db.f : NULL, R.f, inp.f, w.f, mean.f,
                               rstd.f, N, C);
     if (!with_bias) assert_memory_equal(db.f, db0, db.n * sizeof(float));
 
@@ -149,10 +149,10 @@ static void rmsnorm_case(int N, int C, float eps) {
         inp.d[i] = inp.f[i];
     }
     ten out = ten_new(inp.n), rstd = ten_new((size_t)N);
-    ops()->rmsnorm_forward(out.f, rstd.f, inp.f, w.f, N, C, eps);
+    ops()->ops->rmsnorm_forward(ops(), out.f, rstd.f, inp.f, w.f, N, C, eps);
     ten dinp = ten_rand(inp.n, 1, 20), dw = ten_rand(w.n, 1, 21);
     float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n);
-    ops()->rmsnorm_backward(dinp.f, dw.f, R.f, inp.f, w.f, rstd.f, N, C);
+    ops()->ops->rmsnorm_backward(ops(), dinp.f, dw.f, R.f, inp.f, w.f, rstd.f, N, C);
 
     rms_ctx ctx = {inp.d, w.d, out.d, rstd.d, R.d, N, C, (double)eps};
     ref_fd_grad(dinp.d, inp.d, inp.n, rms_loss, &ctx);
@@ -194,7 +194,7 @@ static void rope_case(int B, int T, int NH, int NKV, int HS, int pos0, float the
      * and leaves the gradient w.r.t. the unrotated one, v part included */
     ten g = ten_new(n);
     memcpy(g.f, R.f, n * sizeof(float));
-    ops()->rope_backward(g.f, B, T, NH, NKV, HS, pos0, theta);
+    ops()->ops->rope_backward(ops(), g.f, B, T, NH, NKV, HS, pos0, theta);
     rope_ctx ctx = {x.d, y.d, R.d, B, T, NH, NKV, HS, pos0, theta};
     ref_fd_grad(g.d, x.d, n, rope_loss, &ctx);
     char what[96];
@@ -231,7 +231,7 @@ static void test_swiglu_backward(void **state) {
         const int N = sizes[s][0], F = sizes[s][1];
         ten inp = ten_rand((size_t)N * 2 * F, 2.5f, 72), R = ten_rand((size_t)N * F, 1, 73);
         ten out = ten_new((size_t)N * F), dinp = ten_rand(inp.n, 100, 74); /* garbage: overwritten */
-        ops()->swiglu_backward(dinp.f, inp.f, R.f, N, F);
+        ops()->ops->swiglu_backward(ops(), dinp.f, inp.f, R.f, N, F);
         swiglu_ctx ctx = {inp.d, out.d, R.d, N, F};
         ref_fd_grad(dinp.d, inp.d, inp.n, swiglu_loss, &ctx);
         GRAD_CHECK("swiglu dinp", dinp.f, NULL, dinp.d, dinp.n);
@@ -262,7 +262,7 @@ static void matmul_case(int N, int C, int OC, lf_weight_layout layout, int with_
     ten dinp = ten_rand(inp.n, 1, 24), dw = ten_rand(w.n, 1, 25), db = ten_rand(b.n, 1, 26);
     float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n),
           *db0 = floats_copy(db.f, db.n);
-    ops()->matmul_backward(with_dinp ? dinp.f : NULL, dw.f, with_bias ? db.f : NULL, R.f, inp.f,
+    ops()->ops->matmul_backward(ops(), with_dinp ? dinp.f : NULL, dw.f, with_bias ? db.f : NULL, R.f, inp.f,
                            w.f, N, C, OC, layout);
 
     mm_ctx ctx = {inp.d, w.d, with_bias ? b.d : NULL, out.d, R.d, N, C, OC, layout};
@@ -318,11 +318,11 @@ static void attention_case_gqa(int B, int T, int C, int NH, int NKV, float p, si
     ten qkv = ten_rand((size_t)B * T * W, 1, 30), R = ten_rand((size_t)B * T * C, 1, 31);
     ten out = ten_new((size_t)B * T * C), att = ten_new((size_t)B * NH * T * T);
     ten scratch = ten_new(att.n);
-    ops()->attention_forward(out.f, att.f, qkv.f, B, T, C, NH, NKV, drop);
+    ops()->ops->attention_forward(ops(), out.f, att.f, qkv.f, B, T, C, NH, NKV, drop);
     ten dqkv = ten_rand(qkv.n, 1, 32);
     float *dqkv0 = floats_copy(dqkv.f, dqkv.n);
     for (size_t i = 0; i < scratch.n; i++) scratch.f[i] = NAN; /* contents are undefined */
-    ops()->attention_backward(dqkv.f, scratch.f, R.f, qkv.f, att.f, B, T, C, NH, NKV, drop);
+    ops()->ops->attention_backward(ops(), dqkv.f, scratch.f, R.f, qkv.f, att.f, B, T, C, NH, NKV, drop);
 
     att_ctx ctx = {qkv.d, out.d, att.d, R.d, B, T, C, NH, NKV, drop};
     char what[96];
@@ -396,7 +396,7 @@ static void test_gelu_backward(void **state) {
     const size_t n = 1001;
     ten x = ten_rand(n, 2, 40), R = ten_rand(n, 1, 41), out = ten_new(n), dx = ten_rand(n, 1, 42);
     float *dx0 = floats_copy(dx.f, n);
-    ops()->gelu_backward(dx.f, x.f, R.f, n);
+    ops()->ops->gelu_backward(ops(), dx.f, x.f, R.f, n);
     ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 0, {0, 0, 0, 0}};
     ref_fd_grad(dx.d, x.d, n, ew_loss, &ctx);
     GRAD_CHECK("gelu dinp", dx.f, NULL, dx.d, n); /* overwritten */
@@ -410,7 +410,7 @@ static void test_residual_backward(void **state) {
     ten a = ten_rand(n, 1, 43), b = ten_rand(n, 1, 44), R = ten_rand(n, 1, 45), out = ten_new(n);
     ten da = ten_rand(n, 1, 46), db = ten_rand(n, 1, 47);
     float *da0 = floats_copy(da.f, n), *db0 = floats_copy(db.f, n);
-    ops()->residual_backward(da.f, db.f, R.f, n);
+    ops()->ops->residual_backward(ops(), da.f, db.f, R.f, n);
     ew_ctx ctx = {a.d, b.d, out.d, R.d, n, 1, {0, 0, 0, 0}};
     ref_fd_grad(da.d, a.d, n, ew_loss, &ctx);
     ref_fd_grad(db.d, b.d, n, ew_loss, &ctx);
@@ -428,7 +428,7 @@ static void test_dropout_backward(void **state) {
         lf_dropout drop = {ps[k], 42, 9, 0};
         ten x = ten_rand(n, 1, 48), R = ten_rand(n, 1, 49), out = ten_new(n), dx = ten_rand(n, 1, 50);
         float *dx0 = floats_copy(dx.f, n);
-        ops()->dropout_backward(dx.f, R.f, n, drop);
+        ops()->ops->dropout_backward(ops(), dx.f, R.f, n, drop);
         ew_ctx ctx = {x.d, NULL, out.d, R.d, n, 2, drop};
         ref_fd_grad(dx.d, x.d, n, ew_loss, &ctx);
         GRAD_CHECK("dropout dinp", dx.f, NULL, dx.d, n); /* overwritten */
@@ -465,7 +465,7 @@ static void test_crossentropy_backward(void **state) {
     ten logits = ten_rand((size_t)N * Vp, 3, 60), losses = ten_new((size_t)N);
     /* dlogits starts as garbage: it is overwritten, padding and ignored rows too */
     ten dl = ten_rand(logits.n, 5, 61);
-    ops()->crossentropy_forward_backward(losses.f, dl.f, logits.f, targets, N, V, Vp, dloss);
+    ops()->ops->crossentropy_forward_backward(ops(), losses.f, dl.f, logits.f, targets, N, V, Vp, dloss);
 
     ce_ctx ctx = {logits.d, losses.d, targets, N, V, Vp, (double)dloss};
     ref_fd_grad(dl.d, logits.d, logits.n, ce_loss, &ctx);

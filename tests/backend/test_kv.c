@@ -15,7 +15,7 @@
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"
 
-static const lf_backend_ops *cpu(void) { return lf__backend_cpu(); }
+static lf_backend *cpu(void) { return lf_backend_get("cpu"); }
 
 #define U (1.0 / 16777216.0) /* unit roundoff of float32 */
 static double gamma_n(int n) { return n * U / (1.0 - n * U); }
@@ -132,7 +132,7 @@ static float *nan_cache(const kv_case *k) {
 
 /* Feed the sequence in chunks of the given sizes (cycled), decoding each
  * chunk against the cache; returns the (B,T,C) outputs assembled. */
-static float *run_chunks(const lf_backend_ops *o, const kv_case *k, const int *sizes, int nsizes) {
+static float *run_chunks(lf_backend *o, const kv_case *k, const int *sizes, int nsizes) {
     float *kc = nan_cache(k), *vc = nan_cache(k);
     float *all = malloc((size_t)k->B * k->T * k->C * sizeof(float));
     assert_non_null(all);
@@ -148,8 +148,8 @@ static float *run_chunks(const lf_backend_ops *o, const kv_case *k, const int *s
         const float guard = -12345.5f;
         scratch[ns] = guard;
         for (size_t i = 0; i < (size_t)k->B * n * k->C; i++) out[i] = NAN; /* overwritten, not added to */
-        o->kv_append(kc, vc, rows, k->B, n, k->NH, k->NKV, k->HS, t0, k->Tmax);
-        o->attention_cached(out, scratch, rows, kc, vc, k->B, n, (int)k->C, k->NH, k->NKV, t0, k->Tmax);
+        o->ops->kv_append(o, kc, vc, rows, k->B, n, k->NH, k->NKV, k->HS, t0, k->Tmax);
+        o->ops->attention_cached(o, out, scratch, rows, kc, vc, k->B, n, (int)k->C, k->NH, k->NKV, t0, k->Tmax);
         assert_true(scratch[ns] == guard);
         for (int b = 0; b < k->B; b++)
             memcpy(all + ((size_t)b * k->T + t0) * k->C, out + (size_t)b * n * k->C, (size_t)n * k->C * sizeof(float));
@@ -176,7 +176,7 @@ static void test_kv_append_exact(void **state) {
         const int chunks[][2] = {{0, 3}, {3, 1}, {4, 7}};
         for (int c = 0; c < 3; c++) {
             float *rows = qkv_rows(&k, chunks[c][0], chunks[c][1]);
-            cpu()->kv_append(kc, vc, rows, k.B, chunks[c][1], k.NH, k.NKV, k.HS, chunks[c][0], k.Tmax);
+            cpu()->ops->kv_append(cpu(), kc, vc, rows, k.B, chunks[c][1], k.NH, k.NKV, k.HS, chunks[c][0], k.Tmax);
             free(rows);
         }
         for (int b = 0; b < k.B; b++)
@@ -217,7 +217,7 @@ static void cached_case(int B, int T, int NH, int NKV, int HS) {
     assert_non_null(fwd);
     assert_non_null(att);
     lf_dropout off = {0};
-    cpu()->attention_forward(fwd, att, k.qkv.f, B, T, (int)k.C, NH, NKV, off);
+    cpu()->ops->attention_forward(cpu(), fwd, att, k.qkv.f, B, T, (int)k.C, NH, NKV, off);
     check_rows(&k, fwd, 0, T, 1.0, "attention_forward"); /* the bound holds for the existing op too */
 
     const int whole[] = {T}, one[] = {1}, uneven[] = {5, 1, 17, 2, 64, 3};
@@ -239,7 +239,7 @@ static void cached_case(int B, int T, int NH, int NKV, int HS) {
     check_rows(&k, chk, 0, T, 1.0, "uneven chunks");
     if (memcmp(chk, pre, nout * sizeof(float)) != 0) fail_msg("chunked decoding changed bits of the prefill");
     /* the cpu-bf16 table: the same op (its matmul differs, not attention) */
-    float *b16 = run_chunks(lf__backend_cpu_bf16(), &k, uneven, 6);
+    float *b16 = run_chunks(lf_backend_get("cpu-bf16"), &k, uneven, 6);
     if (memcmp(b16, pre, nout * sizeof(float)) != 0) fail_msg("cpu-bf16's attention_cached differs from cpu's");
     free(fwd); free(att); free(pre); free(dec); free(chk); free(b16);
     kv_case_free(&k);
@@ -274,13 +274,13 @@ static void test_cached_reads_only_its_positions(void **state) {
     float *kc = malloc(ncache * sizeof(float)), *vc = malloc(ncache * sizeof(float));
     float out1[96], out2[96], scratch[4 * 18];
     for (size_t i = 0; i < ncache; i++) kc[i] = vc[i] = NAN;
-    cpu()->kv_append(kc, vc, rows.f, 1, p + 1, NH, NKV, HS, 0, Tmax);
+    cpu()->ops->kv_append(cpu(), kc, vc, rows.f, 1, p + 1, NH, NKV, HS, 0, Tmax);
     const float *last = rows.f + (size_t)p * W;
-    cpu()->attention_cached(out1, scratch, last, kc, vc, 1, 1, (int)C, NH, NKV, p, Tmax);
+    cpu()->ops->attention_cached(cpu(), out1, scratch, last, kc, vc, 1, 1, (int)C, NH, NKV, p, Tmax);
     for (size_t c = 0; c < C; c++) assert_true(isfinite(out1[c]));
     /* position p's value matters: v of kv head 0 at p doubled changes heads 0, 1 only */
     for (int i = 0; i < HS; i++) vc[(size_t)p * HS + i] *= 2.0f;
-    cpu()->attention_cached(out2, scratch, last, kc, vc, 1, 1, (int)C, NH, NKV, p, Tmax);
+    cpu()->ops->attention_cached(cpu(), out2, scratch, last, kc, vc, 1, 1, (int)C, NH, NKV, p, Tmax);
     for (int h = 0; h < NH; h++) {
         int changed = 0;
         for (int i = 0; i < HS; i++) changed |= out1[h * HS + i] != out2[h * HS + i];
@@ -316,10 +316,10 @@ static void test_cached_thread_identity(void **state) {
 
 static void test_tables(void **state) {
     (void)state;
-    assert_non_null(cpu()->kv_append);
-    assert_non_null(cpu()->attention_cached);
-    assert_ptr_equal(lf__backend_cpu_bf16()->kv_append, cpu()->kv_append);
-    assert_ptr_equal(lf__backend_cpu_bf16()->attention_cached, cpu()->attention_cached);
+    assert_non_null(cpu()->ops->kv_append);
+    assert_non_null(cpu()->ops->attention_cached);
+    assert_ptr_equal(lf__backend_cpu_bf16()->kv_append, cpu()->ops->kv_append);
+    assert_ptr_equal(lf__backend_cpu_bf16()->attention_cached, cpu()->ops->attention_cached);
     assert_int_equal(lf_kv_attention_scratch(2, 3, 4, 5), 2 * 3 * 4 * 9);
 }
 

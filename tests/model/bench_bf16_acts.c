@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     lf_backend_cpu_set_threads(threads);
     const lf_model_config c = {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257,
                               .padded_vocab_size = 50304, .bias = 1};
-    const lf_backend_ops *be = lf_backend_get("cpu-bf16");
+    lf_backend *be = lf_backend_get("cpu-bf16");
     lf_model *m[2];
     size_t bytes[2];
     for (int d = 0; d < 2; d++) {

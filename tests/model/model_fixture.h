@@ -16,8 +16,10 @@ static const lf_backend_ops *counting_base;
 static size_t allocated; /* bytes handed out by counting.alloc, ever */
 static int n_allocs;
 
-static inline void *counting_alloc(size_t bytes) {
-    void *p = counting_base->alloc(bytes);
+static lf_backend *counting_be;
+
+static inline void *counting_alloc(lf_backend *be, size_t bytes) {
+    void *p = counting_base->alloc(be, bytes);
     if (p) {
         allocated += bytes;
         n_allocs++;
@@ -25,12 +27,15 @@ static inline void *counting_alloc(size_t bytes) {
     return p;
 }
 
-/* `base` with an alloc that counts (one table per test program). */
-static inline const lf_backend_ops *counting_backend_of(const lf_backend_ops *base) {
+/* An instance of `base` with an alloc that counts (one per test program,
+ * open until the program exits). */
+static inline lf_backend *counting_backend_of(const lf_backend_ops *base) {
+    if (counting_be) return counting_be;
     counting_base = base;
     counting = *base;
     counting.alloc = counting_alloc;
-    return &counting;
+    if (lf__backend_open_ops(&counting, &counting_be) != LF_OK) return NULL;
+    return counting_be;
 }
 
 static inline lf_model_config fixture_config(int T, float dropout) {

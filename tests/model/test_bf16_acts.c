@@ -19,7 +19,7 @@
 #include "llmforge/model.h"
 #include "model_fixture.h"
 
-static const lf_backend_ops *counting_backend(void) { return counting_backend_of(lf__backend_cpu_bf16()); }
+static lf_backend *counting_backend(void) { return counting_backend_of(lf__backend_cpu_bf16()); }
 
 /* ---------------------------------------------------------------- training steps */
 
@@ -44,7 +44,7 @@ typedef struct run_result {
  * than one), each followed by the backend's AdamW; then an eval forward. */
 static run_result run(const lf_model_config *c, lf_recompute policy, lf_act_dtype dtype) {
     run_result r = {0};
-    const lf_backend_ops *be = counting_backend();
+    lf_backend *be = counting_backend();
     lf_model *m = NULL;
     LF_ASSERT_OK(lf_model_create(&m, c, be));
     LF_ASSERT_OK(lf_model_init_weights(m, 13));
@@ -57,11 +57,11 @@ static run_result run(const lf_model_config *c, lf_recompute policy, lf_act_dtyp
     assert_int_equal(n_allocs - before_n, 1); /* activations are one block */
     assert_int_equal(lf_model_act_dtype(m), dtype);
     r.n = lf_model_num_params(m);
-    float *m1 = be->alloc(r.n * sizeof(float)), *m2 = be->alloc(r.n * sizeof(float));
+    float *m1 = be->ops->alloc(be, r.n * sizeof(float)), *m2 = be->ops->alloc(be, r.n * sizeof(float));
     assert_non_null(m1);
     assert_non_null(m2);
-    be->zero(m1, r.n);
-    be->zero(m2, r.n);
+    be->ops->zero(be, m1, r.n);
+    be->ops->zero(be, m2, r.n);
 
     int32_t in[B * T], tg[B * T];
     for (int s = 0; s < STEPS; s++) {
@@ -78,7 +78,7 @@ static run_result run(const lf_model_config *c, lf_recompute policy, lf_act_dtyp
             r.grads = malloc(r.n * sizeof(float));
             memcpy(r.grads, lf_model_grads(m), r.n * sizeof(float));
         }
-        be->adamw_update(lf_model_params(m), lf_model_grads(m), m1, m2, r.n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+        be->ops->adamw_update(be, lf_model_params(m), lf_model_grads(m), m1, m2, r.n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
                          s + 1);
         /* a forward-only loss (no dlogits) */
         make_batch(100 + s, in, tg);
@@ -90,8 +90,8 @@ static run_result run(const lf_model_config *c, lf_recompute policy, lf_act_dtyp
     size_t nl = (size_t)rows_planned * T * VP;
     r.logits = malloc(nl * sizeof(float));
     memcpy(r.logits, lf_model_logits(m), nl * sizeof(float));
-    be->free(m1);
-    be->free(m2);
+    be->ops->free(be, m1);
+    be->ops->free(be, m2);
     lf_model_free(m);
     return r;
 }

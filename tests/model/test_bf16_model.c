@@ -30,7 +30,7 @@ static void make_batch(int32_t *in, int32_t *tg) {
 
 typedef struct run {
     lf_model *m;
-    const lf_backend_ops *be;
+    lf_backend *be;
     float *m1, *m2;
 } run;
 
@@ -42,17 +42,17 @@ static void run_open(run *r, const char *backend) {
     LF_ASSERT_OK(lf_model_init_weights(r->m, 7));
     LF_ASSERT_OK(lf_model_plan(r->m, B, T, NULL));
     size_t n = lf_model_num_params(r->m);
-    r->m1 = r->be->alloc(n * sizeof(float));
-    r->m2 = r->be->alloc(n * sizeof(float));
+    r->m1 = r->be->ops->alloc(r->be, n * sizeof(float));
+    r->m2 = r->be->ops->alloc(r->be, n * sizeof(float));
     assert_non_null(r->m1);
     assert_non_null(r->m2);
-    r->be->zero(r->m1, n);
-    r->be->zero(r->m2, n);
+    r->be->ops->zero(r->be, r->m1, n);
+    r->be->ops->zero(r->be, r->m2, n);
 }
 
 static void run_close(run *r) {
-    r->be->free(r->m1);
-    r->be->free(r->m2);
+    r->be->ops->free(r->be, r->m1);
+    r->be->ops->free(r->be, r->m2);
     lf_model_free(r->m);
 }
 
@@ -130,9 +130,9 @@ static void test_training_steps(void **state) {
         l16 = step(&h, in, tg);
         if (s == 1) first32 = l32;
         if (!(fabs(l16 - l32) / l32 <= 2e-2)) fail_msg("step %d: loss fp32 %.6f bf16 %.6f", s, l32, l16);
-        f.be->adamw_update(lf_model_params(f.m), lf_model_grads(f.m), f.m1, f.m2, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
+        f.be->ops->adamw_update(f.be, lf_model_params(f.m), lf_model_grads(f.m), f.m1, f.m2, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
                            1.0f, s);
-        h.be->adamw_update(lf_model_params(h.m), lf_model_grads(h.m), h.m1, h.m2, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
+        h.be->ops->adamw_update(h.be, lf_model_params(h.m), lf_model_grads(h.m), h.m1, h.m2, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f,
                            1.0f, s);
     }
     print_message("after %d steps: loss fp32 %.6f bf16 %.6f (from %.6f)\n", STEPS, l32, l16, first32);

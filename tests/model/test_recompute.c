@@ -14,7 +14,7 @@
 #include "llmforge/model.h"
 #include "model_fixture.h"
 
-static const lf_backend_ops *counting_backend(void) { return counting_backend_of(lf__backend_cpu()); }
+static lf_backend *counting_backend(void) { return counting_backend_of(lf__backend_cpu()); }
 
 /* ---------------------------------------------------------------- one training step */
 

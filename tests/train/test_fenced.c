@@ -20,15 +20,15 @@
 
 static void test_host_access_faults(void **state) {
     (void)state;
-    const lf_backend_ops *f = lf_backend_get("cpu-fenced");
+    lf_backend *f = lf_backend_get("cpu-fenced");
     assert_non_null(f);
-    assert_int_equal(f->host_memory, 0);
-    float *x = f->alloc(1000 * sizeof(float));
+    assert_int_equal(f->ops->host_memory, 0);
+    float *x = f->ops->alloc(f, 1000 * sizeof(float));
     assert_non_null(x);
     float host[4] = {1, 2, 3, 4}, back[4] = {0};
-    f->to_device(x, host, sizeof host);
-    f->scale(x, 4, 2.0f);
-    f->to_host(back, x, sizeof back);
+    f->ops->to_device(f, x, host, sizeof host);
+    f->ops->scale(f, x, 4, 2.0f);
+    f->ops->to_host(f, back, x, sizeof back);
     assert_true(back[0] == 2 && back[3] == 8);
     fflush(NULL);
     pid_t pid = fork();
@@ -41,7 +41,7 @@ static void test_host_access_faults(void **state) {
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
-    f->free(x);
+    f->ops->free(f, x);
 }
 
 typedef struct run {
@@ -51,7 +51,7 @@ typedef struct run {
     size_t n, nl, ngen;
 } run;
 
-static run train_and_generate(lf_arch arch, const lf_backend_ops *be) {
+static run train_and_generate(lf_arch arch, lf_backend *be) {
     run r = {0};
     lf_model_config c = {.arch = arch, .n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16, .vocab_size = 41,
                          .bias = arch == LF_ARCH_GPT2, .tie_embeddings = 1, .dropout = 0.1f};
@@ -64,9 +64,9 @@ static run train_and_generate(lf_arch arch, const lf_backend_ops *be) {
     LF_ASSERT_OK(lf_model_init_weights(m, 5));
     const int B = 3, T = 16, N = B * T;
     r.n = lf_model_num_params(m);
-    float *m1 = be->alloc(r.n * sizeof(float)), *m2 = be->alloc(r.n * sizeof(float));
-    be->zero(m1, r.n);
-    be->zero(m2, r.n);
+    float *m1 = be->ops->alloc(be, r.n * sizeof(float)), *m2 = be->ops->alloc(be, r.n * sizeof(float));
+    be->ops->zero(be, m1, r.n);
+    be->ops->zero(be, m2, r.n);
     lf_train_config tc = lf_train_config_default();
     int32_t in[48], tg[48];
     for (int s = 0; s < 3; s++) {
@@ -83,19 +83,19 @@ static run train_and_generate(lf_arch arch, const lf_backend_ops *be) {
         LF_ASSERT_OK(lf_adamw_step(m, be, m1, m2, s + 1, 1e-3f, &tc, &norm));
     }
     r.params = malloc(r.n * sizeof(float));
-    be->to_host(r.params, lf_model_params(m), r.n * sizeof(float));
+    be->ops->to_host(be, r.params, lf_model_params(m), r.n * sizeof(float));
     lf_session *ses = NULL;
     LF_ASSERT_OK(lf_session_create(&ses, m, B, T, 0));
     LF_ASSERT_OK(lf_session_forward(ses, in, B, T, 0));
     r.nl = (size_t)N * 41;
     r.logits = malloc(r.nl * sizeof(float));
-    lf_session_copy_logits(ses, 0, (size_t)N, r.logits);
+    LF_ASSERT_OK(lf_session_copy_logits(ses, 0, (size_t)N, r.logits));
     lf_session_free(ses);
     uint32_t prompt[3] = {1, 2, 3};
     lf_sample_opts so = {.max_new_tokens = 24, .temperature = 0.8f, .top_k = 10, .seed = 4};
     LF_ASSERT_OK(lf_generate(m, prompt, 3, &so, NULL, NULL, &r.gen, &r.ngen));
-    be->free(m1);
-    be->free(m2);
+    be->ops->free(be, m1);
+    be->ops->free(be, m2);
     lf_model_free(m);
     return r;
 }

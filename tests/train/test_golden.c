@@ -21,7 +21,7 @@ static char fixture[1024] = LF_SOURCE_DIR "/tests/fixtures/gpt2_golden.safetenso
 
 static lf_safetensors *st;
 static lf_model *model;
-static const lf_backend_ops *be;
+static lf_backend *be;
 static int32_t *inputs, *targets;
 static int B, T;
 

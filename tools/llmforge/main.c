@@ -428,7 +428,11 @@ static int cmd_sample(int argc, char **argv) {
         if (st != LF_OK) { die_status(st, "sample"); goto done; }
         float *lg = lf_alloc(sizeof(float) * (size_t)Vp);
         if (!lg) { die_status(LF_ERR_NOMEM, "sample"); goto done; }
-        lf_session_copy_logits(ses, (size_t)(T - 1), 1, lg);
+        if ((st = lf_session_copy_logits(ses, (size_t)(T - 1), 1, lg)) != LF_OK) {
+            lf_free(lg);
+            die_status(st, "sample");
+            goto done;
+        }
         printf("{\"prompt\":[");
         for (size_t i = 0; i < n_ids; i++) printf("%s%u", i ? "," : "", ids[i]);
         printf("],\"sampling\":\"%s\",\"cache\":%s,\"generated\":[", temperature == 0 ? "greedy" : "sample",

@@ -19,6 +19,10 @@
  *
  * Reference: backend_impl.h (the contract), llm.c train_gpt2.c (op shapes).
  */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <math.h>
 #include <omp.h>
@@ -98,49 +102,287 @@ static int cpu_fp16_round(float *restrict x, size_t n) {
 
 static void cpu_params_changed(void) {} /* fp32: nothing is derived from the parameters */
 
+/* ---------------------------------------------------------------- failures inside ops */
+
+/* Ops deep in the CPU code (a product oneDNN refuses, no memory for a bf16
+ * copy) cannot see the instance, so they report here: a process-wide count
+ * and the last message. Each table slot below compares the count before and
+ * after its op and moves a failure into the calling instance's sticky
+ * status. Two instances failing at the same moment could swap messages;
+ * both still fail. */
+static atomic_long g_fail_count;
+static pthread_mutex_t g_fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_fail_msg[320];
+
+void lf__cpu_op_failed(const char *fmt, ...) {
+    pthread_mutex_lock(&g_fail_mu);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_fail_msg, sizeof g_fail_msg, fmt, ap);
+    va_end(ap);
+    atomic_fetch_add(&g_fail_count, 1);
+    pthread_mutex_unlock(&g_fail_mu);
+}
+
+static inline long op_begin(void) { return atomic_load_explicit(&g_fail_count, memory_order_relaxed); }
+
+static void op_report(lf_backend *be, const char *op) {
+    char msg[sizeof g_fail_msg];
+    pthread_mutex_lock(&g_fail_mu);
+    memcpy(msg, g_fail_msg, sizeof msg);
+    pthread_mutex_unlock(&g_fail_mu);
+    lf__backend_fail(be, LF_ERR_DEVICE, "%s: %s", op, msg);
+}
+
+static inline void op_end(lf_backend *be, const char *op, long f0) {
+    if (atomic_load_explicit(&g_fail_count, memory_order_relaxed) != f0) op_report(be, op);
+}
+
+/* A slot: the op, with the failure check around it. */
+#define OPV(name, impl, params, args)                     \
+    static void w_##name params {                         \
+        const long f0_ = op_begin();                      \
+        impl args;                                        \
+        op_end(be, #name, f0_);                           \
+    }
+#define OPR(type, name, impl, params, args)               \
+    static type w_##name params {                         \
+        const long f0_ = op_begin();                      \
+        const type r_ = impl args;                        \
+        op_end(be, #name, f0_);                           \
+        return r_;                                        \
+    }
+
+/* ---------------------------------------------------------------- preconditions the ops check */
+
+/* Cheap checks of what callers must validate: a violation is a caller's
+ * bug, reported on the instance instead of reading out of bounds. */
+static int bad_heads(lf_backend *be, const char *op, int C, int NH, int NKV) {
+    if (NH > 0 && NKV > 0 && NH % NKV == 0 && C % NH == 0) return 0;
+    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %d channels, %d heads, %d key/value heads (need NH %% NKV == 0 and C %% NH == 0)",
+                     op, C, NH, NKV);
+    return 1;
+}
+
+static int bad_kv(lf_backend *be, const char *op, int B, int Tn, int pos0, int Tmax) {
+    if (B >= 1 && Tn >= 1 && pos0 >= 0 && (long)pos0 + Tn <= Tmax) return 0;
+    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %d new rows at position %d of a cache of %d positions (batch %d)", op,
+                     Tn, pos0, Tmax, B);
+    return 1;
+}
+
+static int bad_rope(lf_backend *be, const char *op, int HS, int pos0, int T) {
+    if (HS > 0 && HS % 2 == 0 && pos0 >= 0 && (long)pos0 + T <= (1L << 24)) return 0;
+    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: head size %d (must be even), positions %d..%ld (at most 2^24)", op, HS,
+                     pos0, (long)pos0 + T - 1);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- the slots */
+
+static void *w_alloc(lf_backend *be, size_t bytes) {
+    (void)be;
+    return cpu_alloc(bytes);
+}
+static void w_free(lf_backend *be, void *p) {
+    (void)be;
+    cpu_free(p);
+}
+static void w_copy(lf_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    cpu_copy(dst, src, bytes);
+}
+static void w_params_changed(lf_backend *be) { (void)be; cpu_params_changed(); }
+static int w_replicas(lf_backend *be, int B) {
+    (void)be;
+    return cpu_replicas(B);
+}
+static void w_run_replicas(lf_backend *be, int n, void (*fn)(void *arg, int i), void *arg) {
+    (void)be;
+    cpu_run_replicas(n, fn, arg);
+}
+
+OPV(zero, cpu_zero, (lf_backend *be, float *x, size_t n), (x, n))
+OPV(scale, cpu_scale, (lf_backend *be, float *x, size_t n, float s), (x, n, s))
+OPV(encoder_forward, lf__cpu_encoder_forward,
+    (lf_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C),
+    (out, inp, wte, wpe, B, T, C))
+OPV(encoder_backward, lf__cpu_encoder_backward,
+    (lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
+    (dwte, dwpe, dout, inp, B, T, C))
+OPV(layernorm_forward, lf__cpu_layernorm_forward,
+    (lf_backend *be, float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias,
+     int N, int C),
+    (out, mean, rstd, inp, weight, bias, N, C))
+OPV(layernorm_backward, lf__cpu_layernorm_backward,
+    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+     const float *weight, const float *mean, const float *rstd, int N, int C),
+    (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
+OPV(rmsnorm_forward, lf__cpu_rmsnorm_forward,
+    (lf_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps),
+    (out, rstd, inp, weight, N, C, eps))
+OPV(rmsnorm_backward, lf__cpu_rmsnorm_backward,
+    (lf_backend *be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+     const float *rstd, int N, int C),
+    (dinp, dweight, dout, inp, weight, rstd, N, C))
+OPV(matmul_forward, lf__cpu_matmul_forward,
+    (lf_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
+     lf_weight_layout layout),
+    (out, inp, weight, bias, N, C, OC, layout))
+OPV(matmul_backward, lf__cpu_matmul_backward,
+    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+     const float *weight, int N, int C, int OC, lf_weight_layout layout),
+    (dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
+OPV(bf16_matmul_forward, lf__cpu_bf16_matmul_forward,
+    (lf_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
+     lf_weight_layout layout),
+    (out, inp, weight, bias, N, C, OC, layout))
+OPV(bf16_matmul_backward, lf__cpu_bf16_matmul_backward,
+    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+     const float *weight, int N, int C, int OC, lf_weight_layout layout),
+    (dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
+
+static void w_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
+    if (bad_heads(be, "rope_forward", NH * HS, NH, NKV) || bad_rope(be, "rope_forward", HS, pos0, T)) return;
+    lf__cpu_rope_forward(qkv, B, T, NH, NKV, HS, pos0, theta);
+}
+static void w_rope_backward(lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                            float theta) {
+    if (bad_heads(be, "rope_backward", NH * HS, NH, NKV) || bad_rope(be, "rope_backward", HS, pos0, T)) return;
+    lf__cpu_rope_backward(dqkv, B, T, NH, NKV, HS, pos0, theta);
+}
+static void w_attention_forward(lf_backend *be, float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                                int NKV, lf_dropout drop) {
+    if (bad_heads(be, "attention_forward", C, NH, NKV)) return;
+    const long f0 = op_begin();
+    lf__cpu_attention_forward(out, att, qkv, B, T, C, NH, NKV, drop);
+    op_end(be, "attention_forward", f0);
+}
+static void w_attention_backward(lf_backend *be, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop) {
+    if (bad_heads(be, "attention_backward", C, NH, NKV)) return;
+    const long f0 = op_begin();
+    lf__cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop);
+    op_end(be, "attention_backward", f0);
+}
+static void w_kv_append(lf_backend *be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH,
+                        int NKV, int HS, int pos0, int Tmax) {
+    if (bad_heads(be, "kv_append", NH * HS, NH, NKV) || bad_kv(be, "kv_append", B, Tn, pos0, Tmax)) return;
+    lf__cpu_kv_append(kcache, vcache, qkv, B, Tn, NH, NKV, HS, pos0, Tmax);
+}
+static void w_attention_cached(lf_backend *be, float *out, float *scratch, const float *qkv, const float *kcache,
+                               const float *vcache, int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax) {
+    if (bad_heads(be, "attention_cached", C, NH, NKV) || bad_kv(be, "attention_cached", B, Tn, pos0, Tmax)) return;
+    const long f0 = op_begin();
+    lf__cpu_attention_cached(out, scratch, qkv, kcache, vcache, B, Tn, C, NH, NKV, pos0, Tmax);
+    op_end(be, "attention_cached", f0);
+}
+
+OPV(gelu_forward, lf__cpu_gelu_forward, (lf_backend *be, float *out, const float *inp, size_t n), (out, inp, n))
+OPV(gelu_backward, lf__cpu_gelu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n),
+    (dinp, inp, dout, n))
+OPV(swiglu_forward, lf__cpu_swiglu_forward, (lf_backend *be, float *out, const float *inp, int N, int F),
+    (out, inp, N, F))
+OPV(swiglu_backward, lf__cpu_swiglu_backward,
+    (lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F), (dinp, inp, dout, N, F))
+OPV(residual_forward, lf__cpu_residual_forward, (lf_backend *be, float *out, const float *a, const float *b, size_t n),
+    (out, a, b, n))
+OPV(residual_backward, lf__cpu_residual_backward, (lf_backend *be, float *da, float *db, const float *dout, size_t n),
+    (da, db, dout, n))
+OPV(dropout_forward, lf__cpu_dropout_forward, (lf_backend *be, float *out, const float *inp, size_t n, lf_dropout drop),
+    (out, inp, n, drop))
+OPV(dropout_backward, lf__cpu_dropout_backward,
+    (lf_backend *be, float *dinp, const float *dout, size_t n, lf_dropout drop), (dinp, dout, n, drop))
+
+static void w_crossentropy_forward_backward(lf_backend *be, float *losses, float *dlogits, const float *logits,
+                                            const int32_t *targets, int N, int V, int Vp, float dloss) {
+    if (V < 1 || Vp < V) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "crossentropy_forward_backward: vocabulary %d padded to %d", V, Vp);
+        return;
+    }
+    lf__cpu_crossentropy_forward_backward(losses, dlogits, logits, targets, N, V, Vp, dloss);
+}
+
+OPV(adamw_update, lf__cpu_adamw_update,
+    (lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+     float beta2, float eps, float weight_decay, float grad_scale, int t),
+    (params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t))
+OPV(bf16_adamw_update, lf__cpu_bf16_adamw_update,
+    (lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+     float beta2, float eps, float weight_decay, float grad_scale, int t),
+    (params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t))
+OPR(double, loss_sum, lf__cpu_loss_sum, (lf_backend *be, const float *losses, const int32_t *targets, int N, long *n_valid),
+    (losses, targets, N, n_valid))
+OPR(int, fp16_round, cpu_fp16_round, (lf_backend *be, float *x, size_t n), (x, n))
+OPR(double, sum_squares, lf__cpu_sum_squares, (lf_backend *be, const float *x, size_t n), (x, n))
+OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, size_t n), (y, x, n))
+
+OPV(cast_bf16, lf__cpu_cast_bf16, (lf_backend *be, uint16_t *out, const float *inp, size_t n), (out, inp, n))
+OPV(layernorm_forward_bf16, lf__cpu_layernorm_forward_bf16,
+    (lf_backend *be, uint16_t *out, float *mean, float *rstd, const float *inp, const float *weight,
+     const float *bias, int N, int C),
+    (out, mean, rstd, inp, weight, bias, N, C))
+OPV(gelu_forward_bf16, lf__cpu_gelu_forward_bf16, (lf_backend *be, uint16_t *out, const float *inp, size_t n),
+    (out, inp, n))
+OPV(matmul_forward_bf16, lf__cpu_bf16_matmul_forward_bf16,
+    (lf_backend *be, float *out, const uint16_t *inp, const float *weight, const float *bias, int N, int C, int OC,
+     lf_weight_layout layout),
+    (out, inp, weight, bias, N, C, OC, layout))
+OPV(matmul_backward_bf16, lf__cpu_bf16_matmul_backward_bf16,
+    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
+     const float *weight, int N, int C, int OC, lf_weight_layout layout),
+    (dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
+
 /* The ops both CPU tables share: every op that takes no matmul operand
  * (the Llama-family ones of cpu_llama.c and the KV-cache ones of cpu_kv.c
  * too), and the host-memory plumbing. */
 #define CPU_SHARED_OPS                                                     \
-    .host_memory = 1, .alloc = cpu_alloc, .to_host = cpu_copy, .copy = cpu_copy, .zero = cpu_zero, .scale = cpu_scale, \
-    .encoder_forward = lf__cpu_encoder_forward, .encoder_backward = lf__cpu_encoder_backward,         \
-    .layernorm_forward = lf__cpu_layernorm_forward, .layernorm_backward = lf__cpu_layernorm_backward, \
-    .rmsnorm_forward = lf__cpu_rmsnorm_forward, .rmsnorm_backward = lf__cpu_rmsnorm_backward,         \
-    .rope_forward = lf__cpu_rope_forward, .rope_backward = lf__cpu_rope_backward,                     \
-    .attention_forward = lf__cpu_attention_forward, .attention_backward = lf__cpu_attention_backward, \
-    .kv_append = lf__cpu_kv_append, .attention_cached = lf__cpu_attention_cached,                     \
-    .gelu_forward = lf__cpu_gelu_forward, .gelu_backward = lf__cpu_gelu_backward,                     \
-    .swiglu_forward = lf__cpu_swiglu_forward, .swiglu_backward = lf__cpu_swiglu_backward,             \
-    .residual_forward = lf__cpu_residual_forward, .residual_backward = lf__cpu_residual_backward,     \
-    .dropout_forward = lf__cpu_dropout_forward, .dropout_backward = lf__cpu_dropout_backward,         \
-    .crossentropy_forward_backward = lf__cpu_crossentropy_forward_backward,                           \
-    .loss_sum = lf__cpu_loss_sum, .fp16_round = cpu_fp16_round, .sum_squares = lf__cpu_sum_squares, .replicas = cpu_replicas, .run_replicas = cpu_run_replicas,   \
-    .add_inplace = cpu_add_inplace
+    .host_memory = 1, .alloc = w_alloc, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
+    .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward,                     \
+    .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward,             \
+    .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward,                     \
+    .rope_forward = w_rope_forward, .rope_backward = w_rope_backward,                                 \
+    .attention_forward = w_attention_forward, .attention_backward = w_attention_backward,             \
+    .kv_append = w_kv_append, .attention_cached = w_attention_cached,                                 \
+    .gelu_forward = w_gelu_forward, .gelu_backward = w_gelu_backward,                                 \
+    .swiglu_forward = w_swiglu_forward, .swiglu_backward = w_swiglu_backward,                         \
+    .residual_forward = w_residual_forward, .residual_backward = w_residual_backward,                 \
+    .dropout_forward = w_dropout_forward, .dropout_backward = w_dropout_backward,                     \
+    .crossentropy_forward_backward = w_crossentropy_forward_backward,                                 \
+    .loss_sum = w_loss_sum, .fp16_round = w_fp16_round, .sum_squares = w_sum_squares,                 \
+    .replicas = w_replicas, .run_replicas = w_run_replicas, .add_inplace = w_add_inplace
 
 static const lf_backend_ops cpu_ops = {
     CPU_SHARED_OPS,
     .name = "cpu",
-    .free = cpu_free,
-    .to_device = cpu_copy,
-    .matmul_forward = lf__cpu_matmul_forward,
-    .matmul_backward = lf__cpu_matmul_backward,
-    .adamw_update = lf__cpu_adamw_update,
+    .free = w_free,
+    .to_device = w_copy,
+    .matmul_forward = w_matmul_forward,
+    .matmul_backward = w_matmul_backward,
+    .adamw_update = w_adamw_update,
     /* bf16 activation slots NULL: fp32 keeps its activations in fp32 */
-    .params_changed = cpu_params_changed,
+    .params_changed = w_params_changed,
 };
 
 const lf_backend_ops *lf__backend_cpu(void) { return &cpu_ops; }
 
 /* ---------------------------------------------------------------- cpu-bf16 */
 
-static void bf16_free(void *p) {
+static void bf16_free(lf_backend *be, void *p) {
+    (void)be;
     if (!p) return;
     lf__cpu_bf16_memory_freed(); /* a later tensor may get this address */
     lf_free(p);
 }
 
-static void bf16_to_device(void *dst, const void *src, size_t bytes) {
+static void bf16_to_device(lf_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
     cpu_copy(dst, src, bytes);
+    lf__cpu_bf16_params_changed();
+}
+
+static void bf16_params_changed(lf_backend *be) {
+    (void)be;
     lf__cpu_bf16_params_changed();
 }
 
@@ -149,15 +391,15 @@ static const lf_backend_ops cpu_bf16_ops = {
     .name = "cpu-bf16",
     .free = bf16_free,
     .to_device = bf16_to_device,
-    .matmul_forward = lf__cpu_bf16_matmul_forward,
-    .matmul_backward = lf__cpu_bf16_matmul_backward,
-    .adamw_update = lf__cpu_bf16_adamw_update,
-    .cast_bf16 = lf__cpu_cast_bf16,
-    .layernorm_forward_bf16 = lf__cpu_layernorm_forward_bf16,
-    .gelu_forward_bf16 = lf__cpu_gelu_forward_bf16,
-    .matmul_forward_bf16 = lf__cpu_bf16_matmul_forward_bf16,
-    .matmul_backward_bf16 = lf__cpu_bf16_matmul_backward_bf16,
-    .params_changed = lf__cpu_bf16_params_changed,
+    .matmul_forward = w_bf16_matmul_forward,
+    .matmul_backward = w_bf16_matmul_backward,
+    .adamw_update = w_bf16_adamw_update,
+    .cast_bf16 = w_cast_bf16,
+    .layernorm_forward_bf16 = w_layernorm_forward_bf16,
+    .gelu_forward_bf16 = w_gelu_forward_bf16,
+    .matmul_forward_bf16 = w_matmul_forward_bf16,
+    .matmul_backward_bf16 = w_matmul_backward_bf16,
+    .params_changed = bf16_params_changed,
 };
 
 const lf_backend_ops *lf__backend_cpu_bf16(void) { return &cpu_bf16_ops; }

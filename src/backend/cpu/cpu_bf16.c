@@ -47,11 +47,13 @@
  *    runtime runs a primitive on one thread inside a parallel region and on
  *    omp_get_max_threads() outside one, like OpenBLAS; the thread count is
  *    part of the primitive key. The weight cache is shared, under a mutex.
- *  - Ops return nothing, so a failure (no memory for a copy, a primitive
- *    oneDNN refuses) cannot be reported: that product is computed by the
- *    next path down (oneDNN -> rounded sgemm -> plain fp32 sgemm, or for a
- *    bf16 operand a plain loop on the operands as stored) and counted
- *    (lf__cpu_bf16_failures; the tests require 0).
+ *  - A failure (no memory for a copy, a primitive oneDNN refuses) is
+ *    reported on the calling instance's sticky status (lf__cpu_op_failed;
+ *    LF_ERR_DEVICE at the next sync point) and counted
+ *    (lf__cpu_bf16_failures; the tests require 0); the product is still
+ *    computed by the next path down (oneDNN -> rounded sgemm -> plain fp32
+ *    sgemm, or for a bf16 operand a plain loop on the operands as stored),
+ *    so the outputs are defined, but the run stops at the sync.
  *  - Copies and primitives live until lf__cpu_bf16_release or process exit;
  *    they grow with the distinct weights and shapes seen, not per step.
  *
@@ -168,7 +170,10 @@ void lf__cpu_bf16_force_fallback(int on) { atomic_store(&g_force_fallback, on ? 
 
 long lf__cpu_bf16_failures(void) { return atomic_load(&g_failures); }
 
-static void failed(void) { atomic_fetch_add(&g_failures, 1); }
+static void failed(const char *what, int M, int N, int K) {
+    atomic_fetch_add(&g_failures, 1);
+    lf__cpu_op_failed("bf16 product %dx%dx%d: %s; computed by the next path down (rounded fp32 sgemm)", M, N, K, what);
+}
 
 /* ---------------------------------------------------------------- weight cache */
 
@@ -515,11 +520,11 @@ static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand 
     if (mode() == MODE_ONEDNN && s) {
         const void *a = operand_get(s, A, KIND_BF16), *b = operand_get(s, B, KIND_BF16);
         if (a && b && onednn_product(s, M, N, K, a, ta, b, tb, bias, C, sum) == 0) return;
-        failed();
+        failed(a && b ? "oneDNN refused the matmul primitive" : "no memory for the bf16 operand copies", M, N, K);
     }
     const float *a = operand_get(s, A, KIND_F32R), *b = operand_get(s, B, KIND_F32R);
     if (!a || !b) {
-        if (mode() == MODE_FALLBACK) failed();
+        if (mode() == MODE_FALLBACK) failed("no memory for the rounded operand copies", M, N, K);
         a = A->x;
         b = B->x;
         if (!a || !b) { /* a bf16 operand: no fp32 source to hand to sgemm */

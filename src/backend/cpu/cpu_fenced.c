@@ -4,13 +4,16 @@
  * reads or writes backend memory as host floats (what a GPU backend needs).
  *
  * How: every allocation is its own mmap'd region, kept PROT_NONE; each op,
- * and to_device/to_host, opens every region (PROT_READ|PROT_WRITE) for the
- * duration of the call and closes them again. A host access outside an op
+ * and to_device/to_host, opens every region of its instance
+ * (PROT_READ|PROT_WRITE) for the duration of the call and closes them
+ * again. The region list is the instance's context (be->ctx), so two
+ * instances fence independently. A host access outside an op
  * faults (SIGSEGV) at the instruction that made it. host_memory is 0, so
  * callers stage through to_device/to_host as they must for a device. One
  * replica (no concurrent ops, so opening and closing cannot race); the ops
- * themselves are the "cpu" table's, so results equal "cpu"'s with one
- * replica bit for bit.
+ * themselves are the "cpu" table's slots, called with this instance (so
+ * their precondition checks and failures land on its sticky status), and
+ * results equal "cpu"'s with one replica bit for bit.
  *
  * Why not a real device: none is lent to CI; this catches the same class of
  * bug (a host pointer dereference into device memory) on any machine.
@@ -27,27 +30,50 @@ typedef struct region {
     size_t len;
 } region;
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static region *g_reg;
-static size_t g_n, g_cap;
-static int g_open; /* nesting depth (an op never calls another, but be safe) */
+typedef struct fence {
+    pthread_mutex_t mu;
+    region *reg;
+    size_t n, cap;
+    int open; /* nesting depth (an op never calls another, but be safe) */
+} fence;
 
+static fence *F(lf_backend *be) { return be->ctx; }
 static const lf_backend_ops *base(void) { return lf__backend_cpu(); }
 
-static void protect_all(int prot) {
-    for (size_t i = 0; i < g_n; i++) mprotect(g_reg[i].p, g_reg[i].len, prot);
+static lf_status fenced_open(lf_backend *be) {
+    fence *f = lf_calloc(sizeof *f);
+    if (!f) return LF_ERR_NOMEM;
+    pthread_mutex_init(&f->mu, NULL);
+    be->ctx = f;
+    return LF_OK;
 }
 
-static void fence_open(void) {
-    pthread_mutex_lock(&g_mu);
-    if (g_open++ == 0) protect_all(PROT_READ | PROT_WRITE);
-    pthread_mutex_unlock(&g_mu);
+static void fenced_close(lf_backend *be) {
+    fence *f = F(be);
+    if (!f) return;
+    for (size_t i = 0; i < f->n; i++) munmap(f->reg[i].p, f->reg[i].len);
+    free(f->reg);
+    pthread_mutex_destroy(&f->mu);
+    lf_free(f);
+    be->ctx = NULL;
 }
 
-static void fence_close(void) {
-    pthread_mutex_lock(&g_mu);
-    if (--g_open == 0) protect_all(PROT_NONE);
-    pthread_mutex_unlock(&g_mu);
+static void protect_all(fence *f, int prot) {
+    for (size_t i = 0; i < f->n; i++) mprotect(f->reg[i].p, f->reg[i].len, prot);
+}
+
+static void fence_open(lf_backend *be) {
+    fence *f = F(be);
+    pthread_mutex_lock(&f->mu);
+    if (f->open++ == 0) protect_all(f, PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void fence_close(lf_backend *be) {
+    fence *f = F(be);
+    pthread_mutex_lock(&f->mu);
+    if (--f->open == 0) protect_all(f, PROT_NONE);
+    pthread_mutex_unlock(&f->mu);
 }
 
 static size_t page_round(size_t n) {
@@ -55,254 +81,165 @@ static size_t page_round(size_t n) {
     return (n + pg - 1) / pg * pg;
 }
 
-static void *fenced_alloc(size_t bytes) {
+static void *fenced_alloc(lf_backend *be, size_t bytes) {
+    fence *f = F(be);
     const size_t len = page_round(bytes ? bytes : 1);
     void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    pthread_mutex_lock(&g_mu);
-    if (g_n == g_cap) {
-        size_t cap = g_cap ? 2 * g_cap : 64;
-        region *r = realloc(g_reg, cap * sizeof *r);
+    pthread_mutex_lock(&f->mu);
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 64;
+        region *r = realloc(f->reg, cap * sizeof *r);
         if (!r) {
-            pthread_mutex_unlock(&g_mu);
+            pthread_mutex_unlock(&f->mu);
             munmap(p, len);
             return NULL;
         }
-        g_reg = r;
-        g_cap = cap;
+        f->reg = r;
+        f->cap = cap;
     }
-    g_reg[g_n++] = (region){p, len};
-    if (g_open) mprotect(p, len, PROT_READ | PROT_WRITE);
-    pthread_mutex_unlock(&g_mu);
+    f->reg[f->n++] = (region){p, len};
+    if (f->open) mprotect(p, len, PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&f->mu);
     return p;
 }
 
-static void fenced_free(void *p) {
+static void fenced_free(lf_backend *be, void *p) {
     if (!p) return;
-    pthread_mutex_lock(&g_mu);
-    for (size_t i = 0; i < g_n; i++)
-        if (g_reg[i].p == p) {
-            munmap(p, g_reg[i].len);
-            g_reg[i] = g_reg[--g_n];
+    fence *f = F(be);
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->n; i++)
+        if (f->reg[i].p == p) {
+            munmap(p, f->reg[i].len);
+            f->reg[i] = f->reg[--f->n];
             break;
         }
-    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&f->mu);
 }
 
-static void fenced_to_device(void *dst, const void *src, size_t bytes) {
-    fence_open();
+static void fenced_to_device(lf_backend *be, void *dst, const void *src, size_t bytes) {
+    fence_open(be);
     memcpy(dst, src, bytes);
-    fence_close();
+    fence_close(be);
 }
 
-static void fenced_to_host(void *dst, const void *src, size_t bytes) {
-    fence_open();
+static void fenced_to_host(lf_backend *be, void *dst, const void *src, size_t bytes) {
+    fence_open(be);
     memcpy(dst, src, bytes);
-    fence_close();
+    fence_close(be);
 }
 
-static void fenced_copy(void *dst, const void *src, size_t bytes) {
-    fence_open();
+static void fenced_copy(lf_backend *be, void *dst, const void *src, size_t bytes) {
+    fence_open(be);
     memmove(dst, src, bytes);
-    fence_close();
+    fence_close(be);
 }
 
-static int fenced_replicas(int B) {
+static int fenced_replicas(lf_backend *be, int B) {
+    (void)be;
     (void)B;
     return 1;
 }
 
-static void fenced_params_changed(void) {}
+static void fenced_params_changed(lf_backend *be) { (void)be; }
 
 /* ---------------------------------------------------------------- the ops, each inside the fence */
 
-static void f_zero(float *x, size_t n) {
-    fence_open();
-    base()->zero(x, n);
-    fence_close();
-}
+#define FV(name, params, args)          \
+    static void f_##name params {       \
+        fence_open(be);                 \
+        base()->name args;              \
+        fence_close(be);                \
+    }
+#define FR(type, name, params, args)    \
+    static type f_##name params {       \
+        fence_open(be);                 \
+        const type r_ = base()->name args; \
+        fence_close(be);                \
+        return r_;                      \
+    }
 
-static void f_scale(float *x, size_t n, float s) {
-    fence_open();
-    base()->scale(x, n, s);
-    fence_close();
-}
+FV(zero, (lf_backend *be, float *x, size_t n), (be, x, n))
+FV(scale, (lf_backend *be, float *x, size_t n, float s), (be, x, n, s))
+FV(encoder_forward, (lf_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C),
+   (be, out, inp, wte, wpe, B, T, C))
+FV(encoder_backward, (lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
+   (be, dwte, dwpe, dout, inp, B, T, C))
+FV(layernorm_forward,
+   (lf_backend *be, float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int N,
+    int C),
+   (be, out, mean, rstd, inp, weight, bias, N, C))
+FV(layernorm_backward,
+   (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,
+    const float *mean, const float *rstd, int N, int C),
+   (be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
+FV(rmsnorm_forward, (lf_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps),
+   (be, out, rstd, inp, weight, N, C, eps))
+FV(rmsnorm_backward,
+   (lf_backend *be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+    const float *rstd, int N, int C),
+   (be, dinp, dweight, dout, inp, weight, rstd, N, C))
+FV(matmul_forward,
+   (lf_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
+    lf_weight_layout layout),
+   (be, out, inp, weight, bias, N, C, OC, layout))
+FV(matmul_backward,
+   (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,
+    int N, int C, int OC, lf_weight_layout layout),
+   (be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
+FV(rope_forward, (lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
+   (be, qkv, B, T, NH, NKV, HS, pos0, theta))
+FV(rope_backward, (lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
+   (be, dqkv, B, T, NH, NKV, HS, pos0, theta))
+FV(attention_forward,
+   (lf_backend *be, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV, lf_dropout drop),
+   (be, out, att, qkv, B, T, C, NH, NKV, drop))
+FV(attention_backward,
+   (lf_backend *be, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B, int T,
+    int C, int NH, int NKV, lf_dropout drop),
+   (be, dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop))
+FV(kv_append,
+   (lf_backend *be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS, int pos0,
+    int Tmax),
+   (be, kcache, vcache, qkv, B, Tn, NH, NKV, HS, pos0, Tmax))
+FV(attention_cached,
+   (lf_backend *be, float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache, int B, int Tn,
+    int C, int NH, int NKV, int pos0, int Tmax),
+   (be, out, scratch, qkv, kcache, vcache, B, Tn, C, NH, NKV, pos0, Tmax))
+FV(gelu_forward, (lf_backend *be, float *out, const float *inp, size_t n), (be, out, inp, n))
+FV(gelu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n), (be, dinp, inp, dout, n))
+FV(swiglu_forward, (lf_backend *be, float *out, const float *inp, int N, int F), (be, out, inp, N, F))
+FV(swiglu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F),
+   (be, dinp, inp, dout, N, F))
+FV(residual_forward, (lf_backend *be, float *out, const float *a, const float *b, size_t n), (be, out, a, b, n))
+FV(residual_backward, (lf_backend *be, float *da, float *db, const float *dout, size_t n), (be, da, db, dout, n))
+FV(dropout_forward, (lf_backend *be, float *out, const float *inp, size_t n, lf_dropout drop), (be, out, inp, n, drop))
+FV(dropout_backward, (lf_backend *be, float *dinp, const float *dout, size_t n, lf_dropout drop), (be, dinp, dout, n, drop))
+FV(crossentropy_forward_backward,
+   (lf_backend *be, float *losses, float *dlogits, const float *logits, const int32_t *targets, int N, int V, int Vp,
+    float dloss),
+   (be, losses, dlogits, logits, targets, N, V, Vp, dloss))
+FV(adamw_update,
+   (lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+    float eps, float weight_decay, float grad_scale, int t),
+   (be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t))
+FR(int, fp16_round, (lf_backend *be, float *x, size_t n), (be, x, n))
+FR(double, sum_squares, (lf_backend *be, const float *x, size_t n), (be, x, n))
+FV(add_inplace, (lf_backend *be, float *y, const float *x, size_t n), (be, y, x, n))
 
-static void f_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C) {
-    fence_open();
-    base()->encoder_forward(out, inp, wte, wpe, B, T, C);
-    fence_close();
-}
-
-static void f_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C) {
-    fence_open();
-    base()->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
-    fence_close();
-}
-
-static void f_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int N, int C) {
-    fence_open();
-    base()->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-    fence_close();
-}
-
-static void f_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, const float *mean, const float *rstd, int N, int C) {
-    fence_open();
-    base()->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-    fence_close();
-}
-
-static void f_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
-    fence_open();
-    base()->rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
-    fence_close();
-}
-
-static void f_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight, const float *rstd, int N, int C) {
-    fence_open();
-    base()->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
-    fence_close();
-}
-
-static void f_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC, lf_weight_layout layout) {
-    fence_open();
-    base()->matmul_forward(out, inp, weight, bias, N, C, OC, layout);
-    fence_close();
-}
-
-static void f_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout) {
-    fence_open();
-    base()->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
-    fence_close();
-}
-
-static void f_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
-    fence_open();
-    base()->rope_forward(qkv, B, T, NH, NKV, HS, pos0, theta);
-    fence_close();
-}
-
-static void f_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
-    fence_open();
-    base()->rope_backward(dqkv, B, T, NH, NKV, HS, pos0, theta);
-    fence_close();
-}
-
-static void f_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV, lf_dropout drop) {
-    fence_open();
-    base()->attention_forward(out, att, qkv, B, T, C, NH, NKV, drop);
-    fence_close();
-}
-
-static void f_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop) {
-    fence_open();
-    base()->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop);
-    fence_close();
-}
-
-static void f_kv_append(float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS, int pos0, int Tmax) {
-    fence_open();
-    base()->kv_append(kcache, vcache, qkv, B, Tn, NH, NKV, HS, pos0, Tmax);
-    fence_close();
-}
-
-static void f_attention_cached(float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache, int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax) {
-    fence_open();
-    base()->attention_cached(out, scratch, qkv, kcache, vcache, B, Tn, C, NH, NKV, pos0, Tmax);
-    fence_close();
-}
-
-static void f_gelu_forward(float *out, const float *inp, size_t n) {
-    fence_open();
-    base()->gelu_forward(out, inp, n);
-    fence_close();
-}
-
-static void f_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    fence_open();
-    base()->gelu_backward(dinp, inp, dout, n);
-    fence_close();
-}
-
-static void f_swiglu_forward(float *out, const float *inp, int N, int F) {
-    fence_open();
-    base()->swiglu_forward(out, inp, N, F);
-    fence_close();
-}
-
-static void f_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
-    fence_open();
-    base()->swiglu_backward(dinp, inp, dout, N, F);
-    fence_close();
-}
-
-static void f_residual_forward(float *out, const float *a, const float *b, size_t n) {
-    fence_open();
-    base()->residual_forward(out, a, b, n);
-    fence_close();
-}
-
-static void f_residual_backward(float *da, float *db, const float *dout, size_t n) {
-    fence_open();
-    base()->residual_backward(da, db, dout, n);
-    fence_close();
-}
-
-static void f_dropout_forward(float *out, const float *inp, size_t n, lf_dropout drop) {
-    fence_open();
-    base()->dropout_forward(out, inp, n, drop);
-    fence_close();
-}
-
-static void f_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropout drop) {
-    fence_open();
-    base()->dropout_backward(dinp, dout, n, drop);
-    fence_close();
-}
-
-static void f_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits, const int32_t *targets, int N, int V, int Vp, float dloss) {
-    fence_open();
-    base()->crossentropy_forward_backward(losses, dlogits, logits, targets, N, V, Vp, dloss);
-    fence_close();
-}
-
-static void f_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
-    fence_open();
-    base()->adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-    fence_close();
-}
-
-static double f_loss_sum(const float *losses, const int32_t *targets, int N, long *n_valid) {
+static double f_loss_sum(lf_backend *be, const float *losses, const int32_t *targets, int N, long *n_valid) {
     long n = 0; /* n_valid is host memory: written after the fence closes */
-    fence_open();
-    const double r = base()->loss_sum(losses, targets, N, &n);
-    fence_close();
+    fence_open(be);
+    const double r = base()->loss_sum(be, losses, targets, N, &n);
+    fence_close(be);
     *n_valid = n;
     return r;
 }
 
-static int f_fp16_round(float *x, size_t n) {
-    fence_open();
-    const int r = base()->fp16_round(x, n);
-    fence_close();
-    return r;
-}
-
-static double f_sum_squares(const float *x, size_t n) {
-    fence_open();
-    const double r = base()->sum_squares(x, n);
-    fence_close();
-    return r;
-}
-
-static void f_add_inplace(float *y, const float *x, size_t n) {
-    fence_open();
-    base()->add_inplace(y, x, n);
-    fence_close();
-}
-
 static const lf_backend_ops fenced_ops = {
     .name = "cpu-fenced",
+    .open = fenced_open,
+    .close = fenced_close,
     .host_memory = 0,
     .alloc = fenced_alloc,
     .free = fenced_free,

@@ -28,8 +28,9 @@
  *    parallel regions (model replicas, attention heads) a product runs on
  *    the calling thread; outside one on omp_get_max_threads() threads.
  *  - A product oneDNN refuses (it only refuses bad arguments) is computed
- *    by OpenBLAS and counted (lf__cpu_gemm_failures; the tests require 0):
- *    ops return nothing, so the count is how a failure shows.
+ *    by OpenBLAS, counted (lf__cpu_gemm_failures; the tests require 0) and
+ *    reported on the calling instance's sticky status (lf__cpu_op_failed):
+ *    no silent fallback.
  *
  * References: oneDNN v2.6 "BLAS functions" (dnnl_sgemm, row-major);
  * OpenBLAS driver/others/dynamic.c (the CPU table, OPENBLAS_CORETYPE).
@@ -216,6 +217,10 @@ void lf__cpu_gemm_force(int lib) {
 
 long lf__cpu_gemm_failures(void) { return atomic_load(&g_failures); }
 
+static atomic_int g_inject; /* test hook: products to fail on purpose */
+
+void lf__cpu_gemm_inject_failures(int n) { atomic_store(&g_inject, n > 0 ? n : 0); }
+
 /* ---------------------------------------------------------------- the product */
 
 static void blas_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -233,13 +238,22 @@ void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float
         return;
     }
     pthread_once(&g_once, detect);
+    if (atomic_load_explicit(&g_inject, memory_order_relaxed) > 0 && atomic_fetch_sub(&g_inject, 1) > 0) {
+        atomic_fetch_add(&g_failures, 1);
+        lf__cpu_op_failed("sgemm(M %d, N %d, K %d): failure injected by a test; computed by OpenBLAS", M, N, K);
+        blas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     if (atomic_load_explicit(&g_lib, memory_order_relaxed) == LF_CPU_GEMM_OPENBLAS) {
         blas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success)
-        return;
+    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (st == dnnl_success) return;
     atomic_fetch_add(&g_failures, 1);
+    lf__cpu_op_failed("oneDNN dnnl_sgemm(%c, %c, M %d, N %d, K %d, lda %d, ldb %d, ldc %d) returned status %d; "
+                      "computed by OpenBLAS",
+                      ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, lda, ldb, ldc, (int)st);
     blas_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -98,6 +98,16 @@ static inline float lf__cpu_bf16_as_f32(uint16_t h) {
  * matching slot of lf_backend_ops in backend_impl.h, which documents every
  * pointer's shape. */
 
+/* cpu_backend.c: an op failed deep inside (a product oneDNN refused, no
+ * memory for a copy) and computed its result another way: the table slot
+ * that called it records the message on the calling instance (sticky
+ * status, LF_ERR_DEVICE). Thread-safe. */
+void lf__cpu_op_failed(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
 /* cpu_pointwise.c */
 void lf__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
                              int B, int T, int C);
@@ -209,6 +219,8 @@ int lf__cpu_gemm_lib(void);
 void lf__cpu_gemm_force(int lib);
 /* Products oneDNN refused and OpenBLAS computed (0 unless a bug). */
 long lf__cpu_gemm_failures(void);
+/* Test hook: the next n fp32 products fail as one oneDNN refused would (reported, then computed by OpenBLAS; n <= 0: none). */
+void lf__cpu_gemm_inject_failures(int n);
 /* oneDNN's name of an ISA value ("avx512_core"). */
 const char *lf__cpu_onednn_isa_name(unsigned isa);
 

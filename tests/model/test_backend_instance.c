@@ -1,0 +1,165 @@
+/*
+ * Backend instances and their sticky status (backend_impl.h, backend.c):
+ *  - lf_backend_open gives an instance of its own; an unknown name fails
+ *    with the names compiled in;
+ *  - an op given what it must refuse (a KV-cache write past the cache) does
+ *    nothing and records LF_ERR_INVALID_ARG naming the op; lf_backend_sync
+ *    reports it, and keeps reporting it (sticky); other instances are not
+ *    touched;
+ *  - a kernel library failure deep inside an op (an fp32 product that
+ *    "oneDNN refused", injected) is no silent fallback: the result is still
+ *    computed, but the instance is failed with LF_ERR_DEVICE naming the op;
+ *  - a model forward on a failed instance returns the failure;
+ *  - cpu-fenced's regions belong to its instance: an op of one fenced
+ *    instance does not open the memory of another (SIGSEGV in a child).
+ */
+#include <signal.h>
+#include <sys/wait.h>
+#include "test_util.h"
+#include "backend/backend_impl.h"
+#include "backend/cpu/cpu_internal.h"
+#include "llmforge/backend.h"
+#include "llmforge/model.h"
+
+static void test_open_unknown(void **state) {
+    (void)state;
+    lf_backend *be = (lf_backend *)1;
+    assert_int_equal(lf_backend_open("cpu-fp8", &be), LF_ERR_NOT_FOUND);
+    assert_null(be);
+    LF_ASSERT_ERR_CONTAINS("cpu-fp8");
+    LF_ASSERT_ERR_CONTAINS("cpu-fenced");
+    LF_ASSERT_OK(lf_backend_open(NULL, &be));
+    assert_string_equal(lf_backend_name(be), "cpu");
+    assert_ptr_not_equal(be, lf_backend_get("cpu")); /* its own, not the shared one */
+    LF_ASSERT_OK(lf_backend_sync(be));
+    lf_backend_close(be);
+    lf_backend_close(lf_backend_get("cpu")); /* the shared instance stays open */
+    LF_ASSERT_OK(lf_backend_sync(lf_backend_get("cpu")));
+}
+
+static void test_precondition_is_sticky(void **state) {
+    (void)state;
+    lf_backend *be;
+    LF_ASSERT_OK(lf_backend_open("cpu", &be));
+    const int B = 1, NH = 2, NKV = 1, HS = 4, Tmax = 3, W = (NH + 2 * NKV) * HS;
+    float kc[12], vc[12], qkv[2 * 16];
+    for (int i = 0; i < 12; i++) kc[i] = vc[i] = -7.0f;
+    for (int i = 0; i < 2 * W; i++) qkv[i] = (float)i;
+    /* two rows at position 2 of a 3-position cache: one too many */
+    be->ops->kv_append(be, kc, vc, qkv, B, 2, NH, NKV, HS, 2, Tmax);
+    for (int i = 0; i < 12; i++) assert_true(kc[i] == -7.0f && vc[i] == -7.0f); /* nothing written */
+    assert_int_equal(lf_backend_status(be), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_backend_sync(be), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("backend 'cpu': kv_append");
+    LF_ASSERT_ERR_CONTAINS("position 2 of a cache of 3");
+    /* a later good op does not clear it, nor does a second failure replace it */
+    be->ops->kv_append(be, kc, vc, qkv, B, 1, NH, NKV, HS, 0, Tmax);
+    assert_true(kc[0] == qkv[NH * HS]); /* that op ran */
+    be->ops->rope_forward(be, qkv, 1, 1, NH, NKV, 3, 0, 10000.0f);
+    assert_int_equal(lf_backend_sync(be), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("kv_append");
+    /* the shared instance is another instance */
+    LF_ASSERT_OK(lf_backend_sync(lf_backend_get("cpu")));
+    lf_backend_close(be);
+    /* rope on an odd head size, on a fresh instance */
+    LF_ASSERT_OK(lf_backend_open("cpu", &be));
+    be->ops->rope_forward(be, qkv, 1, 1, NH, NKV, 3, 0, 10000.0f);
+    assert_int_equal(lf_backend_sync(be), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("rope_forward: head size 3");
+    lf_backend_close(be);
+}
+
+static void test_library_failure_reported(void **state) {
+    (void)state;
+    lf_backend *be;
+    LF_ASSERT_OK(lf_backend_open("cpu", &be));
+    const int N = 3, C = 5, OC = 4;
+    float x[15], w[20], y[12];
+    for (int i = 0; i < 15; i++) x[i] = 0.25f * (float)(i % 7) - 0.5f;
+    for (int i = 0; i < 20; i++) w[i] = 0.125f * (float)(i % 5) - 0.25f;
+    const long before = lf__cpu_gemm_failures();
+    lf__cpu_gemm_inject_failures(1);
+    be->ops->matmul_forward(be, y, x, w, NULL, N, C, OC, LF_W_IN_OUT);
+    lf__cpu_gemm_inject_failures(0);
+    assert_int_equal(lf__cpu_gemm_failures(), before + 1);
+    /* computed anyway (exactly: these products are short sums of dyadic numbers) */
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double ref = 0;
+            for (int c = 0; c < C; c++) ref += (double)x[n * C + c] * (double)w[c * OC + o];
+            assert_true(y[n * OC + o] == (float)ref);
+        }
+    assert_int_equal(lf_backend_sync(be), LF_ERR_DEVICE);
+    LF_ASSERT_ERR_CONTAINS("matmul_forward");
+    LF_ASSERT_ERR_CONTAINS("injected");
+    lf_backend_close(be);
+}
+
+static void test_model_forward_reports(void **state) {
+    (void)state;
+    lf_backend *be;
+    LF_ASSERT_OK(lf_backend_open("cpu", &be));
+    lf_model_config c = {.n_layer = 1, .n_head = 2, .n_embd = 16, .block_size = 8, .vocab_size = 13, .bias = 1};
+    lf_model *m;
+    LF_ASSERT_OK(lf_model_create(&m, &c, be));
+    LF_ASSERT_OK(lf_model_init_weights(m, 1));
+    int32_t in[8], tg[8];
+    for (int i = 0; i < 8; i++) {
+        in[i] = i % 13;
+        tg[i] = (i + 1) % 13;
+    }
+    lf_forward_opts o = {.dloss = 1.0f / 8};
+    double loss;
+    long nv;
+    LF_ASSERT_OK(lf_model_forward(m, in, tg, 1, 8, &o, &loss, &nv));
+    LF_ASSERT_OK(lf_model_backward(m));
+    lf__cpu_gemm_inject_failures(1);
+    assert_int_equal(lf_model_forward(m, in, tg, 1, 8, &o, &loss, &nv), LF_ERR_DEVICE);
+    lf__cpu_gemm_inject_failures(0);
+    LF_ASSERT_ERR_CONTAINS("backend 'cpu'");
+    LF_ASSERT_ERR_CONTAINS("injected");
+    /* no backward after a failed forward, and the instance stays failed */
+    assert_int_equal(lf_model_backward(m), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_model_forward(m, in, tg, 1, 8, &o, &loss, &nv), LF_ERR_DEVICE);
+    lf_model_free(m);
+    lf_backend_close(be);
+}
+
+static void test_fenced_instances_apart(void **state) {
+    (void)state;
+    lf_backend *a, *b;
+    LF_ASSERT_OK(lf_backend_open("cpu-fenced", &a));
+    LF_ASSERT_OK(lf_backend_open("cpu-fenced", &b));
+    float *xa = a->ops->alloc(a, 64 * sizeof(float)), *xb = b->ops->alloc(b, 64 * sizeof(float));
+    assert_non_null(xa);
+    assert_non_null(xb);
+    b->ops->zero(b, xb, 64); /* its own memory: fine */
+    a->ops->zero(a, xa, 64);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL); /* cmocka's handler would catch it */
+        b->ops->zero(b, xa, 64);  /* b's op does not open a's regions */
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    a->ops->free(a, xa);
+    b->ops->free(b, xb);
+    LF_ASSERT_OK(lf_backend_sync(a));
+    LF_ASSERT_OK(lf_backend_sync(b));
+    lf_backend_close(a);
+    lf_backend_close(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_unknown),
+        cmocka_unit_test(test_precondition_is_sticky),
+        cmocka_unit_test(test_library_failure_reported),
+        cmocka_unit_test(test_model_forward_reports),
+        cmocka_unit_test(test_fenced_instances_apart),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
