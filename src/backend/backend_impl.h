@@ -14,8 +14,12 @@
  *
  * Invariants the model relies on:
  *  - All tensors are float32, row-major, contiguous, in backend memory,
- *    except the bf16 activations of the *_bf16 slots (below): uint16_t bf16
- *    bits, the fp32 value rounded to nearest, ties to even, NaN kept NaN.
+ *    except the activations whose storage an lf_dtype argument names (the
+ *    outputs of the norms, GELU, SwiGLU and convert, and the `inp` of the
+ *    matmul pair): LF_DT_BF16 is uint16_t bf16 bits, the fp32 value rounded
+ *    to nearest, ties to even, NaN kept NaN. A backend accepts the dtypes
+ *    in its act_dtypes; any other records LF_ERR_UNSUPPORTED (no silent
+ *    conversion).
  *  - Parameter gradients always ACCUMULATE (+=): micro-batches add up until
  *    the model zeroes them before a step's first micro-batch.
  *  - Activation gradients with a single producer are OVERWRITTEN (=):
@@ -69,6 +73,14 @@
 #include <stdio.h>
 #include "llmforge/backend.h"
 
+/* Storage of an activation tensor (see act_dtypes). */
+typedef enum lf_dtype {
+    LF_DT_F32 = 0,  /* float32 */
+    LF_DT_BF16 = 1, /* bfloat16 bits (uint16_t) */
+} lf_dtype;
+#define LF_DT_BIT(dt) (1u << (unsigned)(dt))
+static inline size_t lf_dtype_size(lf_dtype dt) { return dt == LF_DT_BF16 ? 2 : 4; }
+
 typedef enum lf_weight_layout {
     LF_W_IN_OUT = 0, /* weight (C, OC): y = x @ W   (HF Conv1D) */
     LF_W_OUT_IN = 1, /* weight (OC, C): y = x @ W^T (nn.Linear, tied lm_head) */
@@ -93,6 +105,15 @@ struct lf_backend_ops {
     lf_status (*open)(lf_backend *be);
     void (*close)(lf_backend *be);
     void (*sync)(lf_backend *be);
+
+    /* ---- activation storage this backend's ops accept (LF_DT_BIT of each
+     * lf_dtype). bf16 is offered only by a backend whose matmul rounds its
+     * operands to bf16 anyway (cpu-bf16), so storing a matmul input in bf16
+     * changes no result bit: each op computes exactly its fp32 result and
+     * rounds it as convert does, and the matmul pair given a bf16 inp
+     * computes exactly what it computes from the fp32 inp that rounds to
+     * it. */
+    unsigned act_dtypes;
 
     /* ---- memory */
     int host_memory;                         /* 1: backend memory is host memory (callers may
@@ -121,7 +142,8 @@ struct lf_backend_ops {
 
     /* ---- layernorm over the last dim, eps 1e-5, biased variance (PyTorch).
      * bias may be NULL (bias=false models). */
-    void (*layernorm_forward)(lf_backend *be, float *out,          // (N,C)
+    void (*layernorm_forward)(lf_backend *be, void *out,           // (N,C) in out_dt
+                              lf_dtype out_dt,
                               float *mean,         // (N)
                               float *rstd,         // (N)
                               const float *inp,    // (N,C)
@@ -141,7 +163,8 @@ struct lf_backend_ops {
     /* ---- RMSNorm over the last dim (HF LlamaRMSNorm, fp32):
      * rstd = 1/sqrt(mean(x^2) + eps), out = weight * (x * rstd). No mean, no
      * bias. rstd is saved for backward. */
-    void (*rmsnorm_forward)(lf_backend *be, float *out,            // (N,C)
+    void (*rmsnorm_forward)(lf_backend *be, void *out,             // (N,C) in out_dt
+                            lf_dtype out_dt,
                             float *rstd,           // (N)
                             const float *inp,      // (N,C)
                             const float *weight,   // (C)
@@ -156,7 +179,8 @@ struct lf_backend_ops {
 
     /* ---- matmul + bias: out = inp @ W (+ bias), W in `layout`. bias may be NULL. */
     void (*matmul_forward)(lf_backend *be, float *out,             // (N,OC)
-                           const float *inp,       // (N,C)
+                           const void *inp,        // (N,C) in inp_dt
+                           lf_dtype inp_dt,
                            const float *weight,    // (C,OC) or (OC,C)
                            const float *bias,      // (OC) or NULL
                            int N, int C, int OC, lf_weight_layout layout);
@@ -165,7 +189,8 @@ struct lf_backend_ops {
                             float *dweight,        // same shape as weight, +=
                             float *dbias,          // (OC) += or NULL
                             const float *dout,     // (N,OC)
-                            const float *inp,      // (N,C)
+                            const void *inp,       // (N,C) in inp_dt
+                            lf_dtype inp_dt,
                             const float *weight,
                             int N, int C, int OC, lf_weight_layout layout);
 
@@ -245,13 +270,14 @@ struct lf_backend_ops {
                              int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax);
 
     /* ---- GELU, tanh approximation (GPT-2 / nanoGPT's nn.GELU(approximate='tanh')). */
-    void (*gelu_forward)(lf_backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_forward)(lf_backend *be, void *out, lf_dtype out_dt, const float *inp, size_t n);
     void (*gelu_backward)(lf_backend *be, float *dinp, /* = */ const float *inp, const float *dout, size_t n);
 
     /* ---- SwiGLU on a fused [gate | up] input (Llama's MLP, Shazeer 2020):
      * out[n,j] = silu(inp[n,j]) * inp[n,F+j], silu(x) = x * sigmoid(x).
      * backward overwrites dinp's gate and up halves. */
-    void (*swiglu_forward)(lf_backend *be, float *out,             // (N,F)
+    void (*swiglu_forward)(lf_backend *be, void *out,              // (N,F) in out_dt
+                           lf_dtype out_dt,
                            const float *inp,       // (N,2F): gate cols 0..F-1, up cols F..2F-1
                            int N, int F);
     void (*swiglu_backward)(lf_backend *be, float *dinp,           // (N,2F) = (overwritten)
@@ -312,34 +338,10 @@ struct lf_backend_ops {
     /* ---- y += x, element-wise (gradient reduction across replicas). */
     void (*add_inplace)(lf_backend *be, float *y, const float *x, size_t n);
 
-    /* ---- bf16 activation storage. A backend whose matmul rounds its
-     * operands to bf16 anyway (cpu-bf16) offers these, so the model can store
-     * an activation whose only use is as a matmul's `inp` in bf16, at half
-     * the bytes, without changing any result bit: each slot computes exactly
-     * its fp32 counterpart and rounds the result as cast_bf16 does, and the
-     * matmul pair, given inp already rounded, computes exactly what the fp32
-     * pair (matmul_forward/backward of the same table) computes from the
-     * fp32 inp. NULL on backends that keep activations in fp32 ("cpu"): all
-     * five or none. */
-    void (*cast_bf16)(lf_backend *be, uint16_t *out,               // (n) bf16
-                      const float *inp,            // (n)
-                      size_t n);
-    void (*layernorm_forward_bf16)(lf_backend *be, uint16_t *out,  // (N,C) bf16
-                                   float *mean,    // (N)
-                                   float *rstd,    // (N)
-                                   const float *inp, const float *weight, const float *bias, int N, int C);
-    void (*gelu_forward_bf16)(lf_backend *be, uint16_t *out,       // (n) bf16
-                              const float *inp, size_t n);
-    void (*matmul_forward_bf16)(lf_backend *be, float *out,        // (N,OC)
-                                const uint16_t *inp, // (N,C) bf16
-                                const float *weight, const float *bias, int N, int C, int OC,
-                                lf_weight_layout layout);
-    void (*matmul_backward_bf16)(lf_backend *be, float *dinp,      // (N,C) = or NULL
-                                 float *dweight,   // +=
-                                 float *dbias,     // (OC) += or NULL
-                                 const float *dout,// (N,OC)
-                                 const uint16_t *inp, // (N,C) bf16
-                                 const float *weight, int N, int C, int OC, lf_weight_layout layout);
+    /* ---- out (n, in out_dt) = inp (n, fp32): a copy for LF_DT_F32, the
+     * rounding for LF_DT_BF16 (an activation computed in fp32 elsewhere,
+     * e.g. the attention output, into the plan's storage). */
+    void (*convert)(lf_backend *be, void *out, lf_dtype out_dt, const float *inp, size_t n);
 
     /* ---- parameters were written by a route other than to_device or
      * adamw_update (e.g. a collective into backend memory, or a host write

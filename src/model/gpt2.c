@@ -29,8 +29,9 @@
  *  - Activation storage (lf_act_dtype): the tensors whose only readers are
  *    matmuls, as their `inp` (ln1, atty, ln2, fch_gelu, lnf: the `act`
  *    pointers below), are fp32 or bf16 for the whole plan (plan_dt). bf16
- *    needs the backend's bf16 slots (backend_impl.h), which round exactly as
- *    its products round their operands, so both storages give the same bits.
+ *    needs a backend whose act_dtypes has it (backend_impl.h): its ops round
+ *    exactly as its products round their operands, so both storages give
+ *    the same bits.
  *    The attention output is written in fp32 into the attproj buffer (free
  *    until c_proj overwrites it) and cast from there.
  */
@@ -330,8 +331,7 @@ enum { SITE_ATT = 0, SITE_ATT_RESID = 1, SITE_MLP_RESID = 2, SITE_EMB = 7 };
 static const float *block_input(const gpt2_acts *x, int l) { return l == 0 ? x->encoded : x->la[l - 1].res3; }
 
 static void gelu_forward(const lf_model *m, act *out, const float *inp, size_t n) {
-    if (m->plan_dt == LF_ACT_BF16) m->be->ops->gelu_forward_bf16(m->be, out, inp, n);
-    else m->be->ops->gelu_forward(m->be, out, inp, n);
+    m->be->ops->gelu_forward(m->be, out, m->plan_dt == LF_ACT_BF16 ? LF_DT_BF16 : LF_DT_F32, inp, n);
 }
 
 /* Attention output of layer l into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
@@ -339,7 +339,7 @@ static void attn_forward(const lf_model *m, const lf__replica *rp, int l, act *o
                          const float *qkv, int T, lf_dropout drop) {
     if (m->plan_dt == LF_ACT_BF16) {
         lf__attention(m, rp, l, tmp, att, qkv, T, drop);
-        m->be->ops->cast_bf16(m->be, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
+        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
     } else {
         lf__attention(m, rp, l, out, att, qkv, T, drop);
     }

@@ -26,9 +26,12 @@
  *    RMSNorm outputs and the SwiGLU output; full keeps each block's input and
  *    re-runs the block (up to SwiGLU) in backward. Same ops on the same
  *    inputs: every policy gives the same bits.
- *  - Matmul inputs are stored in fp32 (no bf16 activation storage yet: the
- *    backend has no bf16 RMSNorm/SwiGLU slots); on cpu-bf16 the products
- *    still round their operands to bf16.
+ *  - Activation storage (lf_act_dtype), as in gpt2.c: the tensors whose
+ *    only readers are matmuls, as their `inp` (h1, atty, h2, sw, hf: the
+ *    `act` pointers below), are fp32 or bf16 for the whole plan (plan_dt),
+ *    bf16 on a backend that offers it (cpu-bf16) with the same bits as fp32
+ *    storage. The attention output is written in fp32 into the oproj buffer
+ *    (free until o_proj overwrites it) and converted from there.
  *  - Dropout: HF Llama has attention dropout only (attention_dropout), which
  *    is model.dropout here; there is none on the residual branches.
  *
@@ -45,23 +48,29 @@
 /* Indices of one block's tensors in the parameter table. */
 enum { P_IN_NORM, P_Q, P_K, P_V, P_O, P_POST_NORM, P_GATE, P_UP, P_DOWN, P_PER_LAYER };
 
+/* A matmul-input activation: float or uint16_t (bf16 bits) as plan_dt says. */
+typedef void act;
+
 typedef struct layer_acts {
-    float *h1, *rstd1;  /* (N,C), (N): input_layernorm output and statistics */
+    act *h1;            /* (N,C): input_layernorm output */
+    float *rstd1;       /* (N) its statistics */
     float *qkv;         /* (N,W) [q | k | v], q and k rotated */
     float *att;         /* (B,NH,T,T) softmax probabilities */
-    float *atty;        /* (N,C) attention output before o_proj */
+    act *atty;          /* (N,C) attention output before o_proj */
     float *oproj;       /* (N,C) o_proj / down_proj outputs; working set */
     float *res2;        /* (N,C) residual after attention */
-    float *h2, *rstd2;  /* post_attention_layernorm */
+    act *h2;            /* post_attention_layernorm output */
+    float *rstd2;
     float *gu;          /* (N,2F) [gate | up] */
-    float *sw;          /* (N,F) SwiGLU output */
+    act *sw;            /* (N,F) SwiGLU output */
     float *res3;        /* (N,C) block output */
 } layer_acts;
 
 typedef struct llama_acts {
     layer_acts *la;
     float *encoded;        /* (N,C) token embeddings */
-    float *hf, *rstdf;     /* final norm */
+    act *hf;               /* (N,C) final norm output */
+    float *rstdf;
     float *att_scratch;    /* (B,NH,T,T) */
     float *dresidual, *dln, *datty; /* (N,C) */
     float *dqkv;           /* (N,W) */
@@ -241,6 +250,7 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     const size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
     const size_t W = (size_t)qkv_width(c), F = (size_t)c->ffn_hidden;
     const size_t att = (size_t)s->rB * NH * s->T * s->T;
+    const size_t A = lf__act_size(s->dt); /* bytes per element of a matmul input */
     const int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* norm and SwiGLU outputs */
     const int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
     llama_acts dummy = {0};
@@ -249,17 +259,17 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     layer_acts w = {0}; /* the working set: what no layer keeps */
     w.oproj = lf__slot(p, LF__CAT_WORK, N * C);
     if (!keep_outputs) {
-        w.h1 = lf__slot(p, LF__CAT_WORK, N * C);
+        w.h1 = lf__slot_bytes(p, LF__CAT_WORK, N * C * A);
         /* selective recomputes h2, then h1, one after the other: one buffer;
          * full recomputes the block at once: two */
-        w.h2 = keep_block ? w.h1 : lf__slot(p, LF__CAT_WORK, N * C);
-        w.sw = lf__slot(p, LF__CAT_WORK, N * F);
+        w.h2 = keep_block ? w.h1 : lf__slot_bytes(p, LF__CAT_WORK, N * C * A);
+        w.sw = lf__slot_bytes(p, LF__CAT_WORK, N * F * A);
     }
     if (!keep_block) {
         w.rstd1 = lf__slot(p, LF__CAT_WORK, N);
         w.qkv = lf__slot(p, LF__CAT_WORK, N * W);
         w.att = lf__slot(p, LF__CAT_WORK, att);
-        w.atty = lf__slot(p, LF__CAT_WORK, N * C);
+        w.atty = lf__slot_bytes(p, LF__CAT_WORK, N * C * A);
         w.res2 = lf__slot(p, LF__CAT_WORK, N * C);
         w.rstd2 = lf__slot(p, LF__CAT_WORK, N);
         w.gu = lf__slot(p, LF__CAT_WORK, N * 2 * F);
@@ -274,19 +284,19 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
             a->rstd1 = lf__slot(p, LF__CAT_SAVED, N);
             a->qkv = lf__slot(p, LF__CAT_SAVED, N * W);
             a->att = lf__slot(p, LF__CAT_SAVED, att);
-            a->atty = lf__slot(p, LF__CAT_SAVED, N * C);
+            a->atty = lf__slot_bytes(p, LF__CAT_SAVED, N * C * A);
             a->res2 = lf__slot(p, LF__CAT_SAVED, N * C);
             a->rstd2 = lf__slot(p, LF__CAT_SAVED, N);
             a->gu = lf__slot(p, LF__CAT_SAVED, N * 2 * F);
         }
         if (keep_outputs) {
-            a->h1 = lf__slot(p, LF__CAT_SAVED, N * C);
-            a->h2 = lf__slot(p, LF__CAT_SAVED, N * C);
-            a->sw = lf__slot(p, LF__CAT_SAVED, N * F);
+            a->h1 = lf__slot_bytes(p, LF__CAT_SAVED, N * C * A);
+            a->h2 = lf__slot_bytes(p, LF__CAT_SAVED, N * C * A);
+            a->sw = lf__slot_bytes(p, LF__CAT_SAVED, N * F * A);
         }
         a->res3 = lf__slot(p, LF__CAT_SAVED, N * C); /* the next block's input: kept by every policy */
     }
-    x->hf = lf__slot(p, LF__CAT_SAVED, N * C);
+    x->hf = lf__slot_bytes(p, LF__CAT_SAVED, N * C * A);
     x->rstdf = lf__slot(p, LF__CAT_SAVED, N);
     if (s->infer) return; /* a session: forward only */
     x->att_scratch = lf__slot(p, LF__CAT_WORK, att);
@@ -307,6 +317,21 @@ enum { SITE_ATT = 0 };
 
 static const float *block_input(const llama_acts *x, int l) { return l == 0 ? x->encoded : x->la[l - 1].res3; }
 
+static void swiglu_forward(const lf_model *m, act *out, const float *inp, int N, int F) {
+    m->be->ops->swiglu_forward(m->be, out, m->plan_dt == LF_ACT_BF16 ? LF_DT_BF16 : LF_DT_F32, inp, N, F);
+}
+
+/* Attention output of layer l into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
+static void attn_forward(const lf_model *m, const lf__replica *rp, int l, act *out, float *tmp, float *att,
+                         const float *qkv, int T, lf_dropout drop) {
+    if (m->plan_dt == LF_ACT_BF16) {
+        lf__attention(m, rp, l, tmp, att, qkv, T, drop);
+        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
+    } else {
+        lf__attention(m, rp, l, out, att, qkv, T, drop);
+    }
+}
+
 /* Forward of block l; whole = 0 stops after SwiGLU (full recomputation). */
 static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole) {
     lf_backend *be = m->be;
@@ -318,19 +343,19 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     layer_acts *a = &x->la[l];
     const int *ix = ST(m)->lp[l];
     const float *residual = block_input(x, l);
-    be->ops->rmsnorm_forward(be, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
+    lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     /* q, k, v are consecutive: one (W, C) product */
-    be->ops->matmul_forward(be, a->qkv, a->h1, PW(ix[P_Q]), NULL, N, C, W, LF_W_OUT_IN);
+    lf__mm_forward(m, a->qkv, a->h1, PW(ix[P_Q]), NULL, N, C, W, LF_W_OUT_IN);
     be->ops->rope_forward(be, a->qkv, B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
-    lf__attention(m, rp, l, a->atty, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
-    be->ops->matmul_forward(be, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
+    attn_forward(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+    lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
     be->ops->residual_forward(be, a->res2, residual, a->oproj, NC);
-    be->ops->rmsnorm_forward(be, a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
+    lf__rms_forward(m, a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
     /* gate and up are consecutive: one (2F, C) product */
-    be->ops->matmul_forward(be, a->gu, a->h2, PW(ix[P_GATE]), NULL, N, C, 2 * F, LF_W_OUT_IN);
-    be->ops->swiglu_forward(be, a->sw, a->gu, N, F);
+    lf__mm_forward(m, a->gu, a->h2, PW(ix[P_GATE]), NULL, N, C, 2 * F, LF_W_OUT_IN);
+    swiglu_forward(m, a->sw, a->gu, N, F);
     if (!whole) return;
-    be->ops->matmul_forward(be, a->oproj, a->sw, PW(ix[P_DOWN]), NULL, N, F, C, LF_W_OUT_IN);
+    lf__mm_forward(m, a->oproj, a->sw, PW(ix[P_DOWN]), NULL, N, F, C, LF_W_OUT_IN);
     be->ops->residual_forward(be, a->res3, a->res2, a->oproj, NC);
 }
 
@@ -345,8 +370,8 @@ static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) 
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     const int C = c->n_embd, N = rp->B * T;
-    m->be->ops->rmsnorm_forward(m->be, x->hf, x->rstdf, block_input(x, c->n_layer), PW(ST(m)->norm), N, C, c->norm_eps);
-    m->be->ops->matmul_forward(m->be, rp->logits, x->hf, PW(ST(m)->head), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
+    lf__rms_forward(m, x->hf, x->rstdf, block_input(x, c->n_layer), PW(ST(m)->norm), N, C, c->norm_eps);
+    lf__mm_forward(m, rp->logits, x->hf, PW(ST(m)->head), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
     lf__classifier(m, rp, N, with_targets);
 }
 
@@ -357,7 +382,7 @@ static void head_backward(lf_model *m, lf__replica *rp, int T) {
     const lf_model_config *c = &m->cfg;
     const int C = c->n_embd, N = rp->B * T;
     be->ops->zero(be, x->dresidual, (size_t)N * C);
-    be->ops->matmul_backward(be, x->dln, GR(ST(m)->head), NULL, rp->logits, x->hf, PW(ST(m)->head), N, C, lf__vp(c),
+    lf__mm_backward(m, x->dln, GR(ST(m)->head), NULL, rp->logits, x->hf, PW(ST(m)->head), N, C, lf__vp(c),
                         LF_W_OUT_IN);
     be->ops->rmsnorm_backward(be, x->dresidual, GR(ST(m)->norm), x->dln, block_input(x, c->n_layer), PW(ST(m)->norm), x->rstdf,
                          N, C);
@@ -377,22 +402,22 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
      * full: the working set still holds the last block from forward. */
     if (m->plan_rc == LF_RECOMPUTE_FULL && l < L - 1) block_forward(m, rp, l, T, 0);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) {
-        be->ops->rmsnorm_forward(be, a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
-        be->ops->swiglu_forward(be, a->sw, a->gu, N, F);
+        lf__rms_forward(m, a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
+        swiglu_forward(m, a->sw, a->gu, N, F);
     }
     /* dresidual = d(res3); res3 = res2 + down(swiglu(gate_up(h2))) */
-    be->ops->matmul_backward(be, x->dsw, GR(ix[P_DOWN]), NULL, x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dsw, GR(ix[P_DOWN]), NULL, x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C, LF_W_OUT_IN);
     be->ops->swiglu_backward(be, x->dgu, a->gu, x->dsw, N, F);
-    be->ops->matmul_backward(be, x->dln, GR(ix[P_GATE]), NULL, x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dln, GR(ix[P_GATE]), NULL, x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F, LF_W_OUT_IN);
     be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N, C);
     /* dresidual = d(res2); res2 = residual + o(attention(rope(qkv(h1)))) */
-    be->ops->matmul_backward(be, x->datty, GR(ix[P_O]), NULL, x->dresidual, a->atty, PW(ix[P_O]), N, C, C, LF_W_OUT_IN);
+    lf__mm_backward(m, x->datty, GR(ix[P_O]), NULL, x->dresidual, a->atty, PW(ix[P_O]), N, C, C, LF_W_OUT_IN);
     be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NKV,
                            lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     be->ops->rope_backward(be, x->dqkv, B, T, NH, NKV, HS, 0, c->rope_theta);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* h1 shares h2's buffer */
-        be->ops->rmsnorm_forward(be, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
-    be->ops->matmul_backward(be, x->dln, GR(ix[P_Q]), NULL, x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
+        lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
+    lf__mm_backward(m, x->dln, GR(ix[P_Q]), NULL, x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
     be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_IN_NORM]), x->dln, residual, PW(ix[P_IN_NORM]), a->rstd1, N, C);
 }
 
@@ -411,7 +436,7 @@ const lf__model_arch lf__arch_llama = {
     .attn_flops_per_token = llama_attn_flops,
     .init_weights = llama_init,
     .hf_config_json = llama_hf_config,
-    .bf16_acts = 0,
+    .bf16_acts = 1,
     .bind = llama_bind,
     .unbind = llama_unbind,
     .acts_size = sizeof(llama_acts),

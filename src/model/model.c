@@ -213,13 +213,10 @@ size_t lf_model_zero_work_bytes(const lf_model_config *cfg, int partition_grads,
 
 /* ---------------------------------------------------------------- lifecycle */
 
-/* The backend can store matmul inputs in bf16 (all five slots, or none). */
-static int bf16_slots(lf_backend *be) {
-    return be->ops->cast_bf16 && be->ops->layernorm_forward_bf16 && be->ops->gelu_forward_bf16 && be->ops->matmul_forward_bf16 &&
-           be->ops->matmul_backward_bf16;
+/* The backend can store matmul inputs in bf16 (its activation dtypes). */
+static int bf16_acts_supported(const lf_model *m) {
+    return m->arch->bf16_acts && (m->be->ops->act_dtypes & LF_DT_BIT(LF_DT_BF16));
 }
-
-static int bf16_acts_supported(const lf_model *m) { return m->arch->bf16_acts && bf16_slots(m->be); }
 
 int lf__param_index(const lf_model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
@@ -600,24 +597,31 @@ lf_dropout lf__drop_at(const lf_model *m, const lf__replica *rp, int layer, int 
     return d;
 }
 
+/* The storage of matmul-input activations in the plan in place. */
+static inline lf_dtype act_dt(const lf_model *m) { return m->plan_dt == LF_ACT_BF16 ? LF_DT_BF16 : LF_DT_F32; }
+
 void lf__ln_forward(const lf_model *m, void *out, float *mean, float *rstd, const float *inp, const float *weight,
                     const float *bias, int N, int C) {
-    if (m->plan_dt == LF_ACT_BF16) m->be->ops->layernorm_forward_bf16(m->be, out, mean, rstd, inp, weight, bias, N, C);
-    else m->be->ops->layernorm_forward(m->be, out, mean, rstd, inp, weight, bias, N, C);
+    m->be->ops->layernorm_forward(m->be, out, act_dt(m), mean, rstd, inp, weight, bias, N, C);
+}
+
+void lf__rms_forward(const lf_model *m, void *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                     float eps) {
+    m->be->ops->rmsnorm_forward(m->be, out, act_dt(m), rstd, inp, weight, N, C, eps);
+}
+
+void lf__act_convert(const lf_model *m, void *out, const float *inp, size_t n) {
+    m->be->ops->convert(m->be, out, act_dt(m), inp, n);
 }
 
 void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
                     int C, int OC, lf_weight_layout layout) {
-    if (m->plan_dt == LF_ACT_BF16) m->be->ops->matmul_forward_bf16(m->be, out, inp, weight, bias, N, C, OC, layout);
-    else m->be->ops->matmul_forward(m->be, out, inp, weight, bias, N, C, OC, layout);
+    m->be->ops->matmul_forward(m->be, out, inp, act_dt(m), weight, bias, N, C, OC, layout);
 }
 
 void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
                      const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout) {
-    if (m->plan_dt == LF_ACT_BF16)
-        m->be->ops->matmul_backward_bf16(m->be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
-    else
-        m->be->ops->matmul_backward(m->be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+    m->be->ops->matmul_backward(m->be, dinp, dweight, dbias, dout, inp, act_dt(m), weight, N, C, OC, layout);
 }
 
 void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,

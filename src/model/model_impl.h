@@ -207,10 +207,14 @@ static inline int lf__vp(const lf_model_config *c) {
     return c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
 }
 
-/* The ops that write or read matmul-input activations in the plan's storage
- * (plan_dt): the fp32 ops, or the backend's bf16 slots. */
+/* The ops that write or read matmul-input activations, in the plan's
+ * storage (plan_dt as the ops' lf_dtype). */
 void lf__ln_forward(const lf_model *m, void *out, float *mean, float *rstd, const float *inp, const float *weight,
                     const float *bias, int N, int C);
+void lf__rms_forward(const lf_model *m, void *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                     float eps);
+/* fp32 inp (n) into the plan's storage (a copy-with-rounding, or a copy). */
+void lf__act_convert(const lf_model *m, void *out, const float *inp, size_t n);
 void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
                     int C, int OC, lf_weight_layout layout);
 void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,

@@ -45,14 +45,14 @@ int main(int argc, char **argv) {
     for (int L = 0; L < 2; L++) {
         const lf_weight_layout lay = (lf_weight_layout)L;
         printf("-- layout %s\n", L == 0 ? "IN_OUT (Conv1D: x @ W)" : "OUT_IN (lm_head: x @ W^T)");
-        TIME("fp32 forward", reps, fl, f->ops->matmul_forward(f, out, x, w, b, N, C, OC, lay));
-        TIME("bf16 forward", reps, fl, h->ops->matmul_forward(h, out, x, w, b, N, C, OC, lay));
+        TIME("fp32 forward", reps, fl, f->ops->matmul_forward(f, out, x, LF_DT_F32, w, b, N, C, OC, lay));
+        TIME("bf16 forward", reps, fl, h->ops->matmul_forward(h, out, x, LF_DT_F32, w, b, N, C, OC, lay));
         TIME("bf16 forward, weight converted", reps, fl,
-             (h->ops->params_changed(h), h->ops->matmul_forward(h, out, x, w, b, N, C, OC, lay)));
+             (h->ops->params_changed(h), h->ops->matmul_forward(h, out, x, LF_DT_F32, w, b, N, C, OC, lay)));
         TIME("fp32 backward (dinp + dweight)", reps, 2 * fl,
-             f->ops->matmul_backward(f, dx, dw, NULL, dout, x, w, N, C, OC, lay));
+             f->ops->matmul_backward(f, dx, dw, NULL, dout, x, LF_DT_F32, w, N, C, OC, lay));
         TIME("bf16 backward (dinp + dweight)", reps, 2 * fl,
-             h->ops->matmul_backward(h, dx, dw, NULL, dout, x, w, N, C, OC, lay));
+             h->ops->matmul_backward(h, dx, dw, NULL, dout, x, LF_DT_F32, w, N, C, OC, lay));
     }
     lf_free(x), lf_free(w), lf_free(b), lf_free(out), lf_free(dout), lf_free(dx), lf_free(dw);
     lf__cpu_bf16_release();

@@ -38,17 +38,17 @@ int main(int argc, char **argv) {
     float *mean = rnd(N, 1, 9), *rstd = rnd(N, 1, 10);
     float *att = lf_alloc((size_t)B * NH * T * T * 4), *scr = lf_alloc((size_t)B * NH * T * T * 4);
     double nc = (double)N * C, mmf = 2.0 * N * C * 3 * C;
-    TIME("matmul fwd C->3C", 5, mmf, "GFLOP/s", o->ops->matmul_forward(o, out, x, w, bias, N, C, 3 * C, LF_W_IN_OUT));
-    TIME("matmul bwd C->3C", 5, 2 * mmf, "GFLOP/s", o->ops->matmul_backward(o, dx, dw, db, y, x, w, N, C, 3 * C, LF_W_IN_OUT));
+    TIME("matmul fwd C->3C", 5, mmf, "GFLOP/s", o->ops->matmul_forward(o, out, x, LF_DT_F32, w, bias, N, C, 3 * C, LF_W_IN_OUT));
+    TIME("matmul bwd C->3C", 5, 2 * mmf, "GFLOP/s", o->ops->matmul_backward(o, dx, dw, db, y, x, LF_DT_F32, w, N, C, 3 * C, LF_W_IN_OUT));
     double af = 4.0 * B * NH * (double)T * T * (C / NH) / 2; /* causal half: QK^T and AV */
     lf_dropout d0 = {0, 1, 2}, d1 = {0.1f, 1, 2};
     TIME("attention fwd", 3, af, "GFLOP/s", o->ops->attention_forward(o, out, att, x, B, T, C, NH, NH, d0));
     TIME("attention bwd", 3, 2 * af, "GFLOP/s", o->ops->attention_backward(o, dx, scr, y, x, att, B, T, C, NH, NH, d0));
     TIME("attention fwd p=0.1", 1, af, "GFLOP/s", o->ops->attention_forward(o, out, att, x, B, T, C, NH, NH, d1));
     TIME("attention bwd p=0.1", 1, 2 * af, "GFLOP/s", o->ops->attention_backward(o, dx, scr, y, x, att, B, T, C, NH, NH, d1));
-    TIME("layernorm fwd", 10, nc * 8, "GB/s", o->ops->layernorm_forward(o, out, mean, rstd, x, w, bias, N, C));
+    TIME("layernorm fwd", 10, nc * 8, "GB/s", o->ops->layernorm_forward(o, out, LF_DT_F32, mean, rstd, x, w, bias, N, C));
     TIME("layernorm bwd", 10, nc * 16, "GB/s", o->ops->layernorm_backward(o, dx, dw, db, y, x, w, mean, rstd, N, C));
-    TIME("gelu fwd 4C", 10, nc * 32, "GB/s", o->ops->gelu_forward(o, out, x, (size_t)N * 4 * C));
+    TIME("gelu fwd 4C", 10, nc * 32, "GB/s", o->ops->gelu_forward(o, out, LF_DT_F32, x, (size_t)N * 4 * C));
     TIME("gelu bwd 4C", 10, nc * 48, "GB/s", o->ops->gelu_backward(o, dx, x, y, (size_t)N * 4 * C));
     TIME("residual fwd", 10, nc * 12, "GB/s", o->ops->residual_forward(o, out, x, y, (size_t)N * C));
     TIME("residual bwd", 10, nc * 20, "GB/s", o->ops->residual_backward(o, dx, out, y, (size_t)N * C));
@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
     TIME("encoder bwd", 10, nc * 16, "GB/s", o->ops->encoder_backward(o, dwte, dw, y, tok, B, T, C));
     float *logits = rnd((size_t)N * Vp, 2, 13), *losses = malloc(N * 4);
     float *dl = lf_alloc((size_t)N * Vp * 4);
-    TIME("lm_head fwd (wte^T)", 2, 2.0 * N * C * Vp, "GFLOP/s", o->ops->matmul_forward(o, dl, x, wte, NULL, N, C, Vp, LF_W_OUT_IN));
+    TIME("lm_head fwd (wte^T)", 2, 2.0 * N * C * Vp, "GFLOP/s", o->ops->matmul_forward(o, dl, x, LF_DT_F32, wte, NULL, N, C, Vp, LF_W_OUT_IN));
     TIME("crossentropy fwd+bwd", 3, (double)N * Vp * 8, "GB/s", o->ops->crossentropy_forward_backward(o, losses, dl, logits, tok, N, V, Vp, 1.0f / N));
     size_t np = 124000000;
     float *p = lf_alloc(np * 4), *g = lf_alloc(np * 4), *m = lf_alloc(np * 4), *v = lf_alloc(np * 4);

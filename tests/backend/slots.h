@@ -50,14 +50,8 @@ static inline void lf_test_required_slots(const lf_backend_ops *t) {
     LF_TEST_SLOT(t, sum_squares);
     LF_TEST_SLOT(t, add_inplace);
     LF_TEST_SLOT(t, params_changed);
-}
-
-/* All five bf16 activation slots, or none. Returns how many are set. */
-static inline int lf_test_bf16_slots(const lf_backend_ops *t) {
-    const int n = !!t->cast_bf16 + !!t->layernorm_forward_bf16 + !!t->gelu_forward_bf16 + !!t->matmul_forward_bf16 +
-                  !!t->matmul_backward_bf16;
-    if (n != 0 && n != 5) fail_msg("backend '%s': %d of the 5 bf16 activation slots set", t->name, n);
-    return n;
+    LF_TEST_SLOT(t, convert);
+    if (!(t->act_dtypes & LF_DT_BIT(LF_DT_F32))) fail_msg("backend '%s' does not take fp32 activations", t->name);
 }
 
 #endif

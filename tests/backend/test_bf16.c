@@ -85,7 +85,7 @@ static void test_table(void **state) {
     assert_null(lf_backend_get("cpu-fp8"));
     LF_ASSERT_ERR_CONTAINS("cpu-bf16");
     lf_test_required_slots(o->ops);
-    assert_int_equal(lf_test_bf16_slots(o->ops), 5);
+    assert_true(o->ops->act_dtypes == (LF_DT_BIT(LF_DT_F32) | LF_DT_BIT(LF_DT_BF16)));
     /* everything but matmul and the parameter-writing ops is the fp32 op */
     assert_ptr_equal(o->ops->layernorm_forward, fp()->ops->layernorm_forward);
     assert_ptr_equal(o->ops->attention_backward, fp()->ops->attention_backward);
@@ -148,8 +148,8 @@ static void check_forward(const char *path) {
                 float *f32 = malloc(out.n * sizeof(float));
                 double *ir = rounded(&inp), *wr = rounded(&w), *exact_r = malloc(out.n * sizeof(double));
                 bf()->ops->params_changed(bf()); /* w's buffer is new */
-                bf()->ops->matmul_forward(bf(), out.f, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
-                fp()->ops->matmul_forward(fp(), f32, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+                bf()->ops->matmul_forward(bf(), out.f, inp.f, LF_DT_F32, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+                fp()->ops->matmul_forward(fp(), f32, inp.f, LF_DT_F32, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
                 ref_matmul_forward(out.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, OC, lay);
                 ref_matmul_forward(exact_r, ir, wr, with_bias ? b.d : NULL, N, C, OC, lay);
                 double e = frob_err(out.f, out.d, out.n), er = frob_err(out.f, exact_r, out.n);
@@ -183,7 +183,7 @@ static void check_backward(const char *path) {
             ref_matmul_backward(rrdinp, rrdw, dr, ir, wr, N, C, OC, lay);
             bf()->ops->params_changed(bf());
 
-            bf()->ops->matmul_backward(bf(), dinp, dw, db, dout.f, inp.f, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), dinp, dw, db, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
             double e = frob_err(dinp, rdinp, nx), er = frob_err(dinp, rrdinp, nx);
             if (!(e <= BF16_TOL) || !(er <= ACC_TOL) || (OC > 3 && !(e >= BF16_MIN)))
                 fail_msg("%s dinp N=%d C=%d OC=%d layout %d: error %.3g vs exact, %.3g vs rounded", path, N, C, OC, L,
@@ -198,11 +198,11 @@ static void check_backward(const char *path) {
                          "exact",
                          path, N, C, OC, L, er, e);
             /* dbias += from the fp32 dout: exactly the fp32 op's */
-            fp()->ops->matmul_backward(fp(), NULL, dw32, db32, dout.f, inp.f, w.f, N, C, OC, lay);
+            fp()->ops->matmul_backward(fp(), NULL, dw32, db32, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
             assert_memory_equal(db, db32, OC * sizeof(float));
 
             /* again, without dinp: dweight accumulates a second product */
-            bf()->ops->matmul_backward(bf(), NULL, dw, NULL, dout.f, inp.f, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), NULL, dw, NULL, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
             for (size_t i = 0; i < nw; i++) want[i] = pre.d[i] + 2 * rrdw[i];
             er = frob_err(dw, want, nw);
             if (!(er <= ACC_TOL)) fail_msg("%s dweight twice: error %.3g", path, er);
@@ -245,11 +245,11 @@ static void test_onednn_matches_fallback(void **state) {
         float *x1 = malloc((size_t)N * C * sizeof(float)), *x2 = malloc((size_t)N * C * sizeof(float));
         float *w1 = calloc((size_t)C * OC, sizeof(float)), *w2 = calloc((size_t)C * OC, sizeof(float));
         bf()->ops->params_changed(bf());
-        bf()->ops->matmul_forward(bf(), o1, inp.f, w.f, b.f, N, C, OC, (lf_weight_layout)L);
-        bf()->ops->matmul_backward(bf(), x1, w1, NULL, dout.f, inp.f, w.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->matmul_forward(bf(), o1, inp.f, LF_DT_F32, w.f, b.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->matmul_backward(bf(), x1, w1, NULL, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, (lf_weight_layout)L);
         lf__cpu_bf16_force_fallback(1);
-        bf()->ops->matmul_forward(bf(), o2, inp.f, w.f, b.f, N, C, OC, (lf_weight_layout)L);
-        bf()->ops->matmul_backward(bf(), x2, w2, NULL, dout.f, inp.f, w.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->matmul_forward(bf(), o2, inp.f, LF_DT_F32, w.f, b.f, N, C, OC, (lf_weight_layout)L);
+        bf()->ops->matmul_backward(bf(), x2, w2, NULL, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, (lf_weight_layout)L);
         lf__cpu_bf16_force_fallback(0);
         double e1 = frob_err_f(o1, o2, (size_t)N * OC), e2 = frob_err_f(x1, x2, (size_t)N * C);
         double e3 = frob_err_f(w1, w2, (size_t)C * OC);
@@ -270,13 +270,13 @@ static void test_never_nan(void **state) {
     float *out = malloc((size_t)N * OC * sizeof(float)), *dinp = malloc((size_t)N * C * sizeof(float));
     float *dw = calloc((size_t)C * OC, sizeof(float)), *db = calloc(OC, sizeof(float));
     bf()->ops->params_changed(bf());
-    bf()->ops->matmul_forward(bf(), out, inp.f, w.f, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_backward(bf(), dinp, dw, db, dout.f, inp.f, w.f, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_backward(bf(), dinp, dw, db, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, LF_W_IN_OUT);
     for (size_t i = 0; i < (size_t)N * OC; i++) assert_true(isfinite(out[i]));
     for (size_t i = 0; i < (size_t)N * C; i++) assert_true(isfinite(dinp[i]));
     for (size_t i = 0; i < (size_t)C * OC; i++) assert_true(isfinite(dw[i]));
     inp.f[5 * C + 7] = NAN; /* row 5 */
-    bf()->ops->matmul_forward(bf(), out, inp.f, w.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w.f, NULL, N, C, OC, LF_W_IN_OUT);
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) assert_true(n == 5 ? isnan(out[n * OC + o]) : isfinite(out[n * OC + o]));
     ten_free(&inp), ten_free(&w), ten_free(&dout);
@@ -294,8 +294,8 @@ typedef struct rep_job {
 static void rep_task(void *arg, int i) {
     rep_job *j = arg;
     const size_t r0 = (size_t)i * j->rows;
-    bf()->ops->matmul_forward(bf(), j->out[i], j->inp + r0 * j->C, j->w, NULL, j->rows, j->C, j->OC, LF_W_IN_OUT);
-    bf()->ops->matmul_backward(bf(), j->dinp[i], j->dw[i], NULL, j->dout + r0 * j->OC, j->inp + r0 * j->C, j->w, j->rows, j->C,
+    bf()->ops->matmul_forward(bf(), j->out[i], j->inp + r0 * j->C, LF_DT_F32, j->w, NULL, j->rows, j->C, j->OC, LF_W_IN_OUT);
+    bf()->ops->matmul_backward(bf(), j->dinp[i], j->dw[i], NULL, j->dout + r0 * j->OC, j->inp + r0 * j->C, LF_DT_F32, j->w, j->rows, j->C,
                           j->OC, LF_W_IN_OUT);
 }
 
@@ -319,9 +319,9 @@ static void test_replicas_threads(void **state) {
     for (int i = 0; i < R; i++) {
         const size_t r0 = (size_t)i * rows;
         memset(dw, 0, (size_t)C * OC * sizeof(float));
-        bf()->ops->matmul_forward(bf(), o, inp.f + r0 * C, w.f, NULL, rows, C, OC, LF_W_IN_OUT);
+        bf()->ops->matmul_forward(bf(), o, inp.f + r0 * C, LF_DT_F32, w.f, NULL, rows, C, OC, LF_W_IN_OUT);
         for (int round = 0; round < 3; round++)
-            bf()->ops->matmul_backward(bf(), x, dw, NULL, dout.f + r0 * OC, inp.f + r0 * C, w.f, rows, C, OC, LF_W_IN_OUT);
+            bf()->ops->matmul_backward(bf(), x, dw, NULL, dout.f + r0 * OC, inp.f + r0 * C, LF_DT_F32, w.f, rows, C, OC, LF_W_IN_OUT);
         double e1 = frob_err_f(j.out[i], o, (size_t)rows * OC), e2 = frob_err_f(j.dinp[i], x, (size_t)rows * C);
         double e3 = frob_err_f(j.dw[i], dw, (size_t)C * OC);
         if (!(e1 <= 1e-6 && e2 <= 1e-6 && e3 <= 1e-6))
@@ -343,25 +343,25 @@ static void test_weight_cache(void **state) {
     float *want = malloc((size_t)N * OC * sizeof(float));
     assert_non_null(w);
     bf()->ops->to_device(bf(), w, w0.f, nw * sizeof(float));
-    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_forward(bf(), want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* a host write the backend is not told about: the copy is still in use */
     memcpy(w, w1.f, nw * sizeof(float));
-    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_forward(bf(), want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
     /* ... until params_changed */
     bf()->ops->params_changed(bf());
-    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_forward(bf(), want, inp.f, w1.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, w1.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* to_device */
     bf()->ops->to_device(bf(), w, w0.f, nw * sizeof(float));
-    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_forward(bf(), want, inp.f, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* adamw_update moves the weights: the next product sees the new ones */
@@ -371,8 +371,8 @@ static void test_weight_cache(void **state) {
     float *wn = malloc(nw * sizeof(float));
     bf()->ops->to_host(bf(), wn, w, nw * sizeof(float));
     assert_memory_not_equal(wn, w0.f, nw * sizeof(float));
-    bf()->ops->matmul_forward(bf(), out, inp.f, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_forward(bf(), want, inp.f, wn, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, wn, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
 
     /* adamw_update over a range holding two weights (neither exactly): both
@@ -383,14 +383,14 @@ static void test_weight_cache(void **state) {
     assert_non_null(two);
     bf()->ops->to_device(bf(), two, w0.f, nw * sizeof(float));
     bf()->ops->to_device(bf(), two + nw, w1.f, nw * sizeof(float));
-    bf()->ops->matmul_forward(bf(), out, inp.f, two, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_forward(bf(), out2, inp.f, two + nw, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, two, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), out2, inp.f, LF_DT_F32, two + nw, NULL, N, C, OC, LF_W_IN_OUT);
     for (size_t i = 0; i < 2 * nw; i++) g2[i] = (float)((i % 5) - 2);
     bf()->ops->adamw_update(bf(), two, g2, m2, v2, 2 * nw, 0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
     bf()->ops->to_host(bf(), host, two, 2 * nw * sizeof(float));
     for (int k = 0; k < 2; k++) {
-        bf()->ops->matmul_forward(bf(), out, inp.f, two + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
-        bf()->ops->matmul_forward(bf(), want, inp.f, host + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
+        bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, two + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
+        bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, host + k * nw, NULL, N, C, OC, LF_W_IN_OUT);
         assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
     }
     bf()->ops->free(bf(), two);

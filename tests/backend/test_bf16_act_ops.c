@@ -1,4 +1,4 @@
-/* The bf16 activation slots of "cpu-bf16" (backend_impl.h): each is its fp32
+/* bf16 activation storage of "cpu-bf16" (backend_impl.h): each op is its fp32
  * counterpart, bit for bit, with the activation in bf16. cast_bf16 is
  * lf__cpu_bf16_bits element by element (ties to even, NaN stays NaN, inf,
  * overflow to inf, subnormals); layernorm_forward_bf16 and gelu_forward_bf16
@@ -8,9 +8,11 @@
  * of the same table writes given inp (forward with and without bias, dinp,
  * dweight accumulated onto a prefill, dbias), both layouts, odd and
  * GPT-2-like sizes, on oneDNN and on the fallback, outside and inside
- * replicas. When no scratch can be had for a bf16 operand, the product is
- * still computed (a plain loop, counted as a failure) and right. The "cpu"
- * table offers none of the slots. */
+ * replicas. rmsnorm_forward and swiglu_forward in bf16 are likewise the
+ * fp32 op rounded. When no scratch can be had for a bf16 operand, the
+ * product is still computed (a plain loop, counted as a failure and
+ * reported on the instance) and right. The "cpu" table refuses bf16
+ * storage in every op that takes a dtype, on the instance's sticky status. */
 #include <omp.h>
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"
@@ -21,7 +23,7 @@ static lf_backend *bf(void) { return lf_backend_get("cpu-bf16"); }
 static uint16_t *cast_of(const float *x, size_t n) {
     uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
     assert_non_null(h);
-    bf()->ops->cast_bf16(bf(), h, x, n);
+    bf()->ops->convert(bf(), h, LF_DT_BF16, x, n);
     return h;
 }
 
@@ -30,17 +32,64 @@ static const int SIZES[][3] = {{21, 20, 13}, {37, 67, 45}, {1, 5, 3}, {256, 128,
 
 static void test_tables(void **state) {
     (void)state;
-    lf_backend *f = lf_backend_get("cpu"), *b = bf();
-    assert_null(f->ops->cast_bf16);
-    assert_null(f->ops->layernorm_forward_bf16);
-    assert_null(f->ops->gelu_forward_bf16);
-    assert_null(f->ops->matmul_forward_bf16);
-    assert_null(f->ops->matmul_backward_bf16);
-    assert_non_null(b->ops->cast_bf16);
-    assert_non_null(b->ops->layernorm_forward_bf16);
-    assert_non_null(b->ops->gelu_forward_bf16);
-    assert_non_null(b->ops->matmul_forward_bf16);
-    assert_non_null(b->ops->matmul_backward_bf16);
+    lf_backend *b = bf();
+    assert_true(b->ops->act_dtypes & LF_DT_BIT(LF_DT_BF16));
+    assert_false(lf_backend_get("cpu")->ops->act_dtypes & LF_DT_BIT(LF_DT_BF16));
+    /* "cpu" refuses bf16 storage on the instance (no silent conversion), op by op */
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, w[8] = {1, 1, 1, 1, 1, 1, 1, 1}, y[8], st[2];
+    uint16_t h[16];
+    for (int op = 0; op < 6; op++) {
+        lf_backend *f;
+        LF_ASSERT_OK(lf_backend_open("cpu", &f));
+        switch (op) {
+        case 0: f->ops->convert(f, h, LF_DT_BF16, x, 8); break;
+        case 1: f->ops->layernorm_forward(f, h, LF_DT_BF16, st, st, x, w, NULL, 2, 4); break;
+        case 2: f->ops->rmsnorm_forward(f, h, LF_DT_BF16, st, x, w, 2, 4, 1e-5f); break;
+        case 3: f->ops->gelu_forward(f, h, LF_DT_BF16, x, 8); break;
+        case 4: f->ops->swiglu_forward(f, h, LF_DT_BF16, x, 2, 2); break;
+        default: f->ops->matmul_forward(f, y, h, LF_DT_BF16, w, NULL, 2, 4, 2, LF_W_IN_OUT); break;
+        }
+        assert_int_equal(lf_backend_sync(f), LF_ERR_UNSUPPORTED);
+        LF_ASSERT_ERR_CONTAINS("bf16 is not offered by backend 'cpu'");
+        lf_backend_close(f);
+    }
+    LF_ASSERT_OK(lf_backend_sync(b));
+}
+
+/* rmsnorm_forward and swiglu_forward in bf16: convert of the fp32 output */
+static void test_rmsnorm_swiglu(void **state) {
+    (void)state;
+    const int shapes[][2] = {{7, 20}, {33, 48}, {64, 576}, {5, 1}};
+    for (int threads = 1; threads <= 2; threads++) {
+        lf_backend_cpu_set_threads(threads);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int N = shapes[s][0], C = shapes[s][1];
+            const size_t n = (size_t)N * C;
+            ten inp = ten_rand(n, 2.0f, 71 + s), w = ten_rand((size_t)C, 1.0f, 72);
+            float *out = malloc(n * sizeof(float)), *rstd = malloc(N * sizeof(float)), *rstd_h = malloc(N * sizeof(float));
+            uint16_t *out_h = malloc(n * sizeof(uint16_t));
+            bf()->ops->rmsnorm_forward(bf(), out, LF_DT_F32, rstd, inp.f, w.f, N, C, 1e-6f);
+            bf()->ops->rmsnorm_forward(bf(), out_h, LF_DT_BF16, rstd_h, inp.f, w.f, N, C, 1e-6f);
+            uint16_t *want = cast_of(out, n);
+            if (memcmp(out_h, want, n * sizeof(uint16_t)))
+                fail_msg("rmsnorm N=%d C=%d, %d threads: bf16 output is not the cast fp32 output", N, C, threads);
+            assert_memory_equal(rstd_h, rstd, N * sizeof(float));
+            free(want);
+            /* SwiGLU with F = C over the same rows read as [gate | up] of width 2F: N/2 rows */
+            const int Ns = N / 2 > 0 ? N / 2 : 1, F = N / 2 > 0 ? C : (C + 1) / 2;
+            if ((size_t)Ns * 2 * F <= n) {
+                bf()->ops->swiglu_forward(bf(), out, LF_DT_F32, inp.f, Ns, F);
+                bf()->ops->swiglu_forward(bf(), out_h, LF_DT_BF16, inp.f, Ns, F);
+                want = cast_of(out, (size_t)Ns * F);
+                if (memcmp(out_h, want, (size_t)Ns * F * sizeof(uint16_t)))
+                    fail_msg("swiglu N=%d F=%d, %d threads: bf16 output is not the cast fp32 output", Ns, F, threads);
+                free(want);
+            }
+            ten_free(&inp), ten_free(&w);
+            free(out), free(rstd), free(rstd_h), free(out_h);
+        }
+    }
+    lf_backend_cpu_set_threads(2);
 }
 
 static void test_cast(void **state) {
@@ -69,7 +118,7 @@ static void test_cast(void **state) {
         }
         free(h);
         uint16_t small[7];
-        bf()->ops->cast_bf16(bf(), small, x, 7);
+        bf()->ops->convert(bf(), small, LF_DT_BF16, x, 7);
         for (int i = 0; i < 7; i++) assert_int_equal(small[i], lf__cpu_bf16_bits(x[i]));
     }
     free(x);
@@ -92,8 +141,8 @@ static void test_layernorm(void **state) {
                 float *rstd = malloc(N * sizeof(float));
                 float *mean_h = malloc(N * sizeof(float)), *rstd_h = malloc(N * sizeof(float));
                 uint16_t *out_h = malloc(n * sizeof(uint16_t));
-                bf()->ops->layernorm_forward(bf(), out, mean, rstd, inp.f, w.f, with_bias ? b.f : NULL, N, C);
-                bf()->ops->layernorm_forward_bf16(bf(), out_h, mean_h, rstd_h, inp.f, w.f, with_bias ? b.f : NULL, N, C);
+                bf()->ops->layernorm_forward(bf(), out, LF_DT_F32, mean, rstd, inp.f, w.f, with_bias ? b.f : NULL, N, C);
+                bf()->ops->layernorm_forward(bf(), out_h, LF_DT_BF16, mean_h, rstd_h, inp.f, w.f, with_bias ? b.f : NULL, N, C);
                 uint16_t *want = cast_of(out, n);
                 if (memcmp(out_h, want, n * sizeof(uint16_t)))
                     fail_msg("layernorm N=%d C=%d bias %d, %d threads: bf16 output is not the cast fp32 output", N, C,
@@ -120,8 +169,8 @@ static void test_gelu(void **state) {
             }
             float *out = malloc(n * sizeof(float));
             uint16_t *out_h = malloc(n * sizeof(uint16_t));
-            bf()->ops->gelu_forward(bf(), out, x.f, n);
-            bf()->ops->gelu_forward_bf16(bf(), out_h, x.f, n);
+            bf()->ops->gelu_forward(bf(), out, LF_DT_F32, x.f, n);
+            bf()->ops->gelu_forward(bf(), out_h, LF_DT_BF16, x.f, n);
             uint16_t *want = cast_of(out, n);
             if (memcmp(out_h, want, n * sizeof(uint16_t)))
                 fail_msg("gelu n=%zu, %d threads: bf16 output is not the cast fp32 output", n, threads);
@@ -140,8 +189,8 @@ static void check_matmul(int N, int C, int OC, lf_weight_layout lay, const char 
     uint16_t *inp_h = cast_of(inp.f, nx);
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         float *o32 = malloc(no * sizeof(float)), *o16 = malloc(no * sizeof(float));
-        bf()->ops->matmul_forward(bf(), o32, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
-        bf()->ops->matmul_forward_bf16(bf(), o16, inp_h, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+        bf()->ops->matmul_forward(bf(), o32, inp.f, LF_DT_F32, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
+        bf()->ops->matmul_forward(bf(), o16, inp_h, LF_DT_BF16, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
         if (memcmp(o16, o32, no * sizeof(float)))
             fail_msg("%s: forward N=%d C=%d OC=%d layout %d bias %d differs", where, N, C, OC, (int)lay, with_bias);
         free(o32), free(o16);
@@ -149,14 +198,14 @@ static void check_matmul(int N, int C, int OC, lf_weight_layout lay, const char 
     float *di32 = malloc(nx * sizeof(float)), *di16 = malloc(nx * sizeof(float));
     float *dw32 = floats_copy(pre.f, nw), *dw16 = floats_copy(pre.f, nw);
     float *db32 = floats_copy(preb.f, OC), *db16 = floats_copy(preb.f, OC);
-    bf()->ops->matmul_backward(bf(), di32, dw32, db32, dout.f, inp.f, w.f, N, C, OC, lay);
-    bf()->ops->matmul_backward_bf16(bf(), di16, dw16, db16, dout.f, inp_h, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward(bf(), di32, dw32, db32, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward(bf(), di16, dw16, db16, dout.f, inp_h, LF_DT_BF16, w.f, N, C, OC, lay);
     if (memcmp(di16, di32, nx * sizeof(float)) || memcmp(dw16, dw32, nw * sizeof(float)) ||
         memcmp(db16, db32, OC * sizeof(float)))
         fail_msg("%s: backward N=%d C=%d OC=%d layout %d differs", where, N, C, OC, (int)lay);
     /* without dinp and dbias: dweight accumulates a second product */
-    bf()->ops->matmul_backward(bf(), NULL, dw32, NULL, dout.f, inp.f, w.f, N, C, OC, lay);
-    bf()->ops->matmul_backward_bf16(bf(), NULL, dw16, NULL, dout.f, inp_h, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward(bf(), NULL, dw32, NULL, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
+    bf()->ops->matmul_backward(bf(), NULL, dw16, NULL, dout.f, inp_h, LF_DT_BF16, w.f, N, C, OC, lay);
     if (memcmp(dw16, dw32, nw * sizeof(float)))
         fail_msg("%s: second backward N=%d C=%d OC=%d layout %d differs", where, N, C, OC, (int)lay);
     ten_free(&inp), ten_free(&w), ten_free(&b), ten_free(&dout), ten_free(&pre), ten_free(&preb);
@@ -227,7 +276,7 @@ static void test_no_scratch(void **state) {
         long f0 = lf__cpu_bf16_failures();
         float *out = malloc(no * sizeof(float));
         lf_alloc_fail_after(0);
-        bf()->ops->matmul_forward_bf16(bf(), out, inp_h, w.f, b.f, N, C, OC, lay);
+        bf()->ops->matmul_forward(bf(), out, inp_h, LF_DT_BF16, w.f, b.f, N, C, OC, lay);
         lf_alloc_fail_after(-1);
         assert_true(lf__cpu_bf16_failures() > f0);
         REF_CHECK("forward without scratch", out, want, no, 1e-5);
@@ -237,7 +286,7 @@ static void test_no_scratch(void **state) {
         f0 = lf__cpu_bf16_failures();
         float *dw = calloc(nw, sizeof(float)), *dinp = malloc(nx * sizeof(float));
         lf_alloc_fail_after(0);
-        bf()->ops->matmul_backward_bf16(bf(), dinp, dw, NULL, dout.f, inp_h, w.f, N, C, OC, lay);
+        bf()->ops->matmul_backward(bf(), dinp, dw, NULL, dout.f, inp_h, LF_DT_BF16, w.f, N, C, OC, lay);
         lf_alloc_fail_after(-1);
         assert_true(lf__cpu_bf16_failures() > f0);
         double *dr = malloc(no * sizeof(double));
@@ -269,6 +318,7 @@ static void test_no_scratch(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_rmsnorm_swiglu),
         cmocka_unit_test(test_cast),
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_gelu),

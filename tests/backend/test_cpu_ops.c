@@ -28,9 +28,9 @@ static void test_table(void **state) {
     /* every slot filled but the bf16 activation ones (fp32 keeps fp32
      * activations) */
     lf_test_required_slots(o->ops);
-    assert_int_equal(lf_test_bf16_slots(o->ops), 0);
+    assert_true(o->ops->act_dtypes == LF_DT_BIT(LF_DT_F32));
     lf_test_required_slots(lf_backend_get("cpu-fenced")->ops);
-    assert_int_equal(lf_test_bf16_slots(lf_backend_get("cpu-fenced")->ops), 0);
+    assert_true(lf_backend_get("cpu-fenced")->ops->act_dtypes == LF_DT_BIT(LF_DT_F32));
 }
 
 static void test_threads(void **state) {
@@ -160,7 +160,7 @@ static void test_layernorm_forward(void **state) {
                 inp.d[i] = inp.f[i];
             }
             ten out = ten_new(inp.n), mean = ten_new((size_t)n), rstd = ten_new((size_t)n);
-            ops()->ops->layernorm_forward(ops(), out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, n, c);
+            ops()->ops->layernorm_forward(ops(), out.f, LF_DT_F32, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, n, c);
             ref_layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, with_bias ? b.d : NULL, n, c);
             REF_CHECK("layernorm out", out.f, out.d, out.n, FWD_TOL);
             REF_CHECK("layernorm mean", mean.f, mean.d, mean.n, FWD_TOL);
@@ -177,7 +177,7 @@ static void test_matmul_forward(void **state) {
             ten inp = ten_rand((size_t)N * C, 1, 6), w = ten_rand((size_t)C * OC, 1, 7),
                 b = ten_rand((size_t)OC, 1, 8);
             ten out = ten_rand((size_t)N * OC, 100, 9); /* garbage: forward overwrites */
-            ops()->ops->matmul_forward(ops(), out.f, inp.f, w.f, with_bias ? b.f : NULL, N, C, OC,
+            ops()->ops->matmul_forward(ops(), out.f, inp.f, LF_DT_F32, w.f, with_bias ? b.f : NULL, N, C, OC,
                                   (lf_weight_layout)layout);
             ref_matmul_forward(out.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, OC,
                                (lf_weight_layout)layout);
@@ -250,7 +250,7 @@ static void test_rmsnorm_forward(void **state) {
                 inp.d[i] = inp.f[i];
             }
             ten out = ten_rand(inp.n, 100, 5), rstd = ten_new((size_t)n);
-            ops()->ops->rmsnorm_forward(ops(), out.f, rstd.f, inp.f, w.f, n, c, epss[e]);
+            ops()->ops->rmsnorm_forward(ops(), out.f, LF_DT_F32, rstd.f, inp.f, w.f, n, c, epss[e]);
             ref_rmsnorm_forward(out.d, rstd.d, inp.d, w.d, n, c, (double)epss[e]);
             REF_CHECK("rmsnorm out", out.f, out.d, out.n, FWD_TOL);
             REF_CHECK("rmsnorm rstd", rstd.f, rstd.d, rstd.n, FWD_TOL);
@@ -258,7 +258,7 @@ static void test_rmsnorm_forward(void **state) {
         }
     /* eps matters: a zero row gives rstd = 1/sqrt(eps) and a zero output */
     float z[8] = {0}, w1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, o[8], r;
-    ops()->ops->rmsnorm_forward(ops(), o, &r, z, w1, 1, 8, 1e-6f);
+    ops()->ops->rmsnorm_forward(ops(), o, LF_DT_F32, &r, z, w1, 1, 8, 1e-6f);
     assert_true(fabs((double)r - 1e3) <= 1e-3);
     for (int c = 0; c < 8; c++) assert_true(o[c] == 0.0f);
 }
@@ -338,7 +338,7 @@ static void test_swiglu_forward(void **state) {
         inp.f[1] = inp.d[1] = -30.0f;
         inp.f[2] = inp.d[2] = 100.0f;
         inp.f[3] = inp.d[3] = -100.0f;
-        ops()->ops->swiglu_forward(ops(), out.f, inp.f, n, f);
+        ops()->ops->swiglu_forward(ops(), out.f, LF_DT_F32, inp.f, n, f);
         ref_swiglu_forward(out.d, inp.d, n, f);
         REF_CHECK("swiglu out", out.f, out.d, out.n, FWD_TOL);
         assert_true(out.f[0] == 30.0f * inp.f[f] && out.f[2] == 100.0f * inp.f[f + 2]);
@@ -351,7 +351,7 @@ static void test_gelu_residual_forward(void **state) {
     (void)state;
     const size_t n = 20001;
     ten x = ten_rand(n, 3, 12), y = ten_rand(n, 1, 13), out = ten_new(n);
-    ops()->ops->gelu_forward(ops(), out.f, x.f, n);
+    ops()->ops->gelu_forward(ops(), out.f, LF_DT_F32, x.f, n);
     for (size_t i = 0; i < n; i++) out.d[i] = ref_gelu(x.d[i]);
     REF_CHECK("gelu", out.f, out.d, n, FWD_TOL);
     ops()->ops->residual_forward(ops(), out.f, x.f, y.f, n);
@@ -552,15 +552,15 @@ static void test_backward_accumulates(void **state) {
 
     TWICE("encoder dwte", o2, t2, (size_t)V * C, ops()->ops->encoder_backward(ops(), g_, twice + nc, d.f, inp, B, T, C));
     TWICE("encoder dwpe", once, twice, (size_t)T * C, ops()->ops->encoder_backward(ops(), o2, g_, d.f, inp, B, T, C));
-    ops()->ops->layernorm_forward(ops(), out, mean, rstd, x.f, w.f, w.f, N, C);
+    ops()->ops->layernorm_forward(ops(), out, LF_DT_F32, mean, rstd, x.f, w.f, w.f, N, C);
     TWICE("layernorm dinp", once, twice, nc, ops()->ops->layernorm_backward(ops(), g_, o2, o3, d.f, x.f, w.f, mean, rstd, N, C));
     TWICE("layernorm dweight", o2, t2, (size_t)C, ops()->ops->layernorm_backward(ops(), once, g_, o3, d.f, x.f, w.f, mean, rstd, N, C));
     TWICE("layernorm dbias", o2, t2, (size_t)C, ops()->ops->layernorm_backward(ops(), once, o3, g_, d.f, x.f, w.f, mean, rstd, N, C));
     for (int layout = 0; layout < 2; layout++) {
         lf_weight_layout L = (lf_weight_layout)layout;
-        OVERWRITES("matmul dinp", once, twice, nc, ops()->ops->matmul_backward(ops(), g_, o3, o2, d.f, x.f, w.f, N, C, 3 * C, L));
-        TWICE("matmul dweight", o3, t3, (size_t)3 * C * C, ops()->ops->matmul_backward(ops(), NULL, g_, o2, d.f, x.f, w.f, N, C, 3 * C, L));
-        TWICE("matmul dbias", o2, t2, (size_t)3 * C, ops()->ops->matmul_backward(ops(), NULL, o3, g_, d.f, x.f, w.f, N, C, 3 * C, L));
+        OVERWRITES("matmul dinp", once, twice, nc, ops()->ops->matmul_backward(ops(), g_, o3, o2, d.f, x.f, LF_DT_F32, w.f, N, C, 3 * C, L));
+        TWICE("matmul dweight", o3, t3, (size_t)3 * C * C, ops()->ops->matmul_backward(ops(), NULL, g_, o2, d.f, x.f, LF_DT_F32, w.f, N, C, 3 * C, L));
+        TWICE("matmul dbias", o2, t2, (size_t)3 * C, ops()->ops->matmul_backward(ops(), NULL, o3, g_, d.f, x.f, LF_DT_F32, w.f, N, C, 3 * C, L));
     }
     ops()->ops->attention_forward(ops(), out, att, x.f, B, T, C, NH, NH, drop);
     OVERWRITES("attention dqkv", once, twice, (size_t)N * 3 * C, ops()->ops->attention_backward(ops(), g_, scratch, d.f, x.f, att, B, T, C, NH, NH, drop));
@@ -573,7 +573,7 @@ static void test_backward_accumulates(void **state) {
      * although a group's dk/dv sum several heads: the GEMM path (HS 5, dropout) and the
      * small-T path (HS 16) */
     TWICE("encoder dwte, no wpe", o2, t2, (size_t)V * C, ops()->ops->encoder_backward(ops(), g_, NULL, d.f, inp, B, T, C));
-    ops()->ops->rmsnorm_forward(ops(), out, rstd, x.f, w.f, N, C, 1e-5f);
+    ops()->ops->rmsnorm_forward(ops(), out, LF_DT_F32, rstd, x.f, w.f, N, C, 1e-5f);
     TWICE("rmsnorm dinp", once, twice, nc, ops()->ops->rmsnorm_backward(ops(), g_, o2, d.f, x.f, w.f, rstd, N, C));
     TWICE("rmsnorm dweight", o2, t2, (size_t)C, ops()->ops->rmsnorm_backward(ops(), once, g_, d.f, x.f, w.f, rstd, N, C));
     OVERWRITES("swiglu dinp", once, twice, (size_t)N * 2 * (C / 2), ops()->ops->swiglu_backward(ops(), g_, x.f, d.f, N, C / 2));
@@ -614,7 +614,7 @@ static void test_thread_count_determinism(void **state) {
     float *att = malloc((size_t)b_ * nh * t_ * t_ * sizeof(float));
     float *scratch = malloc((size_t)b_ * nh * t_ * t_ * sizeof(float));
     lf_backend_cpu_set_threads(1);
-    ops()->ops->layernorm_forward(ops(), tmp, mean, rstd, x.f, w.f, w.f, n_, c_);
+    ops()->ops->layernorm_forward(ops(), tmp, LF_DT_F32, mean, rstd, x.f, w.f, w.f, n_, c_);
 
     /* grouped-query attention: the GEMM path (HS 25, dropout) and the small-T path (C 64,
      * NH 4, NKV 1: HS 16), whose dk/dv sum the group's heads */
@@ -631,13 +631,13 @@ static void test_thread_count_determinism(void **state) {
         ops()->ops->encoder_backward(ops(), res[r][0], res[r][1], d.f, inp, b_, t_, c_);
         ops()->ops->layernorm_backward(ops(), res[r][2], res[r][3], res[r][4], d.f, x.f, w.f, mean, rstd, n_, c_);
         float *dw = calloc((size_t)oc * c_, sizeof(float));
-        ops()->ops->matmul_backward(ops(), NULL, dw, res[r][5], d.f, x.f, x.f, n_, c_, oc, LF_W_IN_OUT);
+        ops()->ops->matmul_backward(ops(), NULL, dw, res[r][5], d.f, x.f, LF_DT_F32, x.f, n_, c_, oc, LF_W_IN_OUT);
         free(dw);
         lf_dropout drop = {0.1f, 1, 2, 0};
         ops()->ops->attention_forward(ops(), tmp, att, x.f, b_, t_, c_, nh, nh, drop);
         ops()->ops->attention_backward(ops(), res[r][6], scratch, d.f, x.f, att, b_, t_, c_, nh, nh, drop);
         float *rs = malloc(n_ * sizeof(float));
-        ops()->ops->rmsnorm_forward(ops(), tmp, rs, x.f, w.f, n_, c_, 1e-5f);
+        ops()->ops->rmsnorm_forward(ops(), tmp, LF_DT_F32, rs, x.f, w.f, n_, c_, 1e-5f);
         ops()->ops->rmsnorm_backward(ops(), res[r][7], res[r][8], d.f, x.f, w.f, rs, n_, c_);
         free(rs);
         ops()->ops->swiglu_backward(ops(), res[r][9], x.f, d.f, n_, c_);

@@ -97,7 +97,7 @@ static void layernorm_case(int N, int C, int with_bias) {
         inp.d[i] = inp.f[i];
     }
     ten out = ten_new(inp.n), mean = ten_new((size_t)N), rstd = ten_new((size_t)N);
-    ops()->ops->layernorm_forward(ops(), out.f, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, N, C);
+    ops()->ops->layernorm_forward(ops(), out.f, LF_DT_F32, mean.f, rstd.f, inp.f, w.f, with_bias ? b.f : NULL, N, C);
 
     ten dinp = ten_rand(inp.n, 1, 14), dw = ten_rand(w.n, 1, 15), db = ten_rand(b.n, 1, 16);
     float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n),
@@ -149,7 +149,7 @@ static void rmsnorm_case(int N, int C, float eps) {
         inp.d[i] = inp.f[i];
     }
     ten out = ten_new(inp.n), rstd = ten_new((size_t)N);
-    ops()->ops->rmsnorm_forward(ops(), out.f, rstd.f, inp.f, w.f, N, C, eps);
+    ops()->ops->rmsnorm_forward(ops(), out.f, LF_DT_F32, rstd.f, inp.f, w.f, N, C, eps);
     ten dinp = ten_rand(inp.n, 1, 20), dw = ten_rand(w.n, 1, 21);
     float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n);
     ops()->ops->rmsnorm_backward(ops(), dinp.f, dw.f, R.f, inp.f, w.f, rstd.f, N, C);
@@ -262,7 +262,7 @@ static void matmul_case(int N, int C, int OC, lf_weight_layout layout, int with_
     ten dinp = ten_rand(inp.n, 1, 24), dw = ten_rand(w.n, 1, 25), db = ten_rand(b.n, 1, 26);
     float *dinp0 = floats_copy(dinp.f, dinp.n), *dw0 = floats_copy(dw.f, dw.n),
           *db0 = floats_copy(db.f, db.n);
-    ops()->ops->matmul_backward(ops(), with_dinp ? dinp.f : NULL, dw.f, with_bias ? db.f : NULL, R.f, inp.f,
+    ops()->ops->matmul_backward(ops(), with_dinp ? dinp.f : NULL, dw.f, with_bias ? db.f : NULL, R.f, inp.f, LF_DT_F32,
                            w.f, N, C, OC, layout);
 
     mm_ctx ctx = {inp.d, w.d, with_bias ? b.d : NULL, out.d, R.d, N, C, OC, layout};

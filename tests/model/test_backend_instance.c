@@ -79,7 +79,7 @@ static void test_library_failure_reported(void **state) {
     for (int i = 0; i < 20; i++) w[i] = 0.125f * (float)(i % 5) - 0.25f;
     const long before = lf__cpu_gemm_failures();
     lf__cpu_gemm_inject_failures(1);
-    be->ops->matmul_forward(be, y, x, w, NULL, N, C, OC, LF_W_IN_OUT);
+    be->ops->matmul_forward(be, y, x, LF_DT_F32, w, NULL, N, C, OC, LF_W_IN_OUT);
     lf__cpu_gemm_inject_failures(0);
     assert_int_equal(lf__cpu_gemm_failures(), before + 1);
     /* computed anyway (exactly: these products are short sums of dyadic numbers) */

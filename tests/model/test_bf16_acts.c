@@ -1,6 +1,7 @@
 /*
  * bf16 activation storage (lf_act_dtype) on "cpu-bf16": the matmul inputs
- * (ln_1, ln_2, ln_f, attention and GELU outputs) stored in bf16 give the
+ * (GPT-2: ln_1, ln_2, ln_f, attention and GELU outputs; with argv[1] llama:
+ * the RMSNorm, attention and SwiGLU outputs) stored in bf16 give the
  * same losses, logits and parameter gradients as the same backend storing
  * them in fp32, bit for bit (memcmp), under every recompute policy, with
  * dropout off and on, on 1 and 2 threads and one replica running threaded
@@ -26,7 +27,21 @@ static lf_backend *counting_backend(void) { return counting_backend_of(lf__backe
 enum { B = 4, T = 16, MICRO = 2, STEPS = 3, VP = 128 };
 static int rows_planned = B; /* B, or 1 for one replica running threaded ops */
 
-static lf_model_config small_config(float dropout) { return fixture_config(T, dropout); }
+/* The architecture under test (argv[1]: gpt2 by default, or llama: GQA 4/2,
+ * SwiGLU, RoPE, attention dropout only, untied head). */
+static lf_arch g_arch = LF_ARCH_GPT2;
+
+static lf_model_config small_config(float dropout) {
+    lf_model_config c = fixture_config(T, dropout);
+    if (g_arch == LF_ARCH_LLAMA) {
+        c.arch = LF_ARCH_LLAMA;
+        c.bias = 0;
+        c.n_kv_head = 2;
+        c.ffn_hidden = 96;
+        c.tie_embeddings = 0;
+    }
+    return c;
+}
 
 /* Deterministic tokens; a few ignored targets. */
 static void make_batch(int k, int32_t *in, int32_t *tg) { fixture_batch(21, 13, 5, k, B, T, in, tg); }
@@ -244,6 +259,43 @@ static void test_gpt2_small_halves(void **state) {
     }
 }
 
+/* The SmolLM-135M shape at B 4, T 256: bf16 storage saves half of each of
+ * the Llama tensors it stores in bf16 (the two RMSNorm outputs, the
+ * attention output, the SwiGLU output per layer; the final norm's output),
+ * nothing else. */
+static void test_llama_halves(void **state) {
+    (void)state;
+    lf_model_config c;
+    LF_ASSERT_OK(lf_model_preset("smollm-135m", &c));
+    const size_t b = 4, t = 256, N = b * t, H = sizeof(uint16_t);
+    const size_t L = (size_t)c.n_layer, C = (size_t)c.n_embd, F = (size_t)c.ffn_hidden;
+    for (int reps = 1; reps <= 2; reps++) {
+        const size_t Nr = N / (size_t)reps;
+        for (int pol = 0; pol < 3; pol++) {
+            lf_act_bytes f, h;
+            LF_ASSERT_OK(lf_model_plan_bytes(&c, (int)b, (int)t, (lf_recompute)pol, LF_ACT_FP32, reps, &f));
+            LF_ASSERT_OK(lf_model_plan_bytes(&c, (int)b, (int)t, (lf_recompute)pol, LF_ACT_BF16, reps, &h));
+            printf("smollm-135m B %zu T %zu, %d replica(s), %-9s: fp32 %.1f MB, bf16 %.1f MB\n", b, t, reps,
+                   lf_recompute_name((lf_recompute)pol), f.total / 1e6, h.total / 1e6);
+            size_t saved_elems, work_elems;
+            if (pol == LF_RECOMPUTE_NONE) {
+                saved_elems = L * Nr * (3 * C + F) + Nr * C; /* h1, atty, h2, sw per layer; the final norm */
+                work_elems = 0;
+            } else if (pol == LF_RECOMPUTE_SELECTIVE) {
+                saved_elems = L * Nr * C + Nr * C; /* atty per layer; the final norm */
+                work_elems = Nr * C + Nr * F;      /* the shared norm buffer and the SwiGLU buffer */
+            } else {
+                saved_elems = Nr * C;              /* the final norm */
+                work_elems = Nr * (3 * C + F);     /* h1, h2, atty, sw of the working block */
+            }
+            assert_int_equal(f.saved - h.saved, (size_t)reps * saved_elems * H);
+            assert_int_equal(f.work - h.work, (size_t)reps * work_elems * H);
+            assert_int_equal(f.logits, h.logits);
+            assert_int_equal(f.total - h.total, (size_t)reps * (saved_elems + work_elems) * H);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- API */
 
 static void test_api(void **state) {
@@ -280,7 +332,8 @@ static void test_api(void **state) {
     lf_model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && lf_arch_parse(argv[1], &g_arch) != LF_OK) return 2;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bit_identical_no_dropout_1_thread),
         cmocka_unit_test(test_bit_identical_no_dropout_2_threads),
@@ -289,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_bit_identical_dropout_threaded_ops),
         cmocka_unit_test(test_planned_equals_allocated),
         cmocka_unit_test(test_gpt2_small_halves),
+        cmocka_unit_test(test_llama_halves),
         cmocka_unit_test(test_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

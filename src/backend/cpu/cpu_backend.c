@@ -9,9 +9,9 @@
  *
  * Two tables: "cpu" (fp32 throughout) and "cpu-bf16", the same ops except
  * matmul, which takes bf16 operands with fp32 accumulation (cpu_bf16.c),
- * plus the bf16 activation slots (a layernorm and a GELU that write bf16, a
- * cast, and the matmul pair with a bf16 input), with which the model stores
- * the matmul inputs in bf16 at no change in results.
+ * and bf16 activation storage (act_dtypes): the norms, GELU, SwiGLU and
+ * convert write bf16 and the matmul pair reads it, with which the model
+ * stores the matmul inputs in bf16 at no change in results.
  * cpu-bf16 caches bf16 copies of the weights, so its memory ops and AdamW
  * also tell that cache when parameters may have changed: to_device and
  * params_changed make every copy stale, free drops them all, and AdamW
@@ -210,37 +210,85 @@ OPV(encoder_forward, lf__cpu_encoder_forward,
 OPV(encoder_backward, lf__cpu_encoder_backward,
     (lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
     (dwte, dwpe, dout, inp, B, T, C))
-OPV(layernorm_forward, lf__cpu_layernorm_forward,
-    (lf_backend *be, float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias,
-     int N, int C),
-    (out, mean, rstd, inp, weight, bias, N, C))
 OPV(layernorm_backward, lf__cpu_layernorm_backward,
     (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
      const float *weight, const float *mean, const float *rstd, int N, int C),
     (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
-OPV(rmsnorm_forward, lf__cpu_rmsnorm_forward,
-    (lf_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps),
-    (out, rstd, inp, weight, N, C, eps))
 OPV(rmsnorm_backward, lf__cpu_rmsnorm_backward,
     (lf_backend *be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
      const float *rstd, int N, int C),
     (dinp, dweight, dout, inp, weight, rstd, N, C))
-OPV(matmul_forward, lf__cpu_matmul_forward,
-    (lf_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
-     lf_weight_layout layout),
-    (out, inp, weight, bias, N, C, OC, layout))
-OPV(matmul_backward, lf__cpu_matmul_backward,
-    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-     const float *weight, int N, int C, int OC, lf_weight_layout layout),
-    (dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
-OPV(bf16_matmul_forward, lf__cpu_bf16_matmul_forward,
-    (lf_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
-     lf_weight_layout layout),
-    (out, inp, weight, bias, N, C, OC, layout))
-OPV(bf16_matmul_backward, lf__cpu_bf16_matmul_backward,
-    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-     const float *weight, int N, int C, int OC, lf_weight_layout layout),
-    (dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
+
+/* ---------------------------------------------------------------- activation storage (lf_dtype) */
+
+/* 1 when the instance's table accepts dt; else records LF_ERR_UNSUPPORTED. */
+static int dt_ok(lf_backend *be, const char *op, lf_dtype dt) {
+    if (be->ops->act_dtypes & LF_DT_BIT(dt)) return 1;
+    lf__backend_fail(be, LF_ERR_UNSUPPORTED, "%s: activation storage %s is not offered by backend '%s'", op,
+                     dt == LF_DT_BF16 ? "bf16" : dt == LF_DT_F32 ? "fp32" : "(unknown dtype)", be->ops->name);
+    return 0;
+}
+
+static void w_layernorm_forward(lf_backend *be, void *out, lf_dtype dt, float *mean, float *rstd, const float *inp,
+                                const float *weight, const float *bias, int N, int C) {
+    if (!dt_ok(be, "layernorm_forward", dt)) return;
+    if (dt == LF_DT_BF16) lf__cpu_layernorm_forward_bf16(out, mean, rstd, inp, weight, bias, N, C);
+    else lf__cpu_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+static void w_rmsnorm_forward(lf_backend *be, void *out, lf_dtype dt, float *rstd, const float *inp,
+                              const float *weight, int N, int C, float eps) {
+    if (!dt_ok(be, "rmsnorm_forward", dt)) return;
+    if (dt == LF_DT_BF16) lf__cpu_rmsnorm_forward_bf16(out, rstd, inp, weight, N, C, eps);
+    else lf__cpu_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+}
+static void w_gelu_forward(lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n) {
+    if (!dt_ok(be, "gelu_forward", dt)) return;
+    if (dt == LF_DT_BF16) lf__cpu_gelu_forward_bf16(out, inp, n);
+    else lf__cpu_gelu_forward(out, inp, n);
+}
+static void w_swiglu_forward(lf_backend *be, void *out, lf_dtype dt, const float *inp, int N, int F) {
+    if (!dt_ok(be, "swiglu_forward", dt)) return;
+    if (dt == LF_DT_BF16) lf__cpu_swiglu_forward_bf16(out, inp, N, F);
+    else lf__cpu_swiglu_forward(out, inp, N, F);
+}
+static void w_convert(lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n) {
+    if (!dt_ok(be, "convert", dt)) return;
+    if (dt == LF_DT_BF16) lf__cpu_cast_bf16(out, inp, n);
+    else if (out != inp) memmove(out, inp, n * sizeof(float));
+}
+static void w_matmul_forward(lf_backend *be, float *out, const void *inp, lf_dtype dt, const float *weight,
+                             const float *bias, int N, int C, int OC, lf_weight_layout layout) {
+    if (!dt_ok(be, "matmul_forward", dt)) return;
+    const long f0 = op_begin();
+    lf__cpu_matmul_forward(out, inp, weight, bias, N, C, OC, layout); /* "cpu" accepts fp32 only */
+    op_end(be, "matmul_forward", f0);
+}
+static void w_matmul_backward(lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                              const void *inp, lf_dtype dt, const float *weight, int N, int C, int OC,
+                              lf_weight_layout layout) {
+    if (!dt_ok(be, "matmul_backward", dt)) return;
+    const long f0 = op_begin();
+    lf__cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+    op_end(be, "matmul_backward", f0);
+}
+/* cpu-bf16's pair: bf16 operands either way; a bf16 inp is used as stored. */
+static void w_bf16_matmul_forward(lf_backend *be, float *out, const void *inp, lf_dtype dt, const float *weight,
+                                  const float *bias, int N, int C, int OC, lf_weight_layout layout) {
+    if (!dt_ok(be, "matmul_forward", dt)) return;
+    const long f0 = op_begin();
+    if (dt == LF_DT_BF16) lf__cpu_bf16_matmul_forward_bf16(out, inp, weight, bias, N, C, OC, layout);
+    else lf__cpu_bf16_matmul_forward(out, inp, weight, bias, N, C, OC, layout);
+    op_end(be, "matmul_forward", f0);
+}
+static void w_bf16_matmul_backward(lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const void *inp, lf_dtype dt, const float *weight, int N, int C, int OC,
+                                   lf_weight_layout layout) {
+    if (!dt_ok(be, "matmul_backward", dt)) return;
+    const long f0 = op_begin();
+    if (dt == LF_DT_BF16) lf__cpu_bf16_matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+    else lf__cpu_bf16_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
+    op_end(be, "matmul_backward", f0);
+}
 
 static void w_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
     if (bad_heads(be, "rope_forward", NH * HS, NH, NKV) || bad_rope(be, "rope_forward", HS, pos0, T)) return;
@@ -278,11 +326,8 @@ static void w_attention_cached(lf_backend *be, float *out, float *scratch, const
     op_end(be, "attention_cached", f0);
 }
 
-OPV(gelu_forward, lf__cpu_gelu_forward, (lf_backend *be, float *out, const float *inp, size_t n), (out, inp, n))
 OPV(gelu_backward, lf__cpu_gelu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n),
     (dinp, inp, dout, n))
-OPV(swiglu_forward, lf__cpu_swiglu_forward, (lf_backend *be, float *out, const float *inp, int N, int F),
-    (out, inp, N, F))
 OPV(swiglu_backward, lf__cpu_swiglu_backward,
     (lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F), (dinp, inp, dout, N, F))
 OPV(residual_forward, lf__cpu_residual_forward, (lf_backend *be, float *out, const float *a, const float *b, size_t n),
@@ -317,27 +362,12 @@ OPR(int, fp16_round, cpu_fp16_round, (lf_backend *be, float *x, size_t n), (x, n
 OPR(double, sum_squares, lf__cpu_sum_squares, (lf_backend *be, const float *x, size_t n), (x, n))
 OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, size_t n), (y, x, n))
 
-OPV(cast_bf16, lf__cpu_cast_bf16, (lf_backend *be, uint16_t *out, const float *inp, size_t n), (out, inp, n))
-OPV(layernorm_forward_bf16, lf__cpu_layernorm_forward_bf16,
-    (lf_backend *be, uint16_t *out, float *mean, float *rstd, const float *inp, const float *weight,
-     const float *bias, int N, int C),
-    (out, mean, rstd, inp, weight, bias, N, C))
-OPV(gelu_forward_bf16, lf__cpu_gelu_forward_bf16, (lf_backend *be, uint16_t *out, const float *inp, size_t n),
-    (out, inp, n))
-OPV(matmul_forward_bf16, lf__cpu_bf16_matmul_forward_bf16,
-    (lf_backend *be, float *out, const uint16_t *inp, const float *weight, const float *bias, int N, int C, int OC,
-     lf_weight_layout layout),
-    (out, inp, weight, bias, N, C, OC, layout))
-OPV(matmul_backward_bf16, lf__cpu_bf16_matmul_backward_bf16,
-    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
-     const float *weight, int N, int C, int OC, lf_weight_layout layout),
-    (dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
 
 /* The ops both CPU tables share: every op that takes no matmul operand
  * (the Llama-family ones of cpu_llama.c and the KV-cache ones of cpu_kv.c
  * too), and the host-memory plumbing. */
 #define CPU_SHARED_OPS                                                     \
-    .host_memory = 1, .alloc = w_alloc, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
+    .host_memory = 1, .convert = w_convert, .alloc = w_alloc, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
     .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward,                     \
     .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward,             \
     .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward,                     \
@@ -357,10 +387,10 @@ static const lf_backend_ops cpu_ops = {
     .name = "cpu",
     .free = w_free,
     .to_device = w_copy,
+    .act_dtypes = LF_DT_BIT(LF_DT_F32), /* fp32 keeps its activations in fp32 */
     .matmul_forward = w_matmul_forward,
     .matmul_backward = w_matmul_backward,
     .adamw_update = w_adamw_update,
-    /* bf16 activation slots NULL: fp32 keeps its activations in fp32 */
     .params_changed = w_params_changed,
 };
 
@@ -394,11 +424,7 @@ static const lf_backend_ops cpu_bf16_ops = {
     .matmul_forward = w_bf16_matmul_forward,
     .matmul_backward = w_bf16_matmul_backward,
     .adamw_update = w_bf16_adamw_update,
-    .cast_bf16 = w_cast_bf16,
-    .layernorm_forward_bf16 = w_layernorm_forward_bf16,
-    .gelu_forward_bf16 = w_gelu_forward_bf16,
-    .matmul_forward_bf16 = w_matmul_forward_bf16,
-    .matmul_backward_bf16 = w_matmul_backward_bf16,
+    .act_dtypes = LF_DT_BIT(LF_DT_F32) | LF_DT_BIT(LF_DT_BF16),
     .params_changed = bf16_params_changed,
 };
 

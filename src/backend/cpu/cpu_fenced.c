@@ -166,27 +166,28 @@ FV(encoder_forward, (lf_backend *be, float *out, const int32_t *inp, const float
 FV(encoder_backward, (lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
    (be, dwte, dwpe, dout, inp, B, T, C))
 FV(layernorm_forward,
-   (lf_backend *be, float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int N,
-    int C),
-   (be, out, mean, rstd, inp, weight, bias, N, C))
+   (lf_backend *be, void *out, lf_dtype dt, float *mean, float *rstd, const float *inp, const float *weight,
+    const float *bias, int N, int C),
+   (be, out, dt, mean, rstd, inp, weight, bias, N, C))
 FV(layernorm_backward,
    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,
     const float *mean, const float *rstd, int N, int C),
    (be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
-FV(rmsnorm_forward, (lf_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps),
-   (be, out, rstd, inp, weight, N, C, eps))
+FV(rmsnorm_forward,
+   (lf_backend *be, void *out, lf_dtype dt, float *rstd, const float *inp, const float *weight, int N, int C, float eps),
+   (be, out, dt, rstd, inp, weight, N, C, eps))
 FV(rmsnorm_backward,
    (lf_backend *be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
     const float *rstd, int N, int C),
    (be, dinp, dweight, dout, inp, weight, rstd, N, C))
 FV(matmul_forward,
-   (lf_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
-    lf_weight_layout layout),
-   (be, out, inp, weight, bias, N, C, OC, layout))
+   (lf_backend *be, float *out, const void *inp, lf_dtype dt, const float *weight, const float *bias, int N, int C,
+    int OC, lf_weight_layout layout),
+   (be, out, inp, dt, weight, bias, N, C, OC, layout))
 FV(matmul_backward,
-   (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,
-    int N, int C, int OC, lf_weight_layout layout),
-   (be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout))
+   (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp, lf_dtype dt,
+    const float *weight, int N, int C, int OC, lf_weight_layout layout),
+   (be, dinp, dweight, dbias, dout, inp, dt, weight, N, C, OC, layout))
 FV(rope_forward, (lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
    (be, qkv, B, T, NH, NKV, HS, pos0, theta))
 FV(rope_backward, (lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
@@ -206,9 +207,10 @@ FV(attention_cached,
    (lf_backend *be, float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache, int B, int Tn,
     int C, int NH, int NKV, int pos0, int Tmax),
    (be, out, scratch, qkv, kcache, vcache, B, Tn, C, NH, NKV, pos0, Tmax))
-FV(gelu_forward, (lf_backend *be, float *out, const float *inp, size_t n), (be, out, inp, n))
+FV(gelu_forward, (lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
+FV(convert, (lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
 FV(gelu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n), (be, dinp, inp, dout, n))
-FV(swiglu_forward, (lf_backend *be, float *out, const float *inp, int N, int F), (be, out, inp, N, F))
+FV(swiglu_forward, (lf_backend *be, void *out, lf_dtype dt, const float *inp, int N, int F), (be, out, dt, inp, N, F))
 FV(swiglu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F),
    (be, dinp, inp, dout, N, F))
 FV(residual_forward, (lf_backend *be, float *out, const float *a, const float *b, size_t n), (be, out, a, b, n))
@@ -241,6 +243,7 @@ static const lf_backend_ops fenced_ops = {
     .open = fenced_open,
     .close = fenced_close,
     .host_memory = 0,
+    .act_dtypes = LF_DT_BIT(LF_DT_F32),
     .alloc = fenced_alloc,
     .free = fenced_free,
     .to_device = fenced_to_device,
@@ -265,6 +268,7 @@ static const lf_backend_ops fenced_ops = {
     .kv_append = f_kv_append,
     .attention_cached = f_attention_cached,
     .gelu_forward = f_gelu_forward,
+    .convert = f_convert,
     .gelu_backward = f_gelu_backward,
     .swiglu_forward = f_swiglu_forward,
     .swiglu_backward = f_swiglu_backward,

@@ -88,6 +88,26 @@ void lf__cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const fl
     }
 }
 
+/* The same RMSNorm, its output rounded to bf16 (cpu-bf16's bf16 activation
+ * storage): the fp32 op's statistics and values by the same expressions,
+ * rounded as convert rounds, so it is convert of the fp32 op's output bit
+ * for bit. */
+void lf__cpu_rmsnorm_forward_bf16(uint16_t *restrict out, float *restrict rstd, const float *restrict inp,
+                                  const float *restrict weight, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = inp + (size_t)n * C;
+        uint16_t *restrict o = out + (size_t)n * C;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        const float r = 1.0f / sqrtf(ss / (float)C + eps);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = lf__cpu_bf16_bits(weight[c] * (x[c] * r));
+        rstd[n] = r;
+    }
+}
+
 void lf__cpu_rmsnorm_backward(float *restrict dinp, float *restrict dweight, const float *restrict dout,
                               const float *restrict inp, const float *restrict weight,
                               const float *restrict rstd, int N, int C) {
@@ -195,6 +215,18 @@ void lf__cpu_swiglu_forward(float *restrict out, const float *restrict inp, int 
         float *restrict o = out + (size_t)n * F;
 #pragma omp simd
         for (int j = 0; j < F; j++) o[j] = g[j] / (1.0f + lf__cpu_expf_f32(-g[j])) * u[j];
+    }
+}
+
+/* The same SwiGLU rounded to bf16 (as rmsnorm_forward_bf16 is to its op). */
+void lf__cpu_swiglu_forward_bf16(uint16_t *restrict out, const float *restrict inp, int N, int F) {
+#pragma omp parallel for schedule(static) if ((long)N * F >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict g = inp + (size_t)n * 2 * F;
+        const float *restrict u = g + F;
+        uint16_t *restrict o = out + (size_t)n * F;
+#pragma omp simd
+        for (int j = 0; j < F; j++) o[j] = lf__cpu_bf16_bits(g[j] / (1.0f + lf__cpu_expf_f32(-g[j])) * u[j]);
     }
 }
 
