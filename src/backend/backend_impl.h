@@ -221,20 +221,34 @@ struct lf_backend_ops {
      * Query head h uses key/value head h / (NH/NKV) (grouped-query
      * attention; NKV == 1 is multi-query). NKV == NH is nanoGPT's c_attn split
      * [q | k | v], each C wide (GPT-2). NH % NKV == 0 (callers validate).
-     * att saves the softmax probabilities BEFORE dropout; dropout
-     * (attn_dropout) applies to att before att @ v. Entries of att above the
-     * diagonal are written as 0. backward overwrites all of dqkv; the k and v
-     * parts of a key/value head hold the sum over its query heads. */
+     * att is what forward saves for backward, attention_saved(B, NH, T)
+     * floats in a layout of the backend's own: the CPU saves the softmax
+     * probabilities BEFORE dropout, (B,NH,T,T), entries above the diagonal
+     * written as 0; a fused (flash) attention saves O(T) per head (the row
+     * maxima and sums) and recomputes the rest. Dropout (attn_dropout)
+     * applies to the probabilities before they multiply v. backward
+     * overwrites all of dqkv; the k and v parts of a key/value head hold the
+     * sum over its query heads; its scratch is attention_scratch(B, NH, T)
+     * floats. */
     void (*attention_forward)(lf_backend *be, float *out,          // (B,T,C)
-                              float *att,          // (B,NH,T,T)
+                              float *att,          // attention_saved(B,NH,T)
                               const float *qkv,    // (B,T,W)
                               int B, int T, int C, int NH, int NKV, lf_dropout drop);
     void (*attention_backward)(lf_backend *be, float *dqkv,        // (B,T,W) = (overwritten)
-                               float *scratch,     // (B,NH,T,T) scratch, contents undefined after
+                               float *scratch,     // attention_scratch(B,NH,T), contents undefined after
                                const float *dout,  // (B,T,C)
                                const float *qkv,   // (B,T,W)
-                               const float *att,   // (B,NH,T,T) from forward
+                               const float *att,   // from forward
                                int B, int T, int C, int NH, int NKV, lf_dropout drop);
+
+    /* ---- sizes (floats) of attention's saved tensor and backward scratch
+     * for a call of B rows, NH query heads, T positions; and of
+     * attention_cached's scratch for Tn rows at position pos0. Pure
+     * functions of the shape (no instance: plans are made before one
+     * exists); the model plans every layer's slots with them. */
+    size_t (*attention_saved)(int B, int NH, int T);
+    size_t (*attention_scratch)(int B, int NH, int T);
+    size_t (*attention_cached_scratch)(int B, int NH, int Tn, int pos0);
 
     /* ---- KV cache (generation). The cache of one layer is two tensors
      * kcache, vcache (B, NKV, Tmax, HS): per (batch row, key/value head) the
@@ -253,8 +267,8 @@ struct lf_backend_ops {
      * values 0 .. pos0+t (the new rows' k, v already appended by kv_append).
      * Query head h reads key/value head h / (NH/NKV), scaled by 1/sqrt(HS),
      * as attention_forward; no dropout (inference). out (B,Tn,C) is
-     * overwritten, C = NH*HS. scratch: at least lf_kv_attention_scratch(B,
-     * NH, Tn, pos0) floats, contents undefined after. Same arithmetic as
+     * overwritten, C = NH*HS. scratch: attention_cached_scratch(B, NH, Tn,
+     * pos0) floats, contents undefined after. Same arithmetic as
      * attention_forward (fp32 scores, max-subtracted softmax with the
      * backend's exp, fp32 sums), so a prefill of T rows at pos0 = 0 gives
      * attention_forward's out to float rounding and one row at pos0 = p gives
@@ -263,7 +277,7 @@ struct lf_backend_ops {
      * are split into calls, and for any thread count). Callers check the
      * conditions of kv_append and C % NH == 0. */
     void (*attention_cached)(lf_backend *be, float *out,           // (B,Tn,C)
-                             float *scratch,       // (lf_kv_attention_scratch) floats
+                             float *scratch,       // attention_cached_scratch floats
                              const float *qkv,     // (B,Tn,W)
                              const float *kcache,  // (B,NKV,Tmax,HS)
                              const float *vcache,  // (B,NKV,Tmax,HS)
@@ -349,12 +363,6 @@ struct lf_backend_ops {
      * bf16 weight copies). Never called while ops run. */
     void (*params_changed)(lf_backend *be);
 };
-
-/* Floats of scratch attention_cached needs: one probability row of
- * pos0 + Tn entries per (batch row, query head, new row). */
-static inline size_t lf_kv_attention_scratch(int B, int NH, int Tn, int pos0) {
-    return (size_t)B * (size_t)NH * (size_t)Tn * ((size_t)pos0 + (size_t)Tn);
-}
 
 /* An instance (see the header comment). Public code holds it opaque
  * (llmforge/backend.h); ops and model code reach the table through it. */

@@ -56,7 +56,7 @@ typedef struct layer_acts {
     float *ln1_mean, *ln1_rstd;       /* (N), (N) */
     float *qkv;                       /* (N,3C) */
     act *atty;                        /* (N,C) attention output before c_proj */
-    float *att;                       /* (B,NH,T,T) softmax probabilities */
+    float *att;                       /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
     float *attproj;                   /* (N,C) c_proj output (after dropout); working set */
     float *res2;                      /* (N,C) residual after attention */
     act *ln2;                         /* (N,C) */
@@ -73,7 +73,7 @@ typedef struct gpt2_acts {
     float *encoded;                   /* (N,C) embeddings (after dropout) */
     act *lnf;                         /* (N,C) */
     float *lnf_mean, *lnf_rstd;
-    float *att_scratch;               /* (B,NH,T,T) */
+    float *att_scratch;               /* attention_backward's scratch (s->att_scratch) */
     /* Activation gradients, shared by all layers (backward visits one layer
      * at a time). dresidual is the residual stream's gradient: layernorm
      * backwards add into it, so it carries d(block output) into d(block
@@ -253,7 +253,8 @@ static void gpt2_acts_init(void *acts, void *layers) { ((gpt2_acts *)acts)->la =
 static void gpt2_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     const lf_model_config *c = s->cfg;
     size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
-    size_t att = (size_t)s->rB * NH * s->T * s->T;
+    (void)NH;
+    const size_t att = s->att_saved; /* what the backend's attention saves (backend_impl.h) */
     int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* layernorm and GELU outputs */
     int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
     const size_t A = lf__act_size(s->dt);          /* bytes per element of a matmul input */
@@ -308,7 +309,7 @@ static void gpt2_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     rp->lnf_mean = lf__slot(p, LF__CAT_SAVED, N);
     rp->lnf_rstd = lf__slot(p, LF__CAT_SAVED, N);
     if (s->infer) return; /* a session: forward only */
-    rp->att_scratch = lf__slot(p, LF__CAT_WORK, att);
+    rp->att_scratch = lf__slot(p, LF__CAT_WORK, s->att_scratch);
     rp->dresidual = lf__slot(p, LF__CAT_WORK, N * C);
     rp->dbranch = lf__slot(p, LF__CAT_WORK, N * C);
     rp->dln = lf__slot(p, LF__CAT_WORK, N * C);

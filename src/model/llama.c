@@ -55,7 +55,7 @@ typedef struct layer_acts {
     act *h1;            /* (N,C): input_layernorm output */
     float *rstd1;       /* (N) its statistics */
     float *qkv;         /* (N,W) [q | k | v], q and k rotated */
-    float *att;         /* (B,NH,T,T) softmax probabilities */
+    float *att;         /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
     act *atty;          /* (N,C) attention output before o_proj */
     float *oproj;       /* (N,C) o_proj / down_proj outputs; working set */
     float *res2;        /* (N,C) residual after attention */
@@ -71,7 +71,7 @@ typedef struct llama_acts {
     float *encoded;        /* (N,C) token embeddings */
     act *hf;               /* (N,C) final norm output */
     float *rstdf;
-    float *att_scratch;    /* (B,NH,T,T) */
+    float *att_scratch;    /* attention_backward's scratch (s->att_scratch) */
     float *dresidual, *dln, *datty; /* (N,C) */
     float *dqkv;           /* (N,W) */
     float *dgu;            /* (N,2F) */
@@ -249,7 +249,8 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     const lf_model_config *c = s->cfg;
     const size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
     const size_t W = (size_t)qkv_width(c), F = (size_t)c->ffn_hidden;
-    const size_t att = (size_t)s->rB * NH * s->T * s->T;
+    (void)NH;
+    const size_t att = s->att_saved; /* what the backend's attention saves (backend_impl.h) */
     const size_t A = lf__act_size(s->dt); /* bytes per element of a matmul input */
     const int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* norm and SwiGLU outputs */
     const int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
@@ -299,7 +300,7 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     x->hf = lf__slot_bytes(p, LF__CAT_SAVED, N * C * A);
     x->rstdf = lf__slot(p, LF__CAT_SAVED, N);
     if (s->infer) return; /* a session: forward only */
-    x->att_scratch = lf__slot(p, LF__CAT_WORK, att);
+    x->att_scratch = lf__slot(p, LF__CAT_WORK, s->att_scratch);
     x->dresidual = lf__slot(p, LF__CAT_WORK, N * C);
     x->dln = lf__slot(p, LF__CAT_WORK, N * C);
     x->datty = lf__slot(p, LF__CAT_WORK, N * C);

@@ -414,6 +414,16 @@ static void lay_out_replica(const lf__model_arch *a, const lf__plan_spec *s, lf_
     }
 }
 
+void lf__plan_attention(lf__plan_spec *s, const lf_backend_ops *ops, int with_cache) {
+    const int NH = s->cfg->n_head;
+    s->att_saved = ops->attention_saved(s->rB, NH, s->T);
+    s->att_scratch = s->infer ? 0 : ops->attention_scratch(s->rB, NH, s->T);
+    if (with_cache) { /* the saved slot is attention_cached's scratch while decoding (lf__attention) */
+        const size_t kv = ops->attention_cached_scratch(s->rB, NH, s->T, 0);
+        if (kv > s->att_saved) s->att_saved = kv;
+    }
+}
+
 /* m is NULL while sizing without a model (lf_model_plan_bytes). */
 static void lay_out(const lf__model_arch *a, const lf__plan_spec *s, lf_model *m, lf__planner *p) {
     size_t N = (size_t)s->B * s->T, Vp = (size_t)lf__vp(s->cfg);
@@ -500,6 +510,7 @@ lf_status lf_model_plan_bytes(const lf_model_config *cfg, int B, int T, lf_recom
     s.num_params = lf_model_unit_sizes(&c, &s.unit0_n, &s.max_other_n);
     if (!s.num_params) return lf_fail(LF_ERR_NOMEM, "out of memory sizing the activation plan");
     split_rows(B, n_replicas, &s.rB, &s.n_rep);
+    lf__plan_attention(&s, lf__backend_cpu(), 0); /* sized as the CPU backend's attention saves */
     lf__planner p = {0};
     lay_out(a, &s, NULL, &p);
     act_bytes_of(&p, out);
@@ -539,6 +550,7 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
                        .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T,
                        .infer = m->borrowed};
     split_rows(B, m->be->ops->replicas ? m->be->ops->replicas(m->be, B) : 1, &s.rB, &s.n_rep);
+    lf__plan_attention(&s, m->be->ops, m->kv_planned);
     lf__planner p = {0};
     lay_out(a, &s, NULL, &p); /* sizing pass */
     m->rep = calloc((size_t)s.n_rep, sizeof *m->rep);
@@ -891,6 +903,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     /* forward only: every layer's tensors in the working set, only block
      * outputs kept (the full-recompute layout; nothing is recomputed) */
     v->recompute = LF_RECOMPUTE_FULL;
+    v->kv_planned = with_cache;
     s->parent = m;
     s->view = v;
     s->B = B;
@@ -984,6 +997,7 @@ lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int wi
     lf__plan_spec sp = {.cfg = &c, .rc = LF_RECOMPUTE_FULL, .dt = LF_ACT_FP32, .B = B, .T = T, .infer = 1};
     sp.num_params = lf_model_unit_sizes(&c, &sp.unit0_n, &sp.max_other_n);
     split_rows(B, 1, &sp.rB, &sp.n_rep);
+    lf__plan_attention(&sp, lf__backend_cpu(), with_cache);
     lf__planner p = {0};
     lay_out(a, &sp, NULL, &p);
     const size_t kv = with_cache ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)(c.n_embd / c.n_head) *

@@ -56,7 +56,14 @@ typedef struct lf__plan_spec {
     lf_act_dtype dt;     /* storage of the matmul inputs */
     int B, T, n_rep, rB; /* rB: rows of each replica */
     int infer;           /* forward only (a session): no activation or parameter gradients */
+    /* floats of one layer's attention per replica, as the backend sizes
+     * them (attention_saved; attention_scratch for backward; a session with
+     * a cache also fits attention_cached's scratch in the saved slot) */
+    size_t att_saved, att_scratch;
 } lf__plan_spec;
+
+/* Fill spec->att_saved/att_scratch from a backend table (rB, T, cfg set). */
+void lf__plan_attention(lf__plan_spec *s, const lf_backend_ops *ops, int with_cache);
 
 /* Bytes per element of a matmul-input activation. */
 static inline size_t lf__act_size(lf_act_dtype dt) { return dt == LF_ACT_BF16 ? sizeof(uint16_t) : sizeof(float); }
@@ -181,6 +188,7 @@ struct lf_model {
     /* a session's view of another model's weights (lf_session): shares its
      * table, units and parameters, owns only its plan */
     int borrowed;
+    int kv_planned;           /* a session with a cache: its plan fits attention_cached's scratch */
     lf__kv *kv;               /* the session's cache (NULL: none) */
 
     /* last forward */

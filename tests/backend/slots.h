@@ -33,6 +33,9 @@ static inline void lf_test_required_slots(const lf_backend_ops *t) {
     LF_TEST_SLOT(t, rope_backward);
     LF_TEST_SLOT(t, attention_forward);
     LF_TEST_SLOT(t, attention_backward);
+    LF_TEST_SLOT(t, attention_saved);
+    LF_TEST_SLOT(t, attention_scratch);
+    LF_TEST_SLOT(t, attention_cached_scratch);
     LF_TEST_SLOT(t, kv_append);
     LF_TEST_SLOT(t, attention_cached);
     LF_TEST_SLOT(t, gelu_forward);

@@ -10,7 +10,7 @@
  *    gives each row of the whole sequence's attention within that bound, and
  *    the very bits of the prefill (the CPU backend computes each row alone);
  *  - 1, 2 and 3 threads give the same bits;
- *  - scratch: only the lf_kv_attention_scratch floats are used.
+ *  - scratch: only the attention_cached_scratch floats are used.
  * The cache has Tmax > T so the position stride is exercised. */
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"
@@ -140,7 +140,7 @@ static float *run_chunks(lf_backend *o, const kv_case *k, const int *sizes, int 
         int n = sizes[s % nsizes];
         if (n > k->T - t0) n = k->T - t0;
         float *rows = qkv_rows(k, t0, n);
-        const size_t ns = lf_kv_attention_scratch(k->B, k->NH, n, t0);
+        const size_t ns = cpu()->ops->attention_cached_scratch(k->B, k->NH, n, t0);
         /* one guard float past the scratch the op is allowed to use */
         float *scratch = malloc((ns + 1) * sizeof(float)), *out = malloc((size_t)k->B * n * k->C * sizeof(float));
         assert_non_null(scratch);
@@ -320,7 +320,7 @@ static void test_tables(void **state) {
     assert_non_null(cpu()->ops->attention_cached);
     assert_ptr_equal(lf__backend_cpu_bf16()->kv_append, cpu()->ops->kv_append);
     assert_ptr_equal(lf__backend_cpu_bf16()->attention_cached, cpu()->ops->attention_cached);
-    assert_int_equal(lf_kv_attention_scratch(2, 3, 4, 5), 2 * 3 * 4 * 9);
+    assert_int_equal(cpu()->ops->attention_cached_scratch(2, 3, 4, 5), 2 * 3 * 4 * 9);
 }
 
 int main(void) {

@@ -10,6 +10,8 @@
  *    "oneDNN refused", injected) is no silent fallback: the result is still
  *    computed, but the instance is failed with LF_ERR_DEVICE naming the op;
  *  - a model forward on a failed instance returns the failure;
+ *  - the activation plan asks the backend how much attention saves and
+ *    needs as scratch (attention_saved / attention_scratch);
  *  - cpu-fenced's regions belong to its instance: an op of one fenced
  *    instance does not open the memory of another (SIGSEGV in a child).
  */
@@ -125,6 +127,48 @@ static void test_model_forward_reports(void **state) {
     lf_backend_close(be);
 }
 
+/* The planner asks the backend what attention saves: a table whose
+ * attention_saved / attention_scratch report more (as a fused attention
+ * would report less) moves the plan by exactly that, per layer and once. */
+static size_t more_saved(int B, int NH, int T) { return lf_backend_get("cpu")->ops->attention_saved(B, NH, T) + 64; }
+static size_t more_scratch(int B, int NH, int T) {
+    return lf_backend_get("cpu")->ops->attention_scratch(B, NH, T) + 32;
+}
+
+static void test_plan_asks_attention(void **state) {
+    (void)state;
+    lf_backend_ops t = *lf_backend_get("cpu")->ops;
+    t.attention_saved = more_saved;
+    t.attention_scratch = more_scratch;
+    lf_backend *be;
+    LF_ASSERT_OK(lf__backend_open_ops(&t, &be));
+    for (int a = 0; a < 2; a++) {
+        lf_model_config c = {.arch = a ? LF_ARCH_LLAMA : LF_ARCH_GPT2, .n_layer = 3, .n_head = 2, .n_embd = 16,
+                             .block_size = 8, .vocab_size = 13, .bias = !a};
+        lf_model *m0, *m1;
+        LF_ASSERT_OK(lf_model_create(&m0, &c, lf_backend_get("cpu")));
+        LF_ASSERT_OK(lf_model_create(&m1, &c, be));
+        LF_ASSERT_OK(lf_model_set_recompute(m0, LF_RECOMPUTE_NONE));
+        LF_ASSERT_OK(lf_model_set_recompute(m1, LF_RECOMPUTE_NONE));
+        size_t b0, b1;
+        LF_ASSERT_OK(lf_model_plan(m0, 1, 8, &b0)); /* one row: one replica on either */
+        LF_ASSERT_OK(lf_model_plan(m1, 1, 8, &b1));
+        lf_act_bytes x0, x1;
+        lf_model_activation_bytes(m0, &x0);
+        lf_model_activation_bytes(m1, &x1);
+        assert_int_equal(x1.saved - x0.saved, 3 * 64 * sizeof(float));
+        assert_int_equal(x1.work - x0.work, 32 * sizeof(float));
+        assert_int_equal(b1 - b0, (3 * 64 + 32) * sizeof(float));
+        /* and the public plan, which sizes as the CPU does, equals the cpu model's */
+        lf_act_bytes pub;
+        LF_ASSERT_OK(lf_model_plan_bytes(&c, 1, 8, LF_RECOMPUTE_NONE, LF_ACT_FP32, 1, &pub));
+        assert_int_equal(pub.total, b0);
+        lf_model_free(m0);
+        lf_model_free(m1);
+    }
+    lf_backend_close(be);
+}
+
 static void test_fenced_instances_apart(void **state) {
     (void)state;
     lf_backend *a, *b;
@@ -159,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_precondition_is_sticky),
         cmocka_unit_test(test_library_failure_reported),
         cmocka_unit_test(test_model_forward_reports),
+        cmocka_unit_test(test_plan_asks_attention),
         cmocka_unit_test(test_fenced_instances_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

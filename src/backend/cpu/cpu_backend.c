@@ -374,6 +374,8 @@ OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, siz
     .rope_forward = w_rope_forward, .rope_backward = w_rope_backward,                                 \
     .attention_forward = w_attention_forward, .attention_backward = w_attention_backward,             \
     .kv_append = w_kv_append, .attention_cached = w_attention_cached,                                 \
+    .attention_saved = lf__cpu_attention_saved, .attention_scratch = lf__cpu_attention_saved,         \
+    .attention_cached_scratch = lf__cpu_attention_cached_scratch,                                     \
     .gelu_forward = w_gelu_forward, .gelu_backward = w_gelu_backward,                                 \
     .swiglu_forward = w_swiglu_forward, .swiglu_backward = w_swiglu_backward,                         \
     .residual_forward = w_residual_forward, .residual_backward = w_residual_backward,                 \

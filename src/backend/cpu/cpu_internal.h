@@ -230,6 +230,17 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop);
 
+/* What the CPU's attention saves and needs (backend_impl.h's size slots):
+ * the (B,NH,T,T) probabilities, the same again as backward's scratch, and
+ * one probability row of pos0 + Tn entries per (batch row, query head, new
+ * row) for attention_cached. */
+static inline size_t lf__cpu_attention_saved(int B, int NH, int T) {
+    return (size_t)B * (size_t)NH * (size_t)T * (size_t)T;
+}
+static inline size_t lf__cpu_attention_cached_scratch(int B, int NH, int Tn, int pos0) {
+    return (size_t)B * (size_t)NH * (size_t)Tn * ((size_t)pos0 + (size_t)Tn);
+}
+
 /* cpu_kv.c: the KV-cache ops of generation. */
 void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS,
                        int pos0, int Tmax);
