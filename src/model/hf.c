@@ -505,10 +505,12 @@ static lf_status cfg_rope(const cfg_ctx *c, double *theta) {
     return LF_OK;
 }
 
-static lf_status cfg_llama(const cfg_ctx *c, int mistral, lf_model_config *m) {
+enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2 };
+
+static lf_status cfg_llama(const cfg_ctx *c, int kind, lf_model_config *m) {
     m->arch = LF_ARCH_LLAMA;
     m->norm = LF_NORM_RMSNORM;
-    m->bias = 0;
+    m->bias = kind == HF_QWEN2; /* Qwen2: q/k/v biases, always */
     CFG_TRY(cfg_int(c, "hidden_size", 1, 0, 1, HF_SIZE_MAX, &m->n_embd));
     CFG_TRY(cfg_int(c, "num_hidden_layers", 1, 0, 1, HF_SIZE_MAX, &m->n_layer));
     CFG_TRY(cfg_int(c, "num_attention_heads", 1, 0, 1, HF_SIZE_MAX, &m->n_head));
@@ -530,10 +532,14 @@ static lf_status cfg_llama(const cfg_ctx *c, int mistral, lf_model_config *m) {
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_act' is '%.100s'; llmforge's llama MLP uses silu only", c->where,
                        act);
     int ab = 0, mb = 0;
-    CFG_TRY(cfg_bool(c, "attention_bias", 0, &ab));
-    if (ab) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'attention_bias' is true; llmforge's llama has no biases", c->where);
-    CFG_TRY(cfg_bool(c, "mlp_bias", 0, &mb));
-    if (mb) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'mlp_bias' is true; llmforge's llama has no biases", c->where);
+    if (kind != HF_QWEN2) {
+        CFG_TRY(cfg_bool(c, "attention_bias", 0, &ab));
+        if (ab)
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'attention_bias' is true (q/k/v and o_proj biases); llmforge's "
+                           "llama has q/k/v biases only as Qwen2 has them", c->where);
+        CFG_TRY(cfg_bool(c, "mlp_bias", 0, &mb));
+        if (mb) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'mlp_bias' is true; llmforge's llama has no MLP biases", c->where);
+    }
     if (m->n_embd % m->n_head != 0)
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_size' %d is not divisible by 'num_attention_heads' %d", c->where,
                        m->n_embd, m->n_head);
@@ -547,7 +553,14 @@ static lf_status cfg_llama(const cfg_ctx *c, int mistral, lf_model_config *m) {
         return lf_fail(LF_ERR_UNSUPPORTED,
                        "%s: 'num_attention_heads' %d is not divisible by 'num_key_value_heads' %d", c->where, m->n_head,
                        m->n_kv_head);
-    if (mistral) {
+    if (kind == HF_QWEN2) {
+        int use = 0;
+        CFG_TRY(cfg_bool(c, "use_sliding_window", 0, &use));
+        if (use)
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'use_sliding_window' is true; llmforge attends to the whole context",
+                           c->where);
+    }
+    if (kind == HF_MISTRAL) {
         int sw = 0;
         CFG_TRY(cfg_int(c, "sliding_window", 0, 0, 1, HF_SIZE_MAX, &sw));
         if (sw > 0 && sw < m->block_size)
@@ -604,13 +617,15 @@ lf_status lf_hf_model_config(const lf_hf_model *h, lf_model_config *out) {
     memset(&m, 0, sizeof m);
     lf_status s;
     if (strcmp(h->model_type, "llama") == 0)
-        s = cfg_llama(&c, 0, &m);
+        s = cfg_llama(&c, HF_LLAMA, &m);
     else if (strcmp(h->model_type, "mistral") == 0)
-        s = cfg_llama(&c, 1, &m);
+        s = cfg_llama(&c, HF_MISTRAL, &m);
+    else if (strcmp(h->model_type, "qwen2") == 0)
+        s = cfg_llama(&c, HF_QWEN2, &m);
     else if (strcmp(h->model_type, "gpt2") == 0)
         s = cfg_gpt2(&c, &m);
     else
-        s = lf_fail(LF_ERR_UNSUPPORTED, "%s: 'model_type' '%.100s' is not supported (supported: llama, mistral, gpt2)",
+        s = lf_fail(LF_ERR_UNSUPPORTED, "%s: 'model_type' '%.100s' is not supported (supported: llama, mistral, qwen2, gpt2)",
                     c.where, h->model_type);
     if (s == LF_OK) *out = m;
     return s;

@@ -1,9 +1,11 @@
 /*
  * Llama-family decoder (Hugging Face LlamaForCausalLM; Llama 2/3, SmolLM,
- * Mistral without sliding windows): token embedding, L pre-norm blocks
- * (RMSNorm -> grouped-query attention with RoPE -> residual, RMSNorm ->
- * SwiGLU MLP -> residual), a final RMSNorm and an lm_head, tied to the
- * embedding or not. No biases, no position embedding. One architecture
+ * Mistral without sliding windows; with model.bias, Qwen2ForCausalLM):
+ * token embedding, L pre-norm blocks (RMSNorm -> grouped-query attention
+ * with RoPE -> residual, RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm
+ * and an lm_head, tied to the embedding or not. No position embedding; no
+ * biases but, with model.bias, those of the q, k and v projections
+ * (Qwen2's; consecutive like the weights, so the fused product adds them). One architecture
  * table (lf__arch_llama, model_impl.h) of the model runtime (model.c).
  *
  * Layout: Hugging Face names and nn.Linear's (out, in) weights, y = x @ W^T
@@ -45,8 +47,9 @@
 #include <string.h>
 #include "model/model_impl.h"
 
-/* Indices of one block's tensors in the parameter table. */
-enum { P_IN_NORM, P_Q, P_K, P_V, P_O, P_POST_NORM, P_GATE, P_UP, P_DOWN, P_PER_LAYER };
+/* Indices of one block's tensors in the parameter table (the q/k/v biases
+ * are -1 without model.bias). */
+enum { P_IN_NORM, P_Q, P_K, P_V, P_QB, P_KB, P_VB, P_O, P_POST_NORM, P_GATE, P_UP, P_DOWN, P_PER_LAYER };
 
 /* A matmul-input activation: float or uint16_t (bf16 bits) as plan_dt says. */
 typedef void act;
@@ -120,7 +123,6 @@ static lf_status llama_validate(const lf_model_config *c) {
         return lf_fail(LF_ERR_RANGE, "model.norm_eps %g is out of range (0, 1)", (double)c->norm_eps);
     if (!(c->rope_theta > 1.0f && isfinite(c->rope_theta)))
         return lf_fail(LF_ERR_RANGE, "model.rope_theta %g must be a finite number > 1", (double)c->rope_theta);
-    if (c->bias) return lf_fail(LF_ERR_CONFIG, "model.bias: model.arch llama has no biases");
     if (c->block_size < 1 || c->block_size > (1 << 20))
         return lf_fail(LF_ERR_RANGE, "model.block_size %d is out of range [1, 1048576]", c->block_size);
     if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
@@ -153,6 +155,11 @@ static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out
         ADD("self_attn.q_proj.weight", 2, C, C);
         ADD("self_attn.k_proj.weight", 2, KV, C);
         ADD("self_attn.v_proj.weight", 2, KV, C);
+        if (c->bias) { /* Qwen2: q/k/v biases, consecutive as the weights are (one fused product) */
+            ADD("self_attn.q_proj.bias", 1, C, 0);
+            ADD("self_attn.k_proj.bias", 1, KV, 0);
+            ADD("self_attn.v_proj.bias", 1, KV, 0);
+        }
         ADD("self_attn.o_proj.weight", 2, C, C);
         ADD("post_attention_layernorm.weight", 1, C, 0);
         ADD("mlp.gate_proj.weight", 2, F, C);
@@ -179,13 +186,16 @@ static double llama_attn_flops(const lf_model_config *c, int T) {
 }
 
 /* HF LlamaPreTrainedModel._init_weights: normal(0, initializer_range 0.02)
- * for every linear and the embedding, RMSNorm weights 1. */
+ * for every linear and the embedding, RMSNorm weights 1, biases 0. */
 static void llama_init(const lf_model_config *c, const lf_param_info *t, int n, float *host, uint64_t seed) {
     (void)c;
     for (int i = 0; i < n; i++) {
         const lf_param_info *p = &t[i];
         float *w = host + p->offset;
-        if (p->ndim == 1) {
+        const size_t len = strlen(p->name);
+        if (len > 5 && strcmp(p->name + len - 5, ".bias") == 0) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = 0.0f;
+        } else if (p->ndim == 1) {
             for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
         } else {
             for (size_t j = 0; j < p->numel; j++) w[j] = 0.02f * lf_rng_normal(seed, LF_RNG_INIT, p->offset + j);
@@ -194,6 +204,19 @@ static void llama_init(const lf_model_config *c, const lf_param_info *t, int n, 
 }
 
 static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
+    if (c->bias) /* q/k/v biases: Qwen2 (LlamaForCausalLM's attention_bias would add o_proj's too) */
+        return snprintf(buf, cap,
+                        "{\n  \"architectures\": [\"Qwen2ForCausalLM\"],\n  \"model_type\": \"qwen2\",\n"
+                        "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                        "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                        "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n"
+                        "  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
+                        "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"max_window_layers\": %d,\n"
+                        "  \"attention_dropout\": %.9g,\n  \"initializer_range\": 0.02,\n  \"use_cache\": true,\n"
+                        "  \"torch_dtype\": \"float32\"\n}\n",
+                        lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, c->block_size,
+                        (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false", c->n_layer,
+                        (double)c->dropout);
     return snprintf(buf, cap,
                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
                     "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
@@ -219,9 +242,9 @@ static lf_status llama_bind(lf_model *m) {
     s->norm = lf__param_index(m, "model.norm.weight");
     s->head = m->cfg.tie_embeddings ? s->emb : lf__param_index(m, "lm_head.weight");
     static const char *suffix[P_PER_LAYER] = {
-        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-        "mlp.gate_proj.weight",   "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.q_proj.bias",  "self_attn.k_proj.bias",   "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
+        "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
     for (int l = 0; l < m->cfg.n_layer; l++)
         for (int k = 0; k < P_PER_LAYER; k++) {
             char name[LF_PARAM_NAME_MAX];
@@ -346,7 +369,7 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     const float *residual = block_input(x, l);
     lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     /* q, k, v are consecutive: one (W, C) product */
-    lf__mm_forward(m, a->qkv, a->h1, PW(ix[P_Q]), NULL, N, C, W, LF_W_OUT_IN);
+    lf__mm_forward(m, a->qkv, a->h1, PW(ix[P_Q]), PW(ix[P_QB]), N, C, W, LF_W_OUT_IN);
     be->ops->rope_forward(be, a->qkv, B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
     attn_forward(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
@@ -418,7 +441,7 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     be->ops->rope_backward(be, x->dqkv, B, T, NH, NKV, HS, 0, c->rope_theta);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* h1 shares h2's buffer */
         lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
-    lf__mm_backward(m, x->dln, GR(ix[P_Q]), NULL, x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dln, GR(ix[P_Q]), GR(ix[P_QB]), x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
     be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_IN_NORM]), x->dln, residual, PW(ix[P_IN_NORM]), a->rstd1, N, C);
 }
 

@@ -130,7 +130,7 @@ static const key_def k_keys[] = {
     {.path = "model.block_size", .type = KT_INT, FLD(model.block_size), .lo = 1, .hi = 1048576, .def = {64},
      .help = "context length (T)"},
     {.path = "model.bias", .type = KT_BOOL, FLD(model.bias), .def = {1},
-     .help = "gpt2: biases in linear and layernorm layers (llama has none)"},
+     .help = "gpt2: biases in linear and layernorm layers; llama: q/k/v projection biases (Qwen2), default false"},
     {.path = "model.dropout", .type = KT_FLOAT, FLD(model.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN,
      .def = {0}, .help = "dropout probability (embeddings, attention weights, residual branches)"},
     {.path = "model.vocab_size", .type = KT_INT, FLD(model.vocab_size), .lo = 0, .hi = 16777216, .def = {0},
@@ -917,7 +917,7 @@ static void apply_defaults(parse_ctx *c) {
 static const char *note_of(const parse_ctx *c, int i) { return c->where[i] ? c->where[i] : "by default"; }
 
 /* model.arch into the model config, the keys that default differently per
- * architecture (llama has no biases), then the architecture's own checks
+ * architecture (llama: no biases unless asked, Qwen2's q/k/v ones), then the architecture's own checks
  * (lf_model_config_validate, with the vocabulary still unknown: checked
  * with a placeholder of 1 when 0). */
 static lf_status resolve_model(parse_ctx *c) {
@@ -936,8 +936,6 @@ static lf_status resolve_model(parse_ctx *c) {
     if (st != LF_OK) return st;
     const int ib = key_index("model.bias"), it = key_index("model.tie_embeddings");
     if (m->arch == LF_ARCH_LLAMA && !c->given[ib]) m->bias = 0;
-    if (m->arch == LF_ARCH_LLAMA && m->bias)
-        return lf_fail(LF_ERR_CONFIG, "key 'model.bias' %s: model.arch llama has no biases", note_of(c, ib));
     if (m->arch == LF_ARCH_GPT2 && !m->tie_embeddings)
         return lf_fail(LF_ERR_CONFIG, "key 'model.tie_embeddings' %s: gpt2's lm_head is always tied to wte",
                        note_of(c, it));

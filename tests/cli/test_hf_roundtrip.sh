@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Hugging Face round trip: a Llama trained by llmforge (GQA, untied head) is
 # loaded by transformers.AutoModelForCausalLM.from_pretrained from its
+# checkpoint directory, and then the same with q/k/v biases (model.bias:
+# exported as Qwen2ForCausalLM), each
 # checkpoint directory with no missing or unexpected weights; its logits of
 # the last prompt position agree with llmforge's (tools/check_hf_llama.py:
 # |hf - lf| <= 1e-4 + 1e-4 |hf|) and so does a greedy continuation.
@@ -27,21 +29,29 @@ if [ -f "$corpus" ]; then head -c 30000 "$corpus" >corpus.txt
 else for i in $(seq 1 400); do echo "ROMEO: what light through yonder window breaks?"; done >corpus.txt; fi
 "$LF" prepare --char corpus.txt --out data >prepare.log 2>&1 || fail "prepare: $(cat prepare.log)"
 ok
-"$LF" train --data.dataset=data --model.arch=llama --model.n_layer=2 --model.n_head=4 --model.n_kv_head=2 \
-    --model.n_embd=32 --model.ffn_hidden=80 --model.block_size=32 --model.tie_embeddings=false \
-    --model.rope_theta=5000 --train_micro_batch_size_per_gpu=8 --train_iters=40 --eval.interval=0 \
-    --checkpoint.interval=0 --out_dir=run --threads=2 >train.log 2>&1 || fail "train: $(cat train.log)"
-ok
-IDS=3,17,22,9,40,1,11,29
-"$LF" sample --ckpt run --ids $IDS --max-new-tokens 12 --temperature 0 --json --threads 2 >lf.json 2>sample.err ||
-    fail "sample --json: $(cat sample.err)"
-ok
-"$PYHF" "$SRC/tools/check_hf_llama.py" run/ckpt --ids $IDS --tokens 12 --compare lf.json --out hf.json \
-    >check.log 2>&1 || fail "transformers disagrees or cannot load the checkpoint: $(tail -5 check.log)"
-ok
-grep -q '"missing_keys": \[\], "unexpected_keys": \[\]' hf.json || fail "missing or unexpected weights: $(head -c 400 hf.json)"
-ok
-grep -q '"logits_agree": true' hf.json || fail "logits disagree: $(grep -o '"compare": {[^}]*}' hf.json)"
-ok
-echo "$(grep -o '"compare": {[^}]*}' hf.json)"
+for bias in false true; do
+    rm -rf run
+    "$LF" train --data.dataset=data --model.arch=llama --model.n_layer=2 --model.n_head=4 --model.n_kv_head=2 \
+        --model.n_embd=32 --model.ffn_hidden=80 --model.block_size=32 --model.tie_embeddings=false \
+        --model.rope_theta=5000 --model.bias=$bias --train_micro_batch_size_per_gpu=8 --train_iters=40 \
+        --eval.interval=0 --checkpoint.interval=0 --out_dir=run --threads=2 >train.log 2>&1 ||
+        fail "train (bias $bias): $(cat train.log)"
+    ok
+    want=llama; [ $bias = true ] && want=qwen2
+    grep -q "\"model_type\": \"$want\"" run/ckpt/step_00000040/config.json || fail "bias $bias: config.json is not $want"
+    ok
+    IDS=3,17,22,9,40,1,11,29
+    "$LF" sample --ckpt run --ids $IDS --max-new-tokens 12 --temperature 0 --json --threads 2 >lf.json 2>sample.err ||
+        fail "sample --json (bias $bias): $(cat sample.err)"
+    ok
+    "$PYHF" "$SRC/tools/check_hf_llama.py" run/ckpt --ids $IDS --tokens 12 --compare lf.json --out hf.json \
+        >check.log 2>&1 || fail "transformers disagrees or cannot load the $want checkpoint: $(tail -5 check.log)"
+    ok
+    grep -q '"missing_keys": \[\], "unexpected_keys": \[\]' hf.json ||
+        fail "$want: missing or unexpected weights: $(head -c 400 hf.json)"
+    ok
+    grep -q '"logits_agree": true' hf.json || fail "$want: logits disagree: $(grep -o '"compare": {[^}]*}' hf.json)"
+    ok
+    echo "$want: $(grep -o '"compare": {[^}]*}' hf.json)"
+done
 echo "$passed passed, 0 failed"

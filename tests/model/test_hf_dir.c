@@ -601,7 +601,7 @@ static cJSON *obj2(const char *k1, cJSON *v1, const char *k2, cJSON *v2) {
 static void test_config_refusals(void **state) {
     (void)state;
     config_case("model_type", cJSON_CreateString("bert"), LF_ERR_UNSUPPORTED, "'bert' is not supported",
-                "llama, mistral, gpt2");
+                "llama, mistral, qwen2, gpt2");
     config_case("rope_scaling", obj2("rope_type", cJSON_CreateString("llama3"), "factor", cJSON_CreateNumber(8)),
                 LF_ERR_UNSUPPORTED, "'rope_scaling'", "llama3");
     config_case("rope_parameters",
@@ -686,6 +686,27 @@ static void test_config_variants(void **state) {
     g_value = cJSON_CreateNumber(32);
     edit_json(dir, "config.json", edit_set);
     expect_config_fails(dir, LF_ERR_UNSUPPORTED, "'sliding_window' 32", "'max_position_embeddings' 64");
+    done(dir);
+
+    /* qwen2: a llama with q/k/v biases (attention_bias is not a Qwen2 key and is ignored);
+     * a sliding window in use is refused */
+    const char *k6[] = {"model_type", "attention_bias"};
+    cJSON *v6[] = {cJSON_CreateString("qwen2"), cJSON_CreateTrue()};
+    c = config_after(k6, v6, 2);
+    assert_int_equal(c.arch, LF_ARCH_LLAMA);
+    assert_int_equal(c.bias, 1);
+    const char *k7[] = {"model_type"};
+    cJSON *v7[] = {cJSON_CreateString("llama")};
+    c = config_after(k7, v7, 1);
+    assert_int_equal(c.bias, 0);
+    dir = copy_fixture();
+    g_key = "model_type";
+    g_value = cJSON_CreateString("qwen2");
+    edit_json(dir, "config.json", edit_set);
+    g_key = "use_sliding_window";
+    g_value = cJSON_CreateTrue();
+    edit_json(dir, "config.json", edit_set);
+    expect_config_fails(dir, LF_ERR_UNSUPPORTED, "'use_sliding_window' is true", NULL);
     done(dir);
 }
 

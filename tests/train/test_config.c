@@ -264,8 +264,10 @@ static void test_type_errors(void **state) {
     ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"arch\": \"llama\", \"n_head\": 8, \"n_embd\": 72}"),
                   LF_ERR_CONFIG, "head size model.n_embd / model.n_head = 72 / 8 = 9 is odd: RoPE rotates pairs of "
                   "channels");
-    ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"arch\": \"llama\", \"bias\": true}"), LF_ERR_CONFIG,
-                  "key 'model.bias' in 'cfg.json': model.arch llama has no biases");
+    LF_ASSERT_OK(parse_with(&c, "\"model\": {\"arch\": \"llama\", \"bias\": true}")); /* Qwen2's q/k/v biases */
+    assert_int_equal(c.model.bias, 1);
+    LF_ASSERT_OK(parse_with(&c, "\"model\": {\"arch\": \"llama\"}"));
+    assert_int_equal(c.model.bias, 0); /* llama's default, though gpt2's is true */
     ASSERT_ERR_EQ(parse_with(&c, "\"model\": {\"n_kv_head\": 2}"), LF_ERR_CONFIG,
                   "model.n_kv_head 2: gpt2 has one key/value head per query head (4); grouped-query attention is "
                   "model.arch llama");

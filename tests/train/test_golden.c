@@ -2,8 +2,9 @@
  * Golden test against PyTorch, one fixture per run (argv[1], default
  * gpt2_golden): tests/fixtures/gpt2_golden.safetensors was written by
  * tools/reference/make_golden.py (a GPT-2 in PyTorch);
- * llama_golden{,_tied}.safetensors by tools/reference/make_llama_golden.py
- * (transformers' LlamaForCausalLM: GQA with an untied head, and tied). The
+ * llama_golden{,_tied,_qwen2}.safetensors by tools/reference/make_llama_golden.py
+ * (transformers' LlamaForCausalLM: GQA with an untied head, and tied; and
+ * Qwen2ForCausalLM, the same block with q/k/v biases: model.bias). The
  * model config comes from the fixture's metadata. Compared by
  * tensor name: logits and loss (1e-5 relative), every parameter gradient
  * (1e-4), and 10 AdamW steps with clipping and weight decay (losses 1e-5,
@@ -153,6 +154,8 @@ static void test_gradients(void **state) {
         snprintf(name, sizeof name, "grad.%s", table[i].name);
         const lf_st_tensor *t = need(name);
         double err = tensor_rel_err(g + table[i].offset, t);
+        /* (Qwen2's k_proj.bias has a real gradient: RoPE rotates the bias with the key, so it
+         * is not the per-query constant softmax would ignore, as GPT-2's key bias is) */
         if (err > worst) {
             worst = err;
             worst_name = table[i].name;

@@ -30,6 +30,13 @@
 #    The tied file has no lm_head.weight (transformers' named_parameters lists a tied weight
 #    once, as model.embed_tokens.weight, whose gradient then holds both uses).
 #
+# 1b. tests/fixtures/llama_golden_qwen2.safetensors: the same recipe on transformers'
+#    Qwen2ForCausalLM (Qwen2Config with the GOLDEN sizes, untied, use_sliding_window=False): the
+#    Llama block plus q/k/v projection biases, which llmforge's llama has with model.bias. HF
+#    initialises those biases to 0; they are set to 0.05*randn after the norm weights (same
+#    named_parameters walk) so that the tests see them. Metadata "bias": 1, "reference" names
+#    Qwen2ForCausalLM.
+#
 # 2. tests/fixtures/hf_llama_bf16/: a different tiny Llama (2 layers, hidden 48, 6 heads,
 #    2 kv heads, ffn 96, vocab 73, max_position 64, untied, rope_theta 500000) cast to bfloat16
 #    and written by save_pretrained(max_shard_size=40000, safe_serialization=True), so it is
@@ -46,7 +53,7 @@
 # file back and checks it.
 #
 # Usage:  /root/.cache/llmforge/bench-venv/bin/python tools/reference/make_llama_golden.py
-#         [--out-dir tests/fixtures] [--only golden|import]
+#         [--out-dir tests/fixtures] [--only golden|qwen2|import]
 
 import argparse
 import json
@@ -59,7 +66,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_golden import read_safetensors, write_safetensors  # noqa: E402
@@ -71,6 +78,7 @@ B, T = 4, 32
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP = 1e-3, 0.9, 0.99, 1e-8, 0.1, 1.0
 STEPS = 10
 NORM_W_STD = 0.1  # RMSNorm weights 1 + 0.1*randn instead of HF's ones
+BIAS_STD = 0.05  # Qwen2's q/k/v biases 0.05*randn instead of HF's zeros
 IGNORE_HF = -100  # transformers' ignore index
 IGNORE_FIXTURE = -1  # what the fixture stores (as gpt2_golden)
 
@@ -89,16 +97,25 @@ IMPORT_SHARD_BYTES = 40000  # ~94 KB of bf16 weights -> 3 shards
 SUM_WEIGHT_MOD = 13
 
 
-def build(cfg_kwargs, seed, tied):
-    """A float32 LlamaForCausalLM with HF's init, then RMSNorm weights 1 + 0.1*randn."""
-    cfg = LlamaConfig(**{**cfg_kwargs, "tie_word_embeddings": tied}, attn_implementation="eager")
+def build(cfg_kwargs, seed, tied, qwen2=False):
+    """A float32 LlamaForCausalLM (or Qwen2ForCausalLM) with HF's init, then RMSNorm weights
+    1 + 0.1*randn (and Qwen2's q/k/v biases 0.05*randn)."""
+    if qwen2:
+        kw = {k: v for k, v in cfg_kwargs.items() if k not in ("attention_bias", "mlp_bias")}
+        cfg = Qwen2Config(**{**kw, "tie_word_embeddings": tied, "use_sliding_window": False},
+                          attn_implementation="eager")
+    else:
+        cfg = LlamaConfig(**{**cfg_kwargs, "tie_word_embeddings": tied}, attn_implementation="eager")
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
+    model = (Qwen2ForCausalLM if qwen2 else LlamaForCausalLM)(cfg)
     assert model.dtype == torch.float32 and model.config._attn_implementation == "eager"
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.endswith("layernorm.weight") or n == "model.norm.weight":
                 p.copy_(1.0 + NORM_W_STD * torch.randn(p.shape))
+            elif n.endswith(".bias"):
+                assert qwen2 and n.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")), n
+                p.copy_(BIAS_STD * torch.randn(p.shape))
     assert (model.lm_head.weight is model.model.embed_tokens.weight) == bool(cfg.tie_word_embeddings)
     return cfg, model
 
@@ -125,8 +142,8 @@ def adamw(model):
     return torch.optim.AdamW(groups, lr=LR, betas=(BETA1, BETA2), eps=EPS, foreach=False)
 
 
-def make_golden(path, tied):
-    cfg, model = build(GOLDEN, SEED, tied)
+def make_golden(path, tied, qwen2=False):
+    cfg, model = build(GOLDEN, SEED, tied, qwen2)
     inputs, targets = draw_batch(cfg.vocab_size, B, T, 3, 5)
     names = [n for n, _ in model.named_parameters()]
     assert ("lm_head.weight" in names) == (not tied)
@@ -177,14 +194,15 @@ def make_golden(path, tied):
     metadata = {
         "format": "llmforge llama golden v1",
         "generator": "tools/reference/make_llama_golden.py",
-        "reference": "transformers LlamaForCausalLM (eager attention), float32",
+        "reference": "transformers %s (eager attention), float32"
+                     % ("Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"),
         "arch": "llama",
         "n_layer": cfg.num_hidden_layers, "n_head": cfg.num_attention_heads,
         "n_kv_head": cfg.num_key_value_heads, "n_embd": cfg.hidden_size,
         "ffn_hidden": cfg.intermediate_size, "vocab_size": cfg.vocab_size,
         "block_size": cfg.max_position_embeddings, "norm": "rmsnorm",
         "norm_eps": repr(GOLDEN["rms_norm_eps"]), "rope_theta": repr(GOLDEN["rope_theta"]),
-        "tie_embeddings": int(bool(tied)), "bias": 0, "dropout": 0.0, "hidden_act": "silu",
+        "tie_embeddings": int(bool(tied)), "bias": int(bool(qwen2)), "dropout": 0.0, "hidden_act": "silu",
         "hf_config": cfg.to_json_string(use_diff=False),
         "B": B, "T": T, "seed": SEED, "init": "transformers _init_weights: normal(0, 0.02) for "
         "linears and the embedding; RMSNorm weights then 1 + 0.1*randn in named_parameters order",
@@ -314,7 +332,7 @@ def make_import(out_dir):
 def main():
     ap = argparse.ArgumentParser(description="Llama fixtures from transformers")
     ap.add_argument("--out-dir", default=os.path.join(REPO, "tests", "fixtures"))
-    ap.add_argument("--only", choices=["golden", "import"])
+    ap.add_argument("--only", choices=["golden", "qwen2", "import"])
     args = ap.parse_args()
     torch.set_num_threads(1)  # keeps the reduction order, hence the fixtures, reproducible
     torch.use_deterministic_algorithms(True)
@@ -322,6 +340,8 @@ def main():
     if args.only in (None, "golden"):
         make_golden(os.path.join(args.out_dir, "llama_golden.safetensors"), tied=False)
         make_golden(os.path.join(args.out_dir, "llama_golden_tied.safetensors"), tied=True)
+    if args.only in (None, "qwen2"):
+        make_golden(os.path.join(args.out_dir, "llama_golden_qwen2.safetensors"), tied=False, qwen2=True)
     if args.only in (None, "import"):
         make_import(os.path.join(args.out_dir, "hf_llama_bf16"))
 
