@@ -327,6 +327,27 @@ void lf_session_free(lf_session *s);
  * over every cached position before them. LF_ERR_RANGE when the cache would
  * overflow, LF_ERR_UNSUPPORTED when the backend has no cached attention. */
 lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T, int use_cache);
+/* One run of a ragged forward: `len` tokens of the sequence held in cache
+ * slot `slot` (a batch row of the session, 0 <= slot < B), at positions
+ * pos .. pos + len - 1. */
+typedef struct lf_segment {
+    int slot, pos, len;
+} lf_segment;
+/* A forward over several sequences at once, each at its own position
+ * (continuous batching): tokens holds the n_seg runs one after the other
+ * (sum of len <= the session's T tokens in all). Each run's keys and values
+ * go into its slot's cache at its positions, and it attends over that
+ * slot's positions 0 .. pos + t; the matrix products run once over all the
+ * rows. pos may not exceed what the slot holds (lf_session_slot_pos; 0
+ * starts the slot's sequence again); two runs may not share a slot. The
+ * logits are then rows 0 .. sum(len) - 1 in that order (the last row of run
+ * i is its next-token distribution). Each run's logits equal those of the
+ * same tokens run alone in a session of one row, to float rounding (the
+ * products see a different row count). LF_ERR_INVALID_ARG / LF_ERR_RANGE
+ * name the run and the bound. */
+lf_status lf_session_forward_ragged(lf_session *s, const int32_t *tokens, const lf_segment *seg, int n_seg);
+/* Positions cached in slot `slot` (by ragged forwards; -1 for a bad slot). */
+int lf_session_slot_pos(const lf_session *s, int slot);
 /* Logits (B', T, Vp) of the last forward (backend memory: read it through
  * lf_session_copy_logits unless the backend's memory is the host's). */
 const float *lf_session_logits(const lf_session *s);

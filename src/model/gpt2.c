@@ -382,7 +382,7 @@ static void embed_forward(lf_model *m, lf__replica *rp, int T) {
     gpt2_acts *x = ACTS(rp);
     int B = rp->B, C = m->cfg.n_embd, L = m->cfg.n_layer;
     /* positions cur_pos0.. (cached decoding continues a sequence) */
-    be->ops->encoder_forward(be, x->encoded, rp->inputs, PW(ST(m)->wte), PW(ST(m)->wpe) + (size_t)m->cur_pos0 * C, B, T, C);
+    lf__embed(m, rp, x->encoded, PW(ST(m)->wte), PW(ST(m)->wpe), T);
     lf_dropout de = lf__drop_at(m, rp, L, SITE_EMB, (uint64_t)T * C);
     if (de.p > 0) be->ops->dropout_forward(be, x->encoded, x->encoded, (size_t)B * T * C, de);
 }

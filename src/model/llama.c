@@ -361,7 +361,7 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     lf_backend *be = m->be;
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
-    const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = head_size(c);
+    const int B = rp->B, C = c->n_embd, NH = c->n_head;
     const int W = qkv_width(c), F = c->ffn_hidden, N = B * T;
     const size_t NC = (size_t)N * C;
     layer_acts *a = &x->la[l];
@@ -370,7 +370,7 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     /* q, k, v are consecutive: one (W, C) product */
     lf__mm_forward(m, a->qkv, a->h1, PW(ix[P_Q]), PW(ix[P_QB]), N, C, W, LF_W_OUT_IN);
-    be->ops->rope_forward(be, a->qkv, B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
+    lf__rope(m, rp, a->qkv, T);
     attn_forward(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
     be->ops->residual_forward(be, a->res2, residual, a->oproj, NC);

@@ -646,9 +646,56 @@ void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, 
     }
     const lf__kv *kv = m->kv;
     const size_t row = (size_t)NKV * kv->Tmax * HS; /* one batch row of a cache */
+    if (kv->seg) { /* ragged: each run against its own slot, at its own position (one replica) */
+        const size_t W = (size_t)C + 2 * (size_t)NKV * HS;
+        for (int i = 0; i < kv->n_seg; i++) {
+            const lf_segment *g = &kv->seg[i];
+            const size_t r0 = (size_t)kv->row0[i];
+            float *kc = kv->k[l] + (size_t)g->slot * row, *vc = kv->v[l] + (size_t)g->slot * row;
+            m->be->ops->kv_append(m->be, kc, vc, qkv + r0 * W, 1, g->len, NH, NKV, HS, g->pos, kv->Tmax);
+            m->be->ops->attention_cached(m->be, out + r0 * C, att, qkv + r0 * W, kc, vc, 1, g->len, C, NH, NKV, g->pos,
+                                         kv->Tmax);
+        }
+        return;
+    }
     float *kc = kv->k[l] + (size_t)rp->b0 * row, *vc = kv->v[l] + (size_t)rp->b0 * row;
     m->be->ops->kv_append(m->be, kc, vc, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, kv->Tmax);
     m->be->ops->attention_cached(m->be, out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
+}
+
+static int ragged(const lf_model *m) { return m->kv && m->kv->active && m->kv->seg; }
+
+void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float *wte, const float *wpe, int T) {
+    const int C = m->cfg.n_embd;
+    if (!ragged(m)) {
+        m->be->ops->encoder_forward(m->be, out, rp->inputs, wte, wpe ? wpe + (size_t)m->cur_pos0 * C : NULL, rp->B, T,
+                                    C);
+        return;
+    }
+    const lf__kv *kv = m->kv;
+    if (!wpe) { /* no positions: one lookup for every row */
+        m->be->ops->encoder_forward(m->be, out, rp->inputs, wte, NULL, 1, T, C);
+        return;
+    }
+    for (int i = 0; i < kv->n_seg; i++) {
+        const size_t r0 = (size_t)kv->row0[i];
+        m->be->ops->encoder_forward(m->be, out + r0 * C, rp->inputs + r0, wte, wpe + (size_t)kv->seg[i].pos * C, 1,
+                                    kv->seg[i].len, C);
+    }
+}
+
+void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T) {
+    const lf_model_config *c = &m->cfg;
+    const int NH = c->n_head, NKV = c->n_kv_head, HS = c->n_embd / NH;
+    if (!ragged(m)) {
+        m->be->ops->rope_forward(m->be, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
+        return;
+    }
+    const lf__kv *kv = m->kv;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS;
+    for (int i = 0; i < kv->n_seg; i++)
+        m->be->ops->rope_forward(m->be, qkv + (size_t)kv->row0[i] * W, 1, kv->seg[i].len, NH, NKV, HS, kv->seg[i].pos,
+                                 c->rope_theta);
 }
 
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
@@ -874,6 +921,8 @@ struct lf_session {
     void *kv_block;
     int B, T;
     int pos;        /* cached positions filled (lf_session_forward with use_cache) */
+    int *filled;    /* per slot: positions filled by ragged forwards (B) */
+    int *row0;      /* scratch: each run's first row (B) */
 };
 
 lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int with_cache) {
@@ -908,6 +957,12 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     s->view = v;
     s->B = B;
     s->T = T;
+    s->filled = calloc((size_t)B, sizeof *s->filled);
+    s->row0 = calloc((size_t)B, sizeof *s->row0);
+    if (!s->filled || !s->row0) {
+        lf_session_free(s);
+        return lf_fail(LF_ERR_NOMEM, "out of memory creating a session");
+    }
     lf_status st = lf_model_plan(v, B, T, NULL);
     const lf_model_config *c = &m->cfg;
     const int L = c->n_layer, HS = c->n_embd / c->n_head;
@@ -938,13 +993,62 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
 
 void lf_session_free(lf_session *s) {
     if (!s) return;
+    free(s->filled);
+    free(s->row0);
     if (s->kv_block) s->parent->be->ops->free(s->parent->be, s->kv_block);
     free(s->kv.k);
     lf_model_free(s->view);
     free(s);
 }
 
-void lf_session_reset(lf_session *s) { s->pos = 0; }
+void lf_session_reset(lf_session *s) {
+    s->pos = 0;
+    memset(s->filled, 0, (size_t)s->B * sizeof *s->filled);
+}
+
+int lf_session_slot_pos(const lf_session *s, int slot) { return slot >= 0 && slot < s->B ? s->filled[slot] : -1; }
+
+lf_status lf_session_forward_ragged(lf_session *s, const int32_t *tokens, const lf_segment *seg, int n_seg) {
+    lf_model *v = s->view;
+    if (!s->kv_block) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no KV-cache attention", v->be->ops->name);
+    if (n_seg < 1 || n_seg > s->B)
+        return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: %d runs (1 to the session's %d slots)", n_seg, s->B);
+    long total = 0;
+    for (int i = 0; i < n_seg; i++) {
+        const lf_segment *g = &seg[i];
+        if (g->slot < 0 || g->slot >= s->B)
+            return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d: slot %d outside [0, %d)", i, g->slot, s->B);
+        for (int j = 0; j < i; j++)
+            if (seg[j].slot == g->slot)
+                return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: runs %d and %d share slot %d", j, i, g->slot);
+        if (g->len < 1) return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d is empty (len %d)", i, g->len);
+        if (g->pos < 0 || g->pos > s->filled[g->slot])
+            return lf_fail(LF_ERR_RANGE, "ragged forward: run %d starts at position %d, slot %d holds %d", i, g->pos,
+                           g->slot, s->filled[g->slot]);
+        if ((long)g->pos + g->len > s->T)
+            return lf_fail(LF_ERR_RANGE, "ragged forward: run %d: positions %d..%d exceed the cache of %d", i, g->pos,
+                           g->pos + g->len - 1, s->T);
+        s->row0[i] = (int)total;
+        total += g->len;
+    }
+    if (total > s->T)
+        return lf_fail(LF_ERR_RANGE, "ragged forward: %ld tokens in one forward, the session holds %d", total, s->T);
+    v->params = s->parent->params;
+    v->kv = &s->kv;
+    s->kv.active = 1;
+    s->kv.seg = seg;
+    s->kv.row0 = s->row0;
+    s->kv.n_seg = n_seg;
+    v->cur_pos0 = 0;
+    lf_status st = lf_model_forward(v, tokens, NULL, 1, (int)total, NULL, NULL, NULL);
+    s->kv.active = 0;
+    s->kv.seg = NULL;
+    s->kv.n_seg = 0;
+    v->kv = NULL;
+    if (st == LF_OK)
+        for (int i = 0; i < n_seg; i++) s->filled[seg[i].slot] = seg[i].pos + seg[i].len;
+    return st;
+}
 int lf_session_pos(const lf_session *s) { return s->pos; }
 int lf_session_has_cache(const lf_session *s) { return s->kv_block != NULL; }
 

@@ -148,6 +148,12 @@ typedef struct lf__kv {
     float **k, **v; /* n_layer each */
     int B, Tmax;
     int active;     /* the current forward appends to and attends over the cache */
+    /* a ragged forward (lf_session_forward_ragged): the rows are n_seg runs of
+     * tokens, run i continuing cache slot seg[i].slot at position seg[i].pos;
+     * NULL otherwise (every batch row b is slot b at cur_pos0) */
+    const lf_segment *seg;
+    const int *row0; /* first row of each run */
+    int n_seg;
 } lf__kv;
 
 /* ---------------------------------------------------------------- the model */
@@ -227,6 +233,13 @@ void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float 
                     int C, int OC, lf_weight_layout layout);
 void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
                      const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout);
+
+/* The token (+ position) embedding of replica rp's T rows into out: wpe
+ * (NULL: none) read from each row's position (cur_pos0.., or per run of a
+ * ragged forward). */
+void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float *wte, const float *wpe, int T);
+/* RoPE on qkv rows at their positions (cur_pos0.., or per run). */
+void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T);
 
 /* Causal attention of layer l for replica rp's T rows (positions cur_pos0..):
  * attention_forward over the rows, or with the session's cache active,
