@@ -225,6 +225,13 @@ lf_status lf_trainer_run(lf_trainer *t);
 void lf_trainer_free(lf_trainer *t);
 const char *lf_trainer_errmsg(const lf_trainer *t);
 lf_model *lf_trainer_model(lf_trainer *t);
+/* This rank's copy of the whole parameters (lf_model_num_params floats, the
+ * parameter table's flat layout) into host dst, on any backend
+ * (lf_model_params is backend memory, readable in place only where
+ * lf_backend_host_memory). Not a collective. LF_OK; LF_ERR_INVALID_ARG for
+ * NULL; LF_ERR_UNSUPPORTED under ZeRO-3 (no rank holds them all; a
+ * checkpoint does); a failure of the backend (lf_backend_sync). */
+lf_status lf_trainer_copy_params(lf_trainer *t, float *dst);
 /* The communicator the trainer runs on (its own or opts.comm), for
  * lf_comm_rank/size and lf_comm_abort; NULL when create failed before it
  * was opened. */

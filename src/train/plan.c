@@ -3,7 +3,9 @@
  * a function of the configuration: parameters, gradients and AdamW moments
  * (4 bytes each per parameter), on a backend whose memory is not host
  * memory the trainer's host staging copies for checkpoints (parameters and
- * both moments; the CPU backends need none), the activation plan of the
+ * both moments) and, with several ranks, for the collectives on backend
+ * memory (one gradient bucket, or with ZeRO the largest unit; the CPU
+ * backends need none of these), the activation plan of the
  * model (lf_model_plan_bytes, per recompute policy; with bf16 the
  * matmul inputs are stored in bf16), the step's batch
  * and the loader's prefetch ring, and with several ranks the communicator's
@@ -132,6 +134,13 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         if (bucket == 0 || bucket > biggest) bucket = biggest;
         add(p, Z ? "communication scratch (reduce-scatter)" : "communication scratch (all-reduce bucket)",
             (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f);
+        if (staging) {
+            /* the trainer's host staging of those collectives (trainer.c, dev_*):
+             * a whole gradient bucket at stage 0, a whole unit with ZeRO (the
+             * units' partitions are the collectives', not cut into buckets) */
+            size_t b = (size_t)cfg->comm_bucket_elems, most = Z ? (u0 > mo ? u0 : mo) : (b && b < P ? b : P);
+            add(p, "collective staging (host copy of backend memory)", most * f);
+        }
     }
     return LF_OK;
 }

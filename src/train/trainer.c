@@ -28,6 +28,10 @@
  *    AdamW give the same bits everywhere and the replicas never drift.
  *    Rank 0 alone writes out_dir and emits records; resume state is read by
  *    rank 0 and broadcast.
+ *  - No collective is handed backend memory directly: gradient buckets,
+ *    ZeRO units and shards go through dev_all_reduce / dev_reduce_scatter /
+ *    dev_all_gather (in place on host memory, staged through one host buffer
+ *    otherwise), and checkpoints through the host copies (stage_out/in).
  *  - Everything a person or a tool watches goes out as records on one bus
  *    (obs.h): log.jsonl always, TensorBoard and Prometheus when configured,
  *    and whatever sinks the caller adds (the CLI's console). Emission is
@@ -101,6 +105,8 @@ struct lf_trainer {
     float *pshard;             /* stage 3: the shard's parameters (fp32 master weights) */
     int zbad;                  /* stage >= 2, fp16: first tensor whose local unit gradient overflowed (-1) */
     double hook_comm_ms;       /* collectives made from the model's unit hooks */
+    float *xfer;               /* host staging of the collectives on backend memory (dev_*; NULL when */
+    size_t xfer_n;             /* the backend's memory is the host's, or one rank): its floats */
     long opt_t;                /* AdamW updates applied (skipped steps do not count) */
     long skipped;              /* steps skipped by an alert or an fp16 overflow */
     lf_loss_scaler scaler;     /* fp16 */
@@ -130,6 +136,7 @@ struct lf_trainer {
 static lf_status open_loader(lf_trainer *t);
 static lf_status zero_layout(lf_trainer *t);
 static lf_status zero_partition(lf_trainer *t);
+static lf_status xfer_alloc(lf_trainer *t);
 static lf_status zero_save(lf_trainer *t, const char *state, char **saved);
 static lf_status zero_resume_read(lf_trainer *t, const char *path, char **dir, char **state);
 static size_t moments_n(const lf_trainer *t) { return t->zstage ? t->shard_n : lf_model_num_params(t->model); }
@@ -152,6 +159,16 @@ static void stage_in(const lf_trainer *t, void *dev, const void *host, size_t by
 
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
 lf_model *lf_trainer_model(lf_trainer *t) { return t->model; }
+
+lf_status lf_trainer_copy_params(lf_trainer *t, float *dst) {
+    if (!t || !dst) return lf_fail(LF_ERR_INVALID_ARG, "lf_trainer_copy_params: NULL argument");
+    const float *p = lf_model_params(t->model);
+    if (!p)
+        return lf_fail(LF_ERR_UNSUPPORTED, "lf_trainer_copy_params: under ZeRO-3 rank %d holds only its shard of the "
+                       "parameters (the checkpoints hold them all)", t->rank);
+    t->be->ops->to_host(t->be, dst, p, lf_model_num_params(t->model) * sizeof(float));
+    return lf_backend_sync(t->be);
+}
 
 lf_comm *lf_trainer_comm(lf_trainer *t) { return t ? t->comm : NULL; }
 
@@ -970,6 +987,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating optimizer state for %zu parameters", n));
     t->be->ops->zero(t->be, t->m, nm);
     t->be->ops->zero(t->be, t->v, nm);
+    st = xfer_alloc(t); /* collectives on backend memory that is not the host's: staged through it */
+    if (st != LF_OK) return tfail(t, st);
 
     if (t->opts.init_from && t->opts.init_from[0] && t->rank == 0) { /* broadcast below */
         int count;
@@ -1034,6 +1053,7 @@ void lf_trainer_free(lf_trainer *t) {
         lf_free(t->host_m);
         lf_free(t->host_v);
     }
+    lf_free(t->xfer);
     lf_free(t->inputs);
     lf_free(t->targets);
     if (t->be && t->gshard) t->be->ops->free(t->be, t->gshard);
@@ -1255,18 +1275,123 @@ static lf_status step_sum_f64(lf_trainer *t, step_result *o, double *v, size_t n
     return st;
 }
 
+/* ---------------------------------------------------------------- collectives on backend memory
+ *
+ * Every collective whose buffers are backend memory (gradient buckets, ZeRO
+ * units, shards) goes through dev_all_reduce / dev_reduce_scatter /
+ * dev_all_gather, never straight to lf_comm_*. Why: the communicator reads
+ * and writes its buffers as host memory. That is true of backend memory on
+ * the CPU backends (host_memory 1), and there the helpers make the very call
+ * the trainer made before, in place: no copy, the same speed and bits. It is
+ * not true of a device (or of cpu-fenced, whose memory faults outside a
+ * backend call): MPI needs host buffers unless it is CUDA-aware, so there the
+ * floats go to_host into t->xfer, the collective runs on host memory, and the
+ * part it wrote comes back with to_device. A future NCCL communicator takes
+ * device buffers directly (comm_impl.h, device_buffers); it would take the
+ * in-place branch, and only these helpers would know.
+ *
+ * One rank (the "single" communicator, ZeRO on one process) needs no host:
+ * its collectives are identities, made as a backend copy where the buffers
+ * differ.
+ *
+ * Invariants: t->xfer is allocated once at setup (xfer_alloc), xfer_n floats:
+ * the largest buffer any of these moves (a gradient bucket at stage 0, the
+ * largest unit with ZeRO), counted by the memory plan with the checkpoint
+ * staging (lf_mem_plan_make_rank's host_staging). Partitions are
+ * lf_comm_partition's, as the communicator's, so this rank's part of n sits
+ * at the same offset in xfer as in the device buffer. The copies are timed
+ * with the collective (comm_ms): they are the price of the transport. */
+
+/* Floats of the host staging buffer: 0 in place (host memory, or one rank). */
+static size_t xfer_floats(const lf_trainer *t) {
+    if (t->be->ops->host_memory || t->world < 2) return 0;
+    size_t most = 0;
+    if (!t->zstage) { /* all_reduce_grads' buckets */
+        const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
+        most = bucket < n ? bucket : n;
+    } else { /* reduce-scatters and all-gathers of whole units */
+        for (int u = 0; u < t->n_units; u++)
+            if (t->unit_n[u] > most) most = t->unit_n[u];
+    }
+    return most;
+}
+
+static lf_status xfer_alloc(lf_trainer *t) {
+    t->xfer_n = xfer_floats(t);
+    if (!t->xfer_n) return LF_OK;
+    t->xfer = lf_alloc(t->xfer_n * sizeof(float));
+    if (!t->xfer)
+        return lf_fail(LF_ERR_NOMEM, "out of memory allocating the host staging of collectives (%zu floats)",
+                       t->xfer_n);
+    return LF_OK;
+}
+
+static lf_status xfer_fits(const lf_trainer *t, const char *what, size_t n) {
+    if (n <= t->xfer_n) return LF_OK;
+    return lf_fail(LF_ERR_INTERNAL, "%s of %zu floats on backend memory: the host staging holds %zu", what, n,
+                   t->xfer_n);
+}
+
+/* buf (n, backend memory) := the sum over ranks, in place. */
+static lf_status dev_all_reduce(lf_trainer *t, float *buf, size_t n) {
+    if (t->be->ops->host_memory) return lf_comm_all_reduce(t->comm, buf, n, LF_COMM_SUM);
+    if (t->world == 1) return LF_OK; /* the sum over one rank */
+    lf_status st = xfer_fits(t, "all_reduce", n);
+    if (st != LF_OK) return st;
+    t->be->ops->to_host(t->be, t->xfer, buf, n * sizeof(float));
+    st = lf_comm_all_reduce(t->comm, t->xfer, n, LF_COMM_SUM);
+    if (st == LF_OK) t->be->ops->to_device(t->be, buf, t->xfer, n * sizeof(float));
+    return st;
+}
+
+/* recv (this rank's part of n) := that part of the sum over ranks of send
+ * (n); both backend memory, recv == send + offset(rank) allowed (in place). */
+static lf_status dev_reduce_scatter(lf_trainer *t, const float *send, float *recv, size_t n) {
+    if (t->be->ops->host_memory) return lf_comm_reduce_scatter(t->comm, send, recv, n, LF_COMM_SUM);
+    if (t->world == 1) { /* one rank's part is the whole: a copy on the backend */
+        if (recv != send && n) t->be->ops->copy(t->be, recv, send, n * sizeof(float));
+        return LF_OK;
+    }
+    lf_status st = xfer_fits(t, "reduce_scatter", n);
+    if (st != LF_OK) return st;
+    size_t po = 0, pc = 0;
+    lf_comm_partition(n, t->world, t->rank, &po, &pc);
+    t->be->ops->to_host(t->be, t->xfer, send, n * sizeof(float));
+    st = lf_comm_reduce_scatter(t->comm, t->xfer, t->xfer + po, n, LF_COMM_SUM);
+    if (st == LF_OK && pc) t->be->ops->to_device(t->be, recv, t->xfer + po, pc * sizeof(float));
+    return st;
+}
+
+/* recv (n) := every rank's part, part p from rank p's send; both backend
+ * memory, send == recv + offset(rank) allowed (in place). */
+static lf_status dev_all_gather(lf_trainer *t, const float *send, float *recv, size_t n) {
+    if (t->be->ops->host_memory) return lf_comm_all_gather(t->comm, send, recv, n);
+    if (t->world == 1) {
+        if (recv != send && n) t->be->ops->copy(t->be, recv, send, n * sizeof(float));
+        return LF_OK;
+    }
+    lf_status st = xfer_fits(t, "all_gather", n);
+    if (st != LF_OK) return st;
+    size_t po = 0, pc = 0;
+    lf_comm_partition(n, t->world, t->rank, &po, &pc);
+    if (pc) t->be->ops->to_host(t->be, t->xfer + po, send, pc * sizeof(float));
+    st = lf_comm_all_gather(t->comm, t->xfer + po, t->xfer, n);
+    if (st == LF_OK) t->be->ops->to_device(t->be, recv, t->xfer, n * sizeof(float));
+    return st;
+}
+
 /* The gradients summed over ranks, in place, comm.bucket_elems floats per
  * call (DeepSpeed's reduce buckets; each call bounds the communicator's
- * scratch). SUM, not AVG: every rank's dloss already divides by the global
- * count of targets. Host memory: the CPU backend's gradient buffer (a GPU
- * backend pairs with a communicator taking device buffers, comm_impl.h). */
+ * scratch, and the host staging where backend memory is not the host's).
+ * SUM, not AVG: every rank's dloss already divides by the global count of
+ * targets. */
 static lf_status all_reduce_grads(lf_trainer *t, step_result *o) {
     double t0 = lf_time_now();
     float *g = lf_model_grads(t->model);
     const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
     lf_status st = LF_OK;
     for (size_t a = 0; a < n && st == LF_OK; a += bucket)
-        st = lf_comm_all_reduce(t->comm, g + a, n - a < bucket ? n - a : bucket, LF_COMM_SUM);
+        st = dev_all_reduce(t, g + a, n - a < bucket ? n - a : bucket);
     o->comm_ms += (lf_time_now() - t0) * 1e3;
     return st;
 }
@@ -1313,7 +1438,7 @@ static float *zp_grads(lf_trainer *t, int u) {
 static lf_status zero_gather(void *user, int u, float *dst) {
     lf_trainer *t = user;
     double t0 = lf_time_now();
-    lf_status st = lf_comm_all_gather(t->comm, t->pshard + t->sh_off[u], dst, t->unit_n[u]);
+    lf_status st = dev_all_gather(t, t->pshard + t->sh_off[u], dst, t->unit_n[u]);
     t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
     return st;
 }
@@ -1326,7 +1451,7 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
         if (k >= 0 && t->zbad < 0) t->zbad = k;
     }
     double t0 = lf_time_now();
-    lf_status st = lf_comm_reduce_scatter(t->comm, grad, grad + po, n, LF_COMM_SUM);
+    lf_status st = dev_reduce_scatter(t, grad, grad + po, n);
     t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
     if (st != LF_OK) return st;
     t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
@@ -1352,7 +1477,9 @@ static lf_status zero_partition(lf_trainer *t) {
                        .reduce_grads = zero_reduce, .user = t};
     lf_status st = lf_model_set_zero(t->model, &z);
     if (st != LF_OK) return st;
-    if (t->zstage == 3) t->host_params = NULL; /* freed with the model's whole buffer */
+    /* host memory: host_params was the model's whole buffer, now freed; a
+     * separate host copy stays (checkpoint staging of the shard, counted by the plan) */
+    if (t->zstage == 3 && t->be->ops->host_memory) t->host_params = NULL;
     size_t act = 0; /* set_zero dropped the activation plan: the same plan again */
     st = lf_model_plan(t->model, B, T, &act);
     if (st == LF_OK && act != t->planned_act_bytes) st = lf_fail(LF_ERR_INTERNAL, "activation plan changed");
@@ -1366,7 +1493,7 @@ static lf_status zero_reduce_scatter_all(lf_trainer *t, step_result *o) {
     float *g = lf_model_grads(t->model);
     lf_status st = LF_OK;
     for (int u = 0; u < t->n_units && st == LF_OK; u++)
-        st = lf_comm_reduce_scatter(t->comm, g + t->unit_lo[u], g + t->pc_lo[u], t->unit_n[u], LF_COMM_SUM);
+        st = dev_reduce_scatter(t, g + t->unit_lo[u], g + t->pc_lo[u], t->unit_n[u]);
     o->comm_ms += (lf_time_now() - t0) * 1e3;
     return st;
 }
@@ -1385,10 +1512,8 @@ static lf_status zero_grad_norm(lf_trainer *t, step_result *o, double *norm) {
 }
 
 static void zero_scale_grads(lf_trainer *t, float f) {
-    for (int u = 0; u < t->n_units; u++) {
-        float *g = zp_grads(t, u);
-        for (size_t i = 0; i < t->pc_n[u]; i++) g[i] *= f;
-    }
+    for (int u = 0; u < t->n_units; u++)
+        if (t->pc_n[u]) t->be->ops->scale(t->be, zp_grads(t, u), t->pc_n[u], f); /* backend memory */
 }
 
 /* fp16, after the sum: the shard rounded to fp16 again; the first
@@ -1443,7 +1568,7 @@ static lf_status zero_adamw(lf_trainer *t, step_result *o, float lr, double norm
     float *all = lf_model_params(t->model);
     lf_status st = LF_OK;
     for (int u = 0; u < t->n_units && st == LF_OK; u++)
-        st = lf_comm_all_gather(t->comm, all + t->pc_lo[u], all + t->unit_lo[u], t->unit_n[u]);
+        st = dev_all_gather(t, all + t->pc_lo[u], all + t->unit_lo[u], t->unit_n[u]);
     o->comm_ms += (lf_time_now() - t0) * 1e3;
     if (t->be->ops->params_changed) t->be->ops->params_changed(t->be);
     return st;
@@ -1490,10 +1615,22 @@ static lf_status zero_save(lf_trainer *t, const char *state, char **saved) {
         lf_free(tmp);
         return st;
     }
+    /* the shard as host floats: in place on host memory, else staged (the
+     * moments are one shard buffer each; the parameters land at their flat
+     * offset of host_params) */
+    const int host = t->be->ops->host_memory;
+    stage_out(t, t->host_m, t->m, t->shard_n * sizeof(float));
+    stage_out(t, t->host_v, t->v, t->shard_n * sizeof(float));
     lf_status mine = LF_OK;
-    for (int u = 0; u < t->n_units && mine == LF_OK; u++)
-        mine = lf_checkpoint_write_slice(path, &tt, t->pc_lo[u], t->pc_n[u], zp_params(t, u), t->m + t->sh_off[u],
-                                         t->v + t->sh_off[u]);
+    for (int u = 0; u < t->n_units && mine == LF_OK; u++) {
+        const float *p = zp_params(t, u);
+        if (!host) {
+            t->be->ops->to_host(t->be, t->host_params + t->pc_lo[u], p, t->pc_n[u] * sizeof(float));
+            p = t->host_params + t->pc_lo[u];
+        }
+        mine = lf_checkpoint_write_slice(path, &tt, t->pc_lo[u], t->pc_n[u], p, t->host_m + t->sh_off[u],
+                                         t->host_v + t->sh_off[u]);
+    }
     if (mine != LF_OK)
         lf_error_prefix("rank %d writing its shard (ZeRO checkpoints are written by every rank: out_dir must be on a "
                         "filesystem all ranks share)", t->rank);
@@ -1520,7 +1657,10 @@ static lf_status zero_resume_read(lf_trainer *t, const char *path, char **dir, c
     size_t n = lf_model_num_params(t->model);
     lf_ckpt_tensors tt = {table, count, n};
     lf_comm_set_context(t->comm, "resume");
-    float *params = lf_model_params(t->model); /* host memory on the CPU backends */
+    /* into the host buffers (the backend's own on the CPU backends);
+     * resume_from stages them in. Resume runs before zero_partition: the
+     * model is still whole. */
+    float *params = t->host_params;
     lf_status st = LF_OK;
     if (t->rank == 0) {
         st = lf_checkpoint_resolve(path, dir);
@@ -1544,8 +1684,8 @@ static lf_status zero_resume_read(lf_trainer *t, const char *path, char **dir, c
     if (t->rank != 0) mine = lf_checkpoint_load_slice(where, &tt, 0, 0, n, params, NULL, NULL, NULL);
     for (int u = 0; u < t->n_units && mine == LF_OK; u++)
         if (t->pc_n[u])
-            mine = lf_checkpoint_load_slice(where, &tt, 0, t->pc_lo[u], t->pc_n[u], NULL, t->m + t->sh_off[u],
-                                            t->v + t->sh_off[u], NULL);
+            mine = lf_checkpoint_load_slice(where, &tt, 0, t->pc_lo[u], t->pc_n[u], NULL, t->host_m + t->sh_off[u],
+                                            t->host_v + t->sh_off[u], NULL);
     if (mine != LF_OK)
         lf_error_prefix("rank %d reading its shard of '%s' (ZeRO checkpoints are read by every rank: out_dir must be "
                         "on a filesystem all ranks share)", t->rank, where);

@@ -23,6 +23,19 @@
  *                    with the same injection); a NaN gradient on rank 1 only
  *                    with nan.action skip_step skips it everywhere; the
  *                    replicas stay identical.
+ *   mpi_dp fenced S  2 ranks, ZeRO stage S: the same training (20 steps,
+ *                    micro-batch 2 x accumulation 2) once on "cpu" (one
+ *                    thread per rank, so one model replica) and once on
+ *                    "cpu-fenced" (LLMFORGE_BACKEND switched with setenv on
+ *                    every rank between the runs), whose memory faults when
+ *                    touched outside a backend call, so its collectives are
+ *                    staged through host memory: per-step losses,
+ *                    evaluations, every rank's replica (S < 3) and the
+ *                    checkpoints' parameters and moments equal bit for bit.
+ *
+ * Every mode runs on the backend LLMFORGE_BACKEND names (the trainer's
+ * default), e.g. cpu-fenced for the dp.fenced_* tests; parameters are read
+ * through lf_trainer_copy_params, never in place.
  *
  * The single-process reference runs on rank 0 (communicator "single", world
  * size 1) while the other ranks wait in a barrier of the test's own handle.
@@ -35,6 +48,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "llmforge/backend.h"
 #include "llmforge/comm.h"
 #include "llmforge/data.h"
 #include "llmforge/plan.h"
@@ -139,8 +153,17 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
           lf_comm_size(lf_trainer_comm(t)), c->world_size);
     lf_model *m = lf_trainer_model(t);
     char hex[65] = "0";
-    if (lf_model_params(m)) /* ZeRO-3 keeps no whole copy: nothing to compare */
-        lf_sha256_hex(lf_model_params(m), lf_model_num_params(m) * sizeof(float), hex);
+    if (lf_model_params(m)) { /* ZeRO-3 keeps no whole copy: nothing to compare */
+        size_t n = lf_model_num_params(m);
+        float *host = malloc(n * sizeof(float)); /* backend memory is read through a copy */
+        CHECK(host, "out of memory");
+        OK(lf_trainer_copy_params(t, host));
+        lf_sha256_hex(host, n * sizeof(float), hex);
+        free(host);
+    } else {
+        float one;
+        CHECK(lf_trainer_copy_params(t, &one) == LF_ERR_UNSUPPORTED, "ZeRO-3: lf_trainer_copy_params did not refuse");
+    }
     hex[15] = 0;
     lf_trainer_free(t);
     return (int64_t)strtoll(hex, NULL, 16);
@@ -474,6 +497,84 @@ static int run_memory(void) {
     return 0;
 }
 
+/* Tensors of two safetensors files with the same names, shapes and bytes. */
+static void same_tensor_bits(const char *pa, const char *pb) {
+    lf_safetensors *a = NULL, *b = NULL;
+    OK(lf_safetensors_open(&a, pa));
+    OK(lf_safetensors_open(&b, pb));
+    CHECK(lf_safetensors_count(a) == lf_safetensors_count(b), "%s and %s: %d and %d tensors", pa, pb,
+          lf_safetensors_count(a), lf_safetensors_count(b));
+    for (int i = 0; i < lf_safetensors_count(b); i++) {
+        const lf_st_tensor *tb = lf_safetensors_at(b, i), *ta = lf_safetensors_find(a, tb->name);
+        CHECK(ta && ta->dtype == tb->dtype && ta->nbytes == tb->nbytes, "tensor '%s' missing or different in %s",
+              tb->name, pa);
+        if (memcmp(ta->data, tb->data, tb->nbytes) != 0) {
+            const float *x = ta->data, *y = tb->data;
+            size_t k = 0;
+            while (k + 1 < tb->numel && x[k] == y[k]) k++;
+            CHECK(0, "tensor '%s' of %s differs from %s's: element %zu is %.9g, not %.9g", tb->name, pa, pb, k,
+                  (double)x[k], (double)y[k]);
+        }
+    }
+    lf_safetensors_close(a);
+    lf_safetensors_close(b);
+}
+
+/* The same 2-rank run on "cpu" and on "cpu-fenced": bit for bit. */
+static int run_fenced_bits(void) {
+    CHECK(g_size == 2, "fenced runs on 2 ranks, not %d", g_size);
+    static const char *kind[2] = {"cpu", "cpu-fenced"};
+    lf_train_config c[2];
+    int64_t h[2];
+    for (int k = 0; k < 2; k++) {
+        CHECK(setenv("LLMFORGE_BACKEND", kind[k], 1) == 0, "setenv failed");
+        CHECK(!strcmp(lf_backend_default_name(), kind[k]), "the trainer's backend would be '%s', not '%s'",
+              lf_backend_default_name(), kind[k]);
+        CHECK(lf_backend_host_memory(lf_backend_default()) == (k == 0), "backend '%s': host_memory %d", kind[k],
+              lf_backend_host_memory(lf_backend_default()));
+        /* one model replica per rank on cpu, as cpu-fenced always runs (the
+         * CPU ops give the same bits for any thread count; the split of a
+         * micro-batch into replicas changes the summation order) */
+        if (k == 0) lf_backend_cpu_set_threads(1);
+        char name[32];
+        snprintf(name, sizeof name, "bits_%s", kind[k]);
+        c[k] = config(name, 2, 2, STEPS);
+        h[k] = run(&c[k], NULL);
+        same_replicas(h[k], name);
+    }
+    CHECK(h[0] == h[1], "rank %d: the parameters after the cpu-fenced run (hash %015llx) are not the cpu run's "
+          "(%015llx)", g_rank, (unsigned long long)h[1], (unsigned long long)h[0]);
+    OK(lf_comm_barrier(g_c));
+    if (g_rank == 0) {
+        runlog a, b;
+        read_log(c[0].out_dir, &a);
+        read_log(c[1].out_dir, &b);
+        CHECK(a.n_train == STEPS && b.n_train == STEPS, "logs hold %d and %d steps", a.n_train, b.n_train);
+        for (int s = 0; s < STEPS; s++)
+            CHECK(b.train[s].step == a.train[s].step && b.train[s].loss == a.train[s].loss,
+                  "step %ld: loss %.17g on cpu-fenced, %.17g on cpu", a.train[s].step, b.train[s].loss,
+                  a.train[s].loss);
+        CHECK(a.n_eval == 2 && b.n_eval == 2, "%d and %d evaluations", a.n_eval, b.n_eval);
+        for (int e = 0; e < 2; e++)
+            CHECK(a.eval_train[e] == b.eval_train[e] && a.eval_val[e] == b.eval_val[e],
+                  "evaluation %d: %.17g / %.17g on cpu-fenced, %.17g / %.17g on cpu", e, b.eval_train[e],
+                  b.eval_val[e], a.eval_train[e], a.eval_val[e]);
+        for (long step = 10; step <= STEPS; step += 10) /* both checkpoints: written from staged shards */
+            for (int f = 0; f < 2; f++) {
+                const char *file = f ? "optimizer.safetensors" : "model.safetensors";
+                char pa[1200], pb[1200];
+                snprintf(pa, sizeof pa, "%s/ckpt/step_%08ld/%s", c[1].out_dir, step, file);
+                snprintf(pb, sizeof pb, "%s/ckpt/step_%08ld/%s", c[0].out_dir, step, file);
+                same_tensor_bits(pa, pb);
+            }
+        printf("PASS fenced ZeRO-%d, 2 ranks: cpu-fenced (collectives staged through host memory) gives the cpu "
+               "run's %d losses, evaluations, %sand the step-10 and step-20 checkpoints (parameters and moments) "
+               "bit for bit\n", g_stage, STEPS, g_stage < 3 ? "both ranks' replicas " : "");
+    }
+    OK(lf_comm_barrier(g_c));
+    return 0;
+}
+
 /* ZeRO-3 on N ranks, rank 2 stalls (the trainer's test hook sleeps 60 s
  * after step 3) with comm.timeout_s 3: every other rank's next collective
  * times out naming rank 2; each prints its message and ends the job
@@ -516,14 +617,20 @@ int main(int argc, char **argv) {
     g_rank = lf_comm_rank(g_c);
     g_size = lf_comm_size(g_c);
     setup();
+    /* every rank on the same kind of backend (the environment reaches them all) */
+    int64_t hm[2] = {lf_backend_host_memory(lf_backend_default()), -lf_backend_host_memory(lf_backend_default())};
+    OK(lf_comm_all_reduce_i64(g_c, hm, 2, LF_COMM_MAX));
+    CHECK(hm[0] == -hm[1], "the ranks run on different backends (rank %d: '%s')", g_rank, lf_backend_default_name());
+    if (g_rank == 0 && strcmp(mode, "fenced")) printf("backend %s\n", lf_backend_default_name());
     int rc;
     if (!strcmp(mode, "equiv")) rc = run_equiv();
     else if (!strcmp(mode, "resume")) rc = run_resume();
     else if (!strcmp(mode, "skips")) rc = run_skips();
     else if (!strcmp(mode, "memory")) rc = run_memory();
     else if (!strcmp(mode, "stall")) rc = run_stall();
+    else if (!strcmp(mode, "fenced")) rc = run_fenced_bits();
     else {
-        fprintf(stderr, "usage: mpi_dp equiv [STAGE]|resume|skips|memory|stall\n");
+        fprintf(stderr, "usage: mpi_dp equiv [STAGE]|resume|skips|memory|stall|fenced STAGE\n");
         rc = 2;
     }
     cleanup();
