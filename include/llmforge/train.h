@@ -235,7 +235,8 @@ lf_status lf_trainer_copy_params(lf_trainer *t, float *dst);
 /* The communicator the trainer runs on (its own or opts.comm), for
  * lf_comm_rank/size and lf_comm_abort; NULL when create failed before it
  * was opened. */
-/* What this rank holds, by the allocator's own count (lf_alloc_usable):
+/* What this rank holds, by the backend's own count of its allocations
+ * (the CPU: lf_alloc_usable; cpu-fenced: its mapped regions):
  * parameters (the model's buffers, plus the ZeRO-3 shard), gradients (the
  * model's, plus the ZeRO-2/3 shard) and AdamW moments. Compare with
  * lf_mem_plan's params_bytes, grads_bytes, optim_bytes. */

@@ -120,6 +120,9 @@ struct lf_backend_ops {
                                                 read and write it in place, no staging copy) */
     void *(*alloc)(lf_backend *be, size_t bytes);            /* NULL on failure */
     void (*free)(lf_backend *be, void *p);
+    /* bytes the backend reserved for p (from alloc; 0 for NULL): what memory
+     * accounting compares with the plan */
+    size_t (*allocated)(lf_backend *be, const void *p);
     void (*to_device)(lf_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*to_host)(lf_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(lf_backend *be, void *dst, const void *src, size_t bytes); /* backend to backend memory */

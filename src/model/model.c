@@ -359,8 +359,10 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
 }
 
 void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads) {
-    *params = lf_alloc_usable(m->params) + lf_alloc_usable(m->pemb) + lf_alloc_usable(m->pblk);
-    *grads = lf_alloc_usable(m->grads) + lf_alloc_usable(m->gemb0) + lf_alloc_usable(m->gblk0);
+    lf_backend *be = m->be;
+    size_t (*n)(lf_backend *, const void *) = be->ops->allocated;
+    *params = n(be, m->params) + n(be, m->pemb) + n(be, m->pblk);
+    *grads = n(be, m->grads) + n(be, m->gemb0) + n(be, m->gblk0);
 }
 
 void lf_model_params_changed(lf_model *m) {

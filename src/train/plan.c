@@ -57,6 +57,26 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     size_t P = 0;
     lf_status st = lf_model_param_table(mcfg, &table, &count, &P);
     if (st != LF_OK) return st;
+    /* each ZeRO unit's size from the table (0 embeddings, 1..L blocks, L+1 the
+     * final norm and an untied head), so every architecture is sized alike */
+    const int L = mcfg->n_layer;
+    size_t *unit = calloc((size_t)L + 2, sizeof *unit);
+    if (!unit) {
+        lf_free(table);
+        return lf_fail(LF_ERR_NOMEM, "out of memory planning");
+    }
+    size_t mm_weights = 0; /* elements of the matmul weights (2-D tensors but the lookup-only tables) */
+    for (int i = 0; i < count; i++) {
+        if (table[i].unit >= 0 && table[i].unit <= L + 1) unit[table[i].unit] += table[i].numel;
+        if (table[i].ndim == 2) mm_weights += table[i].numel;
+    }
+    if (mcfg->arch == LF_ARCH_GPT2) mm_weights -= (size_t)mcfg->block_size * (size_t)mcfg->n_embd; /* wpe */
+    else if (!mcfg->tie_embeddings) /* llama's untied embedding is a lookup; lm_head is the product */
+        mm_weights -= (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size) *
+                      (size_t)mcfg->n_embd;
+    size_t biggest_unit = 0;
+    for (int u = 0; u <= L + 1; u++)
+        if (unit[u] > biggest_unit) biggest_unit = unit[u];
     lf_free(table);
     const int T = mcfg->block_size;
     p->params = P;
@@ -88,17 +108,13 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->world = W;
     p->rank = rank;
     p->zero_stage = Z;
-    size_t u0 = 0, mo = 0;
-    if (!lf_model_unit_sizes(mcfg, &u0, &mo)) return lf_fail(LF_ERR_NOMEM, "out of memory planning");
-    const size_t lnf = (size_t)mcfg->n_embd * (mcfg->bias ? 2 : 1), blk = mcfg->n_layer > 0 ? mo : 0;
     size_t part = 0, off = 0;
     p->shard = 0;
-    lf_comm_partition(u0, W, rank, &off, &part);
-    p->shard += part;
-    lf_comm_partition(blk, W, rank, &off, &part);
-    p->shard += (size_t)mcfg->n_layer * part;
-    lf_comm_partition(lnf, W, rank, &off, &part);
-    p->shard += part;
+    for (int u = 0; u <= L + 1; u++) {
+        lf_comm_partition(unit[u], W, rank, &off, &part);
+        p->shard += part;
+    }
+    free(unit);
     const size_t units = lf_model_zero_work_bytes(mcfg, 1, 0); /* one unit-0 buffer and one of the largest other */
     p->params_bytes = Z == 3 ? p->shard * f + units : P * f;
     p->grads_bytes = Z >= 2 ? p->shard * f + units : P * f;
@@ -113,13 +129,11 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
              p->act_dtype == LF_ACT_BF16 ? ", bf16" : "");
     add(p, name, p->act.total);
     if (cfg->bf16) {
-        /* cpu-bf16 caches a bf16 copy of every matmul weight (wte for the lm_head, and per layer
-         * c_attn, attn.c_proj, c_fc, mlp.c_proj), and converts the operands not stored in bf16
-         * (the output gradients) into per-replica scratch whose largest is the logits gradient
-         * (rows x Vp) */
-        const size_t C = (size_t)mcfg->n_embd, L = (size_t)mcfg->n_layer;
+        /* cpu-bf16 caches a bf16 copy of every matmul weight (the lm_head and every
+         * projection), and converts the operands not stored in bf16 (the output gradients)
+         * into per-replica scratch whose largest is the logits gradient (rows x Vp) */
         const size_t Vp = (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size);
-        add(p, "bf16 weight copies", 2 * (Vp * C + L * 12 * C * C));
+        add(p, "bf16 weight copies", 2 * mm_weights);
         const size_t rows = (size_t)((B + p->replicas - 1) / p->replicas) * (size_t)T;
         add(p, "bf16 operand scratch (estimate)", (size_t)p->replicas * rows * Vp * 2);
     }
@@ -130,7 +144,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
          * floats from each of W ranks for one bucket of the gradient
          * all-reduce (stage 0), or of the largest unit's reduce-scatter (ZeRO:
          * collectives go unit by unit, in rounds of at most a bucket) */
-        size_t bucket = (size_t)cfg->comm_bucket_elems, biggest = Z ? (u0 > mo ? u0 : mo) : P;
+        size_t bucket = (size_t)cfg->comm_bucket_elems, biggest = Z ? biggest_unit : P;
         if (bucket == 0 || bucket > biggest) bucket = biggest;
         add(p, Z ? "communication scratch (reduce-scatter)" : "communication scratch (all-reduce bucket)",
             (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f);
@@ -138,7 +152,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
             /* the trainer's host staging of those collectives (trainer.c, dev_*):
              * a whole gradient bucket at stage 0, a whole unit with ZeRO (the
              * units' partitions are the collectives', not cut into buckets) */
-            size_t b = (size_t)cfg->comm_bucket_elems, most = Z ? (u0 > mo ? u0 : mo) : (b && b < P ? b : P);
+            size_t b = (size_t)cfg->comm_bucket_elems, most = Z ? biggest_unit : (b && b < P ? b : P);
             add(p, "collective staging (host copy of backend memory)", most * f);
         }
     }

@@ -174,9 +174,10 @@ lf_comm *lf_trainer_comm(lf_trainer *t) { return t ? t->comm : NULL; }
 
 void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim) {
     lf_model_state_bytes(t->model, params, grads);
-    *params += lf_alloc_usable(t->pshard);
-    *grads += lf_alloc_usable(t->gshard);
-    *optim = lf_alloc_usable(t->m) + lf_alloc_usable(t->v);
+    lf_backend *be = t->be;
+    *params += be->ops->allocated(be, t->pshard);
+    *grads += be->ops->allocated(be, t->gshard);
+    *optim = be->ops->allocated(be, t->m) + be->ops->allocated(be, t->v);
 }
 
 /* Records go out on rank 0 only: every rank computes the same reduced

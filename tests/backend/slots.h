@@ -16,6 +16,7 @@ static inline void lf_test_required_slots(const lf_backend_ops *t) {
     if (!t->name) fail_msg("a backend table without a name");
     LF_TEST_SLOT(t, alloc);
     LF_TEST_SLOT(t, free);
+    LF_TEST_SLOT(t, allocated);
     LF_TEST_SLOT(t, to_device);
     LF_TEST_SLOT(t, to_host);
     LF_TEST_SLOT(t, copy);

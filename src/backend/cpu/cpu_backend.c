@@ -188,6 +188,10 @@ static void w_free(lf_backend *be, void *p) {
     (void)be;
     cpu_free(p);
 }
+static size_t w_allocated(lf_backend *be, const void *p) {
+    (void)be;
+    return lf_alloc_usable(p);
+}
 static void w_copy(lf_backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     cpu_copy(dst, src, bytes);
@@ -367,7 +371,7 @@ OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, siz
  * (the Llama-family ones of cpu_llama.c and the KV-cache ones of cpu_kv.c
  * too), and the host-memory plumbing. */
 #define CPU_SHARED_OPS                                                     \
-    .host_memory = 1, .convert = w_convert, .alloc = w_alloc, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
+    .host_memory = 1, .convert = w_convert, .alloc = w_alloc, .allocated = w_allocated, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
     .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward,                     \
     .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward,             \
     .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward,                     \

@@ -117,6 +117,17 @@ static void fenced_free(lf_backend *be, void *p) {
     pthread_mutex_unlock(&f->mu);
 }
 
+static size_t fenced_allocated(lf_backend *be, const void *p) {
+    if (!p) return 0;
+    fence *f = F(be);
+    size_t len = 0;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->n; i++)
+        if (f->reg[i].p == p) len = f->reg[i].len;
+    pthread_mutex_unlock(&f->mu);
+    return len;
+}
+
 static void fenced_to_device(lf_backend *be, void *dst, const void *src, size_t bytes) {
     fence_open(be);
     memcpy(dst, src, bytes);
@@ -246,6 +257,7 @@ static const lf_backend_ops fenced_ops = {
     .act_dtypes = LF_DT_BIT(LF_DT_F32),
     .alloc = fenced_alloc,
     .free = fenced_free,
+    .allocated = fenced_allocated,
     .to_device = fenced_to_device,
     .to_host = fenced_to_host,
     .copy = fenced_copy,
