@@ -13,7 +13,8 @@
  *                    run within 1e-5.
  *   mpi_dp equiv S   the same with zero_optimization.stage S (1-3); also
  *   mpi_dp skips S   for the skips below.
- *   mpi_dp memory    any N, a GPT of ~10.7M parameters: each rank's bytes of
+ *   mpi_dp memory    any N, a GPT of ~10.7M parameters (with LF_TEST_ARCH=llama
+ *                    a Llama of the same width, GQA, untied head): each rank's bytes of
  *                    parameters, gradients and moments by the allocator's
  *                    count equal its memory plan for ZeRO 0-3, and fall
  *                    with the stage.
@@ -451,6 +452,11 @@ static int run_memory(void) {
         c.model.n_head = 6;
         c.model.n_embd = 384;
         c.model.block_size = 256;
+        if (c.model.arch == LF_ARCH_LLAMA) { /* untied: the last ZeRO unit holds the lm_head */
+            c.model.n_kv_head = 2;
+            c.model.ffn_hidden = 1024;
+            c.model.tie_embeddings = 0;
+        }
         c.micro_batch = 1;
         c.grad_accum = 1;
         c.train_batch_size = g_size;
