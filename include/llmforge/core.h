@@ -37,6 +37,7 @@ typedef enum lf_status {
     LF_ERR_INTERNAL = -12,     /* a broken invariant inside llmforge (a bug) */
     LF_ERR_TIMEOUT = -13,      /* a peer did not arrive at a collective within its deadline */
     LF_ERR_DEVICE = -14,       /* the backend (a device, a kernel library) failed an operation */
+    LF_ERR_BUSY = -15,         /* at capacity (a full queue, shutting down): retry later */
 } lf_status;
 
 /* Short fixed name of a status ("LF_ERR_IO: input/output error"). Never NULL. */

@@ -28,6 +28,7 @@ const char *lf_status_str(lf_status s) {
     case LF_ERR_INTERNAL: return "LF_ERR_INTERNAL: internal error";
     case LF_ERR_TIMEOUT: return "LF_ERR_TIMEOUT: timed out";
     case LF_ERR_DEVICE: return "LF_ERR_DEVICE: backend operation failed";
+    case LF_ERR_BUSY: return "LF_ERR_BUSY: at capacity, retry later";
     }
     return "LF_ERR_?: unknown status";
 }

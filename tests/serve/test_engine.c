@@ -1,0 +1,338 @@
+/*
+ * The continuous-batching engine (src/serve/engine.c), both architectures:
+ *  - six requests (prompts of 1 to 25 tokens, greedy and seeded top-k/top-p
+ *    sampling) through 3 slots with a 16-token step budget (so they queue,
+ *    join as others leave, and long prompts prefill in chunks) give exactly
+ *    the tokens lf_generate gives each alone (the draws are keyed by seed and
+ *    position; weights x4 keep the logits far from ties, so the ~1e-6
+ *    rounding of batched products does not move a choice);
+ *  - a stop token ends a sequence before it is emitted; max_tokens and a full
+ *    context end it with "length";
+ *  - cancellation (lf_engine_cancel of a queued request, a callback asking to
+ *    stop) frees the slot for the next; the queue bound gives LF_ERR_BUSY;
+ *  - logprobs: the greedy token is the most likely, descending, <= 0;
+ *  - requests submitted from 4 threads to the engine's own thread all finish
+ *    with their solo tokens, and a stopped engine refuses new ones;
+ *  - bad requests are refused with the sizes named.
+ */
+#include <pthread.h>
+#include "test_util.h"
+#include "llmforge/infer.h"
+#include "llmforge/model.h"
+#include "serve/engine.h"
+
+enum { CTX = 48, MAXGEN = 16 };
+
+static lf_model *make(lf_arch arch) {
+    lf_model_config c = {.arch = arch, .n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = CTX, .vocab_size = 61,
+                         .bias = arch == LF_ARCH_GPT2, .tie_embeddings = 1};
+    if (arch == LF_ARCH_LLAMA) {
+        c.n_kv_head = 2;
+        c.tie_embeddings = 0;
+    }
+    lf_model *m = NULL;
+    LF_ASSERT_OK(lf_model_create(&m, &c, lf_backend_get("cpu")));
+    LF_ASSERT_OK(lf_model_init_weights(m, 5));
+    float *p = lf_model_params(m);
+    for (size_t i = 0; i < lf_model_num_params(m); i++) p[i] *= 4.0f; /* CPU backend: host memory */
+    return m;
+}
+
+typedef struct job {
+    int32_t prompt[CTX];
+    int n_prompt, max_tokens;
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    int32_t want[MAXGEN]; /* lf_generate's tokens */
+    /* results */
+    int32_t got[MAXGEN];
+    int n_got, n_done, cancel_after;
+    lf_engine_finish why;
+    float lp[MAXGEN], top0[MAXGEN];
+    int32_t top0_id[MAXGEN];
+    int ordered;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} job;
+
+static int on_token(void *user, const lf_engine_token *t) {
+    job *j = user;
+    if (j->n_got < MAXGEN) {
+        j->got[j->n_got] = t->id;
+        j->lp[j->n_got] = t->logprob;
+        if (t->n_top > 0) {
+            j->top0[j->n_got] = t->top_logprob[0];
+            j->top0_id[j->n_got] = t->top_id[0];
+        }
+        for (int k = 1; k < t->n_top; k++)
+            if (t->top_logprob[k] > t->top_logprob[k - 1] || t->top_logprob[k] > 0) j->ordered = 0;
+    }
+    j->n_got++;
+    return j->cancel_after > 0 && j->n_got >= j->cancel_after;
+}
+
+static void on_done(void *user, lf_engine_finish why, int n_prompt, int n_gen) {
+    job *j = user;
+    pthread_mutex_lock(&j->mu);
+    j->why = why;
+    j->n_done++;
+    if (n_prompt != j->n_prompt || n_gen != j->n_got) j->ordered = -100; /* counts must agree */
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void job_init(job *j, lf_model *m, int n_prompt, int max_tokens, int sampled, uint64_t seed) {
+    memset(j, 0, sizeof *j);
+    const int V = lf_model_get_config(m)->vocab_size;
+    j->n_prompt = n_prompt;
+    j->max_tokens = max_tokens;
+    j->seed = seed;
+    j->ordered = 1;
+    if (sampled) {
+        j->temperature = 0.8f;
+        j->top_k = 20;
+        j->top_p = 0.9f;
+    }
+    for (int i = 0; i < n_prompt; i++) j->prompt[i] = (int32_t)(lf_rng_u64(seed + 77, LF_RNG_BENCH, (uint64_t)i) % (uint64_t)V);
+    uint32_t pr[CTX], *out = NULL;
+    size_t n_out = 0;
+    for (int i = 0; i < n_prompt; i++) pr[i] = (uint32_t)j->prompt[i];
+    lf_sample_opts o = {.max_new_tokens = max_tokens, .temperature = j->temperature, .top_k = j->top_k,
+                        .seed = seed, .top_p = j->top_p};
+    LF_ASSERT_OK(lf_generate(m, pr, (size_t)n_prompt, &o, NULL, NULL, &out, &n_out));
+    assert_int_equal(n_out, max_tokens);
+    for (int i = 0; i < max_tokens; i++) j->want[i] = (int32_t)out[i];
+    lf_free(out);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+}
+
+static lf_engine_req req_of(job *j) {
+    lf_engine_req r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
+                       .temperature = j->temperature, .top_k = j->top_k, .top_p = j->top_p, .seed = j->seed,
+                       .logprobs = 3, .on_token = on_token, .on_done = on_done, .user = j};
+    return r;
+}
+
+static void run_until_idle(lf_engine *e) {
+    int active = 1, guard = 0;
+    while (active && guard++ < 10000) LF_ASSERT_OK(lf_engine_step(e, &active));
+    assert_int_equal(active, 0);
+}
+
+static void matches_case(lf_arch arch) {
+    lf_model *m = make(arch);
+    static const int np[6] = {3, 17, 9, 1, 25, 6}, mt[6] = {10, 5, 12, 8, 6, 10};
+    job jobs[6];
+    for (int i = 0; i < 6; i++) job_init(&jobs[i], m, np[i], mt[i], i % 2, 100 + (uint64_t)i);
+    lf_engine *e;
+    lf_engine_opts o = {.max_batch = 3, .max_context = CTX, .max_queue = 8, .step_tokens = 16};
+    LF_ASSERT_OK(lf_engine_create(&e, m, &o));
+    for (int i = 0; i < 6; i++) {
+        lf_engine_req r = req_of(&jobs[i]);
+        uint64_t id;
+        LF_ASSERT_OK(lf_engine_submit(e, &r, &id));
+        assert_true(id > 0);
+    }
+    lf_engine_stats st;
+    lf_engine_stats_get(e, &st);
+    assert_int_equal(st.queued, 6);
+    run_until_idle(e);
+    for (int i = 0; i < 6; i++) {
+        job *j = &jobs[i];
+        assert_int_equal(j->n_done, 1);
+        assert_int_equal(j->why, LF_FINISH_LENGTH);
+        assert_int_equal(j->n_got, j->max_tokens);
+        for (int k = 0; k < j->max_tokens; k++)
+            if (j->got[k] != j->want[k])
+                fail_msg("%s request %d token %d: engine %d, alone %d", lf_arch_name(arch), i, k, j->got[k], j->want[k]);
+        assert_int_equal(j->ordered, 1);
+        for (int k = 0; k < j->n_got; k++) {
+            assert_true(j->lp[k] <= 0 && j->lp[k] <= j->top0[k]);
+            if (j->temperature == 0) { /* greedy: the token is the most likely one */
+                assert_int_equal(j->got[k], j->top0_id[k]);
+                assert_true(j->lp[k] == j->top0[k]);
+            }
+        }
+    }
+    lf_engine_stats_get(e, &st);
+    assert_int_equal(st.finished, 6);
+    assert_int_equal(st.generated_tokens, 10 + 5 + 12 + 8 + 6 + 10);
+    assert_int_equal(st.prompt_tokens, 3 + 17 + 9 + 1 + 25 + 6);
+    assert_int_equal(st.active, 0);
+    assert_true(st.steps >= 12); /* at least the longest request's tokens; prompts chunked */
+    lf_engine_free(e);
+    lf_model_free(m);
+}
+
+static void test_matches_generate_gpt2(void **state) {
+    (void)state;
+    matches_case(LF_ARCH_GPT2);
+}
+
+static void test_matches_generate_llama(void **state) {
+    (void)state;
+    matches_case(LF_ARCH_LLAMA);
+}
+
+static void test_stop_length_cancel_queue(void **state) {
+    (void)state;
+    lf_model *m = make(LF_ARCH_LLAMA);
+    lf_engine *e;
+    lf_engine_opts o = {.max_batch = 1, .max_context = CTX, .max_queue = 1};
+    LF_ASSERT_OK(lf_engine_create(&e, m, &o));
+    /* a stop token: the reference's 4th token, absent from the first three */
+    job a, b, c, d;
+    job_init(&a, m, 5, 8, 0, 1);
+    int k = 3;
+    while (k < 8 && (a.want[k] == a.want[0] || a.want[k] == a.want[1] || a.want[k] == a.want[2])) k++;
+    assert_true(k < 8);
+    lf_engine_req ra = req_of(&a);
+    int32_t stop = a.want[k];
+    ra.stop_ids = &stop;
+    ra.n_stop_ids = 1;
+    job_init(&b, m, 4, 6, 1, 2);
+    b.cancel_after = 3; /* its callback asks to stop */
+    job_init(&c, m, 3, 4, 0, 3);
+    lf_engine_req rb = req_of(&b), rc = req_of(&c);
+    uint64_t ida, idb, idc;
+    LF_ASSERT_OK(lf_engine_submit(e, &ra, &ida));
+    LF_ASSERT_OK(lf_engine_submit(e, &rb, &idb)); /* one slot and a queue of one: two fit */
+    assert_int_equal(lf_engine_submit(e, &rc, &idc), LF_ERR_BUSY);
+    LF_ASSERT_ERR_CONTAINS("--max-queue 1");
+    run_until_idle(e);
+    assert_int_equal(a.why, LF_FINISH_STOP);
+    assert_int_equal(a.n_got, k); /* the stop token itself is not emitted */
+    for (int i = 0; i < k; i++) assert_int_equal(a.got[i], a.want[i]);
+    assert_int_equal(b.why, LF_FINISH_CANCELLED);
+    assert_int_equal(b.n_got, 3);
+    for (int i = 0; i < 3; i++) assert_int_equal(b.got[i], b.want[i]);
+    /* a queued request cancelled before it runs: on_done with nothing generated */
+    LF_ASSERT_OK(lf_engine_submit(e, &rc, &idc));
+    job_init(&d, m, 2, 3, 0, 4);
+    lf_engine_req rd = req_of(&d);
+    uint64_t idd;
+    LF_ASSERT_OK(lf_engine_submit(e, &rd, &idd));
+    lf_engine_cancel(e, idd);
+    run_until_idle(e);
+    assert_int_equal(d.why, LF_FINISH_CANCELLED);
+    assert_int_equal(d.n_got, 0);
+    assert_int_equal(d.n_done, 1);
+    assert_int_equal(c.why, LF_FINISH_LENGTH);
+    assert_int_equal(c.n_got, 4);
+    /* the context: a 40-token prompt with max_tokens 20 stops at 48 positions */
+    job f;
+    job_init(&f, m, 40, 8, 0, 5);
+    lf_engine_req rf = req_of(&f);
+    rf.max_tokens = 20;
+    uint64_t idf;
+    LF_ASSERT_OK(lf_engine_submit(e, &rf, &idf));
+    run_until_idle(e);
+    assert_int_equal(f.why, LF_FINISH_LENGTH);
+    assert_int_equal(f.n_got, CTX - 40);
+    for (int i = 0; i < 8; i++) assert_int_equal(f.got[i], f.want[i]);
+    lf_engine_free(e);
+    lf_model_free(m);
+}
+
+static void test_bad_requests(void **state) {
+    (void)state;
+    lf_model *m = make(LF_ARCH_GPT2);
+    lf_engine *e;
+    lf_engine_opts o = {.max_batch = 2, .max_context = 32, .max_queue = 4};
+    LF_ASSERT_OK(lf_engine_create(&e, m, &o));
+    int32_t p[40] = {0};
+    lf_engine_req r = {.prompt = p, .n_prompt = 32, .max_tokens = 4};
+    uint64_t id;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
+    LF_ASSERT_ERR_CONTAINS("the prompt has 32 tokens; the context holds 32");
+    r.n_prompt = 0;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
+    r.n_prompt = 3;
+    p[1] = 61;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
+    LF_ASSERT_ERR_CONTAINS("prompt token 61 at position 1");
+    p[1] = 0;
+    r.temperature = -1;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
+    r.temperature = 0;
+    r.logprobs = LF_ENGINE_MAX_LOGPROBS + 1;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
+    r.logprobs = 0;
+    r.max_tokens = 0;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
+    lf_engine_free(e);
+    lf_engine_opts bad = {.max_batch = 0, .max_context = 32};
+    assert_int_equal(lf_engine_create(&e, m, &bad), LF_ERR_RANGE);
+    LF_ASSERT_ERR_CONTAINS("--max-batch 0");
+    bad = (lf_engine_opts){.max_batch = 2, .max_context = 64};
+    assert_int_equal(lf_engine_create(&e, m, &bad), LF_ERR_RANGE);
+    LF_ASSERT_ERR_CONTAINS("block_size 48");
+    lf_model_free(m);
+}
+
+typedef struct submitter {
+    lf_engine *e;
+    job *jobs;
+    int n;
+} submitter;
+
+static void *submit_thread(void *arg) {
+    submitter *s = arg;
+    for (int i = 0; i < s->n; i++) {
+        lf_engine_req r = req_of(&s->jobs[i]);
+        uint64_t id;
+        if (lf_engine_submit(s->e, &r, &id) != LF_OK) s->jobs[i].ordered = -1;
+    }
+    for (int i = 0; i < s->n; i++) { /* wait for each */
+        job *j = &s->jobs[i];
+        pthread_mutex_lock(&j->mu);
+        while (j->n_done == 0) pthread_cond_wait(&j->cv, &j->mu);
+        pthread_mutex_unlock(&j->mu);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    lf_model *m = make(LF_ARCH_GPT2);
+    lf_engine *e;
+    lf_engine_opts o = {.max_batch = 3, .max_context = CTX, .max_queue = 16, .step_tokens = 12};
+    LF_ASSERT_OK(lf_engine_create(&e, m, &o));
+    LF_ASSERT_OK(lf_engine_start(e));
+    job jobs[8];
+    for (int i = 0; i < 8; i++) job_init(&jobs[i], m, 2 + 3 * i, 6 + i % 3, i % 2, 300 + (uint64_t)i);
+    pthread_t th[4];
+    submitter sub[4];
+    for (int t = 0; t < 4; t++) {
+        sub[t] = (submitter){e, jobs + 2 * t, 2};
+        assert_int_equal(pthread_create(&th[t], NULL, submit_thread, &sub[t]), 0);
+    }
+    for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(jobs[i].ordered, 1);
+        assert_int_equal(jobs[i].why, LF_FINISH_LENGTH);
+        for (int k = 0; k < jobs[i].max_tokens; k++) assert_int_equal(jobs[i].got[k], jobs[i].want[k]);
+    }
+    lf_engine_stop(e, 1.0);
+    job late;
+    job_init(&late, m, 3, 2, 0, 9);
+    lf_engine_req r = req_of(&late);
+    uint64_t id;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_BUSY);
+    LF_ASSERT_ERR_CONTAINS("shutting down");
+    lf_engine_free(e);
+    lf_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_generate_gpt2),
+        cmocka_unit_test(test_matches_generate_llama),
+        cmocka_unit_test(test_stop_length_cancel_queue),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
