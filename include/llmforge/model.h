@@ -340,8 +340,8 @@ typedef struct lf_segment {
  * slot's positions 0 .. pos + t; the matrix products run once over all the
  * rows. pos may not exceed what the slot holds (lf_session_slot_pos; 0
  * starts the slot's sequence again); two runs may not share a slot. The
- * logits are then rows 0 .. sum(len) - 1 in that order (the last row of run
- * i is its next-token distribution). Each run's logits equal those of the
+ * head runs on each run's last position only: logits row i is run i's
+ * next-token distribution (n_seg rows). Each run's logits equal those of the
  * same tokens run alone in a session of one row, to float rounding (the
  * products see a different row count). LF_ERR_INVALID_ARG / LF_ERR_RANGE
  * name the run and the bound. */

@@ -392,7 +392,8 @@ static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) 
     const lf_model_config *c = &m->cfg;
     int B = rp->B, C = c->n_embd, L = c->n_layer, Vp = lf__vp(c);
     int N = B * T;
-    const float *residual = block_input(x, L);
+    float *residual = (float *)block_input(x, L);
+    N = lf__head_rows(m, residual, N, C); /* a ragged forward: each run's last row only */
     lf__ln_forward(m, x->lnf, x->lnf_mean, x->lnf_rstd, residual, PW(ST(m)->lnf_w), PW(ST(m)->lnf_b), N, C);
     lf__mm_forward(m, rp->logits, x->lnf, PW(ST(m)->wte), NULL, N, C, Vp, LF_W_OUT_IN);
 

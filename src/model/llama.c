@@ -393,8 +393,10 @@ static void embed_forward(lf_model *m, lf__replica *rp, int T) {
 static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) {
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
-    const int C = c->n_embd, N = rp->B * T;
-    lf__rms_forward(m, x->hf, x->rstdf, block_input(x, c->n_layer), PW(ST(m)->norm), N, C, c->norm_eps);
+    const int C = c->n_embd;
+    float *last = (float *)block_input(x, c->n_layer);
+    const int N = lf__head_rows(m, last, rp->B * T, C); /* a ragged forward: each run's last row only */
+    lf__rms_forward(m, x->hf, x->rstdf, last, PW(ST(m)->norm), N, C, c->norm_eps);
     lf__mm_forward(m, rp->logits, x->hf, PW(ST(m)->head), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
     lf__classifier(m, rp, N, with_targets);
 }

@@ -686,6 +686,16 @@ void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float
     }
 }
 
+int lf__head_rows(const lf_model *m, float *x, int N, int C) {
+    if (!ragged(m)) return N;
+    const lf__kv *kv = m->kv;
+    for (int i = 0; i < kv->n_seg; i++) { /* row0[i] + len - 1 >= i: never overwrites a row still to move */
+        const size_t src = (size_t)kv->row0[i] + (size_t)kv->seg[i].len - 1;
+        if (src != (size_t)i) m->be->ops->copy(m->be, x + (size_t)i * C, x + src * C, (size_t)C * sizeof(float));
+    }
+    return kv->n_seg;
+}
+
 void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T) {
     const lf_model_config *c = &m->cfg;
     const int NH = c->n_head, NKV = c->n_kv_head, HS = c->n_embd / NH;

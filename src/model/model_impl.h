@@ -238,6 +238,10 @@ void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbia
  * (NULL: none) read from each row's position (cur_pos0.., or per run of a
  * ragged forward). */
 void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float *wte, const float *wpe, int T);
+/* The rows the head computes: N, or in a ragged forward one per run (its
+ * last), moved to the front of the final block output x (rows of C floats;
+ * its other rows are not read again in a forward-only session). */
+int lf__head_rows(const lf_model *m, float *x, int N, int C);
 /* RoPE on qkv rows at their positions (cur_pos0.., or per run). */
 void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T);
 

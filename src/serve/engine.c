@@ -335,13 +335,11 @@ lf_status lf_engine_step(lf_engine *e, int *n_active) {
     pthread_mutex_unlock(&e->mu);
 
     /* 4. sample where a run reached the end of its sequence; 5. finish */
-    int row = 0;
     for (int r = 0; r < n_run; r++) {
         seq *q = e->run[r];
-        row += e->seg[r].len;
         q->fed += e->seg[r].len;
         if (q->fed < q->len) continue; /* a prompt chunk: more to come */
-        st = lf_session_copy_logits(e->s, (size_t)(row - 1), 1, e->row);
+        st = lf_session_copy_logits(e->s, (size_t)r, 1, e->row); /* logits row r: run r's last position */
         if (st != LF_OK) {
             snprintf(e->err, sizeof e->err, "%s", lf_last_error());
             retire(e, q, LF_FINISH_ERROR);

@@ -98,11 +98,9 @@ static void batched(lf_model *m, float *got[NSEQ], int32_t *toks[NSEQ]) {
             n++;
         }
         LF_ASSERT_OK(lf_session_forward_ragged(s, in, seg, n));
-        int row = 0;
         for (int i = 0; i < n; i++) {
             const int q = who[i], k = step - JOIN[q];
-            row += seg[i].len;
-            const float *lg = lf_session_logits(s) + (size_t)(row - 1) * V;
+            const float *lg = lf_session_logits(s) + (size_t)i * V; /* run i's last position */
             memcpy(got[q] + (size_t)k * V, lg, sizeof(float) * V);
             toks[q][k] = argmax(lg, V);
             assert_int_equal(lf_session_slot_pos(s, seg[i].slot), seg[i].pos + seg[i].len);
