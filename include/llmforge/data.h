@@ -168,10 +168,13 @@ lf_status lf_tokenizer_decode(const lf_tokenizer *t, const uint32_t *ids, size_t
  *                  library's encode(text, add_special_tokens=False), added
  *                  tokens marked "special" recognised only with allow_special
  *                  (non-special added tokens always, as tokenizers does), no
- *                  BOS/EOS added. Files with a normalizer, another model type
- *                  or a pre-tokenizer other than ByteLevel / Split / Digits are
- *                  LF_ERR_UNSUPPORTED naming the file and field; malformed ones
- *                  LF_ERR_FORMAT (docs/tokenizers.md). vocab_size = largest id + 1.
+ *                  BOS/EOS added; an NFC normalizer (Qwen2) is applied, so
+ *                  decode(encode(x)) is x in NFC (each stretch between added
+ *                  tokens normalized apart). Files with another normalizer,
+ *                  another model type or a pre-tokenizer other than ByteLevel /
+ *                  Split / Digits are LF_ERR_UNSUPPORTED naming the file and
+ *                  field; malformed ones LF_ERR_FORMAT (docs/tokenizers.md).
+ *                  vocab_size = largest id + 1.
  *
  * Invalid UTF-8 (byte-level BPE kinds): by default (LF_UTF8_STRICT) encoding
  * fails with LF_ERR_FORMAT naming the byte offset of the first invalid byte
@@ -180,7 +183,8 @@ lf_status lf_tokenizer_decode(const lf_tokenizer *t, const uint32_t *ids, size_t
  * With LF_UTF8_BYTES the text is cut at every invalid byte: each maximal valid
  * run is encoded exactly as that run alone would be, and each invalid byte
  * becomes the token of that single byte, so decode(encode(x)) == x for any
- * bytes x. The char kind supports LF_UTF8_STRICT only.
+ * bytes x (an hf: file with an NFC normalizer: x with its valid runs in NFC).
+ * The char kind supports LF_UTF8_STRICT only.
  *
  * Thread safety: an open tokenizer is read-only; lf_tokenizer_encode*,
  * lf_tokenizer_decode and lf_tokenizer_special_id may be called from any

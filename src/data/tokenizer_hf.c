@@ -9,7 +9,10 @@
  * (cJSON) over machinery the other byte-level kinds already have: the merge
  * tables and algorithms of bpe_merge.c, PCRE2 pre-tokenisers of
  * bpe_pretok.c. The file is read, checked and turned into those tables;
- * nothing of tokenizers' code is reproduced.
+ * nothing of tokenizers' code is reproduced. The one normalizer supported,
+ * NFC (Qwen2, Qwen2.5), is Unicode data, not code to write: utf8proc
+ * computes it (hf_nfc.c, which also corrects for tokenizers' older Unicode
+ * tables).
  *
  * What a file may hold (anything else is refused with a message naming the
  * file and the field; docs/tokenizers.md):
@@ -20,7 +23,10 @@
  *                  single bytes must be tokens.
  *   added_tokens   id, content, special, normalized (lstrip/rstrip/
  *                  single_word must be false).
- *   normalizer     null. truncation, padding: null.
+ *   normalizer     null, NFC, or a Sequence (of Sequences) whose members
+ *                  are all NFC; any other type (NFKC, NFD, Lowercase, Strip,
+ *                  Replace, Prepend, ...) is refused naming it.
+ *   truncation, padding: null.
  *   pre_tokenizer  ByteLevel (add_prefix_space false), alone or last in a
  *                  Sequence after Split (pattern Regex or String, behavior
  *                  Isolated, invert false) and Digits steps.
@@ -29,24 +35,32 @@
  *
  * Encoding, as tokenizers does it:
  *   1. Added tokens (AddedVocabulary): the text is cut at added tokens with
- *      normalized = false (leftmost, then longest first), then the stretches
- *      between at those with normalized = true (the normalizer is null, so
- *      the two passes see the same text). A special token found while
- *      allow_special is 0 stays text, and the search resumes after it
- *      (tokenizers' encode_special_tokens). Non-special added tokens are
+ *      normalized = false (leftmost, then longest first), in the text as
+ *      given. Each stretch between is then normalized on its own (NFC: a
+ *      mark right after such a token does not join the letter before it),
+ *      and cut at the added tokens with normalized = true, whose content is
+ *      looked for in its normalized form (tokenizers normalizes those
+ *      patterns too, and its id_to_token, so decode, gives that form). A
+ *      special token found while allow_special is 0 stays text, and the
+ *      search resumes after it (tokenizers' encode_special_tokens); so it is
+ *      normalized with the text around it. Non-special added tokens are
  *      always recognised: they are vocabulary, not control tokens.
  *   2. Each stretch is UTF-8 checked (lf_encode_opts.invalid_utf8 as for the
- *      other byte-level kinds) and pre-tokenised: every pre-tokeniser step
- *      (a Split or Digits regex, ByteLevel's own GPT-2 regex) cuts each piece
- *      of the previous step, matches and the gaps between them each becoming
- *      a piece ("Isolated"); an empty match gives no piece, and one where the
- *      previous match ended is skipped by stepping one character, as the
- *      onig crate's find_iter does.
+ *      other byte-level kinds; with NFC the check comes before
+ *      normalization, so an error names the caller's byte offset, and with
+ *      LF_UTF8_BYTES each invalid byte is kept as it is and the valid runs
+ *      between are normalized each alone) and pre-tokenised: every
+ *      pre-tokeniser step (a Split or Digits regex, ByteLevel's own GPT-2
+ *      regex) cuts each piece of the previous step, matches and the gaps
+ *      between them each becoming a piece ("Isolated"); an empty match gives
+ *      no piece, and one where the previous match ended is skipped by
+ *      stepping one character, as the onig crate's find_iter does.
  *   3. Each piece: with ignore_merges, a piece whose bytes are a token is
  *      that token; otherwise BPE over the merge list (bpe_merge.c with an
  *      explicit list: only listed pairs merge, lowest list position first,
  *      leftmost among equal; tokenizers' Word::merge_all).
- * Decoding: added tokens give their content; vocabulary tokens their bytes
+ * Decoding: added tokens give their content (with NFC, a normalized one its
+ * NFC, as tokenizers' id_to_token); vocabulary tokens their bytes
  * through the byte alphabet, or, for a token with a character outside it,
  * its UTF-8 text (tokenizers' ByteLevel decoder does the same).
  *
@@ -56,33 +70,45 @@
  * token or vocabulary entry, else -1.
  *
  * Invariants: an open tokenizer is read-only; per-call state (PCRE2 match
- * data per step, the output) lives on the calling thread. Added tokens are
- * non-empty and distinct, every id names at most one token, and an added
- * token whose id is in the vocabulary has the same text there, standing for
- * the same bytes; so every id has one byte string and decode(encode(x)) == x.
- * File size, ids, token length and pre-tokeniser steps are capped.
+ * data per step, the normalized stretch, the output) lives on the calling
+ * thread. Added tokens are non-empty and distinct (with NFC, distinct in
+ * their pass's form, else refused), every id names at most one token, and an
+ * added token whose id is in the vocabulary has the same text there,
+ * standing for the same bytes; so every id has one byte string and
+ * decode(encode(x)) == x without a normalizer, == x with each stretch in NFC
+ * with one (canonically equivalent to x). File size, ids, token length,
+ * normalizer nesting and pre-tokeniser steps are capped. The parallel cut
+ * rules hold with NFC too: every cut is before ASCII whitespace, where NFC
+ * can cut the same (it has combining class 0 and composes with nothing).
  *
  * Where the ids or text differ from tokenizers' (docs/tokenizers.md): an
  * added token whose text has characters of the byte alphabet beyond ASCII
  * (say "café") decodes here to its text; tokenizers passes it through the
  * ByteLevel decoder ("caf" + byte 0xE9, then U+FFFD). PCRE2 and Oniguruma
  * may differ on constructs bpe_pretok.c does not rewrite (\w, \b, POSIX
- * classes outside ASCII).
+ * classes outside ASCII). NFC: tokenizers' Unicode 9 tables are reproduced
+ * over utf8proc's (hf_nfc.c) for the marks of Unicode 10..15; a utf8proc
+ * with Unicode 16 or later would add marks the table lacks (the test names
+ * them).
  *
  * References: huggingface/tokenizers, tokenizers/src/models/bpe/{model.rs,
- * word.rs, serialization.rs}, tokenizer/added_vocabulary.rs,
- * pre_tokenizers/{byte_level.rs, split.rs, digits.rs} (read for their
- * semantics); GPT-2 src/encoder.py (bytes_to_unicode).
+ * word.rs, serialization.rs}, tokenizer/added_vocabulary.rs
+ * (extract_and_normalize, refresh_added_tokens), normalizers/{mod.rs,
+ * unicode.rs}, pre_tokenizers/{byte_level.rs, split.rs, digits.rs} (read
+ * for their semantics, and checked by experiment with tokenizers 0.23);
+ * GPT-2 src/encoder.py (bytes_to_unicode); UAX #15.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "data_impl.h"
+#include "hf_nfc.h"
 
 #define HF_FILE_MAX_BYTES ((size_t)256 << 20) /* Llama 3's tokenizer.json is 9 MB */
 #define HF_MAX_STEPS 4                        /* regex steps of the pre-tokeniser */
 #define HF_MAX_TOKEN_BYTES (1u << 16)         /* one token's text */
+#define HF_MAX_NORM_DEPTH 8                   /* Sequence normalizers inside Sequences */
 
 /* The Split regexes of Llama 3 and Qwen2 (as their tokenizer.json files
  * spell them). For these two a safe cut rule is known (hf_cut). */
@@ -104,7 +130,8 @@ enum {
 
 typedef struct added_tok {
     uint32_t id;
-    uint32_t off, len; /* content in added_blob */
+    uint32_t off, len;   /* the text matched and decoded in added_blob: the content, normalized for pass 1 */
+    uint32_t coff, clen; /* the content as the file has it (lf_tokenizer_special_id) */
     uint8_t special;
     uint8_t pass;  /* 0: normalized = false, 1: normalized = true */
     uint8_t first; /* the content's first byte */
@@ -115,6 +142,7 @@ typedef struct hf_tok {
     lf__bpe b; /* the vocabulary's byte-alphabet tokens and the merge list */
     lf__pretok *step[HF_MAX_STEPS];
     int n_steps;
+    int nfc; /* the normalizer is NFC (alone or in a Sequence) */
     int ignore_merges;
     int cut;
     uint32_t vocab_size;
@@ -445,7 +473,7 @@ static int cmp_added(const void *x, const void *y) {
 
 static lf_status load_added(loader *L, const cJSON *added) {
     hf_tok *t = L->t;
-    size_t n = added ? (size_t)cJSON_GetArraySize(added) : 0, bytes = 0, i = 0;
+    size_t n = added ? (size_t)cJSON_GetArraySize(added) : 0, i = 0;
     if (n == 0) return LF_OK;
     const cJSON *it;
     cJSON_ArrayForEach(it, added) {
@@ -462,19 +490,17 @@ static lf_status load_added(loader *L, const cJSON *added) {
         if (len > HF_MAX_TOKEN_BYTES)
             return lf_fail(LF_ERR_RANGE, "%s: added_tokens[%zu].content is %zu bytes, more than %u allowed", L->what, i,
                            len, (unsigned)HF_MAX_TOKEN_BYTES);
-        bytes += len;
         i++;
     }
     t->added = calloc(n, sizeof *t->added);
-    t->added_blob = malloc(bytes + 1);
     const char **texts = malloc(n * sizeof *texts);
     uint8_t *seen = calloc(t->vocab_size, 1);
+    lf__nfc_buf blob = {NULL, 0, 0}; /* the contents, and the normalized texts that differ from them */
     lf_status st = LF_OK;
-    if (!t->added || !t->added_blob || !texts || !seen) {
+    if (!t->added || !texts || !seen) {
         st = lf_fail(LF_ERR_NOMEM, "%s: out of memory for %zu added tokens", L->what, n);
         goto done;
     }
-    size_t at = 0;
     i = 0;
     cJSON_ArrayForEach(it, added) {
         const char *c = get(it, "content")->valuestring;
@@ -517,13 +543,34 @@ static lf_status load_added(loader *L, const cJSON *added) {
         }
         added_tok *a = &t->added[i];
         a->id = id;
-        a->off = (uint32_t)at;
-        a->len = (uint32_t)len;
         a->special = (uint8_t)special;
         a->pass = (uint8_t)(normalized ? 1 : 0);
-        a->first = (uint8_t)c[0];
-        memcpy(t->added_blob + at, c, len);
-        at += len;
+        a->coff = a->off = (uint32_t)blob.len;
+        a->clen = a->len = (uint32_t)len;
+        if ((st = lf__nfc_buf_put(&blob, c, len)) != LF_OK) goto done;
+        if (normalized && t->nfc) { /* tokenizers looks for the normalized content in the normalized text */
+            if (lf__utf8_valid_prefix((const unsigned char *)c, len) != len) {
+                st = lf_fail(LF_ERR_FORMAT, "%s: %s.content is not valid UTF-8 (the NFC normalizer reads text)",
+                             L->what, where);
+                goto done;
+            }
+            size_t at = blob.len;
+            if ((st = lf__hf_nfc_append((const unsigned char *)c, len, &blob)) != LF_OK) {
+                lf_error_prefix("%s: %s \"%.200s\"", L->what, where, c);
+                goto done;
+            }
+            size_t m = blob.len - at;
+            if (m == len && memcmp(blob.p + at, c, len) == 0) {
+                blob.len = at; /* NFC already */
+            } else if (m > HF_MAX_TOKEN_BYTES) {
+                st = lf_fail(LF_ERR_RANGE, "%s: %s.content is %zu bytes in NFC, more than %u allowed", L->what, where,
+                             m, (unsigned)HF_MAX_TOKEN_BYTES);
+                goto done;
+            } else {
+                a->off = (uint32_t)at;
+                a->len = (uint32_t)m;
+            }
+        }
         texts[i++] = c;
     }
     qsort(texts, n, sizeof *texts, cmp_raw);
@@ -532,8 +579,30 @@ static lf_status load_added(loader *L, const cJSON *added) {
             st = lf_fail(LF_ERR_FORMAT, "%s: added_tokens has \"%.200s\" twice", L->what, texts[i]);
             goto done;
         }
+    t->added_blob = blob.p;
+    blob.p = NULL;
+    if (!t->added_blob) {
+        st = lf_fail(LF_ERR_NOMEM, "%s: out of memory", L->what);
+        goto done;
+    }
+    for (i = 0; i < n; i++) t->added[i].first = t->added_blob[t->added[i].off];
     t->n_added = n;
     qsort(t->added, n, sizeof *t->added, cmp_added);
+    /* the same text twice in a pass: only distinct contents that NFC makes equal (tokenizers would take the one it
+     * registered first; refused rather than guessed) */
+    for (i = 1; i < n; i++) {
+        const added_tok *a = &t->added[i - 1], *b = &t->added[i];
+        if (a->pass == b->pass && a->len == b->len &&
+            memcmp(t->added_blob + a->off, t->added_blob + b->off, a->len) == 0) {
+            st = lf_fail(LF_ERR_UNSUPPORTED,
+                         "%s: added tokens \"%.*s\" (id %u) and \"%.*s\" (id %u) are the same text in NFC; not "
+                         "supported",
+                         L->what, (int)(a->clen > 200 ? 200 : a->clen), (const char *)t->added_blob + a->coff,
+                         (unsigned)a->id, (int)(b->clen > 200 ? 200 : b->clen), (const char *)t->added_blob + b->coff,
+                         (unsigned)b->id);
+            goto done;
+        }
+    }
     for (i = 0; i < n; i++) {
         const added_tok *a = &t->added[i];
         if (t->hi[a->pass][a->first] == 0) t->lo[a->pass][a->first] = (uint32_t)i;
@@ -541,6 +610,7 @@ static lf_status load_added(loader *L, const cJSON *added) {
         t->n_pass[a->pass]++;
     }
 done:
+    free(blob.p);
     free(texts);
     free(seen);
     return st;
@@ -658,7 +728,42 @@ static lf_status load_pretok(loader *L, const cJSON *pt) {
     return LF_OK;
 }
 
-/* Fields that must be absent or null, and the model's options. */
+/* The normalizer n at `where` (not null): NFC, or a Sequence (of Sequences) of NFC; sets t->nfc when one is
+ * there (an empty Sequence changes nothing, NFC twice is NFC once). */
+static lf_status load_normalizer(loader *L, const cJSON *n, const char *where, int depth) {
+    const cJSON *ty = cJSON_IsObject(n) ? get(n, "type") : NULL;
+    if (!cJSON_IsString(ty))
+        return lf_fail(LF_ERR_FORMAT, "%s: %s must be an object with a string \"type\", not %s", L->what, where,
+                       cJSON_IsObject(n) ? "an object without one" : json_kind(n));
+    if (strcmp(ty->valuestring, "NFC") == 0) {
+        L->t->nfc = 1;
+        return LF_OK;
+    }
+    if (strcmp(ty->valuestring, "Sequence") != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: %s '%.100s' is not supported (only NFC, alone or in a Sequence: the normalizer rewrites "
+                       "the text before the byte-level BPE sees it)",
+                       L->what, where, ty->valuestring);
+    if (depth >= HF_MAX_NORM_DEPTH)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: %s: Sequence normalizers nested more than %d deep", L->what, where,
+                       HF_MAX_NORM_DEPTH);
+    const cJSON *list = get(n, "normalizers");
+    if (!cJSON_IsArray(list))
+        return lf_fail(LF_ERR_FORMAT, "%s: %s.normalizers must be an array, not %s", L->what, where, json_kind(list));
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, list) {
+        char at[160];
+        snprintf(at, sizeof at, "%s.normalizers[%d]", where, i++);
+        if (cJSON_IsNull(it)) /* tokenizers refuses such a file too */
+            return lf_fail(LF_ERR_FORMAT, "%s: %s is null; a Sequence holds normalizers", L->what, at);
+        lf_status st = load_normalizer(L, it, at, depth + 1);
+        if (st != LF_OK) return st;
+    }
+    return LF_OK;
+}
+
+/* Fields that must be absent or null, the normalizer, and the model's options. */
 static lf_status check_fields(loader *L, const cJSON *root, const cJSON *model) {
     static const char *const must_be_null[] = {"truncation", "padding"};
     for (size_t i = 0; i < 2; i++) {
@@ -668,12 +773,8 @@ static lf_status check_fields(loader *L, const cJSON *root, const cJSON *model) 
                            L->what, must_be_null[i]);
     }
     const cJSON *norm = get(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm)) {
-        const cJSON *ty = cJSON_IsObject(norm) ? get(norm, "type") : NULL;
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: normalizer '%.100s' is not supported (only null: byte-level BPE reads "
-                                           "the text as it is)",
-                       L->what, cJSON_IsString(ty) ? ty->valuestring : json_kind(norm));
-    }
+    lf_status st;
+    if (norm && !cJSON_IsNull(norm) && (st = load_normalizer(L, norm, "normalizer", 0)) != LF_OK) return st;
     const cJSON *dec = get(root, "decoder"), *dty = cJSON_IsObject(dec) ? get(dec, "type") : NULL;
     if (!cJSON_IsString(dty) || strcmp(dty->valuestring, "ByteLevel") != 0)
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: decoder '%.100s' is not supported (only ByteLevel)", L->what,
@@ -689,7 +790,7 @@ static lf_status check_fields(loader *L, const cJSON *root, const cJSON *model) 
                            affixes[i]);
     }
     int fallback;
-    lf_status st = get_bool(L, model, "model", "byte_fallback", 0, &fallback);
+    st = get_bool(L, model, "model", "byte_fallback", 0, &fallback);
     if (st != LF_OK) return st;
     if (fallback)
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: model.byte_fallback true is not supported (byte-level BPE only)",
@@ -739,7 +840,7 @@ static lf_status build_decode(loader *L) {
 static uint32_t find_special(const hf_tok *t, const char *name) {
     size_t n = strlen(name);
     for (size_t i = 0; i < t->n_added; i++)
-        if (t->added[i].len == n && memcmp(t->added_blob + t->added[i].off, name, n) == 0) return t->added[i].id;
+        if (t->added[i].clen == n && memcmp(t->added_blob + t->added[i].coff, name, n) == 0) return t->added[i].id;
     return LF_BPE_NONE;
 }
 
@@ -853,7 +954,8 @@ typedef struct enc {
     lf__pretok_scan sc[HF_MAX_STEPS];
     uint32_t *v; /* the ids so far */
     size_t n, cap;
-    size_t base; /* offset of the text in the caller's whole text (messages) */
+    size_t base;     /* offset of the text in the caller's whole text (messages) */
+    lf__nfc_buf norm; /* the normalized stretch pass 1 is reading (reused for each) */
 } enc;
 
 static int reserve(enc *e, size_t more) {
@@ -921,6 +1023,15 @@ static lf_status split_step(enc *e, int k, const unsigned char *s, size_t n) {
     return LF_OK;
 }
 
+/* The invalid byte s[at] of a stretch at offset off of the text. */
+static lf_status bad_utf8(const enc *e, const unsigned char *s, size_t n, size_t off, size_t at) {
+    uint32_t cp;
+    const char *why = "";
+    lf__utf8_decode(s + at, n - at, &cp, &why);
+    return lf_fail(LF_ERR_FORMAT, "hf tokenizer: invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)",
+                   e->base + off + at, s[at], why);
+}
+
 /* Text between added tokens: UTF-8 checked, invalid bytes per the policy,
  * valid runs pre-tokenised each on its own. off: s's offset in the text. */
 static lf_status encode_text(enc *e, const unsigned char *s, size_t n, size_t off) {
@@ -933,13 +1044,7 @@ static lf_status encode_text(enc *e, const unsigned char *s, size_t n, size_t of
         }
         at += v;
         if (at >= n) break;
-        if (e->o->invalid_utf8 != LF_UTF8_BYTES) {
-            uint32_t cp;
-            const char *why = "";
-            lf__utf8_decode(s + at, n - at, &cp, &why);
-            return lf_fail(LF_ERR_FORMAT, "hf tokenizer: invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)",
-                           e->base + off + at, s[at], why);
-        }
+        if (e->o->invalid_utf8 != LF_UTF8_BYTES) return bad_utf8(e, s, n, off, at);
         if (!reserve(e, 1)) return oom();
         e->v[e->n++] = e->t->b.byte_id[s[at]];
         at++;
@@ -957,12 +1062,49 @@ static long added_at(const hf_tok *t, int pass, const unsigned char *s, size_t n
     return -1;
 }
 
-/* Pass 0 (added tokens with normalized false), pass 1 (normalized true),
- * then the text: leftmost matches, longest first, without overlap. */
+static lf_status encode_pass(enc *e, int pass, const unsigned char *s, size_t n, size_t off);
+
+/* A stretch between added tokens with normalized false, normalized (NFC)
+ * before pass 1 reads it. The invalid bytes are checked first, in the text as
+ * given, so an error names the caller's offset; with LF_UTF8_BYTES each is
+ * kept, and each valid run between them is normalized on its own (as it is
+ * encoded on its own). A stretch NFC leaves as it is is read in place. After
+ * normalization, offsets of the stretch (used only for invalid UTF-8, which
+ * is then gone or kept as bytes) no longer name the caller's bytes. */
+static lf_status encode_normalized(enc *e, const unsigned char *s, size_t n, size_t off) {
+    if (!lf__hf_nfc_needed(s, n)) return encode_pass(e, 1, s, n, off);
+    e->norm.len = 0;
+    lf_status st;
+    size_t at = 0;
+    while (at < n) {
+        size_t v = lf__utf8_valid_prefix(s + at, n - at);
+        if (v && (st = lf__hf_nfc_append(s + at, v, &e->norm)) != LF_OK) {
+            lf_error_prefix("hf tokenizer: the text at byte offset %zu", e->base + off + at);
+            return st;
+        }
+        at += v;
+        if (at >= n) break;
+        if (e->o->invalid_utf8 != LF_UTF8_BYTES) return bad_utf8(e, s, n, off, at);
+        if ((st = lf__nfc_buf_put(&e->norm, s + at, 1)) != LF_OK) return st;
+        at++;
+    }
+    return encode_pass(e, 1, e->norm.p, e->norm.len, off);
+}
+
+/* After pass `pass` (0 or 1), a stretch goes to the next: normalized first
+ * when the normalizer is NFC and pass 1 is next. */
+static lf_status next_pass(enc *e, int pass, const unsigned char *s, size_t n, size_t off) {
+    if (pass == 0 && e->t->nfc) return encode_normalized(e, s, n, off);
+    return encode_pass(e, pass + 1, s, n, off);
+}
+
+/* Pass 0 (added tokens with normalized false, in the text as given), pass 1
+ * (normalized true, in the normalized text), then the text: leftmost
+ * matches, longest first, without overlap. */
 static lf_status encode_pass(enc *e, int pass, const unsigned char *s, size_t n, size_t off) {
     const hf_tok *t = e->t;
     if (pass == 2) return encode_text(e, s, n, off);
-    if (t->n_pass[pass] == 0) return encode_pass(e, pass + 1, s, n, off);
+    if (t->n_pass[pass] == 0) return next_pass(e, pass, s, n, off);
     size_t seg = 0, i = 0;
     lf_status st;
     while (i < n) {
@@ -980,13 +1122,13 @@ static lf_status encode_pass(enc *e, int pass, const unsigned char *s, size_t n,
             i += a->len;
             continue;
         }
-        if ((st = encode_pass(e, pass + 1, s + seg, i - seg, off + seg)) != LF_OK) return st;
+        if ((st = next_pass(e, pass, s + seg, i - seg, off + seg)) != LF_OK) return st;
         if (!reserve(e, 1)) return oom();
         e->v[e->n++] = a->id;
         i += a->len;
         seg = i;
     }
-    return encode_pass(e, pass + 1, s + seg, n - seg, off + seg);
+    return next_pass(e, pass, s + seg, n - seg, off + seg);
 }
 
 static lf_status hf_encode_ex(const void *state, const char *text, size_t len, const lf_encode_opts *o, size_t base,
@@ -1015,6 +1157,7 @@ static lf_status hf_encode_ex(const void *state, const char *text, size_t len, c
 done:
     for (int k = 0; k < t->n_steps; k++) lf__pretok_scan_done(&e.sc[k]); /* a zeroed scan is a no-op */
     free(e.v);
+    free(e.norm.p);
     return st;
 }
 
@@ -1085,8 +1228,8 @@ static lf_status hf_special_id(const void *state, const char *name, uint32_t *id
         size_t at = 0;
         for (size_t i = 0; i < t->n_added && i < 4 && at + 1 < sizeof list; i++) {
             const added_tok *a = &t->added[i];
-            int w = snprintf(list + at, sizeof list - at, "%s'%.*s'", i ? ", " : "", (int)(a->len > 40 ? 40 : a->len),
-                             (const char *)t->added_blob + a->off);
+            int w = snprintf(list + at, sizeof list - at, "%s'%.*s'", i ? ", " : "",
+                             (int)(a->clen > 40 ? 40 : a->clen), (const char *)t->added_blob + a->coff);
             if (w < 0) break;
             at += (size_t)w;
         }
