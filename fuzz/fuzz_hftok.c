@@ -9,15 +9,19 @@
  *                 accepted one gets the text checks below.
  *   sel & 1 == 1  the payload is text for one of the committed fixtures
  *                 (tests/fixtures/hf_tok/{gpt2,llama3,qwen2,smollm,
- *                 oniguruma}.json, picked by (sel >> 1) % 5, loaded once per
- *                 process; the directory is $LF_FUZZ_HF_DIR, else
+ *                 oniguruma,nfc}.json, picked by (sel >> 1) % 6, loaded once
+ *                 per process; the directory is $LF_FUZZ_HF_DIR, else
  *                 LF_FUZZ_HF_DEFAULT set by fuzz/CMakeLists.txt).
  *
  * An open tokenizer: vocab_size >= 256, lf_tokenizer_eot is -1 or below it.
  * Checks on the text x (first 4096 bytes):
  *   1. encode(x), defaults: OK exactly when x is valid UTF-8, else
  *      LF_ERR_FORMAT with a message and no ids; on OK every id < V and
- *      decode(ids) == x byte for byte.
+ *      decode(ids) == x byte for byte; for a file with a normalizer (NFC,
+ *      nfc.json), decode(ids) is canonically equivalent to x instead:
+ *      N(decode(ids)) == N(x), N = NFC of each maximal valid run (hf_nfc.c),
+ *      invalid bytes kept (each stretch the tokenizer normalizes apart is
+ *      canonically equivalent to its NFC, so the whole is).
  *   2. allow_special: the same.
  *   3. LF_UTF8_BYTES + allow_special: always OK (a piece over 4 GiB aside,
  *      impossible here), and decode == x.
@@ -29,9 +33,11 @@
  *      OK exactly when every id decodes alone, to the concatenation of those
  *      single decodes, NUL-terminated at its length.
  */
+#include <cjson/cJSON.h>
 #include "fuzz_util.h"
 #include "llmforge/data.h"
 #include "data/data_impl.h"
+#include "data/hf_nfc.h"
 
 #ifndef LF_FUZZ_HF_DEFAULT
 #define LF_FUZZ_HF_DEFAULT "tests/fixtures/hf_tok"
@@ -40,12 +46,13 @@
 #define MAX_CUTS 64
 #define MAX_IDS 512
 
-static const char *const g_fixtures[] = {"gpt2", "llama3", "qwen2", "smollm", "oniguruma"};
+static const char *const g_fixtures[] = {"gpt2", "llama3", "qwen2", "smollm", "oniguruma", "nfc"};
 #define N_FIXTURES (sizeof g_fixtures / sizeof g_fixtures[0])
 
 typedef struct handle {
     lf_tokenizer *t; /* through the public API */
     void *state;     /* the same file through lf__tokenizer_hf_ops (for ops->cut) */
+    int normalizes;  /* the file's "normalizer" is not null */
 } handle;
 
 static const lf__tokenizer_ops *const ops = &lf__tokenizer_hf_ops;
@@ -57,12 +64,51 @@ static void handle_close(handle *h) {
     h->state = NULL;
 }
 
+/* 1 when the tokenizer.json text has a normalizer (read here with cJSON). */
+static int has_normalizer(const char *json, size_t len) {
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    const cJSON *n = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "normalizer") : NULL;
+    int yes = n && !cJSON_IsNull(n);
+    cJSON_Delete(root);
+    return yes;
+}
+
+/* N(x): NFC of each maximal valid run, invalid bytes kept (malloc'd; *n). */
+static unsigned char *canonical(const char *x, size_t len, size_t *n) {
+    lf__nfc_buf b = {NULL, 0, 0};
+    const unsigned char *s = (const unsigned char *)x;
+    size_t at = 0;
+    while (at < len) {
+        size_t v = lf__utf8_valid_prefix(s + at, len - at);
+        FUZZ_CHECK(lf__hf_nfc_append(s + at, v, &b) == LF_OK);
+        at += v;
+        if (at < len) FUZZ_CHECK(lf__nfc_buf_put(&b, s + at++, 1) == LF_OK);
+    }
+    FUZZ_CHECK(lf__nfc_buf_put(&b, "", 1) == LF_OK); /* never NULL */
+    *n = b.len - 1;
+    return b.p;
+}
+
+/* decode(ids) against the text: equal, or with a normalizer canonically equivalent. */
+static void check_round_trip(const handle *h, const char *back, size_t bl, const char *x, size_t len) {
+    if (!h->normalizes) {
+        FUZZ_CHECK(bl == len && memcmp(back, x, len) == 0);
+        return;
+    }
+    size_t n1, n2;
+    unsigned char *a = canonical(back, bl, &n1), *b = canonical(x, len, &n2);
+    FUZZ_CHECK(n1 == n2 && memcmp(a, b, n1) == 0);
+    free(a);
+    free(b);
+}
+
 /* Open path both ways; 0 when the file is refused (checked consistent). */
 static int handle_open(handle *h, const char *path) {
     char spec[4200];
     snprintf(spec, sizeof spec, "hf:%s", path);
     h->t = NULL;
     h->state = NULL;
+    h->normalizes = 0;
     lf_status st = lf_tokenizer_open(&h->t, spec, NULL);
     fuzz_note("lf_tokenizer_open", st);
     if (st != LF_OK) {
@@ -89,6 +135,7 @@ static const handle *fixture(unsigned k) {
                 fprintf(stderr, "fuzz_hftok: cannot open the fixture %s: %s\n", path, lf_last_error());
                 abort();
             }
+            h[i].normalizes = strcmp(g_fixtures[i], "nfc") == 0;
         }
         loaded = 1;
     }
@@ -100,8 +147,9 @@ static int ids_equal(const uint32_t *a, size_t na, const uint32_t *b, size_t nb)
 }
 
 /* Checks 1-3: one option set; returns the ids (lf_alloc'd) on success. */
-static uint32_t *check_encode(const lf_tokenizer *t, const char *x, size_t len, const lf_encode_opts *o, int must_ok,
+static uint32_t *check_encode(const handle *h, const char *x, size_t len, const lf_encode_opts *o, int must_ok,
                               size_t *n) {
+    const lf_tokenizer *t = h->t;
     const int V = lf_tokenizer_vocab_size(t);
     uint32_t *ids = NULL;
     *n = 0;
@@ -116,7 +164,8 @@ static uint32_t *check_encode(const lf_tokenizer *t, const char *x, size_t len, 
     char *back = NULL;
     size_t bl = 0;
     FUZZ_CHECK(lf_tokenizer_decode(t, ids, *n, &back, &bl) == LF_OK);
-    FUZZ_CHECK(bl == len && back[bl] == 0 && memcmp(back, x, len) == 0);
+    FUZZ_CHECK(back[bl] == 0);
+    check_round_trip(h, back, bl, x, len);
     lf_free(back);
     return ids;
 }
@@ -130,16 +179,16 @@ static void check_text(const handle *h, const char *x, size_t len) {
     int valid = lf__utf8_valid_prefix((const unsigned char *)x, len) == len;
     lf_encode_opts o = lf_encode_opts_default();
     size_t n;
-    uint32_t *ids = check_encode(t, x, len, &o, 0, &n); /* 1 */
+    uint32_t *ids = check_encode(h, x, len, &o, 0, &n); /* 1 */
     FUZZ_CHECK((ids != NULL) == valid);
     if (!valid) FUZZ_CHECK(strstr(lf_last_error(), "invalid UTF-8 at byte offset") != NULL);
     lf_free(ids);
     o.allow_special = 1;
-    ids = check_encode(t, x, len, &o, 0, &n); /* 2 */
+    ids = check_encode(h, x, len, &o, 0, &n); /* 2 */
     FUZZ_CHECK((ids != NULL) == valid);
     lf_free(ids);
     o.invalid_utf8 = LF_UTF8_BYTES;
-    uint32_t *all = check_encode(t, x, len, &o, 1, &n); /* 3 */
+    uint32_t *all = check_encode(h, x, len, &o, 1, &n); /* 3 */
 
     /* 4: the cut rule, through the kind's own table */
     size_t from = 1, cuts = 0, at = 0, m = 0;
@@ -227,6 +276,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t tlen = nul ? n - jlen - 1 : 0;
     handle h;
     if (handle_open(&h, fuzz_memfile(p, jlen))) {
+        h.normalizes = has_normalizer((const char *)p, jlen);
         check_text(&h, text, tlen > TEXT_MAX ? TEXT_MAX : tlen);
         handle_close(&h);
     }

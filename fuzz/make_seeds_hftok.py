@@ -4,8 +4,8 @@
 Deterministic; run from anywhere: python3 fuzz/make_seeds_hftok.py. The input
 format is fuzz/fuzz_hftok.c's: a selector byte, then the payload.
   sel & 1 == 0: "tokenizer.json NUL text" (the JSON is opened as hf:)
-  sel & 1 == 1: text for fixture (sel >> 1) % 5 of tests/fixtures/hf_tok
-                (0 gpt2, 1 llama3, 2 qwen2, 3 smollm, 4 oniguruma)
+  sel & 1 == 1: text for fixture (sel >> 1) % 6 of tests/fixtures/hf_tok
+                (0 gpt2, 1 llama3, 2 qwen2, 3 smollm, 4 oniguruma, 5 nfc)
 The files are seed_*; inputs merged from fuzzing runs are not touched.
 """
 import json
@@ -14,11 +14,17 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "corpus", "hftok")
 FIXTURES = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "hf_tok")
-NAMES = ["gpt2", "llama3", "qwen2", "smollm", "oniguruma"]
+NAMES = ["gpt2", "llama3", "qwen2", "smollm", "oniguruma", "nfc"]
 
 TEXT = ("First Citizen:\nBefore we proceed, hear me speak.\r\n  x.\n\ny 12345 ½ 日本語 😀👍🏽 I'm DON'T\t"
         "<|endoftext|><|im_start|>user<|im_end|><tool_call>x</tool_call><think>t</think>"
         "<|begin_of_text|> <b>bold\ntext</b> # h\ndeadbeef xxyx").encode()
+# decomposed text for the NFC normalizer (nfc.json and the mini_nfc files): marks after letters, out of canonical
+# order, after a special token; Hangul jamo; marks tokenizers' Unicode 9 tables lack (U+1DFA), U+11A7 after a
+# syllable, U+11935 U+11930 (composed by Unicode 13, not by tokenizers); the added tokens of nfc.json
+DECOMPOSED = ("cafe\u0301 A\u030a \u212b q\u0307\u0323 a\u0301\u0316 e<|endoftext|>\u0301 <|im_end|>\u0301x "
+              "\u1100\u1161\u11a8 \u1100\u1161\u1102\u1161 \u1103\u1161 x\u1105\u1161\u11a8 a\u1dfa\u0301 "
+              "\uac00\u11a7 \U00011935\U00011930 \u0958 e\u0301\u0301\u0301").encode()
 
 
 def out(fname, sel, payload):
@@ -69,8 +75,9 @@ def main():
     for i, name in enumerate(NAMES):
         with open(os.path.join(FIXTURES, name + ".json"), "rb") as f:
             body = f.read()
-        out(f"{name}.json", 0, body + b"\x00" + TEXT + b" \xff\xc3")
+        out(f"{name}.json", 0, body + b"\x00" + TEXT + DECOMPOSED + b" \xff\xc3")
         out(f"text_{name}.txt", 1 | (i << 1), TEXT)
+        out(f"text_{name}_decomposed.txt", 1 | (i << 1), DECOMPOSED + b" \xcc\x81\xff" + DECOMPOSED[:30] + b"\xe1\x84")
         out(f"text_{name}_invalid.txt", 1 | (i << 1), b"ok \x80 \xed\xa0\x80 \xf4\x90\x80\x80" + TEXT[:40])
         out(f"ids_{name}.bin", 1 | (i << 1), bytes(range(256)) * 2)
     out("mini.json", 0, mini() + b"\x00the thing  in   <|endoftext|>")
@@ -95,7 +102,23 @@ def main():
     out("bad_wordpiece.json", 0, mini(model={"type": "WordPiece"}))
     out("bad_merge_token.json", 0, mini(model={"merges": ["t zz"]}))
     out("bad_merge_result.json", 0, mini(model={"merges": ["z z"]}))
-    out("bad_normalizer.json", 0, mini(normalizer={"type": "NFC"}))
+    nfc = {"type": "NFC"}
+    out("mini_nfc.json", 0, mini(normalizer=nfc) + b"\x00" + DECOMPOSED + b" the\xcc\x81 \x80e\xcc\x81")
+    out("mini_nfc_sequence.json", 0, mini(normalizer={"type": "Sequence", "normalizers": [
+        {"type": "Sequence", "normalizers": []}, nfc, {"type": "Sequence", "normalizers": [nfc]}]}) +
+        b"\x00" + DECOMPOSED)
+    out("mini_nfc_added.json", 0, mini(normalizer=nfc, added_tokens=[
+        {"id": 264, "content": "<|endoftext|>", "special": True, "normalized": False},
+        {"id": 265, "content": "e\u0301x", "special": False, "normalized": True},
+        {"id": 266, "content": "o\u0301", "special": False, "normalized": False},
+        {"id": 267, "content": "<e", "special": True, "normalized": False}]) +
+        "\x00\u00e9x e\u0301x o\u0301 \u00f3 <e\u0301 <|endoftext|>\u0301".encode())
+    out("bad_normalizer.json", 0, mini(normalizer={"type": "NFKC"}))
+    out("bad_normalizer_member.json", 0,
+        mini(normalizer={"type": "Sequence", "normalizers": [nfc, {"type": "Lowercase"}]}))
+    out("bad_normalizer_null_member.json", 0, mini(normalizer={"type": "Sequence", "normalizers": [None]}))
+    out("bad_nfc_same_text.json", 0, mini(normalizer=nfc, added_tokens=[
+        {"id": 265, "content": "\u00e9", "normalized": True}, {"id": 266, "content": "e\u0301", "normalized": True}]))
     out("bad_regex.json", 0, mini(pre_tokenizer=split("(a")))
     out("bad_set_op.json", 0, mini(pre_tokenizer=split("[a-z&&[^b]]")))
     out("bad_behavior.json", 0, mini(pre_tokenizer=split("a", behavior="Removed")))
