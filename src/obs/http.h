@@ -38,7 +38,11 @@
  * RECEIVING again for the next request on a keep-alive connection. A
  * deferred reply or a stream waiting for its producer suspends the
  * connection in MHD (no CPU, no timeout); a watchdog thread looks at those
- * sockets every 50 ms and treats a peer that hung up as a disconnect.
+ * sockets every 50 ms and treats a peer that hung up as a disconnect (a
+ * client that shuts down only its sending side after the request counts as
+ * gone too: POLLRDHUP cannot tell the two apart). An idle keep-alive
+ * connection is in RECEIVING, so the deadline also bounds how long it may
+ * wait for its next request.
  *
  * Invariants:
  *   - every request gets exactly one response, or its connection is closed:
