@@ -37,32 +37,27 @@
  *     kinds) go into fixed tables with hard caps; what does not fit is
  *     dropped (eval, phases) or counted as kind="other" (alerts).
  *   - Only GET and HEAD are served: /metrics, /health; other paths are 404,
- *     other methods 405. The query string is ignored (MHD strips it from
- *     the URL it passes to the handler).
+ *     other methods 405 (answered as soon as the headers are in: a body is
+ *     never read). The query string is ignored.
+ *   - HTTP goes through the shared layer (src/obs/http.h): 2 worker threads,
+ *     at most 32 connections with the oldest idle one dropped to make room
+ *     for a new one, and a 10 s deadline for a whole request, so idle or
+ *     byte-trickling clients cannot keep a scrape waiting (before, 32 idle
+ *     connections made a scrape wait ~10 s, and 32 clients sending a byte
+ *     every 2 s blocked scrapes for good: MHD's idle timer restarts on every
+ *     byte).
  */
 #include "llmforge/obs.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
 #include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <microhttpd.h>
-
-#if MHD_VERSION >= 0x00097002
-typedef enum MHD_Result lf_mhd_result;
-#else
-typedef int lf_mhd_result;
-#endif
+#include "http.h"
 
 /* ---------------------------------------------------------------- state */
 
@@ -135,7 +130,7 @@ typedef struct prom_state {
 
 typedef struct prom_sink {
     lf_obs_sink base;
-    struct MHD_Daemon *daemon;
+    lf__http_server *http;
     int port;               /* the bound port (differs from opts->port when that was 0) */
     char *base_labels;      /* rank="R",job="J" with J escaped */
     pthread_mutex_t mu;
@@ -144,7 +139,7 @@ typedef struct prom_sink {
 
 /* ---------------------------------------------------------------- text buffer */
 
-/* A growable byte buffer (malloc'd: MHD frees the page with free()). Once an
+/* A growable byte buffer (malloc'd). Once an
  * allocation fails or the cap is reached, `failed` is set and further
  * appends are ignored. */
 typedef struct sbuf {
@@ -403,7 +398,7 @@ static void prom_emit(lf_obs_sink *s, const lf_obs_record *r) {
 static void prom_close(lf_obs_sink *s) {
     if (!s) return;
     prom_sink *p = s->impl;
-    if (p->daemon) MHD_stop_daemon(p->daemon); /* joins the HTTP thread */
+    lf__http_stop(p->http); /* joins the HTTP threads */
     pthread_mutex_destroy(&p->mu);
     free(p->base_labels);
     free(p);
@@ -411,27 +406,12 @@ static void prom_close(lf_obs_sink *s) {
 
 /* ---------------------------------------------------------------- HTTP */
 
-static lf_mhd_result reply(struct MHD_Connection *c, unsigned int code, const char *ctype, void *body, size_t len,
-                           enum MHD_ResponseMemoryMode mode) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, mode);
-    if (!resp) {
-        if (mode == MHD_RESPMEM_MUST_FREE) free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (code == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-    lf_mhd_result ret = MHD_queue_response(c, code, resp);
-    MHD_destroy_response(resp);
-    return ret;
-}
-
-static lf_mhd_result reply_text(struct MHD_Connection *c, unsigned int code, const char *text) {
-    return reply(c, code, "text/plain; charset=utf-8", (void *)text, strlen(text), MHD_RESPMEM_PERSISTENT);
-}
-
-static lf_mhd_result serve_metrics(prom_sink *p, struct MHD_Connection *c) {
+static void serve_metrics(prom_sink *p, lf__http_request *r) {
     prom_state *snap = malloc(sizeof *snap);
-    if (!snap) return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    if (!snap) {
+        (void)lf__http_reply_text(r, 500, "out of memory\n");
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     memcpy(snap, &p->st, sizeof *snap);
     pthread_mutex_unlock(&p->mu);
@@ -440,84 +420,34 @@ static lf_mhd_result serve_metrics(prom_sink *p, struct MHD_Connection *c) {
     free(snap);
     if (b.failed || !b.p) {
         free(b.p);
-        return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "could not render metrics\n");
+        (void)lf__http_reply_text(r, 500, "could not render metrics\n");
+        return;
     }
-    return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, MHD_RESPMEM_MUST_FREE);
+    if (lf__http_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0, b.p, b.len) != LF_OK)
+        (void)lf__http_reply_text(r, 500, "out of memory\n");
+    free(b.p);
 }
 
-static lf_mhd_result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                const char *version, const char *upload_data, size_t *upload_data_size,
-                                void **con_cls) {
-    (void)version;
-    (void)upload_data;
-    (void)con_cls;
-    prom_sink *p = cls;
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
-        *upload_data_size = 0; /* a body, if any, is not read */
-        return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+/* Everything is answered from the headers alone (on_headers): no request
+ * here needs a body, so none is ever read. */
+static void on_request(lf__http_request *r, void *user) {
+    prom_sink *p = user;
+    const char *method = lf__http_method(r);
+    const char *path = lf__http_path(r);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        static const lf__http_header allow = {"Allow", "GET, HEAD"};
+        static const char msg[] = "method not allowed\n";
+        (void)lf__http_reply(r, 405, "text/plain; charset=utf-8", &allow, 1, msg, sizeof msg - 1);
+    } else if (strcmp(path, "/metrics") == 0) {
+        serve_metrics(p, r);
+    } else if (strcmp(path, "/health") == 0) {
+        (void)lf__http_reply_text(r, 200, "ok");
+    } else {
+        (void)lf__http_reply_text(r, 404, "not found\n");
     }
-    if (strcmp(url, "/metrics") == 0) return serve_metrics(p, c);
-    if (strcmp(url, "/health") == 0) return reply_text(c, MHD_HTTP_OK, "ok");
-    return reply_text(c, MHD_HTTP_NOT_FOUND, "not found\n");
 }
 
 /* ---------------------------------------------------------------- open */
-
-/* Parse an IPv4 literal (strict dotted quad), an IPv6 literal ("[::1]" and
- * a zone, "fe80::1%eth0", accepted) or "localhost" (= 127.0.0.1) into *sa.
- * No name resolution: a bind address is never looked up in DNS. */
-static lf_status parse_host(const char *host, struct sockaddr_storage *sa, socklen_t *sa_len, int port) {
-    char buf[256];
-    size_t n = strlen(host);
-    if (n == 0 || n >= sizeof buf) goto bad;
-    if (host[0] == '[' && host[n - 1] == ']' && n > 2) {
-        memcpy(buf, host + 1, n - 2);
-        buf[n - 2] = '\0';
-    } else {
-        memcpy(buf, host, n + 1);
-    }
-    if (strcmp(buf, "localhost") == 0) strcpy(buf, "127.0.0.1");
-    memset(sa, 0, sizeof *sa);
-    struct sockaddr_in *a4 = (struct sockaddr_in *)sa;
-    if (buf[0] != '[' && inet_pton(AF_INET, buf, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        *sa_len = sizeof *a4;
-        return LF_OK;
-    }
-    if (!strchr(buf, ':')) goto bad;
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
-    hints.ai_family = AF_INET6;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(buf, NULL, &hints, &res) != 0 || !res || res->ai_family != AF_INET6 ||
-        res->ai_addrlen > sizeof *sa) {
-        if (res) freeaddrinfo(res);
-        goto bad;
-    }
-    memcpy(sa, res->ai_addr, res->ai_addrlen);
-    *sa_len = (socklen_t)res->ai_addrlen;
-    freeaddrinfo(res);
-    ((struct sockaddr_in6 *)sa)->sin6_port = htons((uint16_t)port);
-    return LF_OK;
-bad:
-    return lf_fail(LF_ERR_CONFIG, "prometheus: host '%s' is not an IPv4 or IPv6 address (or localhost)", host);
-}
-
-/* MHD says only that it could not start; bind the address ourselves to learn
- * why (the socket is closed again at once). */
-static const char *bind_failure_reason(const struct sockaddr_storage *sa, socklen_t sa_len) {
-    int fd = socket(sa->ss_family, SOCK_STREAM, 0);
-    if (fd < 0) return strerror(errno);
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (sa->ss_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    const char *why = NULL;
-    if (bind(fd, (const struct sockaddr *)sa, sa_len) != 0 || listen(fd, 1) != 0) why = strerror(errno);
-    close(fd);
-    return why ? why : "libmicrohttpd could not start its listener";
-}
 
 lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "prometheus: out is NULL");
@@ -530,12 +460,7 @@ lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
     if (opts->rank < 0) return lf_fail(LF_ERR_RANGE, "prometheus: rank %d is negative", opts->rank);
     if (strlen(job) > 255) return lf_fail(LF_ERR_CONFIG, "prometheus: job name is longer than 255 bytes");
 
-    struct sockaddr_storage sa;
-    socklen_t sa_len = 0;
-    lf_status st = parse_host(host, &sa, &sa_len, opts->port);
-    if (st != LF_OK) return st;
-    const int v6 = sa.ss_family == AF_INET6;
-
+    lf_status st;
     prom_sink *p = calloc(1, sizeof *p);
     if (!p) return lf_fail(LF_ERR_NOMEM, "prometheus: out of memory");
     if (pthread_mutex_init(&p->mu, NULL) != 0) {
@@ -555,25 +480,23 @@ lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
     for (size_t i = 0; i < sizeof k_alert_kinds / sizeof k_alert_kinds[0]; i++)
         (void)table_slot(p->st.alert, &p->st.n_alert, PROM_MAX_ALERT, k_alert_kinds[i], strlen(k_alert_kinds[i]));
 
-    /* MHD_USE_ERROR_LOG stays off: library code does not write to stderr;
-     * a failure is explained by bind_failure_reason instead. MHD_USE_AUTO
-     * picks epoll/poll over select, which cannot watch a descriptor above
-     * FD_SETSIZE (a trainer may hold many open shards and sockets). */
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (v6 ? MHD_USE_IPv6 : 0);
-    p->daemon = MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_request, p,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)32,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
-                                 MHD_OPTION_END);
-    if (!p->daemon) {
-        const char *why = bind_failure_reason(&sa, sa_len);
-        const int bracket = v6 && host[0] != '[';
-        st = lf_fail(LF_ERR_IO, "prometheus: cannot listen on %s%s%s:%d: %s", bracket ? "[" : "", host,
-                     bracket ? "]" : "", opts->port, why);
-        goto fail;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(p->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    p->port = info && info->port ? (int)info->port : opts->port;
+    lf__http_opts ho = {
+        .what = "prometheus",
+        .host = host,
+        .allow_names = 0, /* a bind address is never looked up in DNS */
+        .port = opts->port,
+        .threads = 2,
+        .max_connections = 32,
+        .request_deadline_s = 10,
+        .idle_timeout_s = 10,
+        .max_body = 0,
+        .on_headers = on_request,
+        .on_request = on_request,
+        .user = p,
+    };
+    st = lf__http_start(&p->http, &ho);
+    if (st != LF_OK) goto fail;
+    p->port = lf__http_port(p->http);
 
     p->base.name = "prometheus";
     p->base.emit = prom_emit;
