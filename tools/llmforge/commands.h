@@ -10,4 +10,5 @@ int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c: ids -> text */
 int cmd_tokenizer(int argc, char **argv);  /* cmd_tokenize.c: `tokenizer train` */
 int cmd_plan(int argc, char **argv);       /* cmd_plan.c: the memory plan of a training config */
 int cmd_launch(int argc, char **argv);     /* cmd_launch.c: ranks through Open MPI's mpirun */
+int cmd_serve(int argc, char **argv);      /* cmd_serve.c: the OpenAI-compatible server */
 #endif

@@ -599,6 +599,7 @@ static void usage(FILE *f) {
             "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
             "  plan        the memory a training config needs, item by item, and whether it fits\n"
             "  launch      run a command as G ranks per node through mpirun (--nproc-per-node G -- train cfg.json)\n"
+            "  serve       an OpenAI-compatible HTTP server over a checkpoint (--ckpt DIR [--port N])\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n",
             LF_VERSION);
 }
@@ -622,6 +623,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenizer")) return cmd_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -1,0 +1,51 @@
+/*
+ * `llmforge serve`: an OpenAI-compatible HTTP server over a checkpoint
+ * (docs/serving.md). POST /v1/completions, POST /v1/chat/completions
+ * (streaming or not), GET /v1/models, GET /health, GET /metrics
+ * (Prometheus text). Requests are batched by the continuous-batching engine
+ * (src/serve/engine.c) and answered from its thread; the HTTP side is
+ * src/obs/http.c (deadlines, connection cap, worker pool).
+ */
+#ifndef LLMFORGE_SERVE_H
+#define LLMFORGE_SERVE_H
+
+#include <stddef.h>
+#include "llmforge/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lf_server lf_server;
+
+typedef struct lf_server_opts {
+    const char *host;        /* NULL: "127.0.0.1" */
+    int port;                /* 0: a free port (lf_server_port) */
+    const char *model_name;  /* NULL: the checkpoint directory's name */
+    const char *api_key;     /* NULL or "": no key required; else "Authorization: Bearer KEY" */
+    int max_batch;           /* sequences decoding together (KV slots); 0: 8 */
+    int max_context;         /* prompt + completion tokens per sequence; 0: the model's block_size */
+    int max_queue;           /* requests waiting for a slot before 429; 0: 64 */
+    int http_threads;        /* HTTP worker threads; 0: 2 */
+    int max_connections;     /* 0: 256 */
+    double request_deadline_s; /* headers + body of a request; 0: 10 */
+    size_t max_body;         /* request body bytes; 0: 1 MiB */
+    int max_tokens;          /* cap on max_tokens; 0: max_context */
+    int max_n;               /* cap on n; 0: 8 */
+} lf_server_opts;
+
+/* Load the checkpoint (a step directory, a run's ckpt/ or out_dir), its
+ * tokenizer and chat template (DIR/chat_template.json, else ChatML), start
+ * the engine and listen. Errors name the file, option or address. */
+lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opts *opts);
+int lf_server_port(const lf_server *s);
+const char *lf_server_model_name(const lf_server *s);
+/* Stop accepting work (new requests: 503 with Retry-After), let in-flight
+ * requests finish for up to drain_s seconds, cancel what is left (streams
+ * end cleanly), stop listening and free everything. NULL: no-op. */
+void lf_server_stop(lf_server *s, double drain_s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

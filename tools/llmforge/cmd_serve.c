@@ -1,0 +1,138 @@
+/*
+ * `llmforge serve --ckpt DIR [options]`: the OpenAI-compatible server
+ * (include/llmforge/serve.h, docs/serving.md). Prints the URL, serves until
+ * SIGTERM or SIGINT, then drains for --drain-s seconds (in-flight requests
+ * finish or are cancelled, new ones get 503) and exits 0. Exit 2 on usage
+ * errors, 1 when the server cannot start (the message names the file,
+ * option or address).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "llmforge/backend.h"
+#include "llmforge/serve.h"
+#include "commands.h"
+#include "cli_util.h"
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+/* The key: the file's first line (trailing whitespace dropped). */
+static int read_key(const char *path, char *key, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "llmforge serve: --api-key-file '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (!fgets(key, (int)cap, f)) key[0] = 0;
+    fclose(f);
+    size_t n = strlen(key);
+    while (n && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' ' || key[n - 1] == '\t')) key[--n] = 0;
+    if (!n) {
+        fprintf(stderr, "llmforge serve: --api-key-file '%s' is empty\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *ckpt = NULL, *key_file = NULL;
+    lf_server_opts o = {0};
+    long port = 8000, threads = 0, v_long;
+    double drain = 30;
+    for (int i = 0; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: llmforge serve --ckpt DIR [--host ADDR] [--port N] [--model-name NAME]\n"
+                   "                      [--api-key-file F] [--max-batch N] [--max-context T] [--max-queue Q]\n"
+                   "                      [--max-tokens N] [--threads N] [--drain-s S]\n"
+                   "  An OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
+                   "  not), GET /v1/models, GET /health, GET /metrics (Prometheus). Concurrent requests decode\n"
+                   "  together (continuous batching over --max-batch KV-cache slots of --max-context tokens;\n"
+                   "  default 8 and the model's block_size); --max-queue more wait (default 64), then 429.\n"
+                   "  --host defaults to 127.0.0.1 (loopback); another address must be asked for. --port 0\n"
+                   "  picks a free one. The API key (Authorization: Bearer KEY) is the first line of\n"
+                   "  --api-key-file, else $LLMFORGE_API_KEY, else none is required. SIGTERM/SIGINT: new\n"
+                   "  requests get 503, in-flight ones finish within --drain-s (default 30), then exit 0.\n");
+            return 0;
+        } else if ((v = opt_value(argc, argv, &i, "--ckpt", &missing))) {
+            ckpt = v;
+        } else if ((v = opt_value(argc, argv, &i, "--host", &missing))) {
+            o.host = v;
+        } else if ((v = opt_value(argc, argv, &i, "--port", &missing))) {
+            if (parse_long("--port", v, 0, 65535, &port)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--model-name", &missing))) {
+            o.model_name = v;
+        } else if ((v = opt_value(argc, argv, &i, "--api-key-file", &missing))) {
+            key_file = v;
+        } else if ((v = opt_value(argc, argv, &i, "--max-batch", &missing))) {
+            if (parse_long("--max-batch", v, 1, 4096, &v_long)) return 2;
+            o.max_batch = (int)v_long;
+        } else if ((v = opt_value(argc, argv, &i, "--max-context", &missing))) {
+            if (parse_long("--max-context", v, 2, 1 << 20, &v_long)) return 2;
+            o.max_context = (int)v_long;
+        } else if ((v = opt_value(argc, argv, &i, "--max-queue", &missing))) {
+            if (parse_long("--max-queue", v, 1, 1 << 20, &v_long)) return 2;
+            o.max_queue = (int)v_long;
+        } else if ((v = opt_value(argc, argv, &i, "--max-tokens", &missing))) {
+            if (parse_long("--max-tokens", v, 1, 1 << 20, &v_long)) return 2;
+            o.max_tokens = (int)v_long;
+        } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
+            if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--drain-s", &missing))) {
+            if (parse_double("--drain-s", v, 0, 86400, &drain)) return 2;
+        } else if (missing) {
+            return 2;
+        } else {
+            fprintf(stderr, "llmforge serve: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!ckpt) {
+        fprintf(stderr, "llmforge serve: --ckpt DIR is required\n");
+        return 2;
+    }
+    char key[512] = "";
+    if (key_file) {
+        if (read_key(key_file, key, sizeof key)) return 2;
+    } else if (getenv("LLMFORGE_API_KEY") && *getenv("LLMFORGE_API_KEY")) {
+        snprintf(key, sizeof key, "%s", getenv("LLMFORGE_API_KEY"));
+    }
+    o.api_key = key[0] ? key : NULL;
+    o.port = (int)port;
+    if (cli_backend_setup("serve", threads, 1)) return 2;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    lf_server *s = NULL;
+    lf_status st = lf_server_start(&s, ckpt, &o);
+    if (st != LF_OK) {
+        die_status(st, "serve");
+        return 1;
+    }
+    const char *host = o.host ? o.host : "127.0.0.1";
+    const int v6 = strchr(host, ':') != NULL && host[0] != '[';
+    printf("llmforge serve: model '%s' at http://%s%s%s:%d/v1 (max batch %d, %s)\n", lf_server_model_name(s),
+           v6 ? "[" : "", host, v6 ? "]" : "", lf_server_port(s), o.max_batch ? o.max_batch : 8,
+           o.api_key ? "API key required" : "no API key");
+    fflush(stdout);
+    while (!g_stop) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    printf("llmforge serve: stopping (draining for up to %g s)\n", drain);
+    fflush(stdout);
+    lf_server_stop(s, drain);
+    printf("llmforge serve: stopped\n");
+    return 0;
+}
