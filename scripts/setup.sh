@@ -12,7 +12,8 @@ if [ "${1:-}" = "--test" ]; then
   # GNU time measures peak memory in bench/prepare.sh;
   # iproute2 (ip netns, veth) makes two hosts on one machine for tests/cli/test_two_hosts.sh;
   # slurm-wlm and munge bring up a private one-node Slurm cluster for tests/cli/test_slurm.sh
-  pkgs+=(libcmocka-dev prometheus curl time iproute2 slurm-wlm munge)
+  # python3-venv: a venv for the PyPI openai client that tests/cli/test_serve.sh drives the server with
+  pkgs+=(libcmocka-dev prometheus curl time iproute2 slurm-wlm munge python3-venv)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# `llmforge serve` end to end, on a tiny GPT-2 (character vocabulary) trained here:
+#  - the real `openai` client (tools/check_openai_client.py): models, greedy completion equal
+#    to `llmforge sample --temperature 0`, streaming with usage, n > 1 with a seed, stop,
+#    logprobs, chat (a chat_template.json in the checkpoint), 16 concurrent streams equal to
+#    their solo text, a wrong key. The client comes from PyPI into a venv
+#    ($HOME/.cache/llmforge/openai-venv, or $LF_OPENAI_PYTHON); without network or python3-venv
+#    this part prints why and the rest still runs;
+#  - a bad-request corpus with curl, each answered with its status while a correct request
+#    keeps being answered between them (counted): malformed JSON, wrong types, negative and huge
+#    numbers, an unknown model and path, a prompt over the context, a 10 MB body, invalid UTF-8,
+#    a truncated chunked body, slow-loris clients, no key;
+#  - /metrics passes `promtool check metrics` (when promtool is installed);
+#  - SIGTERM during a stream: the stream ends with [DONE], the process exits 0 within --drain-s.
+#   bash test_serve.sh LLMFORGE SOURCE_DIR SHARED_DIR
+set -u
+LF=${1:?usage: test_serve.sh LLMFORGE SOURCE_DIR SHARED_DIR}
+SRC=${2:?source dir}
+SHARED=${3:?shared dir}
+case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
+case "$SRC" in /*) ;; *) SRC="$PWD/$SRC" ;; esac
+. "$(dirname "$0")/cli_lib.sh"
+command -v curl >/dev/null || { echo "SKIPPED: needs curl (scripts/setup.sh --test)"; exit 0; }
+cli_tmpdir serve
+corpus="$SHARED/data/tinyshakespeare.txt"
+if [ -f "$corpus" ]; then head -c 60000 "$corpus" >corpus.txt
+else for i in $(seq 1 800); do echo "ROMEO: what light through yonder window breaks? Who is there?"; done >corpus.txt; fi
+"$LF" prepare --char corpus.txt --out data >prepare.log 2>&1 || fail "prepare: $(cat prepare.log)"
+"$LF" train --data.dataset=data --model.n_layer=2 --model.n_head=2 --model.n_embd=48 --model.block_size=128 \
+    --train_micro_batch_size_per_gpu=8 --train_iters=300 --optimizer.params.lr=3e-3 --eval.interval=0 --checkpoint.interval=0 --out_dir=run \
+    --threads=2 >train.log 2>&1 || fail "train: $(cat train.log)"
+ok
+step=$(ls -d run/ckpt/step_* | tail -1)
+cat >"$step/chat_template.json" <<'EOF'
+{"format": "llmforge.chat_template.v1",
+ "roles": {"system": {"prefix": "", "suffix": "\n"}, "user": {"prefix": "First Citizen:\n", "suffix": "\n\n"},
+           "assistant": {"prefix": "Second Citizen:\n", "suffix": "\n\n"}},
+ "generation_prompt": "Second Citizen:\n", "stop": ["\n\n"]}
+EOF
+echo "sekrit-key-123" >key.txt
+PROMPT=$'ROMEO:\n' # the character vocabulary's end of text is "\n": a prompt the model continues past
+"$LF" sample --ckpt run --prompt "$PROMPT" --max-new-tokens 24 --temperature 0 --threads 2 >sample.txt 2>sample.err ||
+    fail "sample: $(cat sample.err)"
+greedy=$(python3 -c 'import sys; t=open("sample.txt").read(); p=sys.argv[1]; assert t.startswith(p); print(t[len(p):-1], end="")' "$PROMPT") ||
+    fail "sample output does not start with the prompt: $(head -c 200 sample.txt)"
+
+start_server() {
+    "$LF" serve --ckpt run --port 0 --api-key-file key.txt --max-batch 4 --max-queue 32 --threads 2 --drain-s "$1" \
+        >serve.log 2>&1 &
+    SERVER=$!
+    for _ in $(seq 1 100); do
+        PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' serve.log)
+        [ -n "$PORT" ] && break
+        kill -0 $SERVER 2>/dev/null || fail "serve exited: $(cat serve.log)"
+        sleep 0.1
+    done
+    [ -n "$PORT" ] || fail "serve did not print its URL: $(cat serve.log)"
+    URL=http://127.0.0.1:$PORT
+}
+start_server 20
+trap 'kill $SERVER 2>/dev/null; rm -rf "$tmp"' EXIT
+AUTH="Authorization: Bearer sekrit-key-123"
+ok
+
+# ---- the openai client
+PYO=${LF_OPENAI_PYTHON:-$HOME/.cache/llmforge/openai-venv/bin/python}
+if ! [ -x "$PYO" ] || ! "$PYO" -c "import openai" 2>/dev/null; then
+    venv=$HOME/.cache/llmforge/openai-venv
+    { python3 -m venv "$venv" && "$venv/bin/pip" install -q "openai>=1.0,<4"; } >venv.log 2>&1
+    PYO=$venv/bin/python
+fi
+if "$PYO" -c "import openai" 2>/dev/null; then
+    "$PYO" "$SRC/tools/check_openai_client.py" --base-url "$URL/v1" --key sekrit-key-123 --model run \
+        --prompt "$PROMPT" --greedy-text "$greedy" --greedy-tokens 24 >client.log 2>&1 ||
+        fail "openai client: $(tail -5 client.log)"
+    cat client.log
+    ok
+else
+    echo "note: no openai client (python3 -m venv + pip install openai failed: $(tail -1 venv.log)); client checks not run"
+fi
+
+# ---- a bad-request corpus; a good request between each
+good='{"model":"run","prompt":"ROMEO:\n","max_tokens":3,"temperature":0}'
+served=0
+good_one() {
+    code=$(curl -s -o good.json -w '%{http_code}' -H "$AUTH" "$URL/v1/completions" -d "$good")
+    [ "$code" = 200 ] || fail "a correct request got $code after '$1': $(cat good.json)"
+    served=$((served + 1))
+}
+expect() { # STATUS NAME CURL-ARGS...
+    want=$1 name=$2
+    shift 2
+    code=$(curl -s -o bad.json -w '%{http_code}' --max-time 30 "$@")
+    [ "$code" = "$want" ] || fail "$name: status $code, want $want: $(head -c 300 bad.json)"
+    good_one "$name"
+    ok
+}
+C=(-H "$AUTH" -H "Content-Type: application/json")
+expect 400 "malformed JSON" "${C[@]}" "$URL/v1/completions" -d '{"prompt": "x",'
+expect 400 "wrong type" "${C[@]}" "$URL/v1/completions" -d '{"prompt": 5}'
+expect 400 "negative max_tokens" "${C[@]}" "$URL/v1/completions" -d '{"prompt": "x", "max_tokens": -3}'
+expect 400 "huge max_tokens" "${C[@]}" "$URL/v1/completions" -d '{"prompt": "x", "max_tokens": 1e300}'
+expect 400 "temperature out of range" "${C[@]}" "$URL/v1/completions" -d '{"prompt": "x", "temperature": 9}'
+expect 400 "n = 0" "${C[@]}" "$URL/v1/completions" -d '{"prompt": "x", "n": 0}'
+expect 404 "unknown model" "${C[@]}" "$URL/v1/completions" -d '{"model": "gpt-9", "prompt": "x"}'
+grep -q model_not_found bad.json || fail "unknown model: $(cat bad.json)"
+expect 404 "unknown path" "${C[@]}" "$URL/v1/nothing" -d '{}'
+expect 405 "GET on completions" -H "$AUTH" "$URL/v1/completions"
+long=$(python3 -c 'print("ROMEO: " * 40)')
+expect 400 "prompt over the context" "${C[@]}" "$URL/v1/completions" -d "{\"prompt\": \"$long\", \"max_tokens\": 4}"
+grep -q context_length_exceeded bad.json || fail "over the context: $(cat bad.json)"
+head -c 10000000 /dev/zero | tr '\0' 'a' >big.txt
+expect 413 "10 MB body" "${C[@]}" "$URL/v1/completions" --data-binary @big.txt
+printf '{"prompt": "\xc3\x28 bad utf-8"}' >badutf8.json
+expect 400 "invalid UTF-8" "${C[@]}" "$URL/v1/completions" --data-binary @badutf8.json
+expect 401 "no key" -H "Content-Type: application/json" "$URL/v1/completions" -d "$good"
+expect 401 "wrong key" -H "Authorization: Bearer nope" "$URL/v1/completions" -d "$good"
+expect 400 "chat without messages" "${C[@]}" "$URL/v1/chat/completions" -d '{"messages": []}'
+# a truncated chunked body: the deadline answers 408 (or closes); the server goes on
+python3 - "$PORT" <<'EOF' || fail "truncated chunked body"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"prompt\":")
+s.settimeout(20)
+data = b""
+try:
+    while True:
+        b = s.recv(4096)
+        if not b: break
+        data += b
+except socket.timeout:
+    sys.exit("no answer within 20 s")
+assert data == b"" or data.startswith(b"HTTP/1.1 408") or data.startswith(b"HTTP/1.1 400"), data[:200]
+EOF
+good_one "truncated chunked body"
+ok
+# slow-loris clients hold connections; correct requests are still answered at once
+python3 - "$PORT" <<'EOF' &
+import socket, sys, time
+socks = []
+for i in range(40):
+    try:
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    except OSError:
+        pass
+for _ in range(12):
+    for s in socks:
+        try: s.sendall(b"X")
+        except OSError: pass
+    time.sleep(0.5)
+EOF
+LORIS=$!
+sleep 1
+t0=$(date +%s%N)
+for i in 1 2 3; do good_one "slow-loris clients"; done
+t1=$(date +%s%N)
+[ $(( (t1 - t0) / 1000000 )) -lt 15000 ] || fail "3 requests took $(( (t1 - t0) / 1000000 )) ms beside slow clients"
+kill $LORIS 2>/dev/null
+wait $LORIS 2>/dev/null
+ok
+echo "bad-request corpus: every bad request got its status; $served correct requests answered between them"
+
+# ---- metrics
+curl -s "$URL/metrics" >metrics.txt
+grep -q 'llmforge_serve_requests_total{endpoint="/v1/completions",status="200"}' metrics.txt ||
+    fail "metrics: $(head -20 metrics.txt)"
+grep -q 'llmforge_serve_time_to_first_token_seconds_count' metrics.txt || fail "metrics: no TTFT histogram"
+ok
+if command -v promtool >/dev/null; then
+    promtool check metrics <metrics.txt >promtool.log 2>&1 || fail "promtool: $(cat promtool.log)"
+    ok
+fi
+
+# ---- SIGTERM while a stream runs
+kill -TERM $SERVER
+wait $SERVER
+rc=$?
+[ $rc -eq 0 ] || fail "serve exited $rc on SIGTERM: $(tail -3 serve.log)"
+start_server 5
+( curl -s -N -H "$AUTH" "$URL/v1/completions" \
+    -d '{"prompt":"ROMEO:\n","max_tokens":60,"temperature":0,"stream":true}' >stream.txt ) &
+CURL=$!
+for _ in $(seq 1 100); do grep -q '^data: {' stream.txt 2>/dev/null && break; sleep 0.05; done
+t0=$(date +%s)
+kill -TERM $SERVER
+wait $SERVER
+rc=$?
+t1=$(date +%s)
+wait $CURL
+[ $rc -eq 0 ] || fail "serve exited $rc on SIGTERM during a stream"
+[ $((t1 - t0)) -le 7 ] || fail "SIGTERM took $((t1 - t0)) s with --drain-s 5"
+tail -c 20 stream.txt | grep -q 'data: \[DONE\]' || fail "the stream did not end with [DONE]: $(tail -c 300 stream.txt)"
+grep -q '"finish_reason":"length"' stream.txt || fail "the stream has no finish_reason: $(tail -c 300 stream.txt)"
+ok
+echo "$passed passed, 0 failed"
