@@ -1,0 +1,437 @@
+/*
+ * Matrix-vector products of the CPU backend: matmul_forward with a few rows
+ * (N <= LF_CPU_GEMV_MAX_N), the shape of every product of single-stream
+ * KV-cache decoding (one new token: out (1,OC) = inp (1,C) @ W).
+ *
+ * Why ourselves: such a product reads each weight once and does one FMA
+ * with it, so its speed is the memory bandwidth. oneDNN's dnnl_sgemm is
+ * tuned for GEMM tiles; at M = 1 it reached 57-60% of the copy bandwidth in
+ * bench/decode.sh. Here both threads stream disjoint, contiguous parts of W
+ * straight into FMAs, with nothing packed and nothing written but out.
+ *
+ * Layouts (backend_impl.h):
+ *  - LF_W_OUT_IN, W (OC,C) (nn.Linear, the tied lm_head over wte): out[n,o]
+ *    is the dot product of row o of W with inp row n. A thread takes a run
+ *    of output rows and walks GEMV_ROWS of them at a time, so each vector of
+ *    inp loaded serves several rows and each row of W several inputs.
+ *  - LF_W_IN_OUT, W (C,OC) (GPT-2's Conv1D): a thread takes a block of
+ *    columns and streams the C rows of it, GEMV_IO_ROWS rows at a time,
+ *    accumulating a tile of columns per input in a local buffer that stays
+ *    in L1 (GEMV_IO_ACC floats); the tiles are as wide as that allows, so
+ *    each row of W is read in long contiguous runs.
+ *
+ * Invariants:
+ *  - out is overwritten: product, then + bias[o] (one rounding each, the
+ *    order matmul_forward's GEMM path uses).
+ *  - Deterministic: each out[n,o] is computed by one thread by an operation
+ *    sequence that depends only on (C, the vector path), never on the thread
+ *    count, on the tile or row block it falls in, or on N:
+ *      OUT_IN: lane l of one vector accumulator sums inp[n,c] * W[o,c] over
+ *        c = l (mod lanes) in increasing c with FMA (the C tail through a
+ *        masked load, so absent lanes add 0), then the lanes are added in a
+ *        fixed tree;
+ *      IN_OUT: one FMA chain over c = 0..C-1 in order.
+ *    So the same bits for any thread count and for a row computed alone or
+ *    in a batch of N. The vector path (AVX-512, AVX2+FMA, plain C) is picked
+ *    once per call from CPUID; different paths may differ in the last bits.
+ *  - Error: a sum of C products in either order, so |out - exact| <=
+ *    gamma_(C+1) * (sum_c |inp||W| + |bias|), gamma_k = k u / (1 - k u),
+ *    u = 2^-24 (Higham, Accuracy and Stability of Numerical Algorithms,
+ *    ch. 3); test_gemv.c checks that bound against a double reference.
+ *  - Threads: a team of omp_get_max_threads() when the product has at least
+ *    LF_CPU_PAR_MIN weights; inside the replicas' region (thread count 1)
+ *    on the calling thread. Work is dealt in blocks of LF_CPU_CBLK outputs
+ *    (lf__cpu_channel_slice), so no two threads write one cache line of out.
+ *  - Any x86-64 (and any other CPU): the vector kernels are compiled with
+ *    target attributes and only called where __builtin_cpu_supports says
+ *    the CPU has the ISA; the plain C path needs nothing.
+ *  - Never allocates: the IN_OUT tile is a fixed stack buffer (16 KB).
+ *
+ * References: Intel 64 and IA-32 Architectures Optimization Reference Manual
+ * (hardware prefetchers, streaming loads); the Intel Intrinsics Guide.
+ */
+#include <stddef.h>
+#include <stdatomic.h>
+#include <omp.h>
+#include "cpu_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GEMV_X86 1
+#else
+#define GEMV_X86 0
+#endif
+
+/* OUT_IN: output rows walked together by the AVX-512 kernel (the AVX2
+ * kernel, with 16 registers, takes 2 when there are more than 2 inputs). */
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 4
+#endif
+/* Software prefetch distances (0: none), OUT_IN in floats ahead along each
+ * row, IN_OUT in rows of W ahead. */
+#ifndef GEMV_PF_OI
+#define GEMV_PF_OI 0
+#endif
+#ifndef GEMV_PF_IO
+#define GEMV_PF_IO 0
+#endif
+#ifndef GEMV_PF_HINT
+#define GEMV_PF_HINT _MM_HINT_T0
+#endif
+/* IN_OUT: rows of W per pass over the accumulator tile, and the floats of
+ * accumulators (inputs x tile columns: 16 KB of L1). */
+#ifndef GEMV_IO_ROWS
+#define GEMV_IO_ROWS 4
+#endif
+#ifndef GEMV_IO_ACC
+#define GEMV_IO_ACC 4096
+#endif
+
+static atomic_int g_force = -1; /* < 0: what the CPU has; else at most this path */
+
+void lf__cpu_gemv_force(int vec) { atomic_store(&g_force, vec); }
+
+lf__cpu_vec lf__cpu_gemv_vec(void) {
+    lf__cpu_vec v = LF_CPU_VEC_NONE;
+#if GEMV_X86
+    if (__builtin_cpu_supports("avx512f")) v = LF_CPU_VEC_AVX512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v = LF_CPU_VEC_AVX2;
+#endif
+    const int f = atomic_load(&g_force);
+    if (f >= 0 && (int)v > f) v = f >= LF_CPU_VEC_AVX2 ? LF_CPU_VEC_AVX2 : LF_CPU_VEC_NONE;
+    return v;
+}
+
+/* IN_OUT: the width of the column tiles a block of `width` columns is cut
+ * into for NI inputs: equal tiles, a multiple of 16, at most GEMV_IO_ACC / NI
+ * (the accumulators stay in L1), so each row of W is read in as few and as
+ * long contiguous runs as that allows. */
+static inline int io_tile_width(int width, int NI) {
+    const int maxw = GEMV_IO_ACC / NI / 16 * 16;
+    const int nt = (width + maxw - 1) / maxw;
+    const int tw = (width + nt - 1) / nt;
+    return (tw + 15) & ~15;
+}
+
+/* ------------------------------------------------------------- plain C */
+
+/* One dot product, 8 partial sums (lane l takes c = l mod 8), added in a
+ * fixed tree: the vector kernels' order at 8 lanes, written so that any
+ * compiler can vectorize it; one function for every output, so one
+ * instruction sequence. */
+static float dot_c(const float *restrict w, const float *restrict x, int C) {
+    float s[8] = {0};
+    int c = 0;
+    for (; c + 8 <= C; c += 8)
+        for (int l = 0; l < 8; l++) s[l] += w[c + l] * x[c + l];
+    for (int l = 0; c + l < C; l++) s[l] += w[c + l] * x[c + l];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+static void oi_c(float *restrict out, const float *restrict inp, const float *restrict w,
+                 const float *restrict bias, int N, int C, int OC, int o0, int o1) {
+    for (int o = o0; o < o1; o++)
+        for (int n = 0; n < N; n++) {
+            const float s = dot_c(w + (size_t)o * C, inp + (size_t)n * C, C);
+            out[(size_t)n * OC + o] = bias ? s + bias[o] : s;
+        }
+}
+
+static void io_c(float *restrict out, const float *restrict inp, const float *restrict w,
+                 const float *restrict bias, int N, int C, int OC, int j0, int j1) {
+    float acc[GEMV_IO_ACC];
+    const int tws = io_tile_width(j1 - j0, 1);
+    for (int n = 0; n < N; n++)
+        for (int t0 = j0; t0 < j1; t0 += tws) {
+            const int tw = j1 - t0 < tws ? j1 - t0 : tws;
+            for (int j = 0; j < tw; j++) acc[j] = 0.0f;
+            for (int c = 0; c < C; c++) {
+                const float x = inp[(size_t)n * C + c];
+                const float *restrict wr = w + (size_t)c * OC + t0;
+                for (int j = 0; j < tw; j++) acc[j] += x * wr[j];
+            }
+            float *restrict o = out + (size_t)n * OC + t0;
+            for (int j = 0; j < tw; j++) o[j] = bias ? acc[j] + bias[t0 + j] : acc[j];
+        }
+}
+
+#if GEMV_X86
+/* ------------------------------------------------------------- AVX-512 */
+
+#define T512 __attribute__((target("avx512f")))
+#define T512I __attribute__((target("avx512f"), always_inline)) static inline
+
+/* R rows of W (OUT_IN) times NI inputs; R and NI are constants where this
+ * is inlined, so acc lives in registers. res[r * NI + n] = dot(row r, inp n). */
+T512I void oi512_block(float *res, const float *restrict w, const float *restrict inp, int C, const int R,
+                       const int NI) {
+    __m512 acc[GEMV_ROWS][LF_CPU_GEMV_MAX_N];
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NI; n++) acc[r][n] = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 16 <= C; c += 16) {
+        __m512 x[LF_CPU_GEMV_MAX_N];
+        for (int n = 0; n < NI; n++) x[n] = _mm512_loadu_ps(inp + (size_t)n * C + c);
+        for (int r = 0; r < R; r++) {
+            if (GEMV_PF_OI) _mm_prefetch((const char *)(w + (size_t)r * C + c + GEMV_PF_OI), GEMV_PF_HINT);
+            const __m512 wv = _mm512_loadu_ps(w + (size_t)r * C + c);
+            for (int n = 0; n < NI; n++) acc[r][n] = _mm512_fmadd_ps(wv, x[n], acc[r][n]);
+        }
+    }
+    if (c < C) {
+        const __mmask16 m = (__mmask16)((1u << (C - c)) - 1u);
+        __m512 x[LF_CPU_GEMV_MAX_N];
+        for (int n = 0; n < NI; n++) x[n] = _mm512_maskz_loadu_ps(m, inp + (size_t)n * C + c);
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = _mm512_maskz_loadu_ps(m, w + (size_t)r * C + c);
+            for (int n = 0; n < NI; n++) acc[r][n] = _mm512_fmadd_ps(wv, x[n], acc[r][n]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NI; n++) res[r * NI + n] = _mm512_reduce_add_ps(acc[r][n]);
+}
+
+T512I void oi512_n(float *restrict out, const float *restrict inp, const float *restrict w,
+                   const float *restrict bias, int C, int OC, int o0, int o1, const int NI) {
+    float res[GEMV_ROWS * LF_CPU_GEMV_MAX_N];
+    int o = o0;
+    for (; o + GEMV_ROWS <= o1; o += GEMV_ROWS) {
+        oi512_block(res, w + (size_t)o * C, inp, C, GEMV_ROWS, NI);
+        for (int r = 0; r < GEMV_ROWS; r++)
+            for (int n = 0; n < NI; n++)
+                out[(size_t)n * OC + o + r] = bias ? res[r * NI + n] + bias[o + r] : res[r * NI + n];
+    }
+    for (; o < o1; o++) {
+        oi512_block(res, w + (size_t)o * C, inp, C, 1, NI);
+        for (int n = 0; n < NI; n++) out[(size_t)n * OC + o] = bias ? res[n] + bias[o] : res[n];
+    }
+}
+
+T512 static void oi_512(float *restrict out, const float *restrict inp, const float *restrict w,
+                        const float *restrict bias, int N, int C, int OC, int o0, int o1) {
+    switch (N) {
+    case 1: oi512_n(out, inp, w, bias, C, OC, o0, o1, 1); break;
+    case 2: oi512_n(out, inp, w, bias, C, OC, o0, o1, 2); break;
+    case 3: oi512_n(out, inp, w, bias, C, OC, o0, o1, 3); break;
+    default: oi512_n(out, inp, w, bias, C, OC, o0, o1, 4); break;
+    }
+}
+
+/* IN_OUT: the tile acc[n][0..tw) += sum over rows c..c+R-1 of inp[n,c] * W[c, t0..],
+ * one FMA at a time in increasing c. m masks the last vector's columns. */
+T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, const float *restrict w, int C,
+                      int OC, int c, int t0, int tw, const int R, const int NI) {
+    __m512 x[GEMV_IO_ROWS][LF_CPU_GEMV_MAX_N];
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NI; n++) x[r][n] = _mm512_set1_ps(inp[(size_t)n * C + c + r]);
+    const float *restrict w0 = w + (size_t)c * OC + t0;
+    int j = 0;
+    for (; j + 16 <= tw; j += 16) {
+        if (GEMV_PF_IO)
+            for (int r = 0; r < R; r++)
+                _mm_prefetch((const char *)(w0 + (size_t)(GEMV_PF_IO + r) * OC + j), GEMV_PF_HINT);
+        for (int n = 0; n < NI; n++) {
+            __m512 a = _mm512_load_ps(acc + n * ld + j);
+            for (int r = 0; r < R; r++) a = _mm512_fmadd_ps(x[r][n], _mm512_loadu_ps(w0 + (size_t)r * OC + j), a);
+            _mm512_store_ps(acc + n * ld + j, a);
+        }
+    }
+    if (j < tw) {
+        const __mmask16 m = (__mmask16)((1u << (tw - j)) - 1u);
+        for (int n = 0; n < NI; n++) {
+            __m512 a = _mm512_load_ps(acc + n * ld + j);
+            for (int r = 0; r < R; r++)
+                a = _mm512_fmadd_ps(x[r][n], _mm512_maskz_loadu_ps(m, w0 + (size_t)r * OC + j), a);
+            _mm512_store_ps(acc + n * ld + j, a);
+        }
+    }
+}
+
+T512I void io512_n(float *restrict out, const float *restrict inp, const float *restrict w,
+                   const float *restrict bias, int C, int OC, int j0, int j1, const int NI) {
+    _Alignas(64) float acc[GEMV_IO_ACC];
+    const int ld = io_tile_width(j1 - j0, NI);
+    for (int t0 = j0; t0 < j1; t0 += ld) {
+        const int tw = j1 - t0 < ld ? j1 - t0 : ld;
+        const int twv = (tw + 15) & ~15; /* whole vectors: the masked lanes stay 0 */
+        for (int n = 0; n < NI; n++)
+            for (int j = 0; j < twv; j += 16) _mm512_store_ps(acc + n * ld + j, _mm512_setzero_ps());
+        int c = 0;
+        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io512_rows(acc, ld, inp, w, C, OC, c, t0, tw, GEMV_IO_ROWS, NI);
+        for (; c < C; c++) io512_rows(acc, ld, inp, w, C, OC, c, t0, tw, 1, NI);
+        for (int n = 0; n < NI; n++) {
+            float *restrict o = out + (size_t)n * OC + t0;
+            const float *restrict a = acc + n * ld;
+            if (bias)
+                for (int j = 0; j < tw; j++) o[j] = a[j] + bias[t0 + j];
+            else
+                for (int j = 0; j < tw; j++) o[j] = a[j];
+        }
+    }
+}
+
+T512 static void io_512(float *restrict out, const float *restrict inp, const float *restrict w,
+                        const float *restrict bias, int N, int C, int OC, int j0, int j1) {
+    switch (N) {
+    case 1: io512_n(out, inp, w, bias, C, OC, j0, j1, 1); break;
+    case 2: io512_n(out, inp, w, bias, C, OC, j0, j1, 2); break;
+    case 3: io512_n(out, inp, w, bias, C, OC, j0, j1, 3); break;
+    default: io512_n(out, inp, w, bias, C, OC, j0, j1, 4); break;
+    }
+}
+
+/* ------------------------------------------------------------- AVX2 + FMA */
+
+#define T256 __attribute__((target("avx2,fma")))
+#define T256I __attribute__((target("avx2,fma"), always_inline)) static inline
+
+/* Mask of the first k (0..8) lanes, for vmaskmovps. */
+T256I __m256i mask256(int k) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), lane);
+}
+
+/* The lanes of v added in a fixed tree: (l + l+4), then pairs, then the two. */
+T256I float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+T256I void oi256_block(float *res, const float *restrict w, const float *restrict inp, int C, const int R,
+                       const int NI) {
+    __m256 acc[GEMV_ROWS][LF_CPU_GEMV_MAX_N];
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NI; n++) acc[r][n] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= C; c += 8) {
+        __m256 x[LF_CPU_GEMV_MAX_N];
+        for (int n = 0; n < NI; n++) x[n] = _mm256_loadu_ps(inp + (size_t)n * C + c);
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = _mm256_loadu_ps(w + (size_t)r * C + c);
+            for (int n = 0; n < NI; n++) acc[r][n] = _mm256_fmadd_ps(wv, x[n], acc[r][n]);
+        }
+    }
+    if (c < C) {
+        const __m256i m = mask256(C - c);
+        __m256 x[LF_CPU_GEMV_MAX_N];
+        for (int n = 0; n < NI; n++) x[n] = _mm256_maskload_ps(inp + (size_t)n * C + c, m);
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = _mm256_maskload_ps(w + (size_t)r * C + c, m);
+            for (int n = 0; n < NI; n++) acc[r][n] = _mm256_fmadd_ps(wv, x[n], acc[r][n]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NI; n++) res[r * NI + n] = hsum256(acc[r][n]);
+}
+
+T256I void oi256_n(float *restrict out, const float *restrict inp, const float *restrict w,
+                   const float *restrict bias, int C, int OC, int o0, int o1, const int NI, const int R) {
+    float res[GEMV_ROWS * LF_CPU_GEMV_MAX_N];
+    int o = o0;
+    for (; o + R <= o1; o += R) {
+        oi256_block(res, w + (size_t)o * C, inp, C, R, NI);
+        for (int r = 0; r < R; r++)
+            for (int n = 0; n < NI; n++)
+                out[(size_t)n * OC + o + r] = bias ? res[r * NI + n] + bias[o + r] : res[r * NI + n];
+    }
+    for (; o < o1; o++) {
+        oi256_block(res, w + (size_t)o * C, inp, C, 1, NI);
+        for (int n = 0; n < NI; n++) out[(size_t)n * OC + o] = bias ? res[n] + bias[o] : res[n];
+    }
+}
+
+T256 static void oi_256(float *restrict out, const float *restrict inp, const float *restrict w,
+                        const float *restrict bias, int N, int C, int OC, int o0, int o1) {
+    switch (N) {
+    case 1: oi256_n(out, inp, w, bias, C, OC, o0, o1, 1, 4); break;
+    case 2: oi256_n(out, inp, w, bias, C, OC, o0, o1, 2, 4); break;
+    case 3: oi256_n(out, inp, w, bias, C, OC, o0, o1, 3, 2); break;
+    default: oi256_n(out, inp, w, bias, C, OC, o0, o1, 4, 2); break;
+    }
+}
+
+T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, const float *restrict w, int C,
+                      int OC, int c, int t0, int tw, const int R, const int NI) {
+    __m256 x[GEMV_IO_ROWS][LF_CPU_GEMV_MAX_N];
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NI; n++) x[r][n] = _mm256_set1_ps(inp[(size_t)n * C + c + r]);
+    const float *restrict w0 = w + (size_t)c * OC + t0;
+    int j = 0;
+    for (; j + 8 <= tw; j += 8)
+        for (int n = 0; n < NI; n++) {
+            __m256 a = _mm256_load_ps(acc + n * ld + j);
+            for (int r = 0; r < R; r++) a = _mm256_fmadd_ps(x[r][n], _mm256_loadu_ps(w0 + (size_t)r * OC + j), a);
+            _mm256_store_ps(acc + n * ld + j, a);
+        }
+    if (j < tw) {
+        const __m256i m = mask256(tw - j);
+        for (int n = 0; n < NI; n++) {
+            __m256 a = _mm256_load_ps(acc + n * ld + j);
+            for (int r = 0; r < R; r++)
+                a = _mm256_fmadd_ps(x[r][n], _mm256_maskload_ps(w0 + (size_t)r * OC + j, m), a);
+            _mm256_store_ps(acc + n * ld + j, a);
+        }
+    }
+}
+
+T256I void io256_n(float *restrict out, const float *restrict inp, const float *restrict w,
+                   const float *restrict bias, int C, int OC, int j0, int j1, const int NI) {
+    _Alignas(64) float acc[GEMV_IO_ACC];
+    const int ld = io_tile_width(j1 - j0, NI);
+    for (int t0 = j0; t0 < j1; t0 += ld) {
+        const int tw = j1 - t0 < ld ? j1 - t0 : ld;
+        const int twv = (tw + 7) & ~7;
+        for (int n = 0; n < NI; n++)
+            for (int j = 0; j < twv; j += 8) _mm256_store_ps(acc + n * ld + j, _mm256_setzero_ps());
+        int c = 0;
+        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io256_rows(acc, ld, inp, w, C, OC, c, t0, tw, GEMV_IO_ROWS, NI);
+        for (; c < C; c++) io256_rows(acc, ld, inp, w, C, OC, c, t0, tw, 1, NI);
+        for (int n = 0; n < NI; n++) {
+            float *restrict o = out + (size_t)n * OC + t0;
+            const float *restrict a = acc + n * ld;
+            if (bias)
+                for (int j = 0; j < tw; j++) o[j] = a[j] + bias[t0 + j];
+            else
+                for (int j = 0; j < tw; j++) o[j] = a[j];
+        }
+    }
+}
+
+T256 static void io_256(float *restrict out, const float *restrict inp, const float *restrict w,
+                        const float *restrict bias, int N, int C, int OC, int j0, int j1) {
+    switch (N) {
+    case 1: io256_n(out, inp, w, bias, C, OC, j0, j1, 1); break;
+    case 2: io256_n(out, inp, w, bias, C, OC, j0, j1, 2); break;
+    case 3: io256_n(out, inp, w, bias, C, OC, j0, j1, 3); break;
+    default: io256_n(out, inp, w, bias, C, OC, j0, j1, 4); break;
+    }
+}
+#endif /* GEMV_X86 */
+
+/* ------------------------------------------------------------- dispatch */
+
+typedef void (*gemv_part)(float *restrict out, const float *restrict inp, const float *restrict w,
+                          const float *restrict bias, int N, int C, int OC, int o0, int o1);
+
+int lf__cpu_gemv(float *restrict out, const float *restrict inp, const float *restrict weight,
+                 const float *restrict bias, int N, int C, int OC, lf_weight_layout layout) {
+    if (N < 1 || N > LF_CPU_GEMV_MAX_N || C < 1 || OC < 1) return 0;
+    const lf__cpu_vec v = lf__cpu_gemv_vec();
+    const int oi = layout == LF_W_OUT_IN;
+    gemv_part part = oi ? oi_c : io_c;
+#if GEMV_X86
+    if (v == LF_CPU_VEC_AVX512) part = oi ? oi_512 : io_512;
+    else if (v == LF_CPU_VEC_AVX2) part = oi ? oi_256 : io_256;
+#else
+    (void)v;
+#endif
+#pragma omp parallel if ((long)C * OC >= LF_CPU_PAR_MIN)
+    {
+        int o0, o1;
+        lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
+        if (o0 < o1) part(out, inp, weight, bias, N, C, OC, o0, o1);
+    }
+    return 1;
+}
