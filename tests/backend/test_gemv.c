@@ -28,9 +28,10 @@ static int use_path(lf__cpu_vec v) {
     return 1;
 }
 
-/* Sizes: C and OC below, at and past the vector widths (8, 16) and the
- * row/column blocks (4 rows, 16-column thread blocks, the 1024-column tile),
- * and one large enough to run on a team of threads (C * OC >= LF_CPU_PAR_MIN). */
+/* Sizes: C and OC below, at and past the vector widths (8, 16), the row
+ * blocks (4 or 8 rows of W), the 16-column thread blocks and the column
+ * tiles (at most 1024 columns for 4 inputs), and some large enough to run
+ * on a team of threads (C * OC >= LF_CPU_PAR_MIN). */
 static const int sizes[][2] = {{1, 1},   {37, 1000}, {16, 17},  {15, 33}, {7, 5},
                                {129, 65}, {1000, 37}, {64, 2100}, {333, 70}};
 

@@ -62,30 +62,27 @@
 #define GEMV_X86 0
 #endif
 
-/* OUT_IN: output rows walked together by the AVX-512 kernel (the AVX2
- * kernel, with 16 registers, takes 2 when there are more than 2 inputs). */
-#ifndef GEMV_ROWS
-#define GEMV_ROWS 4
-#endif
-/* Software prefetch distances (0: none), OUT_IN in floats ahead along each
- * row, IN_OUT in rows of W ahead. */
-#ifndef GEMV_PF_OI
-#define GEMV_PF_OI 0
-#endif
-#ifndef GEMV_PF_IO
-#define GEMV_PF_IO 0
-#endif
-#ifndef GEMV_PF_HINT
-#define GEMV_PF_HINT _MM_HINT_T0
-#endif
-/* IN_OUT: rows of W per pass over the accumulator tile, and the floats of
- * accumulators (inputs x tile columns: 16 KB of L1). */
-#ifndef GEMV_IO_ROWS
-#define GEMV_IO_ROWS 4
-#endif
-#ifndef GEMV_IO_ACC
+/* Tuning, measured with tests/backend/bench_gemv.c on one Sapphire-Rapids-
+ * class VM (2 cores; weights cycled through 1 GB) with the variants
+ * interleaved pass by pass, as the machine is shared and its bandwidth
+ * moves by 2x from one second to the next:
+ *  - OUT_IN: GEMV_ROWS rows at a time (more concurrent streams): 8 rows were
+ *    1-3% faster than 4 and clearly faster than 2; at most GEMV_OI_ACC
+ *    (rows x inputs) vector accumulators, so 3 and 4 inputs take 5 and 4 rows
+ *    and stay in AVX-512's 32 registers. The AVX2 kernel (16 registers)
+ *    takes 4 rows, 2 for 3 or 4 inputs.
+ *  - IN_OUT: GEMV_IO_ROWS rows of W per pass over the accumulator tile:
+ *    8 beat 4 by 2-10% and 2 was slower; tiles as wide as GEMV_IO_ACC floats
+ *    of accumulators allow (16 KB of L1): one run per row and thread at
+ *    GPT-2's widths beat 1024-column tiles by ~15%.
+ *  - Software prefetch (4 or 8 rows ahead for IN_OUT, 512-2048 floats ahead
+ *    along the rows for OUT_IN, to L1 or L2) was slower than the hardware
+ *    prefetchers alone, so there is none. */
+#define GEMV_ROWS 8
+#define GEMV_OI_ACC 16
+#define GEMV_ROWS_256 4
+#define GEMV_IO_ROWS 8
 #define GEMV_IO_ACC 4096
-#endif
 
 static atomic_int g_force = -1; /* < 0: what the CPU has; else at most this path */
 
@@ -173,7 +170,6 @@ T512I void oi512_block(float *res, const float *restrict w, const float *restric
         __m512 x[LF_CPU_GEMV_MAX_N];
         for (int n = 0; n < NI; n++) x[n] = _mm512_loadu_ps(inp + (size_t)n * C + c);
         for (int r = 0; r < R; r++) {
-            if (GEMV_PF_OI) _mm_prefetch((const char *)(w + (size_t)r * C + c + GEMV_PF_OI), GEMV_PF_HINT);
             const __m512 wv = _mm512_loadu_ps(w + (size_t)r * C + c);
             for (int n = 0; n < NI; n++) acc[r][n] = _mm512_fmadd_ps(wv, x[n], acc[r][n]);
         }
@@ -193,11 +189,12 @@ T512I void oi512_block(float *res, const float *restrict w, const float *restric
 
 T512I void oi512_n(float *restrict out, const float *restrict inp, const float *restrict w,
                    const float *restrict bias, int C, int OC, int o0, int o1, const int NI) {
+    const int R = GEMV_ROWS * NI <= GEMV_OI_ACC ? GEMV_ROWS : GEMV_OI_ACC / NI;
     float res[GEMV_ROWS * LF_CPU_GEMV_MAX_N];
     int o = o0;
-    for (; o + GEMV_ROWS <= o1; o += GEMV_ROWS) {
-        oi512_block(res, w + (size_t)o * C, inp, C, GEMV_ROWS, NI);
-        for (int r = 0; r < GEMV_ROWS; r++)
+    for (; o + R <= o1; o += R) {
+        oi512_block(res, w + (size_t)o * C, inp, C, R, NI);
+        for (int r = 0; r < R; r++)
             for (int n = 0; n < NI; n++)
                 out[(size_t)n * OC + o + r] = bias ? res[r * NI + n] + bias[o + r] : res[r * NI + n];
     }
@@ -226,16 +223,12 @@ T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, co
         for (int n = 0; n < NI; n++) x[r][n] = _mm512_set1_ps(inp[(size_t)n * C + c + r]);
     const float *restrict w0 = w + (size_t)c * OC + t0;
     int j = 0;
-    for (; j + 16 <= tw; j += 16) {
-        if (GEMV_PF_IO)
-            for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(w0 + (size_t)(GEMV_PF_IO + r) * OC + j), GEMV_PF_HINT);
+    for (; j + 16 <= tw; j += 16)
         for (int n = 0; n < NI; n++) {
             __m512 a = _mm512_load_ps(acc + n * ld + j);
             for (int r = 0; r < R; r++) a = _mm512_fmadd_ps(x[r][n], _mm512_loadu_ps(w0 + (size_t)r * OC + j), a);
             _mm512_store_ps(acc + n * ld + j, a);
         }
-    }
     if (j < tw) {
         const __mmask16 m = (__mmask16)((1u << (tw - j)) - 1u);
         for (int n = 0; n < NI; n++) {
@@ -301,7 +294,7 @@ T256I float hsum256(__m256 v) {
 
 T256I void oi256_block(float *res, const float *restrict w, const float *restrict inp, int C, const int R,
                        const int NI) {
-    __m256 acc[GEMV_ROWS][LF_CPU_GEMV_MAX_N];
+    __m256 acc[GEMV_ROWS_256][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NI; n++) acc[r][n] = _mm256_setzero_ps();
     int c = 0;
@@ -328,7 +321,7 @@ T256I void oi256_block(float *res, const float *restrict w, const float *restric
 
 T256I void oi256_n(float *restrict out, const float *restrict inp, const float *restrict w,
                    const float *restrict bias, int C, int OC, int o0, int o1, const int NI, const int R) {
-    float res[GEMV_ROWS * LF_CPU_GEMV_MAX_N];
+    float res[GEMV_ROWS_256 * LF_CPU_GEMV_MAX_N];
     int o = o0;
     for (; o + R <= o1; o += R) {
         oi256_block(res, w + (size_t)o * C, inp, C, R, NI);
@@ -345,10 +338,10 @@ T256I void oi256_n(float *restrict out, const float *restrict inp, const float *
 T256 static void oi_256(float *restrict out, const float *restrict inp, const float *restrict w,
                         const float *restrict bias, int N, int C, int OC, int o0, int o1) {
     switch (N) {
-    case 1: oi256_n(out, inp, w, bias, C, OC, o0, o1, 1, 4); break;
-    case 2: oi256_n(out, inp, w, bias, C, OC, o0, o1, 2, 4); break;
-    case 3: oi256_n(out, inp, w, bias, C, OC, o0, o1, 3, 2); break;
-    default: oi256_n(out, inp, w, bias, C, OC, o0, o1, 4, 2); break;
+    case 1: oi256_n(out, inp, w, bias, C, OC, o0, o1, 1, GEMV_ROWS_256); break;
+    case 2: oi256_n(out, inp, w, bias, C, OC, o0, o1, 2, GEMV_ROWS_256); break;
+    case 3: oi256_n(out, inp, w, bias, C, OC, o0, o1, 3, GEMV_ROWS_256 / 2); break;
+    default: oi256_n(out, inp, w, bias, C, OC, o0, o1, 4, GEMV_ROWS_256 / 2); break;
     }
 }
 
