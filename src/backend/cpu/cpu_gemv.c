@@ -12,8 +12,10 @@
  * Layouts (backend_impl.h):
  *  - LF_W_OUT_IN, W (OC,C) (nn.Linear, the tied lm_head over wte): out[n,o]
  *    is the dot product of row o of W with inp row n. A thread takes a run
- *    of output rows and walks GEMV_ROWS of them at a time, so each vector of
- *    inp loaded serves several rows and each row of W several inputs.
+ *    of output rows, cuts it into GEMV_ROWS equal parts and walks them side
+ *    by side, a row of each at a time: GEMV_ROWS long sequential streams
+ *    per thread, each vector of inp loaded serving GEMV_ROWS rows and each
+ *    row of W every input.
  *  - LF_W_IN_OUT, W (C,OC) (GPT-2's Conv1D): a thread takes a block of
  *    columns and streams the C rows of it, GEMV_IO_ROWS rows at a time,
  *    accumulating a tile of columns per input in a local buffer that stays
@@ -67,7 +69,11 @@
  * interleaved pass by pass, as the machine is shared and its bandwidth
  * moves by 2x from one second to the next:
  *  - OUT_IN: GEMV_ROWS rows at a time (more concurrent streams): 8 rows were
- *    1-3% faster than 4 and clearly faster than 2; at most GEMV_OI_ACC
+ *    1-3% faster than 4 and clearly faster than 2; taking them from 8
+ *    distant parts of the thread's rows (8 streams that run on for
+ *    megabytes) instead of 8 adjacent rows (24 KB, then a new start for
+ *    the prefetchers) was another 6-12%, within a few % of a plain read of
+ *    the same bytes (bench_gemv's read line); at most GEMV_OI_ACC
  *    (rows x inputs) vector accumulators, so 3 and 4 inputs take 5 and 4 rows
  *    and stay in AVX-512's 32 registers. The AVX2 kernel (16 registers)
  *    takes 4 rows, 2 for 3 or 4 inputs.
@@ -160,8 +166,8 @@ static void io_c(float *restrict out, const float *restrict inp, const float *re
 
 /* R rows of W (OUT_IN) times NI inputs; R and NI are constants where this
  * is inlined, so acc lives in registers. res[r * NI + n] = dot(row r, inp n). */
-T512I void oi512_block(float *res, const float *restrict w, const float *restrict inp, int C, const int R,
-                       const int NI) {
+T512I void oi512_block(float *res, const float *restrict w, size_t rs, const float *restrict inp, int C,
+                       const int R, const int NI) {
     __m512 acc[GEMV_ROWS][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NI; n++) acc[r][n] = _mm512_setzero_ps();
@@ -170,7 +176,7 @@ T512I void oi512_block(float *res, const float *restrict w, const float *restric
         __m512 x[LF_CPU_GEMV_MAX_N];
         for (int n = 0; n < NI; n++) x[n] = _mm512_loadu_ps(inp + (size_t)n * C + c);
         for (int r = 0; r < R; r++) {
-            const __m512 wv = _mm512_loadu_ps(w + (size_t)r * C + c);
+            const __m512 wv = _mm512_loadu_ps(w + r * rs + c);
             for (int n = 0; n < NI; n++) acc[r][n] = _mm512_fmadd_ps(wv, x[n], acc[r][n]);
         }
     }
@@ -179,7 +185,7 @@ T512I void oi512_block(float *res, const float *restrict w, const float *restric
         __m512 x[LF_CPU_GEMV_MAX_N];
         for (int n = 0; n < NI; n++) x[n] = _mm512_maskz_loadu_ps(m, inp + (size_t)n * C + c);
         for (int r = 0; r < R; r++) {
-            const __m512 wv = _mm512_maskz_loadu_ps(m, w + (size_t)r * C + c);
+            const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * rs + c);
             for (int n = 0; n < NI; n++) acc[r][n] = _mm512_fmadd_ps(wv, x[n], acc[r][n]);
         }
     }
@@ -191,15 +197,17 @@ T512I void oi512_n(float *restrict out, const float *restrict inp, const float *
                    const float *restrict bias, int C, int OC, int o0, int o1, const int NI) {
     const int R = GEMV_ROWS * NI <= GEMV_OI_ACC ? GEMV_ROWS : GEMV_OI_ACC / NI;
     float res[GEMV_ROWS * LF_CPU_GEMV_MAX_N];
-    int o = o0;
-    for (; o + R <= o1; o += R) {
-        oi512_block(res, w + (size_t)o * C, inp, C, R, NI);
+    const int P = (o1 - o0) / R; /* rows per stream */
+    for (int i = 0; i < P; i++) {
+        oi512_block(res, w + (size_t)(o0 + i) * C, (size_t)P * C, inp, C, R, NI);
         for (int r = 0; r < R; r++)
-            for (int n = 0; n < NI; n++)
-                out[(size_t)n * OC + o + r] = bias ? res[r * NI + n] + bias[o + r] : res[r * NI + n];
+            for (int n = 0; n < NI; n++) {
+                const int o = o0 + r * P + i;
+                out[(size_t)n * OC + o] = bias ? res[r * NI + n] + bias[o] : res[r * NI + n];
+            }
     }
-    for (; o < o1; o++) {
-        oi512_block(res, w + (size_t)o * C, inp, C, 1, NI);
+    for (int o = o0 + R * P; o < o1; o++) {
+        oi512_block(res, w + (size_t)o * C, C, inp, C, 1, NI);
         for (int n = 0; n < NI; n++) out[(size_t)n * OC + o] = bias ? res[n] + bias[o] : res[n];
     }
 }
@@ -292,8 +300,8 @@ T256I float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-T256I void oi256_block(float *res, const float *restrict w, const float *restrict inp, int C, const int R,
-                       const int NI) {
+T256I void oi256_block(float *res, const float *restrict w, size_t rs, const float *restrict inp, int C,
+                       const int R, const int NI) {
     __m256 acc[GEMV_ROWS_256][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NI; n++) acc[r][n] = _mm256_setzero_ps();
@@ -302,7 +310,7 @@ T256I void oi256_block(float *res, const float *restrict w, const float *restric
         __m256 x[LF_CPU_GEMV_MAX_N];
         for (int n = 0; n < NI; n++) x[n] = _mm256_loadu_ps(inp + (size_t)n * C + c);
         for (int r = 0; r < R; r++) {
-            const __m256 wv = _mm256_loadu_ps(w + (size_t)r * C + c);
+            const __m256 wv = _mm256_loadu_ps(w + r * rs + c);
             for (int n = 0; n < NI; n++) acc[r][n] = _mm256_fmadd_ps(wv, x[n], acc[r][n]);
         }
     }
@@ -311,7 +319,7 @@ T256I void oi256_block(float *res, const float *restrict w, const float *restric
         __m256 x[LF_CPU_GEMV_MAX_N];
         for (int n = 0; n < NI; n++) x[n] = _mm256_maskload_ps(inp + (size_t)n * C + c, m);
         for (int r = 0; r < R; r++) {
-            const __m256 wv = _mm256_maskload_ps(w + (size_t)r * C + c, m);
+            const __m256 wv = _mm256_maskload_ps(w + r * rs + c, m);
             for (int n = 0; n < NI; n++) acc[r][n] = _mm256_fmadd_ps(wv, x[n], acc[r][n]);
         }
     }
@@ -322,15 +330,17 @@ T256I void oi256_block(float *res, const float *restrict w, const float *restric
 T256I void oi256_n(float *restrict out, const float *restrict inp, const float *restrict w,
                    const float *restrict bias, int C, int OC, int o0, int o1, const int NI, const int R) {
     float res[GEMV_ROWS_256 * LF_CPU_GEMV_MAX_N];
-    int o = o0;
-    for (; o + R <= o1; o += R) {
-        oi256_block(res, w + (size_t)o * C, inp, C, R, NI);
+    const int P = (o1 - o0) / R; /* rows per stream */
+    for (int i = 0; i < P; i++) {
+        oi256_block(res, w + (size_t)(o0 + i) * C, (size_t)P * C, inp, C, R, NI);
         for (int r = 0; r < R; r++)
-            for (int n = 0; n < NI; n++)
-                out[(size_t)n * OC + o + r] = bias ? res[r * NI + n] + bias[o + r] : res[r * NI + n];
+            for (int n = 0; n < NI; n++) {
+                const int o = o0 + r * P + i;
+                out[(size_t)n * OC + o] = bias ? res[r * NI + n] + bias[o] : res[r * NI + n];
+            }
     }
-    for (; o < o1; o++) {
-        oi256_block(res, w + (size_t)o * C, inp, C, 1, NI);
+    for (int o = o0 + R * P; o < o1; o++) {
+        oi256_block(res, w + (size_t)o * C, C, inp, C, 1, NI);
         for (int n = 0; n < NI; n++) out[(size_t)n * OC + o] = bias ? res[n] + bias[o] : res[n];
     }
 }
