@@ -29,11 +29,12 @@ static int use_path(lf__cpu_vec v) {
 }
 
 /* Sizes: C and OC below, at and past the vector widths (8, 16), the row
- * blocks (4 or 8 rows of W), the 16-column thread blocks and the column
- * tiles (at most 1024 columns for 4 inputs), and some large enough to run
- * on a team of threads (C * OC >= LF_CPU_PAR_MIN). */
-static const int sizes[][2] = {{1, 1},   {37, 1000}, {16, 17},  {15, 33}, {7, 5},
-                               {129, 65}, {1000, 37}, {64, 2100}, {333, 70}};
+ * blocks (4 or 8 rows of W), the 16-column thread blocks, the column tiles
+ * (at most 1024 columns for 4 inputs) and IN_OUT's two halves of the rows
+ * (C >= 16 and OC <= 4096; 4500 columns take the column split), and some
+ * large enough to run on a team of threads (C * OC >= LF_CPU_PAR_MIN). */
+static const int sizes[][2] = {{1, 1},    {37, 1000}, {16, 17},  {15, 33},  {7, 5},
+                               {129, 65}, {1000, 37}, {64, 2100}, {333, 70}, {21, 4500}};
 
 /* gamma_k = k u / (1 - k u) at unit roundoff u (Higham, eq. 3.8). */
 static double gamma_k(double k, double u) { return k * u / (1.0 - k * u); }
@@ -120,7 +121,8 @@ static void test_cutoff(void **state) {
  * computed alone (N = 1), on every path. */
 static void test_bits_threads_and_batch(void **state) {
     (void)state;
-    const int shapes[][2] = {{300, 1000}, {768, 131}, {41, 2049}};
+    /* IN_OUT: the two-halves path, and (OC > 4096) the column-split one */
+    const int shapes[][2] = {{300, 1000}, {768, 131}, {41, 2049}, {17, 4500}};
     for (size_t p = 0; p < sizeof all_paths / sizeof all_paths[0]; p++) {
         if (!use_path(all_paths[p])) continue;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

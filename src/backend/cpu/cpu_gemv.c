@@ -16,11 +16,17 @@
  *    by side, a row of each at a time: GEMV_ROWS long sequential streams
  *    per thread, each vector of inp loaded serving GEMV_ROWS rows and each
  *    row of W every input.
- *  - LF_W_IN_OUT, W (C,OC) (GPT-2's Conv1D): a thread takes a block of
- *    columns and streams the C rows of it, GEMV_IO_ROWS rows at a time,
- *    accumulating a tile of columns per input in a local buffer that stays
- *    in L1 (GEMV_IO_ACC floats); the tiles are as wide as that allows, so
- *    each row of W is read in long contiguous runs.
+ *  - LF_W_IN_OUT, W (C,OC) (GPT-2's Conv1D): the rows are cut into two
+ *    fixed halves [0,cm) and [cm,C), cm = C/2 rounded down to GEMV_IO_ROWS;
+ *    threads pair up, one of a pair per half (a lone thread does both in
+ *    turn), the pairs splitting the columns, so with 2 threads each streams
+ *    one contiguous half of W. A thread streams its rows GEMV_IO_ROWS at a
+ *    time into a tile of columns per input that stays in L1 (GEMV_IO_ACC
+ *    floats of accumulators), tiles as wide as that allows; the first half's
+ *    sums go to out, the second's to a stack buffer (hi, at most
+ *    LF_CPU_GEMV_MAX_N x GEMV_KS_OC floats), and after a barrier out = (out
+ *    + hi) + bias. Wider W (OC > GEMV_KS_OC) or C < 2 GEMV_IO_ROWS: no
+ *    halves, the threads split the columns and each streams all C rows.
  *
  * Invariants:
  *  - out is overwritten: product, then + bias[o] (one rounding each, the
@@ -32,7 +38,8 @@
  *        c = l (mod lanes) in increasing c with FMA (the C tail through a
  *        masked load, so absent lanes add 0), then the lanes are added in a
  *        fixed tree;
- *      IN_OUT: one FMA chain over c = 0..C-1 in order.
+ *      IN_OUT: one FMA chain over c = 0..cm-1 in order, one over c =
+ *        cm..C-1, added (cm and whether to halve depend on C and OC only);
  *    So the same bits for any thread count and for a row computed alone or
  *    in a batch of N. The vector path (AVX-512, AVX2+FMA, plain C) is picked
  *    once per call from CPUID; different paths may differ in the last bits.
@@ -43,11 +50,13 @@
  *  - Threads: a team of omp_get_max_threads() when the product has at least
  *    LF_CPU_PAR_MIN weights; inside the replicas' region (thread count 1)
  *    on the calling thread. Work is dealt in blocks of LF_CPU_CBLK outputs
- *    (lf__cpu_channel_slice), so no two threads write one cache line of out.
+ *    (lf__cpu_channel_slice), so no two threads write one cache line of out
+ *    (or of hi) in one phase.
  *  - Any x86-64 (and any other CPU): the vector kernels are compiled with
  *    target attributes and only called where __builtin_cpu_supports says
  *    the CPU has the ISA; the plain C path needs nothing.
- *  - Never allocates: the IN_OUT tile is a fixed stack buffer (16 KB).
+ *  - Never allocates: the IN_OUT tile (16 KB per thread) and hi (64 KB, on
+ *    the calling thread's stack) are fixed-size stack buffers.
  *
  * References: Intel 64 and IA-32 Architectures Optimization Reference Manual
  * (hardware prefetchers, streaming loads); the Intel Intrinsics Guide.
@@ -80,7 +89,9 @@
  *  - IN_OUT: GEMV_IO_ROWS rows of W per pass over the accumulator tile:
  *    8 beat 4 by 2-10% and 2 was slower; tiles as wide as GEMV_IO_ACC floats
  *    of accumulators allow (16 KB of L1): one run per row and thread at
- *    GPT-2's widths beat 1024-column tiles by ~15%.
+ *    GPT-2's widths beat 1024-column tiles by ~15%; the two halves of the
+ *    rows (each thread one contiguous half of W, full rows) beat each thread
+ *    taking half of every row by 2-16% (N = 1 and 4, GPT-2's four shapes).
  *  - Software prefetch (4 or 8 rows ahead for IN_OUT, 512-2048 floats ahead
  *    along the rows for OUT_IN, to L1 or L2) was slower than the hardware
  *    prefetchers alone, so there is none. */
@@ -89,6 +100,10 @@
 #define GEMV_ROWS_256 4
 #define GEMV_IO_ROWS 8
 #define GEMV_IO_ACC 4096
+#ifndef GEMV_IO_KSPLIT
+#define GEMV_IO_KSPLIT 1
+#endif
+#define GEMV_KS_OC 4096
 
 static atomic_int g_force = -1; /* < 0: what the CPU has; else at most this path */
 
@@ -140,7 +155,7 @@ static void oi_c(float *restrict out, const float *restrict inp, const float *re
         }
 }
 
-static void io_c(float *restrict out, const float *restrict inp, const float *restrict w,
+static void io_c(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
                  const float *restrict bias, int N, int C, int OC, int j0, int j1) {
     float acc[GEMV_IO_ACC];
     const int tws = io_tile_width(j1 - j0, 1);
@@ -149,7 +164,7 @@ static void io_c(float *restrict out, const float *restrict inp, const float *re
             const int tw = j1 - t0 < tws ? j1 - t0 : tws;
             for (int j = 0; j < tw; j++) acc[j] = 0.0f;
             for (int c = 0; c < C; c++) {
-                const float x = inp[(size_t)n * C + c];
+                const float x = inp[(size_t)n * ldx + c];
                 const float *restrict wr = w + (size_t)c * OC + t0;
                 for (int j = 0; j < tw; j++) acc[j] += x * wr[j];
             }
@@ -224,11 +239,11 @@ T512 static void oi_512(float *restrict out, const float *restrict inp, const fl
 
 /* IN_OUT: the tile acc[n][0..tw) += sum over rows c..c+R-1 of inp[n,c] * W[c, t0..],
  * one FMA at a time in increasing c. m masks the last vector's columns. */
-T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, const float *restrict w, int C,
+T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, int ldx, const float *restrict w,
                       int OC, int c, int t0, int tw, const int R, const int NI) {
     __m512 x[GEMV_IO_ROWS][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
-        for (int n = 0; n < NI; n++) x[r][n] = _mm512_set1_ps(inp[(size_t)n * C + c + r]);
+        for (int n = 0; n < NI; n++) x[r][n] = _mm512_set1_ps(inp[(size_t)n * ldx + c + r]);
     const float *restrict w0 = w + (size_t)c * OC + t0;
     int j = 0;
     for (; j + 16 <= tw; j += 16)
@@ -248,7 +263,7 @@ T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, co
     }
 }
 
-T512I void io512_n(float *restrict out, const float *restrict inp, const float *restrict w,
+T512I void io512_n(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
                    const float *restrict bias, int C, int OC, int j0, int j1, const int NI) {
     _Alignas(64) float acc[GEMV_IO_ACC];
     const int ld = io_tile_width(j1 - j0, NI);
@@ -258,8 +273,8 @@ T512I void io512_n(float *restrict out, const float *restrict inp, const float *
         for (int n = 0; n < NI; n++)
             for (int j = 0; j < twv; j += 16) _mm512_store_ps(acc + n * ld + j, _mm512_setzero_ps());
         int c = 0;
-        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io512_rows(acc, ld, inp, w, C, OC, c, t0, tw, GEMV_IO_ROWS, NI);
-        for (; c < C; c++) io512_rows(acc, ld, inp, w, C, OC, c, t0, tw, 1, NI);
+        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io512_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
+        for (; c < C; c++) io512_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, 1, NI);
         for (int n = 0; n < NI; n++) {
             float *restrict o = out + (size_t)n * OC + t0;
             const float *restrict a = acc + n * ld;
@@ -271,13 +286,13 @@ T512I void io512_n(float *restrict out, const float *restrict inp, const float *
     }
 }
 
-T512 static void io_512(float *restrict out, const float *restrict inp, const float *restrict w,
+T512 static void io_512(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
                         const float *restrict bias, int N, int C, int OC, int j0, int j1) {
     switch (N) {
-    case 1: io512_n(out, inp, w, bias, C, OC, j0, j1, 1); break;
-    case 2: io512_n(out, inp, w, bias, C, OC, j0, j1, 2); break;
-    case 3: io512_n(out, inp, w, bias, C, OC, j0, j1, 3); break;
-    default: io512_n(out, inp, w, bias, C, OC, j0, j1, 4); break;
+    case 1: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 1); break;
+    case 2: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 2); break;
+    case 3: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 3); break;
+    default: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 4); break;
     }
 }
 
@@ -355,11 +370,11 @@ T256 static void oi_256(float *restrict out, const float *restrict inp, const fl
     }
 }
 
-T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, const float *restrict w, int C,
+T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, int ldx, const float *restrict w,
                       int OC, int c, int t0, int tw, const int R, const int NI) {
     __m256 x[GEMV_IO_ROWS][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
-        for (int n = 0; n < NI; n++) x[r][n] = _mm256_set1_ps(inp[(size_t)n * C + c + r]);
+        for (int n = 0; n < NI; n++) x[r][n] = _mm256_set1_ps(inp[(size_t)n * ldx + c + r]);
     const float *restrict w0 = w + (size_t)c * OC + t0;
     int j = 0;
     for (; j + 8 <= tw; j += 8)
@@ -379,7 +394,7 @@ T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, co
     }
 }
 
-T256I void io256_n(float *restrict out, const float *restrict inp, const float *restrict w,
+T256I void io256_n(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
                    const float *restrict bias, int C, int OC, int j0, int j1, const int NI) {
     _Alignas(64) float acc[GEMV_IO_ACC];
     const int ld = io_tile_width(j1 - j0, NI);
@@ -389,8 +404,8 @@ T256I void io256_n(float *restrict out, const float *restrict inp, const float *
         for (int n = 0; n < NI; n++)
             for (int j = 0; j < twv; j += 8) _mm256_store_ps(acc + n * ld + j, _mm256_setzero_ps());
         int c = 0;
-        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io256_rows(acc, ld, inp, w, C, OC, c, t0, tw, GEMV_IO_ROWS, NI);
-        for (; c < C; c++) io256_rows(acc, ld, inp, w, C, OC, c, t0, tw, 1, NI);
+        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io256_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
+        for (; c < C; c++) io256_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, 1, NI);
         for (int n = 0; n < NI; n++) {
             float *restrict o = out + (size_t)n * OC + t0;
             const float *restrict a = acc + n * ld;
@@ -402,39 +417,85 @@ T256I void io256_n(float *restrict out, const float *restrict inp, const float *
     }
 }
 
-T256 static void io_256(float *restrict out, const float *restrict inp, const float *restrict w,
+T256 static void io_256(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
                         const float *restrict bias, int N, int C, int OC, int j0, int j1) {
     switch (N) {
-    case 1: io256_n(out, inp, w, bias, C, OC, j0, j1, 1); break;
-    case 2: io256_n(out, inp, w, bias, C, OC, j0, j1, 2); break;
-    case 3: io256_n(out, inp, w, bias, C, OC, j0, j1, 3); break;
-    default: io256_n(out, inp, w, bias, C, OC, j0, j1, 4); break;
+    case 1: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 1); break;
+    case 2: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 2); break;
+    case 3: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 3); break;
+    default: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 4); break;
     }
 }
 #endif /* GEMV_X86 */
 
 /* ------------------------------------------------------------- dispatch */
 
-typedef void (*gemv_part)(float *restrict out, const float *restrict inp, const float *restrict w,
-                          const float *restrict bias, int N, int C, int OC, int o0, int o1);
+typedef void (*gemv_oi)(float *restrict out, const float *restrict inp, const float *restrict w,
+                        const float *restrict bias, int N, int C, int OC, int o0, int o1);
+/* IN_OUT over rows [0,C) of w (its first row is the chunk's), inp rows ldx apart */
+typedef void (*gemv_io)(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
+                        const float *restrict bias, int N, int C, int OC, int j0, int j1);
 
 int lf__cpu_gemv(float *restrict out, const float *restrict inp, const float *restrict weight,
                  const float *restrict bias, int N, int C, int OC, lf_weight_layout layout) {
     if (N < 1 || N > LF_CPU_GEMV_MAX_N || C < 1 || OC < 1) return 0;
     const lf__cpu_vec v = lf__cpu_gemv_vec();
-    const int oi = layout == LF_W_OUT_IN;
-    gemv_part part = oi ? oi_c : io_c;
+    gemv_oi oi = oi_c;
+    gemv_io io = io_c;
 #if GEMV_X86
-    if (v == LF_CPU_VEC_AVX512) part = oi ? oi_512 : io_512;
-    else if (v == LF_CPU_VEC_AVX2) part = oi ? oi_256 : io_256;
+    if (v == LF_CPU_VEC_AVX512) oi = oi_512, io = io_512;
+    else if (v == LF_CPU_VEC_AVX2) oi = oi_256, io = io_256;
 #else
     (void)v;
 #endif
-#pragma omp parallel if ((long)C * OC >= LF_CPU_PAR_MIN)
+    const int par = (long)C * OC >= LF_CPU_PAR_MIN;
+    if (layout == LF_W_OUT_IN) {
+#pragma omp parallel if (par)
+        {
+            int o0, o1;
+            lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
+            if (o0 < o1) oi(out, inp, weight, bias, N, C, OC, o0, o1);
+        }
+        return 1;
+    }
+    if (!GEMV_IO_KSPLIT || OC > GEMV_KS_OC || C < 2 * GEMV_IO_ROWS) {
+#pragma omp parallel if (par)
+        {
+            int j0, j1;
+            lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &j0, &j1);
+            if (j0 < j1) io(out, inp, C, weight, bias, N, C, OC, j0, j1);
+        }
+        return 1;
+    }
+    /* IN_OUT, rows in two fixed halves [0,cm) and [cm,C): out gets the first
+     * half's sums, hi the second's, then out = out + hi (+ bias). Threads
+     * pair up, one of each pair per half, the pairs splitting the columns;
+     * one thread does both halves in turn. */
+    _Alignas(64) float hi[LF_CPU_GEMV_MAX_N * GEMV_KS_OC];
+    const int cm = C / 2 / GEMV_IO_ROWS * GEMV_IO_ROWS;
+#pragma omp parallel if (par)
     {
-        int o0, o1;
-        lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
-        if (o0 < o1) part(out, inp, weight, bias, N, C, OC, o0, o1);
+        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        if (nt == 1) {
+            io(out, inp, C, weight, NULL, N, cm, OC, 0, OC);
+            io(hi, inp + cm, C, weight + (size_t)cm * OC, NULL, N, C - cm, OC, 0, OC);
+        } else if (t / 2 < nt / 2) {
+            int j0, j1;
+            lf__cpu_channel_slice(OC, t / 2, nt / 2, &j0, &j1);
+            if (j0 < j1 && t % 2 == 0) io(out, inp, C, weight, NULL, N, cm, OC, j0, j1);
+            if (j0 < j1 && t % 2 == 1) io(hi, inp + cm, C, weight + (size_t)cm * OC, NULL, N, C - cm, OC, j0, j1);
+        }
+#pragma omp barrier
+        int j0, j1;
+        lf__cpu_channel_slice(OC, t, nt, &j0, &j1);
+        for (int n = 0; n < N; n++) {
+            float *restrict o = out + (size_t)n * OC;
+            const float *restrict h = hi + (size_t)n * OC;
+            if (bias)
+                for (int j = j0; j < j1; j++) o[j] = (o[j] + h[j]) + bias[j];
+            else
+                for (int j = j0; j < j1; j++) o[j] = o[j] + h[j];
+        }
     }
     return 1;
 }
