@@ -5,9 +5,15 @@
  *
  * Why ourselves: such a product reads each weight once and does one FMA
  * with it, so its speed is the memory bandwidth. oneDNN's dnnl_sgemm is
- * tuned for GEMM tiles; at M = 1 it reached 57-60% of the copy bandwidth in
- * bench/decode.sh. Here both threads stream disjoint, contiguous parts of W
- * straight into FMAs, with nothing packed and nothing written but out.
+ * tuned for GEMM tiles. Here both threads stream disjoint, long, contiguous
+ * parts of W straight into FMAs, with nothing packed and nothing written but
+ * out. Measured with tests/backend/bench_gemv.c (GPT-2 124M's and
+ * SmolLM-135M's products, weights cycled through 1 GB, 2 threads, in a
+ * quiet minute of a shared VM): at N = 1 sgemm streamed W at 77-95% of a
+ * plain multi-stream read of the same bytes (~30 GB/s), these kernels at
+ * 94-100% (1.00-1.23x sgemm); at N = 2..4 sgemm fell to 40-89%, these
+ * 71-94% (1.04-2.1x sgemm; worst at N = 4, the lm_heads). Hence
+ * LF_CPU_GEMV_MAX_N = 4; N = 5 goes to sgemm, as before.
  *
  * Layouts (backend_impl.h):
  *  - LF_W_OUT_IN, W (OC,C) (nn.Linear, the tied lm_head over wte): out[n,o]
