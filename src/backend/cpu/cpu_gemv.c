@@ -106,9 +106,6 @@
 #define GEMV_ROWS_256 4
 #define GEMV_IO_ROWS 8
 #define GEMV_IO_ACC 4096
-#ifndef GEMV_IO_KSPLIT
-#define GEMV_IO_KSPLIT 1
-#endif
 #define GEMV_KS_OC 4096
 
 static atomic_int g_force = -1; /* < 0: what the CPU has; else at most this path */
@@ -464,7 +461,7 @@ int lf__cpu_gemv(float *restrict out, const float *restrict inp, const float *re
         }
         return 1;
     }
-    if (!GEMV_IO_KSPLIT || OC > GEMV_KS_OC || C < 2 * GEMV_IO_ROWS) {
+    if (OC > GEMV_KS_OC || C < 2 * GEMV_IO_ROWS) {
 #pragma omp parallel if (par)
         {
             int j0, j1;
