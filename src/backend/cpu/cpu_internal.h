@@ -224,6 +224,20 @@ void lf__cpu_gemm_inject_failures(int n);
 /* oneDNN's name of an ISA value ("avx512_core"). */
 const char *lf__cpu_onednn_isa_name(unsigned isa);
 
+/* cpu_gemv.c: matmul_forward with at most LF_CPU_GEMV_MAX_N rows (decoding's
+ * one new token), streamed by our own kernels: out (N,OC) = inp (N,C) @ W
+ * (+ bias), shapes and layouts as matmul_forward. Returns 1 when it computed
+ * the product, 0 (nothing written) when the caller's GEMM should: N outside
+ * 1..LF_CPU_GEMV_MAX_N, C < 1 or OC < 1. Each output's bits do not depend
+ * on the thread count or on N. Test hooks: the vector path this CPU gets
+ * (AVX-512, AVX2+FMA or plain C); lf__cpu_gemv_force(v) caps it at v (< 0:
+ * back to what the CPU has). */
+#define LF_CPU_GEMV_MAX_N 4
+int lf__cpu_gemv(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
+                 lf_weight_layout layout);
+lf__cpu_vec lf__cpu_gemv_vec(void);
+void lf__cpu_gemv_force(int vec);
+
 /* cpu_attention.c */
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH, int NKV, lf_dropout drop);

@@ -28,6 +28,7 @@
 void lf__cpu_matmul_forward(float *restrict out, const float *restrict inp,
                             const float *restrict weight, const float *restrict bias,
                             int N, int C, int OC, lf_weight_layout layout) {
+    if (lf__cpu_gemv(out, inp, weight, bias, N, C, OC, layout)) return; /* N <= LF_CPU_GEMV_MAX_N: cpu_gemv.c */
     if (N <= 0 || OC <= 0) return;
     if (layout == LF_W_IN_OUT)
         lf__cpu_sgemm(0, 0, N, OC, C, 1.0f, inp, C, weight, OC, 0.0f, out, OC);
