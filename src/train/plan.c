@@ -94,7 +94,10 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
             lf_act_bytes ab;
             const lf_act_dtype dd = d == LF_ACT_BF16 && !bf16_acts ? LF_ACT_FP32 : (lf_act_dtype)d;
             st = lf_model_plan_bytes(mcfg, B, T, (lf_recompute)k, dd, p->replicas, &ab);
-            if (st != LF_OK) return st;
+            if (st != LF_OK) {
+                free(unit);
+                return st;
+            }
             p->act_by_dtype[d][k] = ab.total;
             if (d == (int)p->act_dtype) p->act_policy[k] = ab.total;
             if (d == (int)p->act_dtype && k == (int)rc) p->act = ab;

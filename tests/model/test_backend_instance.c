@@ -75,9 +75,9 @@ static void test_library_failure_reported(void **state) {
     (void)state;
     lf_backend *be;
     LF_ASSERT_OK(lf_backend_open("cpu", &be));
-    const int N = 3, C = 5, OC = 4;
-    float x[15], w[20], y[12];
-    for (int i = 0; i < 15; i++) x[i] = 0.25f * (float)(i % 7) - 0.5f;
+    const int N = 8, C = 5, OC = 4; /* more rows than the matrix-vector path takes: the GEMM */
+    float x[40], w[20], y[32];
+    for (int i = 0; i < 40; i++) x[i] = 0.25f * (float)(i % 7) - 0.5f;
     for (int i = 0; i < 20; i++) w[i] = 0.125f * (float)(i % 5) - 0.25f;
     const long before = lf__cpu_gemm_failures();
     lf__cpu_gemm_inject_failures(1);
@@ -102,6 +102,7 @@ static void test_model_forward_reports(void **state) {
     lf_backend *be;
     LF_ASSERT_OK(lf_backend_open("cpu", &be));
     lf_model_config c = {.n_layer = 1, .n_head = 2, .n_embd = 16, .block_size = 8, .vocab_size = 13, .bias = 1};
+    /* 8 rows per forward: the products go to the GEMM (not the matrix-vector path of <= 4 rows) */
     lf_model *m;
     LF_ASSERT_OK(lf_model_create(&m, &c, be));
     LF_ASSERT_OK(lf_model_init_weights(m, 1));
