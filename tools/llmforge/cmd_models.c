@@ -127,7 +127,7 @@ static void fmt_time(double t, char *buf, size_t cap) {
 
 static void fmt_num(const cJSON *v, char *buf, size_t cap) {
     if (cJSON_IsNumber(v)) snprintf(buf, cap, "%.6g", v->valuedouble);
-    else if (cJSON_IsString(v)) snprintf(buf, cap, "%s", v->valuestring);
+    else if (cJSON_IsString(v)) snprintf(buf, cap, "%s", v->valuestring[0] ? v->valuestring : "\"\"");
     else if (cJSON_IsBool(v)) snprintf(buf, cap, "%s", cJSON_IsTrue(v) ? "true" : "false");
     else if (!v || cJSON_IsNull(v)) snprintf(buf, cap, "-");
     else {
