@@ -522,6 +522,12 @@ typedef struct lf_eval_tasks lf_eval_tasks;
 lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths,
                              const lf_eval_load_opts *opts);
 void lf_eval_tasks_free(lf_eval_tasks *t);
+/* A suite: every "*.jsonl" task file of directory dir (hidden files and
+ * subdirectories aside), loaded in name order with lf_eval_tasks_load (opts
+ * may be NULL). The files name their kind. LF_ERR_NOT_FOUND for a missing
+ * directory or one without task files; otherwise as lf_eval_tasks_load,
+ * the message starting "eval suite 'DIR'". (src/eval/suite.c) */
+lf_status lf_eval_suite_load(lf_eval_tasks **out, const char *dir, const lf_eval_load_opts *opts);
 int lf_eval_tasks_count(const lf_eval_tasks *t);
 /* Name, kind, file and number of examples of task i (NULL / UNSET / 0 when
  * out of range). A text_file or dataset perplexity task has 0 examples. */

@@ -18,11 +18,13 @@
  *   bf16.enabled [false]: matrix products with bf16 operands, fp32 accumulation,
  *     fp32 master weights and optimizer state (backend.h: "cpu-bf16")
  *   activation_checkpointing.policy ["none"|"selective"|"full"]
- *   eval.interval [250], eval.iters [20]
+ *   eval.interval [250], eval.iters [20], eval.tasks [[]], eval.suite [""]
  *   checkpoint.interval [500], checkpoint.keep_last [3]
  *   steps_per_print [10], seed [1337], out_dir ["out"]
  *   comm.backend ["auto"|"single"|"mpi"], comm.timeout_s [300],
  *     comm.bucket_elems [4194304]
+ *   registry.enabled [true], registry.path ["" = $LLMFORGE_REGISTRY or
+ *     ~/.local/share/llmforge/registry.db] (include/llmforge/registry.h)
  * Unknown keys and bad values are errors naming the key path.
  *
  * Data parallel (docs/distributed.md): started as N processes (mpirun, srun),
@@ -97,6 +99,7 @@ typedef struct lf_train_config {
     long eval_interval;             /* 0 = never (except none) */
     int eval_iters;
     char eval_tasks[4096];          /* eval.tasks: task files, one per line ("" = none) */
+    char eval_suite[LF_PATH_MAX];   /* eval.suite: a directory of task files run on every saved checkpoint */
     char best_metric[128];          /* checkpoint.best_metric: "val_loss" or "<task>/<metric>" */
     int greater_is_better;          /* checkpoint.greater_is_better */
     int load_best_model_at_end;     /* copy the best checkpoint's model to out_dir/final_model */
@@ -128,6 +131,9 @@ typedef struct lf_train_config {
      * 2 gradients too, 3 parameters too (gathered unit by unit for forward and backward) */
     int zero_stage;                 /* zero_optimization.stage */
     int offload_optimizer;          /* zero_optimization.offload_optimizer.device: 0 none, 1 cpu */
+    /* model registry (include/llmforge/registry.h): rank 0 records the run and its checkpoints */
+    int registry_enabled;           /* registry.enabled */
+    char registry_path[LF_PATH_MAX]; /* registry.path: "" = $LLMFORGE_REGISTRY, else ~/.local/share/llmforge/registry.db */
 } lf_train_config;
 
 typedef enum lf_alert_action {

@@ -179,6 +179,9 @@ static const key_def k_keys[] = {
      .help = "batches per split per evaluation"},
     {.path = "eval.tasks", .type = KT_STRLIST, FLD(eval_tasks), .def_str = "",
      .help = "task files (JSONL, see `llmforge eval`) run at every evaluation; [] = loss only"},
+    {.path = "eval.suite", .type = KT_STRING, FLD(eval_suite), .def_str = "",
+     .help = "directory of task files (*.jsonl) run on every saved checkpoint, the metrics recorded in the model "
+             "registry (empty = none)"},
     {.path = "checkpoint.best_metric", .type = KT_STRING, FLD(best_metric), .def_str = "val_loss",
      .help = "metric that marks the best checkpoint: val_loss or <task>/<metric> of eval.tasks"},
     {.path = "checkpoint.greater_is_better", .type = KT_BOOL, FLD(greater_is_better), .def = {0},
@@ -285,6 +288,12 @@ static const key_def k_keys[] = {
     {.path = "comm.bucket_elems", .type = KT_LONG, FLD(comm_bucket_elems), .lo = 1, .hi = 1073741824,
      .def = {4194304}, .help = "gradient floats per all-reduce call (and the communicator's scratch bound; "
                                "DeepSpeed's reduce_bucket_size)"},
+    /* the model registry (include/llmforge/registry.h) */
+    {.path = "registry.enabled", .type = KT_BOOL, FLD(registry_enabled), .def = {1},
+     .help = "record the run, its checkpoints, their metrics and lineage in the model registry (rank 0); a "
+             "registry that cannot be written is a warning, never a failure"},
+    {.path = "registry.path", .type = KT_STRING, FLD(registry_path), .def_str = "",
+     .help = "registry database file (empty = $LLMFORGE_REGISTRY, else ~/.local/share/llmforge/registry.db)"},
 };
 #define NKEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
 

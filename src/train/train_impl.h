@@ -6,4 +6,22 @@
 /* log.jsonl writer as a bus sink (jsonl_sink.c). */
 lf_status lf__jsonl_sink_open(lf_obs_sink **out, const char *path, int append);
 
+/* The model registry and eval.suite (train_registry.c): opened at create
+ * (fails only for a bad eval.suite; an unusable registry is a warning),
+ * then the run's start, each saved checkpoint (eval.suite runs on every
+ * rank; *event_json, rank 0: the suite's metrics for log.jsonl, free()), its
+ * end, and close. NULL handles are no-ops. */
+typedef struct lf__treg lf__treg;
+struct lf_train_config;
+struct lf_eval_results;
+struct lf_model;
+lf_status lf__treg_open(lf__treg **out, const struct lf_train_config *cfg, int rank, const char *tok_spec);
+void lf__treg_run_begin(lf__treg *r, const struct lf_train_config *cfg, int world, const char *resumed_dir,
+                        const char *init_from, const char *tok_spec);
+void lf__treg_checkpoint(lf__treg *r, struct lf_model *model, long step, int evaluated, double train_loss,
+                         double val_loss, const struct lf_eval_results *tasks, const char *best_name,
+                         char **event_json);
+void lf__treg_run_end(lf__treg *r, lf_status st, const char *message);
+void lf__treg_close(lf__treg *r);
+
 #endif

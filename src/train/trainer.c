@@ -130,6 +130,8 @@ struct lf_trainer {
     lf_hf_model *hf;           /* --init-from a Hugging Face directory (closed after the weights are read) */
     char tok_spec[LF_PATH_MAX + 32]; /* the spec as stored in checkpoints */
     char ckpt_root[LF_PATH_MAX + 8];
+    lf__treg *treg;            /* model registry and eval.suite (train_registry.c) */
+    char resumed_dir[LF_PATH_MAX + 64]; /* the checkpoint --resume loaded (rank 0) */
     char errmsg[1024];
 };
 
@@ -570,6 +572,7 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     stage_in(t, t->m, t->host_m, moments_n(t) * sizeof(float));
     stage_in(t, t->v, t->host_v, moments_n(t) * sizeof(float));
     if (t->rank == 0) lf_log(LF_LOG_INFO, "resumed from %s at step %ld", where, t->step);
+    if (dir) snprintf(t->resumed_dir, sizeof t->resumed_dir, "%s", dir);
     char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 32];
     json_escape(esc, sizeof esc, where);
     snprintf(json, sizeof json, "{\"path\":\"%s\"}", esc);
@@ -1011,6 +1014,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     }
     st = load_tasks(t);
     if (st != LF_OK) return tfail(t, st);
+    st = lf__treg_open(&t->treg, &t->cfg, t->rank, lf_dataset_tokenizer_spec(t->ds));
+    if (st != LF_OK) return tfail(t, st);
 
     if (t->opts.resume) {
         st = resume_from(t, t->ckpt_root); /* rank 0 reads, every rank gets the same state */
@@ -1038,6 +1043,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_obs_free(t->obs);
     lf_eval_tasks_free(t->tasks);
     lf_eval_results_free(t->task_res);
+    lf__treg_close(t->treg);
     lf_tokenizer_free(t->tok);
     free(t->spike_win);
     pthread_mutex_destroy(&t->obs_mu);
@@ -1903,6 +1909,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
         cJSON_Delete(c);
         lf_free(cfgjson);
     }
+    lf__treg_run_begin(t->treg, &t->cfg, t->world, t->resumed_dir, t->opts.init_from, lf_dataset_tokenizer_spec(t->ds));
     mark_progress(t);
     if (t->cfg.alert_stall_seconds > 0 && !t->wd_running) {
         t->wd_stop = 0;
@@ -1955,6 +1962,11 @@ lf_status lf_trainer_run(lf_trainer *t) {
         if ((t->cfg.ckpt_interval > 0 && t->step % t->cfg.ckpt_interval == 0) || last) {
             st = save_checkpoint(t);
             if (st != LF_OK) break;
+            char *suite_json = NULL; /* the registry's record, and eval.suite on the checkpoint */
+            lf__treg_checkpoint(t->treg, t->model, t->step, t->last_eval_step == t->step, t->last_train_eval,
+                                t->last_val, t->task_res, t->best_ckpt, &suite_json);
+            if (suite_json) emit_event(t, "eval_suite", NULL, suite_json);
+            free(suite_json);
             mark_progress(t);
         }
     }
@@ -1969,6 +1981,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
     } else {
         emit_event(t, "end", NULL, "{\"status\":\"ok\"}");
     }
+    lf__treg_run_end(t->treg, st, t->errmsg);
     pthread_mutex_lock(&t->obs_mu);
     lf_obs_flush(t->obs);
     pthread_mutex_unlock(&t->obs_mu);

@@ -11,4 +11,5 @@ int cmd_tokenizer(int argc, char **argv);  /* cmd_tokenize.c: `tokenizer train` 
 int cmd_plan(int argc, char **argv);       /* cmd_plan.c: the memory plan of a training config */
 int cmd_launch(int argc, char **argv);     /* cmd_launch.c: ranks through Open MPI's mpirun */
 int cmd_serve(int argc, char **argv);      /* cmd_serve.c: the OpenAI-compatible server */
+int cmd_models(int argc, char **argv);     /* cmd_models.c: the model registry */
 #endif
