@@ -94,7 +94,9 @@ wait $pd || fail "concurrent run d: $(cat d.log)"
 ok
 [ "$reads" -ge 1 ] || fail "the reader never read"
 ok
-grep -q "warning" c.log d.log && fail "a concurrent run warned: $(grep warning c.log d.log)"
+# (the kernel notice the Prescott suite's environment causes is not the registry's)
+grep "warning" c.log d.log | grep -v "warning: fp32 matmul:" | grep -q . &&
+    fail "a concurrent run warned: $(grep warning c.log d.log)"
 ok
 
 # ------------------------------------------------------------ list
