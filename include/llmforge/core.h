@@ -149,6 +149,12 @@ lf_status lf_file_write_all(const char *path, const void *data, size_t len);
 lf_status lf_fsync_dir(const char *path);
 /* mkdir -p */
 lf_status lf_mkdirs(const char *path);
+/* rm -r without following symlinks (depth-limited to 16 levels): name
+ * relative to the directory fd dfd (AT_FDCWD: the working directory); a
+ * missing name is success. Best effort: 0, or -1 with errno (what is left
+ * stays). Records no error message (the caller names the path). */
+int lf_remove_tree_at(int dfd, const char *name, int depth);
+int lf_remove_tree(const char *path);
 
 /* SHA-256 of a buffer / of a file, as 64 lowercase hex chars + NUL. */
 void lf_sha256_hex(const void *data, size_t len, char hex[65]);

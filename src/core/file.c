@@ -1,5 +1,6 @@
 /* Files (read/write with fsync, mkdir -p), hashing (SHA-256 through OpenSSL,
  * CRC-32 through zlib) and the monotonic clock. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -178,3 +179,32 @@ double lf_time_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* ---------------------------------------------------------------- removing a tree */
+
+int lf_remove_tree_at(int dfd, const char *name, int depth) {
+    struct stat sb;
+    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(sb.st_mode)) return unlinkat(dfd, name, 0);
+    if (depth > 16) {
+        errno = ELOOP;
+        return -1;
+    }
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        if (lf_remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0) rc = -1;
+    }
+    closedir(d);
+    return rc != 0 ? -1 : unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+int lf_remove_tree(const char *path) { return lf_remove_tree_at(AT_FDCWD, path, 0); }

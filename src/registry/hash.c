@@ -273,29 +273,3 @@ void lf__reg_latest_name(const char *ckpt_root, char *out, size_t cap) {
     lf_free(text);
 }
 
-static int remove_at(int dfd, const char *name, int depth) {
-    struct stat sb;
-    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(sb.st_mode)) return unlinkat(dfd, name, 0);
-    if (depth > 16) {
-        errno = ELOOP;
-        return -1;
-    }
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return -1;
-    }
-    int rc = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        if (remove_at(dirfd(d), de->d_name, depth + 1) != 0) rc = -1;
-    }
-    closedir(d);
-    return rc != 0 ? -1 : unlinkat(dfd, name, AT_REMOVEDIR);
-}
-
-int lf__reg_remove_tree(const char *path) { return remove_at(AT_FDCWD, path, 0); }

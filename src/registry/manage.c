@@ -335,7 +335,7 @@ lf_status lf_registry_gc(lf_registry *r, const lf_registry_gc_opts *o, char **js
         }
         char del[REG_PATH_MAX + 8];
         snprintf(del, sizeof del, "%s/.del_%s", root_dir, base);
-        if (rename(e->path, del) != 0 || lf__reg_remove_tree(del) != 0) {
+        if (rename(e->path, del) != 0 || lf_remove_tree(del) != 0) {
             char why[300];
             snprintf(why, sizeof why, "cannot remove: %s", strerror(errno));
             gc_report(skipped, e, why);

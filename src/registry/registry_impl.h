@@ -40,8 +40,6 @@ const char *lf__reg_text(sqlite3_stmt *s, int col);
 /* 1 for a directory holding config.json and no trainer_state.json (a
  * Hugging Face model directory). */
 int lf__reg_is_hf_dir(const char *path);
-/* Remove a directory tree without following symlinks; 0 or -1 (errno). */
-int lf__reg_remove_tree(const char *path);
 /* Printed JSON of item (lf_alloc'd, numbers as lf_json_print writes them) into *out. */
 lf_status lf__reg_print(struct cJSON *item, char **out);
 /* The name ckpt_root/latest holds ("" when there is none). */

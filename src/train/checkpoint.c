@@ -98,35 +98,6 @@ static int is_file(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Remove a directory tree without following symlinks (depth-limited; ours
- * are flat). Best effort; returns 0 on success, -1 with errno on failure. */
-static int remove_tree_at(int dfd, const char *name, int depth) {
-    struct stat sb;
-    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(sb.st_mode)) return unlinkat(dfd, name, 0);
-    if (depth > 16) {
-        errno = ELOOP;
-        return -1;
-    }
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return -1;
-    }
-    int rc = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        if (remove_tree_at(dirfd(d), de->d_name, depth + 1) != 0) rc = -1;
-    }
-    closedir(d);
-    if (rc != 0) return -1;
-    return unlinkat(dfd, name, AT_REMOVEDIR);
-}
-
-static int remove_tree(const char *path) { return remove_tree_at(AT_FDCWD, path, 0); }
 
 /* Parses "step_<digits>" exactly. */
 static int parse_step_name(const char *s, long *step) {
@@ -445,7 +416,7 @@ static lf_status install_dir(const char *root, const char *tmp, const char *fina
 #ifdef RENAME_EXCHANGE
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
         /* tmp now holds the old checkpoint */
-        if (remove_tree(tmp) != 0)
+        if (lf_remove_tree(tmp) != 0)
             lf_log(LF_LOG_WARN, "cannot remove replaced checkpoint '%s': %s", tmp, strerror(errno));
         return LF_OK;
     }
@@ -456,7 +427,7 @@ static lf_status install_dir(const char *root, const char *tmp, const char *fina
     snprintf(oname, sizeof oname, ".old_%s", name);
     lf_status s = path_join(old, root, oname);
     if (s != LF_OK) return s;
-    remove_tree(old);
+    lf_remove_tree(old);
     if (rename(final, old) != 0)
         return lf_fail(LF_ERR_IO, "cannot move '%s' aside to '%s': %s", final, old, strerror(errno));
     if (rename(tmp, final) != 0) {
@@ -465,7 +436,7 @@ static lf_status install_dir(const char *root, const char *tmp, const char *fina
         }
         return lf_fail(LF_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(e));
     }
-    if (remove_tree(old) != 0) lf_log(LF_LOG_WARN, "cannot remove replaced checkpoint '%s': %s", old, strerror(errno));
+    if (lf_remove_tree(old) != 0) lf_log(LF_LOG_WARN, "cannot remove replaced checkpoint '%s': %s", old, strerror(errno));
     return LF_OK;
 }
 
@@ -497,7 +468,7 @@ static void rotate(const char *root, int keep_last, const char *keep_name, const
     while ((de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
         if (starts_with(nm, ".tmp_step_") || starts_with(nm, ".del_step_") || starts_with(nm, ".old_step_")) {
-            if (remove_tree_at(dirfd(d), nm, 0) != 0)
+            if (lf_remove_tree_at(dirfd(d), nm, 0) != 0)
                 lf_log(LF_LOG_WARN, "checkpoint rotation: cannot remove '%s/%s': %s", root, nm, strerror(errno));
             continue;
         }
@@ -531,7 +502,7 @@ static void rotate(const char *root, int keep_last, const char *keep_name, const
             snprintf(dname, sizeof dname, ".del_%s", nm);
             if (path_join(from, root, nm) != LF_OK || path_join(to, root, dname) != LF_OK) continue;
             /* renamed first, so a half-removed directory never looks like a checkpoint */
-            if (rename(from, to) != 0 || remove_tree(to) != 0)
+            if (rename(from, to) != 0 || lf_remove_tree(to) != 0)
                 lf_log(LF_LOG_WARN, "checkpoint rotation: cannot remove '%s': %s", from, strerror(errno));
         }
     }
@@ -566,11 +537,11 @@ lf_status lf_checkpoint_begin(const char *ckpt_root, long step, const lf_ckpt_te
         lf_error_prefix("checkpoint root '%s'", root);
         return s;
     }
-    if (remove_tree(tmp) != 0) return lf_fail(LF_ERR_IO, "cannot remove stale '%s': %s", tmp, strerror(errno));
+    if (lf_remove_tree(tmp) != 0) return lf_fail(LF_ERR_IO, "cannot remove stale '%s': %s", tmp, strerror(errno));
     if (mkdir(tmp, 0755) != 0) return lf_fail(LF_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
     s = create_tensor_files(tmp, tt, with_optim);
     if (s == LF_OK && !(*tmp_dir = dup_lf(tmp))) s = lf_fail(LF_ERR_NOMEM, "checkpoint save: out of memory");
-    if (s != LF_OK) remove_tree(tmp);
+    if (s != LF_OK) lf_remove_tree(tmp);
     return s;
 }
 
@@ -589,7 +560,7 @@ lf_status lf_checkpoint_write_slice(const char *tmp_dir, const lf_ckpt_tensors *
 }
 
 void lf_checkpoint_discard(const char *tmp_dir) {
-    if (tmp_dir) remove_tree(tmp_dir);
+    if (tmp_dir) lf_remove_tree(tmp_dir);
 }
 
 lf_status lf_checkpoint_commit(const char *ckpt_root, long step, const char *tmp_dir, const char *state_json,
@@ -666,7 +637,7 @@ lf_status lf_checkpoint_commit(const char *ckpt_root, long step, const char *tmp
     }
 
 done:
-    if (s != LF_OK && is_dir(tmp_dir)) remove_tree(tmp_dir);
+    if (s != LF_OK && is_dir(tmp_dir)) lf_remove_tree(tmp_dir);
     cJSON_free(text);
     cJSON_Delete(state);
     return s;
