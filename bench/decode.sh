@@ -27,7 +27,9 @@
 # LlamaForCausalLM.
 #
 # Each round, for each model: the copy bandwidth (bench/membw.c, compiled
-# here: memcpy of 512 MB, 2 threads, best of 5, read + write counted), then
+# here: memcpy of 512 MB, 2 threads, best of 5, read + write counted) and
+# the read bandwidth (the same threads summing the 512 MB: the ceiling of a
+# decoder that reads every weight once, printed beside the copy bound), then
 #   llmforge sample --ckpt DIR --ids <prompt> --max-new-tokens 256
 #     --temperature 0 --json --threads 2            (KV cache)
 #   ... the same with --no-cache                   (a full forward per token)
@@ -59,7 +61,7 @@ OUT=out/bench/decode
 make -s build BUILD="$BUILD" >/dev/null
 mkdir -p "$OUT"
 bench_env_report
-cc -O2 -pthread bench/membw.c -o "$OUT/membw"
+cc -O3 -march=native -pthread bench/membw.c -o "$OUT/membw"
 
 # name, vocabulary, then the model keys of `llmforge train`
 MODELS=(gpt2-124m smollm-135m)
@@ -191,10 +193,14 @@ def weights(step):
 
 bw = [load(os.path.join(out, "membw_%d.json" % r)) for r in R]
 copy_gbps = med(b["copy_gbps"] for b in bw)
+read_gbps = med(b["read_gbps"] for b in bw) if all("read_gbps" in b for b in bw) else None
 print("\nmedians of %d round%s; %d new tokens after a %d-token prompt, greedy, 2 threads, float32" % (
     rounds, "" if rounds == 1 else "s", new, prompt_tokens))
 print("copy bandwidth (membw, 2 threads, read + write): %s GB/s per round, median %.2f" % (
     ", ".join("%.2f" % b["copy_gbps"] for b in bw), copy_gbps))
+if read_gbps:
+    print("read bandwidth (membw, 2 threads, a sum of the bytes): %s GB/s per round, median %.2f" % (
+        ", ".join("%.2f" % b["read_gbps"] for b in bw), read_gbps))
 impls = (("llmforge", "llmforge"), ("llmforge-no-cache", "llmforge_nocache"), ("transformers", "transformers"))
 verdicts = []
 for m in models:
@@ -229,6 +235,10 @@ for m in models:
         a["last_logits_max_abs_diff"], a["last_logits_max_abs"],
         "equal" if a["last_logits_argmax_equal"] else "DIFFERENT", a["last_logits_top2_gap"]))
     print("  llmforge cache vs --no-cache: %d of %d tokens equal" % (cache_eq, len(runs["llmforge"][0]["generated"])))
+    if read_gbps:
+        ceiling = read_gbps * 1e9 / bytes_tok
+        print("  read ceiling (read bandwidth / weight bytes): %.1f tokens/s = %.2fx transformers; llmforge at %.1f%% "
+              "of it" % (ceiling, ceiling / tps["transformers"], 100 * tps["llmforge"] / ceiling))
     ratio = tps["llmforge"] / tps["transformers"]
     print("  decode ratio llmforge/transformers: %.3f  (target >= 2: %s); llmforge cache/no-cache: %.2f" % (
         ratio, "met" if ratio >= 2 else "NOT met", tps["llmforge"] / tps["llmforge-no-cache"]))

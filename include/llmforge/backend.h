@@ -61,6 +61,20 @@ lf_status lf_backend_sync(lf_backend *be);
 /* The sticky status without waiting (no message recorded). */
 lf_status lf_backend_status(const lf_backend *be);
 
+/* Batch-invariant products on the instance (on = 1; 0 turns it off): each
+ * row of a matrix product's output then has the same bits whether the row
+ * is computed alone or among any number of others, so a forward over a
+ * batch of sequences gives each one exactly what it gets alone (what
+ * `llmforge serve` needs for per-request determinism under continuous
+ * batching, and what vLLM calls batch-invariant mode). On "cpu" the
+ * products then go through llmforge's own kernels at every row count
+ * (src/backend/cpu/cpu_gemv.c) instead of oneDNN's sgemm, which picks its
+ * summation order from the row count. LF_OK, or LF_ERR_UNSUPPORTED (message
+ * recorded) when the backend has no such mode ("cpu-bf16"). Set it before
+ * the instance runs ops, from one thread. */
+lf_status lf_backend_set_batch_invariant(lf_backend *be, int on);
+int lf_backend_batch_invariant(const lf_backend *be);
+
 /* Threads the CPU backend uses (OpenMP + BLAS). n <= 0 keeps OpenMP's
  * default (OMP_NUM_THREADS when set, else every core). */
 void lf_backend_cpu_set_threads(int n);

@@ -32,6 +32,12 @@ typedef struct lf_server_opts {
     size_t max_body;         /* request body bytes; 0: 1 MiB */
     int max_tokens;          /* cap on max_tokens; 0: max_context */
     int max_n;               /* cap on n; 0: 8 */
+    /* 0 (default): the model runs on its own backend instance in batch-
+     * invariant mode (lf_backend_set_batch_invariant), so a request gets the
+     * same bits (and, with a seed, the same text) alone or among any others;
+     * 1: the backend's fastest products, whose rows may differ in the last
+     * bits with the batch they ran in. */
+    int batch_variant;
 } lf_server_opts;
 
 /* Load the checkpoint (a step directory, a run's ckpt/ or out_dir), its

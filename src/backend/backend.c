@@ -117,6 +117,17 @@ int lf_backend_host_memory(const lf_backend *be) { return be && be->ops->host_me
 
 lf_status lf_backend_status(const lf_backend *be) { return (lf_status)atomic_load(&be->status); }
 
+lf_status lf_backend_set_batch_invariant(lf_backend *be, int on) {
+    if (!be) return lf_fail(LF_ERR_INVALID_ARG, "lf_backend_set_batch_invariant: no backend instance");
+    if (on && !be->ops->batch_invariant)
+        return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no batch-invariant products (\"cpu\" and \"cpu-fenced\" do)",
+                       be->ops->name);
+    be->batch_invariant = on != 0;
+    return LF_OK;
+}
+
+int lf_backend_batch_invariant(const lf_backend *be) { return be && be->batch_invariant; }
+
 lf_status lf_backend_sync(lf_backend *be) {
     if (be->ops->sync) be->ops->sync(be);
     const lf_status st = lf_backend_status(be);

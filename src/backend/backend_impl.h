@@ -115,6 +115,14 @@ struct lf_backend_ops {
      * it. */
     unsigned act_dtypes;
 
+    /* ---- 1: matmul_forward can be made batch-invariant on an instance
+     * (lf_backend_set_batch_invariant): each output row's bits then depend
+     * on that row of inp and on W only, never on N or the other rows, and
+     * equal those of the same row computed alone (N = 1). Every other
+     * forward op must already be row-wise so (norms, pointwise, the cached
+     * attention: each row on its own). */
+    int batch_invariant;
+
     /* ---- memory */
     int host_memory;                         /* 1: backend memory is host memory (callers may
                                                 read and write it in place, no staging copy) */
@@ -373,6 +381,7 @@ struct lf_backend {
     const lf_backend_ops *ops;
     void *ctx;          /* the backend's context (ops->open) */
     int shared;         /* lf_backend_get's process-wide instance: lf_backend_close leaves it open */
+    int batch_invariant; /* lf_backend_set_batch_invariant: matmul_forward row results independent of N */
     _Atomic int status; /* sticky: LF_OK or the first failure */
     char msg[512];      /* its message, written once by whoever set status */
 };

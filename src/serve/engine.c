@@ -18,9 +18,11 @@
  *  4. A run that reached the end of its sequence samples the next token from
  *     its last row: lf_sample_token keyed by (seed, sequence length), exactly
  *     as lf_generate draws, so a request gives what `llmforge sample` gives
- *     for the same prompt and seed, alone or beside others (to the float
- *     rounding of products over a different row count: logits agree to
- *     ~1e-6 relative, tests/serve/test_engine.c).
+ *     for the same prompt and seed, alone or beside others: bit for bit on a
+ *     batch-invariant backend instance (the server's default;
+ *     lf_backend_set_batch_invariant), else to the float rounding of
+ *     products over a different row count (~1e-6 relative);
+ *     tests/serve/test_engine.c checks both.
  *  5. Finish: a stop token (not emitted), max_tokens or a full context
  *     (length), a callback asking to stop, or cancellation; the slot is free
  *     for the next step's admission.

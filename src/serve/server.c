@@ -70,6 +70,7 @@ static void histo_add(histo *h, const double *le, double v) {
 }
 
 struct lf_server {
+    lf_backend *be; /* the model's own instance (batch-invariant unless opts->batch_variant) */
     lf_model *m;
     lf_tokenizer *tok;
     lf__chat_template tpl;
@@ -806,6 +807,7 @@ static void server_free(lf_server *s) {
     lf__chat_template_free(&s->tpl);
     lf_tokenizer_free(s->tok);
     lf_model_free(s->m);
+    lf_backend_close(s->be);
     free(s->key);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -819,7 +821,9 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
     atomic_store(&s->next_id, (unsigned long long)time(NULL) << 20);
     s->created = (int64_t)time(NULL);
     char spec[LF_PATH_MAX + 32], *dir = NULL;
-    lf_status st = lf_checkpoint_load_model(ckpt, NULL, &s->m, spec, sizeof spec, &dir);
+    lf_status st = lf_backend_open(lf_backend_default_name(), &s->be);
+    if (st == LF_OK && !opts->batch_variant) st = lf_backend_set_batch_invariant(s->be, 1);
+    if (st == LF_OK) st = lf_checkpoint_load_model(ckpt, s->be, &s->m, spec, sizeof spec, &dir);
     if (st == LF_OK && !spec[0])
         st = lf_fail(LF_ERR_CONFIG, "serve: checkpoint '%s' does not name its tokenizer (serving needs text)", dir);
     if (st == LF_OK) st = lf_tokenizer_open(&s->tok, spec, dir);

@@ -9,8 +9,16 @@
  * nothing where it declines; the same bits for 1, 2 and 3 threads, for a row
  * alone or in a batch, and on the replicas' threads (thread count 1 inside
  * a parallel region); and that nothing past the end of inp or W is read
- * into a result. */
+ * into a result.
+ * The batch-invariant GEMM (lf__cpu_gemm_invariant, any N): against the
+ * reference by the same bound; each of its N rows bit-identical to that row
+ * computed alone by the matrix-vector path, for N past the 4-row blocks and
+ * past W's cache tiles, with 1, 2 and 3 threads; and the "cpu" instance's
+ * matmul_forward with lf_backend_set_batch_invariant on (and what it
+ * refuses). */
 #include <omp.h>
+#include "llmforge/backend.h"
+#include "backend/backend_impl.h"
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"
 
@@ -219,6 +227,111 @@ static void test_no_read_past_end(void **state) {
     lf__cpu_gemv_force(-1);
 }
 
+/* Shapes for the invariant GEMM: IN_OUT with halves and without (OC >
+ * 4096; C < 16), OUT_IN with C large enough that a tile holds few rows (so
+ * rows cross tile edges), and GPT-2's c_fc (768 -> 3072). */
+static const int inv_shapes[][2] = {{300, 1000}, {17, 4500}, {9, 70}, {3000, 97}, {768, 3072}, {129, 65}};
+static const int inv_rows[] = {5, 7, 9, 33, 64, 130};
+
+static void test_invariant_against_reference(void **state) {
+    (void)state;
+    for (size_t p = 0; p < sizeof all_paths / sizeof all_paths[0]; p++) {
+        if (!use_path(all_paths[p])) continue;
+        for (size_t s = 0; s < sizeof inv_shapes / sizeof inv_shapes[0]; s++)
+            for (int layout = 0; layout < 2; layout++) {
+                const int C = inv_shapes[s][0], OC = inv_shapes[s][1], N = inv_rows[s];
+                ten inp = ten_rand((size_t)N * C, 1, 300 + s), w = ten_rand((size_t)C * OC, 0.5f, 310 + s);
+                ten b = ten_rand((size_t)OC, 1, 320 + s);
+                float *out = malloc((size_t)N * OC * sizeof(float));
+                assert_non_null(out);
+                for (size_t i = 0; i < (size_t)N * OC; i++) out[i] = NAN;
+                assert_int_equal(lf__cpu_gemm_invariant(out, inp.f, w.f, layout ? b.f : NULL, N, C, OC,
+                                                        (lf_weight_layout)layout), 1);
+                check_against_ref("invariant GEMM", out, &inp, &w, layout ? &b : NULL, N, C, OC, (lf_weight_layout)layout);
+                free(out);
+                ten_free(&inp); ten_free(&w); ten_free(&b);
+            }
+    }
+    lf__cpu_gemv_force(-1);
+}
+
+/* Each row of the batch equals the row alone through lf__cpu_gemv (N = 1),
+ * and any contiguous sub-batch, for 1, 2 and 3 threads. */
+static void test_invariant_bits(void **state) {
+    (void)state;
+    for (size_t p = 0; p < sizeof all_paths / sizeof all_paths[0]; p++) {
+        if (!use_path(all_paths[p])) continue;
+        for (size_t s = 0; s < sizeof inv_shapes / sizeof inv_shapes[0]; s++)
+            for (int layout = 0; layout < 2; layout++) {
+                const int C = inv_shapes[s][0], OC = inv_shapes[s][1], N = inv_rows[s];
+                const lf_weight_layout L = (lf_weight_layout)layout;
+                ten inp = ten_rand((size_t)N * C, 1, 400 + s), w = ten_rand((size_t)C * OC, 1, 410 + s);
+                ten b = ten_rand((size_t)OC, 1, 420 + s);
+                const size_t no = (size_t)N * OC;
+                float *batch = malloc(no * sizeof(float)), *alone = malloc(no * sizeof(float));
+                assert_non_null(batch);
+                assert_non_null(alone);
+                for (int n = 0; n < N; n++) assert_int_equal(lf__cpu_gemv(alone + (size_t)n * OC, inp.f + (size_t)n * C, w.f,
+                                                                          b.f, 1, C, OC, L), 1);
+                for (int t = 1; t <= 3; t++) {
+                    omp_set_num_threads(t);
+                    assert_int_equal(lf__cpu_gemm_invariant(batch, inp.f, w.f, b.f, N, C, OC, L), 1);
+                    for (int n = 0; n < N; n++)
+                        if (memcmp(batch + (size_t)n * OC, alone + (size_t)n * OC, (size_t)OC * sizeof(float)))
+                            fail_msg("%s C=%d OC=%d layout %d, %d threads: row %d of %d differs from the row alone",
+                                     path_name(all_paths[p]), C, OC, layout, t, n, N);
+                    /* rows 3.. as a batch of their own (N - 3 >= 2 rows: the 4-row blocks fall elsewhere) */
+                    assert_int_equal(lf__cpu_gemm_invariant(batch, inp.f + 3 * (size_t)C, w.f, b.f, N - 3, C, OC, L), 1);
+                    if (memcmp(batch, alone + 3 * (size_t)OC, (size_t)(N - 3) * OC * sizeof(float)))
+                        fail_msg("%s C=%d OC=%d layout %d: rows 3..%d as a batch differ", path_name(all_paths[p]), C,
+                                 OC, layout, N - 1);
+                }
+                omp_set_num_threads(2);
+                free(batch);
+                free(alone);
+                ten_free(&inp); ten_free(&w); ten_free(&b);
+            }
+    }
+    lf__cpu_gemv_force(-1);
+}
+
+/* Through the op of a "cpu" instance: off, an N = 64 product is oneDNN's
+ * (within the bound, not necessarily the bits of a row alone); on, every row
+ * is the row alone. cpu-bf16 refuses the mode. */
+static void test_invariant_instance(void **state) {
+    (void)state;
+    enum { N = 64, C = 768, OC = 2304 };
+    lf_backend *be = NULL, *bf = NULL;
+    assert_int_equal(lf_backend_open("cpu", &be), LF_OK);
+    assert_int_equal(lf_backend_batch_invariant(be), 0);
+    ten inp = ten_rand((size_t)N * C, 1, 500), w = ten_rand((size_t)C * OC, 1, 501), b = ten_rand(OC, 1, 502);
+    float *out = malloc((size_t)N * OC * sizeof(float)), *alone = malloc((size_t)OC * sizeof(float));
+    assert_non_null(out);
+    assert_non_null(alone);
+    assert_int_equal(lf_backend_set_batch_invariant(be, 1), LF_OK);
+    assert_int_equal(lf_backend_batch_invariant(be), 1);
+    be->ops->matmul_forward(be, out, inp.f, LF_DT_F32, w.f, b.f, N, C, OC, LF_W_IN_OUT);
+    assert_int_equal(lf_backend_sync(be), LF_OK);
+    for (int n = 0; n < N; n++) {
+        be->ops->matmul_forward(be, alone, inp.f + (size_t)n * C, LF_DT_F32, w.f, b.f, 1, C, OC, LF_W_IN_OUT);
+        if (memcmp(alone, out + (size_t)n * OC, OC * sizeof(float))) fail_msg("row %d of %d differs from the row alone", n, N);
+    }
+    assert_int_equal(lf_backend_set_batch_invariant(be, 0), LF_OK);
+    be->ops->matmul_forward(be, out, inp.f, LF_DT_F32, w.f, b.f, N, C, OC, LF_W_IN_OUT);
+    check_against_ref("cpu instance, not invariant", out, &inp, &w, &b, N, C, OC, LF_W_IN_OUT);
+    lf_backend_close(be);
+    assert_int_equal(lf_backend_open("cpu-bf16", &bf), LF_OK);
+    assert_int_equal(lf_backend_set_batch_invariant(bf, 1), LF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(lf_last_error(), "cpu-bf16"));
+    assert_int_equal(lf_backend_batch_invariant(bf), 0);
+    assert_int_equal(lf_backend_set_batch_invariant(bf, 0), LF_OK);
+    lf_backend_close(bf);
+    assert_int_equal(lf_backend_set_batch_invariant(NULL, 1), LF_ERR_INVALID_ARG);
+    free(out);
+    free(alone);
+    ten_free(&inp); ten_free(&w); ten_free(&b);
+}
+
 int main(void) {
     omp_set_num_threads(2);
     const struct CMUnitTest tests[] = {
@@ -227,6 +340,9 @@ int main(void) {
         cmocka_unit_test(test_bits_threads_and_batch),
         cmocka_unit_test(test_inside_parallel_region),
         cmocka_unit_test(test_no_read_past_end),
+        cmocka_unit_test(test_invariant_against_reference),
+        cmocka_unit_test(test_invariant_bits),
+        cmocka_unit_test(test_invariant_instance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

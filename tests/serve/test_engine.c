@@ -13,10 +13,15 @@
  *  - logprobs: the greedy token is the most likely, descending, <= 0;
  *  - requests submitted from 4 threads to the engine's own thread all finish
  *    with their solo tokens, and a stopped engine refuses new ones;
- *  - bad requests are refused with the sizes named.
+ *  - bad requests are refused with the sizes named;
+ *  - on a batch-invariant backend instance (lf_backend_set_batch_invariant),
+ *    with weights as initialised (near ties allowed), every request's tokens
+ *    and log-probabilities are the same bits batched (3 slots, chunked
+ *    prefill within a shared budget) as alone (one slot, its own chunks).
  */
 #include <pthread.h>
 #include "test_util.h"
+#include "llmforge/backend.h"
 #include "llmforge/infer.h"
 #include "llmforge/model.h"
 #include "serve/engine.h"
@@ -176,6 +181,69 @@ static void test_matches_generate_llama(void **state) {
     matches_case(LF_ARCH_LLAMA);
 }
 
+/* Runs the six requests through an engine of `slots` slots (all submitted at once) and returns them done. */
+static void run_jobs(lf_model *m, job *jobs, int n, int slots) {
+    lf_engine *e;
+    lf_engine_opts o = {.max_batch = slots, .max_context = CTX, .max_queue = 8, .step_tokens = 16};
+    LF_ASSERT_OK(lf_engine_create(&e, m, &o));
+    for (int i = 0; i < n; i++) {
+        lf_engine_req r = req_of(&jobs[i]);
+        uint64_t id;
+        LF_ASSERT_OK(lf_engine_submit(e, &r, &id));
+    }
+    run_until_idle(e);
+    for (int i = 0; i < n; i++) assert_int_equal(jobs[i].n_done, 1);
+    lf_engine_free(e);
+}
+
+static void invariant_case(lf_arch arch) {
+    lf_backend *be = NULL;
+    LF_ASSERT_OK(lf_backend_open("cpu", &be));
+    LF_ASSERT_OK(lf_backend_set_batch_invariant(be, 1));
+    /* wide enough that the products run on a team of threads and past the 4-row matrix-vector path */
+    lf_model_config c = {.arch = arch, .n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = CTX, .vocab_size = 300,
+                         .bias = arch == LF_ARCH_GPT2, .tie_embeddings = arch == LF_ARCH_GPT2};
+    if (arch == LF_ARCH_LLAMA) c.n_kv_head = 2;
+    lf_model *m = NULL;
+    LF_ASSERT_OK(lf_model_create(&m, &c, be));
+    LF_ASSERT_OK(lf_model_init_weights(m, 9));
+    static const int np[6] = {3, 17, 9, 1, 25, 6}, mt[6] = {10, 5, 12, 8, 6, 10};
+    job together[6], alone[6];
+    for (int i = 0; i < 6; i++) {
+        job_init(&together[i], m, np[i], mt[i], i % 2, 200 + (uint64_t)i);
+        job_init(&alone[i], m, np[i], mt[i], i % 2, 200 + (uint64_t)i);
+    }
+    run_jobs(m, together, 6, 3);
+    for (int i = 0; i < 6; i++) run_jobs(m, &alone[i], 1, 1);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(together[i].n_got, mt[i]);
+        assert_int_equal(alone[i].n_got, mt[i]);
+        for (int k = 0; k < mt[i]; k++) {
+            if (together[i].got[k] != alone[i].got[k])
+                fail_msg("%s request %d token %d: batched %d, alone %d", lf_arch_name(arch), i, k, together[i].got[k],
+                         alone[i].got[k]);
+            if (memcmp(&together[i].lp[k], &alone[i].lp[k], sizeof(float)) ||
+                memcmp(&together[i].top0[k], &alone[i].top0[k], sizeof(float)))
+                fail_msg("%s request %d token %d: log-probabilities batched %.9g / %.9g, alone %.9g / %.9g",
+                         lf_arch_name(arch), i, k, together[i].lp[k], together[i].top0[k], alone[i].lp[k],
+                         alone[i].top0[k]);
+        }
+    }
+    LF_ASSERT_OK(lf_backend_sync(be));
+    lf_model_free(m);
+    lf_backend_close(be);
+}
+
+static void test_batch_invariant_gpt2(void **state) {
+    (void)state;
+    invariant_case(LF_ARCH_GPT2);
+}
+
+static void test_batch_invariant_llama(void **state) {
+    (void)state;
+    invariant_case(LF_ARCH_LLAMA);
+}
+
 static void test_stop_length_cancel_queue(void **state) {
     (void)state;
     lf_model *m = make(LF_ARCH_LLAMA);
@@ -330,6 +398,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_generate_gpt2),
         cmocka_unit_test(test_matches_generate_llama),
+        cmocka_unit_test(test_batch_invariant_gpt2),
+        cmocka_unit_test(test_batch_invariant_llama),
         cmocka_unit_test(test_stop_length_cancel_queue),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_threads),

@@ -52,7 +52,7 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: llmforge serve --ckpt DIR [--host ADDR] [--port N] [--model-name NAME]\n"
                    "                      [--api-key-file F] [--max-batch N] [--max-context T] [--max-queue Q]\n"
-                   "                      [--max-tokens N] [--threads N] [--drain-s S]\n"
+                   "                      [--max-tokens N] [--threads N] [--drain-s S] [--batch-variant]\n"
                    "  An OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
                    "  not), GET /v1/models, GET /health, GET /metrics (Prometheus). Concurrent requests decode\n"
                    "  together (continuous batching over --max-batch KV-cache slots of --max-context tokens;\n"
@@ -60,7 +60,10 @@ int cmd_serve(int argc, char **argv) {
                    "  --host defaults to 127.0.0.1 (loopback); another address must be asked for. --port 0\n"
                    "  picks a free one. The API key (Authorization: Bearer KEY) is the first line of\n"
                    "  --api-key-file, else $LLMFORGE_API_KEY, else none is required. SIGTERM/SIGINT: new\n"
-                   "  requests get 503, in-flight ones finish within --drain-s (default 30), then exit 0.\n");
+                   "  requests get 503, in-flight ones finish within --drain-s (default 30), then exit 0.\n"
+                   "  Products are batch-invariant: a request gets the same bits alone or batched (with a seed,\n"
+                   "  the same text); --batch-variant uses the backend's fastest products instead (oneDNN's,\n"
+                   "  whose rows may differ in the last bits with the batch).\n");
             return 0;
         } else if ((v = opt_value(argc, argv, &i, "--ckpt", &missing))) {
             ckpt = v;
@@ -88,6 +91,8 @@ int cmd_serve(int argc, char **argv) {
             if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--drain-s", &missing))) {
             if (parse_double("--drain-s", v, 0, 86400, &drain)) return 2;
+        } else if (!strcmp(argv[i], "--batch-variant")) {
+            o.batch_variant = 1;
         } else if (missing) {
             return 2;
         } else {

@@ -325,7 +325,7 @@ static int cmd_sample(int argc, char **argv) {
     long max_new = 200, top_k = 0, threads = 0;
     double temperature = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
-    int json = 0, no_cache = 0;
+    int json = 0, no_cache = 0, invariant = 0;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -351,16 +351,19 @@ static int cmd_sample(int argc, char **argv) {
         } else if (missing) return 2;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--no-cache")) no_cache = 1;
+        else if (!strcmp(argv[i], "--batch-invariant")) invariant = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: llmforge sample --ckpt DIR [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N]\n"
                    "                       [--temperature T] [--top-k K] [--top-p P] [--seed S] [--no-cache]\n"
-                   "                       [--json] [--threads N]\n"
+                   "                       [--json] [--threads N] [--batch-invariant]\n"
                    "  DIR: a checkpoint step directory, a run's ckpt/ or ckpt/latest, or the run's out_dir.\n"
                    "  --temperature 0 is greedy decoding; --top-p keeps the smallest set of tokens whose\n"
                    "  probability reaches P. Decoding uses a KV cache; --no-cache runs a forward over the\n"
                    "  whole context for every token (the reference path: same tokens when greedy).\n"
                    "  --ids: the prompt as token ids. --json: one JSON object (prompt ids, generated ids,\n"
-                   "  the logits of the last prompt position, prefill and decode timing) instead of text.\n");
+                   "  the logits of the last prompt position, prefill and decode timing) instead of text.\n"
+                   "  --batch-invariant: the products `llmforge serve` uses by default, so a greedy sample\n"
+                   "  equals the server's completion bit for bit (the prompt's forward is slower).\n");
             return 0;
         } else {
             fprintf(stderr, "llmforge sample: unknown argument '%s' (see --help)\n", argv[i]);
@@ -377,11 +380,18 @@ static int cmd_sample(int argc, char **argv) {
     lf_model *m = NULL;
     lf_tokenizer *tok = NULL;
     lf_session *ses = NULL;
+    lf_backend *be = NULL;
     uint32_t *ids = NULL, *out = NULL;
     int32_t *ctx = NULL;
     size_t n_ids = 0, n_out = 0;
     char spec[LF_PATH_MAX + 32];
-    lf_status st = lf_checkpoint_load_model(ckpt, NULL, &m, spec, sizeof spec, &dir);
+    lf_status st = LF_OK;
+    if (invariant && ((st = lf_backend_open(lf_backend_default_name(), &be)) != LF_OK ||
+                      (st = lf_backend_set_batch_invariant(be, 1)) != LF_OK)) {
+        die_status(st, "sample");
+        goto done;
+    }
+    st = lf_checkpoint_load_model(ckpt, be, &m, spec, sizeof spec, &dir);
     if (st != LF_OK) { die_status(st, "sample"); goto done; }
     if (ids_arg) {
         if (parse_ids(ids_arg, &ids, &n_ids)) { rc = 2; goto done; }
@@ -463,6 +473,7 @@ done:
     lf_free(ids);
     lf_free(out);
     lf_model_free(m);
+    lf_backend_close(be);
     lf_tokenizer_free(tok);
     return rc;
 }

@@ -264,7 +264,9 @@ static void w_matmul_forward(lf_backend *be, float *out, const void *inp, lf_dty
                              const float *bias, int N, int C, int OC, lf_weight_layout layout) {
     if (!dt_ok(be, "matmul_forward", dt)) return;
     const long f0 = op_begin();
-    lf__cpu_matmul_forward(out, inp, weight, bias, N, C, OC, layout); /* "cpu" accepts fp32 only */
+    /* "cpu" accepts fp32 only */
+    if (!be->batch_invariant || !lf__cpu_gemm_invariant(out, inp, weight, bias, N, C, OC, layout))
+        lf__cpu_matmul_forward(out, inp, weight, bias, N, C, OC, layout);
     op_end(be, "matmul_forward", f0);
 }
 static void w_matmul_backward(lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -394,6 +396,7 @@ static const lf_backend_ops cpu_ops = {
     .free = w_free,
     .to_device = w_copy,
     .act_dtypes = LF_DT_BIT(LF_DT_F32), /* fp32 keeps its activations in fp32 */
+    .batch_invariant = 1,
     .matmul_forward = w_matmul_forward,
     .matmul_backward = w_matmul_backward,
     .adamw_update = w_adamw_update,

@@ -255,6 +255,7 @@ static const lf_backend_ops fenced_ops = {
     .close = fenced_close,
     .host_memory = 0,
     .act_dtypes = LF_DT_BIT(LF_DT_F32),
+    .batch_invariant = 1, /* cpu's matmul_forward, which reads the instance's flag */
     .alloc = fenced_alloc,
     .free = fenced_free,
     .allocated = fenced_allocated,

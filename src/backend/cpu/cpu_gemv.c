@@ -64,6 +64,20 @@
  *  - Never allocates: the IN_OUT tile (16 KB per thread) and hi (64 KB, on
  *    the calling thread's stack) are fixed-size stack buffers.
  *
+ * Batch-invariant GEMM (lf__cpu_gemm_invariant): any N, every out[n,o]
+ * computed by exactly the sequence lf__cpu_gemv uses for it, so a row's bits
+ * are the same alone (N = 1, the matrix-vector path) or among any number of
+ * others: what `llmforge serve` needs for per-request determinism under
+ * continuous batching (oneDNN's sgemm picks its blocking, and so each
+ * output's summation order, from M). The rows go through the same kernels
+ * LF_CPU_GEMV_MAX_N at a time; W is cut into tiles that stay in L2
+ * (GEMM_TILE_BYTES) and each tile serves every block of rows before the
+ * next is read, so W comes from memory once and the kernels run from cache,
+ * each W vector loaded serving up to 4 rows. IN_OUT keeps lf__cpu_gemv's
+ * halves: out = (sum over [0,cm) + sum over [cm,C)) + bias with the same cm
+ * (the second half's sums in a per-thread stack buffer of
+ * LF_CPU_GEMV_MAX_N x GEMM_IO_TILE floats).
+ *
  * References: Intel 64 and IA-32 Architectures Optimization Reference Manual
  * (hardware prefetchers, streaming loads); the Intel Intrinsics Guide.
  */
@@ -107,6 +121,11 @@
 #define GEMV_IO_ROWS 8
 #define GEMV_IO_ACC 4096
 #define GEMV_KS_OC 4096
+/* Batch-invariant GEMM: the bytes of W one tile holds (in L2 while every
+ * block of rows passes over it; 2 MB L2 per core where this was written)
+ * and the widest IN_OUT column tile. */
+#define GEMM_TILE_BYTES (512 * 1024)
+#define GEMM_IO_TILE 1024
 
 static atomic_int g_force = -1; /* < 0: what the CPU has; else at most this path */
 
@@ -158,7 +177,7 @@ static void oi_c(float *restrict out, const float *restrict inp, const float *re
         }
 }
 
-static void io_c(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
+static void io_c(float *restrict out, int ldo, const float *restrict inp, int ldx, const float *restrict w,
                  const float *restrict bias, int N, int C, int OC, int j0, int j1) {
     float acc[GEMV_IO_ACC];
     const int tws = io_tile_width(j1 - j0, 1);
@@ -171,7 +190,7 @@ static void io_c(float *restrict out, const float *restrict inp, int ldx, const 
                 const float *restrict wr = w + (size_t)c * OC + t0;
                 for (int j = 0; j < tw; j++) acc[j] += x * wr[j];
             }
-            float *restrict o = out + (size_t)n * OC + t0;
+            float *restrict o = out + (size_t)n * ldo + t0;
             for (int j = 0; j < tw; j++) o[j] = bias ? acc[j] + bias[t0 + j] : acc[j];
         }
 }
@@ -266,7 +285,7 @@ T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, in
     }
 }
 
-T512I void io512_n(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
+T512I void io512_n(float *restrict out, int ldo, const float *restrict inp, int ldx, const float *restrict w,
                    const float *restrict bias, int C, int OC, int j0, int j1, const int NI) {
     _Alignas(64) float acc[GEMV_IO_ACC];
     const int ld = io_tile_width(j1 - j0, NI);
@@ -279,7 +298,7 @@ T512I void io512_n(float *restrict out, const float *restrict inp, int ldx, cons
         for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io512_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
         for (; c < C; c++) io512_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, 1, NI);
         for (int n = 0; n < NI; n++) {
-            float *restrict o = out + (size_t)n * OC + t0;
+            float *restrict o = out + (size_t)n * ldo + t0;
             const float *restrict a = acc + n * ld;
             if (bias)
                 for (int j = 0; j < tw; j++) o[j] = a[j] + bias[t0 + j];
@@ -289,13 +308,187 @@ T512I void io512_n(float *restrict out, const float *restrict inp, int ldx, cons
     }
 }
 
-T512 static void io_512(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
+T512 static void io_512(float *restrict out, int ldo, const float *restrict inp, int ldx, const float *restrict w,
                         const float *restrict bias, int N, int C, int OC, int j0, int j1) {
     switch (N) {
-    case 1: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 1); break;
-    case 2: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 2); break;
-    case 3: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 3); break;
-    default: io512_n(out, inp, ldx, w, bias, C, OC, j0, j1, 4); break;
+    case 1: io512_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 1); break;
+    case 2: io512_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 2); break;
+    case 3: io512_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 3); break;
+    default: io512_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 4); break;
+    }
+}
+
+/* Batch-invariant GEMM, IN_OUT, AVX-512: NI (<= 4) rows of inp times V (<= 4)
+ * vectors of columns [j, j + 16 V) of W (the last vector's lanes masked by
+ * m), over W's rows [c0,c1), the accumulators in registers for the run of
+ * rows. Each out[n,o] continues the chain io512_rows makes (0, then one FMA
+ * per row in increasing c): it starts from 0 (first) or from the partial
+ * sum p holds (rows before c0; fp32 stored and reloaded exactly), and
+ * stores the new partial sum to p, or, at the end of the chain, the result:
+ *   END_SUM out = sum (+ bias);
+ *   END_ADD out = (out + sum) (+ bias) (out holds the first half's sum).
+ * p and out are rows ldp and ldo apart, p at column 0 = j. */
+enum { IO_PART, IO_END_SUM, IO_END_ADD };
+/* The 16 accumulators are named variables, not an array: GCC kept an array of them on the stack, storing
+ * every one at each row (store-bound at a third of the FMA rate). */
+#define IO_MV(v) ((v) == V - 1 ? m : (__mmask16)0xFFFF)
+T512I void io512_reg(float *restrict p, int ldp, float *restrict out, int ldo, const float *restrict inp, int ldx,
+                     const float *restrict w, const float *restrict bias, int OC, int c0, int c1, int j, __mmask16 m,
+                     int first, int end, const int V, const int NI) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+    if (!first) {
+        if (NI > 0 && V > 0) a00 = _mm512_maskz_loadu_ps(IO_MV(0), p + (size_t)0 * ldp + 0);
+        if (NI > 0 && V > 1) a01 = _mm512_maskz_loadu_ps(IO_MV(1), p + (size_t)0 * ldp + 16);
+        if (NI > 0 && V > 2) a02 = _mm512_maskz_loadu_ps(IO_MV(2), p + (size_t)0 * ldp + 32);
+        if (NI > 0 && V > 3) a03 = _mm512_maskz_loadu_ps(IO_MV(3), p + (size_t)0 * ldp + 48);
+        if (NI > 1 && V > 0) a10 = _mm512_maskz_loadu_ps(IO_MV(0), p + (size_t)1 * ldp + 0);
+        if (NI > 1 && V > 1) a11 = _mm512_maskz_loadu_ps(IO_MV(1), p + (size_t)1 * ldp + 16);
+        if (NI > 1 && V > 2) a12 = _mm512_maskz_loadu_ps(IO_MV(2), p + (size_t)1 * ldp + 32);
+        if (NI > 1 && V > 3) a13 = _mm512_maskz_loadu_ps(IO_MV(3), p + (size_t)1 * ldp + 48);
+        if (NI > 2 && V > 0) a20 = _mm512_maskz_loadu_ps(IO_MV(0), p + (size_t)2 * ldp + 0);
+        if (NI > 2 && V > 1) a21 = _mm512_maskz_loadu_ps(IO_MV(1), p + (size_t)2 * ldp + 16);
+        if (NI > 2 && V > 2) a22 = _mm512_maskz_loadu_ps(IO_MV(2), p + (size_t)2 * ldp + 32);
+        if (NI > 2 && V > 3) a23 = _mm512_maskz_loadu_ps(IO_MV(3), p + (size_t)2 * ldp + 48);
+        if (NI > 3 && V > 0) a30 = _mm512_maskz_loadu_ps(IO_MV(0), p + (size_t)3 * ldp + 0);
+        if (NI > 3 && V > 1) a31 = _mm512_maskz_loadu_ps(IO_MV(1), p + (size_t)3 * ldp + 16);
+        if (NI > 3 && V > 2) a32 = _mm512_maskz_loadu_ps(IO_MV(2), p + (size_t)3 * ldp + 32);
+        if (NI > 3 && V > 3) a33 = _mm512_maskz_loadu_ps(IO_MV(3), p + (size_t)3 * ldp + 48);
+    }
+    const float *restrict x0 = inp, *restrict x1 = inp + (size_t)ldx, *restrict x2 = inp + 2 * (size_t)ldx,
+                         *restrict x3 = inp + 3 * (size_t)ldx;
+    for (int c = c0; c < c1; c++) {
+        const float *restrict wr = w + (size_t)c * OC + j;
+        __m512 w0 = z, w1 = z, w2 = z, w3 = z;
+        if (V > 0) w0 = V - 1 == 0 ? _mm512_maskz_loadu_ps(m, wr + 0) : _mm512_loadu_ps(wr + 0);
+        if (V > 1) w1 = V - 1 == 1 ? _mm512_maskz_loadu_ps(m, wr + 16) : _mm512_loadu_ps(wr + 16);
+        if (V > 2) w2 = V - 1 == 2 ? _mm512_maskz_loadu_ps(m, wr + 32) : _mm512_loadu_ps(wr + 32);
+        if (V > 3) w3 = V - 1 == 3 ? _mm512_maskz_loadu_ps(m, wr + 48) : _mm512_loadu_ps(wr + 48);
+        if (NI > 0) {
+            const __m512 x = _mm512_set1_ps(x0[c]);
+            if (V > 0) a00 = _mm512_fmadd_ps(x, w0, a00);
+            if (V > 1) a01 = _mm512_fmadd_ps(x, w1, a01);
+            if (V > 2) a02 = _mm512_fmadd_ps(x, w2, a02);
+            if (V > 3) a03 = _mm512_fmadd_ps(x, w3, a03);
+        }
+        if (NI > 1) {
+            const __m512 x = _mm512_set1_ps(x1[c]);
+            if (V > 0) a10 = _mm512_fmadd_ps(x, w0, a10);
+            if (V > 1) a11 = _mm512_fmadd_ps(x, w1, a11);
+            if (V > 2) a12 = _mm512_fmadd_ps(x, w2, a12);
+            if (V > 3) a13 = _mm512_fmadd_ps(x, w3, a13);
+        }
+        if (NI > 2) {
+            const __m512 x = _mm512_set1_ps(x2[c]);
+            if (V > 0) a20 = _mm512_fmadd_ps(x, w0, a20);
+            if (V > 1) a21 = _mm512_fmadd_ps(x, w1, a21);
+            if (V > 2) a22 = _mm512_fmadd_ps(x, w2, a22);
+            if (V > 3) a23 = _mm512_fmadd_ps(x, w3, a23);
+        }
+        if (NI > 3) {
+            const __m512 x = _mm512_set1_ps(x3[c]);
+            if (V > 0) a30 = _mm512_fmadd_ps(x, w0, a30);
+            if (V > 1) a31 = _mm512_fmadd_ps(x, w1, a31);
+            if (V > 2) a32 = _mm512_fmadd_ps(x, w2, a32);
+            if (V > 3) a33 = _mm512_fmadd_ps(x, w3, a33);
+        }
+    }
+#define IO_FIN(n, v, a)                                                                        \
+    if (NI > (n) && V > (v)) {                                                                 \
+        __m512 r = (a);                                                                        \
+        if (end == IO_PART) {                                                                  \
+            _mm512_mask_storeu_ps(p + (size_t)(n) * ldp + 16 * (v), IO_MV(v), r);             \
+        } else {                                                                               \
+            float *o = out + (size_t)(n) * ldo + j + 16 * (v);                                 \
+            if (end == IO_END_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(IO_MV(v), o), r);  \
+            if (bias) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(IO_MV(v), bias + j + 16 * (v))); \
+            _mm512_mask_storeu_ps(o, IO_MV(v), r);                                             \
+        }                                                                                      \
+    }
+    IO_FIN(0, 0, a00)
+    IO_FIN(0, 1, a01)
+    IO_FIN(0, 2, a02)
+    IO_FIN(0, 3, a03)
+    IO_FIN(1, 0, a10)
+    IO_FIN(1, 1, a11)
+    IO_FIN(1, 2, a12)
+    IO_FIN(1, 3, a13)
+    IO_FIN(2, 0, a20)
+    IO_FIN(2, 1, a21)
+    IO_FIN(2, 2, a22)
+    IO_FIN(2, 3, a23)
+    IO_FIN(3, 0, a30)
+    IO_FIN(3, 1, a31)
+    IO_FIN(3, 2, a32)
+    IO_FIN(3, 3, a33)
+#undef IO_FIN
+}
+#undef IO_MV
+
+
+/* io512_reg over the nb <= 4 rows of a block, columns [j, j + width), width <= 64. */
+T512 static void io512_block(float *restrict p, int ldp, float *restrict out, int ldo, const float *restrict inp,
+                             int ldx, const float *restrict w, const float *restrict bias, int OC, int c0, int c1, int j,
+                             int width, int first, int end, int nb) {
+    const int V = (width + 15) / 16;
+    const __mmask16 m = (__mmask16)(0xFFFFu >> (16 * V - width));
+#define IO512_V(NI)                                                                                                   \
+    switch (V) {                                                                                                      \
+    case 1: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 1, NI); break;               \
+    case 2: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 2, NI); break;               \
+    case 3: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 3, NI); break;               \
+    default: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 4, NI); break;              \
+    }
+    switch (nb) {
+    case 1: IO512_V(1) break;
+    case 2: IO512_V(2) break;
+    case 3: IO512_V(3) break;
+    default: IO512_V(4) break;
+    }
+#undef IO512_V
+}
+
+/* The invariant IN_OUT product on one thread's columns [j0,j1): rows of inp
+ * in groups of GEMM_IO_G, columns in blocks of 64, W's rows in runs of
+ * GEMM_IO_KB; every block of 4 rows of a group passes over a run before
+ * the next, so the run (at most 64 KB of W, contiguous rows of 256 bytes at
+ * W's stride: an L2 tile whatever the stride's cache-set aliasing) is read
+ * from memory once per group. Partial sums of the first half (or of the one
+ * chain) wait in out, those of the second half in part (the group's rows,
+ * 64 apart). */
+#define GEMM_IO_G 64
+#define GEMM_IO_KB 128
+T512 static void io512_invariant(float *restrict out, const float *restrict inp, const float *restrict w,
+                                 const float *restrict bias, int N, int C, int OC, int j0, int j1, int halves, int cm) {
+    _Alignas(64) float part[GEMM_IO_G * 64];
+    const int NB = LF_CPU_GEMV_MAX_N;
+    for (int g0 = 0; g0 < N; g0 += GEMM_IO_G) {
+        const int g1 = N - g0 < GEMM_IO_G ? N : g0 + GEMM_IO_G;
+        for (int j = j0; j < j1; j += 64) {
+            const int width = j1 - j < 64 ? j1 - j : 64;
+            /* the first half (or the whole chain): partial sums in out at column j */
+            const int e0 = halves ? cm : C;
+            for (int k0 = 0; k0 < e0; k0 += GEMM_IO_KB) {
+                const int k1 = e0 - k0 < GEMM_IO_KB ? e0 : k0 + GEMM_IO_KB;
+                const int last = k1 == e0;
+                for (int n0 = g0; n0 < g1; n0 += NB) {
+                    float *o = out + (size_t)n0 * OC;
+                    const int nb = g1 - n0 < NB ? g1 - n0 : NB;
+                    io512_block(o + j, OC, o, OC, inp + (size_t)n0 * C, C, w, halves ? NULL : bias, OC, k0, k1, j, width,
+                                k0 == 0, last ? (halves ? IO_PART : IO_END_SUM) : IO_PART, nb);
+                }
+            }
+            if (!halves) continue;
+            for (int k0 = cm; k0 < C; k0 += GEMM_IO_KB) {
+                const int k1 = C - k0 < GEMM_IO_KB ? C : k0 + GEMM_IO_KB;
+                for (int n0 = g0; n0 < g1; n0 += NB) {
+                    float *o = out + (size_t)n0 * OC;
+                    const int nb = g1 - n0 < NB ? g1 - n0 : NB;
+                    io512_block(part + (size_t)(n0 - g0) * 64, 64, o, OC, inp + (size_t)n0 * C, C, w, bias, OC, k0, k1, j,
+                                width, k0 == cm, k1 == C ? IO_END_ADD : IO_PART, nb);
+                }
+            }
+        }
     }
 }
 
@@ -397,7 +590,7 @@ T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, in
     }
 }
 
-T256I void io256_n(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
+T256I void io256_n(float *restrict out, int ldo, const float *restrict inp, int ldx, const float *restrict w,
                    const float *restrict bias, int C, int OC, int j0, int j1, const int NI) {
     _Alignas(64) float acc[GEMV_IO_ACC];
     const int ld = io_tile_width(j1 - j0, NI);
@@ -410,7 +603,7 @@ T256I void io256_n(float *restrict out, const float *restrict inp, int ldx, cons
         for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io256_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
         for (; c < C; c++) io256_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, 1, NI);
         for (int n = 0; n < NI; n++) {
-            float *restrict o = out + (size_t)n * OC + t0;
+            float *restrict o = out + (size_t)n * ldo + t0;
             const float *restrict a = acc + n * ld;
             if (bias)
                 for (int j = 0; j < tw; j++) o[j] = a[j] + bias[t0 + j];
@@ -420,13 +613,13 @@ T256I void io256_n(float *restrict out, const float *restrict inp, int ldx, cons
     }
 }
 
-T256 static void io_256(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
+T256 static void io_256(float *restrict out, int ldo, const float *restrict inp, int ldx, const float *restrict w,
                         const float *restrict bias, int N, int C, int OC, int j0, int j1) {
     switch (N) {
-    case 1: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 1); break;
-    case 2: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 2); break;
-    case 3: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 3); break;
-    default: io256_n(out, inp, ldx, w, bias, C, OC, j0, j1, 4); break;
+    case 1: io256_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 1); break;
+    case 2: io256_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 2); break;
+    case 3: io256_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 3); break;
+    default: io256_n(out, ldo, inp, ldx, w, bias, C, OC, j0, j1, 4); break;
     }
 }
 #endif /* GEMV_X86 */
@@ -435,22 +628,33 @@ T256 static void io_256(float *restrict out, const float *restrict inp, int ldx,
 
 typedef void (*gemv_oi)(float *restrict out, const float *restrict inp, const float *restrict w,
                         const float *restrict bias, int N, int C, int OC, int o0, int o1);
-/* IN_OUT over rows [0,C) of w (its first row is the chunk's), inp rows ldx apart */
-typedef void (*gemv_io)(float *restrict out, const float *restrict inp, int ldx, const float *restrict w,
+/* IN_OUT over rows [0,C) of w (its first row is the chunk's; its rows OC apart), inp rows ldx apart, out rows ldo apart */
+typedef void (*gemv_io)(float *restrict out, int ldo, const float *restrict inp, int ldx, const float *restrict w,
                         const float *restrict bias, int N, int C, int OC, int j0, int j1);
+
+/* The kernels of the vector path this CPU gets (lf__cpu_gemv_vec). */
+static void pick_kernels(gemv_oi *oi, gemv_io *io) {
+    const lf__cpu_vec v = lf__cpu_gemv_vec();
+    *oi = oi_c;
+    *io = io_c;
+#if GEMV_X86
+    if (v == LF_CPU_VEC_AVX512) *oi = oi_512, *io = io_512;
+    else if (v == LF_CPU_VEC_AVX2) *oi = oi_256, *io = io_256;
+#else
+    (void)v;
+#endif
+}
+
+/* Whether lf__cpu_gemv splits the rows of an IN_OUT product in halves (and where): both depend on C and OC only. */
+static int io_halves(int C, int OC) { return !(OC > GEMV_KS_OC || C < 2 * GEMV_IO_ROWS); }
+static int io_half_row(int C) { return C / 2 / GEMV_IO_ROWS * GEMV_IO_ROWS; }
 
 int lf__cpu_gemv(float *restrict out, const float *restrict inp, const float *restrict weight,
                  const float *restrict bias, int N, int C, int OC, lf_weight_layout layout) {
     if (N < 1 || N > LF_CPU_GEMV_MAX_N || C < 1 || OC < 1) return 0;
-    const lf__cpu_vec v = lf__cpu_gemv_vec();
-    gemv_oi oi = oi_c;
-    gemv_io io = io_c;
-#if GEMV_X86
-    if (v == LF_CPU_VEC_AVX512) oi = oi_512, io = io_512;
-    else if (v == LF_CPU_VEC_AVX2) oi = oi_256, io = io_256;
-#else
-    (void)v;
-#endif
+    gemv_oi oi;
+    gemv_io io;
+    pick_kernels(&oi, &io);
     const int par = (long)C * OC >= LF_CPU_PAR_MIN;
     if (layout == LF_W_OUT_IN) {
 #pragma omp parallel if (par)
@@ -461,12 +665,12 @@ int lf__cpu_gemv(float *restrict out, const float *restrict inp, const float *re
         }
         return 1;
     }
-    if (OC > GEMV_KS_OC || C < 2 * GEMV_IO_ROWS) {
+    if (!io_halves(C, OC)) {
 #pragma omp parallel if (par)
         {
             int j0, j1;
             lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &j0, &j1);
-            if (j0 < j1) io(out, inp, C, weight, bias, N, C, OC, j0, j1);
+            if (j0 < j1) io(out, OC, inp, C, weight, bias, N, C, OC, j0, j1);
         }
         return 1;
     }
@@ -475,18 +679,18 @@ int lf__cpu_gemv(float *restrict out, const float *restrict inp, const float *re
      * pair up, one of each pair per half, the pairs splitting the columns;
      * one thread does both halves in turn. */
     _Alignas(64) float hi[LF_CPU_GEMV_MAX_N * GEMV_KS_OC];
-    const int cm = C / 2 / GEMV_IO_ROWS * GEMV_IO_ROWS;
+    const int cm = io_half_row(C);
 #pragma omp parallel if (par)
     {
         const int nt = omp_get_num_threads(), t = omp_get_thread_num();
         if (nt == 1) {
-            io(out, inp, C, weight, NULL, N, cm, OC, 0, OC);
-            io(hi, inp + cm, C, weight + (size_t)cm * OC, NULL, N, C - cm, OC, 0, OC);
+            io(out, OC, inp, C, weight, NULL, N, cm, OC, 0, OC);
+            io(hi, OC, inp + cm, C, weight + (size_t)cm * OC, NULL, N, C - cm, OC, 0, OC);
         } else if (t / 2 < nt / 2) {
             int j0, j1;
             lf__cpu_channel_slice(OC, t / 2, nt / 2, &j0, &j1);
-            if (j0 < j1 && t % 2 == 0) io(out, inp, C, weight, NULL, N, cm, OC, j0, j1);
-            if (j0 < j1 && t % 2 == 1) io(hi, inp + cm, C, weight + (size_t)cm * OC, NULL, N, C - cm, OC, j0, j1);
+            if (j0 < j1 && t % 2 == 0) io(out, OC, inp, C, weight, NULL, N, cm, OC, j0, j1);
+            if (j0 < j1 && t % 2 == 1) io(hi, OC, inp + cm, C, weight + (size_t)cm * OC, NULL, N, C - cm, OC, j0, j1);
         }
 #pragma omp barrier
         int j0, j1;
@@ -498,6 +702,87 @@ int lf__cpu_gemv(float *restrict out, const float *restrict inp, const float *re
                 for (int j = j0; j < j1; j++) o[j] = (o[j] + h[j]) + bias[j];
             else
                 for (int j = j0; j < j1; j++) o[j] = o[j] + h[j];
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------- batch-invariant GEMM */
+
+int lf__cpu_gemm_invariant(float *restrict out, const float *restrict inp, const float *restrict weight,
+                           const float *restrict bias, int N, int C, int OC, lf_weight_layout layout) {
+    if (N < 1 || C < 1 || OC < 1) return 0;
+    if (N <= LF_CPU_GEMV_MAX_N) return lf__cpu_gemv(out, inp, weight, bias, N, C, OC, layout);
+    gemv_oi oi;
+    gemv_io io;
+    pick_kernels(&oi, &io);
+    const int par = (long)N * C * OC >= LF_CPU_PAR_MIN;
+    const int NB = LF_CPU_GEMV_MAX_N;
+    if (layout == LF_W_OUT_IN) {
+        /* tiles of output rows of W (whole rows of C), a multiple of LF_CPU_CBLK so threads never share a line of out */
+        long tr = GEMM_TILE_BYTES / ((long)C * (long)sizeof(float));
+        tr = tr / LF_CPU_CBLK * LF_CPU_CBLK;
+        if (tr < LF_CPU_CBLK) tr = LF_CPU_CBLK;
+        const int TR = tr > OC ? OC : (int)tr;
+#pragma omp parallel if (par)
+        {
+            int o0, o1;
+            lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &o0, &o1);
+            for (int t0 = o0; t0 < o1; t0 += TR) {
+                const int t1 = o1 - t0 < TR ? o1 : t0 + TR;
+                for (int n0 = 0; n0 < N; n0 += NB)
+                    oi(out + (size_t)n0 * OC, inp + (size_t)n0 * C, weight, bias, N - n0 < NB ? N - n0 : NB, C, OC,
+                       t0, t1);
+            }
+        }
+        return 1;
+    }
+    /* IN_OUT: tiles of columns of W (all C rows of them) */
+    long tc = GEMM_TILE_BYTES / ((long)C * (long)sizeof(float));
+    tc = tc / LF_CPU_CBLK * LF_CPU_CBLK;
+    if (tc < LF_CPU_CBLK) tc = LF_CPU_CBLK;
+    if (tc > GEMM_IO_TILE) tc = GEMM_IO_TILE;
+    const int TC = (int)tc;
+    const int halves = io_halves(C, OC), cm = io_half_row(C);
+#if GEMV_X86
+    if (lf__cpu_gemv_vec() == LF_CPU_VEC_AVX512) {
+#pragma omp parallel if (par)
+        {
+            int j0, j1;
+            lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &j0, &j1);
+            if (j0 < j1) io512_invariant(out, inp, weight, bias, N, C, OC, j0, j1, halves, cm);
+        }
+        return 1;
+    }
+#endif
+#pragma omp parallel if (par)
+    {
+        _Alignas(64) float hi[LF_CPU_GEMV_MAX_N * GEMM_IO_TILE];
+        int j0, j1;
+        lf__cpu_channel_slice(OC, omp_get_thread_num(), omp_get_num_threads(), &j0, &j1);
+        for (int t0 = j0; t0 < j1; t0 += TC) {
+            const int t1 = j1 - t0 < TC ? j1 : t0 + TC, w = t1 - t0;
+            for (int n0 = 0; n0 < N; n0 += NB) {
+                const int nb = N - n0 < NB ? N - n0 : NB;
+                float *restrict o = out + (size_t)n0 * OC;
+                const float *restrict x = inp + (size_t)n0 * C;
+                if (!halves) {
+                    io(o, OC, x, C, weight, bias, nb, C, OC, t0, t1);
+                    continue;
+                }
+                /* hi: columns [t0,t1) of the nb rows, w apart (W seen from its column t0 on, columns [0,w)) */
+                io(o, OC, x, C, weight, NULL, nb, cm, OC, t0, t1);
+                io(hi, w, x + cm, C, weight + (size_t)cm * OC + t0, NULL, nb, C - cm, OC, 0, w);
+                for (int n = 0; n < nb; n++) {
+                    float *restrict on = o + (size_t)n * OC + t0;
+                    const float *restrict h = hi + (size_t)n * w;
+                    const float *restrict b = bias ? bias + t0 : NULL;
+                    if (b)
+                        for (int j = 0; j < w; j++) on[j] = (on[j] + h[j]) + b[j];
+                    else
+                        for (int j = 0; j < w; j++) on[j] = on[j] + h[j];
+                }
+            }
         }
     }
     return 1;

@@ -237,6 +237,12 @@ int lf__cpu_gemv(float *out, const float *inp, const float *weight, const float 
                  lf_weight_layout layout);
 lf__cpu_vec lf__cpu_gemv_vec(void);
 void lf__cpu_gemv_force(int vec);
+/* The batch-invariant GEMM (cpu_gemv.c): the same product for any N >= 1,
+ * each out[n,o] computed by the sequence lf__cpu_gemv uses for it, so its
+ * bits do not depend on N, on the other rows or on the thread count. Returns
+ * 0 (nothing written) for N, C or OC < 1. */
+int lf__cpu_gemm_invariant(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
+                           lf_weight_layout layout);
 
 /* cpu_attention.c */
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
