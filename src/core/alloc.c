@@ -1,9 +1,23 @@
-/* Aligned allocation and a bump arena (one block, 64-byte aligned slices). */
+/* Aligned allocation and a bump arena (one block, 64-byte aligned slices).
+ *
+ * Blocks of at least LF_HUGE_MIN bytes (model parameters, gradients,
+ * optimizer moments, activations, KV caches) are aligned to 2 MB and
+ * advised MADV_HUGEPAGE, so the kernel backs them with transparent huge
+ * pages where it is set to "madvise" (Debian's default), as it is for
+ * "always". Streaming every weight once per decoded token touches 120k
+ * 4 KB pages a token for GPT-2 124M: a TLB walk per 4 KB; on the 2-core
+ * development VM a 2-thread read of 512 MB went from 27.6 to 30-31 GB/s
+ * (bench/membw.c conditions, same run). Where THP is "never", or madvise
+ * fails, the block is an ordinary one. */
 #include <malloc.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "llmforge/core.h"
+
+#define LF_HUGE_PAGE ((size_t)2 << 20)
+#define LF_HUGE_MIN ((size_t)8 << 20)
 
 /* lf_alloc_fail_after: allocations left before the injected failure; -1 = off */
 static _Atomic long g_fail_countdown = -1;
@@ -17,10 +31,14 @@ void *lf_alloc(size_t bytes) {
         return NULL;
     }
     void *p = NULL;
-    if (posix_memalign(&p, LF_ALIGN, lf_arena_round(bytes)) != 0) {
+    const int huge = bytes >= LF_HUGE_MIN;
+    if (posix_memalign(&p, huge ? LF_HUGE_PAGE : LF_ALIGN, lf_arena_round(bytes)) != 0) {
         lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    if (huge) (void)madvise(p, bytes & ~(size_t)(LF_HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice only: no error */
+#endif
     return p;
 }
 

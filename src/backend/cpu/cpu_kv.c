@@ -40,6 +40,13 @@
 #include <math.h>
 #include <string.h>
 #include <omp.h>
+/* The GCC vector types below are passed and returned by value only between
+ * always-inline static functions, so the ABI note -Wpsabi gives for them
+ * (built without -march=native, e.g. LF_NATIVE=OFF) concerns no call that
+ * exists. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 #include "cpu_internal.h"
 #include "cpu_math.h"
 
