@@ -364,34 +364,19 @@ T512I void io512_reg(float *restrict p, int ldp, float *restrict out, int ldo, c
         if (V > 1) w1 = V - 1 == 1 ? _mm512_maskz_loadu_ps(m, wr + 16) : _mm512_loadu_ps(wr + 16);
         if (V > 2) w2 = V - 1 == 2 ? _mm512_maskz_loadu_ps(m, wr + 32) : _mm512_loadu_ps(wr + 32);
         if (V > 3) w3 = V - 1 == 3 ? _mm512_maskz_loadu_ps(m, wr + 48) : _mm512_loadu_ps(wr + 48);
-        if (NI > 0) {
-            const __m512 x = _mm512_set1_ps(x0[c]);
-            if (V > 0) a00 = _mm512_fmadd_ps(x, w0, a00);
-            if (V > 1) a01 = _mm512_fmadd_ps(x, w1, a01);
-            if (V > 2) a02 = _mm512_fmadd_ps(x, w2, a02);
-            if (V > 3) a03 = _mm512_fmadd_ps(x, w3, a03);
-        }
-        if (NI > 1) {
-            const __m512 x = _mm512_set1_ps(x1[c]);
-            if (V > 0) a10 = _mm512_fmadd_ps(x, w0, a10);
-            if (V > 1) a11 = _mm512_fmadd_ps(x, w1, a11);
-            if (V > 2) a12 = _mm512_fmadd_ps(x, w2, a12);
-            if (V > 3) a13 = _mm512_fmadd_ps(x, w3, a13);
-        }
-        if (NI > 2) {
-            const __m512 x = _mm512_set1_ps(x2[c]);
-            if (V > 0) a20 = _mm512_fmadd_ps(x, w0, a20);
-            if (V > 1) a21 = _mm512_fmadd_ps(x, w1, a21);
-            if (V > 2) a22 = _mm512_fmadd_ps(x, w2, a22);
-            if (V > 3) a23 = _mm512_fmadd_ps(x, w3, a23);
-        }
-        if (NI > 3) {
-            const __m512 x = _mm512_set1_ps(x3[c]);
-            if (V > 0) a30 = _mm512_fmadd_ps(x, w0, a30);
-            if (V > 1) a31 = _mm512_fmadd_ps(x, w1, a31);
-            if (V > 2) a32 = _mm512_fmadd_ps(x, w2, a32);
-            if (V > 3) a33 = _mm512_fmadd_ps(x, w3, a33);
-        }
+#define IO_FMA_ROW(n)                                                  \
+    if (NI > n) {                                                      \
+        const __m512 x = _mm512_set1_ps(x##n[c]);                      \
+        if (V > 0) a##n##0 = _mm512_fmadd_ps(x, w0, a##n##0);          \
+        if (V > 1) a##n##1 = _mm512_fmadd_ps(x, w1, a##n##1);          \
+        if (V > 2) a##n##2 = _mm512_fmadd_ps(x, w2, a##n##2);          \
+        if (V > 3) a##n##3 = _mm512_fmadd_ps(x, w3, a##n##3);          \
+    }
+        IO_FMA_ROW(0)
+        IO_FMA_ROW(1)
+        IO_FMA_ROW(2)
+        IO_FMA_ROW(3)
+#undef IO_FMA_ROW
     }
 #define IO_FIN(n, v, a)                                                                        \
     if (NI > (n) && V > (v)) {                                                                 \
