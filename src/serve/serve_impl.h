@@ -151,6 +151,7 @@ typedef struct lf__serve_request {
     int top_logprobs;   /* alternatives per token (completions: its `logprobs` integer) */
     int stream;
     int include_usage;  /* stream_options.include_usage */
+    int ignore_eos;     /* vLLM's extension: the end-of-text token does not end the text */
     double presence_penalty, frequency_penalty; /* validated ([-2, 2]), not applied */
     void *impl_;        /* owned storage */
 } lf__serve_request;
@@ -163,7 +164,8 @@ typedef struct lf__serve_request {
  * {"type":"text","text":...} parts), max_tokens (chat: also
  * max_completion_tokens, which wins), temperature, top_p, top_k, seed,
  * stop, n, echo, logprobs, top_logprobs, stream, stream_options.include_usage,
- * user. Checked but not applied: presence_penalty, frequency_penalty.
+ * user, and vLLM's ignore_eos. Checked but not applied: presence_penalty,
+ * frequency_penalty.
  * Any other field is ignored, as OpenAI clients send extras; a null value
  * counts as absent. A field given twice is refused (readers disagree on
  * which one wins).
