@@ -959,6 +959,7 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
 
 int lf_server_port(const lf_server *s) { return s ? lf__http_port(s->http) : -1; }
 const char *lf_server_model_name(const lf_server *s) { return s ? s->model_name : ""; }
+const char *lf_server_chat_template(const lf_server *s) { return s && s->tpl.source ? s->tpl.source : ""; }
 
 void lf_server_stop(lf_server *s, double drain_s) {
     if (!s) return;
