@@ -1,7 +1,7 @@
 /*
  * Fuzz harness: the OpenAI request parser, the chat template reader and
  * renderer, the response/SSE writers and the stop-string matcher
- * (src/serve/request.c, template.c, response.c, stop.c).
+ * (src/serve/request.c, response.c, stop.c; src/data/chat_template.c).
  *
  * Input: one selector byte, then the payload.
  *   sel & 3 == 0  the payload is a POST /v1/completions body;

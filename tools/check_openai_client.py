@@ -19,7 +19,20 @@
 #   * stop: a stop string taken from the greedy text ends the text just before it,
 #     finish_reason "stop";
 #   * logprobs=2: one log-probability per token, each <= 0, the greedy token the most likely;
-#   * chat.completions.create, streamed and not: the same content both ways;
+#   * logprobs=2 streamed: each chunk's tokens join to exactly its text, and all the chunks'
+#     tokens, log-probabilities (to 1e-6: float32 numbers printed and read back), alternatives
+#     and text offsets equal the whole answer's;
+#   * echo with logprobs (max_tokens 0): the text is the prompt, its tokens join to it, the first
+#     log-probability is null and the rest <= 0, offsets count the bytes before each token; the
+#     prompt + the first greedy character scored this way gives that character the
+#     log-probability generation gave it (within 1e-4: another batch shape, float32); with
+#     max_tokens N the text is prompt + greedy text and the completion's records are the plain
+#     call's, after the prompt's; streamed, the first chunk is the prompt with its records;
+#   * ignore_eos (vLLM's extension, extra_body): a seeded completion that ends at the end of
+#     text runs on to max_tokens with it, its text starting with the one that stopped;
+#   * chat.completions.create, streamed and not: the same content both ways; with logprobs and
+#     top_logprobs=2 both ways: the same tokens and log-probabilities, each streamed chunk's
+#     tokens joining to its delta;
 #   * 16 concurrent streaming clients (threads), each with its own seed, each get exactly the
 #     text they get alone, one at a time;
 #   * a wrong key raises AuthenticationError (401).
@@ -97,6 +110,81 @@ def main():
             fail(f"greedy token {tok!r} ({x}) is not the most likely of {top}")
     n_checks += 1
 
+    # logprobs in a stream: per chunk, the tokens of its text; together, the whole answer's
+    chunks = [ch for ch in c.completions.create(model=a.model, prompt=a.prompt, max_tokens=10, temperature=0,
+                                                logprobs=2, stream=True) if ch.choices]
+    whole = c.completions.create(model=a.model, prompt=a.prompt, max_tokens=10, temperature=0, logprobs=2)
+    wl = whole.choices[0].logprobs
+    toks, lps, tops, offs = [], [], [], []
+    for ch in chunks:
+        x = ch.choices[0]
+        if x.logprobs is None:
+            if x.text:
+                fail(f"streamed chunk {x.text!r} without logprobs")
+            continue
+        if "".join(x.logprobs.tokens) != x.text:
+            fail(f"streamed chunk {x.text!r} carries tokens {x.logprobs.tokens}")
+        toks += x.logprobs.tokens
+        lps += x.logprobs.token_logprobs
+        tops += x.logprobs.top_logprobs
+        offs += x.logprobs.text_offset
+    if toks != wl.tokens or offs != wl.text_offset or len(lps) != len(wl.token_logprobs) or any(
+            abs(p - q) > 1e-6 for p, q in zip(lps, wl.token_logprobs)) or [sorted(t) for t in tops] != [
+            sorted(t) for t in wl.top_logprobs]:
+        fail(f"streamed logprobs {toks} {lps} {offs} != whole {wl.tokens} {wl.token_logprobs} {wl.text_offset}")
+    if "".join(ch.choices[0].text for ch in chunks) != whole.choices[0].text:
+        fail("streamed text with logprobs differs from the whole answer's")
+    n_checks += 1
+
+    # echo with logprobs: the prompt's own log-probabilities
+    r = c.completions.create(model=a.model, prompt=a.prompt, max_tokens=0, echo=True, logprobs=1)
+    x = r.choices[0]
+    lp = x.logprobs
+    if x.text != a.prompt or "".join(lp.tokens) != a.prompt or lp.token_logprobs[0] is not None or any(
+            v is None or v > 0 for v in lp.token_logprobs[1:]) or x.finish_reason != "length":
+        fail(f"echo, max_tokens 0: {x.text!r} {lp} {x.finish_reason}")
+    want_off = [len("".join(lp.tokens[:i]).encode()) for i in range(len(lp.tokens))]
+    if lp.text_offset != want_off or r.usage.completion_tokens != 0:
+        fail(f"echo offsets {lp.text_offset} != {want_off} (usage {r.usage})")
+    first = c.completions.create(model=a.model, prompt=a.prompt, max_tokens=1, temperature=0, logprobs=1)
+    g1, l1 = first.choices[0].logprobs.tokens[0], first.choices[0].logprobs.token_logprobs[0]
+    sc = c.completions.create(model=a.model, prompt=a.prompt + g1, max_tokens=0, echo=True, logprobs=0)
+    l_sc = sc.choices[0].logprobs.token_logprobs[-1]
+    if sc.choices[0].logprobs.tokens[-1] != g1 or abs(l_sc - l1) > 1e-4:
+        fail(f"scoring the prompt + {g1!r} gives it {l_sc}; generating it gave {l1}")
+    n = 8
+    plain = c.completions.create(model=a.model, prompt=a.prompt, max_tokens=n, temperature=0, logprobs=1)
+    r = c.completions.create(model=a.model, prompt=a.prompt, max_tokens=n, temperature=0, logprobs=1, echo=True)
+    x, pl = r.choices[0], plain.choices[0].logprobs
+    np_ = len(lp.tokens)
+    if x.text != a.prompt + plain.choices[0].text or x.logprobs.tokens != lp.tokens + pl.tokens or \
+            x.logprobs.text_offset != lp.text_offset + [o + len(a.prompt.encode()) for o in pl.text_offset] or \
+            any(abs(p - q) > 1e-6 for p, q in zip(x.logprobs.token_logprobs[np_:], pl.token_logprobs)):
+        fail(f"echo with {n} tokens: {x.text!r} {x.logprobs} vs prompt {lp} + {pl}")
+    chunks = [ch for ch in c.completions.create(model=a.model, prompt=a.prompt, max_tokens=n, temperature=0,
+                                                logprobs=1, echo=True, stream=True) if ch.choices]
+    c0 = chunks[0].choices[0]
+    if c0.text != a.prompt or c0.logprobs is None or c0.logprobs.tokens != lp.tokens or \
+            "".join(ch.choices[0].text for ch in chunks) != x.text:
+        fail(f"streamed echo: first chunk {c0}, text {''.join(ch.choices[0].text for ch in chunks)!r}")
+    n_checks += 1
+
+    # ignore_eos: past the end of text (a seeded completion that stops there; the draws are keyed by seed and
+    # position, so the same seed with ignore_eos gives the same tokens, the end of text among them, then more)
+    for seed in range(20):
+        r = c.completions.create(model=a.model, prompt=a.prompt, max_tokens=120, temperature=1, seed=seed)
+        if r.choices[0].finish_reason == "stop" and r.usage.completion_tokens < 120:
+            break
+    else:
+        fail("no seeded completion of 20 reached the end of text in 120 tokens")
+    r2 = c.completions.create(model=a.model, prompt=a.prompt, max_tokens=120, temperature=1, seed=seed,
+                              extra_body={"ignore_eos": True})
+    if r2.usage.completion_tokens != 120 or r2.choices[0].finish_reason != "length" or \
+            not r2.choices[0].text.startswith(r.choices[0].text) or len(r2.choices[0].text) <= len(r.choices[0].text):
+        fail(f"ignore_eos: {r2.usage} {r2.choices[0].finish_reason} {r2.choices[0].text!r} after "
+             f"{r.choices[0].text!r}")
+    n_checks += 1
+
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who is there?"}]
     r = c.chat.completions.create(model=a.model, messages=msgs, max_tokens=10, temperature=0)
     whole = r.choices[0].message.content
@@ -105,6 +193,26 @@ def main():
                                                  stream=True) if ch.choices)
     if r.choices[0].message.role != "assistant" or whole != streamed:
         fail(f"chat: {whole!r} vs streamed {streamed!r}")
+    n_checks += 1
+
+    r = c.chat.completions.create(model=a.model, messages=msgs, max_tokens=10, temperature=0, logprobs=True,
+                                  top_logprobs=2)
+    wc = r.choices[0].logprobs.content
+    got = []
+    for ch in c.chat.completions.create(model=a.model, messages=msgs, max_tokens=10, temperature=0, logprobs=True,
+                                        top_logprobs=2, stream=True):
+        if not ch.choices:
+            continue
+        x = ch.choices[0]
+        items = x.logprobs.content if x.logprobs is not None and x.logprobs.content else []
+        if x.delta.content and "".join(t.token for t in items) != x.delta.content:
+            fail(f"chat chunk {x.delta.content!r} carries {[t.token for t in items]}")
+        got += items
+    if [t.token for t in got] != [t.token for t in wc] or any(abs(p.logprob - q.logprob) > 1e-6 for p, q in
+                                                              zip(got, wc)) or any(len(t.top_logprobs) != 2 for t in got):
+        fail(f"chat logprobs streamed {[(t.token, t.logprob) for t in got]} != {[(t.token, t.logprob) for t in wc]}")
+    if "".join(t.token for t in wc) != r.choices[0].message.content:
+        fail(f"chat logprobs tokens {[t.token for t in wc]} do not join to {r.choices[0].message.content!r}")
     n_checks += 1
 
     def stream_text(seed):

@@ -512,6 +512,13 @@ typedef struct lf_prepare_opts {
     lf_input_format format;
     lf_record_mode mode;
     const char *text_field, *prompt_field, *response_field; /* as lf_reader_opts */
+    /* Fine-tuning only; NULL: the pairs as they are. "chatml" (the built-in),
+     * a chat_template.json file, or a directory holding one (a checkpoint's):
+     * each pair is rendered as `llmforge serve`'s chat endpoint renders a
+     * conversation of that one user message (docs/data.md), the template
+     * written to out_dir/chat_template.json, which training copies into every
+     * checkpoint (so serve uses it). */
+    const char *chat_template;
     int skip_bad_records;
     size_t max_record_bytes;   /* 0: LF_READER_MAX_RECORD_BYTES */
     const char *tokenizer;     /* spec, see above */
@@ -540,8 +547,10 @@ typedef struct lf_prepare_result {
     char first_skip[512];    /* message of the first skipped record, "" when none */
 } lf_prepare_result;
 
-/* Errors: LF_ERR_INVALID_ARG (options, no records at all, nothing for the
- * train split), LF_ERR_RANGE (a split weight, n_threads out of range), the
+/* Errors: LF_ERR_INVALID_ARG (options, a chat template with pretraining,
+ * no records at all, nothing for the train split), LF_ERR_RANGE (a split
+ * weight, n_threads out of range), the chat template's (LF_ERR_NOT_FOUND,
+ * LF_ERR_FORMAT, LF_ERR_CONFIG naming the file and key), the
  * reader's and tokenizer's errors (a record that cannot be encoded is a bad
  * record named FILE:LINE and the field), LF_ERR_IO (naming the file, e.g. a
  * shard that cannot be created), LF_ERR_NOMEM. result is filled only on

@@ -329,9 +329,13 @@ void lf_session_free(lf_session *s);
 lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T, int use_cache);
 /* One run of a ragged forward: `len` tokens of the sequence held in cache
  * slot `slot` (a batch row of the session, 0 <= slot < B), at positions
- * pos .. pos + len - 1. */
+ * pos .. pos + len - 1. every_row 0 (the default): the head runs on the
+ * run's last row only; 1: on each of its rows (a prompt's own
+ * log-probabilities, e.g. a server's echo with logprobs), at the cost of
+ * the vocabulary-wide product for each of them. */
 typedef struct lf_segment {
     int slot, pos, len;
+    int every_row;
 } lf_segment;
 /* A forward over several sequences at once, each at its own position
  * (continuous batching): tokens holds the n_seg runs one after the other
@@ -341,11 +345,17 @@ typedef struct lf_segment {
  * rows. pos may not exceed what the slot holds (lf_session_slot_pos; 0
  * starts the slot's sequence again); two runs may not share a slot. The
  * head runs on each run's last position only: logits row i is run i's
- * next-token distribution (n_seg rows). Each run's logits equal those of the
+ * next-token distribution (n_seg rows), unless runs ask for every_row: the
+ * logits rows are then the runs in order, one row for each run and len rows
+ * for a run with every_row (its row t: the distribution after its token t;
+ * lf_session_ragged_rows counts them). Each run's logits equal those of the
  * same tokens run alone in a session of one row, to float rounding (the
  * products see a different row count). LF_ERR_INVALID_ARG / LF_ERR_RANGE
  * name the run and the bound. */
 lf_status lf_session_forward_ragged(lf_session *s, const int32_t *tokens, const lf_segment *seg, int n_seg);
+/* The first logits row of run i of a ragged forward over seg[0..n_seg)
+ * (i == n_seg: the number of rows), by the rule above. */
+int lf_session_ragged_rows(const lf_segment *seg, int i);
 /* Positions cached in slot `slot` (by ragged forwards; -1 for a bad slot). */
 int lf_session_slot_pos(const lf_session *s, int slot);
 /* Logits (B', T, Vp) of the last forward (backend memory: read it through

@@ -46,6 +46,9 @@ typedef struct lf_server_opts {
 lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opts *opts);
 int lf_server_port(const lf_server *s);
 const char *lf_server_model_name(const lf_server *s);
+/* Where the chat template came from: the checkpoint's chat_template.json
+ * (its path) or "built-in ChatML". Valid while the server runs. */
+const char *lf_server_chat_template(const lf_server *s);
 /* Stop accepting work (new requests: 503 with Retry-After), let in-flight
  * requests finish for up to drain_s seconds, cancel what is left (streams
  * end cleanly), stop listening and free everything. NULL: no-op. */

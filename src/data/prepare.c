@@ -31,13 +31,21 @@
  *    (lf_split_writer: fixed buffers), the readers' buffers and the
  *    tokenizer. Never the input nor a whole shard.
  *  - Fine-tuning layout per record: ids(prompt) with mask 0, then
- *    ids(response) and the end-of-text id with mask 1. The batch sampler
+ *    ids(response) and the end-of-text id with mask 1. With a chat template
+ *    (opts->chat_template) the prompt is the template's rendering of the
+ *    conversation [user: prompt] with its generation prompt and the
+ *    response is followed by suffix[assistant], each span tokenized as the
+ *    server tokenizes it (special tokens only in template text), so the
+ *    prompt ids are exactly what the chat endpoint feeds the model; the
+ *    template's strings join a "char" vocabulary's first pass, and it is
+ *    written to out_dir/chat_template.json. The batch sampler
  *    turns a target whose mask is 0 into -1, so the loss covers exactly the
  *    response and its end-of-text. A record's tokens may continue in the
  *    next shard of its split; the sampler reads a split as the concatenation
  *    of its shards, so nothing is lost at the cut.
  *  - The split of a record is a function of its content alone (split.c).
- *  - Output order: a dataset.json already in out_dir is removed before the
+ *  - Output order: a dataset.json already in out_dir is removed (with the
+ *    chat_template.json of that run) before the
  *    first file of this run is written there (vocab.json or a shard), the
  *    shards are written as records arrive, and dataset.json comes last; each
  *    file is written to a temporary name, fsynced and renamed. On failure
@@ -62,6 +70,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "chat_template.h"
 #include "data_impl.h"
 
 #define N_CODE_POINTS 0x110000u
@@ -182,6 +191,9 @@ typedef struct prep {
     char *spec_out;          /* spec written to dataset.json */
     char tok_sha[65];        /* "" when the tokenizer names no single file */
     char tok_file_sha[2][65];/* gpt2:DIR: SHA-256 of DIR/encoder.json and DIR/vocab.bpe ("" otherwise) */
+    int has_tpl;             /* a chat template renders the pairs */
+    lf__chat_template tpl;
+    char tpl_sha[65];        /* of the chat_template.json written */
 } prep;
 
 lf_prepare_opts lf_prepare_opts_default(void) {
@@ -322,12 +334,17 @@ static uint64_t position(const prep *p, const lf_reader *r, const source *s) {
  * are being replaced. */
 static lf_status retire_manifest(prep *p) {
     if (p->retired) return LF_OK;
-    char *path = lf__path_join(p->out_dir, "dataset.json");
-    if (!path) return lf_fail(LF_ERR_NOMEM, "out of memory");
     lf_status st = LF_OK;
-    if (unlink(path) != 0 && errno != ENOENT)
-        st = lf_fail(LF_ERR_IO, "prepare: cannot remove the earlier '%s': %s", path, strerror(errno));
-    free(path);
+    /* the earlier run's chat template goes with its manifest: a template on
+     * disk is always this dataset's */
+    static const char *const files[] = {"dataset.json", LF__CHAT_TEMPLATE_FILE};
+    for (int i = 0; i < 2 && st == LF_OK; i++) {
+        char *path = lf__path_join(p->out_dir, files[i]);
+        if (!path) return lf_fail(LF_ERR_NOMEM, "out of memory");
+        if (unlink(path) != 0 && errno != ENOENT)
+            st = lf_fail(LF_ERR_IO, "prepare: cannot remove the earlier '%s': %s", path, strerror(errno));
+        free(path);
+    }
     if (st == LF_OK) p->retired = 1;
     return st;
 }
@@ -366,6 +383,16 @@ static lf_status build_char_vocab(prep *p) {
     if (!seen) return lf_fail(LF_ERR_NOMEM, "out of memory building a character vocabulary");
     lf_reader_opts ro = reader_opts(p);
     p->pass = 1;
+    if (p->has_tpl) { /* the template's text, which renders around every pair */
+        char *out = NULL;
+        size_t len = 0, cut = 0;
+        if ((st = lf__chat_template_render_pair(&p->tpl, "", 0, "", 0, &out, &len, &cut, NULL, NULL)) != LF_OK) {
+            free(seen);
+            return st;
+        }
+        mark_chars(seen, out, len);
+        free(out);
+    }
     for (size_t i = 0; i < p->n_src && st == LF_OK; i++) {
         source *s = &p->src[i];
         if ((st = lf_reader_open(&r, s->path, &ro)) != LF_OK) break;
@@ -377,6 +404,7 @@ static lf_status build_char_vocab(prep *p) {
             if (rec.text) mark_chars(seen, rec.text, rec.text_len);
             if (rec.prompt) mark_chars(seen, rec.prompt, rec.prompt_len);
             if (rec.response) mark_chars(seen, rec.response, rec.response_len);
+
             uint64_t at = position(p, r, s);
             if (at - last >= PROGRESS_EVERY) {
                 last = at;
@@ -620,12 +648,9 @@ static void on_reader_skip(const char *msg, void *user) {
 }
 
 /* ---------------------------------------------------------------- encoding (any thread) */
-/* Encode one field of an item. A failure that makes the record bad sets
- * it->msg ("FILE:LINE: field 'F': ...") and it->bad (skip_bad_records) or
- * it->st; other failures (memory, internal) set it->st. */
-static int encode_field(const prep *p, const batch *b, item *it, const char *s, size_t n, size_t key_off,
-                        int n_threads, uint32_t **ids, size_t *m) {
-    lf_status st = lf_tokenizer_encode_parallel(p->tok, s, n, NULL, n_threads, ids, m);
+/* After encoding one field: 0 when st is LF_OK, else the failure noted on
+ * the item as encode_field says. */
+static int encode_failed(const prep *p, const batch *b, item *it, lf_status st, size_t key_off) {
     if (st == LF_OK) return 0;
     char msg[1024];
     const source *src = &p->src[it->src];
@@ -646,18 +671,83 @@ static int encode_field(const prep *p, const batch *b, item *it, const char *s, 
     return -1;
 }
 
+/* Encode one field of an item. A failure that makes the record bad sets
+ * it->msg ("FILE:LINE: field 'F': ...") and it->bad (skip_bad_records) or
+ * it->st; other failures (memory, internal) set it->st. */
+static int encode_field(const prep *p, const batch *b, item *it, const char *s, size_t n, size_t key_off,
+                        int n_threads, uint32_t **ids, size_t *m) {
+    lf_status st = lf_tokenizer_encode_parallel(p->tok, s, n, NULL, n_threads, ids, m);
+    return encode_failed(p, b, it, st, key_off);
+}
+
+/* Append ids[0, n) to the lf_alloc'd *dst of *dn ids. */
+static int append_ids(uint32_t **dst, size_t *dn, const uint32_t *ids, size_t n) {
+    if (n == 0) return 0;
+    uint32_t *q = lf_alloc((*dn + n) * sizeof *q);
+    if (!q) return -1;
+    if (*dn) memcpy(q, *dst, *dn * sizeof *q);
+    memcpy(q + *dn, ids, n * sizeof *q);
+    lf_free(*dst);
+    *dst = q;
+    *dn += n;
+    return 0;
+}
+
+/* A pair through the chat template: the rendered prompt part into ia, the
+ * response and the assistant's suffix into ib, each span tokenized on its
+ * own as the server does (special tokens read in template text only). */
+static int encode_templated(const prep *p, const batch *b, item *it, int n_threads, uint32_t **ia, size_t *na,
+                            uint32_t **ib, size_t *nb) {
+    char *out = NULL;
+    size_t len = 0, cut = 0;
+    lf__chat_span *sp = NULL;
+    int n_sp = 0, bad = 0;
+    lf_status st = lf__chat_template_render_pair(&p->tpl, b->arena + it->a_off, it->a_len, b->arena + it->b_off,
+                                                 it->b_len, &out, &len, &cut, &sp, &n_sp);
+    if (st != LF_OK) return encode_failed(p, b, it, st, it->ka_off);
+    for (int i = 0; i < n_sp && !bad; i++) {
+        lf_encode_opts o = lf_encode_opts_default();
+        o.allow_special = sp[i].from_template;
+        uint32_t *ids = NULL;
+        size_t n = 0;
+        const int resp = sp[i].off >= cut;
+        st = lf_tokenizer_encode_parallel(p->tok, out + sp[i].off, sp[i].len, &o, n_threads, &ids, &n);
+        if (encode_failed(p, b, it, st, resp ? it->kb_off : it->ka_off) != 0) bad = 1;
+        else if (append_ids(resp ? ib : ia, resp ? nb : na, ids, n) != 0) {
+            it->st = LF_ERR_NOMEM;
+            it->msg = strdup("out of memory tokenizing a templated pair");
+            bad = 1;
+        }
+        lf_free(ids);
+    }
+    free(out);
+    free(sp);
+    if (bad) {
+        lf_free(*ia);
+        lf_free(*ib);
+        *ia = *ib = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 static void encode_item(const prep *p, const batch *b, item *it, int n_threads) {
     const char *a = b->arena + it->a_off;
     uint32_t *ia = NULL, *ib = NULL;
     size_t na = 0, nb = 0;
-    if (encode_field(p, b, it, a, it->a_len, it->ka_off, n_threads, &ia, &na) != 0) return;
     size_t klen = it->a_len;
-    if (p->sft) {
-        if (encode_field(p, b, it, b->arena + it->b_off, it->b_len, it->kb_off, n_threads, &ib, &nb) != 0) {
-            lf_free(ia);
-            return;
+    if (p->sft && p->has_tpl) {
+        if (encode_templated(p, b, it, n_threads, &ia, &na, &ib, &nb) != 0) return;
+        klen = it->a_len + 1 + it->b_len; /* the split key is the pair's own bytes, whatever the template */
+    } else {
+        if (encode_field(p, b, it, a, it->a_len, it->ka_off, n_threads, &ia, &na) != 0) return;
+        if (p->sft) {
+            if (encode_field(p, b, it, b->arena + it->b_off, it->b_len, it->kb_off, n_threads, &ib, &nb) != 0) {
+                lf_free(ia);
+                return;
+            }
+            klen = it->a_len + 1 + it->b_len; /* prompt 0x00 response, contiguous in the arena */
         }
-        klen = it->a_len + 1 + it->b_len; /* prompt 0x00 response, contiguous in the arena */
     }
     it->split = lf__split_pick(lf__split_unit(a, klen), p->w);
     if (!p->sft) {
@@ -900,6 +990,22 @@ static lf_status encode_all(prep *p) {
 }
 
 /* ---------------------------------------------------------------- manifest */
+/* out_dir/chat_template.json: the template the pairs were rendered with,
+ * before dataset.json (which names it) and after every shard. */
+static lf_status write_template(prep *p) {
+    char *text = NULL, *path = NULL;
+    size_t len = 0;
+    lf_status st = lf__chat_template_json(&p->tpl, &text, &len);
+    if (st == LF_OK && !(path = lf__path_join(p->out_dir, LF__CHAT_TEMPLATE_FILE)))
+        st = lf_fail(LF_ERR_NOMEM, "out of memory");
+    if (st == LF_OK) st = retire_manifest(p);
+    if (st == LF_OK) st = lf__file_write_atomic(path, text, len);
+    if (st == LF_OK) lf_sha256_hex(text, len, p->tpl_sha);
+    free(text);
+    free(path);
+    return st;
+}
+
 static lf_status write_manifest(prep *p) {
     lf_status st = LF_OK;
     char *text = NULL, *path = NULL;
@@ -919,6 +1025,11 @@ static lf_status write_manifest(prep *p) {
     ok = ok && cJSON_AddNumberToObject(root, "vocab_size", p->V);
     ok = ok && cJSON_AddNumberToObject(root, "eot", p->eot);
     ok = ok && cJSON_AddStringToObject(root, "mode", p->sft ? "sft" : "pretrain");
+    if (ok && p->has_tpl) {
+        cJSON *ct = cJSON_AddObjectToObject(root, "chat_template");
+        ok = ct && cJSON_AddStringToObject(ct, "file", LF__CHAT_TEMPLATE_FILE) &&
+             cJSON_AddStringToObject(ct, "source", p->tpl.source) && cJSON_AddStringToObject(ct, "sha256", p->tpl_sha);
+    }
     ok = ok && (splits = cJSON_AddObjectToObject(root, "splits"));
     uint64_t total = 0;
     for (int s = 0; s < LF_PREPARE_N_SPLITS && ok; s++) {
@@ -1027,6 +1138,15 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     if (p.batch_bytes > MAX_BATCH_BYTES) p.batch_bytes = MAX_BATCH_BYTES;
     for (int s = 0; s < 2; s++) atomic_init(&p.b[s].next, 0);
 
+    if (opts->chat_template) {
+        if (!p.sft) {
+            st = lf_fail(LF_ERR_INVALID_ARG, "prepare: a chat template renders fine-tuning pairs (mode sft), not "
+                         "pretraining text");
+            goto done;
+        }
+        if ((st = lf__chat_template_load(opts->chat_template, &p.tpl)) != LF_OK) goto done;
+        p.has_tpl = 1;
+    }
     if ((st = expand_inputs(&p)) != LF_OK) goto done;
     if ((st = lf_mkdirs(out_dir)) != LF_OK) goto done;
     if ((st = open_tokenizer(&p)) != LF_OK) goto done;
@@ -1051,6 +1171,7 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     }
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++)
         if ((st = lf_split_writer_finish(p.sw[s])) != LF_OK) goto done;
+    if (p.has_tpl && (st = write_template(&p)) != LF_OK) goto done;
     if ((st = write_manifest(&p)) != LF_OK) goto done;
     progress(&p, p.bytes_total * (uint64_t)p.passes, 1);
 
@@ -1080,5 +1201,6 @@ done:
     for (size_t i = 0; i < p.n_src; i++) free(p.src[i].path);
     free(p.src);
     free(p.spec_out);
+    lf__chat_template_free(&p.tpl);
     return st;
 }

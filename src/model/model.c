@@ -689,11 +689,25 @@ void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float
 int lf__head_rows(const lf_model *m, float *x, int N, int C) {
     if (!ragged(m)) return N;
     const lf__kv *kv = m->kv;
-    for (int i = 0; i < kv->n_seg; i++) { /* row0[i] + len - 1 >= i: never overwrites a row still to move */
-        const size_t src = (size_t)kv->row0[i] + (size_t)kv->seg[i].len - 1;
-        if (src != (size_t)i) m->be->ops->copy(m->be, x + (size_t)i * C, x + src * C, (size_t)C * sizeof(float));
+    /* rows move down in order, each to dst <= its source (dst counts one row
+     * per earlier run, or its len): never over a row still to move */
+    size_t dst = 0;
+    for (int i = 0; i < kv->n_seg; i++) {
+        const lf_segment *g = &kv->seg[i];
+        const size_t first = (size_t)kv->row0[i] + (g->every_row ? 0 : (size_t)g->len - 1);
+        const size_t n = g->every_row ? (size_t)g->len : 1;
+        if (first != dst)
+            for (size_t r = 0; r < n; r++)
+                m->be->ops->copy(m->be, x + (dst + r) * C, x + (first + r) * C, (size_t)C * sizeof(float));
+        dst += n;
     }
-    return kv->n_seg;
+    return (int)dst;
+}
+
+int lf_session_ragged_rows(const lf_segment *seg, int i) {
+    int rows = 0;
+    for (int j = 0; j < i; j++) rows += seg[j].every_row ? seg[j].len : 1;
+    return rows;
 }
 
 void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T) {
@@ -1034,6 +1048,8 @@ lf_status lf_session_forward_ragged(lf_session *s, const int32_t *tokens, const 
             if (seg[j].slot == g->slot)
                 return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: runs %d and %d share slot %d", j, i, g->slot);
         if (g->len < 1) return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d is empty (len %d)", i, g->len);
+        if (g->every_row != 0 && g->every_row != 1)
+            return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d: every_row is %d (0 or 1)", i, g->every_row);
         if (g->pos < 0 || g->pos > s->filled[g->slot])
             return lf_fail(LF_ERR_RANGE, "ragged forward: run %d starts at position %d, slot %d holds %d", i, g->pos,
                            g->slot, s->filled[g->slot]);

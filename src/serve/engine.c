@@ -15,6 +15,10 @@
  *     still prefilling, in admission order (chunked prefill: a long prompt
  *     takes several steps and never stalls the decoders for long).
  *  3. One ragged forward over all runs (lf_session_forward_ragged).
+ *     A request that wants its prompt's log-probabilities (echo with
+ *     logprobs) has its prompt chunks run with every_row: the head runs on
+ *     each of their rows, and row t of a chunk at position p scores prompt
+ *     token p + t + 1. Every other run keeps the head on its last row only.
  *  4. A run that reached the end of its sequence samples the next token from
  *     its last row: lf_sample_token keyed by (seed, sequence length), exactly
  *     as lf_generate draws, so a request gives what `llmforge sample` gives
@@ -24,8 +28,9 @@
  *     products over a different row count (~1e-6 relative);
  *     tests/serve/test_engine.c checks both.
  *  5. Finish: a stop token (not emitted), max_tokens or a full context
- *     (length), a callback asking to stop, or cancellation; the slot is free
- *     for the next step's admission.
+ *     (length; max_tokens 0 ends when the prompt is scored), a callback
+ *     asking to stop, or cancellation; the slot is free for the next step's
+ *     admission.
  *
  * Invariants:
  *  - For each active sequence, fed <= len: tok[0..fed) are in its slot's
@@ -158,10 +163,14 @@ void lf_engine_free(lf_engine *e) {
 lf_status lf_engine_submit(lf_engine *e, const lf_engine_req *r, uint64_t *id) {
     if (id) *id = 0;
     if (!r->prompt || r->n_prompt < 1) return lf_fail(LF_ERR_RANGE, "the prompt is empty (at least one token)");
-    if (r->n_prompt >= e->o.max_context)
+    if (r->max_tokens < 0) return lf_fail(LF_ERR_RANGE, "max_tokens %d (at least 0)", r->max_tokens);
+    if (r->max_tokens == 0 && r->n_prompt > e->o.max_context)
+        return lf_fail(LF_ERR_RANGE, "the prompt has %d tokens; the context holds %d", r->n_prompt, e->o.max_context);
+    if (r->max_tokens > 0 && r->n_prompt >= e->o.max_context)
         return lf_fail(LF_ERR_RANGE, "the prompt has %d tokens; the context holds %d, so at most %d leave room for one "
                        "new token", r->n_prompt, e->o.max_context, e->o.max_context - 1);
-    if (r->max_tokens < 1) return lf_fail(LF_ERR_RANGE, "max_tokens %d (at least 1)", r->max_tokens);
+    if (r->prompt_logprobs && !r->on_prompt)
+        return lf_fail(LF_ERR_INVALID_ARG, "prompt_logprobs without an on_prompt callback");
     if (r->logprobs < 0 || r->logprobs > LF_ENGINE_MAX_LOGPROBS)
         return lf_fail(LF_ERR_RANGE, "logprobs %d is out of range [0, %d]", r->logprobs, LF_ENGINE_MAX_LOGPROBS);
     if (r->n_stop_ids < 0 || (r->n_stop_ids > 0 && !r->stop_ids))
@@ -232,8 +241,9 @@ static void retire(lf_engine *e, seq *q, lf_engine_finish why) {
     seq_free(q);
 }
 
-/* The model's log-probabilities of row (V logits): id's, and the n most
- * likely (descending; ties by lower id). */
+/* The model's log-probabilities of row (V logits): t->id's, and the n most
+ * likely (descending; ties by lower id), in one pass that keeps the best n
+ * in order (insertion: O(V n), what scoring every prompt row can afford). */
 static void logprobs(const float *row, int V, lf_engine_token *t, int n) {
     double mx = -INFINITY, sum = 0;
     for (int v = 0; v < V; v++)
@@ -241,18 +251,19 @@ static void logprobs(const float *row, int V, lf_engine_token *t, int n) {
     for (int v = 0; v < V; v++) sum += exp((double)row[v] - mx);
     const double lse = mx + log(sum);
     t->logprob = (float)((double)row[t->id] - lse);
-    t->n_top = 0;
-    for (int k = 0; k < n && k < V; k++) {
-        int best = -1;
-        for (int v = 0; v < V; v++) {
-            int taken = 0;
-            for (int j = 0; j < k && !taken; j++) taken = t->top_id[j] == v;
-            if (!taken && (best < 0 || row[v] > row[best])) best = v;
+    if (n > V) n = V;
+    int k = 0; /* top_id[0..k) hold the best so far, descending; a later id only displaces a smaller value */
+    for (int v = 0; v < V && n > 0; v++) {
+        if (k == n && !(row[v] > row[t->top_id[n - 1]])) continue;
+        int j = k < n ? k++ : n - 1;
+        while (j > 0 && row[v] > row[t->top_id[j - 1]]) {
+            t->top_id[j] = t->top_id[j - 1];
+            j--;
         }
-        t->top_id[k] = best;
-        t->top_logprob[k] = (float)((double)row[best] - lse);
-        t->n_top = k + 1;
+        t->top_id[j] = v;
     }
+    for (int j = 0; j < k; j++) t->top_logprob[j] = (float)((double)row[t->top_id[j]] - lse);
+    t->n_top = k;
 }
 
 lf_status lf_engine_step(lf_engine *e, int *n_active) {
@@ -307,10 +318,15 @@ lf_status lf_engine_step(lf_engine *e, int *n_active) {
                 continue;
             }
             const int left = q->len - q->fed, decoding = q->fed >= q->r.n_prompt;
+            if (pass == 1 && q->r.max_tokens == 0 && !q->r.prompt_logprobs) { /* nothing to compute */
+                retire(e, q, LF_FINISH_LENGTH);
+                continue;
+            }
             if (decoding != (pass == 0) || left <= 0 || budget <= 0) continue;
             const int k = left < budget ? left : budget;
             memcpy(e->in + total, q->tok + q->fed, sizeof(int32_t) * (size_t)k);
-            e->seg[n_run] = (lf_segment){.slot = q->slot, .pos = q->fed, .len = k};
+            e->seg[n_run] = (lf_segment){.slot = q->slot, .pos = q->fed, .len = k,
+                                         .every_row = !decoding && q->r.prompt_logprobs};
             e->run[n_run++] = q;
             total += k;
             budget -= k;
@@ -336,15 +352,44 @@ lf_status lf_engine_step(lf_engine *e, int *n_active) {
     e->st.steps++;
     pthread_mutex_unlock(&e->mu);
 
-    /* 4. sample where a run reached the end of its sequence; 5. finish */
-    for (int r = 0; r < n_run; r++) {
+    /* 4. score prompt rows; sample where a run reached the end of its
+     * sequence; 5. finish */
+    for (int r = 0, row0 = 0; r < n_run; row0 += e->seg[r].every_row ? e->seg[r].len : 1, r++) {
         seq *q = e->run[r];
-        q->fed += e->seg[r].len;
+        const lf_segment *g = &e->seg[r];
+        const int last = row0 + (g->every_row ? g->len - 1 : 0); /* run r's last row */
+        if (g->every_row) {
+            int stop = 0;
+            lf_engine_token t = {0};
+            if (g->pos == 0) { /* the first prompt token: nothing before it */
+                t.id = q->tok[0];
+                t.logprob = NAN;
+                stop = q->r.on_prompt(q->r.user, 0, &t);
+            }
+            for (int i = 0; !stop && i < g->len && g->pos + i + 1 < q->r.n_prompt; i++) {
+                if ((st = lf_session_copy_logits(e->s, (size_t)(row0 + i), 1, e->row)) != LF_OK) break;
+                t = (lf_engine_token){.id = q->tok[g->pos + i + 1]};
+                logprobs(e->row, e->V, &t, q->r.logprobs);
+                stop = q->r.on_prompt(q->r.user, g->pos + i + 1, &t);
+            }
+            if (st != LF_OK || stop) {
+                if (st != LF_OK) snprintf(e->err, sizeof e->err, "%s", lf_last_error());
+                retire(e, q, st != LF_OK ? LF_FINISH_ERROR : LF_FINISH_CANCELLED);
+                st = LF_OK;
+                continue;
+            }
+        }
+        q->fed += g->len;
         if (q->fed < q->len) continue; /* a prompt chunk: more to come */
-        st = lf_session_copy_logits(e->s, (size_t)r, 1, e->row); /* logits row r: run r's last position */
+        if (q->gen >= q->r.max_tokens) { /* max_tokens 0: the prompt was all */
+            retire(e, q, LF_FINISH_LENGTH);
+            continue;
+        }
+        st = lf_session_copy_logits(e->s, (size_t)last, 1, e->row); /* run r's last position */
         if (st != LF_OK) {
             snprintf(e->err, sizeof e->err, "%s", lf_last_error());
             retire(e, q, LF_FINISH_ERROR);
+            st = LF_OK;
             continue;
         }
         lf_engine_token t = {0};

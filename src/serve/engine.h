@@ -56,7 +56,7 @@ typedef struct lf_engine_token {
 typedef struct lf_engine_req {
     const int32_t *prompt; /* n_prompt >= 1 ids (copied at submit) */
     int n_prompt;
-    int max_tokens;        /* >= 1 */
+    int max_tokens;        /* >= 1; 0: the prompt only (its log-probabilities), then LF_FINISH_LENGTH */
     float temperature;     /* 0: greedy */
     int top_k;             /* 0: off */
     float top_p;           /* 0 or 1: off */
@@ -64,6 +64,16 @@ typedef struct lf_engine_req {
     const int32_t *stop_ids; /* tokens that end the sequence (e.g. end of text); copied */
     int n_stop_ids;
     int logprobs;          /* 0..LF_ENGINE_MAX_LOGPROBS alternatives per token */
+    /* 1: the prompt's own log-probabilities, each prompt token given those
+     * before it, through on_prompt (the prefill then computes the head on
+     * every prompt row, not only the last: a vocabulary-wide product per
+     * prompt token; other requests in the same step pay nothing). */
+    int prompt_logprobs;
+    /* prompt_logprobs: called for positions 0 .. n_prompt-1 in order, before
+     * the first on_token: the prompt token (id), its log-probability given
+     * the tokens before it (NaN at position 0, which has none, and no
+     * alternatives there) and `logprobs` alternatives. Non-zero cancels. */
+    int (*on_prompt)(void *user, int pos, const lf_engine_token *tok);
     /* Called for each generated token; non-zero cancels the sequence. */
     int (*on_token)(void *user, const lf_engine_token *tok);
     /* Called once at the end: why, and the prompt and generated token counts. */
@@ -84,9 +94,10 @@ void lf_engine_free(lf_engine *e); /* after lf_engine_stop when started */
 /* Queue a request; *id identifies it for lf_engine_cancel. LF_ERR_BUSY when
  * max_queue requests already wait or the engine is draining; LF_ERR_RANGE
  * (message names the sizes) when the prompt leaves no room to generate
- * (n_prompt >= max_context), a token is outside the vocabulary, or a
- * sampling option is out of range. on_done is not called for a refused
- * request. */
+ * (n_prompt >= max_context; with max_tokens 0, n_prompt > max_context), a
+ * token is outside the vocabulary, or a sampling option is out of range;
+ * LF_ERR_INVALID_ARG for prompt_logprobs without on_prompt. on_done is not
+ * called for a refused request. */
 lf_status lf_engine_submit(lf_engine *e, const lf_engine_req *r, uint64_t *id);
 /* Cancel a queued or active request (its on_done runs with
  * LF_FINISH_CANCELLED at the next step, or now when it was still queued and

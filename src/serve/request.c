@@ -614,6 +614,7 @@ static lf_status parse_fields(pctx *c, const cJSON *root, lf__serve_request *r) 
         }
     }
 
+    if ((st = get_bool(c, root, "ignore_eos", "ignore_eos", &r->ignore_eos)) != LF_OK) return st;
     if ((st = get_bool(c, root, "stream", "stream", &r->stream)) != LF_OK) return st;
     const cJSON *so;
     if ((st = member(c, root, "stream_options", "stream_options", &so)) != LF_OK) return st;

@@ -2,9 +2,10 @@
  * The OpenAI request layer of `llmforge serve` (internal API of src/serve):
  * request parsing and validation for POST /v1/completions and
  * POST /v1/chat/completions, OpenAI-shaped errors, the response and
- * server-sent-event builders, the chat template, and the incremental
- * stop-string matcher. The engine (src/serve/engine.c) and the HTTP wiring
- * use these; nothing here touches a model, a socket or a thread.
+ * server-sent-event builders, and the incremental stop-string matcher (the
+ * chat template is data/chat_template.h, shared with the SFT data path).
+ * The engine (src/serve/engine.c) and the HTTP wiring use these; nothing
+ * here touches a model, a socket or a thread.
  *
  * Why our own: the wire format is OpenAI's, and what clients (the `openai`
  * Python/JS packages, LangChain, curl scripts) send must be read exactly as
@@ -37,6 +38,7 @@
 #include <stdint.h>
 
 #include "llmforge/core.h"
+#include "data/chat_template.h"
 
 /* ---------------------------------------------------------------- limits */
 
@@ -104,12 +106,10 @@ typedef enum lf__serve_api {
     LF__SERVE_CHAT = 1,        /* POST /v1/chat/completions */
 } lf__serve_api;
 
-typedef enum lf__serve_role {
-    LF__ROLE_SYSTEM = 0, /* "system", and "developer" (OpenAI's newer name for it) */
-    LF__ROLE_USER = 1,
-    LF__ROLE_ASSISTANT = 2,
-    LF__ROLE_COUNT = 3,
-} lf__serve_role;
+/* Roles and messages are the chat template's (data/chat_template.h):
+ * LF__ROLE_SYSTEM ("system", and "developer", OpenAI's newer name for it),
+ * LF__ROLE_USER, LF__ROLE_ASSISTANT. */
+typedef lf__chat_role lf__serve_role;
 
 /* "system", "user", "assistant"; NULL for a value out of range. */
 const char *lf__serve_role_name(lf__serve_role r);
@@ -122,11 +122,8 @@ typedef struct lf__serve_prompt {
     int n_tokens;
 } lf__serve_prompt;
 
-typedef struct lf__serve_message {
-    lf__serve_role role;
-    const char *content; /* a string content, or the text parts joined with "\n"; "" for null */
-    size_t len;
-} lf__serve_message;
+/* content: a string content, or the text parts joined with "\n"; "" for null */
+typedef lf__chat_message lf__serve_message;
 
 typedef struct lf__serve_request {
     lf__serve_api api;
@@ -151,6 +148,7 @@ typedef struct lf__serve_request {
     int top_logprobs;   /* alternatives per token (completions: its `logprobs` integer) */
     int stream;
     int include_usage;  /* stream_options.include_usage */
+    int ignore_eos;     /* vLLM's extension: the end-of-text token does not end the text */
     double presence_penalty, frequency_penalty; /* validated ([-2, 2]), not applied */
     void *impl_;        /* owned storage */
 } lf__serve_request;
@@ -163,7 +161,8 @@ typedef struct lf__serve_request {
  * {"type":"text","text":...} parts), max_tokens (chat: also
  * max_completion_tokens, which wins), temperature, top_p, top_k, seed,
  * stop, n, echo, logprobs, top_logprobs, stream, stream_options.include_usage,
- * user. Checked but not applied: presence_penalty, frequency_penalty.
+ * user, and vLLM's ignore_eos. Checked but not applied: presence_penalty,
+ * frequency_penalty.
  * Any other field is ignored, as OpenAI clients send extras; a null value
  * counts as absent. A field given twice is refused (readers disagree on
  * which one wins).
@@ -265,62 +264,10 @@ char *lf__serve_sse_event(const char *json, size_t json_len, size_t *len);
  * hold part of a character. */
 char *lf__serve_utf8_sanitize(const char *text, size_t len, size_t *out_len);
 
-/* ---------------------------------------------------------------- chat template */
-
-/* A chat template: per-role text around each message's content, text once
- * at the start, and the generation prompt that opens the assistant's turn.
- * Rendering is concatenation only (no expressions, no loops, no escapes),
- * so any template renders in time linear in its output. */
-typedef struct lf__chat_template {
-    char *bos;                          /* before everything ("" for none) */
-    char *prefix[LF__ROLE_COUNT];
-    char *suffix[LF__ROLE_COUNT];
-    char *generation_prompt;
-    char *stop[4];                      /* stop strings the template implies (e.g. "<|im_end|>") */
-    int n_stop;
-    char *default_system;               /* a system message added when the chat has none; NULL: none */
-    char *source;                       /* "built-in ChatML" or the file's path */
-} lf__chat_template;
-
-#define LF__CHAT_TEMPLATE_FILE "chat_template.json"
-#define LF__CHAT_TEMPLATE_FORMAT "llmforge.chat_template.v1"
-
-/* The built-in template, ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n"
- * per message, then "<|im_start|>assistant\n"; stop "<|im_end|>". */
-lf_status lf__chat_template_chatml(lf__chat_template *t);
-/* A template from the JSON text of a chat_template.json (docs/serving.md):
- *   {"format": "llmforge.chat_template.v1",
- *    "bos": "", "default_system": null,
- *    "roles": {"system": {"prefix": "...", "suffix": "..."}, "user": {...}, "assistant": {...}},
- *    "generation_prompt": "...", "stop": ["..."]}
- * Every role is required; bos, default_system, stop and description (a
- * note for people) are optional, and null counts as absent for them.
- * Errors: LF_ERR_FORMAT (not JSON, a wrong type, invalid UTF-8, a Jinja
- * template from Hugging Face: "chat_template" key), LF_ERR_CONFIG (unknown
- * key, wrong format, a string over 4096 bytes, more than 4 stop strings),
- * each naming `what` (the file) and the key. */
-lf_status lf__chat_template_parse(const char *json, size_t len, const char *what, lf__chat_template *t);
-/* DIR/chat_template.json if it exists (*from_file = 1), else ChatML. */
-lf_status lf__chat_template_load_dir(const char *dir, lf__chat_template *t, int *from_file);
-void lf__chat_template_free(lf__chat_template *t);
-
-/* A span of rendered text and whether the template wrote it (1) or it is a
- * message's content (0): the tokenizer may read special tokens in template
- * spans only, so content cannot forge a turn ("<|im_end|>" typed by a user
- * stays text). */
-typedef struct lf__chat_span {
-    size_t off, len;
-    int from_template;
-} lf__chat_span;
-
-/* bos, [default system], then for each message prefix[role] + content +
- * suffix[role], then generation_prompt when add_generation_prompt. *out
- * (malloc'd, NUL-terminated, *len bytes); *spans (malloc'd, may be NULL
- * when not wanted) lists the pieces in order, empty ones left out. Errors:
- * LF_ERR_INVALID_ARG, LF_ERR_RANGE (a role out of range), LF_ERR_NOMEM. */
-lf_status lf__chat_template_render(const lf__chat_template *t, const lf__serve_message *m, int n,
-                                   int add_generation_prompt, char **out, size_t *len, lf__chat_span **spans,
-                                   int *n_spans);
+/* ---------------------------------------------------------------- chat template
+ * lf__chat_template, its parser, ChatML and the renderer live in
+ * src/data/chat_template.c (data/chat_template.h), shared with the SFT data
+ * path of `llmforge prepare`. */
 
 /* ---------------------------------------------------------------- stop strings */
 

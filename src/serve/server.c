@@ -12,6 +12,17 @@
  * goes out as an SSE chunk (stream) or into the choice (not). When every
  * choice is done the answer is sent (or the stream ends with [DONE]).
  *
+ * Log-probabilities: each token's record (its bytes, log-probability,
+ * alternatives, and text_offset, the bytes of the choice's text before it)
+ * is kept per choice. A whole answer carries them all (those past a stop
+ * string left out); a stream attaches each record to the chunk whose text
+ * completes the token's bytes (a token holding part of a character waits
+ * for the chunk with the rest; held-back text for a possible stop string
+ * holds its tokens back too), and the last chunk of a choice takes what is
+ * left. With echo the prompt comes first, as its own chunk in a stream, and
+ * with logprobs its tokens' records come first too (the first one's
+ * log-probability null), from the engine's prompt scoring.
+ *
  * Invariants:
  *  - A call (one HTTP request) is locked by its mutex while the handler
  *    submits and while a callback runs; it is freed by whoever ends it last:
@@ -80,8 +91,8 @@ struct lf_server {
     char model_name[256];
     char *key;
     size_t key_len;
-    int32_t stop_ids[2];
-    int n_stop_ids;
+    int32_t stop_ids[2]; /* the end of text first (n_eot: 1 when there is one), then <|im_end|> */
+    int n_stop_ids, n_eot;
     atomic_int draining;
     atomic_ullong next_id;
     int64_t created;
@@ -157,11 +168,14 @@ typedef struct choice {
     _Atomic uint64_t engine_id;
     lf_detok_stream *ds;
     lf__stop_matcher *sm;
-    sbuf text;          /* released text (echo first) */
-    size_t raw_len;     /* bytes decoded so far (logprob offsets) */
+    sbuf text;          /* released text (echo first); a stream: the echo until it is sent */
+    size_t raw_len;     /* bytes decoded so far (logprob offsets; starts after the echo) */
+    size_t prompt_off;  /* echo with logprobs: offset of the next prompt token */
+    size_t released;    /* a stream: bytes of text sent so far */
     lp_rec *lp;
     int n_lp, cap_lp;
-    int n_gen, stopped, done, first_sent;
+    int lp_sent;        /* a stream: records attached to a chunk so far */
+    int n_gen, stopped, done, first_sent, echo_pending;
     lf__serve_finish finish;
     double t_last;
 } choice;
@@ -236,10 +250,29 @@ static lf__serve_meta meta_of(const call *k) {
     return m;
 }
 
-/* One SSE event with one choice's delta (or finish). */
+static lf__serve_token_lp view_of(const lp_rec *r) {
+    lf__serve_token_lp v = {.token = r->tok, .len = r->len, .logprob = r->logprob, .text_offset = r->offset,
+                            .top = r->top, .n_top = r->n_top};
+    return v;
+}
+
+/* One SSE event with one choice's delta (or finish), and with logprobs the
+ * records of the tokens this chunk completes (the last chunk: every record
+ * left, but none past a stop string). */
 static void send_chunk(call *k, choice *c, const char *text, size_t len, lf__serve_finish finish) {
+    c->released += len;
+    int from = c->lp_sent, to = c->lp_sent;
+    if (k->logprobs) {
+        while (to < c->n_lp && (size_t)c->lp[to].offset + c->lp[to].len <= c->released) to++;
+        if (finish != LF__FINISH_NONE)
+            while (to < c->n_lp && (!c->stopped || (size_t)c->lp[to].offset < c->released)) to++;
+        c->lp_sent = to;
+    }
     if (atomic_load(&k->gone)) return;
-    lf__serve_choice ch = {.index = c->index, .text = text, .len = len, .finish = finish, .first = !c->first_sent};
+    lf__serve_token_lp *lp = to > from ? malloc(sizeof *lp * (size_t)(to - from)) : NULL;
+    for (int i = from; lp && i < to; i++) lp[i - from] = view_of(&c->lp[i]);
+    lf__serve_choice ch = {.index = c->index, .text = text, .len = len, .finish = finish, .first = !c->first_sent,
+                           .lp = lp, .n_lp = lp ? to - from : 0};
     c->first_sent = 1;
     lf__serve_meta m = meta_of(k);
     size_t jl = 0, el = 0;
@@ -248,6 +281,15 @@ static void send_chunk(call *k, choice *c, const char *text, size_t len, lf__ser
     if (ev && lf__http_stream_write(k->stream, ev, el) != LF_OK) atomic_store(&k->gone, 1);
     free(ev);
     free(json);
+    free(lp);
+}
+
+/* A stream with echo: the prompt's text (and its records) as the first chunk,
+ * once the prompt was scored (before the first token, or at the end). */
+static void flush_echo(call *k, choice *c) {
+    if (!c->echo_pending) return;
+    c->echo_pending = 0;
+    send_chunk(k, c, c->text.p ? c->text.p : "", c->text.len, LF__FINISH_NONE);
 }
 
 /* Every choice is done: the whole answer, or the stream's tail. Frees k. */
@@ -293,10 +335,7 @@ static void finish_call(call *k) {
                 }
                 for (int j = 0; j < c->n_lp; j++) {
                     if ((size_t)c->lp[j].offset >= c->text.len && c->stopped) break; /* past a stop string */
-                    lps[i][n_keep++] = (lf__serve_token_lp){.token = c->lp[j].tok, .len = c->lp[j].len,
-                                                            .logprob = c->lp[j].logprob,
-                                                            .text_offset = c->lp[j].offset, .top = c->lp[j].top,
-                                                            .n_top = c->lp[j].n_top};
+                    lps[i][n_keep++] = view_of(&c->lp[j]);
                 }
                 cs[i].lp = lps[i];
                 cs[i].n_lp = n_keep;
@@ -337,6 +376,64 @@ static void emit(call *k, choice *c, const char *text, size_t len) {
     if (stopped) c->stopped = 1;
 }
 
+/* Bytes of one token, on the plain heap (NULL, *len 0 when it cannot be
+ * decoded or memory is short; the record then shows an empty token). */
+static char *token_bytes(lf_server *s, int32_t id, size_t *len) {
+    uint32_t u = (uint32_t)id;
+    char *t = NULL, *copy = NULL;
+    *len = 0;
+    if (lf_tokenizer_decode(s->tok, &u, 1, &t, len) == LF_OK && t) {
+        copy = malloc(*len + 1);
+        if (copy) {
+            memcpy(copy, t, *len);
+            copy[*len] = 0;
+        }
+    }
+    lf_free(t); /* lf_alloc'd -> plain heap, freed with free() */
+    if (!copy) *len = 0;
+    return copy;
+}
+
+/* Append the record of token t at text offset *off (advanced by its bytes). */
+static void add_lp(call *k, choice *c, const lf_engine_token *t, size_t *off) {
+    if (c->n_lp >= 1 << 20) return;
+    if (c->n_lp == c->cap_lp) {
+        int cap = c->cap_lp ? 2 * c->cap_lp : 16;
+        lp_rec *p = realloc(c->lp, sizeof *p * (size_t)cap);
+        if (!p) return;
+        c->lp = p;
+        c->cap_lp = cap;
+    }
+    lp_rec *r = &c->lp[c->n_lp];
+    memset(r, 0, sizeof *r);
+    r->tok = token_bytes(k->s, t->id, &r->len);
+    r->logprob = t->logprob;
+    r->offset = (int)*off;
+    const int want = k->top_logprobs < t->n_top ? k->top_logprobs : t->n_top;
+    for (int j = 0; j < want; j++) {
+        size_t tl = 0;
+        char *txt = token_bytes(k->s, t->top_id[j], &tl);
+        if (!txt) continue;
+        r->top_tok[r->n_top] = txt;
+        r->top[r->n_top] = (lf__serve_top){.token = txt, .len = tl, .logprob = t->top_logprob[j]};
+        r->n_top++;
+    }
+    *off += r->len;
+    c->n_lp++;
+}
+
+/* echo with logprobs: prompt token pos, scored by the engine. */
+static int on_prompt(void *user, int pos, const lf_engine_token *t) {
+    (void)pos;
+    choice *c = user;
+    call *k = c->call;
+    pthread_mutex_lock(&k->mu);
+    add_lp(k, c, t, &c->prompt_off);
+    const int stop = atomic_load(&k->gone);
+    pthread_mutex_unlock(&k->mu);
+    return stop;
+}
+
 static int on_token(void *user, const lf_engine_token *t) {
     choice *c = user;
     call *k = c->call;
@@ -349,42 +446,8 @@ static int on_token(void *user, const lf_engine_token *t) {
     pthread_mutex_unlock(&s->mu);
     c->t_last = now;
     c->n_gen++;
-    if (k->logprobs && c->n_lp < 1 << 20) {
-        if (c->n_lp == c->cap_lp) {
-            int cap = c->cap_lp ? 2 * c->cap_lp : 16;
-            lp_rec *p = realloc(c->lp, sizeof *p * (size_t)cap);
-            if (p) {
-                c->lp = p;
-                c->cap_lp = cap;
-            }
-        }
-        if (c->n_lp < c->cap_lp) {
-            lp_rec *r = &c->lp[c->n_lp];
-            memset(r, 0, sizeof *r);
-            uint32_t id = (uint32_t)t->id;
-            if (lf_tokenizer_decode(s->tok, &id, 1, &r->tok, &r->len) != LF_OK) r->tok = NULL;
-            char *tk = r->tok ? strdup(r->tok) : NULL; /* lf_alloc'd -> plain heap, freed with free() */
-            lf_free(r->tok);
-            r->tok = tk;
-            if (!tk) r->len = 0;
-            r->logprob = t->logprob;
-            r->offset = (int)c->raw_len;
-            const int want = k->top_logprobs < t->n_top ? k->top_logprobs : t->n_top;
-            for (int j = 0; j < want; j++) {
-                uint32_t tid = (uint32_t)t->top_id[j];
-                char *txt = NULL;
-                size_t tl = 0;
-                if (lf_tokenizer_decode(s->tok, &tid, 1, &txt, &tl) != LF_OK) continue;
-                r->top_tok[r->n_top] = strdup(txt);
-                lf_free(txt);
-                if (!r->top_tok[r->n_top]) continue;
-                r->top[r->n_top] = (lf__serve_top){.token = r->top_tok[r->n_top], .len = tl, .logprob = t->top_logprob[j]};
-                r->n_top++;
-            }
-            c->raw_len += r->len;
-            c->n_lp++;
-        }
-    }
+    flush_echo(k, c);
+    if (k->logprobs) add_lp(k, c, t, &c->raw_len);
     char *text = NULL;
     size_t len = 0;
     if (lf_detok_stream_push(c->ds, (uint32_t)t->id, &text, &len) == LF_OK) emit(k, c, text, len);
@@ -400,6 +463,7 @@ static void on_done(void *user, lf_engine_finish why, int n_prompt, int n_gen) {
     choice *c = user;
     call *k = c->call;
     pthread_mutex_lock(&k->mu);
+    flush_echo(k, c);
     if (!c->stopped) { /* release what the detokenizer and the matcher hold */
         char *text = NULL;
         size_t len = 0;
@@ -474,13 +538,6 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
         reply_error(r, s, ep, &err);
         return;
     }
-    if (q.echo && q.logprobs) {
-        lf__serve_error_set(&err, 400, "invalid_request_error", NULL, "echo",
-                            "echo with logprobs (the prompt's log-probabilities) is not supported");
-        lf__serve_request_free(&q);
-        reply_error(r, s, ep, &err);
-        return;
-    }
     /* the prompts as tokens */
     const int n_prompts = api == LF__SERVE_CHAT ? 1 : q.n_prompts;
     int32_t **ptok = calloc((size_t)n_prompts, sizeof *ptok);
@@ -518,8 +575,9 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
     }
     int max_tokens = 0;
     if (st == LF_OK && lf__serve_resolve_max_tokens(&q, &s->lim, longest, &max_tokens, &err) != LF_OK) st = LF_ERR_RANGE;
-    if (st == LF_OK && max_tokens < 1) {
-        lf__serve_error_set(&err, 400, "invalid_request_error", NULL, "max_tokens", "max_tokens must be at least 1");
+    if (st == LF_OK && max_tokens < 1 && !q.echo) { /* 0 with echo: the prompt only (scored with logprobs) */
+        lf__serve_error_set(&err, 400, "invalid_request_error", NULL, "max_tokens",
+                            "max_tokens must be at least 1 (0 only with echo)");
         st = LF_ERR_RANGE;
     }
     if (st != LF_OK) {
@@ -592,6 +650,8 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
                 lf_free(t);
                 free(ids);
             }
+            c->raw_len = c->text.len; /* the completion's offsets follow the echoed text */
+            c->echo_pending = k->streaming;
         }
     }
     lf__http_stream *stream = NULL;
@@ -611,8 +671,10 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
         lf_engine_req er = {.prompt = ptok[p], .n_prompt = pn[p], .max_tokens = max_tokens,
                             .temperature = (float)q.temperature, .top_k = q.top_k,
                             .top_p = q.top_p >= 1.0 ? 0.0f : (float)(q.top_p > 0 ? q.top_p : 1e-9), .seed = seed0 + (uint64_t)(i % q.n),
-                            .stop_ids = s->stop_ids, .n_stop_ids = s->n_stop_ids,
+                            .stop_ids = s->stop_ids + (q.ignore_eos ? s->n_eot : 0),
+                            .n_stop_ids = s->n_stop_ids - (q.ignore_eos ? s->n_eot : 0),
                             .logprobs = q.logprobs ? (q.top_logprobs > 0 ? q.top_logprobs : 0) : 0,
+                            .prompt_logprobs = q.echo && q.logprobs, .on_prompt = on_prompt,
                             .on_token = on_token, .on_done = on_done, .user = &k->ch[i]};
         uint64_t id = 0;
         if (atomic_load(&s->draining)) sst = lf_fail(LF_ERR_BUSY, "the server is shutting down");
@@ -855,6 +917,7 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
         }
         const int eot = lf_tokenizer_eot(s->tok);
         if (eot >= 0 && eot < c->vocab_size) s->stop_ids[s->n_stop_ids++] = eot;
+        s->n_eot = s->n_stop_ids;
         uint32_t imend;
         if (lf_tokenizer_special_id(s->tok, "<|im_end|>", &imend) == LF_OK && (int)imend != eot &&
             (int)imend < c->vocab_size)
@@ -900,6 +963,7 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
 
 int lf_server_port(const lf_server *s) { return s ? lf__http_port(s->http) : -1; }
 const char *lf_server_model_name(const lf_server *s) { return s ? s->model_name : ""; }
+const char *lf_server_chat_template(const lf_server *s) { return s && s->tpl.source ? s->tpl.source : ""; }
 
 void lf_server_stop(lf_server *s, double drain_s) {
     if (!s) return;

@@ -124,9 +124,9 @@ struct lf_trainer {
     size_t planned_act_bytes;
     /* files every checkpoint carries, so it stands alone: the tokenizer's
      * vocabulary and a Hugging Face config.json */
-    lf_ckpt_file extra[2];
+    lf_ckpt_file extra[3];
     int n_extra;
-    char *tok_data, *hf_config;
+    char *tok_data, *hf_config, *tpl_data;
     lf_hf_model *hf;           /* --init-from a Hugging Face directory (closed after the weights are read) */
     char tok_spec[LF_PATH_MAX + 32]; /* the spec as stored in checkpoints */
     char ckpt_root[LF_PATH_MAX + 8];
@@ -584,7 +584,9 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
 /* The files each checkpoint carries besides tensors and state. A char
  * tokenizer's vocab.json is copied (the spec then names it relative to the
  * checkpoint), and so is a Hugging Face tokenizer.json ("hf:tokenizer.json");
- * other tokenizers keep their spec. config.json is Hugging
+ * other tokenizers keep their spec. The dataset's chat_template.json (what
+ * `llmforge prepare --chat-template` rendered the pairs with) is copied, so
+ * `llmforge serve` renders chats as the model was trained. config.json is Hugging
  * Face's config of this model (lf_model_hf_config_json: GPT2LMHeadModel,
  * LlamaForCausalLM), so transformers loads the checkpoint directory. */
 static lf_status make_ckpt_extras(lf_trainer *t) {
@@ -602,6 +604,14 @@ static lf_status make_ckpt_extras(lf_trainer *t) {
         if (st != LF_OK) return st;
         t->extra[t->n_extra++] = (lf_ckpt_file){"tokenizer.json", t->tok_data, len};
         snprintf(t->tok_spec, sizeof t->tok_spec, "hf:tokenizer.json");
+    }
+    char tpl[LF_PATH_MAX + 32];
+    snprintf(tpl, sizeof tpl, "%s/chat_template.json", lf_dataset_dir(t->ds));
+    if (access(tpl, F_OK) == 0) {
+        size_t len = 0;
+        lf_status st = lf_file_read_all(tpl, 1u << 20, &t->tpl_data, &len);
+        if (st != LF_OK) return st;
+        t->extra[t->n_extra++] = (lf_ckpt_file){"chat_template.json", t->tpl_data, len};
     }
     int n = lf_model_hf_config_json(&t->mcfg, NULL, 0); /* 0: no HF equivalent (GPT-2 without biases) */
     if (n > 0) {
@@ -1054,6 +1064,7 @@ void lf_trainer_free(lf_trainer *t) {
         if (t->v) t->be->ops->free(t->be, t->v);
     }
     lf_free(t->tok_data);
+    lf_free(t->tpl_data);
     lf_free(t->hf_config);
     if (t->be && !t->be->ops->host_memory) {
         lf_free(t->host_params);
@@ -1170,7 +1181,8 @@ static lf_status export_best_model(lf_trainer *t) {
     snprintf(dst, sizeof dst, "%s/final_model", t->cfg.out_dir);
     lf_status st = lf_mkdirs(dst);
     if (st != LF_OK) return st;
-    static const char *files[] = {"model.safetensors", "config.json", "vocab.json", "tokenizer.json", "trainer_state.json"};
+    static const char *files[] = {"model.safetensors", "config.json", "vocab.json", "tokenizer.json",
+                                  "chat_template.json", "trainer_state.json"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char src[LF_PATH_MAX + 200], out[LF_PATH_MAX + 64];
         snprintf(src, sizeof src, "%s/%s/%s", t->ckpt_root, t->best_ckpt, files[i]);

@@ -3,14 +3,20 @@
  * split stability when records are appended, --split none, shards of bounded
  * size, dataset.json contents, the round trip through lf_dataset_open +
  * lf_dataset_get_batch (prompt positions give -1 targets), bad records and
- * skip counts, char vocabularies given or built, directories, and the GPT-2
- * tokenizer when its files are in the shared directory. */
+ * skip counts, char vocabularies given or built, directories, the GPT-2
+ * tokenizer when its files are in the shared directory, and pairs rendered
+ * through a chat template (the ids are the server's prompt ids for
+ * [user: prompt], then the response and the assistant's suffix; the
+ * template's characters join a char vocabulary; chat_template.json written
+ * and named in dataset.json, and gone after a run without one; with GPT-2,
+ * special tokens are read in template text only). */
 #include "test_util.h"
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
 #include "llmforge/data.h"
 
 #include "prepare_fixture.h"
+#include "data/chat_template.h"
 
 static void put(const char *name, const char *text) { LF_ASSERT_OK(lf_file_write_all(path_in(name), text, strlen(text))); }
 
@@ -124,6 +130,134 @@ static void test_sft_masks(void **state) {
     free_split(&sd);
     cJSON_Delete(man);
     lf_tokenizer_free(t);
+}
+
+/* ---------------------------------------------------------------- through a chat template */
+static const char k_tpl[] =
+    "{\"format\": \"llmforge.chat_template.v1\", \"bos\": \"<s>\",\n"
+    " \"roles\": {\"system\": {\"prefix\": \"[S] \", \"suffix\": \"\\n\"},\n"
+    "           \"user\": {\"prefix\": \"[INST] \", \"suffix\": \" [/INST]\"},\n"
+    "           \"assistant\": {\"prefix\": \" \", \"suffix\": \" </s>\"}},\n"
+    " \"generation_prompt\": \" \", \"stop\": [\"</s>\"]}\n";
+
+static void test_sft_chat_template(void **state) {
+    (void)state;
+    put("p.jsonl", "{\"prompt\": \"12+3=\", \"response\": \"15\"}\n{\"prompt\": \"ab\", \"response\": \"c\"}\n");
+    put("tpl.json", k_tpl);
+    lf_prepare_opts o = opts1(path_in("p.jsonl"), LF_RECORD_SFT, "char");
+    o.split[1] = 0;
+    o.chat_template = path_in("tpl.json");
+    const char *out = path_in("out");
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    /* what the chat endpoint renders for [user: prompt], then response + suffix, then the end of text */
+    const char *text = "<s>[INST] 12+3= [/INST] 15 </s>\n<s>[INST] ab [/INST] c </s>\n";
+    const size_t prompt1 = strlen("<s>[INST] 12+3= [/INST] "), rec1 = strlen("<s>[INST] 12+3= [/INST] 15 </s>\n"),
+                 prompt2 = strlen("<s>[INST] ab [/INST] ");
+    assert_int_equal(res.tokens[0], strlen(text));
+    assert_int_equal(res.target_tokens[0], (rec1 - prompt1) + (strlen(text) - rec1 - prompt2));
+    lf_tokenizer *t = open_tok(out); /* '<', '[', '/', ... came from the template alone */
+    cJSON *man = read_manifest(out);
+    split_data sd;
+    load_split(out, man, "train", &sd);
+    assert_int_equal(sd.n, strlen(text));
+    for (size_t i = 0; i < sd.n; i++) {
+        char ch[2] = {text[i], 0};
+        const int want = i < prompt1 ? 0 : i < rec1 ? 1 : i < rec1 + prompt2 ? 0 : 1;
+        assert_int_equal(sd.tok[i], id_of(t, ch));
+        if (sd.mask[i] != want) fail_msg("mask[%zu] ('%c') = %d, expected %d", i, text[i], sd.mask[i], want);
+    }
+    /* the prompt part is byte for byte the server's rendering */
+    lf__chat_template tpl, back;
+    LF_ASSERT_OK(lf__chat_template_load(path_in("tpl.json"), &tpl));
+    lf__chat_message m = {LF__ROLE_USER, "12+3=", 5};
+    char *r = NULL;
+    size_t rl = 0;
+    LF_ASSERT_OK(lf__chat_template_render(&tpl, &m, 1, 1, &r, &rl, NULL, NULL));
+    assert_int_equal(rl, prompt1);
+    assert_memory_equal(r, text, prompt1);
+    free(r);
+    /* chat_template.json: the same template, named and hashed in dataset.json */
+    char *js = NULL;
+    size_t jl = 0;
+    LF_ASSERT_OK(lf_file_read_all(join2(out, "chat_template.json"), 0, &js, &jl));
+    LF_ASSERT_OK(lf__chat_template_parse(js, jl, "written", &back));
+    assert_string_equal(back.bos, "<s>");
+    assert_string_equal(back.suffix[LF__ROLE_ASSISTANT], " </s>");
+    assert_string_equal(back.stop[0], "</s>");
+    char sha[65];
+    lf_sha256_hex(js, jl, sha);
+    lf_free(js);
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(man, "chat_template");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(ct, "file")->valuestring, "chat_template.json");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(ct, "sha256")->valuestring, sha);
+    lf__chat_template_free(&back);
+    lf__chat_template_free(&tpl);
+    free_split(&sd);
+    cJSON_Delete(man);
+    lf_tokenizer_free(t);
+
+    /* the same directory again without a template: the old chat_template.json goes */
+    o.chat_template = NULL;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    assert_int_equal(res.tokens[0], strlen("12+3=15\nabc\n"));
+    assert_int_not_equal(access(join2(out, "chat_template.json"), F_OK), 0);
+    man = read_manifest(out);
+    assert_null(cJSON_GetObjectItemCaseSensitive(man, "chat_template"));
+    cJSON_Delete(man);
+    /* ChatML by name */
+    o.chat_template = "chatml";
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    assert_int_equal(access(join2(out, "chat_template.json"), F_OK), 0);
+    /* refusals: pretraining, a missing or bad template (and no dataset.json is left) */
+    o.mode = LF_RECORD_PRETRAIN;
+    assert_int_equal(lf_prepare(&o, path_in("o2"), &res), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("mode sft");
+    o.mode = LF_RECORD_SFT;
+    o.chat_template = path_in("missing.json");
+    assert_int_equal(lf_prepare(&o, path_in("o3"), &res), LF_ERR_NOT_FOUND);
+    LF_ASSERT_ERR_CONTAINS("missing.json");
+    put("bad.json", "{\"format\": \"llmforge.chat_template.v1\", \"roles\": {}}");
+    o.chat_template = path_in("bad.json");
+    assert_int_equal(lf_prepare(&o, path_in("o4"), &res), LF_ERR_FORMAT);
+    LF_ASSERT_ERR_CONTAINS("bad.json");
+    assert_int_not_equal(access(join2(path_in("o4"), "dataset.json"), F_OK), 0);
+}
+
+/* GPT-2 through a template whose bos is "<|endoftext|>": the template's
+ * occurrence is the special token, a prompt that types it is plain text. */
+static void test_sft_chat_template_gpt2(void **state) {
+    (void)state;
+    char dir[1200], enc[1300], spec[1300];
+    snprintf(dir, sizeof dir, "%s/data/gpt2", LF_SHARED_DIR);
+    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+    if (access(enc, R_OK) != 0) {
+        print_message("skipped: no GPT-2 files in %s\n", dir);
+        skip();
+    }
+    snprintf(spec, sizeof spec, "gpt2:%s", dir);
+    put("g.jsonl", "{\"prompt\": \"<|endoftext|>\", \"response\": \"Hello\"}\n");
+    put("t.json", "{\"format\": \"llmforge.chat_template.v1\", \"bos\": \"<|endoftext|>\",\n"
+                  " \"roles\": {\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", \"suffix\": \"\"},\n"
+                  "           \"assistant\": {\"prefix\": \"\", \"suffix\": \"\"}}, \"generation_prompt\": \"\"}");
+    lf_prepare_opts o = opts1(path_in("g.jsonl"), LF_RECORD_SFT, spec);
+    o.split[1] = 0;
+    o.chat_template = path_in("t.json");
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("og"), &res));
+    cJSON *man = read_manifest(path_in("og"));
+    split_data sd;
+    load_split(path_in("og"), man, "train", &sd);
+    /* [50256] (bos), "<|endoftext|>" as text: "<", "|", "end", "of", "text", "|", ">" = 27, 91, 437, 1659, 5239, 91, 29;
+     * "Hello" 15496, then the end of text 50256 */
+    const uint32_t want[] = {50256, 27, 91, 437, 1659, 5239, 91, 29, 15496, 50256};
+    assert_int_equal(sd.n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < sd.n; i++) {
+        if (sd.tok[i] != want[i]) fail_msg("token %zu: %u, expected %u", i, sd.tok[i], want[i]);
+        assert_int_equal(sd.mask[i], i >= 8);
+    }
+    free_split(&sd);
+    cJSON_Delete(man);
 }
 
 /* ---------------------------------------------------------------- pretraining layout */
@@ -545,6 +679,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_manifest_and_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpt2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sft_chat_template, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sft_chat_template_gpt2, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,9 +9,10 @@
  * largest logit (the products see another row count, and the attention of a
  * run is the same op on the same cache: fp32 rounding of sums over <= 64
  * terms, ~1e-6 relative, as test_generate's bound), and so the greedy tokens
- * are the same. The whole schedule run twice gives the same bits. Bad runs
- * (shared slot, a gap before pos, too many tokens, empty) are refused by
- * name. Weights: the init scaled x4 so greedy choices are far from ties.
+ * are the same. The whole schedule run twice gives the same bits. Runs
+ * with every_row give a logits row per token (every_row_case). Bad runs
+ * (shared slot, a gap before pos, too many tokens, empty, every_row not 0
+ * or 1) are refused by name. Weights: the init scaled x4 so greedy choices are far from ties.
  */
 #include "test_util.h"
 #include "llmforge/model.h"
@@ -165,35 +166,143 @@ static void test_ragged_llama(void **state) {
     ragged_case(LF_ARCH_LLAMA);
 }
 
+/* every_row: a run that asks for every row gets len logits rows, each
+ * equal to the same position of the tokens run alone without a cache (all
+ * rows of one uncached forward), to the same 1e-5 of the largest logit;
+ * the runs beside it keep their last row only, and the rows are laid out
+ * as lf_session_ragged_rows says. Schedule, 3 slots: step 1 runs seq A's
+ * prompt (every row) between seq B's prompt and seq C's prompt (last rows);
+ * step 2 decodes B one token beside A's second chunk (every row) and C's
+ * one token. */
+typedef struct row_check {
+    const float *got, *want;
+    const char *what;
+} row_check;
+
+static void every_row_case(lf_arch arch) {
+    lf_model *m = make(arch);
+    const int V = lf_model_get_config(m)->vocab_size;
+    const int NA = 9, NA2 = 4, NB = 6, NC = 3;
+    int32_t a[16], b[8], c[8];
+    for (int i = 0; i < NA + NA2; i++) a[i] = (int32_t)(lf_rng_u64(7, LF_RNG_BENCH, (uint64_t)i) % (uint64_t)V);
+    for (int i = 0; i < NB + 1; i++) b[i] = (int32_t)(lf_rng_u64(8, LF_RNG_BENCH, (uint64_t)i) % (uint64_t)V);
+    for (int i = 0; i < NC + 1; i++) c[i] = (int32_t)(lf_rng_u64(9, LF_RNG_BENCH, (uint64_t)i) % (uint64_t)V);
+    /* references: each sequence's every position, one uncached forward */
+    float *ra = malloc(sizeof(float) * (size_t)(NA + NA2) * V), *rb = malloc(sizeof(float) * (size_t)(NB + 1) * V),
+          *rc = malloc(sizeof(float) * (size_t)(NC + 1) * V);
+    lf_session *one;
+    LF_ASSERT_OK(lf_session_create(&one, m, 1, CTX, 0));
+    LF_ASSERT_OK(lf_session_forward(one, a, 1, NA + NA2, 0));
+    memcpy(ra, lf_session_logits(one), sizeof(float) * (size_t)(NA + NA2) * V);
+    LF_ASSERT_OK(lf_session_forward(one, b, 1, NB + 1, 0));
+    memcpy(rb, lf_session_logits(one), sizeof(float) * (size_t)(NB + 1) * V);
+    LF_ASSERT_OK(lf_session_forward(one, c, 1, NC + 1, 0));
+    memcpy(rc, lf_session_logits(one), sizeof(float) * (size_t)(NC + 1) * V);
+    lf_session_free(one);
+
+    lf_session *s;
+    LF_ASSERT_OK(lf_session_create(&s, m, 3, CTX, 1));
+    int32_t in[CTX];
+    /* step 1: B (last row), A (every row), C (last row) */
+    memcpy(in, b, sizeof(int32_t) * NB);
+    memcpy(in + NB, a, sizeof(int32_t) * NA);
+    memcpy(in + NB + NA, c, sizeof(int32_t) * NC);
+    lf_segment s1[3] = {{.slot = 1, .pos = 0, .len = NB},
+                        {.slot = 0, .pos = 0, .len = NA, .every_row = 1},
+                        {.slot = 2, .pos = 0, .len = NC}};
+    LF_ASSERT_OK(lf_session_forward_ragged(s, in, s1, 3));
+    assert_int_equal(lf_session_ragged_rows(s1, 1), 1);
+    assert_int_equal(lf_session_ragged_rows(s1, 2), 1 + NA);
+    assert_int_equal(lf_session_ragged_rows(s1, 3), 2 + NA);
+    const float *lg = lf_session_logits(s);
+    row_check chk[64];
+    int n = 0;
+    chk[n++] = (row_check){lg, rb + (size_t)(NB - 1) * V, "step 1 B last"};
+    for (int t = 0; t < NA; t++) chk[n++] = (row_check){lg + (size_t)(1 + t) * V, ra + (size_t)t * V, "step 1 A"};
+    chk[n++] = (row_check){lg + (size_t)(1 + NA) * V, rc + (size_t)(NC - 1) * V, "step 1 C last"};
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const double scale = max_abs(chk[i].want, V);
+        for (int v = 0; v < V; v++) {
+            const double e = fabs((double)chk[i].got[v] - chk[i].want[v]) / scale;
+            worst = fmax(worst, e);
+            if (!(e <= 1e-5))
+                fail_msg("%s %s (check %d) logit %d: %.9g, alone %.9g", lf_arch_name(arch), chk[i].what, i, v,
+                         chk[i].got[v], chk[i].want[v]);
+        }
+    }
+    /* step 2: A's next chunk (every row) first, then B and C one token each */
+    memcpy(in, a + NA, sizeof(int32_t) * NA2);
+    in[NA2] = b[NB];
+    in[NA2 + 1] = c[NC];
+    lf_segment s2[3] = {{.slot = 0, .pos = NA, .len = NA2, .every_row = 1},
+                        {.slot = 1, .pos = NB, .len = 1},
+                        {.slot = 2, .pos = NC, .len = 1}};
+    LF_ASSERT_OK(lf_session_forward_ragged(s, in, s2, 3));
+    assert_int_equal(lf_session_ragged_rows(s2, 3), NA2 + 2);
+    lg = lf_session_logits(s);
+    n = 0;
+    for (int t = 0; t < NA2; t++) chk[n++] = (row_check){lg + (size_t)t * V, ra + (size_t)(NA + t) * V, "step 2 A"};
+    chk[n++] = (row_check){lg + (size_t)NA2 * V, rb + (size_t)NB * V, "step 2 B"};
+    chk[n++] = (row_check){lg + (size_t)(NA2 + 1) * V, rc + (size_t)NC * V, "step 2 C"};
+    for (int i = 0; i < n; i++) {
+        const double scale = max_abs(chk[i].want, V);
+        for (int v = 0; v < V; v++) {
+            const double e = fabs((double)chk[i].got[v] - chk[i].want[v]) / scale;
+            worst = fmax(worst, e);
+            if (!(e <= 1e-5))
+                fail_msg("%s %s (check %d) logit %d: %.9g, alone %.9g", lf_arch_name(arch), chk[i].what, i, v,
+                         chk[i].got[v], chk[i].want[v]);
+        }
+    }
+    printf("%s: every_row runs vs one uncached forward, worst |diff| / max|logit| = %.3g\n", lf_arch_name(arch), worst);
+    lf_session_free(s);
+    free(ra), free(rb), free(rc);
+    lf_model_free(m);
+}
+
+static void test_every_row_gpt2(void **state) {
+    (void)state;
+    every_row_case(LF_ARCH_GPT2);
+}
+
+static void test_every_row_llama(void **state) {
+    (void)state;
+    every_row_case(LF_ARCH_LLAMA);
+}
+
 static void test_bad_runs(void **state) {
     (void)state;
     lf_model *m = make(LF_ARCH_LLAMA);
     lf_session *s, *nocache;
     LF_ASSERT_OK(lf_session_create(&s, m, 2, 16, 1));
     int32_t in[32] = {0};
-    lf_segment two[2] = {{0, 0, 3}, {0, 0, 2}};
+    lf_segment two[2] = {{0, 0, 3, 0}, {0, 0, 2, 0}};
     assert_int_equal(lf_session_forward_ragged(s, in, two, 2), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("runs 0 and 1 share slot 0");
-    lf_segment gap = {1, 2, 1};
+    lf_segment gap = {1, 2, 1, 0};
     assert_int_equal(lf_session_forward_ragged(s, in, &gap, 1), LF_ERR_RANGE);
     LF_ASSERT_ERR_CONTAINS("starts at position 2, slot 1 holds 0");
-    lf_segment big[2] = {{0, 0, 9}, {1, 0, 8}};
+    lf_segment big[2] = {{0, 0, 9, 0}, {1, 0, 8, 0}};
     assert_int_equal(lf_session_forward_ragged(s, in, big, 2), LF_ERR_RANGE);
     LF_ASSERT_ERR_CONTAINS("17 tokens in one forward, the session holds 16");
-    lf_segment empty = {0, 0, 0};
+    lf_segment empty = {0, 0, 0, 0};
     assert_int_equal(lf_session_forward_ragged(s, in, &empty, 1), LF_ERR_INVALID_ARG);
-    lf_segment slot = {2, 0, 1};
+    lf_segment slot = {2, 0, 1, 0};
     assert_int_equal(lf_session_forward_ragged(s, in, &slot, 1), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("slot 2 outside [0, 2)");
-    lf_segment ok = {1, 0, 4};
+    lf_segment ok = {1, 0, 4, 0};
     LF_ASSERT_OK(lf_session_forward_ragged(s, in, &ok, 1));
     assert_int_equal(lf_session_slot_pos(s, 1), 4);
-    lf_segment past = {1, 4, 13}; /* positions 4..16 of a 16-position cache */
+    lf_segment past = {1, 4, 13, 0}; /* positions 4..16 of a 16-position cache */
     assert_int_equal(lf_session_forward_ragged(s, in, &past, 1), LF_ERR_RANGE);
     LF_ASSERT_ERR_CONTAINS("exceed the cache of 16");
     lf_session_reset(s);
     assert_int_equal(lf_session_slot_pos(s, 1), 0);
     assert_int_equal(lf_session_slot_pos(s, 5), -1);
+    lf_segment odd = {0, 0, 2, 2};
+    assert_int_equal(lf_session_forward_ragged(s, in, &odd, 1), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("every_row is 2");
     LF_ASSERT_OK(lf_session_create(&nocache, m, 2, 16, 0));
     assert_int_equal(lf_session_forward_ragged(nocache, in, &ok, 1), LF_ERR_UNSUPPORTED);
     lf_session_free(nocache);
@@ -205,6 +314,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ragged_gpt2),
         cmocka_unit_test(test_ragged_llama),
+        cmocka_unit_test(test_every_row_gpt2),
+        cmocka_unit_test(test_every_row_llama),
         cmocka_unit_test(test_bad_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

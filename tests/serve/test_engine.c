@@ -17,7 +17,14 @@
  *  - on a batch-invariant backend instance (lf_backend_set_batch_invariant),
  *    with weights as initialised (near ties allowed), every request's tokens
  *    and log-probabilities are the same bits batched (3 slots, chunked
- *    prefill within a shared budget) as alone (one slot, its own chunks).
+ *    prefill within a shared budget) as alone (one slot, its own chunks);
+ *  - prompt log-probabilities (echo with logprobs): three requests with
+ *    prompts of 21, 7 and 30 tokens, chunked by an 8-token step budget,
+ *    beside two plain ones; every prompt position comes once, in order, the
+ *    first with NaN, each equal to the log-softmax of one uncached forward
+ *    over the prompt (within 2e-5 of the row's largest logit: the products
+ *    see other row counts), the alternatives its top ones; the generated tokens are still lf_generate's,
+ *    and max_tokens 0 scores the prompt and ends with "length".
  */
 #include <pthread.h>
 #include "test_util.h"
@@ -328,7 +335,7 @@ static void test_bad_requests(void **state) {
     r.logprobs = LF_ENGINE_MAX_LOGPROBS + 1;
     assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
     r.logprobs = 0;
-    r.max_tokens = 0;
+    r.max_tokens = -1;
     assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
     lf_engine_free(e);
     lf_engine_opts bad = {.max_batch = 0, .max_context = 32};
@@ -394,6 +401,140 @@ static void test_threads(void **state) {
     lf_model_free(m);
 }
 
+typedef struct pjob {
+    job j;
+    int next_pos, bad_order;
+    float lp[CTX];
+    int32_t top_id[CTX];
+    float top_lp[CTX];
+    int n_top[CTX];
+} pjob;
+
+static int on_prompt(void *user, int pos, const lf_engine_token *t) {
+    pjob *p = user;
+    if (pos != p->next_pos || t->id != p->j.prompt[pos] || (pos == 0 && (t->n_top != 0 || !isnan(t->logprob))))
+        p->bad_order++;
+    p->next_pos = pos + 1;
+    p->lp[pos] = t->logprob;
+    p->n_top[pos] = t->n_top;
+    p->top_id[pos] = t->n_top > 0 ? t->top_id[0] : -1;
+    p->top_lp[pos] = t->n_top > 0 ? t->top_logprob[0] : NAN;
+    for (int k = 1; k < t->n_top; k++)
+        if (t->top_logprob[k] > t->top_logprob[k - 1]) p->bad_order++;
+    return 0;
+}
+
+/* The prompt's log-probabilities from one uncached forward of all its rows;
+ * tol[p]: 2e-5 of the row's largest |logit| (each logit within 1e-5 of it,
+ * infer.test_ragged's bound; a log-probability is a logit less the
+ * log-sum-exp, which moves by no more than the largest logit error). */
+static void prompt_ref(lf_model *m, const job *j, double *lp, int32_t *best, double *tol) {
+    const int V = lf_model_get_config(m)->vocab_size;
+    lf_session *s;
+    LF_ASSERT_OK(lf_session_create(&s, m, 1, CTX, 0));
+    LF_ASSERT_OK(lf_session_forward(s, j->prompt, 1, j->n_prompt, 0));
+    const float *lg = lf_session_logits(s);
+    for (int p = 1; p < j->n_prompt; p++) {
+        const float *row = lg + (size_t)(p - 1) * V;
+        double mx = -INFINITY, sum = 0, big = 0;
+        int b = 0;
+        for (int v = 0; v < V; v++) {
+            mx = fmax(mx, row[v]);
+            big = fmax(big, fabs(row[v]));
+            if (row[v] > row[b]) b = v;
+        }
+        tol[p] = 2e-5 * big;
+        for (int v = 0; v < V; v++) sum += exp((double)row[v] - mx);
+        lp[p] = (double)row[j->prompt[p]] - mx - log(sum);
+        best[p] = b;
+    }
+    lf_session_free(s);
+}
+
+static void prompt_logprobs_case(lf_arch arch) {
+    lf_model *m = make(arch);
+    static const int np[5] = {21, 7, 30, 5, 12}, mt[5] = {6, 0, 4, 8, 5}, scored[5] = {1, 1, 1, 0, 0};
+    pjob pj[5];
+    for (int i = 0; i < 5; i++) {
+        memset(&pj[i], 0, sizeof pj[i]);
+        job_init(&pj[i].j, m, np[i], mt[i] > 0 ? mt[i] : 1, i % 2, 500 + (uint64_t)i);
+        pj[i].j.max_tokens = mt[i];
+    }
+    lf_engine *e;
+    lf_engine_opts o = {.max_batch = 3, .max_context = CTX, .max_queue = 8, .step_tokens = 8};
+    LF_ASSERT_OK(lf_engine_create(&e, m, &o));
+    for (int i = 0; i < 5; i++) {
+        lf_engine_req r = req_of(&pj[i].j);
+        r.user = &pj[i]; /* pjob starts with its job */
+        if (scored[i]) {
+            r.prompt_logprobs = 1;
+            r.on_prompt = on_prompt;
+        }
+        uint64_t id;
+        LF_ASSERT_OK(lf_engine_submit(e, &r, &id));
+    }
+    run_until_idle(e);
+    double worst = 0;
+    for (int i = 0; i < 5; i++) {
+        pjob *p = &pj[i];
+        assert_int_equal(p->j.n_done, 1);
+        assert_int_equal(p->j.why, LF_FINISH_LENGTH);
+        assert_int_equal(p->j.n_got, mt[i]);
+        for (int k = 0; k < mt[i]; k++)
+            if (p->j.got[k] != p->j.want[k])
+                fail_msg("%s request %d token %d: engine %d, alone %d", lf_arch_name(arch), i, k, p->j.got[k],
+                         p->j.want[k]);
+        if (!scored[i]) {
+            assert_int_equal(p->next_pos, 0);
+            continue;
+        }
+        assert_int_equal(p->bad_order, 0);
+        assert_int_equal(p->next_pos, np[i]); /* every position once */
+        double ref[CTX], tol[CTX];
+        int32_t best[CTX];
+        prompt_ref(m, &p->j, ref, best, tol);
+        for (int q = 1; q < np[i]; q++) {
+            const double d = fabs(p->lp[q] - ref[q]);
+            worst = fmax(worst, d / tol[q]);
+            if (!(d <= tol[q]))
+                fail_msg("%s request %d prompt position %d: logprob %.9g, uncached forward %.9g", lf_arch_name(arch),
+                         i, q, p->lp[q], ref[q]);
+            assert_int_equal(p->n_top[q], 3);
+            assert_int_equal(p->top_id[q], best[q]);
+            assert_true(p->lp[q] <= p->top_lp[q] + 1e-6f);
+        }
+    }
+    printf("%s: prompt logprobs vs one uncached forward, worst |diff| / tolerance = %.3g\n", lf_arch_name(arch), worst);
+    lf_engine_stats st;
+    lf_engine_stats_get(e, &st);
+    assert_int_equal(st.generated_tokens, 6 + 0 + 4 + 8 + 5);
+    /* prompt_logprobs needs its callback; max_tokens 0 may fill the context, 1 may not */
+    lf_engine_req r = req_of(&pj[0].j);
+    r.prompt_logprobs = 1;
+    uint64_t id;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("on_prompt");
+    int32_t full[CTX + 1] = {0};
+    r = (lf_engine_req){.prompt = full, .n_prompt = CTX, .max_tokens = 0};
+    LF_ASSERT_OK(lf_engine_submit(e, &r, &id));
+    r.n_prompt = CTX + 1;
+    assert_int_equal(lf_engine_submit(e, &r, &id), LF_ERR_RANGE);
+    LF_ASSERT_ERR_CONTAINS("the prompt has 49 tokens; the context holds 48");
+    run_until_idle(e);
+    lf_engine_free(e);
+    lf_model_free(m);
+}
+
+static void test_prompt_logprobs_gpt2(void **state) {
+    (void)state;
+    prompt_logprobs_case(LF_ARCH_GPT2);
+}
+
+static void test_prompt_logprobs_llama(void **state) {
+    (void)state;
+    prompt_logprobs_case(LF_ARCH_LLAMA);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_generate_gpt2),
@@ -403,6 +544,8 @@ int main(void) {
         cmocka_unit_test(test_stop_length_cancel_queue),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_prompt_logprobs_gpt2),
+        cmocka_unit_test(test_prompt_logprobs_llama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,6 +57,7 @@ static void test_defaults(void **state) {
     assert_int_equal(r.top_logprobs, 0);
     assert_int_equal(r.stream, 0);
     assert_int_equal(r.include_usage, 0);
+    assert_int_equal(r.ignore_eos, 0);
     lf__serve_request_free(&r);
     lf__serve_request_free(&r); /* twice: harmless */
     lf__serve_request_free(NULL);
@@ -69,7 +70,7 @@ static void test_completions_all_fields(void **state) {
              "{\"model\":\"tiny\",\"prompt\":[\"a\",\"b\\u00e9\\ud83d\\ude00\"],\"max_tokens\":7,"
              "\"temperature\":0.25,\"top_p\":0.5,\"top_k\":40,\"seed\":-12345,\"stop\":[\"\\n\",\"END\"],"
              "\"n\":3,\"echo\":true,\"logprobs\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-             "\"user\":\"u-1\",\"presence_penalty\":0.5,\"frequency_penalty\":-1.5}",
+             "\"user\":\"u-1\",\"presence_penalty\":0.5,\"frequency_penalty\":-1.5,\"ignore_eos\":true}",
              &r);
     assert_string_equal(r.model, "tiny");
     assert_string_equal(r.user, "u-1");
@@ -95,6 +96,7 @@ static void test_completions_all_fields(void **state) {
     assert_int_equal(r.include_usage, 1);
     assert_true(r.presence_penalty == 0.5);
     assert_true(r.frequency_penalty == -1.5);
+    assert_int_equal(r.ignore_eos, 1);
     lf__serve_request_free(&r);
 
     /* token ids, one prompt; a single stop string; logprobs 0 still asks for them */
@@ -265,6 +267,7 @@ static const bad_case k_bad[] = {
     {C, "{\"prompt\":\"a\",\"stop\":\"\"}", 400, "stop", "empty string"},
     {C, "{\"prompt\":\"a\",\"stop\":[\"ok\",3]}", 400, "stop[1]", "got a number"},
     {C, "{\"prompt\":\"a\",\"echo\":\"yes\"}", 400, "echo", "must be a boolean, got a string"},
+    {C, "{\"prompt\":\"a\",\"ignore_eos\":1}", 400, "ignore_eos", "must be a boolean, got a number"},
     {C, "{\"prompt\":\"a\",\"logprobs\":6}", 400, "logprobs", "in [0, 5], got 6"},
     {C, "{\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", "must be an integer, got a boolean"},
     {H, "{\"messages\":[" U "],\"logprobs\":1}", 400, "logprobs", "must be a boolean, got a number"},

@@ -1,9 +1,13 @@
 /*
- * Tests of the chat templates (src/serve/template.c): the built-in ChatML
- * rendered exactly, spans that tell template text from message content, a
- * template read from chat_template.json, every refusal of a bad file
- * naming the key, and the property the SFT data path relies on (a
- * conversation rendered for training starts with the serving prompt).
+ * Tests of the chat templates (src/data/chat_template.c): the built-in
+ * ChatML rendered exactly, spans that tell template text from message
+ * content, a template read from chat_template.json, every refusal of a bad
+ * file naming the key, the property the SFT data path relies on (a
+ * conversation rendered for training starts with the serving prompt), the
+ * pair renderer prepare uses (its prompt part is byte for byte the chat
+ * endpoint's prompt for that user message, no span crosses the cut),
+ * writing a template back as JSON that parses to the same template, and
+ * the names --chat-template takes (chatml, a file, a directory).
  */
 #include "test_util.h"
 
@@ -254,12 +258,125 @@ static void test_load_dir(void **state) {
     free(dir);
 }
 
+static void same_template(const lf__chat_template *a, const lf__chat_template *b) {
+    assert_string_equal(a->bos, b->bos);
+    for (int r = 0; r < LF__ROLE_COUNT; r++) {
+        assert_string_equal(a->prefix[r], b->prefix[r]);
+        assert_string_equal(a->suffix[r], b->suffix[r]);
+    }
+    assert_string_equal(a->generation_prompt, b->generation_prompt);
+    assert_int_equal(a->n_stop, b->n_stop);
+    for (int i = 0; i < a->n_stop; i++) assert_string_equal(a->stop[i], b->stop[i]);
+    if (a->default_system) assert_string_equal(a->default_system, b->default_system);
+    else assert_null(b->default_system);
+}
+
+/* The pair renderer: prompt part == the endpoint's render of [user: prompt]
+ * with its generation prompt; then the response and suffix[assistant]. */
+static void check_pair(const lf__chat_template *t, const char *prompt, const char *response) {
+    char *out, *serve;
+    size_t len, cut, sl;
+    lf__chat_span *sp;
+    int n_sp;
+    LF_ASSERT_OK(lf__chat_template_render_pair(t, prompt, strlen(prompt), response, strlen(response), &out, &len, &cut,
+                                               &sp, &n_sp));
+    lf__serve_message m = {LF__ROLE_USER, prompt, strlen(prompt)};
+    LF_ASSERT_OK(lf__chat_template_render(t, &m, 1, 1, &serve, &sl, NULL, NULL));
+    assert_int_equal(cut, sl);
+    assert_memory_equal(out, serve, sl);
+    char want[1024];
+    snprintf(want, sizeof want, "%s%s%s", serve, response, t->suffix[LF__ROLE_ASSISTANT]);
+    assert_string_equal(out, want);
+    assert_int_equal(len, strlen(want));
+    size_t off = 0;
+    int resp_content = 0;
+    for (int i = 0; i < n_sp; i++) {
+        assert_int_equal(sp[i].off, off);
+        assert_true(sp[i].len > 0);
+        assert_true(sp[i].off >= cut || sp[i].off + sp[i].len <= cut); /* no span crosses the cut */
+        if (sp[i].off == cut) {
+            assert_int_equal(sp[i].from_template, 0);
+            assert_int_equal(sp[i].len, strlen(response));
+            resp_content = 1;
+        }
+        off += sp[i].len;
+    }
+    assert_int_equal(off, len);
+    assert_true(resp_content || !*response);
+    free(out);
+    free(serve);
+    free(sp);
+}
+
+static void test_pair_json_load(void **state) {
+    (void)state;
+    lf__chat_template ml, cu, back;
+    LF_ASSERT_OK(lf__chat_template_chatml(&ml));
+    LF_ASSERT_OK(lf__chat_template_parse(k_custom, sizeof k_custom - 1, "custom", &cu));
+    check_pair(&ml, "2+3=", "5");
+    check_pair(&cu, "hello <|im_end|>", "hi");
+    check_pair(&cu, "", "x"); /* an empty prompt: the template alone before the cut */
+    char *out;
+    size_t len, cut;
+    /* a response of nothing: the template's generation prompt and the suffix stay two spans */
+    lf__chat_span *sp;
+    int n_sp;
+    LF_ASSERT_OK(lf__chat_template_render_pair(&ml, "q", 1, "", 0, &out, &len, &cut, &sp, &n_sp));
+    assert_int_equal(sp[n_sp - 1].off, cut);
+    assert_string_equal(out + cut, "<|im_end|>\n");
+    free(out);
+    free(sp);
+    assert_int_equal(lf__chat_template_render_pair(&ml, NULL, 1, "x", 1, &out, &len, &cut, NULL, NULL),
+                     LF_ERR_INVALID_ARG);
+
+    /* JSON back and forth */
+    const lf__chat_template *both[2] = {&ml, &cu};
+    for (int i = 0; i < 2; i++) {
+        LF_ASSERT_OK(lf__chat_template_json(both[i], &out, &len));
+        assert_int_equal(len, strlen(out));
+        assert_true(len > 0 && out[len - 1] == '\n');
+        LF_ASSERT_OK(lf__chat_template_parse(out, len, "written", &back));
+        same_template(both[i], &back);
+        lf__chat_template_free(&back);
+        free(out);
+    }
+
+    /* --chat-template names: chatml, a file, a directory holding one */
+    char *dir = lf_test_tmpdir();
+    assert_non_null(dir);
+    char path[600];
+    LF_ASSERT_OK(lf__chat_template_load("chatml", &back));
+    same_template(&ml, &back);
+    lf__chat_template_free(&back);
+    snprintf(path, sizeof path, "%s/mine.json", dir);
+    LF_ASSERT_OK(lf_file_write_all(path, k_custom, sizeof k_custom - 1));
+    LF_ASSERT_OK(lf__chat_template_load(path, &back));
+    same_template(&cu, &back);
+    lf__chat_template_free(&back);
+    assert_int_equal(lf__chat_template_load(dir, &back), LF_ERR_NOT_FOUND);
+    LF_ASSERT_ERR_CONTAINS("has no chat_template.json");
+    snprintf(path, sizeof path, "%s/%s", dir, LF__CHAT_TEMPLATE_FILE);
+    LF_ASSERT_OK(lf_file_write_all(path, k_custom, sizeof k_custom - 1));
+    LF_ASSERT_OK(lf__chat_template_load(dir, &back));
+    same_template(&cu, &back);
+    lf__chat_template_free(&back);
+    snprintf(path, sizeof path, "%s/nothing.json", dir);
+    assert_int_equal(lf__chat_template_load(path, &back), LF_ERR_NOT_FOUND);
+    LF_ASSERT_ERR_CONTAINS("nothing.json");
+    assert_int_equal(lf__chat_template_load("", &back), LF_ERR_INVALID_ARG);
+    lf_test_rmrf(dir);
+    free(dir);
+    lf__chat_template_free(&ml);
+    lf__chat_template_free(&cu);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chatml),
         cmocka_unit_test(test_file_format),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_load_dir),
+        cmocka_unit_test(test_pair_json_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@
  *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds]
  *                    [--mode pretrain|sft] --tokenizer SPEC [--split 0.9,0.1,0 | none]
  *                    [--text-field F] [--prompt-field F --response-field F]
- *                    [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
+ *                    [--chat-template chatml|FILE|DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
  *                    --out DIR
  *       records through lf_prepare (docs/data.md).
  *
@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
             "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
             "                        [--text-field F] [--prompt-field F --response-field F]\n"
+            "                        [--chat-template chatml|FILE|DIR]\n"
             "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
             "       llmforge prepare --char INPUT --out DIR\n"
             "\n"
@@ -46,6 +47,11 @@ static void usage(FILE *f) {
             "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
             "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
             "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
+            "  --chat-template T  sft: render each pair as `llmforge serve`'s chat endpoint renders\n"
+            "                     [user: prompt] (prompt part, no loss) then response + the assistant's\n"
+            "                     suffix (loss); T is chatml, a chat_template.json, or a directory with\n"
+            "                     one; written to DIR/chat_template.json, which training copies into\n"
+            "                     every checkpoint\n"
             "  --tokenizer SPEC   char (a vocabulary built from the data, written to DIR/vocab.json),\n"
             "                     char:FILE, gpt2:DIR, tiktoken:FILE, bpe:FILE\n"
             "  --split W,W[,W]    train,val,test weights by content hash (default 0.9,0.1,0);\n"
@@ -189,6 +195,8 @@ int cmd_prepare(int argc, char **argv) {
                 fprintf(stderr, "llmforge prepare: --mode expects pretrain or sft, got '%s'\n", v);
                 goto done;
             }
+        } else if ((v = opt_value(argc, argv, &i, "--chat-template", &missing))) {
+            o.chat_template = v;
         } else if ((v = opt_value(argc, argv, &i, "--split", &missing))) {
             if (parse_split(v, o.split)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--max-record-bytes", &missing))) {
@@ -243,6 +251,10 @@ int cmd_prepare(int argc, char **argv) {
         fprintf(stderr, "llmforge prepare: give --prompt-field and --response-field together\n");
         goto done;
     }
+    if (o.chat_template && o.mode != LF_RECORD_SFT) {
+        fprintf(stderr, "llmforge prepare: --chat-template renders fine-tuning pairs: it needs --mode sft\n");
+        goto done;
+    }
     if ((o.prompt_field && o.mode != LF_RECORD_SFT) || (o.text_field && o.mode != LF_RECORD_PRETRAIN)) {
         fprintf(stderr, "llmforge prepare: --text-field is for --mode pretrain, --prompt-field/--response-field for "
                         "--mode sft\n");
@@ -281,6 +293,7 @@ int cmd_prepare(int argc, char **argv) {
     }
     printf("  skipped %llu bad record%s%s%s\n", (unsigned long long)res.skipped, res.skipped == 1 ? "" : "s",
            res.skipped ? "; first: " : "", res.skipped ? res.first_skip : "");
+    if (o.chat_template) printf("  chat template %s -> %s/chat_template.json\n", o.chat_template, out);
     rc = 0;
 done:
     free(inputs);

@@ -130,6 +130,7 @@ int cmd_serve(int argc, char **argv) {
     printf("llmforge serve: model '%s' at http://%s%s%s:%d/v1 (max batch %d, %s)\n", lf_server_model_name(s),
            v6 ? "[" : "", host, v6 ? "]" : "", lf_server_port(s), o.max_batch ? o.max_batch : 8,
            o.api_key ? "API key required" : "no API key");
+    printf("llmforge serve: chat template: %s\n", lf_server_chat_template(s));
     fflush(stdout);
     while (!g_stop) {
         struct timespec ts = {0, 100 * 1000 * 1000};

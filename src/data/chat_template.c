@@ -1,7 +1,11 @@
 /*
- * Chat templates (API in serve_impl.h; the file format in docs/serving.md):
- * the built-in ChatML, templates read from a checkpoint's
- * chat_template.json, and rendering a conversation into the prompt text.
+ * Chat templates (API in chat_template.h; the file format in
+ * docs/serving.md): the built-in ChatML, templates read from a checkpoint's
+ * or a dataset's chat_template.json, rendering a conversation into the
+ * prompt text (the chat endpoint) or a fine-tuning pair into prompt and
+ * response parts (`llmforge prepare --chat-template`), and writing a
+ * template back as chat_template.json (what prepare puts beside the shards
+ * and the trainer copies into every checkpoint).
  *
  * Why not Jinja (what Hugging Face checkpoints carry): a Jinja template is
  * a program (loops, conditions, string methods) that would need an
@@ -9,10 +13,12 @@
  * format is, in practice, fixed text around each message by role plus the
  * text that opens the assistant's turn; that is all this format holds, so
  * rendering is concatenation, linear in the output, with nothing to
- * evaluate. The same template is meant for the SFT data path: a training
- * pair renders as the prompt (the conversation, then generation_prompt) and
- * the response (the assistant's content, then suffix[assistant]), so a model
+ * evaluate. The same template serves the SFT data path: a training pair
+ * renders as the prompt (the conversation, then generation_prompt) and the
+ * response (the assistant's content, then suffix[assistant]), so a model
  * fine-tuned with it answers through the server exactly as it was trained.
+ * (It is in src/data, not src/serve, so that both can use it: data depends
+ * only on core.)
  *
  * Invariants: every template string is valid UTF-8 without U+0000 and at
  * most 4096 bytes; the render's spans cover its output exactly, in order,
@@ -26,8 +32,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "data/data_impl.h"
-#include "serve_impl.h"
+#include "chat_template.h"
+#include "data_impl.h"
 
 #define TEMPLATE_STR_MAX 4096
 #define TEMPLATE_FILE_MAX (1u << 20)
@@ -251,6 +257,78 @@ lf_status lf__chat_template_load_dir(const char *dir, lf__chat_template *t, int 
     return st;
 }
 
+lf_status lf__chat_template_load(const char *spec, lf__chat_template *t) {
+    if (!spec || !*spec || !t) return lf_fail(LF_ERR_INVALID_ARG, "chat template: empty name");
+    if (strcmp(spec, "chatml") == 0) return lf__chat_template_chatml(t);
+    struct stat sb;
+    if (stat(spec, &sb) != 0)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "chat template '%s': %s", spec,
+                       strerror(errno));
+    char path[4096];
+    if (S_ISDIR(sb.st_mode)) {
+        int n = snprintf(path, sizeof path, "%s/%s", spec, LF__CHAT_TEMPLATE_FILE);
+        if (n < 0 || (size_t)n >= sizeof path)
+            return lf_fail(LF_ERR_INVALID_ARG, "chat template: path too long in '%s'", spec);
+        if (stat(path, &sb) != 0)
+            return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "chat template: directory '%s' has no %s",
+                           spec, LF__CHAT_TEMPLATE_FILE);
+        spec = path;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    lf_status st = lf_file_read_all(spec, TEMPLATE_FILE_MAX, &text, &len);
+    if (st != LF_OK) return st;
+    st = lf__chat_template_parse(text, len, spec, t);
+    lf_free(text);
+    return st;
+}
+
+lf_status lf__chat_template_json(const lf__chat_template *t, char **out, size_t *len) {
+    *out = NULL;
+    if (len) *len = 0;
+    cJSON *o = cJSON_CreateObject(), *roles = cJSON_CreateObject(), *stop = cJSON_CreateArray();
+    static const char *const role_names[LF__ROLE_COUNT] = {"system", "user", "assistant"};
+    int ok = o && roles && stop && cJSON_AddStringToObject(o, "format", LF__CHAT_TEMPLATE_FORMAT);
+    if (ok && t->source) {
+        char desc[512];
+        snprintf(desc, sizeof desc, "written by llmforge from %s", t->source);
+        ok = cJSON_AddStringToObject(o, "description", desc) != NULL;
+    }
+    ok = ok && cJSON_AddStringToObject(o, "bos", t->bos ? t->bos : "");
+    ok = ok && (t->default_system ? cJSON_AddStringToObject(o, "default_system", t->default_system)
+                                  : cJSON_AddNullToObject(o, "default_system"));
+    for (int r = 0; ok && r < LF__ROLE_COUNT; r++) {
+        cJSON *ro = cJSON_CreateObject();
+        ok = ro && cJSON_AddItemToObject(roles, role_names[r], ro) && cJSON_AddStringToObject(ro, "prefix", t->prefix[r]) &&
+             cJSON_AddStringToObject(ro, "suffix", t->suffix[r]);
+        if (!ok && ro && !cJSON_GetObjectItemCaseSensitive(roles, role_names[r])) cJSON_Delete(ro);
+    }
+    if (ok) ok = cJSON_AddItemToObject(o, "roles", roles);
+    else cJSON_Delete(roles);
+    roles = NULL;
+    ok = ok && cJSON_AddStringToObject(o, "generation_prompt", t->generation_prompt);
+    for (int i = 0; ok && i < t->n_stop; i++) {
+        cJSON *s = cJSON_CreateString(t->stop[i]);
+        ok = s && cJSON_AddItemToArray(stop, s);
+    }
+    if (ok) ok = cJSON_AddItemToObject(o, "stop", stop);
+    else cJSON_Delete(stop);
+    char *txt = ok ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    size_t n = txt ? strlen(txt) : 0;
+    char *p = txt ? malloc(n + 2) : NULL;
+    if (p) {
+        memcpy(p, txt, n);
+        p[n] = '\n';
+        p[n + 1] = '\0';
+    }
+    cJSON_free(txt);
+    if (!p) return lf_fail(LF_ERR_NOMEM, "chat template: out of memory writing it as JSON");
+    *out = p;
+    if (len) *len = n + 1;
+    return LF_OK;
+}
+
 /* ---------------------------------------------------------------- rendering */
 
 typedef struct rbuf {
@@ -259,6 +337,7 @@ typedef struct rbuf {
     lf__chat_span *sp;
     int n_sp, cap_sp;
     int failed;
+    int barrier; /* the next piece starts a span of its own */
 } rbuf;
 
 static void rb_add(rbuf *b, const char *s, size_t n, int from_template) {
@@ -286,7 +365,7 @@ static void rb_add(rbuf *b, const char *s, size_t n, int from_template) {
     }
     memcpy(b->p + b->len, s, n);
     /* adjacent pieces of the same kind merge into one span */
-    if (b->n_sp > 0 && b->sp[b->n_sp - 1].from_template == from_template) {
+    if (b->n_sp > 0 && b->sp[b->n_sp - 1].from_template == from_template && !b->barrier) {
         b->sp[b->n_sp - 1].len += n;
     } else {
         b->sp[b->n_sp].off = b->len;
@@ -296,19 +375,16 @@ static void rb_add(rbuf *b, const char *s, size_t n, int from_template) {
     }
     b->len += n;
     b->p[b->len] = '\0';
+    b->barrier = 0;
 }
 
 static void rb_tmpl(rbuf *b, const char *s) { rb_add(b, s, strlen(s), 1); }
 
-lf_status lf__chat_template_render(const lf__chat_template *t, const lf__serve_message *m, int n,
-                                   int add_generation_prompt, char **out, size_t *len, lf__chat_span **spans,
-                                   int *n_spans) {
-    if (out) *out = NULL;
-    if (len) *len = 0;
-    if (spans) *spans = NULL;
-    if (n_spans) *n_spans = 0;
-    if (!t || !out || n < 0 || (n > 0 && !m) || !t->bos || !t->generation_prompt)
-        return lf_fail(LF_ERR_INVALID_ARG, "chat template: bad arguments to render");
+/* Render m[0..n) (and the generation prompt) into b; then, for a pair, the
+ * response and suffix[assistant] after a span barrier. */
+static lf_status render(const lf__chat_template *t, const lf__chat_message *m, int n, int add_generation_prompt,
+                        const char *response, size_t response_len, rbuf *bp, size_t *prompt_len) {
+    rbuf b = *bp;
     for (int i = 0; i < n; i++) {
         if ((int)m[i].role < 0 || m[i].role >= LF__ROLE_COUNT)
             return lf_fail(LF_ERR_RANGE, "chat template: message %d has role %d, not one of system/user/assistant", i,
@@ -317,7 +393,6 @@ lf_status lf__chat_template_render(const lf__chat_template *t, const lf__serve_m
     }
     for (int r = 0; r < LF__ROLE_COUNT; r++)
         if (!t->prefix[r] || !t->suffix[r]) return lf_fail(LF_ERR_INVALID_ARG, "chat template: role %d not set", r);
-    rbuf b = {0};
     rb_tmpl(&b, t->bos);
     int has_system = 0;
     for (int i = 0; i < n; i++) has_system |= m[i].role == LF__ROLE_SYSTEM;
@@ -332,20 +407,72 @@ lf_status lf__chat_template_render(const lf__chat_template *t, const lf__serve_m
         rb_tmpl(&b, t->suffix[m[i].role]);
     }
     if (add_generation_prompt) rb_tmpl(&b, t->generation_prompt);
-    if (!b.failed && !b.p) { /* nothing at all: an empty string */
-        b.p = malloc(1);
-        if (b.p) b.p[0] = '\0';
-        else b.failed = 1;
+    if (prompt_len) *prompt_len = b.len;
+    if (response) {
+        b.barrier = 1;
+        rb_add(&b, response, response_len, 0);
+        rb_tmpl(&b, t->suffix[LF__ROLE_ASSISTANT]);
     }
-    if (b.failed) {
-        free(b.p);
-        free(b.sp);
+    *bp = b;
+    return LF_OK;
+}
+
+static lf_status render_done(rbuf *b, int n, char **out, size_t *len, lf__chat_span **spans, int *n_spans) {
+    if (!b->failed && !b->p) { /* nothing at all: an empty string */
+        b->p = malloc(1);
+        if (b->p) b->p[0] = '\0';
+        else b->failed = 1;
+    }
+    if (b->failed) {
+        free(b->p);
+        free(b->sp);
         return lf_fail(LF_ERR_NOMEM, "chat template: out of memory rendering %d messages", n);
     }
-    *out = b.p;
-    if (len) *len = b.len;
-    if (spans) *spans = b.sp;
-    else free(b.sp);
-    if (n_spans) *n_spans = b.n_sp;
+    *out = b->p;
+    if (len) *len = b->len;
+    if (spans) *spans = b->sp;
+    else free(b->sp);
+    if (n_spans) *n_spans = b->n_sp;
     return LF_OK;
+}
+
+lf_status lf__chat_template_render_pair(const lf__chat_template *t, const char *prompt, size_t prompt_len_in,
+                                        const char *response, size_t response_len, char **out, size_t *len,
+                                        size_t *prompt_len, lf__chat_span **spans, int *n_spans) {
+    if (out) *out = NULL;
+    if (len) *len = 0;
+    if (prompt_len) *prompt_len = 0;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
+    if (!t || !out || !prompt_len || (!prompt && prompt_len_in) || (!response && response_len) || !t->bos ||
+        !t->generation_prompt)
+        return lf_fail(LF_ERR_INVALID_ARG, "chat template: bad arguments to render a pair");
+    lf__chat_message m = {.role = LF__ROLE_USER, .content = prompt ? prompt : "", .len = prompt_len_in};
+    rbuf b = {0};
+    lf_status st = render(t, &m, 1, 1, response ? response : "", response_len, &b, prompt_len);
+    if (st != LF_OK) {
+        free(b.p);
+        free(b.sp);
+        return st;
+    }
+    return render_done(&b, 1, out, len, spans, n_spans);
+}
+
+lf_status lf__chat_template_render(const lf__chat_template *t, const lf__chat_message *m, int n,
+                                   int add_generation_prompt, char **out, size_t *len, lf__chat_span **spans,
+                                   int *n_spans) {
+    if (out) *out = NULL;
+    if (len) *len = 0;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
+    if (!t || !out || n < 0 || (n > 0 && !m) || !t->bos || !t->generation_prompt)
+        return lf_fail(LF_ERR_INVALID_ARG, "chat template: bad arguments to render");
+    rbuf b = {0};
+    lf_status st = render(t, m, n, add_generation_prompt, NULL, 0, &b, NULL);
+    if (st != LF_OK) {
+        free(b.p);
+        free(b.sp);
+        return st;
+    }
+    return render_done(&b, n, out, len, spans, n_spans);
 }
