@@ -1,15 +1,18 @@
 /* Aligned allocation and a bump arena (one block, 64-byte aligned slices).
  *
  * Blocks of at least LF_HUGE_MIN bytes (model parameters, gradients,
- * optimizer moments, activations, KV caches) are aligned to 2 MB and
- * advised MADV_HUGEPAGE, so the kernel backs them with transparent huge
- * pages where it is set to "madvise" (Debian's default), as it is for
- * "always". Streaming every weight once per decoded token touches 120k
- * 4 KB pages a token for GPT-2 124M: a TLB walk per 4 KB; on the 2-core
- * development VM a 2-thread read of 512 MB went from 27.6 to 30-31 GB/s
- * (bench/membw.c conditions, same run). Where THP is "never", or madvise
- * fails, the block is an ordinary one. */
+ * optimizer moments, activations, KV caches) have the 2 MB-aligned extents
+ * inside them advised MADV_HUGEPAGE, so the kernel backs those with
+ * transparent huge pages where it is set to "madvise" (Debian's default),
+ * as it is for "always". Streaming every weight once per decoded token
+ * touches 120k 4 KB pages a token for GPT-2 124M: a TLB walk per 4 KB; on
+ * the 2-core development VM a 2-thread read of 512 MB went from 27.6 to
+ * 30-31 GB/s on huge pages (same run). The block itself keeps its ordinary
+ * 64-byte alignment, so what lf_alloc_usable reports (the memory plan's
+ * accounting) is unchanged: at most the first and last 2 MB stay on 4 KB
+ * pages. Where THP is "never", or madvise fails, nothing changes. */
 #include <malloc.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,13 +34,16 @@ void *lf_alloc(size_t bytes) {
         return NULL;
     }
     void *p = NULL;
-    const int huge = bytes >= LF_HUGE_MIN;
-    if (posix_memalign(&p, huge ? LF_HUGE_PAGE : LF_ALIGN, lf_arena_round(bytes)) != 0) {
+    if (posix_memalign(&p, LF_ALIGN, lf_arena_round(bytes)) != 0) {
         lf_fail(LF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
         return NULL;
     }
 #ifdef MADV_HUGEPAGE
-    if (huge) (void)madvise(p, bytes & ~(size_t)(LF_HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice only: no error */
+    if (bytes >= LF_HUGE_MIN) { /* the whole 2 MB extents inside [p, p + bytes); advice only: no error */
+        const uintptr_t lo = ((uintptr_t)p + LF_HUGE_PAGE - 1) & ~(uintptr_t)(LF_HUGE_PAGE - 1);
+        const uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(LF_HUGE_PAGE - 1);
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
 #endif
     return p;
 }
