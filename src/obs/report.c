@@ -578,9 +578,11 @@ static void chart_svg(lf__sb *b, chart *c, int standalone) {
 #define SY(v) (CMT + (1 - ((c->ylog ? log10(v) : (v)) - ly0) / (ly1 - ly0)) * (CH - CMT - CMB))
         double t[32];
         int nt;
-        if (c->ylog) {
+        if (c->ylog && floor(ly1) - ceil(ly0) >= 1) { /* powers of ten */
             nice_ticks(ceil(ly0), floor(ly1), 4, t, &nt);
             for (int i = 0; i < nt; i++) t[i] = pow(10, round(t[i]));
+        } else if (c->ylog) { /* less than a decade: round values inside it */
+            nice_ticks(pow(10, ly0), pow(10, ly1), 4, t, &nt);
         } else {
             nice_ticks(ly0, ly1, 4, t, &nt);
         }
@@ -863,7 +865,7 @@ static void html_begin(lf__sb *b, const char *title) {
                    "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
                    "'unsafe-inline'; img-src data:\"><title>");
     lf__sb_html(b, title);
-    lf__sb_puts(b, "</title>");
+    lf__sb_puts(b, "</title><link rel=\"icon\" href=\"data:,\">"); /* no favicon request either */
     lf__sb_puts(b, k_css);
     lf__sb_puts(b, "</head>\n<body>\n");
 }
