@@ -140,7 +140,8 @@ int lf_obs_prometheus_port(const lf_obs_sink *s);
  * beginning), in log order, whole steps only: a response ends where a step
  * ends, and holds at most max_response bytes of records (or one step's
  * records when those alone are more); more = true when records after
- * last_step exist (ask again with since=last_step). A line that is not a
+ * last_step exist, or log bytes not read yet (ask again with
+ * since=last_step). A line that is not a
  * JSON object with a numeric "step" (a torn or corrupt line) is left out and
  * counted in skipped_lines, the first few named in warnings
  * ("log.jsonl:17: ..."); a line over 64 KiB is left out the same way.

@@ -945,7 +945,9 @@ static void header_section(lf__sb *b, const run_data *r, const char *title) {
     const char *status = end ? jstr(end, "status") : NULL;
     lf__sb_puts(b, "<header><h1>");
     lf__sb_html(b, title);
-    lf__sb_printf(b, "<span class=\"badge %s\" id=\"status\">", status ? status : "unfinished");
+    lf__sb_puts(b, "<span class=\"badge ");
+    lf__sb_html(b, status ? status : "unfinished"); /* the log's text: escaped even in a class name */
+    lf__sb_puts(b, "\" id=\"status\">");
     lf__sb_html(b, status ? status : "no end record (still running, or stopped)");
     lf__sb_puts(b, "</span></h1><div class=\"meta\">");
     char buf[512], a[64], c2[64];

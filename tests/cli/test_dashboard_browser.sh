@@ -82,7 +82,7 @@ EOF
 # (phases), the dashboard on (a measured peak: MFU), a task (evaluation metrics)
 T=(train --data.dataset=data --model.n_layer=2 --model.n_head=2 --model.n_embd=64 --model.block_size=64
    --train_micro_batch_size_per_gpu=8 --eval.iters=2 --eval.tasks=mc.jsonl --wall_clock_breakdown=true
-   --fp16.enabled=true --registry.enabled=false --threads=2 --steps_per_print=100000)
+   --fp16.enabled=true --registry.enabled=false --threads=1 --steps_per_print=100000)
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # ------------------------------------------------------------ 1. a short run: its report

@@ -32,7 +32,8 @@
  * end of a step (never part of a step), at most max_response bytes of them
  * unless the first step alone is more; last_step is the last record's step
  * (S when there is none) and more is 1 when entries with a greater step
- * exist. So asking again with since = last_step loses and repeats nothing.
+ * exist or the last read stopped before the end of the file. So asking
+ * again with since = last_step loses and repeats nothing.
  */
 #include "dash.h"
 
