@@ -381,6 +381,7 @@ static void fmt_dur(char *buf, size_t cap, double s) {
     long v = (long)(s + 0.5);
     if (v >= 3600) snprintf(buf, cap, "%ldh%02ldm", v / 3600, (v % 3600) / 60);
     else if (v >= 60) snprintf(buf, cap, "%ldm%02lds", v / 60, v % 60);
+    else if (s < 10) snprintf(buf, cap, "%.1fs", s);
     else snprintf(buf, cap, "%lds", v);
 }
 
