@@ -14,6 +14,10 @@ CONFIG   ?= configs/default_run.json
 # cosine decaying over those N (the last step is always checkpointed)
 ITERS    ?=
 ITERS_ARGS = $(if $(ITERS),--train_iters=$(ITERS) --scheduler.decay_iters=$(ITERS))
+# the live dashboard of `make run` on 127.0.0.1 (train logs its URL; a port
+# that is taken moves to a free one); DASHBOARD_PORT=0 turns it off. At the
+# end the trainer writes $(RUN_DIR)/report.html.
+DASHBOARD_PORT ?= 8765
 
 .PHONY: all build setup setup-test test asan run clean
 
@@ -42,7 +46,8 @@ asan: setup-test
 run: build
 	rm -rf $(RUN_DIR)
 	$(BUILD)/llmforge prepare --char $(DATA) --out $(RUN_DIR)/data
-	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR) $(ITERS_ARGS)
+	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR) $(ITERS_ARGS) \
+		--monitor.dashboard.port=$(DASHBOARD_PORT) --monitor.dashboard.host=127.0.0.1
 	$(BUILD)/llmforge sample --ckpt $(RUN_DIR)/ckpt/latest --prompt "$${PROMPT:-Q: }" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 1
 
 clean:

@@ -115,6 +115,10 @@ typedef struct lf_train_config {
     char tb_job_name[128];
     int prom_port;                  /* monitor.prometheus.port; 0 = off */
     char prom_host[256];            /* monitor.prometheus.host */
+    int dash_port;                  /* monitor.dashboard.port: the live dashboard alone; 0 = off (the
+                                     * Prometheus port serves it too) */
+    char dash_host[256];            /* monitor.dashboard.host */
+    int report_enabled;             /* monitor.report: write out_dir/report.html at the end */
     int monitor_required;           /* a sink that cannot start stops the run */
     float peak_gflops;              /* monitor.peak_gflops: MFU reference; 0 = measure */
     int alert_nan_action;           /* lf_alert_action: STOP or SKIP */

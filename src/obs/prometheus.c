@@ -36,6 +36,9 @@
  *   - Names and label values from records (eval metrics, phases, alert
  *     kinds) go into fixed tables with hard caps; what does not fit is
  *     dropped (eval, phases) or counted as kind="other" (alerts).
+ *   - With lf_prom_opts.dashboard the same server also answers the live
+ *     dashboard's GET / and GET /api/run (dashboard/dash.c); emit hands
+ *     every record to it after updating the metrics.
  *   - Only GET and HEAD are served: /metrics, /health; other paths are 404,
  *     other methods 405 (answered as soon as the headers are in: a body is
  *     never read). The query string is ignored.
@@ -58,6 +61,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "dashboard/dash.h"
 
 /* ---------------------------------------------------------------- state */
 
@@ -135,6 +139,7 @@ typedef struct prom_sink {
     char *base_labels;      /* rank="R",job="J" with J escaped */
     pthread_mutex_t mu;
     prom_state st;
+    lf__dash *dash;         /* the live dashboard on the same server (NULL: none) */
 } prom_sink;
 
 /* ---------------------------------------------------------------- text buffer */
@@ -393,12 +398,14 @@ static void prom_emit(lf_obs_sink *s, const lf_obs_record *r) {
     case LF_OBS_EVENT: update_event(&p->st, r); break;
     }
     pthread_mutex_unlock(&p->mu);
+    lf__dash_emit(p->dash, r);
 }
 
 static void prom_close(lf_obs_sink *s) {
     if (!s) return;
     prom_sink *p = s->impl;
     lf__http_stop(p->http); /* joins the HTTP threads */
+    lf__dash_free(p->dash);
     pthread_mutex_destroy(&p->mu);
     free(p->base_labels);
     free(p);
@@ -432,6 +439,7 @@ static void serve_metrics(prom_sink *p, lf__http_request *r) {
  * here needs a body, so none is ever read. */
 static void on_request(lf__http_request *r, void *user) {
     prom_sink *p = user;
+    if (p->dash && lf__dash_route(p->dash, r)) return; /* GET /, /api/run */
     const char *method = lf__http_method(r);
     const char *path = lf__http_path(r);
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
@@ -479,6 +487,10 @@ lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
     p->base_labels = lb.p;
     for (size_t i = 0; i < sizeof k_alert_kinds / sizeof k_alert_kinds[0]; i++)
         (void)table_slot(p->st.alert, &p->st.n_alert, PROM_MAX_ALERT, k_alert_kinds[i], strlen(k_alert_kinds[i]));
+    if (opts->dashboard) {
+        st = lf__dash_create(&p->dash, opts->dashboard);
+        if (st != LF_OK) goto fail;
+    }
 
     lf__http_opts ho = {
         .what = "prometheus",
@@ -508,6 +520,7 @@ lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
     return LF_OK;
 
 fail:
+    lf__dash_free(p->dash);
     pthread_mutex_destroy(&p->mu);
     free(p->base_labels);
     free(p);
@@ -516,5 +529,12 @@ fail:
 
 int lf_obs_prometheus_port(const lf_obs_sink *s) {
     if (!s || s->close != prom_close || !s->impl) return -1;
+    return ((const prom_sink *)s->impl)->port;
+}
+
+/* lf_obs_dashboard_port for a Prometheus sink (dashboard/dash.c). */
+int lf__prom_dashboard_port(const lf_obs_sink *s);
+int lf__prom_dashboard_port(const lf_obs_sink *s) {
+    if (!s || s->close != prom_close || !s->impl || !((const prom_sink *)s->impl)->dash) return -1;
     return ((const prom_sink *)s->impl)->port;
 }

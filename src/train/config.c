@@ -264,6 +264,15 @@ static const key_def k_keys[] = {
      .help = "serve Prometheus /metrics on this port (0 = off; with several ranks rank 0 serves it)"},
     {.path = "monitor.prometheus.host", .type = KT_STRING, FLD(prom_host), .def_str = "127.0.0.1",
      .help = "address /metrics binds to"},
+    {.path = "monitor.dashboard.port", .type = KT_INT, FLD(dash_port), .lo = 0, .hi = 65535, .def = {0},
+     .help = "serve the live dashboard (GET /, /api/run) on this port, without /metrics (0 = off; the "
+             "Prometheus port serves the dashboard too); when the port is taken a free one is chosen and the "
+             "URL logged"},
+    {.path = "monitor.dashboard.host", .type = KT_STRING, FLD(dash_host), .def_str = "127.0.0.1",
+     .help = "address the dashboard binds to (loopback by default: the page shows the whole run)"},
+    {.path = "monitor.report", .type = KT_BOOL, FLD(report_enabled), .def = {1},
+     .help = "write out_dir/report.html (charts, checkpoints, evaluations, memory plan, hardware) at the end of "
+             "the run; a report that cannot be written is a warning"},
     {.path = "monitor.required", .type = KT_BOOL, FLD(monitor_required), .def = {1},
      .help = "stop when a monitoring sink cannot start (false: warn and train on)"},
     {.path = "monitor.peak_gflops", .type = KT_FLOAT, FLD(peak_gflops), .lo = 0, .hi = INF, .def = {0},

@@ -63,6 +63,7 @@
 #include "llmforge/train.h"
 #include "llmforge/hf.h"
 #include "train_impl.h"
+#include "train_report.h"
 
 struct lf_trainer {
     lf_train_config cfg;
@@ -132,6 +133,7 @@ struct lf_trainer {
     char ckpt_root[LF_PATH_MAX + 8];
     lf__treg *treg;            /* model registry and eval.suite (train_registry.c) */
     char resumed_dir[LF_PATH_MAX + 64]; /* the checkpoint --resume loaded (rank 0) */
+    char *plan_json;           /* the memory plan for the run_info record (train_report.c) */
     char errmsg[1024];
 };
 
@@ -646,8 +648,11 @@ static lf_status open_sinks(lf_trainer *t) {
             lf_log(LF_LOG_WARN, "%s; training goes on without it (monitor.required is false)", lf_last_error());
         }
     }
+    lf__trep_dash dash; /* the live dashboard: on the Prometheus port, and on its own (train_report.c) */
+    lf__trep_dash_opts(&dash, &t->cfg, lf_model_num_params(t->model), t->world);
     if (t->cfg.prom_port > 0) {
-        lf_prom_opts po = {.host = t->cfg.prom_host, .port = t->cfg.prom_port, .rank = 0, .job = NULL};
+        lf_prom_opts po = {.host = t->cfg.prom_host, .port = t->cfg.prom_port, .rank = 0, .job = NULL,
+                           .dashboard = &dash.opts};
         st = lf_obs_prometheus_open(&sink, &po);
         if (st == LF_OK) st = lf_obs_add_sink(t->obs, sink);
         if (st != LF_OK) {
@@ -655,14 +660,17 @@ static lf_status open_sinks(lf_trainer *t) {
             if (t->cfg.monitor_required) return st;
             lf_log(LF_LOG_WARN, "%s; training goes on without it (monitor.required is false)", lf_last_error());
         } else {
-            lf_log(LF_LOG_INFO, "serving metrics on http://%s:%d/metrics", t->cfg.prom_host, t->cfg.prom_port);
+            lf_log(LF_LOG_INFO, "serving metrics on http://%s:%d/metrics (the dashboard on /)", t->cfg.prom_host,
+                   t->cfg.prom_port);
         }
     }
+    st = lf__trep_dashboard(t->obs, &t->cfg, &dash);
+    if (st != LF_OK) return st;
     /* MFU needs a peak: the configured one, or the FMA rate measured once when
      * a monitoring sink will show it */
     if (t->cfg.peak_gflops > 0)
         t->peak_flops = t->cfg.peak_gflops * 1e9;
-    else if (t->cfg.tb_enabled || t->cfg.prom_port > 0)
+    else if (t->cfg.tb_enabled || t->cfg.prom_port > 0 || t->cfg.dash_port > 0)
         t->peak_flops = lf_probe_peak_flops(0.25);
     return LF_OK;
 }
@@ -974,6 +982,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     size_t n = lf_model_num_params(t->model);
     /* weights, gradients, two moments, three host staging copies, batches, activations */
     t->planned_bytes = plan.total;
+    t->plan_json = lf__trep_plan_json(&plan);
     t->planned_act_bytes = plan.act.total;
     if (act_bytes != plan.act.total) /* the model's own count must be the plan's */
         return tfail(t, lf_fail(LF_ERR_INTERNAL, "activation plan mismatch: the model allocated %zu bytes, the memory "
@@ -1056,6 +1065,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf__treg_close(t->treg);
     lf_tokenizer_free(t->tok);
     free(t->spike_win);
+    free(t->plan_json);
     pthread_mutex_destroy(&t->obs_mu);
     pthread_mutex_destroy(&t->wd_mu);
     pthread_cond_destroy(&t->wd_cv);
@@ -1921,6 +1931,11 @@ lf_status lf_trainer_run(lf_trainer *t) {
         cJSON_Delete(c);
         lf_free(cfgjson);
     }
+    if (t->rank == 0) { /* hardware, kernels, memory plan: what the report shows of this process */
+        char *info = lf__trep_run_info(t->plan_json, &t->cfg, t->world, t->peak_flops, t->be);
+        if (info) emit_event(t, "run_info", NULL, info);
+        free(info);
+    }
     lf__treg_run_begin(t->treg, &t->cfg, t->world, t->resumed_dir, t->opts.init_from, lf_dataset_tokenizer_spec(t->ds));
     mark_progress(t);
     if (t->cfg.alert_stall_seconds > 0 && !t->wd_running) {
@@ -1997,6 +2012,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
     pthread_mutex_lock(&t->obs_mu);
     lf_obs_flush(t->obs);
     pthread_mutex_unlock(&t->obs_mu);
+    if (t->rank == 0) lf__trep_report(&t->cfg); /* monitor.report: a failure is a warning */
     return st;
 }
 

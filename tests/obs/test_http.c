@@ -1,6 +1,6 @@
 /*
  * Tests of the HTTP layer (src/obs/http.c) and of the Prometheus endpoint's
- * resistance to slow clients through it.
+ * and the live dashboard's resistance to slow clients through it.
  *
  * Every server listens on 127.0.0.1 port 0 (the kernel picks a free port),
  * so tests running in parallel never collide. Clients are raw POSIX sockets
@@ -1153,6 +1153,104 @@ static void test_prometheus_slow_clients(void **state) {
     sink->close(sink);
 }
 
+/* The live dashboard (GET /, GET /api/run) behind the same slow clients, and
+ * clients that ask and never read: answers stay prompt for everyone else,
+ * and the training thread's emit is never held (it takes no lock an HTTP
+ * thread holds while reading the log or writing to a socket). */
+static void test_dashboard_slow_clients(void **state) {
+    (void)state;
+    char *dir = lf_test_tmpdir();
+    assert_non_null(dir);
+    char log[600];
+    snprintf(log, sizeof log, "%s/log.jsonl", dir);
+    FILE *f = fopen(log, "w");
+    assert_non_null(f);
+    for (long s = 1; s <= 8000; s++) /* ~2.4 MB: every /api/run answer from the start is the full 256 KiB */
+        fprintf(f, "{\"type\":\"train\",\"step\":%ld,\"loss\":2.5,\"lr\":0.001,\"grad_norm\":1,\"tokens_per_sec\":1000,"
+                   "\"ms\":10,\"pad\":\"%0200d\"}\n", s, 0);
+    fclose(f);
+    lf_dash_opts o = {.host = "127.0.0.1", .port = 0, .log_path = log, .run_dir = dir};
+    lf_obs_sink *sink = NULL;
+    LF_ASSERT_OK(lf_obs_dashboard_open(&sink, &o));
+    int port = lf_obs_dashboard_port(sink);
+    static const char *paths[] = {"/", "/api/run?since=-1"};
+
+    int idle[40];
+    for (int i = 0; i < 40; i++) idle[i] = tcp_connect(port);
+    for (int k = 0; k < 2; k++) {
+        double t0 = lf_time_now();
+        resp r = get(port, paths[k]);
+        double dt = lf_time_now() - t0;
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+        if (dt > 2.0) fail_msg("GET %s took %.2f s behind 40 idle connections", paths[k], dt);
+    }
+    for (int i = 0; i < 40; i++) close(idle[i]);
+
+    int fds[32];
+    for (int i = 0; i < 32; i++) {
+        fds[i] = tcp_connect(port);
+        assert_true(fds[i] >= 0);
+    }
+    trickle tr = {.fds = fds, .n = 32, .interval = 0.25, .t0 = lf_time_now()};
+    tr.until = tr.t0 + 1.5;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, trickle_main, &tr), 0);
+    for (int i = 0; i < 4; i++) {
+        sleep_s(0.3);
+        double t0 = lf_time_now();
+        resp r = get(port, paths[i % 2]);
+        double dt = lf_time_now() - t0;
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+        if (dt > 2.0) fail_msg("GET %s took %.2f s behind 32 trickling clients", paths[i % 2], dt);
+    }
+    pthread_join(th, NULL);
+    for (int i = 0; i < 32; i++) close(fds[i]);
+
+    /* 8 clients pipeline 40 requests each for 256 KiB answers and never read
+     * (a small receive buffer: their sockets fill at once) */
+    int deaf[8];
+    for (int i = 0; i < 8; i++) {
+        deaf[i] = socket(AF_INET, SOCK_STREAM, 0);
+        int small = 4096;
+        setsockopt(deaf[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+        assert_int_equal(connect(deaf[i], (struct sockaddr *)&a, sizeof a), 0);
+        char req[4096] = "";
+        for (int k = 0; k < 40; k++) strcat(req, "GET /api/run?since=-1 HTTP/1.1\r\nHost: t\r\n\r\n");
+        (void)send(deaf[i], req, strlen(req), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    sleep_s(0.3);
+    /* the training thread goes on: 2000 emits, none held */
+    double worst = 0;
+    for (long s = 0; s < 2000; s++) {
+        lf_obs_scalar sc[2] = {{"train/loss", 2.0}, {"time/step_ms", 1.0}};
+        lf_obs_record rec = {.kind = LF_OBS_TRAIN, .step = 8001 + s, .wall_time = lf_obs_wall_time(), .scalars = sc,
+                             .n_scalars = 2};
+        double t0 = lf_time_now();
+        sink->emit(sink, &rec);
+        double dt = lf_time_now() - t0;
+        if (dt > worst) worst = dt;
+    }
+    if (worst > 0.05) fail_msg("an emit took %.3f s while clients did not read", worst);
+    /* and other clients are still answered */
+    for (int k = 0; k < 2; k++) {
+        double t0 = lf_time_now();
+        resp r = get(port, paths[k]);
+        double dt = lf_time_now() - t0;
+        assert_int_equal(r.status, 200);
+        if (k == 1) assert_non_null(strstr(r.body, "\"step\":10000,")); /* the header saw the last emit */
+        resp_free(&r);
+        if (dt > 2.0) fail_msg("GET %s took %.2f s while 8 clients did not read", paths[k], dt);
+    }
+    for (int i = 0; i < 8; i++) close(deaf[i]);
+    sink->close(sink); /* stops promptly with unread answers queued */
+    lf_test_rmrf(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests),
@@ -1169,6 +1267,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_start_errors),
         cmocka_unit_test(test_prometheus_slow_clients),
+        cmocka_unit_test(test_dashboard_slow_clients),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
