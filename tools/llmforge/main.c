@@ -12,10 +12,18 @@
  * train and signals: SIGTERM, SIGINT and SIGUSR1 (what Slurm, Kubernetes,
  * spot-instance agents and a person at the terminal send) make the run
  * finish its step, save a checkpoint and exit LF_EXIT_PREEMPTED (75). The
- * handlers only store the signal number into a sig_atomic_t that the
- * trainer polls at each step boundary (lf_trainer_opts.stop_flag); a second
- * signal during the save is noted and changes nothing (the save completes).
+ * signal number goes into a sig_atomic_t that the trainer polls at each
+ * step boundary (lf_trainer_opts.stop_flag); a second signal during the
+ * save is noted and changes nothing (the save completes).
+ * The three signals are blocked in every thread the run creates and taken
+ * by one thread of ours with sigwait, so no signal is ever delivered on a
+ * thread that computes: oneDNN's JIT sgemm (2.x, through 3.11) points rsp
+ * into the heap while it runs, so a signal frame pushed there corrupts the
+ * heap (oneDNN issue #4845; reproduced here: a no-op SIGUSR2 handler and
+ * 200 signals during training aborted every run). A handler stays
+ * installed for threads that existed before the block (none here today).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -168,29 +176,60 @@ static void train_failed(lf_trainer *t, const char *hint) {
     }
 }
 
-/* The stop flag the trainer polls; the handler is async-signal-safe: a store,
- * and on a repeat one write(2) of a fixed line. */
+/* The stop flag the trainer polls, written by the signal thread (or, for a
+ * thread that had the signals unblocked, by the async-signal-safe handler: a
+ * store, and on a repeat one write(2) of a fixed line). */
 static volatile sig_atomic_t g_stop_signal;
+static sigset_t g_stop_set;
+static const char k_again[] = "llmforge: train: stop already requested; finishing the step and its checkpoint\n";
 
 static void on_stop_signal(int sig) {
     if (g_stop_signal) {
-        static const char msg[] = "llmforge: train: stop already requested; finishing the step and its checkpoint\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        ssize_t w = write(STDERR_FILENO, k_again, sizeof k_again - 1);
         (void)w;
         return;
     }
     g_stop_signal = sig;
 }
 
+static void *stop_signal_thread(void *arg) {
+    (void)arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&g_stop_set, &sig) != 0) continue;
+        if (g_stop_signal) {
+            fputs(k_again, stderr);
+            fflush(stderr);
+        } else {
+            g_stop_signal = sig;
+        }
+    }
+    return NULL;
+}
+
+/* Before the run creates any thread (the backend's, the loader's, MPI's):
+ * they inherit the blocked mask, and only the signal thread takes them. */
 static void install_stop_handlers(void) {
+    sigemptyset(&g_stop_set);
+    sigaddset(&g_stop_set, SIGTERM);
+    sigaddset(&g_stop_set, SIGINT);
+    sigaddset(&g_stop_set, SIGUSR1);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART; /* file and socket calls go on; the flag is read at the step boundary */
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    pthread_sigmask(SIG_BLOCK, &g_stop_set, NULL);
+    pthread_attr_t at;
+    pthread_t th;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, stop_signal_thread, NULL) != 0) /* then the handler takes them, on this thread */
+        pthread_sigmask(SIG_UNBLOCK, &g_stop_set, NULL);
+    pthread_attr_destroy(&at);
 }
 
 static const char *signal_name(int sig) {
@@ -210,7 +249,16 @@ static int slurm_requeue(void) {
     pid_t pid;
     fflush(stdout);
     fflush(stderr);
-    int e = posix_spawnp(&pid, "scontrol", NULL, NULL, args, environ);
+    /* scontrol gets the signals back as a fresh process has them (not blocked, default actions) */
+    posix_spawnattr_t at;
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &g_stop_set);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    int e = posix_spawnp(&pid, "scontrol", NULL, &at, args, environ);
+    posix_spawnattr_destroy(&at);
     if (e != 0) {
         fprintf(stderr, "llmforge: train: cannot run scontrol requeue %s: %s\n", job, strerror(e));
         return 1;
@@ -237,6 +285,7 @@ static void on_fatal(const char *msg, void *user) {
 }
 
 static int cmd_train(int argc, char **argv) {
+    install_stop_handlers(); /* first: before any thread exists, and a signal during set-up is kept */
     const char *config = NULL, *init_from = NULL;
     int resume = 0;
     long threads = 0;
@@ -311,7 +360,6 @@ static int cmd_train(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    install_stop_handlers(); /* before create: a signal during setup stops the run at its first boundary */
     lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_fatal = on_fatal, .stop_flag = &g_stop_signal};
     opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
     opts.n_sinks = opts.sinks[0] != NULL;
