@@ -107,8 +107,10 @@ typedef struct lf_ckpt_retention {
     const char *protect; /* and this one (a name or path under the root, e.g. the best; NULL: none) */
 } lf_ckpt_retention;
 /* Remove every step directory of ckpt_root that r does not keep once `step`
- * is saved, never the one `latest` names, `protect`, or step itself (which
- * need not exist yet), and the temporaries a crash left (.tmp_step_*,
+ * is saved, never the one `latest` names (when latest is missing or names
+ * nothing: the newest other step directory with a trainer_state.json, the
+ * one a resume falls back to), `protect`, or step itself (which need not
+ * exist yet), and the temporaries a crash left (.tmp_step_*,
  * .del_step_*, .old_step_*, latest.tmp). Called before a save it frees what
  * the save makes obsolete anyway, so a run on a full disk can save again;
  * after it, it is the usual rotation. One writer per root (rank 0); failures

@@ -517,10 +517,17 @@ static void read_latest_name(const char *root, char *name, size_t cap) {
     if (b < e && !strchr(b, '/') && (size_t)(e - b) < cap) memcpy(name, b, (size_t)(e - b) + 1);
 }
 
+static int step_dir_has_state(const char *root, const char *name) {
+    char dir[CK_PATH_MAX], st[CK_PATH_MAX];
+    return path_join(dir, root, name) == LF_OK && path_join(st, dir, CK_STATE_FILE) == LF_OK && is_file(st);
+}
+
 /* Retention (checkpoint.h: lf_checkpoint_prune): with `incoming` counted
  * among the step directories whether or not it exists yet, keep the newest
  * keep_last (<= 0: all), every multiple of keep_every (> 0), the directory
- * `latest` names, `protect`, and `incoming` itself; remove the rest (each
+ * `latest` names (when it names none that exists: the newest other step
+ * directory holding a trainer_state.json, what resolve falls back to),
+ * `protect`, and `incoming` itself; remove the rest (each
  * renamed to .del_* first, so a half-removed directory never looks like a
  * checkpoint). Failures are logged; returns the number removed. */
 static int prune(const char *root, long incoming, int keep_last, long keep_every, const char *protect) {
@@ -534,6 +541,14 @@ static int prune(const char *root, long incoming, int keep_last, long keep_every
         return 0;
     }
     read_latest_name(root, latest, sizeof latest);
+    if (!latest[0] || !step_dir_has_state(root, latest)) {
+        /* latest is missing or broken (a crash, ENOSPC at latest.tmp): what resolve falls back to, the
+         * newest step directory with a trainer_state.json, is the one to keep instead */
+        latest[0] = 0;
+        for (size_t i = 0; i < n && !latest[0]; i++)
+            if (ents[i].step != incoming && step_dir_has_state(root, ents[i].name))
+                snprintf(latest, sizeof latest, "%s", ents[i].name);
+    }
     int removed = 0;
     size_t rank = 0; /* position among the step directories, `incoming` included */
     int incoming_counted = 0;
