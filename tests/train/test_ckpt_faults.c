@@ -378,6 +378,14 @@ static void test_prune_before_save(void **state) {
     assert_int_equal(lf_checkpoint_prune(root, 10, &r), 2);
     list(root, buf, sizeof buf);
     assert_string_equal(buf, "latest step_00000005 step_00000010");
+    /* latest missing (ENOSPC at latest.tmp): the newest step directory, what a resume falls back to,
+     * is kept although keep_last 1 leaves room for the incoming step only */
+    snprintf(junk, sizeof junk, "%s/latest", root);
+    assert_int_equal(unlink(junk), 0);
+    r.protect = NULL;
+    assert_int_equal(lf_checkpoint_prune(root, 11, &r), 1); /* step 5 */
+    list(root, buf, sizeof buf);
+    assert_string_equal(buf, "step_00000010");
     /* a root that does not exist is nothing to prune */
     snprintf(junk, sizeof junk, "%s/nothing_here", g_dir);
     assert_int_equal(lf_checkpoint_prune(junk, 1, &r), 0);
