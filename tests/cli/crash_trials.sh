@@ -72,10 +72,10 @@ wait_job() {
     t=$((t + 1))
     [ "$t" -gt $((limit * 20)) ] && { kill -9 "$job" 2>/dev/null; fail "the job outlived a kill by more than $limit s"; }
   done
-  wait "$job" 2>/dev/null
+  wait "$job"
   rc=$?
   jobs_alive=()
-}
+} 2>/dev/null # bash's "Killed" notice of the job: expected here
 
 # temporaries OUT: how many .tmp_step_* directories / any temporary (.tmp_, .del_, .old_, latest.tmp)
 tmp_dirs() { find "$1/ckpt" -maxdepth 1 -name '.tmp_step_*' 2>/dev/null | wc -l; }
