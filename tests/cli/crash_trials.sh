@@ -115,8 +115,15 @@ for trial in $(seq "$trials"); do
       pid=$(cat "$dir/pid.$victim" 2>/dev/null)
       [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
       wait_job 30
-      for f in "$dir"/pid.*; do # mpirun is gone: so must every rank be
-        [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && fail "rank $(basename "$f") outlived mpirun after the kill"
+      for f in "$dir"/pid.*; do # mpirun is gone: so must every rank be (within 10 s; a zombie counts as gone)
+        [ -f "$f" ] || continue
+        p=$(cat "$f")
+        for _ in $(seq 100); do
+          { kill -0 "$p" 2>/dev/null && [ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" != Z ]; } || break
+          sleep 0.1
+        done
+        kill -0 "$p" 2>/dev/null && [ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" != Z ] &&
+          fail "rank $(basename "$f") outlived mpirun by 10 s after the kill"
       done
     else
       kill -9 "$job" 2>/dev/null
