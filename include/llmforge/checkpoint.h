@@ -84,8 +84,9 @@ lf_status lf_checkpoint_load_slice(const char *dir, const lf_ckpt_tensors *tt, i
  * of another size than it records, the newest step directory whose every
  * file matches its size and SHA-256 is chosen instead, and a warning
  * (lf_log) names it and why latest was passed over. LF_ERR_NOT_FOUND when
- * there is no checkpoint; LF_ERR_FORMAT / LF_ERR_CHECKSUM when latest is
- * broken and no step directory is complete (the message lists them). */
+ * there is no checkpoint (no latest and no step directory); LF_ERR_FORMAT /
+ * LF_ERR_CHECKSUM when there are some but none is complete (the message
+ * lists them). */
 lf_status lf_checkpoint_resolve(const char *path, char **dir);
 /* The same; flags LF_CKPT_RESOLVE_STRICT: no fallback, a broken or missing
  * `latest` is the error (`llmforge ckpt verify`). */

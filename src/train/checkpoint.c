@@ -893,8 +893,9 @@ static lf_status resolve_root(const char *root, unsigned flags, char **dir) {
     free(ents);
     if (first != LF_ERR_NOT_FOUND && is_file(latest))
         return lf_fail(first, "%s; and no step directory of '%s' is complete%s%s", why, root, rl ? ": " : "", rejected);
-    return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s' (%s, and no complete step directory%s%s)", root, why,
-                   rl ? "; incomplete: " : "", rejected);
+    if (rl) /* damaged checkpoints are not "no checkpoint" (--resume auto must not start over on them) */
+        return lf_fail(LF_ERR_CHECKSUM, "no complete checkpoint in '%s' (%s; incomplete: %s)", root, why, rejected);
+    return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s' (%s, and no step directory)", root, why);
 }
 
 /* A directory that is a checkpoint root: it holds `latest` or a step directory. */

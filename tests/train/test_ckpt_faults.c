@@ -320,8 +320,16 @@ static void test_resolve_fallback(void **state) {
     LF_ASSERT_ERR_CONTAINS("no step directory");
     LF_ASSERT_ERR_CONTAINS("step_00000001");
     unlink(lt);
+    assert_int_equal(lf_checkpoint_resolve(root, &dir), LF_ERR_CHECKSUM); /* damaged is not "none" */
+    LF_ASSERT_ERR_CONTAINS("no complete checkpoint");
+    LF_ASSERT_ERR_CONTAINS("step_00000001");
+    /* and a root with neither latest nor a step directory holds no checkpoint */
+    for (long s = 1; s <= 3; s++) {
+        snprintf(f, sizeof f, "%s/step_%08ld", root, s);
+        lf_test_rmrf(f);
+    }
     assert_int_equal(lf_checkpoint_resolve(root, &dir), LF_ERR_NOT_FOUND);
-    LF_ASSERT_ERR_CONTAINS("no complete step directory");
+    LF_ASSERT_ERR_CONTAINS("no checkpoint in");
     lf_log_set_callback(NULL, NULL);
 }
 

@@ -6,7 +6,8 @@
  * the step was a checkpoint step anyway), lf_trainer_run returns
  * LF_ERR_PREEMPTED, log.jsonl and the registry say "preempted"; resuming
  * (LF_RESUME_AUTO) gives the uninterrupted run's weights and losses bit for
- * bit. Also: --resume auto on an empty out_dir starts fresh, and
+ * bit. Also: --resume auto on an empty out_dir starts fresh (on a damaged
+ * one it refuses), and
  * checkpoint.keep_every keeps every N-th step past keep_last.
  *
  * The request is made from a sink on the trainer's bus when it sees the
@@ -272,6 +273,35 @@ static void test_resume_auto_fresh(void **state) {
     lf_trainer_free(t);
 }
 
+/* --resume auto on an out_dir whose only checkpoint is damaged (and latest gone) is an error,
+ * not a fresh start over it. */
+static void test_resume_auto_damaged(void **state) {
+    (void)state;
+    lf_train_config c = tiny_config("auto_damaged");
+    c.train_iters = 4;
+    c.decay_iters = 4;
+    c.ckpt_interval = 2;
+    c.keep_last = 1;
+    run_out r = run(&c, LF_RESUME_NO, 0, NULL);
+    assert_int_equal(r.st, LF_OK);
+    free(r.w);
+    char p[LF_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/ckpt/latest", c.out_dir);
+    assert_int_equal(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/ckpt/step_00000004/model.safetensors", c.out_dir);
+    FILE *f = fopen(p, "r+b");
+    assert_non_null(f);
+    fseek(f, -4, SEEK_END);
+    fputc(0x7f, f);
+    fclose(f);
+    lf_trainer *t = NULL;
+    lf_trainer_opts opts = {.resume = LF_RESUME_AUTO};
+    assert_int_equal(lf_trainer_create(&t, &c, &opts), LF_ERR_CHECKSUM);
+    if (!strstr(lf_trainer_errmsg(t), "--resume auto") || !strstr(lf_trainer_errmsg(t), "step_00000004"))
+        fail_msg("message: %s", lf_trainer_errmsg(t));
+    lf_trainer_free(t);
+}
+
 /* keep_last 1 with keep_every 4, a checkpoint every 2 steps over 12: steps
  * 4, 8 and 12 stay (12 is the newest; the rest are multiples of 4). */
 static void test_keep_every(void **state) {
@@ -315,6 +345,7 @@ int main(void) {
         cmocka_unit_test(test_stop_before_the_first_step),
         cmocka_unit_test(test_registry_says_preempted),
         cmocka_unit_test(test_resume_auto_fresh),
+        cmocka_unit_test(test_resume_auto_damaged),
         cmocka_unit_test(test_keep_every),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
