@@ -18,8 +18,18 @@
 # start, it prints "SKIPPED: reason" and exits 0.
 set -u
 bin=$1 src=$2 shared=$3
-. "$(dirname "$0")/slurm_cluster.sh"
-slurm_cluster_start
+skip() { echo "SKIPPED: $*"; exit 0; }
+command -v scontrol >/dev/null 2>&1 || skip "no 'scontrol' (Debian: apt-get install slurm-wlm)"
+# the cluster (tests/cli/slurm_cluster.sh, shared with test_slurm.sh and test_sweep.sh)
+. "$src/tests/cli/slurm_cluster.sh"
+fail() {
+  echo "FAIL: $*"
+  [ -f "$dir/out" ] && { echo "--- output"; cat "$dir/out"; }
+  for f in "$dir"/log/*.log; do [ -f "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 15 "$f"; }; done
+  exit 1
+}
+over=()
+[ "$cpus" -lt 2 ] && over=(--overcommit)
 RANDOM=${LF_PREEMPT_SEED:-53}
 
 head -c 20480 "$shared/data/tinyshakespeare.txt" >"$dir/small.txt"

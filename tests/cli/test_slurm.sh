@@ -15,14 +15,26 @@
 # "SKIPPED: reason" and exits 0. Every daemon is stopped on exit.
 set -u
 bin=$1 src=$2 shared=$3
-. "$(dirname "$0")/slurm_cluster.sh"
+skip() { echo "SKIPPED: $*"; exit 0; }
+
 command -v mpirun >/dev/null 2>&1 || skip "no mpirun"
 mpirun --version 2>/dev/null | grep -q "Open MPI" || skip "mpirun is not Open MPI's (the test uses srun --mpi=pmix and plm slurm)"
-slurm_cluster_start
+
+# the cluster (tests/cli/slurm_cluster.sh, shared with test_sweep.sh)
+. "$src/tests/cli/slurm_cluster.sh"
+fail() {
+  echo "FAIL: $*"
+  [ -f "$dir/out" ] && { echo "--- output"; cat "$dir/out"; }
+  for f in "$dir"/log/*.log; do [ -f "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 15 "$f"; }; done
+  exit 1
+}
 
 # Open MPI 4.1 starts under srun through PMIx only (no PMI-1/PMI-2 support)
 srun --mpi=list >"$dir/mpilist" 2>&1 || fail "srun --mpi=list: $(cat "$dir/mpilist")"
 grep -qw pmix "$dir/mpilist" || skip "Slurm has no PMIx plugin (srun --mpi=list: $(tr -s '\n\t ' ' ' <"$dir/mpilist")); Open MPI needs srun --mpi=pmix"
+# more ranks than cores: let Slurm overcommit (and mpirun oversubscribe)
+over=() ompi_over=()
+[ "$cpus" -lt 2 ] && over=(--overcommit) ompi_over=(--oversubscribe)
 
 . "$src/tests/train/mpi_cli_lib.sh"
 tiny_job "$shared"
@@ -33,6 +45,21 @@ tiny_job "$shared"
 "$bin" train "$dir/cfg.json" --threads 1 --out_dir="$dir/one" >"$dir/one.out" 2>&1 ||
   { cat "$dir/one.out"; fail "1-process run"; }
 
+# timed LIMIT CMD...: output in $dir/out, sets rc and elapsed; reaching the bound is a hang
+timed() {
+  local limit=$1 t0 t1
+  shift
+  t0=$(date +%s.%N)
+  # in the background, so that a TERM reaches the trap (and the teardown) at once
+  timeout -k 5 "$limit" "$@" >"$dir/out" 2>&1 &
+  child=$!
+  wait "$child"
+  rc=$?
+  child=
+  t1=$(date +%s.%N)
+  elapsed=$(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")
+  [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "$* hung (stopped after $elapsed s)"
+}
 # same_losses WHAT RUN_DIR: 5 steps, each within 1e-5 relative of the single process's
 same_losses() {
   [ "$(grep -c '"type":"train"' "$2/log.jsonl")" -eq 5 ] || fail "$1: log.jsonl should hold 5 train records"
