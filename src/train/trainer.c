@@ -2053,10 +2053,10 @@ lf_status lf_trainer_run(lf_trainer *t) {
     }
     st = LF_OK;
     while (t->step < t->cfg.train_iters) {
-        int stop = 0; /* a step boundary: the only place a stop request is read */
-        if ((st = stop_agreed(t, &stop)) != LF_OK) break;
-        if (stop) {
-            st = preempt(t, stop);
+        int req = 0; /* a step boundary: the only place a stop request is read */
+        if ((st = stop_agreed(t, &req)) != LF_OK) break;
+        if (req) {
+            st = preempt(t, req);
             break;
         }
         double t0 = lf_time_now();
