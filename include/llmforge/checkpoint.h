@@ -11,7 +11,13 @@
  * into place and fsynced, then ckpt/latest (a one-line text file holding the
  * directory name) replaced atomically (write latest.tmp, fsync, rename).
  * Rotation keeps the newest keep_last step directories and never removes the
- * one `latest` names nor `protect` (e.g. the best).
+ * one `latest` names nor `protect` (e.g. the best); lf_checkpoint_prune adds
+ * keep_every and runs before a save as well as after, so a full disk gets
+ * back what the new save makes obsolete first.
+ * Resolving a root falls back, when `latest` is missing, empty or names an
+ * incomplete directory, to the newest step directory whose files all match
+ * their SHA-256 (a crash or ENOSPC between the rename of the step directory
+ * and that of latest leaves exactly that), and says so in a warning.
  */
 #ifndef LLMFORGE_CHECKPOINT_H
 #define LLMFORGE_CHECKPOINT_H
@@ -70,9 +76,48 @@ void lf_checkpoint_discard(const char *tmp_dir);
  * check (another rank did it). */
 lf_status lf_checkpoint_load_slice(const char *dir, const lf_ckpt_tensors *tt, int verify, size_t lo, size_t n,
                                    float *params, float *m, float *v, char **state_json);
-/* Resolve "ckpt_root/latest" (or a step directory given directly) to a
- * directory path (lf_free). LF_ERR_NOT_FOUND when there is none. */
+/* Resolve to a step directory path (*dir, lf_free): a step directory is
+ * itself; a checkpoint root (holding `latest` or step directories) is what
+ * its `latest` names, a run directory its ckpt/'s, a "latest" file what it
+ * names. When `latest` is missing, empty, or names a directory whose
+ * trainer_state.json is missing or unreadable or whose files are missing or
+ * of another size than it records, the newest step directory whose every
+ * file matches its size and SHA-256 is chosen instead, and a warning
+ * (lf_log) names it and why latest was passed over. LF_ERR_NOT_FOUND when
+ * there is no checkpoint (no latest and no step directory); LF_ERR_FORMAT /
+ * LF_ERR_CHECKSUM when there are some but none is complete (the message
+ * lists them). */
 lf_status lf_checkpoint_resolve(const char *path, char **dir);
+/* The same; flags LF_CKPT_RESOLVE_STRICT: no fallback, a broken or missing
+ * `latest` is the error (`llmforge ckpt verify`). */
+#define LF_CKPT_RESOLVE_STRICT 1u
+lf_status lf_checkpoint_resolve_flags(const char *path, unsigned flags, char **dir);
+
+/* Whether a checkpoint directory is complete: trainer_state.json reads and
+ * lists model.safetensors, and every file it lists is there with its
+ * recorded size and SHA-256. *n_files (may be NULL): the files listed.
+ * LF_OK; LF_ERR_NOT_FOUND (trainer_state.json or a listed file missing),
+ * LF_ERR_CHECKSUM (a size or hash differs), LF_ERR_FORMAT (unreadable
+ * state); every bad file is named in the message. Reads only. */
+lf_status lf_checkpoint_verify(const char *dir, int *n_files);
+
+/* Retention: which step directories of a root survive a save of `step`. */
+typedef struct lf_ckpt_retention {
+    int keep_last;       /* the newest keep_last step directories, `step` counted (<= 0: all) */
+    long keep_every;     /* and every step that is a multiple of this, forever (0: none) */
+    const char *protect; /* and this one (a name or path under the root, e.g. the best; NULL: none) */
+} lf_ckpt_retention;
+/* Remove every step directory of ckpt_root that r does not keep once `step`
+ * is saved, never the one `latest` names (when latest is missing or names
+ * nothing: the newest other step directory with a trainer_state.json, the
+ * one a resume falls back to), `protect`, or step itself (which need not
+ * exist yet), and the temporaries a crash left (.tmp_step_*,
+ * .del_step_*, .old_step_*, latest.tmp). Called before a save it frees what
+ * the save makes obsolete anyway, so a run on a full disk can save again;
+ * after it, it is the usual rotation. One writer per root (rank 0); failures
+ * are logged (lf_log), never fatal. Returns how many step directories it
+ * removed. */
+int lf_checkpoint_prune(const char *ckpt_root, long step, const lf_ckpt_retention *r);
 
 /* Load a checkpoint directory: verifies each file's SHA-256 against
  * trainer_state.json, loads weights (and moments when m, v != NULL) into

@@ -38,6 +38,7 @@ typedef enum lf_status {
     LF_ERR_TIMEOUT = -13,      /* a peer did not arrive at a collective within its deadline */
     LF_ERR_DEVICE = -14,       /* the backend (a device, a kernel library) failed an operation */
     LF_ERR_BUSY = -15,         /* at capacity (a full queue, shutting down): retry later */
+    LF_ERR_PREEMPTED = -16,    /* stopped on request (a signal) after saving its state: resume it */
 } lf_status;
 
 /* Short fixed name of a status ("LF_ERR_IO: input/output error"). Never NULL. */
@@ -48,7 +49,9 @@ const char *lf_status_str(lf_status s);
 const char *lf_last_error(void);
 
 /* Record a message for the current thread and return `s` (for `return lf_fail(...)`).
- * printf-style; the message is truncated at 1023 bytes. */
+ * printf-style; the message is truncated at 1023 bytes. Messages (these,
+ * lf_error_prefix's and lf_log's) are made valid UTF-8 with lf_str_escape, so
+ * a name read from a corrupt file never puts raw bytes into one. */
 lf_status lf_fail(lf_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -61,6 +64,16 @@ void lf_error_prefix(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
+
+/* s (len bytes; lf_str_escape: up to its NUL) as valid, printable UTF-8:
+ * valid characters are copied, every byte that is not part of a valid UTF-8
+ * sequence (RFC 3629: no overlongs, surrogates or code points above
+ * U+10FFFF) and every control character (C0, DEL, C1) becomes the four
+ * characters \xNN (lowercase hex of the byte). Never splits a character;
+ * stops early rather than overflow. Writes at most cap bytes including the
+ * NUL (nothing when cap is 0); returns the length written. Thread-safe. */
+size_t lf_str_escape_n(char *out, size_t cap, const char *s, size_t len);
+size_t lf_str_escape(char *out, size_t cap, const char *s);
 
 /* ---------------------------------------------------------------- logging */
 typedef enum lf_log_level {
@@ -121,6 +134,16 @@ void *lf_alloc(size_t bytes);
 /* Test hook: the next n lf_alloc calls succeed and the one after fails with
  * LF_ERR_NOMEM (once); n < 0 turns the hook off. Process-wide. */
 void lf_alloc_fail_after(long n);
+/* Test hook, the same for the file system: llmforge's durable writers
+ * (checkpoints, safetensors files, lf_file_write_all, lf_fsync_dir,
+ * lf_mkdirs) count each open for writing, write, ftruncate, fsync, close,
+ * rename and mkdir; the next n succeed and the one after fails with errno
+ * err (EIO when err <= 0) as the real call would, once; n < 0 turns the hook
+ * off. lf_io_op_count: operations counted since the process started (run a
+ * save once to learn how many it makes, then fail each k < that count).
+ * Process-wide. */
+void lf_io_fail_after(long n, int err);
+long lf_io_op_count(void);
 void *lf_calloc(size_t bytes);
 void lf_free(void *p);
 /* Bytes the allocator reserved for a block from lf_alloc (its own count,

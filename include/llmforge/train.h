@@ -19,7 +19,8 @@
  *     fp32 master weights and optimizer state (backend.h: "cpu-bf16")
  *   activation_checkpointing.policy ["none"|"selective"|"full"]
  *   eval.interval [250], eval.iters [20], eval.tasks [[]], eval.suite [""]
- *   checkpoint.interval [500], checkpoint.keep_last [3]
+ *   checkpoint.interval [500], checkpoint.keep_last [3], checkpoint.keep_every [0],
+ *     checkpoint.requeue [false]
  *   steps_per_print [10], seed [1337], out_dir ["out"]
  *   comm.backend ["auto"|"single"|"mpi"], comm.timeout_s [300],
  *     comm.bucket_elems [4194304]
@@ -37,6 +38,7 @@
 #ifndef LLMFORGE_TRAIN_H
 #define LLMFORGE_TRAIN_H
 
+#include <signal.h>
 #include "llmforge/comm.h"
 #include "llmforge/core.h"
 #include "llmforge/model.h"
@@ -105,6 +107,8 @@ typedef struct lf_train_config {
     int load_best_model_at_end;     /* copy the best checkpoint's model to out_dir/final_model */
     long ckpt_interval;             /* 0 = only at the end */
     int keep_last;
+    long keep_every;                /* checkpoint.keep_every: multiples of this step are kept forever (0: none) */
+    int ckpt_requeue;               /* checkpoint.requeue: `scontrol requeue` after a preemption (the CLI's part) */
     long steps_per_print;
     uint64_t seed;
     char out_dir[LF_PATH_MAX];
@@ -191,8 +195,25 @@ float lf_lr_at(const lf_train_config *cfg, long it);
 /* ---------------------------------------------------------------- trainer */
 typedef struct lf_trainer lf_trainer;
 
+/* lf_trainer_opts.resume */
+enum {
+    LF_RESUME_NO = 0,   /* a fresh run; out_dir must not hold one already */
+    LF_RESUME_YES = 1,  /* continue from out_dir's checkpoint (lf_checkpoint_resolve); none is an error */
+    LF_RESUME_AUTO = 2, /* continue when out_dir holds a checkpoint, start fresh when it holds none
+                           (a requeued batch job runs the same command every time) */
+};
+
 typedef struct lf_trainer_opts {
-    int resume;                       /* continue from out_dir/ckpt/latest */
+    int resume;                       /* LF_RESUME_*: continue from out_dir/ckpt/latest */
+    /* Preemption (docs: README "Long runs and preemption"). The run polls
+     * *stop_flag (when given) and lf_trainer_request_stop's flag at every
+     * step boundary; non-zero on any rank (agreed by an all-reduce of the
+     * maximum, so every rank stops at the same step) ends the run there:
+     * the step in progress finishes, a checkpoint of the step reached is
+     * saved (unless that step was just saved), and lf_trainer_run returns
+     * LF_ERR_PREEMPTED. The library installs no signal handler: a caller's
+     * handler stores the signal number into the flag (async-signal-safe). */
+    volatile sig_atomic_t *stop_flag;
     /* The communicator to train on, borrowed (it must outlive the trainer);
      * NULL: the trainer opens comm.backend with comm.timeout_s itself and
      * closes it in lf_trainer_free. Its size must be cfg->world_size. */
@@ -230,8 +251,20 @@ typedef struct lf_trainer_opts {
  * non-finite loss or gradient with nan.action stop, fp16 overflow at the
  * minimum scale, an empty batch) happen on every rank at the same step. */
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts);
-/* Run until train_iters. */
+/* Run until train_iters. LF_OK when it got there; LF_ERR_PREEMPTED when a
+ * stop was requested (opts.stop_flag, lf_trainer_request_stop) and the run
+ * stopped at a step boundary after saving a checkpoint of that step (the
+ * run is recorded "preempted"; resuming it continues bit for bit as if it
+ * had not stopped); any other status is a failure. */
 lf_status lf_trainer_run(lf_trainer *t);
+/* Ask a run to stop at the next step boundary (checkpoint, then
+ * LF_ERR_PREEMPTED); reason: non-zero, e.g. the signal number (reported).
+ * Async-signal-safe and thread-safe (one store); harmless on NULL. */
+void lf_trainer_request_stop(lf_trainer *t, int reason);
+/* Optimizer steps completed so far (the step of the last checkpoint after a
+ * preemption); the reason a stop was agreed on (0: none). */
+long lf_trainer_step(const lf_trainer *t);
+int lf_trainer_stop_reason(const lf_trainer *t);
 void lf_trainer_free(lf_trainer *t);
 const char *lf_trainer_errmsg(const lf_trainer *t);
 lf_model *lf_trainer_model(lf_trainer *t);

@@ -1,5 +1,7 @@
 /* Files (read/write with fsync, mkdir -p), hashing (SHA-256 through OpenSSL,
- * CRC-32 through zlib) and the monotonic clock. */
+ * CRC-32 through zlib) and the monotonic clock. The writers go through
+ * core/io_impl.h, so the write-fault hook (lf_io_fail_after) reaches them;
+ * a write that fails removes what it half wrote. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include <zlib.h>
+#include "core/io_impl.h"
 #include "llmforge/core.h"
 
 /* Open a regular file for reading. O_NONBLOCK keeps a FIFO from blocking
@@ -66,34 +69,40 @@ lf_status lf_file_read_all(const char *path, size_t max_bytes, char **out, size_
 }
 
 lf_status lf_file_write_all(const char *path, const void *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = lf__io_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return lf_fail(LF_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
     const unsigned char *p = data;
     size_t left = len;
+    int e = 0;
+    const char *what = NULL;
     while (left > 0) {
-        ssize_t w = write(fd, p, left);
+        ssize_t w = lf__io_write(fd, p, left);
         if (w < 0) {
             if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            return lf_fail(LF_ERR_IO, "write to '%s' failed: %s", path, strerror(e));
+            e = errno;
+            what = "write to";
+            break;
         }
         p += w;
         left -= (size_t)w;
     }
-    if (fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
-        return lf_fail(LF_ERR_IO, "fsync of '%s' failed: %s", path, strerror(e));
+    if (!what && lf__io_fsync(fd) != 0) {
+        e = errno;
+        what = "fsync of";
     }
-    if (close(fd) != 0) return lf_fail(LF_ERR_IO, "close of '%s' failed: %s", path, strerror(errno));
-    return LF_OK;
+    if (lf__io_close(fd) != 0 && !what) {
+        e = errno;
+        what = "close of";
+    }
+    if (!what) return LF_OK;
+    unlink(path); /* no half-written file stays behind (an empty latest.tmp, say) */
+    return lf_fail(LF_ERR_IO, "%s '%s' failed: %s", what, path, strerror(e));
 }
 
 lf_status lf_fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return lf_fail(LF_ERR_IO, "cannot open directory '%s': %s", path, strerror(errno));
-    int rc = fsync(fd);
+    int rc = lf__io_fsync(fd);
     int e = errno;
     close(fd);
     if (rc != 0 && e != EINVAL) return lf_fail(LF_ERR_IO, "fsync of directory '%s' failed: %s", path, strerror(e));
@@ -109,7 +118,7 @@ lf_status lf_mkdirs(const char *path) {
         if (buf[i] == '/' || buf[i] == 0) {
             char c = buf[i];
             buf[i] = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (lf__io_mkdir(buf, 0755) != 0 && errno != EEXIST)
                 return lf_fail(LF_ERR_IO, "cannot create directory '%s': %s", buf, strerror(errno));
             buf[i] = c;
         }

@@ -50,6 +50,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "core/io_impl.h"
 #include "llmforge/safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -564,7 +565,7 @@ static lf_status write_all(int fd, const char *path, const void *data, size_t le
     const unsigned char *p = data;
     while (len > 0) {
         size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
-        ssize_t w = write(fd, p, chunk);
+        ssize_t w = lf__io_write(fd, p, chunk);
         if (w < 0) {
             if (errno == EINTR) continue;
             return lf_fail(LF_ERR_IO, "safetensors '%s': write failed: %s", path, strerror(errno));
@@ -685,7 +686,7 @@ static lf_status build_header(const char *path, const lf_st_tensor *tensors, int
 /* Writes header h and then either the tensors' data (with_data) or nothing,
  * extending the file to its full size; fsynced; removed on failure. */
 static lf_status write_file(const char *path, const sbuf *h, const lf_st_tensor *tensors, int n, int with_data) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = lf__io_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "safetensors '%s': cannot create: %s", path,
                        strerror(errno));
@@ -694,12 +695,12 @@ static lf_status write_file(const char *path, const sbuf *h, const lf_st_tensor 
     lf_status s = write_all(fd, path, &hlen, 8);
     if (s == LF_OK) s = write_all(fd, path, h->p, h->len);
     for (int i = 0; with_data && i < n && s == LF_OK; i++) s = write_all(fd, path, tensors[i].data, tensors[i].nbytes);
-    if (s == LF_OK && !with_data && ftruncate(fd, (off_t)(8 + h->len + data)) != 0)
+    if (s == LF_OK && !with_data && lf__io_ftruncate(fd, (off_t)(8 + h->len + data)) != 0)
         s = lf_fail(LF_ERR_IO, "safetensors '%s': cannot extend to %llu bytes: %s", path,
                     (unsigned long long)(8 + h->len + data), strerror(errno));
-    if (s == LF_OK && fsync(fd) != 0)
+    if (s == LF_OK && lf__io_fsync(fd) != 0)
         s = lf_fail(LF_ERR_IO, "safetensors '%s': fsync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && s == LF_OK)
+    if (lf__io_close(fd) != 0 && s == LF_OK)
         s = lf_fail(LF_ERR_IO, "safetensors '%s': close failed: %s", path, strerror(errno));
     if (s != LF_OK) unlink(path); /* never leave a half-written file behind */
     return s;

@@ -422,7 +422,11 @@ static lf_status bad(csv *c, lf_status st, uint64_t line, const char *fmt, ...) 
     if (!c->o.skip_bad_records) return lf_fail(st, "%s", msg);
     (*c->skipped)++;
     c->skip_now = 1;
-    if (c->o.on_skip) c->o.on_skip(msg, c->o.on_skip_user);
+    if (c->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
+        char safe[1024];
+        lf_str_escape(safe, sizeof safe, msg);
+        c->o.on_skip(safe, c->o.on_skip_user);
+    }
     return LF_OK;
 }
 

@@ -150,7 +150,11 @@ static lf_status bad(lf_reader *r, lf_status st, uint64_t line, const char *fmt,
     if (!r->o.skip_bad_records) return lf_fail(st, "%s", msg);
     r->skipped++;
     r->skip_now = 1;
-    if (r->o.on_skip) r->o.on_skip(msg, r->o.on_skip_user);
+    if (r->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
+        char safe[1024];
+        lf_str_escape(safe, sizeof safe, msg);
+        r->o.on_skip(safe, r->o.on_skip_user);
+    }
     return LF_OK;
 }
 

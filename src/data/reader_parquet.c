@@ -1391,7 +1391,11 @@ static lf_status bad_row(pq *q, uint64_t row, uint64_t *skipped, int *skip_now, 
     if (!q->o.skip_bad_records) return lf_fail(LF_ERR_FORMAT, "%s", msg);
     (*skipped)++;
     *skip_now = 1;
-    if (q->o.on_skip) q->o.on_skip(msg, q->o.on_skip_user);
+    if (q->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
+        char safe[1024];
+        lf_str_escape(safe, sizeof safe, msg);
+        q->o.on_skip(safe, q->o.on_skip_user);
+    }
     return LF_OK;
 }
 

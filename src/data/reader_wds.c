@@ -539,7 +539,11 @@ static lf_status bad(wds *w, lf_status st, const char *fmt, ...) {
     if (!w->o.skip_bad_records) return lf_fail(st, "%s", msg);
     (*w->skipped)++;
     w->skip_now = 1;
-    if (w->o.on_skip) w->o.on_skip(msg, w->o.on_skip_user);
+    if (w->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
+        char safe[1024];
+        lf_str_escape(safe, sizeof safe, msg);
+        w->o.on_skip(safe, w->o.on_skip_user);
+    }
     return LF_OK;
 }
 

@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "core/io_impl.h"
 #include "llmforge/checkpoint.h"
 #include "llmforge/safetensors.h"
 
@@ -357,7 +358,7 @@ static lf_status pwrite_all(int fd, const char *path, const void *buf, size_t le
     const unsigned char *p = buf;
     while (len > 0) {
         size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
-        ssize_t w = pwrite(fd, p, chunk, (off_t)off);
+        ssize_t w = lf__io_pwrite(fd, p, chunk, (off_t)off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return lf_fail(LF_ERR_IO, "cannot write '%s': %s", path, w < 0 ? strerror(errno) : "no progress");
         p += w;
@@ -370,7 +371,7 @@ static lf_status pwrite_all(int fd, const char *path, const void *buf, size_t le
 /* Write flat elements [lo, lo+n) of k buffers (laid one after another in the
  * file, each `total` floats) into a file made by create_tensor_files. */
 static lf_status write_ranges(const char *path, size_t total, size_t lo, size_t n, const float *const *bufs, int k) {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = lf__io_open(path, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
         return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open '%s' for writing: %s", path,
                        strerror(errno));
@@ -382,8 +383,8 @@ static lf_status write_ranges(const char *path, size_t total, size_t lo, size_t 
         s = lf_fail(LF_ERR_FORMAT, "'%s' is not the checkpoint file this save created (header or size differs)", path);
     for (int i = 0; i < k && s == LF_OK; i++)
         s = pwrite_all(fd, path, bufs[i], n * sizeof(float), 8 + (size_t)hlen + ((size_t)i * total + lo) * sizeof(float));
-    if (s == LF_OK && fsync(fd) != 0) s = lf_fail(LF_ERR_IO, "fsync of '%s' failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && s == LF_OK) s = lf_fail(LF_ERR_IO, "close of '%s' failed: %s", path, strerror(errno));
+    if (s == LF_OK && lf__io_fsync(fd) != 0) s = lf_fail(LF_ERR_IO, "fsync of '%s' failed: %s", path, strerror(errno));
+    if (lf__io_close(fd) != 0 && s == LF_OK) s = lf_fail(LF_ERR_IO, "close of '%s' failed: %s", path, strerror(errno));
     return s;
 }
 
@@ -409,12 +410,12 @@ static lf_status add_file_entry(cJSON *files, const char *dir, const char *name)
 /* Move tmp into place as final (replacing an existing final atomically where
  * the kernel can). */
 static lf_status install_dir(const char *root, const char *tmp, const char *final, const char *name) {
-    if (rename(tmp, final) == 0) return LF_OK;
+    if (lf__io_rename(tmp, final) == 0) return LF_OK;
     if (errno != EEXIST && errno != ENOTEMPTY)
         return lf_fail(LF_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
     if (!is_dir(final)) return lf_fail(LF_ERR_IO, "'%s' exists and is not a directory", final);
 #ifdef RENAME_EXCHANGE
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+    if (lf__io_renameat2(tmp, final, RENAME_EXCHANGE) == 0) {
         /* tmp now holds the old checkpoint */
         if (lf_remove_tree(tmp) != 0)
             lf_log(LF_LOG_WARN, "cannot remove replaced checkpoint '%s': %s", tmp, strerror(errno));
@@ -428,9 +429,9 @@ static lf_status install_dir(const char *root, const char *tmp, const char *fina
     lf_status s = path_join(old, root, oname);
     if (s != LF_OK) return s;
     lf_remove_tree(old);
-    if (rename(final, old) != 0)
+    if (lf__io_rename(final, old) != 0)
         return lf_fail(LF_ERR_IO, "cannot move '%s' aside to '%s': %s", final, old, strerror(errno));
-    if (rename(tmp, final) != 0) {
+    if (lf__io_rename(tmp, final) != 0) {
         int e = errno;
         if (rename(old, final) != 0) { /* put the old one back; nothing more to do if that fails too */
         }
@@ -451,24 +452,23 @@ static int cmp_step_desc(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* Rotation and clean-up of stale temporaries; failures are logged only. */
-static void rotate(const char *root, int keep_last, const char *keep_name, const char *protect) {
-    char prot[CK_PATH_MAX] = "";
-    if (protect && *protect && path_norm(prot, protect) == LF_OK)
-        memmove(prot, base_name(prot), strlen(base_name(prot)) + 1);
-
+/* The step directories of root (by name, "step_<digits>", directories only),
+ * newest first; stale temporaries (.tmp_step_*, .del_step_*, .old_step_*,
+ * latest.tmp) are removed on the way when clean is set. *out: malloc'd
+ * (free), NULL when there are none. -1 when root cannot be read (errno). */
+static int list_steps(const char *root, int clean, step_ent **out, size_t *count) {
+    *out = NULL;
+    *count = 0;
     DIR *d = opendir(root);
-    if (!d) {
-        lf_log(LF_LOG_WARN, "checkpoint rotation: cannot open '%s': %s", root, strerror(errno));
-        return;
-    }
+    if (!d) return -1;
     step_ent *ents = NULL;
     size_t n = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
-        if (starts_with(nm, ".tmp_step_") || starts_with(nm, ".del_step_") || starts_with(nm, ".old_step_")) {
-            if (lf_remove_tree_at(dirfd(d), nm, 0) != 0)
+        if (starts_with(nm, ".tmp_step_") || starts_with(nm, ".del_step_") || starts_with(nm, ".old_step_") ||
+            !strcmp(nm, "latest.tmp")) {
+            if (clean && lf_remove_tree_at(dirfd(d), nm, 0) != 0)
                 lf_log(LF_LOG_WARN, "checkpoint rotation: cannot remove '%s/%s': %s", root, nm, strerror(errno));
             continue;
         }
@@ -480,10 +480,10 @@ static void rotate(const char *root, int keep_last, const char *keep_name, const
             size_t nc = cap ? 2 * cap : 64;
             step_ent *q = realloc(ents, nc * sizeof *q);
             if (!q) {
-                lf_log(LF_LOG_WARN, "checkpoint rotation: out of memory");
                 free(ents);
                 closedir(d);
-                return;
+                errno = ENOMEM;
+                return -1;
             }
             ents = q;
             cap = nc;
@@ -493,20 +493,91 @@ static void rotate(const char *root, int keep_last, const char *keep_name, const
         n++;
     }
     closedir(d);
-    if (keep_last > 0 && n > (size_t)keep_last) {
-        qsort(ents, n, sizeof *ents, cmp_step_desc);
-        for (size_t i = (size_t)keep_last; i < n; i++) {
-            const char *nm = ents[i].name;
-            if (strcmp(nm, keep_name) == 0 || strcmp(nm, prot) == 0) continue;
-            char from[CK_PATH_MAX], to[CK_PATH_MAX], dname[CK_PATH_MAX];
-            snprintf(dname, sizeof dname, ".del_%s", nm);
-            if (path_join(from, root, nm) != LF_OK || path_join(to, root, dname) != LF_OK) continue;
-            /* renamed first, so a half-removed directory never looks like a checkpoint */
-            if (rename(from, to) != 0 || lf_remove_tree(to) != 0)
-                lf_log(LF_LOG_WARN, "checkpoint rotation: cannot remove '%s': %s", from, strerror(errno));
+    if (n) qsort(ents, n, sizeof *ents, cmp_step_desc);
+    *out = ents;
+    *count = n;
+    return 0;
+}
+
+/* The step directory name `latest` holds ("" when it is missing or holds
+ * no plain name). */
+static void read_latest_name(const char *root, char *name, size_t cap) {
+    name[0] = 0;
+    char path[CK_PATH_MAX], buf[300];
+    if (path_join(path, root, "latest") != LF_OK) return;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *b = buf, *e = buf + n;
+    while (b < e && (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
+    *e = 0;
+    if (b < e && !strchr(b, '/') && (size_t)(e - b) < cap) memcpy(name, b, (size_t)(e - b) + 1);
+}
+
+static int step_dir_has_state(const char *root, const char *name) {
+    char dir[CK_PATH_MAX], st[CK_PATH_MAX];
+    return path_join(dir, root, name) == LF_OK && path_join(st, dir, CK_STATE_FILE) == LF_OK && is_file(st);
+}
+
+/* Retention (checkpoint.h: lf_checkpoint_prune): with `incoming` counted
+ * among the step directories whether or not it exists yet, keep the newest
+ * keep_last (<= 0: all), every multiple of keep_every (> 0), the directory
+ * `latest` names (when it names none that exists: the newest other step
+ * directory holding a trainer_state.json, what resolve falls back to),
+ * `protect`, and `incoming` itself; remove the rest (each
+ * renamed to .del_* first, so a half-removed directory never looks like a
+ * checkpoint). Failures are logged; returns the number removed. */
+static int prune(const char *root, long incoming, int keep_last, long keep_every, const char *protect) {
+    char prot[CK_PATH_MAX] = "", latest[256];
+    if (protect && *protect && path_norm(prot, protect) == LF_OK)
+        memmove(prot, base_name(prot), strlen(base_name(prot)) + 1);
+    step_ent *ents = NULL;
+    size_t n = 0;
+    if (list_steps(root, 1, &ents, &n) != 0) {
+        if (errno != ENOENT) lf_log(LF_LOG_WARN, "checkpoint rotation: cannot read '%s': %s", root, strerror(errno));
+        return 0;
+    }
+    read_latest_name(root, latest, sizeof latest);
+    if (!latest[0] || !step_dir_has_state(root, latest)) {
+        /* latest is missing or broken (a crash, ENOSPC at latest.tmp): what resolve falls back to, the
+         * newest step directory with a trainer_state.json, is the one to keep instead */
+        latest[0] = 0;
+        for (size_t i = 0; i < n && !latest[0]; i++)
+            if (ents[i].step != incoming && step_dir_has_state(root, ents[i].name))
+                snprintf(latest, sizeof latest, "%s", ents[i].name);
+    }
+    int removed = 0;
+    size_t rank = 0; /* position among the step directories, `incoming` included */
+    int incoming_counted = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!incoming_counted && incoming >= 0 && ents[i].step <= incoming) {
+            incoming_counted = 1;
+            if (ents[i].step < incoming) rank++; /* not on disk yet: it takes a place of its own */
         }
+        const char *nm = ents[i].name;
+        size_t my_rank = rank++;
+        int keep = keep_last <= 0 || my_rank < (size_t)keep_last || ents[i].step == incoming ||
+                   (keep_every > 0 && ents[i].step % keep_every == 0) || !strcmp(nm, latest) || !strcmp(nm, prot);
+        if (keep) continue;
+        char from[CK_PATH_MAX], to[CK_PATH_MAX], dname[CK_PATH_MAX];
+        snprintf(dname, sizeof dname, ".del_%s", nm);
+        if (path_join(from, root, nm) != LF_OK || path_join(to, root, dname) != LF_OK) continue;
+        if (lf__io_rename(from, to) != 0 || lf_remove_tree(to) != 0)
+            lf_log(LF_LOG_WARN, "checkpoint rotation: cannot remove '%s': %s", from, strerror(errno));
+        else
+            removed++;
     }
     free(ents);
+    return removed;
+}
+
+int lf_checkpoint_prune(const char *ckpt_root, long step, const lf_ckpt_retention *r) {
+    char root[CK_PATH_MAX];
+    if (!ckpt_root || !r || path_norm(root, ckpt_root) != LF_OK) return 0;
+    return prune(root, step, r->keep_last, r->keep_every, r->protect);
 }
 
 /* The step directory's name and its tmp twin under the normalised root. */
@@ -538,7 +609,7 @@ lf_status lf_checkpoint_begin(const char *ckpt_root, long step, const lf_ckpt_te
         return s;
     }
     if (lf_remove_tree(tmp) != 0) return lf_fail(LF_ERR_IO, "cannot remove stale '%s': %s", tmp, strerror(errno));
-    if (mkdir(tmp, 0755) != 0) return lf_fail(LF_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    if (lf__io_mkdir(tmp, 0755) != 0) return lf_fail(LF_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
     s = create_tensor_files(tmp, tt, with_optim);
     if (s == LF_OK && !(*tmp_dir = dup_lf(tmp))) s = lf_fail(LF_ERR_NOMEM, "checkpoint save: out of memory");
     if (s != LF_OK) lf_remove_tree(tmp);
@@ -622,14 +693,14 @@ lf_status lf_checkpoint_commit(const char *ckpt_root, long step, const char *tmp
         goto done;
     int ln = snprintf(line, sizeof line, "%s\n", name);
     if ((s = lf_file_write_all(latest_tmp, line, (size_t)ln)) != LF_OK) goto done;
-    if (rename(latest_tmp, latest) != 0) {
+    if (lf__io_rename(latest_tmp, latest) != 0) {
         s = lf_fail(LF_ERR_IO, "cannot rename '%s' to '%s': %s", latest_tmp, latest, strerror(errno));
         unlink(latest_tmp);
         goto done;
     }
     if ((s = lf_fsync_dir(root)) != LF_OK) goto done;
 
-    rotate(root, keep_last, name, protect);
+    prune(root, step, keep_last, 0, protect);
 
     if (saved_dir) {
         *saved_dir = dup_lf(final);
@@ -663,75 +734,7 @@ lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_ten
     return s;
 }
 
-/* ---------------------------------------------------------------- resolve */
-
-/* `latest_path` names a file in `root` holding a step directory name. */
-static lf_status follow_latest(const char *root, const char *latest_path, char **dir) {
-    char *text = NULL;
-    size_t len = 0;
-    lf_status s = lf_file_read_all(latest_path, 4096, &text, &len);
-    if (s != LF_OK) return s;
-    char *b = text, *e = text + len;
-    while (b < e && (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r')) b++;
-    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
-    *e = 0;
-    int ok = b < e && strcmp(b, ".") != 0 && strcmp(b, "..") != 0;
-    for (const char *p = b; ok && *p; p++)
-        if (*p == '/' || (unsigned char)*p < 0x20) ok = 0;
-    if (!ok) {
-        s = lf_fail(LF_ERR_FORMAT, "'%s' does not hold a step directory name", latest_path);
-        goto done;
-    }
-    char path[CK_PATH_MAX], st[CK_PATH_MAX];
-    if ((s = path_join(path, root, b)) != LF_OK || (s = path_join(st, path, CK_STATE_FILE)) != LF_OK) goto done;
-    if (!is_file(st)) {
-        s = lf_fail(LF_ERR_NOT_FOUND, "'%s' names '%s', which holds no %s", latest_path, b, CK_STATE_FILE);
-        goto done;
-    }
-    *dir = dup_lf(path);
-    if (!*dir) s = lf_fail(LF_ERR_NOMEM, "out of memory");
-done:
-    lf_free(text);
-    return s;
-}
-
-lf_status lf_checkpoint_resolve(const char *path, char **dir) {
-    if (!dir) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_resolve: dir is NULL");
-    *dir = NULL;
-    if (!path) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_resolve: path is NULL");
-    char p[CK_PATH_MAX], a[CK_PATH_MAX], b[CK_PATH_MAX];
-    lf_status s = path_norm(p, path);
-    if (s != LF_OK) return s;
-    struct stat sb;
-    if (stat(p, &sb) != 0)
-        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "checkpoint '%s': %s", p, strerror(errno));
-    if (S_ISREG(sb.st_mode)) {
-        if (strcmp(base_name(p), "latest") != 0)
-            return lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' is a file, neither a directory nor 'latest'", p);
-        memcpy(a, p, strlen(p) + 1);
-        char *slash = strrchr(a, '/');
-        if (!slash)
-            strcpy(a, ".");
-        else if (slash == a)
-            a[1] = 0;
-        else
-            *slash = 0;
-        return follow_latest(a, p, dir);
-    }
-    if (!S_ISDIR(sb.st_mode)) return lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' is not a directory", p);
-    if ((s = path_join(a, p, CK_STATE_FILE)) != LF_OK) return s;
-    if (is_file(a)) { /* a step directory */
-        *dir = dup_lf(p);
-        return *dir ? LF_OK : lf_fail(LF_ERR_NOMEM, "out of memory");
-    }
-    if ((s = path_join(a, p, "latest")) != LF_OK) return s;
-    if (is_file(a)) return follow_latest(p, a, dir); /* a checkpoint root */
-    if ((s = path_join(b, p, "ckpt")) != LF_OK || (s = path_join(a, b, "latest")) != LF_OK) return s;
-    if (is_file(a)) return follow_latest(b, a, dir); /* a run directory */
-    return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s' (no %s, latest, or ckpt/latest)", p, CK_STATE_FILE);
-}
-
-/* ---------------------------------------------------------------- load */
+/* ---------------------------------------------------------------- verify and resolve */
 
 static int is_hex64(const char *s) {
     if (strlen(s) != 64) return 0;
@@ -740,8 +743,9 @@ static int is_hex64(const char *s) {
     return 1;
 }
 
-/* Verify size and SHA-256 of every file listed in "files"; all problems in one message. */
-static lf_status verify_files(const char *dir, const cJSON *files) {
+/* Verify size and (hash != 0) SHA-256 of every file listed in "files"; all
+ * problems in one message. *count (may be NULL): the files listed. */
+static lf_status verify_files(const char *dir, const cJSON *files, int hash, int *count) {
     msglist bad = {0};
     lf_status worst = LF_OK;
     const cJSON *f;
@@ -763,12 +767,14 @@ static lf_status verify_files(const char *dir, const cJSON *files) {
             worst = LF_ERR_NOT_FOUND;
             continue;
         }
+        if (count) (*count)++;
         long long want = (long long)jb->valuedouble;
         if ((long long)sb.st_size != want) {
             msg_add(&bad, "file '%s' is %lld bytes, %s says %lld", nm, (long long)sb.st_size, CK_STATE_FILE, want);
             if (worst == LF_OK) worst = LF_ERR_CHECKSUM;
             continue;
         }
+        if (!hash) continue;
         char hex[65];
         if ((s = lf_sha256_file_hex(path, hex)) != LF_OK) return s;
         if (strcmp(hex, jh->valuestring) != 0) {
@@ -779,6 +785,169 @@ static lf_status verify_files(const char *dir, const cJSON *files) {
     if (worst != LF_OK) return lf_fail(worst, "checkpoint '%s': %s", dir, bad.buf);
     return LF_OK;
 }
+
+/* dir's trainer_state.json checked against the files it lists: sizes only
+ * (hash 0: what resolve does for the directory `latest` names; a full check
+ * follows when it is loaded), or sizes and SHA-256 (hash 1). */
+static lf_status check_dir(const char *dir, int hash, int *n_files) {
+    if (n_files) *n_files = 0;
+    char path[CK_PATH_MAX];
+    lf_status s = path_join(path, dir, CK_STATE_FILE);
+    if (s != LF_OK) return s;
+    char *text = NULL;
+    if ((s = lf_file_read_all(path, CK_STATE_CAP, &text, NULL)) != LF_OK) {
+        lf_error_prefix("checkpoint '%s'", dir);
+        return s;
+    }
+    cJSON *state = cJSON_Parse(text);
+    lf_free(text);
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(state, "files");
+    if (!cJSON_IsObject(state) || !cJSON_IsObject(files))
+        s = lf_fail(LF_ERR_FORMAT, "checkpoint '%s': %s is not a JSON object with a \"files\" object", dir,
+                    CK_STATE_FILE);
+    else if (!cJSON_GetObjectItemCaseSensitive(files, CK_MODEL_FILE))
+        s = lf_fail(LF_ERR_FORMAT, "checkpoint '%s': %s does not list %s", dir, CK_STATE_FILE, CK_MODEL_FILE);
+    else
+        s = verify_files(dir, files, hash, n_files);
+    cJSON_Delete(state);
+    return s;
+}
+
+lf_status lf_checkpoint_verify(const char *dir, int *n_files) {
+    if (n_files) *n_files = 0;
+    if (!dir) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_verify: dir is NULL");
+    return check_dir(dir, 1, n_files);
+}
+
+/* `latest_path` names a file in `root` holding a step directory name. */
+static lf_status follow_latest(const char *root, const char *latest_path, char **dir) {
+    char *text = NULL;
+    size_t len = 0;
+    lf_status s = lf_file_read_all(latest_path, 4096, &text, &len);
+    if (s != LF_OK) return s;
+    char *b = text, *e = text + len;
+    while (b < e && (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
+    *e = 0;
+    int ok = b < e && strcmp(b, ".") != 0 && strcmp(b, "..") != 0;
+    for (const char *p = b; ok && *p; p++)
+        if (*p == '/' || (unsigned char)*p < 0x20) ok = 0;
+    if (!ok) {
+        s = lf_fail(LF_ERR_FORMAT, "'%s' does not hold a step directory name%s", latest_path, len ? "" : " (it is empty)");
+        goto done;
+    }
+    char path[CK_PATH_MAX], st[CK_PATH_MAX];
+    if ((s = path_join(path, root, b)) != LF_OK || (s = path_join(st, path, CK_STATE_FILE)) != LF_OK) goto done;
+    if (!is_file(st)) {
+        s = lf_fail(LF_ERR_NOT_FOUND, "'%s' names '%s', which holds no %s", latest_path, b, CK_STATE_FILE);
+        goto done;
+    }
+    if ((s = check_dir(path, 0, NULL)) != LF_OK) { /* a file missing or of the wrong size */
+        lf_error_prefix("'%s' names an incomplete checkpoint", latest_path);
+        goto done;
+    }
+    *dir = dup_lf(path);
+    if (!*dir) s = lf_fail(LF_ERR_NOMEM, "out of memory");
+done:
+    lf_free(text);
+    return s;
+}
+
+/* A checkpoint root: its `latest`, else (unless strict) the newest step
+ * directory whose every file matches its SHA-256, with a warning saying
+ * which was chosen and why. */
+static lf_status resolve_root(const char *root, unsigned flags, char **dir) {
+    char latest[CK_PATH_MAX], why[1024] = "";
+    lf_status s = path_join(latest, root, "latest");
+    if (s != LF_OK) return s;
+    lf_status first = LF_ERR_NOT_FOUND;
+    if (is_file(latest)) {
+        if ((first = follow_latest(root, latest, dir)) == LF_OK) return LF_OK;
+        snprintf(why, sizeof why, "%s", lf_last_error());
+        if (flags & LF_CKPT_RESOLVE_STRICT) return first;
+    } else {
+        snprintf(why, sizeof why, "'%s' is missing", latest);
+        if (flags & LF_CKPT_RESOLVE_STRICT)
+            return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s': %s", root, why);
+    }
+    step_ent *ents = NULL;
+    size_t n = 0;
+    if (list_steps(root, 0, &ents, &n) != 0)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "checkpoint root '%s': %s", root, strerror(errno));
+    char rejected[512] = "";
+    size_t rl = 0;
+    for (size_t i = 0; i < n; i++) {
+        char path[CK_PATH_MAX];
+        if (path_join(path, root, ents[i].name) != LF_OK) continue;
+        if (check_dir(path, 1, NULL) != LF_OK) {
+            if (rl < sizeof rejected)
+                rl += (size_t)snprintf(rejected + rl, sizeof rejected - rl, "%s%s", rl ? ", " : "", ents[i].name);
+            continue;
+        }
+        free(ents);
+        lf_log(LF_LOG_WARN, "checkpoint root '%s': %s; using '%s', the newest step directory whose every file "
+               "matches its SHA-256%s%s%s", root, why, path, rl ? " (incomplete: " : "", rejected, rl ? ")" : "");
+        *dir = dup_lf(path);
+        return *dir ? LF_OK : lf_fail(LF_ERR_NOMEM, "out of memory");
+    }
+    free(ents);
+    if (first != LF_ERR_NOT_FOUND && is_file(latest))
+        return lf_fail(first, "%s; and no step directory of '%s' is complete%s%s", why, root, rl ? ": " : "", rejected);
+    if (rl) /* damaged checkpoints are not "no checkpoint" (--resume auto must not start over on them) */
+        return lf_fail(LF_ERR_CHECKSUM, "no complete checkpoint in '%s' (%s; incomplete: %s)", root, why, rejected);
+    return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s' (%s, and no step directory)", root, why);
+}
+
+/* A directory that is a checkpoint root: it holds `latest` or a step directory. */
+static int looks_like_root(const char *p) {
+    char a[CK_PATH_MAX];
+    if (path_join(a, p, "latest") == LF_OK && is_file(a)) return 1;
+    step_ent *ents = NULL;
+    size_t n = 0;
+    if (list_steps(p, 0, &ents, &n) != 0) return 0;
+    free(ents);
+    return n > 0;
+}
+
+lf_status lf_checkpoint_resolve_flags(const char *path, unsigned flags, char **dir) {
+    if (!dir) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_resolve: dir is NULL");
+    *dir = NULL;
+    if (!path) return lf_fail(LF_ERR_INVALID_ARG, "lf_checkpoint_resolve: path is NULL");
+    char p[CK_PATH_MAX], a[CK_PATH_MAX], b[CK_PATH_MAX];
+    lf_status s = path_norm(p, path);
+    if (s != LF_OK) return s;
+    struct stat sb;
+    if (stat(p, &sb) != 0)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "checkpoint '%s': %s", p, strerror(errno));
+    if (S_ISREG(sb.st_mode)) {
+        if (strcmp(base_name(p), "latest") != 0)
+            return lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' is a file, neither a directory nor 'latest'", p);
+        memcpy(a, p, strlen(p) + 1);
+        char *slash = strrchr(a, '/');
+        if (!slash)
+            strcpy(a, ".");
+        else if (slash == a)
+            a[1] = 0;
+        else
+            *slash = 0;
+        return resolve_root(a, flags, dir);
+    }
+    if (!S_ISDIR(sb.st_mode)) return lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' is not a directory", p);
+    if ((s = path_join(a, p, CK_STATE_FILE)) != LF_OK) return s;
+    if (is_file(a)) { /* a step directory */
+        *dir = dup_lf(p);
+        return *dir ? LF_OK : lf_fail(LF_ERR_NOMEM, "out of memory");
+    }
+    if (looks_like_root(p)) return resolve_root(p, flags, dir); /* a checkpoint root */
+    if ((s = path_join(b, p, "ckpt")) != LF_OK) return s;
+    if (is_dir(b) && looks_like_root(b)) return resolve_root(b, flags, dir); /* a run directory */
+    return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s' (no %s, latest, step directory, or ckpt/latest)", p,
+                   CK_STATE_FILE);
+}
+
+lf_status lf_checkpoint_resolve(const char *path, char **dir) { return lf_checkpoint_resolve_flags(path, 0, dir); }
+
+/* ---------------------------------------------------------------- load */
 
 lf_status lf_checkpoint_load(const char *dir, const lf_ckpt_tensors *tt, float *params, float *m, float *v,
                              char **state_json) {
@@ -828,7 +997,7 @@ lf_status lf_checkpoint_load_slice(const char *dir, const lf_ckpt_tensors *tt, i
         s = lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' holds no optimizer state (%s)", dir, CK_OPTIM_FILE);
         goto done;
     }
-    if (verify && (s = verify_files(dir, files)) != LF_OK) goto done;
+    if (verify && (s = verify_files(dir, files, 1, NULL)) != LF_OK) goto done;
 
     found = calloc(3 * (size_t)tt->count, sizeof *found);
     pr = calloc(1, sizeof *pr);

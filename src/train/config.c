@@ -191,7 +191,13 @@ static const key_def k_keys[] = {
     {.path = "checkpoint.interval", .type = KT_LONG, FLD(ckpt_interval), .lo = 0, .hi = INF, .def = {500},
      .help = "steps between checkpoints; 0 = only at the end"},
     {.path = "checkpoint.keep_last", .type = KT_INT, FLD(keep_last), .lo = 1, .hi = INF, .def = {3},
-     .help = "checkpoints kept on disk"},
+     .help = "newest checkpoints kept on disk (older ones are removed before the next save writes, so a full "
+             "disk frees room first; never the latest nor the best)"},
+    {.path = "checkpoint.keep_every", .type = KT_LONG, FLD(keep_every), .lo = 0, .hi = INF, .def = {0},
+     .help = "also keep, forever, every checkpoint whose step is a multiple of this (0 = none)"},
+    {.path = "checkpoint.requeue", .type = KT_BOOL, FLD(ckpt_requeue), .def = {0},
+     .help = "under Slurm (SLURM_JOB_ID set), after a preemption's checkpoint run `scontrol requeue "
+             "$SLURM_JOB_ID` (the CLI, rank 0), so the job starts again and --resume auto continues it"},
     {.path = "steps_per_print", .type = KT_LONG, FLD(steps_per_print), .lo = 1, .hi = INF, .def = {10},
      .alias = "log_interval", .help = "steps between progress lines"},
     {.path = "seed", .type = KT_U64, FLD(seed), .def = {1337},

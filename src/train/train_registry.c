@@ -17,6 +17,10 @@
  *    step (train_loss, val_loss, eval.tasks' <task>/<metric>), source
  *    "train", and eval.suite's, source "suite"; a checkpoint saved at a step
  *    that was not evaluated carries only the suite's.
+ *  - A run stopped on request (a signal, lf_trainer_request_stop: its
+ *    status LF_ERR_PREEMPTED, after its checkpoint) ends "preempted" with
+ *    the trainer's message (the step and the signal), not "failed"; one
+ *    killed outright stays "running" until a resume marks it (registry.c).
  *  - --init-from is initialised-from, or fine-tuned-from when the dataset
  *    holds prompt/response pairs (its dataset.json says "mode": "sft"). A
  *    resumed run records resumed-from only (its --init-from weights were
@@ -193,8 +197,8 @@ void lf__treg_checkpoint(lf__treg *r, lf_model *model, long step, int evaluated,
 
 void lf__treg_run_end(lf__treg *r, lf_status st, const char *message) {
     if (!r || !r->reg || !r->run_id) return;
-    if (lf_registry_run_end(r->reg, r->run_id, st == LF_OK ? LF_RUN_FINISHED : LF_RUN_FAILED,
-                            st == LF_OK ? NULL : message) != LF_OK)
+    lf_run_status rs = st == LF_OK ? LF_RUN_FINISHED : st == LF_ERR_PREEMPTED ? LF_RUN_PREEMPTED : LF_RUN_FAILED;
+    if (lf_registry_run_end(r->reg, r->run_id, rs, st == LF_OK ? NULL : message) != LF_OK)
         give_up(r, "recording the end of the run");
     r->run_id = 0;
 }

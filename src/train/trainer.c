@@ -36,6 +36,19 @@
  *    (obs.h): log.jsonl always, TensorBoard and Prometheus when configured,
  *    and whatever sinks the caller adds (the CLI's console). Emission is
  *    serialised by obs_mu because the stall watchdog emits from its thread.
+ *  - Preemption: a stop request (the caller's signal flag, or
+ *    lf_trainer_request_stop) is read only at the top of the loop, i.e. at a
+ *    step boundary after the previous step's evaluation and checkpoint, and
+ *    agreed over the ranks there (an all-reduce of the maximum), so every
+ *    rank leaves at the same step, the checkpoint holds exactly that step,
+ *    and nobody waits in a collective the others never reach. A signal that
+ *    arrives during a save changes nothing but the flag: the save finishes
+ *    (temporary directory, fsync, rename), then the run stops.
+ *  - Saving is two halves: a snapshot (the state JSON and host copies of
+ *    parameters and moments, taken at the step boundary) and the write of
+ *    that snapshot (prune what it makes obsolete, write, commit, rotate).
+ *    The write reads only the snapshot, never the live model, so it could
+ *    run on a background thread once the snapshot owns its buffers.
  *  - Alerts: a non-finite loss or gradient stops the run (no checkpoint) or
  *    skips the step; a loss spike (z-score over the previous accepted steps)
  *    is logged or skips the step; a stall (no step for N seconds) is reported
@@ -134,6 +147,9 @@ struct lf_trainer {
     lf__treg *treg;            /* model registry and eval.suite (train_registry.c) */
     char resumed_dir[LF_PATH_MAX + 64]; /* the checkpoint --resume loaded (rank 0) */
     char *plan_json;           /* the memory plan for the run_info record (train_report.c) */
+    volatile sig_atomic_t stop_req; /* lf_trainer_request_stop's reason (0: none) */
+    int stop_reason;           /* the reason agreed at the boundary the run stopped at (0: none) */
+    long saved_step;           /* step of the last checkpoint saved or resumed from (-1: none) */
     char errmsg[1024];
 };
 
@@ -162,6 +178,12 @@ static void stage_in(const lf_trainer *t, void *dev, const void *host, size_t by
 }
 
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
+
+void lf_trainer_request_stop(lf_trainer *t, int reason) {
+    if (t) t->stop_req = reason ? reason : 1;
+}
+long lf_trainer_step(const lf_trainer *t) { return t ? t->step : 0; }
+int lf_trainer_stop_reason(const lf_trainer *t) { return t ? t->stop_reason : 0; }
 lf_model *lf_trainer_model(lf_trainer *t) { return t->model; }
 
 lf_status lf_trainer_copy_params(lf_trainer *t, float *dst) {
@@ -375,28 +397,73 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     return LF_OK;
 }
 
-static lf_status save_checkpoint(lf_trainer *t) {
+/* What a checkpoint holds, taken at a step boundary: the state JSON and the
+ * host copies of parameters and moments (on a host-memory backend the
+ * live buffers themselves: a background writer would copy them here). */
+typedef struct ckpt_snapshot {
+    long step;
+    char *state;                 /* trainer_state.json's object (malloc) */
+    const float *params, *m, *v; /* host, whole model (stage 0) */
+} ckpt_snapshot;
+
+static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap) {
     size_t n = lf_model_num_params(t->model);
-    int count;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
-    lf_ckpt_tensors tt = {table, count, n};
+    snap->step = t->step;
+    snap->state = NULL;
+    snap->params = snap->m = snap->v = NULL;
+    lf_status st = state_to_json(t, &snap->state);
+    if (st != LF_OK || t->zstage) return st; /* ZeRO: each rank writes its shard in zero_save */
+    stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
+    stage_out(t, t->host_m, t->m, n * sizeof(float));
+    stage_out(t, t->host_v, t->v, n * sizeof(float));
+    snap->params = t->host_params;
+    snap->m = t->host_m;
+    snap->v = t->host_v;
+    return LF_OK;
+}
+
+/* checkpoint.keep_last / keep_every and the best, for lf_checkpoint_prune. */
+static lf_ckpt_retention retention(const lf_trainer *t) {
+    lf_ckpt_retention r = {.keep_last = t->cfg.keep_last, .keep_every = t->cfg.keep_every,
+                           .protect = t->best_ckpt[0] ? t->best_ckpt : NULL};
+    return r;
+}
+
+/* Write a snapshot: first remove what it makes obsolete (so a disk that is
+ * full of old checkpoints has room), then write and commit it (rank 0 for
+ * stage 0; every rank its shard with ZeRO), then the usual rotation. */
+static lf_status ckpt_write(lf_trainer *t, const ckpt_snapshot *snap, char **saved) {
+    lf_ckpt_retention keep = retention(t);
+    if (t->rank == 0) lf_checkpoint_prune(t->ckpt_root, snap->step, &keep);
+    lf_status st;
+    if (t->zstage) {
+        st = zero_save(t, snap->state, saved); /* every rank writes its shard, in parallel */
+    } else {
+        int count;
+        const lf_param_info *table = lf_model_params_table(t->model, &count);
+        lf_ckpt_tensors tt = {table, count, lf_model_num_params(t->model)};
+        st = lf_checkpoint_save(t->ckpt_root, snap->step, &tt, snap->params, snap->m, snap->v, snap->state, t->extra,
+                                t->n_extra, 0, keep.protect, saved);
+    }
+    if (st == LF_OK && t->rank == 0) lf_checkpoint_prune(t->ckpt_root, snap->step, &keep);
+    return st;
+}
+
+static lf_status save_checkpoint(lf_trainer *t) {
     /* this checkpoint becomes the best when the evaluation of this very step
      * set a new best; rotation never removes the best */
     if (t->best_eval_step == t->step) snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
-    if (!t->zstage && t->rank != 0) return LF_OK; /* stage 0: the replicas are identical, rank 0 writes */
-    char *state = NULL, *saved = NULL;
-    double t0 = lf_time_now();
-    lf_status st = state_to_json(t, &state);
-    if (st == LF_OK && t->zstage) {
-        st = zero_save(t, state, &saved); /* every rank writes its shard, in parallel */
-    } else if (st == LF_OK) {
-        stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
-        stage_out(t, t->host_m, t->m, n * sizeof(float));
-        stage_out(t, t->host_v, t->v, n * sizeof(float));
-        st = lf_checkpoint_save(t->ckpt_root, t->step, &tt, t->host_params, t->host_m, t->host_v, state, t->extra,
-                                t->n_extra, t->cfg.keep_last, t->best_ckpt[0] ? t->best_ckpt : NULL, &saved);
+    if (!t->zstage && t->rank != 0) { /* stage 0: the replicas are identical, rank 0 writes */
+        t->saved_step = t->step;
+        return LF_OK;
     }
-    free(state);
+    char *saved = NULL;
+    double t0 = lf_time_now();
+    ckpt_snapshot snap;
+    lf_status st = ckpt_snapshot_take(t, &snap);
+    if (st == LF_OK) st = ckpt_write(t, &snap, &saved);
+    free(snap.state);
+    if (st == LF_OK) t->saved_step = t->step;
     if (st == LF_OK && t->rank == 0) {
         char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64], ms[LF_JSON_NUMBER_MAX];
         json_escape(esc, sizeof esc, saved);
@@ -573,6 +640,7 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
     stage_in(t, t->m, t->host_m, moments_n(t) * sizeof(float));
     stage_in(t, t->v, t->host_v, moments_n(t) * sizeof(float));
+    t->saved_step = t->step;
     if (t->rank == 0) lf_log(LF_LOG_INFO, "resumed from %s at step %ld", where, t->step);
     if (dir) snprintf(t->resumed_dir, sizeof t->resumed_dir, "%s", dir);
     char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 32];
@@ -868,6 +936,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     t->best_score = t->cfg.greater_is_better ? -INFINITY : INFINITY;
     t->last_score = NAN;
     t->best_eval_step = -1;
+    t->saved_step = -1;
     pthread_mutex_init(&t->obs_mu, NULL);
     pthread_mutex_init(&t->wd_mu, NULL);
     pthread_cond_init(&t->wd_cv, NULL);
@@ -945,7 +1014,20 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
             lf_error_prefix("out_dir '%s' is not usable", t->cfg.out_dir);
             return tfail(t, st);
         }
-        if (!t->opts.resume) {
+        if (t->opts.resume == LF_RESUME_AUTO) {
+            /* continue what out_dir holds; start fresh only when it holds no checkpoint at all
+             * (a broken one is an error: starting over would bury it) */
+            char *old = NULL;
+            st = lf_checkpoint_resolve(t->ckpt_root, &old);
+            if (st != LF_OK && st != LF_ERR_NOT_FOUND) {
+                lf_error_prefix("--resume auto");
+                return tfail(t, st);
+            }
+            t->opts.resume = st == LF_OK ? LF_RESUME_YES : LF_RESUME_NO;
+            lf_log(LF_LOG_INFO, "--resume auto: %s%s%s", old ? "resuming from " : "no checkpoint in ",
+                   old ? old : t->ckpt_root, old ? "" : "; starting a fresh run");
+            lf_free(old);
+        } else if (!t->opts.resume) {
             /* a fresh run must not mix its checkpoints with an earlier run's */
             char *old = NULL;
             if (lf_checkpoint_resolve(t->ckpt_root, &old) == LF_OK) {
@@ -957,6 +1039,14 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         }
         st = write_resolved_config(t);
         if (st != LF_OK) return tfail(t, st);
+    }
+    if (opts && opts->resume == LF_RESUME_AUTO && t->world > 1) {
+        /* rank 0 decided (it alone sees out_dir): every rank does the same */
+        int64_t v = t->rank == 0 ? t->opts.resume : 0;
+        lf_comm_set_context(t->comm, "startup");
+        st = lf_comm_broadcast_bytes(t->comm, &v, sizeof v, 0);
+        if (st != LF_OK) return tfail(t, st);
+        t->opts.resume = (int)v;
     }
 
     /* the trainer's own instance (its context and sticky status); LLMFORGE_BACKEND: cpu-fenced */
@@ -1666,8 +1756,8 @@ static lf_status zero_save(lf_trainer *t, const char *state, char **saved) {
     st = zero_agree(t, mine, "writing the checkpoint's shards");
     if (t->rank == 0) {
         if (st == LF_OK)
-            st = lf_checkpoint_commit(t->ckpt_root, t->step, tmp, state, t->extra, t->n_extra, t->cfg.keep_last,
-                                      t->best_ckpt[0] ? t->best_ckpt : NULL, saved);
+            st = lf_checkpoint_commit(t->ckpt_root, t->step, tmp, state, t->extra, t->n_extra, 0,
+                                      t->best_ckpt[0] ? t->best_ckpt : NULL, saved); /* rotation: ckpt_write */
         else
             lf_checkpoint_discard(tmp); /* nothing half-written stays */
     }
@@ -1913,6 +2003,49 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
     return LF_OK;
 }
 
+/* The stop request agreed at this step boundary: this rank's (the caller's
+ * flag, lf_trainer_request_stop's), the largest over the ranks. */
+static lf_status stop_agreed(lf_trainer *t, int *reason) {
+    int64_t v = t->stop_req;
+    if (t->opts.stop_flag) {
+        int64_t f = *t->opts.stop_flag;
+        if (f > v) v = f;
+    }
+    if (t->world > 1) {
+        lf_comm_set_context(t->comm, "stop check after step %ld", t->step);
+        lf_status st = lf_comm_all_reduce_i64(t->comm, &v, 1, LF_COMM_MAX);
+        if (st != LF_OK) return st;
+    }
+    *reason = (int)v;
+    return LF_OK;
+}
+
+/* Stop at this boundary: a checkpoint of the step reached (unless it was
+ * just saved or resumed from), then LF_ERR_PREEMPTED. */
+static lf_status preempt(lf_trainer *t, int reason) {
+    t->stop_reason = reason;
+    if (t->saved_step != t->step) {
+        lf_status st = save_checkpoint(t);
+        if (st != LF_OK) {
+            lf_error_prefix("stopping at step %ld on request (%d): the checkpoint failed", t->step, reason);
+            return st;
+        }
+        lf__treg_checkpoint(t->treg, t->model, t->step, t->last_eval_step == t->step, t->last_train_eval, t->last_val,
+                            t->task_res, t->best_ckpt, NULL);
+    }
+    char json[LF_PATH_MAX + 160], esc[LF_PATH_MAX * 2] = "";
+    char where[LF_PATH_MAX + 40];
+    snprintf(where, sizeof where, "%s/step_%08ld", t->ckpt_root, t->step);
+    json_escape(esc, sizeof esc, where);
+    snprintf(json, sizeof json, "{\"reason\":%d,\"path\":\"%s\"}", reason, esc);
+    emit_event(t, "preempted", NULL, json);
+    if (t->rank == 0)
+        lf_log(LF_LOG_INFO, "stop requested (%d): stopped at step %ld of %ld with checkpoint '%s'", reason, t->step,
+               t->cfg.train_iters, where);
+    return lf_fail(LF_ERR_PREEMPTED, "stopped at step %ld of %ld on request (%d); checkpoint '%s' holds that step: "
+                   "resume to continue", t->step, t->cfg.train_iters, reason, where);
+}
+
 lf_status lf_trainer_run(lf_trainer *t) {
     lf_status st;
     int B = t->cfg.micro_batch, T = t->cfg.model.block_size, A = t->cfg.grad_accum;
@@ -1947,6 +2080,12 @@ lf_status lf_trainer_run(lf_trainer *t) {
     }
     st = LF_OK;
     while (t->step < t->cfg.train_iters) {
+        int req = 0; /* a step boundary: the only place a stop request is read */
+        if ((st = stop_agreed(t, &req)) != LF_OK) break;
+        if (req) {
+            st = preempt(t, req);
+            break;
+        }
         double t0 = lf_time_now();
         step_result sr = {0};
         st = train_step(t, &sr);
@@ -2003,7 +2142,8 @@ lf_status lf_trainer_run(lf_trainer *t) {
         tfail(t, st);
         char esc[1100], json[1200];
         json_escape(esc, sizeof esc, t->errmsg);
-        snprintf(json, sizeof json, "{\"status\":\"error\",\"message\":\"%s\"}", esc);
+        snprintf(json, sizeof json, "{\"status\":\"%s\",\"message\":\"%s\"}",
+                 st == LF_ERR_PREEMPTED ? "preempted" : "error", esc);
         emit_event(t, "end", NULL, json);
     } else {
         emit_event(t, "end", NULL, "{\"status\":\"ok\"}");

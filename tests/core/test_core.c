@@ -1,5 +1,7 @@
-/* Core: status strings, error messages, Philox known answers, RNG
- * distribution, arena, files and hashes, JSON numbers. */
+/* Core: status strings, error messages (and their UTF-8 escaping), Philox
+ * known answers, RNG distribution, arena, files and hashes, JSON numbers,
+ * the write-fault hook. */
+#include <errno.h>
 #include <sys/stat.h>
 #include "test_util.h"
 #include <cjson/cJSON.h>
@@ -180,11 +182,125 @@ static void test_json_numbers(void **state) {
     assert_null(lf_json_print(NULL, 0));
 }
 
+/* lf_str_escape: valid characters pass, every invalid byte and control
+ * character becomes \xNN, a character is never split, output always fits. */
+static void test_escape(void **state) {
+    (void)state;
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"text", "text"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"}, /* 2-, 3-, 4-byte */
+        {"\xfb" "ext", "\\xfb" "ext"},             /* the mutated Parquet column of issue 17 */
+        {"\xc0\xaf", "\\xc0\\xaf"},                /* overlong '/' */
+        {"\xed\xa0\x80", "\\xed\\xa0\\x80"},       /* a UTF-16 surrogate */
+        {"\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80"}, /* above U+10FFFF */
+        {"ab\xe2\x82", "ab\\xe2\\x82"},            /* cut short */
+        {"\xe2\x82" "A", "\\xe2\\x82" "A"},        /* a lead byte whose sequence is cut by ASCII */
+        {"a\nb\tc\x7f", "a\\x0ab\\x09c\\x7f"},     /* C0 controls and DEL */
+        {"x\xc2\x85y\xc2\xa0", "x\\xc2\\x85y\xc2\xa0"}, /* C1 control NEL escaped, NBSP kept */
+        {"\\x41", "\\x41"},                        /* a backslash is left alone: escaping is idempotent */
+        {"", ""},
+    };
+    char out[128];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = lf_str_escape(out, sizeof out, cases[i].in);
+        if (strcmp(out, cases[i].out) != 0) fail_msg("case %zu: got '%s', want '%s'", i, out, cases[i].out);
+        assert_int_equal(n, strlen(cases[i].out));
+    }
+    /* an explicit length stops there, and a NUL inside is a control character */
+    lf_str_escape_n(out, sizeof out, "a\0b", 3);
+    assert_string_equal(out, "a\\x00b");
+    /* small buffers: whole characters and whole escapes only, always terminated */
+    assert_int_equal(lf_str_escape(out, 3, "\xc3\xa9\xc3\xa9"), 2); /* one é fits with its NUL, two do not */
+    assert_string_equal(out, "\xc3\xa9");
+    assert_int_equal(lf_str_escape(out, 4, "\xfb"), 0); /* "\xfb" needs 5 bytes */
+    assert_string_equal(out, "");
+    assert_int_equal(lf_str_escape(out, 0, "abc"), 0);
+    assert_int_equal(lf_str_escape(NULL, 10, "abc"), 0);
+}
+
+/* Every message is escaped on its way in: lf_fail, lf_error_prefix, lf_log. */
+static char g_logged[2100];
+static void capture_log(lf_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    snprintf(g_logged, sizeof g_logged, "%s", msg);
+}
+
+static void test_messages_escaped(void **state) {
+    (void)state;
+    lf_fail(LF_ERR_FORMAT, "no column '%s'; the columns are: %s", "text", "\xfb" "ext");
+    assert_string_equal(lf_last_error(), "no column 'text'; the columns are: \\xfb" "ext");
+    lf_error_prefix("reading '%s'", "data\xff.parquet");
+    assert_string_equal(lf_last_error(), "reading 'data\\xff.parquet': no column 'text'; the columns are: \\xfb" "ext");
+    /* a message cut at its 1023-byte limit inside a character keeps no piece of it */
+    char long_name[1100];
+    memset(long_name, 'a', 1022);
+    memcpy(long_name + 1022, "\xc3\xa9", 3);
+    lf_fail(LF_ERR_FORMAT, "%s", long_name);
+    const char *m = lf_last_error();
+    assert_int_equal(strlen(m), 1022);
+    for (const char *p = m; *p; p++) assert_true((unsigned char)*p < 0x80);
+    lf_log_set_callback(capture_log, NULL);
+    lf_log(LF_LOG_WARN, "tensor '%s' is unexpected", "h.\x80.w");
+    lf_log_set_callback(NULL, NULL);
+    assert_string_equal(g_logged, "tensor 'h.\\x80.w' is unexpected");
+    /* the message may quote itself (the old code wrote the buffer it read) */
+    lf_fail(LF_ERR_IO, "first");
+    lf_fail(LF_ERR_IO, "%s, then second", lf_last_error());
+    assert_string_equal(lf_last_error(), "first, then second");
+}
+
+/* The write-fault hook: lf_file_write_all makes 4 counted operations (open,
+ * write, fsync, close); failing each in turn fails the write with the file
+ * and the injected errno named, and leaves no file behind; the hook fires
+ * once; -1 turns it off. */
+static void test_io_faults(void **state) {
+    (void)state;
+    char *dir = lf_test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/f.txt", dir);
+    long before = lf_io_op_count();
+    LF_ASSERT_OK(lf_file_write_all(path, "abc", 3));
+    long ops = lf_io_op_count() - before;
+    assert_int_equal(ops, 4);
+    for (long k = 0; k < ops; k++) {
+        unlink(path);
+        lf_io_fail_after(k, ENOSPC);
+        assert_int_equal(lf_file_write_all(path, "abc", 3), LF_ERR_IO);
+        LF_ASSERT_ERR_CONTAINS(path);
+        LF_ASSERT_ERR_CONTAINS("No space left on device");
+        assert_int_equal(access(path, F_OK), -1); /* nothing half-written stays */
+        LF_ASSERT_OK(lf_file_write_all(path, "abc", 3)); /* once only */
+    }
+    lf_io_fail_after(1, 0); /* err <= 0: EIO */
+    assert_int_equal(lf_file_write_all(path, "abc", 3), LF_ERR_IO);
+    LF_ASSERT_ERR_CONTAINS("Input/output error");
+    lf_io_fail_after(0, EIO);
+    lf_io_fail_after(-1, EIO); /* off before it fired */
+    LF_ASSERT_OK(lf_file_write_all(path, "abc", 3));
+    /* lf_fsync_dir and lf_mkdirs go through it too */
+    lf_io_fail_after(0, EIO);
+    assert_int_equal(lf_fsync_dir(dir), LF_ERR_IO);
+    LF_ASSERT_ERR_CONTAINS(dir);
+    char sub[700];
+    snprintf(sub, sizeof sub, "%s/new/dir", dir);
+    lf_io_fail_after(1, ENOSPC);
+    assert_int_equal(lf_mkdirs(sub), LF_ERR_IO);
+    LF_ASSERT_ERR_CONTAINS("No space left on device");
+    lf_io_fail_after(-1, 0);
+    lf_test_rmrf(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_rng_distribution),
         cmocka_unit_test(test_errors),              cmocka_unit_test(test_arena),
         cmocka_unit_test(test_files_and_hashes),    cmocka_unit_test(test_json_numbers),
+        cmocka_unit_test(test_escape),              cmocka_unit_test(test_messages_escaped),
+        cmocka_unit_test(test_io_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,4 +13,5 @@ int cmd_launch(int argc, char **argv);     /* cmd_launch.c: ranks through Open M
 int cmd_serve(int argc, char **argv);      /* cmd_serve.c: the OpenAI-compatible server */
 int cmd_models(int argc, char **argv);     /* cmd_models.c: the model registry */
 int cmd_report(int argc, char **argv);     /* cmd_report.c: a run directory as one HTML file */
+int cmd_ckpt(int argc, char **argv);       /* cmd_ckpt.c: `ckpt verify` */
 #endif

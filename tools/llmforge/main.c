@@ -4,11 +4,29 @@
  * the only layer that prints or exits.
  *
  *   llmforge prepare --char INPUT --out DIR
- *   llmforge train CONFIG.json [--key.path=value ...] [--resume] [--init-from FILE]
+ *   llmforge train CONFIG.json [--key.path=value ...] [--resume [auto]] [--init-from FILE]
  *   llmforge sample --ckpt DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
  *   llmforge bench (--preset NAME | --config CFG) [--micro-batch B] [--seq T] [--steps N] [--warmup W]
  *                  [--peak-gflops G] [--recompute none|selective|full] [--bf16] [--json]
+ *
+ * train and signals: SIGTERM, SIGINT and SIGUSR1 (what Slurm, Kubernetes,
+ * spot-instance agents and a person at the terminal send) make the run
+ * finish its step, save a checkpoint and exit LF_EXIT_PREEMPTED (75). The
+ * signal number goes into a sig_atomic_t that the trainer polls at each
+ * step boundary (lf_trainer_opts.stop_flag); a second signal during the
+ * save is noted and changes nothing (the save completes).
+ * The three signals are blocked in every thread the run creates and taken
+ * by one thread of ours with sigwait, so no signal is ever delivered on a
+ * thread that computes: oneDNN's JIT sgemm (2.x, through 3.11) points rsp
+ * into the heap while it runs, so a signal frame pushed there corrupts the
+ * heap (oneDNN issue #4845; reproduced here: a no-op SIGUSR2 handler and
+ * 200 signals during training aborted every run). A handler stays
+ * installed for threads that existed before the block (none here today).
  */
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -26,6 +44,17 @@
 #include "commands.h"
 
 #define LF_VERSION "0.1.0"
+
+/* Exit status of a run stopped by a signal after saving its checkpoint:
+ * "preempted, resume me". 75 is EX_TEMPFAIL of sysexits.h ("a temporary
+ * failure; the user is invited to retry"): distinct from 0 (finished), 1
+ * (failed), 2 (usage), 3 (stall exit) and from 128+N, what a shell reports
+ * for a process that a signal killed before it could save; a batch script
+ * or an orchestrator tests for it to requeue (README: "Long runs and
+ * preemption"). */
+#define LF_EXIT_PREEMPTED 75
+
+extern char **environ;
 
 static void log_to_stderr(lf_log_level level, const char *msg, void *user) {
     (void)user;
@@ -147,6 +176,106 @@ static void train_failed(lf_trainer *t, const char *hint) {
     }
 }
 
+/* The stop flag the trainer polls, written by the signal thread (or, for a
+ * thread that had the signals unblocked, by the async-signal-safe handler: a
+ * store, and on a repeat one write(2) of a fixed line). */
+static volatile sig_atomic_t g_stop_signal;
+static sigset_t g_stop_set;
+static const char k_again[] = "llmforge: train: stop already requested; finishing the step and its checkpoint\n";
+
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) {
+        ssize_t w = write(STDERR_FILENO, k_again, sizeof k_again - 1);
+        (void)w;
+        return;
+    }
+    g_stop_signal = sig;
+}
+
+static void *stop_signal_thread(void *arg) {
+    (void)arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&g_stop_set, &sig) != 0) continue;
+        if (g_stop_signal) {
+            fputs(k_again, stderr);
+            fflush(stderr);
+        } else {
+            g_stop_signal = sig;
+        }
+    }
+    return NULL;
+}
+
+/* Before the run creates any thread (the backend's, the loader's, MPI's):
+ * they inherit the blocked mask, and only the signal thread takes them. */
+static void install_stop_handlers(void) {
+    sigemptyset(&g_stop_set);
+    sigaddset(&g_stop_set, SIGTERM);
+    sigaddset(&g_stop_set, SIGINT);
+    sigaddset(&g_stop_set, SIGUSR1);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    pthread_sigmask(SIG_BLOCK, &g_stop_set, NULL);
+    pthread_attr_t at;
+    pthread_t th;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, stop_signal_thread, NULL) != 0) /* then the handler takes them, on this thread */
+        pthread_sigmask(SIG_UNBLOCK, &g_stop_set, NULL);
+    pthread_attr_destroy(&at);
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a stop request";
+}
+
+/* checkpoint.requeue under Slurm: `scontrol requeue $SLURM_JOB_ID` (rank 0,
+ * after the checkpoint). Returns 0 when scontrol succeeded. */
+static int slurm_requeue(void) {
+    const char *job = getenv("SLURM_JOB_ID");
+    if (!job || !*job) {
+        fprintf(stderr, "llmforge: train: checkpoint.requeue is set but SLURM_JOB_ID is not (not a Slurm job): "
+                        "nothing requeued\n");
+        return 1;
+    }
+    char *args[] = {"scontrol", "requeue", (char *)job, NULL};
+    pid_t pid;
+    fflush(stdout);
+    fflush(stderr);
+    /* scontrol gets the signals back as a fresh process has them (not blocked, default actions) */
+    posix_spawnattr_t at;
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &g_stop_set);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    int e = posix_spawnp(&pid, "scontrol", NULL, &at, args, environ);
+    posix_spawnattr_destroy(&at);
+    if (e != 0) {
+        fprintf(stderr, "llmforge: train: cannot run scontrol requeue %s: %s\n", job, strerror(e));
+        return 1;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        printf("llmforge train: requeued Slurm job %s (scontrol requeue)\n", job);
+        fflush(stdout);
+        return 0;
+    }
+    fprintf(stderr, "llmforge: train: scontrol requeue %s failed (status %d)\n", job,
+            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 1;
+}
+
 /* monitor.alerts.stall.action = exit: the watchdog thread ends the process. */
 static void on_fatal(const char *msg, void *user) {
     (void)user;
@@ -156,6 +285,7 @@ static void on_fatal(const char *msg, void *user) {
 }
 
 static int cmd_train(int argc, char **argv) {
+    install_stop_handlers(); /* first: before any thread exists, and a signal during set-up is kept */
     const char *config = NULL, *init_from = NULL;
     int resume = 0;
     long threads = 0;
@@ -170,16 +300,25 @@ static int cmd_train(int argc, char **argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             char help[16384];
             lf_train_config_help(help, sizeof help);
-            printf("usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume] [--init-from FILE.safetensors]\n"
+            printf("usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume [auto]] [--init-from FILE.safetensors]\n"
                    "                      [--threads N] [--metrics-port PORT]\n"
                    "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
-                   "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n\n"
+                   "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n"
+                   "  --resume: continue from out_dir's checkpoint; --resume auto: continue when out_dir holds\n"
+                   "  one, start fresh when it holds none (the same command for every start of a batch job).\n"
+                   "  SIGTERM, SIGINT or SIGUSR1: finish the step, save a checkpoint, exit %d (resume me).\n\n"
                    "configuration keys:\n%s",
-                   help);
+                   LF_EXIT_PREEMPTED, help);
             rc = 0;
             goto done;
         } else if (!strcmp(argv[i], "--resume")) {
-            resume = 1;
+            resume = LF_RESUME_YES;
+            if (i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
+                resume = LF_RESUME_AUTO;
+                i++;
+            }
+        } else if (!strcmp(argv[i], "--resume=auto")) {
+            resume = LF_RESUME_AUTO;
         } else if ((v = opt_value(argc, argv, &i, "--init-from", &missing))) {
             init_from = v;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
@@ -221,13 +360,14 @@ static int cmd_train(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_fatal = on_fatal};
+    lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_fatal = on_fatal, .stop_flag = &g_stop_signal};
     opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
     opts.n_sinks = opts.sinks[0] != NULL;
     st = lf_trainer_create(&t, &cfg, &opts);
     if (st != LF_OK) {
         char hint[LF_PATH_MAX + 96];
-        snprintf(hint, sizeof hint, "--resume needs a checkpoint in %s/ckpt; start without --resume", cfg.out_dir);
+        snprintf(hint, sizeof hint, "--resume needs a checkpoint in %s/ckpt; start without --resume (or with "
+                 "--resume auto)", cfg.out_dir);
         train_failed(t, st == LF_ERR_NOT_FOUND && resume ? hint : NULL);
         goto done;
     }
@@ -262,6 +402,19 @@ static int cmd_train(int argc, char **argv) {
         fflush(stdout);
     }
     st = lf_trainer_run(t);
+    if (st == LF_ERR_PREEMPTED) {
+        /* every rank stopped at the same step, after the checkpoint: no abort */
+        if (isatty(STDOUT_FILENO)) printf("\n");
+        int sig = lf_trainer_stop_reason(t);
+        if (lf_comm_rank(comm) == 0) {
+            printf("llmforge train: %s: stopped at step %ld with its checkpoint saved; exit %d (continue with "
+                   "--resume or --resume auto)\n", signal_name(sig), lf_trainer_step(t), LF_EXIT_PREEMPTED);
+            fflush(stdout);
+            if (cfg.ckpt_requeue) slurm_requeue();
+        }
+        rc = LF_EXIT_PREEMPTED;
+        goto done;
+    }
     if (st != LF_OK) {
         if (isatty(STDOUT_FILENO)) printf("\n");
         train_failed(t, NULL);
@@ -613,6 +766,7 @@ static void usage(FILE *f) {
             "  serve       an OpenAI-compatible HTTP server over a checkpoint (--ckpt DIR [--port N])\n"
             "  models      the model registry: list, show, lineage, diff, tag, gc, relink, eval, compare, promote\n"
             "  report      a run directory as one self-contained HTML file (RUN_DIR [--out F] [--svg DIR]; A B --compare)\n"
+            "  ckpt        `ckpt verify DIR`: re-hash a checkpoint against its trainer_state.json\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n",
             LF_VERSION);
 }
@@ -639,6 +793,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "models")) return cmd_models(argc - 2, argv + 2);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

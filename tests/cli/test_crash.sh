@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Crash consistency in CI: 20 trials of tests/cli/crash_trials.sh (SIGKILL at
+# seeded random times during a tiny run with a checkpoint every 2 steps,
+# `--resume auto` after each kill; every `latest` verified, no temporaries
+# piling up, the final model byte-identical to an uninterrupted run's).
+# bench/kill_trials.sh N runs the same driver for more trials.
+#   test_crash.sh LLMFORGE SOURCE_DIR SHARED_DIR
+set -u
+bin=$1 src=$2 shared=$3
+exec bash "$src/tests/cli/crash_trials.sh" "$bin" "$shared" 20 "${LF_CRASH_SEED:-17}" single
