@@ -5,8 +5,15 @@
  * finish or are cancelled, new ones get 503) and exits 0. Exit 2 on usage
  * errors, 1 when the server cannot start (the message names the file,
  * option or address).
+ * Signals: SIGTERM and SIGINT are blocked before any thread exists (every
+ * thread inherits the mask) and taken by the main thread with sigwait, so
+ * no signal frame is ever pushed on a thread that computes: oneDNN's JIT
+ * sgemm points rsp into the heap while it runs, and a handler run there
+ * corrupts the heap (oneDNN issue #4845; see tools/llmforge/main.c, where
+ * train does the same).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +23,6 @@
 #include "llmforge/serve.h"
 #include "commands.h"
 #include "cli_util.h"
-
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
 
 /* The key: the file's first line (trailing whitespace dropped). */
 static int read_key(const char *path, char *key, size_t cap) {
@@ -112,13 +113,13 @@ int cmd_serve(int argc, char **argv) {
     }
     o.api_key = key[0] ? key : NULL;
     o.port = (int)port;
-    if (cli_backend_setup("serve", threads, 1)) return 2;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGTERM);
+    sigaddset(&stop_set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_set, NULL); /* before the backend's, the HTTP and the engine's threads */
     signal(SIGPIPE, SIG_IGN);
+    if (cli_backend_setup("serve", threads, 1)) return 2;
     lf_server *s = NULL;
     lf_status st = lf_server_start(&s, ckpt, &o);
     if (st != LF_OK) {
@@ -132,9 +133,8 @@ int cmd_serve(int argc, char **argv) {
            o.api_key ? "API key required" : "no API key");
     printf("llmforge serve: chat template: %s\n", lf_server_chat_template(s));
     fflush(stdout);
-    while (!g_stop) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+    int sig = 0;
+    while (sigwait(&stop_set, &sig) != 0) {
     }
     printf("llmforge serve: stopping (draining for up to %g s)\n", drain);
     fflush(stdout);
