@@ -9,7 +9,7 @@
  *   data.dataset [required], data.sampling ["random"|"sequential"|"records"|"packed"],
  *   data.prefetch [2], data.tokenizer [""]
  *   train_batch_size [derived], train_micro_batch_size_per_gpu [12],
- *   gradient_accumulation_steps [1], train_iters [2000]
+ *   gradient_accumulation_steps [1], train_iters [2000], train.stop_at [0 = off]
  *   optimizer.type ["AdamW"], optimizer.params.{lr [1e-3], betas [[0.9,0.99]],
  *     eps [1e-8], weight_decay [0.1]}
  *   scheduler.type ["cosine"|"constant"], scheduler.{warmup_iters [100],
@@ -85,6 +85,7 @@ typedef struct lf_train_config {
     int world_size;                 /* data-parallel ranks the batch identity was resolved for: not a
                                        key (the launcher's, see lf_train_config_load) */
     long train_iters;
+    long stop_at;                   /* train.stop_at: end after this step (0 = off), schedule unchanged */
     int recompute;                  /* lf_recompute: activation_checkpointing.policy */
     /* optimizer */
     char optimizer_type[16];        /* "AdamW" */
@@ -226,7 +227,7 @@ typedef struct lf_trainer_opts {
  * non-finite loss or gradient with nan.action stop, fp16 overflow at the
  * minimum scale, an empty batch) happen on every rank at the same step. */
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts);
-/* Run until train_iters. */
+/* Run until train_iters (or train.stop_at when it is smaller). */
 lf_status lf_trainer_run(lf_trainer *t);
 void lf_trainer_free(lf_trainer *t);
 const char *lf_trainer_errmsg(const lf_trainer *t);

@@ -1919,7 +1919,10 @@ lf_status lf_trainer_run(lf_trainer *t) {
             lf_log(LF_LOG_WARN, "could not start the stall watchdog thread; stall alerts are off");
     }
     st = LF_OK;
-    while (t->step < t->cfg.train_iters) {
+    /* train.stop_at ends the run early (evaluated and checkpointed like the
+     * last step) without touching the schedule, which follows train_iters */
+    const long stop = t->cfg.stop_at > 0 && t->cfg.stop_at < t->cfg.train_iters ? t->cfg.stop_at : t->cfg.train_iters;
+    while (t->step < stop) {
         double t0 = lf_time_now();
         step_result sr = {0};
         st = train_step(t, &sr);
@@ -1953,7 +1956,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
         }
         lf_obs_record r = {.kind = LF_OBS_TRAIN, .step = t->step, .scalars = sc, .n_scalars = n};
         obs_emit(t, &r);
-        int last = t->step == t->cfg.train_iters;
+        int last = t->step == stop;
         if ((t->cfg.eval_interval > 0 && t->step % t->cfg.eval_interval == 0) || last) {
             st = run_eval(t);
             if (st != LF_OK) break;
