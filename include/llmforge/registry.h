@@ -164,13 +164,15 @@ typedef struct lf_registry_ckpt_info {
  * marked removed. *ckpt_id (may be NULL) receives the id. LF_ERR_NOT_FOUND /
  * LF_ERR_FORMAT when trainer_state.json is missing or has no "files". */
 lf_status lf_registry_checkpoint_add(lf_registry *r, const lf_registry_ckpt_info *c, int64_t *ckpt_id);
-/* Link every run recorded with run directory out_dir (stored absolute, as
- * lf_registry_run_begin stores it) to a sweep and one of its trials (the
+/* Link the runs recorded with run directory out_dir (compared absolute, as
+ * lf_registry_run_begin stores it) and, when pid > 0, with that process id
+ * and host (NULL: this host's name), to a sweep and one of its trials (the
  * strings `llmforge sweep` uses: the sweep directory's absolute path and the
- * trial's name, "t003"); linking again overwrites. *n_runs (may be NULL)
- * receives the number of runs linked (0 when none has that directory). */
-lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, const char *sweep, const char *trial,
-                                     int *n_runs);
+ * trial's name, "t003"); linking again overwrites. The pid tells a trial's
+ * own runs from those an earlier sweep left in the same directory. *n_runs
+ * (may be NULL) receives the number of runs linked (0 when none matches). */
+lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host,
+                                     const char *sweep, const char *trial, int *n_runs);
 /* The runs linked to a sweep, by trial: {"t000":["r1","r4"],"t001":["r2"]}
  * (each trial's runs oldest first). */
 lf_status lf_registry_sweep_runs_json(lf_registry *r, const char *sweep, char **json);

@@ -215,7 +215,10 @@ typedef struct lf_sweep_trial {
     double value[LF_SWEEP_MAX_RUNGS];    /* the objective at each rung it reached (NaN: none) */
     long steps;                          /* the step it has trained to */
     int attempts;                        /* processes started for it (restarts included) */
+    int tries;                           /* of those, towards the current target (a restart counts) */
     double seconds;                      /* wall time of those processes */
+    long pid;                            /* the last process started for it, and its host */
+    char host[64];
     char message[512];                   /* FAILED: why */
 } lf_sweep_trial;
 
@@ -270,7 +273,8 @@ lf_status lf_sweep_suggest(const lf_sweep_spec *s, const lf_sweep_trial *trials,
  *   {"format":"llmforge-sweep-state","version":1,"sweep":<the sweep file>,
  *    "cwd":"/abs","trials":[{"id":0,"name":"t000","params":{"key":value},
  *    "x":[...],"state":"paused","rung":0,"target":0,"values":[2.1,null],
- *    "steps":100,"attempts":1,"seconds":12.5,"message":""}, ...]}
+ *    "steps":100,"attempts":1,"tries":1,"seconds":12.5,
+ *    "pid":4242,"host":"node1","message":""}, ...]}
  * lf_sweep_state_load checks the trials against the spec (dimensions,
  * rungs, states) and fails with LF_ERR_FORMAT naming state.json and the
  * trial otherwise. *trials is lf_alloc'd (lf_free). */

@@ -582,8 +582,8 @@ lf_status lf_registry_run_end(lf_registry *r, int64_t run_id, lf_run_status stat
 
 /* ---------------------------------------------------------------- sweeps */
 
-lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, const char *sweep, const char *trial,
-                                     int *n_runs) {
+lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host,
+                                     const char *sweep, const char *trial, int *n_runs) {
     if (n_runs) *n_runs = 0;
     if (!r || !out_dir || !sweep || !trial || !*sweep || !*trial)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_run_link_sweep: NULL or empty argument");
@@ -591,7 +591,14 @@ lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, const 
     lf__reg_abspath(out_dir, abs, sizeof abs);
     lf_status st = lf__reg_begin(r);
     if (st != LF_OK) return st;
-    sqlite3_stmt *s = lf__reg_prepare(r, "UPDATE runs SET sweep = ?, sweep_trial = ? WHERE out_dir = ?");
+    char me[256] = "";
+    if (pid > 0 && !host) {
+        if (gethostname(me, sizeof me - 1) != 0) me[0] = 0;
+        host = me;
+    }
+    sqlite3_stmt *s = lf__reg_prepare(r, pid > 0 ? "UPDATE runs SET sweep = ?, sweep_trial = ? WHERE out_dir = ? AND "
+                                                   "pid = ? AND host = ?"
+                                                 : "UPDATE runs SET sweep = ?, sweep_trial = ? WHERE out_dir = ?");
     if (!s) {
         lf__reg_rollback(r);
         return r->last;
@@ -599,6 +606,10 @@ lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, const 
     sqlite3_bind_text(s, 1, sweep, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s, 2, trial, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s, 3, abs, -1, SQLITE_TRANSIENT);
+    if (pid > 0) {
+        sqlite3_bind_int64(s, 4, pid);
+        sqlite3_bind_text(s, 5, host, -1, SQLITE_TRANSIENT);
+    }
     int rc = sqlite3_step(s);
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) {

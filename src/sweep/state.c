@@ -70,7 +70,10 @@ static cJSON *trial_json(const lf_sweep_spec *s, const lf_sweep_trial *t) {
         cJSON_AddItemToArray(vals, isfinite(t->value[k]) ? cJSON_CreateNumber(t->value[k]) : cJSON_CreateNull());
     cJSON_AddNumberToObject(o, "steps", (double)t->steps);
     cJSON_AddNumberToObject(o, "attempts", t->attempts);
+    cJSON_AddNumberToObject(o, "tries", t->tries);
     cJSON_AddNumberToObject(o, "seconds", t->seconds);
+    cJSON_AddNumberToObject(o, "pid", (double)t->pid);
+    cJSON_AddStringToObject(o, "host", t->host);
     cJSON_AddStringToObject(o, "message", t->message);
     return o;
 }
@@ -245,14 +248,15 @@ lf_status lf_sweep_state_load(const char *path, const lf_sweep_spec *s, lf_sweep
             break;
         }
         t[i].state = (lf_trial_state)sv;
-        double rung, target, steps, attempts, secs;
+        double rung, target, steps, attempts, tries, secs;
         if (!num_field(o, "rung", -1, s->n_rungs - 1, &rung) || !num_field(o, "target", 0, s->n_rungs - 1, &target) ||
             !num_field(o, "steps", 0, 1e18, &steps) || !num_field(o, "attempts", 0, 1e9, &attempts) ||
-            !num_field(o, "seconds", 0, 1e15, &secs)) {
-            st = bad_trial(path, i, "\"rung\", \"target\", \"steps\", \"attempts\" or \"seconds\" is missing or out of "
-                                    "range for this sweep's rungs");
+            !num_field(o, "tries", 0, 1e9, &tries) || !num_field(o, "seconds", 0, 1e15, &secs)) {
+            st = bad_trial(path, i, "\"rung\", \"target\", \"steps\", \"attempts\", \"tries\" or \"seconds\" is "
+                                    "missing or out of range for this sweep's rungs");
             break;
         }
+        t[i].tries = (int)tries;
         t[i].rung = (int)rung;
         t[i].target = (int)target;
         t[i].steps = (long)steps;
@@ -281,6 +285,14 @@ lf_status lf_sweep_state_load(const char *path, const lf_sweep_spec *s, lf_sweep
             st = bad_trial(path, i, "it is completed but has not reached the last rung");
             break;
         }
+        double pid = 0;
+        if (!num_field(o, "pid", 0, 1e12, &pid)) {
+            st = bad_trial(path, i, "\"pid\" is missing or not a process id");
+            break;
+        }
+        t[i].pid = (long)pid;
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(o, "host");
+        if (cJSON_IsString(host)) snprintf(t[i].host, sizeof t[i].host, "%s", host->valuestring);
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(o, "message");
         if (cJSON_IsString(msg)) snprintf(t[i].message, sizeof t[i].message, "%s", msg->valuestring);
     }

@@ -483,6 +483,9 @@ static void test_state_round_trip(void **state) {
     t[0].target = 1;
     t[0].attempts = 2;
     t[0].seconds = 1.5;
+    t[0].tries = 2;
+    t[0].pid = 4242;
+    snprintf(t[0].host, sizeof t[0].host, "node-1");
     t[2].state = LF_TRIAL_FAILED;
     snprintf(t[2].message, sizeof t[2].message, "exit status 1: \"quoted\"");
     char path[1024];
@@ -502,6 +505,7 @@ static void test_state_round_trip(void **state) {
         assert_string_equal(back[i].message, t[i].message);
     }
     assert_true(back[0].value[0] == 2.25 && isnan(back[1].value[0]) && back[0].attempts == 2 && back[0].seconds == 1.5);
+    assert_true(back[0].tries == 2 && back[0].pid == 4242 && !strcmp(back[0].host, "node-1"));
     lf_free(back);
     /* the sweep it belongs to: the normalized text, which rebuilds the same spec */
     char *text = NULL, *cwd = NULL;

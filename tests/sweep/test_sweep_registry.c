@@ -1,8 +1,9 @@
 /*
  * The registry's sweep columns: a version-2 file (as the build before sweeps
  * left it, holding a run) migrates to version 3 keeping its run; runs are
- * linked to a sweep and trial by their run directory (every run recorded
- * there: a trial's first run and its resumes), listed by trial, and shown in
+ * linked to a sweep and trial by their run directory and process (so a
+ * later sweep in the same directory does not claim an earlier one's runs),
+ * or by the directory alone, listed by trial, and shown in
  * `models show`'s run record; a run no sweep started shows null.
  */
 #include <sqlite3.h>
@@ -26,8 +27,8 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int64_t begin(lf_registry *r, const char *out_dir) {
-    lf_registry_run_info in = {.out_dir = out_dir, .config_json = "{}", .dataset = "data", .world_size = 1};
+static int64_t begin(lf_registry *r, const char *out_dir, long pid) {
+    lf_registry_run_info in = {.out_dir = out_dir, .config_json = "{}", .dataset = "data", .world_size = 1, .pid = pid};
     int64_t id = 0;
     LF_ASSERT_OK(lf_registry_run_begin(r, &in, &id));
     return id;
@@ -60,24 +61,28 @@ static void test_migration_and_link(void **state) {
     lf_registry *r = NULL;
     LF_ASSERT_OK(lf__registry_open_version(&r, db, 2));
     assert_int_equal(lf_registry_schema_version(r), 2);
-    int64_t r1 = begin(r, a); /* recorded before the migration */
+    int64_t r1 = begin(r, a, 101); /* recorded before the migration */
     lf_registry_close(r);
 
     LF_ASSERT_OK(lf_registry_open(&r, db, 0));
     assert_int_equal(lf_registry_schema_version(r), 3);
-    int64_t r2 = begin(r, b), r3 = begin(r, a), r4 = begin(r, other); /* r3: t000 resumed */
-    (void)r2;
-    (void)r4;
+    int64_t r2 = begin(r, b, 102), r3 = begin(r, a, 103), r4 = begin(r, other, 104); /* r3: t000 resumed */
+    int64_t r5 = begin(r, a, 105); /* a later run in the same directory, another sweep's */
     int n = -1;
-    LF_ASSERT_OK(lf_registry_run_link_sweep(r, a, "/abs/sweep", "t000", &n));
-    assert_int_equal(n, 2); /* its first run (from before the migration) and its resume */
+    /* by process: the runs of pids 101 and 103 on this host (the default host) */
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, a, 101, NULL, "/abs/sweep", "t000", &n));
+    assert_int_equal(n, 1);
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, a, 103, NULL, "/abs/sweep", "t000", &n));
+    assert_int_equal(n, 1);
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, a, 103, "another-host", "/abs/sweep", "t000", &n));
+    assert_int_equal(n, 0);
     char rel[1100];
     snprintf(rel, sizeof rel, "%s/sweep/trials/../trials/t001", g_dir); /* the same directory, spelled otherwise */
-    LF_ASSERT_OK(lf_registry_run_link_sweep(r, rel, "/abs/sweep", "t001", &n));
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, rel, 102, NULL, "/abs/sweep", "t001", &n));
     assert_int_equal(n, 1);
-    LF_ASSERT_OK(lf_registry_run_link_sweep(r, "/no/such/dir", "/abs/sweep", "t002", &n));
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, "/no/such/dir", 0, NULL, "/abs/sweep", "t002", &n));
     assert_int_equal(n, 0);
-    assert_int_equal(lf_registry_run_link_sweep(r, a, "", "t000", &n), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_registry_run_link_sweep(r, a, 0, NULL, "", "t000", &n), LF_ERR_INVALID_ARG);
     char *json = NULL;
     LF_ASSERT_OK(lf_registry_sweep_runs_json(r, "/abs/sweep", &json));
     char want[128];
@@ -88,6 +93,16 @@ static void test_migration_and_link(void **state) {
     LF_ASSERT_OK(lf_registry_sweep_runs_json(r, "/another", &json));
     assert_string_equal(json, "{}");
     lf_free(json);
+    /* pid 0: every run of the directory (r5 too) */
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, a, 0, NULL, "/other/sweep", "t009", &n));
+    assert_int_equal(n, 3);
+    LF_ASSERT_OK(lf_registry_sweep_runs_json(r, "/other/sweep", &json));
+    snprintf(want, sizeof want, "{\"t009\":[\"r%lld\",\"r%lld\",\"r%lld\"]}", (long long)r1, (long long)r3,
+             (long long)r5);
+    assert_string_equal(json, want);
+    lf_free(json);
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, a, 101, NULL, "/abs/sweep", "t000", &n));
+    LF_ASSERT_OK(lf_registry_run_link_sweep(r, a, 103, NULL, "/abs/sweep", "t000", &n));
 
     /* show: the run record names the sweep; a plain run has null */
     for (int k = 0; k < 2; k++) {

@@ -12,4 +12,5 @@ int cmd_plan(int argc, char **argv);       /* cmd_plan.c: the memory plan of a t
 int cmd_launch(int argc, char **argv);     /* cmd_launch.c: ranks through Open MPI's mpirun */
 int cmd_serve(int argc, char **argv);      /* cmd_serve.c: the OpenAI-compatible server */
 int cmd_models(int argc, char **argv);     /* cmd_models.c: the model registry */
+int cmd_sweep(int argc, char **argv);      /* cmd_sweep.c: hyperparameter sweeps */
 #endif

@@ -601,6 +601,7 @@ static void usage(FILE *f) {
             "  launch      run a command as G ranks per node through mpirun (--nproc-per-node G -- train cfg.json)\n"
             "  serve       an OpenAI-compatible HTTP server over a checkpoint (--ckpt DIR [--port N])\n"
             "  models      the model registry: list, show, lineage, diff, tag, gc, relink, eval, compare, promote\n"
+            "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n",
             LF_VERSION);
 }
@@ -626,6 +627,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "models")) return cmd_models(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
