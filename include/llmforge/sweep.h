@@ -184,10 +184,17 @@ lf_sweep_tpe_opts lf_sweep_tpe_opts_default(void);
  * for loguniform, with the prior's component; smoothed frequencies for
  * grid/choice; int as the mass of its unit bin), `candidates` points are
  * drawn from l, and the one with the largest sum over dimensions of
- * log l(x) - log g(x) is returned (the first on ties). A pure function of
- * (spec, obs in the given order, seed, index). opts NULL: defaults. */
+ * log l(x) - log g(x) is returned (the first on ties). Candidates equal to
+ * one of the n_taken points of `taken` (the trials that exist: training
+ * is deterministic, so running a point again teaches nothing) are passed
+ * over; when every candidate is taken, up to 64 random points (stream
+ * (seed, index, k)) are tried for one that is not, and only then a taken
+ * point is returned (a finite space exhausted). A pure function of (spec,
+ * obs in the given order, taken, seed, index). opts NULL: defaults; taken
+ * may be NULL. */
 lf_status lf_sweep_tpe_suggest(const lf_sweep_spec *s, const lf_sweep_tpe_opts *opts, const lf_sweep_obs *obs,
-                               int n_obs, uint64_t seed, long index, double *x);
+                               int n_obs, const double *const *taken, int n_taken, uint64_t seed, long index,
+                               double *x);
 /* The spec's TPE options (its "tpe" object over the defaults). */
 lf_sweep_tpe_opts lf_sweep_spec_tpe(const lf_sweep_spec *s);
 
@@ -263,7 +270,8 @@ long lf_sweep_best(const lf_sweep_spec *s, const lf_sweep_trial *trials, long n)
  * many were written. */
 int lf_sweep_observations(const lf_sweep_spec *s, const lf_sweep_trial *trials, long n, lf_sweep_obs *obs);
 /* The point of the next new trial (id n): the grid's point n, the random
- * point (seed, n), or TPE's suggestion from lf_sweep_observations. */
+ * point (seed, n), or TPE's suggestion from lf_sweep_observations (the n
+ * trials' points taken). */
 lf_status lf_sweep_suggest(const lf_sweep_spec *s, const lf_sweep_trial *trials, long n, double *x);
 
 /* ---------------------------------------------------------------- the sweep directory's state */

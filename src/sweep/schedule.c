@@ -204,9 +204,16 @@ lf_status lf_sweep_suggest(const lf_sweep_spec *s, const lf_sweep_trial *trials,
     default: break;
     }
     lf_sweep_obs *obs = malloc(sizeof *obs * (size_t)(n > 0 ? n : 1));
-    if (!obs) return lf_fail(LF_ERR_NOMEM, "TPE: out of memory");
+    const double **taken = malloc(sizeof *taken * (size_t)(n > 0 ? n : 1));
+    if (!obs || !taken) {
+        free(obs);
+        free(taken);
+        return lf_fail(LF_ERR_NOMEM, "TPE: out of memory");
+    }
     int m = lf_sweep_observations(s, trials, n, obs);
-    lf_status st = lf_sweep_tpe_suggest(s, &s->tpe, obs, m, s->seed, n, x);
+    for (long i = 0; i < n; i++) taken[i] = trials[i].x;
+    lf_status st = lf_sweep_tpe_suggest(s, &s->tpe, obs, m, taken, (int)n, s->seed, n, x);
     free(obs);
+    free(taken);
     return st;
 }

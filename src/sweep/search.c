@@ -225,8 +225,15 @@ static double from_t(const lf_sweep_dim *d, double t) {
     return x < d->low ? d->low : x > d->high ? d->high : x;
 }
 
+static int is_taken(const lf_sweep_spec *s, const double *x, const double *const *taken, int n_taken) {
+    for (int i = 0; i < n_taken; i++)
+        if (taken[i] && !memcmp(taken[i], x, sizeof *x * (size_t)s->n_dims)) return 1;
+    return 0;
+}
+
 lf_status lf_sweep_tpe_suggest(const lf_sweep_spec *s, const lf_sweep_tpe_opts *opts, const lf_sweep_obs *obs,
-                               int n_obs, uint64_t seed, long index, double *x) {
+                               int n_obs, const double *const *taken, int n_taken, uint64_t seed, long index,
+                               double *x) {
     if (!s || !x || (n_obs > 0 && !obs) || n_obs < 0)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_sweep_tpe_suggest: bad argument");
     lf_sweep_tpe_opts o = opts ? *opts : lf_sweep_tpe_opts_default();
@@ -320,10 +327,18 @@ lf_status lf_sweep_tpe_suggest(const lf_sweep_spec *s, const lf_sweep_tpe_opts *
             score[c] += parzen_logp(&l, tv, a, b) - parzen_logp(&g, tv, a, b);
         }
     }
-    int best = 0;
-    for (int c = 1; c < o.candidates; c++)
-        if (score[c] > score[best]) best = c;
-    memcpy(x, cand + (size_t)best * s->n_dims, sizeof *x * (size_t)s->n_dims);
+    int best = -1;
+    for (int c = 0; c < o.candidates; c++)
+        if ((best < 0 || score[c] > score[best]) && !is_taken(s, cand + (size_t)c * s->n_dims, taken, n_taken))
+            best = c;
+    if (best >= 0) {
+        memcpy(x, cand + (size_t)best * s->n_dims, sizeof *x * (size_t)s->n_dims);
+    } else { /* every candidate was tried already: an untried random point, if one turns up */
+        for (int k = 0; k < 64; k++) {
+            lf_sweep_random_point(s, seed, (long)lf_rng_mix((uint64_t)index, 0x7C0000u + (uint64_t)k), x);
+            if (!is_taken(s, x, taken, n_taken)) break;
+        }
+    }
 done:
     free(ord);
     free(cand);

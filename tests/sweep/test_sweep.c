@@ -220,22 +220,22 @@ static void test_tpe(void **state) {
     assert_int_equal(o.startup, 10);
     /* start-up: fewer than `startup` observations give the random point */
     double x[LF_SWEEP_MAX_DIMS], y[LF_SWEEP_MAX_DIMS];
-    LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 9, 3, 9, x));
+    LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 9, NULL, 0, 3, 9, x));
     lf_sweep_random_point(s, 3, 9, y);
     assert_memory_equal(x, y, sizeof(double) * 2);
     /* deterministic in (observations, seed, index); another seed or index: another point */
     double dist_tpe = 0, dist_rand = 0;
     int best_cat = 0, other_seed_differs = 0;
     for (long idx = NOBS; idx < NOBS + 20; idx++) {
-        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, NOBS, 3, idx, x));
-        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, NOBS, 3, idx, y));
+        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, NOBS, NULL, 0, 3, idx, x));
+        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, NOBS, NULL, 0, 3, idx, y));
         assert_memory_equal(x, y, sizeof(double) * 2);
-        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, NOBS, 4, idx, y));
+        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, NOBS, NULL, 0, 4, idx, y));
         other_seed_differs += memcmp(x, y, sizeof(double) * 2) != 0;
         assert_true(x[0] >= 1e-5 && x[0] <= 1e-1);
         assert_true(x[1] == 0 || x[1] == 1 || x[1] == 2 || x[1] == 3);
         dist_tpe += fabs(log10(x[0]) + 3);
-        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs_cat, NOBS, 3, idx, y));
+        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs_cat, NOBS, NULL, 0, 3, idx, y));
         best_cat += y[1] == 2;
         lf_sweep_random_point(s, 3, idx, y);
         dist_rand += fabs(log10(y[0]) + 3);
@@ -250,6 +250,30 @@ static void test_tpe(void **state) {
     /* the choice's objective: the good set holds (nearly) only the third value, the
      * bad set (nearly) none of it, so l/g favours it by a factor of ~10 */
     assert_true(best_cat >= 15); /* random picks it 1 time in 4 */
+    lf_sweep_spec_free(s);
+}
+
+static void test_tpe_skips_tried_points(void **state) {
+    (void)state;
+    /* a finite space of 2 x 2 points: with three of them tried, TPE's choice (which would be the best
+     * tried one, (0, 0), where every candidate is drawn) is the fourth; with all four tried, one of them */
+    lf_sweep_spec *s = parse_ok(100, 10,
+                                ", \"method\": \"tpe\", \"trials\": 8, \"tpe\": {\"startup\": 2}, \"space\": {"
+                                "\"seed\": {\"type\": \"choice\", \"values\": [1, 2]}, \"scheduler.warmup_iters\": "
+                                "{\"type\": \"choice\", \"values\": [0, 10]}}");
+    double p[4][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+    lf_sweep_obs obs[3] = {{p[0], 1.0}, {p[1], 5.0}, {p[2], 6.0}};
+    const double *taken[4] = {p[0], p[1], p[2], p[3]};
+    double x[2];
+    const lf_sweep_tpe_opts o = lf_sweep_spec_tpe(s); /* start-up 2: three observations are enough */
+    LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 3, NULL, 0, 9, 3, x));
+    assert_true(x[0] == 0 && x[1] == 0); /* without the tried points: the best one again */
+    for (uint64_t seed = 0; seed < 20; seed++) {
+        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 3, taken, 3, seed, 3, x));
+        assert_true(x[0] == 1 && x[1] == 1);
+        LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 3, taken, 4, seed, 3, x)); /* exhausted: any of them */
+        assert_true((x[0] == 0 || x[0] == 1) && (x[1] == 0 || x[1] == 1));
+    }
     lf_sweep_spec_free(s);
 }
 
@@ -611,6 +635,7 @@ int main(void) {
         cmocka_unit_test(test_grid_every_point_once),
         cmocka_unit_test(test_random_deterministic),
         cmocka_unit_test(test_tpe),
+        cmocka_unit_test(test_tpe_skips_tried_points),
         cmocka_unit_test(test_asha_bracket),
         cmocka_unit_test(test_asha_async_and_maximize),
         cmocka_unit_test(test_median_bracket),
