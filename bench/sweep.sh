@@ -61,7 +61,7 @@ EOF
 results=()
 for m in grid asha tpe_asha; do
   echo "== $m"
-  "$LF" sweep "$OUT/$m.json" --dry-run | head -1
+  "$LF" sweep "$OUT/$m.json" --dir "$OUT/$m" --dry-run | head -1
   t0=$(date +%s.%N)
   "$LF" sweep "$OUT/$m.json" --dir "$OUT/$m" --threads 2 > "$OUT/$m.txt" 2>&1 || { tail -n 30 "$OUT/$m.txt"; exit 1; }
   t1=$(date +%s.%N)

@@ -62,7 +62,7 @@ extern "C" {
 
 #define LF_SWEEP_MAX_DIMS 32     /* dimensions of a space */
 #define LF_SWEEP_MAX_RUNGS 64    /* rungs of a schedule */
-#define LF_SWEEP_MAX_TRIALS 100000
+#define LF_SWEEP_MAX_TRIALS 10000  /* trials of a sweep (the state is rewritten whole at each change) */
 #define LF_SWEEP_MAX_VALUES 4096 /* values of one grid or choice dimension */
 
 typedef enum lf_sweep_dim_type {
