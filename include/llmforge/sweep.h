@@ -177,7 +177,9 @@ typedef struct lf_sweep_tpe_opts {
 lf_sweep_tpe_opts lf_sweep_tpe_opts_default(void);
 /* The TPE point for trial `index` (Bergstra et al., "Algorithms for
  * Hyper-Parameter Optimization", NeurIPS 2011): with fewer than
- * opts.startup observations (or fewer than 2) the random point of (seed, index);
+ * opts.startup observations (or fewer than 2) the random point of (seed, index)
+ * (or, when a trial has that point, the first untried one of the stream (seed,
+ * index, k));
  * otherwise the observations are split into good (the best ceil(gamma*n))
  * and bad, each dimension gets a Parzen estimator l(x) over the good and
  * g(x) over the bad (a truncated Gaussian at each observation, in log space
@@ -265,8 +267,8 @@ void lf_sweep_finish(lf_sweep_trial *trials, long n);
  * (completed trials first), lower id on ties; -1 when no trial has a value. */
 long lf_sweep_best(const lf_sweep_spec *s, const lf_sweep_trial *trials, long n);
 /* The TPE observations from the trials: each trial's value at the highest
- * rung that holds at least n_dims + 2 values (else rung 0), failed trials as
- * +inf; maximised objectives negated. obs must hold n entries; returns how
+ * rung that holds at least max(n_dims + 2, tpe startup) values (else rung
+ * 0), failed trials as +inf; maximised objectives negated. obs must hold n entries; returns how
  * many were written. */
 int lf_sweep_observations(const lf_sweep_spec *s, const lf_sweep_trial *trials, long n, lf_sweep_obs *obs);
 /* The point of the next new trial (id n): the grid's point n, the random

@@ -169,7 +169,9 @@ long lf_sweep_best(const lf_sweep_spec *s, const lf_sweep_trial *trials, long n)
 }
 
 int lf_sweep_observations(const lf_sweep_spec *s, const lf_sweep_trial *trials, long n, lf_sweep_obs *obs) {
-    const int need = s->n_dims + 2;
+    /* a higher rung only once it holds as many values as TPE's start-up asks: moving up must not
+     * send TPE back to random points */
+    const int need = s->n_dims + 2 > s->tpe.startup ? s->n_dims + 2 : s->tpe.startup;
     int rung = 0;
     for (int k = s->n_rungs - 1; k > 0; k--) {
         long c = 0;

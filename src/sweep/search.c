@@ -240,8 +240,11 @@ lf_status lf_sweep_tpe_suggest(const lf_sweep_spec *s, const lf_sweep_tpe_opts *
     if (o.candidates < 1 || !(o.gamma > 0 && o.gamma < 1) || o.startup < 0)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_sweep_tpe_suggest: options out of range (candidates %d, gamma %g, "
                        "startup %d)", o.candidates, o.gamma, o.startup);
-    if (n_obs < o.startup || n_obs < 2) {
+    if (n_obs < o.startup || n_obs < 2) { /* start-up: the random point, or an untried one near it in the stream */
         lf_sweep_random_point(s, seed, index, x);
+        for (int k = 0; k < 64 && is_taken(s, x, taken, n_taken); k++)
+            lf_sweep_random_point(s, seed, (long)lf_rng_mix((uint64_t)index, 0x7C0000u + (uint64_t)k), x);
+        if (is_taken(s, x, taken, n_taken)) lf_sweep_random_point(s, seed, index, x); /* exhausted */
         return LF_OK;
     }
     obs_ref *ord = malloc(sizeof *ord * (size_t)n_obs);

@@ -274,6 +274,14 @@ static void test_tpe_skips_tried_points(void **state) {
         LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 3, taken, 4, seed, 3, x)); /* exhausted: any of them */
         assert_true((x[0] == 0 || x[0] == 1) && (x[1] == 0 || x[1] == 1));
     }
+    /* start-up (1 observation < 2): the random point, or another one when a trial has it */
+    double r[2], y[2];
+    lf_sweep_random_point(s, 5, 1, r);
+    LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 1, NULL, 0, 5, 1, x));
+    assert_memory_equal(x, r, sizeof r);
+    const double *mine[1] = {r};
+    LF_ASSERT_OK(lf_sweep_tpe_suggest(s, &o, obs, 1, mine, 1, 5, 1, y));
+    assert_memory_not_equal(y, r, sizeof r);
     lf_sweep_spec_free(s);
 }
 
