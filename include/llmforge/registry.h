@@ -18,6 +18,8 @@
  *   metrics      per checkpoint, name -> value, with their source ("train":
  *                the evaluation at that step; "suite": eval.suite or
  *                `llmforge models eval`);
+ *                A run started by `llmforge sweep` is linked to its sweep
+ *                and trial (lf_registry_run_link_sweep);
  *   edges        the lineage of a run: resumed-from (--resume), initialised-
  *                from or fine-tuned-from (--init-from; fine-tuned when the
  *                run's dataset holds prompt/response pairs, `prepare --mode
@@ -60,7 +62,7 @@ extern "C" {
 #endif
 
 /* The schema this build writes; lf_registry_open migrates older files to it. */
-#define LF_REGISTRY_SCHEMA_VERSION 2
+#define LF_REGISTRY_SCHEMA_VERSION 3
 /* How long a writer waits for another process's transaction. */
 #define LF_REGISTRY_BUSY_TIMEOUT_MS 10000
 /* The environment variable naming the registry file. */
@@ -162,6 +164,18 @@ typedef struct lf_registry_ckpt_info {
  * marked removed. *ckpt_id (may be NULL) receives the id. LF_ERR_NOT_FOUND /
  * LF_ERR_FORMAT when trainer_state.json is missing or has no "files". */
 lf_status lf_registry_checkpoint_add(lf_registry *r, const lf_registry_ckpt_info *c, int64_t *ckpt_id);
+/* Link the runs recorded with run directory out_dir (compared absolute, as
+ * lf_registry_run_begin stores it) and, when pid > 0, with that process id
+ * and host (NULL: this host's name), to a sweep and one of its trials (the
+ * strings `llmforge sweep` uses: the sweep directory's absolute path and the
+ * trial's name, "t003"); linking again overwrites. The pid tells a trial's
+ * own runs from those an earlier sweep left in the same directory. *n_runs
+ * (may be NULL) receives the number of runs linked (0 when none matches). */
+lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host,
+                                     const char *sweep, const char *trial, int *n_runs);
+/* The runs linked to a sweep, by trial: {"t000":["r1","r4"],"t001":["r2"]}
+ * (each trial's runs oldest first). */
+lf_status lf_registry_sweep_runs_json(lf_registry *r, const char *sweep, char **json);
 /* Record metrics of a checkpoint (a metric already recorded is replaced);
  * source: "train", "suite", ... (NULL: "suite"). */
 lf_status lf_registry_metrics_put(lf_registry *r, int64_t ckpt_id, const lf_registry_metric *m, int n,
@@ -213,7 +227,8 @@ lf_status lf_registry_list_json(lf_registry *r, const lf_registry_filter *f, cha
  * "metric_sources":{name:source}, and "run_record": the run's record
  *   {"id","out_dir","status","message","started","ended","host","pid",
  *    "world_size","code_version","config_hash","dataset","dataset_hash",
- *    "tokenizer","tokenizer_hash","config":{...},"checkpoints":["c1",...],
+ *    "tokenizer","tokenizer_hash","sweep":null|"/abs/sweep/dir","sweep_trial":null|"t003",
+ *    "config":{...},"checkpoints":["c1",...],
  *    "parent":null|{"kind","checkpoint":"c2"|null,"path","sha256","external":"hf"|"file"|null}}. */
 lf_status lf_registry_show_json(lf_registry *r, int64_t ckpt, char **json);
 /* The chain from a checkpoint back to its origin:

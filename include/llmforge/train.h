@@ -9,7 +9,7 @@
  *   data.dataset [required], data.sampling ["random"|"sequential"|"records"|"packed"],
  *   data.prefetch [2], data.tokenizer [""]
  *   train_batch_size [derived], train_micro_batch_size_per_gpu [12],
- *   gradient_accumulation_steps [1], train_iters [2000]
+ *   gradient_accumulation_steps [1], train_iters [2000], train.stop_at [0 = off]
  *   optimizer.type ["AdamW"], optimizer.params.{lr [1e-3], betas [[0.9,0.99]],
  *     eps [1e-8], weight_decay [0.1]}
  *   scheduler.type ["cosine"|"constant"], scheduler.{warmup_iters [100],
@@ -87,6 +87,7 @@ typedef struct lf_train_config {
     int world_size;                 /* data-parallel ranks the batch identity was resolved for: not a
                                        key (the launcher's, see lf_train_config_load) */
     long train_iters;
+    long stop_at;                   /* train.stop_at: end after this step (0 = off), schedule unchanged */
     int recompute;                  /* lf_recompute: activation_checkpointing.policy */
     /* optimizer */
     char optimizer_type[16];        /* "AdamW" */
@@ -251,7 +252,7 @@ typedef struct lf_trainer_opts {
  * non-finite loss or gradient with nan.action stop, fp16 overflow at the
  * minimum scale, an empty batch) happen on every rank at the same step. */
 lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const lf_trainer_opts *opts);
-/* Run until train_iters. LF_OK when it got there; LF_ERR_PREEMPTED when a
+/* Run until train_iters (or train.stop_at when it is smaller). LF_OK when it got there; LF_ERR_PREEMPTED when a
  * stop was requested (opts.stop_flag, lf_trainer_request_stop) and the run
  * stopped at a step boundary after saving a checkpoint of that step (the
  * run is recorded "preempted"; resuming it continues bit for bit as if it

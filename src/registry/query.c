@@ -387,7 +387,7 @@ static cJSON *run_json(lf_registry *r, int64_t run, lf_status *st) {
     *st = LF_OK;
     sqlite3_stmt *s = lf__reg_prepare(r, "SELECT out_dir, status, message, started, ended, host, pid, world_size, "
                                          "code_version, config_hash, dataset, dataset_hash, tokenizer, tokenizer_hash, "
-                                         "config_json FROM runs WHERE id = ?");
+                                         "config_json, sweep, sweep_trial FROM runs WHERE id = ?");
     if (!s) {
         *st = r->last;
         return NULL;
@@ -412,6 +412,10 @@ static cJSON *run_json(lf_registry *r, int64_t run, lf_status *st) {
     static const char *const more[] = {"code_version", "config_hash",    "dataset",
                                        "dataset_hash", "tokenizer",      "tokenizer_hash"};
     for (int i = 0; i < 6; i++) cJSON_AddStringToObject(o, more[i], lf__reg_text(s, 8 + i));
+    for (int i = 0; i < 2; i++) /* NULL: not started by a sweep */
+        cJSON_AddItemToObject(o, i ? "sweep_trial" : "sweep",
+                              sqlite3_column_type(s, 15 + i) == SQLITE_NULL ? cJSON_CreateNull()
+                                                                            : cJSON_CreateString(lf__reg_text(s, 15 + i)));
     cJSON *cfg = cJSON_Parse(lf__reg_text(s, 14));
     cJSON_AddItemToObject(o, "config", cfg ? cfg : cJSON_CreateNull());
     sqlite3_finalize(s);

@@ -30,7 +30,9 @@
  * Schema versions: 1 kept a checkpoint's metrics in a JSON column; 2 moved
  * them into a table (so --where and promotion filter in SQL and each value
  * keeps its source) and records when and why a checkpoint directory was
- * removed.
+ * removed; 3 links a run to the sweep and trial that started it (two
+ * columns of runs, set by `llmforge sweep` after the run: the trainer itself
+ * knows nothing of sweeps).
  *
  * References: SQLite documentation: "Write-Ahead Logging"
  * (sqlite.org/wal.html), "PRAGMA user_version / application_id"
@@ -118,11 +120,15 @@ static const char *const k_migrations[LF_REGISTRY_SCHEMA_VERSION] = {
     "ALTER TABLE checkpoints DROP COLUMN metrics_json;"
     "ALTER TABLE checkpoints ADD COLUMN removed REAL;"
     "ALTER TABLE checkpoints ADD COLUMN removed_by TEXT;",
+    /* 2 -> 3: the sweep and trial a run belongs to (llmforge sweep) */
+    "ALTER TABLE runs ADD COLUMN sweep TEXT;"
+    "ALTER TABLE runs ADD COLUMN sweep_trial TEXT;"
+    "CREATE INDEX runs_sweep ON runs(sweep, sweep_trial);",
 };
 
 /* The tables each version must hold (a damaged or foreign file lacks some). */
 static const char *const k_tables[LF_REGISTRY_SCHEMA_VERSION + 1] = {
-    "", "runs checkpoints edges tags", "runs checkpoints edges tags metrics"};
+    "", "runs checkpoints edges tags", "runs checkpoints edges tags metrics", "runs checkpoints edges tags metrics"};
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -572,6 +578,76 @@ lf_status lf_registry_run_end(lf_registry *r, int64_t run_id, lf_run_status stat
         return st;
     }
     return lf__reg_commit(r);
+}
+
+/* ---------------------------------------------------------------- sweeps */
+
+lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host,
+                                     const char *sweep, const char *trial, int *n_runs) {
+    if (n_runs) *n_runs = 0;
+    if (!r || !out_dir || !sweep || !trial || !*sweep || !*trial)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_run_link_sweep: NULL or empty argument");
+    char abs[REG_PATH_MAX];
+    lf__reg_abspath(out_dir, abs, sizeof abs);
+    lf_status st = lf__reg_begin(r);
+    if (st != LF_OK) return st;
+    char me[256] = "";
+    if (pid > 0 && !host) {
+        if (gethostname(me, sizeof me - 1) != 0) me[0] = 0;
+        host = me;
+    }
+    sqlite3_stmt *s = lf__reg_prepare(r, pid > 0 ? "UPDATE runs SET sweep = ?, sweep_trial = ? WHERE out_dir = ? AND "
+                                                   "pid = ? AND host = ?"
+                                                 : "UPDATE runs SET sweep = ?, sweep_trial = ? WHERE out_dir = ?");
+    if (!s) {
+        lf__reg_rollback(r);
+        return r->last;
+    }
+    sqlite3_bind_text(s, 1, sweep, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, trial, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, abs, -1, SQLITE_TRANSIENT);
+    if (pid > 0) {
+        sqlite3_bind_int64(s, 4, pid);
+        sqlite3_bind_text(s, 5, host, -1, SQLITE_TRANSIENT);
+    }
+    int rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) {
+        st = lf__reg_fail(r, "cannot link runs to a sweep");
+        lf__reg_rollback(r);
+        return st;
+    }
+    int changed = sqlite3_changes(r->db);
+    st = lf__reg_commit(r);
+    if (st == LF_OK && n_runs) *n_runs = changed;
+    return st;
+}
+
+lf_status lf_registry_sweep_runs_json(lf_registry *r, const char *sweep, char **json) {
+    if (!r || !sweep || !json) return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_sweep_runs_json: NULL argument");
+    *json = NULL;
+    sqlite3_stmt *s = lf__reg_prepare(r, "SELECT sweep_trial, id FROM runs WHERE sweep = ? ORDER BY sweep_trial, id");
+    if (!s) return r->last;
+    sqlite3_bind_text(s, 1, sweep, -1, SQLITE_TRANSIENT);
+    cJSON *o = cJSON_CreateObject();
+    int rc = SQLITE_DONE;
+    while (o && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *trial = lf__reg_text(s, 0);
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(o, trial);
+        if (!list) list = cJSON_AddArrayToObject(o, trial);
+        char id[32];
+        snprintf(id, sizeof id, "r%lld", (long long)sqlite3_column_int64(s, 1));
+        if (list) cJSON_AddItemToArray(list, cJSON_CreateString(id));
+    }
+    sqlite3_finalize(s);
+    if (!o) return lf_fail(LF_ERR_NOMEM, "registry '%s': out of memory listing a sweep's runs", r->path);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(o);
+        return lf__reg_fail(r, "cannot list a sweep's runs");
+    }
+    lf_status st = lf__reg_print(o, json);
+    cJSON_Delete(o);
+    return st;
 }
 
 /* ---------------------------------------------------------------- checkpoints and metrics */

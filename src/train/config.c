@@ -153,6 +153,9 @@ static const key_def k_keys[] = {
      .help = "micro-batches per optimizer step"},
     {.path = "train_iters", .type = KT_LONG, FLD(train_iters), .lo = 1, .hi = INF, .def = {2000},
      .alias = "max_iters", .help = "optimizer steps"},
+    {.path = "train.stop_at", .type = KT_LONG, FLD(stop_at), .lo = 0, .hi = INF, .def = {0},
+     .help = "end the run after this step (evaluating and saving a checkpoint there) while the learning-rate "
+             "schedule stays train_iters': a later --resume continues the same run (sweeps' rungs); 0 = off"},
     {.path = "optimizer.type", .type = KT_CHOICE, FLD(optimizer_type), .def_str = "AdamW",
      .choices = optim_choices, .help = "optimizer"},
     {.path = "optimizer.params.lr", .type = KT_FLOAT, FLD(lr), .lo = 0, .hi = INF, .flags = KF_LO_OPEN,

@@ -2079,7 +2079,10 @@ lf_status lf_trainer_run(lf_trainer *t) {
             lf_log(LF_LOG_WARN, "could not start the stall watchdog thread; stall alerts are off");
     }
     st = LF_OK;
-    while (t->step < t->cfg.train_iters) {
+    /* train.stop_at ends the run early (evaluated and checkpointed like the
+     * last step) without touching the schedule, which follows train_iters */
+    const long stop = t->cfg.stop_at > 0 && t->cfg.stop_at < t->cfg.train_iters ? t->cfg.stop_at : t->cfg.train_iters;
+    while (t->step < stop) {
         int req = 0; /* a step boundary: the only place a stop request is read */
         if ((st = stop_agreed(t, &req)) != LF_OK) break;
         if (req) {
@@ -2119,7 +2122,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
         }
         lf_obs_record r = {.kind = LF_OBS_TRAIN, .step = t->step, .scalars = sc, .n_scalars = n};
         obs_emit(t, &r);
-        int last = t->step == t->cfg.train_iters;
+        int last = t->step == stop;
         if ((t->cfg.eval_interval > 0 && t->step % t->cfg.eval_interval == 0) || last) {
             st = run_eval(t);
             if (st != LF_OK) break;

@@ -14,4 +14,5 @@ int cmd_serve(int argc, char **argv);      /* cmd_serve.c: the OpenAI-compatible
 int cmd_models(int argc, char **argv);     /* cmd_models.c: the model registry */
 int cmd_report(int argc, char **argv);     /* cmd_report.c: a run directory as one HTML file */
 int cmd_ckpt(int argc, char **argv);       /* cmd_ckpt.c: `ckpt verify` */
+int cmd_sweep(int argc, char **argv);      /* cmd_sweep.c: hyperparameter sweeps */
 #endif

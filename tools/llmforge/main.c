@@ -767,6 +767,7 @@ static void usage(FILE *f) {
             "  models      the model registry: list, show, lineage, diff, tag, gc, relink, eval, compare, promote\n"
             "  report      a run directory as one self-contained HTML file (RUN_DIR [--out F] [--svg DIR]; A B --compare)\n"
             "  ckpt        `ckpt verify DIR`: re-hash a checkpoint against its trainer_state.json\n"
+            "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n",
             LF_VERSION);
 }
@@ -794,6 +795,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "models")) return cmd_models(argc - 2, argv + 2);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
