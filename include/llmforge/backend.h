@@ -75,6 +75,15 @@ lf_status lf_backend_status(const lf_backend *be);
 lf_status lf_backend_set_batch_invariant(lf_backend *be, int on);
 int lf_backend_batch_invariant(const lf_backend *be);
 
+/* The CUDA backend ("cuda"), defined only in the CUDA libraries: a program
+ * linked with lf_backend_cuda (nvcc; a real GPU) or lf_backend_cuda_shim
+ * (the CUDA-on-CPU emulation, for tests) calls lf_backend_cuda_register once
+ * at start-up, after which lf_backend_open("cuda") finds it. The device of
+ * instances opened afterwards: lf_backend_cuda_set_device (default: the
+ * LLMFORGE_CUDA_DEVICE environment variable, else 0). */
+lf_status lf_backend_cuda_register(void);
+lf_status lf_backend_cuda_set_device(int device);
+
 /* Threads the CPU backend uses (OpenMP + BLAS). n <= 0 keeps OpenMP's
  * default (OMP_NUM_THREADS when set, else every core). */
 void lf_backend_cpu_set_threads(int n);

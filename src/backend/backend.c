@@ -17,10 +17,31 @@
 #include <string.h>
 #include "backend/backend_impl.h"
 
+/* Tables registered at run time by libraries above this one (the CUDA
+ * backend: lf_backend_cuda_register), looked up after the built-in ones. */
+#define LF_MAX_REGISTERED 4
+static const lf_backend_ops *_Atomic g_registered[LF_MAX_REGISTERED];
+
+lf_status lf__backend_register(const lf_backend_ops *ops) {
+    for (int i = 0; i < LF_MAX_REGISTERED; i++) {
+        const lf_backend_ops *cur = atomic_load(&g_registered[i]);
+        if (cur == ops || (cur && strcmp(cur->name, ops->name) == 0)) return LF_OK;
+        const lf_backend_ops *expected = NULL;
+        if (!cur && atomic_compare_exchange_strong(&g_registered[i], &expected, ops)) return LF_OK;
+        if (expected == ops) return LF_OK;
+    }
+    return lf_fail(LF_ERR_RANGE, "backend '%s': no room to register it (%d tables at most)", ops->name,
+                   LF_MAX_REGISTERED);
+}
+
 static const lf_backend_ops *table_of(const char *name) {
     if (!name || strcmp(name, "cpu") == 0) return lf__backend_cpu();
     if (strcmp(name, "cpu-bf16") == 0) return lf__backend_cpu_bf16();
     if (strcmp(name, "cpu-fenced") == 0) return lf__backend_cpu_fenced();
+    for (int i = 0; i < LF_MAX_REGISTERED; i++) {
+        const lf_backend_ops *t = atomic_load(&g_registered[i]);
+        if (t && strcmp(t->name, name) == 0) return t;
+    }
     return NULL;
 }
 

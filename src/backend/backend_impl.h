@@ -411,6 +411,11 @@ static inline int lf__backend_failed(const lf_backend *be) { return be->status !
  * backends); closed with lf_backend_close. */
 lf_status lf__backend_open_ops(const lf_backend_ops *ops, lf_backend **out);
 
+/* Adds a table (a backend in a library above lf_core, e.g. "cuda") to the
+ * names lf_backend_open finds; registering the same table again is a no-op.
+ * LF_OK or LF_ERR_RANGE when the registry is full. */
+lf_status lf__backend_register(const lf_backend_ops *ops);
+
 /* Registered backends. */
 const lf_backend_ops *lf__backend_cpu(void);
 const lf_backend_ops *lf__backend_cpu_bf16(void);
