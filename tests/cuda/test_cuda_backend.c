@@ -47,6 +47,11 @@ static void test_register(void **state) {
     assert_string_equal(lf_backend_name(be), "cuda");
     assert_int_equal(lf_backend_host_memory(be), 0);
     lf_backend_close(be);
+    /* the shared instance (what LLMFORGE_BACKEND=cuda gives the trainer) */
+    lf_backend *s1 = lf_backend_get("cuda"), *s2 = lf_backend_get("cuda");
+    assert_non_null(s1);
+    assert_ptr_equal(s1, s2);
+    assert_string_equal(lf_backend_name(s1), "cuda");
 }
 
 static void test_memory(void **state) {
@@ -85,7 +90,8 @@ static void test_oom(void **state) {
 #ifdef LF_CUDA_SHIM
     lf_backend *be = NULL;
     assert_int_equal(lf__backend_open_ops(lf__backend_cuda(), &be), LF_OK);
-    lf_shim_set_device_memory((size_t)64 << 20); /* 64 MiB, 32 of them the workspace */
+    /* 128 MiB: 32 for this instance's workspace, 32 for the shared one of test_register */
+    lf_shim_set_device_memory((size_t)128 << 20);
     void *p = be->ops->alloc(be, (size_t)256 << 20);
     assert_null(p);
     assert_int_equal(lf_backend_sync(be), LF_OK); /* not sticky: the planner reports it */
