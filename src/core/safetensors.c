@@ -50,6 +50,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "core/strbuf.h"
 #include "core/io_impl.h"
 #include "llmforge/safetensors.h"
 
@@ -494,66 +495,26 @@ const char *lf_safetensors_path(const lf_safetensors *st) { return st ? st->path
 
 /* ================================================================ writer */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* JSON string literal; the input is valid UTF-8 (checked by the caller). */
-static void sb_json_str(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void sb_json_str(lf__sb *b, const char *s) {
+    lf__sb_put(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        case '\r': sb_put(b, "\\r", 2); break;
-        case '\t': sb_put(b, "\\t", 2); break;
-        case '\b': sb_put(b, "\\b", 2); break;
-        case '\f': sb_put(b, "\\f", 2); break;
+        case '"': lf__sb_put(b, "\\\"", 2); break;
+        case '\\': lf__sb_put(b, "\\\\", 2); break;
+        case '\n': lf__sb_put(b, "\\n", 2); break;
+        case '\r': lf__sb_put(b, "\\r", 2); break;
+        case '\t': lf__sb_put(b, "\\t", 2); break;
+        case '\b': lf__sb_put(b, "\\b", 2); break;
+        case '\f': lf__sb_put(b, "\\f", 2); break;
         default:
             if (*p < 0x20)
-                sb_printf(b, "\\u%04x", *p);
+                lf__sb_printf(b, "\\u%04x", *p);
             else
-                sb_put(b, (const char *)p, 1);
+                lf__sb_put(b, (const char *)p, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    lf__sb_put(b, "\"", 1);
 }
 
 static int is_utf8(const char *s) {
@@ -638,39 +599,39 @@ static lf_status check_write_args(const char *path, const lf_st_tensor *tensors,
 /* The header (length prefix not included), padded to 8 bytes; the data
  * region follows in the given order. */
 static lf_status build_header(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
-                              int n_meta, int need_data, sbuf *out) {
+                              int n_meta, int need_data, lf__sb *out) {
     if (!path) return lf_fail(LF_ERR_INVALID_ARG, "lf_safetensors_write: path is NULL");
     if (n < 0 || (n > 0 && !tensors) || n_meta < 0 || (n_meta > 0 && !meta))
         return lf_fail(LF_ERR_INVALID_ARG, "safetensors '%s': bad tensor or metadata arguments", path);
     lf_status s = check_write_args(path, tensors, n, meta, n_meta, need_data);
     if (s != LF_OK) return s;
 
-    sbuf h = {0};
-    sb_str(&h, "{");
+    lf__sb h = {0};
+    lf__sb_puts(&h, "{");
     if (n_meta > 0) {
-        sb_str(&h, "\"__metadata__\":{");
+        lf__sb_puts(&h, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
-            if (i) sb_str(&h, ",");
+            if (i) lf__sb_puts(&h, ",");
             sb_json_str(&h, meta[2 * i]);
-            sb_str(&h, ":");
+            lf__sb_puts(&h, ":");
             sb_json_str(&h, meta[2 * i + 1]);
         }
-        sb_str(&h, "}");
+        lf__sb_puts(&h, "}");
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const lf_st_tensor *t = &tensors[i];
-        if (n_meta > 0 || i) sb_str(&h, ",");
+        if (n_meta > 0 || i) lf__sb_puts(&h, ",");
         sb_json_str(&h, t->name);
-        sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", lf_st_dtype_name(t->dtype));
-        for (int d = 0; d < t->ndim; d++) sb_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-        sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+        lf__sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", lf_st_dtype_name(t->dtype));
+        for (int d = 0; d < t->ndim; d++) lf__sb_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        lf__sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                   (unsigned long long)(off + t->nbytes));
         off += t->nbytes;
     }
-    sb_str(&h, "}");
-    while (!h.oom && h.len % 8) sb_put(&h, " ", 1);
-    if (h.oom) {
+    lf__sb_puts(&h, "}");
+    while (!h.failed && h.len % 8) lf__sb_put(&h, " ", 1);
+    if (h.failed) {
         free(h.p);
         return lf_fail(LF_ERR_NOMEM, "safetensors '%s': out of memory building the header", path);
     }
@@ -685,7 +646,7 @@ static lf_status build_header(const char *path, const lf_st_tensor *tensors, int
 
 /* Writes header h and then either the tensors' data (with_data) or nothing,
  * extending the file to its full size; fsynced; removed on failure. */
-static lf_status write_file(const char *path, const sbuf *h, const lf_st_tensor *tensors, int n, int with_data) {
+static lf_status write_file(const char *path, const lf__sb *h, const lf_st_tensor *tensors, int n, int with_data) {
     int fd = lf__io_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "safetensors '%s': cannot create: %s", path,
@@ -708,7 +669,7 @@ static lf_status write_file(const char *path, const sbuf *h, const lf_st_tensor 
 
 lf_status lf_safetensors_create(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
                                 int n_meta, size_t *data_start) {
-    sbuf h = {0};
+    lf__sb h = {0};
     lf_status s = build_header(path, tensors, n, meta, n_meta, 0, &h);
     if (s == LF_OK) s = write_file(path, &h, tensors, n, 0);
     if (s == LF_OK && data_start) *data_start = 8 + h.len;
@@ -718,7 +679,7 @@ lf_status lf_safetensors_create(const char *path, const lf_st_tensor *tensors, i
 
 lf_status lf_safetensors_write(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
                                int n_meta) {
-    sbuf h = {0};
+    lf__sb h = {0};
     lf_status s = build_header(path, tensors, n, meta, n_meta, 1, &h);
     if (s == LF_OK) s = write_file(path, &h, tensors, n, 1);
     free(h.p);

@@ -52,6 +52,7 @@
 #include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/strbuf.h"
 #include "data_impl.h"
 
 /* Unicode White_Space: 0009..000D 0020 0085 00A0 1680 2000..200A 2028 2029 202F 205F 3000 */
@@ -121,32 +122,6 @@ lf_status lf__pretok_create(lf__pretok **out) {
 
 /* ---------------------------------------------------------------- patterns from files (Oniguruma, Ruby syntax) */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->cap - b->n < n + 1) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->n < n + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
 /* The class items standing for property L or N (inside [...]). */
 static const char *prop_items(char c) {
     return c == 'L' ? "\\p{L}" L_EXTRA : "\\p{N}" N_EXTRA;
@@ -154,7 +129,7 @@ static const char *prop_items(char c) {
 
 /* Rewrite pat[0, n) (see the header); *out malloc'd and NUL-terminated. */
 static lf_status translate(const char *pat, size_t n, const char *name, char **out) {
-    sbuf b = {0};
+    lf__sb b = {0};
     int in_class = 0;   /* inside [...] */
     size_t class_at = 0; /* where the class's items start (a ']' there is literal) */
     size_t i = 0;
@@ -167,22 +142,22 @@ static lf_status translate(const char *pat, size_t n, const char *name, char **o
                 size_t e = i + 2;
                 while (e + 1 < n && !(pat[e] == '\\' && pat[e + 1] == 'E')) e++;
                 e = e + 1 < n ? e + 2 : n;
-                put(&b, pat + i, e - i);
+                lf__sb_put(&b, pat + i, e - i);
                 i = e;
                 continue;
             }
             if (d == 's') {
-                puts_(&b, in_class ? WS : "[" WS "]");
+                lf__sb_puts(&b, in_class ? WS : "[" WS "]");
                 i += 2;
                 continue;
             }
             if (d == 'S' && !in_class) {
-                puts_(&b, "[^" WS "]");
+                lf__sb_puts(&b, "[^" WS "]");
                 i += 2;
                 continue;
             }
             if (d == 'h' || (d == 'H' && !in_class)) {
-                puts_(&b, d == 'H' ? "[^0-9a-fA-F]" : in_class ? "0-9a-fA-F" : "[0-9a-fA-F]");
+                lf__sb_puts(&b, d == 'H' ? "[^0-9a-fA-F]" : in_class ? "0-9a-fA-F" : "[0-9a-fA-F]");
                 i += 2;
                 continue;
             }
@@ -211,14 +186,14 @@ static lf_status translate(const char *pat, size_t n, const char *name, char **o
                     e++;
                 }
                 if (prop && !(in_class && neg)) {
-                    if (!in_class) puts_(&b, neg ? "[^" : "[");
-                    puts_(&b, prop_items(prop));
-                    if (!in_class) puts_(&b, "]");
+                    if (!in_class) lf__sb_puts(&b, neg ? "[^" : "[");
+                    lf__sb_puts(&b, prop_items(prop));
+                    if (!in_class) lf__sb_puts(&b, "]");
                     i = e;
                     continue;
                 }
             }
-            put(&b, pat + i, 2); /* any other escape: as PCRE2 reads it */
+            lf__sb_put(&b, pat + i, 2); /* any other escape: as PCRE2 reads it */
             i += 2;
             continue;
         }
@@ -229,7 +204,7 @@ static lf_status translate(const char *pat, size_t n, const char *name, char **o
                 size_t e = i + 2;
                 while (e + 1 < n && !(pat[e] == ':' && pat[e + 1] == ']')) e++;
                 e = e + 1 < n ? e + 2 : n;
-                put(&b, pat + i, e - i);
+                lf__sb_put(&b, pat + i, e - i);
                 i = e;
                 continue;
             } else if (c == '[' || (c == '&' && i + 1 < n && pat[i + 1] == '&')) {
@@ -238,15 +213,15 @@ static lf_status translate(const char *pat, size_t n, const char *name, char **o
                                "%s: character class set operations ('&&' or a nested '[', offset %zu) are not "
                                "supported", name, i);
             }
-            put(&b, &c, 1);
+            lf__sb_put(&b, &c, 1);
             i++;
             continue;
         }
         if (c == '[') {
             in_class = 1;
-            put(&b, &c, 1);
+            lf__sb_put(&b, &c, 1);
             i++;
-            if (i < n && pat[i] == '^') put(&b, pat + i++, 1);
+            if (i < n && pat[i] == '^') lf__sb_put(&b, pat + i++, 1);
             class_at = i;
             continue;
         }
@@ -255,17 +230,17 @@ static lf_status translate(const char *pat, size_t n, const char *name, char **o
             size_t e = i + 2;
             while (e < n && (pat[e] == 'i' || pat[e] == 'm' || pat[e] == 'x' || pat[e] == '-')) e++;
             if (e > i + 2 && e < n && (pat[e] == ')' || pat[e] == ':')) {
-                for (size_t k = i; k < e; k++) put(&b, pat[k] == 'm' && k >= i + 2 ? "s" : pat + k, 1);
+                for (size_t k = i; k < e; k++) lf__sb_put(&b, pat[k] == 'm' && k >= i + 2 ? "s" : pat + k, 1);
                 i = e;
                 continue;
             }
         }
-        put(&b, &c, 1);
+        lf__sb_put(&b, &c, 1);
         i++;
     }
-    if (b.oom || !b.p) {
+    if (b.failed || !b.p) {
         free(b.p);
-        if (b.oom) return lf_fail(LF_ERR_NOMEM, "%s: out of memory translating the pattern", name);
+        if (b.failed) return lf_fail(LF_ERR_NOMEM, "%s: out of memory translating the pattern", name);
         b.p = calloc(1, 1);
         if (!b.p) return lf_fail(LF_ERR_NOMEM, "%s: out of memory translating the pattern", name);
     }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "core/strbuf.h"
 #include "eval/tasks_impl.h"
 
 #define TASK_FILE_MAX_BYTES ((size_t)1 << 30)
@@ -940,37 +941,6 @@ lf_status lf_eval_results_json(const lf_eval_results *r, char **out) {
     return dup_out(s, out);
 }
 
-/* Growable text buffer. */
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    if (b->n + (size_t)k + 1 > b->cap) {
-        size_t nc = (b->cap ? b->cap * 2 : 256) + (size_t)k;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = nc;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-}
-
 static void fmt_value(double v, char *buf, size_t cap) {
     if (!isfinite(v)) snprintf(buf, cap, "%g", v);
     else if (v != 0 && (fabs(v) >= 1e6 || fabs(v) < 1e-4)) snprintf(buf, cap, "%.6g", v);
@@ -985,30 +955,30 @@ lf_status lf_eval_results_table(const lf_eval_results *r, char **out) {
         if ((int)strlen(r->t[i].name) > wn) wn = (int)strlen(r->t[i].name);
     for (size_t k = 0; k < r->n_m; k++)
         if ((int)strlen(r->short_name[k]) > wm) wm = (int)strlen(r->short_name[k]);
-    sbuf b = {0};
-    sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, "task", "kind", "examples", wm, "metric", "value");
+    lf__sb b = {0};
+    lf__sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, "task", "kind", "examples", wm, "metric", "value");
     for (size_t i = 0; i < r->n_t; i++) {
         const ev_res_task *rt = &r->t[i];
         char ex[32];
         if (rt->examples || rt->kind != LF_EVAL_PERPLEXITY) snprintf(ex, sizeof ex, "%zu", rt->examples);
         else snprintf(ex, sizeof ex, "-");
-        if (rt->m0 == rt->m1) sb_printf(&b, "%-*s  %-15s  %8s\n", wn, rt->name, lf_eval_kind_name(rt->kind), ex);
+        if (rt->m0 == rt->m1) lf__sb_printf(&b, "%-*s  %-15s  %8s\n", wn, rt->name, lf_eval_kind_name(rt->kind), ex);
         for (size_t k = rt->m0; k < rt->m1; k++) {
             char v[64];
             fmt_value(r->m[k].value, v, sizeof v);
             if (k == rt->m0)
-                sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, rt->name, lf_eval_kind_name(rt->kind), ex, wm,
+                lf__sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, rt->name, lf_eval_kind_name(rt->kind), ex, wm,
                           r->short_name[k], v);
-            else sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, "", "", "", wm, r->short_name[k], v);
+            else lf__sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, "", "", "", wm, r->short_name[k], v);
         }
     }
     for (size_t i = 0; i < r->n_t; i++)
-        if (r->t[i].table_extra) sb_printf(&b, "\n%s", r->t[i].table_extra);
-    if (b.oom || !b.s) {
-        free(b.s);
+        if (r->t[i].table_extra) lf__sb_printf(&b, "\n%s", r->t[i].table_extra);
+    if (b.failed || !b.p) {
+        free(b.p);
         return lf_fail(LF_ERR_NOMEM, "eval: out of memory");
     }
-    return dup_out(b.s, out);
+    return dup_out(b.p, out);
 }
 
 /* ---------------------------------------------------------------- running */

@@ -61,6 +61,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "core/strbuf.h"
 #include "dashboard/dash.h"
 
 /* ---------------------------------------------------------------- state */
@@ -144,117 +145,53 @@ typedef struct prom_sink {
 
 /* ---------------------------------------------------------------- text buffer */
 
-/* A growable byte buffer (malloc'd). Once an
- * allocation fails or the cap is reached, `failed` is set and further
- * appends are ignored. */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} sbuf;
-
-static void sb_reserve(sbuf *b, size_t extra) {
-    if (b->failed) return;
-    if (b->len + extra + 1 <= b->cap) return;
-    size_t need = b->len + extra + 1;
-    if (need > PROM_BODY_CAP) {
-        b->failed = 1;
-        return;
-    }
-    size_t ncap = b->cap ? b->cap : 4096;
-    while (ncap < need) ncap *= 2;
-    if (ncap > PROM_BODY_CAP) ncap = PROM_BODY_CAP;
-    char *np = realloc(b->p, ncap);
-    if (!np) {
-        b->failed = 1;
-        return;
-    }
-    b->p = np;
-    b->cap = ncap;
-}
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    sb_reserve(b, n);
-    if (b->failed) return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->failed = 1;
-        return;
-    }
-    if ((size_t)n < sizeof tmp) {
-        sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    sb_reserve(b, (size_t)n);
-    if (b->failed) return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 /* A label value, escaped: \ -> \\, " -> \", newline -> \n. */
-static void sb_label_value(sbuf *b, const char *s) {
+static void sb_label_value(lf__sb *b, const char *s) {
     for (; *s; s++) {
         switch (*s) {
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        default: sb_put(b, s, 1); break;
+        case '\\': lf__sb_put(b, "\\\\", 2); break;
+        case '"': lf__sb_put(b, "\\\"", 2); break;
+        case '\n': lf__sb_put(b, "\\n", 2); break;
+        default: lf__sb_put(b, s, 1); break;
         }
     }
 }
 
 /* A sample value: %.17g, or NaN / +Inf / -Inf as the format spells them. */
-static void sb_value(sbuf *b, double v) {
+static void sb_value(lf__sb *b, double v) {
     if (isnan(v))
-        sb_puts(b, "NaN");
+        lf__sb_puts(b, "NaN");
     else if (isinf(v))
-        sb_puts(b, v > 0 ? "+Inf" : "-Inf");
+        lf__sb_puts(b, v > 0 ? "+Inf" : "-Inf");
     else
-        sb_printf(b, "%.17g", v);
+        lf__sb_printf(b, "%.17g", v);
 }
 
 /* ---------------------------------------------------------------- rendering */
 
-static void put_family(sbuf *b, const char *name, const char *type, const char *help) {
+static void put_family(lf__sb *b, const char *name, const char *type, const char *help) {
     /* HELP texts are constants here, free of backslashes and newlines. */
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    lf__sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* name{<base>[,key="val"]} value */
-static void put_sample(sbuf *b, const char *name, const char *base, const char *key, const char *val, double v) {
-    sb_puts(b, name);
-    sb_puts(b, "{");
-    sb_puts(b, base);
+static void put_sample(lf__sb *b, const char *name, const char *base, const char *key, const char *val, double v) {
+    lf__sb_puts(b, name);
+    lf__sb_puts(b, "{");
+    lf__sb_puts(b, base);
     if (key) {
-        sb_puts(b, ",");
-        sb_puts(b, key);
-        sb_puts(b, "=\"");
+        lf__sb_puts(b, ",");
+        lf__sb_puts(b, key);
+        lf__sb_puts(b, "=\"");
         sb_label_value(b, val);
-        sb_puts(b, "\"");
+        lf__sb_puts(b, "\"");
     }
-    sb_puts(b, "} ");
+    lf__sb_puts(b, "} ");
     sb_value(b, v);
-    sb_puts(b, "\n");
+    lf__sb_puts(b, "\n");
 }
 
-static void render(sbuf *b, const prom_state *st, const char *base) {
+static void render(lf__sb *b, const prom_state *st, const char *base) {
     for (int g = 0; g < G_COUNT; g++) {
         if (!st->gauge_set[g]) continue;
         put_family(b, k_gauges[g].name, "gauge", k_gauges[g].help);
@@ -291,12 +228,12 @@ static void render(sbuf *b, const prom_state *st, const char *base) {
     uint64_t cum = 0;
     for (int i = 0; i < PROM_N_BUCKETS; i++) {
         cum += st->bucket[i];
-        sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"%s\"} %llu\n", base, k_le_str[i], (unsigned long long)cum);
+        lf__sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"%s\"} %llu\n", base, k_le_str[i], (unsigned long long)cum);
     }
-    sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"+Inf\"} %llu\n", base, (unsigned long long)st->hist_count);
-    sb_printf(b, "llmforge_step_seconds_sum{%s} ", base);
+    lf__sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"+Inf\"} %llu\n", base, (unsigned long long)st->hist_count);
+    lf__sb_printf(b, "llmforge_step_seconds_sum{%s} ", base);
     sb_value(b, st->hist_sum);
-    sb_printf(b, "\nllmforge_step_seconds_count{%s} %llu\n", base, (unsigned long long)st->hist_count);
+    lf__sb_printf(b, "\nllmforge_step_seconds_count{%s} %llu\n", base, (unsigned long long)st->hist_count);
 }
 
 /* ---------------------------------------------------------------- updates (mutex held) */
@@ -422,7 +359,7 @@ static void serve_metrics(prom_sink *p, lf__http_request *r) {
     pthread_mutex_lock(&p->mu);
     memcpy(snap, &p->st, sizeof *snap);
     pthread_mutex_unlock(&p->mu);
-    sbuf b = {0};
+    lf__sb b = {.limit = PROM_BODY_CAP};
     render(&b, snap, p->base_labels);
     free(snap);
     if (b.failed || !b.p) {
@@ -475,10 +412,10 @@ lf_status lf_obs_prometheus_open(lf_obs_sink **out, const lf_prom_opts *opts) {
         free(p);
         return lf_fail(LF_ERR_INTERNAL, "prometheus: pthread_mutex_init failed");
     }
-    sbuf lb = {0};
-    sb_printf(&lb, "rank=\"%d\",job=\"", opts->rank);
+    lf__sb lb = {.limit = PROM_BODY_CAP};
+    lf__sb_printf(&lb, "rank=\"%d\",job=\"", opts->rank);
     sb_label_value(&lb, job);
-    sb_puts(&lb, "\"");
+    lf__sb_puts(&lb, "\"");
     if (lb.failed) {
         free(lb.p);
         st = lf_fail(LF_ERR_NOMEM, "prometheus: out of memory");

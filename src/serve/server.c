@@ -52,6 +52,7 @@
 #include "llmforge/data.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
+#include "core/strbuf.h"
 #include "obs/http.h"
 #include "serve/engine.h"
 #include "serve/serve_impl.h"
@@ -111,43 +112,6 @@ static void count_request(lf_server *s, int ep, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* ---------------------------------------------------------------- growing buffers */
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static int sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
-
-static int sb_printf(sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static int sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return -1;
-    return sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* ---------------------------------------------------------------- calls and choices */
 
 typedef struct lp_rec {
@@ -168,7 +132,7 @@ typedef struct choice {
     _Atomic uint64_t engine_id;
     lf_detok_stream *ds;
     lf__stop_matcher *sm;
-    sbuf text;          /* released text (echo first); a stream: the echo until it is sent */
+    lf__sb text;          /* released text (echo first); a stream: the echo until it is sent */
     size_t raw_len;     /* bytes decoded so far (logprob offsets; starts after the echo) */
     size_t prompt_off;  /* echo with logprobs: offset of the next prompt token */
     size_t released;    /* a stream: bytes of text sent so far */
@@ -371,7 +335,7 @@ static void emit(call *k, choice *c, const char *text, size_t len) {
     if (lf__stop_matcher_push(c->sm, text, len, &out, &out_len, &stopped) != LF_OK) return;
     if (out_len) {
         if (k->streaming) send_chunk(k, c, out, out_len, LF__FINISH_NONE);
-        else sb_put(&c->text, out, out_len);
+        else lf__sb_put(&c->text, out, out_len);
     }
     if (stopped) c->stopped = 1;
 }
@@ -474,7 +438,7 @@ static void on_done(void *user, lf_engine_finish why, int n_prompt, int n_gen) {
             size_t out_len = 0;
             if (lf__stop_matcher_flush(c->sm, &out, &out_len) == LF_OK && out_len) {
                 if (k->streaming) send_chunk(k, c, out, out_len, LF__FINISH_NONE);
-                else sb_put(&c->text, out, out_len);
+                else lf__sb_put(&c->text, out, out_len);
             }
         }
     }
@@ -507,7 +471,7 @@ static void on_cancel(void *user) {
 
 /* Tokens of one prompt; a malloc'd int32 array. */
 static lf_status encode_text(lf_server *s, const char *text, size_t len, int allow_special, int32_t **out, int *n,
-                             sbuf *acc) {
+                             lf__sb *acc) {
     lf_encode_opts o = lf_encode_opts_default();
     o.allow_special = allow_special;
     uint32_t *ids = NULL;
@@ -640,13 +604,13 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
         }
         if (q.echo && api == LF__SERVE_COMPLETIONS) { /* the prompt's text first */
             const int p = i / q.n;
-            if (q.prompts[p].text) sb_put(&c->text, q.prompts[p].text, q.prompts[p].len);
+            if (q.prompts[p].text) lf__sb_put(&c->text, q.prompts[p].text, q.prompts[p].len);
             else {
                 uint32_t *ids = malloc(sizeof(uint32_t) * (size_t)pn[p]);
                 char *t = NULL;
                 size_t tl = 0;
                 for (int j = 0; ids && j < pn[p]; j++) ids[j] = (uint32_t)ptok[p][j];
-                if (ids && lf_tokenizer_decode(s->tok, ids, (size_t)pn[p], &t, &tl) == LF_OK) sb_put(&c->text, t, tl);
+                if (ids && lf_tokenizer_decode(s->tok, ids, (size_t)pn[p], &t, &tl) == LF_OK) lf__sb_put(&c->text, t, tl);
                 lf_free(t);
                 free(ids);
             }
@@ -735,10 +699,10 @@ static void handle_models(lf__http_request *r, lf_server *s) {
     cJSON_free(txt);
 }
 
-static void put_histo(sbuf *b, const char *name, const char *help, const histo *h, const double *le) {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (int i = 0; i < N_LE; i++) sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)h->bucket[i]);
-    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->count, name,
+static void put_histo(lf__sb *b, const char *name, const char *help, const histo *h, const double *le) {
+    lf__sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < N_LE; i++) lf__sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)h->bucket[i]);
+    lf__sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->count, name,
               h->sum, name, (unsigned long long)h->count);
 }
 
@@ -752,8 +716,8 @@ static void handle_metrics(lf__http_request *r, lf_server *s) {
     const uint64_t pt = s->prompt_tokens, ct = s->completion_tokens;
     const histo ttft = s->ttft, itl = s->itl;
     pthread_mutex_unlock(&s->mu);
-    sbuf b = {0};
-    sb_printf(&b, "# HELP llmforge_serve_requests_total HTTP requests answered, by endpoint and status.\n"
+    lf__sb b = {0};
+    lf__sb_printf(&b, "# HELP llmforge_serve_requests_total HTTP requests answered, by endpoint and status.\n"
                   "# TYPE llmforge_serve_requests_total counter\n");
     for (int e = 0; e < EP_N; e++)
         for (int k = 0; k <= N_STATUS; k++) {
@@ -761,13 +725,13 @@ static void handle_metrics(lf__http_request *r, lf_server *s) {
             char st[16];
             if (k < N_STATUS) snprintf(st, sizeof st, "%d", STATUS[k]);
             else snprintf(st, sizeof st, "other");
-            sb_printf(&b, "llmforge_serve_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", EP_NAME[e], st,
+            lf__sb_printf(&b, "llmforge_serve_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", EP_NAME[e], st,
                       (unsigned long long)req[e][k]);
         }
-    sb_printf(&b, "# HELP llmforge_serve_prompt_tokens_total Prompt tokens of answered requests.\n"
+    lf__sb_printf(&b, "# HELP llmforge_serve_prompt_tokens_total Prompt tokens of answered requests.\n"
                   "# TYPE llmforge_serve_prompt_tokens_total counter\nllmforge_serve_prompt_tokens_total %llu\n",
               (unsigned long long)pt);
-    sb_printf(&b, "# HELP llmforge_serve_completion_tokens_total Generated tokens of answered requests.\n"
+    lf__sb_printf(&b, "# HELP llmforge_serve_completion_tokens_total Generated tokens of answered requests.\n"
                   "# TYPE llmforge_serve_completion_tokens_total counter\n"
                   "llmforge_serve_completion_tokens_total %llu\n",
               (unsigned long long)ct);
@@ -775,17 +739,17 @@ static void handle_metrics(lf__http_request *r, lf_server *s) {
               TTFT_LE);
     put_histo(&b, "llmforge_serve_inter_token_latency_seconds", "Between consecutive tokens of a sequence.", &itl,
               ITL_LE);
-    sb_printf(&b, "# HELP llmforge_serve_queue_depth Requests waiting for a KV-cache slot.\n"
+    lf__sb_printf(&b, "# HELP llmforge_serve_queue_depth Requests waiting for a KV-cache slot.\n"
                   "# TYPE llmforge_serve_queue_depth gauge\nllmforge_serve_queue_depth %d\n", es.queued);
-    sb_printf(&b, "# HELP llmforge_serve_active_sequences Sequences decoding now.\n"
+    lf__sb_printf(&b, "# HELP llmforge_serve_active_sequences Sequences decoding now.\n"
                   "# TYPE llmforge_serve_active_sequences gauge\nllmforge_serve_active_sequences %d\n", es.active);
-    sb_printf(&b, "# HELP llmforge_serve_kv_slots KV-cache slots, in use and in all.\n"
+    lf__sb_printf(&b, "# HELP llmforge_serve_kv_slots KV-cache slots, in use and in all.\n"
                   "# TYPE llmforge_serve_kv_slots gauge\nllmforge_serve_kv_slots{state=\"used\"} %d\n"
                   "llmforge_serve_kv_slots{state=\"total\"} %d\n", es.slots_in_use, es.max_batch);
-    sb_printf(&b, "# HELP llmforge_serve_engine_steps_total Batched forwards run by the engine.\n"
+    lf__sb_printf(&b, "# HELP llmforge_serve_engine_steps_total Batched forwards run by the engine.\n"
                   "# TYPE llmforge_serve_engine_steps_total counter\nllmforge_serve_engine_steps_total %llu\n",
               (unsigned long long)es.steps);
-    if (b.p) lf__http_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0, b.p, b.len);
+    if (b.p && !b.failed) lf__http_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0, b.p, b.len);
     else lf__http_reply_text(r, 500, "out of memory\n");
     free(b.p);
 }
