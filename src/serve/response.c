@@ -24,55 +24,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/strbuf.h"
 #include "data/data_impl.h"
 #include "serve_impl.h"
 
 /* ---------------------------------------------------------------- a buffer */
 
-typedef struct jbuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} jbuf;
-
-static void jb_put(jbuf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 512;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n > 0) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void jb_puts(jbuf *b, const char *s) { jb_put(b, s, strlen(s)); }
-
-static void jb_num(jbuf *b, double v) {
+static void jb_num(lf__sb *b, double v) {
     char buf[LF_JSON_NUMBER_MAX];
     int n = lf_json_number(buf, sizeof buf, v); /* "null" when not finite */
-    jb_put(b, buf, (size_t)n);
+    lf__sb_put(b, buf, (size_t)n);
 }
 
-static void jb_int(jbuf *b, long long v) {
+static void jb_int(lf__sb *b, long long v) {
     char buf[32];
     int n = snprintf(buf, sizeof buf, "%lld", v);
-    jb_put(b, buf, (size_t)n);
+    lf__sb_put(b, buf, (size_t)n);
 }
 
 /* A JSON string of the bytes s[0, n): escapes, and U+FFFD for each maximal
  * ill-formed subpart (Unicode 15 section 3.9, U+FFFD substitution). */
-static void jb_str(jbuf *b, const char *s, size_t n) {
+static void jb_str(lf__sb *b, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *u = (const unsigned char *)s;
-    jb_put(b, "\"", 1);
+    lf__sb_put(b, "\"", 1);
     size_t i = 0, run = 0; /* run: start of bytes copied as they are */
     while (i < n) {
         unsigned char ch = u[i];
@@ -89,7 +64,7 @@ static void jb_str(jbuf *b, const char *s, size_t n) {
                 continue;
             }
         }
-        jb_put(b, s + run, i - run);
+        lf__sb_put(b, s + run, i - run);
         if (ch >= 0x80) { /* ill-formed: skip its maximal subpart */
             size_t adv = 1;
             /* A maximal subpart is the longest prefix of a well-formed
@@ -103,33 +78,33 @@ static void jb_str(jbuf *b, const char *s, size_t n) {
                 else break;
             }
             i += adv;
-            jb_puts(b, "\xef\xbf\xbd");
+            lf__sb_puts(b, "\xef\xbf\xbd");
         } else {
             char esc[7];
             switch (ch) {
-            case '"': jb_put(b, "\\\"", 2); break;
-            case '\\': jb_put(b, "\\\\", 2); break;
-            case '\b': jb_put(b, "\\b", 2); break;
-            case '\f': jb_put(b, "\\f", 2); break;
-            case '\n': jb_put(b, "\\n", 2); break;
-            case '\r': jb_put(b, "\\r", 2); break;
-            case '\t': jb_put(b, "\\t", 2); break;
+            case '"': lf__sb_put(b, "\\\"", 2); break;
+            case '\\': lf__sb_put(b, "\\\\", 2); break;
+            case '\b': lf__sb_put(b, "\\b", 2); break;
+            case '\f': lf__sb_put(b, "\\f", 2); break;
+            case '\n': lf__sb_put(b, "\\n", 2); break;
+            case '\r': lf__sb_put(b, "\\r", 2); break;
+            case '\t': lf__sb_put(b, "\\t", 2); break;
             default:
                 esc[0] = '\\', esc[1] = 'u', esc[2] = '0', esc[3] = '0';
                 esc[4] = hex[ch >> 4], esc[5] = hex[ch & 15], esc[6] = '\0';
-                jb_put(b, esc, 6);
+                lf__sb_put(b, esc, 6);
             }
             i++;
         }
         run = i;
     }
-    jb_put(b, s + run, n - run);
-    jb_put(b, "\"", 1);
+    lf__sb_put(b, s + run, n - run);
+    lf__sb_put(b, "\"", 1);
 }
 
-static void jb_cstr(jbuf *b, const char *s) { jb_str(b, s ? s : "", s ? strlen(s) : 0); }
+static void jb_cstr(lf__sb *b, const char *s) { jb_str(b, s ? s : "", s ? strlen(s) : 0); }
 
-static char *jb_finish(jbuf *b, size_t *len) {
+static char *jb_finish(lf__sb *b, size_t *len) {
     if (b->failed || !b->p) {
         free(b->p);
         if (len) *len = 0;
@@ -141,12 +116,12 @@ static char *jb_finish(jbuf *b, size_t *len) {
 }
 
 char *lf__serve_utf8_sanitize(const char *text, size_t len, size_t *out_len) {
-    jbuf b = {0};
+    lf__sb b = {0};
     /* reuse the string writer's substitution without the escapes: write the
      * pieces between ill-formed subparts */
     const unsigned char *u = (const unsigned char *)text;
     size_t i = 0, run = 0;
-    jb_put(&b, "", 0);
+    lf__sb_put(&b, "", 0);
     while (i < len) {
         if (u[i] < 0x80) {
             i++;
@@ -159,7 +134,7 @@ char *lf__serve_utf8_sanitize(const char *text, size_t len, size_t *out_len) {
             i += (size_t)k;
             continue;
         }
-        jb_put(&b, text + run, i - run);
+        lf__sb_put(&b, text + run, i - run);
         size_t adv = 1;
         for (size_t m = 2; m <= 4 && i + m <= len; m++) {
             const char *w = NULL;
@@ -168,10 +143,10 @@ char *lf__serve_utf8_sanitize(const char *text, size_t len, size_t *out_len) {
             else break;
         }
         i += adv;
-        jb_puts(&b, "\xef\xbf\xbd");
+        lf__sb_puts(&b, "\xef\xbf\xbd");
         run = i;
     }
-    jb_put(&b, text + run, len - run);
+    lf__sb_put(&b, text + run, len - run);
     return jb_finish(&b, out_len);
 }
 
@@ -185,49 +160,49 @@ static const char *finish_name(lf__serve_finish f) {
     }
 }
 
-static void put_head(jbuf *b, const lf__serve_meta *m, const char *object) {
-    jb_puts(b, "{\"id\":");
+static void put_head(lf__sb *b, const lf__serve_meta *m, const char *object) {
+    lf__sb_puts(b, "{\"id\":");
     jb_cstr(b, m->id);
-    jb_puts(b, ",\"object\":\"");
-    jb_puts(b, object);
-    jb_puts(b, "\",\"created\":");
+    lf__sb_puts(b, ",\"object\":\"");
+    lf__sb_puts(b, object);
+    lf__sb_puts(b, "\",\"created\":");
     jb_int(b, (long long)m->created);
-    jb_puts(b, ",\"model\":");
+    lf__sb_puts(b, ",\"model\":");
     jb_cstr(b, m->model);
 }
 
-static void put_usage(jbuf *b, const lf__serve_usage *u) {
-    jb_puts(b, "{\"prompt_tokens\":");
+static void put_usage(lf__sb *b, const lf__serve_usage *u) {
+    lf__sb_puts(b, "{\"prompt_tokens\":");
     jb_int(b, u->prompt_tokens);
-    jb_puts(b, ",\"completion_tokens\":");
+    lf__sb_puts(b, ",\"completion_tokens\":");
     jb_int(b, u->completion_tokens);
-    jb_puts(b, ",\"total_tokens\":");
+    lf__sb_puts(b, ",\"total_tokens\":");
     jb_int(b, (long long)u->prompt_tokens + u->completion_tokens);
-    jb_puts(b, "}");
+    lf__sb_puts(b, "}");
 }
 
 /* Completions: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}|null],"text_offset":[..]}.
  * A token without a log-probability (NaN) has null for both; a token text
  * that repeats inside one top dict keeps its first (most likely) entry. */
-static void put_lp_completions(jbuf *b, const lf__serve_token_lp *lp, int n) {
-    jb_puts(b, "{\"tokens\":[");
+static void put_lp_completions(lf__sb *b, const lf__serve_token_lp *lp, int n) {
+    lf__sb_puts(b, "{\"tokens\":[");
     for (int i = 0; i < n; i++) {
-        if (i) jb_puts(b, ",");
+        if (i) lf__sb_puts(b, ",");
         jb_str(b, lp[i].token, lp[i].len);
     }
-    jb_puts(b, "],\"token_logprobs\":[");
+    lf__sb_puts(b, "],\"token_logprobs\":[");
     for (int i = 0; i < n; i++) {
-        if (i) jb_puts(b, ",");
+        if (i) lf__sb_puts(b, ",");
         jb_num(b, lp[i].logprob);
     }
-    jb_puts(b, "],\"top_logprobs\":[");
+    lf__sb_puts(b, "],\"top_logprobs\":[");
     for (int i = 0; i < n; i++) {
-        if (i) jb_puts(b, ",");
+        if (i) lf__sb_puts(b, ",");
         if (isnan(lp[i].logprob)) {
-            jb_puts(b, "null");
+            lf__sb_puts(b, "null");
             continue;
         }
-        jb_puts(b, "{");
+        lf__sb_puts(b, "{");
         int written = 0;
         for (int k = 0; k < lp[i].n_top; k++) {
             const lf__serve_top *t = &lp[i].top[k];
@@ -235,60 +210,60 @@ static void put_lp_completions(jbuf *b, const lf__serve_token_lp *lp, int n) {
             for (int j = 0; j < k && !dup; j++)
                 dup = lp[i].top[j].len == t->len && memcmp(lp[i].top[j].token, t->token, t->len) == 0;
             if (dup) continue;
-            if (written++) jb_puts(b, ",");
+            if (written++) lf__sb_puts(b, ",");
             jb_str(b, t->token, t->len);
-            jb_puts(b, ":");
+            lf__sb_puts(b, ":");
             jb_num(b, t->logprob);
         }
-        jb_puts(b, "}");
+        lf__sb_puts(b, "}");
     }
-    jb_puts(b, "],\"text_offset\":[");
+    lf__sb_puts(b, "],\"text_offset\":[");
     for (int i = 0; i < n; i++) {
-        if (i) jb_puts(b, ",");
+        if (i) lf__sb_puts(b, ",");
         jb_int(b, lp[i].text_offset);
     }
-    jb_puts(b, "]}");
+    lf__sb_puts(b, "]}");
 }
 
-static void put_bytes(jbuf *b, const char *s, size_t n) {
-    jb_puts(b, "[");
+static void put_bytes(lf__sb *b, const char *s, size_t n) {
+    lf__sb_puts(b, "[");
     for (size_t i = 0; i < n; i++) {
-        if (i) jb_puts(b, ",");
+        if (i) lf__sb_puts(b, ",");
         jb_int(b, (unsigned char)s[i]);
     }
-    jb_puts(b, "]");
+    lf__sb_puts(b, "]");
 }
 
 /* Chat: {"content":[{"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]}]}. */
-static void put_lp_chat(jbuf *b, const lf__serve_token_lp *lp, int n) {
-    jb_puts(b, "{\"content\":[");
+static void put_lp_chat(lf__sb *b, const lf__serve_token_lp *lp, int n) {
+    lf__sb_puts(b, "{\"content\":[");
     for (int i = 0; i < n; i++) {
-        if (i) jb_puts(b, ",");
-        jb_puts(b, "{\"token\":");
+        if (i) lf__sb_puts(b, ",");
+        lf__sb_puts(b, "{\"token\":");
         jb_str(b, lp[i].token, lp[i].len);
-        jb_puts(b, ",\"logprob\":");
+        lf__sb_puts(b, ",\"logprob\":");
         jb_num(b, lp[i].logprob);
-        jb_puts(b, ",\"bytes\":");
+        lf__sb_puts(b, ",\"bytes\":");
         put_bytes(b, lp[i].token, lp[i].len);
-        jb_puts(b, ",\"top_logprobs\":[");
+        lf__sb_puts(b, ",\"top_logprobs\":[");
         for (int k = 0; k < lp[i].n_top; k++) {
             const lf__serve_top *t = &lp[i].top[k];
-            if (k) jb_puts(b, ",");
-            jb_puts(b, "{\"token\":");
+            if (k) lf__sb_puts(b, ",");
+            lf__sb_puts(b, "{\"token\":");
             jb_str(b, t->token, t->len);
-            jb_puts(b, ",\"logprob\":");
+            lf__sb_puts(b, ",\"logprob\":");
             jb_num(b, t->logprob);
-            jb_puts(b, ",\"bytes\":");
+            lf__sb_puts(b, ",\"bytes\":");
             put_bytes(b, t->token, t->len);
-            jb_puts(b, "}");
+            lf__sb_puts(b, "}");
         }
-        jb_puts(b, "]}");
+        lf__sb_puts(b, "]}");
     }
-    jb_puts(b, "]}");
+    lf__sb_puts(b, "]}");
 }
 
-static void put_logprobs(jbuf *b, lf__serve_api api, const lf__serve_choice *c) {
-    if (!c->lp) jb_puts(b, "null");
+static void put_logprobs(lf__sb *b, lf__serve_api api, const lf__serve_choice *c) {
+    if (!c->lp) lf__sb_puts(b, "null");
     else if (api == LF__SERVE_CHAT) put_lp_chat(b, c->lp, c->n_lp);
     else put_lp_completions(b, c->lp, c->n_lp);
 }
@@ -310,33 +285,33 @@ char *lf__serve_response_json(lf__serve_api api, const lf__serve_meta *m, const 
         return NULL;
     }
     const int chat = api == LF__SERVE_CHAT;
-    jbuf b = {0};
+    lf__sb b = {0};
     put_head(&b, m, chat ? "chat.completion" : "text_completion");
-    jb_puts(&b, ",\"choices\":[");
+    lf__sb_puts(&b, ",\"choices\":[");
     for (int i = 0; i < n; i++) {
-        if (i) jb_puts(&b, ",");
+        if (i) lf__sb_puts(&b, ",");
         if (chat) {
-            jb_puts(&b, "{\"index\":");
+            lf__sb_puts(&b, "{\"index\":");
             jb_int(&b, c[i].index);
-            jb_puts(&b, ",\"message\":{\"role\":\"assistant\",\"content\":");
+            lf__sb_puts(&b, ",\"message\":{\"role\":\"assistant\",\"content\":");
             jb_str(&b, c[i].text ? c[i].text : "", c[i].len);
-            jb_puts(&b, "},\"logprobs\":");
+            lf__sb_puts(&b, "},\"logprobs\":");
             put_logprobs(&b, api, &c[i]);
         } else {
-            jb_puts(&b, "{\"text\":");
+            lf__sb_puts(&b, "{\"text\":");
             jb_str(&b, c[i].text ? c[i].text : "", c[i].len);
-            jb_puts(&b, ",\"index\":");
+            lf__sb_puts(&b, ",\"index\":");
             jb_int(&b, c[i].index);
-            jb_puts(&b, ",\"logprobs\":");
+            lf__sb_puts(&b, ",\"logprobs\":");
             put_logprobs(&b, api, &c[i]);
         }
-        jb_puts(&b, ",\"finish_reason\":");
-        jb_puts(&b, finish_name(c[i].finish));
-        jb_puts(&b, "}");
+        lf__sb_puts(&b, ",\"finish_reason\":");
+        lf__sb_puts(&b, finish_name(c[i].finish));
+        lf__sb_puts(&b, "}");
     }
-    jb_puts(&b, "],\"usage\":");
+    lf__sb_puts(&b, "],\"usage\":");
     put_usage(&b, u);
-    jb_puts(&b, "}");
+    lf__sb_puts(&b, "}");
     return jb_finish(&b, len);
 }
 
@@ -348,48 +323,48 @@ char *lf__serve_chunk_json(lf__serve_api api, const lf__serve_meta *m, const lf_
         return NULL;
     }
     const int chat = api == LF__SERVE_CHAT;
-    jbuf b = {0};
+    lf__sb b = {0};
     put_head(&b, m, chat ? "chat.completion.chunk" : "text_completion");
-    jb_puts(&b, ",\"choices\":[");
+    lf__sb_puts(&b, ",\"choices\":[");
     for (int i = 0; i < n; i++) {
-        if (i) jb_puts(&b, ",");
+        if (i) lf__sb_puts(&b, ",");
         if (chat) {
-            jb_puts(&b, "{\"index\":");
+            lf__sb_puts(&b, "{\"index\":");
             jb_int(&b, c[i].index);
-            jb_puts(&b, ",\"delta\":");
+            lf__sb_puts(&b, ",\"delta\":");
             if (c[i].first) {
-                jb_puts(&b, "{\"role\":\"assistant\",\"content\":");
+                lf__sb_puts(&b, "{\"role\":\"assistant\",\"content\":");
                 jb_str(&b, c[i].text ? c[i].text : "", c[i].len);
-                jb_puts(&b, "}");
+                lf__sb_puts(&b, "}");
             } else if (c[i].len > 0 || c[i].finish == LF__FINISH_NONE) {
-                jb_puts(&b, "{\"content\":");
+                lf__sb_puts(&b, "{\"content\":");
                 jb_str(&b, c[i].text ? c[i].text : "", c[i].len);
-                jb_puts(&b, "}");
+                lf__sb_puts(&b, "}");
             } else {
-                jb_puts(&b, "{}");
+                lf__sb_puts(&b, "{}");
             }
-            jb_puts(&b, ",\"logprobs\":");
+            lf__sb_puts(&b, ",\"logprobs\":");
             put_logprobs(&b, api, &c[i]);
         } else {
-            jb_puts(&b, "{\"text\":");
+            lf__sb_puts(&b, "{\"text\":");
             jb_str(&b, c[i].text ? c[i].text : "", c[i].len);
-            jb_puts(&b, ",\"index\":");
+            lf__sb_puts(&b, ",\"index\":");
             jb_int(&b, c[i].index);
-            jb_puts(&b, ",\"logprobs\":");
+            lf__sb_puts(&b, ",\"logprobs\":");
             put_logprobs(&b, api, &c[i]);
         }
-        jb_puts(&b, ",\"finish_reason\":");
-        jb_puts(&b, finish_name(c[i].finish));
-        jb_puts(&b, "}");
+        lf__sb_puts(&b, ",\"finish_reason\":");
+        lf__sb_puts(&b, finish_name(c[i].finish));
+        lf__sb_puts(&b, "}");
     }
-    jb_puts(&b, "]");
+    lf__sb_puts(&b, "]");
     if (u) {
-        jb_puts(&b, ",\"usage\":");
+        lf__sb_puts(&b, ",\"usage\":");
         put_usage(&b, u);
     } else if (include_usage) {
-        jb_puts(&b, ",\"usage\":null");
+        lf__sb_puts(&b, ",\"usage\":null");
     }
-    jb_puts(&b, "}");
+    lf__sb_puts(&b, "}");
     return jb_finish(&b, len);
 }
 
@@ -399,9 +374,9 @@ char *lf__serve_sse_event(const char *json, size_t json_len, size_t *len) {
         lf_fail(LF_ERR_INVALID_ARG, "serve: an SSE data line cannot hold CR or LF");
         return NULL;
     }
-    jbuf b = {0};
-    jb_put(&b, "data: ", 6);
-    jb_put(&b, json, json_len);
-    jb_put(&b, "\n\n", 2);
+    lf__sb b = {0};
+    lf__sb_put(&b, "data: ", 6);
+    lf__sb_put(&b, json, json_len);
+    lf__sb_put(&b, "\n\n", 2);
     return jb_finish(&b, len);
 }
