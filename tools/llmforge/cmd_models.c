@@ -174,6 +174,23 @@ typedef struct opts {
     int n_pos;
 } opts;
 
+/* The registry's answer to one call: printed as it is with --json (0,
+ * *root NULL), else parsed into *root (0); 1 when the call failed or the
+ * answer cannot be read (reported, naming `what`). */
+static int answer(lf_status st, char *json, const opts *o, const char *what, cJSON **root) {
+    *root = NULL;
+    if (st != LF_OK) {
+        die_status(st, what);
+        return 1;
+    }
+    if (o->json) {
+        print_json(json);
+        return 0;
+    }
+    *root = parse_owned(json);
+    return *root ? 0 : 1;
+}
+
 /* Parse argv of a subcommand; `allowed` lists the options it takes. */
 static int parse_opts(const char *cmd, int argc, char **argv, const char *allowed, int max_pos, opts *o) {
     memset(o, 0, sizeof *o);
@@ -257,17 +274,10 @@ static int need_pos(const char *cmd, const opts *o, int n, const char *what) {
 static int models_list(lf_registry *r, const opts *o) {
     lf_registry_filter f = {.tag = o->tag, .where = o->conds, .n_where = o->n_conds, .include_removed = o->all};
     char *json = NULL;
-    lf_status st = lf_registry_list_json(r, &f, &json);
-    if (st != LF_OK) {
-        die_status(st, "models list");
-        return 1;
-    }
-    if (o->json) {
-        print_json(json);
-        return 0;
-    }
-    cJSON *arr = parse_owned(json);
-    if (!arr) return 1;
+    cJSON *arr = NULL;
+    const lf_status st = lf_registry_list_json(r, &f, &json);
+    const int rc = answer(st, json, o, "models list", &arr);
+    if (rc || !arr) return rc;
     /* the metric column: the first --where metric, else val_loss */
     const char *mname = o->n_conds ? o->conds[0].metric : "val_loss";
     printf("%-6s %-5s %8s  %-9s  %-22s %12s  %-16s %s\n", "ID", "RUN", "STEP", "STATUS", "FLAGS", mname, "TAGS", "PATH");
@@ -302,17 +312,10 @@ static int models_show(lf_registry *r, const opts *o) {
     int64_t id;
     if (find_ref(r, o->pos[0], &id)) return 1;
     char *json = NULL;
-    lf_status st = lf_registry_show_json(r, id, &json);
-    if (st != LF_OK) {
-        die_status(st, "models show");
-        return 1;
-    }
-    if (o->json) {
-        print_json(json);
-        return 0;
-    }
-    cJSON *c = parse_owned(json);
-    if (!c) return 1;
+    cJSON *c = NULL;
+    const lf_status st = lf_registry_show_json(r, id, &json);
+    const int rc = answer(st, json, o, "models show", &c);
+    if (rc || !c) return rc;
     const cJSON *run = get(c, "run_record");
     char fl[64], tg[256], t0[32], t1[32], tc[32];
     flags(c, fl, sizeof fl);
@@ -363,17 +366,10 @@ static int models_lineage(lf_registry *r, const opts *o) {
     int64_t id;
     if (find_ref(r, o->pos[0], &id)) return 1;
     char *json = NULL;
-    lf_status st = lf_registry_lineage_json(r, id, &json);
-    if (st != LF_OK) {
-        die_status(st, "models lineage");
-        return 1;
-    }
-    if (o->json) {
-        print_json(json);
-        return 0;
-    }
-    cJSON *root = parse_owned(json);
-    if (!root) return 1;
+    cJSON *root = NULL;
+    const lf_status st = lf_registry_lineage_json(r, id, &json);
+    const int rc = answer(st, json, o, "models lineage", &root);
+    if (rc || !root) return rc;
     const cJSON *e;
     cJSON_ArrayForEach(e, get(root, "chain")) {
         printf("%-6s run %-5s step %-8.0f %s%s\n", str(e, "id"), str(e, "run"), num(e, "step"), str(e, "path"),
@@ -395,17 +391,10 @@ static int models_diff(lf_registry *r, const opts *o) {
     int64_t a, b;
     if (find_ref(r, o->pos[0], &a) || find_ref(r, o->pos[1], &b)) return 1;
     char *json = NULL;
-    lf_status st = lf_registry_diff_json(r, a, b, &json);
-    if (st != LF_OK) {
-        die_status(st, "models diff");
-        return 1;
-    }
-    if (o->json) {
-        print_json(json);
-        return 0;
-    }
-    cJSON *root = parse_owned(json);
-    if (!root) return 1;
+    cJSON *root = NULL;
+    const lf_status st = lf_registry_diff_json(r, a, b, &json);
+    const int rc = answer(st, json, o, "models diff", &root);
+    if (rc || !root) return rc;
     printf("diff %s %s\n", str(root, "a"), str(root, "b"));
     static const char *const sections[] = {"config", "data"};
     int total = 0;
@@ -434,17 +423,10 @@ static int models_compare(lf_registry *r, const opts *o) {
     if (o->suite && cli_backend_setup("models compare", o->threads, 1)) return 2;
     if (o->suite && (run_suite(r, a, o->suite, o, 1) || run_suite(r, b, o->suite, o, 1))) return 1;
     char *json = NULL;
-    lf_status st = lf_registry_compare_json(r, a, b, &json);
-    if (st != LF_OK) {
-        die_status(st, "models compare");
-        return 1;
-    }
-    if (o->json) {
-        print_json(json);
-        return 0;
-    }
-    cJSON *root = parse_owned(json);
-    if (!root) return 1;
+    cJSON *root = NULL;
+    const lf_status st = lf_registry_compare_json(r, a, b, &json);
+    const int rc = answer(st, json, o, "models compare", &root);
+    if (rc || !root) return rc;
     printf("%-40s %14s %14s %14s\n", "metric", str(root, "a"), str(root, "b"), "delta (b - a)");
     const cJSON *e;
     cJSON_ArrayForEach(e, get(root, "metrics")) {
@@ -523,17 +505,10 @@ static int models_gc(lf_registry *r, const opts *o) {
     lf_registry_gc_opts go = {.keep_best = (int)o->keep_best, .metric = o->metric, .higher_is_better = o->higher,
                               .dry_run = o->dry_run};
     char *json = NULL;
-    lf_status st = lf_registry_gc(r, &go, &json);
-    if (st != LF_OK) {
-        die_status(st, "models gc");
-        return 1;
-    }
-    if (o->json) {
-        print_json(json);
-        return 0;
-    }
-    cJSON *root = parse_owned(json);
-    if (!root) return 1;
+    cJSON *root = NULL;
+    const lf_status st = lf_registry_gc(r, &go, &json);
+    const int rc = answer(st, json, o, "models gc", &root);
+    if (rc || !root) return rc;
     print_entries(o->dry_run ? "would rm" : "removed", get(root, "removed"), "path");
     print_entries("missing", get(root, "missing"), "path");
     const cJSON *e;
@@ -549,17 +524,10 @@ static int models_gc(lf_registry *r, const opts *o) {
 
 static int models_relink(lf_registry *r, const opts *o) {
     char *json = NULL;
-    lf_status st = lf_registry_relink(r, o->pos[0], &json);
-    if (st != LF_OK) {
-        die_status(st, "models relink");
-        return 1;
-    }
-    if (o->json) {
-        print_json(json);
-        return 0;
-    }
-    cJSON *root = parse_owned(json);
-    if (!root) return 1;
+    cJSON *root = NULL;
+    const lf_status st = lf_registry_relink(r, o->pos[0], &json);
+    const int rc = answer(st, json, o, "models relink", &root);
+    if (rc || !root) return rc;
     const cJSON *e;
     cJSON_ArrayForEach(e, get(root, "relinked")) printf("relinked %-6s %s -> %s\n", str(e, "id"), str(e, "from"),
                                                        str(e, "to"));
