@@ -1,6 +1,7 @@
 /*
  * Kernels of the dense op family (cuda_dense.h): the bias gradient of the
- * matmul pair, scale and add_inplace. The matrix products themselves are
+ * matmul pair, the forward's bias add where cuBLASLt's epilogue is not used,
+ * scale and add_inplace. The matrix products themselves are
  * cuBLASLt's (cuda_ops_dense.c); these are the few element-wise and
  * reduction passes around them.
  *
@@ -20,7 +21,8 @@
  *                  row order in fp32; then a shared-memory tree over the
  *                  32 row lanes (5 levels, fixed pairing) and one += into
  *                  dbias by the y == 0 row.
- *   scale/add      grid-stride loops, 256-thread blocks, at most 8192
+ *   bias_add, scale, add
+ *                  grid-stride loops, 256-thread blocks, at most 8192
  *                  blocks (enough to fill an H100 several times over).
  *
  * Invariants: deterministic (no atomics; every partial sum has a fixed
@@ -55,6 +57,13 @@ __global__ void dense_bias_backward(float *__restrict__ dbias, const float *__re
     if (ty == 0 && col < OC) dbias[col] += part[0][tx];
 }
 
+/* one thread per element, grid-stride; o = i mod OC: consecutive threads
+ * read consecutive bias entries (cached) and out elements (coalesced) */
+__global__ void dense_bias_add(float *__restrict__ out, const float *__restrict__ bias, size_t n, int OC) {
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) out[i] += bias[i % (size_t)OC];
+}
+
 __global__ void dense_scale(float *__restrict__ x, size_t n, float s) {
     const size_t step = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) x[i] *= s;
@@ -79,6 +88,14 @@ extern "C" cudaError_t lf__cuk_bias_backward(float *dbias, const float *dout, in
     if (N == 0 || OC == 0) return cudaSuccess;
     const unsigned grid = (unsigned)((OC + BB_COLS - 1) / BB_COLS);
     LF_CUDA_LAUNCH(dense_bias_backward, dim3(grid), dim3(BB_COLS, BB_ROWS), 0, stream, dbias, dout, N, OC);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_bias_add(float *out, const float *bias, int N, int OC, cudaStream_t stream) {
+    if (N < 0 || OC < 0) return cudaErrorInvalidValue;
+    if (N == 0 || OC == 0) return cudaSuccess;
+    const size_t n = (size_t)N * (size_t)OC;
+    LF_CUDA_LAUNCH(dense_bias_add, ew_grid(n), EW_BLOCK, 0, stream, out, bias, n, OC);
     return cudaGetLastError();
 }
 

@@ -1,7 +1,8 @@
 /*
  * Kernels of the CUDA backend's dense op family (cuda_dense.cu), C-callable
  * for cuda_ops_dense.c: the matmul's bias gradient (the products themselves
- * go through cuBLASLt from the host glue), scale and add_inplace.
+ * go through cuBLASLt from the host glue) and the bias add where its
+ * epilogue is not used, scale and add_inplace.
  *
  * Every wrapper launches on `stream` and returns the launch's error
  * (cudaGetLastError() after the launch, which also clears the calling
@@ -25,6 +26,12 @@ extern "C" {
 cudaError_t lf__cuk_bias_backward(float *dbias,      // (OC) +=
                                   const float *dout, // (N,OC)
                                   int N, int OC, cudaStream_t stream);
+
+/* out[n,o] += bias[o] (the forward's bias where cuBLASLt's epilogue is not
+ * used: a bias pointer not 16-byte aligned). N, OC >= 0. */
+cudaError_t lf__cuk_bias_add(float *out,        // (N,OC) +=
+                             const float *bias, // (OC)
+                             int N, int OC, cudaStream_t stream);
 
 /* x[i] *= s, i < n. */
 cudaError_t lf__cuk_scale(float *x, size_t n, float s, cudaStream_t stream);

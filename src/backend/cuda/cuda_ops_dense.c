@@ -14,7 +14,8 @@
  *  forward, LF_W_IN_OUT, W (C,OC):  out^T (OC,N) = W^T x^T
  *      A = W stored (OC,C) ld OC, op N;  B = x stored (C,N) ld C, op N;
  *      m = OC, n = N, k = C;  D = out (OC,N) ld OC; bias: EPILOGUE_BIAS
- *      (one value per row of D, i.e. per output channel).
+ *      (one value per row of D, i.e. per output channel) when the bias is
+ *      16-byte aligned, else our bias-add kernel after the product.
  *  forward, LF_W_OUT_IN, W (OC,C):  out^T = W x^T
  *      A = W stored (C,OC) ld C, op T;   B = x (C,N) ld C, op N.
  *  backward dinp (N,C) = dout W^T (IN_OUT) / dout W (OUT_IN):
@@ -46,6 +47,9 @@
  * Descriptors are created and destroyed per call (simple and correct
  * first; a cache keyed by the shape is the obvious later optimisation, the
  * heuristic query being the costly part). The workspace is the context's.
+ * The preference tells the heuristic each matrix's real alignment (tensors
+ * sit at any float offset of the flat buffers; cuBLASLt otherwise assumes
+ * 256 bytes and may pick a kernel whose wide loads fault).
  *
  * Errors: every cuBLASLt status, a heuristic that returns no algorithm,
  * and every launch error become the instance's sticky status with the op,
@@ -55,6 +59,7 @@
  * Reference: cuBLAS documentation, "cuBLASLt API" (cublasLtMatmul, the
  * matrix layout and epilogue attributes, "Results reproducibility").
  */
+#include <stdint.h>
 #include <stdio.h>
 #include "cuda_internal.h"
 #include "cuda_dense.h"
@@ -84,6 +89,35 @@ static int shape_ok(lf_backend *be, const char *op, int N, int C, int OC, lf_wei
     }
     return 1;
 }
+
+/* The largest power of two dividing p's address, at most 256 (what
+ * cuBLASLt's heuristic assumes of every matrix unless told less). */
+static uint32_t alignment_of(const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a & (al - 1))) al >>= 1;
+    return al;
+}
+
+/* 1 when every given pointer is aligned to a float (a caller's bug
+ * otherwise: a GPU faults on a misaligned float, cuBLASLt refuses it);
+ * else records LF_ERR_INVALID_ARG naming the tensor. */
+static int floats_aligned(lf_backend *be, const char *op, int n, const char *const *names, const void *const *ptrs) {
+    for (int i = 0; i < n; i++)
+        if (ptrs[i] && alignment_of(ptrs[i]) < sizeof(float)) {
+            lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %s %p is not aligned to a float (4 bytes)", op, names[i],
+                             ptrs[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* cuBLASLt's bias epilogue reads the vector with wide loads and its
+ * documentation states no alignment for it; a bias not 16-byte aligned
+ * (a tensor at an odd offset of the flat parameter buffer) is added by our
+ * kernel after the product instead: one more pass over out, the same
+ * arithmetic (the fp32 product, then + bias, rounded once). */
+#define LF_CUDA_BIAS_EPILOGUE_ALIGN 16
 
 /* ---------------------------------------------------------------- one cuBLASLt product */
 
@@ -150,6 +184,18 @@ static int lt_matmul(lf_backend *be, const char *op, const char *what, const lt_
     const uint64_t ws = c->workspace_bytes;
     LT_CALL("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)",
             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* the heuristic assumes 256-byte aligned matrices unless told otherwise;
+     * tensors inside the plan's and the parameters' flat buffers may sit at
+     * any float offset, so say what each pointer really is (C is D) */
+    const uint32_t al_a = alignment_of(p->A), al_b = alignment_of(p->B), al_d = alignment_of(p->D);
+    LT_CALL("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)",
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    LT_CALL("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)",
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    LT_CALL("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)",
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    LT_CALL("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)",
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     LT_CALL("cublasLtMatmulAlgoGetHeuristic",
@@ -194,6 +240,10 @@ static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
                          OC);
         return;
     }
+    static const char *const names[] = {"out", "inp", "weight", "bias"};
+    const void *const ptrs[] = {out, inp, weight, bias};
+    if (!floats_aligned(be, op, 4, names, ptrs)) return;
+    const int epilogue = bias && alignment_of(bias) >= LF_CUDA_BIAS_EPILOGUE_ALIGN;
     char what[96];
     snprintf(what, sizeof what, "out = inp @ %s, N=%d C=%d OC=%d", layout == LF_W_IN_OUT ? "W" : "W^T", N, C, OC);
     lt_product p = {
@@ -204,9 +254,11 @@ static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
         .B = inp, .ldb = C,
         .beta = 0.0f,
         .D = out, .ldd = OC,
-        .bias = bias,
+        .bias = epilogue ? bias : NULL,
     };
-    (void)lt_matmul(be, op, what, &p);
+    if (lt_matmul(be, op, what, &p)) return;
+    if (bias && !epilogue)
+        lf__cuda_check(be, lf__cuk_bias_add(out, bias, N, OC, lf__cuda_stream(be)), op, "dense_bias_add");
 }
 
 static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwritten) or NULL
@@ -225,6 +277,9 @@ static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwr
                          "%s: dweight, dout, inp (and weight, with dinp) must be given (N=%d C=%d OC=%d)", op, N, C, OC);
         return;
     }
+    static const char *const names[] = {"dinp", "dweight", "dbias", "dout", "inp", "weight"};
+    const void *const ptrs[] = {dinp, dweight, dbias, dout, inp, weight};
+    if (!floats_aligned(be, op, 6, names, ptrs)) return;
     const int in_out = layout == LF_W_IN_OUT;
     char what[112];
     if (dinp) {
