@@ -1,7 +1,7 @@
 /*
  * The CUDA backend's dense op family (host glue, see cuda_internal.h): the
  * matmul pair through cuBLASLt, scale, add_inplace and convert. The kernels
- * (the bias gradient, scale, add) are in cuda_dense.cu.
+ * (the bias gradient, the bias add, scale, add) are in cuda_dense.cu.
  *
  * Row-major tensors on column-major cuBLASLt. A row-major (R, K) matrix with
  * row stride K is, read column-major, the (K, R) matrix with ld K: its
