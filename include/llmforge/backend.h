@@ -38,10 +38,12 @@ lf_status lf_backend_open(const char *name, lf_backend **out);
 /* Frees an instance from lf_backend_open (and its context). NULL and the
  * shared instances of lf_backend_get are left alone. */
 void lf_backend_close(lf_backend *be);
-/* The process-wide shared instance of `name` (NULL: "cpu"), made on first
- * use and never closed; NULL (message recorded, LF_ERR_NOT_FOUND) for an
- * unknown name. Convenient where one instance per process is enough; a
- * failure on it is seen by every user of it. */
+/* The process-wide shared instance of `name` (NULL: "cpu"; also a
+ * registered backend such as "cuda"), made on first use and never closed;
+ * NULL (message recorded, LF_ERR_NOT_FOUND) for an unknown name, NULL with
+ * the open's message (e.g. "no CUDA device") when it could not be opened.
+ * Convenient where one instance per process is enough; a failure on it is
+ * seen by every user of it. */
 lf_backend *lf_backend_get(const char *name);
 /* The name of the fp32 backend the trainer, bench, eval and sample use:
  * "cpu", or the one the environment variable LLMFORGE_BACKEND names (e.g.

@@ -46,6 +46,11 @@ static const lf_backend_ops *table_of(const char *name) {
 }
 
 static lf_status unknown(const char *name) {
+    /* "cuda" is registered by programs linked with lf_backend_cuda (the CLI
+     * does it when built with LF_CUDA); not finding it means this build has none */
+    if (name && strcmp(name, "cuda") == 0)
+        return lf_fail(LF_ERR_NOT_FOUND,
+                       "backend 'cuda': this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)");
     return lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu, cpu-bf16, cpu-fenced)", name);
 }
 
@@ -101,36 +106,41 @@ SHARED_INIT(SHARED_CPU, lf__backend_cpu)
 SHARED_INIT(SHARED_BF16, lf__backend_cpu_bf16)
 SHARED_INIT(SHARED_FENCED, lf__backend_cpu_fenced)
 
-/* The shared instances of registered tables: made on first use under a
- * lock (a registered backend's open may fail, e.g. no device: the failure
- * is kept and reported to every caller, as for the built-in ones). */
+/* The shared instances of registered tables ("cuda"), made on first use
+ * under a lock (a registered table has no pthread_once of its own); a
+ * failed open is remembered with its message ("no CUDA device"), which
+ * every later call repeats. */
 static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static lf_backend g_reg_shared[LF_MAX_REGISTERED];
+static int g_reg_tried[LF_MAX_REGISTERED];
 static lf_status g_reg_st[LF_MAX_REGISTERED];
-static int g_reg_made[LF_MAX_REGISTERED];
-static char g_reg_msg[LF_MAX_REGISTERED][320];
+static char g_reg_msg[LF_MAX_REGISTERED][512];
 
-static lf_backend *registered_shared(const char *name) {
-    for (int i = 0; i < LF_MAX_REGISTERED; i++) {
-        const lf_backend_ops *t = atomic_load(&g_registered[i]);
-        if (!t || strcmp(t->name, name) != 0) continue;
-        pthread_mutex_lock(&g_reg_mu);
-        if (!g_reg_made[i]) {
-            g_reg_st[i] = init(&g_reg_shared[i], t);
-            if (g_reg_st[i] != LF_OK) snprintf(g_reg_msg[i], sizeof g_reg_msg[i], "%s", lf_last_error());
-            g_reg_shared[i].shared = 1;
-            g_reg_made[i] = 1;
-        }
-        const lf_status st = g_reg_st[i];
-        pthread_mutex_unlock(&g_reg_mu);
-        if (st != LF_OK) {
-            lf_fail(st, "backend '%s' could not be opened: %s", name, g_reg_msg[i]);
-            return NULL;
-        }
-        return &g_reg_shared[i];
+static lf_backend *get_registered(const char *name) {
+    int i = 0;
+    const lf_backend_ops *t = NULL;
+    for (; i < LF_MAX_REGISTERED; i++) {
+        t = atomic_load(&g_registered[i]);
+        if (t && strcmp(t->name, name) == 0) break;
     }
-    unknown(name);
-    return NULL;
+    if (i == LF_MAX_REGISTERED) {
+        unknown(name);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_reg_mu);
+    if (!g_reg_tried[i]) {
+        g_reg_tried[i] = 1;
+        g_reg_st[i] = init(&g_reg_shared[i], t);
+        g_reg_shared[i].shared = 1;
+        if (g_reg_st[i] != LF_OK) snprintf(g_reg_msg[i], sizeof g_reg_msg[i], "%s", lf_last_error());
+    }
+    const lf_status st = g_reg_st[i];
+    pthread_mutex_unlock(&g_reg_mu);
+    if (st != LF_OK) {
+        lf_fail(st, "%s", g_reg_msg[i]);
+        return NULL;
+    }
+    return &g_reg_shared[i];
 }
 
 lf_backend *lf_backend_get(const char *name) {
@@ -145,7 +155,7 @@ lf_backend *lf_backend_get(const char *name) {
         i = SHARED_FENCED;
         pthread_once(&g_once[i], shared_init_SHARED_FENCED);
     } else {
-        return registered_shared(name);
+        return get_registered(name);
     }
     if (g_shared_st[i] != LF_OK) {
         lf_fail(g_shared_st[i], "backend '%s' could not be opened", name ? name : "cpu");

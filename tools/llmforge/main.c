@@ -747,6 +747,49 @@ static int cmd_bench(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------- main */
+
+/* The global option --device N (or --device=N): the CUDA device of the
+ * "cuda" backend (LLMFORGE_BACKEND=cuda). Taken out of argv wherever it
+ * stands, before or after the command, up to a bare "--" (after which the
+ * arguments belong to another program, e.g. launch's), so every command
+ * accepts it without its own parser knowing it. 0, or 2 after printing. */
+static int take_device_option(int *argc, char **argv) {
+    long device = -1;
+    int out = 1, i = 1;
+    for (; i < *argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strcmp(a, "--")) break;
+        if (!strcmp(a, "--device")) {
+            if (i + 1 >= *argc) {
+                fprintf(stderr, "llmforge: --device needs a value (a CUDA device number)\n");
+                return 2;
+            }
+            v = argv[++i];
+        } else if (!strncmp(a, "--device=", 9)) {
+            v = a + 9;
+        } else {
+            argv[out++] = argv[i];
+            continue;
+        }
+        if (parse_long("--device", v, 0, 1024, &device)) return 2;
+    }
+    for (; i < *argc; i++) argv[out++] = argv[i];
+    argv[out] = NULL;
+    *argc = out;
+    if (device < 0) return 0;
+#ifdef LF_HAVE_CUDA
+    if (lf_backend_cuda_set_device((int)device) != LF_OK) {
+        fprintf(stderr, "llmforge: --device: %s\n", lf_last_error());
+        return 2;
+    }
+    return 0;
+#else
+    fprintf(stderr, "llmforge: --device %ld: this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)\n",
+            device);
+    return 2;
+#endif
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "llmforge %s: train GPT-style language models in C\n\n"
@@ -768,12 +811,23 @@ static void usage(FILE *f) {
             "  report      a run directory as one self-contained HTML file (RUN_DIR [--out F] [--svg DIR]; A B --compare)\n"
             "  ckpt        `ckpt verify DIR`: re-hash a checkpoint against its trainer_state.json\n"
             "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
-            "  help      this text; `llmforge <command> --help` for a command's options\n",
+            "  help      this text; `llmforge <command> --help` for a command's options\n\n"
+            "global options (before or after the command):\n"
+            "  --device N  the CUDA device of the cuda backend (LLMFORGE_BACKEND=cuda; default 0 or\n"
+            "              LLMFORGE_CUDA_DEVICE)\n",
             LF_VERSION);
 }
 
 int main(int argc, char **argv) {
     lf_log_set_callback(log_to_stderr, NULL);
+#ifdef LF_HAVE_CUDA
+    /* "cuda" lives in lf_backend_cuda, above the registry: make it findable */
+    if (lf_backend_cuda_register() != LF_OK) {
+        fprintf(stderr, "llmforge: %s\n", lf_last_error());
+        return 1;
+    }
+#endif
+    if (take_device_option(&argc, argv)) return 2;
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -802,6 +856,11 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version")) {
         printf("llmforge %s\n", LF_VERSION);
+#ifdef LF_HAVE_CUDA
+        printf("backends: cpu, cpu-bf16, cpu-fenced, cuda\n");
+#else
+        printf("backends: cpu, cpu-bf16, cpu-fenced (no cuda: configured with LF_CUDA=OFF or no nvcc)\n");
+#endif
         return 0;
     }
     fprintf(stderr, "llmforge: unknown command '%s'\n", cmd);
