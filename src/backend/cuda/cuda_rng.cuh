@@ -55,7 +55,8 @@ __host__ __device__ __forceinline__ void lf_cuda_philox4x32(uint64_t seed, uint3
                                                             uint32_t sub, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32), c2 = purpose, c3 = sub;
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-#pragma unroll
+    /* no #pragma unroll: the host compiler sees this __host__ function and
+     * -Werror rejects an unknown pragma; nvcc unrolls 10 constant trips */
     for (int r = 0; r < 10; r++) {
         const uint64_t p0 = (uint64_t)0xD2511F53u * c0; /* a 32x32 -> 64 multiply (mul.wide.u32) */
         const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
