@@ -8,12 +8,14 @@
  *    block; each lane walks the row at stride 32 (coalesced), the row sums
  *    are butterfly shuffles. LayerNorm's statistics are two passes (mean,
  *    then centred squares) as the CPU's, so no cancellation.
- *  - backward's dweight/dbias: a block per slice of 32 channels, 16 warps
- *    a block; warp w adds rows w, w+16, ... of its slice in order into a
- *    per-thread double accumulator (the CPU accumulates each channel in
- *    double too), then the 16 partials are added in warp order in shared
- *    memory and the float result added to dweight once. Channels are owned
- *    by one thread: no atomics, a fixed order, the same bits every run.
+ *  - backward's dweight/dbias: a block per slice of 8 channels (one 32-byte
+ *    sector of a row), 512 threads in 64 row groups; group g adds rows g,
+ *    g+64, ... of its slice in order into a per-thread double accumulator
+ *    (the CPU accumulates each channel in double too), then the 64
+ *    partials are added in group order in shared memory and the float
+ *    result added to dweight once (C/8 blocks: 96 at C = 768). Channels
+ *    are owned by one thread: no atomics, a fixed order, the same bits
+ *    every run.
  *
  * Precision: the row reductions are fp32 as on the CPU, in a different
  * order (lane-strided then a shuffle tree, against the CPU's vectorized
@@ -36,8 +38,8 @@
 
 #define NORM_BLOCK 256 /* 8 warps: 8 rows a block */
 #define NORM_ROWS (NORM_BLOCK / 32)
-#define PARAM_SLICE 32 /* channels of one parameter-gradient block */
-#define PARAM_WARPS 16 /* row groups of one parameter-gradient block */
+#define PARAM_SLICE 8   /* channels of one parameter-gradient block: one 32-byte sector of a row */
+#define PARAM_GROUPS 64 /* row groups of one parameter-gradient block (512 threads) */
 #define LN_EPS 1e-5f
 
 /* ------------------------------------------------------------- LayerNorm */
@@ -98,38 +100,40 @@ __global__ void ln_backward_dinp(float *__restrict__ dinp, const float *__restri
 }
 
 /* dweight[c] += sum_n dout*norm, dbias[c] += sum_n dout (or, mean == NULL:
- * RMSNorm's dweight[c] += sum_n dout * (x*rstd), no dbias). */
+ * RMSNorm's dweight[c] += sum_n dout * (x*rstd), no dbias). Thread t owns
+ * channel t % 8 of the block's slice and rows t/8, t/8 + 64, ...: a warp
+ * reads 4 rows x 8 channels, four whole 32-byte sectors. */
 __global__ void norm_backward_params(float *__restrict__ dweight, float *__restrict__ dbias,
                                      const float *__restrict__ dout, const float *__restrict__ inp,
                                      const float *__restrict__ mean, const float *__restrict__ rstd, int N, int C) {
-    __shared__ double sw[PARAM_WARPS][PARAM_SLICE];
-    __shared__ double sb[PARAM_WARPS][PARAM_SLICE];
-    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
-    const int c = (int)blockIdx.x * PARAM_SLICE + lane;
+    __shared__ double sw[PARAM_GROUPS][PARAM_SLICE];
+    __shared__ double sb[PARAM_GROUPS][PARAM_SLICE];
+    const int ch = (int)(threadIdx.x % PARAM_SLICE), grp = (int)(threadIdx.x / PARAM_SLICE);
+    const int c = (int)blockIdx.x * PARAM_SLICE + ch;
     double aw = 0.0, ab = 0.0;
     if (c < C) {
         if (mean) {
-            for (int n = warp; n < N; n += PARAM_WARPS) {
+            for (int n = grp; n < N; n += PARAM_GROUPS) {
                 const size_t i = (size_t)n * C + c;
                 const float dv = dout[i];
                 aw += (double)(dv * ((inp[i] - mean[n]) * rstd[n]));
                 ab += (double)dv;
             }
         } else {
-            for (int n = warp; n < N; n += PARAM_WARPS) {
+            for (int n = grp; n < N; n += PARAM_GROUPS) {
                 const size_t i = (size_t)n * C + c;
                 aw += (double)(dout[i] * (inp[i] * rstd[n]));
             }
         }
     }
-    sw[warp][lane] = aw;
-    sb[warp][lane] = ab;
+    sw[grp][ch] = aw;
+    sb[grp][ch] = ab;
     __syncthreads();
-    if (warp == 0 && c < C) {
+    if (grp == 0 && c < C) {
         double tw = 0.0, tb = 0.0;
-        for (int w = 0; w < PARAM_WARPS; w++) {
-            tw += sw[w][lane];
-            tb += sb[w][lane];
+        for (int g = 0; g < PARAM_GROUPS; g++) {
+            tw += sw[g][ch];
+            tb += sb[g][ch];
         }
         dweight[c] += (float)tw;
         if (dbias) dbias[c] += (float)tb;
@@ -148,7 +152,7 @@ extern "C" cudaError_t lf__cuk_layernorm_forward(float *out, float *mean, float 
 
 static cudaError_t launch_params(float *dweight, float *dbias, const float *dout, const float *inp,
                                  const float *mean, const float *rstd, int N, int C, cudaStream_t stream) {
-    LF_CUDA_LAUNCH(norm_backward_params, (unsigned)((C + PARAM_SLICE - 1) / PARAM_SLICE), PARAM_WARPS * 32, 0,
+    LF_CUDA_LAUNCH(norm_backward_params, (unsigned)((C + PARAM_SLICE - 1) / PARAM_SLICE), PARAM_GROUPS * PARAM_SLICE, 0,
                    stream, dweight, dbias, dout, inp, mean, rstd, N, C);
     return cudaGetLastError();
 }
