@@ -33,7 +33,9 @@
  *  - determinism: a second run (on the shim: under the forward, reverse
  *    and two shuffle schedules) gives the same bits;
  *  - refusals: the CPU's (odd head size, NH % NKV, bf16 storage) and
- *    negative sizes are sticky errors with a message naming the op.
+ *    negative sizes are sticky errors with a message naming the op;
+ *  - the grid-stride loop past the 65535-block grid cap (one element-wise
+ *    op over 16.8M elements, exact).
  */
 #include "pw_test_util.h"
 #include "backend/cuda/cuda_pointwise.h"
@@ -418,6 +420,33 @@ static void test_residual_dropout(void **state) {
     pw_close(&e);
 }
 
+/* Past the grid cap: element-wise kernels launch at most 65535 blocks of
+ * 256 threads and loop grid-stride over the rest (GELU on GPT-2's
+ * B16 x T1024 x 3072 activations is 3x that). One op, the shared loop
+ * shape; ~2 s on the shim. */
+static void test_grid_stride(void **state) {
+    (void)state;
+    PW_NEED_DEVICE();
+    pw_env e;
+    pw_open(&e);
+    const size_t n = (size_t)65535 * 256 + 1001;
+    float *a = malloc(n * 4), *b = malloc(n * 4), *got = malloc(n * 4);
+    assert_non_null(a), assert_non_null(b), assert_non_null(got);
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)(i % 4099);
+        b[i] = (float)(i / 4099) * 0.5f;
+    }
+    float *da = pw_up(e.be, a, n * 4), *db = pw_up(e.be, b, n * 4), *dout = pw_up(e.be, NULL, n * 4);
+    e.be->ops->residual_forward(e.be, dout, da, db, n);
+    pw_down(e.be, got, dout, n * 4);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != a[i] + b[i]) fail_msg("residual_forward[%zu] of %zu: %.9g, want %.9g", i, n, (double)got[i],
+                                            (double)(a[i] + b[i]));
+    pw_free(e.be, da), pw_free(e.be, db), pw_free(e.be, dout);
+    free(a), free(b), free(got);
+    pw_close(&e);
+}
+
 /* ---------------------------------------------------------------- AdamW */
 
 typedef struct adam_ctx {
@@ -613,6 +642,7 @@ int main(void) {
         cmocka_unit_test(test_rope),             cmocka_unit_test(test_residual_dropout),
         cmocka_unit_test(test_adamw),            cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_fp16_round),       cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_grid_stride),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
