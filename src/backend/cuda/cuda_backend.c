@@ -133,6 +133,7 @@ static void cuda_close(lf_backend *be) {
         (void)table_find(c->workspace, 1);
         (void)cudaFree(c->workspace);
     }
+    if (c->reduce_buf) (void)cudaFree(c->reduce_buf);
     if (c->lt) (void)cublasLtDestroy(c->lt);
     if (c->stream) (void)cudaStreamDestroy(c->stream);
     (void)cudaGetLastError();

@@ -41,7 +41,12 @@ typedef struct lf_cuda_ctx {
     size_t workspace_bytes;
     _Atomic size_t live_bytes;  /* device bytes allocated through the instance */
     char device_name[256];
+    void *reduce_buf;           /* cuda_ops_pointwise.c: a small device buffer (LF_CUDA_REDUCE_BYTES) for the ops
+                                   that return a host value (loss_sum, sum_squares, fp16_round); allocated at
+                                   first use, freed by close; outside the allocation table (not plan memory) */
 } lf_cuda_ctx;
+
+#define LF_CUDA_REDUCE_BYTES 4096
 
 static inline lf_cuda_ctx *lf__cuda_ctx(lf_backend *be) { return (lf_cuda_ctx *)be->ctx; }
 static inline cudaStream_t lf__cuda_stream(lf_backend *be) { return lf__cuda_ctx(be)->stream; }

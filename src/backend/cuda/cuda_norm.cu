@@ -1,0 +1,224 @@
+/*
+ * LayerNorm and RMSNorm kernels of the CUDA backend (cuda_pointwise.h),
+ * forward and backward, fp32 with fp32 row statistics as the CPU computes
+ * them (cpu_norm.c, cpu_llama.c).
+ *
+ * Launch shapes:
+ *  - forward and backward's dinp: a warp per row, 8 rows a 256-thread
+ *    block; each lane walks the row at stride 32 (coalesced), the row sums
+ *    are butterfly shuffles. LayerNorm's statistics are two passes (mean,
+ *    then centred squares) as the CPU's, so no cancellation.
+ *  - backward's dweight/dbias: a block per slice of 8 channels (one 32-byte
+ *    sector of a row), 512 threads in 64 row groups; group g adds rows g,
+ *    g+64, ... of its slice in order into a per-thread double accumulator
+ *    (the CPU accumulates each channel in double too), then the 64
+ *    partials are added in group order in shared memory and the float
+ *    result added to dweight once (C/8 blocks: 96 at C = 768). Channels
+ *    are owned by one thread: no atomics, a fixed order, the same bits
+ *    every run.
+ *
+ * Precision: the row reductions are fp32 as on the CPU, in a different
+ * order (lane-strided then a shuffle tree, against the CPU's vectorized
+ * loop): results differ within the summation error bound of C terms. The
+ * parameter gradients are double sums of the CPU's float terms: they equal
+ * the CPU's to within one ulp of the float result.
+ *
+ * Invariants: backward adds (+=) into dinp, dweight, dbias (the residual
+ * stream and the parameter gradients); bias / dbias may be NULL; rows past
+ * N exit only whole warps (the forward and dinp kernels have no
+ * __syncthreads), and the parameter kernel guards the work, not the
+ * barrier.
+ *
+ * Reference: Ba, Kiros, Hinton 2016 (LayerNorm); Zhang & Sennrich 2019
+ * (RMSNorm); llm.c layernorm_forward / layernorm_backward kernels.
+ */
+#include "cuda_compat.h"
+#include "cuda_pointwise.h"
+#include "cuda_pw_common.cuh"
+
+#define NORM_BLOCK 256 /* 8 warps: 8 rows a block */
+#define NORM_ROWS (NORM_BLOCK / 32)
+#define PARAM_SLICE 8   /* channels of one parameter-gradient block: one 32-byte sector of a row */
+#define PARAM_GROUPS 64 /* row groups of one parameter-gradient block (512 threads) */
+#define LN_EPS 1e-5f
+
+/* ------------------------------------------------------------- LayerNorm */
+
+__global__ void ln_forward(float *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                           const float *__restrict__ inp, const float *__restrict__ weight,
+                           const float *__restrict__ bias, int N, int C) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
+    if (row >= N) return; /* a whole warp: no barrier below */
+    const float *__restrict__ x = inp + (size_t)row * C;
+    float *__restrict__ o = out + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    const float m = pw_warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float d = x[c] - m;
+        v += d * d;
+    }
+    const float r = 1.0f / sqrtf(pw_warp_sum(v) / (float)C + LN_EPS);
+    if (bias) {
+        for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    } else {
+        for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c];
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* dinp += rstd * (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) */
+__global__ void ln_backward_dinp(float *__restrict__ dinp, const float *__restrict__ dout,
+                                 const float *__restrict__ inp, const float *__restrict__ weight,
+                                 const float *__restrict__ mean, const float *__restrict__ rstd, int N, int C) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float *__restrict__ x = inp + (size_t)row * C;
+    const float *__restrict__ d = dout + (size_t)row * C;
+    float *__restrict__ di = dinp + (size_t)row * C;
+    const float m = mean[row], r = rstd[row];
+    float dm = 0.0f, dnm = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float norm = (x[c] - m) * r;
+        const float dnorm = weight[c] * d[c];
+        dm += dnorm;
+        dnm += dnorm * norm;
+    }
+    dm = pw_warp_sum(dm) / (float)C;
+    dnm = pw_warp_sum(dnm) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        const float norm = (x[c] - m) * r;
+        const float dnorm = weight[c] * d[c];
+        di[c] += (dnorm - dm - norm * dnm) * r;
+    }
+}
+
+/* dweight[c] += sum_n dout*norm, dbias[c] += sum_n dout (or, mean == NULL:
+ * RMSNorm's dweight[c] += sum_n dout * (x*rstd), no dbias). Thread t owns
+ * channel t % 8 of the block's slice and rows t/8, t/8 + 64, ...: a warp
+ * reads 4 rows x 8 channels, four whole 32-byte sectors. */
+__global__ void norm_backward_params(float *__restrict__ dweight, float *__restrict__ dbias,
+                                     const float *__restrict__ dout, const float *__restrict__ inp,
+                                     const float *__restrict__ mean, const float *__restrict__ rstd, int N, int C) {
+    __shared__ double sw[PARAM_GROUPS][PARAM_SLICE];
+    __shared__ double sb[PARAM_GROUPS][PARAM_SLICE];
+    const int ch = (int)(threadIdx.x % PARAM_SLICE), grp = (int)(threadIdx.x / PARAM_SLICE);
+    const int c = (int)blockIdx.x * PARAM_SLICE + ch;
+    double aw = 0.0, ab = 0.0;
+    if (c < C) {
+        if (mean) {
+            for (int n = grp; n < N; n += PARAM_GROUPS) {
+                const size_t i = (size_t)n * C + c;
+                const float dv = dout[i];
+                aw += (double)(dv * ((inp[i] - mean[n]) * rstd[n]));
+                ab += (double)dv;
+            }
+        } else {
+            for (int n = grp; n < N; n += PARAM_GROUPS) {
+                const size_t i = (size_t)n * C + c;
+                aw += (double)(dout[i] * (inp[i] * rstd[n]));
+            }
+        }
+    }
+    sw[grp][ch] = aw;
+    sb[grp][ch] = ab;
+    __syncthreads();
+    if (grp == 0 && c < C) {
+        double tw = 0.0, tb = 0.0;
+        for (int g = 0; g < PARAM_GROUPS; g++) {
+            tw += sw[g][ch];
+            tb += sb[g][ch];
+        }
+        dweight[c] += (float)tw;
+        if (dbias) dbias[c] += (float)tb;
+    }
+}
+
+extern "C" cudaError_t lf__cuk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                                const float *weight, const float *bias, int N, int C,
+                                                cudaStream_t stream) {
+    if (N < 0 || C < 0) return cudaErrorInvalidValue;
+    if (N == 0 || C == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(ln_forward, (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, out, mean, rstd,
+                   inp, weight, bias, N, C);
+    return cudaGetLastError();
+}
+
+static cudaError_t launch_params(float *dweight, float *dbias, const float *dout, const float *inp,
+                                 const float *mean, const float *rstd, int N, int C, cudaStream_t stream) {
+    LF_CUDA_LAUNCH(norm_backward_params, (unsigned)((C + PARAM_SLICE - 1) / PARAM_SLICE), PARAM_GROUPS * PARAM_SLICE, 0,
+                   stream, dweight, dbias, dout, inp, mean, rstd, N, C);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                                 const float *inp, const float *weight, const float *mean,
+                                                 const float *rstd, int N, int C, cudaStream_t stream) {
+    if (N < 0 || C < 0 || !mean) return cudaErrorInvalidValue;
+    if (N == 0 || C == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(ln_backward_dinp, (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, dinp, dout,
+                   inp, weight, mean, rstd, N, C);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    return launch_params(dweight, dbias, dout, inp, mean, rstd, N, C, stream);
+}
+
+/* ------------------------------------------------------------- RMSNorm */
+
+__global__ void rms_forward(float *__restrict__ out, float *__restrict__ rstd, const float *__restrict__ inp,
+                            const float *__restrict__ weight, int N, int C, float eps) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float *__restrict__ x = inp + (size_t)row * C;
+    float *__restrict__ o = out + (size_t)row * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    const float r = 1.0f / sqrtf(pw_warp_sum(ss) / (float)C + eps);
+    for (int c = lane; c < C; c += 32) o[c] = weight[c] * (x[c] * r);
+    if (lane == 0) rstd[row] = r;
+}
+
+/* dinp += rstd * (w*dout - n * mean(w*dout*n)), n = x*rstd */
+__global__ void rms_backward_dinp(float *__restrict__ dinp, const float *__restrict__ dout,
+                                  const float *__restrict__ inp, const float *__restrict__ weight,
+                                  const float *__restrict__ rstd, int N, int C) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float *__restrict__ x = inp + (size_t)row * C;
+    const float *__restrict__ d = dout + (size_t)row * C;
+    float *__restrict__ di = dinp + (size_t)row * C;
+    const float r = rstd[row];
+    float dot = 0.0f;
+    for (int c = lane; c < C; c += 32) dot += (weight[c] * d[c]) * (x[c] * r);
+    dot = pw_warp_sum(dot) / (float)C;
+    for (int c = lane; c < C; c += 32) di[c] += (weight[c] * d[c] - (x[c] * r) * dot) * r;
+}
+
+extern "C" cudaError_t lf__cuk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                                              int C, float eps, cudaStream_t stream) {
+    if (N < 0 || C < 0) return cudaErrorInvalidValue;
+    if (N == 0 || C == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(rms_forward, (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, out, rstd, inp,
+                   weight, N, C, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                                               const float *weight, const float *rstd, int N, int C,
+                                               cudaStream_t stream) {
+    if (N < 0 || C < 0) return cudaErrorInvalidValue;
+    if (N == 0 || C == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(rms_backward_dinp, (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, dinp, dout,
+                   inp, weight, rstd, N, C);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    return launch_params(dweight, NULL, dout, inp, NULL, rstd, N, C, stream);
+}
