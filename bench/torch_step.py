@@ -60,7 +60,13 @@ def main():
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--attention", choices=("sdpa", "manual"), default="sdpa")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: the GPU peer of scripts/gpu-check.sh "
+                    "(fp32 matmuls without TF32, as llmforge's cuda backend computes them)")
     args = ap.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -69,7 +75,7 @@ def main():
         raise SystemExit(f"--seq {args.seq} > block_size {cfg.block_size}")
     B, T = args.micro_batch, args.seq
 
-    model = GPT(cfg)
+    model = GPT(cfg).to(dev)
     if args.attention == "sdpa":
         use_sdpa(model)
     model.train()
@@ -84,18 +90,18 @@ def main():
     print(describe_line(info), flush=True)
 
     def step():
-        seq = torch.randint(cfg.vocab_size, (B, T + 1))
+        seq = torch.randint(cfg.vocab_size, (B, T + 1), device=dev)
         x, y = seq[:, :T].contiguous(), seq[:, 1:].contiguous()
         optimizer.zero_grad(set_to_none=True)
         if args.bf16:
-            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
                 _, loss = model(x, y)
         else:
             _, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        return loss.item()
+        return loss.item()  # a host sync: the step's GPU work is finished when it returns
 
     times = []
     for i in range(args.warmup + args.steps):
@@ -125,6 +131,7 @@ def main():
         "bf16": args.bf16,
         "threads": torch.get_num_threads(),
         "attention": args.attention,
+        "device": str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev),
         "torch_version": info["torch_version"],
         "blas": info["blas"],
         "mkl_available": info["mkl_available"],

@@ -1,0 +1,97 @@
+/*
+ * The GPU's measured fp32 matrix rate, the peak scripts/gpu-check.sh
+ * reports MFU against: cuBLASLt fp32 GEMMs (CUBLAS_COMPUTE_32F, no TF32:
+ * what the "cuda" backend's matmuls use), M = N = K = 8192 by default,
+ * timed with CUDA events after 3 warm-ups, the median of 10. Prints one
+ * JSON line. Built with LF_CUDA only (cmake/cuda.cmake); on the shim it
+ * would measure nothing worth printing.
+ *   cuda_peak [SIZE]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "cuda_peak: %s: %s\n", #x, cudaGetErrorString(e_));                  \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+#define LT(x)                                                                                      \
+    do {                                                                                           \
+        cublasStatus_t s_ = (x);                                                                   \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "cuda_peak: %s: status %d\n", #x, (int)s_);                            \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static int cmp(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    const long n = argc > 1 ? atol(argv[1]) : 8192;
+    if (n < 256 || n > 32768) {
+        fprintf(stderr, "cuda_peak: SIZE %ld outside 256..32768\n", n);
+        return 2;
+    }
+    float *a, *b, *c;
+    void *ws;
+    const size_t bytes = (size_t)n * (size_t)n * sizeof(float), ws_bytes = (size_t)32 << 20;
+    CK(cudaMalloc((void **)&a, bytes));
+    CK(cudaMalloc((void **)&b, bytes));
+    CK(cudaMalloc((void **)&c, bytes));
+    CK(cudaMalloc(&ws, ws_bytes));
+    CK(cudaMemset(a, 0x3c, bytes)); /* 0x3c3c3c3c: about 0.0115, finite */
+    CK(cudaMemset(b, 0x3c, bytes));
+    cublasLtHandle_t lt;
+    LT(cublasLtCreate(&lt));
+    cublasLtMatmulDesc_t op;
+    LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtMatrixLayout_t la;
+    LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)n, (uint64_t)n, n));
+    cublasLtMatmulPreference_t pref;
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                            sizeof ws_bytes));
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, la, la, la, pref, 1, &h, &found));
+    if (!found) {
+        fprintf(stderr, "cuda_peak: no cuBLASLt algorithm for an fp32 %ld^3 GEMM\n", n);
+        return 1;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms[10];
+    for (int i = 0; i < 13; i++) {
+        CK(cudaEventRecord(e0, 0));
+        LT(cublasLtMatmul(lt, op, &alpha, a, la, b, la, &beta, c, la, c, la, &h.algo, ws, ws_bytes, 0));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        if (i >= 3) CK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
+    }
+    qsort(ms, 10, sizeof ms[0], cmp);
+    const double med = 0.5 * (ms[4] + ms[5]);
+    const double gflops = 2.0 * (double)n * (double)n * (double)n / (med * 1e-3) / 1e9;
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("{\"device\": \"%s\", \"size\": %ld, \"compute\": \"CUBLAS_COMPUTE_32F\", \"median_ms\": %.4f, "
+           "\"fp32_gemm_gflops\": %.1f}\n",
+           prop.name, n, med, gflops);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(lt);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+    cudaFree(ws);
+    return 0;
+}
