@@ -338,6 +338,9 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     char *cfgjson = lf_train_config_to_json(&t->cfg);
     cJSON *cfg = cfgjson ? cJSON_Parse(cfgjson) : NULL;
     lf_free(cfgjson);
+    /* how the files are written is not part of what they hold: without checkpoint.async, a background
+     * save is byte for byte the synchronous one (config.resolved.json keeps the key) */
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(cfg, "checkpoint"), "async");
     if (!o || !cfg) {
         cJSON_Delete(o);
         cJSON_Delete(cfg);
@@ -673,8 +676,8 @@ static lf_status ckpt_error_decide(lf_trainer *t) {
     t->ckerr_pending = 0;
     if (t->cfg.ckpt_on_error == LF_CKPT_ON_ERROR_STOP) {
         if (mine)
-            return lf_fail(t->ckerr_st, "the checkpoint of step %ld failed: %s (checkpoint.on_error is stop; the "
-                           "previous checkpoint stays latest)", t->ckerr_step, t->ckerr_msg);
+            return lf_fail(t->ckerr_st, "the checkpoint of step %ld failed: %s (checkpoint.on_error is stop; "
+                           "'latest' names the last complete checkpoint)", t->ckerr_step, t->ckerr_msg);
         return lf_fail(LF_ERR_IO, "a checkpoint failed on rank 0, which writes them (its log names the file); "
                        "stopping with it (checkpoint.on_error is stop)");
     }
