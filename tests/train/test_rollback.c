@@ -258,6 +258,24 @@ static void test_rollback_survives_resume(void **state) {
     lf_free(st);
 }
 
+/* With checkpoint.async the rollback waits for the write in flight (the checkpoint it goes back
+ * to may still be being written when the NaN comes): the same bytes as the synchronous run. */
+static void test_rollback_async(void **state) {
+    (void)state;
+    lf_train_config s = cfg_of("rb-sync"), a = cfg_of("rb-async");
+    a.ckpt_async = 1;
+    a.ckpt_interval = s.ckpt_interval = 6; /* the NaN comes one step after the save of step 6 */
+    lf_trainer_opts o = {.inject_nan_step = 7};
+    LF_ASSERT_OK(run(&s, &o, NULL, 0));
+    LF_ASSERT_OK(run(&a, &o, NULL, 0));
+    assert_true(same_file(&s, &a, 16, "model.safetensors"));
+    assert_true(same_file(&s, &a, 16, "optimizer.safetensors"));
+    char *log = read_log(&a), line[4096];
+    line_of(log, "\"type\":\"rollback\"", line, sizeof line);
+    assert_non_null(strstr(line, "\"from_step\":7,\"to_step\":6,"));
+    lf_free(log);
+}
+
 static void test_config(void **state) {
     (void)state;
     char ds[700], od[700];
@@ -307,6 +325,7 @@ int main(void) {
         cmocka_unit_test(test_max_rollbacks),
         cmocka_unit_test(test_no_checkpoint),
         cmocka_unit_test(test_rollback_survives_resume),
+        cmocka_unit_test(test_rollback_async),
     };
     return cmocka_run_group_tests(tests, setup, getenv("LF_TEST_KEEP") ? NULL : char_fixture_teardown);
 }
