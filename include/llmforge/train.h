@@ -277,7 +277,18 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
  * stop was requested (opts.stop_flag, lf_trainer_request_stop) and the run
  * stopped at a step boundary after saving a checkpoint of that step (the
  * run is recorded "preempted"; resuming it continues bit for bit as if it
- * had not stopped); any other status is a failure. */
+ * had not stopped); any other status is a failure.
+ * Checkpoints: with checkpoint.async the save of a step is written by a
+ * background thread while the next steps run (one in flight; every return
+ * from this function, a stop included, comes after it is complete). A save
+ * that fails, synchronous or not, is decided at the next step boundary by
+ * checkpoint.on_error: stop returns its error (LF_ERR_IO, the message naming
+ * the file and the errno), continue logs it (a checkpoint_error record) and
+ * trains on; the decision is agreed over the ranks.
+ * Alerts with action rollback reload the last complete checkpoint in
+ * process and skip the batches since it (a rollback record); the one after
+ * monitor.alerts.max_rollbacks, or one with no checkpoint to go back to,
+ * returns LF_ERR_NUMERIC with the history. */
 lf_status lf_trainer_run(lf_trainer *t);
 /* Ask a run to stop at the next step boundary (checkpoint, then
  * LF_ERR_PREEMPTED); reason: non-zero, e.g. the signal number (reported).

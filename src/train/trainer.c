@@ -47,15 +47,39 @@
  *  - Saving is two halves: a snapshot (the state JSON and host copies of
  *    parameters and moments, taken at the step boundary) and the write of
  *    that snapshot (prune what it makes obsolete, write, commit, rotate).
- *    The write reads only the snapshot, never the live model, so it could
- *    run on a background thread once the snapshot owns its buffers.
- *  - Alerts: a non-finite loss or gradient stops the run (no checkpoint) or
- *    skips the step; a loss spike (z-score over the previous accepted steps)
- *    is logged or skips the step; a stall (no step for N seconds) is reported
- *    by a watchdog thread, which may also end the process via on_fatal. A
- *    skipped step advances the data but not AdamW's step count (opt_t), as
- *    DeepSpeed's skipped steps do; both counters and the spike window are
- *    saved, so resume stays exact.
+ *    The write reads only the snapshot, never the live model. With
+ *    checkpoint.async the snapshot owns buffers of its own (snap_*, three
+ *    copies of the parameters, rank 0) and the write runs on a writer
+ *    thread while training goes on; at most one is in flight (the next save
+ *    joins it first), and the end of the run, a stop, a rollback and
+ *    lf_trainer_free join it, so no path returns with a write running. Its
+ *    outcome is taken on the training thread (records are emitted there):
+ *    at a step boundary when it is done, else when it is joined. The
+ *    bytes are those of a synchronous save: the same snapshot, the same
+ *    writer code, and trainer_state.json's config leaves out
+ *    checkpoint.async.
+ *  - A failed save (sync or async) is not an immediate exit: it is kept
+ *    and decided at the next step boundary by checkpoint.on_error, after an
+ *    all-reduce (the one that agrees on stop requests) says whether any
+ *    rank holds one, so every rank stops at the same step or none does.
+ *    `latest` is replaced only by a complete save (checkpoint.c), so it
+ *    never names the failed one.
+ *  - Alerts: a non-finite loss or gradient stops the run (no checkpoint),
+ *    skips the step or rolls back; a loss spike (z-score over the previous
+ *    accepted steps) is logged, skips the step or rolls back; a stall (no
+ *    step for N seconds) is reported by a watchdog thread, which may also
+ *    end the process via on_fatal. A skipped step advances the data but not
+ *    AdamW's step count (opt_t), as DeepSpeed's skipped steps do; both
+ *    counters and the spike window are saved, so resume stays exact.
+ *  - Rollback: the alert's update is not applied; the last complete
+ *    checkpoint is loaded in process by the resume code (resume_from), and
+ *    the data cursor moves past the window: the loader reads data step
+ *    step + data_off, and a rollback from step k to checkpoint c adds
+ *    k - c to data_off (see rollback()). data_off and the rollback count
+ *    are saved in trainer_state.json, so a resume keeps them; a run resumed
+ *    from c with opts.skip_batches = k - c is the rolled-back run, bit for
+ *    bit (PaLM, Chowdhery et al. 2022, sec. 5.1; OPT's logbook: restart from
+ *    a checkpoint before the spike and skip the batches that preceded it).
  */
 #include <errno.h>
 #include <math.h>
