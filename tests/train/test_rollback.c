@@ -127,12 +127,13 @@ static void line_of(const char *log, const char *needle, char *out, size_t cap) 
     snprintf(out, cap, "%.*s", (int)(e ? e - p : (long)strlen(p)), p);
 }
 
-/* kind: "nan" or "loss_spike"; the alert at step k, the checkpoint before it at c. */
-static void rollback_case(const char *kind, long k, long c) {
+/* kind: "nan" or "loss_spike"; the alert at step k, the checkpoint before it at c; zero: ZeRO stage (one rank). */
+static void rollback_case(const char *kind, long k, long c, int zero) {
     int nan = !strcmp(kind, "nan");
     char name[64];
-    snprintf(name, sizeof name, "rb-%s", kind);
+    snprintf(name, sizeof name, "rb-%s-z%d", kind, zero);
     lf_train_config rb = cfg_of(name);
+    rb.zero_stage = zero;
     lf_trainer_opts o = {0};
     if (nan)
         o.inject_nan_step = k;
@@ -166,8 +167,9 @@ static void rollback_case(const char *kind, long k, long c) {
     lf_free(st);
 
     /* the run that never saw those rows, constructed explicitly */
-    snprintf(name, sizeof name, "ref-%s", kind);
+    snprintf(name, sizeof name, "ref-%s-z%d", kind, zero);
     lf_train_config ref = cfg_of(name);
+    ref.zero_stage = zero;
     ref.stop_at = c;
     LF_ASSERT_OK(run(&ref, NULL, NULL, 0));
     ref.stop_at = 0;
@@ -176,8 +178,9 @@ static void rollback_case(const char *kind, long k, long c) {
     assert_true(same_file(&rb, &ref, 16, "model.safetensors"));
     assert_true(same_file(&rb, &ref, 16, "optimizer.safetensors"));
     /* and the skip did matter: a run with no alert ends elsewhere */
-    snprintf(name, sizeof name, "plain-%s", kind);
+    snprintf(name, sizeof name, "plain-%s-z%d", kind, zero);
     lf_train_config plain = cfg_of(name);
+    plain.zero_stage = zero;
     LF_ASSERT_OK(run(&plain, NULL, NULL, 0));
     assert_false(same_file(&rb, &plain, 16, "model.safetensors"));
     /* the checkpoint the rollback started from is the plain run's too (nothing before it changed) */
@@ -186,12 +189,19 @@ static void rollback_case(const char *kind, long k, long c) {
 
 static void test_rollback_nan(void **state) {
     (void)state;
-    rollback_case("nan", 7, 4);
+    rollback_case("nan", 7, 4, 0);
+}
+
+/* ZeRO stages 1 and 2 (one rank): the rollback reloads through zero_resume_read, the moments into the shard */
+static void test_rollback_zero(void **state) {
+    (void)state;
+    rollback_case("nan", 7, 4, 1);
+    rollback_case("loss_spike", 10, 8, 2);
 }
 
 static void test_rollback_spike(void **state) {
     (void)state;
-    rollback_case("loss_spike", 10, 8);
+    rollback_case("loss_spike", 10, 8, 0);
 }
 
 /* The NaN at step 7 comes back at every replay: max_rollbacks 2 allows two, the third alert stops. */
@@ -322,6 +332,7 @@ int main(void) {
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_rollback_nan),
         cmocka_unit_test(test_rollback_spike),
+        cmocka_unit_test(test_rollback_zero),
         cmocka_unit_test(test_max_rollbacks),
         cmocka_unit_test(test_no_checkpoint),
         cmocka_unit_test(test_rollback_survives_resume),
