@@ -2380,6 +2380,9 @@ static lf_status rollback(lf_trainer *t, long bad_step, const char *kind, const 
         return st;
     }
     const long to = t->step, rows = (long)t->cfg.micro_batch * t->cfg.grad_accum * t->world;
+    /* evaluations after the checkpoint are undone with it: none may mark a replayed step's save the best */
+    if (t->best_eval_step > to) t->best_eval_step = -1;
+    if (t->last_eval_step > to) t->last_eval_step = -1;
     const long first = to + off, last = bad_step - 1 + off; /* data steps skipped, inclusive */
     t->data_off = off + (bad_step - to);
     t->n_rollbacks = n_rb + 1;
