@@ -20,7 +20,9 @@
  *   activation_checkpointing.policy ["none"|"selective"|"full"]
  *   eval.interval [250], eval.iters [20], eval.tasks [[]], eval.suite [""]
  *   checkpoint.interval [500], checkpoint.keep_last [3], checkpoint.keep_every [0],
- *     checkpoint.requeue [false]
+ *     checkpoint.requeue [false], checkpoint.async [false],
+ *     checkpoint.on_error ["stop"|"continue"]
+ *   monitor.alerts.{nan,loss_spike}.action [... |"rollback"], monitor.alerts.max_rollbacks [3]
  *   steps_per_print [10], seed [1337], out_dir ["out"]
  *   comm.backend ["auto"|"single"|"mpi"], comm.timeout_s [300],
  *     comm.bucket_elems [4194304]
@@ -110,6 +112,8 @@ typedef struct lf_train_config {
     int keep_last;
     long keep_every;                /* checkpoint.keep_every: multiples of this step are kept forever (0: none) */
     int ckpt_requeue;               /* checkpoint.requeue: `scontrol requeue` after a preemption (the CLI's part) */
+    int ckpt_async;                 /* checkpoint.async: snapshot at the step, write on a background thread */
+    int ckpt_on_error;              /* checkpoint.on_error: lf_ckpt_on_error (a failed save stops, or warns) */
     long steps_per_print;
     uint64_t seed;
     char out_dir[LF_PATH_MAX];
@@ -126,8 +130,9 @@ typedef struct lf_train_config {
     int report_enabled;             /* monitor.report: write out_dir/report.html at the end */
     int monitor_required;           /* a sink that cannot start stops the run */
     float peak_gflops;              /* monitor.peak_gflops: MFU reference; 0 = measure */
-    int alert_nan_action;           /* lf_alert_action: STOP or SKIP */
-    int alert_spike_action;         /* OFF, LOG or SKIP */
+    int alert_nan_action;           /* lf_alert_action: STOP, SKIP or ROLLBACK */
+    int alert_spike_action;         /* OFF, LOG, SKIP or ROLLBACK */
+    int alert_max_rollbacks;        /* monitor.alerts.max_rollbacks: rollbacks a run may make; one alert more stops it */
     float alert_spike_zscore;
     int alert_spike_window;
     float alert_stall_seconds;      /* 0 = off */
@@ -145,9 +150,14 @@ typedef struct lf_train_config {
     char registry_path[LF_PATH_MAX]; /* registry.path: "" = $LLMFORGE_REGISTRY, else ~/.local/share/llmforge/registry.db */
 } lf_train_config;
 
+/* ROLLBACK: restore the last complete checkpoint in process and move the
+ * data cursor past the batches since it (lf_trainer_run). */
 typedef enum lf_alert_action {
-    LF_ALERT_OFF = 0, LF_ALERT_LOG = 1, LF_ALERT_SKIP = 2, LF_ALERT_STOP = 3, LF_ALERT_EXIT = 4
+    LF_ALERT_OFF = 0, LF_ALERT_LOG = 1, LF_ALERT_SKIP = 2, LF_ALERT_STOP = 3, LF_ALERT_EXIT = 4, LF_ALERT_ROLLBACK = 5
 } lf_alert_action;
+
+/* checkpoint.on_error: what a failed save (synchronous or background) does. */
+typedef enum lf_ckpt_on_error { LF_CKPT_ON_ERROR_STOP = 0, LF_CKPT_ON_ERROR_CONTINUE = 1 } lf_ckpt_on_error;
 
 /* Defaults for every key (dataset empty). */
 lf_train_config lf_train_config_default(void);
@@ -230,8 +240,19 @@ typedef struct lf_trainer_opts {
     void (*on_fatal)(const char *msg, void *user);
     void *user;
     /* Test hooks (0 = off): at that step (1-based) make the gradient NaN,
-     * multiply the observed loss by 100, or sleep inject_stall_seconds. */
+     * multiply the observed loss by 100, or sleep inject_stall_seconds.
+     * The NaN and spike hooks fire once per process (a rollback re-runs
+     * step numbers: the replayed step is clean). */
     long inject_nan_step, inject_spike_step, inject_stall_step;
+    int inject_repeat;                /* the NaN and spike hooks fire every time their step is run */
+    /* Move the data cursor forward by this many steps' batches once the run
+     * is created (after --resume): step s then reads the rows data step
+     * s + offset would, offset = the checkpoint's data_cursor.batch_offset +
+     * skip_batches. It is saved with every checkpoint (not applied again by
+     * a later resume). What a rollback does to the cursor, as an explicit
+     * knob: a run resumed from checkpoint c with skip_batches k - c never
+     * sees the rows of steps c+1..k. >= 0. */
+    long skip_batches;
     /* fp16: steps (1-based, up to 16) whose gradients are made to overflow (an inf put in h.0's c_fc weight gradient) */
     long inject_overflow_steps[16];
     int n_inject_overflow;
@@ -256,7 +277,18 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
  * stop was requested (opts.stop_flag, lf_trainer_request_stop) and the run
  * stopped at a step boundary after saving a checkpoint of that step (the
  * run is recorded "preempted"; resuming it continues bit for bit as if it
- * had not stopped); any other status is a failure. */
+ * had not stopped); any other status is a failure.
+ * Checkpoints: with checkpoint.async the save of a step is written by a
+ * background thread while the next steps run (one in flight; every return
+ * from this function, a stop included, comes after it is complete). A save
+ * that fails, synchronous or not, is decided at the next step boundary by
+ * checkpoint.on_error: stop returns its error (LF_ERR_IO, the message naming
+ * the file and the errno), continue logs it (a checkpoint_error record) and
+ * trains on; the decision is agreed over the ranks.
+ * Alerts with action rollback reload the last complete checkpoint in
+ * process and skip the batches since it (a rollback record); the one after
+ * monitor.alerts.max_rollbacks, or one with no checkpoint to go back to,
+ * returns LF_ERR_NUMERIC with the history. */
 lf_status lf_trainer_run(lf_trainer *t);
 /* Ask a run to stop at the next step boundary (checkpoint, then
  * LF_ERR_PREEMPTED); reason: non-zero, e.g. the signal number (reported).

@@ -44,6 +44,7 @@
 #include "llmforge/comm.h"
 #include "llmforge/data.h"
 #include "llmforge/train.h"
+#include "train_impl.h"
 
 #define CFG_FILE_MAX (16u << 20) /* configuration files larger than this are refused */
 #define PATH_BUF 256             /* longest dotted key path handled (longer ones are unknown) */
@@ -99,7 +100,13 @@ static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
 /* alert actions, as lf_alert_action values (index = value) */
-static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", NULL};
+static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", "rollback", NULL};
+_Static_assert(LF_ALERT_OFF == 0 && LF_ALERT_LOG == 1 && LF_ALERT_SKIP == 2 && LF_ALERT_STOP == 3 && LF_ALERT_EXIT == 4 &&
+                   LF_ALERT_ROLLBACK == 5,
+               "alert_choices order");
+/* checkpoint.on_error, as lf_ckpt_on_error values */
+static const char *const on_error_choices[] = {"stop", "continue", NULL};
+_Static_assert(LF_CKPT_ON_ERROR_STOP == 0 && LF_CKPT_ON_ERROR_CONTINUE == 1, "on_error_choices order");
 /* activation_checkpointing.policy, as lf_recompute values (index = value) */
 static const char *const recompute_choices[] = {"none", "selective", "full", NULL};
 static const char *const comm_choices[] = {"auto", "single", "mpi", NULL};
@@ -201,6 +208,15 @@ static const key_def k_keys[] = {
     {.path = "checkpoint.requeue", .type = KT_BOOL, FLD(ckpt_requeue), .def = {0},
      .help = "under Slurm (SLURM_JOB_ID set), after a preemption's checkpoint run `scontrol requeue "
              "$SLURM_JOB_ID` (the CLI, rank 0), so the job starts again and --resume auto continues it"},
+    {.path = "checkpoint.async", .type = KT_BOOL, FLD(ckpt_async), .def = {0},
+     .help = "the step that checkpoints only snapshots the state (host copies of parameters, moments, state); a "
+             "background thread writes, hashes, fsyncs and renames while training goes on; one write in flight "
+             "(the next save waits for it); the files are those a synchronous save writes"},
+    {.path = "checkpoint.on_error", .type = KT_ENUM, FLD(ckpt_on_error), .def_str = "stop",
+     .choices = on_error_choices,
+     .help = "a save that fails (ENOSPC, EIO; found at the next step boundary when async): stop (the run fails "
+             "naming the file) or continue (a checkpoint_error record and a warning; the next save tries again); "
+             "the previous checkpoint stays latest either way"},
     {.path = "steps_per_print", .type = KT_LONG, FLD(steps_per_print), .lo = 1, .hi = INF, .def = {10},
      .alias = "log_interval", .help = "steps between progress lines"},
     {.path = "seed", .type = KT_U64, FLD(seed), .def = {1337},
@@ -287,13 +303,18 @@ static const key_def k_keys[] = {
     {.path = "monitor.peak_gflops", .type = KT_FLOAT, FLD(peak_gflops), .lo = 0, .hi = INF, .def = {0},
      .help = "peak FLOP/s (in GFLOP/s) MFU is reported against; 0 = measure the FMA rate at start"},
     {.path = "monitor.alerts.nan.action", .type = KT_ENUM, FLD(alert_nan_action), .def_str = "stop",
-     .choices = alert_choices, .help = "non-finite loss or gradient: stop (exit non-zero, no checkpoint) or skip_step"},
+     .choices = alert_choices,
+     .help = "non-finite loss or gradient: stop (exit non-zero, no checkpoint), skip_step, or rollback (restore "
+             "the last checkpoint, skip the batches since it, go on)"},
     {.path = "monitor.alerts.loss_spike.action", .type = KT_ENUM, FLD(alert_spike_action), .def_str = "log",
-     .choices = alert_choices, .help = "loss z-score above the threshold: off, log or skip_step"},
+     .choices = alert_choices, .help = "loss z-score above the threshold: off, log, skip_step or rollback"},
     {.path = "monitor.alerts.loss_spike.zscore", .type = KT_FLOAT, FLD(alert_spike_zscore), .lo = 0, .hi = INF,
      .flags = KF_LO_OPEN, .def = {6}, .help = "z-score of the loss against the window that counts as a spike"},
     {.path = "monitor.alerts.loss_spike.window", .type = KT_INT, FLD(alert_spike_window), .lo = 2, .hi = 100000,
      .def = {50}, .help = "previous steps the z-score is computed over"},
+    {.path = "monitor.alerts.max_rollbacks", .type = KT_INT, FLD(alert_max_rollbacks), .lo = 0, .hi = 1000000,
+     .def = {3}, .help = "rollbacks a run may make (action rollback); the alert after the last stops the run with "
+                         "the history of rollbacks"},
     {.path = "monitor.alerts.stall.seconds", .type = KT_FLOAT, FLD(alert_stall_seconds), .lo = 0, .hi = INF,
      .def = {0}, .help = "alert when no step finishes for this long (0 = off)"},
     {.path = "monitor.alerts.stall.action", .type = KT_ENUM, FLD(alert_stall_action), .def_str = "log",
@@ -986,9 +1007,10 @@ static lf_status check_alert_actions(parse_ctx *c) {
         const char *list;
     } rules[] = {
         {"monitor.alerts.nan.action", offsetof(lf_train_config, alert_nan_action),
-         1u << LF_ALERT_STOP | 1u << LF_ALERT_SKIP, "stop, skip_step"},
+         1u << LF_ALERT_STOP | 1u << LF_ALERT_SKIP | 1u << LF_ALERT_ROLLBACK, "stop, skip_step, rollback"},
         {"monitor.alerts.loss_spike.action", offsetof(lf_train_config, alert_spike_action),
-         1u << LF_ALERT_OFF | 1u << LF_ALERT_LOG | 1u << LF_ALERT_SKIP, "off, log, skip_step"},
+         1u << LF_ALERT_OFF | 1u << LF_ALERT_LOG | 1u << LF_ALERT_SKIP | 1u << LF_ALERT_ROLLBACK,
+         "off, log, skip_step, rollback"},
         {"monitor.alerts.stall.action", offsetof(lf_train_config, alert_stall_action),
          1u << LF_ALERT_LOG | 1u << LF_ALERT_EXIT, "log, exit"},
     };
@@ -998,6 +1020,25 @@ static lf_status check_alert_actions(parse_ctx *c) {
             return lf_fail(LF_ERR_CONFIG, "key '%s' %s: '%s' is not an action of this alert (one of: %s)", rules[i].key,
                            note_of(c, key_index(rules[i].key)), alert_choices[v], rules[i].list);
     }
+    return LF_OK;
+}
+
+/* Settings of checkpoint.async and the rollback action that the trainer
+ * cannot honour, refused rather than ignored (train_impl.h). */
+lf_status lf__train_config_check_ckpt(const lf_train_config *c) {
+    if (c->ckpt_async && c->zero_stage > 0)
+        return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.async' is true but zero_optimization.stage is %d: a ZeRO "
+                       "checkpoint is written by every rank with collectives of its own, which cannot run beside "
+                       "the training step's; set checkpoint.async false (or stage 0)", c->zero_stage);
+    if (c->ckpt_async && c->eval_suite[0])
+        return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.async' is true but eval.suite is set ('%s'): the suite runs "
+                       "on the model of the checkpoint's step, which a background write has moved past; set "
+                       "checkpoint.async false or eval.suite \"\"", c->eval_suite);
+    int rb_nan = c->alert_nan_action == LF_ALERT_ROLLBACK, rb_spike = c->alert_spike_action == LF_ALERT_ROLLBACK;
+    if ((rb_nan || rb_spike) && c->zero_stage == 3)
+        return lf_fail(LF_ERR_CONFIG, "key 'monitor.alerts.%s.action' is rollback but zero_optimization.stage is 3: "
+                       "a rollback reloads the whole parameters in process, which no ZeRO-3 rank holds; use stage "
+                       "0-2, or resume from the checkpoint instead", rb_nan ? "nan" : "loss_spike");
     return LF_OK;
 }
 
@@ -1149,6 +1190,7 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
     }
     if (st == LF_OK) st = resolve_model(c);
     if (st == LF_OK) st = check_alert_actions(c);
+    if (st == LF_OK) st = lf__train_config_check_ckpt(&c->cfg);
     if (st == LF_OK && c->cfg.fp16 && c->cfg.bf16)
         st = lf_fail(LF_ERR_CONFIG, "keys 'fp16.enabled' (%s) and 'bf16.enabled' (%s) are both true; choose one",
                      note_of(c, key_index("fp16.enabled")), note_of(c, key_index("bf16.enabled")));

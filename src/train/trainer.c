@@ -47,19 +47,44 @@
  *  - Saving is two halves: a snapshot (the state JSON and host copies of
  *    parameters and moments, taken at the step boundary) and the write of
  *    that snapshot (prune what it makes obsolete, write, commit, rotate).
- *    The write reads only the snapshot, never the live model, so it could
- *    run on a background thread once the snapshot owns its buffers.
- *  - Alerts: a non-finite loss or gradient stops the run (no checkpoint) or
- *    skips the step; a loss spike (z-score over the previous accepted steps)
- *    is logged or skips the step; a stall (no step for N seconds) is reported
- *    by a watchdog thread, which may also end the process via on_fatal. A
- *    skipped step advances the data but not AdamW's step count (opt_t), as
- *    DeepSpeed's skipped steps do; both counters and the spike window are
- *    saved, so resume stays exact.
+ *    The write reads only the snapshot, never the live model. With
+ *    checkpoint.async the snapshot owns buffers of its own (snap_*, three
+ *    copies of the parameters, rank 0) and the write runs on a writer
+ *    thread while training goes on; at most one is in flight (the next save
+ *    joins it first), and the end of the run, a stop, a rollback and
+ *    lf_trainer_free join it, so no path returns with a write running. Its
+ *    outcome is taken on the training thread (records are emitted there):
+ *    at a step boundary when it is done, else when it is joined. The
+ *    bytes are those of a synchronous save: the same snapshot, the same
+ *    writer code, and trainer_state.json's config leaves out
+ *    checkpoint.async.
+ *  - A failed save (sync or async) is not an immediate exit: it is kept
+ *    and decided at the next step boundary by checkpoint.on_error, after an
+ *    all-reduce (the one that agrees on stop requests) says whether any
+ *    rank holds one, so every rank stops at the same step or none does.
+ *    `latest` is replaced only by a complete save (checkpoint.c), so it
+ *    never names the failed one.
+ *  - Alerts: a non-finite loss or gradient stops the run (no checkpoint),
+ *    skips the step or rolls back; a loss spike (z-score over the previous
+ *    accepted steps) is logged, skips the step or rolls back; a stall (no
+ *    step for N seconds) is reported by a watchdog thread, which may also
+ *    end the process via on_fatal. A skipped step advances the data but not
+ *    AdamW's step count (opt_t), as DeepSpeed's skipped steps do; both
+ *    counters and the spike window are saved, so resume stays exact.
+ *  - Rollback: the alert's update is not applied; the last complete
+ *    checkpoint is loaded in process by the resume code (resume_from), and
+ *    the data cursor moves past the window: the loader reads data step
+ *    step + data_off, and a rollback from step k to checkpoint c adds
+ *    k - c to data_off (see rollback()). data_off and the rollback count
+ *    are saved in trainer_state.json, so a resume keeps them; a run resumed
+ *    from c with opts.skip_batches = k - c is the rolled-back run, bit for
+ *    bit (PaLM, Chowdhery et al. 2022, sec. 5.1; OPT's logbook: restart from
+ *    a checkpoint before the spike and skip the batches that preceded it).
  */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,10 +171,29 @@ struct lf_trainer {
     char ckpt_root[LF_PATH_MAX + 8];
     lf__treg *treg;            /* model registry and eval.suite (train_registry.c) */
     char resumed_dir[LF_PATH_MAX + 64]; /* the checkpoint --resume loaded (rank 0) */
+    char rollback_dir[LF_PATH_MAX + 64]; /* the checkpoint the last rollback loaded (rank 0) */
     char *plan_json;           /* the memory plan for the run_info record (train_report.c) */
     volatile sig_atomic_t stop_req; /* lf_trainer_request_stop's reason (0: none) */
     int stop_reason;           /* the reason agreed at the boundary the run stopped at (0: none) */
     long saved_step;           /* step of the last checkpoint saved or resumed from (-1: none) */
+    /* checkpoint.async: the background writer, one snapshot in flight
+     * (ckpt_async_start / ckpt_reap). The snapshot owns snap_* (host, the
+     * whole model) and its state text until the writer is joined. */
+    pthread_t ckw;
+    int ckw_running;           /* started and not yet joined */
+    _Atomic int ckw_done;      /* set by the writer as its last act */
+    struct ckpt_job *job;      /* the snapshot in flight and what became of it */
+    float *snap_params, *snap_m, *snap_v;
+    /* a failed save waiting for the step boundary (checkpoint.on_error) */
+    int ckerr_pending;
+    lf_status ckerr_st;
+    long ckerr_step;
+    char ckerr_msg[1024];
+    /* rollback (monitor.alerts.*.action rollback) */
+    long data_off;             /* batches skipped: step s reads the rows of data step s + data_off */
+    int n_rollbacks;           /* rollbacks made by this run (and the runs it resumed) */
+    char rb_hist[1024];        /* "step 9 -> 8 (nan); ..." for the message that stops the run */
+    int nan_fired, spike_fired; /* the test hooks fired (they fire once unless opts.inject_repeat) */
     char errmsg[1024];
 };
 
@@ -318,6 +362,9 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     char *cfgjson = lf_train_config_to_json(&t->cfg);
     cJSON *cfg = cfgjson ? cJSON_Parse(cfgjson) : NULL;
     lf_free(cfgjson);
+    /* how the files are written is not part of what they hold: without checkpoint.async, a background
+     * save is byte for byte the synchronous one (config.resolved.json keeps the key) */
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(cfg, "checkpoint"), "async");
     if (!o || !cfg) {
         cJSON_Delete(o);
         cJSON_Delete(cfg);
@@ -334,9 +381,11 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
                                                 : t->cfg.sampling == LF_SAMPLING_RECORDS  ? "records"
                                                 : t->cfg.sampling == LF_SAMPLING_PACKED   ? "packed"
                                                                                           : "random");
-    /* the loader's whole state: rows are a function of the step (src/data/loader.c) */
-    cJSON_AddNumberToObject(cursor, "next_step", (double)t->step);
-    cJSON_AddNumberToObject(cursor, "next_row", (double)t->step * (double)rows_per_step);
+    /* the loader's whole state: rows are a function of the data step (src/data/loader.c), which is the
+     * step plus the batches rollbacks (and opts.skip_batches) moved past */
+    cJSON_AddNumberToObject(cursor, "next_step", (double)(t->step + t->data_off));
+    cJSON_AddNumberToObject(cursor, "next_row", (double)(t->step + t->data_off) * (double)rows_per_step);
+    cJSON_AddNumberToObject(cursor, "batch_offset", (double)t->data_off);
     cJSON_AddNumberToObject(cursor, "world_size", t->world);
     if (t->loader) cJSON_AddNumberToObject(cursor, "epoch", lf_loader_epoch(t->loader));
     cJSON *rng = cJSON_AddObjectToObject(o, "rng");
@@ -390,6 +439,9 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
         int k = (t->spike_pos - t->spike_n + i + w) % w;
         cJSON_AddItemToArray(win, cJSON_CreateNumber(t->spike_win[k]));
     }
+    cJSON *rb = cJSON_AddObjectToObject(o, "rollbacks");
+    cJSON_AddNumberToObject(rb, "count", t->n_rollbacks);
+    cJSON_AddStringToObject(rb, "history", t->rb_hist);
     cJSON_AddItemToObject(o, "config", cfg);
     *out = lf_json_print(o, 0); /* best_metric and loss_window read back exactly */
     cJSON_Delete(o);
@@ -398,21 +450,37 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
 }
 
 /* What a checkpoint holds, taken at a step boundary: the state JSON and the
- * host copies of parameters and moments (on a host-memory backend the
- * live buffers themselves: a background writer would copy them here). */
+ * host copies of parameters and moments, and what the write needs of the
+ * trainer's mutable state (the best checkpoint's name). A synchronous save
+ * uses t->host_* (on a host-memory backend the live buffers themselves); a
+ * background one copies into t->snap_*, which the writer owns until it is
+ * joined. */
 typedef struct ckpt_snapshot {
     long step;
     char *state;                 /* trainer_state.json's object (malloc) */
     const float *params, *m, *v; /* host, whole model (stage 0) */
+    char protect[64];            /* t->best_ckpt at the snapshot ("" = none) */
 } ckpt_snapshot;
 
-static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap) {
+static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own) {
     size_t n = lf_model_num_params(t->model);
     snap->step = t->step;
     snap->state = NULL;
     snap->params = snap->m = snap->v = NULL;
+    snprintf(snap->protect, sizeof snap->protect, "%s", t->best_ckpt);
     lf_status st = state_to_json(t, &snap->state);
     if (st != LF_OK || t->zstage) return st; /* ZeRO: each rank writes its shard in zero_save */
+    if (own) { /* copies of their own, whatever the backend: training goes on under the writer */
+        t->be->ops->to_host(t->be, t->snap_params, lf_model_params(t->model), n * sizeof(float));
+        t->be->ops->to_host(t->be, t->snap_m, t->m, n * sizeof(float));
+        t->be->ops->to_host(t->be, t->snap_v, t->v, n * sizeof(float));
+        st = lf_backend_sync(t->be);
+        if (st != LF_OK) return st;
+        snap->params = t->snap_params;
+        snap->m = t->snap_m;
+        snap->v = t->snap_v;
+        return LF_OK;
+    }
     stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
     stage_out(t, t->host_m, t->m, n * sizeof(float));
     stage_out(t, t->host_v, t->v, n * sizeof(float));
@@ -423,17 +491,20 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap) {
 }
 
 /* checkpoint.keep_last / keep_every and the best, for lf_checkpoint_prune. */
-static lf_ckpt_retention retention(const lf_trainer *t) {
+static lf_ckpt_retention retention(const lf_trainer *t, const char *protect) {
     lf_ckpt_retention r = {.keep_last = t->cfg.keep_last, .keep_every = t->cfg.keep_every,
-                           .protect = t->best_ckpt[0] ? t->best_ckpt : NULL};
+                           .protect = protect && protect[0] ? protect : NULL};
     return r;
 }
 
 /* Write a snapshot: first remove what it makes obsolete (so a disk that is
  * full of old checkpoints has room), then write and commit it (rank 0 for
- * stage 0; every rank its shard with ZeRO), then the usual rotation. */
+ * stage 0; every rank its shard with ZeRO), then the usual rotation. Reads
+ * only the snapshot and what never changes after create (the root, the
+ * parameter table, the extra files, the retention keys), so it may run on
+ * the writer thread. */
 static lf_status ckpt_write(lf_trainer *t, const ckpt_snapshot *snap, char **saved) {
-    lf_ckpt_retention keep = retention(t);
+    lf_ckpt_retention keep = retention(t, snap->protect);
     if (t->rank == 0) lf_checkpoint_prune(t->ckpt_root, snap->step, &keep);
     lf_status st;
     if (t->zstage) {
@@ -449,7 +520,140 @@ static lf_status ckpt_write(lf_trainer *t, const ckpt_snapshot *snap, char **sav
     return st;
 }
 
-static lf_status save_checkpoint(lf_trainer *t) {
+/* The "checkpoint" record of a save that is complete (rank 0). */
+static void ckpt_saved_event(lf_trainer *t, long step, const char *saved, const char *fields) {
+    if (t->rank != 0) return;
+    char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 256];
+    json_escape(esc, sizeof esc, saved ? saved : "");
+    snprintf(json, sizeof json, "{\"path\":\"%s\",%s}", esc, fields);
+    lf_obs_record r = {.kind = LF_OBS_EVENT, .step = step, .event = "checkpoint", .json = json};
+    obs_emit(t, &r);
+}
+
+/* A save failed: kept for the next step boundary (checkpoint.on_error,
+ * decided alike on every rank there). The first failure since the last
+ * boundary is the one reported. */
+static void ckpt_error_note(lf_trainer *t, lf_status st, long step, const char *msg) {
+    if (t->ckerr_pending) return;
+    t->ckerr_pending = 1;
+    t->ckerr_st = st;
+    t->ckerr_step = step;
+    snprintf(t->ckerr_msg, sizeof t->ckerr_msg, "%s", msg);
+}
+
+/* The background writer's job: the snapshot, and what became of it. */
+typedef struct ckpt_job {
+    ckpt_snapshot snap;
+    lf_status st;
+    char *saved;                     /* the step directory (lf_free) */
+    char err[1024];                  /* the writer thread's lf_last_error */
+    double write_ms, snapshot_ms, wait_ms;
+    int evaluated;                   /* the snapshot's step was evaluated: its losses go to the registry */
+    double train_loss, val_loss;
+} ckpt_job;
+
+static void *ckpt_writer_main(void *arg) {
+    lf_trainer *t = arg;
+    ckpt_job *j = t->job;
+    double t0 = lf_time_now();
+    j->st = ckpt_write(t, &j->snap, &j->saved);
+    if (j->st != LF_OK) snprintf(j->err, sizeof j->err, "%s", lf_last_error()); /* thread-local */
+    j->write_ms = (lf_time_now() - t0) * 1e3;
+    atomic_store(&t->ckw_done, 1);
+    return NULL;
+}
+
+/* Join the writer (waiting for it when it is not done) and report: the
+ * checkpoint record and the registry on success, a pending error on
+ * failure. Main thread only. */
+static void ckpt_reap(lf_trainer *t) {
+    if (!t->ckw_running) return;
+    pthread_join(t->ckw, NULL);
+    t->ckw_running = 0;
+    ckpt_job *j = t->job;
+    if (j->st == LF_OK) {
+        char fields[256], ms[LF_JSON_NUMBER_MAX], sn[LF_JSON_NUMBER_MAX], wt[LF_JSON_NUMBER_MAX];
+        lf_json_number(ms, sizeof ms, j->write_ms);
+        lf_json_number(sn, sizeof sn, j->snapshot_ms);
+        lf_json_number(wt, sizeof wt, j->wait_ms);
+        snprintf(fields, sizeof fields, "\"ms\":%s,\"async\":true,\"snapshot_ms\":%s,\"wait_ms\":%s", ms, sn, wt);
+        if (j->snap.step > t->saved_step) t->saved_step = j->snap.step;
+        ckpt_saved_event(t, j->snap.step, j->saved, fields);
+        /* eval.suite is refused with async (train_impl.h): only the record, with the step's own evaluation */
+        lf__treg_checkpoint(t->treg, t->model, j->snap.step, j->evaluated, j->train_loss, j->val_loss,
+                            j->evaluated && t->last_eval_step == j->snap.step ? t->task_res : NULL, j->snap.protect,
+                            NULL);
+    } else {
+        ckpt_error_note(t, j->st, j->snap.step, j->err);
+    }
+    free(j->snap.state);
+    j->snap.state = NULL;
+    lf_free(j->saved);
+    j->saved = NULL;
+}
+
+/* At a step boundary: the outcome of a write that is done, without waiting. */
+static void ckpt_poll(lf_trainer *t) {
+    if (t->ckw_running && atomic_load(&t->ckw_done)) ckpt_reap(t);
+}
+
+/* Wait for the write in flight (before a save, a rollback, the end, a stop). */
+static void ckpt_wait(lf_trainer *t, const char *why) {
+    if (!t->ckw_running) return;
+    if (!atomic_load(&t->ckw_done))
+        lf_log(LF_LOG_INFO, "%s at step %ld waits for the background write of checkpoint step %ld", why, t->step,
+               t->job->snap.step);
+    ckpt_reap(t);
+}
+
+/* checkpoint.async: wait for the previous write (one in flight: memory is
+ * bounded by one snapshot), snapshot, start the writer. A writer thread that
+ * cannot start makes this save synchronous (a warning). */
+static lf_status ckpt_async_start(lf_trainer *t) {
+    double w0 = lf_time_now();
+    ckpt_wait(t, "checkpoint");
+    ckpt_job *j = t->job;
+    double s0 = lf_time_now();
+    j->wait_ms = (s0 - w0) * 1e3;
+    j->st = LF_OK;
+    j->saved = NULL;
+    j->err[0] = 0;
+    lf_status st = ckpt_snapshot_take(t, &j->snap, 1);
+    if (st != LF_OK) {
+        free(j->snap.state);
+        j->snap.state = NULL;
+        return st;
+    }
+    j->snapshot_ms = (lf_time_now() - s0) * 1e3;
+    j->evaluated = t->last_eval_step == t->step;
+    j->train_loss = t->last_train_eval;
+    j->val_loss = t->last_val;
+    atomic_store(&t->ckw_done, 0);
+    if (pthread_create(&t->ckw, NULL, ckpt_writer_main, t) == 0) {
+        t->ckw_running = 1;
+        return LF_OK;
+    }
+    lf_log(LF_LOG_WARN, "cannot start the checkpoint writer thread; step %ld is saved in the training thread",
+           t->step);
+    ckpt_writer_main(t);
+    st = j->st;
+    if (st == LF_OK) {
+        t->saved_step = j->snap.step;
+        ckpt_saved_event(t, j->snap.step, j->saved, "\"async\":false");
+    } else {
+        st = lf_fail(j->st, "%s", j->err);
+    }
+    free(j->snap.state);
+    j->snap.state = NULL;
+    lf_free(j->saved);
+    j->saved = NULL;
+    return st;
+}
+
+/* A checkpoint of the step reached. may_async: with checkpoint.async the
+ * write goes to the background (its failure is found by ckpt_poll/wait);
+ * otherwise it is complete (or failed) on return. */
+static lf_status save_checkpoint(lf_trainer *t, int may_async) {
     /* this checkpoint becomes the best when the evaluation of this very step
      * set a new best; rotation never removes the best */
     if (t->best_eval_step == t->step) snprintf(t->best_ckpt, sizeof t->best_ckpt, "step_%08ld", t->step);
@@ -457,22 +661,66 @@ static lf_status save_checkpoint(lf_trainer *t) {
         t->saved_step = t->step;
         return LF_OK;
     }
+    if (may_async && t->cfg.ckpt_async) return ckpt_async_start(t);
+    ckpt_wait(t, "checkpoint"); /* a synchronous save after a background one (a stop): in order */
     char *saved = NULL;
     double t0 = lf_time_now();
     ckpt_snapshot snap;
-    lf_status st = ckpt_snapshot_take(t, &snap);
+    lf_status st = ckpt_snapshot_take(t, &snap, 0);
     if (st == LF_OK) st = ckpt_write(t, &snap, &saved);
     free(snap.state);
-    if (st == LF_OK) t->saved_step = t->step;
-    if (st == LF_OK && t->rank == 0) {
-        char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 64], ms[LF_JSON_NUMBER_MAX];
-        json_escape(esc, sizeof esc, saved);
+    if (st == LF_OK) {
+        t->saved_step = t->step;
+        char fields[64], ms[LF_JSON_NUMBER_MAX];
         lf_json_number(ms, sizeof ms, (lf_time_now() - t0) * 1e3);
-        snprintf(json, sizeof json, "{\"path\":\"%s\",\"ms\":%s}", esc, ms);
-        emit_event(t, "checkpoint", NULL, json);
+        snprintf(fields, sizeof fields, "\"ms\":%s", ms);
+        ckpt_saved_event(t, t->step, saved, fields);
     }
     lf_free(saved);
     return st;
+}
+
+/* "cannot write 'FILE': ERRNO TEXT" and the like: the first quoted name and
+ * the text after the last ": " (every I/O message of checkpoint.c and
+ * file.c ends with strerror). */
+static void ckerr_parts(const char *msg, char *file, size_t fcap, char *err, size_t ecap) {
+    file[0] = err[0] = 0;
+    const char *q = strchr(msg, '\''), *e = q ? strchr(q + 1, '\'') : NULL;
+    if (q && e) snprintf(file, fcap, "%.*s", (int)(e - q - 1), q + 1);
+    const char *c = NULL;
+    for (const char *p = msg; (p = strstr(p, ": ")); p += 2) c = p;
+    if (c) snprintf(err, ecap, "%s", c + 2);
+}
+
+/* The failed save every rank agreed was pending (stop_agreed): stop =
+ * the error (on the rank that failed, its message; elsewhere, that rank 0
+ * failed); continue = a warning and a checkpoint_error record, then on. */
+static lf_status ckpt_error_decide(lf_trainer *t) {
+    int mine = t->ckerr_pending;
+    t->ckerr_pending = 0;
+    if (t->cfg.ckpt_on_error == LF_CKPT_ON_ERROR_STOP) {
+        if (mine)
+            return lf_fail(t->ckerr_st, "the checkpoint of step %ld failed: %s (checkpoint.on_error is stop; "
+                           "'latest' names the last complete checkpoint)", t->ckerr_step, t->ckerr_msg);
+        return lf_fail(LF_ERR_IO, "a checkpoint failed on rank 0, which writes them (its log names the file); "
+                       "stopping with it (checkpoint.on_error is stop)");
+    }
+    if (!mine) return LF_OK;
+    if (t->rank == 0) {
+        lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s; training goes on (checkpoint.on_error is "
+               "continue: the previous checkpoint stays latest, the next save tries again)", t->ckerr_step,
+               t->ckerr_msg);
+        char file[LF_PATH_MAX], err[256], ef[LF_PATH_MAX * 2], ee[512], em[2100], json[LF_PATH_MAX * 2 + 3000];
+        ckerr_parts(t->ckerr_msg, file, sizeof file, err, sizeof err);
+        json_escape(ef, sizeof ef, file);
+        json_escape(ee, sizeof ee, err);
+        json_escape(em, sizeof em, t->ckerr_msg);
+        snprintf(json, sizeof json, "{\"step\":%ld,\"file\":\"%s\",\"errno\":\"%s\",\"message\":\"%s\"}",
+                 t->ckerr_step, ef, ee, em);
+        lf_obs_record r = {.kind = LF_OBS_EVENT, .step = t->step, .event = "checkpoint_error", .json = json};
+        obs_emit(t, &r);
+    }
+    return LF_OK;
 }
 
 /* Resuming takes the configuration from the command line (to allow a longer
@@ -564,7 +812,11 @@ static lf_status resume_read(lf_trainer *t, const char *path, char **dir, char *
     return cs;
 }
 
-static lf_status resume_from(lf_trainer *t, const char *path) {
+/* Load the checkpoint path resolves to into the model, the moments and the
+ * trainer's counters. rollback: the same in process (monitor.alerts.*.action
+ * rollback): no resume record, no configuration check (it is this run's),
+ * and the caller sets the data cursor and the rollback count. */
+static lf_status resume_from(lf_trainer *t, const char *path, int rollback) {
     char *dir = NULL, *state = NULL;
     size_t n = lf_model_num_params(t->model);
     lf_status st = t->zstage ? zero_resume_read(t, path, &dir, &state) : resume_read(t, path, &dir, &state);
@@ -589,7 +841,13 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     cJSON *cur = cJSON_GetObjectItemCaseSensitive(o, "data_cursor");
     cJSON *sw = cJSON_GetObjectItemCaseSensitive(cur, "world_size");
     int saved_world = cJSON_IsNumber(sw) && sw->valuedouble >= 1 && sw->valuedouble <= 1e6 ? (int)sw->valuedouble : 1;
-    if (t->rank == 0) {
+    cJSON *bo = cJSON_GetObjectItemCaseSensitive(cur, "batch_offset"); /* absent before rollbacks existed: 0 */
+    t->data_off = cJSON_IsNumber(bo) && bo->valuedouble >= 0 && bo->valuedouble < 9e15 ? (long)bo->valuedouble : 0;
+    cJSON *rbs = cJSON_GetObjectItemCaseSensitive(o, "rollbacks");
+    cJSON *rbn = cJSON_GetObjectItemCaseSensitive(rbs, "count"), *rbh = cJSON_GetObjectItemCaseSensitive(rbs, "history");
+    t->n_rollbacks = cJSON_IsNumber(rbn) && rbn->valuedouble >= 0 && rbn->valuedouble < 1e9 ? (int)rbn->valuedouble : 0;
+    snprintf(t->rb_hist, sizeof t->rb_hist, "%s", cJSON_IsString(rbh) ? rbh->valuestring : "");
+    if (t->rank == 0 && !rollback) {
         warn_config_drift(t, cJSON_GetObjectItemCaseSensitive(o, "config"), saved_world);
         if (saved_world != t->world)
             lf_log(LF_LOG_INFO, "resuming a checkpoint of %d rank%s with %d rank%s", saved_world,
@@ -641,6 +899,11 @@ static lf_status resume_from(lf_trainer *t, const char *path) {
     stage_in(t, t->m, t->host_m, moments_n(t) * sizeof(float));
     stage_in(t, t->v, t->host_v, moments_n(t) * sizeof(float));
     t->saved_step = t->step;
+    if (rollback) {
+        if (dir) snprintf(t->rollback_dir, sizeof t->rollback_dir, "%s", dir);
+        lf_free(dir);
+        return LF_OK;
+    }
     if (t->rank == 0) lf_log(LF_LOG_INFO, "resumed from %s at step %ld", where, t->step);
     if (dir) snprintf(t->resumed_dir, sizeof t->resumed_dir, "%s", dir);
     char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 32];
@@ -953,6 +1216,11 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     st = open_comm(t);
     if (st != LF_OK) return tfail(t, st);
 
+    st = lf__train_config_check_ckpt(&t->cfg); /* a struct filled by hand is checked as a parsed one is */
+    if (st != LF_OK) return tfail(t, st);
+    if (t->opts.skip_batches < 0)
+        return tfail(t, lf_fail(LF_ERR_INVALID_ARG, "lf_trainer_opts.skip_batches is %ld (batches to skip: >= 0)",
+                                t->opts.skip_batches));
     if (!t->cfg.dataset[0]) return tfail(t, lf_fail(LF_ERR_CONFIG, "key 'data.dataset' is required (a directory written by `llmforge prepare`)"));
     st = lf_dataset_open(&t->ds, t->cfg.dataset);
     if (st != LF_OK) return tfail(t, st);
@@ -1127,7 +1395,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     if (st != LF_OK) return tfail(t, st);
 
     if (t->opts.resume) {
-        st = resume_from(t, t->ckpt_root); /* rank 0 reads, every rank gets the same state */
+        st = resume_from(t, t->ckpt_root, 0); /* rank 0 reads, every rank gets the same state */
         if (st != LF_OK) return tfail(t, st);
     } else if (t->world > 1) {
         /* one set of weights everywhere: rank 0's (its --init-from file, or
@@ -1137,6 +1405,21 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         st = lf_comm_broadcast(t->comm, t->host_params, n, 0);
         if (st != LF_OK) return tfail(t, st);
         stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
+    }
+    if (t->opts.skip_batches > 0) { /* after the resume: on top of the checkpoint's own offset */
+        t->data_off += t->opts.skip_batches;
+        if (t->rank == 0)
+            lf_log(LF_LOG_INFO, "skipping %ld steps' batches: step %ld reads the rows of data step %ld", t->opts.skip_batches,
+                   t->step + 1, t->step + t->data_off + 1);
+    }
+    if (t->cfg.ckpt_async && t->rank == 0) { /* the snapshot the writer owns (ZeRO is refused with async) */
+        t->job = calloc(1, sizeof *t->job);
+        t->snap_params = lf_alloc(n * sizeof(float));
+        t->snap_m = lf_alloc(n * sizeof(float));
+        t->snap_v = lf_alloc(n * sizeof(float));
+        if (!t->job || !t->snap_params || !t->snap_m || !t->snap_v)
+            return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating the checkpoint snapshot (checkpoint.async: "
+                                    "3 x %zu floats)", n));
     }
     st = zero_partition(t); /* ZeRO-2/3: the model gives up its whole gradient (and parameter) buffers */
     if (st != LF_OK) return tfail(t, st);
@@ -1148,6 +1431,16 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
 void lf_trainer_free(lf_trainer *t) {
     if (!t) return;
     stop_watchdog(t);
+    if (t->ckw_running) { /* lf_trainer_run waits for the writer; this is for a caller that did not run */
+        pthread_join(t->ckw, NULL);
+        t->ckw_running = 0;
+        free(t->job->snap.state);
+        lf_free(t->job->saved);
+    }
+    free(t->job);
+    lf_free(t->snap_params);
+    lf_free(t->snap_m);
+    lf_free(t->snap_v);
     lf_hf_close(t->hf);
     lf_obs_free(t->obs);
     lf_eval_tasks_free(t->tasks);
@@ -1315,7 +1608,26 @@ typedef struct step_result {
     double loss_scale;    /* fp16: the scale this step used */
     double data_ms, forward_ms, backward_ms, optimizer_ms;
     double comm_ms;       /* in collectives (token count, loss, gradients); not in the other phases */
+    const char *rollback; /* an alert asked for a rollback: its kind ("nan", "loss_spike"); NULL: none */
+    char alert_msg[256];
 } step_result;
+
+/* An alert whose action is rollback: allowed while the run has rolled back
+ * fewer than monitor.alerts.max_rollbacks times (then lf_trainer_run does
+ * it, before the step counts); past that, the run stops with the history.
+ * Decided from reduced values: alike on every rank. */
+static lf_status rollback_request(lf_trainer *t, step_result *o, const char *kind, const char *msg) {
+    if (t->n_rollbacks >= t->cfg.alert_max_rollbacks) {
+        raise_alert(t, kind, "stop", msg);
+        return lf_fail(LF_ERR_NUMERIC, "%s; stopped without a checkpoint: monitor.alerts.max_rollbacks is %d and the "
+                       "run has rolled back %d time%s (%s)", msg, t->cfg.alert_max_rollbacks, t->n_rollbacks,
+                       t->n_rollbacks == 1 ? "" : "s", t->n_rollbacks ? t->rb_hist : "no history");
+    }
+    raise_alert(t, kind, "rollback", msg);
+    o->rollback = kind;
+    snprintf(o->alert_msg, sizeof o->alert_msg, "%s", msg);
+    return LF_OK;
+}
 
 /* fp16 on the CPU: the (scaled) gradients are rounded to fp16, as an fp16
  * gradient buffer would hold them; a value beyond fp16's range becomes inf.
@@ -1376,7 +1688,7 @@ static lf_status open_loader(lf_trainer *t) {
     lo.rank = t->rank; /* this rank's rows of each step's global batch */
     lo.world = t->world;
     lo.prefetch = t->cfg.prefetch;
-    return lf_loader_open(&t->loader, t->ds, &lo, (uint64_t)t->step);
+    return lf_loader_open(&t->loader, t->ds, &lo, (uint64_t)(t->step + t->data_off));
 }
 
 /* Collectives of a step, timed into o->comm_ms. */
@@ -1851,8 +2163,8 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
     int64_t count = 0;
     lf_status st;
     lf_comm_set_context(t->comm, "step %ld", step1); /* named by any collective that fails */
-    if (t->loader && lf_loader_step(t->loader) != (uint64_t)t->step) {
-        lf_loader_close(t->loader); /* the step moved (a resume): reopen there, O(1) */
+    if (t->loader && lf_loader_step(t->loader) != (uint64_t)(t->step + t->data_off)) {
+        lf_loader_close(t->loader); /* the data step moved (a resume, a rollback): reopen there, O(1) */
         t->loader = NULL;
     }
     if (!t->loader) {
@@ -1895,11 +2207,16 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
     double t2 = lf_time_now(), comm_before = o->comm_ms;
     /* test hooks act on this rank's share, before the sums: an injection on
      * one rank reaches every rank through the reductions */
-    if (t->opts.inject_nan_step == step1) { /* a poisoned gradient (ZeRO-2/3: in this rank's summed shard) */
+    if (t->opts.inject_nan_step == step1 && (t->opts.inject_repeat || !t->nan_fired)) {
+        /* a poisoned gradient (ZeRO-2/3: in this rank's summed shard) */
+        t->nan_fired = 1;
         float nan = NAN, *g = t->gshard ? t->gshard : lf_model_grads(t->model);
         if (!t->gshard || t->shard_n) t->be->ops->to_device(t->be, g, &nan, sizeof nan);
     }
-    if (t->opts.inject_spike_step == step1) loss_sum *= 100.0; /* an inflated loss */
+    if (t->opts.inject_spike_step == step1 && (t->opts.inject_repeat || !t->spike_fired)) {
+        t->spike_fired = 1;
+        loss_sum *= 100.0; /* an inflated loss */
+    }
     int bad = -1; /* fp16: first tensor whose rounded gradients are not finite on this rank */
     if (t->cfg.fp16) {
         for (int i = 0; i < t->opts.n_inject_overflow && i < 16; i++) {
@@ -1969,6 +2286,11 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
             return lf_fail(LF_ERR_NUMERIC, "%s; stopped without a checkpoint (monitor.alerts.nan.action = stop); "
                            "lower optimizer.params.lr, check the data, or resume from the last checkpoint", msg);
         }
+        if (t->cfg.alert_nan_action == LF_ALERT_ROLLBACK) {
+            st = rollback_request(t, o, "nan", msg);
+            o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
+            return st;
+        }
         raise_alert(t, "nan", "skip_step", msg);
         o->skipped = 1;
     } else if (t->cfg.alert_spike_action != LF_ALERT_OFF) {
@@ -1978,6 +2300,11 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
             int skip = t->cfg.alert_spike_action == LF_ALERT_SKIP;
             snprintf(msg, sizeof msg, "step %ld: loss %.6g is %.1f standard deviations above the last %d steps", step1,
                      o->loss, z, t->spike_n);
+            if (t->cfg.alert_spike_action == LF_ALERT_ROLLBACK) {
+                st = rollback_request(t, o, "loss_spike", msg);
+                o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
+                return st;
+            }
             raise_alert(t, "loss_spike", skip ? "skip_step" : "log", msg);
             o->skipped = skip;
         }
@@ -2004,19 +2331,78 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
 }
 
 /* The stop request agreed at this step boundary: this rank's (the caller's
- * flag, lf_trainer_request_stop's), the largest over the ranks. */
-static lf_status stop_agreed(lf_trainer *t, int *reason) {
-    int64_t v = t->stop_req;
+ * flag, lf_trainer_request_stop's), the largest over the ranks; and whether
+ * any rank holds a failed save (checkpoint.on_error is then decided alike
+ * everywhere, at this boundary). One all-reduce of two values. */
+static lf_status stop_agreed(lf_trainer *t, int *reason, int *ckerr) {
+    int64_t v[2] = {t->stop_req, t->ckerr_pending};
     if (t->opts.stop_flag) {
         int64_t f = *t->opts.stop_flag;
-        if (f > v) v = f;
+        if (f > v[0]) v[0] = f;
     }
     if (t->world > 1) {
         lf_comm_set_context(t->comm, "stop check after step %ld", t->step);
-        lf_status st = lf_comm_all_reduce_i64(t->comm, &v, 1, LF_COMM_MAX);
+        lf_status st = lf_comm_all_reduce_i64(t->comm, v, 2, LF_COMM_MAX);
         if (st != LF_OK) return st;
     }
-    *reason = (int)v;
+    *reason = (int)v[0];
+    *ckerr = v[1] != 0;
+    return LF_OK;
+}
+
+/* Rollback (monitor.alerts.*.action rollback) after the alert at step
+ * bad_step (1-based; its update was not applied): the last complete
+ * checkpoint is loaded in process through the resume path (weights,
+ * moments, loss scaler, counters, spike window: lf_checkpoint_resolve, so a
+ * failed save is passed over), and the data cursor moves past the window
+ * that led to the alert. With c the checkpoint's step and off the offset
+ * before, steps c+1 .. bad_step read data steps c+off .. bad_step-1+off
+ * (0-based); the offset becomes off + (bad_step - c), so step c+1 now reads
+ * data step bad_step+off, the batch that would have followed the offending
+ * one, and the rows of the window, [(c+off)*G, (bad_step+off)*G) with G the
+ * global batch, are never read again. Everything random is keyed by the
+ * step (dropout) or by the row (the sampler), so the run after a rollback
+ * is the run resumed from c with opts.skip_batches = bad_step - c, bit for
+ * bit. */
+static lf_status rollback(lf_trainer *t, long bad_step, const char *kind, const char *alert_msg) {
+    ckpt_wait(t, "the rollback");
+    const long off = t->data_off;
+    const int n_rb = t->n_rollbacks;
+    char hist[sizeof t->rb_hist];
+    memcpy(hist, t->rb_hist, sizeof hist);
+    lf_status st = resume_from(t, t->ckpt_root, 1);
+    if (st != LF_OK) {
+        if (st == LF_ERR_NOT_FOUND)
+            return lf_fail(LF_ERR_NUMERIC, "%s; monitor.alerts.%s.action is rollback but '%s' holds no checkpoint to "
+                           "roll back to (none saved yet; checkpoint.interval is %ld); stopped", alert_msg,
+                           !strcmp(kind, "nan") ? "nan" : "loss_spike", t->ckpt_root, t->cfg.ckpt_interval);
+        lf_error_prefix("%s; rolling back to the last checkpoint failed", alert_msg);
+        return st;
+    }
+    const long to = t->step, rows = (long)t->cfg.micro_batch * t->cfg.grad_accum * t->world;
+    /* evaluations after the checkpoint are undone with it: none may mark a replayed step's save the best */
+    if (t->best_eval_step > to) t->best_eval_step = -1;
+    if (t->last_eval_step > to) t->last_eval_step = -1;
+    const long first = to + off, last = bad_step - 1 + off; /* data steps skipped, inclusive */
+    t->data_off = off + (bad_step - to);
+    t->n_rollbacks = n_rb + 1;
+    size_t hl = strlen(hist);
+    snprintf(hist + hl, sizeof hist - hl, "%sstep %ld -> %ld (%s; batches %ld-%ld skipped)", hl ? "; " : "", bad_step,
+             to, kind, first, last);
+    memcpy(t->rb_hist, hist, sizeof hist);
+    if (t->rank == 0) {
+        lf_log(LF_LOG_WARN, "rollback %d of at most %d: step %ld -> checkpoint step %ld ('%s'); the batches of data "
+               "steps %ld-%ld (rows %ld-%ld) are skipped: step %ld reads data step %ld", t->n_rollbacks,
+               t->cfg.alert_max_rollbacks, bad_step, to, t->rollback_dir, first, last, first * rows,
+               (last + 1) * rows - 1, to + 1, to + t->data_off);
+        char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 512];
+        json_escape(esc, sizeof esc, t->rollback_dir);
+        snprintf(json, sizeof json, "{\"from_step\":%ld,\"to_step\":%ld,\"reason\":\"%s\",\"checkpoint\":\"%s\","
+                 "\"skipped_batches\":[%ld,%ld],\"skipped_rows\":[%ld,%ld],\"batch_offset\":%ld,\"rollbacks\":%d}",
+                 bad_step, to, kind, esc, first, last, first * rows, (last + 1) * rows - 1, t->data_off, t->n_rollbacks);
+        lf_obs_record r = {.kind = LF_OBS_EVENT, .step = to, .event = "rollback", .json = json};
+        obs_emit(t, &r);
+    }
     return LF_OK;
 }
 
@@ -2024,8 +2410,14 @@ static lf_status stop_agreed(lf_trainer *t, int *reason) {
  * just saved or resumed from), then LF_ERR_PREEMPTED. */
 static lf_status preempt(lf_trainer *t, int reason) {
     t->stop_reason = reason;
+    ckpt_wait(t, "the stop"); /* async: the write in flight completes before anything else */
+    if (t->ckerr_pending) { /* it failed: this step is saved again below, synchronously */
+        if (t->rank == 0)
+            lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s", t->ckerr_step, t->ckerr_msg);
+        t->ckerr_pending = 0;
+    }
     if (t->saved_step != t->step) {
-        lf_status st = save_checkpoint(t);
+        lf_status st = save_checkpoint(t, 0);
         if (st != LF_OK) {
             lf_error_prefix("stopping at step %ld on request (%d): the checkpoint failed", t->step, reason);
             return st;
@@ -2083,8 +2475,10 @@ lf_status lf_trainer_run(lf_trainer *t) {
      * last step) without touching the schedule, which follows train_iters */
     const long stop = t->cfg.stop_at > 0 && t->cfg.stop_at < t->cfg.train_iters ? t->cfg.stop_at : t->cfg.train_iters;
     while (t->step < stop) {
-        int req = 0; /* a step boundary: the only place a stop request is read */
-        if ((st = stop_agreed(t, &req)) != LF_OK) break;
+        int req = 0, ckerr = 0; /* a step boundary: the only place a stop request or a failed save is read */
+        ckpt_poll(t);           /* a background write that is done: its outcome */
+        if ((st = stop_agreed(t, &req, &ckerr)) != LF_OK) break;
+        if (ckerr && (st = ckpt_error_decide(t)) != LF_OK) break;
         if (req) {
             st = preempt(t, req);
             break;
@@ -2093,6 +2487,12 @@ lf_status lf_trainer_run(lf_trainer *t) {
         step_result sr = {0};
         st = train_step(t, &sr);
         if (st != LF_OK) break;
+        if (sr.rollback) { /* the step does not count: back to the checkpoint, past the window */
+            st = rollback(t, t->step + 1, sr.rollback, sr.alert_msg);
+            if (st != LF_OK) break;
+            mark_progress(t);
+            continue;
+        }
         double dt = lf_time_now() - t0;
         t->step++;
         mark_progress(t);
@@ -2129,15 +2529,28 @@ lf_status lf_trainer_run(lf_trainer *t) {
             mark_progress(t);
         }
         if ((t->cfg.ckpt_interval > 0 && t->step % t->cfg.ckpt_interval == 0) || last) {
-            st = save_checkpoint(t);
-            if (st != LF_OK) break;
-            char *suite_json = NULL; /* the registry's record, and eval.suite on the checkpoint */
-            lf__treg_checkpoint(t->treg, t->model, t->step, t->last_eval_step == t->step, t->last_train_eval,
-                                t->last_val, t->task_res, t->best_ckpt, &suite_json);
-            if (suite_json) emit_event(t, "eval_suite", NULL, suite_json);
-            free(suite_json);
+            st = save_checkpoint(t, 1);
+            if (st != LF_OK) { /* checkpoint.on_error decides at the next boundary, alike on every rank */
+                ckpt_error_note(t, st, t->step, lf_last_error());
+                st = LF_OK;
+            } else if (!t->cfg.ckpt_async) { /* async: the writer's reap records it */
+                char *suite_json = NULL; /* the registry's record, and eval.suite on the checkpoint */
+                lf__treg_checkpoint(t->treg, t->model, t->step, t->last_eval_step == t->step, t->last_train_eval,
+                                    t->last_val, t->task_res, t->best_ckpt, &suite_json);
+                if (suite_json) emit_event(t, "eval_suite", NULL, suite_json);
+                free(suite_json);
+            }
             mark_progress(t);
         }
+    }
+    /* every way out waits for the writer: the run never returns with a write in flight */
+    ckpt_wait(t, "the end of the run");
+    if (st == LF_OK) { /* the last save's outcome (or a background one found only now), agreed */
+        int req = 0, ckerr = 0;
+        st = stop_agreed(t, &req, &ckerr);
+        if (st == LF_OK && ckerr) st = ckpt_error_decide(t);
+    } else if (t->ckerr_pending && t->rank == 0) {
+        lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed too: %s", t->ckerr_step, t->ckerr_msg);
     }
     stop_watchdog(t);
     if (st == LF_OK && t->cfg.load_best_model_at_end && t->rank == 0) st = export_best_model(t);

@@ -24,6 +24,14 @@
  *                    with the same injection); a NaN gradient on rank 1 only
  *                    with nan.action skip_step skips it everywhere; the
  *                    replicas stay identical.
+ *   mpi_dp ckpt17    2 ranks (issue 17): a NaN injected on rank 1 only with
+ *                    nan.action rollback rolls both ranks back to step 4 and
+ *                    past the window, with ZeRO 0 and 2; the final
+ *                    parameters equal, bit for bit, a 2-rank run stopped at
+ *                    4 and resumed with skip_batches 3; checkpoint.async
+ *                    writes what a synchronous run writes; a write fault on
+ *                    rank 0 alone (lf_io_fail_after, on_error stop) makes
+ *                    both ranks fail at the same step with LF_ERR_IO.
  *   mpi_dp fenced S  2 ranks, ZeRO stage S: the same training (20 steps,
  *                    micro-batch 2 x accumulation 2) once on "cpu" (one
  *                    thread per rank, so one model replica) and once on
@@ -526,6 +534,93 @@ static void same_tensor_bits(const char *pa, const char *pb) {
     lf_safetensors_close(b);
 }
 
+/* Arms the write-fault hook (this process only) at step 8's checkpoint record. */
+static void arm17_emit(lf_obs_sink *sk, const lf_obs_record *r) {
+    (void)sk;
+    if (r->kind == LF_OBS_EVENT && r->event && !strcmp(r->event, "checkpoint") && r->step == 4) lf_io_fail_after(4, 28);
+}
+static void arm17_close(lf_obs_sink *sk) { (void)sk; }
+static lf_obs_sink g_arm17 = {.name = "arm", .emit = arm17_emit, .close = arm17_close};
+
+static int run_ckpt17(void) {
+    CHECK(g_size == 2, "ckpt17 runs on 2 ranks, not %d", g_size);
+    lf_trainer_opts none = {0}, nan = {.inject_nan_step = 7};
+    char pa[1200], pb[1200];
+    for (int stage = 0; stage <= 2; stage += 2) {
+        g_stage = stage;
+        char name[64];
+        snprintf(name, sizeof name, "rb_z%d", stage);
+        lf_train_config c = config(name, 2, 2, 12);
+        c.ckpt_interval = 4;
+        c.eval_interval = 0;
+        c.alert_nan_action = LF_ALERT_ROLLBACK;
+        same_replicas(run(&c, g_rank == 1 ? &nan : &none), "rollback");
+        snprintf(name, sizeof name, "rb_ref_z%d", stage);
+        lf_train_config r = config(name, 2, 2, 12);
+        r.ckpt_interval = 4;
+        r.eval_interval = 0;
+        r.alert_nan_action = LF_ALERT_ROLLBACK;
+        r.stop_at = 4;
+        (void)run(&r, &none);
+        r.stop_at = 0;
+        lf_trainer_opts skip = {.resume = LF_RESUME_YES, .skip_batches = 3};
+        same_replicas(run(&r, &skip), "rollback reference");
+        OK(lf_comm_barrier(g_c));
+        if (g_rank == 0) {
+            snprintf(pa, sizeof pa, "%s/ckpt/step_00000012/model.safetensors", c.out_dir);
+            snprintf(pb, sizeof pb, "%s/ckpt/step_00000012/model.safetensors", r.out_dir);
+            same_tensor_bits(pa, pb);
+            snprintf(pa, sizeof pa, "%s/ckpt/step_00000012/optimizer.safetensors", c.out_dir);
+            snprintf(pb, sizeof pb, "%s/ckpt/step_00000012/optimizer.safetensors", r.out_dir);
+            same_tensor_bits(pa, pb);
+            snprintf(pa, sizeof pa, "%s/log.jsonl", c.out_dir);
+            char *text = NULL;
+            OK(lf_file_read_all(pa, 0, &text, NULL));
+            CHECK(strstr(text, "\"from_step\":7,\"to_step\":4,\"reason\":\"nan\""), "no rollback record in %s", pa);
+            lf_free(text);
+        }
+    }
+    g_stage = 0;
+    /* async against sync, 2 ranks */
+    lf_train_config s = config("sync17", 2, 2, 12), a = config("async17", 2, 2, 12);
+    s.ckpt_interval = a.ckpt_interval = 4;
+    a.ckpt_async = 1;
+    same_replicas(run(&s, &none), "sync");
+    same_replicas(run(&a, &none), "async");
+    OK(lf_comm_barrier(g_c));
+    if (g_rank == 0)
+        for (long step = 4; step <= 12; step += 4) {
+            snprintf(pa, sizeof pa, "%s/ckpt/step_%08ld/model.safetensors", s.out_dir, step);
+            snprintf(pb, sizeof pb, "%s/ckpt/step_%08ld/model.safetensors", a.out_dir, step);
+            same_tensor_bits(pa, pb);
+            snprintf(pa, sizeof pa, "%s/ckpt/step_%08ld/optimizer.safetensors", s.out_dir, step);
+            snprintf(pb, sizeof pb, "%s/ckpt/step_%08ld/optimizer.safetensors", a.out_dir, step);
+            same_tensor_bits(pa, pb);
+        }
+    /* a background write fails on rank 0 (ENOSPC, 28): both ranks stop at the same step */
+    lf_train_config f = config("fault17", 2, 2, 12);
+    f.ckpt_interval = 4;
+    f.ckpt_async = 1;
+    lf_trainer_opts arm = {.n_sinks = 1};
+    arm.sinks[0] = &g_arm17;
+    lf_trainer *t = NULL;
+    OK(lf_trainer_create(&t, &f, g_rank == 0 ? &arm : &none));
+    lf_status st = lf_trainer_run(t);
+    lf_io_fail_after(-1, 0);
+    CHECK(st == LF_ERR_IO, "fault: rank %d returned %s: %s", g_rank, lf_status_str(st), lf_trainer_errmsg(t));
+    CHECK(strstr(lf_trainer_errmsg(t), g_rank == 0 ? "the checkpoint of step 8 failed" : "failed on rank 0"),
+          "fault: rank %d's message: %s", g_rank, lf_trainer_errmsg(t));
+    int64_t at[2] = {lf_trainer_step(t), -lf_trainer_step(t)};
+    lf_trainer_free(t);
+    OK(lf_comm_all_reduce_i64(g_c, at, 2, LF_COMM_MAX));
+    CHECK(at[0] == -at[1], "fault: the ranks stopped at different steps (rank %d)", g_rank);
+    if (g_rank == 0)
+        printf("PASS ckpt17: rollback on 2 ranks (ZeRO 0, 2) equals the explicitly skipped run bit for bit; async "
+               "saves equal sync ones; a write fault on rank 0 stops both ranks at step %lld\n", (long long)at[0]);
+    OK(lf_comm_barrier(g_c));
+    return 0;
+}
+
 /* The same 2-rank run on "cpu" and on "cpu-fenced": bit for bit. */
 static int run_fenced_bits(void) {
     CHECK(g_size == 2, "fenced runs on 2 ranks, not %d", g_size);
@@ -635,8 +730,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "memory")) rc = run_memory();
     else if (!strcmp(mode, "stall")) rc = run_stall();
     else if (!strcmp(mode, "fenced")) rc = run_fenced_bits();
+    else if (!strcmp(mode, "ckpt17")) rc = run_ckpt17();
     else {
-        fprintf(stderr, "usage: mpi_dp equiv [STAGE]|resume|skips|memory|stall|fenced STAGE\n");
+        fprintf(stderr, "usage: mpi_dp equiv [STAGE]|resume|skips|memory|stall|fenced STAGE|ckpt17\n");
         rc = 2;
     }
     cleanup();

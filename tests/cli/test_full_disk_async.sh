@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# A real full disk under asynchronous checkpoints (issue 17): out_dir/ckpt
+# is a small tmpfs with room for one checkpoint and a half (tmpfs charges
+# each file ceil(size / 4096) pages; a filler takes the rest), so the
+# second save, written by the background thread, fails with ENOSPC in the
+# middle of its files.
+#   D. checkpoint.async, on_error stop: the run exits 1 with a message
+#      naming the step, a file of .tmp_step_00000008 and the errno; step 4
+#      stays latest and verifies; nothing temporary is left; resumed on a
+#      grown tmpfs the run ends with the uninterrupted run's bytes.
+#   E. checkpoint.async, on_error continue: the run exits 0; log.jsonl has a
+#      checkpoint_error record for step 8 and one for step 12 (the disk is
+#      still full), each with the file and "No space left on device";
+#      latest is still step 4 and verifies.
+#   test_full_disk_async.sh LLMFORGE SOURCE_DIR SHARED_DIR
+# Needs root and mount -t tmpfs; without, it prints "SKIPPED: reason".
+set -u
+LF=$1 SHARED=$3
+case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
+. "$(dirname "$0")/cli_lib.sh"
+skip() { echo "SKIPPED: $*"; exit 0; }
+[ "$(id -u)" -eq 0 ] || skip "not root (mount -t tmpfs needs it)"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/lf_cli_full_disk_async.XXXXXX") || fail "mktemp"
+mounts=()
+cleanup() {
+    for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+cd "$tmp" || fail "cd"
+mkdir probe
+mount -t tmpfs -o size=64k tmpfs probe 2>probe.err || skip "mount -t tmpfs is not permitted here: $(cat probe.err)"
+umount probe
+export LLMFORGE_REGISTRY=$tmp/registry.db
+
+head -c 20480 "$SHARED/data/tinyshakespeare.txt" >small.txt
+"$LF" prepare --char small.txt --out ds >/dev/null || fail "prepare"
+cat >cfg.json <<EOF
+{"data": {"dataset": "$tmp/ds"},
+ "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+ "train_batch_size": 4, "train_iters": 12, "scheduler": {"warmup_iters": 2},
+ "eval": {"interval": 0, "iters": 1}, "steps_per_print": 100,
+ "checkpoint": {"interval": 4}}
+EOF
+train() { "$LF" train cfg.json --threads 1 "$@"; }
+train --out_dir=ref >ref.out 2>&1 || fail "uninterrupted run: $(tail -3 ref.out)"
+final=ref/ckpt/step_00000012/model.safetensors
+ckpt_pages=$(find ref/ckpt/step_00000004 -type f -printf '%s\n' | awk '{ p += int(($1 + 4095) / 4096) } END { print p }')
+[ "$ckpt_pages" -ge 2 ] || fail "cannot size a checkpoint ($ckpt_pages pages)"
+
+# disk RUN FREE_PAGES: RUN/ckpt a tmpfs with exactly FREE_PAGES pages free
+disk() {
+    local run=$1 free=$2 size=$(($2 + 8))
+    mkdir -p "$run/ckpt"
+    mount -t tmpfs -o "size=$((size * 4))k" tmpfs "$run/ckpt" || fail "mount"
+    mounts+=("$run/ckpt")
+    head -c $((8 * 4096)) /dev/zero >"$run/ckpt/filler" 2>/dev/null
+    local avail
+    avail=$(df -B4096 --output=avail "$run/ckpt" | tail -1 | tr -d ' ')
+    [ "$avail" -eq "$free" ] || fail "tmpfs of $size pages leaves $avail free, wanted $free"
+}
+no_temporaries() {
+    local left
+    left=$(find "$1/ckpt" -maxdepth 1 \( -name '.tmp_*' -o -name '.del_*' -o -name '.old_*' -o -name latest.tmp \) | wc -l)
+    [ "$left" -eq 0 ] || fail "$2: temporaries left: $(ls -a "$1/ckpt" | tr '\n' ' ')"
+}
+
+# D. async, stop
+disk d $((ckpt_pages + ckpt_pages / 2 + 1))
+train --out_dir=d --checkpoint.async=true >d.out 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "D: exit $rc on a full disk (want 1): $(tail -3 d.out)"
+grep -q "the checkpoint of step 8 failed: .*\.tmp_step_00000008/[a-z_.]*.*No space left on device" d.out ||
+    fail "D: the message does not name step 8, the file and ENOSPC: $(tail -2 d.out)"
+[ "$(cat d/ckpt/latest)" = step_00000004 ] || fail "D: latest moved: $(cat d/ckpt/latest 2>&1)"
+"$LF" ckpt verify d >/dev/null 2>&1 || fail "D: latest does not verify after the failed background save"
+no_temporaries d "D"
+ok
+mount -o remount,size=1m d/ckpt || fail "D: cannot grow the tmpfs"
+train --out_dir=d --checkpoint.async=true --resume auto >d2.out 2>&1 || fail "D: the resume failed: $(tail -3 d2.out)"
+cmp -s "$final" d/ckpt/step_00000012/model.safetensors || fail "D: the resumed run differs from the uninterrupted one"
+ok
+echo "D. async save on a full disk: $(grep -o "[^ ]*: No space left on device" d.out | head -1 | sed "s|$tmp/||"); exit 1, step 4 stays latest; same bytes after resume"
+
+# E. async, continue
+disk e $((ckpt_pages + ckpt_pages / 2 + 1))
+train --out_dir=e --checkpoint.async=true --checkpoint.on_error=continue >e.out 2>&1 ||
+    fail "E: exit $? with on_error continue: $(tail -3 e.out)"
+[ "$(grep -c '"type":"checkpoint_error"' e/log.jsonl)" -eq 2 ] ||
+    fail "E: expected 2 checkpoint_error records: $(grep checkpoint_error e/log.jsonl)"
+for s in 8 12; do
+    grep '"type":"checkpoint_error"' e/log.jsonl | grep -q "\"step\":$s,\"file\":\"e/ckpt/.tmp_step_$(printf %08d $s)/[a-z_.]*\",\"errno\":\"No space left on device\"" ||
+        fail "E: no checkpoint_error record for step $s with its file and errno: $(grep checkpoint_error e/log.jsonl)"
+done
+grep -q "training goes on" e.out || fail "E: no warning on stderr: $(tail -3 e.out)"
+[ "$(cat e/ckpt/latest)" = step_00000004 ] || fail "E: latest moved: $(cat e/ckpt/latest 2>&1)"
+"$LF" ckpt verify e >/dev/null 2>&1 || fail "E: latest does not verify"
+no_temporaries e "E"
+ok
+echo "E. async, on_error continue: 2 checkpoint_error records (steps 8, 12), exit 0, step 4 stays latest"
+echo "$passed passed"
