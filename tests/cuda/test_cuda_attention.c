@@ -5,7 +5,7 @@
  * none answers).
  *
  * Checked, on shapes whose T is not a multiple of the kernels' tiles (64
- * query rows, 32 key rows), head sizes 8..40 (odd ones too: nothing in
+ * query rows, 32 key rows), head sizes 8..65 (odd ones too: nothing in
  * these kernels needs an even HS) across the three register-array
  * instances, NH 4 with NKV 4, 2 and 1 (multi-head, grouped-query,
  * multi-query), B 1 and 2:
@@ -26,6 +26,9 @@
  *    attention_cached's prefill (pos0 0) equals attention_forward within
  *    the tolerance and the CPU's attention_cached; rows decoded one at a
  *    time, and a prefill split into two calls, give the all-at-once bits;
+ *  - on a real GPU (gpu.test_cuda_attention) the same checks also at
+ *    GPT-2's (12 heads of 64, T 500) and smollm-135m's (9 query, 3 kv
+ *    heads of 64) shapes and an HS 128 multi-query one;
  *  - the size slots; bad arguments (NH % NKV != 0, C % NH != 0, a head
  *    size over the kernels' limit, a dropout probability of 1, a cache
  *    range past Tmax) recorded as the sticky status with a message.
@@ -330,13 +333,29 @@ static const att_case g_cases[] = {
     {1, 1, 4, 2, 13},  /* one position; odd head size */
     {1, 66, 4, 2, 37}, /* the HS <= 64 instance, odd */
     {1, 3, 4, 4, 65},  /* the HS <= 128 instance */
+    {1, 130, 4, 2, 8}, /* three query-row blocks, dk/dv over three key blocks */
 };
+
+#ifndef LF_CUDA_SHIM
+/* On a real GPU also GPT-2's and Llama's head shapes at a longer T. */
+static const att_case g_gpu_cases[] = {
+    {2, 500, 12, 12, 64}, /* GPT-2 124M heads */
+    {1, 333, 9, 3, 64},   /* smollm-135m: 9 query heads, 3 kv heads */
+    {1, 200, 4, 1, 128},  /* the HS <= 128 instance, multi-query */
+};
+#endif
 
 static void test_fused_vs_references(void **state) {
     (void)state;
     NEED_DEVICE();
     lf_backend *be = open_cuda();
     for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) check_case(be, &g_cases[i], no_drop(), 100 + i);
+#ifndef LF_CUDA_SHIM
+    for (size_t i = 0; i < sizeof g_gpu_cases / sizeof g_gpu_cases[0]; i++)
+        check_case(be, &g_gpu_cases[i], no_drop(), 200 + i);
+    const lf_dropout drop = {0.1f, 42, 43, 44};
+    check_case(be, &g_gpu_cases[1], drop, 210);
+#endif
     lf_backend_close(be);
 }
 
