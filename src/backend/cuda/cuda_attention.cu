@@ -99,7 +99,7 @@ static __device__ __forceinline__ int att_imin(int a, int b) { return a < b ? a 
  * 1/(1-p) kept, 0 dropped, 1 without dropout. */
 static __device__ __forceinline__ float att_factor(const att_drop &dr, uint64_t idx) {
     if (!dr.on) return 1.0f;
-    return lf__cuda_dropout_keep(dr.p, dr.seed, dr.key, dr.offset, idx) ? dr.dscale : 0.0f;
+    return lf_cuda_dropout_keep(dr.seed, dr.key, dr.offset + idx, dr.p) ? dr.dscale : 0.0f;
 }
 
 /* ------------------------------------------------------------------ fused forward */
