@@ -382,21 +382,18 @@ static void test_dropout(void **state) {
 
 /* ------------------------------------------------------------------ determinism */
 
-static void test_determinism(void **state) {
-    (void)state;
-    NEED_DEVICE();
-    lf_backend *be = open_cuda();
-    const att_case c = {2, 41, 4, 2, 12};
+/* One shape: reruns and (shim) schedules give the same bits. */
+static void determinism_case(lf_backend *be, const att_case *c, uint64_t seed) {
     const lf_dropout drop = {0.1f, 5, 6, 0};
-    const size_t nq = (size_t)c.B * c.T * case_W(&c), no = (size_t)c.B * c.T * case_C(&c);
+    const size_t nq = (size_t)c->B * c->T * case_W(c), no = (size_t)c->B * c->T * case_C(c);
     float *qkv = malloc(nq * 4), *dout = malloc(no * 4);
     float *o0 = malloc(no * 4), *g0 = malloc(nq * 4), *o1 = malloc(no * 4), *g1 = malloc(nq * 4);
     float *u0 = malloc(no * 4), *v0 = malloc(nq * 4);
-    fill(qkv, nq, 1.5f, 11);
-    fill(dout, no, 1.0f, 12);
-    cuda_run(be, RUN_FUSED, &c, qkv, dout, drop, o0, g0);
-    cuda_run(be, RUN_UNFUSED, &c, qkv, dout, drop, u0, v0);
-    cuda_run(be, RUN_FUSED, &c, qkv, dout, drop, o1, g1);
+    fill(qkv, nq, 1.5f, seed);
+    fill(dout, no, 1.0f, seed + 1);
+    cuda_run(be, RUN_FUSED, c, qkv, dout, drop, o0, g0);
+    cuda_run(be, RUN_UNFUSED, c, qkv, dout, drop, u0, v0);
+    cuda_run(be, RUN_FUSED, c, qkv, dout, drop, o1, g1);
     assert_memory_equal(o0, o1, no * 4);
     assert_memory_equal(g0, g1, nq * 4);
 #ifdef LF_CUDA_SHIM
@@ -410,16 +407,25 @@ static void test_determinism(void **state) {
                  {LF_SHIM_SCHEDULE_SHUFFLE, 99}};
     for (size_t i = 0; i < sizeof sched / sizeof sched[0]; i++) {
         lf_shim_set_schedule(sched[i].k, sched[i].seed);
-        cuda_run(be, RUN_FUSED, &c, qkv, dout, drop, o1, g1);
+        cuda_run(be, RUN_FUSED, c, qkv, dout, drop, o1, g1);
         assert_memory_equal(o0, o1, no * 4);
         assert_memory_equal(g0, g1, nq * 4);
-        cuda_run(be, RUN_UNFUSED, &c, qkv, dout, drop, o1, g1);
+        cuda_run(be, RUN_UNFUSED, c, qkv, dout, drop, o1, g1);
         assert_memory_equal(u0, o1, no * 4);
         assert_memory_equal(v0, g1, nq * 4);
     }
     lf_shim_set_schedule(kind0, seed0);
 #endif
     free(qkv), free(dout), free(o0), free(g0), free(o1), free(g1), free(u0), free(v0);
+}
+
+static void test_determinism(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    lf_backend *be = open_cuda();
+    /* one lane a row (HS <= 32), two (<= 64) and four (<= 128) */
+    const att_case cases[] = {{2, 41, 4, 2, 12}, {1, 35, 4, 2, 40}, {1, 20, 4, 1, 70}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) determinism_case(be, &cases[i], 11 + 2 * i);
     lf_backend_close(be);
 }
 

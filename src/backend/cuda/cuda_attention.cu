@@ -11,25 +11,27 @@
  * shim (no inline PTX, no wmma).
  *
  * Fused forward (att_fwd_flash): one block per (tile of ATT_BR query rows,
- * query head, batch row), one thread per query row holding its q row and
- * output accumulator in registers (HSMAX-sized arrays, fully unrolled
- * loops: HSMAX = 32, 64 or 128, the smallest >= HS). Key/value rows come
- * in tiles of ATT_BC rows through shared memory (coalesced loads along
- * HS; every thread of a warp then reads the same shared word: a
- * broadcast). Per tile the thread computes its scores, the tile maximum,
+ * query head, batch row); each query row belongs to TPR = HSMAX/32
+ * adjacent lanes (HSMAX = 32, 64 or 128, the smallest >= HS), each holding
+ * 32 of the row's q channels and output accumulators in registers (fully
+ * unrolled loops), a dot product being the lanes' partial sums added by
+ * an xor-shuffle butterfly under the lane group's mask. Key/value rows
+ * come in tiles of ATT_BC rows through shared memory (coalesced loads
+ * along HS; the lane groups of a warp then read adjacent words of one
+ * row: no bank conflicts). Per tile the row computes its scores, the tile maximum,
  * rescales its running sum and accumulator once (online softmax, Milakov
  * & Gimelshein 2018; Dao et al. 2022), and adds exp(s - m) * v. Only the
  * tiles a block's causal triangle needs are visited. It saves the row's
  * log-sum-exp lse = m + log(l): B*NH*T floats, O(T) per head.
  *
  * Fused backward (Dao 2023, FlashAttention-2's split, without atomics):
- *  - att_bwd_dq: the same grid as forward, a thread per query row; pass 1
+ *  - att_bwd_dq: the same grid as forward, a lane group per query row; pass 1
  *    over the key tiles recomputes P = exp(s - lse) and accumulates
  *    D = sum_j P~_ij (dout_i . v_j) (= rowsum(dout * out), which needs out,
  *    not saved: the signature hands backward dout, qkv and att only), into
  *    the scratch; pass 2 accumulates dq_i = scale * sum_j P_ij (dP_ij - D_i) k_j.
  *  - att_bwd_dkdv: one block per (tile of ATT_BK key rows, kv head, batch
- *    row), a thread per key row holding k, v, dk, dv; it loops over the
+ *    row), a lane group per key row holding k, v, dk, dv; it loops over the
  *    group's query heads in order h = g*G .. g*G+G-1 and, per head, over
  *    tiles of ATT_BQ query rows (q, dout, lse, D through shared memory)
  *    from its own diagonal to T: dv_j += P~_ij dout_i, dk_j += scale *
@@ -56,11 +58,16 @@
  * Invariants:
  *  - Every output element is written by exactly one thread, its sums in
  *    a fixed order: the same bits on every run and under any schedule of
- *    the shim (no atomics, no order-dependent reductions).
+ *    the shim (no atomics, no order-dependent reductions). The lanes of a
+ *    row's group hold bit-identical scores, maxima and sums (a + b == b + a
+ *    in the butterfly), so they branch alike and call every shuffle
+ *    together.
  *  - Every thread of a block reaches every __syncthreads: rows past T are
  *    guarded around the work, never returned from before a barrier; the
  *    warp-per-row kernels have no block barrier and retire whole warps.
- *  - Warp functions use the full mask in complete warps (blocks of 128).
+ *  - Warp functions run in complete warps (blocks of 64*TPR and 128
+ *    threads): the fused kernels' shuffles name exactly their lane group,
+ *    the warp-per-row kernels' the full warp.
  *  - Shared tiles are read only at rows that were loaded (j < T).
  *  - fp32 everywhere: products and sums in fp32, expf/logf the accurate
  *    library functions (not the __expf intrinsic).
@@ -102,23 +109,52 @@ static __device__ __forceinline__ float att_factor(const att_drop &dr, uint64_t 
     return lf_cuda_dropout_keep(dr.seed, dr.key, dr.offset + idx, dr.p) ? dr.dscale : 0.0f;
 }
 
+/* ------------------------------------------------------------------ fused kernels: rows split over TPR lanes
+ *
+ * A row (a query row in forward and dq, a key row in dk/dv) belongs to TPR
+ * adjacent lanes of one warp (TPR = 1, 2, 4), lane `sub` of them owning the
+ * channels d = c*TPR + sub, c < HSMAX/TPR: 32 channels a lane at every
+ * HSMAX, so the register arrays stay 32 floats each. Interleaved channels
+ * put the group's shared-memory reads in adjacent banks. A dot product is
+ * the lanes' partial sums added by an xor butterfly under the group's own
+ * mask; a + b and b + a are the same float, so every lane of the group
+ * holds the same bits and takes the same branches (the whole group always
+ * calls the shuffle together). */
+
+template <int TPR>
+static __device__ __forceinline__ unsigned att_group_mask() {
+    const unsigned lane = threadIdx.x & 31u;
+    return (((1u << TPR) - 1u) << (lane & ~(unsigned)(TPR - 1)));
+}
+
+template <int TPR>
+static __device__ __forceinline__ float att_group_sum(float x, unsigned mask) {
+#pragma unroll
+    for (int off = 1; off < TPR; off <<= 1) x += __shfl_xor_sync(mask, x, off);
+    return x;
+}
+
 /* ------------------------------------------------------------------ fused forward */
 
-template <int HSMAX>
-__global__ void __launch_bounds__(ATT_BR) att_fwd_flash(float *__restrict__ out, float *__restrict__ lse,
-                                                        const float *__restrict__ qkv, att_shape s, att_drop dr) {
+template <int HSMAX, int TPR>
+__global__ void __launch_bounds__(ATT_BR * TPR) att_fwd_flash(float *__restrict__ out, float *__restrict__ lse,
+                                                              const float *__restrict__ qkv, att_shape s,
+                                                              att_drop dr) {
+    constexpr int NC = HSMAX / TPR; /* channels a lane */
     __shared__ float Ks[ATT_BC][HSMAX];
     __shared__ float Vs[ATT_BC][HSMAX];
     const int b = (int)blockIdx.z, h = (int)blockIdx.y, r0 = (int)blockIdx.x * ATT_BR;
-    const int t = r0 + (int)threadIdx.x, T = s.T, HS = s.HS;
+    const int sub = (int)threadIdx.x % TPR, t = r0 + (int)threadIdx.x / TPR, T = s.T, HS = s.HS;
+    const unsigned gmask = att_group_mask<TPR>();
     const bool row = t < T;
     const float *base = qkv + (size_t)b * T * s.W;
     const float *kg = base + s.C + (size_t)(h / s.G) * HS, *vg = kg + (size_t)s.NKV * HS;
-    float q[HSMAX], o[HSMAX];
+    float q[NC], o[NC];
 #pragma unroll
-    for (int d = 0; d < HSMAX; d++) {
-        q[d] = row && d < HS ? base[(size_t)t * s.W + (size_t)h * HS + d] : 0.0f;
-        o[d] = 0.0f;
+    for (int c = 0; c < NC; c++) {
+        const int d = c * TPR + sub;
+        q[c] = row && d < HS ? base[(size_t)t * s.W + (size_t)h * HS + d] : 0.0f;
+        o[c] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
     const uint64_t mrow = (((uint64_t)b * s.NH + h) * T + (uint64_t)(row ? t : 0)) * T;
@@ -132,7 +168,7 @@ __global__ void __launch_bounds__(ATT_BR) att_fwd_flash(float *__restrict__ out,
             Vs[jj][d] = vg[(size_t)(j0 + jj) * s.W + d];
         }
         __syncthreads();
-        if (row && j0 <= t) {
+        if (row && j0 <= t) { /* the same for every lane of the row's group */
             const int nv = att_imin(nk, t - j0 + 1); /* this tile's keys at or before t */
             float sc[ATT_BC];
             float mt = m;
@@ -142,9 +178,9 @@ __global__ void __launch_bounds__(ATT_BR) att_fwd_flash(float *__restrict__ out,
                 if (jj < nv) {
                     float acc = 0.0f;
 #pragma unroll
-                    for (int d = 0; d < HSMAX; d++)
-                        if (d < HS) acc += q[d] * Ks[jj][d];
-                    x = acc * s.scale;
+                    for (int c = 0; c < NC; c++)
+                        if (c * TPR + sub < HS) acc += q[c] * Ks[jj][c * TPR + sub];
+                    x = att_group_sum<TPR>(acc, gmask) * s.scale;
                 }
                 sc[jj] = x;
                 mt = fmaxf(mt, x);
@@ -152,7 +188,7 @@ __global__ void __launch_bounds__(ATT_BR) att_fwd_flash(float *__restrict__ out,
             const float corr = expf(m - mt); /* 0 at the first tile (m = -inf) */
             l *= corr;
 #pragma unroll
-            for (int d = 0; d < HSMAX; d++) o[d] *= corr;
+            for (int c = 0; c < NC; c++) o[c] *= corr;
 #pragma unroll
             for (int jj = 0; jj < ATT_BC; jj++) {
                 if (jj < nv) {
@@ -160,7 +196,8 @@ __global__ void __launch_bounds__(ATT_BR) att_fwd_flash(float *__restrict__ out,
                     l += e;
                     const float pe = e * att_factor(dr, mrow + (uint64_t)(j0 + jj));
 #pragma unroll
-                    for (int d = 0; d < HSMAX; d++) o[d] += pe * Vs[jj][d];
+                    for (int c = 0; c < NC; c++)
+                        if (c * TPR + sub < HS) o[c] += pe * Vs[jj][c * TPR + sub];
                 }
             }
             m = mt;
@@ -170,32 +207,36 @@ __global__ void __launch_bounds__(ATT_BR) att_fwd_flash(float *__restrict__ out,
         const float inv = 1.0f / l;
         float *ot = out + ((size_t)b * T + t) * s.C + (size_t)h * HS;
 #pragma unroll
-        for (int d = 0; d < HSMAX; d++)
-            if (d < HS) ot[d] = o[d] * inv;
-        lse[((size_t)b * s.NH + h) * T + t] = m + logf(l);
+        for (int c = 0; c < NC; c++)
+            if (c * TPR + sub < HS) ot[c * TPR + sub] = o[c] * inv;
+        if (sub == 0) lse[((size_t)b * s.NH + h) * T + t] = m + logf(l);
     }
 }
 
 /* ------------------------------------------------------------------ fused backward */
 
-/* D (scratch) and dq of one query row per thread; grid as the forward's. */
-template <int HSMAX>
-__global__ void __launch_bounds__(ATT_BR) att_bwd_dq(float *__restrict__ dqkv, float *__restrict__ Dbuf,
-                                                     const float *__restrict__ dout, const float *__restrict__ qkv,
-                                                     const float *__restrict__ lse, att_shape s, att_drop dr) {
+/* D (scratch) and dq of one query row per lane group; grid as the forward's. */
+template <int HSMAX, int TPR>
+__global__ void __launch_bounds__(ATT_BR * TPR) att_bwd_dq(float *__restrict__ dqkv, float *__restrict__ Dbuf,
+                                                           const float *__restrict__ dout,
+                                                           const float *__restrict__ qkv,
+                                                           const float *__restrict__ lse, att_shape s, att_drop dr) {
+    constexpr int NC = HSMAX / TPR;
     __shared__ float Ks[ATT_BC][HSMAX];
     __shared__ float Vs[ATT_BC][HSMAX];
     const int b = (int)blockIdx.z, h = (int)blockIdx.y, r0 = (int)blockIdx.x * ATT_BR;
-    const int t = r0 + (int)threadIdx.x, T = s.T, HS = s.HS;
+    const int sub = (int)threadIdx.x % TPR, t = r0 + (int)threadIdx.x / TPR, T = s.T, HS = s.HS;
+    const unsigned gmask = att_group_mask<TPR>();
     const bool row = t < T;
     const float *base = qkv + (size_t)b * T * s.W;
     const float *kg = base + s.C + (size_t)(h / s.G) * HS, *vg = kg + (size_t)s.NKV * HS;
-    float q[HSMAX], g[HSMAX], dq[HSMAX];
+    float q[NC], g[NC], dq[NC];
 #pragma unroll
-    for (int d = 0; d < HSMAX; d++) {
-        q[d] = row && d < HS ? base[(size_t)t * s.W + (size_t)h * HS + d] : 0.0f;
-        g[d] = row && d < HS ? dout[((size_t)b * T + t) * s.C + (size_t)h * HS + d] : 0.0f;
-        dq[d] = 0.0f;
+    for (int c = 0; c < NC; c++) {
+        const int d = c * TPR + sub;
+        q[c] = row && d < HS ? base[(size_t)t * s.W + (size_t)h * HS + d] : 0.0f;
+        g[c] = row && d < HS ? dout[((size_t)b * T + t) * s.C + (size_t)h * HS + d] : 0.0f;
+        dq[c] = 0.0f;
     }
     const size_t srow = ((size_t)b * s.NH + h) * T + (size_t)(row ? t : 0);
     const float L = row ? lse[srow] : 0.0f;
@@ -217,11 +258,13 @@ __global__ void __launch_bounds__(ATT_BR) att_bwd_dq(float *__restrict__ dqkv, f
                 for (int jj = 0; jj < nv; jj++) {
                     float qk = 0.0f, gv = 0.0f;
 #pragma unroll
-                    for (int d = 0; d < HSMAX; d++)
-                        if (d < HS) {
-                            qk += q[d] * Ks[jj][d];
-                            gv += g[d] * Vs[jj][d];
+                    for (int c = 0; c < NC; c++)
+                        if (c * TPR + sub < HS) {
+                            qk += q[c] * Ks[jj][c * TPR + sub];
+                            gv += g[c] * Vs[jj][c * TPR + sub];
                         }
+                    qk = att_group_sum<TPR>(qk, gmask);
+                    gv = att_group_sum<TPR>(gv, gmask);
                     const float P = expf(qk * s.scale - L);
                     const float dP = gv * att_factor(dr, mrow + (uint64_t)(j0 + jj));
                     if (pass == 0) {
@@ -229,7 +272,8 @@ __global__ void __launch_bounds__(ATT_BR) att_bwd_dq(float *__restrict__ dqkv, f
                     } else {
                         const float ds = P * (dP - D);
 #pragma unroll
-                        for (int d = 0; d < HSMAX; d++) dq[d] += ds * Ks[jj][d];
+                        for (int c = 0; c < NC; c++)
+                            if (c * TPR + sub < HS) dq[c] += ds * Ks[jj][c * TPR + sub];
                     }
                 }
             }
@@ -238,32 +282,37 @@ __global__ void __launch_bounds__(ATT_BR) att_bwd_dq(float *__restrict__ dqkv, f
     if (row) {
         float *dqt = dqkv + ((size_t)b * T + t) * s.W + (size_t)h * HS;
 #pragma unroll
-        for (int d = 0; d < HSMAX; d++)
-            if (d < HS) dqt[d] = dq[d] * s.scale;
-        Dbuf[srow] = D;
+        for (int c = 0; c < NC; c++)
+            if (c * TPR + sub < HS) dqt[c * TPR + sub] = dq[c] * s.scale;
+        if (sub == 0) Dbuf[srow] = D;
     }
 }
 
-/* dk and dv of one key row per thread, over the group's query heads in order. */
-template <int HSMAX>
-__global__ void __launch_bounds__(ATT_BK) att_bwd_dkdv(float *__restrict__ dqkv, const float *__restrict__ dout,
-                                                       const float *__restrict__ qkv, const float *__restrict__ lse,
-                                                       const float *__restrict__ Dbuf, att_shape s, att_drop dr) {
+/* dk and dv of one key row per lane group, over the group's query heads in order. */
+template <int HSMAX, int TPR>
+__global__ void __launch_bounds__(ATT_BK * TPR) att_bwd_dkdv(float *__restrict__ dqkv, const float *__restrict__ dout,
+                                                             const float *__restrict__ qkv,
+                                                             const float *__restrict__ lse,
+                                                             const float *__restrict__ Dbuf, att_shape s,
+                                                             att_drop dr) {
+    constexpr int NC = HSMAX / TPR;
     __shared__ float Qs[ATT_BQ][HSMAX];
     __shared__ float Gs[ATT_BQ][HSMAX];
     __shared__ float Ls[ATT_BQ], Ds[ATT_BQ];
     const int b = (int)blockIdx.z, kvh = (int)blockIdx.y, c0 = (int)blockIdx.x * ATT_BK;
-    const int j = c0 + (int)threadIdx.x, T = s.T, HS = s.HS;
+    const int sub = (int)threadIdx.x % TPR, j = c0 + (int)threadIdx.x / TPR, T = s.T, HS = s.HS;
+    const unsigned gmask = att_group_mask<TPR>();
     const bool col = j < T;
     const float *base = qkv + (size_t)b * T * s.W;
     const size_t koff = (size_t)s.C + (size_t)kvh * HS, voff = koff + (size_t)s.NKV * HS;
-    float k[HSMAX], v[HSMAX], dk[HSMAX], dv[HSMAX];
+    float k[NC], v[NC], dk[NC], dv[NC];
 #pragma unroll
-    for (int d = 0; d < HSMAX; d++) {
-        k[d] = col && d < HS ? base[(size_t)j * s.W + koff + d] : 0.0f;
-        v[d] = col && d < HS ? base[(size_t)j * s.W + voff + d] : 0.0f;
-        dk[d] = 0.0f;
-        dv[d] = 0.0f;
+    for (int c = 0; c < NC; c++) {
+        const int d = c * TPR + sub;
+        k[c] = col && d < HS ? base[(size_t)j * s.W + koff + d] : 0.0f;
+        v[c] = col && d < HS ? base[(size_t)j * s.W + voff + d] : 0.0f;
+        dk[c] = 0.0f;
+        dv[c] = 0.0f;
     }
     for (int h = kvh * s.G; h < kvh * s.G + s.G; h++) {
         const size_t hrow = ((size_t)b * s.NH + h) * T; /* (b,h) row 0 in (B,NH,T) */
@@ -284,30 +333,33 @@ __global__ void __launch_bounds__(ATT_BK) att_bwd_dkdv(float *__restrict__ dqkv,
                 for (int ii = j > i0 ? j - i0 : 0; ii < nq; ii++) { /* query rows i >= j */
                     float qk = 0.0f, gv = 0.0f;
 #pragma unroll
-                    for (int d = 0; d < HSMAX; d++)
-                        if (d < HS) {
-                            qk += Qs[ii][d] * k[d];
-                            gv += Gs[ii][d] * v[d];
+                    for (int c = 0; c < NC; c++)
+                        if (c * TPR + sub < HS) {
+                            qk += Qs[ii][c * TPR + sub] * k[c];
+                            gv += Gs[ii][c * TPR + sub] * v[c];
                         }
+                    qk = att_group_sum<TPR>(qk, gmask);
+                    gv = att_group_sum<TPR>(gv, gmask);
                     const float P = expf(qk * s.scale - Ls[ii]);
                     const float f = att_factor(dr, (hrow + (uint64_t)(i0 + ii)) * T + (uint64_t)j);
                     const float pt = P * f, ds = P * (gv * f - Ds[ii]);
 #pragma unroll
-                    for (int d = 0; d < HSMAX; d++) {
-                        dv[d] += pt * Gs[ii][d];
-                        dk[d] += ds * Qs[ii][d];
-                    }
+                    for (int c = 0; c < NC; c++)
+                        if (c * TPR + sub < HS) {
+                            dv[c] += pt * Gs[ii][c * TPR + sub];
+                            dk[c] += ds * Qs[ii][c * TPR + sub];
+                        }
                 }
             }
         }
     }
     if (col) {
-        float *row = dqkv + ((size_t)b * T + j) * s.W;
+        float *rowp = dqkv + ((size_t)b * T + j) * s.W;
 #pragma unroll
-        for (int d = 0; d < HSMAX; d++)
-            if (d < HS) {
-                row[koff + d] = dk[d] * s.scale;
-                row[voff + d] = dv[d];
+        for (int c = 0; c < NC; c++)
+            if (c * TPR + sub < HS) {
+                rowp[koff + c * TPR + sub] = dk[c] * s.scale;
+                rowp[voff + c * TPR + sub] = dv[c];
             }
     }
 }
@@ -519,26 +571,29 @@ size_t lf__cuda_attention_cached_scratch(int B, int NH, int Tn, int pos0) {
     return (size_t)B * (size_t)NH * (size_t)Tn * ((size_t)pos0 + (size_t)Tn);
 }
 
+/* TPR lanes a row: 32 channels a lane */
 template <int HSMAX>
 static cudaError_t att_forward_hs(float *out, float *lse, const float *qkv, const att_shape &s, const att_drop &dr,
                                   cudaStream_t stream) {
-    auto *att_fwd_flash_k = &att_fwd_flash<HSMAX>;
+    constexpr int TPR = HSMAX / 32;
+    auto *att_fwd_flash_k = &att_fwd_flash<HSMAX, TPR>;
     const dim3 grid((unsigned)((s.T + ATT_BR - 1) / ATT_BR), (unsigned)s.NH, (unsigned)s.B);
-    LF_CUDA_LAUNCH(att_fwd_flash_k, grid, ATT_BR, 0, stream, out, lse, qkv, s, dr);
+    LF_CUDA_LAUNCH(att_fwd_flash_k, grid, ATT_BR * TPR, 0, stream, out, lse, qkv, s, dr);
     return cudaGetLastError();
 }
 
 template <int HSMAX>
 static cudaError_t att_backward_hs(float *dqkv, float *Dbuf, const float *dout, const float *qkv, const float *lse,
                                    const att_shape &s, const att_drop &dr, cudaStream_t stream) {
-    auto *att_bwd_dq_k = &att_bwd_dq<HSMAX>;
-    auto *att_bwd_dkdv_k = &att_bwd_dkdv<HSMAX>;
+    constexpr int TPR = HSMAX / 32;
+    auto *att_bwd_dq_k = &att_bwd_dq<HSMAX, TPR>;
+    auto *att_bwd_dkdv_k = &att_bwd_dkdv<HSMAX, TPR>;
     const dim3 gq((unsigned)((s.T + ATT_BR - 1) / ATT_BR), (unsigned)s.NH, (unsigned)s.B);
-    LF_CUDA_LAUNCH(att_bwd_dq_k, gq, ATT_BR, 0, stream, dqkv, Dbuf, dout, qkv, lse, s, dr);
+    LF_CUDA_LAUNCH(att_bwd_dq_k, gq, ATT_BR * TPR, 0, stream, dqkv, Dbuf, dout, qkv, lse, s, dr);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     const dim3 gk((unsigned)((s.T + ATT_BK - 1) / ATT_BK), (unsigned)s.NKV, (unsigned)s.B);
-    LF_CUDA_LAUNCH(att_bwd_dkdv_k, gk, ATT_BK, 0, stream, dqkv, dout, qkv, lse, Dbuf, s, dr);
+    LF_CUDA_LAUNCH(att_bwd_dkdv_k, gk, ATT_BK * TPR, 0, stream, dqkv, dout, qkv, lse, Dbuf, s, dr);
     return cudaGetLastError();
 }
 
