@@ -45,15 +45,37 @@ void lf_backend_close(lf_backend *be);
  * Convenient where one instance per process is enough; a failure on it is
  * seen by every user of it. */
 lf_backend *lf_backend_get(const char *name);
-/* The name of the fp32 backend the trainer, bench, eval and sample use:
- * "cpu", or the one the environment variable LLMFORGE_BACKEND names (e.g.
- * "cpu-fenced"). */
+/* The name of the fp32 backend the trainer (training config key `backend`:
+ * "auto", its default), bench, eval, sample and serve use, first found of:
+ * the name lf_backend_set_default chose; the environment variable
+ * LLMFORGE_BACKEND (e.g. "cpu-fenced"; "auto" as below); "cuda" when a CUDA
+ * backend is registered (lf_backend_cuda_register) and cudaGetDeviceCount
+ * sees a device (asked once per process); else "cpu". An unknown name in
+ * LLMFORGE_BACKEND is returned as is (opening it fails, naming it). */
 const char *lf_backend_default_name(void);
+/* The backend a run selects with `name` (the config key `backend`): NULL,
+ * "" or "auto" is lf_backend_default_name(); any other name must be a
+ * compiled-in or registered backend. *out: the table's name (static).
+ * LF_OK, or LF_ERR_NOT_FOUND naming the backends there are ("cuda" in a
+ * build without it: "this build has no CUDA backend ..."). Opens nothing. */
+lf_status lf_backend_select(const char *name, const char **out);
+/* The process-wide choice lf_backend_default_name returns first (the CLI's
+ * --backend option): "auto" is resolved now, an unknown name is refused
+ * (LF_ERR_NOT_FOUND, as lf_backend_select); NULL or "" clears it. */
+lf_status lf_backend_set_default(const char *name);
 /* lf_backend_get(lf_backend_default_name()). */
 lf_backend *lf_backend_default(void);
 const char *lf_backend_name(const lf_backend *be);
 /* 1 when the backend's memory is the host's (callers may read it in place). */
 int lf_backend_host_memory(const lf_backend *be);
+/* The device memory behind an instance, now: its free and total bytes
+ * ("cuda": cudaMemGetInfo, the instance's own context and 32 MiB cuBLASLt
+ * workspace already taken). LF_OK; LF_ERR_UNSUPPORTED (message recorded)
+ * for a backend whose memory is the host's; the device's error otherwise. */
+lf_status lf_backend_mem_info(lf_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* "NVIDIA H200 (device 0)" for a device backend, "" otherwise (static or
+ * the instance's; valid while it is open). */
+const char *lf_backend_device_name(const lf_backend *be);
 
 /* Waits until every op queued on the instance has finished, then returns
  * its sticky status: LF_OK, or the first failure of an op since the

@@ -8,6 +8,7 @@
 #ifndef LLMFORGE_PLAN_H
 #define LLMFORGE_PLAN_H
 
+#include "llmforge/backend.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
 
@@ -20,6 +21,7 @@ extern "C" {
 typedef struct lf_mem_item {
     char name[64];
     size_t bytes;
+    int device;              /* 1: in the device's memory (a backend whose memory is not the host's) */
 } lf_mem_item;
 
 typedef struct lf_mem_plan {
@@ -42,6 +44,13 @@ typedef struct lf_mem_plan {
     size_t params_bytes;     /* parameters held: the whole model, or (ZeRO-3) the shard and two gathered units */
     size_t grads_bytes;      /* gradients: the whole model, or (ZeRO-2/3) the shard and two unit buffers */
     size_t optim_bytes;      /* AdamW moments: of the whole model, or (ZeRO >= 1) of the shard */
+    /* a device backend (staging): the items split into device and host memory */
+    size_t device_total;     /* the items in device memory (0 on a host-memory backend) */
+    size_t host_total;       /* the rest: what limit holds (total on a host-memory backend) */
+    size_t device_free;      /* lf_backend_mem_info when the plan was made: what device_total must fit; 0 = unknown */
+    size_t device_capacity;  /* the device's total memory; 0 = unknown */
+    char device[96];         /* "cuda: NVIDIA H200 (device 0)"; "" = no device asked */
+    const lf_backend *backend; /* the instance whose attention sizes the activations (NULL: the CPU's) */
 } lf_mem_plan;
 
 /* The plan of cfg for model mcfg (vocab resolved) with the micro-batch split
@@ -56,6 +65,14 @@ lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_
 lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                                 int host_staging, int rank);
 
+/* The plan of cfg on backend instance be (rank `rank`): its replicas, host
+ * staging when its memory is not the host's, and then the device's free
+ * and total memory (lf_backend_mem_info; the instance's own context is
+ * already allocated, so free is what the run can have). LF_OK, or the
+ * device's error. */
+lf_status lf_mem_plan_make_backend(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg,
+                                   lf_backend *be, int rank);
+
 /* LF_OK when the plan fits its limit (or no limit is known). Otherwise
  * LF_ERR_NOMEM with a message: the total against the limit, the largest
  * consumers, and the changes that would make it fit, each with the bytes it
@@ -63,6 +80,17 @@ lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, cons
  * bf16 when the run is fp32: its bf16 activations less its weight copies),
  * and a note on what does not help here (ZeRO needs several processes). */
 lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg);
+/* On a device plan the device part is checked first, against device_free
+ * ("the run needs X of device memory, more than the Y free on cuda: ..."),
+ * with the same advice computed on device bytes; then the host part against
+ * the limit. */
+
+/* The advice part of lf_mem_plan_check's message ("To fit: ...") for the
+ * plan's scarce memory (the device's on a device plan), written whether or
+ * not the plan fits: what an allocation failure during the run reports
+ * (like snprintf: returns the length it needed). */
+size_t lf_mem_plan_advice(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, char *buf,
+                          size_t cap);
 
 /* The plan as a table, for `llmforge plan` (like snprintf: returns the length it needed). */
 size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap);

@@ -100,6 +100,8 @@ typedef struct lf_train_config {
     float min_lr;
     float grad_clip;
     int bf16;                       /* bf16.enabled: matmuls in bf16 (backend "cpu-bf16") */
+    char backend[16];               /* backend: "auto" (LLMFORGE_BACKEND, else cuda with a GPU, else cpu),
+                                       "cpu", "cuda" or "cpu-fenced" (lf_backend_select) */
     /* eval / checkpoint / logging */
     long eval_interval;             /* 0 = never (except none) */
     int eval_iters;
@@ -318,6 +320,8 @@ lf_status lf_trainer_copy_params(lf_trainer *t, float *dst);
  * lf_mem_plan's params_bytes, grads_bytes, optim_bytes. */
 void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim);
 lf_comm *lf_trainer_comm(lf_trainer *t);
+/* The trainer's backend instance (owned by the trainer). */
+lf_backend *lf_trainer_backend(lf_trainer *t);
 
 /* The model configuration and tokenizer spec a checkpoint directory was
  * trained with (from its trainer_state.json). */

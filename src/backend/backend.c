@@ -45,13 +45,24 @@ static const lf_backend_ops *table_of(const char *name) {
     return NULL;
 }
 
+/* "cpu, cpu-bf16, cpu-fenced" and the registered tables' names */
+static void known_names(char *buf, size_t cap) {
+    size_t at = (size_t)snprintf(buf, cap, "cpu, cpu-bf16, cpu-fenced");
+    for (int i = 0; i < LF_MAX_REGISTERED && at < cap; i++) {
+        const lf_backend_ops *t = atomic_load(&g_registered[i]);
+        if (t) at += (size_t)snprintf(buf + at, cap - at, ", %s", t->name);
+    }
+}
+
 static lf_status unknown(const char *name) {
     /* "cuda" is registered by programs linked with lf_backend_cuda (the CLI
      * does it when built with LF_CUDA); not finding it means this build has none */
     if (name && strcmp(name, "cuda") == 0)
         return lf_fail(LF_ERR_NOT_FOUND,
                        "backend 'cuda': this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)");
-    return lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu, cpu-bf16, cpu-fenced)", name);
+    char known[256];
+    known_names(known, sizeof known);
+    return lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: %s)", name, known);
 }
 
 static lf_status init(lf_backend *be, const lf_backend_ops *ops) {
@@ -164,9 +175,74 @@ lf_backend *lf_backend_get(const char *name) {
     return &g_shared[i];
 }
 
+/* ---------------------------------------------------------------- selection */
+
+/* lf_backend_set_default's name ("" = none), under g_sel_mu */
+static pthread_mutex_t g_sel_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_sel[32];
+
+/* "auto": "cuda" when a "cuda" table is registered and sees a device, else
+ * "cpu". The device count is asked once per process (cudaGetDeviceCount
+ * starts the driver), after the table was registered. */
+static int g_auto_probed, g_auto_devices;
+
+static const char *auto_name(void) {
+    const lf_backend_ops *t = NULL;
+    for (int i = 0; i < LF_MAX_REGISTERED && !t; i++) {
+        const lf_backend_ops *r = atomic_load(&g_registered[i]);
+        if (r && strcmp(r->name, "cuda") == 0) t = r;
+    }
+    if (!t) return "cpu";
+    pthread_mutex_lock(&g_sel_mu);
+    if (!g_auto_probed) {
+        g_auto_devices = t->devices ? t->devices() : 0;
+        g_auto_probed = 1;
+    }
+    const int n = g_auto_devices;
+    pthread_mutex_unlock(&g_sel_mu);
+    return n > 0 ? t->name : "cpu";
+}
+
 const char *lf_backend_default_name(void) {
+    pthread_mutex_lock(&g_sel_mu);
+    const lf_backend_ops *t = g_sel[0] ? table_of(g_sel) : NULL;
+    pthread_mutex_unlock(&g_sel_mu);
+    if (t) return t->name;
     const char *env = getenv("LLMFORGE_BACKEND");
-    return env && *env ? env : "cpu";
+    if (env && *env) return strcmp(env, "auto") == 0 ? auto_name() : env;
+    return auto_name();
+}
+
+lf_status lf_backend_select(const char *name, const char **out) {
+    if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_backend_select: out is NULL");
+    *out = NULL;
+    const lf_backend_ops *t;
+    if (!name || !*name || strcmp(name, "auto") == 0) {
+        const char *d = lf_backend_default_name();
+        if (!(t = table_of(d))) {
+            const char *env = getenv("LLMFORGE_BACKEND");
+            lf_status st = unknown(d);
+            if (env && *env && strcmp(env, d) == 0) lf_error_prefix("environment variable LLMFORGE_BACKEND");
+            return st;
+        }
+    } else if (!(t = table_of(name))) {
+        return unknown(name);
+    }
+    *out = t->name;
+    return LF_OK;
+}
+
+lf_status lf_backend_set_default(const char *name) {
+    const char *sel = NULL;
+    if (name && *name) {
+        /* "auto" is resolved now; an unknown name is refused now */
+        lf_status st = lf_backend_select(name, &sel);
+        if (st != LF_OK) return st;
+    }
+    pthread_mutex_lock(&g_sel_mu);
+    snprintf(g_sel, sizeof g_sel, "%s", sel ? sel : "");
+    pthread_mutex_unlock(&g_sel_mu);
+    return LF_OK;
 }
 
 lf_backend *lf_backend_default(void) { return lf_backend_get(lf_backend_default_name()); }
@@ -174,6 +250,22 @@ lf_backend *lf_backend_default(void) { return lf_backend_get(lf_backend_default_
 const char *lf_backend_name(const lf_backend *be) { return be ? be->ops->name : "(none)"; }
 
 int lf_backend_host_memory(const lf_backend *be) { return be && be->ops->host_memory; }
+
+lf_status lf_backend_mem_info(lf_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    if (free_bytes) *free_bytes = 0;
+    if (total_bytes) *total_bytes = 0;
+    if (!be || !free_bytes || !total_bytes) return lf_fail(LF_ERR_INVALID_ARG, "lf_backend_mem_info: NULL argument");
+    if (!be->ops->mem_info)
+        return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s': its memory is the host's (no device memory to report)",
+                       be->ops->name);
+    return be->ops->mem_info(be, free_bytes, total_bytes);
+}
+
+const char *lf_backend_device_name(const lf_backend *be) {
+    /* the slot reads the instance's context, which it does not change */
+    const char *n = be && be->ops->device_name ? be->ops->device_name((lf_backend *)be) : NULL;
+    return n ? n : "";
+}
 
 /* ---------------------------------------------------------------- sticky status */
 

@@ -137,6 +137,19 @@ struct lf_backend_ops {
     void (*zero)(lf_backend *be, float *x, size_t n);
     void (*scale)(lf_backend *be, float *x, size_t n, float s);   /* x *= s */
 
+    /* ---- the device behind backend memory (all three NULL where it is the
+     * host's). mem_info: the device's free and total bytes now (cuda:
+     * cudaMemGetInfo, after the instance's own context and workspace were
+     * taken), what the memory plan holds a run's device part against; LF_OK,
+     * or the failure with its message recorded (lf_fail, not sticky).
+     * device_name: "NVIDIA H200 (device 0)", for plans and banners.
+     * devices: how many devices the table could open an instance on now
+     * (cuda: cudaGetDeviceCount; 0 when none answers), with no instance:
+     * what backend "auto" asks. */
+    lf_status (*mem_info)(lf_backend *be, size_t *free_bytes, size_t *total_bytes);
+    const char *(*device_name)(lf_backend *be);
+    int (*devices)(void);
+
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe == NULL
      * (no position embedding, Llama): out[b,t,:] = wte[inp[b,t],:], and
      * backward's dwpe must then be NULL too. */

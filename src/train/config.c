@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "llmforge/backend.h"
 #include "llmforge/comm.h"
 #include "llmforge/data.h"
 #include "llmforge/train.h"
@@ -111,6 +112,8 @@ _Static_assert(LF_CKPT_ON_ERROR_STOP == 0 && LF_CKPT_ON_ERROR_CONTINUE == 1, "on
 static const char *const recompute_choices[] = {"none", "selective", "full", NULL};
 static const char *const comm_choices[] = {"auto", "single", "mpi", NULL};
 static const char *const offload_choices[] = {"none", "cpu", NULL};
+/* the compute backend (lf_backend_select); bf16.enabled picks its bf16 variant */
+static const char *const backend_choices[] = {"auto", "cpu", "cuda", "cpu-fenced", NULL};
 _Static_assert(LF_RECOMPUTE_NONE == 0 && LF_RECOMPUTE_SELECTIVE == 1 && LF_RECOMPUTE_FULL == 2,
                "recompute_choices order");
 
@@ -223,6 +226,10 @@ static const key_def k_keys[] = {
      .help = "seed of every random stream (init, data order, dropout)"},
     {.path = "out_dir", .type = KT_STRING, FLD(out_dir), .flags = KF_REQUIRED, .def_str = "out",
      .help = "run directory (checkpoints, logs, resolved config)"},
+    {.path = "backend", .type = KT_CHOICE, FLD(backend), .def_str = "auto", .choices = backend_choices,
+     .help = "compute backend: auto (the LLMFORGE_BACKEND environment variable when set, else cuda when this "
+             "build has it and a GPU answers, else cpu), cpu, cuda (--device N picks the GPU) or cpu-fenced (a "
+             "test backend); a name given here wins over LLMFORGE_BACKEND"},
     /* precision (DeepSpeed's bf16 section) */
     {.path = "bf16.enabled", .type = KT_BOOL, FLD(bf16), .def = {0},
      .help = "bf16 matrix products (fp32 accumulation, master weights, optimizer state): the cpu-bf16 backend"},
@@ -1142,6 +1149,15 @@ static lf_status check_ranges(const parse_ctx *c) {
     return LF_OK;
 }
 
+/* backend: a name other than auto must be one this program has ("cuda"
+ * only where the CUDA backend was built and registered). */
+static lf_status check_backend(const parse_ctx *c) {
+    const char *name = c->cfg.backend, *sel = NULL;
+    if (ascii_ieq(name, "auto") || lf_backend_select(name, &sel) == LF_OK) return LF_OK;
+    return lf_fail(LF_ERR_CONFIG, "key 'backend' %s: \"%s\": %s", note_of(c, key_index("backend")), name,
+                   lf_last_error());
+}
+
 /* The world size of the batch identity: given (>= 1), or the launcher's. */
 static lf_status set_world(parse_ctx *c, int world) {
     if (world > 0) {
@@ -1194,6 +1210,7 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
     if (st == LF_OK && c->cfg.fp16 && c->cfg.bf16)
         st = lf_fail(LF_ERR_CONFIG, "keys 'fp16.enabled' (%s) and 'bf16.enabled' (%s) are both true; choose one",
                      note_of(c, key_index("fp16.enabled")), note_of(c, key_index("bf16.enabled")));
+    if (st == LF_OK) st = check_backend(c);
     if (st == LF_OK) *out = c->cfg;
     return st;
 }

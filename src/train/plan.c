@@ -12,11 +12,21 @@
  * scratch for one gradient bucket. So the plan is exact up to small
  * bookkeeping (tables, file buffers) and is checked before anything large is
  * allocated.
+ *
+ * On a device backend ("cuda": backend memory is not the host's) the items
+ * split in two: parameters, gradients, moments, activations (and bf16
+ * copies) in the device's memory, held against what cudaMemGetInfo says is
+ * free once the backend's own context is open; staging copies, batches and
+ * communication buffers in host memory, held against memory.limit_bytes or
+ * MemAvailable. The advice for either part is computed on that part's
+ * bytes, and lf_mem_plan_advice gives it to a run whose allocation failed
+ * after all (fragmentation, another process on the GPU).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/backend_impl.h"
 #include "llmforge/comm.h"
 #include "llmforge/plan.h"
 
@@ -41,17 +51,22 @@ static size_t mem_available(void) {
     return kb * 1024;
 }
 
-static void add(lf_mem_plan *p, const char *name, size_t bytes) {
+/* dev: the item lives in the device's memory (only ever 1 on a device plan) */
+static void add(lf_mem_plan *p, const char *name, size_t bytes, int dev) {
     if (p->n_items >= LF_PLAN_MAX_ITEMS || bytes == 0) return;
     snprintf(p->items[p->n_items].name, sizeof p->items[0].name, "%s", name);
+    p->items[p->n_items].device = dev;
     p->items[p->n_items++].bytes = bytes;
     p->total += bytes;
+    if (dev) p->device_total += bytes;
+    else p->host_total += bytes;
 }
 
 /* Total of the plan with micro-batch B, accumulation A and policy rc (the rest as cfg). */
 static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas, int B,
-                           int A, lf_recompute rc, int staging, int rank) {
+                           int A, lf_recompute rc, int staging, int rank, const lf_backend *be) {
     memset(p, 0, sizeof *p);
+    p->backend = be;
     lf_param_info *table = NULL;
     int count = 0;
     size_t P = 0;
@@ -86,6 +101,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->replicas = replicas < 1 ? 1 : replicas > B ? B : replicas;
     p->policy = rc;
     p->staging = staging;
+    const int dev = staging != 0; /* backend memory that is not the host's is a device's */
     /* bf16 runs on cpu-bf16, whose model stores the matmul inputs in bf16 */
     const int bf16_acts = lf_arch_bf16_acts(mcfg->arch); /* else its matmul inputs stay fp32 under bf16 too */
     p->act_dtype = cfg->bf16 && bf16_acts ? LF_ACT_BF16 : LF_ACT_FP32;
@@ -93,7 +109,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         for (int k = 0; k < 3; k++) {
             lf_act_bytes ab;
             const lf_act_dtype dd = d == LF_ACT_BF16 && !bf16_acts ? LF_ACT_FP32 : (lf_act_dtype)d;
-            st = lf_model_plan_bytes(mcfg, B, T, (lf_recompute)k, dd, p->replicas, &ab);
+            st = lf_model_plan_bytes_backend(mcfg, B, T, (lf_recompute)k, dd, p->replicas, be, &ab);
             if (st != LF_OK) {
                 free(unit);
                 return st;
@@ -122,26 +138,27 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->params_bytes = Z == 3 ? p->shard * f + units : P * f;
     p->grads_bytes = Z >= 2 ? p->shard * f + units : P * f;
     p->optim_bytes = 2 * (Z >= 1 ? p->shard : P) * f;
-    add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 units)" : "parameters (fp32 master weights)", p->params_bytes);
-    add(p, Z >= 2 ? "gradients (ZeRO shard + 2 units)" : "gradients (fp32)", p->grads_bytes);
+    add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 units)" : "parameters (fp32 master weights)", p->params_bytes,
+        dev);
+    add(p, Z >= 2 ? "gradients (ZeRO shard + 2 units)" : "gradients (fp32)", p->grads_bytes, dev);
     add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)" : "AdamW moments (fp32, 2 per parameter)",
-        p->optim_bytes);
-    if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * (Z >= 1 ? p->shard : P)) * f);
+        p->optim_bytes, dev);
+    if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * (Z >= 1 ? p->shard : P)) * f, 0);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s%s)", lf_recompute_name(rc),
              p->act_dtype == LF_ACT_BF16 ? ", bf16" : "");
-    add(p, name, p->act.total);
+    add(p, name, p->act.total, dev);
     if (cfg->bf16) {
         /* cpu-bf16 caches a bf16 copy of every matmul weight (the lm_head and every
          * projection), and converts the operands not stored in bf16 (the output gradients)
          * into per-replica scratch whose largest is the logits gradient (rows x Vp) */
         const size_t Vp = (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size);
-        add(p, "bf16 weight copies", 2 * mm_weights);
+        add(p, "bf16 weight copies", 2 * mm_weights, dev);
         const size_t rows = (size_t)((B + p->replicas - 1) / p->replicas) * (size_t)T;
-        add(p, "bf16 operand scratch (estimate)", (size_t)p->replicas * rows * Vp * 2);
+        add(p, "bf16 operand scratch (estimate)", (size_t)p->replicas * rows * Vp * 2, dev);
     }
-    add(p, "step batch (inputs, targets)", batch);
-    add(p, "loader prefetch ring", (size_t)cfg->prefetch * batch);
+    add(p, "step batch (inputs, targets)", batch, 0);
+    add(p, "loader prefetch ring", (size_t)cfg->prefetch * batch, 0);
     if (W > 1) {
         /* the mpi communicator's receive buffer: a part of ceil(bucket / W)
          * floats from each of W ranks for one bucket of the gradient
@@ -150,13 +167,13 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         size_t bucket = (size_t)cfg->comm_bucket_elems, biggest = Z ? biggest_unit : P;
         if (bucket == 0 || bucket > biggest) bucket = biggest;
         add(p, Z ? "communication scratch (reduce-scatter)" : "communication scratch (all-reduce bucket)",
-            (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f);
+            (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f, 0);
         if (staging) {
             /* the trainer's host staging of those collectives (trainer.c, dev_*):
              * a whole gradient bucket at stage 0, a whole unit with ZeRO (the
              * units' partitions are the collectives', not cut into buckets) */
             size_t b = (size_t)cfg->comm_bucket_elems, most = Z ? biggest_unit : (b && b < P ? b : P);
-            add(p, "collective staging (host copy of backend memory)", most * f);
+            add(p, "collective staging (host copy of backend memory)", most * f, 0);
         }
     }
     return LF_OK;
@@ -167,13 +184,21 @@ lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     return lf_mem_plan_make_rank(p, cfg, mcfg, replicas, host_staging, 0);
 }
 
+static lf_status make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
+                           int host_staging, int rank, const lf_backend *be);
+
 lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                                 int host_staging, int rank) {
+    return make_rank(p, cfg, mcfg, replicas, host_staging, rank, NULL);
+}
+
+static lf_status make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
+                           int host_staging, int rank, const lf_backend *be) {
     if (!p || !cfg || !mcfg) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: NULL argument");
     if (rank < 0 || rank >= (cfg->world_size > 0 ? cfg->world_size : 1))
         return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: rank %d outside world size %d", rank, cfg->world_size);
     lf_status st = plan_with(p, cfg, mcfg, replicas, cfg->micro_batch, cfg->grad_accum, (lf_recompute)cfg->recompute,
-                             host_staging, rank);
+                             host_staging, rank, be);
     if (st != LF_OK) return st;
     if (cfg->memory_limit > 0) {
         p->limit = (size_t)cfg->memory_limit;
@@ -205,87 +230,143 @@ static void sb(sbuf *b, const char *fmt, ...) {
     if (n > 0) b->len += (size_t)n;
 }
 
-lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg) {
-    if (p->limit == 0 || p->total <= p->limit) return LF_OK;
-    char msg[2048], b1[32], b2[32], b3[32];
-    sbuf s = {msg, sizeof msg, 0};
-    sb(&s, "the run needs %s, more than %s (%s): ", lf_fmt_bytes(p->total, b1, sizeof b1),
-       p->limit_from_config ? "key 'memory.limit_bytes'" : "the memory available", lf_fmt_bytes(p->limit, b2, sizeof b2));
-    lf_mem_item top[LF_PLAN_MAX_ITEMS];
-    memcpy(top, p->items, sizeof top);
-    qsort(top, (size_t)p->n_items, sizeof top[0], by_size_desc);
-    sb(&s, "largest");
-    for (int i = 0; i < p->n_items && i < 3; i++)
-        sb(&s, "%s %s %s", i ? "," : "", top[i].name, lf_fmt_bytes(top[i].bytes, b1, sizeof b1));
-    sb(&s, ". To fit:");
+/* What a check compares: the device part (dev) or the host part of a plan */
+static size_t need(const lf_mem_plan *p, int dev) { return dev ? p->device_total : p->host_total; }
+
+/* The advice for the device part (dev) or the host part of plan p, against
+ * that part's limit. */
+static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int dev) {
+    char b1[32], b2[32], b3[32];
+    const size_t lim = dev ? p->device_free : p->limit;
+    sb(s, "To fit:");
     int n_adv = 0;
     /* a smaller micro-batch with more accumulation (same train_batch_size) */
     for (int B = p->B / 2; B >= 1; B /= 2) {
         if (p->B % B) continue;
         lf_mem_plan q;
         int A = p->A * (p->B / B);
-        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy, p->staging, p->rank) != LF_OK) break;
-        if (q.total <= p->limit || B == 1) {
-            sb(&s, " train_micro_batch_size_per_gpu %d with gradient_accumulation_steps %d saves %s%s;", B, A,
-               lf_fmt_bytes(p->total - q.total, b1, sizeof b1), q.total <= p->limit ? "" : " (not enough alone)");
+        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy, p->staging, p->rank, p->backend) != LF_OK) break;
+        if (need(&q, dev) <= lim || B == 1) {
+            sb(s, " train_micro_batch_size_per_gpu %d with gradient_accumulation_steps %d saves %s%s;", B, A,
+               lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
+               need(&q, dev) <= lim ? "" : " (not enough alone)");
             n_adv++;
             break;
         }
     }
+    /* activations live where the device part is: they save nothing of a device plan's host part */
+    const int acts_here = !p->staging || dev;
     /* a recompute policy */
-    for (int k = (int)p->policy + 1; k < 3; k++) {
+    for (int k = (int)p->policy + 1; acts_here && k < 3; k++) {
         size_t save = p->act_policy[p->policy] - p->act_policy[k];
-        sb(&s, " activation_checkpointing.policy %s saves %s%s;", lf_recompute_name((lf_recompute)k),
-           lf_fmt_bytes(save, b1, sizeof b1), p->total - save <= p->limit ? "" : " (not enough alone)");
+        sb(s, " activation_checkpointing.policy %s saves %s%s;", lf_recompute_name((lf_recompute)k),
+           lf_fmt_bytes(save, b1, sizeof b1), need(p, dev) - save <= lim ? "" : " (not enough alone)");
         n_adv++;
     }
     /* everything at once */
     lf_mem_plan q;
-    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging, p->rank) == LF_OK) {
-        if (q.total > p->limit)
-            sb(&s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
-               "model.block_size)%s or more memory;", lf_fmt_bytes(q.total, b3, sizeof b3),
+    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging, p->rank, p->backend) ==
+        LF_OK) {
+        if (need(&q, dev) > lim)
+            sb(s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
+               "model.block_size)%s or more memory;", lf_fmt_bytes(need(&q, dev), b3, sizeof b3),
                p->world > 1 && p->zero_stage < 3 ? ", a higher ZeRO stage (below)," : "");
         else if (n_adv > 1)
-            sb(&s, " micro-batch 1 with full recompute needs %s;", lf_fmt_bytes(q.total, b3, sizeof b3));
+            sb(s, " micro-batch 1 with full recompute needs %s;", lf_fmt_bytes(need(&q, dev), b3, sizeof b3));
     }
     /* a ZeRO stage (with several ranks: one rank's shard shrinks with the world size) */
     if (p->world > 1) {
         for (int z = p->zero_stage + 1; z <= 3; z++) {
             lf_train_config zc = *cfg;
             zc.zero_stage = z;
-            if (plan_with(&q, &zc, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank) != LF_OK) break;
-            if (q.total < p->total)
-                sb(&s, " zero_optimization.stage %d saves %s%s;", z, lf_fmt_bytes(p->total - q.total, b1, sizeof b1),
-                   q.total <= p->limit ? "" : " (not enough alone)");
+            if (plan_with(&q, &zc, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->backend) != LF_OK)
+                break;
+            if (need(&q, dev) < need(p, dev))
+                sb(s, " zero_optimization.stage %d saves %s%s;", z,
+                   lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
+                   need(&q, dev) <= lim ? "" : " (not enough alone)");
         }
     }
     /* bf16, when the run is fp32: its matmul inputs stored in bf16, less its weight copies and scratch */
-    if (!cfg->bf16) {
+    if (!cfg->bf16 && acts_here) {
         lf_train_config cb = *cfg;
         cb.bf16 = 1;
         cb.fp16 = 0;
-        if (plan_with(&q, &cb, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank) == LF_OK) {
+        if (plan_with(&q, &cb, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->backend) ==
+            LF_OK) {
             const size_t act_save = p->act.total - q.act.total;
             const size_t cost = (q.total - q.act.total) - (p->total - p->act.total); /* weight copies, scratch */
             const char *instead = cfg->fp16 ? " (instead of fp16)" : "";
-            if (q.total < p->total) {
-                sb(&s, " bf16.enabled true%s saves %s (%s of activations stored in bf16, less %s of bf16 weight copies "
-                   "and scratch)%s;", instead, lf_fmt_bytes(p->total - q.total, b1, sizeof b1),
+            if (need(&q, dev) < need(p, dev)) {
+                sb(s, " bf16.enabled true%s saves %s (%s of activations stored in bf16, less %s of bf16 weight copies "
+                   "and scratch)%s;", instead, lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
                    lf_fmt_bytes(act_save, b2, sizeof b2), lf_fmt_bytes(cost, b3, sizeof b3),
-                   q.total <= p->limit ? "" : " (not enough alone)");
+                   need(&q, dev) <= lim ? "" : " (not enough alone)");
                 n_adv++;
             } else {
-                sb(&s, " bf16.enabled true%s stores activations in bf16 (%s less) but adds %s of bf16 weight "
+                sb(s, " bf16.enabled true%s stores activations in bf16 (%s less) but adds %s of bf16 weight "
                    "copies and scratch, so it saves nothing here;", instead, lf_fmt_bytes(act_save, b2, sizeof b2),
                    lf_fmt_bytes(cost, b3, sizeof b3));
             }
         }
     }
     if (p->world == 1)
-        sb(&s, " ZeRO stages shard optimizer state, gradients and parameters over several processes (llmforge "
+        sb(s, " ZeRO stages shard optimizer state, gradients and parameters over several processes (llmforge "
            "launch / mpirun) and save nothing in one");
+}
+
+/* "the run needs ...: largest ... . To fit: ..." for one part of the plan */
+static lf_status refuse(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int dev) {
+    char msg[2048], b1[32], b2[32], b3[32];
+    sbuf s = {msg, sizeof msg, 0};
+    if (dev)
+        sb(&s, "the run needs %s of device memory, more than the %s free on %s (of %s): ",
+           lf_fmt_bytes(p->device_total, b1, sizeof b1), lf_fmt_bytes(p->device_free, b2, sizeof b2), p->device,
+           lf_fmt_bytes(p->device_capacity, b3, sizeof b3));
+    else
+        sb(&s, "the run needs %s%s, more than %s (%s): ", lf_fmt_bytes(need(p, 0), b1, sizeof b1),
+           p->staging ? " of host memory" : "",
+           p->limit_from_config ? "key 'memory.limit_bytes'" : "the memory available",
+           lf_fmt_bytes(p->limit, b2, sizeof b2));
+    lf_mem_item top[LF_PLAN_MAX_ITEMS];
+    int n = 0;
+    for (int i = 0; i < p->n_items; i++)
+        if (!p->staging || p->items[i].device == dev) top[n++] = p->items[i];
+    qsort(top, (size_t)n, sizeof top[0], by_size_desc);
+    sb(&s, "largest");
+    for (int i = 0; i < n && i < 3; i++)
+        sb(&s, "%s %s %s", i ? "," : "", top[i].name, lf_fmt_bytes(top[i].bytes, b1, sizeof b1));
+    sb(&s, ". ");
+    advise(&s, p, cfg, mcfg, dev);
     return lf_fail(LF_ERR_NOMEM, "%s", msg);
+}
+
+lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg) {
+    if (p->staging && p->device_free && p->device_total > p->device_free) return refuse(p, cfg, mcfg, 1);
+    if (p->limit == 0 || need(p, 0) <= p->limit) return LF_OK;
+    return refuse(p, cfg, mcfg, 0);
+}
+
+size_t lf_mem_plan_advice(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, char *buf,
+                          size_t cap) {
+    sbuf s = {buf, cap, 0};
+    if (buf && cap) buf[0] = 0;
+    advise(&s, p, cfg, mcfg, p->staging);
+    return s.len;
+}
+
+lf_status lf_mem_plan_make_backend(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg,
+                                   lf_backend *be, int rank) {
+    if (!be) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make_backend: no backend instance");
+    const int host = lf_backend_host_memory(be);
+    const int replicas = be->ops->replicas ? be->ops->replicas(be, cfg->micro_batch) : 1;
+    lf_status st = make_rank(p, cfg, mcfg, replicas, !host, rank, be);
+    if (st != LF_OK || host) return st;
+    st = lf_backend_mem_info(be, &p->device_free, &p->device_capacity);
+    if (st != LF_OK) return st;
+    const char *dn = lf_backend_device_name(be);
+    snprintf(p->device, sizeof p->device, "%s%s%s", lf_backend_name(be), *dn ? ": " : "", dn);
+    return LF_OK;
 }
 
 size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
@@ -300,13 +381,26 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
     else if (p->world > 1)
         sb(&s, "per rank: rank %d of %d, ZeRO stage 0 (every rank holds the whole state)\n", p->rank, p->world);
     for (int i = 0; i < p->n_items; i++)
-        sb(&s, "  %-40s %12s  %5.1f%%\n", p->items[i].name, lf_fmt_bytes(p->items[i].bytes, b1, sizeof b1),
-           100.0 * (double)p->items[i].bytes / (double)p->total);
+        sb(&s, "  %-40s %12s  %5.1f%%%s\n", p->items[i].name, lf_fmt_bytes(p->items[i].bytes, b1, sizeof b1),
+           100.0 * (double)p->items[i].bytes / (double)p->total,
+           !p->staging ? "" : p->items[i].device ? "  device" : "  host");
     sb(&s, "  %-40s %12s\n", "total", lf_fmt_bytes(p->total, b1, sizeof b1));
+    char b3[32], b4[32];
+    if (p->staging) {
+        /* a device backend: the device part against the device's free memory, the rest against the host's */
+        sb(&s, "  %-40s %12s\n", "device memory (parameters, gradients, ...)",
+           lf_fmt_bytes(p->device_total, b1, sizeof b1));
+        if (p->device_free)
+            sb(&s, "  %-40s %12s  (%s; %s total on %s)\n", "device free (cudaMemGetInfo)",
+               lf_fmt_bytes(p->device_free, b2, sizeof b2), p->device_total <= p->device_free ? "fits" : "DOES NOT FIT",
+               lf_fmt_bytes(p->device_capacity, b3, sizeof b3), p->device);
+        else
+            sb(&s, "  %-40s %12s  (no device asked: not checked)\n", "device free", "unknown");
+        sb(&s, "  %-40s %12s\n", "host memory (staging, batches, ...)", lf_fmt_bytes(p->host_total, b1, sizeof b1));
+    }
     if (p->limit)
         sb(&s, "  %-40s %12s  (%s)\n", p->limit_from_config ? "limit (memory.limit_bytes)" : "available (MemAvailable)",
-           lf_fmt_bytes(p->limit, b2, sizeof b2), p->total <= p->limit ? "fits" : "DOES NOT FIT");
-    char b3[32], b4[32];
+           lf_fmt_bytes(p->limit, b2, sizeof b2), p->host_total <= p->limit ? "fits" : "DOES NOT FIT");
     sb(&s, "activations: kept for backward %s, working set %s, logits %s, replica gradients %s\n",
        lf_fmt_bytes(p->act.saved, b1, sizeof b1), lf_fmt_bytes(p->act.work, b2, sizeof b2),
        lf_fmt_bytes(p->act.logits, b3, sizeof b3), lf_fmt_bytes(p->act.replica_grads, b4, sizeof b4));

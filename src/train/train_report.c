@@ -135,6 +135,7 @@ char *lf__trep_run_info(const char *plan_json, const lf_train_config *cfg, int w
     cJSON_AddNumberToObject(hw, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
     cJSON_AddNumberToObject(hw, "threads", lf_backend_cpu_threads());
     cJSON_AddStringToObject(hw, "backend", be ? lf_backend_name(be) : "?");
+    if (be && *lf_backend_device_name(be)) cJSON_AddStringToObject(hw, "device", lf_backend_device_name(be));
     cJSON_AddStringToObject(hw, "fp32_kernel", lf_backend_cpu_fp32_kernel());
     if (cfg->bf16) cJSON_AddStringToObject(hw, "bf16_kernel", lf_backend_cpu_bf16_kernel());
     if (lf_backend_cpu_kernel_warning()) cJSON_AddStringToObject(hw, "kernel_warning", lf_backend_cpu_kernel_warning());

@@ -210,6 +210,37 @@ static lf_status tfail(lf_trainer *t, lf_status st) {
     return st;
 }
 
+/* The backend the run selects: the config key `backend` (lf_backend_select:
+ * "auto" is LLMFORGE_BACKEND, else cuda when a GPU answers, else cpu). bf16
+ * on a device backend needs that backend's bf16 variant ("cuda-bf16"). */
+static lf_status select_backend(const lf_trainer *t, const char **base) {
+    lf_status st = lf_backend_select(t->cfg.backend, base);
+    if (st != LF_OK) {
+        lf_error_prefix("key 'backend' (\"%s\")", t->cfg.backend);
+        return st;
+    }
+    const char *bf = NULL;
+    if (t->cfg.bf16 && strcmp(*base, "cuda") == 0 && lf_backend_select("cuda-bf16", &bf) != LF_OK)
+        return lf_fail(LF_ERR_UNSUPPORTED, "bf16.enabled on backend 'cuda': this build has no bf16 CUDA backend "
+                       "('cuda-bf16'); train in fp32 (bf16.enabled false)");
+    return LF_OK;
+}
+
+/* An allocation on a device backend that failed although the plan fit
+ * (fragmentation, another process on the GPU since the plan was made):
+ * LF_ERR_NOMEM with the plan's advice, whatever the device said. Other
+ * statuses, and host-memory backends, pass through. */
+static lf_status device_oom(const lf_trainer *t, lf_status st, const lf_mem_plan *plan) {
+    if (st != LF_ERR_NOMEM || !plan->staging) return st;
+    char what[768], advice[1536], b1[32], b2[32];
+    snprintf(what, sizeof what, "%s", lf_last_error());
+    lf_mem_plan_advice(plan, &t->cfg, &t->mcfg, advice, sizeof advice);
+    return lf_fail(LF_ERR_NOMEM, "device memory ran out on %s: %s; the plan's %s of device memory fit the %s free "
+                   "when it was made, so fragmentation or another process took the rest. %s", plan->device, what,
+                   lf_fmt_bytes(plan->device_total, b1, sizeof b1), lf_fmt_bytes(plan->device_free, b2, sizeof b2),
+                   advice);
+}
+
 /* Staging copies between backend memory and the host buffers; on a
  * host-memory backend the host buffers are the backend's own, and there is
  * nothing to copy (the backend is told when parameters changed under it). */
@@ -241,6 +272,7 @@ lf_status lf_trainer_copy_params(lf_trainer *t, float *dst) {
 }
 
 lf_comm *lf_trainer_comm(lf_trainer *t) { return t ? t->comm : NULL; }
+lf_backend *lf_trainer_backend(lf_trainer *t) { return t ? t->be : NULL; }
 
 void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim) {
     lf_model_state_bytes(t->model, params, grads);
@@ -1317,17 +1349,26 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         t->opts.resume = (int)v;
     }
 
-    /* the trainer's own instance (its context and sticky status); LLMFORGE_BACKEND: cpu-fenced */
-    st = lf_backend_open(t->cfg.bf16 ? "cpu-bf16" : lf_backend_default_name(), &t->be);
+    /* the backend: the config key `backend` ("auto": LLMFORGE_BACKEND, else cuda with a GPU, else cpu) */
+    const char *base = NULL;
+    st = select_backend(t, &base);
     if (st != LF_OK) return tfail(t, st);
-    /* every byte of the step, known before any large allocation: refuse now what cannot fit */
+    /* the trainer's own instance (its context and sticky status); LLMFORGE_BACKEND: cpu-fenced */
+    st = lf_backend_open(t->cfg.bf16 ? "cpu-bf16" : base, &t->be);
+    if (st != LF_OK) return tfail(t, st);
+    /* every byte of the step, known before any large allocation: refuse now what cannot fit (on a device,
+     * the device part against the device's free memory) */
     lf_mem_plan plan;
-    st = lf_mem_plan_make_rank(&plan, &t->cfg, &t->mcfg, t->be->ops->replicas ? t->be->ops->replicas(t->be, B) : 1,
-                               !t->be->ops->host_memory, t->rank);
+    st = lf_mem_plan_make_backend(&plan, &t->cfg, &t->mcfg, t->be, t->rank);
     if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
     if (st != LF_OK) return tfail(t, st);
+    if (plan.staging && t->rank == 0) {
+        char b1[32], b2[32];
+        lf_log(LF_LOG_INFO, "backend %s: the plan needs %s of device memory, %s free", plan.device,
+               lf_fmt_bytes(plan.device_total, b1, sizeof b1), lf_fmt_bytes(plan.device_free, b2, sizeof b2));
+    }
     st = lf_model_create(&t->model, &t->mcfg, t->be);
-    if (st != LF_OK) return tfail(t, st);
+    if (st != LF_OK) return tfail(t, device_oom(t, st, &plan));
     st = make_ckpt_extras(t);
     if (st != LF_OK) return tfail(t, st);
     st = lf_model_init_weights(t->model, t->cfg.seed);
@@ -1335,7 +1376,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     size_t act_bytes = 0;
     st = lf_model_set_recompute(t->model, (lf_recompute)t->cfg.recompute);
     if (st == LF_OK) st = lf_model_plan(t->model, B, T, &act_bytes);
-    if (st != LF_OK) return tfail(t, st);
+    if (st != LF_OK) return tfail(t, device_oom(t, st, &plan));
 
     size_t n = lf_model_num_params(t->model);
     /* weights, gradients, two moments, three host staging copies, batches, activations */
@@ -1349,10 +1390,13 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     t->spike_win = calloc((size_t)t->cfg.alert_spike_window, sizeof(double));
     if (!t->spike_win) return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory"));
     st = zero_layout(t); /* ZeRO: this rank's shard of every unit */
-    if (st != LF_OK) return tfail(t, st);
+    if (st != LF_OK) return tfail(t, device_oom(t, st, &plan));
     size_t nm = moments_n(t); /* AdamW moments: the whole model, or this rank's shard */
     t->m = t->be->ops->alloc(t->be, nm * sizeof(float));
     t->v = t->be->ops->alloc(t->be, nm * sizeof(float));
+    if (!t->m || !t->v)
+        return tfail(t, device_oom(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating the AdamW moments (%zu floats "
+                                              "each)", nm), &plan));
     if (t->be->ops->host_memory) { /* checkpoints read and write the tensors in place */
         t->host_params = lf_model_params(t->model);
         t->host_m = t->m;

@@ -24,6 +24,15 @@ int cli_backend_setup(const char *cmd, long threads, int warn) {
     return 0;
 }
 
+const char *g_cli_backend = NULL;
+
+const char *cli_backend_override(void) {
+    static char ov[64];
+    if (!g_cli_backend) return NULL;
+    snprintf(ov, sizeof ov, "backend=%s", g_cli_backend);
+    return ov;
+}
+
 /* ---------------------------------------------------------------- number parsing */
 int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
     char *end;

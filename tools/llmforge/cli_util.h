@@ -11,6 +11,13 @@ void die_status(lf_status st, const char *what);
  * `warn`, the slow-kernel warning (lf_backend_cpu_kernel_warning) goes to
  * stderr. */
 int cli_backend_setup(const char *cmd, long threads, int warn);
+/* The global option --backend NAME (main.c), NULL when not given: train,
+ * plan and bench --config pass it on as the last override "backend=NAME"
+ * (so it wins over the file), every other command through
+ * lf_backend_set_default. */
+extern const char *g_cli_backend;
+/* "backend=NAME" of g_cli_backend, or NULL. */
+const char *cli_backend_override(void);
 /* Strict number parsing; on error print "OPT expects ..." and return -1. */
 int parse_long(const char *opt, const char *s, long lo, long hi, long *out);
 int parse_double(const char *opt, const char *s, double lo, double hi, double *out);

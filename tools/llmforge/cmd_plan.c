@@ -1,9 +1,10 @@
 /*
  * `llmforge plan CONFIG [--key=value ...] [--threads N]`: the memory plan of a
  * training run (include/llmforge/plan.h) without training: every consumer,
- * the total against memory.limit_bytes or the available memory, activation
- * bytes under each recompute policy, and — when it does not fit — the advice
- * the trainer would stop with. Exit 0 when it fits, 1 when it does not, 2 on
+ * the total against memory.limit_bytes or the available memory (on a device
+ * backend, the device part against the device's free memory, which opening
+ * the backend asks), activation bytes under each recompute policy, and —
+ * when it does not fit — the advice the trainer would stop with. Exit 0 when it fits, 1 when it does not, 2 on
  * usage or configuration errors.
  */
 #include <stdio.h>
@@ -25,6 +26,7 @@ int cmd_plan(int argc, char **argv) {
     const char *preset = NULL;
     char preset_ov[1024];
     int n_ov = 0;
+    lf_backend *be = NULL;
     if (!ov) return 1;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
@@ -40,6 +42,9 @@ int cmd_plan(int argc, char **argv) {
                    "  and the communication buffers follow it; with zero_optimization.stage 1-3 parameters,\n"
                    "  gradients and AdamW moments are those of one rank's shard (--rank R, default 0: the\n"
                    "  largest). --json prints one JSON object instead.\n"
+                   "  On a device backend (backend cuda, or --backend cuda) the device part (parameters,\n"
+                   "  gradients, moments, activations) is held against the GPU's free memory (cudaMemGetInfo)\n"
+                   "  and the host part (staging copies, batches) against the host's.\n"
                    "  Exit 0 when it fits memory.limit_bytes (or the available memory), 1 when it does not.\n",
                    lf_model_preset_names());
             rc = 0;
@@ -84,6 +89,7 @@ int cmd_plan(int argc, char **argv) {
         memcpy(ov, pre, sizeof *ov * (size_t)n_pre);
         n_ov += n_pre;
     }
+    if (cli_backend_override()) ov[n_ov++] = cli_backend_override(); /* --backend: wins over the file */
     lf_train_config cfg;
     lf_status st = lf_train_config_load_world(&cfg, config, (int)world, n_ov, ov);
     if (st != LF_OK) {
@@ -106,10 +112,24 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "llmforge: plan: %s (set model.vocab_size to plan without the dataset)\n", lf_last_error());
         goto done;
     }
-    int B = cfg.micro_batch, replicas = lf_backend_cpu_threads();
-    if (replicas > B) replicas = B;
+    /* the run's backend: its replicas and, on a device, the device's free memory */
+    const char *bname = NULL;
+    char no_device[600] = "";
+    if (lf_backend_select(cfg.backend, &bname) != LF_OK) {
+        fprintf(stderr, "llmforge: plan: key 'backend': %s\n", lf_last_error());
+        goto done;
+    }
     lf_mem_plan p;
-    st = lf_mem_plan_make_rank(&p, &cfg, &m, replicas, 0, (int)rank);
+    if (lf_backend_open(bname, &be) == LF_OK) {
+        st = lf_mem_plan_make_backend(&p, &cfg, &m, be, (int)rank);
+    } else {
+        /* no device answers (no GPU here): the plan still splits device and host memory, unchecked */
+        snprintf(no_device, sizeof no_device, "%s", lf_last_error());
+        int B = cfg.micro_batch, replicas = lf_backend_cpu_threads();
+        if (replicas > B) replicas = B;
+        const int dev = strncmp(bname, "cpu", 3) != 0;
+        st = lf_mem_plan_make_rank(&p, &cfg, &m, dev ? 1 : replicas, dev, (int)rank);
+    }
     if (st != LF_OK) {
         fprintf(stderr, "llmforge: plan: %s\n", lf_last_error());
         goto done;
@@ -133,21 +153,31 @@ int cmd_plan(int argc, char **argv) {
             printf("%s\"%s\":{\"none\":%zu,\"selective\":%zu,\"full\":%zu}", d ? "," : "",
                    lf_act_dtype_name((lf_act_dtype)d), p.act_by_dtype[d][0], p.act_by_dtype[d][1],
                    p.act_by_dtype[d][2]);
-        printf("},\"limit_bytes\":%zu,\"limit_from\":\"%s\",\"fits\":%s}\n", p.limit,
-               p.limit_from_config ? "memory.limit_bytes" : p.limit ? "MemAvailable" : "none",
-               st == LF_OK ? "true" : "false");
+        printf("},\"limit_bytes\":%zu,\"limit_from\":\"%s\",", p.limit,
+               p.limit_from_config ? "memory.limit_bytes" : p.limit ? "MemAvailable" : "none");
+        /* the device: names are the driver's (printable ASCII, no quotes) */
+        printf("\"backend\":\"%s\",\"device\":\"%s\",\"device_bytes\":%zu,\"host_bytes\":%zu,"
+               "\"device_free_bytes\":%zu,\"device_total_bytes\":%zu,\"device_items\":[", bname, p.device,
+               p.device_total, p.host_total, p.device_free, p.device_capacity);
+        for (int i = 0, k = 0; i < p.n_items; i++)
+            if (p.items[i].device) printf("%s\"%s\"", k++ ? "," : "", p.items[i].name);
+        printf("],\"fits\":%s}\n", st == LF_OK ? "true" : "false");
     } else {
         size_t need = lf_mem_plan_format(&p, NULL, 0) + 1;
         char *text = malloc(need);
         if (!text) goto done;
         lf_mem_plan_format(&p, text, need);
         if (cfg.world_size > 1) printf("world size %d: every figure below is per rank\n", cfg.world_size);
+        if (p.staging)
+            printf("backend %s: %s\n", bname, no_device[0] ? no_device : p.device);
         fputs(text, stdout);
         free(text);
+        if (no_device[0]) printf("device memory not checked: %s\n", no_device);
         if (st != LF_OK) printf("does not fit: %s\n", lf_last_error());
     }
     rc = st == LF_OK ? 0 : 1;
 done:
+    lf_backend_close(be);
     free(ov);
     return rc;
 }

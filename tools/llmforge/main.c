@@ -343,6 +343,7 @@ static int cmd_train(int argc, char **argv) {
             goto done;
         }
     }
+    if (cli_backend_override()) overrides[n_over++] = cli_backend_override(); /* --backend: wins over the file */
     lf_train_config cfg;
     lf_status st = lf_train_config_load(&cfg, config, n_over, overrides);
     if (st != LF_OK) {
@@ -395,9 +396,15 @@ static int cmd_train(int argc, char **argv) {
                    "gradients, %.1f MB of moments\n", cfg.zero_stage, what[cfg.zero_stage], lf_comm_size(comm),
                    lf_comm_size(comm) == 1 ? "" : "s", p / 1e6, g / 1e6, o / 1e6);
         }
-        printf("fp32 matmul: %s\n", lf_backend_cpu_fp32_kernel());
-        if (cfg.bf16) printf("bf16 matmul: %s\n", lf_backend_cpu_bf16_kernel());
-        if (lf_backend_cpu_kernel_warning())
+        lf_backend *be = lf_trainer_backend(t);
+        if (!lf_backend_host_memory(be)) {
+            printf("backend: %s%s%s\n", lf_backend_name(be), *lf_backend_device_name(be) ? ", " : "",
+                   lf_backend_device_name(be));
+        } else {
+            printf("fp32 matmul: %s\n", lf_backend_cpu_fp32_kernel());
+            if (cfg.bf16) printf("bf16 matmul: %s\n", lf_backend_cpu_bf16_kernel());
+        }
+        if (lf_backend_host_memory(be) && lf_backend_cpu_kernel_warning())
             fprintf(stderr, "llmforge: warning: %s\n", lf_backend_cpu_kernel_warning());
         fflush(stdout);
     }
@@ -700,9 +707,11 @@ static int cmd_bench(int argc, char **argv) {
     } else if (config) {
         lf_train_config cfg;
         /* bench reads only the model section; the dataset is never opened */
-        const char *no_data[] = {"data.dataset=(unused by bench)"};
-        lf_status st = lf_train_config_load(&cfg, config, 1, no_data);
+        const char *no_data[] = {"data.dataset=(unused by bench)", cli_backend_override()};
+        lf_status st = lf_train_config_load(&cfg, config, no_data[1] ? 2 : 1, no_data);
         if (st != LF_OK) { die_status(st, "bench: config"); return 1; }
+        /* the config's backend for this run (auto: the default, unchanged) */
+        if ((st = lf_backend_set_default(cfg.backend)) != LF_OK) { die_status(st, "bench: config: key 'backend'"); return 1; }
         mc = cfg.model;
         if (mc.vocab_size == 0) mc.vocab_size = 50304;
         if (!recompute_given) recompute = (lf_recompute)cfg.recompute;
@@ -748,17 +757,36 @@ static int cmd_bench(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- main */
 
-/* The global option --device N (or --device=N): the CUDA device of the
- * "cuda" backend (LLMFORGE_BACKEND=cuda). Taken out of argv wherever it
- * stands, before or after the command, up to a bare "--" (after which the
- * arguments belong to another program, e.g. launch's), so every command
- * accepts it without its own parser knowing it. 0, or 2 after printing. */
-static int take_device_option(int *argc, char **argv) {
+/* The global options --device N (or --device=N): the CUDA device of the
+ * "cuda" backend, and --backend NAME (or --backend=NAME): the backend (cpu,
+ * cuda, cpu-fenced, auto). Taken out of argv wherever they stand, before or
+ * after the command, up to a bare "--" (after which the arguments belong to
+ * another program, e.g. launch's), so every command accepts them without its
+ * own parser knowing them. --backend becomes the process default
+ * (lf_backend_set_default: eval, sample, serve, bench --preset) and, for the
+ * commands that read a training config, the override backend=NAME. 0, or 2
+ * after printing. */
+static int take_global_options(int *argc, char **argv) {
     long device = -1;
     int out = 1, i = 1;
     for (; i < *argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "--")) break;
+        if (!strcmp(a, "--backend") || !strncmp(a, "--backend=", 10)) {
+            if (a[9] == '=') {
+                g_cli_backend = a + 10;
+            } else if (i + 1 < *argc) {
+                g_cli_backend = argv[++i];
+            } else {
+                fprintf(stderr, "llmforge: --backend needs a value (auto, cpu, cuda or cpu-fenced)\n");
+                return 2;
+            }
+            if (lf_backend_set_default(g_cli_backend) != LF_OK) {
+                fprintf(stderr, "llmforge: --backend %s: %s\n", g_cli_backend, lf_last_error());
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "--device")) {
             if (i + 1 >= *argc) {
                 fprintf(stderr, "llmforge: --device needs a value (a CUDA device number)\n");
@@ -813,8 +841,9 @@ static void usage(FILE *f) {
             "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
             "  help      this text; `llmforge <command> --help` for a command's options\n\n"
             "global options (before or after the command):\n"
-            "  --device N  the CUDA device of the cuda backend (LLMFORGE_BACKEND=cuda; default 0 or\n"
-            "              LLMFORGE_CUDA_DEVICE)\n",
+            "  --backend NAME  auto (default: LLMFORGE_BACKEND, else cuda when a GPU answers, else cpu),\n"
+            "                  cpu, cuda or cpu-fenced; for train and plan the config key `backend`\n"
+            "  --device N      the CUDA device of the cuda backend (default 0 or LLMFORGE_CUDA_DEVICE)\n",
             LF_VERSION);
 }
 
@@ -827,7 +856,7 @@ int main(int argc, char **argv) {
         return 1;
     }
 #endif
-    if (take_device_option(&argc, argv)) return 2;
+    if (take_global_options(&argc, argv)) return 2;
     if (argc < 2) {
         usage(stderr);
         return 2;

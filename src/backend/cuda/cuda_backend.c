@@ -164,6 +164,7 @@ static lf_status cuda_open(lf_backend *be) {
     call = "cudaGetDeviceProperties";
     if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) goto fail;
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
+    snprintf(c->label, sizeof c->label, "%.255s (device %d)", prop.name, dev);
     call = "cudaStreamCreateWithFlags";
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
     call = "cudaMalloc (cuBLASLt workspace)";
@@ -253,6 +254,33 @@ static void cuda_zero(lf_backend *be, float *x, size_t n) {
 
 static void cuda_params_changed(lf_backend *be) { (void)be; } /* fp32: nothing derived from the weights */
 
+/* ---------------------------------------------------------------- the device */
+
+static lf_status cuda_mem_info(lf_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    lf_cuda_ctx *c = lf__cuda_ctx(be);
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e == cudaSuccess) return LF_OK;
+    (void)cudaGetLastError();
+    *free_bytes = *total_bytes = 0;
+    return lf_fail(LF_ERR_DEVICE, "backend 'cuda' (device %d): cudaMemGetInfo: %s (%s)", c->device,
+                   cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static const char *cuda_device_name(lf_backend *be) {
+    lf_cuda_ctx *c = lf__cuda_ctx(be);
+    return c ? c->label : "";
+}
+
+static int cuda_devices(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------- the table */
 
 static lf_backend_ops g_cuda_ops;
@@ -274,6 +302,9 @@ static void cuda_table_init(void) {
     o->copy = cuda_copy;
     o->zero = cuda_zero;
     o->params_changed = cuda_params_changed;
+    o->mem_info = cuda_mem_info;
+    o->device_name = cuda_device_name;
+    o->devices = cuda_devices;
     lf__cuda_install_dense(o);
     lf__cuda_install_pointwise(o);
     lf__cuda_install_attention(o);

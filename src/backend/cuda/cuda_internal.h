@@ -41,6 +41,7 @@ typedef struct lf_cuda_ctx {
     size_t workspace_bytes;
     _Atomic size_t live_bytes;  /* device bytes allocated through the instance */
     char device_name[256];
+    char label[288];            /* "NAME (device N)": lf_backend_device_name */
     void *reduce_buf;           /* cuda_ops_pointwise.c: a small device buffer (LF_CUDA_REDUCE_BYTES) for the ops
                                    that return a host value (loss_sum, sum_squares, fp16_round); allocated at
                                    first use, freed by close; outside the allocation table (not plan memory) */

@@ -58,6 +58,11 @@ void lf_shim_set_poison(unsigned char byte);
  * cudaMalloc fail, nothing else. */
 void lf_shim_set_device_memory(size_t bytes);
 
+/* Fault injection: let `after` more cudaMalloc calls through, then fail the
+ * next one with cudaErrorMemoryAllocation (once; 0 = the next call fails;
+ * a negative value disarms it). */
+void lf_shim_fail_malloc(long after);
+
 /* The detailed message of the calling thread's last failed launch or of
  * the sticky error (the rule a kernel broke, naming the kernel, block,
  * thread and source line); "" when there is none. Valid until the next

@@ -61,6 +61,7 @@ std::map<uintptr_t, alloc_info> allocs;
 std::set<void *> pinned;
 size_t used = 0;
 size_t total = (size_t)8 << 30;
+long fail_malloc_in = -1; /* lf_shim_fail_malloc: cudaMallocs to let through before one fails; -1: none */
 std::set<cudaStream_t> streams;
 std::set<cudaEvent_t> events;
 std::map<const void *, size_t> func_dyn_shared;
@@ -298,6 +299,11 @@ extern "C" void lf_shim_set_device_memory(size_t bytes) {
     total = bytes;
 }
 
+extern "C" void lf_shim_fail_malloc(long after) {
+    std::lock_guard<std::mutex> lk(mu);
+    fail_malloc_in = after < 0 ? -1 : after;
+}
+
 extern "C" const char *lf_shim_last_error_detail(void) {
     std::lock_guard<std::mutex> lk(mu);
     if (init_error != cudaSuccess) return init_detail.c_str();
@@ -491,6 +497,11 @@ extern "C" cudaError_t cudaMalloc(void **devPtr, size_t size) {
     {
         std::lock_guard<std::mutex> lk(mu);
         size_t avail = total > used ? total - used : 0;
+        if (fail_malloc_in == 0) {
+            fail_malloc_in = -1;
+            return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): failed on purpose (lf_shim_fail_malloc)", size);
+        }
+        if (fail_malloc_in > 0) fail_malloc_in--;
         if (reserved > avail)
             return fail(cudaErrorMemoryAllocation,
                         "cudaMalloc(%zu): the fake device has %zu of its %zu bytes free (lf_shim_set_device_memory)",
