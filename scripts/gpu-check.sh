@@ -1,110 +1,169 @@
 #!/usr/bin/env bash
-# The GPU check of the CUDA backend (issue 15): the gpu-labelled tests, the
-# measured fp32 GEMM peak, and training-step benchmarks of llmforge's "cuda"
-# backend beside PyTorch on the same GPU, in one run of at most ~8 minutes.
+# The GPU check of the CUDA backend (issue 15; docs/gpu.md): the gpu-labelled
+# tests, the measured fp32 GEMM peak, and training-step benchmarks of
+# llmforge's "cuda" backend beside PyTorch on the same GPU, in one run of at
+# most GPU_CHECK_BUDGET_S seconds (default 420: the GPU machine is lent for 15
+# minutes in all, its start and the transfers included, so build + tests +
+# bench get at most 8).
 #
 # Two halves, because the GPU machine of this project (the `device` tool; see
-# /work/.library/device/README.md) has no package registry and not the Debian
-# libraries llmforge links (OpenBLAS, oneDNN, cJSON, PCRE2, ...):
+# /work/.library/device/README.md) has CUDA 13, CMake and ninja but no
+# package registry, and not the Debian libraries llmforge links (OpenBLAS,
+# oneDNN, cJSON, PCRE2, ...), so the build happens here:
 #   scripts/gpu-check.sh prepare
-#       here: builds build-gpu (Release, LF_CUDA=ON, sm_80 + sm_90 + PTX) and
-#       packs out/gpu-bundle.tar.xz (< 64 MiB): the CLI, every gpu test binary,
-#       bench/cuda_peak, and the shared libraries they need except the C
-#       library's and CUDA's own (cudart and cuBLASLt come from the machine's
-#       CUDA toolkit).
+#       here: configures and builds GPU_CHECK_BUILD_DIR (default build-gpu;
+#       Release, LF_CUDA=ON: sm_80 + sm_90 SASS + compute_90 PTX, -Werror)
+#       and packs out/gpu-bundle.tar.gz (< 60 MiB): the CLI, every gpu test
+#       binary (`ctest -N -L gpu`), bench/cuda_peak, the shared libraries they
+#       load except the C library's, the loader's, the driver's and CUDA's own
+#       (cudart and cuBLASLt come from the machine's toolkit), and COMMIT.
+#       Needs the build dependencies installed (scripts/setup.sh --test).
 #   scripts/gpu-check.sh run
-#       on the GPU machine (device tool: command "bash scripts/gpu-check.sh
-#       run", carry ["out/gpu-bundle.tar.xz"], timeout_s 540): unpacks the
-#       bundle, prints nvidia-smi, runs each gpu test binary (a failure is
-#       recorded, the run goes on), cuda_peak, then
-#         llmforge bench --preset gpt2-124m --micro-batch 8 --seq 1024
-#         llmforge bench --preset smollm-135m --micro-batch 8 --seq 1024
-#       with LLMFORGE_BACKEND=cuda, and bench/torch_step.py --device cuda at
-#       the GPT-2 shape (PyTorch of the machine's image, fp32, TF32 off, as
-#       the cuda backend computes), MFU of both against cuda_peak. Everything
-#       lands in $OUT/gpu-check/ (summary.md, results.jsonl, one log per
-#       part), which the device tool brings back; record summary.md in
-#       docs/gpu.md with the date.
+#       on the GPU machine, through the device tool:
+#         run(command="bash scripts/gpu-check.sh run",
+#             carry=["out/gpu-bundle.tar.gz"], timeout_s=540)
+#       unpacks the bundle into /tmp, checks that every binary finds its
+#       libraries (ldd), prints nvidia-smi, runs each gpu test binary (a
+#       failure is recorded, the run goes on), cuda_peak, then
+#         llmforge --backend cuda bench --preset gpt2-124m --micro-batch 8 --seq 1024
+#         llmforge --backend cuda bench --preset smollm-135m --micro-batch 8 --seq 1024
+#       and bench/torch_step.py --device cuda at the GPT-2 shape (PyTorch of
+#       the machine's image, fp32, TF32 off, as the cuda backend computes),
+#       MFU of both against cuda_peak's measured fp32 rate. Every part has a
+#       timeout inside what is left of the budget; a part that no longer fits
+#       is recorded as skipped. Everything lands in $OUT/gpu-check/:
+#       summary.md (printed at the end too), results.json (one object: the
+#       machine, every part's verdict and figures), results.jsonl (the same,
+#       a line a part) and logs.tar.gz (one log per part: the device tool
+#       brings back 8 files at most). Record summary.md in docs/gpu.md with
+#       the date.
 # GPU_CHECK_QUICK=1 (run): 3 timed steps instead of 10, for a first look.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-BUNDLE=out/gpu-bundle.tar.xz
+BUNDLE=out/gpu-bundle.tar.gz
 
 prepare() {
   set -e
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLF_WERROR=ON -DLF_TESTS=ON -DLF_CUDA=ON >/dev/null
-  cmake --build build-gpu -j"$(nproc)" --target llmforge_cli cuda_peak $(
-    cd build-gpu && make help 2>/dev/null | sed -n 's/^\.\.\. \(test_[a-z0-9_]*_gpu\)$/\1/p' | tr '\n' ' ')
+  local bd=${GPU_CHECK_BUILD_DIR:-build-gpu}
+  cmake -S . -B "$bd" -DCMAKE_BUILD_TYPE=Release -DLF_WERROR=ON -DLF_TESTS=ON -DLF_CUDA=ON >/dev/null
+  # the gpu test programs: gpu.test_x runs test_x_gpu
+  local tests
+  tests=$(ctest --test-dir "$bd" -N -L gpu | sed -n 's/.* gpu\.\(test_[a-z0-9_]*\)$/\1_gpu/p' | sort -u | tr '\n' ' ')
+  [ -n "$tests" ] || { echo "gpu-check: no gpu-labelled tests in $bd (is LF_CUDA on?)" >&2; exit 1; }
+  cmake --build "$bd" -j"$(nproc)" --target llmforge_cli cuda_peak $tests
   local stage=out/gpu-bundle
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests" "$stage/lib"
-  cp build-gpu/llmforge build-gpu/cuda_peak "$stage/bin/"
-  cp build-gpu/tests/*_gpu "$stage/tests/"
-  # the shared libraries of every binary, but libc's, the loader's and CUDA's
+  cp "$bd/llmforge" "$bd/cuda_peak" "$stage/bin/"
+  for t in $tests; do cp "$bd/tests/$t" "$stage/tests/"; done
+  # the shared libraries of every binary, but libc's, the loader's, the driver's and CUDA's
   for f in "$stage"/bin/* "$stage"/tests/*; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda|/libcudart|/libcublas|/libnvidia' |
+    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda\.|/libcudart|/libcublas|/libnvidia' |
     while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  tar -C out -cJf "$BUNDLE" gpu-bundle
-  local mb=$(( $(stat -c %s "$BUNDLE") / 1048576 ))
-  echo "gpu-check: $BUNDLE: $mb MiB ($(ls "$stage/tests" | wc -l) test binaries, $(ls "$stage/lib" | wc -l) libraries)"
-  if [ "$mb" -ge 60 ]; then echo "gpu-check: the bundle is over the device tool's 64 MiB carry" >&2; exit 1; fi
+  git rev-parse --short HEAD >"$stage/COMMIT" 2>/dev/null || echo '?' >"$stage/COMMIT"
+  tar -C out -czf "$BUNDLE" gpu-bundle
+  local bytes mb
+  bytes=$(stat -c %s "$BUNDLE")
+  mb=$(( (bytes + 1048575) / 1048576 ))
+  echo "gpu-check: $BUNDLE: $bytes bytes (~$mb MiB): $(ls "$stage/tests" | wc -l) test binaries ($tests), $(ls "$stage/lib" | wc -l) libraries"
+  if [ "$bytes" -ge $((60 * 1048576)) ]; then echo "gpu-check: the bundle is over 60 MiB (the device tool carries 64 MiB with the tree)" >&2; exit 1; fi
+}
+
+# ---------------------------------------------------------------- run (the GPU machine)
+
+T0=$SECONDS
+left() { echo $(( ${GPU_CHECK_BUDGET_S:-420} - (SECONDS - T0) )); }
+# cap N: a part's timeout, N seconds at most, within what is left (0: skip it)
+cap() { local l; l=$(( $(left) - 10 )); [ "$l" -lt "$1" ] && echo $(( l > 0 ? l : 0 )) || echo "$1"; }
+
+# record PART RC SECONDS LOG [EXTRA_JSON]: a line of results.jsonl and a row of summary.md
+record() {
+  local part=$1 rc=$2 secs=$3 log=$4 extra=${5:-} verdict=passed
+  if [ "$rc" = skip ]; then verdict="skipped (out of time)"
+  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then verdict="TIMED OUT"
+  elif [ "$rc" -ne 0 ]; then verdict="FAILED (rc $rc)"
+  elif grep -q "SKIPPED" "$log" 2>/dev/null; then verdict=skipped
+  fi
+  echo "| $part | $verdict | $secs |" >>"$sum"
+  printf '{"part":"%s","rc":"%s","verdict":"%s","seconds":%s%s}\n' "$part" "$rc" "$verdict" "$secs" "${extra:+,$extra}" >>"$res"
 }
 
 run() {
   local out=${OUT:-out/gpu-check-local}/gpu-check
-  mkdir -p "$out"
-  local res=$out/results.jsonl sum=$out/summary.md
+  mkdir -p "$out/logs"
+  res=$out/results.jsonl sum=$out/summary.md
   : >"$res"
-  [ -f "$BUNDLE" ] || { echo "gpu-check: $BUNDLE missing: run 'scripts/gpu-check.sh prepare' here and carry it" | tee "$sum"; exit 1; }
+  if [ ! -f "$BUNDLE" ]; then
+    echo "gpu-check: $BUNDLE missing: run 'scripts/gpu-check.sh prepare' here and carry it" | tee "$sum"
+    exit 1
+  fi
   local dir=/tmp/lf-gpu-check
-  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf "$BUNDLE"
-  local b=$dir/gpu-bundle
-  export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xzf "$BUNDLE"
+  local b=$dir/gpu-bundle cuda_lib
+  cuda_lib=$(dirname "$(readlink -f "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")/../lib64
+  export LD_LIBRARY_PATH="$b/lib:$cuda_lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   {
-    echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(cat "$b/COMMIT")"
     echo
     echo '```'
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | head -5
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
     echo '```'
   } >"$sum"
-  nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-  echo -e "\n## Tests\n\n| test | result | seconds |\n|---|---|---|" >>"$sum"
+  nvidia-smi >"$out/logs/nvidia-smi.txt" 2>&1
+  # every binary must find its libraries before anything runs
+  local missing
+  missing=$(for f in "$b"/bin/* "$b"/tests/*; do ldd "$f" | sed -n "s|^\s*\(.*not found\)|$(basename "$f"): \1|p"; done)
+  if [ -n "$missing" ]; then
+    printf '\n## Libraries missing on this machine\n\n```\n%s\n```\n' "$missing" >>"$sum"
+    printf '{"part":"ldd","verdict":"FAILED","missing":"%s"}\n' "$(echo "$missing" | tr '\n"' '; ')" >>"$res"
+  fi
+  echo -e "\n## Tests\n\n| part | result | seconds |\n|---|---|---|" >>"$sum"
+  local t name t0 rc to
   for t in "$b"/tests/*_gpu; do
-    local name=$(basename "$t") t0=$SECONDS rc
-    CMOCKA_MESSAGE_OUTPUT=stdout timeout 150 "$t" >"$out/$name.log" 2>&1
+    name=$(basename "$t") t0=$SECONDS to=$(cap 90)
+    if [ "$to" -le 0 ]; then record "$name" skip 0 /dev/null; continue; fi
+    CMOCKA_MESSAGE_OUTPUT=stdout timeout "$to" "$t" >"$out/logs/$name.log" 2>&1
     rc=$?
-    local verdict=passed
-    if [ $rc -ne 0 ]; then verdict="FAILED (rc $rc)"; elif grep -q "SKIPPED" "$out/$name.log"; then verdict=skipped; fi
-    echo "| $name | $verdict | $((SECONDS - t0)) |" >>"$sum"
-    echo "{\"test\": \"$name\", \"rc\": $rc, \"verdict\": \"$verdict\", \"seconds\": $((SECONDS - t0))}" >>"$res"
+    record "$name" "$rc" $((SECONDS - t0)) "$out/logs/$name.log"
   done
-  local peak_json peak
-  peak_json=$(timeout 60 "$b/bin/cuda_peak" 2>"$out/cuda_peak.err")
-  echo "$peak_json" >>"$res"
-  peak=$(echo "$peak_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fp32_gemm_gflops"])' 2>/dev/null || echo 0)
-  echo -e "\n## Benchmarks (fp32; MFU against the measured fp32 GEMM rate, $peak GFLOP/s)\n" >>"$sum"
+  local peak_json peak=0
+  t0=$SECONDS to=$(cap 60)
+  if [ "$to" -gt 0 ]; then
+    peak_json=$(timeout "$to" "$b/bin/cuda_peak" 2>"$out/logs/cuda_peak.err")
+    rc=$?
+    peak=$(echo "$peak_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fp32_gemm_gflops"])' 2>/dev/null || echo 0)
+    [ -n "$peak" ] || peak=0
+    record cuda_peak "$rc" $((SECONDS - t0)) /dev/null "\"fp32_gemm_gflops\":$peak"
+  else
+    record cuda_peak skip 0 /dev/null
+  fi
   local steps=10
   [ "${GPU_CHECK_QUICK:-0}" = 1 ] && steps=3
-  echo "| run | tokens/s | ms/step | MFU |" >>"$sum"
-  echo "|---|---|---|---|" >>"$sum"
+  local rows="" preset j pk=$peak
+  [ "$pk" = 0 ] && pk= # no measured peak: bench measures none on a GPU, MFU is then against its CPU probe
   for preset in gpt2-124m smollm-135m; do
-    local j
-    j=$(LLMFORGE_BACKEND=cuda timeout 150 "$b/bin/llmforge" bench --preset "$preset" --micro-batch 8 --seq 1024 \
-        --steps "$steps" --warmup 2 ${peak:+--peak-gflops "$peak"} --json 2>"$out/bench_$preset.err" | tail -1)
-    echo "$j" >>"$res"
-    echo "$j" | python3 -c '
+    t0=$SECONDS to=$(cap 120)
+    if [ "$to" -le 0 ]; then record "bench $preset" skip 0 /dev/null; continue; fi
+    j=$(timeout "$to" "$b/bin/llmforge" --backend cuda bench --preset "$preset" --micro-batch 8 --seq 1024 \
+        --steps "$steps" --warmup 2 ${pk:+--peak-gflops "$pk"} --json 2>"$out/logs/bench_$preset.err" | tail -1)
+    rc=$?
+    record "bench $preset" "$rc" $((SECONDS - t0)) /dev/null "\"result\":${j:-null}"
+    rows+=$(echo "$j" | python3 -c '
 import json, sys
 try:
     d = json.load(sys.stdin)
     print("| llmforge cuda %s B8 T1024 | %.0f | %.1f | %.1f%% |" % (sys.argv[1], d["tokens_per_sec"], d["ms_per_step"], 100 * d.get("mfu", 0)))
 except Exception:
-    print("| llmforge cuda %s | failed: see bench_%s.err | | |" % (sys.argv[1], sys.argv[1]))' "$preset" >>"$sum"
+    print("| llmforge cuda %s | failed: see logs/bench_%s.err | | |" % (sys.argv[1], sys.argv[1]))' "$preset")$'\n'
   done
-  local pj
-  pj=$(timeout 150 python3 bench/torch_step.py --device cuda --preset gpt2-124m --micro-batch 8 --seq 1024 \
-       --steps "$steps" --warmup 2 2>"$out/torch_step.err" | tail -1)
-  echo "$pj" >>"$res"
-  echo "$pj" | python3 -c '
+  t0=$SECONDS to=$(cap 120)
+  if [ "$to" -gt 0 ]; then
+    j=$(timeout "$to" python3 bench/torch_step.py --device cuda --preset gpt2-124m --micro-batch 8 --seq 1024 \
+        --steps "$steps" --warmup 2 2>"$out/logs/torch_step.err" | tail -1)
+    rc=$?
+    record "torch_step gpt2-124m" "$rc" $((SECONDS - t0)) /dev/null "\"result\":${j:-null}"
+    rows+=$(echo "$j" | python3 -c '
 import json, sys
 peak = float(sys.argv[1] or 0)
 try:
@@ -112,7 +171,34 @@ try:
     mfu = d["model_flops_per_sec"] / (peak * 1e9) if peak else 0
     print("| PyTorch %s cuda gpt2-124m B8 T1024 | %.0f | %.1f | %.1f%% |" % (d["torch_version"], d["tokens_per_sec"], d["ms_per_step"], 100 * mfu))
 except Exception:
-    print("| PyTorch cuda gpt2-124m | failed: see torch_step.err | | |")' "$peak" >>"$sum"
+    print("| PyTorch cuda gpt2-124m | failed: see logs/torch_step.err | | |")' "$peak")$'\n'
+  else
+    record "torch_step gpt2-124m" skip 0 /dev/null
+  fi
+  {
+    echo -e "\n## Benchmarks (fp32; MFU against the measured fp32 GEMM rate, $peak GFLOP/s)\n"
+    echo "| run | tokens/s | ms/step | MFU |"
+    echo "|---|---|---|---|"
+    printf '%s' "$rows"
+    echo -e "\n$((SECONDS - T0)) s of the ${GPU_CHECK_BUDGET_S:-420} s budget used."
+  } >>"$sum"
+  # one object with every part, for scripts; a bad line (a part that printed no JSON) stays a string
+  python3 - "$res" "$out/results.json" "$(cat "$b/COMMIT")" <<'EOF'
+import json, subprocess, sys
+parts = []
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line:
+        continue
+    try:
+        parts.append(json.loads(line))
+    except ValueError:
+        parts.append({"unparsed": line})
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+json.dump({"commit": sys.argv[3], "gpu": gpu, "parts": parts}, open(sys.argv[2], "w"), indent=1)
+EOF
+  tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$out/logs"
   cat "$sum"
 }
 

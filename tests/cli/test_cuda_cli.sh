@@ -6,7 +6,9 @@
 # machine with a GPU too), "this build has no CUDA backend" in one without.
 # Which build this is comes from `llmforge --version` ("backends: ...").
 # Also the global --device option: a bad value is a usage error (exit 2)
-# naming it, before or after the command.
+# naming it, before or after the command; and --backend / the config key
+# `backend` (a bad name, cuda where there is none, the name over the
+# environment variable, plan's device/host split).
 #   bash test_cuda_cli.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
 
@@ -50,6 +52,34 @@ expect_error "bench on cuda, --device 0" any "$why" -- env LLMFORGE_BACKEND=cuda
 expect_error "--device not a number" 2 "--device" -- "$LF" --device x "${BENCH[@]}"
 expect_error "--device negative, after the command" 2 "--device" -- "$LF" bench --device=-1 --preset shakespeare-char-cpu
 expect_error "--device without a value" 2 "--device needs a value" -- "$LF" bench --device
+
+# --backend NAME (global, and the config key `backend` for train/plan): a bad name is a usage
+# error naming it; cuda without a GPU (or without the CUDA backend) fails as above; a name
+# given wins over LLMFORGE_BACKEND
+expect_error "--backend unknown" 2 "--backend tpu" -- "$LF" --backend tpu "${BENCH[@]}"
+expect_error "--backend without a value" 2 "--backend needs a value" -- "$LF" bench --backend
+if [ "$why" = "no CUDA device" ]; then
+    expect_error "--backend cuda bench" 1 "$why" -- "$LF" --backend cuda "${BENCH[@]}"
+    # plan splits device and host memory and says the device part was not checked
+    "$LF" plan --preset shakespeare-char-cpu --model.vocab_size=65 --backend=cuda >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+        fail "plan --backend=cuda without a GPU failed: $(cat "$tmp/err.txt")"
+    grep -q "device memory not checked: .*no CUDA device" "$tmp/out.txt" || fail "plan: $(cat "$tmp/out.txt")"
+    grep -q "activations (recompute none).*device$" "$tmp/out.txt" || fail "plan: no device items: $(cat "$tmp/out.txt")"
+    grep -q "checkpoint staging (host copies).*host$" "$tmp/out.txt" || fail "plan: no host items: $(cat "$tmp/out.txt")"
+    ok
+else
+    expect_error "--backend cuda" 2 "$why" -- "$LF" --backend cuda "${BENCH[@]}"
+    expect_error "plan, backend cuda in the config" 2 "key 'backend' on the command line" -- \
+        "$LF" plan --preset shakespeare-char-cpu --model.vocab_size=65 --set backend=cuda
+fi
+expect_error "plan, an unknown backend" 2 "not one of" -- "$LF" plan --preset shakespeare-char-cpu --set backend=gpu
+env LLMFORGE_BACKEND=cuda "$LF" --backend cpu "${BENCH[@]}" >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+    fail "--backend cpu did not win over LLMFORGE_BACKEND=cuda: $(cat "$tmp/err.txt")"
+ok
+"$LF" plan --preset shakespeare-char-cpu --model.vocab_size=65 --backend=cpu --json >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+    fail "plan --backend=cpu: $(cat "$tmp/err.txt")"
+grep -q '"backend":"cpu","device":"","device_bytes":0' "$tmp/out.txt" || fail "plan --json on cpu: $(cat "$tmp/out.txt")"
+ok
 
 # the cpu backend is untouched by all this
 "$LF" "${BENCH[@]}" >"$tmp/out.txt" 2>"$tmp/err.txt" || fail "bench on cpu failed: $(cat "$tmp/err.txt")"

@@ -597,6 +597,42 @@ static void test_help(void **state) {
     free(buf);
 }
 
+/* backend: the choices, their validation against what this program has (no
+ * CUDA backend is registered in this test: "cuda" is refused naming the
+ * key), and the command line over the file. */
+static void test_backend_key(void **state) {
+    (void)state;
+    lf_train_config c;
+    LF_ASSERT_OK(parse_with(&c, ""));
+    assert_string_equal(c.backend, "auto");
+    LF_ASSERT_OK(parse_with(&c, "\"backend\": \"cpu-fenced\""));
+    assert_string_equal(c.backend, "cpu-fenced");
+    LF_ASSERT_OK(parse_with(&c, "\"backend\": \"CPU\""));
+    assert_string_equal(c.backend, "cpu");
+    ASSERT_ERR_EQ(parse_with(&c, "\"backend\": \"gpu\""), LF_ERR_CONFIG, NULL);
+    const char *e = lf_last_error();
+    if (!strstr(e, "'backend'") || !strstr(e, "auto") || !strstr(e, "cuda") || !strstr(e, "cpu-fenced"))
+        fail_msg("the error names neither the key nor the choices: %s", e);
+    ASSERT_ERR_EQ(parse_with(&c, "\"backend\": \"cuda\""), LF_ERR_CONFIG, NULL);
+    e = lf_last_error();
+    if (!strstr(e, "key 'backend' in 'cfg.json'") || !strstr(e, "this build has no CUDA backend"))
+        fail_msg("'cuda' without a CUDA backend: %s", e);
+    const char *ov[] = {"--backend=cpu"};
+    LF_ASSERT_OK(parse_ov(&c, "{\"data\": {\"dataset\": \"d\"}, \"backend\": \"cpu-fenced\"}", 1, ov));
+    assert_string_equal(c.backend, "cpu");
+    const char *bad[] = {"--backend=cuda"};
+    ASSERT_ERR_EQ(parse_ov(&c, "{\"data\": {\"dataset\": \"d\"}}", 1, bad), LF_ERR_CONFIG, NULL);
+    if (!strstr(lf_last_error(), "key 'backend' on the command line")) fail_msg("%s", lf_last_error());
+    /* the dump carries it and reads back */
+    LF_ASSERT_OK(parse_with(&c, "\"backend\": \"cpu\""));
+    char *json = lf_train_config_to_json(&c);
+    assert_non_null(strstr(json, "\"backend\""));
+    lf_train_config d;
+    LF_ASSERT_OK(lf_train_config_parse(&d, json, "dump", 0, NULL));
+    assert_string_equal(d.backend, "cpu");
+    lf_free(json);
+}
+
 static void test_lr_schedule(void **state) {
     (void)state;
     lf_train_config c = lf_train_config_default();
@@ -641,6 +677,7 @@ int main(void) {
         cmocka_unit_test(test_batch_identity), cmocka_unit_test(test_deepspeed_off_features),
         cmocka_unit_test(test_round_trip),     cmocka_unit_test(test_files),
         cmocka_unit_test(test_help),           cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_backend_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
