@@ -118,7 +118,7 @@ run() {
     printf '\n## Libraries missing on this machine\n\n```\n%s\n```\n' "$missing" >>"$sum"
     printf '{"part":"ldd","verdict":"FAILED","missing":"%s"}\n' "$(echo "$missing" | tr '\n"' '; ')" >>"$res"
   fi
-  echo -e "\n## Tests\n\n| part | result | seconds |\n|---|---|---|" >>"$sum"
+  echo -e "\n## Parts (tests, then the peak and the benchmarks)\n\n| part | result | seconds |\n|---|---|---|" >>"$sum"
   local t name t0 rc to
   for t in "$b"/tests/*_gpu; do
     name=$(basename "$t") t0=$SECONDS to=$(cap 90)
@@ -194,8 +194,11 @@ for line in open(sys.argv[1]):
         parts.append(json.loads(line))
     except ValueError:
         parts.append({"unparsed": line})
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True).stdout.strip()
+try:
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+except OSError as e:
+    gpu = "nvidia-smi: %s" % e
 json.dump({"commit": sys.argv[3], "gpu": gpu, "parts": parts}, open(sys.argv[2], "w"), indent=1)
 EOF
   tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$out/logs"

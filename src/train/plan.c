@@ -388,7 +388,7 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
     char b3[32], b4[32];
     if (p->staging) {
         /* a device backend: the device part against the device's free memory, the rest against the host's */
-        sb(&s, "  %-40s %12s\n", "device memory (parameters, gradients, ...)",
+        sb(&s, "  %-40s %12s\n", "device memory (the items marked device)",
            lf_fmt_bytes(p->device_total, b1, sizeof b1));
         if (p->device_free)
             sb(&s, "  %-40s %12s  (%s; %s total on %s)\n", "device free (cudaMemGetInfo)",
@@ -396,7 +396,7 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
                lf_fmt_bytes(p->device_capacity, b3, sizeof b3), p->device);
         else
             sb(&s, "  %-40s %12s  (no device asked: not checked)\n", "device free", "unknown");
-        sb(&s, "  %-40s %12s\n", "host memory (staging, batches, ...)", lf_fmt_bytes(p->host_total, b1, sizeof b1));
+        sb(&s, "  %-40s %12s\n", "host memory (the items marked host)", lf_fmt_bytes(p->host_total, b1, sizeof b1));
     }
     if (p->limit)
         sb(&s, "  %-40s %12s  (%s)\n", p->limit_from_config ? "limit (memory.limit_bytes)" : "available (MemAvailable)",

@@ -69,10 +69,13 @@ if [ "$why" = "no CUDA device" ]; then
     ok
 else
     expect_error "--backend cuda" 2 "$why" -- "$LF" --backend cuda "${BENCH[@]}"
-    expect_error "plan, backend cuda in the config" 2 "key 'backend' on the command line" -- \
-        "$LF" plan --preset shakespeare-char-cpu --model.vocab_size=65 --set backend=cuda
+    echo '{"backend": "cuda"}' >"$tmp/cuda.json"
+    expect_error "plan, backend cuda in the config" 2 "key 'backend' in '$tmp/cuda.json'" -- \
+        "$LF" plan "$tmp/cuda.json" --preset shakespeare-char-cpu --model.vocab_size=65
 fi
-expect_error "plan, an unknown backend" 2 "not one of" -- "$LF" plan --preset shakespeare-char-cpu --set backend=gpu
+echo '{"backend": "gpu"}' >"$tmp/gpu.json"
+expect_error "plan, an unknown backend in the config" 2 "not one of" -- \
+    "$LF" plan "$tmp/gpu.json" --preset shakespeare-char-cpu --model.vocab_size=65
 env LLMFORGE_BACKEND=cuda "$LF" --backend cpu "${BENCH[@]}" >"$tmp/out.txt" 2>"$tmp/err.txt" ||
     fail "--backend cpu did not win over LLMFORGE_BACKEND=cuda: $(cat "$tmp/err.txt")"
 ok

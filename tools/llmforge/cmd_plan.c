@@ -172,7 +172,9 @@ int cmd_plan(int argc, char **argv) {
             printf("backend %s: %s\n", bname, no_device[0] ? no_device : p.device);
         fputs(text, stdout);
         free(text);
-        if (no_device[0]) printf("device memory not checked: %s\n", no_device);
+        if (no_device[0])
+            printf("device memory not checked: %s (activations sized as the CPU's attention keeps them, an upper "
+                   "bound)\n", no_device);
         if (st != LF_OK) printf("does not fit: %s\n", lf_last_error());
     }
     rc = st == LF_OK ? 0 : 1;
