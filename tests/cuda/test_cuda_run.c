@@ -215,7 +215,11 @@ static void test_plan_on_device(void **state) {
     lf_mem_plan p;
     LF_ASSERT_OK(lf_mem_plan_make_backend(&p, &c, &m, be, 0));
     assert_true(p.staging);
+#ifdef LF_CUDA_SHIM
     assert_int_equal(p.device_free, device_free(be));
+#else
+    assert_true(p.device_free <= free_b + ((size_t)64 << 20) && p.device_free + ((size_t)64 << 20) >= free_b);
+#endif
     size_t dev = 0, host = 0;
     int n_dev = 0;
     for (int i = 0; i < p.n_items; i++) {
@@ -294,8 +298,8 @@ static void test_oom_at_run_time(void **state) {
     be->ops->zero(be, q, 1024);
     LF_ASSERT_OK(lf_backend_sync(be));
     be->ops->free(be, q);
-    assert_int_equal(device_free(be), free0);
 #ifdef LF_CUDA_SHIM
+    assert_int_equal(device_free(be), free0); /* the shim counts every byte */
     /* the trainer's setup with each of its cudaMallocs failing in turn: the
      * first is the backend's workspace (before any plan), every later one
      * comes after the plan fit and must carry its advice */
@@ -326,6 +330,10 @@ static void test_oom_at_run_time(void **state) {
     }
     assert_true(failures >= 5); /* workspace, parameters, gradients, activations, moments */
     assert_true(k < 64);
+#else
+    /* a driver reports free memory in pages and may keep a freed page in its pool */
+    const size_t now = device_free(be), slack = (size_t)64 << 20;
+    assert_true(now + slack >= free0 && now <= free0 + slack);
 #endif
     lf_backend_close(be);
 }
