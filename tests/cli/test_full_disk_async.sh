@@ -89,7 +89,7 @@ train --out_dir=e --checkpoint.async=true --checkpoint.on_error=continue >e.out 
 [ "$(grep -c '"type":"checkpoint_error"' e/log.jsonl)" -eq 2 ] ||
     fail "E: expected 2 checkpoint_error records: $(grep checkpoint_error e/log.jsonl)"
 for s in 8 12; do
-    grep '"type":"checkpoint_error"' e/log.jsonl | grep -q "\"step\":$s,\"file\":\"e/ckpt/.tmp_step_$(printf %08d $s)/[a-z_.]*\",\"errno\":\"No space left on device\"" ||
+    grep '"type":"checkpoint_error"' e/log.jsonl | grep -q "\"save_step\":$s,\"file\":\"e/ckpt/.tmp_step_$(printf %08d $s)/[a-z_.]*\",\"errno\":\"No space left on device\"" ||
         fail "E: no checkpoint_error record for step $s with its file and errno: $(grep checkpoint_error e/log.jsonl)"
 done
 grep -q "training goes on" e.out || fail "E: no warning on stderr: $(tail -3 e.out)"
