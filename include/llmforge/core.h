@@ -143,6 +143,9 @@ void lf_alloc_fail_after(long n);
  * save once to learn how many it makes, then fail each k < that count).
  * Process-wide. */
 void lf_io_fail_after(long n, int err);
+/* The same, but every operation from the (n+1)-th on fails, as on a disk
+ * that stays full, until lf_io_fail_after(-1, 0) turns the hook off. */
+void lf_io_fail_all_after(long n, int err);
 long lf_io_op_count(void);
 void *lf_calloc(size_t bytes);
 void lf_free(void *p);

@@ -259,6 +259,10 @@ typedef struct lf_trainer_opts {
     long inject_overflow_steps[16];
     int n_inject_overflow;
     double inject_stall_seconds;
+    /* checkpoint.async: the background writer sleeps this long before its
+     * first file operation, so a write is still in flight when the next
+     * save starts (two failures then meet at one step boundary). */
+    double inject_write_delay_seconds;
 } lf_trainer_opts;
 
 /* With several ranks every rank calls create, run and free, with the same

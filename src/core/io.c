@@ -23,9 +23,17 @@
 static _Atomic long g_countdown = -1; /* operations left before the failure; -1 = off */
 static _Atomic int g_errno = EIO;
 static _Atomic long g_ops;
+static _Atomic int g_sticky; /* lf_io_fail_all_after: the failure repeats */
 
 void lf_io_fail_after(long n, int err) {
     atomic_store(&g_errno, err > 0 ? err : EIO);
+    atomic_store(&g_sticky, 0);
+    atomic_store(&g_countdown, n < 0 ? -1 : n);
+}
+
+void lf_io_fail_all_after(long n, int err) {
+    atomic_store(&g_errno, err > 0 ? err : EIO);
+    atomic_store(&g_sticky, 1);
     atomic_store(&g_countdown, n < 0 ? -1 : n);
 }
 
@@ -35,7 +43,15 @@ long lf_io_op_count(void) { return atomic_load_explicit(&g_ops, memory_order_rel
 static int inject(void) {
     atomic_fetch_add_explicit(&g_ops, 1, memory_order_relaxed);
     if (atomic_load(&g_countdown) < 0) return 0;
-    if (atomic_fetch_sub(&g_countdown, 1) != 0) return 0;
+    if (atomic_load(&g_sticky)) {
+        /* counts down to 0 and stays there: every later operation fails */
+        long c = atomic_load(&g_countdown);
+        while (c > 0 && !atomic_compare_exchange_weak(&g_countdown, &c, c - 1)) {
+        }
+        if (c > 0) return 0;
+    } else if (atomic_fetch_sub(&g_countdown, 1) != 0) {
+        return 0;
+    }
     errno = atomic_load(&g_errno);
     return 1;
 }

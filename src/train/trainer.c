@@ -103,6 +103,9 @@
 #include "train_impl.h"
 #include "train_report.h"
 
+/* failed saves one step boundary can hold (trainer.ckerr) */
+#define CKERR_MAX 4
+
 struct lf_trainer {
     lf_train_config cfg;
     lf_model_config mcfg;       /* the model as built: vocab from the dataset */
@@ -184,11 +187,16 @@ struct lf_trainer {
     _Atomic int ckw_done;      /* set by the writer as its last act */
     struct ckpt_job *job;      /* the snapshot in flight and what became of it */
     float *snap_params, *snap_m, *snap_v;
-    /* a failed save waiting for the step boundary (checkpoint.on_error) */
-    int ckerr_pending;
-    lf_status ckerr_st;
-    long ckerr_step;
-    char ckerr_msg[1024];
+    /* failed saves waiting for the step boundary (checkpoint.on_error), in
+     * the order they failed: with async saves two can meet between two
+     * boundaries (the write in flight, reaped when the next save starts,
+     * and that next save), so each is kept and each is reported */
+    int ckerr_pending; /* how many of ckerr[] */
+    struct ckpt_failure {
+        lf_status st;
+        long step;
+        char msg[1024];
+    } ckerr[CKERR_MAX];
     /* rollback (monitor.alerts.*.action rollback) */
     long data_off;             /* batches skipped: step s reads the rows of data step s + data_off */
     int n_rollbacks;           /* rollbacks made by this run (and the runs it resumed) */
@@ -563,14 +571,21 @@ static void ckpt_saved_event(lf_trainer *t, long step, const char *saved, const 
 }
 
 /* A save failed: kept for the next step boundary (checkpoint.on_error,
- * decided alike on every rank there). The first failure since the last
- * boundary is the one reported. */
+ * decided alike on every rank there). Every failure since the last boundary
+ * is kept; past CKERR_MAX (never reached: at most one write is in flight
+ * and one more save can start before a boundary) the last slot is reused. */
 static void ckpt_error_note(lf_trainer *t, lf_status st, long step, const char *msg) {
-    if (t->ckerr_pending) return;
-    t->ckerr_pending = 1;
-    t->ckerr_st = st;
-    t->ckerr_step = step;
-    snprintf(t->ckerr_msg, sizeof t->ckerr_msg, "%s", msg);
+    const int k = t->ckerr_pending < CKERR_MAX ? t->ckerr_pending++ : CKERR_MAX - 1;
+    t->ckerr[k].st = st;
+    t->ckerr[k].step = step;
+    snprintf(t->ckerr[k].msg, sizeof t->ckerr[k].msg, "%s", msg);
+}
+
+/* Sleeps s seconds (the test hooks' stalls), through signals. */
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
 }
 
 /* The background writer's job: the snapshot, and what became of it. */
@@ -587,6 +602,7 @@ typedef struct ckpt_job {
 static void *ckpt_writer_main(void *arg) {
     lf_trainer *t = arg;
     ckpt_job *j = t->job;
+    if (t->opts.inject_write_delay_seconds > 0) sleep_s(t->opts.inject_write_delay_seconds); /* test hook */
     double t0 = lf_time_now();
     j->st = ckpt_write(t, &j->snap, &j->saved);
     if (j->st != LF_OK) snprintf(j->err, sizeof j->err, "%s", lf_last_error()); /* thread-local */
@@ -728,27 +744,28 @@ static void ckerr_parts(const char *msg, char *file, size_t fcap, char *err, siz
  * the error (on the rank that failed, its message; elsewhere, that rank 0
  * failed); continue = a warning and a checkpoint_error record, then on. */
 static lf_status ckpt_error_decide(lf_trainer *t) {
-    int mine = t->ckerr_pending;
+    const int mine = t->ckerr_pending;
     t->ckerr_pending = 0;
     if (t->cfg.ckpt_on_error == LF_CKPT_ON_ERROR_STOP) {
-        if (mine)
-            return lf_fail(t->ckerr_st, "the checkpoint of step %ld failed: %s (checkpoint.on_error is stop; "
-                           "'latest' names the last complete checkpoint)", t->ckerr_step, t->ckerr_msg);
+        if (mine) /* the first failure is the one that stops the run */
+            return lf_fail(t->ckerr[0].st, "the checkpoint of step %ld failed: %s (checkpoint.on_error is stop; "
+                           "'latest' names the last complete checkpoint)", t->ckerr[0].step, t->ckerr[0].msg);
         return lf_fail(LF_ERR_IO, "a checkpoint failed on rank 0, which writes them (its log names the file); "
                        "stopping with it (checkpoint.on_error is stop)");
     }
-    if (!mine) return LF_OK;
-    if (t->rank == 0) {
+    if (t->rank != 0) return LF_OK;
+    for (int k = 0; k < mine; k++) {
+        const struct ckpt_failure *f = &t->ckerr[k];
         lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s; training goes on (checkpoint.on_error is "
-               "continue: the previous checkpoint stays latest, the next save tries again)", t->ckerr_step,
-               t->ckerr_msg);
+               "continue: the previous checkpoint stays latest, the next save tries again)", f->step, f->msg);
         char file[LF_PATH_MAX], err[256], ef[LF_PATH_MAX * 2], ee[512], em[2100], json[LF_PATH_MAX * 2 + 3000];
-        ckerr_parts(t->ckerr_msg, file, sizeof file, err, sizeof err);
+        ckerr_parts(f->msg, file, sizeof file, err, sizeof err);
         json_escape(ef, sizeof ef, file);
         json_escape(ee, sizeof ee, err);
-        json_escape(em, sizeof em, t->ckerr_msg);
-        snprintf(json, sizeof json, "{\"step\":%ld,\"file\":\"%s\",\"errno\":\"%s\",\"message\":\"%s\"}",
-                 t->ckerr_step, ef, ee, em);
+        json_escape(em, sizeof em, f->msg);
+        /* the record's own "step" is where the failure was reported; save_step the save's */
+        snprintf(json, sizeof json, "{\"save_step\":%ld,\"file\":\"%s\",\"errno\":\"%s\",\"message\":\"%s\"}",
+                 f->step, ef, ee, em);
         lf_obs_record r = {.kind = LF_OBS_EVENT, .step = t->step, .event = "checkpoint_error", .json = json};
         obs_emit(t, &r);
     }
@@ -2365,10 +2382,7 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         if (st != LF_OK) return st;
     }
     if (t->opts.inject_stall_step == step1 && t->opts.inject_stall_seconds > 0) { /* test hook */
-        struct timespec ts = {(time_t)t->opts.inject_stall_seconds,
-                              (long)((t->opts.inject_stall_seconds - (double)(time_t)t->opts.inject_stall_seconds) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
+        sleep_s(t->opts.inject_stall_seconds);
     }
     o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
     return LF_OK;
@@ -2456,8 +2470,8 @@ static lf_status preempt(lf_trainer *t, int reason) {
     t->stop_reason = reason;
     ckpt_wait(t, "the stop"); /* async: the write in flight completes before anything else */
     if (t->ckerr_pending) { /* it failed: this step is saved again below, synchronously */
-        if (t->rank == 0)
-            lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s", t->ckerr_step, t->ckerr_msg);
+        for (int k = 0; k < t->ckerr_pending && t->rank == 0; k++)
+            lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s", t->ckerr[k].step, t->ckerr[k].msg);
         t->ckerr_pending = 0;
     }
     if (t->saved_step != t->step) {
@@ -2593,8 +2607,9 @@ lf_status lf_trainer_run(lf_trainer *t) {
         int req = 0, ckerr = 0;
         st = stop_agreed(t, &req, &ckerr);
         if (st == LF_OK && ckerr) st = ckpt_error_decide(t);
-    } else if (t->ckerr_pending && t->rank == 0) {
-        lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed too: %s", t->ckerr_step, t->ckerr_msg);
+    } else if (t->rank == 0) {
+        for (int k = 0; k < t->ckerr_pending; k++)
+            lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed too: %s", t->ckerr[k].step, t->ckerr[k].msg);
     }
     stop_watchdog(t);
     if (st == LF_OK && t->cfg.load_best_model_at_end && t->rank == 0) st = export_best_model(t);

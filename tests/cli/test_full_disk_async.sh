@@ -18,23 +18,8 @@ set -u
 LF=$1 SHARED=$3
 case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 . "$(dirname "$0")/cli_lib.sh"
-skip() { echo "SKIPPED: $*"; exit 0; }
-[ "$(id -u)" -eq 0 ] || skip "not root (mount -t tmpfs needs it)"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/lf_cli_full_disk_async.XXXXXX") || fail "mktemp"
-mounts=()
-cleanup() {
-    for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || fail "cd"
-mkdir probe
-mount -t tmpfs -o size=64k tmpfs probe 2>probe.err || skip "mount -t tmpfs is not permitted here: $(cat probe.err)"
-umount probe
-export LLMFORGE_REGISTRY=$tmp/registry.db
-
-head -c 20480 "$SHARED/data/tinyshakespeare.txt" >small.txt
-"$LF" prepare --char small.txt --out ds >/dev/null || fail "prepare"
+. "$(dirname "$0")/full_disk_lib.sh"
+full_disk_setup full_disk_async
 cat >cfg.json <<EOF
 {"data": {"dataset": "$tmp/ds"},
  "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
@@ -45,25 +30,8 @@ EOF
 train() { "$LF" train cfg.json --threads 1 "$@"; }
 train --out_dir=ref >ref.out 2>&1 || fail "uninterrupted run: $(tail -3 ref.out)"
 final=ref/ckpt/step_00000012/model.safetensors
-ckpt_pages=$(find ref/ckpt/step_00000004 -type f -printf '%s\n' | awk '{ p += int(($1 + 4095) / 4096) } END { print p }')
+ckpt_pages=$(ckpt_pages ref/ckpt/step_00000004)
 [ "$ckpt_pages" -ge 2 ] || fail "cannot size a checkpoint ($ckpt_pages pages)"
-
-# disk RUN FREE_PAGES: RUN/ckpt a tmpfs with exactly FREE_PAGES pages free
-disk() {
-    local run=$1 free=$2 size=$(($2 + 8))
-    mkdir -p "$run/ckpt"
-    mount -t tmpfs -o "size=$((size * 4))k" tmpfs "$run/ckpt" || fail "mount"
-    mounts+=("$run/ckpt")
-    head -c $((8 * 4096)) /dev/zero >"$run/ckpt/filler" 2>/dev/null
-    local avail
-    avail=$(df -B4096 --output=avail "$run/ckpt" | tail -1 | tr -d ' ')
-    [ "$avail" -eq "$free" ] || fail "tmpfs of $size pages leaves $avail free, wanted $free"
-}
-no_temporaries() {
-    local left
-    left=$(find "$1/ckpt" -maxdepth 1 \( -name '.tmp_*' -o -name '.del_*' -o -name '.old_*' -o -name latest.tmp \) | wc -l)
-    [ "$left" -eq 0 ] || fail "$2: temporaries left: $(ls -a "$1/ckpt" | tr '\n' ' ')"
-}
 
 # D. async, stop
 disk d $((ckpt_pages + ckpt_pages / 2 + 1))
@@ -89,7 +57,7 @@ train --out_dir=e --checkpoint.async=true --checkpoint.on_error=continue >e.out 
 [ "$(grep -c '"type":"checkpoint_error"' e/log.jsonl)" -eq 2 ] ||
     fail "E: expected 2 checkpoint_error records: $(grep checkpoint_error e/log.jsonl)"
 for s in 8 12; do
-    grep '"type":"checkpoint_error"' e/log.jsonl | grep -q "\"step\":$s,\"file\":\"e/ckpt/.tmp_step_$(printf %08d $s)/[a-z_.]*\",\"errno\":\"No space left on device\"" ||
+    grep '"type":"checkpoint_error"' e/log.jsonl | grep -q "\"save_step\":$s,\"file\":\"e/ckpt/.tmp_step_$(printf %08d $s)/[a-z_.]*\",\"errno\":\"No space left on device\"" ||
         fail "E: no checkpoint_error record for step $s with its file and errno: $(grep checkpoint_error e/log.jsonl)"
 done
 grep -q "training goes on" e.out || fail "E: no warning on stderr: $(tail -3 e.out)"

@@ -22,6 +22,9 @@
  *    the failed step is not on disk as a checkpoint, the next save is
  *    latest, and the final weights are the uninterrupted run's (a failed
  *    save changes nothing in training).
+ *  - Two failures at one boundary (a disk that stays full, the step-8
+ *    write held back by the writer-delay hook until step 12's save reaps
+ *    it): two checkpoint_error records, one per save_step.
  *  - Preemption with async on: the stop waits for the write in flight and
  *    leaves a complete checkpoint of the step reached; resuming gives the
  *    uninterrupted run's bytes.
@@ -200,13 +203,14 @@ static void test_async_bytes_equal_sync(void **state) {
  * joined), so no write is in flight: the next operations counted are the
  * next save's, in the training thread or the writer. */
 static long g_arm_step, g_arm_k, g_ops_at_arm, g_ops_at_next;
+static int g_arm_sticky; /* arm lf_io_fail_all_after: a disk that stays full */
 static void arm_emit(lf_obs_sink *sk, const lf_obs_record *r) {
     (void)sk;
     if (r->kind != LF_OBS_EVENT || !r->event || strcmp(r->event, "checkpoint")) return;
     if (g_arm_k < 0 && r->step > g_arm_step && !g_ops_at_next) g_ops_at_next = lf_io_op_count();
     if (r->step != g_arm_step) return;
     g_ops_at_arm = lf_io_op_count();
-    if (g_arm_k >= 0) lf_io_fail_after(g_arm_k, ENOSPC);
+    if (g_arm_k >= 0) (g_arm_sticky ? lf_io_fail_all_after : lf_io_fail_after)(g_arm_k, ENOSPC);
 }
 static void arm_close(lf_obs_sink *sk) { (void)sk; }
 static lf_obs_sink g_arm_sink = {.name = "arm", .emit = arm_emit, .close = arm_close};
@@ -322,7 +326,7 @@ static void test_on_error_continue(void **state) {
         snprintf(line, sizeof line, "%.*s", (int)(eol - r), r);
         char file[LF_PATH_MAX + 64];
         snprintf(file, sizeof file, "\"file\":\"%s/ckpt/.tmp_step_00000006/model.safetensors\"", c.out_dir);
-        if (!strstr(line, "\"step\":6,\"file\"") || !strstr(line, "\"errno\":\"No space left on device\"") ||
+        if (!strstr(line, "\"save_step\":6,\"file\"") || !strstr(line, "\"errno\":\"No space left on device\"") ||
             !strstr(line, file))
             fail_msg("checkpoint_error record: %s", line);
         assert_int_equal(count(log, "\"type\":\"checkpoint\""), 5); /* 2, 4, 8, 10, 12 */
@@ -334,6 +338,39 @@ static void test_on_error_continue(void **state) {
         assert_int_equal(latest_step(&c), 12);
         assert_final_equals(&c, &ref);
     }
+}
+
+/* A disk that stays full under async saves, on_error continue: the write of
+ * step 8 is held back (the writer's delay hook) until the save of step 12
+ * starts and reaps it, so its failure and step 12's (found by the end of
+ * the run's wait) meet at the last boundary. Each gets its checkpoint_error
+ * record, with its own save_step; latest stays step 4. */
+static void test_two_failures_one_boundary(void **state) {
+    (void)state;
+    lf_train_config c = cfg_of("two-failures", 1);
+    c.ckpt_interval = 4;
+    c.ckpt_on_error = LF_CKPT_ON_ERROR_CONTINUE;
+    g_arm_step = 4; /* once step 4 is on disk, every file operation fails */
+    g_arm_k = 0;
+    g_arm_sticky = 1;
+    lf_trainer_opts o = {.n_sinks = 1, .inject_write_delay_seconds = 1.0};
+    o.sinks[0] = &g_arm_sink;
+    char err[1024];
+    lf_status st = run(&c, &o, err, sizeof err);
+    lf_io_fail_after(-1, 0);
+    g_arm_sticky = 0;
+    if (st != LF_OK) fail_msg("the run failed: %s", err);
+    char *log = read_log(&c);
+    assert_int_equal(count(log, "\"type\":\"checkpoint_error\""), 2);
+    for (int s = 8; s <= 12; s += 4) {
+        char want[64];
+        snprintf(want, sizeof want, "\"save_step\":%d,\"file\"", s);
+        if (!strstr(log, want)) fail_msg("no checkpoint_error record for the save of step %d:\n%s", s, log);
+    }
+    assert_non_null(strstr(log, "No space left on device"));
+    assert_non_null(strstr(log, "\"status\":\"ok\""));
+    lf_free(log);
+    assert_int_equal(latest_step(&c), 4);
 }
 
 static void test_on_error_stop_sync(void **state) {
@@ -450,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_async_bytes_equal_sync),
         cmocka_unit_test(test_on_error_stop_sync),
         cmocka_unit_test(test_on_error_continue),
+        cmocka_unit_test(test_two_failures_one_boundary),
         cmocka_unit_test(test_async_preempt),
         cmocka_unit_test(test_async_fault_sweep),
     };
