@@ -37,7 +37,9 @@ typedef struct lf_mem_plan {
     size_t act_by_dtype[2][3]; /* [lf_act_dtype][policy]: both storages, for comparison */
     size_t limit;            /* what the plan must fit: memory.limit_bytes, else MemAvailable; 0 = unknown */
     int limit_from_config;   /* 1: memory.limit_bytes */
-    int staging;             /* host staging copies counted (a backend whose memory is not the host's) */
+    int staging;             /* host staging copies counted (a backend whose memory is not the host's);
+                                2: that memory is a device's (on_device) */
+    int on_device;           /* the items split into device and host memory, each checked against its own */
     /* data parallel: the plan is one rank's (rank `rank` of `world`) */
     int world, rank, zero_stage;
     size_t shard;            /* ZeRO >= 1: floats of this rank's shard (its part of every unit) */
@@ -56,7 +58,9 @@ typedef struct lf_mem_plan {
 /* The plan of cfg for model mcfg (vocab resolved) with the micro-batch split
  * over `replicas` model replicas (the CPU backend: min(threads, B)).
  * host_staging: count the trainer's host copies of parameters and moments
- * for checkpoints (0 for the CPU backends, whose memory is the host's).
+ * for checkpoints (0 for the CPU backends, whose memory is the host's; 2:
+ * and the backend's memory is a device's, the plan split into device and
+ * host parts with the device's free memory unknown, 0).
  * Reads MemAvailable from /proc/meminfo when memory.limit_bytes is 0. */
 lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                            int host_staging);

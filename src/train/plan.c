@@ -101,7 +101,8 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->replicas = replicas < 1 ? 1 : replicas > B ? B : replicas;
     p->policy = rc;
     p->staging = staging;
-    const int dev = staging != 0; /* backend memory that is not the host's is a device's */
+    p->on_device = staging == 2;
+    const int dev = p->on_device; /* the items in a device's memory (staging 2: a backend with mem_info) */
     /* bf16 runs on cpu-bf16, whose model stores the matmul inputs in bf16 */
     const int bf16_acts = lf_arch_bf16_acts(mcfg->arch); /* else its matmul inputs stay fp32 under bf16 too */
     p->act_dtype = cfg->bf16 && bf16_acts ? LF_ACT_BF16 : LF_ACT_FP32;
@@ -255,7 +256,7 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
         }
     }
     /* activations live where the device part is: they save nothing of a device plan's host part */
-    const int acts_here = !p->staging || dev;
+    const int acts_here = !p->on_device || dev;
     /* a recompute policy */
     for (int k = (int)p->policy + 1; acts_here && k < 3; k++) {
         size_t save = p->act_policy[p->policy] - p->act_policy[k];
@@ -325,13 +326,13 @@ static lf_status refuse(const lf_mem_plan *p, const lf_train_config *cfg, const 
            lf_fmt_bytes(p->device_capacity, b3, sizeof b3));
     else
         sb(&s, "the run needs %s%s, more than %s (%s): ", lf_fmt_bytes(need(p, 0), b1, sizeof b1),
-           p->staging ? " of host memory" : "",
+           p->on_device ? " of host memory" : "",
            p->limit_from_config ? "key 'memory.limit_bytes'" : "the memory available",
            lf_fmt_bytes(p->limit, b2, sizeof b2));
     lf_mem_item top[LF_PLAN_MAX_ITEMS];
     int n = 0;
     for (int i = 0; i < p->n_items; i++)
-        if (!p->staging || p->items[i].device == dev) top[n++] = p->items[i];
+        if (!p->on_device || p->items[i].device == dev) top[n++] = p->items[i];
     qsort(top, (size_t)n, sizeof top[0], by_size_desc);
     sb(&s, "largest");
     for (int i = 0; i < n && i < 3; i++)
@@ -342,7 +343,7 @@ static lf_status refuse(const lf_mem_plan *p, const lf_train_config *cfg, const 
 }
 
 lf_status lf_mem_plan_check(const lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg) {
-    if (p->staging && p->device_free && p->device_total > p->device_free) return refuse(p, cfg, mcfg, 1);
+    if (p->on_device && p->device_free && p->device_total > p->device_free) return refuse(p, cfg, mcfg, 1);
     if (p->limit == 0 || need(p, 0) <= p->limit) return LF_OK;
     return refuse(p, cfg, mcfg, 0);
 }
@@ -351,17 +352,19 @@ size_t lf_mem_plan_advice(const lf_mem_plan *p, const lf_train_config *cfg, cons
                           size_t cap) {
     sbuf s = {buf, cap, 0};
     if (buf && cap) buf[0] = 0;
-    advise(&s, p, cfg, mcfg, p->staging);
+    advise(&s, p, cfg, mcfg, p->on_device);
     return s.len;
 }
 
 lf_status lf_mem_plan_make_backend(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg,
                                    lf_backend *be, int rank) {
     if (!be) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make_backend: no backend instance");
-    const int host = lf_backend_host_memory(be);
+    /* staging 0: host memory; 1: memory the host may not touch but no device to ask (cpu-fenced), all of it
+     * held against the host's limit; 2: a device's (mem_info), the device part against its free memory */
+    const int host = lf_backend_host_memory(be), staging = host ? 0 : be->ops->mem_info ? 2 : 1;
     const int replicas = be->ops->replicas ? be->ops->replicas(be, cfg->micro_batch) : 1;
-    lf_status st = make_rank(p, cfg, mcfg, replicas, !host, rank, be);
-    if (st != LF_OK || host) return st;
+    lf_status st = make_rank(p, cfg, mcfg, replicas, staging, rank, be);
+    if (st != LF_OK || staging != 2) return st;
     st = lf_backend_mem_info(be, &p->device_free, &p->device_capacity);
     if (st != LF_OK) return st;
     const char *dn = lf_backend_device_name(be);
@@ -383,10 +386,10 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
     for (int i = 0; i < p->n_items; i++)
         sb(&s, "  %-40s %12s  %5.1f%%%s\n", p->items[i].name, lf_fmt_bytes(p->items[i].bytes, b1, sizeof b1),
            100.0 * (double)p->items[i].bytes / (double)p->total,
-           !p->staging ? "" : p->items[i].device ? "  device" : "  host");
+           !p->on_device ? "" : p->items[i].device ? "  device" : "  host");
     sb(&s, "  %-40s %12s\n", "total", lf_fmt_bytes(p->total, b1, sizeof b1));
     char b3[32], b4[32];
-    if (p->staging) {
+    if (p->on_device) {
         /* a device backend: the device part against the device's free memory, the rest against the host's */
         sb(&s, "  %-40s %12s\n", "device memory (the items marked device)",
            lf_fmt_bytes(p->device_total, b1, sizeof b1));

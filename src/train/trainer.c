@@ -239,7 +239,7 @@ static lf_status select_backend(const lf_trainer *t, const char **base) {
  * LF_ERR_NOMEM with the plan's advice, whatever the device said. Other
  * statuses, and host-memory backends, pass through. */
 static lf_status device_oom(const lf_trainer *t, lf_status st, const lf_mem_plan *plan) {
-    if (st != LF_ERR_NOMEM || !plan->staging) return st;
+    if (st != LF_ERR_NOMEM || !plan->on_device) return st;
     char what[768], advice[1536], b1[32], b2[32];
     snprintf(what, sizeof what, "%s", lf_last_error());
     lf_mem_plan_advice(plan, &t->cfg, &t->mcfg, advice, sizeof advice);
@@ -1379,7 +1379,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     st = lf_mem_plan_make_backend(&plan, &t->cfg, &t->mcfg, t->be, t->rank);
     if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
     if (st != LF_OK) return tfail(t, st);
-    if (plan.staging && t->rank == 0) {
+    if (plan.on_device && t->rank == 0) {
         char b1[32], b2[32];
         lf_log(LF_LOG_INFO, "backend %s: the plan needs %s of device memory, %s free", plan.device,
                lf_fmt_bytes(plan.device_total, b1, sizeof b1), lf_fmt_bytes(plan.device_free, b2, sizeof b2));

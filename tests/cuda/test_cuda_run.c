@@ -214,7 +214,7 @@ static void test_plan_on_device(void **state) {
     lf_model_config m = model_of(&c);
     lf_mem_plan p;
     LF_ASSERT_OK(lf_mem_plan_make_backend(&p, &c, &m, be, 0));
-    assert_true(p.staging);
+    assert_true(p.on_device);
 #ifdef LF_CUDA_SHIM
     assert_int_equal(p.device_free, device_free(be));
 #else

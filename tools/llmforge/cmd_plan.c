@@ -128,7 +128,7 @@ int cmd_plan(int argc, char **argv) {
         int B = cfg.micro_batch, replicas = lf_backend_cpu_threads();
         if (replicas > B) replicas = B;
         const int dev = strncmp(bname, "cpu", 3) != 0;
-        st = lf_mem_plan_make_rank(&p, &cfg, &m, dev ? 1 : replicas, dev, (int)rank);
+        st = lf_mem_plan_make_rank(&p, &cfg, &m, dev ? 1 : replicas, dev ? 2 : 0, (int)rank);
     }
     if (st != LF_OK) {
         fprintf(stderr, "llmforge: plan: %s\n", lf_last_error());
@@ -168,7 +168,7 @@ int cmd_plan(int argc, char **argv) {
         if (!text) goto done;
         lf_mem_plan_format(&p, text, need);
         if (cfg.world_size > 1) printf("world size %d: every figure below is per rank\n", cfg.world_size);
-        if (p.staging)
+        if (p.on_device)
             printf("backend %s: %s\n", bname, no_device[0] ? no_device : p.device);
         fputs(text, stdout);
         free(text);
