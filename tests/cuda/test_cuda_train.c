@@ -45,7 +45,8 @@
  *    sign flips of near-zero components barely move it, as above). bf16
  *    itself moves the first gradients by ~5e-4 of the largest from fp32's
  *    (measured), so a product left in fp32 or a wrong operand shows. bf16 must show: cuda-bf16's first gradients are not
- *    cuda's fp32 ones. Reruns give the same bits.
+ *    cuda's fp32 ones. Reruns give the same bits. Sessions (full forward
+ *    and the cached prefill + decode) within 1e-4 of the largest |logit|.
  *  - fp16 (fp32 compute, gradients rounded to fp16 by fp16_round, DeepSpeed's
  *    dynamic loss scaler as the trainer runs it: loss scaled from 2^20, an
  *    overflowing step skipped and the scale halved (hysteresis 1: the first
@@ -275,6 +276,18 @@ static void bf16_same_as_cpu_bf16(lf_arch arch) {
     assert_memory_equal(b.loss, b2.loss, sizeof b.loss);
     assert_memory_equal(b.params, b2.params, b.n * sizeof(float));
     run_free(&a), run_free(&b), run_free(&b2), run_free(&f);
+
+    /* sessions on bf16 storage: ten times fp32's bounds, as the first loss */
+    float la[T * VOCAB], lb[T * VOCAB], da[VOCAB], db[VOCAB];
+    session_logits(arch, cpu16, la, da);
+    session_logits(arch, cuda16, lb, db);
+    const float lmax = max_abs(la, T * VOCAB);
+    printf("%s bf16: session logits: max |cpu-bf16 - cuda-bf16| %.3g, cached vs full (cuda-bf16) %.3g, of max "
+           "|logit| %.3g\n",
+           lf_arch_name(arch), max_diff(la, lb, T * VOCAB), max_diff(db, lb + (T - 1) * VOCAB, VOCAB), lmax);
+    assert_true(lmax > 0);
+    assert_true(max_diff(la, lb, T * VOCAB) <= 1e-4f * lmax);
+    assert_true(max_diff(db, lb + (T - 1) * VOCAB, VOCAB) <= 1e-4f * lmax);
     lf_backend_close(cpu16);
     lf_backend_close(cuda);
     lf_backend_close(cuda16);
