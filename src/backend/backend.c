@@ -48,9 +48,9 @@ static const lf_backend_ops *table_of(const char *name) {
 static lf_status unknown(const char *name) {
     /* "cuda" is registered by programs linked with lf_backend_cuda (the CLI
      * does it when built with LF_CUDA); not finding it means this build has none */
-    if (name && strcmp(name, "cuda") == 0)
+    if (name && (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-bf16") == 0))
         return lf_fail(LF_ERR_NOT_FOUND,
-                       "backend 'cuda': this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)");
+                       "backend '%s': this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)", name);
     return lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: cpu, cpu-bf16, cpu-fenced)", name);
 }
 
@@ -167,6 +167,14 @@ lf_backend *lf_backend_get(const char *name) {
 const char *lf_backend_default_name(void) {
     const char *env = getenv("LLMFORGE_BACKEND");
     return env && *env ? env : "cpu";
+}
+
+const char *lf_backend_precision_name(const char *base, int bf16) {
+    if (!base) base = "cpu";
+    if (!bf16) return base;
+    if (strcmp(base, "cpu") == 0) return "cpu-bf16";
+    if (strcmp(base, "cuda") == 0) return "cuda-bf16";
+    return base;
 }
 
 lf_backend *lf_backend_default(void) { return lf_backend_get(lf_backend_default_name()); }

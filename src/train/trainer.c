@@ -1335,7 +1335,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     }
 
     /* the trainer's own instance (its context and sticky status); LLMFORGE_BACKEND: cpu-fenced */
-    st = lf_backend_open(t->cfg.bf16 ? "cpu-bf16" : lf_backend_default_name(), &t->be);
+    st = lf_backend_open(lf_backend_precision_name(lf_backend_default_name(), t->cfg.bf16), &t->be);
     if (st != LF_OK) return tfail(t, st);
     /* every byte of the step, known before any large allocation: refuse now what cannot fit */
     lf_mem_plan plan;

@@ -857,7 +857,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "--version")) {
         printf("llmforge %s\n", LF_VERSION);
 #ifdef LF_HAVE_CUDA
-        printf("backends: cpu, cpu-bf16, cpu-fenced, cuda\n");
+        printf("backends: cpu, cpu-bf16, cpu-fenced, cuda, cuda-bf16\n");
 #else
         printf("backends: cpu, cpu-bf16, cpu-fenced (no cuda: configured with LF_CUDA=OFF or no nvcc)\n");
 #endif
