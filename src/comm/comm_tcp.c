@@ -840,12 +840,26 @@ static const char *env_get(const lf_comm *c, const char *name) {
 
 /* MASTER_ADDR and MASTER_PORT: torchrun's, as rank discovery read them, or
  * exported next to another launcher's rank variables (srun + a script). */
+static lf_status agent_store_port(const lf_comm *c, int *port) {
+    /* torchrun's agent can host a TCPStore of its own on MASTER_PORT for its
+     * workers (it says so with TORCHELASTIC_USE_AGENT_STORE=True): the port
+     * is taken, so rank 0 listens on the next one */
+    const char *v = env_get(c, "TORCHELASTIC_USE_AGENT_STORE");
+    if (!v || strcmp(v, "True") != 0) return LF_OK;
+    if (*port >= 65535)
+        return lf_fail(LF_ERR_CONFIG, "tcp communicator: MASTER_PORT=%d is torchrun's agent store "
+                       "(TORCHELASTIC_USE_AGENT_STORE=True) and the rendezvous would use the next port, beyond 65535",
+                       *port);
+    ++*port;
+    return LF_OK;
+}
+
 static lf_status master(const lf_comm *c, const char **addr, int *port) {
     const lf_comm_env *e = &c->env;
     if (e->launcher == LF_COMM_LAUNCHER_TORCHRUN) {
         *addr = e->master_addr;
         *port = e->master_port;
-        return LF_OK;
+        return agent_store_port(c, port);
     }
     const char *a = env_get(c, "MASTER_ADDR"), *p = env_get(c, "MASTER_PORT");
     if (!a || !p)
@@ -860,7 +874,7 @@ static lf_status master(const lf_comm *c, const char **addr, int *port) {
         return lf_fail(LF_ERR_CONFIG, "tcp communicator: MASTER_PORT='%s' is not a port in 1..65535", p);
     *addr = a;
     *port = (int)v;
-    return LF_OK;
+    return agent_store_port(c, port);
 }
 
 static void free_state(tcp_state *t) {
