@@ -368,9 +368,9 @@ static int shell_safe(const char *s) {
     return 1;
 }
 
-/* The command on stderr, each word quoted for a POSIX shell when needed. */
-static void print_command(char *const *av) {
-    fputs("llmforge: launch:", stderr);
+/* The words of av on stderr, each after a space and quoted for a POSIX
+ * shell when needed. */
+static void print_words(char *const *av) {
     for (int i = 0; av[i]; i++) {
         fputc(' ', stderr);
         if (shell_safe(av[i])) {
@@ -383,6 +383,12 @@ static void print_command(char *const *av) {
             else fputc(*s, stderr);
         fputc('\'', stderr);
     }
+}
+
+/* The command on stderr, one line. */
+static void print_command(char *const *av) {
+    fputs("llmforge: launch:", stderr);
+    print_words(av);
     fputc('\n', stderr);
     fflush(stderr);
 }
@@ -461,31 +467,6 @@ static double mono_s(void) {
 static int launch_tcp(long nproc, long nnodes, long node_rank, const char *addr, int port, int dry_run,
                       const char *exe, char **sub, int nsub) {
     long world = nproc * nnodes, base = node_rank * nproc;
-    fprintf(stderr, "llmforge: launch: node %ld of %ld: ranks %ld-%ld of %ld, tcp rendezvous at %s:%d:", node_rank,
-            nnodes, base, base + nproc - 1, world, addr, port);
-    for (int i = -1; i < nsub; i++) {
-        const char *w = i < 0 ? exe : sub[i];
-        fputc(' ', stderr);
-        if (shell_safe(w)) {
-            fputs(w, stderr);
-            continue;
-        }
-        fputc('\'', stderr);
-        for (const char *c = w; *c; c++)
-            if (*c == '\'') fputs("'\\''", stderr);
-            else fputc(*c, stderr);
-        fputc('\'', stderr);
-    }
-    fputc('\n', stderr);
-    if (dry_run) {
-        for (long l = 0; l < nproc; l++)
-            fprintf(stderr, "llmforge: launch:   RANK=%ld WORLD_SIZE=%ld LOCAL_RANK=%ld LOCAL_WORLD_SIZE=%ld "
-                    "GROUP_RANK=%ld MASTER_ADDR=%s MASTER_PORT=%d\n", base + l, world, l, nproc, node_rank, addr, port);
-        return 0;
-    }
-    fflush(stdout);
-    fflush(stderr);
-
     char **av = calloc((size_t)nsub + 2, sizeof *av);
     launch_child *ch = calloc((size_t)nproc, sizeof *ch);
     if (!av || !ch) {
@@ -496,6 +477,20 @@ static int launch_tcp(long nproc, long nnodes, long node_rank, const char *addr,
     }
     av[0] = (char *)exe;
     for (int i = 0; i < nsub; i++) av[1 + i] = sub[i];
+    fprintf(stderr, "llmforge: launch: node %ld of %ld: ranks %ld-%ld of %ld, tcp rendezvous at %s:%d:", node_rank,
+            nnodes, base, base + nproc - 1, world, addr, port);
+    print_words(av);
+    fputc('\n', stderr);
+    if (dry_run) {
+        for (long l = 0; l < nproc; l++)
+            fprintf(stderr, "llmforge: launch:   RANK=%ld WORLD_SIZE=%ld LOCAL_RANK=%ld LOCAL_WORLD_SIZE=%ld "
+                    "GROUP_RANK=%ld MASTER_ADDR=%s MASTER_PORT=%d\n", base + l, world, l, nproc, node_rank, addr, port);
+        free(ch);
+        free(av);
+        return 0;
+    }
+    fflush(stdout);
+    fflush(stderr);
     /* the signals to forward, and SIGCHLD, are taken synchronously (sigtimedwait) */
     sigset_t set, old;
     sigemptyset(&set);
