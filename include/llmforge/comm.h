@@ -7,8 +7,12 @@
  *           Needs no MPI and never initialises it.
  *   mpi     one process per rank, started by mpirun/mpiexec (Open MPI, MPICH)
  *           or srun; float buffers in host memory. Standard MPI-3 only.
- *   (nccl   GPU buffers, bootstrapped through mpi or torchrun's rendezvous —
- *           comes with the CUDA backend; not built yet.)
+ *   tcp     one process per rank, started torchrun-style (RANK, WORLD_SIZE,
+ *           MASTER_ADDR, MASTER_PORT: torchrun, `llmforge launch --rdzv tcp`),
+ *           joined by a TCP rendezvous at MASTER_ADDR:MASTER_PORT; float
+ *           buffers in host memory; collectives through rank 0. No MPI.
+ *   (nccl   GPU buffers, bootstrapped through mpi or tcp — comes with the
+ *           CUDA backend; not built yet.)
  *
  * Guarantees every kind gives:
  *  - Every rank calls the same collectives in the same order with the same
@@ -111,9 +115,17 @@ lf_comm_options lf_comm_options_default(void);
  *             program already did; checks MPI's rank and size against the
  *             launcher variables (a Slurm batch script that starts the
  *             program without srun is caught here).
- *   "auto"    "mpi" when rank discovery finds a launcher with size > 1
- *             (Open MPI, MPICH, Slurm), else "single". A torchrun launch with
- *             WORLD_SIZE > 1 needs the nccl communicator: LF_ERR_UNSUPPORTED.
+ *   "tcp"     the rendezvous at MASTER_ADDR:MASTER_PORT (torchrun's, or
+ *             exported next to another launcher's rank variables; with
+ *             TORCHELASTIC_USE_AGENT_STORE=True the next port, torchrun's agent
+ *             holding MASTER_PORT): rank 0 listens, the others connect,
+ *             retrying until timeout_s. World sizes that differ, a rank
+ *             that joins twice: LF_ERR_MISMATCH naming both; ranks missing
+ *             at the timeout: LF_ERR_TIMEOUT naming them (rank 0) or
+ *             MASTER_ADDR:MASTER_PORT (the others); MASTER_* missing or
+ *             malformed: LF_ERR_CONFIG; MASTER_PORT taken: LF_ERR_IO.
+ *   "auto"    with size > 1 from rank discovery: "tcp" when the launcher is
+ *             torchrun, "mpi" for Open MPI, MPICH, Slurm; else "single".
  *   "nccl"    LF_ERR_UNSUPPORTED (not built yet).
  * opts may be NULL (defaults). On success *out owns the handle; free it with
  * lf_comm_close(). Returns LF_ERR_INVALID_ARG (NULL out, unknown kind),
@@ -132,11 +144,14 @@ void lf_comm_close(lf_comm *c);
 /* Stop every process of the job with exit code `code` (MPI_Abort for mpi).
  * The decision belongs to the caller (the CLI / trainer), after it reported
  * the error. For mpi it does not return. For single it returns LF_OK and the
- * caller exits as usual. LF_ERR_INVALID_ARG for NULL; LF_ERR_INTERNAL if
- * MPI_Abort returns. */
+ * caller exits as usual. For tcp it tells every other rank that this one
+ * ends the job (their current or next collective fails at once with
+ * LF_ERR_IO naming it, and they end in turn), shuts the connections (at most
+ * about a second) and returns LF_OK; the caller exits. LF_ERR_INVALID_ARG
+ * for NULL; LF_ERR_INTERNAL if MPI_Abort returns. */
 lf_status lf_comm_abort(lf_comm *c, int code);
 
-const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi" */
+const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi", "tcp" */
 int lf_comm_rank(const lf_comm *c);
 int lf_comm_size(const lf_comm *c);
 int lf_comm_local_rank(const lf_comm *c);     /* rank among the processes of this host */
@@ -171,9 +186,12 @@ void lf_comm_partition(size_t n, int size, int rank, size_t *offset, size_t *cou
  * collective on this handle failed — the handle is then unusable and the
  * message repeats the first failure); LF_ERR_RANGE (n beyond what the
  * collective supports, see each); LF_ERR_TIMEOUT (see top); LF_ERR_IO (MPI
- * reported an error, e.g. a peer died); LF_ERR_NOMEM (scratch);
- * LF_ERR_UNSUPPORTED (the kind lacks the collective).
- * Buffers are host memory for single and mpi, borrowed for the call only.
+ * reported an error, e.g. a peer died; tcp: a peer's connection ended, or
+ * another rank failed this collective and said so); LF_ERR_MISMATCH (tcp:
+ * ranks called different collectives or sizes, found when the frames
+ * arrive); LF_ERR_NOMEM (scratch); LF_ERR_UNSUPPORTED (the kind lacks the
+ * collective).
+ * Buffers are host memory for single, mpi and tcp, borrowed for the call only.
  * After LF_ERR_TIMEOUT the MPI library may still write into the buffers
  * until the process ends: abort, do not reuse them. */
 

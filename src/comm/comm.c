@@ -27,6 +27,7 @@
 static const struct lf_comm_ops *const k_kinds[] = {
     &lf__comm_single_ops,
     &lf__comm_mpi_ops,
+    &lf__comm_tcp_ops,
 };
 
 lf_comm_options lf_comm_options_default(void) {
@@ -187,21 +188,17 @@ lf_status lf_comm_open(lf_comm **out, const char *kind, const lf_comm_options *o
     if (strcmp(kind, "auto") == 0) {
         want = "single";
         if (env.size > 1) {
-            if (env.launcher == LF_COMM_LAUNCHER_TORCHRUN)
-                return lf_fail(LF_ERR_UNSUPPORTED,
-                               "communicator: launched by torchrun (RANK=%d, WORLD_SIZE=%d): that needs the nccl "
-                               "communicator, which is not built yet; start CPU ranks with mpirun or srun",
-                               env.rank, env.size);
-            want = "mpi";
+            /* torchrun's processes are no MPI job: they meet at MASTER_ADDR:MASTER_PORT */
+            want = env.launcher == LF_COMM_LAUNCHER_TORCHRUN ? "tcp" : "mpi";
         }
     } else if (strcmp(kind, "nccl") == 0) {
         return lf_fail(LF_ERR_UNSUPPORTED, "communicator 'nccl' is not built into this llmforge (it comes with the "
-                                           "CUDA backend); use 'mpi' or 'single'");
+                                           "CUDA backend); use 'mpi', 'tcp' or 'single'");
     }
     const struct lf_comm_ops *ops = NULL;
     for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++)
         if (strcmp(k_kinds[i]->name, want) == 0) ops = k_kinds[i];
-    if (!ops) return lf_fail(LF_ERR_INVALID_ARG, "unknown communicator '%s' (auto, single, mpi)", kind);
+    if (!ops) return lf_fail(LF_ERR_INVALID_ARG, "unknown communicator '%s' (auto, single, mpi, tcp)", kind);
 
     lf_comm *c = lf_calloc(sizeof *c);
     if (!c) return LF_ERR_NOMEM;

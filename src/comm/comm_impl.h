@@ -19,9 +19,12 @@
  *    the trainer passes the backend's gradient buffer as is (the cpu/mpi
  *    kinds keep taking host pointers);
  *  - bootstrap: open an internal "mpi" handle (mpirun/srun) — or, under
- *    torchrun, a TCP rendezvous at MASTER_ADDR:MASTER_PORT (lf_comm_env) —
+ *    torchrun (no MPI), an internal "tcp" handle, whose open is the TCP
+ *    rendezvous at MASTER_ADDR:MASTER_PORT (comm_rdzv.h, comm_tcp.c) —
  *    rank 0 calls ncclGetUniqueId and lf_comm_broadcast_bytes() sends the
  *    128-byte id, then ncclCommInitRank with ncclConfig_t.blocking = 0;
+ *    that handle stays open as the host control path (scalars, bytes) and
+ *    for diagnosis;
  *  - timeouts: launch the NCCL collective on the backend's stream, then poll
  *    cudaStreamQuery / ncclCommGetAsyncError against the same deadline; on
  *    expiry ncclCommAbort and ask the bootstrap handle's side channel which
@@ -93,6 +96,7 @@ struct lf_comm {
 
 extern const struct lf_comm_ops lf__comm_single_ops;
 extern const struct lf_comm_ops lf__comm_mpi_ops;
+extern const struct lf_comm_ops lf__comm_tcp_ops;
 
 /* "all_reduce" etc. */
 const char *lf__comm_coll_name(lf_comm_coll coll);
