@@ -101,6 +101,9 @@ typedef struct lf_comm_options {
                              and each MPI message; 0 = default 4M */
     lf_getenv_fn getenv_fn; /* environment for rank discovery; NULL = getenv */
     void *getenv_user;
+    int device_tensors;   /* 1: the caller's float buffers are device memory (the cuda
+                             backend's tensors): "auto" then opens "nccl" on several ranks
+                             where the program registered it; default 0 */
 } lf_comm_options;
 
 lf_comm_options lf_comm_options_default(void);
@@ -136,7 +139,25 @@ void lf_comm_close(lf_comm *c);
  * MPI_Abort returns. */
 lf_status lf_comm_abort(lf_comm *c, int code);
 
-const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi" */
+const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi", "nccl" */
+/* 1 when the handle's float collectives and lf_comm_broadcast take device
+ * memory (nccl), 0 for host memory (single, mpi; also for NULL). */
+int lf_comm_device_buffers(const lf_comm *c);
+/* The compute stream (a cudaStream_t, passed as void *) that the device
+ * collectives of a device-buffer handle are ordered against: each waits for
+ * the work queued on it before the call and the work queued after the call
+ * waits for the collective. NULL: the legacy default stream. Kinds with host
+ * buffers ignore it (LF_OK). Call it before the first collective, on every
+ * rank alike or not at all; the stream must outlive the handle's use of it.
+ * LF_ERR_INVALID_ARG (NULL handle), LF_ERR_DEVICE (CUDA refused). */
+lf_status lf_comm_set_stream(lf_comm *c, void *stream);
+
+/* The "nccl" kind, defined only in the nccl libraries (lf_comm_nccl, linked
+ * to libnccl, with the CUDA build; lf_comm_nccl_shim: NCCL on MPI over the
+ * CUDA-on-CPU shim, for tests): a program linked with one calls this once at
+ * start-up, after which lf_comm_open finds "nccl" by name and "auto" picks it
+ * for device tensors. Registering twice is harmless. */
+lf_status lf_comm_nccl_register(void);
 int lf_comm_rank(const lf_comm *c);
 int lf_comm_size(const lf_comm *c);
 int lf_comm_local_rank(const lf_comm *c);     /* rank among the processes of this host */

@@ -46,6 +46,17 @@
  * default), e.g. cpu-fenced for the dp.fenced_* tests; parameters are read
  * through lf_trainer_copy_params, never in place.
  *
+ * Built a second time as nccl_dp (LF_TEST_NCCL: linked with the CUDA
+ * backend and the nccl communicator, on their shims for label `nccl`, on
+ * the real libraries for label `gpu`) and run with LLMFORGE_BACKEND=cuda:
+ * "auto" must then open "nccl" on several ranks (checked), so the same
+ * equivalence, resume and stall checks cover the GPU path. The NCCL shim
+ * folds in rank order, so the tolerance stays TOL; on real NCCL each
+ * gradient sum differs from the fold by at most 2 (P - 1) u sum|g| (ring
+ * or tree order), which the same 1e-5 on 20 steps' losses covers as the
+ * one-process reference's own order differences do (micro-batch and
+ * accumulation change the sums' order there too).
+ *
  * The single-process reference runs on rank 0 (communicator "single", world
  * size 1) while the other ranks wait in a barrier of the test's own handle.
  * Not a cmocka program: a failed check on one rank must end every rank
@@ -63,6 +74,9 @@
 #include "llmforge/plan.h"
 #include "llmforge/safetensors.h"
 #include "llmforge/train.h"
+#ifdef LF_TEST_NCCL
+#include "cuda_api.h"
+#endif
 
 #define STEPS 20
 #define GLOBAL 8 /* rows per step */
@@ -160,6 +174,11 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
     CHECK(st == LF_OK, "run %s: %s", c->out_dir, lf_trainer_errmsg(t));
     CHECK(lf_comm_size(lf_trainer_comm(t)) == c->world_size, "communicator of %d ranks, expected %d",
           lf_comm_size(lf_trainer_comm(t)), c->world_size);
+#ifdef LF_TEST_NCCL
+    if (c->world_size > 1) /* device tensors on several ranks: "auto" is nccl, collectives in place on the device */
+        CHECK(strcmp(lf_comm_name(lf_trainer_comm(t)), "nccl") == 0, "communicator '%s', expected nccl",
+              lf_comm_name(lf_trainer_comm(t)));
+#endif
     lf_model *m = lf_trainer_model(t);
     char hex[65] = "0";
     if (lf_model_params(m)) { /* ZeRO-3 keeps no whole copy: nothing to compare */
@@ -707,6 +726,18 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "equiv";
     g_stage = argc > 2 ? atoi(argv[2]) : 0;
+#ifdef LF_TEST_NCCL
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+    /* the cuda backend and the nccl kind live above the core libraries: make them findable */
+    if (lf_backend_cuda_register() != LF_OK || lf_comm_nccl_register() != LF_OK) {
+        fprintf(stderr, "FAIL: registering cuda / nccl: %s\n", lf_last_error());
+        return 1;
+    }
+#endif
     lf_comm_options co = lf_comm_options_default();
     co.timeout_s = 120;
     lf_status st = lf_comm_open(&g_c, "mpi", &co);
