@@ -1336,8 +1336,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
 
     /* every byte of the step, known before any large allocation: refuse now what cannot fit */
     lf_mem_plan plan;
-    st = lf_mem_plan_make_rank(&plan, &t->cfg, &t->mcfg, t->be->ops->replicas ? t->be->ops->replicas(t->be, B) : 1,
-                               !t->be->ops->host_memory, t->rank);
+    st = lf__mem_plan_make_ops(&plan, &t->cfg, &t->mcfg, t->be->ops->replicas ? t->be->ops->replicas(t->be, B) : 1,
+                               !t->be->ops->host_memory, t->rank, t->be->ops);
     if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
     if (st != LF_OK) return tfail(t, st);
     st = lf_model_create(&t->model, &t->mcfg, t->be);
