@@ -36,6 +36,11 @@
  * floats and MPI's int counts never overflow. Small reductions
  * (all_reduce_f64/i64) all-gather every rank's values and fold them locally.
  *
+ * A control kind (comm_impl.h): serve and diagnose answer and ask the same
+ * queries with another handle's position, so the nccl kind, which sends
+ * its host values through an mpi handle, names its own collectives and its
+ * missing ranks through this side channel.
+ *
  * Process-wide MPI state: MPI is initialised by the first open (unless the
  * program did it) and finalised when the last handle closes, unless a
  * collective failed (finalising would wait for peers that are not coming).
