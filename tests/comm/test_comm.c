@@ -271,10 +271,21 @@ static void test_open_kinds(void **state) {
     /* explicit single under any launcher is the caller's choice */
     LF_ASSERT_OK(lf_comm_open(&c, "single", &o));
     assert_int_equal(lf_comm_size(c), 1);
+    assert_int_equal(lf_comm_device_buffers(c), 0); /* host buffers */
+    LF_ASSERT_OK(lf_comm_set_stream(c, NULL));      /* nothing to order: accepted */
     lf_comm_close(c);
+    /* device tensors on one process: single (nccl is for several ranks) */
+    e.n = 0;
+    o.device_tensors = 1;
+    LF_ASSERT_OK(lf_comm_open(&c, "auto", &o));
+    assert_string_equal(lf_comm_name(c), "single");
+    lf_comm_close(c);
+    o.device_tensors = 0;
 
     assert_int_equal(lf_comm_open(&c, "nccl", NULL), LF_ERR_UNSUPPORTED);
-    LF_ASSERT_ERR_CONTAINS("nccl");
+    LF_ASSERT_ERR_CONTAINS("lf_comm_nccl_register");
+    assert_int_equal(lf_comm_device_buffers(NULL), 0);
+    assert_int_equal(lf_comm_set_stream(NULL, NULL), LF_ERR_INVALID_ARG);
     assert_int_equal(lf_comm_open(&c, "gloo", NULL), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("'gloo'");
     assert_int_equal(lf_comm_open(NULL, "single", NULL), LF_ERR_INVALID_ARG);

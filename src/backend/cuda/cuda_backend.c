@@ -256,6 +256,8 @@ static void cuda_zero(lf_backend *be, float *x, size_t n) {
 
 static void cuda_params_changed(lf_backend *be) { (void)be; } /* fp32: nothing derived from the weights */
 
+static void *cuda_native_stream(lf_backend *be) { return (void *)lf__cuda_stream(be); }
+
 /* ---------------------------------------------------------------- the table */
 
 static lf_backend_ops g_cuda_ops;
@@ -277,6 +279,7 @@ static void cuda_table_init(void) {
     o->copy = cuda_copy;
     o->zero = cuda_zero;
     o->params_changed = cuda_params_changed;
+    o->native_stream = cuda_native_stream;
     lf__cuda_install_dense(o);
     lf__cuda_install_pointwise(o);
     lf__cuda_install_attention(o);
