@@ -103,3 +103,41 @@ if(LF_CUDA)
   target_include_directories(cuda_peak PRIVATE ${CMAKE_SOURCE_DIR}/src/backend/cuda)
   target_link_libraries(cuda_peak PRIVATE CUDA::cudart CUDA::cublasLt)
 endif()
+
+# The nccl communicator (src/comm/nccl/comm_nccl.c), built twice like the
+# backend:
+#   lf_comm_nccl_shim  against llmforge's NCCL shim (src/comm/nccl/shim: NCCL
+#                      on MPI) over the CUDA-on-CPU shim: built everywhere,
+#                      what the `nccl` tests run.
+#   lf_comm_nccl       against libnccl and cudart (LF_NCCL, ON when LF_CUDA
+#                      is and nccl.h / libnccl are found, e.g. in the CUDA
+#                      toolkit's include/ and lib64/).
+# Programs register the kind with lf_comm_nccl_register (LF_HAVE_NCCL in the CLI).
+add_library(lf_comm_nccl_shim STATIC ${CMAKE_SOURCE_DIR}/src/comm/nccl/comm_nccl.c
+            ${CMAKE_SOURCE_DIR}/src/comm/nccl/shim/shim_nccl.c)
+target_compile_definitions(lf_comm_nccl_shim PUBLIC LF_NCCL_SHIM=1)
+target_include_directories(lf_comm_nccl_shim PUBLIC ${LF_INCLUDE} ${CMAKE_SOURCE_DIR}/src/comm
+                           ${CMAKE_SOURCE_DIR}/src/backend/cuda)
+target_link_libraries(lf_comm_nccl_shim PUBLIC lf_comm lf_backend_cuda_shim MPI::MPI_C)
+
+set(lf_nccl_found OFF)
+if(LF_CUDA)
+  find_path(LF_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(LF_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(LF_NCCL_INCLUDE_DIR AND LF_NCCL_LIBRARY)
+    set(lf_nccl_found ON)
+  endif()
+endif()
+option(LF_NCCL "Build lf_comm_nccl against libnccl (default: ON with LF_CUDA when NCCL is found)" ${lf_nccl_found})
+if(LF_NCCL)
+  if(NOT LF_CUDA OR NOT LF_NCCL_INCLUDE_DIR OR NOT LF_NCCL_LIBRARY)
+    message(FATAL_ERROR "LF_NCCL is ON but LF_CUDA is OFF or nccl.h/libnccl were not found (set LF_NCCL_INCLUDE_DIR and LF_NCCL_LIBRARY, or -DLF_NCCL=OFF)")
+  endif()
+  add_library(lf_comm_nccl STATIC ${CMAKE_SOURCE_DIR}/src/comm/nccl/comm_nccl.c)
+  target_include_directories(lf_comm_nccl PUBLIC ${LF_INCLUDE} ${CMAKE_SOURCE_DIR}/src/comm
+                             ${CMAKE_SOURCE_DIR}/src/backend/cuda ${LF_NCCL_INCLUDE_DIR})
+  target_link_libraries(lf_comm_nccl PUBLIC lf_comm CUDA::cudart CUDA::cublasLt ${LF_NCCL_LIBRARY})
+  message(STATUS "NCCL: ${LF_NCCL_LIBRARY} (lf_comm_nccl)")
+else()
+  message(STATUS "NCCL: off; the nccl communicator is built on the NCCL shim only (lf_comm_nccl_shim)")
+endif()

@@ -63,6 +63,13 @@ lf_status lf_backend_select(const char *name, const char **out);
  * --backend option): "auto" is resolved now, an unknown name is refused
  * (LF_ERR_NOT_FOUND, as lf_backend_select); NULL or "" clears it. */
 lf_status lf_backend_set_default(const char *name);
+/* The backend that runs `base` (an fp32 backend's name, e.g.
+ * lf_backend_default_name()) in bf16 mixed precision (bf16 != 0: the
+ * training config's bf16.enabled): "cpu-bf16" for "cpu", "cuda-bf16" for
+ * "cuda"; `base` itself when bf16 is 0 or `base` has no bf16 variant (the
+ * open then runs fp32, e.g. "cpu-fenced"; base NULL is "cpu"). A static
+ * string or `base`; never NULL. Thread-safe. */
+const char *lf_backend_precision_name(const char *base, int bf16);
 /* lf_backend_get(lf_backend_default_name()). */
 lf_backend *lf_backend_default(void);
 const char *lf_backend_name(const lf_backend *be);
@@ -99,10 +106,11 @@ lf_status lf_backend_status(const lf_backend *be);
 lf_status lf_backend_set_batch_invariant(lf_backend *be, int on);
 int lf_backend_batch_invariant(const lf_backend *be);
 
-/* The CUDA backend ("cuda"), defined only in the CUDA libraries: a program
- * linked with lf_backend_cuda (nvcc; a real GPU) or lf_backend_cuda_shim
- * (the CUDA-on-CPU emulation, for tests) calls lf_backend_cuda_register once
- * at start-up, after which lf_backend_open("cuda") finds it. The device of
+/* The CUDA backend ("cuda" and "cuda-bf16"), defined only in the CUDA
+ * libraries: a program linked with lf_backend_cuda (nvcc; a real GPU) or
+ * lf_backend_cuda_shim (the CUDA-on-CPU emulation, for tests) calls
+ * lf_backend_cuda_register once at start-up, after which
+ * lf_backend_open("cuda") and lf_backend_open("cuda-bf16") find them. The device of
  * instances opened afterwards: lf_backend_cuda_set_device (default: the
  * LLMFORGE_CUDA_DEVICE environment variable, else 0). */
 lf_status lf_backend_cuda_register(void);

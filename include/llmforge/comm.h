@@ -7,8 +7,19 @@
  *           Needs no MPI and never initialises it.
  *   mpi     one process per rank, started by mpirun/mpiexec (Open MPI, MPICH)
  *           or srun; float buffers in host memory. Standard MPI-3 only.
- *   (nccl   GPU buffers, bootstrapped through mpi or torchrun's rendezvous —
- *           comes with the CUDA backend; not built yet.)
+ *   tcp     one process per rank, started torchrun-style (RANK, WORLD_SIZE,
+ *           MASTER_ADDR, MASTER_PORT: torchrun, `llmforge launch --rdzv tcp`),
+ *           joined by a TCP rendezvous at MASTER_ADDR:MASTER_PORT; float
+ *           buffers in host memory; collectives through rank 0. No MPI.
+ *   nccl    one process per GPU: the float collectives and lf_comm_broadcast
+ *           on device memory through NCCL, ordered against the caller's
+ *           stream (lf_comm_set_stream); broadcast_bytes, barrier and the
+ *           f64/i64 reductions on host memory over an "mpi" control handle
+ *           (or "single" for one rank; under torchrun the "tcp" kind). Lives in lf_comm_nccl / lf_comm_nccl_shim
+ *           and exists once lf_comm_nccl_register() was called.
+ *           NCCL's environment (NCCL_DEBUG, NCCL_SOCKET_IFNAME,
+ *           NCCL_IB_DISABLE, NCCL_ASYNC_ERROR_HANDLING, ...) is passed
+ *           through untouched: NCCL reads it itself.
  *
  * Guarantees every kind gives:
  *  - Every rank calls the same collectives in the same order with the same
@@ -19,10 +30,15 @@
  *    caller's context (lf_comm_set_context) and the ranks that did not
  *    arrive. The library never exits; the caller reports the message and
  *    ends the job with lf_comm_abort().
- *  - Float reductions are deterministic and identical on every rank: element
- *    i of a sum is ((x_0 + x_1) + x_2) + ... in rank order, in float32, the
- *    same bits on every rank, every run and with any MPI library; AVG is that
- *    sum divided by the world size (a division, not a multiplication).
+ *  - Float reductions are identical on every rank. single, mpi (and nccl on
+ *    the NCCL shim): element i of a sum is ((x_0 + x_1) + x_2) + ... in rank
+ *    order, in float32, the same bits on every rank, every run and with any
+ *    MPI library; AVG is that sum divided by the world size (a division,
+ *    not a multiplication). nccl on NCCL: NCCL's ring or tree order, the
+ *    same on every rank and run to run for one job layout, NCCL version and
+ *    NCCL_ALGO/NCCL_PROTO, but not the rank-order fold: each element of a
+ *    sum over P ranks lies within 2 (P - 1) u sum_p |x_p| of it (u = 2^-24).
+ *    MAX, MIN, gathers and broadcasts are exact for every kind.
  *  - Uneven partitions: n elements split into `size` contiguous parts, the
  *    first n % size parts one element longer (see lf_comm_partition()).
  *
@@ -101,6 +117,9 @@ typedef struct lf_comm_options {
                              and each MPI message; 0 = default 4M */
     lf_getenv_fn getenv_fn; /* environment for rank discovery; NULL = getenv */
     void *getenv_user;
+    int device_tensors;   /* 1: the caller's float buffers are device memory (the cuda
+                             backend's tensors): "auto" then opens "nccl" on several ranks
+                             where the program registered it; default 0 */
 } lf_comm_options;
 
 lf_comm_options lf_comm_options_default(void);
@@ -111,10 +130,25 @@ lf_comm_options lf_comm_options_default(void);
  *             program already did; checks MPI's rank and size against the
  *             launcher variables (a Slurm batch script that starts the
  *             program without srun is caught here).
- *   "auto"    "mpi" when rank discovery finds a launcher with size > 1
- *             (Open MPI, MPICH, Slurm), else "single". A torchrun launch with
- *             WORLD_SIZE > 1 needs the nccl communicator: LF_ERR_UNSUPPORTED.
- *   "nccl"    LF_ERR_UNSUPPORTED (not built yet).
+ *   "tcp"     the rendezvous at MASTER_ADDR:MASTER_PORT (torchrun's, or
+ *             exported next to another launcher's rank variables; with
+ *             TORCHELASTIC_USE_AGENT_STORE=True the next port, torchrun's agent
+ *             holding MASTER_PORT): rank 0 listens, the others connect,
+ *             retrying until timeout_s. World sizes that differ, a rank
+ *             that joins twice: LF_ERR_MISMATCH naming both; ranks missing
+ *             at the timeout: LF_ERR_TIMEOUT naming them (rank 0) or
+ *             MASTER_ADDR:MASTER_PORT (the others); MASTER_* missing or
+ *             malformed: LF_ERR_CONFIG; MASTER_PORT taken: LF_ERR_IO.
+ *   "auto"    with size > 1 from rank discovery: "nccl" when
+ *             opts->device_tensors and the kind is registered; else "tcp"
+ *             when the launcher is torchrun, "mpi" for Open MPI, MPICH,
+ *             Slurm; with size 1, "single".
+ *   "nccl"    NCCL on the calling thread's current CUDA device (open the
+ *             cuda backend first), bootstrapped over its control handle:
+ *             rank 0's ncclUniqueId broadcast there, ncclCommInitRankConfig
+ *             non-blocking, polled against timeout_s. LF_ERR_UNSUPPORTED
+ *             when not registered, or under torchrun without a "tcp" kind;
+ *             LF_ERR_DEVICE (CUDA), LF_ERR_IO / LF_ERR_TIMEOUT (NCCL init).
  * opts may be NULL (defaults). On success *out owns the handle; free it with
  * lf_comm_close(). Returns LF_ERR_INVALID_ARG (NULL out, unknown kind),
  * LF_ERR_RANGE (timeout), LF_ERR_CONFIG (inconsistent launcher variables),
@@ -123,20 +157,42 @@ lf_comm_options lf_comm_options_default(void);
  * MPI-3, nccl), LF_ERR_IO (an MPI call failed), LF_ERR_NOMEM. */
 lf_status lf_comm_open(lf_comm **out, const char *kind, const lf_comm_options *opts);
 
-/* Release the handle; NULL is a no-op. The last "mpi" handle of a process
- * that initialised MPI finalises it — unless a collective failed or timed
+/* Release the handle; NULL is a no-op. nccl: ncclCommFinalize (bounded by
+ * the timeout), ncclCommDestroy, then its control handle. The last "mpi"
+ * handle of a process that initialised MPI finalises it — unless a collective failed or timed
  * out on that handle, in which case MPI is left as is (finalising would wait
  * for the missing peers); the caller is expected to lf_comm_abort() then. */
 void lf_comm_close(lf_comm *c);
 
 /* Stop every process of the job with exit code `code` (MPI_Abort for mpi).
  * The decision belongs to the caller (the CLI / trainer), after it reported
- * the error. For mpi it does not return. For single it returns LF_OK and the
- * caller exits as usual. LF_ERR_INVALID_ARG for NULL; LF_ERR_INTERNAL if
- * MPI_Abort returns. */
+ * the error. For mpi (and nccl over mpi: ncclCommAbort first) it does not
+ * return. For single it returns LF_OK and the caller exits as usual. For
+ * tcp it tells every other rank that this one ends the job (their current
+ * or next collective fails at once with LF_ERR_IO naming it), shuts the
+ * connections (at most about a second) and returns LF_OK; the caller exits.
+ * LF_ERR_INVALID_ARG for NULL; LF_ERR_INTERNAL if MPI_Abort returns. */
 lf_status lf_comm_abort(lf_comm *c, int code);
 
-const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi" */
+const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi", "tcp", "nccl" */
+/* 1 when the handle's float collectives and lf_comm_broadcast take device
+ * memory (nccl), 0 for host memory (single, mpi; also for NULL). */
+int lf_comm_device_buffers(const lf_comm *c);
+/* The compute stream (a cudaStream_t, passed as void *) that the device
+ * collectives of a device-buffer handle are ordered against: each waits for
+ * the work queued on it before the call and the work queued after the call
+ * waits for the collective. NULL: the legacy default stream. Kinds with host
+ * buffers ignore it (LF_OK). Call it before the first collective, on every
+ * rank alike or not at all; the stream must outlive the handle's use of it.
+ * LF_ERR_INVALID_ARG (NULL handle), LF_ERR_DEVICE (CUDA refused). */
+lf_status lf_comm_set_stream(lf_comm *c, void *stream);
+
+/* The "nccl" kind, defined only in the nccl libraries (lf_comm_nccl, linked
+ * to libnccl, with the CUDA build; lf_comm_nccl_shim: NCCL on MPI over the
+ * CUDA-on-CPU shim, for tests): a program linked with one calls this once at
+ * start-up, after which lf_comm_open finds "nccl" by name and "auto" picks it
+ * for device tensors. Registering twice is harmless. */
+lf_status lf_comm_nccl_register(void);
 int lf_comm_rank(const lf_comm *c);
 int lf_comm_size(const lf_comm *c);
 int lf_comm_local_rank(const lf_comm *c);     /* rank among the processes of this host */
@@ -171,9 +227,18 @@ void lf_comm_partition(size_t n, int size, int rank, size_t *offset, size_t *cou
  * collective on this handle failed — the handle is then unusable and the
  * message repeats the first failure); LF_ERR_RANGE (n beyond what the
  * collective supports, see each); LF_ERR_TIMEOUT (see top); LF_ERR_IO (MPI
- * reported an error, e.g. a peer died); LF_ERR_NOMEM (scratch);
- * LF_ERR_UNSUPPORTED (the kind lacks the collective).
- * Buffers are host memory for single and mpi, borrowed for the call only.
+ * reported an error, e.g. a peer died; tcp: a peer's connection ended, or
+ * another rank failed this collective and said so); LF_ERR_MISMATCH (tcp:
+ * ranks called different collectives or sizes, found when the frames
+ * arrive); LF_ERR_NOMEM (scratch); LF_ERR_UNSUPPORTED (the kind lacks the
+ * collective).
+ * Buffers are host memory for single, mpi and tcp, borrowed for the call only;
+ * for nccl the float collectives and lf_comm_broadcast take device memory
+ * (cudaMalloc) and lf_comm_broadcast_bytes and the f64/i64 reductions host
+ * memory (lf_comm_device_buffers tells). nccl's calls return when the
+ * collective has run; a timeout aborts the NCCL communicator
+ * (ncclCommAbort) and NCCL errors are LF_ERR_IO (peer, network),
+ * LF_ERR_DEVICE (CUDA) or LF_ERR_INVALID_ARG with NCCL's message.
  * After LF_ERR_TIMEOUT the MPI library may still write into the buffers
  * until the process ends: abort, do not reuse them. */
 

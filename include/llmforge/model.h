@@ -212,11 +212,6 @@ const char *lf_act_dtype_name(lf_act_dtype dtype);
  * unknown policy or dtype). Pure and thread-safe. */
 lf_status lf_model_plan_bytes(const lf_model_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
                                    int n_replicas, lf_act_bytes *out);
-/* The same for a model on backend `be` (NULL: the CPU's): attention's saved
- * tensors and scratch are the backend's own sizes (the "cpu" backends keep
- * the probabilities, T x T per head; "cuda" the log-sum-exp, T per head). */
-lf_status lf_model_plan_bytes_backend(const lf_model_config *cfg, int B, int T, lf_recompute policy,
-                                      lf_act_dtype dtype, int n_replicas, const lf_backend *be, lf_act_bytes *out);
 
 /* Recompute policy of the next lf_model_plan (the plan in place keeps the
  * policy it was made with until then; lf_model_forward plans by itself only

@@ -52,7 +52,7 @@ typedef struct lf_mem_plan {
     size_t device_free;      /* lf_backend_mem_info when the plan was made: what device_total must fit; 0 = unknown */
     size_t device_capacity;  /* the device's total memory; 0 = unknown */
     char device[96];         /* "cuda: NVIDIA H200 (device 0)"; "" = no device asked */
-    const lf_backend *backend; /* the instance whose attention sizes the activations (NULL: the CPU's) */
+    const lf_backend_ops *ops; /* the table whose attention sizes the activations (NULL: the CPU's) */
 } lf_mem_plan;
 
 /* The plan of cfg for model mcfg (vocab resolved) with the micro-batch split

@@ -57,9 +57,9 @@ static void known_names(char *buf, size_t cap) {
 static lf_status unknown(const char *name) {
     /* "cuda" is registered by programs linked with lf_backend_cuda (the CLI
      * does it when built with LF_CUDA); not finding it means this build has none */
-    if (name && strcmp(name, "cuda") == 0)
+    if (name && (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-bf16") == 0))
         return lf_fail(LF_ERR_NOT_FOUND,
-                       "backend 'cuda': this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)");
+                       "backend '%s': this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)", name);
     char known[256];
     known_names(known, sizeof known);
     return lf_fail(LF_ERR_NOT_FOUND, "unknown backend '%s' (compiled in: %s)", name, known);
@@ -243,6 +243,14 @@ lf_status lf_backend_set_default(const char *name) {
     snprintf(g_sel, sizeof g_sel, "%s", sel ? sel : "");
     pthread_mutex_unlock(&g_sel_mu);
     return LF_OK;
+}
+
+const char *lf_backend_precision_name(const char *base, int bf16) {
+    if (!base) base = "cpu";
+    if (!bf16) return base;
+    if (strcmp(base, "cpu") == 0) return "cpu-bf16";
+    if (strcmp(base, "cuda") == 0) return "cuda-bf16";
+    return base;
 }
 
 lf_backend *lf_backend_default(void) { return lf_backend_get(lf_backend_default_name()); }

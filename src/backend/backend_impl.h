@@ -386,6 +386,13 @@ struct lf_backend_ops {
      * on the CPU): drop whatever the backend derived from them (cpu-bf16's
      * bf16 weight copies). Never called while ops run. */
     void (*params_changed)(lf_backend *be);
+
+    /* ---- the device stream every op of the instance is queued on (a
+     * cudaStream_t as void *), for a communicator that moves backend memory
+     * itself: the nccl kind orders its collectives against it
+     * (lf_comm_set_stream). NULL slot: no stream (host memory, synchronous
+     * ops). */
+    void *(*native_stream)(lf_backend *be);
 };
 
 /* An instance (see the header comment). Public code holds it opaque

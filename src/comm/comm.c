@@ -12,22 +12,48 @@
  *    an operation this rank abandoned, so nothing more is sent on the handle.
  */
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/comm_impl.h"
 
-/* Kinds that can be opened by name. A future nccl kind registers here:
- *   #ifdef LF_HAVE_NCCL
- *   &lf__comm_nccl_ops,
- *   #endif
- */
+/* Kinds that can be opened by name: built in, then registered at run time
+ * by libraries above this one (lf__comm_register: the nccl kind). */
 static const struct lf_comm_ops *const k_kinds[] = {
     &lf__comm_single_ops,
     &lf__comm_mpi_ops,
+    &lf__comm_tcp_ops,
 };
+
+#define LF_COMM_MAX_REGISTERED 4
+static const struct lf_comm_ops *_Atomic g_registered[LF_COMM_MAX_REGISTERED];
+
+lf_status lf__comm_register(const struct lf_comm_ops *ops) {
+    if (!ops || !ops->name || !ops->open) return lf_fail(LF_ERR_INVALID_ARG, "lf__comm_register: incomplete table");
+    for (int i = 0; i < LF_COMM_MAX_REGISTERED; i++) {
+        const struct lf_comm_ops *cur = atomic_load(&g_registered[i]);
+        if (cur == ops || (cur && strcmp(cur->name, ops->name) == 0)) return LF_OK;
+        const struct lf_comm_ops *expected = NULL;
+        if (!cur && atomic_compare_exchange_strong(&g_registered[i], &expected, ops)) return LF_OK;
+        if (expected == ops) return LF_OK;
+    }
+    return lf_fail(LF_ERR_RANGE, "communicator '%s': no room to register it (%d kinds at most)", ops->name,
+                   LF_COMM_MAX_REGISTERED);
+}
+
+static const struct lf_comm_ops *find_kind(const char *name) {
+    for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++)
+        if (strcmp(k_kinds[i]->name, name) == 0) return k_kinds[i];
+    for (int i = 0; i < LF_COMM_MAX_REGISTERED; i++) {
+        const struct lf_comm_ops *t = atomic_load(&g_registered[i]);
+        if (t && strcmp(t->name, name) == 0) return t;
+    }
+    return NULL;
+}
 
 lf_comm_options lf_comm_options_default(void) {
     lf_comm_options o;
@@ -50,6 +76,19 @@ double lf__comm_grace_s(double timeout_s) {
     if (g < LF_COMM_GRACE_MIN_S) g = LF_COMM_GRACE_MIN_S;
     if (g > LF_COMM_GRACE_MAX_S) g = LF_COMM_GRACE_MAX_S;
     return g;
+}
+
+void lf__comm_pause(long it, double waited) {
+    if (it < 200) return; /* spin: small collectives finish in microseconds */
+    if (waited < 0.002) {
+        sched_yield();
+        return;
+    }
+    /* up to 1 ms: latency is noise for what takes this long, and an
+     * oversubscribed host needs the cores */
+    long ns = waited < 0.05 ? 50000 : (waited < 1.0 ? 200000 : 1000000);
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
 }
 
 const char *lf__comm_coll_name(lf_comm_coll coll) {
@@ -167,6 +206,8 @@ void lf__comm_reduce_i64(int64_t *out, const int64_t *rows, size_t stride, int n
     }
 }
 
+static lf_status record(lf_comm *c, lf_status st);
+
 /* ---------------------------------------------------------------- open / close */
 lf_status lf_comm_open(lf_comm **out, const char *kind, const lf_comm_options *opts) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_open: out is NULL");
@@ -184,24 +225,22 @@ lf_status lf_comm_open(lf_comm **out, const char *kind, const lf_comm_options *o
     if (st != LF_OK) return st;
 
     const char *want = kind;
+    /* device tensors (a GPU backend) on several ranks: the nccl kind, where
+     * this program registered it (the CUDA build) */
+    if (strcmp(kind, "auto") == 0 && o.device_tensors && env.size > 1 && find_kind("nccl")) kind = want = "nccl";
     if (strcmp(kind, "auto") == 0) {
         want = "single";
         if (env.size > 1) {
-            if (env.launcher == LF_COMM_LAUNCHER_TORCHRUN)
-                return lf_fail(LF_ERR_UNSUPPORTED,
-                               "communicator: launched by torchrun (RANK=%d, WORLD_SIZE=%d): that needs the nccl "
-                               "communicator, which is not built yet; start CPU ranks with mpirun or srun",
-                               env.rank, env.size);
-            want = "mpi";
+            /* torchrun's processes are no MPI job: they meet at MASTER_ADDR:MASTER_PORT */
+            want = env.launcher == LF_COMM_LAUNCHER_TORCHRUN ? "tcp" : "mpi";
         }
-    } else if (strcmp(kind, "nccl") == 0) {
-        return lf_fail(LF_ERR_UNSUPPORTED, "communicator 'nccl' is not built into this llmforge (it comes with the "
-                                           "CUDA backend); use 'mpi' or 'single'");
+    } else if (strcmp(kind, "nccl") == 0 && !find_kind("nccl")) {
+        return lf_fail(LF_ERR_UNSUPPORTED, "communicator 'nccl' is not built into this program (it comes with the "
+                                           "CUDA build, which registers it: lf_comm_nccl_register); use 'mpi', "
+                                           "'tcp' or 'single'");
     }
-    const struct lf_comm_ops *ops = NULL;
-    for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++)
-        if (strcmp(k_kinds[i]->name, want) == 0) ops = k_kinds[i];
-    if (!ops) return lf_fail(LF_ERR_INVALID_ARG, "unknown communicator '%s' (auto, single, mpi)", kind);
+    const struct lf_comm_ops *ops = find_kind(want);
+    if (!ops) return lf_fail(LF_ERR_INVALID_ARG, "unknown communicator '%s' (auto, single, mpi, tcp, nccl)", kind);
 
     lf_comm *c = lf_calloc(sizeof *c);
     if (!c) return LF_ERR_NOMEM;
@@ -232,6 +271,14 @@ lf_status lf_comm_abort(lf_comm *c, int code) {
 }
 
 const char *lf_comm_name(const lf_comm *c) { return c ? c->ops->name : "none"; }
+int lf_comm_device_buffers(const lf_comm *c) { return c ? c->ops->device_buffers : 0; }
+
+lf_status lf_comm_set_stream(lf_comm *c, void *stream) {
+    if (!c) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_set_stream: communicator is NULL");
+    if (!c->ops->set_stream) return LF_OK; /* host-buffer kinds order nothing */
+    lf_status st = c->ops->set_stream(c, stream);
+    return st == LF_OK ? LF_OK : record(c, st);
+}
 int lf_comm_rank(const lf_comm *c) { return c ? c->rank : 0; }
 int lf_comm_size(const lf_comm *c) { return c ? c->size : 1; }
 int lf_comm_local_rank(const lf_comm *c) { return c ? c->local_rank : 0; }
@@ -353,24 +400,26 @@ lf_status lf_comm_all_gather(lf_comm *c, const float *send, float *recv, size_t 
     return finish(c, c->ops->all_gather(c, send, recv, n));
 }
 
-static lf_status broadcast(lf_comm *c, void *buf, size_t bytes, size_t n, int root, const char *fn) {
+static lf_status broadcast(lf_comm *c, void *buf, size_t bytes, size_t n, int root, const char *fn, int host) {
     if (c && (root < 0 || root >= c->size))
         return refuse(c, LF_ERR_INVALID_ARG, "%s: root %d is outside the %d ranks", fn, root, c->size);
     lf_status st = begin(c, LF_COMM_COLL_BROADCAST, fn, n, buf != NULL);
     if (st != LF_OK) return st;
     c->count = bytes;
-    if (!c->ops->broadcast) return unsupported(c, fn);
-    return finish(c, c->ops->broadcast(c, buf, bytes, root));
+    lf_status (*slot)(lf_comm *, void *, size_t, int) = host && c->ops->broadcast_bytes ? c->ops->broadcast_bytes
+                                                                                         : c->ops->broadcast;
+    if (!slot) return unsupported(c, fn);
+    return finish(c, slot(c, buf, bytes, root));
 }
 
 lf_status lf_comm_broadcast(lf_comm *c, float *buf, size_t n, int root) {
     if (n > SIZE_MAX / sizeof(float))
         return c ? refuse(c, LF_ERR_RANGE, "lf_comm_broadcast: %zu floats", n) : LF_ERR_RANGE;
-    return broadcast(c, buf, n * sizeof(float), n, root, "lf_comm_broadcast");
+    return broadcast(c, buf, n * sizeof(float), n, root, "lf_comm_broadcast", 0);
 }
 
 lf_status lf_comm_broadcast_bytes(lf_comm *c, void *buf, size_t bytes, int root) {
-    return broadcast(c, buf, bytes, bytes, root, "lf_comm_broadcast_bytes");
+    return broadcast(c, buf, bytes, bytes, root, "lf_comm_broadcast_bytes", 1);
 }
 
 lf_status lf_comm_barrier(lf_comm *c) {

@@ -14,19 +14,19 @@
  * at most LF_COMM_GRACE_MAX_S of diagnosis, with LF_ERR_TIMEOUT and a
  * message naming c->coll, c->seq, c->context and the missing ranks.
  *
- * Adding the nccl kind (with the CUDA backend):
- *  - buffers are device memory: the table gets `int device_buffers = 1`, and
- *    the trainer passes the backend's gradient buffer as is (the cpu/mpi
- *    kinds keep taking host pointers);
- *  - bootstrap: open an internal "mpi" handle (mpirun/srun) — or, under
- *    torchrun, a TCP rendezvous at MASTER_ADDR:MASTER_PORT (lf_comm_env) —
- *    rank 0 calls ncclGetUniqueId and lf_comm_broadcast_bytes() sends the
- *    128-byte id, then ncclCommInitRank with ncclConfig_t.blocking = 0;
- *  - timeouts: launch the NCCL collective on the backend's stream, then poll
- *    cudaStreamQuery / ncclCommGetAsyncError against the same deadline; on
- *    expiry ncclCommAbort and ask the bootstrap handle's side channel which
- *    ranks did not arrive, exactly as comm_mpi.c does;
- *  - register it in comm.c's kind table under `#ifdef LF_HAVE_NCCL`.
+ * Kinds registered at run time (lf__comm_register): the nccl kind lives in
+ * lf_comm_nccl / lf_comm_nccl_shim, above this library, and registers
+ * itself (lf_comm_nccl_register), as the cuda backend does. Its table says
+ * device_buffers = 1: the float collectives and lf_comm_broadcast take
+ * device memory, while broadcast_bytes and the f64/i64 reductions stay host
+ * memory (they go over its host control handle, see comm_nccl.c).
+ *
+ * A control kind: a kind another kind bootstraps over and sends its host
+ * values through (nccl over "mpi"; under torchrun, over a "tcp" kind when
+ * one is registered) fills `serve` and `diagnose`, so the kind above can
+ * answer "where are you" queries while it waits in its own collectives and
+ * name the missing ranks after a timeout, with its own position (seq, coll,
+ * count, context) instead of the control handle's.
  */
 #ifndef LLMFORGE_COMM_IMPL_H
 #define LLMFORGE_COMM_IMPL_H
@@ -57,7 +57,7 @@ typedef enum lf_comm_coll {
 
 struct lf_comm_ops {
     const char *name;
-    int device_buffers; /* 0: host memory (single, mpi); 1 would be nccl's device memory */
+    int device_buffers; /* 0: host memory (single, mpi); 1: device memory (nccl) */
 
     /* Fill c->rank, c->size, c->local_rank, c->local_size and c->impl.
      * c->opts and c->env are set. On failure release everything built. */
@@ -72,6 +72,20 @@ struct lf_comm_ops {
     lf_status (*barrier)(lf_comm *c);
     lf_status (*all_reduce_f64)(lf_comm *c, double *v, size_t n, lf_comm_op op);
     lf_status (*all_reduce_i64)(lf_comm *c, int64_t *v, size_t n, lf_comm_op op);
+
+    /* Optional (NULL: absent). */
+    /* broadcast of host bytes when `broadcast` takes device memory
+     * (lf_comm_broadcast_bytes uses it; NULL: `broadcast` serves both) */
+    lf_status (*broadcast_bytes)(lf_comm *c, void *buf, size_t bytes, int root);
+    /* the compute stream device collectives are ordered against (lf_comm_set_stream) */
+    lf_status (*set_stream)(lf_comm *c, void *stream);
+    /* control kinds: answer the peers' "where are you" queries with pos's
+     * position (called often while pos waits in a collective of its own) */
+    void (*serve)(lf_comm *c, const lf_comm *pos);
+    /* control kinds: after pos's collective failed with st, ask the peers
+     * where they are and describe the ranks not at pos's collective into out
+     * ("; rank that did not arrive: 2 ..."), waiting at most the grace */
+    void (*diagnose)(lf_comm *c, const lf_comm *pos, lf_status st, char *out, size_t cap);
 };
 
 struct lf_comm {
@@ -93,6 +107,13 @@ struct lf_comm {
 
 extern const struct lf_comm_ops lf__comm_single_ops;
 extern const struct lf_comm_ops lf__comm_mpi_ops;
+extern const struct lf_comm_ops lf__comm_tcp_ops;
+
+/* Make a kind openable by name (a library above this one: the nccl kind).
+ * Registering the same table twice is harmless; LF_ERR_RANGE when the
+ * registry (4 tables) is full. The table must outlive the process's use of
+ * it (a static). */
+lf_status lf__comm_register(const struct lf_comm_ops *ops);
 
 /* "all_reduce" etc. */
 const char *lf__comm_coll_name(lf_comm_coll coll);
@@ -102,6 +123,9 @@ void lf__comm_describe(const lf_comm *c, char *buf, size_t cap);
 double lf__comm_grace_s(double timeout_s);
 /* Monotonic clock, seconds. */
 double lf__comm_now_s(void);
+/* Between two polls of a wait: nothing for the first 200 iterations, then a
+ * yield, then sleeps growing to 1 ms with the time already waited. */
+void lf__comm_pause(long it, double waited);
 
 /* out (n) := op over nrows rows (row p at rows + p*stride), folded in row
  * order: ((r0 op r1) op r2) ...; AVG divides the sum by nrows. out must not

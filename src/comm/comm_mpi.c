@@ -36,6 +36,11 @@
  * floats and MPI's int counts never overflow. Small reductions
  * (all_reduce_f64/i64) all-gather every rank's values and fold them locally.
  *
+ * A control kind (comm_impl.h): serve and diagnose answer and ask the same
+ * queries with another handle's position, so the nccl kind, which sends
+ * its host values through an mpi handle, names its own collectives and its
+ * missing ranks through this side channel.
+ *
  * Process-wide MPI state: MPI is initialised by the first open (unless the
  * program did it) and finalised when the last handle closes, unless a
  * collective failed (finalising would wait for peers that are not coming).
@@ -120,7 +125,7 @@ static void post_query_recv(mpi_state *m) {
 }
 
 /* Answer the queries that arrived (called while waiting inside a collective). */
-static void serve_queries(lf_comm *c, mpi_state *m) {
+static void serve_queries(const lf_comm *c, mpi_state *m) {
     for (int guard = 0; guard < c->size && m->query_posted; guard++) {
         int done = 0;
         MPI_Status st;
@@ -146,19 +151,6 @@ static void serve_queries(lf_comm *c, mpi_state *m) {
     }
 }
 
-static void pause_for(long it, double waited) {
-    if (it < 200) return; /* spin: small collectives finish in microseconds */
-    if (waited < 0.002) {
-        sched_yield();
-        return;
-    }
-    /* up to 1 ms: latency is noise for what takes this long, and an
-     * oversubscribed host needs the cores */
-    long ns = waited < 0.05 ? 50000 : (waited < 1.0 ? 200000 : 1000000);
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-}
-
 /* Append "text" to out (NUL-terminated, capped). */
 static void append(char *out, size_t cap, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -176,7 +168,7 @@ static void append(char *out, size_t cap, const char *fmt, ...) {
 
 /* Ask every peer where it is; describe those that are not at this
  * collective into out. */
-static void diagnose(lf_comm *c, mpi_state *m, lf_status st, char *out, size_t cap) {
+static void diagnose(const lf_comm *c, mpi_state *m, lf_status st, char *out, size_t cap) {
     out[0] = '\0';
     int P = c->size, me = c->rank;
     if (P <= 1 || !m->have_side) return;
@@ -213,7 +205,7 @@ static void diagnose(lf_comm *c, mpi_state *m, lf_status st, char *out, size_t c
         serve_queries(c, m);
         double waited = lf__comm_now_s() - t0;
         if (!pending || waited >= grace) break;
-        pause_for(it + 200, waited);
+        lf__comm_pause(it + 200, waited);
     }
     for (int p = 0; p < P; p++) {
         if (m->answer_reqs[p] != MPI_REQUEST_NULL) { /* cancelling a receive completes locally */
@@ -309,7 +301,7 @@ static lf_status wait_req(lf_comm *c, mpi_state *m, MPI_Request *req, const char
         if ((it & 15) == 0) serve_queries(c, m);
         double now = lf__comm_now_s();
         if (now >= m->deadline) return fail_collective(c, m, LF_ERR_TIMEOUT, call);
-        pause_for(it, now - t0);
+        lf__comm_pause(it, now - t0);
     }
 }
 
@@ -678,6 +670,19 @@ static lf_status mpi_abort(lf_comm *c, int code) {
     return lf_fail(LF_ERR_INTERNAL, "MPI_Abort(%d) returned", code);
 }
 
+/* The control-kind slots (comm_impl.h): pos is a handle of another kind
+ * over the same ranks (nccl), answering and asking with pos's position. */
+static void mpi_serve(lf_comm *c, const lf_comm *pos) {
+    mpi_state *m = c->impl;
+    if (m && m->have_side && pos->size == c->size && pos->rank == c->rank) serve_queries(pos, m);
+}
+
+static void mpi_diagnose(lf_comm *c, const lf_comm *pos, lf_status st, char *out, size_t cap) {
+    mpi_state *m = c->impl;
+    if (cap) out[0] = '\0';
+    if (m && pos->size == c->size && pos->rank == c->rank) diagnose(pos, m, st, out, cap);
+}
+
 const struct lf_comm_ops lf__comm_mpi_ops = {
     .name = "mpi",
     .device_buffers = 0,
@@ -691,4 +696,6 @@ const struct lf_comm_ops lf__comm_mpi_ops = {
     .barrier = mpi_barrier,
     .all_reduce_f64 = mpi_all_reduce_f64,
     .all_reduce_i64 = mpi_all_reduce_i64,
+    .serve = mpi_serve,
+    .diagnose = mpi_diagnose,
 };

@@ -495,11 +495,11 @@ lf_status lf_recompute_parse(const char *name, lf_recompute *out) {
 
 lf_status lf_model_plan_bytes(const lf_model_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
                               int n_replicas, lf_act_bytes *out) {
-    return lf_model_plan_bytes_backend(cfg, B, T, policy, dtype, n_replicas, NULL, out);
+    return lf__model_plan_bytes_ops(cfg, B, T, policy, dtype, n_replicas, NULL, out);
 }
 
-lf_status lf_model_plan_bytes_backend(const lf_model_config *cfg, int B, int T, lf_recompute policy,
-                                      lf_act_dtype dtype, int n_replicas, const lf_backend *be, lf_act_bytes *out) {
+lf_status lf__model_plan_bytes_ops(const lf_model_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
+                                   int n_replicas, const lf_backend_ops *ops, lf_act_bytes *out) {
     memset(out, 0, sizeof *out);
     lf_model_config c;
     const lf__model_arch *a;
@@ -517,9 +517,8 @@ lf_status lf_model_plan_bytes_backend(const lf_model_config *cfg, int B, int T, 
     s.num_params = lf_model_unit_sizes(&c, &s.unit0_n, &s.max_other_n);
     if (!s.num_params) return lf_fail(LF_ERR_NOMEM, "out of memory sizing the activation plan");
     split_rows(B, n_replicas, &s.rB, &s.n_rep);
-    /* attention's saved tensors and scratch are the backend's (the CPU keeps the probabilities, (T, T) per
-     * head; cuda the log-sum-exp, T per head) */
-    lf__plan_attention(&s, be ? be->ops : lf__backend_cpu(), 0);
+    /* sized as the given backend's attention saves (default: the CPU's) */
+    lf__plan_attention(&s, ops ? ops : lf__backend_cpu(), 0);
     lf__planner p = {0};
     lay_out(a, &s, NULL, &p);
     act_bytes_of(&p, out);

@@ -64,6 +64,11 @@ typedef struct lf__plan_spec {
 
 /* Fill spec->att_saved/att_scratch from a backend table (rB, T, cfg set). */
 void lf__plan_attention(lf__plan_spec *s, const lf_backend_ops *ops, int with_cache);
+/* lf_model_plan_bytes with the attention buffers of backend table ops (NULL:
+ * the CPU's), so a plan for another backend (cuda: O(T) saved per head)
+ * matches what lf_model_plan allocates there. */
+lf_status lf__model_plan_bytes_ops(const lf_model_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
+                                   int n_replicas, const lf_backend_ops *ops, lf_act_bytes *out);
 
 /* Bytes per element of a matmul-input activation. */
 static inline size_t lf__act_size(lf_act_dtype dt) { return dt == LF_ACT_BF16 ? sizeof(uint16_t) : sizeof(float); }

@@ -61,7 +61,7 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     memset(out, 0, sizeof *out);
     if (steps < 1 || warmup < 0) return lf_fail(LF_ERR_RANGE, "bench: steps must be >= 1 and warmup >= 0");
     if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
-    lf_backend *be = bf16 ? lf_backend_get("cpu-bf16") : lf_backend_default();
+    lf_backend *be = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
     if (!be) return LF_ERR_NOT_FOUND;
     lf_model *m = NULL;
     float *m1 = NULL, *m2 = NULL;

@@ -110,7 +110,7 @@ static const char *const on_error_choices[] = {"stop", "continue", NULL};
 _Static_assert(LF_CKPT_ON_ERROR_STOP == 0 && LF_CKPT_ON_ERROR_CONTINUE == 1, "on_error_choices order");
 /* activation_checkpointing.policy, as lf_recompute values (index = value) */
 static const char *const recompute_choices[] = {"none", "selective", "full", NULL};
-static const char *const comm_choices[] = {"auto", "single", "mpi", NULL};
+static const char *const comm_choices[] = {"auto", "single", "mpi", "tcp", "nccl", NULL};
 static const char *const offload_choices[] = {"none", "cpu", NULL};
 /* the compute backend (lf_backend_select); bf16.enabled picks its bf16 variant */
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", "cpu-fenced", NULL};
@@ -328,7 +328,9 @@ static const key_def k_keys[] = {
      .choices = alert_choices, .help = "stall: log (event + metric) or exit (the process ends non-zero)"},
     /* data parallel: the communicator (include/llmforge/comm.h) */
     {.path = "comm.backend", .type = KT_CHOICE, FLD(comm_backend), .def_str = "auto", .choices = comm_choices,
-     .help = "communicator: auto (mpi when a launcher started several ranks, else single), single, mpi"},
+     .help = "communicator: auto (several ranks: nccl for the cuda backend; else tcp under torchrun's variables, "
+             "mpi under mpirun/srun; one rank: single), single, mpi, tcp (torchrun's rendezvous at "
+             "MASTER_ADDR:MASTER_PORT, no MPI), nccl"},
     {.path = "comm.timeout_s", .type = KT_FLOAT, FLD(comm_timeout_s), .lo = 0, .hi = 1e6, .flags = KF_LO_OPEN,
      .def = {300}, .help = "bound on every collective: a dead or stuck rank ends the job after this long"},
     {.path = "comm.bucket_elems", .type = KT_LONG, FLD(comm_bucket_elems), .lo = 1, .hi = 1073741824,

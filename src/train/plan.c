@@ -29,6 +29,8 @@
 #include "backend/backend_impl.h"
 #include "llmforge/comm.h"
 #include "llmforge/plan.h"
+#include "model/model_impl.h"
+#include "train_impl.h"
 
 const char *lf_fmt_bytes(size_t bytes, char *buf, size_t cap) {
     const double b = (double)bytes;
@@ -64,9 +66,9 @@ static void add(lf_mem_plan *p, const char *name, size_t bytes, int dev) {
 
 /* Total of the plan with micro-batch B, accumulation A and policy rc (the rest as cfg). */
 static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas, int B,
-                           int A, lf_recompute rc, int staging, int rank, const lf_backend *be) {
+                           int A, lf_recompute rc, int staging, int rank, const lf_backend_ops *ops) {
     memset(p, 0, sizeof *p);
-    p->backend = be;
+    p->ops = ops;
     lf_param_info *table = NULL;
     int count = 0;
     size_t P = 0;
@@ -110,7 +112,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         for (int k = 0; k < 3; k++) {
             lf_act_bytes ab;
             const lf_act_dtype dd = d == LF_ACT_BF16 && !bf16_acts ? LF_ACT_FP32 : (lf_act_dtype)d;
-            st = lf_model_plan_bytes_backend(mcfg, B, T, (lf_recompute)k, dd, p->replicas, be, &ab);
+            st = lf__model_plan_bytes_ops(mcfg, B, T, (lf_recompute)k, dd, p->replicas, ops, &ab);
             if (st != LF_OK) {
                 free(unit);
                 return st;
@@ -185,21 +187,19 @@ lf_status lf_mem_plan_make(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     return lf_mem_plan_make_rank(p, cfg, mcfg, replicas, host_staging, 0);
 }
 
-static lf_status make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
-                           int host_staging, int rank, const lf_backend *be);
 
 lf_status lf_mem_plan_make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
                                 int host_staging, int rank) {
-    return make_rank(p, cfg, mcfg, replicas, host_staging, rank, NULL);
+    return lf__mem_plan_make_ops(p, cfg, mcfg, replicas, host_staging, rank, NULL);
 }
 
-static lf_status make_rank(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
-                           int host_staging, int rank, const lf_backend *be) {
+lf_status lf__mem_plan_make_ops(lf_mem_plan *p, const lf_train_config *cfg, const lf_model_config *mcfg, int replicas,
+                                int host_staging, int rank, const lf_backend_ops *ops) {
     if (!p || !cfg || !mcfg) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: NULL argument");
     if (rank < 0 || rank >= (cfg->world_size > 0 ? cfg->world_size : 1))
         return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make: rank %d outside world size %d", rank, cfg->world_size);
     lf_status st = plan_with(p, cfg, mcfg, replicas, cfg->micro_batch, cfg->grad_accum, (lf_recompute)cfg->recompute,
-                             host_staging, rank, be);
+                             host_staging, rank, ops);
     if (st != LF_OK) return st;
     if (cfg->memory_limit > 0) {
         p->limit = (size_t)cfg->memory_limit;
@@ -246,7 +246,7 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
         if (p->B % B) continue;
         lf_mem_plan q;
         int A = p->A * (p->B / B);
-        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy, p->staging, p->rank, p->backend) != LF_OK) break;
+        if (plan_with(&q, cfg, mcfg, p->replicas, B, A, p->policy, p->staging, p->rank, p->ops) != LF_OK) break;
         if (need(&q, dev) <= lim || B == 1) {
             sb(s, " train_micro_batch_size_per_gpu %d with gradient_accumulation_steps %d saves %s%s;", B, A,
                lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
@@ -266,7 +266,7 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
     }
     /* everything at once */
     lf_mem_plan q;
-    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging, p->rank, p->backend) ==
+    if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging, p->rank, p->ops) ==
         LF_OK) {
         if (need(&q, dev) > lim)
             sb(s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
@@ -280,7 +280,7 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
         for (int z = p->zero_stage + 1; z <= 3; z++) {
             lf_train_config zc = *cfg;
             zc.zero_stage = z;
-            if (plan_with(&q, &zc, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->backend) != LF_OK)
+            if (plan_with(&q, &zc, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->ops) != LF_OK)
                 break;
             if (need(&q, dev) < need(p, dev))
                 sb(s, " zero_optimization.stage %d saves %s%s;", z,
@@ -293,7 +293,7 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
         lf_train_config cb = *cfg;
         cb.bf16 = 1;
         cb.fp16 = 0;
-        if (plan_with(&q, &cb, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->backend) ==
+        if (plan_with(&q, &cb, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->ops) ==
             LF_OK) {
             const size_t act_save = p->act.total - q.act.total;
             const size_t cost = (q.total - q.act.total) - (p->total - p->act.total); /* weight copies, scratch */
@@ -363,7 +363,7 @@ lf_status lf_mem_plan_make_backend(lf_mem_plan *p, const lf_train_config *cfg, c
      * held against the host's limit; 2: a device's (mem_info), the device part against its free memory */
     const int host = lf_backend_host_memory(be), staging = host ? 0 : be->ops->mem_info ? 2 : 1;
     const int replicas = be->ops->replicas ? be->ops->replicas(be, cfg->micro_batch) : 1;
-    lf_status st = make_rank(p, cfg, mcfg, replicas, staging, rank, be);
+    lf_status st = lf__mem_plan_make_ops(p, cfg, mcfg, replicas, staging, rank, be->ops);
     if (st != LF_OK || staging != 2) return st;
     st = lf_backend_mem_info(be, &p->device_free, &p->device_capacity);
     if (st != LF_OK) return st;

@@ -3,6 +3,17 @@
 #define LF_TRAIN_IMPL_H
 #include "llmforge/obs.h"
 
+/* lf_mem_plan_make_rank with the activation plan of backend table ops
+ * (NULL: the CPU's, what `llmforge plan` shows): the trainer plans for its
+ * own backend, whose attention buffers may differ (cuda) (plan.c). */
+struct lf_mem_plan;
+struct lf_model_config;
+struct lf_backend_ops;
+struct lf_train_config;
+lf_status lf__mem_plan_make_ops(struct lf_mem_plan *p, const struct lf_train_config *cfg,
+                                const struct lf_model_config *mcfg, int replicas, int host_staging, int rank,
+                                const struct lf_backend_ops *ops);
+
 /* log.jsonl writer as a bus sink (jsonl_sink.c). */
 lf_status lf__jsonl_sink_open(lf_obs_sink **out, const char *path, int append);
 

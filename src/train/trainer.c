@@ -30,8 +30,9 @@
  *    rank 0 and broadcast.
  *  - No collective is handed backend memory directly: gradient buckets,
  *    ZeRO units and shards go through dev_all_reduce / dev_reduce_scatter /
- *    dev_all_gather (in place on host memory, staged through one host buffer
- *    otherwise), and checkpoints through the host copies (stage_out/in).
+ *    dev_all_gather (in place on host memory and with a device communicator,
+ *    staged through one host buffer otherwise), and checkpoints through the
+ *    host copies (stage_out/in), broadcast as bytes (host memory).
  *  - Everything a person or a tool watches goes out as records on one bus
  *    (obs.h): log.jsonl always, TensorBoard and Prometheus when configured,
  *    and whatever sinks the caller adds (the CLI's console). Emission is
@@ -218,20 +219,13 @@ static lf_status tfail(lf_trainer *t, lf_status st) {
     return st;
 }
 
-/* The backend the run selects: the config key `backend` (lf_backend_select:
- * "auto" is LLMFORGE_BACKEND, else cuda when a GPU answers, else cpu). bf16
- * on a device backend needs that backend's bf16 variant ("cuda-bf16"). */
+/* The fp32 backend the run selects: the config key `backend` (lf_backend_select:
+ * "auto" is LLMFORGE_BACKEND, else cuda when a GPU answers, else cpu);
+ * bf16.enabled then takes its bf16 variant (lf_backend_precision_name). */
 static lf_status select_backend(const lf_trainer *t, const char **base) {
     lf_status st = lf_backend_select(t->cfg.backend, base);
-    if (st != LF_OK) {
-        lf_error_prefix("key 'backend' (\"%s\")", t->cfg.backend);
-        return st;
-    }
-    const char *bf = NULL;
-    if (t->cfg.bf16 && strcmp(*base, "cuda") == 0 && lf_backend_select("cuda-bf16", &bf) != LF_OK)
-        return lf_fail(LF_ERR_UNSUPPORTED, "bf16.enabled on backend 'cuda': this build has no bf16 CUDA backend "
-                       "('cuda-bf16'); train in fp32 (bf16.enabled false)");
-    return LF_OK;
+    if (st != LF_OK) lf_error_prefix("key 'backend' (\"%s\")", t->cfg.backend);
+    return st;
 }
 
 /* An allocation on a device backend that failed although the plan fit
@@ -854,9 +848,11 @@ static lf_status resume_read(lf_trainer *t, const char *path, char **dir, char *
     if (t->rank != 0 && !(*state = lf_alloc((size_t)len)))
         return lf_fail(LF_ERR_NOMEM, "out of memory receiving trainer_state.json (%lld bytes)", (long long)len);
     cs = lf_comm_broadcast_bytes(t->comm, *state, (size_t)len, 0);
-    if (cs == LF_OK) cs = lf_comm_broadcast(t->comm, t->host_params, n, 0);
-    if (cs == LF_OK) cs = lf_comm_broadcast(t->comm, t->host_m, n, 0);
-    if (cs == LF_OK) cs = lf_comm_broadcast(t->comm, t->host_v, n, 0);
+    /* host copies: bytes, which every kind takes in host memory (nccl's float
+     * broadcast would want device memory) */
+    if (cs == LF_OK) cs = lf_comm_broadcast_bytes(t->comm, t->host_params, n * sizeof(float), 0);
+    if (cs == LF_OK) cs = lf_comm_broadcast_bytes(t->comm, t->host_m, n * sizeof(float), 0);
+    if (cs == LF_OK) cs = lf_comm_broadcast_bytes(t->comm, t->host_v, n * sizeof(float), 0);
     if (cs == LF_OK) (*state)[len - 1] = 0;
     return cs;
 }
@@ -1130,6 +1126,7 @@ static lf_status open_comm(lf_trainer *t) {
         lf_comm_options co = lf_comm_options_default();
         co.timeout_s = c->comm_timeout_s;
         co.segment_elems = (size_t)c->comm_bucket_elems; /* scratch of one bucket (the memory plan's figure) */
+        co.device_tensors = !t->be->ops->host_memory; /* "auto": nccl for a GPU backend, where registered */
         st = lf_comm_open(&t->comm, c->comm_backend, &co);
         if (st != LF_OK) {
             lf_error_prefix("key 'comm.backend' is '%s'", c->comm_backend);
@@ -1139,6 +1136,14 @@ static lf_status open_comm(lf_trainer *t) {
     }
     t->rank = lf_comm_rank(t->comm);
     t->world = lf_comm_size(t->comm);
+    if (lf_comm_device_buffers(t->comm)) { /* nccl: the backend's buffers as they are, ordered on its stream */
+        if (t->be->ops->host_memory || !t->be->ops->native_stream)
+            return lf_fail(LF_ERR_CONFIG, "communicator '%s' moves device memory, but backend '%s' holds host memory: "
+                           "use comm.backend 'mpi' (or 'auto'), or LLMFORGE_BACKEND=cuda", lf_comm_name(t->comm),
+                           t->be->ops->name);
+        st = lf_comm_set_stream(t->comm, t->be->ops->native_stream(t->be));
+        if (st != LF_OK) return st;
+    }
     if (c->world_size != t->world) {
         const lf_comm_env *env = lf_comm_launch_env(t->comm);
         return lf_fail(LF_ERR_CONFIG, "the configuration's batch was resolved for world size %d (train_batch_size %ld = "
@@ -1260,6 +1265,15 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         else if (t->opts.sinks[i] && t->opts.sinks[i]->close) t->opts.sinks[i]->close(t->opts.sinks[i]);
     }
     if (st != LF_OK) return tfail(t, st);
+    /* the trainer's own backend instance (its context and sticky status;
+     * LLMFORGE_BACKEND: cpu-fenced, cuda), before the communicator: a device
+     * communicator works on the instance's device and stream */
+    /* the backend: the config key `backend` ("auto": LLMFORGE_BACKEND, else cuda with a GPU, else cpu) */
+    const char *base = NULL;
+    st = select_backend(t, &base);
+    if (st != LF_OK) return tfail(t, st);
+    st = lf_backend_open(lf_backend_precision_name(base, t->cfg.bf16), &t->be);
+    if (st != LF_OK) return tfail(t, st);
     /* then the communicator: from here on a failure on one rank is reported
      * by that rank, which ends the job (lf_comm_abort, the caller's part) */
     st = open_comm(t);
@@ -1366,15 +1380,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         t->opts.resume = (int)v;
     }
 
-    /* the backend: the config key `backend` ("auto": LLMFORGE_BACKEND, else cuda with a GPU, else cpu) */
-    const char *base = NULL;
-    st = select_backend(t, &base);
-    if (st != LF_OK) return tfail(t, st);
-    /* the trainer's own instance (its context and sticky status); LLMFORGE_BACKEND: cpu-fenced */
-    st = lf_backend_open(t->cfg.bf16 ? "cpu-bf16" : base, &t->be);
-    if (st != LF_OK) return tfail(t, st);
-    /* every byte of the step, known before any large allocation: refuse now what cannot fit (on a device,
-     * the device part against the device's free memory) */
+    /* every byte of the step, known before any large allocation: refuse now what cannot fit */
     lf_mem_plan plan;
     st = lf_mem_plan_make_backend(&plan, &t->cfg, &t->mcfg, t->be, t->rank);
     if (st == LF_OK) st = lf_mem_plan_check(&plan, &t->cfg, &t->mcfg);
@@ -1463,7 +1469,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
          * the seeded initialisation every rank made alike anyway) */
         lf_comm_set_context(t->comm, "startup");
         if (t->rank == 0) stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
-        st = lf_comm_broadcast(t->comm, t->host_params, n, 0);
+        st = lf_comm_broadcast_bytes(t->comm, t->host_params, n * sizeof(float), 0); /* host memory */
         if (st != LF_OK) return tfail(t, st);
         stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
@@ -1778,9 +1784,10 @@ static lf_status step_sum_f64(lf_trainer *t, step_result *o, double *v, size_t n
  * not true of a device (or of cpu-fenced, whose memory faults outside a
  * backend call): MPI needs host buffers unless it is CUDA-aware, so there the
  * floats go to_host into t->xfer, the collective runs on host memory, and the
- * part it wrote comes back with to_device. A future NCCL communicator takes
- * device buffers directly (comm_impl.h, device_buffers); it would take the
- * in-place branch, and only these helpers would know.
+ * part it wrote comes back with to_device. The nccl communicator takes
+ * device buffers directly (lf_comm_device_buffers): with it the helpers take
+ * the in-place branch, ordered on the backend's stream (lf_comm_set_stream,
+ * set by open_comm), and no staging is allocated.
  *
  * One rank (the "single" communicator, ZeRO on one process) needs no host:
  * its collectives are identities, made as a backend copy where the buffers
@@ -1794,9 +1801,10 @@ static lf_status step_sum_f64(lf_trainer *t, step_result *o, double *v, size_t n
  * at the same offset in xfer as in the device buffer. The copies are timed
  * with the collective (comm_ms): they are the price of the transport. */
 
-/* Floats of the host staging buffer: 0 in place (host memory, or one rank). */
+/* Floats of the host staging buffer: 0 in place (host memory, a device
+ * communicator, or one rank). */
 static size_t xfer_floats(const lf_trainer *t) {
-    if (t->be->ops->host_memory || t->world < 2) return 0;
+    if (t->be->ops->host_memory || lf_comm_device_buffers(t->comm) || t->world < 2) return 0;
     size_t most = 0;
     if (!t->zstage) { /* all_reduce_grads' buckets */
         const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
@@ -1824,9 +1832,13 @@ static lf_status xfer_fits(const lf_trainer *t, const char *what, size_t n) {
                    t->xfer_n);
 }
 
+/* The communicator reads backend memory as it is: host memory, or a device
+ * communicator (nccl) on a device backend. */
+static int in_place(const lf_trainer *t) { return t->be->ops->host_memory || lf_comm_device_buffers(t->comm); }
+
 /* buf (n, backend memory) := the sum over ranks, in place. */
 static lf_status dev_all_reduce(lf_trainer *t, float *buf, size_t n) {
-    if (t->be->ops->host_memory) return lf_comm_all_reduce(t->comm, buf, n, LF_COMM_SUM);
+    if (in_place(t)) return lf_comm_all_reduce(t->comm, buf, n, LF_COMM_SUM);
     if (t->world == 1) return LF_OK; /* the sum over one rank */
     lf_status st = xfer_fits(t, "all_reduce", n);
     if (st != LF_OK) return st;
@@ -1839,7 +1851,7 @@ static lf_status dev_all_reduce(lf_trainer *t, float *buf, size_t n) {
 /* recv (this rank's part of n) := that part of the sum over ranks of send
  * (n); both backend memory, recv == send + offset(rank) allowed (in place). */
 static lf_status dev_reduce_scatter(lf_trainer *t, const float *send, float *recv, size_t n) {
-    if (t->be->ops->host_memory) return lf_comm_reduce_scatter(t->comm, send, recv, n, LF_COMM_SUM);
+    if (in_place(t)) return lf_comm_reduce_scatter(t->comm, send, recv, n, LF_COMM_SUM);
     if (t->world == 1) { /* one rank's part is the whole: a copy on the backend */
         if (recv != send && n) t->be->ops->copy(t->be, recv, send, n * sizeof(float));
         return LF_OK;
@@ -1857,7 +1869,7 @@ static lf_status dev_reduce_scatter(lf_trainer *t, const float *send, float *rec
 /* recv (n) := every rank's part, part p from rank p's send; both backend
  * memory, send == recv + offset(rank) allowed (in place). */
 static lf_status dev_all_gather(lf_trainer *t, const float *send, float *recv, size_t n) {
-    if (t->be->ops->host_memory) return lf_comm_all_gather(t->comm, send, recv, n);
+    if (in_place(t)) return lf_comm_all_gather(t->comm, send, recv, n);
     if (t->world == 1) {
         if (recv != send && n) t->be->ops->copy(t->be, recv, send, n * sizeof(float));
         return LF_OK;

@@ -39,7 +39,7 @@ expect_error() {
 version=$("$LF" --version) || fail "--version failed"
 backends=$(printf '%s\n' "$version" | grep '^backends: ') || fail "--version lacks the backends line: $version"
 ok
-if printf '%s\n' "$backends" | grep -q 'cpu-fenced, cuda$'; then
+if printf '%s\n' "$backends" | grep -q 'cpu-fenced, cuda, cuda-bf16$'; then
     why="no CUDA device"
 else
     why="this build has no CUDA backend (configured with LF_CUDA=OFF or no nvcc)"

@@ -64,17 +64,19 @@ expect_error "2 hosts with 4 slots in all, fewer than the 6 ranks of --nproc-per
   --nproc-per-node 3 --hostfile "$dir/hosts" -- train c.json
 expect_error "line 2: host 'node-b' has 1 slot, fewer than --num_gpus 2" --num_gpus 2 --hostfile "$dir/uneven" -- train c.json
 expect_error "--num_nodes 3, but hostfile '$dir/hosts' lists 2 hosts" --num_nodes 3 --hostfile "$dir/hosts" -- train c.json
-# several nodes without a hostfile: refused on every node rank, saying what to do instead
+# several nodes through mpirun without a hostfile: refused on every node rank, saying what to do
+# instead (without --rdzv mpi they are torchrun-style launches: tests/cli/test_launch_tcp.sh)
 for r in 0 1; do
-  expect_error "--nnodes 2 needs --hostfile" --nnodes 2 --node-rank $r --master-addr 10.1.0.1 --master-port 29500 \
-    --nproc-per-node 2 -- train c.json
+  expect_error "--nnodes 2 needs --hostfile" --rdzv mpi --nnodes 2 --node-rank $r --master-addr 10.1.0.1 \
+    --master-port 29500 --nproc-per-node 2 -- train c.json
+  grep -q -F -- "--rdzv tcp" "$dir/out" || fail "no word on the tcp rendezvous"
   grep -q -F "10.1.0.1 slots=2" "$dir/out" || fail "the hostfile to write was not shown"
   grep -q -F "nothing to start" "$dir/out" || fail "no word on the other node ranks"
   grep -q -F "srun -N 2 --ntasks-per-node 2" "$dir/out" || fail "no word on Slurm"
 done
 expect_error "--standalone is one node" --standalone --nnodes 2 -- train c.json
 mkdir "$dir/emptybin"
-timeout 10 env PATH="$dir/emptybin" "$bin" launch --nproc-per-node 2 -- train c.json >"$dir/out" 2>&1
+timeout 10 env PATH="$dir/emptybin" "$bin" launch --rdzv mpi --nproc-per-node 2 -- train c.json >"$dir/out" 2>&1
 rc=$?
 [ "$rc" -eq 2 ] || fail "launch without mpirun on PATH exited $rc, expected 2"
 grep -q -F "'mpirun' not found on PATH" "$dir/out" || fail "no message about the missing mpirun"

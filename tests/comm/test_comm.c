@@ -240,22 +240,52 @@ static void test_open_kinds(void **state) {
     LF_ASSERT_ERR_CONTAINS("SLURM_PROCID=3");
     assert_null(c);
 
-    /* auto under torchrun: needs nccl */
+    /* auto under torchrun: the tcp kind, whose open is the rendezvous; with
+     * no rank 0 listening (port 1 of this host) it times out saying where
+     * it looked (comm.test_comm_tcp runs real ranks) */
     e.n = 0;
     put(&e, "RANK", "1");
     put(&e, "WORLD_SIZE", "2");
     put(&e, "MASTER_ADDR", "localhost");
-    put(&e, "MASTER_PORT", "29500");
-    assert_int_equal(lf_comm_open(&c, "auto", &o), LF_ERR_UNSUPPORTED);
-    LF_ASSERT_ERR_CONTAINS("torchrun");
-    LF_ASSERT_ERR_CONTAINS("WORLD_SIZE=2");
+    put(&e, "MASTER_PORT", "1");
+    double keep = o.timeout_s;
+    o.timeout_s = 0.3;
+    assert_int_equal(lf_comm_open(&c, "auto", &o), LF_ERR_TIMEOUT);
+    LF_ASSERT_ERR_CONTAINS("rank 1 could not reach rank 0 at MASTER_ADDR:MASTER_PORT = localhost:1 ");
+    assert_null(c);
+    /* torchrun's agent holds MASTER_PORT itself: the rendezvous takes the next port */
+    put(&e, "TORCHELASTIC_USE_AGENT_STORE", "True");
+    assert_int_equal(lf_comm_open(&c, "auto", &o), LF_ERR_TIMEOUT);
+    LF_ASSERT_ERR_CONTAINS("MASTER_ADDR:MASTER_PORT = localhost:2 ");
+    o.timeout_s = keep;
+    /* tcp under another launcher needs MASTER_ADDR and MASTER_PORT exported */
+    e.n = 0;
+    put(&e, "OMPI_COMM_WORLD_RANK", "0");
+    put(&e, "OMPI_COMM_WORLD_SIZE", "2");
+    assert_int_equal(lf_comm_open(&c, "tcp", &o), LF_ERR_CONFIG);
+    LF_ASSERT_ERR_CONTAINS("MASTER_ADDR is not set (launched by openmpi");
+    put(&e, "MASTER_ADDR", "localhost");
+    put(&e, "MASTER_PORT", "0x10");
+    assert_int_equal(lf_comm_open(&c, "tcp", &o), LF_ERR_CONFIG);
+    LF_ASSERT_ERR_CONTAINS("MASTER_PORT='0x10'");
     /* explicit single under any launcher is the caller's choice */
     LF_ASSERT_OK(lf_comm_open(&c, "single", &o));
     assert_int_equal(lf_comm_size(c), 1);
+    assert_int_equal(lf_comm_device_buffers(c), 0); /* host buffers */
+    LF_ASSERT_OK(lf_comm_set_stream(c, NULL));      /* nothing to order: accepted */
     lf_comm_close(c);
+    /* device tensors on one process: single (nccl is for several ranks) */
+    e.n = 0;
+    o.device_tensors = 1;
+    LF_ASSERT_OK(lf_comm_open(&c, "auto", &o));
+    assert_string_equal(lf_comm_name(c), "single");
+    lf_comm_close(c);
+    o.device_tensors = 0;
 
     assert_int_equal(lf_comm_open(&c, "nccl", NULL), LF_ERR_UNSUPPORTED);
-    LF_ASSERT_ERR_CONTAINS("nccl");
+    LF_ASSERT_ERR_CONTAINS("lf_comm_nccl_register");
+    assert_int_equal(lf_comm_device_buffers(NULL), 0);
+    assert_int_equal(lf_comm_set_stream(NULL, NULL), LF_ERR_INVALID_ARG);
     assert_int_equal(lf_comm_open(&c, "gloo", NULL), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("'gloo'");
     assert_int_equal(lf_comm_open(NULL, "single", NULL), LF_ERR_INVALID_ARG);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include "../test_util.h"
 #include "backend/cuda/cuda_internal.h"
+#include "lowp_ref.h"
 
 #define PW_U 5.9604644775390625e-08 /* 2^-24: fp32's unit roundoff */
 
@@ -160,6 +161,33 @@ static inline void pw_check_repeatable(const char *what, pw_run_fn run, void *ct
     pw_check_bits(label, o, ref, bytes);
 #endif
     free(o);
+}
+
+/* bf16 activation storage (cuda-bf16): got16[i] holds exactly the
+ * reference rounding (nearest even) of the fp32 result f32[i] of the same
+ * op on the same instance, the promise of act_dtypes (backend_impl.h). */
+static inline void pw_check_bf16_of(const char *what, const uint16_t *got16, const float *f32, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (got16[i] != ref_bf16_bits(f32[i]))
+            fail_msg("%s[%zu]: bf16 %04x, the rounding of the fp32 output %.9g is %04x", what, i, got16[i],
+                     (double)f32[i], ref_bf16_bits(f32[i]));
+}
+
+/* a and b are the same bf16 value or adjacent ones: the roundings of two
+ * fp32 results within a bf16 step of each other (cuda-bf16 against
+ * cpu-bf16, whose fp32 results differ by the op's fp32 error model, far
+ * below 2^-8 relative). */
+static inline void pw_check_bf16_adjacent(const char *what, const uint16_t *a, const uint16_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const long oa = a[i] & 0x8000 ? -(long)(a[i] & 0x7fff) : (long)a[i];
+        const long ob = b[i] & 0x8000 ? -(long)(b[i] & 0x7fff) : (long)b[i];
+        if (labs(oa - ob) > 1) fail_msg("%s[%zu]: bf16 %04x, cpu-bf16 %04x: more than one step apart", what, i, a[i], b[i]);
+    }
+}
+
+static inline void pw_open_bf16(pw_env *e) {
+    LF_ASSERT_OK(lf__backend_open_ops(lf__backend_cuda_bf16(), &e->be));
+    LF_ASSERT_OK(lf_backend_open("cpu-bf16", &e->cpu));
 }
 
 /* A fresh "cuda" instance for an op that must fail: returns it after the

@@ -16,7 +16,9 @@
  * alpha/beta (1, 0) and (0.75, -1.5); row-major; batched with strides
  * larger than the matrices (and a per-batch bias); every epilogue the shim
  * has (RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS,
- * DGELU, DGELU_BGRAD, BGRADA, BGRADB) in fp32 and bf16; beta = 0 over a C
+ * DGELU, DGELU_BGRAD, BGRADA, BGRADB) in fp32, bf16 and bf16 in / fp32 out
+ * (cuda-bf16's products); the A/B/D type combinations cuBLASLt lacks
+ * refused; beta = 0 over a C
  * of NaN; in place (C == D); a broadcast C (ld 0); TF32 and BF16 fast
  * compute. Where the real library may decline a configuration the shim
  * accepts (row-major, ld-0 C, some epilogues), the GPU build notes the
@@ -470,13 +472,15 @@ static void test_epilogues(void **state) {
         {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 0}, {CUBLASLT_EPILOGUE_DGELU, 0},     {CUBLASLT_EPILOGUE_DGELU_BGRAD, 1},
         {CUBLASLT_EPILOGUE_BGRADA, 1},    {CUBLASLT_EPILOGUE_BGRADB, 0},
     };
+    /* bf: 0 fp32, 1 bf16 in and out, 2 bf16 in, fp32 out (cuda-bf16's products, whose bias is fp32) */
     for (size_t ei = 0; ei < sizeof epis / sizeof *epis; ei++)
-        for (int bf = 0; bf < 2; bf++)
+        for (int bf = 0; bf < 3; bf++)
             for (int t = 0; t < 2; t++) {
                 mm_case c = base_case(13, 10, 24);
                 /* nn.Linear forward (W^T x) and the weight gradient (x dout^T) shapes */
                 c.ta = t == 0, c.tb = t == 1, c.pad = t;
-                c.ab = c.cd = bf ? CUDA_R_16BF : CUDA_R_32F;
+                c.ab = bf ? CUDA_R_16BF : CUDA_R_32F;
+                c.cd = bf == 1 ? CUDA_R_16BF : CUDA_R_32F;
                 c.epilogue = epis[ei].e;
                 c.beta = epis[ei].e == CUBLASLT_EPILOGUE_BIAS ? 0.5 : 0.0;
                 c.gpu_may_refuse = epis[ei].refuse || t == 1;
@@ -596,6 +600,27 @@ static void test_argument_errors(void **state) {
     uint32_t epi = 0;
     LT(cublasLtMatmulDescGetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, &need));
     assert_int_equal(epi, CUBLASLT_EPILOGUE_DEFAULT);
+    LT(small_run(&p, g_lt));
+
+    /* A/B/D types: cuBLASLt's CUBLAS_COMPUTE_32F table has bf16 A and B with
+     * fp32 D (cuda-bf16's products) but not bf16 A with fp32 B, bf16 A and
+     * B with fp16 D, or fp32 A and B with bf16 D */
+    uint32_t ty = CUDA_R_16BF;
+    LT(cublasLtMatrixLayoutSetAttribute(p.LA, CUBLASLT_MATRIX_LAYOUT_TYPE, &ty, sizeof ty));
+    expect_refused(small_run(&p, g_lt), CUBLAS_STATUS_NOT_SUPPORTED, "bf16 A with fp32 B");
+    LT(cublasLtMatrixLayoutSetAttribute(p.LB, CUBLASLT_MATRIX_LAYOUT_TYPE, &ty, sizeof ty));
+    LT(small_run(&p, g_lt));
+    ty = CUDA_R_16F;
+    LT(cublasLtMatrixLayoutSetAttribute(p.LD, CUBLASLT_MATRIX_LAYOUT_TYPE, &ty, sizeof ty));
+    expect_refused(small_run(&p, g_lt), CUBLAS_STATUS_NOT_SUPPORTED, "bf16 A and B with fp16 D");
+    ty = CUDA_R_32F;
+    LT(cublasLtMatrixLayoutSetAttribute(p.LA, CUBLASLT_MATRIX_LAYOUT_TYPE, &ty, sizeof ty));
+    LT(cublasLtMatrixLayoutSetAttribute(p.LB, CUBLASLT_MATRIX_LAYOUT_TYPE, &ty, sizeof ty));
+    ty = CUDA_R_16BF;
+    LT(cublasLtMatrixLayoutSetAttribute(p.LD, CUBLASLT_MATRIX_LAYOUT_TYPE, &ty, sizeof ty));
+    expect_refused(small_run(&p, g_lt), CUBLAS_STATUS_NOT_SUPPORTED, "fp32 A and B with bf16 D");
+    ty = CUDA_R_32F;
+    LT(cublasLtMatrixLayoutSetAttribute(p.LD, CUBLASLT_MATRIX_LAYOUT_TYPE, &ty, sizeof ty));
     LT(small_run(&p, g_lt));
 
     /* epilogues need their pointers; aux ld a multiple of 8, at least m */

@@ -42,12 +42,37 @@
  *    (the shim's range check; the message names the product's shape; it
  *    faults the device as a GPU kernel would: LF_ERR_DEVICE; run last, then
  *    cudaDeviceReset).
+ *
+ * "cuda-bf16" (bf16 matmul operands, fp32 accumulation) against "cpu-bf16":
+ *  - the matmul pair on the sizes above (both layouts, bias or not, dinp
+ *    or not, every tensor aligned or at a float offset of 1: the bias
+ *    epilogue and the bias-add kernel), with inp stored in fp32 and in
+ *    bf16. Error model: both backends round the same operands to bf16
+ *    with round-to-nearest-even (x, W, and backward's dout; the test's own
+ *    reference rounding, lowp_ref.h, must agree with both), and a product
+ *    of two bf16 values is exact in fp32, so each result is an fp32 sum of
+ *    the same exact terms in another order: the two differ by at most
+ *    2 gamma_h S_r, S_r the sum of the |rounded terms| (h as for fp32).
+ *    dbias is summed from the fp32 dout by both, as in fp32;
+ *  - bf16 was used: out differs from the fp32 product of the unrounded
+ *    operands by more than fp32 could (some element beyond 2 gamma_h S);
+ *  - a bf16-stored inp gives the same bits as the fp32 inp that rounds to
+ *    it (the promise of act_dtypes, backend_impl.h);
+ *  - the weight copies' staleness: a new weight through to_device, AdamW
+ *    on the weight (the copy renewed in the same pass) or on a range
+ *    overlapping it, params_changed after a write the backend cannot see
+ *    (scale), and free + a new tensor: each next product equals that of a
+ *    fresh instance holding the new weight, bit for bit; without
+ *    params_changed the stale copy is still used (the cache is real);
+ *  - determinism (two runs, and on the shim every schedule: same bits) and
+ *    convert to bf16 bit for bit against the reference rounding.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include "../test_util.h"
 #include "backend/cuda/cuda_internal.h"
+#include "lowp_ref.h"
 
 static int have_device(void) {
     int n = 0;
@@ -298,6 +323,281 @@ static void test_matmul_deterministic(void **state) {
     lf_backend_close(gpu);
 }
 
+/* ---------------------------------------------------------------- cuda-bf16 against cpu-bf16 */
+
+static lf_backend *open_cuda_bf16(void) {
+    lf_backend *be = NULL;
+    LF_ASSERT_OK(lf__backend_open_ops(lf__backend_cuda_bf16(), &be));
+    return be;
+}
+
+static double r16(float x) { return ref_bf16_value(ref_bf16_bits(x)); }
+
+static uint16_t *bf16_of(const float *x, size_t n) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = ref_bf16_bits(x[i]);
+    return h;
+}
+
+/* mm_run with bf16 storage for inp (inp16: bf16 bits on the host). */
+static lf_status mm_run16(lf_backend *be, const mm_inputs *in, int bias, int dinp, int off, int inp_bf16,
+                          mm_results *r) {
+    if (!inp_bf16) return mm_run(be, in, bias, dinp, off, r);
+    const int N = in->N, C = in->C, OC = in->OC;
+    const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    uint16_t *h16 = bf16_of(in->x, nx);
+    uint16_t *x16 = be->ops->alloc(be, (nx + 1) * sizeof(uint16_t));
+    assert_non_null(x16);
+    be->ops->to_device(be, x16 + off, h16, nx * sizeof(uint16_t));
+    float *w = put_at(be, in->w, nw, off), *b = put_at(be, in->b, OC, off);
+    float *dout = put_at(be, in->dout, no, off), *out = put_at(be, NULL, no, off), *di = put_at(be, NULL, nx, off);
+    float *dw = put_at(be, in->dw0, nw, off), *db = put_at(be, in->db0, OC, off);
+    be->ops->matmul_forward(be, out, x16 + off, LF_DT_BF16, w, bias ? b : NULL, N, C, OC, in->layout);
+    be->ops->matmul_backward(be, dinp ? di : NULL, dw, bias ? db : NULL, dout, x16 + off, LF_DT_BF16, w, N, C, OC,
+                             in->layout);
+    lf_status st = lf_backend_sync(be);
+    r->out = get(be, out, no);
+    r->dinp = dinp ? get(be, di, nx) : NULL;
+    r->dw = get(be, dw, nw);
+    r->db = bias ? get(be, db, OC) : NULL;
+    float *bufs[] = {w, b, dout, out, di, dw, db};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i] - off);
+    be->ops->free(be, x16);
+    free(h16);
+    return st;
+}
+
+static double wel16(const mm_inputs *in, int k, int o) { return r16((float)wel(in, k, o)); }
+
+static void mm_case16(lf_backend *cpu, lf_backend *gpu, int N, int C, int OC, lf_weight_layout layout, int bias,
+                      int dinp, int off, int inp_bf16, int *bf16_seen) {
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "bf16: N=%d C=%d OC=%d %s%s%s offset %d, inp in %s", N, C, OC,
+             layout == LF_W_IN_OUT ? "IN_OUT" : "OUT_IN", bias ? " bias" : "", dinp ? " dinp" : " dinp=NULL", off,
+             inp_bf16 ? "bf16" : "fp32");
+    mm_inputs in;
+    mm_inputs_make(&in, N, C, OC, layout);
+    mm_results rc, rg;
+    LF_ASSERT_OK(mm_run16(cpu, &in, bias, dinp, 0, inp_bf16, &rc));
+    lf_status st = mm_run16(gpu, &in, bias, dinp, off, inp_bf16, &rg);
+    if (st != LF_OK) fail_msg("[%s] %s: %s", ctx, lf_status_str(st), lf_last_error());
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double S = bias ? fabs(in.b[o]) : 0.0, S32 = S, exact = bias ? in.b[o] : 0.0;
+            for (int k = 0; k < C; k++) {
+                S += fabs(r16(in.x[(size_t)n * C + k]) * wel16(&in, k, o));
+                S32 += fabs(in.x[(size_t)n * C + k] * wel(&in, k, o));
+                exact += in.x[(size_t)n * C + k] * wel(&in, k, o);
+            }
+            const size_t i = (size_t)n * OC + o;
+            check_close("out", ctx, i, rg.out[i], rc.out[i], 2 * gamma_h(C + 1) * S);
+            if (fabs(rg.out[i] - exact) > 2 * gamma_h(C + 1) * S32) *bf16_seen = 1;
+        }
+    if (dinp)
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < C; k++) {
+                double S = 0;
+                for (int o = 0; o < OC; o++) S += fabs(r16(in.dout[(size_t)n * OC + o]) * wel16(&in, k, o));
+                const size_t i = (size_t)n * C + k;
+                check_close("dinp", ctx, i, rg.dinp[i], rc.dinp[i], 2 * gamma_h(OC) * S);
+            }
+    for (int k = 0; k < C; k++)
+        for (int o = 0; o < OC; o++) {
+            const size_t i = layout == LF_W_IN_OUT ? (size_t)k * OC + o : (size_t)o * C + k;
+            double S = fabs(in.dw0[i]);
+            for (int n = 0; n < N; n++) S += fabs(r16(in.x[(size_t)n * C + k]) * r16(in.dout[(size_t)n * OC + o]));
+            check_close("dweight", ctx, i, rg.dw[i], rc.dw[i], 2 * gamma_h(N + 1) * S);
+        }
+    if (bias)
+        for (int o = 0; o < OC; o++) {
+            double S = fabs(in.db0[o]);
+            for (int n = 0; n < N; n++) S += fabs(in.dout[(size_t)n * OC + o]);
+            check_close("dbias", ctx, (size_t)o, rg.db[o], rc.db[o], 2 * gamma_h(N + 6) * S);
+        }
+    /* a bf16-stored inp: the bits of the fp32 inp that rounds to it */
+    if (inp_bf16) {
+        mm_results r32;
+        LF_ASSERT_OK(mm_run16(gpu, &in, bias, dinp, off, 0, &r32));
+        const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+        if (memcmp(r32.out, rg.out, no * sizeof(float)) || (dinp && memcmp(r32.dinp, rg.dinp, nx * sizeof(float))) ||
+            memcmp(r32.dw, rg.dw, nw * sizeof(float)) || (bias && memcmp(r32.db, rg.db, (size_t)OC * sizeof(float))))
+            fail_msg("[%s] a bf16 inp changed the bits against its fp32 source", ctx);
+        mm_results_free(&r32);
+    }
+    mm_results_free(&rc);
+    mm_results_free(&rg);
+    mm_inputs_free(&in);
+}
+
+static void test_bf16_matmul_vs_cpu_bf16(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    lf_backend *cpu = NULL, *gpu = open_cuda_bf16();
+    LF_ASSERT_OK(lf_backend_open("cpu-bf16", &cpu));
+    int seen = 0;
+    const int Ns[] = {1, 3, 67}, Cs[] = {37, 64}, OCs[] = {1, 50, 129};
+    for (int layout = 0; layout < 2; layout++)
+        for (size_t a = 0; a < 3; a++)
+            for (size_t c = 0; c < 2; c++)
+                for (size_t o = 0; o < 3; o++)
+                    for (int bias = 0; bias < 2; bias++)
+                        for (int dinp = 0; dinp < 2; dinp++)
+                            mm_case16(cpu, gpu, Ns[a], Cs[c], OCs[o], (lf_weight_layout)layout, bias, dinp, 0,
+                                      (int)((a + c + o) & 1), &seen);
+    for (int layout = 0; layout < 2; layout++)
+        for (int inp16 = 0; inp16 < 2; inp16++) {
+            mm_case16(cpu, gpu, 5, 769, 33, (lf_weight_layout)layout, 1, 1, 0, inp16, &seen);
+            /* 4-byte aligned tensors: the bias-add kernel instead of the epilogue */
+            mm_case16(cpu, gpu, 3, 37, 50, (lf_weight_layout)layout, 1, 1, 1, inp16, &seen);
+            mm_case16(cpu, gpu, 67, 64, 129, (lf_weight_layout)layout, 1, 0, 1, inp16, &seen);
+        }
+    assert_true(seen); /* the products rounded their operands */
+    LF_ASSERT_OK(lf_backend_sync(gpu));
+    lf_backend_close(gpu);
+    lf_backend_close(cpu);
+}
+
+static void test_bf16_matmul_deterministic(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    lf_backend *gpu = open_cuda_bf16();
+    for (int layout = 0; layout < 2; layout++) {
+        mm_inputs in;
+        mm_inputs_make(&in, 67, 37, 129, (lf_weight_layout)layout);
+        mm_results r0, r1;
+        LF_ASSERT_OK(mm_run16(gpu, &in, 1, 1, 0, layout, &r0));
+        LF_ASSERT_OK(mm_run16(gpu, &in, 1, 1, 0, layout, &r1));
+        assert_true(same_bits(&r0, &r1, &in));
+        mm_results_free(&r1);
+#ifdef LF_CUDA_SHIM
+        const lf_shim_schedule_kind kinds[] = {LF_SHIM_SCHEDULE_FORWARD, LF_SHIM_SCHEDULE_REVERSE,
+                                               LF_SHIM_SCHEDULE_SHUFFLE};
+        for (size_t s = 0; s < 3; s++) {
+            lf_shim_set_schedule(kinds[s], 5);
+            mm_results rs;
+            LF_ASSERT_OK(mm_run16(gpu, &in, 1, 1, 0, layout, &rs));
+            if (!same_bits(&r0, &rs, &in)) fail_msg("bf16: schedule %d changed the bits", (int)kinds[s]);
+            mm_results_free(&rs);
+        }
+        lf_shim_set_schedule(LF_SHIM_SCHEDULE_SHUFFLE, LF_SHIM_DEFAULT_SEED);
+#endif
+        mm_results_free(&r0);
+        mm_inputs_free(&in);
+    }
+    lf_backend_close(gpu);
+}
+
+/* out of one forward of x (N,C) through the weight at dw on be */
+static float *fwd(lf_backend *be, const float *dx, const float *dw, int N, int C, int OC) {
+    float *out = put(be, NULL, (size_t)N * OC);
+    be->ops->matmul_forward(be, out, dx, LF_DT_F32, dw, NULL, N, C, OC, LF_W_IN_OUT);
+    float *h = get(be, out, (size_t)N * OC);
+    LF_ASSERT_OK(lf_backend_sync(be));
+    be->ops->free(be, out);
+    return h;
+}
+
+/* the forward of a fresh cuda-bf16 instance holding weight w (host) */
+static float *fresh_fwd(const float *x, const float *w, int N, int C, int OC) {
+    lf_backend *be = open_cuda_bf16();
+    float *dx = put(be, x, (size_t)N * C), *dw = put(be, w, (size_t)C * OC);
+    float *h = fwd(be, dx, dw, N, C, OC);
+    be->ops->free(be, dx), be->ops->free(be, dw);
+    lf_backend_close(be);
+    return h;
+}
+
+static void expect_same(const char *what, const float *a, const float *b, size_t n, int same) {
+    const int eq = memcmp(a, b, n * sizeof(float)) == 0;
+    if (eq != same) fail_msg("%s: the products %s", what, same ? "differ" : "are the same");
+}
+
+static void test_bf16_weight_copies(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    enum { N = 5, C = 37, OC = 50 };
+    const size_t nw = (size_t)C * OC, no = (size_t)N * OC;
+    float x[N * C], w[C * OC], w2[C * OC], g[C * OC], zero[C * OC] = {0};
+    fill_rand(x, N * C, 0.0f);
+    fill_rand(w, nw, 0.0f);
+    fill_rand(w2, nw, 0.0f);
+    fill_rand(g, nw, 0.0f);
+    lf_backend *be = open_cuda_bf16();
+    /* the weight inside a larger block, as in the flat parameter buffer */
+    float *block = put(be, NULL, 3 * nw), *dw = block + nw, *dx = put(be, x, N * C);
+    be->ops->to_device(be, dw, w, nw * sizeof(float));
+    float *o0 = fwd(be, dx, dw, N, C, OC), *ref = fresh_fwd(x, w, N, C, OC);
+    expect_same("first product", o0, ref, no, 1);
+    free(ref);
+
+    /* to_device of a neighbour (the tokens of a step): the copy stays */
+    be->ops->to_device(be, block, w2, nw * sizeof(float));
+    float *o1 = fwd(be, dx, dw, N, C, OC);
+    expect_same("after a write next to the weight", o1, o0, no, 1);
+    free(o1);
+
+    /* a new weight through to_device (one element is enough) */
+    be->ops->to_device(be, dw + nw - 1, &w2[nw - 1], sizeof(float));
+    w[nw - 1] = w2[nw - 1];
+    o1 = fwd(be, dx, dw, N, C, OC), ref = fresh_fwd(x, w, N, C, OC);
+    expect_same("after to_device of the weight's last element", o1, ref, no, 1);
+    expect_same("(the change showed)", o1, o0, no, 0);
+    free(o1), free(ref);
+
+    /* AdamW on exactly the weight: the copy renewed in the same pass */
+    float *dg = put(be, g, nw), *m1 = put(be, zero, nw), *m2 = put(be, zero, nw);
+    be->ops->adamw_update(be, dw, dg, m1, m2, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
+    float *wn = get(be, dw, nw);
+    o1 = fwd(be, dx, dw, N, C, OC), ref = fresh_fwd(x, wn, N, C, OC);
+    expect_same("after adamw_update of the weight", o1, ref, no, 1);
+    free(o1), free(ref), free(wn);
+
+    /* AdamW on a range that overlaps the weight (its second half and beyond) */
+    be->ops->adamw_update(be, dw + nw / 2, dg, m1, m2, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2);
+    wn = get(be, dw, nw);
+    o1 = fwd(be, dx, dw, N, C, OC), ref = fresh_fwd(x, wn, N, C, OC);
+    expect_same("after adamw_update of an overlapping range", o1, ref, no, 1);
+    free(ref);
+
+    /* a write the backend does not watch (scale): the stale copy is used
+     * until params_changed (the contract's rule) */
+    be->ops->scale(be, dw, nw, -1.0f);
+    float *o2 = fwd(be, dx, dw, N, C, OC);
+    expect_same("after scale, before params_changed (the cached copy)", o2, o1, no, 1);
+    free(o2);
+    be->ops->params_changed(be);
+    for (size_t i = 0; i < nw; i++) wn[i] = -wn[i];
+    o2 = fwd(be, dx, dw, N, C, OC), ref = fresh_fwd(x, wn, N, C, OC);
+    expect_same("after params_changed", o2, ref, no, 1);
+    free(o1), free(o2), free(ref), free(wn);
+
+    /* free the block, then a new weight (maybe at the same address) */
+    be->ops->free(be, block);
+    dw = put(be, w2, nw);
+    o1 = fwd(be, dx, dw, N, C, OC), ref = fresh_fwd(x, w2, N, C, OC);
+    expect_same("a new tensor after free", o1, ref, no, 1);
+    free(o1), free(ref), free(o0);
+
+    /* convert to bf16: the reference rounding, bit for bit; ties, inf, NaN */
+    float xs[8] = {1.0f + ldexpf(1.0f, -8), 1.0f + 3 * ldexpf(1.0f, -8), -2.5f, 3.4e38f, INFINITY, -0.0f,
+                   ldexpf(1.0f, -130), NAN};
+    float *dxs = put(be, xs, 8);
+    uint16_t *d16 = be->ops->alloc(be, 9 * sizeof(uint16_t)), h16[9];
+    be->ops->convert(be, d16, LF_DT_BF16, dxs, 8);
+    be->ops->to_host(be, h16, d16, 9 * sizeof(uint16_t));
+    LF_ASSERT_OK(lf_backend_sync(be));
+    for (int i = 0; i < 8; i++)
+        if (h16[i] != ref_bf16_bits(xs[i]))
+            fail_msg("convert bf16 [%d]: %04x, want %04x", i, h16[i], ref_bf16_bits(xs[i]));
+#ifdef LF_CUDA_SHIM
+    assert_int_equal(h16[8], 0xffff); /* the element after n: still the shim's poison of new memory */
+#endif
+    be->ops->free(be, dxs), be->ops->free(be, d16);
+    be->ops->free(be, dw), be->ops->free(be, dx), be->ops->free(be, dg), be->ops->free(be, m1), be->ops->free(be, m2);
+    LF_ASSERT_OK(lf_backend_sync(be));
+    lf_backend_close(be);
+}
+
 /* ---------------------------------------------------------------- scale, add_inplace, convert */
 
 static void test_elementwise(void **state) {
@@ -444,6 +744,9 @@ int main(void) {
         cmocka_unit_test(test_matmul_deterministic),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_bf16_matmul_vs_cpu_bf16),
+        cmocka_unit_test(test_bf16_matmul_deterministic),
+        cmocka_unit_test(test_bf16_weight_copies),
 #ifdef LF_CUDA_SHIM
         cmocka_unit_test(test_wrong_pointer), /* last: faults the device */
 #endif

@@ -338,6 +338,60 @@ static void test_loss_sum(void **state) {
     pw_close(&e);
 }
 
+/* ---------------------------------------------------------------- bf16 outputs (cuda-bf16) */
+
+/* LayerNorm (with and without bias) and RMSNorm writing bf16 storage on
+ * cuda-bf16: exactly the rounding of the same instance's fp32 output, the
+ * same statistics bit for bit, and within one bf16 step of cpu-bf16's bf16
+ * output (the fp32 outputs agree within test_layernorm's bound, far below
+ * a bf16 step). Odd N and C; the element after the output untouched. */
+static void test_bf16_outputs(void **state) {
+    (void)state;
+    PW_NEED_DEVICE();
+    pw_env e;
+    pw_open_bf16(&e);
+    const int N = 37, C = 67;
+    const size_t NC = (size_t)N * C;
+    float *x = pw_random(NC, 71, -2, 3), *w = pw_random((size_t)C, 72, 0.5f, 1.5f), *b = pw_random((size_t)C, 73, -1, 1);
+    float *f32 = malloc(NC * 4), *st32 = malloc(2 * (size_t)N * 4), *st16 = malloc(2 * (size_t)N * 4);
+    float *cst = malloc(2 * (size_t)N * 4);
+    uint16_t *g16 = malloc((NC + 1) * 2), *c16 = malloc(NC * 2);
+    float *d_x = pw_up(e.be, x, NC * 4), *d_w = pw_up(e.be, w, (size_t)C * 4), *d_b = pw_up(e.be, b, (size_t)C * 4);
+    float *d_f = pw_up(e.be, NULL, NC * 4), *d_s = pw_up(e.be, NULL, 2 * (size_t)N * 4);
+    uint16_t *d_h = pw_up(e.be, NULL, (NC + 1) * 2);
+    const uint16_t guard = 0x4321;
+    for (int op = 0; op < 3; op++) {
+        const char *what = op == 0 ? "layernorm_forward bf16" : op == 1 ? "layernorm_forward bf16 (no bias)"
+                                                                          : "rmsnorm_forward bf16";
+        pw_put(e.be, d_h + NC, &guard, 2);
+        if (op < 2) {
+            const float *bb = op == 0 ? d_b : NULL;
+            e.be->ops->layernorm_forward(e.be, d_f, LF_DT_F32, d_s, d_s + N, d_x, d_w, bb, N, C);
+            pw_down(e.be, st32, d_s, 2 * (size_t)N * 4);
+            e.be->ops->layernorm_forward(e.be, d_h, LF_DT_BF16, d_s, d_s + N, d_x, d_w, bb, N, C);
+            pw_down(e.be, st16, d_s, 2 * (size_t)N * 4);
+            e.cpu->ops->layernorm_forward(e.cpu, c16, LF_DT_BF16, cst, cst + N, x, w, op == 0 ? b : NULL, N, C);
+        } else {
+            e.be->ops->rmsnorm_forward(e.be, d_f, LF_DT_F32, d_s, d_x, d_w, N, C, 1e-6f);
+            pw_down(e.be, st32, d_s, (size_t)N * 4);
+            e.be->ops->rmsnorm_forward(e.be, d_h, LF_DT_BF16, d_s, d_x, d_w, N, C, 1e-6f);
+            pw_down(e.be, st16, d_s, (size_t)N * 4);
+            e.cpu->ops->rmsnorm_forward(e.cpu, c16, LF_DT_BF16, cst, x, w, N, C, 1e-6f);
+        }
+        pw_down(e.be, f32, d_f, NC * 4);
+        pw_down(e.be, g16, d_h, (NC + 1) * 2);
+        pw_check_bf16_of(what, g16, f32, NC);
+        pw_check_bits(what, st16, st32, (op < 2 ? 2 : 1) * (size_t)N * 4);
+        pw_check_bf16_adjacent(what, g16, c16, NC);
+        assert_int_equal(g16[NC], guard);
+    }
+    LF_ASSERT_OK(lf_backend_sync(e.cpu));
+    pw_free(e.be, d_x), pw_free(e.be, d_w), pw_free(e.be, d_b), pw_free(e.be, d_f), pw_free(e.be, d_s);
+    pw_free(e.be, d_h);
+    free(x), free(w), free(b), free(f32), free(st32), free(st16), free(cst), free(g16), free(c16);
+    pw_close(&e);
+}
+
 /* ---------------------------------------------------------------- refusals */
 
 static void test_refusals(void **state) {
@@ -371,7 +425,7 @@ static void test_refusals(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm), cmocka_unit_test(test_rmsnorm),  cmocka_unit_test(test_crossentropy),
-        cmocka_unit_test(test_loss_sum),  cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_loss_sum),  cmocka_unit_test(test_refusals), cmocka_unit_test(test_bf16_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -599,6 +599,54 @@ static void test_fp16_round(void **state) {
     pw_close(&e);
 }
 
+/* ---------------------------------------------------------------- bf16 outputs (cuda-bf16) */
+
+/* GELU, SwiGLU and convert writing bf16 storage on cuda-bf16: exactly the
+ * rounding of the same instance's fp32 output (pw_check_bf16_of), and
+ * within one bf16 step of cpu-bf16's bf16 output (the fp32 outputs agree
+ * to a few ulp, test_gelu / test_swiglu). Odd sizes, the element after n
+ * untouched. */
+static void test_bf16_outputs(void **state) {
+    (void)state;
+    PW_NEED_DEVICE();
+    pw_env e;
+    pw_open_bf16(&e);
+    const int N = 37, F = 67;
+    const size_t n = (size_t)N * F, n2 = 2 * n;
+    float *x = pw_random(n2, 91, -4, 4), *f32 = malloc(n2 * 4);
+    uint16_t *g16 = malloc((n + 1) * 2), *c16 = malloc(n * 2);
+    float *d_x = pw_up(e.be, x, n2 * 4), *d_f = pw_up(e.be, NULL, n2 * 4);
+    uint16_t *d_h = pw_up(e.be, NULL, (n + 1) * 2);
+    const uint16_t guard = 0x1234;
+    for (int op = 0; op < 3; op++) {
+        const char *what = op == 0 ? "gelu_forward bf16" : op == 1 ? "swiglu_forward bf16" : "convert bf16";
+        pw_put(e.be, d_h + n, &guard, 2);
+        if (op == 0) {
+            e.be->ops->gelu_forward(e.be, d_f, LF_DT_F32, d_x, n);
+            e.be->ops->gelu_forward(e.be, d_h, LF_DT_BF16, d_x, n);
+            e.cpu->ops->gelu_forward(e.cpu, c16, LF_DT_BF16, x, n);
+        } else if (op == 1) {
+            e.be->ops->swiglu_forward(e.be, d_f, LF_DT_F32, d_x, N, F);
+            e.be->ops->swiglu_forward(e.be, d_h, LF_DT_BF16, d_x, N, F);
+            e.cpu->ops->swiglu_forward(e.cpu, c16, LF_DT_BF16, x, N, F);
+        } else {
+            e.be->ops->convert(e.be, d_f, LF_DT_F32, d_x, n);
+            e.be->ops->convert(e.be, d_h, LF_DT_BF16, d_x, n);
+            e.cpu->ops->convert(e.cpu, c16, LF_DT_BF16, x, n);
+        }
+        pw_down(e.be, f32, d_f, n * 4);
+        pw_down(e.be, g16, d_h, (n + 1) * 2);
+        pw_check_bf16_of(what, g16, f32, n);
+        pw_check_bf16_adjacent(what, g16, c16, n);
+        if (op == 2) pw_check_bits(what, g16, c16, n * 2); /* the same rounding of the same fp32 values */
+        assert_int_equal(g16[n], guard);
+    }
+    LF_ASSERT_OK(lf_backend_sync(e.cpu));
+    pw_free(e.be, d_x), pw_free(e.be, d_f), pw_free(e.be, d_h);
+    free(x), free(f32), free(g16), free(c16);
+    pw_close(&e);
+}
+
 /* ---------------------------------------------------------------- refusals */
 
 static void test_refusals(void **state) {
@@ -642,7 +690,7 @@ int main(void) {
         cmocka_unit_test(test_rope),             cmocka_unit_test(test_residual_dropout),
         cmocka_unit_test(test_adamw),            cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_fp16_round),       cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_grid_stride),
+        cmocka_unit_test(test_grid_stride),       cmocka_unit_test(test_bf16_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

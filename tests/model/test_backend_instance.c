@@ -39,6 +39,25 @@ static void test_open_unknown(void **state) {
     LF_ASSERT_OK(lf_backend_sync(lf_backend_get("cpu")));
 }
 
+/* bf16.enabled's backend for the one LLMFORGE_BACKEND names; "cuda-bf16"
+ * without the CUDA library linked (this test links none) is the same
+ * "no CUDA backend" as "cuda". */
+static void test_precision_name(void **state) {
+    (void)state;
+    assert_string_equal(lf_backend_precision_name("cpu", 1), "cpu-bf16");
+    assert_string_equal(lf_backend_precision_name("cuda", 1), "cuda-bf16");
+    assert_string_equal(lf_backend_precision_name(NULL, 1), "cpu-bf16");
+    assert_string_equal(lf_backend_precision_name(NULL, 0), "cpu");
+    assert_string_equal(lf_backend_precision_name("cpu", 0), "cpu");
+    assert_string_equal(lf_backend_precision_name("cuda", 0), "cuda");
+    assert_string_equal(lf_backend_precision_name("cpu-fenced", 1), "cpu-fenced"); /* no bf16 variant: fp32 */
+    assert_string_equal(lf_backend_precision_name("cpu-bf16", 1), "cpu-bf16");
+    lf_backend *be = (lf_backend *)1;
+    assert_int_equal(lf_backend_open("cuda-bf16", &be), LF_ERR_NOT_FOUND);
+    assert_null(be);
+    LF_ASSERT_ERR_CONTAINS("backend 'cuda-bf16': this build has no CUDA backend");
+}
+
 static void test_precondition_is_sticky(void **state) {
     (void)state;
     lf_backend *be;
@@ -201,6 +220,7 @@ static void test_fenced_instances_apart(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_unknown),
+        cmocka_unit_test(test_precision_name),
         cmocka_unit_test(test_precondition_is_sticky),
         cmocka_unit_test(test_library_failure_reported),
         cmocka_unit_test(test_model_forward_reports),

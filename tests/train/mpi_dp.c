@@ -7,7 +7,9 @@
  *                    within 1e-5 relative, the final parameters (the step-20
  *                    checkpoints' model.safetensors) within 1e-5; every
  *                    rank's replica bit-identical; log.jsonl written once.
- *   mpi_dp resume    2 ranks: a checkpoint saved at step 10 by 2 ranks
+ *   (LF_TEST_STEPS and LF_TEST_BLOCK shorten every mode: steps and
+ *   model.block_size; nccl_dp runs one layout, accumulation 2, in equiv)
+ *   mpi_dp resume    2 ranks: a checkpoint saved at step 10 (HALF) by 2 ranks
  *                    resumes with 1 rank, and one saved by 1 rank resumes
  *                    with 2; steps 11-20 continue the uninterrupted 2-rank
  *                    run within 1e-5.
@@ -46,6 +48,17 @@
  * default), e.g. cpu-fenced for the dp.fenced_* tests; parameters are read
  * through lf_trainer_copy_params, never in place.
  *
+ * Built a second time as nccl_dp (LF_TEST_NCCL: linked with the CUDA
+ * backend and the nccl communicator, on their shims for label `nccl`, on
+ * the real libraries for label `gpu`) and run with LLMFORGE_BACKEND=cuda:
+ * "auto" must then open "nccl" on several ranks (checked), so the same
+ * equivalence, resume and stall checks cover the GPU path. The NCCL shim
+ * folds in rank order, so the tolerance stays TOL; on real NCCL each
+ * gradient sum differs from the fold by at most 2 (P - 1) u sum|g| (ring
+ * or tree order), which the same 1e-5 on 20 steps' losses covers as the
+ * one-process reference's own order differences do (micro-batch and
+ * accumulation change the sums' order there too).
+ *
  * The single-process reference runs on rank 0 (communicator "single", world
  * size 1) while the other ranks wait in a barrier of the test's own handle.
  * Not a cmocka program: a failed check on one rank must end every rank
@@ -63,8 +76,16 @@
 #include "llmforge/plan.h"
 #include "llmforge/safetensors.h"
 #include "llmforge/train.h"
+#ifdef LF_TEST_NCCL
+#include "cuda_api.h"
+#endif
 
-#define STEPS 20
+/* steps of a run (20; LF_TEST_STEPS: an even number 4..60, what the slower
+ * nccl_dp runs on the CUDA shim use); evaluations and checkpoints at half */
+static int g_steps = 20;
+static int g_block = 32; /* model.block_size (LF_TEST_BLOCK: 8..32) */
+#define STEPS g_steps
+#define HALF (g_steps / 2)
 #define GLOBAL 8 /* rows per step */
 #define TOL 1e-5
 
@@ -119,7 +140,7 @@ static lf_train_config config(const char *name, int world, int A, long iters) {
     c.model.n_layer = 2;
     c.model.n_head = 2;
     c.model.n_embd = 32;
-    c.model.block_size = 32;
+    c.model.block_size = g_block;
     const char *arch = getenv("LF_TEST_ARCH"); /* llama: the same checks on a multi-query Llama */
     if (arch && !strcmp(arch, "llama")) {
         snprintf(c.arch, sizeof c.arch, "llama");
@@ -138,9 +159,9 @@ static lf_train_config config(const char *name, int world, int A, long iters) {
     c.warmup_iters = 2;
     c.decay_iters = STEPS; /* the same schedule for a run cut at step 10 */
     c.lr = 3e-3f;
-    c.eval_interval = 10;
+    c.eval_interval = HALF;
     c.eval_iters = 3;
-    c.ckpt_interval = 10;
+    c.ckpt_interval = HALF;
     c.keep_last = 5;
     c.peak_gflops = 100;
     c.prefetch = 1;
@@ -160,6 +181,11 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
     CHECK(st == LF_OK, "run %s: %s", c->out_dir, lf_trainer_errmsg(t));
     CHECK(lf_comm_size(lf_trainer_comm(t)) == c->world_size, "communicator of %d ranks, expected %d",
           lf_comm_size(lf_trainer_comm(t)), c->world_size);
+#ifdef LF_TEST_NCCL
+    if (c->world_size > 1) /* device tensors on several ranks: "auto" is nccl, collectives in place on the device */
+        CHECK(strcmp(lf_comm_name(lf_trainer_comm(t)), "nccl") == 0, "communicator '%s', expected nccl",
+              lf_comm_name(lf_trainer_comm(t)));
+#endif
     lf_model *m = lf_trainer_model(t);
     char hex[65] = "0";
     if (lf_model_params(m)) { /* ZeRO-3 keeps no whole copy: nothing to compare */
@@ -300,7 +326,12 @@ static double param_diff(const char *dir_a, const char *dir_b, long step, double
 /* ---------------------------------------------------------------- modes */
 
 static int run_equiv(void) {
-    for (int A = 2; A >= 1; A--) {
+#ifdef LF_TEST_NCCL
+    const int A_last = 2; /* the communicator is under test, not accumulation: one layout, half the time */
+#else
+    const int A_last = 1;
+#endif
+    for (int A = 2; A >= A_last; A--) {
         if (GLOBAL % (A * g_size)) continue;
         char name[64];
         snprintf(name, sizeof name, "dp_a%d", A);
@@ -353,7 +384,7 @@ static int run_resume(void) {
     lf_train_config full = config("full", 2, 2, STEPS);
     same_replicas(run(&full, NULL), "full");
     /* 2 ranks to step 10, then 1 rank to 20 */
-    lf_train_config a = config("r21", 2, 2, 10);
+    lf_train_config a = config("r21", 2, 2, HALF);
     (void)run(&a, NULL);
     OK(lf_comm_barrier(g_c));
     if (g_rank == 0) {
@@ -363,7 +394,7 @@ static int run_resume(void) {
     }
     /* 1 rank to step 10, then 2 ranks to 20 */
     if (g_rank == 0) {
-        lf_train_config c = config("r12", 1, 2, 10);
+        lf_train_config c = config("r12", 1, 2, HALF);
         (void)run(&c, NULL);
     }
     OK(lf_comm_barrier(g_c));
@@ -377,16 +408,17 @@ static int run_resume(void) {
         read_log(d.out_dir, &r12);
         CHECK(r21.n_train == STEPS && r12.n_train == STEPS, "resumed logs hold %d and %d steps", r21.n_train,
               r12.n_train);
-        same_losses(&r21, &want, 11, STEPS, TOL, "2 ranks -> 1 rank");
-        same_losses(&r12, &want, 11, STEPS, TOL, "1 rank -> 2 ranks");
+        same_losses(&r21, &want, HALF + 1, STEPS, TOL, "2 ranks -> 1 rank");
+        same_losses(&r12, &want, HALF + 1, STEPS, TOL, "1 rank -> 2 ranks");
         double k21, k12, e21, e12;
         double p21 = param_diff(a.out_dir, full.out_dir, STEPS, &k21, &e21);
         double p12 = param_diff(d.out_dir, full.out_dir, STEPS, &k12, &e12);
         CHECK(p21 <= TOL && p12 <= TOL && k21 <= TOL && k12 <= TOL,
               "resumed final parameters differ by %.3g (2->1) and %.3g (1->2); key bias %.3g, %.3g", p21, p12, k21,
               k12);
-        printf("PASS resume: a 2-rank checkpoint continued on 1 rank and a 1-rank one on 2 ranks: steps 11-20 and "
-               "the final parameters (within %.2g, %.2g) as the uninterrupted 2-rank run\n", p21, p12);
+        printf("PASS resume: a 2-rank checkpoint continued on 1 rank and a 1-rank one on 2 ranks: steps %d-%d and "
+               "the final parameters (within %.2g, %.2g) as the uninterrupted 2-rank run\n", HALF + 1, STEPS, p21,
+               p12);
     }
     OK(lf_comm_barrier(g_c));
     return 0;
@@ -707,6 +739,36 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "equiv";
     g_stage = argc > 2 ? atoi(argv[2]) : 0;
+    const char *ev = getenv("LF_TEST_STEPS");
+    if (ev && *ev) {
+        long k = strtol(ev, NULL, 10);
+        if (k < 4 || k > 60 || k % 2) {
+            fprintf(stderr, "LF_TEST_STEPS=%s: an even number of steps 4..60\n", ev);
+            return 2;
+        }
+        g_steps = (int)k;
+    }
+    ev = getenv("LF_TEST_BLOCK");
+    if (ev && *ev) {
+        long k = strtol(ev, NULL, 10);
+        if (k < 8 || k > 32) {
+            fprintf(stderr, "LF_TEST_BLOCK=%s: a block size 8..32\n", ev);
+            return 2;
+        }
+        g_block = (int)k;
+    }
+#ifdef LF_TEST_NCCL
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 0;
+    }
+    /* the cuda backend and the nccl kind live above the core libraries: make them findable */
+    if (lf_backend_cuda_register() != LF_OK || lf_comm_nccl_register() != LF_OK) {
+        fprintf(stderr, "FAIL: registering cuda / nccl: %s\n", lf_last_error());
+        return 1;
+    }
+#endif
     lf_comm_options co = lf_comm_options_default();
     co.timeout_s = 120;
     lf_status st = lf_comm_open(&g_c, "mpi", &co);

@@ -85,7 +85,10 @@ static void test_comm_keys(void **state) {
     assert_string_equal(back.comm_backend, "mpi");
     assert_true(back.comm_timeout_s == 2.5f);
     assert_int_equal(back.comm_bucket_elems, 1000);
-    const char *bad1[] = {"comm.backend=nccl"};
+    const char *nccl[] = {"comm.backend=nccl"}; /* a choice; opening it needs a CUDA build (lf_comm_nccl_register) */
+    LF_ASSERT_OK(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, nccl));
+    assert_string_equal(c.comm_backend, "nccl");
+    const char *bad1[] = {"comm.backend=gloo"};
     assert_int_equal(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, bad1), LF_ERR_CONFIG);
     LF_ASSERT_ERR_CONTAINS("comm.backend");
     const char *bad2[] = {"comm.timeout_s=0"};

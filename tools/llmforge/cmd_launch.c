@@ -1,19 +1,39 @@
 /*
  * `llmforge launch [options] -- SUBCOMMAND ARGS...`: a torchrun/deepspeed
- * style front end over Open MPI's mpirun. It builds one mpirun command line
+ * style front end with two ways of starting ranks (docs/launch.md):
+ *
+ * --rdzv mpi: over Open MPI's mpirun. It builds one mpirun command line
  * (ranks, hosts, mapping, the flags Open MPI needs here), prints it
  * shell-quoted on stderr, and execs it, so signals and the exit status are
- * mpirun's. Reference: docs/launch.md; the ranks find each other through
- * Open MPI's OMPI_COMM_WORLD_* variables (docs/distributed.md).
+ * mpirun's. The ranks find each other through Open MPI's OMPI_COMM_WORLD_*
+ * variables (docs/distributed.md).
  *
- * Decisions the code relies on:
+ * --rdzv tcp: as torchrun does. This process starts its node's G ranks
+ * itself, with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+ * MASTER_ADDR and MASTER_PORT set (a free local port on one node), and the
+ * ranks meet in the tcp communicator's rendezvous; several nodes run one
+ * launch each. It stays as the ranks' supervisor:
+ * - SIGINT, SIGTERM, SIGUSR1, SIGUSR2 and SIGHUP are forwarded to every rank
+ *   (the trainer stops at a step boundary, saves, and exits 75); the ranks
+ *   run in their own process group so a terminal's Ctrl-C reaches them once,
+ *   through here, and they get SIGTERM if this process dies (PDEATHSIG);
+ * - the first rank that exits with an error (not 0, not 75) makes it
+ *   SIGTERM the others, SIGKILL them LAUNCH_STOP_GRACE_S later, and exit
+ *   with that rank's status (128 + N for a signal) — torchrun's behaviour;
+ * - otherwise its status is 75 if any rank exited 75 (preempted), else 0.
+ * Default: tcp with --standalone or several nodes without a hostfile; mpi
+ * with a hostfile, --mpirun or --mpi-arg; on one node otherwise mpi when
+ * mpirun is on PATH, else tcp.
+ *
+ * Decisions the mpirun path relies on:
  * - One host: `mpirun -np G`. A hostfile (deepspeed's and Open MPI's
  *   "HOST slots=N" lines): `-np G*N --hostfile F --map-by ppr:G:node`, or
  *   `--host h1:G,...` when --nnodes takes only the first N of its hosts.
  * - Open MPI cannot join launches started separately on each node (torchrun's
  *   rendezvous): mpirun on node rank 0 starts every node's ranks over ssh.
- *   So --nnodes > 1 needs --hostfile (otherwise exit 2 with what to do), and
- *   on node ranks > 0 there is nothing to start (message, exit 0).
+ *   So --rdzv mpi with --nnodes > 1 needs --hostfile (otherwise exit 2 with
+ *   what to do), and on node ranks > 0 there is nothing to start (message,
+ *   exit 0).
  * - `--bind-to none` unless the user binds: a rank runs several OpenMP
  *   threads, and Open MPI's default for 2 ranks binds each to one core.
  * - Every usage error exits 2 before anything runs; nothing here waits.
@@ -21,12 +41,18 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "cli_util.h"
 #include "commands.h"
@@ -34,6 +60,9 @@
 #define LAUNCH_MAX_HOSTS 16384 /* hard caps on what a hostfile may hold (duplicates: n^2/2 compares) */
 #define LAUNCH_MAX_LINE 4096
 #define LAUNCH_MAX_SLOTS (1L << 20)
+#define LAUNCH_STOP_GRACE_S 30 /* after a rank failed: SIGTERM, then SIGKILL this much later (torchrun's 30 s) */
+#define LAUNCH_DEFAULT_PORT 29500 /* torchrun's MASTER_PORT default, for several nodes */
+#define LAUNCH_EXIT_PREEMPTED 75  /* a rank stopped on a signal with its checkpoint saved (tools/llmforge/main.c) */
 
 /* ---------------------------------------------------------------- options */
 typedef enum {
@@ -43,6 +72,7 @@ typedef enum {
     LAUNCH_OPT_MASTER_ADDR,
     LAUNCH_OPT_MASTER_PORT,
     LAUNCH_OPT_STANDALONE,
+    LAUNCH_OPT_RDZV,
     LAUNCH_OPT_HOSTFILE,
     LAUNCH_OPT_MPIRUN,
     LAUNCH_OPT_MPI_ARG,
@@ -66,11 +96,20 @@ static const struct launch_opt {
      "nodes (deepspeed --num_nodes); default 1, or the hosts of --hostfile;\n"
      "with a hostfile of more hosts, its first N"},
     {LAUNCH_OPT_NODE_RANK, {"--node-rank", "--node_rank"}, "R", 0, LAUNCH_MAX_HOSTS - 1,
-     "this node's rank, 0..N-1 (default 0); only node rank 0 starts anything"},
+     "this node's rank, 0..N-1 (default 0): its ranks are R*G..R*G+G-1 (tcp);\n"
+     "with mpi only node rank 0 starts anything"},
     {LAUNCH_OPT_MASTER_ADDR, {"--master-addr", "--master_addr"}, "A", 1, 0,
-     "node rank 0's address (checked, then unused: Open MPI needs no rendezvous)"},
-    {LAUNCH_OPT_MASTER_PORT, {"--master-port", "--master_port"}, "P", 1, 65535, "node rank 0's port (the same)"},
-    {LAUNCH_OPT_STANDALONE, {"--standalone"}, NULL, 0, 0, "torchrun's single-node mode: one node"},
+     "node rank 0's address, reachable from every node (tcp; default 127.0.0.1\n"
+     "on one node); checked, then unused with mpi"},
+    {LAUNCH_OPT_MASTER_PORT, {"--master-port", "--master_port"}, "P", 1, 65535,
+     "the rendezvous port on node rank 0 (tcp; default a free port on one node,\n"
+     "29500 on several); unused with mpi"},
+    {LAUNCH_OPT_STANDALONE, {"--standalone"}, NULL, 0, 0,
+     "torchrun's single-node mode: one node, ranks started here (tcp rendezvous\n"
+     "on a free local port) unless --rdzv mpi"},
+    {LAUNCH_OPT_RDZV, {"--rdzv", "--rdzv-backend", "--rdzv_backend"}, "tcp|mpi", 1, 0,
+     "how ranks start and meet: tcp (started here, torchrun's variables, the tcp\n"
+     "communicator) or mpi (through mpirun); default: see docs/launch.md"},
     {LAUNCH_OPT_HOSTFILE, {"--hostfile"}, "F", 1, 0,
      "\"HOST slots=N\" lines (deepspeed's and Open MPI's format); mpirun starts\n"
      "the ranks on the other hosts over ssh, rank 0 on the first host"},
@@ -78,18 +117,24 @@ static const struct launch_opt {
     {LAUNCH_OPT_MPI_ARG, {"--mpi-arg", "--mpi_arg"}, "ARG", 1, 0,
      "one more argument for mpirun, before the program; repeat it\n"
      "(--mpi-arg=--mca --mpi-arg=btl --mpi-arg=tcp,self)"},
-    {LAUNCH_OPT_DRY_RUN, {"--dry-run", "--dry_run"}, NULL, 0, 0, "print the mpirun command and exit 0"},
+    {LAUNCH_OPT_DRY_RUN, {"--dry-run", "--dry_run"}, NULL, 0, 0,
+     "print the mpirun command (tcp: every rank's variables) and exit 0"},
     {LAUNCH_OPT_HELP, {"--help", "-h"}, NULL, 0, 0, "this text"},
 };
 #define LAUNCH_N_OPTS (int)(sizeof launch_opts / sizeof launch_opts[0])
 
 static void launch_help(void) {
-    printf("usage: llmforge launch [--nproc-per-node G] [--nnodes N --node-rank R --master-addr A --master-port P\n"
-           "                       | --hostfile F] [--mpirun PATH] [--mpi-arg ARG]... [--dry-run] -- SUBCOMMAND ARGS...\n"
-           "  Starts G ranks per node of `llmforge SUBCOMMAND ARGS...` through Open MPI's mpirun (for example\n"
-           "  `llmforge launch --nproc-per-node 4 -- train cfg.json`), prints the mpirun command on stderr\n"
-           "  and runs it; the exit status is mpirun's. Several nodes need --hostfile, given on node rank 0\n"
-           "  only: mpirun starts the other nodes' ranks over ssh. See docs/launch.md.\n\n"
+    printf("usage: llmforge launch [--nproc-per-node G] [--standalone | --nnodes N --node-rank R --master-addr A\n"
+           "                       --master-port P | --hostfile F] [--rdzv tcp|mpi] [--mpirun PATH] [--mpi-arg ARG]...\n"
+           "                       [--dry-run] -- SUBCOMMAND ARGS...\n"
+           "  Starts G ranks per node of `llmforge SUBCOMMAND ARGS...` (for example\n"
+           "  `llmforge launch --standalone --nproc-per-node 4 -- train cfg.json`).\n"
+           "  tcp: starts this node's ranks itself with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+           "  MASTER_ADDR, MASTER_PORT), forwards signals to them, stops them all when one fails and exits\n"
+           "  with its status; several nodes run one launch each (--nnodes, --node-rank, --master-addr).\n"
+           "  mpi: prints the mpirun command on stderr and runs it; the exit status is mpirun's; several\n"
+           "  nodes need --hostfile on node rank 0 only (mpirun starts the others over ssh).\n"
+           "  See docs/launch.md.\n\n"
            "options:\n");
     for (int k = 0; k < LAUNCH_N_OPTS; k++) {
         const struct launch_opt *o = &launch_opts[k];
@@ -323,9 +368,9 @@ static int shell_safe(const char *s) {
     return 1;
 }
 
-/* The command on stderr, each word quoted for a POSIX shell when needed. */
-static void print_command(char *const *av) {
-    fputs("llmforge: launch:", stderr);
+/* The words of av on stderr, each after a space and quoted for a POSIX
+ * shell when needed. */
+static void print_words(char *const *av) {
     for (int i = 0; av[i]; i++) {
         fputc(' ', stderr);
         if (shell_safe(av[i])) {
@@ -338,6 +383,12 @@ static void print_command(char *const *av) {
             else fputc(*s, stderr);
         fputc('\'', stderr);
     }
+}
+
+/* The command on stderr, one line. */
+static void print_command(char *const *av) {
+    fputs("llmforge: launch:", stderr);
+    print_words(av);
     fputc('\n', stderr);
     fflush(stderr);
 }
@@ -372,12 +423,172 @@ static void argv_free(launch_argv *a) {
     free(a->v);
 }
 
+/* ---------------------------------------------------------------- tcp: ranks started here */
+/* A port nobody listens on now: bind port 0, read it, release it. The
+ * ranks' rank 0 binds it a moment later (SO_REUSEADDR); another program
+ * taking it in between makes rank 0 fail with "cannot listen". */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t sl = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Other launchers' rank variables come first in rank discovery
+ * (lf_comm_env_detect: Open MPI, MPICH, Slurm, then torchrun), so a launch
+ * inside an srun step or an mpirun would hand every child the outer rank:
+ * the children do not inherit them. */
+static const char *const k_outer_rank_vars[] = {
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+};
+
+typedef struct {
+    pid_t pid;
+    int rank, alive, code;
+} launch_child;
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Start ranks base .. base+G-1 of `world` running `exe sub...`, supervise
+ * them, return the launch's exit status. */
+static int launch_tcp(long nproc, long nnodes, long node_rank, const char *addr, int port, int dry_run,
+                      const char *exe, char **sub, int nsub) {
+    long world = nproc * nnodes, base = node_rank * nproc;
+    char **av = calloc((size_t)nsub + 2, sizeof *av);
+    launch_child *ch = calloc((size_t)nproc, sizeof *ch);
+    if (!av || !ch) {
+        free(av);
+        free(ch);
+        fprintf(stderr, "llmforge: launch: out of memory\n");
+        return 1;
+    }
+    av[0] = (char *)exe;
+    for (int i = 0; i < nsub; i++) av[1 + i] = sub[i];
+    fprintf(stderr, "llmforge: launch: node %ld of %ld: ranks %ld-%ld of %ld, tcp rendezvous at %s:%d:", node_rank,
+            nnodes, base, base + nproc - 1, world, addr, port);
+    print_words(av);
+    fputc('\n', stderr);
+    if (dry_run) {
+        for (long l = 0; l < nproc; l++)
+            fprintf(stderr, "llmforge: launch:   RANK=%ld WORLD_SIZE=%ld LOCAL_RANK=%ld LOCAL_WORLD_SIZE=%ld "
+                    "GROUP_RANK=%ld MASTER_ADDR=%s MASTER_PORT=%d\n", base + l, world, l, nproc, node_rank, addr, port);
+        free(ch);
+        free(av);
+        return 0;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    /* the signals to forward, and SIGCHLD, are taken synchronously (sigtimedwait) */
+    sigset_t set, old;
+    sigemptyset(&set);
+    const int fwd[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP};
+    for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++) sigaddset(&set, fwd[i]);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    pid_t me = getpid();
+    long started = 0;
+    int rc = 0, failed = 0, preempted = 0, killed = 0;
+    for (long l = 0; l < nproc; l++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "llmforge: launch: cannot start rank %ld: fork: %s\n", base + l, strerror(errno));
+            failed = 1, rc = 1;
+            break;
+        }
+        if (pid == 0) {
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            setpgid(0, 0); /* a terminal's Ctrl-C reaches the ranks through the launcher only, once */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != me) _exit(1); /* the launcher died before prctl */
+            for (size_t i = 0; i < sizeof k_outer_rank_vars / sizeof k_outer_rank_vars[0]; i++)
+                unsetenv(k_outer_rank_vars[i]);
+            char v[32];
+            snprintf(v, sizeof v, "%ld", base + l), setenv("RANK", v, 1);
+            snprintf(v, sizeof v, "%ld", world), setenv("WORLD_SIZE", v, 1);
+            snprintf(v, sizeof v, "%ld", l), setenv("LOCAL_RANK", v, 1);
+            snprintf(v, sizeof v, "%ld", nproc), setenv("LOCAL_WORLD_SIZE", v, 1);
+            snprintf(v, sizeof v, "%ld", node_rank), setenv("GROUP_RANK", v, 1);
+            snprintf(v, sizeof v, "%ld", nnodes), setenv("GROUP_WORLD_SIZE", v, 1);
+            snprintf(v, sizeof v, "%d", port), setenv("MASTER_PORT", v, 1);
+            setenv("MASTER_ADDR", addr, 1);
+            execv(exe, av);
+            fprintf(stderr, "llmforge: launch: rank %ld: cannot run '%s': %s\n", base + l, exe, strerror(errno));
+            _exit(127);
+        }
+        ch[l] = (launch_child){.pid = pid, .rank = (int)(base + l), .alive = 1, .code = -1};
+        started++;
+    }
+    if (failed) /* some ranks started: they would wait for the others until their timeout */
+        for (long l = 0; l < started; l++) kill(ch[l].pid, SIGTERM);
+    double kill_at = failed ? mono_s() + LAUNCH_STOP_GRACE_S : 0;
+    long alive = started;
+    while (alive > 0) {
+        int status;
+        pid_t w;
+        while ((w = waitpid(-1, &status, WNOHANG)) > 0) {
+            long l = 0;
+            while (l < started && ch[l].pid != w) l++;
+            if (l == started || !ch[l].alive) continue;
+            ch[l].alive = 0;
+            alive--;
+            int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            ch[l].code = code;
+            if (code == LAUNCH_EXIT_PREEMPTED) preempted = 1;
+            if (code == 0 || code == LAUNCH_EXIT_PREEMPTED || failed) continue;
+            failed = 1, rc = code;
+            kill_at = mono_s() + LAUNCH_STOP_GRACE_S;
+            if (WIFSIGNALED(status))
+                fprintf(stderr, "llmforge: launch: rank %d (pid %ld) was killed by signal %d (%s)", ch[l].rank,
+                        (long)w, WTERMSIG(status), strsignal(WTERMSIG(status)));
+            else
+                fprintf(stderr, "llmforge: launch: rank %d (pid %ld) exited with status %d", ch[l].rank, (long)w, code);
+            if (alive)
+                fprintf(stderr, "; stopping the other ranks (SIGTERM, then SIGKILL after %d s)", LAUNCH_STOP_GRACE_S);
+            fputc('\n', stderr);
+            for (long k = 0; k < started; k++)
+                if (ch[k].alive) kill(ch[k].pid, SIGTERM);
+        }
+        if (alive == 0) break;
+        if (failed && !killed && mono_s() >= kill_at) {
+            fprintf(stderr, "llmforge: launch: %ld rank%s still running %d s after the failure: SIGKILL\n", alive,
+                    alive == 1 ? "" : "s", LAUNCH_STOP_GRACE_S);
+            for (long k = 0; k < started; k++)
+                if (ch[k].alive) kill(ch[k].pid, SIGKILL);
+            killed = 1;
+        }
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig > 0 && sig != SIGCHLD) { /* a stop request (or hangup): every rank gets it */
+            for (long k = 0; k < started; k++)
+                if (ch[k].alive) kill(ch[k].pid, sig);
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    free(ch);
+    free(av);
+    if (failed) return rc ? rc : 1;
+    return preempted ? LAUNCH_EXIT_PREEMPTED : 0;
+}
+
 /* ---------------------------------------------------------------- the command */
 int cmd_launch(int argc, char **argv) {
     long nproc = 0, nnodes = 0, node_rank = 0, port = 0;
-    const char *master_addr = NULL, *hostfile = NULL, *mpirun = "mpirun";
+    const char *master_addr = NULL, *hostfile = NULL, *mpirun = "mpirun", *rdzv = NULL;
     const char *nproc_name = "--nproc-per-node", *nnodes_name = "--nnodes", *rank_name = "--node-rank";
-    int standalone = 0, dry_run = 0, sub = -1, n_mpi = 0, rc = 2;
+    int standalone = 0, dry_run = 0, sub = -1, n_mpi = 0, rc = 2, mpirun_given = 0;
     launch_hostfile hf = {0};
     launch_argv av = {0};
     const char **mpi_args = calloc((size_t)argc + 1, sizeof *mpi_args);
@@ -422,8 +633,15 @@ int cmd_launch(int argc, char **argv) {
         case LAUNCH_OPT_MASTER_ADDR: master_addr = v; break;
         case LAUNCH_OPT_MASTER_PORT: port = num; break;
         case LAUNCH_OPT_STANDALONE: standalone = 1; break;
+        case LAUNCH_OPT_RDZV:
+            if (strcmp(v, "tcp") && strcmp(v, "mpi")) {
+                fprintf(stderr, "llmforge: launch: %s expects tcp or mpi, got '%s'\n", name, v);
+                goto done;
+            }
+            rdzv = v;
+            break;
         case LAUNCH_OPT_HOSTFILE: hostfile = v; break;
-        case LAUNCH_OPT_MPIRUN: mpirun = v; break;
+        case LAUNCH_OPT_MPIRUN: mpirun = v, mpirun_given = 1; break;
         case LAUNCH_OPT_MPI_ARG: mpi_args[n_mpi++] = v; break;
         case LAUNCH_OPT_DRY_RUN: dry_run = 1; break;
         case LAUNCH_OPT_HELP: launch_help(); rc = 0; goto done;
@@ -453,7 +671,57 @@ int cmd_launch(int argc, char **argv) {
         goto done;
     }
 
-    /* nodes: the hostfile's (its first N with --nnodes N), else --nnodes */
+    /* tcp or mpi (docs/launch.md "Which rendezvous") */
+    char probe[PATH_MAX];
+    if (rdzv && !strcmp(rdzv, "tcp") && (hostfile || mpirun_given || n_mpi)) {
+        fprintf(stderr, "llmforge: launch: --rdzv tcp starts the ranks itself; %s is for --rdzv mpi\n",
+                hostfile ? "--hostfile" : mpirun_given ? "--mpirun" : "--mpi-arg");
+        goto done;
+    }
+    int use_tcp = rdzv ? !strcmp(rdzv, "tcp")
+                       : !(hostfile || mpirun_given || n_mpi) &&
+                             (standalone || nnodes > 1 || find_program("mpirun", probe, sizeof probe) != 0);
+    if (use_tcp) {
+        if (!nnodes) nnodes = 1;
+        if (!nproc) nproc = 1;
+        if (node_rank >= nnodes) {
+            fprintf(stderr, "llmforge: launch: %s %ld is not below the %ld node%s (%s)\n", rank_name, node_rank, nnodes,
+                    nnodes == 1 ? "" : "s", nnodes_name);
+            goto done;
+        }
+        if (nnodes > 1 && !master_addr) {
+            fprintf(stderr, "llmforge: launch: %s %ld with the tcp rendezvous needs --master-addr: node rank 0's "
+                    "address, the same on every node and reachable from each (and --master-port, default %d)\n",
+                    nnodes_name, nnodes, LAUNCH_DEFAULT_PORT);
+            goto done;
+        }
+        if (nproc * nnodes > 65536) {
+            fprintf(stderr, "llmforge: launch: %ld ranks in all: the tcp rendezvous takes at most 65536\n",
+                    nproc * nnodes);
+            goto done;
+        }
+        if (!port) port = nnodes > 1 ? LAUNCH_DEFAULT_PORT : free_port();
+        if (port <= 0) {
+            fprintf(stderr, "llmforge: launch: cannot find a free port for the rendezvous: %s (give --master-port)\n",
+                    strerror(errno));
+            rc = 1;
+            goto done;
+        }
+        char self[PATH_MAX];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len <= 0 || len >= (ssize_t)sizeof self - 1) {
+            fprintf(stderr, "llmforge: launch: cannot find this executable (/proc/self/exe): %s\n",
+                    len < 0 ? strerror(errno) : "path too long");
+            rc = 1;
+            goto done;
+        }
+        self[len] = 0;
+        rc = launch_tcp(nproc, nnodes, node_rank, master_addr ? master_addr : "127.0.0.1", (int)port, dry_run, self,
+                        argv + sub, argc - sub);
+        goto done;
+    }
+
+    /* mpi. Nodes: the hostfile's (its first N with --nnodes N), else --nnodes */
     int oversubscribe_given = mpi_arg_given(mpi_args, n_mpi, "oversubscribe");
     if (hostfile) {
         if (hostfile_read(&hf, hostfile)) goto done;
@@ -490,9 +758,12 @@ int cmd_launch(int argc, char **argv) {
                 "  and run there: llmforge launch --nproc-per-node %ld --hostfile HOSTFILE -- %s ...\n"
                 "  On node rank%s %s there is nothing to start (ssh from node 0 must reach them).\n"
                 "  Inside a Slurm allocation%s, skip mpirun: srun -N %ld --ntasks-per-node %ld "
-                "--kill-on-bad-exit=1 llmforge %s ...\n",
+                "--kill-on-bad-exit=1 llmforge %s ...\n"
+                "  Or, with no MPI, run one launch per node that starts its own ranks: llmforge launch --rdzv tcp\n"
+                "  --nnodes %ld --node-rank R --master-addr %s --nproc-per-node %ld -- %s ...\n",
                 g, argv[sub], nnodes > 2 ? "s" : "", nnodes > 2 ? others : "1",
-                getenv("SLURM_JOB_NODELIST") ? " (this shell is in one)" : "", nnodes, g, argv[sub]);
+                getenv("SLURM_JOB_NODELIST") ? " (this shell is in one)" : "", nnodes, g, argv[sub], nnodes,
+                master_addr ? master_addr : "NODE0", g, argv[sub]);
         goto done;
     }
     if (node_rank > 0) {

@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include "llmforge/backend.h"
 #include "llmforge/checkpoint.h"
+#include "llmforge/comm.h"
 #include "llmforge/data.h"
 #include "llmforge/infer.h"
 #include "llmforge/model.h"
@@ -804,6 +805,16 @@ static int take_global_options(int *argc, char **argv) {
     for (; i < *argc; i++) argv[out++] = argv[i];
     argv[out] = NULL;
     *argc = out;
+#ifdef LF_HAVE_CUDA
+    if (device < 0) {
+        /* no --device and no LLMFORGE_CUDA_DEVICE: one GPU per rank of the
+         * host, the launcher's local rank (mpirun, srun, torchrun's LOCAL_RANK) */
+        const char *e = getenv("LLMFORGE_CUDA_DEVICE");
+        lf_comm_env env;
+        if ((!e || !*e) && lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.local_rank > 0)
+            device = env.local_rank;
+    }
+#endif
     if (device < 0) return 0;
 #ifdef LF_HAVE_CUDA
     if (lf_backend_cuda_set_device((int)device) != LF_OK) {
@@ -843,7 +854,8 @@ static void usage(FILE *f) {
             "global options (before or after the command):\n"
             "  --backend NAME  auto (default: LLMFORGE_BACKEND, else cuda when a GPU answers, else cpu),\n"
             "                  cpu, cuda or cpu-fenced; for train and plan the config key `backend`\n"
-            "  --device N      the CUDA device of the cuda backend (default 0 or LLMFORGE_CUDA_DEVICE)\n",
+            "  --device N      the CUDA device of the cuda backend (default LLMFORGE_CUDA_DEVICE, else the\n"
+            "                  launcher's local rank, else 0)\n",
             LF_VERSION);
 }
 
@@ -852,6 +864,13 @@ int main(int argc, char **argv) {
 #ifdef LF_HAVE_CUDA
     /* "cuda" lives in lf_backend_cuda, above the registry: make it findable */
     if (lf_backend_cuda_register() != LF_OK) {
+        fprintf(stderr, "llmforge: %s\n", lf_last_error());
+        return 1;
+    }
+#endif
+#ifdef LF_HAVE_NCCL
+    /* "nccl" lives in lf_comm_nccl, above the communicator layer: "auto" picks it for the cuda backend */
+    if (lf_comm_nccl_register() != LF_OK) {
         fprintf(stderr, "llmforge: %s\n", lf_last_error());
         return 1;
     }
@@ -886,7 +905,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "--version")) {
         printf("llmforge %s\n", LF_VERSION);
 #ifdef LF_HAVE_CUDA
-        printf("backends: cpu, cpu-bf16, cpu-fenced, cuda\n");
+        printf("backends: cpu, cpu-bf16, cpu-fenced, cuda, cuda-bf16\n");
 #else
         printf("backends: cpu, cpu-bf16, cpu-fenced (no cuda: configured with LF_CUDA=OFF or no nvcc)\n");
 #endif

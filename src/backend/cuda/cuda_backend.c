@@ -1,7 +1,9 @@
 /*
  * The "cuda" backend instance: open/close/sync, device memory with its
- * accounting, host<->device copies, and the ops table, assembled once from
- * the op families' installers (cuda_internal.h). Built into lf_backend_cuda
+ * accounting, host<->device copies, and the ops tables, assembled once from
+ * the op families' installers (cuda_internal.h): "cuda" (fp32) and
+ * "cuda-bf16" (bf16 matmul operands and activation storage, the same
+ * instance machinery; cuda_bf16.c). Built into lf_backend_cuda
  * (the real runtime) and lf_backend_cuda_shim (the CUDA-on-CPU shim, what
  * CI runs).
  *
@@ -134,6 +136,7 @@ static void cuda_close(lf_backend *be) {
         (void)cudaFree(c->workspace);
     }
     if (c->reduce_buf) (void)cudaFree(c->reduce_buf);
+    lf__cuda_bf16_release(c);
     if (c->lt) (void)cublasLtDestroy(c->lt);
     if (c->stream) (void)cudaStreamDestroy(c->stream);
     (void)cudaGetLastError();
@@ -280,6 +283,7 @@ static int cuda_devices(void) {
     }
     return n;
 }
+static void *cuda_native_stream(lf_backend *be) { return (void *)lf__cuda_stream(be); }
 
 /* ---------------------------------------------------------------- the table */
 
@@ -305,6 +309,7 @@ static void cuda_table_init(void) {
     o->mem_info = cuda_mem_info;
     o->device_name = cuda_device_name;
     o->devices = cuda_devices;
+    o->native_stream = cuda_native_stream;
     lf__cuda_install_dense(o);
     lf__cuda_install_pointwise(o);
     lf__cuda_install_attention(o);
@@ -315,4 +320,25 @@ const lf_backend_ops *lf__backend_cuda(void) {
     return &g_cuda_ops;
 }
 
-lf_status lf_backend_cuda_register(void) { return lf__backend_register(lf__backend_cuda()); }
+/* "cuda-bf16": the "cuda" table (the same instance machinery: open, close,
+ * memory, streams, every kernel) with bf16 matmul operands and bf16
+ * activation storage (cuda_bf16.c says what differs and why). */
+static lf_backend_ops g_cuda_bf16_ops;
+static pthread_once_t g_cuda_bf16_once = PTHREAD_ONCE_INIT;
+
+static void cuda_bf16_table_init(void) {
+    g_cuda_bf16_ops = *lf__backend_cuda();
+    g_cuda_bf16_ops.name = "cuda-bf16";
+    g_cuda_bf16_ops.act_dtypes = LF_DT_BIT(LF_DT_F32) | LF_DT_BIT(LF_DT_BF16);
+    lf__cuda_install_bf16(&g_cuda_bf16_ops);
+}
+
+const lf_backend_ops *lf__backend_cuda_bf16(void) {
+    pthread_once(&g_cuda_bf16_once, cuda_bf16_table_init);
+    return &g_cuda_bf16_ops;
+}
+
+lf_status lf_backend_cuda_register(void) {
+    const lf_status st = lf__backend_register(lf__backend_cuda());
+    return st != LF_OK ? st : lf__backend_register(lf__backend_cuda_bf16());
+}

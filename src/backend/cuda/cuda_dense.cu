@@ -3,7 +3,8 @@
  * matmul pair, the forward's bias add where cuBLASLt's epilogue is not used,
  * scale and add_inplace. The matrix products themselves are
  * cuBLASLt's (cuda_ops_dense.c); these are the few element-wise and
- * reduction passes around them.
+ * reduction passes around them, and the fp32 -> bf16 cast of cuda-bf16's
+ * operands and of convert.
  *
  * Why our own bias-gradient kernel instead of cuBLASLt's BGRADB epilogue:
  * the contract accumulates parameter gradients (dbias += ...), BGRADB
@@ -21,7 +22,7 @@
  *                  row order in fp32; then a shared-memory tree over the
  *                  32 row lanes (5 levels, fixed pairing) and one += into
  *                  dbias by the y == 0 row.
- *   bias_add, scale, add
+ *   bias_add, scale, add, cast_bf16
  *                  grid-stride loops, 256-thread blocks, at most 8192
  *                  blocks (enough to fill an H100 several times over).
  *
@@ -35,6 +36,7 @@
  * gamma_{ceil(N/32)+6} * (sum_n |dout[n,o]| + |dbias[o]|) of the exact
  * value (Higham, Accuracy and Stability, 4.2).
  */
+#include <stdint.h>
 #include "cuda_compat.h"
 #include "cuda_dense.h"
 
@@ -67,6 +69,14 @@ __global__ void dense_bias_add(float *__restrict__ out, const float *__restrict_
 __global__ void dense_scale(float *__restrict__ x, size_t n, float s) {
     const size_t step = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) x[i] *= s;
+}
+
+/* fp32 -> bf16 bits, round to nearest even (cvt.rn.bf16.f32): the one
+ * conversion cuda-bf16 applies to matmul operands and activations */
+__global__ void dense_cast_bf16(uint16_t *__restrict__ out, const float *__restrict__ inp, size_t n) {
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(inp[i]));
 }
 
 /* y and x may be the same pointer (y += y), so no __restrict__ */
@@ -102,6 +112,12 @@ extern "C" cudaError_t lf__cuk_bias_add(float *out, const float *bias, int N, in
 extern "C" cudaError_t lf__cuk_scale(float *x, size_t n, float s, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(dense_scale, ew_grid(n), EW_BLOCK, 0, stream, x, n, s);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_cast_bf16(uint16_t *out, const float *inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(dense_cast_bf16, ew_grid(n), EW_BLOCK, 0, stream, out, inp, n);
     return cudaGetLastError();
 }
 

@@ -15,6 +15,7 @@
 #define LF_CUDA_DENSE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "cuda_api.h"
 
 #ifdef __cplusplus
@@ -38,6 +39,10 @@ cudaError_t lf__cuk_scale(float *x, size_t n, float s, cudaStream_t stream);
 
 /* y[i] += x[i], i < n (y and x the same or disjoint). */
 cudaError_t lf__cuk_add_inplace(float *y, const float *x, size_t n, cudaStream_t stream);
+
+/* out[i] = inp[i] rounded to bf16 (nearest even; NaN -> 0x7fff), i < n;
+ * out and inp disjoint. */
+cudaError_t lf__cuk_cast_bf16(uint16_t *out, const float *inp, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

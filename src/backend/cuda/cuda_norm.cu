@@ -1,7 +1,9 @@
 /*
  * LayerNorm and RMSNorm kernels of the CUDA backend (cuda_pointwise.h),
  * forward and backward, fp32 with fp32 row statistics as the CPU computes
- * them (cpu_norm.c, cpu_llama.c).
+ * them (cpu_norm.c, cpu_llama.c). The forward's output is fp32 or, for the
+ * cuda-bf16 table's bf16 activation storage, the same fp32 value rounded
+ * to bf16 at the store (pw_store).
  *
  * Launch shapes:
  *  - forward and backward's dinp: a warp per row, 8 rows a 256-thread
@@ -44,14 +46,15 @@
 
 /* ------------------------------------------------------------- LayerNorm */
 
-__global__ void ln_forward(float *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+template <typename OutT>
+__global__ void ln_forward(OutT *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
                            const float *__restrict__ inp, const float *__restrict__ weight,
                            const float *__restrict__ bias, int N, int C) {
     const int lane = (int)(threadIdx.x & 31u);
     const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
     if (row >= N) return; /* a whole warp: no barrier below */
     const float *__restrict__ x = inp + (size_t)row * C;
-    float *__restrict__ o = out + (size_t)row * C;
+    OutT *__restrict__ o = out + (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) s += x[c];
     const float m = pw_warp_sum(s) / (float)C;
@@ -62,9 +65,9 @@ __global__ void ln_forward(float *__restrict__ out, float *__restrict__ mean, fl
     }
     const float r = 1.0f / sqrtf(pw_warp_sum(v) / (float)C + LN_EPS);
     if (bias) {
-        for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+        for (int c = lane; c < C; c += 32) pw_store(o, (size_t)c, (x[c] - m) * r * weight[c] + bias[c]);
     } else {
-        for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c];
+        for (int c = lane; c < C; c += 32) pw_store(o, (size_t)c, (x[c] - m) * r * weight[c]);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -140,13 +143,20 @@ __global__ void norm_backward_params(float *__restrict__ dweight, float *__restr
     }
 }
 
-extern "C" cudaError_t lf__cuk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                                const float *weight, const float *bias, int N, int C,
-                                                cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_layernorm_forward(void *out, int out_bf16, float *mean, float *rstd,
+                                                const float *inp, const float *weight, const float *bias, int N,
+                                                int C, cudaStream_t stream) {
     if (N < 0 || C < 0) return cudaErrorInvalidValue;
     if (N == 0 || C == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(ln_forward, (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, out, mean, rstd,
-                   inp, weight, bias, N, C);
+    const unsigned grid = (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS);
+    if (out_bf16) {
+        auto *ln_forward_bf16 = &ln_forward<uint16_t>;
+        LF_CUDA_LAUNCH(ln_forward_bf16, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, mean, rstd, inp, weight, bias,
+                       N, C);
+    } else {
+        auto *ln_forward_f32 = &ln_forward<float>;
+        LF_CUDA_LAUNCH(ln_forward_f32, grid, NORM_BLOCK, 0, stream, (float *)out, mean, rstd, inp, weight, bias, N, C);
+    }
     return cudaGetLastError();
 }
 
@@ -171,17 +181,18 @@ extern "C" cudaError_t lf__cuk_layernorm_backward(float *dinp, float *dweight, f
 
 /* ------------------------------------------------------------- RMSNorm */
 
-__global__ void rms_forward(float *__restrict__ out, float *__restrict__ rstd, const float *__restrict__ inp,
+template <typename OutT>
+__global__ void rms_forward(OutT *__restrict__ out, float *__restrict__ rstd, const float *__restrict__ inp,
                             const float *__restrict__ weight, int N, int C, float eps) {
     const int lane = (int)(threadIdx.x & 31u);
     const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
     if (row >= N) return;
     const float *__restrict__ x = inp + (size_t)row * C;
-    float *__restrict__ o = out + (size_t)row * C;
+    OutT *__restrict__ o = out + (size_t)row * C;
     float ss = 0.0f;
     for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
     const float r = 1.0f / sqrtf(pw_warp_sum(ss) / (float)C + eps);
-    for (int c = lane; c < C; c += 32) o[c] = weight[c] * (x[c] * r);
+    for (int c = lane; c < C; c += 32) pw_store(o, (size_t)c, weight[c] * (x[c] * r));
     if (lane == 0) rstd[row] = r;
 }
 
@@ -202,12 +213,18 @@ __global__ void rms_backward_dinp(float *__restrict__ dinp, const float *__restr
     for (int c = lane; c < C; c += 32) di[c] += (weight[c] * d[c] - (x[c] * r) * dot) * r;
 }
 
-extern "C" cudaError_t lf__cuk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
-                                              int C, float eps, cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_rmsnorm_forward(void *out, int out_bf16, float *rstd, const float *inp,
+                                              const float *weight, int N, int C, float eps, cudaStream_t stream) {
     if (N < 0 || C < 0) return cudaErrorInvalidValue;
     if (N == 0 || C == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(rms_forward, (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, out, rstd, inp,
-                   weight, N, C, eps);
+    const unsigned grid = (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS);
+    if (out_bf16) {
+        auto *rms_forward_bf16 = &rms_forward<uint16_t>;
+        LF_CUDA_LAUNCH(rms_forward_bf16, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, rstd, inp, weight, N, C, eps);
+    } else {
+        auto *rms_forward_f32 = &rms_forward<float>;
+        LF_CUDA_LAUNCH(rms_forward_f32, grid, NORM_BLOCK, 0, stream, (float *)out, rstd, inp, weight, N, C, eps);
+    }
     return cudaGetLastError();
 }
 

@@ -35,7 +35,17 @@
  *
  * Precision: CUBLAS_COMPUTE_32F with fp32 scale, A/B/C/D all CUDA_R_32F: no
  * TF32 (the issue's default). inp_dt other than LF_DT_F32 records
- * LF_ERR_UNSUPPORTED (act_dtypes is F32 only; bf16 comes later).
+ * LF_ERR_UNSUPPORTED on "cuda" (act_dtypes is F32 only).
+ *
+ * "cuda-bf16" (lf__cuda_install_dense_bf16) runs the same products with A
+ * and B in CUDA_R_16BF, still CUBLAS_COMPUTE_32F with fp32 scale, C, D and
+ * bias (cuBLASLt's bf16-in, fp32-out row of its type table): the weight
+ * from its cached bf16 copy (cuda_bf16.c), inp as stored when it is bf16,
+ * else rounded into operand scratch, and backward's dout rounded into
+ * scratch too; dbias is still summed from the fp32 dout by our kernel.
+ * These are cpu-bf16's operands (cpu_bf16.c: both operands of every
+ * product rounded to nearest even), so the two backends differ only in
+ * the order of the fp32 sums: bf16 x bf16 products are exact in fp32.
  *
  * Determinism and batch invariance: cuBLAS documents bit-wise reproducible
  * results run to run for one toolkit version on GPUs of one architecture
@@ -124,9 +134,10 @@ static int floats_aligned(lf_backend *be, const char *op, int n, const char *con
 typedef struct lt_product {
     cublasOperation_t ta, tb;
     int m, n, k;
-    const float *A;
+    cudaDataType_t ab; /* A's and B's type: CUDA_R_32F, or CUDA_R_16BF (cuda-bf16); C, D, bias are fp32 */
+    const void *A;
     int lda;
-    const float *B;
+    const void *B;
     int ldb;
     float beta;      /* 0: D overwritten (C not read); 1: D += (C = D) */
     float *D;
@@ -144,9 +155,9 @@ static int lt_matmul(lf_backend *be, const char *op, const char *what, const lt_
     cublasLtMatmulPreference_t pref = NULL;
     char shape[200], call[400];
     int failed = 1;
-    snprintf(shape, sizeof shape, "%s: op(A) %c, op(B) %c, m=%d n=%d k=%d, lda=%d ldb=%d ldd=%d%s", what,
+    snprintf(shape, sizeof shape, "%s: op(A) %c, op(B) %c, m=%d n=%d k=%d, lda=%d ldb=%d ldd=%d%s%s", what,
              p->ta == CUBLAS_OP_N ? 'N' : 'T', p->tb == CUBLAS_OP_N ? 'N' : 'T', p->m, p->n, p->k, p->lda, p->ldb,
-             p->ldd, p->bias ? ", bias epilogue" : "");
+             p->ldd, p->ab == CUDA_R_16BF ? ", bf16 A and B" : "", p->bias ? ", bias epilogue" : "");
 #define LT_CALL(name, expr)                                                                                 \
     do {                                                                                                    \
         cublasStatus_t st_ = (expr);                                                                        \
@@ -175,9 +186,9 @@ static int lt_matmul(lf_backend *be, const char *op, const char *what, const lt_
     const int a_rows = p->ta == CUBLAS_OP_N ? p->m : p->k, a_cols = p->ta == CUBLAS_OP_N ? p->k : p->m;
     const int b_rows = p->tb == CUBLAS_OP_N ? p->k : p->n, b_cols = p->tb == CUBLAS_OP_N ? p->n : p->k;
     LT_CALL("cublasLtMatrixLayoutCreate(A)",
-            cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)a_rows, (uint64_t)a_cols, p->lda));
+            cublasLtMatrixLayoutCreate(&la, p->ab, (uint64_t)a_rows, (uint64_t)a_cols, p->lda));
     LT_CALL("cublasLtMatrixLayoutCreate(B)",
-            cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)b_rows, (uint64_t)b_cols, p->ldb));
+            cublasLtMatrixLayoutCreate(&lb, p->ab, (uint64_t)b_rows, (uint64_t)b_cols, p->ldb));
     LT_CALL("cublasLtMatrixLayoutCreate(D)",
             cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)p->m, (uint64_t)p->n, p->ldd));
     LT_CALL("cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&pref));
@@ -221,28 +232,44 @@ done:
 
 /* ---------------------------------------------------------------- the matmul pair */
 
-static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
-                                const void *inp,             // (N,C) in inp_dt
-                                lf_dtype inp_dt,
-                                const float *weight,         // (C,OC) or (OC,C)
-                                const float *bias,           // (OC) or NULL
-                                int N, int C, int OC, lf_weight_layout layout) {
-    static const char op[] = "matmul_forward";
-    if (!dt_ok(be, op, inp_dt) || !shape_ok(be, op, N, C, OC, layout)) return;
-    if (N == 0 || OC == 0) return; /* nothing to write */
+/* The operands of one call, resolved: A/B of the products in `ab` (fp32, or
+ * bf16 copies for cuda-bf16); w the weight, x the input, d the output
+ * gradient (backward), each in that type. */
+typedef struct mm_operands {
+    cudaDataType_t ab;
+    const void *w, *x, *d;
+} mm_operands;
+
+/* Checks shared by the forward of both tables; 0 when the call is to be
+ * skipped (nothing to do, or a failure recorded). */
+static int forward_ok(lf_backend *be, const char *op, float *out, const void *inp, lf_dtype inp_dt,
+                      const float *weight, const float *bias, int N, int C, int OC, lf_weight_layout layout) {
+    if (!dt_ok(be, op, inp_dt) || !shape_ok(be, op, N, C, OC, layout)) return 0;
+    if (N == 0 || OC == 0) return 0; /* nothing to write */
     if (C == 0) {
         /* out = bias (or 0): cuBLASLt refuses k = 0; no caller has it */
         lf__backend_fail(be, LF_ERR_RANGE, "%s: N=%d C=0 OC=%d: an empty inner dimension", op, N, OC);
-        return;
+        return 0;
     }
     if (!out || !inp || !weight) {
         lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: out, inp and weight must be given (N=%d C=%d OC=%d)", op, N, C,
                          OC);
-        return;
+        return 0;
     }
-    static const char *const names[] = {"out", "inp", "weight", "bias"};
-    const void *const ptrs[] = {out, inp, weight, bias};
-    if (!floats_aligned(be, op, 4, names, ptrs)) return;
+    static const char *const names[] = {"out", "weight", "bias", "inp"};
+    const void *const ptrs[] = {out, weight, bias, inp};
+    /* a bf16 inp needs only its 2-byte alignment */
+    if (!floats_aligned(be, op, inp_dt == LF_DT_F32 ? 4 : 3, names, ptrs)) return 0;
+    if (inp_dt == LF_DT_BF16 && ((uintptr_t)inp & 1u)) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: bf16 inp %p is not aligned to 2 bytes", op, inp);
+        return 0;
+    }
+    return 1;
+}
+
+/* out = x W (+ bias) with the resolved operands. */
+static void forward_product(lf_backend *be, const char *op, float *out, const mm_operands *o, const float *bias,
+                            int N, int C, int OC, lf_weight_layout layout) {
     const int epilogue = bias && alignment_of(bias) >= LF_CUDA_BIAS_EPILOGUE_ALIGN;
     char what[96];
     snprintf(what, sizeof what, "out = inp @ %s, N=%d C=%d OC=%d", layout == LF_W_IN_OUT ? "W" : "W^T", N, C, OC);
@@ -250,8 +277,9 @@ static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
         .ta = layout == LF_W_IN_OUT ? CUBLAS_OP_N : CUBLAS_OP_T,
         .tb = CUBLAS_OP_N,
         .m = OC, .n = N, .k = C,
-        .A = weight, .lda = layout == LF_W_IN_OUT ? OC : C,
-        .B = inp, .ldb = C,
+        .ab = o->ab,
+        .A = o->w, .lda = layout == LF_W_IN_OUT ? OC : C,
+        .B = o->x, .ldb = C,
         .beta = 0.0f,
         .D = out, .ldd = OC,
         .bias = epilogue ? bias : NULL,
@@ -261,25 +289,44 @@ static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
         lf__cuda_check(be, lf__cuk_bias_add(out, bias, N, OC, lf__cuda_stream(be)), op, "dense_bias_add");
 }
 
-static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwritten) or NULL
-                                 float *dweight,              // same shape as weight, +=
-                                 float *dbias,                // (OC) += or NULL
-                                 const float *dout,           // (N,OC)
-                                 const void *inp,             // (N,C) in inp_dt
-                                 lf_dtype inp_dt,
-                                 const float *weight,         // (C,OC) or (OC,C)
-                                 int N, int C, int OC, lf_weight_layout layout) {
-    static const char op[] = "matmul_backward";
-    if (!dt_ok(be, op, inp_dt) || !shape_ok(be, op, N, C, OC, layout)) return;
-    if (N == 0 || C == 0 || OC == 0) return; /* every product and sum is empty (as the CPU backend) */
+static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
+                                const void *inp,             // (N,C) in inp_dt
+                                lf_dtype inp_dt,
+                                const float *weight,         // (C,OC) or (OC,C)
+                                const float *bias,           // (OC) or NULL
+                                int N, int C, int OC, lf_weight_layout layout) {
+    static const char op[] = "matmul_forward";
+    if (!forward_ok(be, op, out, inp, inp_dt, weight, bias, N, C, OC, layout)) return;
+    const mm_operands o = {.ab = CUDA_R_32F, .w = weight, .x = inp, .d = NULL};
+    forward_product(be, op, out, &o, bias, N, C, OC, layout);
+}
+
+/* Checks shared by the backward of both tables, as forward_ok. */
+static int backward_ok(lf_backend *be, const char *op, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const void *inp, lf_dtype inp_dt, const float *weight, int N, int C,
+                       int OC, lf_weight_layout layout) {
+    if (!dt_ok(be, op, inp_dt) || !shape_ok(be, op, N, C, OC, layout)) return 0;
+    if (N == 0 || C == 0 || OC == 0) return 0; /* every product and sum is empty (as the CPU backend) */
     if (!dweight || !dout || !inp || (dinp && !weight)) {
         lf__backend_fail(be, LF_ERR_INVALID_ARG,
                          "%s: dweight, dout, inp (and weight, with dinp) must be given (N=%d C=%d OC=%d)", op, N, C, OC);
-        return;
+        return 0;
     }
-    static const char *const names[] = {"dinp", "dweight", "dbias", "dout", "inp", "weight"};
-    const void *const ptrs[] = {dinp, dweight, dbias, dout, inp, weight};
-    if (!floats_aligned(be, op, 6, names, ptrs)) return;
+    static const char *const names[] = {"dinp", "dweight", "dbias", "dout", "weight", "inp"};
+    const void *const ptrs[] = {dinp, dweight, dbias, dout, weight, inp};
+    if (!floats_aligned(be, op, inp_dt == LF_DT_F32 ? 6 : 5, names, ptrs)) return 0;
+    if (inp_dt == LF_DT_BF16 && ((uintptr_t)inp & 1u)) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: bf16 inp %p is not aligned to 2 bytes", op, inp);
+        return 0;
+    }
+    return 1;
+}
+
+/* dinp = dout W^T (or dout W), dW += ..., dbias += column sums of the fp32
+ * dout, with the resolved operands (o->w unused when dinp is NULL). */
+static void backward_products(lf_backend *be, const char *op, float *dinp, float *dweight, float *dbias,
+                              const float *dout, const mm_operands *o, int N, int C, int OC,
+                              lf_weight_layout layout) {
     const int in_out = layout == LF_W_IN_OUT;
     char what[112];
     if (dinp) {
@@ -288,8 +335,9 @@ static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwr
             .ta = in_out ? CUBLAS_OP_T : CUBLAS_OP_N,
             .tb = CUBLAS_OP_N,
             .m = C, .n = N, .k = OC,
-            .A = weight, .lda = in_out ? OC : C,
-            .B = dout, .ldb = OC,
+            .ab = o->ab,
+            .A = o->w, .lda = in_out ? OC : C,
+            .B = o->d, .ldb = OC,
             .beta = 0.0f,
             .D = dinp, .ldd = C,
             .bias = NULL,
@@ -302,8 +350,9 @@ static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwr
         q = (lt_product){
             .ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T,
             .m = OC, .n = C, .k = N,
-            .A = dout, .lda = OC,
-            .B = inp, .ldb = C,
+            .ab = o->ab,
+            .A = o->d, .lda = OC,
+            .B = o->x, .ldb = C,
             .beta = 1.0f,
             .D = dweight, .ldd = OC,
             .bias = NULL,
@@ -313,8 +362,9 @@ static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwr
         q = (lt_product){
             .ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T,
             .m = C, .n = OC, .k = N,
-            .A = inp, .lda = C,
-            .B = dout, .ldb = OC,
+            .ab = o->ab,
+            .A = o->x, .lda = C,
+            .B = o->d, .ldb = OC,
             .beta = 1.0f,
             .D = dweight, .ldd = C,
             .bias = NULL,
@@ -324,6 +374,63 @@ static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwr
     if (dbias)
         lf__cuda_check(be, lf__cuk_bias_backward(dbias, dout, N, OC, lf__cuda_stream(be)), op,
                        "dense_bias_backward");
+}
+
+static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwritten) or NULL
+                                 float *dweight,              // same shape as weight, +=
+                                 float *dbias,                // (OC) += or NULL
+                                 const float *dout,           // (N,OC)
+                                 const void *inp,             // (N,C) in inp_dt
+                                 lf_dtype inp_dt,
+                                 const float *weight,         // (C,OC) or (OC,C)
+                                 int N, int C, int OC, lf_weight_layout layout) {
+    static const char op[] = "matmul_backward";
+    if (!backward_ok(be, op, dinp, dweight, dbias, dout, inp, inp_dt, weight, N, C, OC, layout)) return;
+    const mm_operands o = {.ab = CUDA_R_32F, .w = weight, .x = inp, .d = dout};
+    backward_products(be, op, dinp, dweight, dbias, dout, &o, N, C, OC, layout);
+}
+
+/* ---------------------------------------------------------------- cuda-bf16's matmul pair */
+
+/* The input as bf16: as stored (LF_DT_BF16), else rounded into operand
+ * scratch `slot` (cuda_bf16.c). NULL: failure recorded. */
+static const uint16_t *bf16_input(lf_backend *be, const char *op, int slot, const void *x, lf_dtype dt, size_t n) {
+    if (dt == LF_DT_BF16) return x;
+    uint16_t *s = lf__cuda_bf16_scratch(be, op, slot, n);
+    if (!s) return NULL;
+    if (lf__cuda_check(be, lf__cuk_cast_bf16(s, x, n, lf__cuda_stream(be)), op, "dense_cast_bf16")) return NULL;
+    return s;
+}
+
+static void cuda_bf16_matmul_forward(lf_backend *be, float *out,  // (N,OC)
+                                     const void *inp,             // (N,C) in inp_dt
+                                     lf_dtype inp_dt,
+                                     const float *weight,         // (C,OC) or (OC,C)
+                                     const float *bias,           // (OC) or NULL
+                                     int N, int C, int OC, lf_weight_layout layout) {
+    static const char op[] = "matmul_forward";
+    if (!forward_ok(be, op, out, inp, inp_dt, weight, bias, N, C, OC, layout)) return;
+    mm_operands o = {.ab = CUDA_R_16BF};
+    if (!(o.w = lf__cuda_bf16_weight(be, op, weight, (size_t)C * OC))) return;
+    if (!(o.x = bf16_input(be, op, 0, inp, inp_dt, (size_t)N * C))) return;
+    forward_product(be, op, out, &o, bias, N, C, OC, layout);
+}
+
+static void cuda_bf16_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwritten) or NULL
+                                      float *dweight,              // same shape as weight, +=
+                                      float *dbias,                // (OC) += or NULL
+                                      const float *dout,           // (N,OC)
+                                      const void *inp,             // (N,C) in inp_dt
+                                      lf_dtype inp_dt,
+                                      const float *weight,         // (C,OC) or (OC,C)
+                                      int N, int C, int OC, lf_weight_layout layout) {
+    static const char op[] = "matmul_backward";
+    if (!backward_ok(be, op, dinp, dweight, dbias, dout, inp, inp_dt, weight, N, C, OC, layout)) return;
+    mm_operands o = {.ab = CUDA_R_16BF};
+    if (dinp && !(o.w = lf__cuda_bf16_weight(be, op, weight, (size_t)C * OC))) return;
+    if (!(o.x = bf16_input(be, op, 0, inp, inp_dt, (size_t)N * C))) return;
+    if (!(o.d = bf16_input(be, op, 1, dout, LF_DT_F32, (size_t)N * OC))) return;
+    backward_products(be, op, dinp, dweight, dbias, dout, &o, N, C, OC, layout);
 }
 
 /* ---------------------------------------------------------------- element-wise */
@@ -339,9 +446,19 @@ static void cuda_add_inplace(lf_backend *be, float *y, const float *x, size_t n)
 }
 
 /* out = inp for fp32 storage (out and inp the same or disjoint, as the
- * contract's callers use it); anything else is unsupported on "cuda" now. */
+ * contract's callers use it); for bf16 storage (cuda-bf16 only: act_dtypes)
+ * the rounding, out and inp disjoint. */
 static void cuda_convert(lf_backend *be, void *out, lf_dtype out_dt, const float *inp, size_t n) {
     if (!dt_ok(be, "convert", out_dt)) return;
+    if (out_dt == LF_DT_BF16) {
+        if (!n) return;
+        if (out == (const void *)inp) {
+            lf__backend_fail(be, LF_ERR_INVALID_ARG, "convert: bf16 out must not be inp (%p)", out);
+            return;
+        }
+        lf__cuda_check(be, lf__cuk_cast_bf16(out, inp, n, lf__cuda_stream(be)), "convert", "dense_cast_bf16");
+        return;
+    }
     if (!n || out == (const void *)inp) return;
     lf__cuda_check(be, cudaMemcpyAsync(out, inp, n * sizeof(float), cudaMemcpyDeviceToDevice, lf__cuda_stream(be)),
                    "convert", "cudaMemcpyAsync");
@@ -355,4 +472,9 @@ void lf__cuda_install_dense(lf_backend_ops *ops) {
     ops->convert = cuda_convert;
     /* replicas / run_replicas stay NULL: one replica on a device.
      * batch_invariant stays 0: cuBLASLt's algorithm may change with N. */
+}
+
+void lf__cuda_install_dense_bf16(lf_backend_ops *ops) {
+    ops->matmul_forward = cuda_bf16_matmul_forward;
+    ops->matmul_backward = cuda_bf16_matmul_backward;
 }

@@ -5,6 +5,10 @@
  * squares and the fp16 rounding. Kernels: cuda_pointwise.cu, cuda_norm.cu,
  * cuda_loss.cu, cuda_optim.cu (declared in cuda_pointwise.h).
  *
+ * The same slots serve both tables ("cuda" and "cuda-bf16"): the norms,
+ * GELU and SwiGLU write bf16 storage when out_dt asks and the table offers
+ * it (act_dtypes), which only cuda-bf16 does.
+ *
  * Each slot has the table's exact signature, refuses what the CPU backend
  * refuses (an activation dtype outside act_dtypes: LF_ERR_UNSUPPORTED;
  * RoPE's head layout and positions, the cross-entropy's vocabulary:
@@ -70,7 +74,9 @@ static void cu_encoder_backward(lf_backend *be, float *dwte, float *dwpe, const 
 static void cu_layernorm_forward(lf_backend *be, void *out, lf_dtype out_dt, float *mean, float *rstd,
                                  const float *inp, const float *weight, const float *bias, int N, int C) {
     if (!dt_ok(be, "layernorm_forward", out_dt) || bad_size(be, "layernorm_forward", "rows x channels", N, C)) return;
-    lf__cuda_check(be, lf__cuk_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, lf__cuda_stream(be)),
+    lf__cuda_check(be,
+                   lf__cuk_layernorm_forward(out, out_dt == LF_DT_BF16, mean, rstd, inp, weight, bias, N, C,
+                                             lf__cuda_stream(be)),
                    "layernorm_forward", "ln_forward");
 }
 
@@ -87,7 +93,9 @@ static void cu_layernorm_backward(lf_backend *be, float *dinp, float *dweight, f
 static void cu_rmsnorm_forward(lf_backend *be, void *out, lf_dtype out_dt, float *rstd, const float *inp,
                                const float *weight, int N, int C, float eps) {
     if (!dt_ok(be, "rmsnorm_forward", out_dt) || bad_size(be, "rmsnorm_forward", "rows x channels", N, C)) return;
-    lf__cuda_check(be, lf__cuk_rmsnorm_forward(out, rstd, inp, weight, N, C, eps, lf__cuda_stream(be)),
+    lf__cuda_check(be,
+                   lf__cuk_rmsnorm_forward(out, out_dt == LF_DT_BF16, rstd, inp, weight, N, C, eps,
+                                           lf__cuda_stream(be)),
                    "rmsnorm_forward", "rms_forward");
 }
 
@@ -102,7 +110,8 @@ static void cu_rmsnorm_backward(lf_backend *be, float *dinp, float *dweight, con
 
 static void cu_gelu_forward(lf_backend *be, void *out, lf_dtype out_dt, const float *inp, size_t n) {
     if (!dt_ok(be, "gelu_forward", out_dt)) return;
-    lf__cuda_check(be, lf__cuk_gelu_forward(out, inp, n, lf__cuda_stream(be)), "gelu_forward", "pw_gelu_forward");
+    lf__cuda_check(be, lf__cuk_gelu_forward(out, out_dt == LF_DT_BF16, inp, n, lf__cuda_stream(be)), "gelu_forward",
+                   "pw_gelu_forward");
 }
 
 static void cu_gelu_backward(lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
@@ -112,8 +121,8 @@ static void cu_gelu_backward(lf_backend *be, float *dinp, const float *inp, cons
 
 static void cu_swiglu_forward(lf_backend *be, void *out, lf_dtype out_dt, const float *inp, int N, int F) {
     if (!dt_ok(be, "swiglu_forward", out_dt) || bad_size(be, "swiglu_forward", "rows x width", N, F)) return;
-    lf__cuda_check(be, lf__cuk_swiglu_forward(out, inp, N, F, lf__cuda_stream(be)), "swiglu_forward",
-                   "pw_swiglu_forward");
+    lf__cuda_check(be, lf__cuk_swiglu_forward(out, out_dt == LF_DT_BF16, inp, N, F, lf__cuda_stream(be)),
+                   "swiglu_forward", "pw_swiglu_forward");
 }
 
 static void cu_swiglu_backward(lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F) {
@@ -262,9 +271,9 @@ static double cu_loss_sum(lf_backend *be, const float *losses, const int32_t *ta
 
 /* ---------------------------------------------------------------- optimizer */
 
-static void cu_adamw_update(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                            int t) {
+void lf__cuda_adamw(lf_backend *be, float *params, const float *grads, float *m, float *v, uint16_t *shadow,
+                    size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int t) {
     /* cpu_optim.c adamw_consts, term for term */
     if (t < 1) t = 1;
     const double bc1 = 1.0 - pow((double)beta1, (double)t);
@@ -279,7 +288,14 @@ static void cu_adamw_update(lf_backend *be, float *params, const float *grads, f
                         .grad_scale = grad_scale};
     k.w1c = 1.0f - k.w1;
     k.lerp_low = fabsf(k.w1) < 0.5f;
-    lf__cuda_check(be, lf__cuk_adamw(params, grads, m, v, n, k, lf__cuda_stream(be)), "adamw_update", "opt_adamw");
+    lf__cuda_check(be, lf__cuk_adamw(params, grads, m, v, shadow, n, k, lf__cuda_stream(be)), "adamw_update",
+                   "opt_adamw");
+}
+
+static void cu_adamw_update(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                            int t) {
+    lf__cuda_adamw(be, params, grads, m, v, NULL, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
 static double cu_sum_squares(lf_backend *be, const float *x, size_t n) {

@@ -8,7 +8,10 @@
  * expression order with the CPU's constants (formed on the host by the
  * same code: torch.optim.AdamW's single-tensor update, lerp for m, the bias
  * corrections in double). Differences from the CPU are FMA contractions
- * only (m's lerp and v's b2*v + (1-b2)*g^2), a rounding each.
+ * only (m's lerp and v's b2*v + (1-b2)*g^2), a rounding each. With a
+ * shadow (cuda-bf16) the thread also stores its new parameter rounded to
+ * bf16, renewing the cached weight copy in the same pass, as cpu-bf16's
+ * AdamW does (cpu_optim.c).
  *
  * sum_squares: at most LF_CUK_SS_BLOCKS blocks of 256 threads; thread t of
  * block b adds x[i]^2 in double over i = b*256 + t + k*(blocks*256), the
@@ -30,7 +33,7 @@
 #define OPT_BLOCK 256
 
 __global__ void opt_adamw(float *__restrict__ params, const float *__restrict__ grads, float *__restrict__ m,
-                          float *__restrict__ v, size_t n, lf_cuk_adamw_k k) {
+                          float *__restrict__ v, uint16_t *__restrict__ shadow, size_t n, lf_cuk_adamw_k k) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float g = grads[i] * k.grad_scale;
         const float p = params[i] * k.decay;
@@ -40,14 +43,17 @@ __global__ void opt_adamw(float *__restrict__ params, const float *__restrict__ 
         const float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
         m[i] = mi;
         v[i] = vi;
-        params[i] = p + (-k.step_size * mi) / denom;
+        const float np = p + (-k.step_size * mi) / denom;
+        params[i] = np;
+        if (shadow) pw_store(shadow, i, np);
     }
 }
 
-extern "C" cudaError_t lf__cuk_adamw(float *params, const float *grads, float *m, float *v, size_t n,
-                                    lf_cuk_adamw_k k, cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_adamw(float *params, const float *grads, float *m, float *v, uint16_t *shadow,
+                                    size_t n, lf_cuk_adamw_k k, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(opt_adamw, pw_blocks(n, OPT_BLOCK, PW_GRID_CAP), OPT_BLOCK, 0, stream, params, grads, m, v, n, k);
+    LF_CUDA_LAUNCH(opt_adamw, pw_blocks(n, OPT_BLOCK, PW_GRID_CAP), OPT_BLOCK, 0, stream, params, grads, m, v, shadow,
+                   n, k);
     return cudaGetLastError();
 }
 

@@ -18,6 +18,9 @@
  * exactly the CPU's sequence of float additions (cpu_pointwise.c), so the
  * CPU's bits.
  *
+ * GELU's and SwiGLU's forward write fp32 or (the cuda-bf16 table's bf16
+ * activation storage) that fp32 value rounded to bf16 at the store.
+ *
  * Invariants:
  *  - Arithmetic is the CPU's expression by expression (GELU's sigmoid form
  *    x / (1 + exp(-2u)) with the CPU's Cephes exp, SwiGLU's
@@ -148,11 +151,12 @@ extern "C" cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const 
 #define GELU_BETA 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_KAPPA 0.044715f
 
-__global__ void pw_gelu_forward(float *__restrict__ out, const float *__restrict__ inp, size_t n) {
+template <typename OutT>
+__global__ void pw_gelu_forward(OutT *__restrict__ out, const float *__restrict__ inp, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float x = inp[i];
         const float inner = GELU_BETA * (x + GELU_KAPPA * x * x * x);
-        out[i] = x / (1.0f + pw_expf_f32(-2.0f * inner));
+        pw_store(out, i, x / (1.0f + pw_expf_f32(-2.0f * inner)));
     }
 }
 
@@ -167,9 +171,17 @@ __global__ void pw_gelu_backward(float *__restrict__ dinp, const float *__restri
     }
 }
 
-extern "C" cudaError_t lf__cuk_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_gelu_forward(void *out, int out_bf16, const float *inp, size_t n,
+                                           cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(pw_gelu_forward, pw_blocks(n, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, inp, n);
+    const unsigned grid = pw_blocks(n, PW_BLOCK, PW_GRID_CAP);
+    if (out_bf16) {
+        auto *pw_gelu_forward_bf16 = &pw_gelu_forward<uint16_t>;
+        LF_CUDA_LAUNCH(pw_gelu_forward_bf16, grid, PW_BLOCK, 0, stream, (uint16_t *)out, inp, n);
+    } else {
+        auto *pw_gelu_forward_f32 = &pw_gelu_forward<float>;
+        LF_CUDA_LAUNCH(pw_gelu_forward_f32, grid, PW_BLOCK, 0, stream, (float *)out, inp, n);
+    }
     return cudaGetLastError();
 }
 
@@ -182,11 +194,12 @@ extern "C" cudaError_t lf__cuk_gelu_backward(float *dinp, const float *inp, cons
 
 /* ------------------------------------------------------------- SwiGLU */
 
-__global__ void pw_swiglu_forward(float *__restrict__ out, const float *__restrict__ inp, int F, size_t total) {
+template <typename OutT>
+__global__ void pw_swiglu_forward(OutT *__restrict__ out, const float *__restrict__ inp, int F, size_t total) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t n = i / (size_t)F, j = i - n * (size_t)F;
         const float g = inp[n * 2 * F + j], u = inp[n * 2 * F + F + j];
-        out[i] = g / (1.0f + pw_expf_f32(-g)) * u;
+        pw_store(out, i, g / (1.0f + pw_expf_f32(-g)) * u);
     }
 }
 
@@ -202,12 +215,19 @@ __global__ void pw_swiglu_backward(float *__restrict__ dinp, const float *__rest
     }
 }
 
-extern "C" cudaError_t lf__cuk_swiglu_forward(float *out, const float *inp, int N, int F, cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_swiglu_forward(void *out, int out_bf16, const float *inp, int N, int F,
+                                             cudaStream_t stream) {
     if (N < 0 || F < 0) return cudaErrorInvalidValue;
     const size_t total = (size_t)N * F;
     if (total == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(pw_swiglu_forward, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, inp, F,
-                   total);
+    const unsigned grid = pw_blocks(total, PW_BLOCK, PW_GRID_CAP);
+    if (out_bf16) {
+        auto *pw_swiglu_forward_bf16 = &pw_swiglu_forward<uint16_t>;
+        LF_CUDA_LAUNCH(pw_swiglu_forward_bf16, grid, PW_BLOCK, 0, stream, (uint16_t *)out, inp, F, total);
+    } else {
+        auto *pw_swiglu_forward_f32 = &pw_swiglu_forward<float>;
+        LF_CUDA_LAUNCH(pw_swiglu_forward_f32, grid, PW_BLOCK, 0, stream, (float *)out, inp, F, total);
+    }
     return cudaGetLastError();
 }
 

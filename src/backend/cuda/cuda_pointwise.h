@@ -43,21 +43,24 @@ cudaError_t lf__cuk_encoder_forward(float *out, const int32_t *inp, const float 
 cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                                      int C, cudaStream_t stream);
 
-/* ---- norms (fp32 output). backward adds into dinp, dweight (and dbias). */
-cudaError_t lf__cuk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                                      const float *bias, int N, int C, cudaStream_t stream);
+/* ---- norms. The forward's out is fp32, or with out_bf16 uint16_t bf16
+ * bits: each element the fp32 result rounded to nearest even (the same
+ * arithmetic, rounded at the store). backward adds into dinp, dweight (and
+ * dbias). */
+cudaError_t lf__cuk_layernorm_forward(void *out, int out_bf16, float *mean, float *rstd, const float *inp,
+                                      const float *weight, const float *bias, int N, int C, cudaStream_t stream);
 cudaError_t lf__cuk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                        const float *inp, const float *weight, const float *mean, const float *rstd,
                                        int N, int C, cudaStream_t stream);
-cudaError_t lf__cuk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
-                                    float eps, cudaStream_t stream);
+cudaError_t lf__cuk_rmsnorm_forward(void *out, int out_bf16, float *rstd, const float *inp, const float *weight,
+                                    int N, int C, float eps, cudaStream_t stream);
 cudaError_t lf__cuk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                      const float *weight, const float *rstd, int N, int C, cudaStream_t stream);
 
-/* ---- activations */
-cudaError_t lf__cuk_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t stream);
+/* ---- activations (the forwards' out: fp32, or bf16 bits with out_bf16, as the norms) */
+cudaError_t lf__cuk_gelu_forward(void *out, int out_bf16, const float *inp, size_t n, cudaStream_t stream);
 cudaError_t lf__cuk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, cudaStream_t stream);
-cudaError_t lf__cuk_swiglu_forward(float *out, const float *inp, int N, int F, cudaStream_t stream);
+cudaError_t lf__cuk_swiglu_forward(void *out, int out_bf16, const float *inp, int N, int F, cudaStream_t stream);
 cudaError_t lf__cuk_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F,
                                     cudaStream_t stream);
 
@@ -99,8 +102,10 @@ typedef struct lf_cuk_adamw_k {
     float decay, step_size, bc2_sqrt, w1, w1c, b2, omb2, eps, grad_scale;
     int lerp_low;
 } lf_cuk_adamw_k;
-cudaError_t lf__cuk_adamw(float *params, const float *grads, float *m, float *v, size_t n, lf_cuk_adamw_k k,
-                          cudaStream_t stream);
+/* shadow: NULL, or n uint16_t that receive the new params rounded to bf16
+ * (the cuda-bf16 table's cached weight copy, renewed in the same pass). */
+cudaError_t lf__cuk_adamw(float *params, const float *grads, float *m, float *v, uint16_t *shadow, size_t n,
+                          lf_cuk_adamw_k k, cudaStream_t stream);
 /* *out = sum of x[i]^2 in double: LF_CUK_SS_BLOCKS (or fewer) blocks write
  * partial sums (a fixed tree each), one block adds them in a fixed tree.
  * partial: LF_CUK_SS_BLOCKS doubles of scratch. */

@@ -105,6 +105,16 @@ __device__ __forceinline__ float pw_expf_f32(float x) {
     return p * __uint_as_float((ki + 127u) << 23);
 }
 
+/* An activation output element: fp32 as computed, or (bf16 storage, the
+ * cuda-bf16 table) that fp32 value rounded to nearest even by CUDA's
+ * cvt.rn.bf16.f32 (NaN becomes the canonical 0x7fff). The value is computed
+ * by the same expression either way and rounded only at the store, so a
+ * bf16 output is exactly the rounding of the fp32 output. */
+__device__ __forceinline__ void pw_store(float *o, size_t i, float v) { o[i] = v; }
+__device__ __forceinline__ void pw_store(uint16_t *o, size_t i, float v) {
+    o[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
 /* Blocks for n items at `per` items a block, capped (kernels loop
  * grid-stride over the rest). At least 1. */
 static inline unsigned pw_blocks(size_t n, size_t per, unsigned cap) {

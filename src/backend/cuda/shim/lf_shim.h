@@ -69,6 +69,11 @@ void lf_shim_fail_malloc(long after);
  * launch or cudaDeviceReset. */
 const char *lf_shim_last_error_detail(void);
 
+/* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation (what
+ * the copies check), else 0: for libraries layered on the shim that take
+ * device pointers (the NCCL shim, src/comm/nccl/shim), so host memory
+ * passed where a GPU needs device memory fails here as it would there. */
+int lf_shim_device_range(const void *p, size_t bytes);
 /* Fiber switches made since the process started (a measure of what a
  * kernel cost the scheduler; a switch is one jump between a fiber and the
  * scheduler). */

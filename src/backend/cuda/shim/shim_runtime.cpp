@@ -657,6 +657,8 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     return cudaSuccess;
 }
 
+extern "C" int lf_shim_device_range(const void *p, size_t bytes) { return lf_shim_rt::device_range(p, bytes); }
+
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t stream) {
     ENTER();
     if (!lf_shim_rt::stream_valid(stream))
