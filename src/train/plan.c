@@ -147,6 +147,9 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)" : "AdamW moments (fp32, 2 per parameter)",
         p->optim_bytes, dev);
     if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * (Z >= 1 ? p->shard : P)) * f, 0);
+    /* checkpoint.async: the snapshot the background writer owns, on the rank
+     * that writes (trainer.c; ZeRO is refused with async, so the whole model) */
+    if (cfg->ckpt_async && rank == 0) add(p, "checkpoint.async snapshot (host copies)", 3 * P * f, 0);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s%s)", lf_recompute_name(rc),
              p->act_dtype == LF_ACT_BF16 ? ", bf16" : "");

@@ -7,6 +7,7 @@
  *    exists: LF_ERR_NOMEM, a message naming the limit, the largest consumers
  *    and the changes that would fit, each with its saving; nothing trained or
  *    checkpointed; the advised micro-batch then fits under the same limit;
+ *  - checkpoint.async's snapshot is planned on the writing rank;
  *  - an allocation failure injected at every allocation of the trainer's
  *    setup in turn is reported as LF_ERR_NOMEM and frees everything (the
  *    ASan build checks the leaks).
@@ -143,6 +144,29 @@ static void test_over_limit_stops_with_advice(void **state) {
  * saving (activations stored in bf16, less the weight copies and scratch),
  * and the bf16 run starts under the same limit with its activations exactly
  * as planned. */
+/* checkpoint.async's snapshot (three host copies of the model, on the rank
+ * that writes) is in the plan: exactly 3 x 4 bytes per parameter more on
+ * rank 0, nothing on another rank. */
+static void test_async_snapshot_planned(void **state) {
+    (void)state;
+    lf_train_config c = cfg_of("async");
+    c.world_size = 2; /* the batch identity's ranks: 16 = 8 x 1 x 2 */
+    c.micro_batch = 8;
+    lf_model_config m = c.model;
+    m.vocab_size = 65;
+    for (int rank = 0; rank < 2; rank++) {
+        lf_mem_plan sync, async;
+        c.ckpt_async = 0;
+        LF_ASSERT_OK(lf_mem_plan_make_rank(&sync, &c, &m, 2, 0, rank));
+        c.ckpt_async = 1;
+        LF_ASSERT_OK(lf_mem_plan_make_rank(&async, &c, &m, 2, 0, rank));
+        assert_int_equal(async.total - sync.total, rank == 0 ? 3 * sync.params * sizeof(float) : 0);
+        int named = 0;
+        for (int i = 0; i < async.n_items; i++) named += strstr(async.items[i].name, "checkpoint.async snapshot") != NULL;
+        assert_int_equal(named, rank == 0);
+    }
+}
+
 static void test_bf16_advice(void **state) {
     (void)state;
     lf_backend_cpu_set_threads(2);
@@ -214,6 +238,7 @@ int main(void) {
         cmocka_unit_test(test_plan_adds_up),
         cmocka_unit_test(test_over_limit_stops_with_advice),
         cmocka_unit_test(test_bf16_advice),
+        cmocka_unit_test(test_async_snapshot_planned),
         cmocka_unit_test(test_injected_allocation_failures),
     };
     return cmocka_run_group_tests(tests, setup, char_fixture_teardown);
