@@ -485,7 +485,7 @@ static void contains(const outcome *o, const char *want) {
 static const job k_job = {.timeout_s = 2, .stall_rank = -1, .kill_rank = -1, .odd_rank = -1, .abort_rank = -1};
 
 static void collectives_on(int P) {
-    spec sp[MAX_RANKS];
+    spec sp[MAX_RANKS] = {{0}}; /* set below for the P ranks used (GCC -O1 cannot tell) */
     outcome out[MAX_RANKS];
     for (int i = 0; i < P; i++) sp[i] = (spec){i, P};
     run_ranks(P, sp, body_collectives, &k_job, 240, out);
