@@ -319,7 +319,11 @@ static void free_state(nccl_state *s, lf_status failed) {
     if (s->have_stream) cudaStreamDestroy(s->comm_stream);
     (void)cudaGetLastError();
     if (s->ctl) {
-        if (failed != LF_OK && s->ctl->failed == LF_OK) s->ctl->failed = failed;
+        /* a collective that timed out or lost a peer may leave the control
+         * path's requests in flight: the mpi close must then leave them (and
+         * not finalize); a refused call (a host pointer, a bad argument)
+         * started nothing, so the control handle closes normally */
+        if ((failed == LF_ERR_TIMEOUT || failed == LF_ERR_IO) && s->ctl->failed == LF_OK) s->ctl->failed = failed;
         lf_comm_close(s->ctl);
     }
     lf_free(s);
