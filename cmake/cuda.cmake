@@ -97,7 +97,7 @@ if(LF_CUDA)
   target_compile_options(lf_backend_cuda PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:${lf_cuda_flags}>")
 endif()
 
-# bench/cuda_peak.c: the GPU's measured fp32 GEMM rate (scripts/gpu-check.sh's MFU peak)
+# bench/cuda_peak.c: the GPU's measured fp32 and bf16 GEMM rates (scripts/gpu-check.sh's MFU peak)
 if(LF_CUDA)
   add_executable(cuda_peak ${CMAKE_SOURCE_DIR}/bench/cuda_peak.c)
   target_include_directories(cuda_peak PRIVATE ${CMAKE_SOURCE_DIR}/src/backend/cuda)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check of the CUDA backend (issue 15; docs/gpu.md): the gpu-labelled
-# tests, the measured fp32 GEMM peak, and training-step benchmarks of
+# tests, the measured fp32 and bf16 GEMM peaks, and training-step benchmarks of
 # llmforge's "cuda" backend beside PyTorch on the same GPU, in one run of at
 # most GPU_CHECK_BUDGET_S seconds (default 420: the GPU machine is lent for 15
 # minutes in all, its start and the transfers included, so build + tests +
@@ -15,8 +15,9 @@
 #       Release, LF_CUDA=ON: sm_80 + sm_90 SASS + compute_90 PTX, -Werror)
 #       and packs out/gpu-bundle.tar.gz (< 60 MiB): the CLI, every gpu test
 #       binary (`ctest -N -L gpu`), bench/cuda_peak, the shared libraries they
-#       load except the C library's, the loader's, the driver's and CUDA's own
-#       (cudart and cuBLASLt come from the machine's toolkit), and COMMIT.
+#       load except the C library's, the loader's, the driver's, CUDA's own
+#       (cudart and cuBLASLt come from the machine's toolkit) and NCCL's (the
+#       image's pip wheel nvidia-nccl-cu13; run puts its lib/ on the path), and COMMIT.
 #       Needs the build dependencies installed (scripts/setup.sh --test).
 #   scripts/gpu-check.sh run
 #       on the GPU machine, through the device tool:
@@ -25,11 +26,13 @@
 #       unpacks the bundle into /tmp, checks that every binary finds its
 #       libraries (ldd), prints nvidia-smi, runs each gpu test binary (a
 #       failure is recorded, the run goes on), cuda_peak, then
+#         llmforge --backend cuda bench --preset gpt2-124m --micro-batch 16 --seq 1024 --bf16
 #         llmforge --backend cuda bench --preset gpt2-124m --micro-batch 8 --seq 1024
-#         llmforge --backend cuda bench --preset smollm-135m --micro-batch 8 --seq 1024
-#       and bench/torch_step.py --device cuda at the GPT-2 shape (PyTorch of
-#       the machine's image, fp32, TF32 off, as the cuda backend computes),
-#       MFU of both against cuda_peak's measured fp32 rate. Every part has a
+#         llmforge --backend cuda bench --preset smollm-135m --micro-batch 8 --seq 1024 --bf16
+#       and bench/torch_step.py --device cuda at the GPT-2 fp32 shape (PyTorch
+#       of the machine's image, fp32, TF32 off, as the cuda backend computes),
+#       MFU of each against cuda_peak's measured rate of its precision (fp32
+#       or bf16 cuBLASLt GEMMs). Every part has a
 #       timeout inside what is left of the budget; a part that no longer fits
 #       is recorded as skipped. Everything lands in $OUT/gpu-check/:
 #       summary.md (printed at the end too), results.json (one object: the
@@ -56,9 +59,10 @@ prepare() {
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests" "$stage/lib"
   cp "$bd/llmforge" "$bd/cuda_peak" "$stage/bin/"
   for t in $tests; do cp "$bd/tests/$t" "$stage/tests/"; done
-  # the shared libraries of every binary, but libc's, the loader's, the driver's and CUDA's
+  # the shared libraries of every binary, but libc's, the loader's, the driver's, CUDA's and
+  # NCCL's (218 MiB here; the GPU machine's image has it: pip's nvidia-nccl-cu13, found by run)
   for f in "$stage"/bin/* "$stage"/tests/*; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda\.|/libcudart|/libcublas|/libnvidia' |
+    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda\.|/libcudart|/libcublas|/libnvidia|/libnccl' |
     while read -r lib; do cp -L "$lib" "$stage/lib/"; done
   git rev-parse --short HEAD >"$stage/COMMIT" 2>/dev/null || echo '?' >"$stage/COMMIT"
   tar -C out -czf "$BUNDLE" gpu-bundle
@@ -101,7 +105,12 @@ run() {
   rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xzf "$BUNDLE"
   local b=$dir/gpu-bundle cuda_lib
   cuda_lib=$(dirname "$(readlink -f "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")/../lib64
-  export LD_LIBRARY_PATH="$b/lib:$cuda_lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  # NCCL (and CUDA's libraries, where the toolkit lacks them) from the image's pip wheels (nvidia-*)
+  local pip_libs
+  pip_libs=$(python3 -c 'import glob, sysconfig
+d = sysconfig.get_paths()["purelib"]
+print(":".join(sorted(glob.glob(d + "/nvidia/*/lib") + glob.glob(d + "/nvidia/*/*/lib"))))' 2>/dev/null)
+  export LD_LIBRARY_PATH="$b/lib:$cuda_lib:/usr/local/cuda/lib64${pip_libs:+:$pip_libs}:${LD_LIBRARY_PATH:-}"
   {
     echo "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(cat "$b/COMMIT")"
     echo
@@ -127,35 +136,45 @@ run() {
     rc=$?
     record "$name" "$rc" $((SECONDS - t0)) "$out/logs/$name.log"
   done
-  local peak_json peak=0
+  local peak_json peak=0 peak16=0
   t0=$SECONDS to=$(cap 60)
   if [ "$to" -gt 0 ]; then
     peak_json=$(timeout "$to" "$b/bin/cuda_peak" 2>"$out/logs/cuda_peak.err")
     rc=$?
     peak=$(echo "$peak_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fp32_gemm_gflops"])' 2>/dev/null || echo 0)
+    peak16=$(echo "$peak_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bf16_gemm_gflops"])' 2>/dev/null || echo 0)
     [ -n "$peak" ] || peak=0
-    record cuda_peak "$rc" $((SECONDS - t0)) /dev/null "\"fp32_gemm_gflops\":$peak"
+    [ -n "$peak16" ] || peak16=0
+    record cuda_peak "$rc" $((SECONDS - t0)) /dev/null "\"fp32_gemm_gflops\":$peak,\"bf16_gemm_gflops\":$peak16"
   else
     record cuda_peak skip 0 /dev/null
   fi
   local steps=10
   [ "${GPU_CHECK_QUICK:-0}" = 1 ] && steps=3
-  local rows="" preset j pk=$peak
-  [ "$pk" = 0 ] && pk= # no measured peak: bench measures none on a GPU, MFU is then against its CPU probe
-  for preset in gpt2-124m smollm-135m; do
+  # preset, micro-batch, precision: issue 15's GPT-2 figure is bf16 at B16 x T1024;
+  # MFU of each against the measured GEMM rate of its precision (none measured: no MFU)
+  local rows="" spec preset mb prec pk j
+  for spec in "gpt2-124m 16 bf16" "gpt2-124m 8 fp32" "smollm-135m 8 bf16"; do
+    read -r preset mb prec <<<"$spec"
+    pk=$peak
+    [ "$prec" = bf16 ] && pk=$peak16
+    [ "$pk" = 0 ] && pk=
     t0=$SECONDS to=$(cap 120)
-    if [ "$to" -le 0 ]; then record "bench $preset" skip 0 /dev/null; continue; fi
-    j=$(timeout "$to" "$b/bin/llmforge" --backend cuda bench --preset "$preset" --micro-batch 8 --seq 1024 \
-        --steps "$steps" --warmup 2 ${pk:+--peak-gflops "$pk"} --json 2>"$out/logs/bench_$preset.err" | tail -1)
+    if [ "$to" -le 0 ]; then record "bench $preset B$mb $prec" skip 0 /dev/null; continue; fi
+    j=$(timeout "$to" "$b/bin/llmforge" --backend cuda bench --preset "$preset" --micro-batch "$mb" --seq 1024 \
+        $([ "$prec" = bf16 ] && echo --bf16) --steps "$steps" --warmup 2 ${pk:+--peak-gflops "$pk"} --json \
+        2>"$out/logs/bench_${preset}_$prec.err" | tail -1)
     rc=$?
-    record "bench $preset" "$rc" $((SECONDS - t0)) /dev/null "\"result\":${j:-null}"
+    record "bench $preset B$mb $prec" "$rc" $((SECONDS - t0)) /dev/null "\"result\":${j:-null}"
     rows+=$(echo "$j" | python3 -c '
 import json, sys
+name = "llmforge cuda %s B%s T1024 %s" % tuple(sys.argv[1:4])
 try:
     d = json.load(sys.stdin)
-    print("| llmforge cuda %s B8 T1024 | %.0f | %.1f | %.1f%% |" % (sys.argv[1], d["tokens_per_sec"], d["ms_per_step"], 100 * d.get("mfu", 0)))
+    mfu = "%.1f%%" % (100 * d["mfu"]) if d.get("mfu") else "(no peak)"
+    print("| %s | %.0f | %.1f | %s |" % (name, d["tokens_per_sec"], d["ms_per_step"], mfu))
 except Exception:
-    print("| llmforge cuda %s | failed: see logs/bench_%s.err | | |" % (sys.argv[1], sys.argv[1]))' "$preset")$'\n'
+    print("| %s | failed: see logs/bench_%s_%s.err | | |" % (name, sys.argv[1], sys.argv[3]))' "$preset" "$mb" "$prec")$'\n'
   done
   t0=$SECONDS to=$(cap 120)
   if [ "$to" -gt 0 ]; then
@@ -176,7 +195,7 @@ except Exception:
     record "torch_step gpt2-124m" skip 0 /dev/null
   fi
   {
-    echo -e "\n## Benchmarks (fp32; MFU against the measured fp32 GEMM rate, $peak GFLOP/s)\n"
+    echo -e "\n## Benchmarks (MFU against the measured cuBLASLt GEMM rate of the run's precision: fp32 $peak, bf16 $peak16 GFLOP/s)\n"
     echo "| run | tokens/s | ms/step | MFU |"
     echo "|---|---|---|---|"
     printf '%s' "$rows"

@@ -371,8 +371,11 @@ typedef struct lf_bench_result {
 /* Train `steps` timed steps (after `warmup` untimed ones) of the model cfg on
  * random tokens from random weights: forward, backward, clip 1.0, AdamW,
  * with activations planned for B x T under the recompute policy; bf16: on
- * the "cpu-bf16" backend (bf16 matmuls) instead of "cpu".
- * peak_flops <= 0: measured with lf_probe_peak_flops. */
+ * the bf16 backend of the default one (lf_backend_precision_name: "cpu-bf16",
+ * "cuda-bf16"). On a device backend the step's memory plan is checked
+ * against the device's free memory first (LF_ERR_NOMEM with the plan's
+ * advice). peak_flops <= 0: measured with lf_probe_peak_flops on the CPU
+ * backends; on a device none is known (peak_flops and mfu stay 0). */
 lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
                          int warmup, double peak_flops, lf_bench_result *out);
 

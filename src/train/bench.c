@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/backend_impl.h"
+#include "llmforge/plan.h"
 #include "llmforge/train.h"
 
 typedef float v16f __attribute__((vector_size(64)));
@@ -63,6 +64,23 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
     lf_backend *be = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
     if (!be) return LF_ERR_NOT_FOUND;
+    if (!be->ops->host_memory) {
+        /* a device: the trainer's memory plan of the same step (parameters,
+         * gradients, two moments, the activations of B x T under the policy)
+         * against the device's free memory, so a step that cannot fit is the
+         * planned error with its advice, not an allocation failure midway */
+        lf_train_config pc = lf_train_config_default();
+        pc.model = *cfg;
+        pc.model.block_size = T; /* the plan's sequence; wpe is sized by block_size, a few rows less */
+        pc.micro_batch = B;
+        pc.grad_accum = 1;
+        pc.recompute = (int)recompute;
+        pc.bf16 = bf16;
+        lf_mem_plan plan;
+        lf_status pst = lf_mem_plan_make_backend(&plan, &pc, &pc.model, be, 0);
+        if (pst == LF_OK) pst = lf_mem_plan_check(&plan, &pc, &pc.model);
+        if (pst != LF_OK) return pst; /* the plan's message; bench's --micro-batch, --recompute, --bf16 are its keys */
+    }
     lf_model *m = NULL;
     float *m1 = NULL, *m2 = NULL;
     int32_t *x = NULL, *y = NULL;
@@ -118,8 +136,10 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     out->tokens_per_sec = (double)BT / med;
     out->flops_per_token = lf_model_flops_per_token(cfg, T);
     out->model_flops_per_sec = out->flops_per_token * out->tokens_per_sec;
-    out->peak_flops = peak_flops > 0 ? peak_flops : lf_probe_peak_flops(0.5);
-    out->mfu = out->model_flops_per_sec / out->peak_flops;
+    /* the FMA probe measures this host's CPU: on a device no peak is known
+     * unless given (scripts/gpu-check.sh passes bench/cuda_peak's GEMM rate) */
+    out->peak_flops = peak_flops > 0 ? peak_flops : be->ops->host_memory ? lf_probe_peak_flops(0.5) : 0;
+    out->mfu = out->peak_flops > 0 ? out->model_flops_per_sec / out->peak_flops : 0;
     out->num_params = n;
     out->activation_bytes = act_bytes;
 done:

@@ -21,6 +21,7 @@
 #include <string.h>
 #include "../test_util.h"
 #include "backend/cuda/cuda_internal.h"
+#include "cuda_test_util.h"
 #include "lowp_ref.h"
 
 #define PW_U 5.9604644775390625e-08 /* 2^-24: fp32's unit roundoff */
@@ -29,22 +30,7 @@
  * n-term float sum in any order (Higham, Accuracy and Stability, 3.1). */
 static inline double pw_gamma(double n) { return n * PW_U / (1.0 - n * PW_U); }
 
-static inline int pw_have_device(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return 1;
-}
-
-#define PW_NEED_DEVICE()                                                                           \
-    do {                                                                                           \
-        if (!pw_have_device()) {                                                                   \
-            print_message("SKIPPED: no CUDA device\n");                                            \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define PW_NEED_DEVICE() NEED_DEVICE()
 
 typedef struct pw_env {
     lf_backend *be;  /* "cuda" */

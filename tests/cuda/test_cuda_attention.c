@@ -56,26 +56,10 @@
 #include <string.h>
 #include "../test_util.h"
 #include "backend/cuda/cuda_internal.h"
+#include "cuda_test_util.h"
 #include "backend/cuda/cuda_attention.h"
 
 static const double U = 1.0 / 16777216.0; /* 2^-24 */
-
-static int have_device(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return 1;
-}
-
-#define NEED_DEVICE()                                                                              \
-    do {                                                                                           \
-        if (!have_device()) {                                                                      \
-            print_message("SKIPPED: no CUDA device\n");                                            \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
 
 typedef struct att_case {
     int B, T, NH, NKV, HS;

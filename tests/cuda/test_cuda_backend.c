@@ -19,23 +19,7 @@
 #include <string.h>
 #include "../test_util.h"
 #include "backend/cuda/cuda_internal.h"
-
-static int have_device(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return 1;
-}
-
-#define NEED_DEVICE()                                                                              \
-    do {                                                                                           \
-        if (!have_device()) {                                                                      \
-            print_message("SKIPPED: no CUDA device\n");                                            \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#include "cuda_test_util.h"
 
 static void test_register(void **state) {
     (void)state;

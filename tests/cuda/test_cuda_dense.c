@@ -72,24 +72,8 @@
 #include <math.h>
 #include "../test_util.h"
 #include "backend/cuda/cuda_internal.h"
+#include "cuda_test_util.h"
 #include "lowp_ref.h"
-
-static int have_device(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return 1;
-}
-
-#define NEED_DEVICE()                                                                              \
-    do {                                                                                           \
-        if (!have_device()) {                                                                      \
-            print_message("SKIPPED: no CUDA device\n");                                            \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static float frand(void) { /* uniform in [-1, 1) */

@@ -36,7 +36,7 @@
 #include "llmforge/data.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
-#include "cuda_api.h"
+#include "cuda_test_util.h"
 #ifdef LF_CUDA_SHIM
 #include "shim/lf_shim.h"
 #endif
@@ -71,23 +71,6 @@ static int teardown(void **state) {
     free(tmp);
     return 0;
 }
-
-static int have_device(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return 1;
-}
-
-#define NEED_DEVICE()                                      \
-    do {                                                   \
-        if (!have_device()) {                              \
-            print_message("SKIPPED: no CUDA device\n");    \
-            skip();                                        \
-        }                                                  \
-    } while (0)
 
 static int setup(void **state) {
     (void)state;
@@ -257,9 +240,10 @@ static void test_plan_on_device(void **state) {
     int nb = 0, na = 0;
     assert_int_equal(sscanf(adv, "train_micro_batch_size_per_gpu %d with gradient_accumulation_steps %d", &nb, &na),
                      2);
+    const int enough = strstr(adv, "(not enough alone)") == NULL; /* adv lives in t */
     lf_trainer_free(t);
     assert_true(nb >= 1 && nb < B && na * nb == B);
-    if (!strstr(adv, "(not enough alone)")) { /* the advised micro-batch fits the same device */
+    if (enough) { /* the advised micro-batch fits the same device */
         c.micro_batch = nb;
         c.grad_accum = na;
         LF_ASSERT_OK(lf_backend_open("cuda", &be));
@@ -276,6 +260,49 @@ static void test_plan_on_device(void **state) {
     assert_non_null(strstr(lf_trainer_errmsg(t), "of device memory"));
     assert_non_null(strstr(lf_trainer_errmsg(t), "a smaller model"));
     lf_trainer_free(t);
+#ifdef LF_CUDA_SHIM
+    lf_shim_set_device_memory((size_t)8 << 30);
+#endif
+}
+
+/* ---------------------------------------------------------------- bench on the device */
+
+/* `llmforge --backend cuda bench`: a step that cannot fit the device is the
+ * plan's error with its advice before anything is allocated, and a step
+ * that fits runs and reports no MFU unless a peak is given (the CPU's FMA
+ * probe says nothing about a GPU). */
+static void test_bench_on_device(void **state) {
+    (void)state;
+    NEED_DEVICE();
+#ifdef LF_CUDA_SHIM
+    lf_shim_set_device_memory((size_t)96 << 20);
+    lf_train_config c = cfg_of("bench", 2, 64, 4, 64, 1);
+#else
+    lf_train_config c = cfg_of("bench", 8, 1024, 16, 64, 1);
+#endif
+    lf_backend *be = NULL;
+    LF_ASSERT_OK(lf_backend_open("cuda", &be));
+    const int B = overflowing_batch(&c, be, device_free(be));
+    lf_backend_close(be);
+    assert_true(B > 1);
+    lf_model_config m = model_of(&c);
+    LF_ASSERT_OK(lf_backend_set_default("cuda"));
+    lf_bench_result r;
+    assert_int_equal(lf_bench_train(&m, B, m.block_size, LF_RECOMPUTE_NONE, 0, 1, 0, 0, &r), LF_ERR_NOMEM);
+    assert_non_null(strstr(lf_last_error(), "of device memory, more than the"));
+    assert_non_null(strstr(lf_last_error(), "To fit:"));
+    /* a small step fits: timed, with no peak and no MFU */
+    lf_model_config s = m;
+    s.n_layer = 1;
+    s.n_embd = 32;
+    s.n_head = 2;
+    s.block_size = 16;
+    LF_ASSERT_OK(lf_bench_train(&s, 2, 16, LF_RECOMPUTE_NONE, 0, 1, 0, 0, &r));
+    assert_true(r.ms_per_step > 0 && r.tokens_per_sec > 0);
+    assert_true(r.peak_flops == 0 && r.mfu == 0);
+    LF_ASSERT_OK(lf_bench_train(&s, 2, 16, LF_RECOMPUTE_NONE, 0, 1, 0, 1e9, &r)); /* a given peak */
+    assert_true(r.peak_flops == 1e9 && r.mfu > 0 && fabs(r.mfu - r.model_flops_per_sec / 1e9) < 1e-12 * r.mfu);
+    LF_ASSERT_OK(lf_backend_set_default(NULL));
 #ifdef LF_CUDA_SHIM
     lf_shim_set_device_memory((size_t)8 << 30);
 #endif
@@ -426,6 +453,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select),
         cmocka_unit_test(test_plan_on_device),
+        cmocka_unit_test(test_bench_on_device),
         cmocka_unit_test(test_oom_at_run_time),
         cmocka_unit_test(test_determinism),
     };

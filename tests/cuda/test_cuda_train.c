@@ -70,7 +70,7 @@
 #include "llmforge/loss_scaler.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
-#include "cuda_api.h"
+#include "cuda_test_util.h"
 
 enum { STEPS = 10, B = 3, T = 16, N = B * T, VOCAB = 41 };
 
@@ -79,15 +79,6 @@ typedef struct run {
     float *grad0, *params;
     size_t n;
 } run;
-
-static int have_device(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return 1;
-}
 
 static lf_model_config tiny(lf_arch arch) {
     lf_model_config c = {.arch = arch, .n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = T,

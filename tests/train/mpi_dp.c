@@ -8,7 +8,8 @@
  *                    checkpoints' model.safetensors) within 1e-5; every
  *                    rank's replica bit-identical; log.jsonl written once.
  *   (LF_TEST_STEPS and LF_TEST_BLOCK shorten every mode: steps and
- *   model.block_size; nccl_dp runs one layout, accumulation 2, in equiv)
+ *   model.block_size; nccl_dp runs one layout, accumulation 2, in equiv;
+ *   LF_TEST_TIMEOUT_S raises the 120 s barrier timeout of slow builds)
  *   mpi_dp resume    2 ranks: a checkpoint saved at step 10 (HALF) by 2 ranks
  *                    resumes with 1 rank, and one saved by 1 rank resumes
  *                    with 2; steps 11-20 continue the uninterrupted 2-rank
@@ -769,8 +770,19 @@ int main(int argc, char **argv) {
         return 1;
     }
 #endif
+    /* the test's own communicator: its barriers wait while rank 0 alone runs
+     * a reference (LF_TEST_TIMEOUT_S: longer where a run is slower, ASan) */
     lf_comm_options co = lf_comm_options_default();
     co.timeout_s = 120;
+    ev = getenv("LF_TEST_TIMEOUT_S");
+    if (ev && *ev) {
+        long k = strtol(ev, NULL, 10);
+        if (k < 10 || k > 3600) {
+            fprintf(stderr, "LF_TEST_TIMEOUT_S=%s: seconds 10..3600\n", ev);
+            return 2;
+        }
+        co.timeout_s = (double)k;
+    }
     lf_status st = lf_comm_open(&g_c, "mpi", &co);
     g_abort_via = g_c;
     if (st != LF_OK) {

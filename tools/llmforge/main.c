@@ -640,6 +640,18 @@ done:
 }
 
 /* ---------------------------------------------------------------- bench */
+/* s as the inside of a JSON string (quote, backslash and control bytes escaped), cut to fit cap */
+static void json_inner(char *dst, size_t cap, const char *s) {
+    size_t o = 0;
+    for (; *s && o + 7 < cap; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { dst[o++] = '\\'; dst[o++] = (char)c; }
+        else if (c < 0x20) o += (size_t)snprintf(dst + o, cap - o, "\\u%04x", c);
+        else dst[o++] = (char)c;
+    }
+    dst[o] = 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
     const char *preset = NULL, *config = NULL;
     long B = 4, T = 0, steps = 10, warmup = 2, threads = 0;
@@ -680,7 +692,8 @@ static int cmd_bench(int argc, char **argv) {
                    "                      [--recompute none|selective|full] [--bf16] [--json]\n"
                    "  Trains on random tokens from random weights; prints median ms/step, tokens/s,\n"
                    "  model FLOP/s ((6N + 12*L*C*T) per token) and MFU against --peak-gflops or a measured\n"
-                   "  FMA peak, and the activation memory of the step under the recompute policy\n"
+                   "  FMA peak (CPU backends; on a GPU only a given peak: bench/cuda_peak measures it), and\n"
+                   "  the activation memory of the step under the recompute policy\n"
                    "  (default: the config's activation_checkpointing.policy, else none).\n"
                    "  Presets: gpt2-124m (12 layers, 12 heads, 768, vocab 50304, block 1024),\n"
                    "  shakespeare-char-cpu (4, 4, 128, vocab 65, block 64), smollm-135m (llama: 30 layers,\n"
@@ -726,6 +739,14 @@ static int cmd_bench(int argc, char **argv) {
     lf_bench_result r;
     lf_status st = lf_bench_train(&mc, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
     if (st != LF_OK) { die_status(st, "bench"); return 1; }
+    /* what ran the step: the CPU's kernels, or the device's backend (cuBLASLt) */
+    lf_backend *rbe = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
+    const int on_host = !rbe || lf_backend_host_memory(rbe);
+    const char *bname = rbe ? lf_backend_name(rbe) : lf_backend_default_name();
+    const char *fp32_k = on_host ? lf_backend_cpu_fp32_kernel() : "cuBLASLt (CUBLAS_COMPUTE_32F)";
+    const char *bf16_k = !bf16 ? "" : on_host ? lf_backend_cpu_bf16_kernel() : "cuBLASLt (bf16, CUBLAS_COMPUTE_32F)";
+    char devj[300];
+    json_inner(devj, sizeof devj, on_host ? "" : lf_backend_device_name(rbe));
     if (json) {
         /* every number reads back as the double it is (lf_json_number) */
         char n[8][LF_JSON_NUMBER_MAX];
@@ -735,23 +756,31 @@ static int cmd_bench(int argc, char **argv) {
         printf("{\"impl\":\"llmforge\",\"arch\":\"%s\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
                "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
                "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%s,\"ms_max\":%s,"
-               "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\"}\n",
+               "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\","
+               "\"backend\":\"%s\",\"device\":\"%s\"}\n",
                lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(), n[6], n[7],
-               lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false",
-               bf16 ? lf_backend_cpu_bf16_kernel() : "", lf_backend_cpu_fp32_kernel());
+               lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false", bf16_k, fp32_k, bname, devj);
     } else {
         printf("model: %s, %d layers, %d heads (%d KV), %d channels, vocab %d; %zu parameters\n",
                lf_arch_name(mc.arch), mc.n_layer, mc.n_head, mc.n_kv_head ? mc.n_kv_head : mc.n_head, mc.n_embd,
                mc.vocab_size, r.num_params);
-        printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n", B, T, r.steps, warmup, lf_backend_cpu_threads());
+        if (on_host)
+            printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n", B, T, r.steps, warmup, lf_backend_cpu_threads());
+        else
+            printf("batch %ld x %ld, %d timed steps (+%ld warmup), backend %s on %s\n", B, T, r.steps, warmup, bname,
+                   lf_backend_device_name(rbe));
         printf("activations: %.1f MB (recompute %s%s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute),
                bf16 ? ", matmul inputs in bf16" : "");
         printf("precision: %s\n", bf16 ? "bf16 matmuls" : "fp32");
-        printf("fp32 matmul: %s\n", lf_backend_cpu_fp32_kernel());
-        if (bf16) printf("bf16 matmul: %s\n", lf_backend_cpu_bf16_kernel());
+        printf("fp32 matmul: %s\n", fp32_k);
+        if (bf16) printf("bf16 matmul: %s\n", bf16_k);
         printf("median %.2f ms/step (min %.2f, max %.2f)\n", r.ms_per_step, r.ms_min, r.ms_max);
-        printf("%.1f tokens/s, %.2f GFLOP/s model, MFU %.1f%% of %.1f GFLOP/s %s\n", r.tokens_per_sec,
-               r.model_flops_per_sec / 1e9, r.mfu * 100, r.peak_flops / 1e9, peak_gflops > 0 ? "(given)" : "(measured FMA peak)");
+        if (r.peak_flops > 0)
+            printf("%.1f tokens/s, %.2f GFLOP/s model, MFU %.1f%% of %.1f GFLOP/s %s\n", r.tokens_per_sec,
+                   r.model_flops_per_sec / 1e9, r.mfu * 100, r.peak_flops / 1e9, peak_gflops > 0 ? "(given)" : "(measured FMA peak)");
+        else
+            printf("%.1f tokens/s, %.2f GFLOP/s model; MFU needs --peak-gflops on a device (bench/cuda_peak measures it)\n",
+                   r.tokens_per_sec, r.model_flops_per_sec / 1e9);
     }
     return 0;
 }
