@@ -539,7 +539,9 @@ size_t lf_eval_task_size(const lf_eval_tasks *t, int i);
 typedef struct lf_eval_run_opts {
     int batch;          /* sequences per forward; 0 = automatic: the thread
                            count, fewer when the activations of a row of the
-                           longest sequence would pass 2 GiB in all */
+                           longest sequence would pass 2 GiB in all; on a
+                           GPU up to 64, as many as half its free memory
+                           holds with the batch's logits under 2 GiB */
     int max_new_tokens; /* > 0: overrides every generation/exact_match task's */
     int samples;        /* 1: per-example records in the JSON ("samples") */
 } lf_eval_run_opts;

@@ -374,6 +374,11 @@ lf_model *lf_session_model(const lf_session *s);
 /* Bytes a session of B x T allocates (activations, and the KV cache when
  * with_cache), without a model: the planner's own sizing pass. */
 lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int with_cache, size_t *bytes);
+/* The same for model m on its own backend (whose attention may save less
+ * than the CPU's: the cuda backend's fused attention keeps no T x T). */
+lf_status lf_model_session_plan_bytes(const lf_model *m, int B, int T, int with_cache, size_t *bytes);
+/* The backend instance the model lives on. */
+lf_backend *lf_model_backend(const lf_model *m);
 
 /* Last error message recorded on this model. */
 const char *lf_model_errmsg(const lf_model *m);

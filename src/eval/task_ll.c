@@ -21,6 +21,8 @@
 #include <string.h>
 #include "backend/cpu/cpu_math.h" /* vectorizable exp and max (header-only) */
 #include "eval/eval_impl.h"
+#include "llmforge/backend.h"
+#include "llmforge/model.h"
 #include "eval/tasks_impl.h"
 
 #define PAIR_CHUNK 4096     /* (context, continuation) pairs built and scored at a time */
@@ -28,14 +30,29 @@
 #define AUTO_BATCH_BYTES (2.0 * 1024 * 1024 * 1024)
 
 /* ---------------------------------------------------------------- scoring engine */
-/* Rows of length T that fit AUTO_BATCH_BYTES of session activations (the
- * planner's own figure for one row), at most one per thread. */
+/* Rows of length T per forward. On the CPU: those that fit AUTO_BATCH_BYTES
+ * of session activations (the planner's own figure for one row on the
+ * model's backend), at most one per thread (the replicas). On a device:
+ * those whose activations fit half its free memory and whose logits, copied
+ * to the host a batch at a time, fit AUTO_BATCH_BYTES, at most
+ * DEVICE_BATCH_MAX (the thread count says nothing about a GPU). */
+#define DEVICE_BATCH_MAX 64
 static int auto_batch(const lf_model *m, int T) {
     size_t per_row = 0;
-    if (lf_session_plan_bytes(lf_model_get_config(m), 1, T, 0, &per_row) != LF_OK || per_row == 0) return 1;
-    int threads = lf_backend_cpu_threads();
-    double b = floor(AUTO_BATCH_BYTES / (double)per_row);
-    if (b > threads) b = threads;
+    if (lf_model_session_plan_bytes(m, 1, T, 0, &per_row) != LF_OK || per_row == 0) return 1;
+    lf_backend *be = lf_model_backend(m);
+    double b;
+    if (lf_backend_host_memory(be)) {
+        b = floor(AUTO_BATCH_BYTES / (double)per_row);
+        if (b > lf_backend_cpu_threads()) b = lf_backend_cpu_threads();
+    } else {
+        size_t dev_free = 0, dev_total = 0;
+        if (lf_backend_mem_info(be, &dev_free, &dev_total) != LF_OK) return 1;
+        const lf_model_config *c = lf_model_get_config(m);
+        const double logits_row = (double)T * (c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size) * 4;
+        b = fmin(floor(0.5 * (double)dev_free / (double)per_row), floor(AUTO_BATCH_BYTES / logits_row));
+        if (b > DEVICE_BATCH_MAX) b = DEVICE_BATCH_MAX;
+    }
     return b < 1 ? 1 : (int)b;
 }
 

@@ -1123,7 +1123,8 @@ lf_status lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows,
 }
 lf_model *lf_session_model(const lf_session *s) { return s->parent; }
 
-lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int with_cache, size_t *bytes) {
+static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend_ops *ops, int B, int T,
+                                    int with_cache, size_t *bytes) {
     *bytes = 0;
     lf_model_config c;
     const lf__model_arch *a;
@@ -1135,7 +1136,7 @@ lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int wi
     lf__plan_spec sp = {.cfg = &c, .rc = LF_RECOMPUTE_FULL, .dt = LF_ACT_FP32, .B = B, .T = T, .infer = 1};
     sp.num_params = lf_model_unit_sizes(&c, &sp.unit0_n, &sp.max_other_n);
     split_rows(B, 1, &sp.rB, &sp.n_rep);
-    lf__plan_attention(&sp, lf__backend_cpu(), with_cache);
+    lf__plan_attention(&sp, ops, with_cache);
     lf__planner p = {0};
     lay_out(a, &sp, NULL, &p);
     const size_t kv = with_cache ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)(c.n_embd / c.n_head) *
@@ -1143,3 +1144,13 @@ lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int wi
     *bytes = p.used + kv;
     return LF_OK;
 }
+
+lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int with_cache, size_t *bytes) {
+    return session_plan_bytes(cfg, lf__backend_cpu(), B, T, with_cache, bytes);
+}
+
+lf_status lf_model_session_plan_bytes(const lf_model *m, int B, int T, int with_cache, size_t *bytes) {
+    return session_plan_bytes(&m->cfg, m->be->ops, B, T, with_cache, bytes);
+}
+
+lf_backend *lf_model_backend(const lf_model *m) { return m->be; }

@@ -34,6 +34,7 @@
 #include "../test_util.h"
 #include "backend/backend_impl.h"
 #include "llmforge/data.h"
+#include "llmforge/model.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
 #include "cuda_test_util.h"
@@ -308,6 +309,33 @@ static void test_bench_on_device(void **state) {
 #endif
 }
 
+/* A session's planned bytes are sized on the model's own backend: the
+ * cuda backend's fused attention keeps O(T) per head where the CPU's keeps
+ * the T x T probabilities, so eval's automatic batch is not held to the
+ * CPU's sizes on a GPU. */
+static void test_session_plan_on_device(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    lf_train_config c = cfg_of("sess", 2, 64, 4, 64, 1);
+    lf_model_config mc = model_of(&c);
+    lf_backend *be = NULL;
+    LF_ASSERT_OK(lf_backend_open("cuda", &be));
+    lf_model *m = NULL;
+    LF_ASSERT_OK(lf_model_create(&m, &mc, be));
+    assert_ptr_equal(lf_model_backend(m), be);
+    size_t cpu_b = 0, dev_b = 0;
+    const int B = 4, T = 64;
+    LF_ASSERT_OK(lf_session_plan_bytes(&mc, B, T, 0, &cpu_b));
+    LF_ASSERT_OK(lf_model_session_plan_bytes(m, B, T, 0, &dev_b));
+    /* the CPU's attention keeps the B*NH*T*T probabilities of a layer where
+     * the fused one keeps a row statistic, B*NH*T floats */
+    const size_t tt = (size_t)B * mc.n_head * T * T * sizeof(float), stats = (size_t)B * mc.n_head * T * sizeof(float);
+    print_message("session B %d x T %d: %zu bytes on cuda, %zu on cpu\n", B, T, dev_b, cpu_b);
+    assert_true(dev_b > 0 && dev_b + tt - stats <= cpu_b);
+    lf_model_free(m);
+    lf_backend_close(be);
+}
+
 /* ---------------------------------------------------------------- out of memory at run time */
 
 static void test_oom_at_run_time(void **state) {
@@ -454,6 +482,7 @@ int main(void) {
         cmocka_unit_test(test_select),
         cmocka_unit_test(test_plan_on_device),
         cmocka_unit_test(test_bench_on_device),
+        cmocka_unit_test(test_session_plan_on_device),
         cmocka_unit_test(test_oom_at_run_time),
         cmocka_unit_test(test_determinism),
     };
