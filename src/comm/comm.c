@@ -91,6 +91,15 @@ void lf__comm_pause(long it, double waited) {
     nanosleep(&ts, NULL);
 }
 
+void lf__comm_append(char *out, size_t cap, const char *fmt, ...) {
+    size_t at = strlen(out);
+    if (at + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + at, cap - at, fmt, ap);
+    va_end(ap);
+}
+
 const char *lf__comm_coll_name(lf_comm_coll coll) {
     switch (coll) {
     case LF_COMM_COLL_OPEN: return "open";

@@ -126,6 +126,13 @@ double lf__comm_now_s(void);
 /* Between two polls of a wait: nothing for the first 200 iterations, then a
  * yield, then sleeps growing to 1 ms with the time already waited. */
 void lf__comm_pause(long it, double waited);
+/* Append printf-style text to out (NUL-terminated, cut at cap): the
+ * kinds' diagnoses of a collective that did not complete. */
+void lf__comm_append(char *out, size_t cap, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* out (n) := op over nrows rows (row p at rows + p*stride), folded in row
  * order: ((r0 op r1) op r2) ...; AVG divides the sum by nrows. out must not

@@ -48,7 +48,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -151,20 +150,6 @@ static void serve_queries(const lf_comm *c, mpi_state *m) {
     }
 }
 
-/* Append "text" to out (NUL-terminated, capped). */
-static void append(char *out, size_t cap, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void append(char *out, size_t cap, const char *fmt, ...) {
-    size_t at = strlen(out);
-    if (at + 1 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out + at, cap - at, fmt, ap);
-    va_end(ap);
-}
 
 /* Ask every peer where it is; describe those that are not at this
  * collective into out. */
@@ -175,7 +160,7 @@ static void diagnose(const lf_comm *c, mpi_state *m, lf_status st, char *out, si
     fill_where(c, &m->query_out);
     int *got = lf_calloc((size_t)P * sizeof *got);
     if (!got) {
-        append(out, cap, "; could not ask the other ranks where they are (out of memory)");
+        lf__comm_append(out, cap, "; could not ask the other ranks where they are (out of memory)");
         return;
     }
     for (int p = 0; p < P; p++) {
@@ -232,7 +217,7 @@ static void diagnose(const lf_comm *c, mpi_state *m, lf_status st, char *out, si
                      ctx[0] ? " (" : "", ctx, ctx[0] ? ")" : "");
         }
         if (got[p] == 1 && w->seq > c->seq) { /* passed it: a broadcast root, or sizes that differ */
-            if (ahead++ < 4) append(past, sizeof past, "%s%d (%s)", ahead > 1 ? ", " : "", p, where);
+            if (ahead++ < 4) lf__comm_append(past, sizeof past, "%s%d (%s)", ahead > 1 ? ", " : "", p, where);
             continue;
         }
         if (got[p] == 1 && w->seq == c->seq) {
@@ -243,31 +228,31 @@ static void diagnose(const lf_comm *c, mpi_state *m, lf_status st, char *out, si
         if (listed >= 16) continue;
         listed++;
         if (got[p] == 1)
-            append(list, sizeof list, "%s%d (waiting %s)", listed > 1 ? ", " : "", p, where);
+            lf__comm_append(list, sizeof list, "%s%d (waiting %s)", listed > 1 ? ", " : "", p, where);
         else if (got[p] < 0)
-            append(list, sizeof list, "%s%d (unreachable: MPI refused to send to it)", listed > 1 ? ", " : "", p);
+            lf__comm_append(list, sizeof list, "%s%d (unreachable: MPI refused to send to it)", listed > 1 ? ", " : "", p);
         else
-            append(list, sizeof list, "%s%d", listed > 1 ? ", " : "", p);
+            lf__comm_append(list, sizeof list, "%s%d", listed > 1 ? ", " : "", p);
     }
     int silent = 0;
     for (int p = 0; p < P; p++)
         if (p != me && got[p] == 0) silent++;
     if (missing) {
-        append(out, cap, "; rank%s that did not arrive: %s", missing > 1 ? "s" : "", list);
-        if (missing > listed) append(out, cap, " and %d more", missing - listed);
+        lf__comm_append(out, cap, "; rank%s that did not arrive: %s", missing > 1 ? "s" : "", list);
+        if (missing > listed) lf__comm_append(out, cap, " and %d more", missing - listed);
         if (silent)
-            append(out, cap,
+            lf__comm_append(out, cap,
                    "%s no answer within %.1f s means stalled outside the communicator, failed out of it, or dead",
                    silent == missing ? ";" : "; for those without a note,", grace);
     }
     if (odd >= 0)
-        append(out, cap, "; rank %d called %s #%lld with %lld elements (this rank: %zu)", odd,
+        lf__comm_append(out, cap, "; rank %d called %s #%lld with %lld elements (this rank: %zu)", odd,
                lf__comm_coll_name((lf_comm_coll)m->answers[odd].coll), (long long)c->seq,
                (long long)m->answers[odd].count, c->count);
     if (ahead)
-        append(out, cap, "; already past it: %s%s", past, ahead > 4 ? " and more" : "");
+        lf__comm_append(out, cap, "; already past it: %s%s", past, ahead > 4 ? " and more" : "");
     if (!missing && odd < 0 && !ahead && st == LF_ERR_TIMEOUT)
-        append(out, cap, "; every rank arrived, so the transport is stuck (network or MPI library fault)");
+        lf__comm_append(out, cap, "; every rank arrived, so the transport is stuck (network or MPI library fault)");
     lf_free(got);
 }
 

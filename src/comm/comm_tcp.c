@@ -462,19 +462,6 @@ static void flush_writes(lf_comm *c, tcp_state *t, double until) {
 }
 
 /* ---------------------------------------------------------------- failures */
-static void append(char *out, size_t cap, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void append(char *out, size_t cap, const char *fmt, ...) {
-    size_t at = strlen(out);
-    if (at + 1 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out + at, cap - at, fmt, ap);
-    va_end(ap);
-}
 
 /* The hub's account of the collective in progress: ranks whose data has not
  * come, ranks that stopped taking their results. "" when none. */
@@ -486,28 +473,28 @@ static void describe_missing(const lf_comm *c, const tcp_state *t, char *out, si
         const conn *k = &t->conns[i];
         if (k->rposted && !k->rdone) {
             if (missing++ >= 12) continue;
-            append(list, sizeof list, "%s%d", missing > 1 ? ", " : "", k->rank);
+            lf__comm_append(list, sizeof list, "%s%d", missing > 1 ? ", " : "", k->rank);
             if (k->in_body && k->rf.type == FR_DATA)
-                append(list, sizeof list, " (arrived; its data stalled after %zu of %zu bytes)", k->body_got, k->rlen);
+                lf__comm_append(list, sizeof list, " (arrived; its data stalled after %zu of %zu bytes)", k->body_got, k->rlen);
             else if (k->seen_seq > 0)
-                append(list, sizeof list, " (last heard from in %s #%lld)", coll_name(k->seen_coll),
+                lf__comm_append(list, sizeof list, " (last heard from in %s #%lld)", coll_name(k->seen_coll),
                        (long long)k->seen_seq);
             else
-                append(list, sizeof list, " (no collective heard from it yet)");
+                lf__comm_append(list, sizeof list, " (no collective heard from it yet)");
         } else if (k->wposted && k->wsrc != t->where_out) {
             if (stuck++ >= 8) continue;
-            append(slow, sizeof slow, "%s%d (%zu of %zu bytes taken)", stuck > 1 ? ", " : "", k->rank, k->wsent,
+            lf__comm_append(slow, sizeof slow, "%s%d (%zu of %zu bytes taken)", stuck > 1 ? ", " : "", k->rank, k->wsent,
                    k->wlen);
         }
     }
     if (missing) {
-        append(out, cap, "; rank%s that did not arrive: %s", missing > 1 ? "s" : "", list);
-        if (missing > 12) append(out, cap, " and %d more", missing - 12);
+        lf__comm_append(out, cap, "; rank%s that did not arrive: %s", missing > 1 ? "s" : "", list);
+        if (missing > 12) lf__comm_append(out, cap, " and %d more", missing - 12);
     }
     if (stuck) {
-        append(out, cap, "; rank%s not taking %s result: %s", stuck > 1 ? "s" : "", stuck > 1 ? "their" : "its", slow);
-        if (stuck > 8) append(out, cap, " and %d more", stuck - 8);
-        append(out, cap, " (stalled or dead)");
+        lf__comm_append(out, cap, "; rank%s not taking %s result: %s", stuck > 1 ? "s" : "", stuck > 1 ? "their" : "its", slow);
+        if (stuck > 8) lf__comm_append(out, cap, " and %d more", stuck - 8);
+        lf__comm_append(out, cap, " (stalled or dead)");
     }
     (void)c;
 }
@@ -563,12 +550,12 @@ static void peer_diagnose(lf_comm *c, tcp_state *t, char *out, size_t cap) {
     lf__comm_describe(c, desc, sizeof desc);
     out[0] = '\0';
     if (k->wposted) {
-        append(out, cap, "; rank that did not arrive: 0 (the hub; it took %zu of this rank's %zu bytes and stopped "
+        lf__comm_append(out, cap, "; rank that did not arrive: 0 (the hub; it took %zu of this rank's %zu bytes and stopped "
                "reading: it has not reached %s, or is stalled)", k->wsent, k->wlen, desc);
         return;
     }
     if (k->rposted && !k->rdone && k->in_body && k->rf.type == FR_DATA) {
-        append(out, cap, "; rank 0 (the hub) sent %zu of the result's %zu bytes and stalled", k->body_got, k->rlen);
+        lf__comm_append(out, cap, "; rank 0 (the hub) sent %zu of the result's %zu bytes and stalled", k->body_got, k->rlen);
         return;
     }
     double grace = lf__comm_grace_s(c->opts.timeout_s);
@@ -576,14 +563,14 @@ static void peer_diagnose(lf_comm *c, tcp_state *t, char *out, size_t cap) {
     post_send(c, k, FR_QUERY, 0, NULL, 0);
     lf_status st = pump(c, t, lf__comm_now_s() + grace, 1);
     if (st == LF_OK && t->got_where)
-        append(out, cap, "; rank 0 (the hub) answers: %s", t->where_in);
+        lf__comm_append(out, cap, "; rank 0 (the hub) answers: %s", t->where_in);
     else if (st == LF_OK)
-        append(out, cap, "; rank 0's result arrived only after the deadline");
+        lf__comm_append(out, cap, "; rank 0's result arrived only after the deadline");
     else if (st == LF_ERR_TIMEOUT && !t->why[0])
-        append(out, cap, "; rank that did not arrive: 0 (the hub; no answer within %.1f s means it has not reached "
+        lf__comm_append(out, cap, "; rank that did not arrive: 0 (the hub; no answer within %.1f s means it has not reached "
                "this collective — stalled outside the communicator — or is dead)", grace);
     else
-        append(out, cap, "; then: %s", t->why);
+        lf__comm_append(out, cap, "; then: %s", t->why);
 }
 
 /* The collective failed with st (from pump, t->why set unless a timeout). */
