@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LF_PLAN_MAX_ITEMS 12
+#define LF_PLAN_MAX_ITEMS 16 /* a plan has at most 13 (a device, async, bf16, offload, W > 1); add() drops past this */
 
 typedef struct lf_mem_item {
     char name[64];

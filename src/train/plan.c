@@ -144,9 +144,22 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 units)" : "parameters (fp32 master weights)", p->params_bytes,
         dev);
     add(p, Z >= 2 ? "gradients (ZeRO shard + 2 units)" : "gradients (fp32)", p->grads_bytes, dev);
-    add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)" : "AdamW moments (fp32, 2 per parameter)",
-        p->optim_bytes, dev);
-    if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * (Z >= 1 ? p->shard : P)) * f, 0);
+    /* zero_optimization.offload_optimizer.device cpu on a device backend
+     * (ZeRO-Offload): the moments live in host memory, AdamW runs there on a
+     * host copy of the (shard's) gradients into the staging copy of the
+     * parameters, so the moments need no staging copy of their own */
+    const int offload = staging && cfg->offload_optimizer == 1;
+    const size_t moments_n = Z >= 1 ? p->shard : P;
+    if (offload) {
+        add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2, offloaded)" : "AdamW moments (fp32 x 2, offloaded)",
+            p->optim_bytes, 0);
+        add(p, "offload gradient copy (host)", moments_n * f, 0);
+        add(p, "checkpoint staging (host copies)", P * f, 0);
+    } else {
+        add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)" : "AdamW moments (fp32, 2 per parameter)",
+            p->optim_bytes, dev);
+        if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * moments_n) * f, 0);
+    }
     /* checkpoint.async: the snapshot the background writer owns, on the rank
      * that writes (trainer.c; ZeRO is refused with async, so the whole model) */
     if (cfg->ckpt_async && rank == 0) add(p, "checkpoint.async snapshot (host copies)", 3 * P * f, 0);

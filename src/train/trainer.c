@@ -115,7 +115,9 @@ struct lf_trainer {
     lf_model *model;
     lf_dataset *ds;
     lf_loader *loader;         /* training batches, prefetched; opened at the current step */
-    float *m, *v;              /* AdamW moments (backend memory) */
+    float *m, *v;              /* AdamW moments (backend memory; host memory when offloaded) */
+    int offload;               /* offload_optimizer cpu on a device backend: moments and AdamW on the host */
+    float *off_g;              /* offload: host copy of the (shard's) gradients, indexed as m */
     float *host_params;        /* staging for checkpoints (host); on a host-memory backend the */
     float *host_m, *host_v;    /* parameters and moments themselves (no copy) */
     int32_t *inputs, *targets; /* (A, B, T) all micro-batches of a step */
@@ -253,6 +255,11 @@ static void stage_in(const lf_trainer *t, void *dev, const void *host, size_t by
     if (host != dev) t->be->ops->to_device(t->be, dev, host, bytes);
     else if (t->be->ops->params_changed) t->be->ops->params_changed(t->be);
 }
+/* A copy of the moments into host dst: they are host memory when offloaded. */
+static void moments_out(const lf_trainer *t, void *dst, const void *src, size_t bytes) {
+    if (t->offload) memcpy(dst, src, bytes);
+    else t->be->ops->to_host(t->be, dst, src, bytes);
+}
 
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
 
@@ -281,7 +288,7 @@ void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, 
     lf_backend *be = t->be;
     *params += be->ops->allocated(be, t->pshard);
     *grads += be->ops->allocated(be, t->gshard);
-    *optim = be->ops->allocated(be, t->m) + be->ops->allocated(be, t->v);
+    *optim = t->offload ? 0 : be->ops->allocated(be, t->m) + be->ops->allocated(be, t->v); /* device bytes */
 }
 
 /* Records go out on rank 0 only: every rank computes the same reduced
@@ -506,8 +513,8 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own)
     if (st != LF_OK || t->zstage) return st; /* ZeRO: each rank writes its shard in zero_save */
     if (own) { /* copies of their own, whatever the backend: training goes on under the writer */
         t->be->ops->to_host(t->be, t->snap_params, lf_model_params(t->model), n * sizeof(float));
-        t->be->ops->to_host(t->be, t->snap_m, t->m, n * sizeof(float));
-        t->be->ops->to_host(t->be, t->snap_v, t->v, n * sizeof(float));
+        moments_out(t, t->snap_m, t->m, n * sizeof(float));
+        moments_out(t, t->snap_v, t->v, n * sizeof(float));
         st = lf_backend_sync(t->be);
         if (st != LF_OK) return st;
         snap->params = t->snap_params;
@@ -1415,26 +1422,41 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     st = zero_layout(t); /* ZeRO: this rank's shard of every unit */
     if (st != LF_OK) return tfail(t, device_oom(t, st, &plan));
     size_t nm = moments_n(t); /* AdamW moments: the whole model, or this rank's shard */
-    t->m = t->be->ops->alloc(t->be, nm * sizeof(float));
-    t->v = t->be->ops->alloc(t->be, nm * sizeof(float));
-    if (!t->m || !t->v)
-        return tfail(t, device_oom(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating the AdamW moments (%zu floats "
-                                              "each)", nm), &plan));
+    /* ZeRO-Offload (offload_optimizer.device cpu on a device backend): the
+     * moments in host memory, updated there (offload_adamw); on a CPU
+     * backend the moments are host memory anyway */
+    t->offload = t->cfg.offload_optimizer == 1 && !t->be->ops->host_memory;
+    if (t->offload) {
+        t->m = lf_alloc(nm * sizeof(float));
+        t->v = lf_alloc(nm * sizeof(float));
+        t->off_g = lf_alloc(nm * sizeof(float));
+        if (!t->m || !t->v || !t->off_g)
+            return tfail(t, lf_fail(LF_ERR_NOMEM, "out of host memory allocating the offloaded AdamW moments (%zu "
+                                    "floats each)", nm));
+        memset(t->m, 0, nm * sizeof(float));
+        memset(t->v, 0, nm * sizeof(float));
+    } else {
+        t->m = t->be->ops->alloc(t->be, nm * sizeof(float));
+        t->v = t->be->ops->alloc(t->be, nm * sizeof(float));
+        if (!t->m || !t->v)
+            return tfail(t, device_oom(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating the AdamW moments (%zu "
+                                                  "floats each)", nm), &plan));
+        t->be->ops->zero(t->be, t->m, nm);
+        t->be->ops->zero(t->be, t->v, nm);
+    }
     if (t->be->ops->host_memory) { /* checkpoints read and write the tensors in place */
         t->host_params = lf_model_params(t->model);
         t->host_m = t->m;
         t->host_v = t->v;
     } else {
         t->host_params = lf_alloc(n * sizeof(float));
-        t->host_m = lf_alloc(nm * sizeof(float));
-        t->host_v = lf_alloc(nm * sizeof(float));
+        t->host_m = t->offload ? t->m : lf_alloc(nm * sizeof(float));
+        t->host_v = t->offload ? t->v : lf_alloc(nm * sizeof(float));
     }
     t->inputs = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     t->targets = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     if (!t->m || !t->v || !t->host_params || !t->host_m || !t->host_v || !t->inputs || !t->targets)
         return tfail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating optimizer state for %zu parameters", n));
-    t->be->ops->zero(t->be, t->m, nm);
-    t->be->ops->zero(t->be, t->v, nm);
     st = xfer_alloc(t); /* collectives on backend memory that is not the host's: staged through it */
     if (st != LF_OK) return tfail(t, st);
 
@@ -1519,7 +1541,11 @@ void lf_trainer_free(lf_trainer *t) {
     pthread_mutex_destroy(&t->obs_mu);
     pthread_mutex_destroy(&t->wd_mu);
     pthread_cond_destroy(&t->wd_cv);
-    if (t->be) {
+    if (t->offload) {
+        lf_free(t->m);
+        lf_free(t->v);
+        lf_free(t->off_g);
+    } else if (t->be) {
         if (t->m) t->be->ops->free(t->be, t->m);
         if (t->v) t->be->ops->free(t->be, t->v);
     }
@@ -1528,8 +1554,10 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->hf_config);
     if (t->be && !t->be->ops->host_memory) {
         lf_free(t->host_params);
-        lf_free(t->host_m);
-        lf_free(t->host_v);
+        if (!t->offload) {
+            lf_free(t->host_m);
+            lf_free(t->host_v);
+        }
     }
     lf_free(t->xfer);
     lf_free(t->inputs);
@@ -2036,6 +2064,61 @@ static lf_status zero_fp16_sum_check(lf_trainer *t, step_result *o, int *bad) {
     return LF_OK;
 }
 
+/* ZeRO-Offload's update of the parameters [lo, lo + cnt) of the flat
+ * vector, at p (device) with gradients g (device) and moments m, v + sh
+ * (host): the gradients and the parameters come to the host (the
+ * parameters into their checkpoint staging copy, host_params + lo), the CPU
+ * backend's AdamW (the same expression as the CUDA kernel's, which differs
+ * by FMA contractions only) updates them with the host moments, tensor by
+ * tensor for the weight decay, and the parameters go back. Transfers are
+ * synchronous (pageable host memory): the update is not overlapped with
+ * the next step's compute. */
+static lf_status offload_adamw(lf_trainer *t, float *p, const float *g, size_t lo, size_t cnt, size_t sh, float lr,
+                               float scale) {
+    if (cnt == 0) return LF_OK;
+    lf_backend *cpu = lf_backend_get("cpu");
+    if (!cpu) return lf_fail(LF_ERR_NOT_FOUND, "offload_optimizer: the cpu backend is not available");
+    const lf_train_config *c = &t->cfg;
+    float *hp = t->host_params + lo, *hg = t->off_g + sh;
+    t->be->ops->to_host(t->be, hp, p, cnt * sizeof(float));
+    t->be->ops->to_host(t->be, hg, g, cnt * sizeof(float));
+    lf_status st = lf_backend_sync(t->be);
+    if (st != LF_OK) return st;
+    int count = 0;
+    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    const size_t hi = lo + cnt;
+    for (int k = 0; k < count; k++) {
+        size_t a = table[k].offset, b = a + table[k].numel;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a >= b) continue;
+        const size_t at = a - lo;
+        cpu->ops->adamw_update(cpu, hp + at, hg + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2,
+                               c->eps, table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
+    }
+    t->be->ops->to_device(t->be, p, hp, cnt * sizeof(float));
+    return lf_backend_sync(t->be);
+}
+
+/* Stage 0 with offload: the whole model is one range; the device's derived
+ * weight copies (cuda-bf16's bf16 weights) are renewed after. */
+static lf_status offload_adamw_all(lf_trainer *t, float lr, double norm) {
+    lf_status st = lf_backend_sync(t->be);
+    if (st != LF_OK) return st;
+    if (!isfinite(norm))
+        return lf_fail(LF_ERR_NUMERIC, "step %ld: gradient norm is %g; lower optimizer.params.lr or check the data",
+                       t->opt_t, norm);
+    float scale = 1.0f;
+    if (t->cfg.grad_clip > 0) {
+        double coef = (double)t->cfg.grad_clip / (norm + 1e-6);
+        if (coef < 1.0) scale = (float)coef;
+    }
+    st = offload_adamw(t, lf_model_params(t->model), lf_model_grads(t->model), 0, lf_model_num_params(t->model), 0,
+                       lr, scale);
+    if (st == LF_OK && t->be->ops->params_changed) t->be->ops->params_changed(t->be);
+    return st;
+}
+
 /* AdamW on this rank's shard (weight decay by tensor, as lf_adamw_apply),
  * then the new parameters everywhere: stages 1-2 all-gather every unit into
  * the whole buffer; stage 3 keeps the shard and the model gathers on use. */
@@ -2054,6 +2137,11 @@ static lf_status zero_adamw(lf_trainer *t, step_result *o, float lr, double norm
     for (int u = 0; u < t->n_units; u++) {
         size_t lo = t->pc_lo[u], hi = lo + t->pc_n[u], sh = t->sh_off[u];
         float *p = zp_params(t, u), *g = zp_grads(t, u);
+        if (t->offload) {
+            lf_status ost = offload_adamw(t, p, g, lo, t->pc_n[u], sh, lr, scale);
+            if (ost != LF_OK) return ost;
+            continue;
+        }
         for (int k = 0; k < count; k++) {
             size_t a = table[k].offset, b = a + table[k].numel;
             if (a < lo) a = lo;
@@ -2389,8 +2477,9 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         emit_event(t, "skipped_step", NULL, "{\"reason\":\"alert\"}");
     } else {
         t->opt_t++;
-        st = t->zstage ? zero_adamw(t, o, o->lr, o->norm)
-                       : lf_adamw_apply(t->model, t->be, t->m, t->v, t->opt_t, o->lr, &t->cfg, o->norm);
+        st = t->zstage    ? zero_adamw(t, o, o->lr, o->norm)
+             : t->offload ? offload_adamw_all(t, o->lr, o->norm)
+                          : lf_adamw_apply(t->model, t->be, t->m, t->v, t->opt_t, o->lr, &t->cfg, o->norm);
         if (st != LF_OK) return st;
     }
     if (t->opts.inject_stall_step == step1 && t->opts.inject_stall_seconds > 0) { /* test hook */

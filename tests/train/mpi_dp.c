@@ -9,7 +9,8 @@
  *                    rank's replica bit-identical; log.jsonl written once.
  *   (LF_TEST_STEPS and LF_TEST_BLOCK shorten every mode: steps and
  *   model.block_size; nccl_dp runs one layout, accumulation 2, in equiv;
- *   LF_TEST_TIMEOUT_S raises the 120 s barrier timeout of slow builds)
+ *   LF_TEST_TIMEOUT_S raises the 120 s barrier timeout of slow builds;
+ *   LF_TEST_OFFLOAD=1 offloads the optimizer on every run)
  *   mpi_dp resume    2 ranks: a checkpoint saved at step 10 (HALF) by 2 ranks
  *                    resumes with 1 rank, and one saved by 1 rank resumes
  *                    with 2; steps 11-20 continue the uninterrupted 2-rank
@@ -167,6 +168,10 @@ static lf_train_config config(const char *name, int world, int A, long iters) {
     c.peak_gflops = 100;
     c.prefetch = 1;
     c.zero_stage = world > 1 || g_stage ? g_stage : 0;
+    /* LF_TEST_OFFLOAD=1: zero_optimization.offload_optimizer.device cpu on every
+     * run (ZeRO-Offload on a device backend: the shard's moments and AdamW on the host) */
+    const char *off = getenv("LF_TEST_OFFLOAD");
+    c.offload_optimizer = off && !strcmp(off, "1");
     snprintf(c.comm_backend, sizeof c.comm_backend, "%s", world == 1 ? "single" : "auto");
     snprintf(c.dataset, sizeof c.dataset, "%s", g_data);
     snprintf(c.out_dir, sizeof c.out_dir, "%s/%s", g_tmp, name);
@@ -186,6 +191,11 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
     if (c->world_size > 1) /* device tensors on several ranks: "auto" is nccl, collectives in place on the device */
         CHECK(strcmp(lf_comm_name(lf_trainer_comm(t)), "nccl") == 0, "communicator '%s', expected nccl",
               lf_comm_name(lf_trainer_comm(t)));
+    if (c->offload_optimizer) { /* offloaded: no moments in the device's memory */
+        size_t pb = 0, gb = 0, ob = 1;
+        lf_trainer_state_bytes(t, &pb, &gb, &ob);
+        CHECK(ob == 0, "offload_optimizer cpu: %zu bytes of moments on the device", ob);
+    }
 #endif
     lf_model *m = lf_trainer_model(t);
     char hex[65] = "0";
