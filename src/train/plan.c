@@ -327,6 +327,16 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
             }
         }
     }
+    /* ZeRO-Offload, on a device: the moments move to the host */
+    if (dev && p->staging && cfg->offload_optimizer != 1) {
+        lf_train_config co = *cfg;
+        co.offload_optimizer = 1;
+        if (plan_with(&q, &co, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->ops) == LF_OK &&
+            need(&q, dev) < need(p, dev))
+            sb(s, " zero_optimization.offload_optimizer.device cpu saves %s of device memory (the AdamW moments, "
+               "updated on the CPU)%s;", lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
+               need(&q, dev) <= lim ? "" : " (not enough alone)");
+    }
     if (p->world == 1)
         sb(s, " ZeRO stages shard optimizer state, gradients and parameters over several processes (llmforge "
            "launch / mpirun) and save nothing in one");

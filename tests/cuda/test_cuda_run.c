@@ -260,6 +260,14 @@ static void test_plan_on_device(void **state) {
     print_message("refused: %s\n", lf_trainer_errmsg(t));
     assert_non_null(strstr(lf_trainer_errmsg(t), "of device memory"));
     assert_non_null(strstr(lf_trainer_errmsg(t), "a smaller model"));
+    /* the moments are half of it: offloading them is advised, with their bytes */
+    lf_model_config bm = model_of(&big);
+    LF_ASSERT_OK(lf_model_config_resolve(&bm));
+    char want[96], fb[32];
+    size_t u0 = 0, u1 = 0;
+    snprintf(want, sizeof want, "offload_optimizer.device cpu saves %s",
+             lf_fmt_bytes(2 * lf_model_unit_sizes(&bm, &u0, &u1) * sizeof(float), fb, sizeof fb));
+    assert_non_null(strstr(lf_trainer_errmsg(t), want));
     lf_trainer_free(t);
 #ifdef LF_CUDA_SHIM
     lf_shim_set_device_memory((size_t)8 << 30);
