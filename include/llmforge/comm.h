@@ -156,6 +156,9 @@ lf_comm_options lf_comm_options_default(void);
  * LF_ERR_UNSUPPORTED (MPI finalised earlier in this process, MPI without
  * MPI-3, nccl), LF_ERR_IO (an MPI call failed), LF_ERR_NOMEM. */
 lf_status lf_comm_open(lf_comm **out, const char *kind, const lf_comm_options *opts);
+/* 1 when lf_comm_open can open `kind` in this program (built in, or
+ * registered: "nccl" after lf_comm_nccl_register), 0 otherwise. */
+int lf_comm_kind_available(const char *kind);
 
 /* Release the handle; NULL is a no-op. nccl: ncclCommFinalize (bounded by
  * the timeout), ncclCommDestroy, then its control handle. The last "mpi"

@@ -140,7 +140,7 @@ typedef struct lf_train_config {
     float alert_stall_seconds;      /* 0 = off */
     int alert_stall_action;         /* LOG or EXIT */
     /* communicator (include/llmforge/comm.h; docs/distributed.md) */
-    char comm_backend[16];          /* comm.backend: "auto", "single" or "mpi" */
+    char comm_backend[16];          /* comm.backend: "auto", "single", "mpi", "tcp" or "nccl" */
     float comm_timeout_s;           /* comm.timeout_s: bound on every collective */
     long comm_bucket_elems;         /* comm.bucket_elems: gradient floats per all-reduce call */
     /* ZeRO (docs/distributed.md): 0 replicated, 1 AdamW moments partitioned over the ranks,

@@ -55,6 +55,8 @@ static const struct lf_comm_ops *find_kind(const char *name) {
     return NULL;
 }
 
+int lf_comm_kind_available(const char *kind) { return kind && find_kind(kind) != NULL; }
+
 lf_comm_options lf_comm_options_default(void) {
     lf_comm_options o;
     memset(&o, 0, sizeof o);

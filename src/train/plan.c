@@ -178,7 +178,14 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     }
     add(p, "step batch (inputs, targets)", batch, 0);
     add(p, "loader prefetch ring", (size_t)cfg->prefetch * batch, 0);
-    if (W > 1) {
+    /* on a device, the nccl kind ("nccl", or "auto" where it is registered)
+     * reduces the device buffers in place, with NCCL's own device buffers
+     * (not counted: docs/troubleshooting.md, "Out of memory"): no host
+     * scratch and no host staging of the collectives */
+    const int nccl = staging && (!strcmp(cfg->comm_backend, "nccl") ||
+                                 ((!cfg->comm_backend[0] || !strcmp(cfg->comm_backend, "auto")) &&
+                                  lf_comm_kind_available("nccl")));
+    if (W > 1 && !nccl) {
         /* the mpi communicator's receive buffer: a part of ceil(bucket / W)
          * floats from each of W ranks for one bucket of the gradient
          * all-reduce (stage 0), or of the largest unit's reduce-scatter (ZeRO:

@@ -191,6 +191,15 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
     if (c->world_size > 1) /* device tensors on several ranks: "auto" is nccl, collectives in place on the device */
         CHECK(strcmp(lf_comm_name(lf_trainer_comm(t)), "nccl") == 0, "communicator '%s', expected nccl",
               lf_comm_name(lf_trainer_comm(t)));
+    if (c->world_size > 1) { /* nccl reduces device buffers in place: the plan has no host staging or scratch */
+        lf_mem_plan p;
+        lf_model_config mc = *lf_model_get_config(lf_trainer_model(t));
+        OK(lf_mem_plan_make_backend(&p, c, &mc, lf_trainer_backend(t), g_rank));
+        for (int i = 0; i < p.n_items; i++)
+            CHECK(!strstr(p.items[i].name, "collective staging") && !strstr(p.items[i].name, "communication scratch"),
+                  "nccl: the plan counts '%s' (%zu bytes), which the nccl kind does not allocate", p.items[i].name,
+                  p.items[i].bytes);
+    }
     if (c->offload_optimizer) { /* offloaded: no moments in the device's memory */
         size_t pb = 0, gb = 0, ob = 1;
         lf_trainer_state_bytes(t, &pb, &gb, &ob);
