@@ -253,6 +253,25 @@ lf_status lf_comm_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op);
  * must not overlap. n < 2^31. */
 lf_status lf_comm_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op);
 
+/* The same, started: on a kind with asynchronous collectives (nccl: its
+ * communication stream) the reduce-scatter is enqueued after the compute
+ * stream's work so far and the call returns; *ticket names it for
+ * lf_comm_wait. Elsewhere it runs to completion here and *ticket is 0. The
+ * buffers must stay untouched until it is waited for. */
+lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
+                                       int64_t *ticket);
+/* Order the compute stream (lf_comm_set_stream) after the collective of
+ * `ticket`: work enqueued there afterwards sees its result. The host does
+ * not block (ticket 0 or one already waited for: nothing to do). */
+lf_status lf_comm_wait(lf_comm *c, int64_t ticket);
+/* Block until every started collective has completed, under the
+ * watchdog: one still running comm.timeout_s after its start fails as a
+ * blocking collective would (LF_ERR_TIMEOUT naming it, the communicator
+ * aborted). The compute stream is ordered after them all. */
+lf_status lf_comm_wait_all(lf_comm *c);
+/* 1 when started collectives run asynchronously on this kind (nccl). */
+int lf_comm_async(const lf_comm *c);
+
 /* recv (n) := the parts of every rank, part p from rank p's send (count of
  * part p). send may be exactly recv + offset(rank) (in place). n < 2^31. */
 lf_status lf_comm_all_gather(lf_comm *c, const float *send, float *recv, size_t n);

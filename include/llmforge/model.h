@@ -292,6 +292,13 @@ typedef struct lf_model_zero {
     lf_status (*gather_params)(void *user, int unit, float *dst);
     lf_status (*reduce_grads)(void *user, int unit, float *grad);
     void *user;
+    /* With partition_grads: a second block-unit gradient buffer (the
+     * largest block unit's floats), the block units of a backward
+     * alternating between the two, so reduce_grads may leave a unit's
+     * buffer in use (an overlapped reduce-scatter) while the next unit's
+     * backward fills the other; the buffer handed for unit u is next
+     * written by the unit after the next. */
+    int double_buffer_grads;
 } lf_model_zero;
 /* Switch the model to partitioned gradients and/or parameters (once; the
  * whole buffers are freed and unit working buffers allocated: see
@@ -299,6 +306,9 @@ typedef struct lf_model_zero {
 lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z);
 /* Bytes of the unit working buffers lf_model_set_zero allocates. */
 size_t lf_model_zero_work_bytes(const lf_model_config *cfg, int partition_grads, int partition_params);
+/* Bytes of one block-unit buffer (the second gradient buffer of
+ * double_buffer_grads). */
+size_t lf_model_zero_block_bytes(const lf_model_config *cfg);
 /* Bytes the allocator holds for the model's parameters (the whole buffer,
  * or the two gathered-unit buffers under ZeRO-3) and gradients (the whole
  * buffer, or replica 0's two unit buffers under ZeRO-2/3), by

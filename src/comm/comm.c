@@ -397,6 +397,45 @@ lf_status lf_comm_reduce_scatter(lf_comm *c, const float *send, float *recv, siz
     return finish(c, c->ops->reduce_scatter(c, send, recv, n, op));
 }
 
+lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
+                                       int64_t *ticket) {
+    if (ticket) *ticket = 0;
+    if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_reduce_scatter_start: ticket is NULL");
+    if (!c || !c->ops->reduce_scatter_start) return lf_comm_reduce_scatter(c, send, recv, n, op);
+    if (!op_valid(op))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_reduce_scatter_start: op %d is not a reduction", (int)op);
+    if (n >= LF_COMM_PART_MAX)
+        return refuse(c, LF_ERR_RANGE, "lf_comm_reduce_scatter_start: %zu elements (at most 2^31 - 1)", n);
+    size_t off = 0, mine = 0;
+    lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    if (!part_placement_ok(send, n, recv, off, mine))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_reduce_scatter_start: recv overlaps send without being send + "
+                      "%zu (this rank's part)", off);
+    lf_status st = begin(c, LF_COMM_COLL_REDUCE_SCATTER, "lf_comm_reduce_scatter_start", n, send && (recv || !mine));
+    if (st != LF_OK) return st;
+    return finish(c, c->ops->reduce_scatter_start(c, send, recv, n, op, ticket));
+}
+
+lf_status lf_comm_wait(lf_comm *c, int64_t ticket) {
+    if (!c) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait: communicator is NULL");
+    if (ticket == 0 || !c->ops->wait) return LF_OK;
+    if (c->failed != LF_OK)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait: the communicator is unusable after an earlier failure: %s",
+                       c->errmsg);
+    return finish(c, c->ops->wait(c, ticket));
+}
+
+lf_status lf_comm_wait_all(lf_comm *c) {
+    if (!c) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait_all: communicator is NULL");
+    if (!c->ops->wait_all) return LF_OK;
+    if (c->failed != LF_OK)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait_all: the communicator is unusable after an earlier failure: "
+                       "%s", c->errmsg);
+    return finish(c, c->ops->wait_all(c));
+}
+
+int lf_comm_async(const lf_comm *c) { return c && c->ops->reduce_scatter_start != NULL; }
+
 lf_status lf_comm_all_gather(lf_comm *c, const float *send, float *recv, size_t n) {
     if (c && n >= LF_COMM_PART_MAX)
         return refuse(c, LF_ERR_RANGE, "lf_comm_all_gather: %zu elements (at most 2^31 - 1)", n);

@@ -211,6 +211,12 @@ size_t lf_model_zero_work_bytes(const lf_model_config *cfg, int partition_grads,
     return (partition_grads ? one : 0) + (partition_params ? one : 0);
 }
 
+size_t lf_model_zero_block_bytes(const lf_model_config *cfg) {
+    size_t u0, mo;
+    if (!lf_model_unit_sizes(cfg, &u0, &mo)) return 0;
+    return lf_arena_round(mo * sizeof(float));
+}
+
 /* ---------------------------------------------------------------- lifecycle */
 
 /* The backend can store matmul inputs in bf16 (its activation dtypes). */
@@ -286,8 +292,8 @@ void lf_model_free(lf_model *m) {
     }
     if (m->params) m->be->ops->free(m->be, m->params);
     if (m->grads) m->be->ops->free(m->be, m->grads);
-    float *work[4] = {m->pemb, m->pblk, m->gemb0, m->gblk0};
-    for (int i = 0; i < 4; i++)
+    float *work[5] = {m->pemb, m->pblk, m->gemb0, m->gblk0, m->gblk1};
+    for (int i = 0; i < 5; i++)
         if (work[i]) m->be->ops->free(m->be, work[i]);
     if (m->arch && m->arch_state) m->arch->unbind(m);
     lf_free(m->table);
@@ -326,16 +332,16 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
     if (z->partition_params && !z->partition_grads)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: partitioned parameters need partitioned gradients");
     lf_backend *be = m->be;
-    float *buf[4] = {NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0 */
+    float *buf[5] = {NULL, NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0, gblk1 */
     int ok = 1;
-    for (int i = 0; i < 4; i++) {
-        int want = i < 2 ? z->partition_params : z->partition_grads;
+    for (int i = 0; i < 5; i++) {
+        int want = i < 2 ? z->partition_params : i < 4 ? z->partition_grads : z->partition_grads && z->double_buffer_grads;
         if (!want) continue;
-        buf[i] = be->ops->alloc(be, (i % 2 ? m->max_other_n : m->unit0_n) * sizeof(float));
+        buf[i] = be->ops->alloc(be, (i % 2 || i == 4 ? m->max_other_n : m->unit0_n) * sizeof(float));
         ok &= buf[i] != NULL;
     }
     if (!ok) {
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (buf[i]) be->ops->free(be, buf[i]);
         return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO unit buffers");
     }
@@ -345,6 +351,7 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
     m->pblk = buf[1];
     m->gemb0 = buf[2];
     m->gblk0 = buf[3];
+    m->gblk1 = buf[4];
     if (z->partition_grads) {
         be->ops->free(be, m->grads);
         m->grads = NULL;
@@ -362,7 +369,7 @@ void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads) {
     lf_backend *be = m->be;
     size_t (*n)(lf_backend *, const void *) = be->ops->allocated;
     *params = n(be, m->params) + n(be, m->pemb) + n(be, m->pblk);
-    *grads = n(be, m->grads) + n(be, m->gemb0) + n(be, m->gblk0);
+    *grads = n(be, m->grads) + n(be, m->gemb0) + n(be, m->gblk0) + n(be, m->gblk1);
 }
 
 void lf_model_params_changed(lf_model *m) {
@@ -927,12 +934,14 @@ lf_status lf_model_backward(lf_model *m) {
     lf_status st = use_unit(m, 0);
     if (st == LF_OK) st = use_unit(m, L + 1);
     if (st != LF_OK) return st;
+    if (m->gblk1) m->rep[0].gblk = m->gblk0; /* the head unit; the blocks then alternate */
     zero_unit_grads(m, n_rep, 1);
     zero_unit_grads(m, n_rep, 0);
     run_all(m, n_rep, head_bw_task);
     if ((st = finish_unit(m, n_rep, L + 1)) != LF_OK) return st;
     for (int l = L - 1; l >= 0; l--) {
         if ((st = use_unit(m, 1 + l)) != LF_OK) return st;
+        if (m->gblk1) m->rep[0].gblk = (L - l) % 2 ? m->gblk1 : m->gblk0;
         zero_unit_grads(m, n_rep, 0);
         m->task_l = l;
         run_all(m, n_rep, block_bw_task);
@@ -975,7 +984,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     v->borrowed = 1;
     v->grads = NULL;
     memset(&v->zero, 0, sizeof v->zero);
-    v->pemb = v->pblk = v->gemb0 = v->gblk0 = NULL;
+    v->pemb = v->pblk = v->gemb0 = v->gblk0 = v->gblk1 = NULL;
     v->act_block = NULL;
     v->rep = NULL;
     v->n_rep = 0;

@@ -181,6 +181,7 @@ struct lf_model {
     float *pemb, *pblk;       /* ZeRO-3: gathered parameters of unit 0 / of blk_unit */
     int emb_valid, blk_unit;  /* what they hold (blk_unit -1: nothing) */
     float *gemb0, *gblk0;     /* ZeRO-2/3: replica 0's unit gradients */
+    float *gblk1;             /* lf_model_zero.double_buffer_grads: the second block-unit buffer */
     int task_l;               /* the layer the replicas' tasks work on */
 
     /* activation plan */

@@ -336,6 +336,9 @@ static const key_def k_keys[] = {
     {.path = "comm.bucket_elems", .type = KT_LONG, FLD(comm_bucket_elems), .lo = 1, .hi = 1073741824,
      .def = {4194304}, .help = "gradient floats per all-reduce call (and the communicator's scratch bound; "
                                "DeepSpeed's reduce_bucket_size)"},
+    {.path = "comm.overlap", .type = KT_BOOL, FLD(comm_overlap), .def = {1},
+     .help = "ZeRO-2/3 on nccl: reduce-scatter each unit's gradient while the next unit's backward runs (a "
+             "second block-unit gradient buffer; DeepSpeed's overlap_comm); the same sums either way"},
     /* the model registry (include/llmforge/registry.h) */
     {.path = "registry.enabled", .type = KT_BOOL, FLD(registry_enabled), .def = {1},
      .help = "record the run, its checkpoints, their metrics and lineage in the model registry (rank 0); a "

@@ -140,10 +140,16 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     const size_t units = lf_model_zero_work_bytes(mcfg, 1, 0); /* one unit-0 buffer and one of the largest other */
     p->params_bytes = Z == 3 ? p->shard * f + units : P * f;
     p->grads_bytes = Z >= 2 ? p->shard * f + units : P * f;
+    /* comm.overlap on nccl (ZeRO-2/3, several ranks): a second block-unit
+     * gradient buffer (lf_model_zero.double_buffer_grads) */
+    const int nccl_dev = staging && (!strcmp(cfg->comm_backend, "nccl") ||
+                                     ((!cfg->comm_backend[0] || !strcmp(cfg->comm_backend, "auto")) &&
+                                      lf_comm_kind_available("nccl")));
+    if (Z >= 2 && W > 1 && nccl_dev && cfg->comm_overlap) p->grads_bytes += lf_model_zero_block_bytes(mcfg);
     p->optim_bytes = 2 * (Z >= 1 ? p->shard : P) * f;
     add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 units)" : "parameters (fp32 master weights)", p->params_bytes,
         dev);
-    add(p, Z >= 2 ? "gradients (ZeRO shard + 2 units)" : "gradients (fp32)", p->grads_bytes, dev);
+    add(p, Z >= 2 ? "gradients (ZeRO shard + unit buffers)" : "gradients (fp32)", p->grads_bytes, dev);
     /* zero_optimization.offload_optimizer.device cpu on a device backend
      * (ZeRO-Offload): the moments live in host memory, AdamW runs there on a
      * host copy of the (shard's) gradients into the staging copy of the
@@ -182,10 +188,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
      * reduces the device buffers in place, with NCCL's own device buffers
      * (not counted: docs/troubleshooting.md, "Out of memory"): no host
      * scratch and no host staging of the collectives */
-    const int nccl = staging && (!strcmp(cfg->comm_backend, "nccl") ||
-                                 ((!cfg->comm_backend[0] || !strcmp(cfg->comm_backend, "auto")) &&
-                                  lf_comm_kind_available("nccl")));
-    if (W > 1 && !nccl) {
+    if (W > 1 && !nccl_dev) {
         /* the mpi communicator's receive buffer: a part of ceil(bucket / W)
          * floats from each of W ranks for one bucket of the gradient
          * all-reduce (stage 0), or of the largest unit's reduce-scatter (ZeRO:

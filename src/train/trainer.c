@@ -150,6 +150,12 @@ struct lf_trainer {
     float *pshard;             /* stage 3: the shard's parameters (fp32 master weights) */
     int zbad;                  /* stage >= 2, fp16: first tensor whose local unit gradient overflowed (-1) */
     double hook_comm_ms;       /* collectives made from the model's unit hooks */
+    /* comm.overlap (ZeRO-2/3 on an asynchronous kind): the unit whose
+     * reduce-scatter is in flight, its buffer and ticket (pend_u -1: none) */
+    int overlap;
+    int pend_u;
+    float *pend_grad;
+    int64_t pend_ticket;
     float *xfer;               /* host staging of the collectives on backend memory (dev_*; NULL when */
     size_t xfer_n;             /* the backend's memory is the host's, or one rank): its floats */
     long opt_t;                /* AdamW updates applied (skipped steps do not count) */
@@ -1975,6 +1981,22 @@ static lf_status zero_gather(void *user, int u, float *dst) {
     return st;
 }
 
+/* Overlap: the unit in flight is summed; its part is added into the shard
+ * (on the compute stream, after the reduce-scatter), and its buffer is free
+ * for the unit after next. */
+static lf_status zero_retire(lf_trainer *t) {
+    if (t->pend_u < 0) return LF_OK;
+    const int u = t->pend_u;
+    t->pend_u = -1;
+    double t0 = lf_time_now();
+    lf_status st = lf_comm_wait(t->comm, t->pend_ticket);
+    t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
+    if (st != LF_OK) return st;
+    const size_t po = t->pc_lo[u] - t->unit_lo[u];
+    t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], t->pend_grad + po, t->pc_n[u]);
+    return LF_OK;
+}
+
 static lf_status zero_reduce(void *user, int u, float *grad) {
     lf_trainer *t = user;
     size_t n = t->unit_n[u], po = t->pc_lo[u] - t->unit_lo[u], pc = t->pc_n[u];
@@ -1983,7 +2005,22 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
         if (k >= 0 && t->zbad < 0) t->zbad = k;
     }
     double t0 = lf_time_now();
-    lf_status st = dev_reduce_scatter(t, grad, grad + po, n);
+    lf_status st;
+    if (t->overlap) {
+        /* start this unit's sum, then retire the previous one: the compute
+         * stream waits for that one only now, so this unit's reduce-scatter
+         * runs beside the next unit's backward; unit 0 is a backward's last */
+        int64_t ticket = 0;
+        st = lf_comm_reduce_scatter_start(t->comm, grad, grad + po, n, LF_COMM_SUM, &ticket);
+        t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
+        if (st == LF_OK) st = zero_retire(t);
+        if (st != LF_OK) return st;
+        t->pend_u = u;
+        t->pend_grad = grad;
+        t->pend_ticket = ticket;
+        return u == 0 ? zero_retire(t) : LF_OK;
+    }
+    st = dev_reduce_scatter(t, grad, grad + po, n);
     t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
     if (st != LF_OK) return st;
     t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
@@ -2005,8 +2042,12 @@ static lf_status zero_partition(lf_trainer *t) {
         for (int u = 0; u < t->n_units; u++)
             t->be->ops->copy(t->be, t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
     }
+    /* overlap: a started reduce-scatter keeps its unit's buffer until the
+     * next unit's hook, so the block units alternate between two */
+    t->overlap = t->cfg.comm_overlap && t->world > 1 && lf_comm_async(t->comm);
+    t->pend_u = -1;
     lf_model_zero z = {.partition_grads = 1, .partition_params = t->zstage == 3, .gather_params = zero_gather,
-                       .reduce_grads = zero_reduce, .user = t};
+                       .reduce_grads = zero_reduce, .user = t, .double_buffer_grads = t->overlap};
     lf_status st = lf_model_set_zero(t->model, &z);
     if (st != LF_OK) return st;
     /* host memory: host_params was the model's whole buffer, now freed; a
@@ -2420,6 +2461,12 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         }
     }
     if (t->zstage) {
+        if (t->overlap) { /* every started reduce-scatter complete, under the watchdog */
+            double tw = lf_time_now();
+            st = lf_comm_wait_all(t->comm);
+            o->comm_ms += (lf_time_now() - tw) * 1e3;
+            if (st != LF_OK) return st;
+        }
         /* stage 1 sums now (reduce-scatter); stages 2-3 summed unit by unit in backward */
         if (t->zstage == 1 && (st = zero_reduce_scatter_all(t, o)) != LF_OK) return st;
         if (t->cfg.fp16) {

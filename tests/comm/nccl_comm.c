@@ -155,6 +155,46 @@ static void check_reduce_scatter(lf_comm *c, size_t n, lf_comm_op op, uint64_t s
     free(h);
 }
 
+/* Started reduce-scatters (lf_comm_reduce_scatter_start, the trainer's
+ * overlap): k of them in flight at once (k > the kind's 16 slots makes it
+ * retire the oldest first), waited for in an order of their own, each
+ * part the blocking collective's (in place and not), every ticket named
+ * once; lf_comm_wait of a retired or unknown ticket is free. */
+static void check_started(lf_comm *c, int k, uint64_t salt) {
+    const size_t n = 1000 + (size_t)k; /* not a multiple of 2..4 ranks for odd k */
+    size_t off, cnt;
+    lf_comm_partition(n, g_size, g_rank, &off, &cnt);
+    float *h = host_alloc(n), *send[24], *recv[24];
+    int64_t ticket[24];
+    CHECK(k <= 24, "k %d", k);
+    for (int j = 0; j < k; j++) {
+        send[j] = dev_alloc(n);
+        recv[j] = j % 2 ? send[j] + off : dev_alloc(cnt); /* in place every other one */
+        for (size_t i = 0; i < n; i++) h[i] = val(salt + (uint64_t)j, g_rank, i);
+        to_dev(send[j], h, n);
+    }
+    for (int j = 0; j < k; j++) {
+        OK(lf_comm_reduce_scatter_start(c, send[j], recv[j], n, LF_COMM_SUM, &ticket[j]));
+        CHECK(ticket[j] > 0 && (j == 0 || ticket[j] > ticket[j - 1]), "ticket %lld after %lld", (long long)ticket[j],
+              (long long)(j ? ticket[j - 1] : 0));
+    }
+    for (int j = k - 1; j >= 0; j -= 2) OK(lf_comm_wait(c, ticket[j])); /* some, newest first */
+    OK(lf_comm_wait_all(c));
+    OK(lf_comm_wait(c, ticket[0])); /* retired: nothing to do */
+    OK(lf_comm_wait(c, 0));
+    for (int j = 0; j < k; j++) {
+        from_dev(h, recv[j], cnt);
+        compare(h, salt + (uint64_t)j, off, cnt, LF_COMM_SUM, j % 2 ? "started reduce_scatter (in place)"
+                                                                     : "started reduce_scatter", n);
+        if (!(j % 2)) cudaFree(recv[j]);
+        cudaFree(send[j]);
+    }
+    int64_t none = -1;
+    OK(lf_comm_reduce_scatter_start(c, send[0], send[0], 0, LF_COMM_SUM, &none)); /* nothing to sum */
+    CHECK(none == 0, "an empty started reduce-scatter got ticket %lld", (long long)none);
+    free(h);
+}
+
 static void check_all_gather(lf_comm *c, size_t n, uint64_t salt, int in_place) {
     size_t off, cnt;
     lf_comm_partition(n, g_size, g_rank, &off, &cnt);
@@ -239,6 +279,11 @@ static int run_collectives(void) {
         OK(lf_comm_barrier(c));
     }
     check_scalars(c);
+    CHECK(lf_comm_async(c), "the nccl kind says its started collectives are not asynchronous");
+    check_started(c, 3, salt);
+    salt += 3;
+    check_started(c, 21, salt); /* more than its 16 slots */
+    salt += 21;
     check_all_reduce(a, 4099, LF_COMM_SUM, salt++); /* the second handle works beside the first */
 
     /* the handles numbered their collectives alike on every rank */

@@ -323,6 +323,17 @@ static void test_single_collectives(void **state) {
         LF_ASSERT_OK(lf_comm_reduce_scatter(c, x, x, 7, ops[k])); /* in place */
         assert_memory_equal(x, y, sizeof x);
     }
+    /* a started reduce-scatter on a kind without asynchronous collectives:
+     * done at the start, ticket 0, the waits free */
+    assert_false(lf_comm_async(c));
+    int64_t ticket = -1;
+    memset(z, 0, sizeof z);
+    LF_ASSERT_OK(lf_comm_reduce_scatter_start(c, x, z, 7, LF_COMM_SUM, &ticket));
+    assert_int_equal(ticket, 0);
+    assert_memory_equal(z, y, sizeof z);
+    LF_ASSERT_OK(lf_comm_wait(c, ticket));
+    LF_ASSERT_OK(lf_comm_wait_all(c));
+    assert_int_equal(lf_comm_reduce_scatter_start(c, x, z, 7, LF_COMM_SUM, NULL), LF_ERR_INVALID_ARG);
     memset(z, 0, sizeof z);
     LF_ASSERT_OK(lf_comm_all_gather(c, x, z, 7));
     assert_memory_equal(z, y, sizeof z);
@@ -339,7 +350,7 @@ static void test_single_collectives(void **state) {
     LF_ASSERT_OK(lf_comm_all_reduce_i64(c, l, 2, LF_COMM_SUM));
     assert_true(l[0] == INT64_MAX && l[1] == -7);
     LF_ASSERT_OK(lf_comm_all_reduce(c, NULL, 0, LF_COMM_SUM)); /* nothing to do */
-    assert_int_equal(lf_comm_seq(c), 20);
+    assert_int_equal(lf_comm_seq(c), 21); /* the started reduce-scatter counts as one */
 
     /* argument errors: refused before numbering, the handle stays usable */
     assert_int_equal(lf_comm_broadcast(c, x, 7, 1), LF_ERR_INVALID_ARG);
@@ -356,7 +367,7 @@ static void test_single_collectives(void **state) {
     assert_int_equal(lf_comm_all_gather(c, x + 2, x, 7), LF_ERR_INVALID_ARG);
     assert_int_equal(lf_comm_reduce_scatter(c, x, z, (size_t)1 << 31, LF_COMM_SUM), LF_ERR_RANGE);
     assert_int_equal(lf_comm_all_reduce(NULL, x, 3, LF_COMM_SUM), LF_ERR_INVALID_ARG);
-    assert_int_equal(lf_comm_seq(c), 20);
+    assert_int_equal(lf_comm_seq(c), 21); /* the started reduce-scatter counts as one */
     LF_ASSERT_OK(lf_comm_barrier(c));
 
     lf_comm_set_context(c, "step %d", 12);

@@ -10,7 +10,8 @@
  *   (LF_TEST_STEPS and LF_TEST_BLOCK shorten every mode: steps and
  *   model.block_size; nccl_dp runs one layout, accumulation 2, in equiv;
  *   LF_TEST_TIMEOUT_S raises the 120 s barrier timeout of slow builds;
- *   LF_TEST_OFFLOAD=1 offloads the optimizer on every run)
+ *   LF_TEST_OFFLOAD=1 offloads the optimizer on every run; LF_TEST_OVERLAP=0
+ *   turns comm.overlap off)
  *   mpi_dp resume    2 ranks: a checkpoint saved at step 10 (HALF) by 2 ranks
  *                    resumes with 1 rank, and one saved by 1 rank resumes
  *                    with 2; steps 11-20 continue the uninterrupted 2-rank
@@ -172,6 +173,8 @@ static lf_train_config config(const char *name, int world, int A, long iters) {
      * run (ZeRO-Offload on a device backend: the shard's moments and AdamW on the host) */
     const char *off = getenv("LF_TEST_OFFLOAD");
     c.offload_optimizer = off && !strcmp(off, "1");
+    const char *ov = getenv("LF_TEST_OVERLAP"); /* 0: comm.overlap false (default true) */
+    if (ov && !strcmp(ov, "0")) c.comm_overlap = 0;
     snprintf(c.comm_backend, sizeof c.comm_backend, "%s", world == 1 ? "single" : "auto");
     snprintf(c.dataset, sizeof c.dataset, "%s", g_data);
     snprintf(c.out_dir, sizeof c.out_dir, "%s/%s", g_tmp, name);
@@ -199,6 +202,15 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
             CHECK(!strstr(p.items[i].name, "collective staging") && !strstr(p.items[i].name, "communication scratch"),
                   "nccl: the plan counts '%s' (%zu bytes), which the nccl kind does not allocate", p.items[i].name,
                   p.items[i].bytes);
+        /* the gradients as planned: with comm.overlap under ZeRO-2/3 the second unit buffer too */
+        size_t pb = 0, gb = 0, ob = 0;
+        lf_trainer_state_bytes(t, &pb, &gb, &ob);
+        CHECK(gb == p.grads_bytes, "nccl, ZeRO-%d, overlap %d: %zu bytes of gradients allocated, %zu planned",
+              c->zero_stage, c->comm_overlap, gb, p.grads_bytes);
+        static int said;
+        if (!said++ && g_rank == 0)
+            printf("nccl, ZeRO-%d, comm.overlap %d (async kind %d): %zu bytes of gradients, as planned\n", c->zero_stage,
+                   c->comm_overlap, lf_comm_async(lf_trainer_comm(t)), gb);
     }
     if (c->offload_optimizer) { /* offloaded: no moments in the device's memory */
         size_t pb = 0, gb = 0, ob = 1;

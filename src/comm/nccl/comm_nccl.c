@@ -42,7 +42,9 @@
  * over the control handle which did not arrive, as the mpi kind does
  * (comm_mpi.c); NCCL's errors become LF_ERR_IO/DEVICE/INVALID_ARG with
  * ncclGetErrorString and ncclGetLastError. The collectives are blocking for
- * the caller (the host waits for completion) so that the bound holds.
+ * the caller (the host waits for completion) so that the bound holds; the
+ * started reduce-scatter (lf_comm_reduce_scatter_start, for overlap) is not,
+ * and lf_comm_wait_all holds the same bound for it (below).
  *
  * Uneven partitions: llmforge's parts (lf_comm_partition) differ by one
  * element when n % size != 0, NCCL's reduce-scatter and all-gather need
@@ -65,6 +67,15 @@
 #include "cuda_api.h"
 #include "nccl/nccl_api.h"
 
+/* A started collective (lf_comm_reduce_scatter_start): its completion
+ * event on comm_stream, when it started, what it was (for the watchdog). */
+#define NCCL_PENDING 16
+typedef struct nccl_pending {
+    int64_t ticket;
+    double started;
+    char desc[192];
+} nccl_pending;
+
 typedef struct nccl_state {
     lf_comm *ctl;            /* host control handle (mpi, single; tcp under torchrun) */
     ncclComm_t nc;
@@ -74,6 +85,11 @@ typedef struct nccl_state {
     cudaEvent_t ready, done;
     int have_stream, have_ready, have_done;
     double started, deadline;
+    cudaEvent_t pend_ev[NCCL_PENDING]; /* slot i's completion event */
+    int n_pend_ev;                     /* events created */
+    nccl_pending pend[NCCL_PENDING];   /* started, not yet completed on the host's watch, in order */
+    int n_pend;
+    int64_t next_ticket;
 } nccl_state;
 
 /* The id message of the bootstrap: ok = 0 when rank 0 could not make one. */
@@ -211,15 +227,15 @@ static lf_status nccl_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op
     return issued(c, s, ncclAllReduce(buf, buf, n, ncclFloat32, red_op(op), s->nc, s->comm_stream), "ncclAllReduce");
 }
 
-static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op) {
-    nccl_state *s = c->impl;
-    if (n == 0) return LF_OK;
-    lf_status st = begin_device(c, s);
-    if (st != LF_OK) return st;
+/* Enqueue a reduce-scatter on comm_stream; *call names what was called. */
+static ncclResult_t enqueue_reduce_scatter(lf_comm *c, nccl_state *s, const float *send, float *recv, size_t n,
+                                           lf_comm_op op, const char **call) {
     size_t P = (size_t)c->size;
-    if (n % P == 0) /* recv == send + rank * n/P is NCCL's in-place layout too */
-        return issued(c, s, ncclReduceScatter(send, recv, n / P, ncclFloat32, red_op(op), s->nc, s->comm_stream),
-                      "ncclReduceScatter");
+    if (n % P == 0) { /* recv == send + rank * n/P is NCCL's in-place layout too */
+        *call = "ncclReduceScatter";
+        return ncclReduceScatter(send, recv, n / P, ncclFloat32, red_op(op), s->nc, s->comm_stream);
+    }
+    *call = "ncclReduce (group, one per part)";
     ncclResult_t r = ncclGroupStart();
     for (int p = 0; p < c->size && (r == ncclSuccess || r == ncclInProgress); p++) {
         size_t off = 0, cnt = 0;
@@ -231,7 +247,95 @@ static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv,
     }
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess || r == ncclInProgress) r = e;
-    return issued(c, s, r, "ncclReduce (group, one per part)");
+    return r;
+}
+
+static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op) {
+    nccl_state *s = c->impl;
+    if (n == 0) return LF_OK;
+    lf_status st = begin_device(c, s);
+    if (st != LF_OK) return st;
+    const char *call = "";
+    ncclResult_t r = enqueue_reduce_scatter(c, s, send, recv, n, op, &call);
+    return issued(c, s, r, call);
+}
+
+/* ---------------------------------------------------------------- started collectives
+ * Overlap (the trainer's ZeRO-2/3 gradients): a started reduce-scatter is
+ * enqueued on comm_stream after the compute stream's work so far, and the
+ * host goes on at once (it waits only until NCCL has taken the call, as a
+ * blocking collective does first). lf_comm_wait orders the compute stream
+ * after it on the device (cudaStreamWaitEvent: no host wait), so compute
+ * enqueued before that runs beside it. The watchdog holds for them in
+ * lf_comm_wait_all: the host polls each one's event, answering the control
+ * handle's queries, until comm.timeout_s after its start, then aborts as
+ * for a blocking collective, naming the started one. A blocking collective
+ * after starts waits for comm_stream, so for them too. */
+static lf_status nccl_wait_all(lf_comm *c);
+
+static lf_status nccl_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
+                                           int64_t *ticket) {
+    nccl_state *s = c->impl;
+    *ticket = 0;
+    if (n == 0) return LF_OK;
+    if (s->n_pend == s->n_pend_ev) { /* every slot taken: the oldest must be complete first */
+        lf_status st = nccl_wait_all(c);
+        if (st != LF_OK) return st;
+    }
+    lf_status st = begin_device(c, s);
+    if (st != LF_OK) return st;
+    const char *call = "";
+    ncclResult_t r = enqueue_reduce_scatter(c, s, send, recv, n, op, &call);
+    if (r != ncclSuccess && r != ncclInProgress) return fail_nccl(c, s, r, call);
+    if ((st = wait_nccl(c, s, call, 0)) != LF_OK) return st; /* taken by NCCL, not waited for */
+    const int i = s->n_pend;
+    cudaError_t e = cudaEventRecord(s->pend_ev[i], s->comm_stream);
+    if (e != cudaSuccess) return fail_cuda(c, s, e, "cudaEventRecord (after a started collective)");
+    nccl_pending *p = &s->pend[i];
+    p->ticket = ++s->next_ticket;
+    p->started = s->started;
+    lf__comm_describe(c, p->desc, sizeof p->desc);
+    s->n_pend++;
+    *ticket = p->ticket;
+    return LF_OK;
+}
+
+static lf_status nccl_wait(lf_comm *c, int64_t ticket) {
+    nccl_state *s = c->impl;
+    for (int i = 0; i < s->n_pend; i++) {
+        if (s->pend[i].ticket != ticket) continue;
+        cudaError_t e = cudaStreamWaitEvent(s->compute, s->pend_ev[i], 0);
+        if (e != cudaSuccess) return fail_cuda(c, s, e, "cudaStreamWaitEvent (a started collective)");
+        return LF_OK;
+    }
+    return LF_OK; /* completed and retired by lf_comm_wait_all, or never started */
+}
+
+static lf_status nccl_wait_all(lf_comm *c) {
+    nccl_state *s = c->impl;
+    for (int i = 0; i < s->n_pend; i++) {
+        const nccl_pending *p = &s->pend[i];
+        s->started = p->started;
+        s->deadline = p->started + c->opts.timeout_s;
+        char what[256];
+        snprintf(what, sizeof what, "the started %s", p->desc);
+        for (long it = 0;; it++) {
+            cudaError_t e = cudaEventQuery(s->pend_ev[i]);
+            if (e == cudaSuccess) break;
+            if (e != cudaErrorNotReady) return fail_cuda(c, s, e, "cudaEventQuery (a started collective)");
+            ncclResult_t ar = ncclSuccess, r = ncclCommGetAsyncError(s->nc, &ar);
+            if (r != ncclSuccess) ar = r;
+            if (ar != ncclSuccess && ar != ncclInProgress) return fail_nccl(c, s, ar, what);
+            if ((it & 15) == 0 && s->ctl->ops->serve) s->ctl->ops->serve(s->ctl, c);
+            double now = lf__comm_now_s();
+            if (now >= s->deadline) return fail_collective(c, s, LF_ERR_TIMEOUT, what);
+            lf__comm_pause(it, now - p->started);
+        }
+        cudaError_t e = cudaStreamWaitEvent(s->compute, s->pend_ev[i], 0);
+        if (e != cudaSuccess) return fail_cuda(c, s, e, "cudaStreamWaitEvent (a started collective)");
+    }
+    s->n_pend = 0;
+    return LF_OK;
 }
 
 static lf_status nccl_all_gather(lf_comm *c, const float *send, float *recv, size_t n) {
@@ -314,6 +418,7 @@ static void free_state(nccl_state *s, lf_status failed) {
         s->nc = NULL;
     }
     abort_nccl(s);
+    for (int i = 0; i < s->n_pend_ev; i++) cudaEventDestroy(s->pend_ev[i]);
     if (s->have_done) cudaEventDestroy(s->done);
     if (s->have_ready) cudaEventDestroy(s->ready);
     if (s->have_stream) cudaStreamDestroy(s->comm_stream);
@@ -363,6 +468,9 @@ static lf_status nccl_open(lf_comm *c) {
         s->have_ready = 1;
     if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming)) == cudaSuccess)
         s->have_done = 1;
+    while (e == cudaSuccess && s->n_pend_ev < NCCL_PENDING &&
+           (e = cudaEventCreateWithFlags(&s->pend_ev[s->n_pend_ev], cudaEventDisableTiming)) == cudaSuccess)
+        s->n_pend_ev++;
     if (e != cudaSuccess) {
         st = lf_fail(LF_ERR_DEVICE, "nccl communicator (rank %d): %s: %s (%s)", c->rank, call, cudaGetErrorName(e),
                      cudaGetErrorString(e));
@@ -449,6 +557,9 @@ static const struct lf_comm_ops k_nccl_ops = {
     .all_reduce_i64 = nccl_all_reduce_i64,
     .broadcast_bytes = nccl_broadcast_bytes,
     .set_stream = nccl_set_stream,
+    .reduce_scatter_start = nccl_reduce_scatter_start,
+    .wait = nccl_wait,
+    .wait_all = nccl_wait_all,
 };
 
 lf_status lf_comm_nccl_register(void) { return lf__comm_register(&k_nccl_ops); }
