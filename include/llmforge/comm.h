@@ -260,6 +260,8 @@ lf_status lf_comm_reduce_scatter(lf_comm *c, const float *send, float *recv, siz
  * buffers must stay untouched until it is waited for. */
 lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
                                        int64_t *ticket);
+/* lf_comm_all_gather, started the same way (ZeRO-3's prefetch). */
+lf_status lf_comm_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket);
 /* Order the compute stream (lf_comm_set_stream) after the collective of
  * `ticket`: work enqueued there afterwards sees its result. The host does
  * not block (ticket 0 or one already waited for: nothing to do). */

@@ -299,11 +299,20 @@ typedef struct lf_model_zero {
      * backward fills the other; the buffer handed for unit u is next
      * written by the unit after the next. */
     int double_buffer_grads;
+    /* With partition_params: a second block-unit parameter buffer and, once
+     * a block unit is in use, the next one (forward: u + 1, backward: u - 1)
+     * gathered into the other buffer by gather_start while it computes;
+     * using it waits for it with gather_wait (ZeRO-3's prefetch). */
+    int prefetch_params;
+    lf_status (*gather_start)(void *user, int unit, float *dst, int64_t *ticket);
+    lf_status (*gather_wait)(void *user, int64_t ticket);
 } lf_model_zero;
 /* Switch the model to partitioned gradients and/or parameters (once; the
  * whole buffers are freed and unit working buffers allocated: see
  * lf_model_zero_work_bytes). LF_ERR_NOMEM leaves the model as it was. */
 lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z);
+/* Block units used from a prefetch (prefetch_params) since the model was made. */
+long lf_model_prefetch_hits(const lf_model *m);
 /* Bytes of the unit working buffers lf_model_set_zero allocates. */
 size_t lf_model_zero_work_bytes(const lf_model_config *cfg, int partition_grads, int partition_params);
 /* Bytes of one block-unit buffer (the second gradient buffer of

@@ -416,6 +416,22 @@ lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *rec
     return finish(c, c->ops->reduce_scatter_start(c, send, recv, n, op, ticket));
 }
 
+lf_status lf_comm_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket) {
+    if (ticket) *ticket = 0;
+    if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_all_gather_start: ticket is NULL");
+    if (!c || !c->ops->all_gather_start) return lf_comm_all_gather(c, send, recv, n);
+    if (n >= LF_COMM_PART_MAX)
+        return refuse(c, LF_ERR_RANGE, "lf_comm_all_gather_start: %zu elements (at most 2^31 - 1)", n);
+    size_t off = 0, mine = 0;
+    lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    if (!part_placement_ok(recv, n, send, off, mine))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_gather_start: send overlaps recv without being recv + %zu "
+                      "(this rank's part)", off);
+    lf_status st = begin(c, LF_COMM_COLL_ALL_GATHER, "lf_comm_all_gather_start", n, recv && (send || !mine));
+    if (st != LF_OK) return st;
+    return finish(c, c->ops->all_gather_start(c, send, recv, n, ticket));
+}
+
 lf_status lf_comm_wait(lf_comm *c, int64_t ticket) {
     if (!c) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait: communicator is NULL");
     if (ticket == 0 || !c->ops->wait) return LF_OK;

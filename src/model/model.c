@@ -253,6 +253,7 @@ lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend
     for (int u = 1; u < m->n_units; u++)
         if (m->unit_n[u] > m->max_other_n) m->max_other_n = m->unit_n[u];
     m->blk_unit = -1;
+    m->pf_unit = -1;
     m->act_dt = bf16_acts_supported(m) ? LF_ACT_BF16 : LF_ACT_FP32;
     size_t bytes = m->num_params * sizeof(float);
     m->params = be->ops->alloc(be, bytes);
@@ -292,8 +293,9 @@ void lf_model_free(lf_model *m) {
     }
     if (m->params) m->be->ops->free(m->be, m->params);
     if (m->grads) m->be->ops->free(m->be, m->grads);
-    float *work[5] = {m->pemb, m->pblk, m->gemb0, m->gblk0, m->gblk1};
-    for (int i = 0; i < 5; i++)
+    if (m->pblk1 && m->pf_unit >= 0) (void)m->zero.gather_wait(m->zero.user, m->pf_ticket); /* nothing writes a freed buffer */
+    float *work[6] = {m->pemb, m->pblk1 ? m->pblk_a : m->pblk, m->gemb0, m->gblk0, m->gblk1, m->pblk1};
+    for (int i = 0; i < 6; i++)
         if (work[i]) m->be->ops->free(m->be, work[i]);
     if (m->arch && m->arch_state) m->arch->unbind(m);
     lf_free(m->table);
@@ -332,16 +334,21 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
     if (z->partition_params && !z->partition_grads)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: partitioned parameters need partitioned gradients");
     lf_backend *be = m->be;
-    float *buf[5] = {NULL, NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0, gblk1 */
+    if (z->prefetch_params && (!z->partition_params || !z->gather_start || !z->gather_wait))
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: prefetch needs partitioned parameters and its callbacks");
+    float *buf[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0, gblk1, pblk1 */
     int ok = 1;
-    for (int i = 0; i < 5; i++) {
-        int want = i < 2 ? z->partition_params : i < 4 ? z->partition_grads : z->partition_grads && z->double_buffer_grads;
+    for (int i = 0; i < 6; i++) {
+        int want = i < 2   ? z->partition_params
+                   : i < 4 ? z->partition_grads
+                   : i == 4 ? z->partition_grads && z->double_buffer_grads
+                            : z->partition_params && z->prefetch_params;
         if (!want) continue;
-        buf[i] = be->ops->alloc(be, (i % 2 || i == 4 ? m->max_other_n : m->unit0_n) * sizeof(float));
+        buf[i] = be->ops->alloc(be, (i % 2 || i >= 4 ? m->max_other_n : m->unit0_n) * sizeof(float));
         ok &= buf[i] != NULL;
     }
     if (!ok) {
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 6; i++)
             if (buf[i]) be->ops->free(be, buf[i]);
         return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO unit buffers");
     }
@@ -352,6 +359,9 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
     m->gemb0 = buf[2];
     m->gblk0 = buf[3];
     m->gblk1 = buf[4];
+    m->pblk_a = buf[1];
+    m->pblk1 = buf[5];
+    m->pf_unit = -1;
     if (z->partition_grads) {
         be->ops->free(be, m->grads);
         m->grads = NULL;
@@ -368,13 +378,17 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
 void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads) {
     lf_backend *be = m->be;
     size_t (*n)(lf_backend *, const void *) = be->ops->allocated;
-    *params = n(be, m->params) + n(be, m->pemb) + n(be, m->pblk);
+    *params = n(be, m->params) + n(be, m->pemb) + n(be, m->pblk1 ? m->pblk_a : m->pblk) + n(be, m->pblk1);
     *grads = n(be, m->grads) + n(be, m->gemb0) + n(be, m->gblk0) + n(be, m->gblk1);
 }
 
 void lf_model_params_changed(lf_model *m) {
     m->emb_valid = 0;
     m->blk_unit = -1;
+    if (m->pblk1 && m->pf_unit >= 0) { /* gathered from the old shard: dropped, once complete (its errors surface later) */
+        (void)m->zero.gather_wait(m->zero.user, m->pf_ticket);
+        m->pf_unit = -1;
+    }
 }
 const lf_param_info *lf_model_find_param(const lf_model *m, const char *name) {
     int i = lf__param_index(m, name);
@@ -788,9 +802,42 @@ static void run_all(lf_model *m, int n_rep, void (*task)(void *, int)) {
 /* ZeRO-3: unit u's parameters in place before it is used (unit 0 has its
  * own buffer; the others share one). The gather is a collective, made from
  * the calling thread, outside the replicas' parallel region. */
+/* ZeRO-3 prefetch: block unit u is in use; start gathering the pass's
+ * next block unit into the other buffer (waiting first for a prefetch of
+ * another unit there, which nothing will use). */
+static lf_status prefetch_next(lf_model *m, int u) {
+    const int n = u + m->pf_dir;
+    if (!m->pblk1 || u == 0 || n < 1 || n > m->cfg.n_layer + 1 || m->pf_unit == n) return LF_OK;
+    if (m->pf_unit >= 0) {
+        m->pf_unit = -1;
+        lf_status st = m->zero.gather_wait(m->zero.user, m->pf_ticket);
+        if (st != LF_OK) return st;
+    }
+    float *other = m->pblk == m->pblk_a ? m->pblk1 : m->pblk_a;
+    lf_status st = m->zero.gather_start(m->zero.user, n, other, &m->pf_ticket);
+    if (st != LF_OK) return st;
+    m->pf_unit = n;
+    m->pf_buf = other;
+    return LF_OK;
+}
+
 static lf_status use_unit(lf_model *m, int u) {
     if (m->params) return LF_OK;
-    if (u == 0 ? m->emb_valid : m->blk_unit == u) return LF_OK;
+    if (u != 0 && m->blk_unit == u) return prefetch_next(m, u);
+    if (u == 0 && m->emb_valid) return LF_OK;
+    if (u != 0 && m->pblk1 && m->pf_unit == u) { /* prefetched: wait for it (the device waits, not the host) */
+        m->pf_unit = -1;
+        lf_status st = m->zero.gather_wait(m->zero.user, m->pf_ticket);
+        if (st != LF_OK) {
+            m->blk_unit = -1;
+            return st;
+        }
+        m->pblk = m->pf_buf;
+        m->blk_unit = u;
+        m->pf_hits++;
+        if (m->be->ops->params_changed) m->be->ops->params_changed(m->be);
+        return prefetch_next(m, u);
+    }
     lf_status st = m->zero.gather_params(m->zero.user, u, u == 0 ? m->pemb : m->pblk);
     if (st != LF_OK) {
         if (u == 0) m->emb_valid = 0;
@@ -800,7 +847,7 @@ static lf_status use_unit(lf_model *m, int u) {
     if (u == 0) m->emb_valid = 1;
     else m->blk_unit = u;
     if (m->be->ops->params_changed) m->be->ops->params_changed(m->be); /* cached copies keyed by the buffer's address */
-    return LF_OK;
+    return u == 0 ? LF_OK : prefetch_next(m, u);
 }
 
 /* With whole parameters nothing happens between units: each replica runs
@@ -820,6 +867,7 @@ static lf_status forward_units(lf_model *m, int n_rep) {
         run_all(m, n_rep, forward_task);
         return LF_OK;
     }
+    m->pf_dir = 1; /* ZeRO-3 prefetch: the blocks in increasing order */
     lf_status st = use_unit(m, 0);
     if (st != LF_OK) return st;
     run_all(m, n_rep, embed_task);
@@ -931,6 +979,7 @@ lf_status lf_model_backward(lf_model *m) {
     }
     m->have_dlogits = 0;
     int n_rep = m->cur_rep, L = m->cfg.n_layer;
+    m->pf_dir = -1; /* ZeRO-3 prefetch: the head, then the blocks downwards */
     lf_status st = use_unit(m, 0);
     if (st == LF_OK) st = use_unit(m, L + 1);
     if (st != LF_OK) return st;
@@ -984,7 +1033,8 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     v->borrowed = 1;
     v->grads = NULL;
     memset(&v->zero, 0, sizeof v->zero);
-    v->pemb = v->pblk = v->gemb0 = v->gblk0 = v->gblk1 = NULL;
+    v->pemb = v->pblk = v->gemb0 = v->gblk0 = v->gblk1 = v->pblk_a = v->pblk1 = NULL;
+    v->pf_unit = -1;
     v->act_block = NULL;
     v->rep = NULL;
     v->n_rep = 0;
@@ -1163,3 +1213,4 @@ lf_status lf_model_session_plan_bytes(const lf_model *m, int B, int T, int with_
 }
 
 lf_backend *lf_model_backend(const lf_model *m) { return m->be; }
+long lf_model_prefetch_hits(const lf_model *m) { return m->pf_hits; }

@@ -182,6 +182,11 @@ struct lf_model {
     int emb_valid, blk_unit;  /* what they hold (blk_unit -1: nothing) */
     float *gemb0, *gblk0;     /* ZeRO-2/3: replica 0's unit gradients */
     float *gblk1;             /* lf_model_zero.double_buffer_grads: the second block-unit buffer */
+    float *pblk_a, *pblk1;    /* prefetch_params: the two block-unit parameter buffers (pblk is one) */
+    int pf_unit, pf_dir;      /* the unit being prefetched (-1: none) and the direction of the pass */
+    float *pf_buf;            /* its buffer */
+    int64_t pf_ticket;
+    long pf_hits;             /* block units used from a prefetch (lf_model_prefetch_hits) */
     int task_l;               /* the layer the replicas' tasks work on */
 
     /* activation plan */

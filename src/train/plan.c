@@ -146,8 +146,10 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
                                      ((!cfg->comm_backend[0] || !strcmp(cfg->comm_backend, "auto")) &&
                                       lf_comm_kind_available("nccl")));
     if (Z >= 2 && W > 1 && nccl_dev && cfg->comm_overlap) p->grads_bytes += lf_model_zero_block_bytes(mcfg);
+    /* and ZeRO-3's prefetch: a second block-unit parameter buffer (prefetch_params) */
+    if (Z == 3 && W > 1 && nccl_dev && cfg->comm_overlap) p->params_bytes += lf_model_zero_block_bytes(mcfg);
     p->optim_bytes = 2 * (Z >= 1 ? p->shard : P) * f;
-    add(p, Z == 3 ? "parameters (ZeRO-3 shard + 2 units)" : "parameters (fp32 master weights)", p->params_bytes,
+    add(p, Z == 3 ? "parameters (ZeRO-3 shard + unit buffers)" : "parameters (fp32 master weights)", p->params_bytes,
         dev);
     add(p, Z >= 2 ? "gradients (ZeRO shard + unit buffers)" : "gradients (fp32)", p->grads_bytes, dev);
     /* zero_optimization.offload_optimizer.device cpu on a device backend

@@ -1981,6 +1981,21 @@ static lf_status zero_gather(void *user, int u, float *dst) {
     return st;
 }
 
+/* ZeRO-3 prefetch (comm.overlap): the next unit's all-gather, started on
+ * the communicator's stream, and the wait that orders the compute stream
+ * after it when the unit is used. */
+static lf_status zero_gather_start(void *user, int u, float *dst, int64_t *ticket) {
+    lf_trainer *t = user;
+    double t0 = lf_time_now();
+    lf_status st = lf_comm_all_gather_start(t->comm, t->pshard + t->sh_off[u], dst, t->unit_n[u], ticket);
+    t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
+    return st;
+}
+static lf_status zero_gather_wait(void *user, int64_t ticket) {
+    lf_trainer *t = user;
+    return lf_comm_wait(t->comm, ticket);
+}
+
 /* Overlap: the unit in flight is summed; its part is added into the shard
  * (on the compute stream, after the reduce-scatter), and its buffer is free
  * for the unit after next. */
@@ -2047,7 +2062,9 @@ static lf_status zero_partition(lf_trainer *t) {
     t->overlap = t->cfg.comm_overlap && t->world > 1 && lf_comm_async(t->comm);
     t->pend_u = -1;
     lf_model_zero z = {.partition_grads = 1, .partition_params = t->zstage == 3, .gather_params = zero_gather,
-                       .reduce_grads = zero_reduce, .user = t, .double_buffer_grads = t->overlap};
+                       .reduce_grads = zero_reduce, .user = t, .double_buffer_grads = t->overlap,
+                       .prefetch_params = t->overlap && t->zstage == 3, .gather_start = zero_gather_start,
+                       .gather_wait = zero_gather_wait};
     lf_status st = lf_model_set_zero(t->model, &z);
     if (st != LF_OK) return st;
     /* host memory: host_params was the model's whole buffer, now freed; a

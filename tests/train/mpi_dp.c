@@ -207,10 +207,20 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
         lf_trainer_state_bytes(t, &pb, &gb, &ob);
         CHECK(gb == p.grads_bytes, "nccl, ZeRO-%d, overlap %d: %zu bytes of gradients allocated, %zu planned",
               c->zero_stage, c->comm_overlap, gb, p.grads_bytes);
+        /* ZeRO-3 with overlap: every block unit of a pass after the first comes from a prefetch */
+        const long hits = lf_model_prefetch_hits(lf_trainer_model(t));
+        if (c->zero_stage == 3 && c->comm_overlap)
+            CHECK(hits >= (long)c->model.n_layer * c->train_iters, "ZeRO-3 prefetch: %ld units used from a prefetch "
+                  "in %ld steps of %d layers", hits, c->train_iters, c->model.n_layer);
+        else
+            CHECK(hits == 0, "no prefetch expected, %ld units used from one", hits);
+        /* and the parameters: with ZeRO-3's prefetch the second unit buffer */
+        CHECK(pb == p.params_bytes, "nccl, ZeRO-%d, overlap %d: %zu bytes of parameters allocated, %zu planned",
+              c->zero_stage, c->comm_overlap, pb, p.params_bytes);
         static int said;
         if (!said++ && g_rank == 0)
-            printf("nccl, ZeRO-%d, comm.overlap %d (async kind %d): %zu bytes of gradients, as planned\n", c->zero_stage,
-                   c->comm_overlap, lf_comm_async(lf_trainer_comm(t)), gb);
+            printf("nccl, ZeRO-%d, comm.overlap %d (async kind %d): %zu bytes of gradients, %zu of parameters, as "
+                   "planned\n", c->zero_stage, c->comm_overlap, lf_comm_async(lf_trainer_comm(t)), gb, pb);
     }
     if (c->offload_optimizer) { /* offloaded: no moments in the device's memory */
         size_t pb = 0, gb = 0, ob = 1;

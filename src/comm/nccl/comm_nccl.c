@@ -261,7 +261,8 @@ static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv,
 }
 
 /* ---------------------------------------------------------------- started collectives
- * Overlap (the trainer's ZeRO-2/3 gradients): a started reduce-scatter is
+ * Overlap (the trainer's ZeRO-2/3 gradients and ZeRO-3's prefetch of the
+ * next unit's parameters): a started reduce-scatter or all-gather is
  * enqueued on comm_stream after the compute stream's work so far, and the
  * host goes on at once (it waits only until NCCL has taken the call, as a
  * blocking collective does first). lf_comm_wait orders the compute stream
@@ -272,9 +273,12 @@ static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv,
  * for a blocking collective, naming the started one. A blocking collective
  * after starts waits for comm_stream, so for them too. */
 static lf_status nccl_wait_all(lf_comm *c);
+static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const float *send, float *recv, size_t n,
+                                       const char **call);
 
-static lf_status nccl_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
-                                           int64_t *ticket) {
+/* A reduce-scatter (gather 0) or an all-gather (gather 1), started. */
+static lf_status start_collective(lf_comm *c, int gather, const float *send, float *recv, size_t n, lf_comm_op op,
+                                  int64_t *ticket) {
     nccl_state *s = c->impl;
     *ticket = 0;
     if (n == 0) return LF_OK;
@@ -285,7 +289,8 @@ static lf_status nccl_reduce_scatter_start(lf_comm *c, const float *send, float 
     lf_status st = begin_device(c, s);
     if (st != LF_OK) return st;
     const char *call = "";
-    ncclResult_t r = enqueue_reduce_scatter(c, s, send, recv, n, op, &call);
+    ncclResult_t r = gather ? enqueue_all_gather(c, s, send, recv, n, &call)
+                            : enqueue_reduce_scatter(c, s, send, recv, n, op, &call);
     if (r != ncclSuccess && r != ncclInProgress) return fail_nccl(c, s, r, call);
     if ((st = wait_nccl(c, s, call, 0)) != LF_OK) return st; /* taken by NCCL, not waited for */
     const int i = s->n_pend;
@@ -298,6 +303,15 @@ static lf_status nccl_reduce_scatter_start(lf_comm *c, const float *send, float 
     s->n_pend++;
     *ticket = p->ticket;
     return LF_OK;
+}
+
+static lf_status nccl_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
+                                           int64_t *ticket) {
+    return start_collective(c, 0, send, recv, n, op, ticket);
+}
+
+static lf_status nccl_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket) {
+    return start_collective(c, 1, send, recv, n, LF_COMM_SUM, ticket);
 }
 
 static lf_status nccl_wait(lf_comm *c, int64_t ticket) {
@@ -338,14 +352,15 @@ static lf_status nccl_wait_all(lf_comm *c) {
     return LF_OK;
 }
 
-static lf_status nccl_all_gather(lf_comm *c, const float *send, float *recv, size_t n) {
-    nccl_state *s = c->impl;
-    if (n == 0) return LF_OK;
-    lf_status st = begin_device(c, s);
-    if (st != LF_OK) return st;
+/* Enqueue an all-gather on comm_stream; *call names what was called. */
+static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const float *send, float *recv, size_t n,
+                                       const char **call) {
     size_t P = (size_t)c->size;
-    if (n % P == 0) /* send == recv + rank * n/P is NCCL's in-place layout too */
-        return issued(c, s, ncclAllGather(send, recv, n / P, ncclFloat32, s->nc, s->comm_stream), "ncclAllGather");
+    if (n % P == 0) { /* send == recv + rank * n/P is NCCL's in-place layout too */
+        *call = "ncclAllGather";
+        return ncclAllGather(send, recv, n / P, ncclFloat32, s->nc, s->comm_stream);
+    }
+    *call = "ncclBroadcast (group, one per part)";
     ncclResult_t r = ncclGroupStart();
     for (int p = 0; p < c->size && (r == ncclSuccess || r == ncclInProgress); p++) {
         size_t off = 0, cnt = 0;
@@ -356,7 +371,17 @@ static lf_status nccl_all_gather(lf_comm *c, const float *send, float *recv, siz
     }
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess || r == ncclInProgress) r = e;
-    return issued(c, s, r, "ncclBroadcast (group, one per part)");
+    return r;
+}
+
+static lf_status nccl_all_gather(lf_comm *c, const float *send, float *recv, size_t n) {
+    nccl_state *s = c->impl;
+    if (n == 0) return LF_OK;
+    lf_status st = begin_device(c, s);
+    if (st != LF_OK) return st;
+    const char *call = "";
+    ncclResult_t r = enqueue_all_gather(c, s, send, recv, n, &call);
+    return issued(c, s, r, call);
 }
 
 static lf_status nccl_broadcast(lf_comm *c, void *buf, size_t bytes, int root) {
@@ -558,6 +583,7 @@ static const struct lf_comm_ops k_nccl_ops = {
     .broadcast_bytes = nccl_broadcast_bytes,
     .set_stream = nccl_set_stream,
     .reduce_scatter_start = nccl_reduce_scatter_start,
+    .all_gather_start = nccl_all_gather_start,
     .wait = nccl_wait,
     .wait_all = nccl_wait_all,
 };
