@@ -42,12 +42,11 @@ static int auto_batch(const lf_model *m, int T) {
     if (lf_model_session_plan_bytes(m, 1, T, 0, &per_row) != LF_OK || per_row == 0) return 1;
     lf_backend *be = lf_model_backend(m);
     double b;
-    if (lf_backend_host_memory(be)) {
-        b = floor(AUTO_BATCH_BYTES / (double)per_row);
+    size_t dev_free = 0, dev_total = 0;
+    if (!lf_backend_device_name(be)[0] || lf_backend_mem_info(be, &dev_free, &dev_total) != LF_OK) {
+        b = floor(AUTO_BATCH_BYTES / (double)per_row); /* the CPU's (cpu-fenced's too) */
         if (b > lf_backend_cpu_threads()) b = lf_backend_cpu_threads();
     } else {
-        size_t dev_free = 0, dev_total = 0;
-        if (lf_backend_mem_info(be, &dev_free, &dev_total) != LF_OK) return 1;
         const lf_model_config *c = lf_model_get_config(m);
         const double logits_row = (double)T * (c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size) * 4;
         b = fmin(floor(0.5 * (double)dev_free / (double)per_row), floor(AUTO_BATCH_BYTES / logits_row));

@@ -64,7 +64,7 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
     lf_backend *be = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
     if (!be) return LF_ERR_NOT_FOUND;
-    if (!be->ops->host_memory) {
+    if (be->ops->mem_info) {
         /* a device: the trainer's memory plan of the same step (parameters,
          * gradients, two moments, the activations of B x T under the policy)
          * against the device's free memory, so a step that cannot fit is the
@@ -138,7 +138,7 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     out->model_flops_per_sec = out->flops_per_token * out->tokens_per_sec;
     /* the FMA probe measures this host's CPU: on a device no peak is known
      * unless given (scripts/gpu-check.sh passes bench/cuda_peak's GEMM rate) */
-    out->peak_flops = peak_flops > 0 ? peak_flops : be->ops->host_memory ? lf_probe_peak_flops(0.5) : 0;
+    out->peak_flops = peak_flops > 0 ? peak_flops : !be->ops->mem_info ? lf_probe_peak_flops(0.5) : 0;
     out->mfu = out->peak_flops > 0 ? out->model_flops_per_sec / out->peak_flops : 0;
     out->num_params = n;
     out->activation_bytes = act_bytes;

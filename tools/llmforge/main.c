@@ -741,7 +741,7 @@ static int cmd_bench(int argc, char **argv) {
     if (st != LF_OK) { die_status(st, "bench"); return 1; }
     /* what ran the step: the CPU's kernels, or the device's backend (cuBLASLt) */
     lf_backend *rbe = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
-    const int on_host = !rbe || lf_backend_host_memory(rbe);
+    const int on_host = !rbe || !lf_backend_device_name(rbe)[0]; /* the CPU's kernels (cpu-fenced too) */
     const char *bname = rbe ? lf_backend_name(rbe) : lf_backend_default_name();
     const char *fp32_k = on_host ? lf_backend_cpu_fp32_kernel() : "cuBLASLt (CUBLAS_COMPUTE_32F)";
     const char *bf16_k = !bf16 ? "" : on_host ? lf_backend_cpu_bf16_kernel() : "cuBLASLt (bf16, CUBLAS_COMPUTE_32F)";
