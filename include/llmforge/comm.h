@@ -274,6 +274,19 @@ lf_status lf_comm_wait_all(lf_comm *c);
 /* 1 when started collectives run asynchronously on this kind (nccl). */
 int lf_comm_async(const lf_comm *c);
 
+/* Milliseconds of communication on this handle since it opened:
+ *   busy     the collectives' own time: each blocking call's host time, and
+ *            for a started collective (nccl) its time on the communication
+ *            stream (CUDA event timing), counted when lf_comm_wait_all (or a
+ *            start that needs its slot) finds it complete;
+ *   exposed  the time the caller waited: the host time inside every
+ *            collective, start, wait and wait_all call.
+ * busy - exposed is communication that ran behind the caller's work (clamp
+ * it at 0: the two clocks differ). Kinds without asynchronous collectives
+ * run a start to completion, so there busy == exposed. Either pointer may be
+ * NULL; a NULL handle gives 0. */
+void lf_comm_times(const lf_comm *c, double *busy_ms, double *exposed_ms);
+
 /* recv (n) := the parts of every rank, part p from rank p's send (count of
  * part p). send may be exactly recv + offset(rank) (in place). n < 2^31. */
 lf_status lf_comm_all_gather(lf_comm *c, const float *send, float *recv, size_t n);

@@ -11,7 +11,8 @@
  * Tags are "section/name": train/loss, train/lr, train/grad_norm,
  * train/tokens_per_sec, train/samples_per_sec, train/mfu, train/loss_scale,
  * time/step_ms, time/data_ms, time/forward_ms, time/backward_ms,
- * time/comm_ms, time/optimizer_ms, time/checkpoint_ms, memory/rss_bytes,
+ * time/comm_ms (communication issued), time/comm_exposed_ms (the part the
+ * step waited for), time/optimizer_ms, time/checkpoint_ms, memory/rss_bytes,
  * memory/planned_bytes, eval/val_loss, eval/train_loss, eval/<task>/<metric>.
  */
 #ifndef LLMFORGE_OBS_H

@@ -343,15 +343,23 @@ static lf_status begin(lf_comm *c, lf_comm_coll coll, const char *fn, size_t n, 
     c->seq++;
     c->coll = coll;
     c->count = n;
+    c->call_t0 = lf__comm_now_s();
     return LF_OK;
 }
 
 /* After the kind returned: a failure makes the handle unusable. */
-static lf_status finish(lf_comm *c, lf_status st) {
+static lf_status finish_as(lf_comm *c, lf_status st, int started) {
+    double ms = (lf__comm_now_s() - c->call_t0) * 1e3;
+    c->exposed_ms += ms;
+    if (!started) c->busy_ms += ms; /* a started one's own time comes from the kind */
     if (st == LF_OK) return LF_OK;
     c->failed = st;
     return record(c, st);
 }
+
+/* The host time of a blocking collective is both busy and exposed; that of
+ * a start, wait or wait_all only exposed (lf_comm_times). */
+static lf_status finish(lf_comm *c, lf_status st) { return finish_as(c, st, 0); }
 
 static lf_status unsupported(lf_comm *c, const char *fn) {
     return refuse(c, LF_ERR_UNSUPPORTED, "%s: the '%s' communicator does not support it", fn, c->ops->name);
@@ -413,7 +421,7 @@ lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *rec
                       "%zu (this rank's part)", off);
     lf_status st = begin(c, LF_COMM_COLL_REDUCE_SCATTER, "lf_comm_reduce_scatter_start", n, send && (recv || !mine));
     if (st != LF_OK) return st;
-    return finish(c, c->ops->reduce_scatter_start(c, send, recv, n, op, ticket));
+    return finish_as(c, c->ops->reduce_scatter_start(c, send, recv, n, op, ticket), 1);
 }
 
 lf_status lf_comm_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket) {
@@ -429,7 +437,7 @@ lf_status lf_comm_all_gather_start(lf_comm *c, const float *send, float *recv, s
                       "(this rank's part)", off);
     lf_status st = begin(c, LF_COMM_COLL_ALL_GATHER, "lf_comm_all_gather_start", n, recv && (send || !mine));
     if (st != LF_OK) return st;
-    return finish(c, c->ops->all_gather_start(c, send, recv, n, ticket));
+    return finish_as(c, c->ops->all_gather_start(c, send, recv, n, ticket), 1);
 }
 
 lf_status lf_comm_wait(lf_comm *c, int64_t ticket) {
@@ -438,7 +446,8 @@ lf_status lf_comm_wait(lf_comm *c, int64_t ticket) {
     if (c->failed != LF_OK)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait: the communicator is unusable after an earlier failure: %s",
                        c->errmsg);
-    return finish(c, c->ops->wait(c, ticket));
+    c->call_t0 = lf__comm_now_s();
+    return finish_as(c, c->ops->wait(c, ticket), 1);
 }
 
 lf_status lf_comm_wait_all(lf_comm *c) {
@@ -447,7 +456,13 @@ lf_status lf_comm_wait_all(lf_comm *c) {
     if (c->failed != LF_OK)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait_all: the communicator is unusable after an earlier failure: "
                        "%s", c->errmsg);
-    return finish(c, c->ops->wait_all(c));
+    c->call_t0 = lf__comm_now_s();
+    return finish_as(c, c->ops->wait_all(c), 1);
+}
+
+void lf_comm_times(const lf_comm *c, double *busy_ms, double *exposed_ms) {
+    if (busy_ms) *busy_ms = c ? c->busy_ms : 0.0;
+    if (exposed_ms) *exposed_ms = c ? c->exposed_ms : 0.0;
 }
 
 int lf_comm_async(const lf_comm *c) { return c && c->ops->reduce_scatter_start != NULL; }

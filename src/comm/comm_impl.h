@@ -108,6 +108,12 @@ struct lf_comm {
     size_t count;      /* elements (bytes for broadcast_bytes) */
     char context[128]; /* lf_comm_set_context */
 
+    /* lf_comm_times: host time in every call (exposed) and the collectives'
+     * own time (busy: blocking calls' host time; a started collective's
+     * time on the kind's stream, added by the kind when it completes) */
+    double busy_ms, exposed_ms;
+    double call_t0;    /* start of the call in progress (lf__comm_now_s) */
+
     lf_status failed;  /* LF_OK, or the status of the first failed collective */
     char errmsg[1024];
     void *impl;

@@ -1708,7 +1708,9 @@ typedef struct step_result {
     int overflow;         /* fp16: the gradients overflowed */
     double loss_scale;    /* fp16: the scale this step used */
     double data_ms, forward_ms, backward_ms, optimizer_ms;
-    double comm_ms;       /* in collectives (token count, loss, gradients); not in the other phases */
+    double comm_ms;       /* waited for collectives (token count, loss, gradients): exposed; not in the
+                             other phases */
+    double comm_hidden_ms; /* collectives' time behind computation (comm.overlap on nccl: lf_comm_times) */
     const char *rollback; /* an alert asked for a rollback: its kind ("nan", "loss_spike"); NULL: none */
     char alert_msg[256];
 } step_result;
@@ -2708,8 +2710,13 @@ lf_status lf_trainer_run(lf_trainer *t) {
         }
         double t0 = lf_time_now();
         step_result sr = {0};
+        double busy0 = 0, exposed0 = 0, busy1 = 0, exposed1 = 0;
+        lf_comm_times(t->comm, &busy0, &exposed0);
         st = train_step(t, &sr);
         if (st != LF_OK) break;
+        /* what ran in the background beyond the waits for it (comm.h lf_comm_times) */
+        lf_comm_times(t->comm, &busy1, &exposed1);
+        sr.comm_hidden_ms = fmax(0.0, (busy1 - busy0) - (exposed1 - exposed0));
         if (sr.rollback) { /* the step does not count: back to the checkpoint, past the window */
             st = rollback(t, t->step + 1, sr.rollback, sr.alert_msg);
             if (st != LF_OK) break;
@@ -2741,7 +2748,10 @@ lf_status lf_trainer_run(lf_trainer *t) {
             sc[n++] = (lf_obs_scalar){"time/forward_ms", sr.forward_ms};
             sc[n++] = (lf_obs_scalar){"time/backward_ms", sr.backward_ms};
             sc[n++] = (lf_obs_scalar){"time/optimizer_ms", sr.optimizer_ms};
-            if (t->world > 1) sc[n++] = (lf_obs_scalar){"time/comm_ms", sr.comm_ms};
+            if (t->world > 1) { /* issued: exposed + hidden; exposed: the step waited for it */
+                sc[n++] = (lf_obs_scalar){"time/comm_ms", sr.comm_ms + sr.comm_hidden_ms};
+                sc[n++] = (lf_obs_scalar){"time/comm_exposed_ms", sr.comm_ms};
+            }
         }
         lf_obs_record r = {.kind = LF_OBS_TRAIN, .step = t->step, .scalars = sc, .n_scalars = n};
         obs_emit(t, &r);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fault tests of the mpi communicator: nothing may hang.
 #   mpi_faults.sh timeout T  MPI_COMM MPIRUN [MPIRUN FLAGS...]
+#   (timeout-started T: the same with a reduce-scatter started
+#   asynchronously, for nccl_comm)
 #       3 ranks; rank 1 stalls before an all_reduce. Ranks 0 and 2 must
 #       return LF_ERR_TIMEOUT after T s (+ at most 5 s of diagnosis) with a
 #       message naming the collective, the step and rank 1, then end the job
@@ -30,6 +32,7 @@ fail() { echo "FAIL: $*"; echo "--- output"; cat "$dir/out"; exit 1; }
 
 case $mode in
 timeout) np=3; args=(timeout "$T") ;;
+timeout-started) np=3; args=(timeout-started "$T") ;;  # nccl_comm: a started (asynchronous) collective
 mismatch) np=3; args=(mismatch "$T") ;;
 kill) np=4; args=(kill "$T" "$dir") ;;
 kill-survivors)
@@ -44,7 +47,7 @@ kill-survivors)
     exit 0
   fi
   ;;
-*) echo "usage: $0 timeout|mismatch|kill|kill-survivors T MPI_COMM MPIRUN [FLAGS...]"; exit 2 ;;
+*) echo "usage: $0 timeout|timeout-started|mismatch|kill|kill-survivors T MPI_COMM MPIRUN [FLAGS...]"; exit 2 ;;
 esac
 
 echo "+ ${mpirun[*]} -n $np $bin ${args[*]}"
@@ -64,7 +67,7 @@ fi
 grep -q "FAIL" "$dir/out" && fail "a rank reported a failure"
 
 case $mode in
-timeout)
+timeout|timeout-started)
   n=$(grep -c "PASS timeout" "$dir/out")
   [ "$n" -eq 2 ] || fail "expected ranks 0 and 2 to report the timeout, got $n report(s)"
   # start-up of 3 ranks + T + diagnosis + 2 s pause before the abort

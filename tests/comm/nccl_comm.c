@@ -12,6 +12,9 @@
  *   nccl_comm timeout T       rank 1 stalls; the others return LF_ERR_TIMEOUT
  *                             after T s naming the collective, its context and
  *                             rank 1 (driven by tests/comm/mpi_faults.sh)
+ *   nccl_comm timeout-started T  the same for a reduce-scatter started
+ *                             (lf_comm_reduce_scatter_start, wait, wait_all):
+ *                             the watchdog covers it and names it
  *   nccl_comm mismatch T      rank 1 all-reduces one element more
  *   nccl_comm kill T DIR      rank 2 kills itself mid-loop
  *
@@ -173,6 +176,8 @@ static void check_started(lf_comm *c, int k, uint64_t salt) {
         for (size_t i = 0; i < n; i++) h[i] = val(salt + (uint64_t)j, g_rank, i);
         to_dev(send[j], h, n);
     }
+    double busy0 = 0, exposed0 = 0, busy1 = 0, exposed1 = 0;
+    lf_comm_times(c, &busy0, &exposed0);
     for (int j = 0; j < k; j++) {
         OK(lf_comm_reduce_scatter_start(c, send[j], recv[j], n, LF_COMM_SUM, &ticket[j]));
         CHECK(ticket[j] > 0 && (j == 0 || ticket[j] > ticket[j - 1]), "ticket %lld after %lld", (long long)ticket[j],
@@ -182,6 +187,10 @@ static void check_started(lf_comm *c, int k, uint64_t salt) {
     OK(lf_comm_wait_all(c));
     OK(lf_comm_wait(c, ticket[0])); /* retired: nothing to do */
     OK(lf_comm_wait(c, 0));
+    /* lf_comm_times counted them: their time on the stream (busy) and the host's in the calls (exposed) */
+    lf_comm_times(c, &busy1, &exposed1);
+    CHECK(busy1 > busy0 && exposed1 > exposed0, "%d started reduce-scatters: busy %.3f -> %.3f ms, exposed %.3f -> "
+          "%.3f ms", k, busy0, busy1, exposed0, exposed1);
     for (int j = 0; j < k; j++) {
         from_dev(h, recv[j], cnt);
         compare(h, salt + (uint64_t)j, off, cnt, LF_COMM_SUM, j % 2 ? "started reduce_scatter (in place)"
@@ -322,7 +331,7 @@ static lf_comm *open_faulty(double T) {
     return c;
 }
 
-static int run_timeout(double T) {
+static int run_timeout(double T, int started) {
     lf_comm *c = open_faulty(T);
     CHECK(g_size >= 3, "the timeout test needs 3 ranks or more (got %d)", g_size);
     OK(lf_comm_barrier(c));
@@ -333,11 +342,22 @@ static int run_timeout(double T) {
         fail_at(__FILE__, __LINE__, "the late rank was not stopped by the others' abort");
     }
     double t0 = now_s();
-    lf_status st = lf_comm_all_reduce(c, d, 1000, LF_COMM_SUM);
+    lf_status st;
+    if (started) { /* the watchdog over a started collective: in the start (the shim) or in wait_all */
+        int64_t ticket = 0;
+        size_t off = 0;
+        lf_comm_partition(1000, g_size, g_rank, &off, NULL);
+        st = lf_comm_reduce_scatter_start(c, d, d + off, 1000, LF_COMM_SUM, &ticket);
+        if (st == LF_OK) st = lf_comm_wait(c, ticket);
+        if (st == LF_OK) st = lf_comm_wait_all(c);
+    } else {
+        st = lf_comm_all_reduce(c, d, 1000, LF_COMM_SUM);
+    }
     double dt = now_s() - t0;
     const char *msg = lf_comm_errmsg(c);
-    CHECK(st == LF_ERR_TIMEOUT, "all_reduce returned %s after %.2f s: %s", lf_status_str(st), dt, msg);
-    CHECK(strstr(msg, "all_reduce #2 (step 12, 1000 floats)"), "message lacks the collective and context: %s", msg);
+    const char *coll = started ? "reduce_scatter #2 (step 12, 1000 floats)" : "all_reduce #2 (step 12, 1000 floats)";
+    CHECK(st == LF_ERR_TIMEOUT, "%s returned %s after %.2f s: %s", coll, lf_status_str(st), dt, msg);
+    CHECK(strstr(msg, coll), "message lacks the collective and context: %s", msg);
     CHECK(strstr(msg, "rank that did not arrive: 1;"), "message does not name rank 1 alone: %s", msg);
     CHECK(strstr(msg, "NCCL communicator aborted"), "message does not say NCCL was aborted: %s", msg);
     CHECK(dt >= T - 0.01 && dt <= T + 5.0 + 2.0, "returned after %.2f s for a %.1f s timeout", dt, T);
@@ -427,9 +447,10 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "collectives";
     double T = argc > 2 ? strtod(argv[2], NULL) : 2.0;
     if (strcmp(mode, "collectives") == 0) return run_collectives();
-    if (strcmp(mode, "timeout") == 0) return run_timeout(T);
+    if (strcmp(mode, "timeout") == 0) return run_timeout(T, 0);
+    if (strcmp(mode, "timeout-started") == 0) return run_timeout(T, 1);
     if (strcmp(mode, "mismatch") == 0) return run_mismatch(T);
     if (strcmp(mode, "kill") == 0 && argc > 3) return run_kill(T, argv[3]);
-    fprintf(stderr, "usage: nccl_comm [collectives | timeout T | mismatch T | kill T DIR]\n");
+    fprintf(stderr, "usage: nccl_comm [collectives | timeout T | timeout-started T | mismatch T | kill T DIR]\n");
     return 2;
 }

@@ -86,6 +86,7 @@ typedef struct nccl_state {
     int have_stream, have_ready, have_done;
     double started, deadline;
     cudaEvent_t pend_ev[NCCL_PENDING]; /* slot i's completion event */
+    cudaEvent_t pend_t0[NCCL_PENDING]; /* recorded before its NCCL call: the two time it (lf_comm_times) */
     int n_pend_ev;                     /* events created */
     nccl_pending pend[NCCL_PENDING];   /* started, not yet completed on the host's watch, in order */
     int n_pend;
@@ -288,6 +289,8 @@ static lf_status start_collective(lf_comm *c, int gather, const float *send, flo
     }
     lf_status st = begin_device(c, s);
     if (st != LF_OK) return st;
+    cudaError_t e0 = cudaEventRecord(s->pend_t0[s->n_pend], s->comm_stream); /* after comm_stream waited `ready` */
+    if (e0 != cudaSuccess) return fail_cuda(c, s, e0, "cudaEventRecord (before a started collective)");
     const char *call = "";
     ncclResult_t r = gather ? enqueue_all_gather(c, s, send, recv, n, &call)
                             : enqueue_reduce_scatter(c, s, send, recv, n, op, &call);
@@ -345,6 +348,9 @@ static lf_status nccl_wait_all(lf_comm *c) {
             if (now >= s->deadline) return fail_collective(c, s, LF_ERR_TIMEOUT, what);
             lf__comm_pause(it, now - p->started);
         }
+        float ms = 0; /* its time on comm_stream: busy communication */
+        if (cudaEventElapsedTime(&ms, s->pend_t0[i], s->pend_ev[i]) == cudaSuccess && ms > 0) c->busy_ms += ms;
+        (void)cudaGetLastError();
         cudaError_t e = cudaStreamWaitEvent(s->compute, s->pend_ev[i], 0);
         if (e != cudaSuccess) return fail_cuda(c, s, e, "cudaStreamWaitEvent (a started collective)");
     }
@@ -443,7 +449,10 @@ static void free_state(nccl_state *s, lf_status failed) {
         s->nc = NULL;
     }
     abort_nccl(s);
-    for (int i = 0; i < s->n_pend_ev; i++) cudaEventDestroy(s->pend_ev[i]);
+    for (int i = 0; i < s->n_pend_ev; i++) {
+        cudaEventDestroy(s->pend_ev[i]);
+        cudaEventDestroy(s->pend_t0[i]);
+    }
     if (s->have_done) cudaEventDestroy(s->done);
     if (s->have_ready) cudaEventDestroy(s->ready);
     if (s->have_stream) cudaStreamDestroy(s->comm_stream);
@@ -493,9 +502,15 @@ static lf_status nccl_open(lf_comm *c) {
         s->have_ready = 1;
     if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming)) == cudaSuccess)
         s->have_done = 1;
+    /* a slot's two events time its collective (cudaEventElapsedTime): timing stays on */
     while (e == cudaSuccess && s->n_pend_ev < NCCL_PENDING &&
-           (e = cudaEventCreateWithFlags(&s->pend_ev[s->n_pend_ev], cudaEventDisableTiming)) == cudaSuccess)
+           (e = cudaEventCreate(&s->pend_ev[s->n_pend_ev])) == cudaSuccess) {
+        if ((e = cudaEventCreate(&s->pend_t0[s->n_pend_ev])) != cudaSuccess) {
+            cudaEventDestroy(s->pend_ev[s->n_pend_ev]);
+            break;
+        }
         s->n_pend_ev++;
+    }
     if (e != cudaSuccess) {
         st = lf_fail(LF_ERR_DEVICE, "nccl communicator (rank %d): %s: %s (%s)", c->rank, call, cudaGetErrorName(e),
                      cudaGetErrorString(e));
