@@ -334,6 +334,13 @@ static void test_single_collectives(void **state) {
     LF_ASSERT_OK(lf_comm_wait(c, ticket));
     LF_ASSERT_OK(lf_comm_wait_all(c));
     assert_int_equal(lf_comm_reduce_scatter_start(c, x, z, 7, LF_COMM_SUM, NULL), LF_ERR_INVALID_ARG);
+    /* lf_comm_times: nothing runs behind the caller here, so the busy time is
+     * the exposed time, the same sums of the same host intervals */
+    double busy = -1, exposed = -1;
+    lf_comm_times(c, &busy, &exposed);
+    assert_true(busy >= 0 && busy == exposed);
+    lf_comm_times(NULL, &busy, &exposed);
+    assert_true(busy == 0 && exposed == 0);
     memset(z, 0, sizeof z);
     LF_ASSERT_OK(lf_comm_all_gather(c, x, z, 7));
     assert_memory_equal(z, y, sizeof z);
