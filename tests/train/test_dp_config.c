@@ -97,6 +97,18 @@ static void test_comm_keys(void **state) {
     const char *bad3[] = {"comm.bucket_elems=0"};
     assert_int_equal(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, bad3), LF_ERR_CONFIG);
     LF_ASSERT_ERR_CONTAINS("comm.bucket_elems");
+    /* comm.overlap: on by default, a boolean, kept through the dump */
+    assert_int_equal(lf_train_config_default().comm_overlap, 1);
+    const char *off[] = {"comm.overlap=false"};
+    LF_ASSERT_OK(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, off));
+    assert_int_equal(c.comm_overlap, 0);
+    json = lf_train_config_to_json(&c);
+    LF_ASSERT_OK(lf_train_config_parse(&back, json, "dump", 0, NULL));
+    lf_free(json);
+    assert_int_equal(back.comm_overlap, 0);
+    const char *bad4[] = {"comm.overlap=maybe"};
+    assert_int_equal(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, bad4), LF_ERR_CONFIG);
+    LF_ASSERT_ERR_CONTAINS("comm.overlap");
 }
 
 /* One bucket's receive buffer: W parts of ceil(bucket / W) floats, capped by the parameter count. */
