@@ -201,6 +201,28 @@ struct lf_backend_ops {
                              const float *rstd,    // (N) from forward
                              int N, int C);
 
+    /* ---- the residual add fused into the norm that reads it: res = a + b
+     * (residual_forward's values), then layernorm_forward / rmsnorm_forward
+     * of res, row by row in one pass, so res is not read back from memory.
+     * The bits are those of the two ops called in turn (tests check it).
+     * res may equal a or b; out, mean and rstd as the plain norms. NULL:
+     * the model calls residual_forward and the norm. Backward needs no
+     * fused form: the norm's backward adds into the residual stream's
+     * gradient, which residual_backward then passes on. */
+    void (*residual_layernorm_forward)(lf_backend *be, float *res,  // (N,C)
+                                       void *out, lf_dtype out_dt,  // (N,C)
+                                       float *mean, float *rstd,    // (N)
+                                       const float *a, const float *b, // (N,C)
+                                       const float *weight,         // (C)
+                                       const float *bias,           // (C) or NULL
+                                       int N, int C);
+    void (*residual_rmsnorm_forward)(lf_backend *be, float *res,    // (N,C)
+                                     void *out, lf_dtype out_dt,    // (N,C)
+                                     float *rstd,                   // (N)
+                                     const float *a, const float *b,// (N,C)
+                                     const float *weight,           // (C)
+                                     int N, int C, float eps);
+
     /* ---- matmul + bias: out = inp @ W (+ bias), W in `layout`. bias may be NULL. */
     void (*matmul_forward)(lf_backend *be, float *out,             // (N,OC)
                            const void *inp,        // (N,C) in inp_dt

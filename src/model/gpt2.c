@@ -366,8 +366,12 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     lf__mm_forward(m, a->attproj, a->atty, PW(ix[P_APROJ_W]), PW(ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
     lf_dropout d1 = lf__drop_at(m, rp, l, SITE_ATT_RESID, rowC);
     if (d1.p > 0) be->ops->dropout_forward(be, a->attproj, a->attproj, (size_t)N * C, d1);
-    be->ops->residual_forward(be, a->res2, residual, a->attproj, (size_t)N * C);
-    lf__ln_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(ix[P_LN2_W]), PW(ix[P_LN2_B]), N, C);
+    /* res2 = residual + attproj and ln2 in one pass. The block's second
+     * residual add stays unfused: the norm that reads res3 is the next
+     * block's, whose weights belong to the next unit (ZeRO-3 gathers them
+     * there), and the recomputed block l+1 reads res3 from memory anyway. */
+    lf__res_ln_forward(m, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, residual, a->attproj, PW(ix[P_LN2_W]),
+                       PW(ix[P_LN2_B]), N, C);
     lf__mm_forward(m, a->fch, a->ln2, PW(ix[P_FC_W]), PW(ix[P_FC_B]), N, C, 4 * C, LF_W_IN_OUT);
     gelu_forward(m, a->fch_gelu, a->fch, (size_t)N * 4 * C);
     if (!whole) return;

@@ -373,8 +373,9 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     lf__rope(m, rp, a->qkv, T);
     attn_forward(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
-    be->ops->residual_forward(be, a->res2, residual, a->oproj, NC);
-    lf__rms_forward(m, a->h2, a->rstd2, a->res2, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
+    /* res2 = residual + oproj and post_attention_layernorm in one pass (the
+     * second residual add is unfused: see gpt2.c's block_forward) */
+    lf__res_rms_forward(m, a->res2, a->h2, a->rstd2, residual, a->oproj, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
     /* gate and up are consecutive: one (2F, C) product */
     lf__mm_forward(m, a->gu, a->h2, PW(ix[P_GATE]), NULL, N, C, 2 * F, LF_W_OUT_IN);
     swiglu_forward(m, a->sw, a->gu, N, F);

@@ -651,6 +651,28 @@ void lf__rms_forward(const lf_model *m, void *out, float *rstd, const float *inp
     m->be->ops->rmsnorm_forward(m->be, out, act_dt(m), rstd, inp, weight, N, C, eps);
 }
 
+void lf__res_ln_forward(const lf_model *m, float *res, void *out, float *mean, float *rstd, const float *a,
+                        const float *b, const float *weight, const float *bias, int N, int C) {
+    lf_backend *be = m->be;
+    if (be->ops->residual_layernorm_forward) {
+        be->ops->residual_layernorm_forward(be, res, out, act_dt(m), mean, rstd, a, b, weight, bias, N, C);
+        return;
+    }
+    be->ops->residual_forward(be, res, a, b, (size_t)N * C);
+    lf__ln_forward(m, out, mean, rstd, res, weight, bias, N, C);
+}
+
+void lf__res_rms_forward(const lf_model *m, float *res, void *out, float *rstd, const float *a, const float *b,
+                         const float *weight, int N, int C, float eps) {
+    lf_backend *be = m->be;
+    if (be->ops->residual_rmsnorm_forward) {
+        be->ops->residual_rmsnorm_forward(be, res, out, act_dt(m), rstd, a, b, weight, N, C, eps);
+        return;
+    }
+    be->ops->residual_forward(be, res, a, b, (size_t)N * C);
+    lf__rms_forward(m, out, rstd, res, weight, N, C, eps);
+}
+
 void lf__act_convert(const lf_model *m, void *out, const float *inp, size_t n) {
     m->be->ops->convert(m->be, out, act_dt(m), inp, n);
 }

@@ -238,6 +238,13 @@ void lf__ln_forward(const lf_model *m, void *out, float *mean, float *rstd, cons
                     const float *bias, int N, int C);
 void lf__rms_forward(const lf_model *m, void *out, float *rstd, const float *inp, const float *weight, int N, int C,
                      float eps);
+/* res = a + b, then the norm of res: the backend's residual-fused op when
+ * it has one (one pass over the rows), else residual_forward and the norm;
+ * the same bits either way. */
+void lf__res_ln_forward(const lf_model *m, float *res, void *out, float *mean, float *rstd, const float *a,
+                        const float *b, const float *weight, const float *bias, int N, int C);
+void lf__res_rms_forward(const lf_model *m, float *res, void *out, float *rstd, const float *a, const float *b,
+                         const float *weight, int N, int C, float eps);
 /* fp32 inp (n) into the plan's storage (a copy-with-rounding, or a copy). */
 void lf__act_convert(const lf_model *m, void *out, const float *inp, size_t n);
 void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,

@@ -3,7 +3,8 @@
  * ops (RMSNorm, RoPE, SwiGLU, grouped-query attention, the encoder without
  * wpe) included; dropout masks
  * bit-exact against the contract's formula; the fused classifier's edges
- * (ignored targets, padded vocab, NULL and aliased dlogits); AdamW against a
+ * (ignored targets, padded vocab, NULL and aliased dlogits); the
+ * residual-fused norms against residual_forward + the norm, bit for bit; AdamW against a
  * hand-written torch step; sum_squares; backward accumulation (twice =
  * double); and bit-identical results for 1, 2 and 3 threads in the
  * reductions that promise it. Gradients: test_gradcheck.c. */
@@ -168,6 +169,60 @@ static void test_layernorm_forward(void **state) {
             ten_free(&inp); ten_free(&w); ten_free(&b); ten_free(&out); ten_free(&mean);
             ten_free(&rstd);
         }
+}
+
+/* residual_layernorm_forward / residual_rmsnorm_forward: the bits of
+ * residual_forward followed by the plain norm (res, out, mean, rstd), for
+ * fp32 on "cpu" and bf16 storage on "cpu-bf16", with and without bias, res
+ * apart and in place over a, on 1, 2 and 3 threads and sizes on both sides
+ * of the parallel threshold. The plain norms are checked against the
+ * reference above, so this pins the fused path to them. */
+static void test_residual_norm_forward(void **state) {
+    (void)state;
+    const int sizes[][2] = {{N, C}, {67, 515}}; /* 34505 elements: the threaded path */
+    lf_backend *bes[2] = {ops(), lf_backend_get("cpu-bf16")};
+    for (int k = 0; k < 2; k++) {
+        assert_non_null(bes[k]->ops->residual_layernorm_forward);
+        assert_non_null(bes[k]->ops->residual_rmsnorm_forward);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int s = 0; s < 2; s++)
+            for (int op = 0; op < 3; op++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    for (int threads = 1; threads <= 3; threads++) {
+                        lf_backend *be = bes[k];
+                        const lf_dtype dt = k ? LF_DT_BF16 : LF_DT_F32;
+                        const int n = sizes[s][0], c = sizes[s][1];
+                        const size_t nc = (size_t)n * c, ob = nc * (k ? 2 : 4);
+                        ten a = ten_rand(nc, 2, 11 + s), b = ten_rand(nc, 1, 12 + s), w = ten_rand((size_t)c, 1, 13);
+                        ten bias = ten_rand((size_t)c, 1, 14);
+                        float *a2 = malloc(nc * 4), *res1 = malloc(nc * 4), *res2 = malloc(nc * 4);
+                        unsigned char *o1 = calloc(ob, 1), *o2 = calloc(ob, 1);
+                        float st1[2][67] = {{0}}, st2[2][67] = {{0}};
+                        memcpy(a2, a.f, nc * 4);
+                        lf_backend_cpu_set_threads(threads);
+                        float *r1 = inplace ? a.f : res1, *r2 = inplace ? a2 : res2;
+                        const float *bb = op == 0 ? bias.f : NULL;
+                        if (op < 2) {
+                            be->ops->residual_forward(be, r1, a.f, b.f, nc);
+                            be->ops->layernorm_forward(be, o1, dt, st1[0], st1[1], r1, w.f, bb, n, c);
+                            be->ops->residual_layernorm_forward(be, r2, o2, dt, st2[0], st2[1], a2, b.f, w.f, bb, n,
+                                                                c);
+                        } else {
+                            be->ops->residual_forward(be, r1, a.f, b.f, nc);
+                            be->ops->rmsnorm_forward(be, o1, dt, st1[1], r1, w.f, n, c, 1e-6f);
+                            be->ops->residual_rmsnorm_forward(be, r2, o2, dt, st2[1], a2, b.f, w.f, n, c, 1e-6f);
+                        }
+                        LF_ASSERT_OK(lf_backend_sync(be));
+                        if (memcmp(r1, r2, nc * 4) || memcmp(o1, o2, ob) || memcmp(st1, st2, sizeof st1))
+                            fail_msg("%s: residual_%s_forward%s%s N=%d C=%d, %d threads: not the bits of "
+                                     "residual_forward + the norm",
+                                     be->ops->name, op < 2 ? "layernorm" : "rmsnorm", op == 1 ? " (no bias)" : "",
+                                     inplace ? " in place" : "", n, c, threads);
+                        ten_free(&a); ten_free(&b); ten_free(&w); ten_free(&bias);
+                        free(a2), free(res1), free(res2), free(o1), free(o2);
+                    }
+    lf_backend_cpu_set_threads(2);
 }
 
 static void test_matmul_forward(void **state) {
@@ -677,6 +732,7 @@ int main(void) {
         cmocka_unit_test(test_vector_math_accuracy),
         cmocka_unit_test(test_encoder_forward),
         cmocka_unit_test(test_layernorm_forward),
+        cmocka_unit_test(test_residual_norm_forward),
         cmocka_unit_test(test_matmul_forward),
         cmocka_unit_test(test_attention_forward),
         cmocka_unit_test(test_rmsnorm_forward),

@@ -32,6 +32,8 @@
  *    products); the target's (p_t - 1) dloss within 20u (p_t + 1) |dloss|
  *    (the subtraction cancels).
  *  - loss_sum: the CPU's additions in the CPU's order: the same bits.
+ * The residual-fused norms must give the bits of residual_forward and the
+ * plain norm on the same instance (test_residual_norms).
  * Ignored rows (target < 0) and padding columns must be exactly 0; a
  * target >= V gives a NaN loss and a zero row, as on the CPU. Outputs that
  * add are pre-filled with random values, outputs that overwrite with
@@ -392,6 +394,101 @@ static void test_bf16_outputs(void **state) {
     pw_close(&e);
 }
 
+/* ---------------------------------------------------------------- residual-fused norms */
+
+/* residual_layernorm_forward / residual_rmsnorm_forward against the same
+ * instance's residual_forward followed by the plain norm: the same bits
+ * (res, out, mean, rstd), since the fused kernel stores and reads back the
+ * very sums the pair stores and reads (the plain norms are checked against
+ * the CPU above). fp32 on "cuda", bf16 storage on "cuda-bf16"; odd N and C
+ * (a partial last block of rows, a partial warp stride); res written in
+ * place over a (the model's residual stream may alias); the element after
+ * each output untouched; every shim schedule gives the same bits. */
+typedef struct rn_ctx {
+    lf_backend *be;
+    int N, C, op, bf16, inplace;
+    const float *a, *b;
+    float *d_a, *d_b, *d_w, *d_bias, *d_res, *d_s;
+    void *d_out;
+} rn_ctx;
+
+/* out: res (N,C), out (N,C floats of room), mean, rstd (N each); fused == 1 the fused op, else the pair */
+static void rn_run1(rn_ctx *c, float *o, int fused) {
+    lf_backend *be = c->be;
+    const size_t NC = (size_t)c->N * c->C;
+    const lf_dtype dt = c->bf16 ? LF_DT_BF16 : LF_DT_F32;
+    memset(o, 0, (2 * NC + 1 + 2 * (size_t)c->N) * 4); /* bf16 outputs fill half their room */
+    pw_put(be, c->d_a, c->a, NC * 4);
+    pw_put(be, c->d_b, c->b, NC * 4);
+    float *res = c->inplace ? c->d_a : c->d_res;
+    const float *bias = c->op == 0 ? c->d_bias : NULL;
+    if (c->op < 2) {
+        if (fused) {
+            be->ops->residual_layernorm_forward(be, res, c->d_out, dt, c->d_s, c->d_s + c->N, c->d_a, c->d_b, c->d_w,
+                                                bias, c->N, c->C);
+        } else {
+            be->ops->residual_forward(be, res, c->d_a, c->d_b, NC);
+            be->ops->layernorm_forward(be, c->d_out, dt, c->d_s, c->d_s + c->N, res, c->d_w, bias, c->N, c->C);
+        }
+    } else if (fused) {
+        be->ops->residual_rmsnorm_forward(be, res, c->d_out, dt, c->d_s + c->N, c->d_a, c->d_b, c->d_w, c->N, c->C,
+                                          1e-6f);
+    } else {
+        be->ops->residual_forward(be, res, c->d_a, c->d_b, NC);
+        be->ops->rmsnorm_forward(be, c->d_out, dt, c->d_s + c->N, res, c->d_w, c->N, c->C, 1e-6f);
+    }
+    pw_down(be, o, res, NC * 4);
+    pw_down(be, o + NC, c->d_out, (NC + 1) * (c->bf16 ? 2 : 4));
+    pw_down(be, o + 2 * NC + 1, c->d_s, 2 * (size_t)c->N * 4);
+}
+
+static void rn_run(void *vc, void *out) { rn_run1(vc, out, 1); }
+
+static void check_residual_norm(int bf16) {
+    pw_env e;
+    if (bf16) pw_open_bf16(&e);
+    else pw_open(&e);
+    const int N = 19, C = 101;
+    const size_t NC = (size_t)N * C, total = 2 * NC + 1 + 2 * (size_t)N;
+    float *a = pw_random(NC, 81, -2, 3), *b = pw_random(NC, 82, -1, 1), *w = pw_random((size_t)C, 83, 0.5f, 1.5f);
+    float *bias = pw_random((size_t)C, 84, -1, 1);
+    float *want = malloc(total * 4), *got = malloc(total * 4);
+    rn_ctx c = {e.be, N, C, 0, bf16, 0, a, b, pw_up(e.be, a, NC * 4), pw_up(e.be, b, NC * 4),
+                pw_up(e.be, w, (size_t)C * 4), pw_up(e.be, bias, (size_t)C * 4), pw_up(e.be, NULL, NC * 4),
+                pw_up(e.be, NULL, 2 * (size_t)N * 4), pw_up(e.be, NULL, (NC + 1) * 4)};
+    for (int op = 0; op < 3; op++) {
+        for (int inplace = 0; inplace < 2; inplace++) {
+            char what[96];
+            snprintf(what, sizeof what, "residual_%s_forward%s%s%s", op < 2 ? "layernorm" : "rmsnorm",
+                     op == 1 ? " (no bias)" : "", bf16 ? " bf16" : "", inplace ? " in place" : "");
+            c.op = op;
+            c.inplace = inplace;
+            /* the same garbage before both runs: untouched parts must agree too */
+            for (size_t i = 0; i < total; i++) want[i] = got[i] = (float)i;
+            pw_put(e.be, c.d_out, want, (NC + 1) * 4);
+            pw_put(e.be, c.d_s, want, 2 * (size_t)N * 4);
+            rn_run1(&c, want, 0);
+            pw_put(e.be, c.d_out, got, (NC + 1) * 4);
+            pw_put(e.be, c.d_s, got, 2 * (size_t)N * 4);
+            rn_run1(&c, got, 1);
+            pw_check_bits(what, got, want, total * 4);
+            pw_check_repeatable(what, rn_run, &c, got, total * 4);
+        }
+    }
+    LF_ASSERT_OK(lf_backend_sync(e.be));
+    pw_free(e.be, c.d_a), pw_free(e.be, c.d_b), pw_free(e.be, c.d_w), pw_free(e.be, c.d_bias);
+    pw_free(e.be, c.d_res), pw_free(e.be, c.d_s), pw_free(e.be, c.d_out);
+    free(a), free(b), free(w), free(bias), free(want), free(got);
+    pw_close(&e);
+}
+
+static void test_residual_norms(void **state) {
+    (void)state;
+    PW_NEED_DEVICE();
+    check_residual_norm(0);
+    check_residual_norm(1);
+}
+
 /* ---------------------------------------------------------------- refusals */
 
 static void test_refusals(void **state) {
@@ -405,6 +502,12 @@ static void test_refusals(void **state) {
     be = pw_fresh();
     be->ops->rmsnorm_forward(be, d, LF_DT_BF16, d, d, d, 2, 4, 1e-6f);
     pw_expect_fail(be, LF_ERR_UNSUPPORTED, "rmsnorm_forward: activation storage bf16");
+    be = pw_fresh();
+    be->ops->residual_layernorm_forward(be, d, d, LF_DT_BF16, d, d, d, d, d, NULL, 2, 4);
+    pw_expect_fail(be, LF_ERR_UNSUPPORTED, "residual_layernorm_forward: activation storage bf16");
+    be = pw_fresh();
+    be->ops->residual_rmsnorm_forward(be, d, d, LF_DT_F32, d, d, d, d, -2, 4, 1e-6f);
+    pw_expect_fail(be, LF_ERR_INVALID_ARG, "residual_rmsnorm_forward: rows x channels -2 x 4");
     be = pw_fresh();
     be->ops->crossentropy_forward_backward(be, d, d, d, (const int32_t *)d, 2, 10, 8, 1.0f);
     pw_expect_fail(be, LF_ERR_INVALID_ARG, "crossentropy_forward_backward: vocabulary 10 padded to 8");
@@ -426,6 +529,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm), cmocka_unit_test(test_rmsnorm),  cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_loss_sum),  cmocka_unit_test(test_refusals), cmocka_unit_test(test_bf16_outputs),
+        cmocka_unit_test(test_residual_norms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

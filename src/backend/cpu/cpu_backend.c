@@ -245,6 +245,21 @@ static void w_rmsnorm_forward(lf_backend *be, void *out, lf_dtype dt, float *rst
     if (dt == LF_DT_BF16) lf__cpu_rmsnorm_forward_bf16(out, rstd, inp, weight, N, C, eps);
     else lf__cpu_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
 }
+static void w_residual_layernorm_forward(lf_backend *be, float *res, void *out, lf_dtype dt, float *mean,
+                                         float *rstd, const float *a, const float *b, const float *weight,
+                                         const float *bias, int N, int C) {
+    if (!dt_ok(be, "residual_layernorm_forward", dt)) return;
+    const long f0 = op_begin();
+    lf__cpu_residual_layernorm_forward(res, out, dt == LF_DT_BF16, mean, rstd, a, b, weight, bias, N, C);
+    op_end(be, "residual_layernorm_forward", f0);
+}
+static void w_residual_rmsnorm_forward(lf_backend *be, float *res, void *out, lf_dtype dt, float *rstd,
+                                       const float *a, const float *b, const float *weight, int N, int C, float eps) {
+    if (!dt_ok(be, "residual_rmsnorm_forward", dt)) return;
+    const long f0 = op_begin();
+    lf__cpu_residual_rmsnorm_forward(res, out, dt == LF_DT_BF16, rstd, a, b, weight, N, C, eps);
+    op_end(be, "residual_rmsnorm_forward", f0);
+}
 static void w_gelu_forward(lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n) {
     if (!dt_ok(be, "gelu_forward", dt)) return;
     if (dt == LF_DT_BF16) lf__cpu_gelu_forward_bf16(out, inp, n);
@@ -377,6 +392,8 @@ OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, siz
     .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward,                     \
     .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward,             \
     .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward,                     \
+    .residual_layernorm_forward = w_residual_layernorm_forward,                                       \
+    .residual_rmsnorm_forward = w_residual_rmsnorm_forward,                                           \
     .rope_forward = w_rope_forward, .rope_backward = w_rope_backward,                                 \
     .attention_forward = w_attention_forward, .attention_backward = w_attention_backward,             \
     .kv_append = w_kv_append, .attention_cached = w_attention_cached,                                 \

@@ -191,6 +191,14 @@ FV(rmsnorm_backward,
    (lf_backend *be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
     const float *rstd, int N, int C),
    (be, dinp, dweight, dout, inp, weight, rstd, N, C))
+FV(residual_layernorm_forward,
+   (lf_backend *be, float *res, void *out, lf_dtype dt, float *mean, float *rstd, const float *a, const float *b,
+    const float *weight, const float *bias, int N, int C),
+   (be, res, out, dt, mean, rstd, a, b, weight, bias, N, C))
+FV(residual_rmsnorm_forward,
+   (lf_backend *be, float *res, void *out, lf_dtype dt, float *rstd, const float *a, const float *b,
+    const float *weight, int N, int C, float eps),
+   (be, res, out, dt, rstd, a, b, weight, N, C, eps))
 FV(matmul_forward,
    (lf_backend *be, float *out, const void *inp, lf_dtype dt, const float *weight, const float *bias, int N, int C,
     int OC, lf_weight_layout layout),
@@ -272,6 +280,8 @@ static const lf_backend_ops fenced_ops = {
     .layernorm_backward = f_layernorm_backward,
     .rmsnorm_forward = f_rmsnorm_forward,
     .rmsnorm_backward = f_rmsnorm_backward,
+    .residual_layernorm_forward = f_residual_layernorm_forward,
+    .residual_rmsnorm_forward = f_residual_rmsnorm_forward,
     .matmul_forward = f_matmul_forward,
     .matmul_backward = f_matmul_backward,
     .rope_forward = f_rope_forward,

@@ -118,6 +118,7 @@ void lf__cpu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n);
 void lf__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void lf__cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
 void lf__cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
+void lf__cpu_residual_row(float *out, const float *a, const float *b, int n);
 void lf__cpu_dropout_forward(float *out, const float *inp, size_t n, lf_dropout drop);
 void lf__cpu_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropout drop);
 
@@ -126,6 +127,10 @@ void lf__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float
                                const float *weight, const float *bias, int N, int C);
 void lf__cpu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, int N, int C);
+/* res = a + b, then layernorm of res in one pass (out fp32, or bf16 bits with out_bf16) */
+void lf__cpu_residual_layernorm_forward(float *res, void *out, int out_bf16, float *mean, float *rstd,
+                                        const float *a, const float *b, const float *weight, const float *bias,
+                                        int N, int C);
 void lf__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean,
                                 const float *rstd, int N, int C);
@@ -270,6 +275,8 @@ void lf__cpu_attention_cached(float *out, float *scratch, const float *qkv, cons
 /* cpu_llama.c: the ops Llama-family models add (RMSNorm, RoPE, SwiGLU). */
 void lf__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
                              float eps);
+void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *rstd, const float *a,
+                                      const float *b, const float *weight, int N, int C, float eps);
 void lf__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                               const float *weight, const float *rstd, int N, int C);
 void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);

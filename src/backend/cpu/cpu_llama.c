@@ -72,20 +72,29 @@
 
 /* ------------------------------------------------------------- RMSNorm */
 
+/* One row of the forward, into fp32 (o) or bf16 (ob); not inlined, so the
+ * plain forwards and the residual-fused one give the same bits. */
+__attribute__((noinline)) static void rms_row(float *restrict o, uint16_t *restrict ob, float *restrict rstd,
+                                              const float *restrict x, const float *restrict weight, int C,
+                                              float eps) {
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    const float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if (ob) {
+#pragma omp simd
+        for (int c = 0; c < C; c++) ob[c] = lf__cpu_bf16_bits(weight[c] * (x[c] * r));
+    } else {
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = weight[c] * (x[c] * r);
+    }
+    *rstd = r;
+}
+
 void lf__cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict inp,
                              const float *restrict weight, int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        float *restrict o = out + (size_t)n * C;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int c = 0; c < C; c++) ss += x[c] * x[c];
-        const float r = 1.0f / sqrtf(ss / (float)C + eps);
-#pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = weight[c] * (x[c] * r);
-        rstd[n] = r;
-    }
+    for (int n = 0; n < N; n++) rms_row(out + (size_t)n * C, NULL, rstd + n, inp + (size_t)n * C, weight, C, eps);
 }
 
 /* The same RMSNorm, its output rounded to bf16 (cpu-bf16's bf16 activation
@@ -95,16 +104,19 @@ void lf__cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const fl
 void lf__cpu_rmsnorm_forward_bf16(uint16_t *restrict out, float *restrict rstd, const float *restrict inp,
                                   const float *restrict weight, int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) rms_row(NULL, out + (size_t)n * C, rstd + n, inp + (size_t)n * C, weight, C, eps);
+}
+
+/* res = a + b, then the RMSNorm of res, a row at a time (res may equal a
+ * or b); out fp32, or bf16 bits with out_bf16. */
+void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *restrict rstd, const float *a,
+                                      const float *b, const float *restrict weight, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        uint16_t *restrict o = out + (size_t)n * C;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int c = 0; c < C; c++) ss += x[c] * x[c];
-        const float r = 1.0f / sqrtf(ss / (float)C + eps);
-#pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = lf__cpu_bf16_bits(weight[c] * (x[c] * r));
-        rstd[n] = r;
+        const size_t o = (size_t)n * C;
+        lf__cpu_residual_row(res + o, a + o, b + o, C);
+        rms_row(out_bf16 ? NULL : (float *)out + o, out_bf16 ? (uint16_t *)out + o : NULL, rstd + n, res + o, weight,
+                C, eps);
     }
 }
 

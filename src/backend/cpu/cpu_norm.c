@@ -48,25 +48,39 @@ static inline void ln_stats(const float *restrict x, int C, float *mean, float *
 static inline float ln_out(float x, float m, float r, float w) { return (x - m) * r * w; }
 static inline float ln_out_b(float x, float m, float r, float w, float b) { return (x - m) * r * w + b; }
 
+/* One row of the forward, into fp32 (o) or bf16 (ob). Not inlined, so the
+ * plain forwards and the residual-fused one run the same instructions on
+ * a row and give the same bits. */
+__attribute__((noinline)) static void ln_row(float *restrict o, uint16_t *restrict ob, float *restrict mean,
+                                             float *restrict rstd, const float *restrict x,
+                                             const float *restrict weight, const float *restrict bias, int C) {
+    float m, r;
+    ln_stats(x, C, &m, &r);
+    if (ob) {
+        if (bias) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) ob[c] = lf__cpu_bf16_bits(ln_out_b(x[c], m, r, weight[c], bias[c]));
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) ob[c] = lf__cpu_bf16_bits(ln_out(x[c], m, r, weight[c]));
+        }
+    } else if (bias) {
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = ln_out_b(x[c], m, r, weight[c], bias[c]);
+    } else {
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = ln_out(x[c], m, r, weight[c]);
+    }
+    *mean = m;
+    *rstd = r;
+}
+
 void lf__cpu_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
                                const float *restrict inp, const float *restrict weight,
                                const float *restrict bias, int N, int C) {
 #pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        float *restrict o = out + (size_t)n * C;
-        float m, r;
-        ln_stats(x, C, &m, &r);
-        if (bias) {
-#pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = ln_out_b(x[c], m, r, weight[c], bias[c]);
-        } else {
-#pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = ln_out(x[c], m, r, weight[c]);
-        }
-        mean[n] = m;
-        rstd[n] = r;
-    }
+    for (int n = 0; n < N; n++)
+        ln_row(out + (size_t)n * C, NULL, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C);
 }
 
 /* The same layernorm, its output rounded to bf16 (the fp32 op's values,
@@ -75,20 +89,23 @@ void lf__cpu_layernorm_forward_bf16(uint16_t *restrict out, float *restrict mean
                                     const float *restrict inp, const float *restrict weight,
                                     const float *restrict bias, int N, int C) {
 #pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        ln_row(NULL, out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C);
+}
+
+/* res = a + b, then the layernorm of res, a row at a time: the row is
+ * still in cache when the statistics read it. res may equal a or b (each
+ * element is read before it is written). out is fp32, or bf16 bits with
+ * out_bf16. */
+void lf__cpu_residual_layernorm_forward(float *res, void *out, int out_bf16, float *restrict mean,
+                                        float *restrict rstd, const float *a, const float *b,
+                                        const float *restrict weight, const float *restrict bias, int N, int C) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        uint16_t *restrict o = out + (size_t)n * C;
-        float m, r;
-        ln_stats(x, C, &m, &r);
-        if (bias) {
-#pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = lf__cpu_bf16_bits(ln_out_b(x[c], m, r, weight[c], bias[c]));
-        } else {
-#pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = lf__cpu_bf16_bits(ln_out(x[c], m, r, weight[c]));
-        }
-        mean[n] = m;
-        rstd[n] = r;
+        const size_t o = (size_t)n * C;
+        lf__cpu_residual_row(res + o, a + o, b + o, C);
+        ln_row(out_bf16 ? NULL : (float *)out + o, out_bf16 ? (uint16_t *)out + o : NULL, mean + n, rstd + n,
+               res + o, weight, bias, C);
     }
 }
 

@@ -140,6 +140,13 @@ void lf__cpu_residual_forward(float *out, const float *a, const float *b, size_t
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
+/* One row of residual_forward, for the residual-fused norms (no threads:
+ * their callers parallelise over rows). */
+void lf__cpu_residual_row(float *out, const float *a, const float *b, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
 void lf__cpu_residual_backward(float *da, float *db, const float *dout, size_t n) {
 #pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
 #pragma omp for simd schedule(static)

@@ -5,6 +5,10 @@
  * cuda-bf16 table's bf16 activation storage, the same fp32 value rounded
  * to bf16 at the store (pw_store).
  *
+ * The residual-fused forwards (residual_layernorm_forward,
+ * residual_rmsnorm_forward) are the same kernels with the residual add in
+ * their first pass (ln_forward / rms_forward with Res = true).
+ *
  * Launch shapes:
  *  - forward and backward's dinp: a warp per row, 8 rows a 256-thread
  *    block; each lane walks the row at stride 32 (coalesced), the row sums
@@ -46,17 +50,32 @@
 
 /* ------------------------------------------------------------- LayerNorm */
 
-template <typename OutT>
+/* Res: the residual-fused form. Its first pass computes res = a + b and
+ * stores it while summing, and the later passes read the row back from
+ * res (this lane's own stores, so still in L1): the values are those
+ * residual_forward stores and ln_forward reads, so the bits are the
+ * unfused pair's, with one pass over the row fewer. res may equal a or b
+ * (each element is read, then written, by one lane): no __restrict__. */
+template <typename OutT, bool Res>
 __global__ void ln_forward(OutT *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
-                           const float *__restrict__ inp, const float *__restrict__ weight,
-                           const float *__restrict__ bias, int N, int C) {
+                           const float *__restrict__ inp, float *res, const float *a, const float *b,
+                           const float *__restrict__ weight, const float *__restrict__ bias, int N, int C) {
     const int lane = (int)(threadIdx.x & 31u);
     const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
     if (row >= N) return; /* a whole warp: no barrier below */
-    const float *__restrict__ x = inp + (size_t)row * C;
-    OutT *__restrict__ o = out + (size_t)row * C;
+    const size_t ro = (size_t)row * C;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
+    if (Res) {
+        for (int c = lane; c < C; c += 32) {
+            const float v = a[ro + c] + b[ro + c];
+            res[ro + c] = v;
+            s += v;
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) s += inp[ro + c];
+    }
+    const float *x = Res ? res + ro : inp + ro;
+    OutT *__restrict__ o = out + ro;
     const float m = pw_warp_sum(s) / (float)C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) {
@@ -143,21 +162,45 @@ __global__ void norm_backward_params(float *__restrict__ dweight, float *__restr
     }
 }
 
-extern "C" cudaError_t lf__cuk_layernorm_forward(void *out, int out_bf16, float *mean, float *rstd,
-                                                const float *inp, const float *weight, const float *bias, int N,
-                                                int C, cudaStream_t stream) {
+static cudaError_t launch_ln(void *out, int out_bf16, float *mean, float *rstd, const float *inp, float *res,
+                             const float *a, const float *b, const float *weight, const float *bias, int N, int C,
+                             cudaStream_t stream) {
     if (N < 0 || C < 0) return cudaErrorInvalidValue;
     if (N == 0 || C == 0) return cudaSuccess;
     const unsigned grid = (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS);
-    if (out_bf16) {
-        auto *ln_forward_bf16 = &ln_forward<uint16_t>;
-        LF_CUDA_LAUNCH(ln_forward_bf16, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, mean, rstd, inp, weight, bias,
-                       N, C);
+    if (res) {
+        if (out_bf16) {
+            auto *k = &ln_forward<uint16_t, true>;
+            LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, mean, rstd, inp, res, a, b, weight, bias,
+                           N, C);
+        } else {
+            auto *k = &ln_forward<float, true>;
+            LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (float *)out, mean, rstd, inp, res, a, b, weight, bias, N,
+                           C);
+        }
+    } else if (out_bf16) {
+        auto *k = &ln_forward<uint16_t, false>;
+        LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, mean, rstd, inp, res, a, b, weight, bias, N,
+                       C);
     } else {
-        auto *ln_forward_f32 = &ln_forward<float>;
-        LF_CUDA_LAUNCH(ln_forward_f32, grid, NORM_BLOCK, 0, stream, (float *)out, mean, rstd, inp, weight, bias, N, C);
+        auto *k = &ln_forward<float, false>;
+        LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (float *)out, mean, rstd, inp, res, a, b, weight, bias, N, C);
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_layernorm_forward(void *out, int out_bf16, float *mean, float *rstd,
+                                                const float *inp, const float *weight, const float *bias, int N,
+                                                int C, cudaStream_t stream) {
+    return launch_ln(out, out_bf16, mean, rstd, inp, NULL, NULL, NULL, weight, bias, N, C, stream);
+}
+
+extern "C" cudaError_t lf__cuk_residual_layernorm_forward(float *res, void *out, int out_bf16, float *mean,
+                                                         float *rstd, const float *a, const float *b,
+                                                         const float *weight, const float *bias, int N, int C,
+                                                         cudaStream_t stream) {
+    if (!res || !a || !b) return cudaErrorInvalidValue;
+    return launch_ln(out, out_bf16, mean, rstd, NULL, res, a, b, weight, bias, N, C, stream);
 }
 
 static cudaError_t launch_params(float *dweight, float *dbias, const float *dout, const float *inp,
@@ -181,16 +224,27 @@ extern "C" cudaError_t lf__cuk_layernorm_backward(float *dinp, float *dweight, f
 
 /* ------------------------------------------------------------- RMSNorm */
 
-template <typename OutT>
+/* Res: the residual-fused form, as ln_forward's. */
+template <typename OutT, bool Res>
 __global__ void rms_forward(OutT *__restrict__ out, float *__restrict__ rstd, const float *__restrict__ inp,
-                            const float *__restrict__ weight, int N, int C, float eps) {
+                            float *res, const float *a, const float *b, const float *__restrict__ weight, int N, int C,
+                            float eps) {
     const int lane = (int)(threadIdx.x & 31u);
     const long row = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
     if (row >= N) return;
-    const float *__restrict__ x = inp + (size_t)row * C;
-    OutT *__restrict__ o = out + (size_t)row * C;
+    const size_t ro = (size_t)row * C;
     float ss = 0.0f;
-    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    if (Res) {
+        for (int c = lane; c < C; c += 32) {
+            const float v = a[ro + c] + b[ro + c];
+            res[ro + c] = v;
+            ss += v * v;
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) ss += inp[ro + c] * inp[ro + c];
+    }
+    const float *x = Res ? res + ro : inp + ro;
+    OutT *__restrict__ o = out + ro;
     const float r = 1.0f / sqrtf(pw_warp_sum(ss) / (float)C + eps);
     for (int c = lane; c < C; c += 32) pw_store(o, (size_t)c, weight[c] * (x[c] * r));
     if (lane == 0) rstd[row] = r;
@@ -213,19 +267,39 @@ __global__ void rms_backward_dinp(float *__restrict__ dinp, const float *__restr
     for (int c = lane; c < C; c += 32) di[c] += (weight[c] * d[c] - (x[c] * r) * dot) * r;
 }
 
-extern "C" cudaError_t lf__cuk_rmsnorm_forward(void *out, int out_bf16, float *rstd, const float *inp,
-                                              const float *weight, int N, int C, float eps, cudaStream_t stream) {
+static cudaError_t launch_rms(void *out, int out_bf16, float *rstd, const float *inp, float *res, const float *a,
+                              const float *b, const float *weight, int N, int C, float eps, cudaStream_t stream) {
     if (N < 0 || C < 0) return cudaErrorInvalidValue;
     if (N == 0 || C == 0) return cudaSuccess;
     const unsigned grid = (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS);
-    if (out_bf16) {
-        auto *rms_forward_bf16 = &rms_forward<uint16_t>;
-        LF_CUDA_LAUNCH(rms_forward_bf16, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, rstd, inp, weight, N, C, eps);
+    if (res) {
+        if (out_bf16) {
+            auto *k = &rms_forward<uint16_t, true>;
+            LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, rstd, inp, res, a, b, weight, N, C, eps);
+        } else {
+            auto *k = &rms_forward<float, true>;
+            LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (float *)out, rstd, inp, res, a, b, weight, N, C, eps);
+        }
+    } else if (out_bf16) {
+        auto *k = &rms_forward<uint16_t, false>;
+        LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (uint16_t *)out, rstd, inp, res, a, b, weight, N, C, eps);
     } else {
-        auto *rms_forward_f32 = &rms_forward<float>;
-        LF_CUDA_LAUNCH(rms_forward_f32, grid, NORM_BLOCK, 0, stream, (float *)out, rstd, inp, weight, N, C, eps);
+        auto *k = &rms_forward<float, false>;
+        LF_CUDA_LAUNCH(k, grid, NORM_BLOCK, 0, stream, (float *)out, rstd, inp, res, a, b, weight, N, C, eps);
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_rmsnorm_forward(void *out, int out_bf16, float *rstd, const float *inp,
+                                              const float *weight, int N, int C, float eps, cudaStream_t stream) {
+    return launch_rms(out, out_bf16, rstd, inp, NULL, NULL, NULL, weight, N, C, eps, stream);
+}
+
+extern "C" cudaError_t lf__cuk_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *rstd,
+                                                       const float *a, const float *b, const float *weight, int N,
+                                                       int C, float eps, cudaStream_t stream) {
+    if (!res || !a || !b) return cudaErrorInvalidValue;
+    return launch_rms(out, out_bf16, rstd, NULL, res, a, b, weight, N, C, eps, stream);
 }
 
 extern "C" cudaError_t lf__cuk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,

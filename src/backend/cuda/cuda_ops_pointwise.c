@@ -106,6 +106,30 @@ static void cu_rmsnorm_backward(lf_backend *be, float *dinp, float *dweight, con
                    "rmsnorm_backward", "rms_backward_dinp / norm_backward_params");
 }
 
+static void cu_residual_layernorm_forward(lf_backend *be, float *res, void *out, lf_dtype out_dt, float *mean,
+                                          float *rstd, const float *a, const float *b, const float *weight,
+                                          const float *bias, int N, int C) {
+    if (!dt_ok(be, "residual_layernorm_forward", out_dt) ||
+        bad_size(be, "residual_layernorm_forward", "rows x channels", N, C))
+        return;
+    lf__cuda_check(be,
+                   lf__cuk_residual_layernorm_forward(res, out, out_dt == LF_DT_BF16, mean, rstd, a, b, weight, bias,
+                                                      N, C, lf__cuda_stream(be)),
+                   "residual_layernorm_forward", "ln_forward<Res>");
+}
+
+static void cu_residual_rmsnorm_forward(lf_backend *be, float *res, void *out, lf_dtype out_dt, float *rstd,
+                                        const float *a, const float *b, const float *weight, int N, int C,
+                                        float eps) {
+    if (!dt_ok(be, "residual_rmsnorm_forward", out_dt) ||
+        bad_size(be, "residual_rmsnorm_forward", "rows x channels", N, C))
+        return;
+    lf__cuda_check(be,
+                   lf__cuk_residual_rmsnorm_forward(res, out, out_dt == LF_DT_BF16, rstd, a, b, weight, N, C, eps,
+                                                    lf__cuda_stream(be)),
+                   "residual_rmsnorm_forward", "rms_forward<Res>");
+}
+
 /* ---------------------------------------------------------------- activations */
 
 static void cu_gelu_forward(lf_backend *be, void *out, lf_dtype out_dt, const float *inp, size_t n) {
@@ -335,6 +359,8 @@ void lf__cuda_install_pointwise(lf_backend_ops *ops) {
     ops->layernorm_backward = cu_layernorm_backward;
     ops->rmsnorm_forward = cu_rmsnorm_forward;
     ops->rmsnorm_backward = cu_rmsnorm_backward;
+    ops->residual_layernorm_forward = cu_residual_layernorm_forward;
+    ops->residual_rmsnorm_forward = cu_residual_rmsnorm_forward;
     ops->gelu_forward = cu_gelu_forward;
     ops->gelu_backward = cu_gelu_backward;
     ops->swiglu_forward = cu_swiglu_forward;

@@ -49,6 +49,14 @@ cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const float *dout
  * dbias). */
 cudaError_t lf__cuk_layernorm_forward(void *out, int out_bf16, float *mean, float *rstd, const float *inp,
                                       const float *weight, const float *bias, int N, int C, cudaStream_t stream);
+/* res = a + b, then the norm of res, in one kernel (res may equal a or b):
+ * the bits of residual_forward followed by the plain norm. */
+cudaError_t lf__cuk_residual_layernorm_forward(float *res, void *out, int out_bf16, float *mean, float *rstd,
+                                               const float *a, const float *b, const float *weight,
+                                               const float *bias, int N, int C, cudaStream_t stream);
+cudaError_t lf__cuk_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *rstd, const float *a,
+                                             const float *b, const float *weight, int N, int C, float eps,
+                                             cudaStream_t stream);
 cudaError_t lf__cuk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                        const float *inp, const float *weight, const float *mean, const float *rstd,
                                        int N, int C, cudaStream_t stream);
