@@ -38,7 +38,8 @@
  *    same on every rank and run to run for one job layout, NCCL version and
  *    NCCL_ALGO/NCCL_PROTO, but not the rank-order fold: each element of a
  *    sum over P ranks lies within 2 (P - 1) u sum_p |x_p| of it (u = 2^-24).
- *    MAX, MIN, gathers and broadcasts are exact for every kind.
+ *    MAX, MIN, gathers and broadcasts are exact for every kind. bf16
+ *    collectives: see "bf16" below.
  *  - Uneven partitions: n elements split into `size` contiguous parts, the
  *    first n % size parts one element longer (see lf_comm_partition()).
  *
@@ -297,6 +298,37 @@ lf_status lf_comm_broadcast_bytes(lf_comm *c, void *buf, size_t bytes, int root)
 
 /* Every rank has arrived. */
 lf_status lf_comm_barrier(lf_comm *c);
+
+/* ---------------------------------------------------------------- bf16
+ * The float collectives above on bfloat16 elements (raw bits, uint16_t),
+ * with the same arguments, placements, limits, partitions and returns (n
+ * counts elements): DeepSpeed's communication_data_type "bf16", half the
+ * bytes of fp32 on the wire where the kind moves bf16 itself.
+ *  - single, mpi, tcp, and nccl on the NCCL shim: a reduction widens every
+ *    rank's values to fp32 (exact), folds them in rank order in fp32 as the
+ *    fp32 collective does, and rounds the result once to the nearest bf16
+ *    (ties to even; NaN stays NaN): element i is bf16(fold_p x_p,i), the same
+ *    bits on every rank and every run, within 2^-9 |fold| of the fp32
+ *    collective's result on the same inputs. The host kinds move fp32 on
+ *    the wire (the conversion is done here, with 4 n bytes of scratch): the
+ *    semantics, not the bandwidth.
+ *  - nccl on NCCL: ncclBfloat16, NCCL's ring or tree order with a bf16
+ *    rounding after each of the P - 1 additions: each element of a sum
+ *    lies within (P - 1) 2^-8 sum_p |x_p| of the exact sum of the inputs
+ *    (each partial sum's rounding is at most 2^-9 of it relative, two such
+ *    per hop bounded together), the same on every rank for one job layout.
+ *  - gathers and broadcasts are bit-exact for every kind (a signalling NaN
+ *    may come back quiet on the host kinds, which widen and round).
+ * The started forms (lf_comm_*_start_bf16) are asynchronous on nccl only,
+ * as the fp32 ones. */
+lf_status lf_comm_all_reduce_bf16(lf_comm *c, uint16_t *buf, size_t n, lf_comm_op op);
+lf_status lf_comm_reduce_scatter_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op);
+lf_status lf_comm_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                            lf_comm_op op, int64_t *ticket);
+lf_status lf_comm_all_gather_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n);
+lf_status lf_comm_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                        int64_t *ticket);
+lf_status lf_comm_broadcast_bf16(lf_comm *c, uint16_t *buf, size_t n, int root);
 
 /* Small reductions (loss sums, token counts, flags): in place over n values,
  * n <= 4096. Deterministic in rank order like the float ones. AVG is

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "comm/comm_impl.h"
+#include "core/bf16.h"
 
 /* Kinds that can be opened by name: built in, then registered at run time
  * by libraries above this one (lf__comm_register: the nccl kind). */
@@ -117,7 +118,8 @@ const char *lf__comm_coll_name(lf_comm_coll coll) {
     return "collective";
 }
 
-static const char *count_unit(lf_comm_coll coll) {
+static const char *count_unit(lf_comm_coll coll, int bf16) {
+    if (bf16) return "bf16 values";
     switch (coll) {
     case LF_COMM_COLL_BROADCAST: return "bytes";
     case LF_COMM_COLL_ALL_REDUCE_F64: return "doubles";
@@ -136,7 +138,7 @@ void lf__comm_describe(const lf_comm *c, char *buf, size_t cap) {
                  c->context[0] ? ")" : "");
     else
         snprintf(buf, cap, "%s #%lld (%s%s%zu %s)", lf__comm_coll_name(c->coll), (long long)c->seq, c->context,
-                 c->context[0] ? ", " : "", c->count, count_unit(c->coll));
+                 c->context[0] ? ", " : "", c->count, count_unit(c->coll, c->bf16));
 }
 
 void lf_comm_partition(size_t n, int size, int rank, size_t *offset, size_t *count) {
@@ -343,6 +345,7 @@ static lf_status begin(lf_comm *c, lf_comm_coll coll, const char *fn, size_t n, 
     c->seq++;
     c->coll = coll;
     c->count = n;
+    c->bf16 = 0;
     c->call_t0 = lf__comm_now_s();
     return LF_OK;
 }
@@ -371,14 +374,17 @@ static int op_valid(lf_comm_op op) {
 
 #define LF_COMM_PART_MAX ((size_t)1 << 31)
 
-/* The part buffer (k floats) is either exactly at full + off or disjoint
- * from the full buffer (n floats). */
-static int part_placement_ok(const float *full, size_t n, const float *part, size_t off, size_t k) {
+/* The part buffer (k elements of es bytes) is either exactly at full + off
+ * or disjoint from the full buffer (n elements). */
+static int placement_ok(const void *full, size_t n, const void *part, size_t off, size_t k, size_t es) {
     if (!full || !part || k == 0 || n == 0) return 1;
-    if (part == full + off) return 1;
-    uintptr_t f0 = (uintptr_t)full, f1 = f0 + n * sizeof(float);
-    uintptr_t p0 = (uintptr_t)part, p1 = p0 + k * sizeof(float);
+    uintptr_t f0 = (uintptr_t)full, f1 = f0 + n * es;
+    uintptr_t p0 = (uintptr_t)part, p1 = p0 + k * es;
+    if (p0 == f0 + off * es) return 1;
     return p1 <= f0 || f1 <= p0;
+}
+static int part_placement_ok(const float *full, size_t n, const float *part, size_t off, size_t k) {
+    return placement_ok(full, n, part, off, k, sizeof(float));
 }
 
 lf_status lf_comm_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op) {
@@ -530,4 +536,146 @@ lf_status lf_comm_all_reduce_i64(lf_comm *c, int64_t *v, size_t n, lf_comm_op op
     if (st != LF_OK) return st;
     if (!c->ops->all_reduce_i64) return unsupported(c, "lf_comm_all_reduce_i64");
     return finish(c, c->ops->all_reduce_i64(c, v, n, op));
+}
+
+/* ---------------------------------------------------------------- bf16
+ * A kind that moves bf16 itself fills the *_bf16 slots (nccl). A host kind
+ * without them gets the host path here: every rank's values widened to
+ * fp32 scratch (exact), the kind's fp32 collective (its rank-order fold),
+ * and one rounding back to bf16; the bits comm.h promises. */
+
+/* fp32 scratch of n elements for the host path (NULL and refused: none). */
+static float *bf16_scratch(lf_comm *c, const char *fn, size_t n) {
+    float *w = lf_alloc((n ? n : 1) * sizeof(float));
+    if (!w) refuse(c, LF_ERR_NOMEM, "%s: out of memory for the fp32 scratch of %zu bf16 values", fn, n);
+    return w;
+}
+
+/* The checks of a reduce-scatter (gather 0: recv is the part of send) or
+ * an all-gather (gather 1: send is the part of recv) of es-byte elements. */
+static lf_status check_parted(lf_comm *c, const char *fn, const void *send, const void *recv, size_t n, size_t es,
+                              int gather) {
+    if (!c) return LF_OK; /* begin() names the NULL handle */
+    if (n >= LF_COMM_PART_MAX) return refuse(c, LF_ERR_RANGE, "%s: %zu elements (at most 2^31 - 1)", fn, n);
+    size_t off = 0, mine = 0;
+    lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    const void *full = gather ? recv : send, *part = gather ? send : recv;
+    if (!placement_ok(full, n, part, off, mine, es))
+        return refuse(c, LF_ERR_INVALID_ARG, "%s: %s overlaps %s without being %s + %zu (this rank's part)", fn,
+                      gather ? "send" : "recv", gather ? "recv" : "send", gather ? "recv" : "send", off);
+    return LF_OK;
+}
+
+static int part_present(const lf_comm *c, size_t n, const void *part) {
+    size_t off = 0, mine = 0;
+    if (c) lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    return part || !mine;
+}
+
+lf_status lf_comm_all_reduce_bf16(lf_comm *c, uint16_t *buf, size_t n, lf_comm_op op) {
+    const char *fn = "lf_comm_all_reduce_bf16";
+    if (c && !op_valid(op)) return refuse(c, LF_ERR_INVALID_ARG, "%s: op %d is not a reduction", fn, (int)op);
+    lf_status st = begin(c, LF_COMM_COLL_ALL_REDUCE, fn, n, buf != NULL);
+    if (st != LF_OK) return st;
+    c->bf16 = 1;
+    if (c->ops->all_reduce_bf16) return finish(c, c->ops->all_reduce_bf16(c, buf, n, op));
+    if (c->ops->device_buffers || !c->ops->all_reduce) return unsupported(c, fn);
+    float *w = bf16_scratch(c, fn, n);
+    if (!w) return finish(c, LF_ERR_NOMEM);
+    lf__bf16_widen(w, buf, n);
+    st = c->ops->all_reduce(c, w, n, op);
+    if (st == LF_OK) lf__bf16_round(buf, w, n);
+    lf_free(w);
+    return finish(c, st);
+}
+
+/* The host path of a reduce-scatter: the whole send widened, reduced in
+ * place (this rank's part lands at its offset), that part rounded. */
+static lf_status rs_bf16_host(lf_comm *c, const char *fn, const uint16_t *send, uint16_t *recv, size_t n,
+                              lf_comm_op op) {
+    if (c->ops->device_buffers || !c->ops->reduce_scatter) return unsupported(c, fn);
+    float *w = bf16_scratch(c, fn, n);
+    if (!w) return finish(c, LF_ERR_NOMEM);
+    size_t off = 0, mine = 0;
+    lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    lf__bf16_widen(w, send, n);
+    lf_status st = c->ops->reduce_scatter(c, w, w + off, n, op);
+    if (st == LF_OK) lf__bf16_round(recv, w + off, mine);
+    lf_free(w);
+    return finish(c, st);
+}
+
+lf_status lf_comm_reduce_scatter_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op) {
+    const char *fn = "lf_comm_reduce_scatter_bf16";
+    if (c && !op_valid(op)) return refuse(c, LF_ERR_INVALID_ARG, "%s: op %d is not a reduction", fn, (int)op);
+    lf_status st = check_parted(c, fn, send, recv, n, sizeof(uint16_t), 0);
+    if (st != LF_OK) return st;
+    st = begin(c, LF_COMM_COLL_REDUCE_SCATTER, fn, n, send && part_present(c, n, recv));
+    if (st != LF_OK) return st;
+    c->bf16 = 1;
+    if (c->ops->reduce_scatter_bf16) return finish(c, c->ops->reduce_scatter_bf16(c, send, recv, n, op));
+    return rs_bf16_host(c, fn, send, recv, n, op);
+}
+
+lf_status lf_comm_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                            lf_comm_op op, int64_t *ticket) {
+    const char *fn = "lf_comm_reduce_scatter_start_bf16";
+    if (ticket) *ticket = 0;
+    if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "%s: ticket is NULL", fn);
+    if (!c || !c->ops->reduce_scatter_start_bf16) return lf_comm_reduce_scatter_bf16(c, send, recv, n, op);
+    if (!op_valid(op)) return refuse(c, LF_ERR_INVALID_ARG, "%s: op %d is not a reduction", fn, (int)op);
+    lf_status st = check_parted(c, fn, send, recv, n, sizeof(uint16_t), 0);
+    if (st != LF_OK) return st;
+    st = begin(c, LF_COMM_COLL_REDUCE_SCATTER, fn, n, send && part_present(c, n, recv));
+    if (st != LF_OK) return st;
+    c->bf16 = 1;
+    return finish_as(c, c->ops->reduce_scatter_start_bf16(c, send, recv, n, op, ticket), 1);
+}
+
+/* The host path of an all-gather: this rank's part widened into place, the
+ * fp32 all-gather in place, everything rounded back (exact: every value
+ * came from a bf16). */
+static lf_status ag_bf16_host(lf_comm *c, const char *fn, const uint16_t *send, uint16_t *recv, size_t n) {
+    if (c->ops->device_buffers || !c->ops->all_gather) return unsupported(c, fn);
+    float *w = bf16_scratch(c, fn, n);
+    if (!w) return finish(c, LF_ERR_NOMEM);
+    size_t off = 0, mine = 0;
+    lf_comm_partition(n, c->size, c->rank, &off, &mine);
+    lf__bf16_widen(w + off, send, mine);
+    lf_status st = c->ops->all_gather(c, w + off, w, n);
+    if (st == LF_OK) lf__bf16_round(recv, w, n);
+    lf_free(w);
+    return finish(c, st);
+}
+
+lf_status lf_comm_all_gather_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n) {
+    const char *fn = "lf_comm_all_gather_bf16";
+    lf_status st = check_parted(c, fn, send, recv, n, sizeof(uint16_t), 1);
+    if (st != LF_OK) return st;
+    st = begin(c, LF_COMM_COLL_ALL_GATHER, fn, n, recv && part_present(c, n, send));
+    if (st != LF_OK) return st;
+    c->bf16 = 1;
+    if (c->ops->all_gather_bf16) return finish(c, c->ops->all_gather_bf16(c, send, recv, n));
+    return ag_bf16_host(c, fn, send, recv, n);
+}
+
+lf_status lf_comm_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                        int64_t *ticket) {
+    const char *fn = "lf_comm_all_gather_start_bf16";
+    if (ticket) *ticket = 0;
+    if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "%s: ticket is NULL", fn);
+    if (!c || !c->ops->all_gather_start_bf16) return lf_comm_all_gather_bf16(c, send, recv, n);
+    lf_status st = check_parted(c, fn, send, recv, n, sizeof(uint16_t), 1);
+    if (st != LF_OK) return st;
+    st = begin(c, LF_COMM_COLL_ALL_GATHER, fn, n, recv && part_present(c, n, send));
+    if (st != LF_OK) return st;
+    c->bf16 = 1;
+    return finish_as(c, c->ops->all_gather_start_bf16(c, send, recv, n, ticket), 1);
+}
+
+/* Bytes on every kind: the device broadcast slot moves them unchanged. */
+lf_status lf_comm_broadcast_bf16(lf_comm *c, uint16_t *buf, size_t n, int root) {
+    if (n > SIZE_MAX / sizeof(uint16_t))
+        return c ? refuse(c, LF_ERR_RANGE, "lf_comm_broadcast_bf16: %zu values", n) : LF_ERR_RANGE;
+    return broadcast(c, buf, n * sizeof(uint16_t), n, root, "lf_comm_broadcast_bf16", 0);
 }

@@ -94,6 +94,18 @@ struct lf_comm_ops {
     lf_status (*all_gather_start)(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket);
     lf_status (*wait)(lf_comm *c, int64_t ticket);
     lf_status (*wait_all)(lf_comm *c);
+    /* bf16 collectives the kind moves as bf16 itself (nccl: ncclBfloat16),
+     * the fp32 slots' contracts on uint16_t elements; the started ones only
+     * on asynchronous kinds. NULL on a host kind (device_buffers 0): comm.c
+     * widens to fp32 scratch, calls the fp32 slot and rounds once (comm.h
+     * "bf16"); NULL on a device kind: LF_ERR_UNSUPPORTED. */
+    lf_status (*all_reduce_bf16)(lf_comm *c, uint16_t *buf, size_t n, lf_comm_op op);
+    lf_status (*reduce_scatter_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op);
+    lf_status (*all_gather_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n);
+    lf_status (*reduce_scatter_start_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                           lf_comm_op op, int64_t *ticket);
+    lf_status (*all_gather_start_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                       int64_t *ticket);
 };
 
 struct lf_comm {
@@ -106,6 +118,7 @@ struct lf_comm {
     int64_t seq;       /* 1, 2, ... per collective; 0 while opening */
     lf_comm_coll coll;
     size_t count;      /* elements (bytes for broadcast_bytes) */
+    int bf16;          /* 1: the elements are bf16 (lf_comm_*_bf16) */
     char context[128]; /* lf_comm_set_context */
 
     /* lf_comm_times: host time in every call (exposed) and the collectives'

@@ -22,6 +22,7 @@
 #include "llmforge/comm.h"
 
 #include "comm/mpi_check.h"
+#include "comm/bf16_check.h"
 
 static int g_size = 0;
 
@@ -59,6 +60,10 @@ static void *xalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
     CHECK(p, "out of memory (%zu bytes)", bytes);
     return p;
+}
+
+static void host_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
 }
 
 static void same_bits(const float *got, uint64_t salt, size_t from, size_t n, lf_comm_op op, const char *what,
@@ -257,6 +262,15 @@ static int run_collectives(void) {
     check_broadcast(a, big, salt++);
     check_same_everywhere(a, big, salt++);
     check_same_everywhere(b, 100003, salt++);
+
+    /* bf16 (comm.h "bf16"): the host path, bf16 of the fp32 rank-order fold */
+    const bf16_mem host = {xalloc, free, host_copy, host_copy};
+    const size_t bf16_sizes[] = {0, 1, 3, 17, 1000, 4099};
+    for (size_t s = 0; s < sizeof bf16_sizes / sizeof bf16_sizes[0]; s++) {
+        check_bf16_collectives(a, &host, bf16_sizes[s], salt, 1);
+        check_bf16_collectives(b, &host, bf16_sizes[s], salt + 1000, 1);
+        salt += 8;
+    }
 
     /* the handles numbered their collectives alike on every rank */
     int64_t seq[2] = {lf_comm_seq(a), lf_comm_seq(b)}, seqmin[2] = {seq[0], seq[1]};

@@ -8,7 +8,8 @@
  *                             host path (broadcast_bytes, barrier, f64/i64)
  *                             beside it; "auto" with device tensors picks
  *                             nccl; host memory handed to a device
- *                             collective is refused (shim)
+ *                             collective is refused (shim); the bf16
+ *                             collectives (bf16_check.h)
  *   nccl_comm timeout T       rank 1 stalls; the others return LF_ERR_TIMEOUT
  *                             after T s naming the collective, its context and
  *                             rank 1 (driven by tests/comm/mpi_faults.sh)
@@ -41,6 +42,7 @@
 #include "cuda_api.h"
 
 #include "comm/mpi_check.h"
+#include "comm/bf16_check.h"
 
 static int g_size = 0;
 
@@ -96,6 +98,21 @@ static void to_dev(float *d, const float *h, size_t n) {
 static void from_dev(float *h, const float *d, size_t n) {
     if (n) CHECK(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy to host");
 }
+/* bf16_check.h's hooks: device buffers */
+static void *dev_bytes(size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    CHECK(e == cudaSuccess, "cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
+    return p;
+}
+static void dev_release(void *p) { cudaFree(p); }
+static void dev_put(void *d, const void *h, size_t bytes) {
+    if (bytes) CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy to device");
+}
+static void dev_get(void *h, const void *d, size_t bytes) {
+    if (bytes) CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy to host");
+}
+
 static float *host_alloc(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof *p);
     CHECK(p, "out of memory (%zu floats)", n);
@@ -294,6 +311,13 @@ static int run_collectives(void) {
     check_started(c, 21, salt); /* more than its 16 slots */
     salt += 21;
     check_all_reduce(a, 4099, LF_COMM_SUM, salt++); /* the second handle works beside the first */
+
+    /* bf16 (ncclBfloat16): the shim's bits are bf16 of the fp32 rank-order
+     * fold; NCCL's within (P - 1) 2^-8 sum|x| (bf16_check.h) */
+    const bf16_mem dev = {dev_bytes, dev_release, dev_put, dev_get};
+    const size_t bf16_sizes[] = {1, 3, 12, 17, 1000, 4099, 100003};
+    for (size_t s = 0; s < sizeof bf16_sizes / sizeof bf16_sizes[0]; s++, salt += 8)
+        check_bf16_collectives(c, &dev, bf16_sizes[s], salt, k_exact);
 
     /* the handles numbered their collectives alike on every rank */
     int64_t seq[2] = {lf_comm_seq(c), lf_comm_seq(a)}, seqmin[2] = {seq[0], seq[1]};

@@ -383,6 +383,71 @@ static void test_single_collectives(void **state) {
     lf_comm_close(c);
 }
 
+/* The bf16 collectives on one rank (the host path of comm.c: widen, the
+ * kind's fp32 collective, one rounding): identities that must keep every
+ * bit, the argument checks of the fp32 calls, and the bf16 count named in
+ * messages. */
+static void test_single_bf16(void **state) {
+    (void)state;
+    lf_comm *c = NULL;
+    LF_ASSERT_OK(lf_comm_open(&c, "single", NULL));
+    enum { N = 37 };
+    uint16_t a[N], b[N], keep[N];
+    for (int i = 0; i < N; i++) keep[i] = (uint16_t)(0x3f80u + 977u * (unsigned)i); /* finite values, and inf/NaN bits past 0x7f80 */
+    keep[5] = 0x7f80u;  /* +inf */
+    keep[6] = 0xffc0u;  /* a quiet NaN: stays that NaN */
+    keep[7] = 0x0001u;  /* the smallest subnormal */
+    keep[8] = 0x8000u;  /* -0 */
+    const lf_comm_op ops[4] = {LF_COMM_SUM, LF_COMM_AVG, LF_COMM_MAX, LF_COMM_MIN};
+    for (int k = 0; k < 4; k++) {
+        memcpy(a, keep, sizeof a);
+        LF_ASSERT_OK(lf_comm_all_reduce_bf16(c, a, N, ops[k]));
+        for (int i = 0; i < N; i++)
+            if ((keep[i] & 0x7fffu) <= 0x7f80u || (keep[i] & 0x40u)) assert_int_equal(a[i], keep[i]);
+        memcpy(a, keep, sizeof a);
+        memset(b, 0, sizeof b);
+        LF_ASSERT_OK(lf_comm_reduce_scatter_bf16(c, a, b, N, ops[k]));
+        assert_int_equal(b[0], keep[0]);
+        assert_int_equal(b[N - 1], keep[N - 1]);
+    }
+    memset(b, 0, sizeof b);
+    LF_ASSERT_OK(lf_comm_all_gather_bf16(c, keep, b, N));
+    assert_memory_equal(b, keep, sizeof b);
+    int64_t t = -1;
+    LF_ASSERT_OK(lf_comm_reduce_scatter_start_bf16(c, keep, b, N, LF_COMM_SUM, &t));
+    assert_int_equal(t, 0); /* not asynchronous here: ran to completion */
+    LF_ASSERT_OK(lf_comm_all_gather_start_bf16(c, keep, b, N, &t));
+    assert_int_equal(t, 0);
+    memcpy(a, keep, sizeof a);
+    LF_ASSERT_OK(lf_comm_broadcast_bf16(c, a, N, 0));
+    assert_memory_equal(a, keep, sizeof a);
+    assert_int_equal(lf_comm_reduce_scatter_start_bf16(c, keep, b, N, LF_COMM_SUM, NULL), LF_ERR_INVALID_ARG);
+    assert_int_equal(lf_comm_broadcast_bf16(c, a, N, 1), LF_ERR_INVALID_ARG); /* root 1 of 1 rank */
+    assert_non_null(strstr(lf_comm_errmsg(c), "lf_comm_broadcast_bf16: root 1"));
+    lf_comm_close(c);
+
+    /* the refusals: each makes the handle unusable, so one handle each */
+    LF_ASSERT_OK(lf_comm_open(&c, "single", NULL));
+    assert_int_equal(lf_comm_all_reduce_bf16(c, a, N, (lf_comm_op)42), LF_ERR_INVALID_ARG);
+    assert_non_null(strstr(lf_comm_errmsg(c), "lf_comm_all_reduce_bf16: op 42 is not a reduction"));
+    lf_comm_close(c);
+    LF_ASSERT_OK(lf_comm_open(&c, "single", NULL));
+    assert_int_equal(lf_comm_all_reduce_bf16(c, NULL, N, LF_COMM_SUM), LF_ERR_INVALID_ARG);
+    assert_non_null(strstr(lf_comm_errmsg(c), "buffer is NULL for 37 elements"));
+    lf_comm_close(c);
+    LF_ASSERT_OK(lf_comm_open(&c, "single", NULL));
+    assert_int_equal(lf_comm_reduce_scatter_bf16(c, a, a + 1, N, LF_COMM_SUM), LF_ERR_INVALID_ARG);
+    assert_non_null(strstr(lf_comm_errmsg(c), "recv overlaps send without being send + 0"));
+    lf_comm_close(c);
+    LF_ASSERT_OK(lf_comm_open(&c, "single", NULL));
+    assert_int_equal(lf_comm_all_gather_bf16(c, a + 3, a, N), LF_ERR_INVALID_ARG);
+    assert_non_null(strstr(lf_comm_errmsg(c), "send overlaps recv without being recv + 0"));
+    lf_comm_close(c);
+    LF_ASSERT_OK(lf_comm_open(&c, "single", NULL));
+    assert_int_equal(lf_comm_reduce_scatter_bf16(c, a, b, (size_t)1 << 31, LF_COMM_SUM), LF_ERR_RANGE);
+    lf_comm_close(c);
+}
+
 static void test_partition(void **state) {
     (void)state;
     size_t off, cnt;
@@ -458,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_env_mpich),         cmocka_unit_test(test_env_slurm),
         cmocka_unit_test(test_env_torchrun),      cmocka_unit_test(test_env_errors),
         cmocka_unit_test(test_open_kinds),        cmocka_unit_test(test_single_collectives),
+        cmocka_unit_test(test_single_bf16),
         cmocka_unit_test(test_partition),         cmocka_unit_test(test_rank_order_reduce),
         cmocka_unit_test(test_status_and_grace),
     };

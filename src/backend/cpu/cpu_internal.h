@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "backend/backend_impl.h"
+#include "core/bf16.h"
 #include "llmforge/core.h"
 
 /* Elements of work below which a kernel stays on the calling thread: forking
@@ -75,24 +76,10 @@ static inline int lf__cpu_dropout_keep(lf_dropout d, uint64_t i) {
     return lf__cpu_rng_uniform(d.seed, LF_RNG_DROPOUT, lf_rng_mix(d.key, d.offset + i)) >= d.p;
 }
 
-/* x rounded to the nearest bf16, ties to even (what oneDNN, PyTorch and
- * AVX512-BF16's vcvtne2ps2bf16 do); a NaN stays a (quiet) NaN, never rounded
- * into inf. Branch-free, so conversion loops vectorize. */
-static inline uint16_t lf__cpu_bf16_bits(float f) {
-    uint32_t u;
-    __builtin_memcpy(&u, &f, sizeof u);
-    const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t nan = (u >> 16) | 0x40u;
-    return (uint16_t)(((u & 0x7FFFFFFFu) > 0x7F800000u) ? nan : rne);
-}
-
-/* The same value as an fp32 (bf16 bits in the high half). */
-static inline float lf__cpu_bf16_as_f32(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    __builtin_memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* x rounded to the nearest bf16 (core/bf16.h: ties to even, NaN stays NaN)
+ * and back: the one rounding of every host path. */
+static inline uint16_t lf__cpu_bf16_bits(float f) { return lf__bf16_from_f32(f); }
+static inline float lf__cpu_bf16_as_f32(uint16_t h) { return lf__bf16_to_f32(h); }
 
 /* The ops. Argument order, shapes and semantics are exactly those of the
  * matching slot of lf_backend_ops in backend_impl.h, which documents every

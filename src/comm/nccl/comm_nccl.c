@@ -53,8 +53,13 @@
  * ncclBroadcast per part, rooted at its owner (the same bytes moved, more
  * launches).
  *
+ * Data types: fp32 (ncclFloat32) and bf16 (ncclBfloat16, the
+ * lf_comm_*_bf16 calls: the trainer's comm.grad_dtype: bf16), one code path
+ * with the element size as a parameter; lf_comm_broadcast moves bytes.
+ *
  * Determinism (comm.h): real NCCL sums in ring or tree order, not the rank
- * order of the mpi kind; the shim folds in rank order.
+ * order of the mpi kind (bf16: a rounding per hop); the shim folds in rank
+ * order in fp32 and rounds bf16 once.
  *
  * NCCL's environment (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE,
  * NCCL_ASYNC_ERROR_HANDLING, ...) is neither read nor changed here: NCCL
@@ -107,6 +112,7 @@ static lf_comm *mirror(lf_comm *c, nccl_state *s) {
     k->seq = c->seq;
     k->coll = c->coll;
     k->count = c->count;
+    k->bf16 = c->bf16;
     memcpy(k->context, c->context, sizeof k->context);
     return k;
 }
@@ -219,22 +225,33 @@ static ncclRedOp_t red_op(lf_comm_op op) {
     }
 }
 
-/* ---------------------------------------------------------------- device collectives */
-static lf_status nccl_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op) {
+/* ---------------------------------------------------------------- device collectives
+ * Each on fp32 (ncclFloat32) or bf16 (ncclBfloat16, lf_comm_*_bf16)
+ * elements: dt names NCCL's type, buffers are bytes, offsets elements. */
+static size_t dt_size(ncclDataType_t dt) { return dt == ncclBfloat16 ? 2 : 4; }
+
+static lf_status all_reduce_dt(lf_comm *c, void *buf, size_t n, ncclDataType_t dt, lf_comm_op op) {
     nccl_state *s = c->impl;
     if (n == 0) return LF_OK;
     lf_status st = begin_device(c, s);
     if (st != LF_OK) return st;
-    return issued(c, s, ncclAllReduce(buf, buf, n, ncclFloat32, red_op(op), s->nc, s->comm_stream), "ncclAllReduce");
+    return issued(c, s, ncclAllReduce(buf, buf, n, dt, red_op(op), s->nc, s->comm_stream), "ncclAllReduce");
+}
+static lf_status nccl_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op) {
+    return all_reduce_dt(c, buf, n, ncclFloat32, op);
+}
+static lf_status nccl_all_reduce_bf16(lf_comm *c, uint16_t *buf, size_t n, lf_comm_op op) {
+    return all_reduce_dt(c, buf, n, ncclBfloat16, op);
 }
 
 /* Enqueue a reduce-scatter on comm_stream; *call names what was called. */
-static ncclResult_t enqueue_reduce_scatter(lf_comm *c, nccl_state *s, const float *send, float *recv, size_t n,
-                                           lf_comm_op op, const char **call) {
-    size_t P = (size_t)c->size;
+static ncclResult_t enqueue_reduce_scatter(lf_comm *c, nccl_state *s, const void *sendv, void *recv, size_t n,
+                                           ncclDataType_t dt, lf_comm_op op, const char **call) {
+    size_t P = (size_t)c->size, es = dt_size(dt);
+    const char *send = sendv;
     if (n % P == 0) { /* recv == send + rank * n/P is NCCL's in-place layout too */
         *call = "ncclReduceScatter";
-        return ncclReduceScatter(send, recv, n / P, ncclFloat32, red_op(op), s->nc, s->comm_stream);
+        return ncclReduceScatter(send, recv, n / P, dt, red_op(op), s->nc, s->comm_stream);
     }
     *call = "ncclReduce (group, one per part)";
     ncclResult_t r = ncclGroupStart();
@@ -243,7 +260,7 @@ static ncclResult_t enqueue_reduce_scatter(lf_comm *c, nccl_state *s, const floa
         lf_comm_partition(n, c->size, p, &off, &cnt);
         if (!cnt) continue;
         /* recvbuff is read on the root only */
-        r = ncclReduce(send + off, p == c->rank ? recv : (void *)(send + off), cnt, ncclFloat32, red_op(op), p,
+        r = ncclReduce(send + off * es, p == c->rank ? recv : (void *)(send + off * es), cnt, dt, red_op(op), p,
                        s->nc, s->comm_stream);
     }
     ncclResult_t e = ncclGroupEnd();
@@ -251,14 +268,22 @@ static ncclResult_t enqueue_reduce_scatter(lf_comm *c, nccl_state *s, const floa
     return r;
 }
 
-static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op) {
+static lf_status reduce_scatter_dt(lf_comm *c, const void *send, void *recv, size_t n, ncclDataType_t dt,
+                                   lf_comm_op op) {
     nccl_state *s = c->impl;
     if (n == 0) return LF_OK;
     lf_status st = begin_device(c, s);
     if (st != LF_OK) return st;
     const char *call = "";
-    ncclResult_t r = enqueue_reduce_scatter(c, s, send, recv, n, op, &call);
+    ncclResult_t r = enqueue_reduce_scatter(c, s, send, recv, n, dt, op, &call);
     return issued(c, s, r, call);
+}
+static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op) {
+    return reduce_scatter_dt(c, send, recv, n, ncclFloat32, op);
+}
+static lf_status nccl_reduce_scatter_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                          lf_comm_op op) {
+    return reduce_scatter_dt(c, send, recv, n, ncclBfloat16, op);
 }
 
 /* ---------------------------------------------------------------- started collectives
@@ -274,12 +299,12 @@ static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv,
  * for a blocking collective, naming the started one. A blocking collective
  * after starts waits for comm_stream, so for them too. */
 static lf_status nccl_wait_all(lf_comm *c);
-static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const float *send, float *recv, size_t n,
-                                       const char **call);
+static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const void *send, void *recv, size_t n,
+                                       ncclDataType_t dt, const char **call);
 
 /* A reduce-scatter (gather 0) or an all-gather (gather 1), started. */
-static lf_status start_collective(lf_comm *c, int gather, const float *send, float *recv, size_t n, lf_comm_op op,
-                                  int64_t *ticket) {
+static lf_status start_collective(lf_comm *c, int gather, const void *send, void *recv, size_t n, ncclDataType_t dt,
+                                  lf_comm_op op, int64_t *ticket) {
     nccl_state *s = c->impl;
     *ticket = 0;
     if (n == 0) return LF_OK;
@@ -292,8 +317,8 @@ static lf_status start_collective(lf_comm *c, int gather, const float *send, flo
     cudaError_t e0 = cudaEventRecord(s->pend_t0[s->n_pend], s->comm_stream); /* after comm_stream waited `ready` */
     if (e0 != cudaSuccess) return fail_cuda(c, s, e0, "cudaEventRecord (before a started collective)");
     const char *call = "";
-    ncclResult_t r = gather ? enqueue_all_gather(c, s, send, recv, n, &call)
-                            : enqueue_reduce_scatter(c, s, send, recv, n, op, &call);
+    ncclResult_t r = gather ? enqueue_all_gather(c, s, send, recv, n, dt, &call)
+                            : enqueue_reduce_scatter(c, s, send, recv, n, dt, op, &call);
     if (r != ncclSuccess && r != ncclInProgress) return fail_nccl(c, s, r, call);
     if ((st = wait_nccl(c, s, call, 0)) != LF_OK) return st; /* taken by NCCL, not waited for */
     const int i = s->n_pend;
@@ -310,11 +335,19 @@ static lf_status start_collective(lf_comm *c, int gather, const float *send, flo
 
 static lf_status nccl_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
                                            int64_t *ticket) {
-    return start_collective(c, 0, send, recv, n, op, ticket);
+    return start_collective(c, 0, send, recv, n, ncclFloat32, op, ticket);
+}
+static lf_status nccl_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                                lf_comm_op op, int64_t *ticket) {
+    return start_collective(c, 0, send, recv, n, ncclBfloat16, op, ticket);
 }
 
 static lf_status nccl_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket) {
-    return start_collective(c, 1, send, recv, n, LF_COMM_SUM, ticket);
+    return start_collective(c, 1, send, recv, n, ncclFloat32, LF_COMM_SUM, ticket);
+}
+static lf_status nccl_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
+                                            int64_t *ticket) {
+    return start_collective(c, 1, send, recv, n, ncclBfloat16, LF_COMM_SUM, ticket);
 }
 
 static lf_status nccl_wait(lf_comm *c, int64_t ticket) {
@@ -359,12 +392,13 @@ static lf_status nccl_wait_all(lf_comm *c) {
 }
 
 /* Enqueue an all-gather on comm_stream; *call names what was called. */
-static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const float *send, float *recv, size_t n,
-                                       const char **call) {
-    size_t P = (size_t)c->size;
+static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const void *send, void *recvv, size_t n,
+                                       ncclDataType_t dt, const char **call) {
+    size_t P = (size_t)c->size, es = dt_size(dt);
+    char *recv = recvv;
     if (n % P == 0) { /* send == recv + rank * n/P is NCCL's in-place layout too */
         *call = "ncclAllGather";
-        return ncclAllGather(send, recv, n / P, ncclFloat32, s->nc, s->comm_stream);
+        return ncclAllGather(send, recv, n / P, dt, s->nc, s->comm_stream);
     }
     *call = "ncclBroadcast (group, one per part)";
     ncclResult_t r = ncclGroupStart();
@@ -372,7 +406,7 @@ static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const float *s
         size_t off = 0, cnt = 0;
         lf_comm_partition(n, c->size, p, &off, &cnt);
         if (!cnt) continue;
-        r = ncclBroadcast(p == c->rank ? (const void *)send : recv + off, recv + off, cnt, ncclFloat32, p, s->nc,
+        r = ncclBroadcast(p == c->rank ? send : (const void *)(recv + off * es), recv + off * es, cnt, dt, p, s->nc,
                           s->comm_stream);
     }
     ncclResult_t e = ncclGroupEnd();
@@ -380,14 +414,20 @@ static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const float *s
     return r;
 }
 
-static lf_status nccl_all_gather(lf_comm *c, const float *send, float *recv, size_t n) {
+static lf_status all_gather_dt(lf_comm *c, const void *send, void *recv, size_t n, ncclDataType_t dt) {
     nccl_state *s = c->impl;
     if (n == 0) return LF_OK;
     lf_status st = begin_device(c, s);
     if (st != LF_OK) return st;
     const char *call = "";
-    ncclResult_t r = enqueue_all_gather(c, s, send, recv, n, &call);
+    ncclResult_t r = enqueue_all_gather(c, s, send, recv, n, dt, &call);
     return issued(c, s, r, call);
+}
+static lf_status nccl_all_gather(lf_comm *c, const float *send, float *recv, size_t n) {
+    return all_gather_dt(c, send, recv, n, ncclFloat32);
+}
+static lf_status nccl_all_gather_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n) {
+    return all_gather_dt(c, send, recv, n, ncclBfloat16);
 }
 
 static lf_status nccl_broadcast(lf_comm *c, void *buf, size_t bytes, int root) {
@@ -601,6 +641,11 @@ static const struct lf_comm_ops k_nccl_ops = {
     .all_gather_start = nccl_all_gather_start,
     .wait = nccl_wait,
     .wait_all = nccl_wait_all,
+    .all_reduce_bf16 = nccl_all_reduce_bf16,
+    .reduce_scatter_bf16 = nccl_reduce_scatter_bf16,
+    .all_gather_bf16 = nccl_all_gather_bf16,
+    .reduce_scatter_start_bf16 = nccl_reduce_scatter_start_bf16,
+    .all_gather_start_bf16 = nccl_all_gather_start_bf16,
 };
 
 lf_status lf_comm_nccl_register(void) { return lf__comm_register(&k_nccl_ops); }

@@ -33,8 +33,10 @@
  *    are the results folded into the receive buffer. The stream argument is
  *    checked to be a live stream and otherwise ignored (the CUDA shim runs
  *    everything synchronously), so event ordering is not exercised.
- *  - Float32 reductions only (bytes and float32 for broadcast/all_gather);
- *    counts up to INT_MAX / nranks elements.
+ *  - Reductions on float32 and bfloat16 (bf16: every rank's values widened
+ *    to fp32, folded in rank order in fp32, rounded once to bf16 — where
+ *    real NCCL rounds after every hop); broadcast and all_gather of any
+ *    type (bytes); counts up to INT_MAX / nranks elements.
  *  - ncclCommAbort leaves pending MPI requests and the MPI communicator as
  *    they are (they cannot be cancelled); the process is expected to end.
  */

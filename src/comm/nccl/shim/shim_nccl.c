@@ -35,6 +35,7 @@
 #include <mpi.h>
 
 #include "comm/comm_impl.h"
+#include "core/bf16.h"
 #include "nccl/shim/nccl_shim.h"
 #include "shim/lf_shim.h"
 
@@ -47,7 +48,9 @@ typedef struct pending {
     size_t count; /* floats folded into recv (reductions) */
     lf_comm_op op;
     int fold;     /* 1: fold scratch into recv at completion */
+    int bf16;     /* the elements are bf16: scratch holds their bits, folded through wide */
     float *scratch;
+    float *wide;  /* bf16: (nranks + 1) * count floats, the widened rows and the fp32 fold */
     struct pending *next;
 } pending;
 
@@ -130,11 +133,23 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 }
 
 /* ---------------------------------------------------------------- progress */
+/* A reduction's fold: fp32 rows in rank order, the mpi communicator's; bf16
+ * rows widened (exact), folded so in fp32, rounded once (comm.h "bf16"). */
 static void complete(pending *p, int nranks) {
-    if (p->fold) lf__comm_reduce_f32(p->recv, p->scratch, p->count, nranks, p->count, p->op);
+    if (!p->fold) return;
+    if (!p->bf16) {
+        lf__comm_reduce_f32(p->recv, p->scratch, p->count, nranks, p->count, p->op);
+        return;
+    }
+    const size_t rows = p->count * (size_t)nranks;
+    float *out = p->wide + rows;
+    lf__bf16_widen(p->wide, (const uint16_t *)p->scratch, rows);
+    lf__comm_reduce_f32(out, p->wide, p->count, nranks, p->count, p->op);
+    lf__bf16_round(p->recv, out, p->count);
 }
 
 static void free_op(pending *p) {
+    free(p->wide);
     free(p->scratch);
     free(p);
 }
@@ -349,8 +364,9 @@ static ncclResult_t check(const char *fn, ncclComm_t comm, const void *send, con
     size_t es = type_size(dt);
     if (!es) return fail(comm, ncclInvalidArgument, "%s: datatype %d", fn, (int)dt);
     if (reduce) {
-        if (dt != ncclFloat32)
-            return fail(comm, ncclInvalidArgument, "%s: the NCCL shim reduces float32 only (datatype %d)", fn, (int)dt);
+        if (dt != ncclFloat32 && dt != ncclBfloat16)
+            return fail(comm, ncclInvalidArgument, "%s: the NCCL shim reduces float32 and bfloat16 only (datatype %d)",
+                        fn, (int)dt);
         switch (op) {
         case ncclSum: *opp = LF_COMM_SUM; break;
         case ncclAvg: *opp = LF_COMM_AVG; break;
@@ -375,7 +391,10 @@ static ncclResult_t check(const char *fn, ncclComm_t comm, const void *send, con
     return ncclSuccess;
 }
 
-static pending *new_op(ncclComm_t comm, op_kind k, void *recv, size_t fold_count, lf_comm_op op, size_t scratch) {
+/* A pending operation; a reduction (scratch > 0: the gathered rows, in
+ * elements of dt) folds them into recv at completion. */
+static pending *new_op(ncclComm_t comm, op_kind k, void *recv, size_t fold_count, lf_comm_op op, size_t scratch,
+                       ncclDataType_t dt) {
     pending *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->kind = k;
@@ -383,13 +402,21 @@ static pending *new_op(ncclComm_t comm, op_kind k, void *recv, size_t fold_count
     p->count = fold_count;
     p->op = op;
     p->fold = scratch > 0;
+    p->bf16 = dt == ncclBfloat16;
     if (scratch && !(p->scratch = malloc(scratch * sizeof(float)))) {
         free(p);
+        return NULL;
+    }
+    if (scratch && p->bf16 && !(p->wide = malloc((scratch + fold_count) * sizeof(float)))) {
+        free_op(p);
         return NULL;
     }
     (void)comm;
     return p;
 }
+
+/* The MPI type of a reduction's elements (fp32 or bf16 bits). */
+static MPI_Datatype mpi_type(ncclDataType_t dt) { return dt == ncclBfloat16 ? MPI_UINT16_T : MPI_FLOAT; }
 
 static ncclResult_t enqueue(ncclComm_t comm, pending *p, int rc, const char *call) {
     if (rc != MPI_SUCCESS) {
@@ -411,12 +438,12 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_
     ncclResult_t r = check("ncclAllReduce", comm, send, recv, n, n, dt, 1, op, &o, stream, 1, 1);
     if (r != ncclSuccess) return r;
     if (comm->nranks == 1 || n == 0) {
-        if (n && recv != send) memmove(recv, send, n * sizeof(float));
+        if (n && recv != send) memmove(recv, send, n * type_size(dt));
         return ncclSuccess;
     }
-    pending *p = new_op(comm, OP_ALL_REDUCE, recv, n, o, n * (size_t)comm->nranks);
+    pending *p = new_op(comm, OP_ALL_REDUCE, recv, n, o, n * (size_t)comm->nranks, dt);
     if (!p) return NOMEM("ncclAllReduce");
-    int rc = MPI_Iallgather(send, (int)n, MPI_FLOAT, p->scratch, (int)n, MPI_FLOAT, comm->comm, &p->req);
+    int rc = MPI_Iallgather(send, (int)n, mpi_type(dt), p->scratch, (int)n, mpi_type(dt), comm->comm, &p->req);
     return enqueue(comm, p, rc, "MPI_Iallgather (ncclAllReduce)");
 }
 
@@ -428,12 +455,12 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t n, ncclDataType_t d
     if (r != ncclSuccess) return r;
     if (root < 0 || root >= comm->nranks) return fail(comm, ncclInvalidArgument, "ncclReduce: root %d", root);
     if (comm->nranks == 1 || n == 0) {
-        if (n && recv != send) memmove(recv, send, n * sizeof(float));
+        if (n && recv != send) memmove(recv, send, n * type_size(dt));
         return ncclSuccess;
     }
-    pending *p = new_op(comm, OP_REDUCE, recv, n, o, is_root ? n * (size_t)comm->nranks : 0);
+    pending *p = new_op(comm, OP_REDUCE, recv, n, o, is_root ? n * (size_t)comm->nranks : 0, dt);
     if (!p) return NOMEM("ncclReduce");
-    int rc = MPI_Igather(send, (int)n, MPI_FLOAT, p->scratch, (int)n, MPI_FLOAT, root, comm->comm, &p->req);
+    int rc = MPI_Igather(send, (int)n, mpi_type(dt), p->scratch, (int)n, mpi_type(dt), root, comm->comm, &p->req);
     return enqueue(comm, p, rc, "MPI_Igather (ncclReduce)");
 }
 
@@ -446,7 +473,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t n, ncclDataType_
     size_t bytes = n * type_size(dt);
     if (is_root && bytes && recv != send) memmove(recv, send, bytes);
     if (comm->nranks == 1 || n == 0) return ncclSuccess;
-    pending *p = new_op(comm, OP_BROADCAST, recv, 0, LF_COMM_SUM, 0);
+    pending *p = new_op(comm, OP_BROADCAST, recv, 0, LF_COMM_SUM, 0, dt);
     if (!p) return NOMEM("ncclBroadcast");
     int rc = MPI_Ibcast(recv, (int)bytes, MPI_BYTE, root, comm->comm, &p->req);
     return enqueue(comm, p, rc, "MPI_Ibcast (ncclBroadcast)");
@@ -459,12 +486,12 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t k, ncclDataT
     ncclResult_t r = check("ncclReduceScatter", comm, send, recv, k * P, k, dt, 1, op, &o, stream, 1, 1);
     if (r != ncclSuccess) return r;
     if (P == 1 || k == 0) {
-        if (k && recv != send) memmove(recv, send, k * sizeof(float));
+        if (k && recv != send) memmove(recv, send, k * type_size(dt));
         return ncclSuccess;
     }
-    pending *p = new_op(comm, OP_REDUCE_SCATTER, recv, k, o, k * P);
+    pending *p = new_op(comm, OP_REDUCE_SCATTER, recv, k, o, k * P, dt);
     if (!p) return NOMEM("ncclReduceScatter");
-    int rc = MPI_Ialltoall(send, (int)k, MPI_FLOAT, p->scratch, (int)k, MPI_FLOAT, comm->comm, &p->req);
+    int rc = MPI_Ialltoall(send, (int)k, mpi_type(dt), p->scratch, (int)k, mpi_type(dt), comm->comm, &p->req);
     return enqueue(comm, p, rc, "MPI_Ialltoall (ncclReduceScatter)");
 }
 
@@ -479,7 +506,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t k, ncclDataType_
         if (bytes && mine != send) memmove(mine, send, bytes);
         return ncclSuccess;
     }
-    pending *p = new_op(comm, OP_ALL_GATHER, recv, 0, LF_COMM_SUM, 0);
+    pending *p = new_op(comm, OP_ALL_GATHER, recv, 0, LF_COMM_SUM, 0, dt);
     if (!p) return NOMEM("ncclAllGather");
     int rc;
     if (mine == send)
