@@ -144,6 +144,7 @@ typedef struct lf_train_config {
     float comm_timeout_s;           /* comm.timeout_s: bound on every collective */
     long comm_bucket_elems;         /* comm.bucket_elems: gradient floats per all-reduce call */
     int comm_overlap;               /* comm.overlap: ZeRO-2/3 reduce-scatters overlapped with backward (nccl) */
+    int comm_bf16;                  /* communication_data_type: 0 fp32, 1 bf16 (gradient collectives) */
     /* ZeRO (docs/distributed.md): 0 replicated, 1 AdamW moments partitioned over the ranks,
      * 2 gradients too, 3 parameters too (gathered unit by unit for forward and backward) */
     int zero_stage;                 /* zero_optimization.stage */

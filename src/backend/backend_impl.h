@@ -403,6 +403,15 @@ struct lf_backend_ops {
      * e.g. the attention output, into the plan's storage). */
     void (*convert)(lf_backend *be, void *out, lf_dtype out_dt, const float *inp, size_t n);
 
+    /* ---- gradients on the wire in bf16 (the trainer's
+     * communication_data_type: bf16), on every backend whatever its
+     * activation storage: out (n bf16 bits) = inp (n fp32) rounded to the
+     * nearest bf16 (ties to even, as convert), out and inp disjoint; and
+     * back, out (n fp32) = inp (n bf16), exact. NULL: the backend cannot,
+     * and the trainer refuses bf16 communication on it. */
+    void (*grad_to_bf16)(lf_backend *be, uint16_t *out, const float *inp, size_t n);
+    void (*grad_from_bf16)(lf_backend *be, float *out, const uint16_t *inp, size_t n);
+
     /* ---- parameters were written by a route other than to_device or
      * adamw_update (e.g. a collective into backend memory, or a host write
      * on the CPU): drop whatever the backend derived from them (cpu-bf16's

@@ -112,6 +112,7 @@ _Static_assert(LF_CKPT_ON_ERROR_STOP == 0 && LF_CKPT_ON_ERROR_CONTINUE == 1, "on
 static const char *const recompute_choices[] = {"none", "selective", "full", NULL};
 static const char *const comm_choices[] = {"auto", "single", "mpi", "tcp", "nccl", NULL};
 static const char *const offload_choices[] = {"none", "cpu", NULL};
+static const char *const comm_dtype_choices[] = {"fp32", "bf16", NULL};
 /* the compute backend (lf_backend_select); bf16.enabled picks its bf16 variant */
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", "cpu-fenced", NULL};
 _Static_assert(LF_RECOMPUTE_NONE == 0 && LF_RECOMPUTE_SELECTIVE == 1 && LF_RECOMPUTE_FULL == 2,
@@ -339,6 +340,11 @@ static const key_def k_keys[] = {
     {.path = "comm.overlap", .type = KT_BOOL, FLD(comm_overlap), .def = {1},
      .help = "ZeRO-2/3 on nccl: reduce-scatter each unit's gradient while the next unit's backward runs (a "
              "second block-unit gradient buffer; DeepSpeed's overlap_comm); the same sums either way"},
+    {.path = "communication_data_type", .type = KT_ENUM, FLD(comm_bf16), .def_str = "fp32",
+     .choices = comm_dtype_choices,
+     .help = "the gradients' type on the wire (DeepSpeed's key): fp32, or bf16 (each rank's gradient rounded to "
+             "bf16, summed in fp32 in rank order and rounded once on mpi/tcp/the NCCL shim, ncclBfloat16 on "
+             "NCCL: half the bytes there); fp32 master weights and AdamW either way"},
     /* the model registry (include/llmforge/registry.h) */
     {.path = "registry.enabled", .type = KT_BOOL, FLD(registry_enabled), .def = {1},
      .help = "record the run, its checkpoints, their metrics and lineage in the model registry (rank 0); a "

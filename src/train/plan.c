@@ -207,6 +207,16 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
             add(p, "collective staging (host copy of backend memory)", most * f, 0);
         }
     }
+    if (W > 1 && cfg->comm_bf16) {
+        /* communication_data_type bf16 (trainer.c, grad_*): the gradient
+         * bucket or largest unit in bf16 on the backend, twice with
+         * overlap (the unit in flight and the next); the host kinds widen
+         * it to fp32 scratch for their fold (comm.c) */
+        size_t b = (size_t)cfg->comm_bucket_elems, most = Z ? biggest_unit : (b && b < P ? b : P);
+        const int two = Z >= 2 && nccl_dev && cfg->comm_overlap;
+        add(p, "bf16 gradient staging (communication_data_type)", (two ? 2 : 1) * most * sizeof(uint16_t), dev);
+        if (!nccl_dev) add(p, "communication scratch (bf16 widened to fp32)", most * f, 0);
+    }
     return LF_OK;
 }
 

@@ -156,6 +156,14 @@ struct lf_trainer {
     int pend_u;
     float *pend_grad;
     int64_t pend_ticket;
+    /* communication_data_type bf16 (several ranks): the gradient sums go
+     * through bf16 staging on the backend, gbf_n elements each; two with
+     * overlap (the unit in flight and the next), gbf_cur the next to use */
+    int grad_bf16;
+    uint16_t *gbf[2];
+    size_t gbf_n;
+    int gbf_cur;
+    uint16_t *pend_bf;         /* overlap, bf16: the in-flight unit's staging (NULL: fp32) */
     float *xfer;               /* host staging of the collectives on backend memory (dev_*; NULL when */
     size_t xfer_n;             /* the backend's memory is the host's, or one rank): its floats */
     long opt_t;                /* AdamW updates applied (skipped steps do not count) */
@@ -217,6 +225,7 @@ struct lf_trainer {
 static lf_status open_loader(lf_trainer *t);
 static lf_status zero_layout(lf_trainer *t);
 static lf_status zero_partition(lf_trainer *t);
+static lf_status gbf_alloc(lf_trainer *t);
 static lf_status xfer_alloc(lf_trainer *t);
 static lf_status zero_save(lf_trainer *t, const char *state, char **saved);
 static lf_status zero_resume_read(lf_trainer *t, const char *path, char **dir, char **state);
@@ -1518,6 +1527,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     }
     st = zero_partition(t); /* ZeRO-2/3: the model gives up its whole gradient (and parameter) buffers */
     if (st != LF_OK) return tfail(t, st);
+    st = gbf_alloc(t); /* communication_data_type bf16: the gradients' staging (after zero_partition: overlap) */
+    if (st != LF_OK) return tfail(t, device_oom(t, st, &plan));
     st = open_loader(t); /* its ring is step memory too: allocated before the first step */
     if (st != LF_OK) return tfail(t, st);
     return LF_OK;
@@ -1569,6 +1580,8 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->inputs);
     lf_free(t->targets);
     if (t->be && t->gshard) t->be->ops->free(t->be, t->gshard);
+    for (int i = 0; i < 2; i++)
+        if (t->be && t->gbf[i]) t->be->ops->free(t->be, t->gbf[i]);
     if (t->be && t->pshard) t->be->ops->free(t->be, t->pshard);
     free(t->unit_lo);
     lf_model_free(t->model);
@@ -1920,6 +1933,104 @@ static lf_status dev_all_gather(lf_trainer *t, const float *send, float *recv, s
     return st;
 }
 
+/* ---------------------------------------------------------------- gradients on the wire in bf16
+ * communication_data_type: bf16 (DeepSpeed's key), several ranks: each
+ * gradient sum (stage 0's buckets, ZeRO's unit reduce-scatters) rounds this
+ * rank's fp32 gradient to bf16 into t->gbf on the backend (grad_to_bf16),
+ * runs the bf16 collective (comm.h "bf16": on mpi, tcp and the NCCL shim the
+ * bf16 of the fp32 rank-order fold, on NCCL ncclBfloat16) and widens the
+ * result back into the fp32 buffer (grad_from_bf16, exact); master weights,
+ * moments and AdamW stay fp32. One rank communicates nothing, so nothing is
+ * rounded. Stage 0, 1 and 2 give the same bits on the kinds that fold in
+ * rank order (every element is bf16(fold of the ranks' bf16 gradients)),
+ * with grad_accum_steps 1: ZeRO-2 sums each micro-batch's gradient. The
+ * staging is counted by the memory plan. */
+
+static size_t gbf_elems(const lf_trainer *t) {
+    if (!t->zstage) {
+        const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
+        return bucket < n ? bucket : n;
+    }
+    size_t most = 0;
+    for (int u = 0; u < t->n_units; u++)
+        if (t->unit_n[u] > most) most = t->unit_n[u];
+    return most;
+}
+
+static lf_status gbf_alloc(lf_trainer *t) {
+    t->grad_bf16 = t->cfg.comm_bf16 && t->world > 1;
+    if (!t->grad_bf16) return LF_OK;
+    if (!t->be->ops->grad_to_bf16 || !t->be->ops->grad_from_bf16)
+        return lf_fail(LF_ERR_UNSUPPORTED, "communication_data_type: bf16: the '%s' backend cannot convert gradients "
+                       "to bf16 (use fp32)", t->be->ops->name);
+    t->gbf_n = gbf_elems(t);
+    for (int i = 0; i < (t->overlap ? 2 : 1); i++) {
+        t->gbf[i] = t->be->ops->alloc(t->be, (t->gbf_n ? t->gbf_n : 1) * sizeof(uint16_t));
+        if (!t->gbf[i])
+            return lf_fail(LF_ERR_NOMEM, "out of memory allocating the bf16 gradient staging "
+                           "(communication_data_type: bf16, %zu values)", t->gbf_n);
+    }
+    return LF_OK;
+}
+
+/* bf16 collectives on backend memory: in place where the communicator reads
+ * it, else through the host staging (t->xfer, bytes), as dev_* do. */
+static lf_status dev_all_reduce_bf16(lf_trainer *t, uint16_t *buf, size_t n) {
+    if (in_place(t)) return lf_comm_all_reduce_bf16(t->comm, buf, n, LF_COMM_SUM);
+    lf_status st = xfer_fits(t, "bf16 all_reduce", (n + 1) / 2);
+    if (st != LF_OK) return st;
+    uint16_t *x = (uint16_t *)t->xfer;
+    t->be->ops->to_host(t->be, x, buf, n * sizeof(uint16_t));
+    st = lf_comm_all_reduce_bf16(t->comm, x, n, LF_COMM_SUM);
+    if (st == LF_OK) t->be->ops->to_device(t->be, buf, x, n * sizeof(uint16_t));
+    return st;
+}
+
+static lf_status dev_reduce_scatter_bf16(lf_trainer *t, const uint16_t *send, uint16_t *recv, size_t n) {
+    if (in_place(t)) return lf_comm_reduce_scatter_bf16(t->comm, send, recv, n, LF_COMM_SUM);
+    lf_status st = xfer_fits(t, "bf16 reduce_scatter", (n + 1) / 2);
+    if (st != LF_OK) return st;
+    size_t po = 0, pc = 0;
+    lf_comm_partition(n, t->world, t->rank, &po, &pc);
+    uint16_t *x = (uint16_t *)t->xfer;
+    t->be->ops->to_host(t->be, x, send, n * sizeof(uint16_t));
+    st = lf_comm_reduce_scatter_bf16(t->comm, x, x + po, n, LF_COMM_SUM);
+    if (st == LF_OK && pc) t->be->ops->to_device(t->be, recv, x + po, pc * sizeof(uint16_t));
+    return st;
+}
+
+static lf_status gbf_fits(const lf_trainer *t, const char *what, size_t n) {
+    if (n <= t->gbf_n) return LF_OK;
+    return lf_fail(LF_ERR_INTERNAL, "%s of %zu gradients: the bf16 staging holds %zu", what, n, t->gbf_n);
+}
+
+/* A gradient bucket (n, backend memory) := its sum over ranks, in place. */
+static lf_status grad_all_reduce(lf_trainer *t, float *buf, size_t n) {
+    if (!t->grad_bf16) return dev_all_reduce(t, buf, n);
+    lf_status st = gbf_fits(t, "all_reduce", n);
+    if (st != LF_OK) return st;
+    uint16_t *b = t->gbf[0];
+    t->be->ops->grad_to_bf16(t->be, b, buf, n);
+    st = dev_all_reduce_bf16(t, b, n);
+    if (st == LF_OK) t->be->ops->grad_from_bf16(t->be, buf, b, n);
+    return st;
+}
+
+/* recv (this rank's part of n) := that part of the sum over ranks of the
+ * gradient send (n), recv == send + offset allowed (dev_reduce_scatter). */
+static lf_status grad_reduce_scatter(lf_trainer *t, const float *send, float *recv, size_t n) {
+    if (!t->grad_bf16) return dev_reduce_scatter(t, send, recv, n);
+    lf_status st = gbf_fits(t, "reduce_scatter", n);
+    if (st != LF_OK) return st;
+    size_t po = 0, pc = 0;
+    lf_comm_partition(n, t->world, t->rank, &po, &pc);
+    uint16_t *b = t->gbf[0];
+    t->be->ops->grad_to_bf16(t->be, b, send, n);
+    st = dev_reduce_scatter_bf16(t, b, b + po, n);
+    if (st == LF_OK && pc) t->be->ops->grad_from_bf16(t->be, recv, b + po, pc);
+    return st;
+}
+
 /* The gradients summed over ranks, in place, comm.bucket_elems floats per
  * call (DeepSpeed's reduce buckets; each call bounds the communicator's
  * scratch, and the host staging where backend memory is not the host's).
@@ -1931,7 +2042,7 @@ static lf_status all_reduce_grads(lf_trainer *t, step_result *o) {
     const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
     lf_status st = LF_OK;
     for (size_t a = 0; a < n && st == LF_OK; a += bucket)
-        st = dev_all_reduce(t, g + a, n - a < bucket ? n - a : bucket);
+        st = grad_all_reduce(t, g + a, n - a < bucket ? n - a : bucket);
     o->comm_ms += (lf_time_now() - t0) * 1e3;
     return st;
 }
@@ -2010,6 +2121,8 @@ static lf_status zero_retire(lf_trainer *t) {
     t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
     if (st != LF_OK) return st;
     const size_t po = t->pc_lo[u] - t->unit_lo[u];
+    if (t->pend_bf) /* bf16: the summed part back to fp32, into its place in the unit's gradient */
+        t->be->ops->grad_from_bf16(t->be, t->pend_grad + po, t->pend_bf + po, t->pc_n[u]);
     t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], t->pend_grad + po, t->pc_n[u]);
     return LF_OK;
 }
@@ -2028,16 +2141,26 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
          * stream waits for that one only now, so this unit's reduce-scatter
          * runs beside the next unit's backward; unit 0 is a backward's last */
         int64_t ticket = 0;
-        st = lf_comm_reduce_scatter_start(t->comm, grad, grad + po, n, LF_COMM_SUM, &ticket);
+        uint16_t *b = NULL; /* bf16: this unit's staging, the other one than the unit in flight */
+        if (t->grad_bf16) {
+            if ((st = gbf_fits(t, "reduce_scatter", n)) != LF_OK) return st;
+            b = t->gbf[t->gbf_cur];
+            t->gbf_cur ^= 1;
+            t->be->ops->grad_to_bf16(t->be, b, grad, n);
+            st = lf_comm_reduce_scatter_start_bf16(t->comm, b, b + po, n, LF_COMM_SUM, &ticket);
+        } else {
+            st = lf_comm_reduce_scatter_start(t->comm, grad, grad + po, n, LF_COMM_SUM, &ticket);
+        }
         t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
         if (st == LF_OK) st = zero_retire(t);
         if (st != LF_OK) return st;
         t->pend_u = u;
         t->pend_grad = grad;
+        t->pend_bf = b;
         t->pend_ticket = ticket;
         return u == 0 ? zero_retire(t) : LF_OK;
     }
-    st = dev_reduce_scatter(t, grad, grad + po, n);
+    st = grad_reduce_scatter(t, grad, grad + po, n);
     t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
     if (st != LF_OK) return st;
     t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
@@ -2085,7 +2208,7 @@ static lf_status zero_reduce_scatter_all(lf_trainer *t, step_result *o) {
     float *g = lf_model_grads(t->model);
     lf_status st = LF_OK;
     for (int u = 0; u < t->n_units && st == LF_OK; u++)
-        st = dev_reduce_scatter(t, g + t->unit_lo[u], g + t->pc_lo[u], t->unit_n[u]);
+        st = grad_reduce_scatter(t, g + t->unit_lo[u], g + t->pc_lo[u], t->unit_n[u]);
     o->comm_ms += (lf_time_now() - t0) * 1e3;
     return st;
 }

@@ -33,6 +33,23 @@
  *                    with the same injection); a NaN gradient on rank 1 only
  *                    with nan.action skip_step skips it everywhere; the
  *                    replicas stay identical.
+ *   mpi_dp bf16 S    N ranks, ZeRO stage S, accumulation 1:
+ *                    communication_data_type bf16 against fp32. Step 1's
+ *                    loss is the same bits (the forward precedes any
+ *                    collective); its gradient norm differs (the rounding
+ *                    happened) by at most 2^-8 kappa relative, kappa = 4
+ *                    (below); every rank's replica is identical; and for
+ *                    S > 0 the bf16 run equals the bf16 stage-0 run within
+ *                    TOL (losses, final parameters): every summed element
+ *                    is bf16(the rank-order fold of the ranks' bf16
+ *                    gradients) whatever the stage, so only fp32's own
+ *                    stage differences remain.
+ *                    The norm bound: element i of the bf16 sum is within
+ *                    2^-9 sum_r |g_r,i| (the inputs' roundings) + 2^-9 |g_i|
+ *                    (the result's) of g_i, so ||g_bf16 - g|| <= 2^-8
+ *                    sum_r ||g_r||; kappa bounds sum_r ||g_r|| / ||g||,
+ *                    which is 1 when the ranks' gradients are parallel and
+ *                    P when they are orthogonal (P = 2, 4 here): 4 covers both.
  *   mpi_dp ckpt17    2 ranks (issue 17): a NaN injected on rank 1 only with
  *                    nan.action rollback rolls both ranks back to step 4 and
  *                    past the window, with ZeRO 0 and 2; the final
@@ -262,7 +279,7 @@ static void same_replicas(int64_t h, const char *what) {
 
 typedef struct rec {
     long step;
-    double loss, scale;
+    double loss, scale, gnorm;
     int skipped;
 } rec;
 
@@ -301,6 +318,7 @@ static void read_log(const char *out_dir, runlog *L) {
         r->step = (long)num_after(line, "\"step\":");
         r->loss = num_after(line, "\"loss\":");
         r->scale = num_after(line, "\"train/loss_scale\":");
+        r->gnorm = num_after(line, "\"grad_norm\":");
         r->skipped = strstr(line, "\"train/skipped\"") != NULL;
     }
     lf_free(text);
@@ -492,6 +510,58 @@ static int run_overlap(void) {
         CHECK(n == STEPS, "%d step records", n);
         printf("PASS overlap ZeRO-%d, %d ranks, accumulation %d: comm.overlap on and off give the same %d losses, "
                "replicas and step-%d checkpoints bit for bit\n", g_stage, g_size, A, STEPS, STEPS);
+    }
+    OK(lf_comm_barrier(g_c));
+    return 0;
+}
+
+static int run_bf16(void) {
+    const int A = 1;
+    char dir[3][1100];
+    int64_t h[3];
+    const int want_s0 = g_stage != 0;
+    for (int k = 0; k < 2 + want_s0; k++) { /* 0: fp32, 1: bf16, 2: bf16 at stage 0 */
+        char name[64];
+        snprintf(name, sizeof name, "bf16_%d", k);
+        int stage = g_stage;
+        if (k == 2) g_stage = 0;
+        lf_train_config c = config(name, g_size, A, STEPS);
+        g_stage = stage;
+        c.comm_bf16 = k > 0;
+        snprintf(dir[k], sizeof dir[k], "%s", c.out_dir);
+        h[k] = run(&c, NULL);
+        same_replicas(h[k], name);
+        OK(lf_comm_barrier(g_c));
+    }
+    if (g_rank == 0) {
+        runlog f, b, b0;
+        read_log(dir[0], &f);
+        read_log(dir[1], &b);
+        CHECK(f.n_train == STEPS && b.n_train == STEPS, "%d and %d train records", f.n_train, b.n_train);
+        CHECK(f.train[0].loss == b.train[0].loss, "step 1: loss %.17g with bf16 communication, %.17g with fp32",
+              b.train[0].loss, f.train[0].loss);
+        const double gn = rel(b.train[0].gnorm, f.train[0].gnorm), bound = ldexp(1.0, -8) * 4;
+        CHECK(!isnan(gn) && gn <= bound, "step 1: gradient norm %.9g with bf16 communication, %.9g with fp32 "
+              "(relative %.3g > 2^-8 x 4)", b.train[0].gnorm, f.train[0].gnorm, gn);
+        if (g_size > 1) CHECK(gn > 0, "step 1: the gradient norm is the fp32 run's bits: nothing was rounded");
+        double worst = 0;
+        for (int s = 0; s < STEPS; s++) worst = fmax(worst, rel(b.train[s].loss, f.train[s].loss));
+        double kb = 0, el = 0, pd = param_diff(dir[1], dir[0], STEPS, &kb, &el);
+        if (g_size > 1) CHECK(pd > 0, "communication_data_type bf16 trained the fp32 run's parameters bit for bit");
+        double worst0 = 0, pd0 = 0;
+        if (want_s0) {
+            read_log(dir[2], &b0);
+            same_losses(&b, &b0, 1, STEPS, TOL, "bf16 ZeRO against bf16 stage 0");
+            for (int s = 0; s < STEPS; s++) worst0 = fmax(worst0, rel(b.train[s].loss, b0.train[s].loss));
+            pd0 = param_diff(dir[1], dir[2], STEPS, &kb, &el);
+            CHECK(pd0 <= TOL, "bf16 ZeRO-%d against bf16 stage 0: final parameters differ by %.3g > %g", g_stage, pd0,
+                  TOL);
+        }
+        printf("PASS bf16 communication, ZeRO-%d, %d rank%s: step-1 loss identical, gradient norm %.3g relative from "
+               "fp32 (bound %.3g); against fp32 over %d steps: losses within %.3g, final parameters %.3g (relative "
+               "L2, reported)%s", g_stage, g_size, g_size == 1 ? "" : "s", gn, bound, STEPS, worst, pd,
+               want_s0 ? "" : "\n");
+        if (want_s0) printf("; against bf16 stage 0: losses within %.2g, parameters %.2g\n", worst0, pd0);
     }
     OK(lf_comm_barrier(g_c));
     return 0;
@@ -919,6 +989,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "equiv")) rc = run_equiv();
     else if (!strcmp(mode, "resume")) rc = run_resume();
     else if (!strcmp(mode, "overlap")) rc = run_overlap();
+    else if (!strcmp(mode, "bf16")) rc = run_bf16();
     else if (!strcmp(mode, "skips")) rc = run_skips();
     else if (!strcmp(mode, "memory")) rc = run_memory();
     else if (!strcmp(mode, "stall")) rc = run_stall();

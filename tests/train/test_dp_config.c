@@ -109,6 +109,18 @@ static void test_comm_keys(void **state) {
     const char *bad4[] = {"comm.overlap=maybe"};
     assert_int_equal(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, bad4), LF_ERR_CONFIG);
     LF_ASSERT_ERR_CONTAINS("comm.overlap");
+    /* communication_data_type (DeepSpeed's key): fp32 by default, bf16, kept through the dump; fp16 refused */
+    assert_int_equal(lf_train_config_default().comm_bf16, 0);
+    const char *bf[] = {"communication_data_type=bf16"};
+    LF_ASSERT_OK(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, bf));
+    assert_int_equal(c.comm_bf16, 1);
+    json = lf_train_config_to_json(&c);
+    LF_ASSERT_OK(lf_train_config_parse(&back, json, "dump", 0, NULL));
+    lf_free(json);
+    assert_int_equal(back.comm_bf16, 1);
+    const char *bad5[] = {"communication_data_type=fp16"};
+    assert_int_equal(lf_train_config_parse(&c, k_cfg, "cfg.json", 1, bad5), LF_ERR_CONFIG);
+    LF_ASSERT_ERR_CONTAINS("communication_data_type");
 }
 
 /* One bucket's receive buffer: W parts of ceil(bucket / W) floats, capped by the parameter count. */
@@ -129,6 +141,12 @@ static void test_plan_scratch(void **state) {
     c.comm_bucket_elems = 1L << 30; /* larger than the model: the model's size */
     LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1, 0));
     assert_int_equal(p.total - one, 3 * ((p.params + 2) / 3) * sizeof(float));
+    /* communication_data_type bf16: the bucket in bf16 on the backend, and the host kinds' fp32 widening of it */
+    c.comm_bf16 = 1;
+    c.comm_bucket_elems = 1000;
+    LF_ASSERT_OK(lf_mem_plan_make(&p, &c, &m, 1, 0));
+    assert_int_equal(p.total - one, 3 * 334 * sizeof(float) + 1000 * sizeof(uint16_t) + 1000 * sizeof(float));
+    assert_non_null(strstr(p.items[p.n_items - 2].name, "bf16 gradient staging"));
 }
 
 int main(void) {

@@ -275,6 +275,14 @@ static void w_convert(lf_backend *be, void *out, lf_dtype dt, const float *inp, 
     if (dt == LF_DT_BF16) lf__cpu_cast_bf16(out, inp, n);
     else if (out != inp) memmove(out, inp, n * sizeof(float));
 }
+static void w_grad_to_bf16(lf_backend *be, uint16_t *out, const float *inp, size_t n) {
+    (void)be;
+    lf__cpu_cast_bf16(out, inp, n);
+}
+static void w_grad_from_bf16(lf_backend *be, float *out, const uint16_t *inp, size_t n) {
+    (void)be;
+    lf__cpu_widen_bf16(out, inp, n);
+}
 static void w_matmul_forward(lf_backend *be, float *out, const void *inp, lf_dtype dt, const float *weight,
                              const float *bias, int N, int C, int OC, lf_weight_layout layout) {
     if (!dt_ok(be, "matmul_forward", dt)) return;
@@ -388,7 +396,7 @@ OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, siz
  * (the Llama-family ones of cpu_llama.c and the KV-cache ones of cpu_kv.c
  * too), and the host-memory plumbing. */
 #define CPU_SHARED_OPS                                                     \
-    .host_memory = 1, .convert = w_convert, .alloc = w_alloc, .allocated = w_allocated, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
+    .host_memory = 1, .convert = w_convert, .grad_to_bf16 = w_grad_to_bf16, .grad_from_bf16 = w_grad_from_bf16, .alloc = w_alloc, .allocated = w_allocated, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
     .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward,                     \
     .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward,             \
     .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward,                     \

@@ -97,7 +97,7 @@ static void to_f32r(float *restrict out, const float *restrict in, size_t n) {
 
 /* bf16 bits back to fp32: exact, and equal to to_f32r of any fp32 value
  * that rounds to them. */
-static void from_bf16(float *restrict out, const uint16_t *restrict in, size_t n) {
+void lf__cpu_widen_bf16(float *restrict out, const uint16_t *restrict in, size_t n) {
 #pragma omp parallel if (n >= (size_t)4 * LF_CPU_PAR_MIN)
 #pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = lf__cpu_bf16_as_f32(in[i]);
@@ -483,7 +483,7 @@ static const void *operand_get(tstate *s, operand *o, int kind) {
         o->cvt[kind] = weight_copy(o->x, o->n, kind);
     } else {
         void *b = scratch(s, kind * 2 + o->slot, o->n * kind_size(kind));
-        if (b && o->h) from_bf16(b, o->h, o->n);
+        if (b && o->h) lf__cpu_widen_bf16(b, o->h, o->n);
         else if (b) convert(b, o->x, o->n, kind);
         o->cvt[kind] = b;
     }

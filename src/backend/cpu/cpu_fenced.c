@@ -228,6 +228,8 @@ FV(attention_cached,
    (be, out, scratch, qkv, kcache, vcache, B, Tn, C, NH, NKV, pos0, Tmax))
 FV(gelu_forward, (lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
 FV(convert, (lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
+FV(grad_to_bf16, (lf_backend *be, uint16_t *out, const float *inp, size_t n), (be, out, inp, n))
+FV(grad_from_bf16, (lf_backend *be, float *out, const uint16_t *inp, size_t n), (be, out, inp, n))
 FV(gelu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n), (be, dinp, inp, dout, n))
 FV(swiglu_forward, (lf_backend *be, void *out, lf_dtype dt, const float *inp, int N, int F), (be, out, dt, inp, N, F))
 FV(swiglu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F),
@@ -295,6 +297,8 @@ static const lf_backend_ops fenced_ops = {
     .attention_cached = f_attention_cached,
     .gelu_forward = f_gelu_forward,
     .convert = f_convert,
+    .grad_to_bf16 = f_grad_to_bf16,
+    .grad_from_bf16 = f_grad_from_bf16,
     .gelu_backward = f_gelu_backward,
     .swiglu_forward = f_swiglu_forward,
     .swiglu_backward = f_swiglu_backward,

@@ -151,6 +151,8 @@ void lf__cpu_bf16_matmul_backward_bf16(float *dinp, float *dweight, float *dbias
 /* out[i] = inp[i] rounded to bf16 (lf__cpu_bf16_bits): the conversion the
  * products apply to their operands. */
 void lf__cpu_cast_bf16(uint16_t *out, const float *inp, size_t n);
+/* out = the fp32 values of bf16 bits (exact); disjoint */
+void lf__cpu_widen_bf16(float *out, const uint16_t *inp, size_t n);
 void lf__cpu_bf16_params_changed(void);
 void lf__cpu_bf16_memory_freed(void);
 /* adamw_update of the cpu-bf16 table: the fp32 update, renewing in the same

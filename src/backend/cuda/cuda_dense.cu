@@ -79,6 +79,13 @@ __global__ void dense_cast_bf16(uint16_t *__restrict__ out, const float *__restr
         out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(inp[i]));
 }
 
+/* bf16 bits -> fp32, exact */
+__global__ void dense_widen_bf16(float *__restrict__ out, const uint16_t *__restrict__ inp, size_t n) {
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        out[i] = __bfloat162float(__ushort_as_bfloat16(inp[i]));
+}
+
 /* y and x may be the same pointer (y += y), so no __restrict__ */
 __global__ void dense_add_inplace(float *y, const float *x, size_t n) {
     const size_t step = (size_t)gridDim.x * blockDim.x;
@@ -118,6 +125,12 @@ extern "C" cudaError_t lf__cuk_scale(float *x, size_t n, float s, cudaStream_t s
 extern "C" cudaError_t lf__cuk_cast_bf16(uint16_t *out, const float *inp, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(dense_cast_bf16, ew_grid(n), EW_BLOCK, 0, stream, out, inp, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_widen_bf16(float *out, const uint16_t *inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(dense_widen_bf16, ew_grid(n), EW_BLOCK, 0, stream, out, inp, n);
     return cudaGetLastError();
 }
 

@@ -44,6 +44,9 @@ cudaError_t lf__cuk_add_inplace(float *y, const float *x, size_t n, cudaStream_t
  * out and inp disjoint. */
 cudaError_t lf__cuk_cast_bf16(uint16_t *out, const float *inp, size_t n, cudaStream_t stream);
 
+/* out[i] = the fp32 value of bf16 bits inp[i] (exact), i < n; disjoint. */
+cudaError_t lf__cuk_widen_bf16(float *out, const uint16_t *inp, size_t n, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -464,12 +464,23 @@ static void cuda_convert(lf_backend *be, void *out, lf_dtype out_dt, const float
                    "convert", "cudaMemcpyAsync");
 }
 
+/* Gradients on the wire in bf16 (communication_data_type): on cuda and
+ * cuda-bf16 alike, whatever the activation storage. */
+static void cuda_grad_to_bf16(lf_backend *be, uint16_t *out, const float *inp, size_t n) {
+    lf__cuda_check(be, lf__cuk_cast_bf16(out, inp, n, lf__cuda_stream(be)), "grad_to_bf16", "dense_cast_bf16");
+}
+static void cuda_grad_from_bf16(lf_backend *be, float *out, const uint16_t *inp, size_t n) {
+    lf__cuda_check(be, lf__cuk_widen_bf16(out, inp, n, lf__cuda_stream(be)), "grad_from_bf16", "dense_widen_bf16");
+}
+
 void lf__cuda_install_dense(lf_backend_ops *ops) {
     ops->matmul_forward = cuda_matmul_forward;
     ops->matmul_backward = cuda_matmul_backward;
     ops->scale = cuda_scale;
     ops->add_inplace = cuda_add_inplace;
     ops->convert = cuda_convert;
+    ops->grad_to_bf16 = cuda_grad_to_bf16;
+    ops->grad_from_bf16 = cuda_grad_from_bf16;
     /* replicas / run_replicas stay NULL: one replica on a device.
      * batch_invariant stays 0: cuBLASLt's algorithm may change with N. */
 }
