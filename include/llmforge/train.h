@@ -325,6 +325,10 @@ lf_status lf_trainer_copy_params(lf_trainer *t, float *dst);
  * model's, plus the ZeRO-2/3 shard) and AdamW moments. Compare with
  * lf_mem_plan's params_bytes, grads_bytes, optim_bytes. */
 void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim);
+/* Bytes of pinned (page-locked) host memory the trainer holds: ZeRO-Offload's
+ * moments, gradient copy and parameter staging on a backend that pins (cuda);
+ * 0 otherwise. */
+size_t lf_trainer_pinned_bytes(const lf_trainer *t);
 lf_comm *lf_trainer_comm(lf_trainer *t);
 /* The trainer's backend instance (owned by the trainer). */
 lf_backend *lf_trainer_backend(lf_trainer *t);

@@ -412,6 +412,15 @@ struct lf_backend_ops {
     void (*grad_to_bf16)(lf_backend *be, uint16_t *out, const float *inp, size_t n);
     void (*grad_from_bf16)(lf_backend *be, float *out, const uint16_t *inp, size_t n);
 
+    /* ---- pinned (page-locked) host memory, for host buffers that to_host /
+     * to_device move often (ZeRO-Offload's moments, gradient copy and
+     * parameter staging): the copies run by DMA at full bus speed instead
+     * of through a bounce buffer. cuda: cudaMallocHost / cudaFreeHost.
+     * NULL on host-memory backends (nothing to pin); a NULL return is an
+     * allocation failure. host_free takes only host_alloc's pointers. */
+    void *(*host_alloc)(lf_backend *be, size_t bytes);
+    void (*host_free)(lf_backend *be, void *p);
+
     /* ---- parameters were written by a route other than to_device or
      * adamw_update (e.g. a collective into backend memory, or a host write
      * on the CPU): drop whatever the backend derived from them (cpu-bf16's

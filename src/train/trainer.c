@@ -118,6 +118,8 @@ struct lf_trainer {
     float *m, *v;              /* AdamW moments (backend memory; host memory when offloaded) */
     int offload;               /* offload_optimizer cpu on a device backend: moments and AdamW on the host */
     float *off_g;              /* offload: host copy of the (shard's) gradients, indexed as m */
+    int pinned;                /* offload: m, v, off_g and host_params are the backend's pinned host memory */
+    size_t pinned_bytes;
     float *host_params;        /* staging for checkpoints (host); on a host-memory backend the */
     float *host_m, *host_v;    /* parameters and moments themselves (no copy) */
     int32_t *inputs, *targets; /* (A, B, T) all micro-batches of a step */
@@ -297,6 +299,21 @@ lf_status lf_trainer_copy_params(lf_trainer *t, float *dst) {
 
 lf_comm *lf_trainer_comm(lf_trainer *t) { return t ? t->comm : NULL; }
 lf_backend *lf_trainer_backend(lf_trainer *t) { return t ? t->be : NULL; }
+
+/* ZeRO-Offload's host buffers: pinned (the backend's host_alloc) or pageable. */
+static void *off_alloc(lf_trainer *t, size_t bytes) {
+    if (!t->pinned) return lf_alloc(bytes);
+    void *p = t->be->ops->host_alloc(t->be, bytes);
+    if (p) t->pinned_bytes += bytes;
+    return p;
+}
+static void off_free(lf_trainer *t, void *p) {
+    if (!p) return;
+    if (t->pinned) t->be->ops->host_free(t->be, p);
+    else lf_free(p);
+}
+
+size_t lf_trainer_pinned_bytes(const lf_trainer *t) { return t ? t->pinned_bytes : 0; }
 
 void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim) {
     lf_model_state_bytes(t->model, params, grads);
@@ -1442,9 +1459,12 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
      * backend the moments are host memory anyway */
     t->offload = t->cfg.offload_optimizer == 1 && !t->be->ops->host_memory;
     if (t->offload) {
-        t->m = lf_alloc(nm * sizeof(float));
-        t->v = lf_alloc(nm * sizeof(float));
-        t->off_g = lf_alloc(nm * sizeof(float));
+        /* pinned where the backend offers it (cuda): every step moves the
+         * gradients down and the parameters up through these */
+        t->pinned = t->be->ops->host_alloc && t->be->ops->host_free;
+        t->m = off_alloc(t, nm * sizeof(float));
+        t->v = off_alloc(t, nm * sizeof(float));
+        t->off_g = off_alloc(t, nm * sizeof(float));
         if (!t->m || !t->v || !t->off_g)
             return tfail(t, lf_fail(LF_ERR_NOMEM, "out of host memory allocating the offloaded AdamW moments (%zu "
                                     "floats each)", nm));
@@ -1464,7 +1484,7 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
         t->host_m = t->m;
         t->host_v = t->v;
     } else {
-        t->host_params = lf_alloc(n * sizeof(float));
+        t->host_params = t->offload ? off_alloc(t, n * sizeof(float)) : lf_alloc(n * sizeof(float));
         t->host_m = t->offload ? t->m : lf_alloc(nm * sizeof(float));
         t->host_v = t->offload ? t->v : lf_alloc(nm * sizeof(float));
     }
@@ -1559,9 +1579,11 @@ void lf_trainer_free(lf_trainer *t) {
     pthread_mutex_destroy(&t->wd_mu);
     pthread_cond_destroy(&t->wd_cv);
     if (t->offload) {
-        lf_free(t->m);
-        lf_free(t->v);
-        lf_free(t->off_g);
+        off_free(t, t->m);
+        off_free(t, t->v);
+        off_free(t, t->off_g);
+        off_free(t, t->host_params);
+        t->host_params = NULL;
     } else if (t->be) {
         if (t->m) t->be->ops->free(t->be, t->m);
         if (t->v) t->be->ops->free(t->be, t->v);
@@ -1570,7 +1592,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->tpl_data);
     lf_free(t->hf_config);
     if (t->be && !t->be->ops->host_memory) {
-        lf_free(t->host_params);
+        if (!t->offload) lf_free(t->host_params);
         if (!t->offload) {
             lf_free(t->host_m);
             lf_free(t->host_v);
@@ -2253,9 +2275,10 @@ static lf_status zero_fp16_sum_check(lf_trainer *t, step_result *o, int *bad) {
  * parameters into their checkpoint staging copy, host_params + lo), the CPU
  * backend's AdamW (the same expression as the CUDA kernel's, which differs
  * by FMA contractions only) updates them with the host moments, tensor by
- * tensor for the weight decay, and the parameters go back. Transfers are
- * synchronous (pageable host memory): the update is not overlapped with
- * the next step's compute. */
+ * tensor for the weight decay, and the parameters go back. The host
+ * buffers are pinned where the backend offers it (cuda: DMA copies); the
+ * transfers are waited for: the update is not overlapped with the next
+ * step's compute. */
 static lf_status offload_adamw(lf_trainer *t, float *p, const float *g, size_t lo, size_t cnt, size_t sh, float lr,
                                float scale) {
     if (cnt == 0) return LF_OK;

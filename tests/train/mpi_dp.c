@@ -247,6 +247,14 @@ static int64_t run(const lf_train_config *c, const lf_trainer_opts *o) {
         size_t pb = 0, gb = 0, ob = 1;
         lf_trainer_state_bytes(t, &pb, &gb, &ob);
         CHECK(ob == 0, "offload_optimizer cpu: %zu bytes of moments on the device", ob);
+        /* pinned host memory (cudaMallocHost): the moments, the gradient copy (moments-sized) and the whole
+         * parameter staging that AdamW writes */
+        lf_mem_plan p;
+        lf_model_config mc = *lf_model_get_config(lf_trainer_model(t));
+        OK(lf_mem_plan_make_backend(&p, c, &mc, lf_trainer_backend(t), g_rank));
+        const size_t want = p.optim_bytes / 2 * 3 + lf_model_num_params(lf_trainer_model(t)) * sizeof(float);
+        CHECK(lf_trainer_pinned_bytes(t) == want, "offload_optimizer cpu: %zu bytes of pinned host memory, expected "
+              "%zu (moments, gradient copy, parameter staging)", lf_trainer_pinned_bytes(t), want);
     }
 #endif
     lf_model *m = lf_trainer_model(t);

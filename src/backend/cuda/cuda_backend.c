@@ -225,6 +225,22 @@ static void cuda_free(lf_backend *be, void *p) {
     lf__cuda_check(be, cudaFree(p), "free", "cudaFree");
 }
 
+/* Pinned host memory (cudaMallocHost): an allocation failure is NULL, not a
+ * sticky failure, as for cuda_alloc. */
+static void *cuda_host_alloc(lf_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(lf_backend *be, void *p) {
+    if (p) lf__cuda_check(be, cudaFreeHost(p), "host_free", "cudaFreeHost");
+}
+
 static size_t cuda_allocated(lf_backend *be, const void *p) {
     (void)be;
     return p ? table_find(p, 0) : 0;
@@ -300,6 +316,8 @@ static void cuda_table_init(void) {
     o->host_memory = 0;
     o->alloc = cuda_alloc;
     o->free = cuda_free;
+    o->host_alloc = cuda_host_alloc;
+    o->host_free = cuda_host_free;
     o->allocated = cuda_allocated;
     o->to_device = cuda_to_device;
     o->to_host = cuda_to_host;
