@@ -261,6 +261,9 @@ lf_status lf_comm_reduce_scatter(lf_comm *c, const float *send, float *recv, siz
  * buffers must stay untouched until it is waited for. */
 lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
                                        int64_t *ticket);
+/* lf_comm_all_reduce, started the same way (data parallel's per-unit
+ * gradient sums overlapped with backward, ZeRO stage 0). */
+lf_status lf_comm_all_reduce_start(lf_comm *c, float *buf, size_t n, lf_comm_op op, int64_t *ticket);
 /* lf_comm_all_gather, started the same way (ZeRO-3's prefetch). */
 lf_status lf_comm_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket);
 /* Order the compute stream (lf_comm_set_stream) after the collective of

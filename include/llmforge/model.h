@@ -306,6 +306,13 @@ typedef struct lf_model_zero {
     int prefetch_params;
     lf_status (*gather_start)(void *user, int unit, float *dst, int64_t *ticket);
     lf_status (*gather_wait)(void *user, int64_t ticket);
+    /* Without partition_grads (ZeRO stages 0-1): after the backward of each
+     * unit (every micro-batch), grads_ready gets the unit's range of the
+     * whole gradient buffer (unit_n floats at the unit's offset, summed over
+     * the replicas; a later backward of the same step adds to it), so the
+     * caller can start its sum while the rest of the backward runs. NULL:
+     * not called. Nothing is partitioned with only this set. */
+    lf_status (*grads_ready)(void *user, int unit, float *grad);
 } lf_model_zero;
 /* Switch the model to partitioned gradients and/or parameters (once; the
  * whole buffers are freed and unit working buffers allocated: see

@@ -143,7 +143,7 @@ typedef struct lf_train_config {
     char comm_backend[16];          /* comm.backend: "auto", "single", "mpi", "tcp" or "nccl" */
     float comm_timeout_s;           /* comm.timeout_s: bound on every collective */
     long comm_bucket_elems;         /* comm.bucket_elems: gradient floats per all-reduce call */
-    int comm_overlap;               /* comm.overlap: ZeRO-2/3 reduce-scatters overlapped with backward (nccl) */
+    int comm_overlap;               /* comm.overlap: gradient sums overlapped with backward (nccl; stages 0-3) */
     int comm_bf16;                  /* communication_data_type: 0 fp32, 1 bf16 (gradient collectives) */
     /* ZeRO (docs/distributed.md): 0 replicated, 1 AdamW moments partitioned over the ranks,
      * 2 gradients too, 3 parameters too (gathered unit by unit for forward and backward) */

@@ -430,6 +430,17 @@ lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *rec
     return finish_as(c, c->ops->reduce_scatter_start(c, send, recv, n, op, ticket), 1);
 }
 
+lf_status lf_comm_all_reduce_start(lf_comm *c, float *buf, size_t n, lf_comm_op op, int64_t *ticket) {
+    if (ticket) *ticket = 0;
+    if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_all_reduce_start: ticket is NULL");
+    if (!c || !c->ops->all_reduce_start) return lf_comm_all_reduce(c, buf, n, op);
+    if (!op_valid(op))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_reduce_start: op %d is not a reduction", (int)op);
+    lf_status st = begin(c, LF_COMM_COLL_ALL_REDUCE, "lf_comm_all_reduce_start", n, buf != NULL);
+    if (st != LF_OK) return st;
+    return finish_as(c, c->ops->all_reduce_start(c, buf, n, op, ticket), 1);
+}
+
 lf_status lf_comm_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket) {
     if (ticket) *ticket = 0;
     if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_all_gather_start: ticket is NULL");

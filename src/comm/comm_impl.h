@@ -86,12 +86,13 @@ struct lf_comm_ops {
      * where they are and describe the ranks not at pos's collective into out
      * ("; rank that did not arrive: 2 ..."), waiting at most the grace */
     void (*diagnose)(lf_comm *c, const lf_comm *pos, lf_status st, char *out, size_t cap);
-    /* asynchronous kinds (all four or none): enqueue a reduce-scatter or an all-gather and
+    /* asynchronous kinds (all five or none): enqueue a reduce-scatter, an all-gather or an all-reduce and
      * name it (*ticket > 0); order the compute stream after one; complete
      * them all under the watchdog (lf_comm_*_start, lf_comm_wait*) */
     lf_status (*reduce_scatter_start)(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
                                       int64_t *ticket);
     lf_status (*all_gather_start)(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket);
+    lf_status (*all_reduce_start)(lf_comm *c, float *buf, size_t n, lf_comm_op op, int64_t *ticket);
     lf_status (*wait)(lf_comm *c, int64_t ticket);
     lf_status (*wait_all)(lf_comm *c);
     /* bf16 collectives the kind moves as bf16 itself (nccl: ncclBfloat16),

@@ -991,7 +991,8 @@ static lf_status finish_unit(lf_model *m, int n_rep, int u) {
     size_t lo = m->unit_lo[u], n = m->unit_n[u];
     float *dst = m->rep[0].gfull ? m->rep[0].gfull + lo : (u == 0 ? m->rep[0].gemb : m->rep[0].gblk);
     for (int r = 1; r < n_rep; r++) m->be->ops->add_inplace(m->be, dst, u == 0 ? m->rep[r].gemb : m->rep[r].gblk, n);
-    return m->zero.partition_grads ? m->zero.reduce_grads(m->zero.user, u, dst) : LF_OK;
+    if (m->zero.partition_grads) return m->zero.reduce_grads(m->zero.user, u, dst);
+    return m->zero.grads_ready ? m->zero.grads_ready(m->zero.user, u, dst) : LF_OK;
 }
 
 lf_status lf_model_backward(lf_model *m) {

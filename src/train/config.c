@@ -338,8 +338,9 @@ static const key_def k_keys[] = {
      .def = {4194304}, .help = "gradient floats per all-reduce call (and the communicator's scratch bound; "
                                "DeepSpeed's reduce_bucket_size)"},
     {.path = "comm.overlap", .type = KT_BOOL, FLD(comm_overlap), .def = {1},
-     .help = "ZeRO-2/3 on nccl: reduce-scatter each unit's gradient while the next unit's backward runs (a "
-             "second block-unit gradient buffer; DeepSpeed's overlap_comm); the same sums either way"},
+     .help = "on nccl: each unit's gradient sum started as its backward ends (stages 0-1: on the last "
+             "micro-batch; ZeRO-2/3: reduce-scatter while the next unit's backward runs, a second block-unit "
+             "gradient buffer; DeepSpeed's overlap_comm); the same sums either way"},
     {.path = "communication_data_type", .type = KT_ENUM, FLD(comm_bf16), .def_str = "fp32",
      .choices = comm_dtype_choices,
      .help = "the gradients' type on the wire (DeepSpeed's key): fp32, or bf16 (each rank's gradient rounded to "

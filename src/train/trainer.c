@@ -155,6 +155,10 @@ struct lf_trainer {
     /* comm.overlap (ZeRO-2/3 on an asynchronous kind): the unit whose
      * reduce-scatter is in flight, its buffer and ticket (pend_u -1: none) */
     int overlap;
+    /* comm.overlap at stages 0-1 on an asynchronous kind: each unit's
+     * gradient sum (stage 0 all-reduce, stage 1 reduce-scatter) started as
+     * its backward ends on the step's last micro-batch (dp_armed) */
+    int overlap01, dp_armed;
     int pend_u;
     float *pend_grad;
     int64_t pend_ticket;
@@ -2191,8 +2195,48 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
 
 /* Stage 2: the model keeps no whole gradient buffer; stage 3 no whole
  * parameter buffer either (the shard takes this rank's pieces first). */
+static lf_status dp_grads_ready(void *user, int u, float *grad) {
+    lf_trainer *t = user;
+    if (!t->dp_armed) return LF_OK; /* an earlier micro-batch: the sum waits for the last one */
+    size_t lo = 0, n = 0, po = 0, pc = 0;
+    lf_model_unit_range(t->model, u, &lo, &n);
+    double t0 = lf_time_now();
+    int64_t ticket = 0;
+    lf_status st;
+    if (t->zstage == 0) {
+        st = lf_comm_all_reduce_start(t->comm, grad, n, LF_COMM_SUM, &ticket);
+    } else { /* stage 1: this rank's part lands where it lies, as zero_reduce_scatter_all puts it */
+        lf_comm_partition(n, t->world, t->rank, &po, &pc);
+        st = lf_comm_reduce_scatter_start(t->comm, grad, grad + po, n, LF_COMM_SUM, &ticket);
+    }
+    t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
+    return st;
+}
+
+/* Stages 0-1 with comm.overlap on an asynchronous kind (nccl): the model
+ * hands each unit's gradient range when its backward ends (grads_ready);
+ * on the step's last micro-batch the unit's sum starts there, on the
+ * communicator's stream, while the backward of the units before it runs,
+ * and the step waits for them all (lf_comm_wait_all) where it made the
+ * blocking sums before. The same collectives per element (one per unit
+ * instead of per bucket), so the same sums. Not with fp16 (its gradients
+ * are rounded before the sum), bf16 communication (its staging holds one
+ * bucket), or the test hooks that poison a gradient before the sum. */
+static lf_status dp_overlap_setup(lf_trainer *t) {
+    t->overlap01 = t->cfg.comm_overlap && t->world > 1 && lf_comm_async(t->comm) && !t->cfg.fp16 &&
+                   !t->cfg.comm_bf16 && t->opts.inject_nan_step <= 0 && t->opts.n_inject_overflow <= 0;
+    if (!t->overlap01) return LF_OK;
+    lf_model_zero z = {.grads_ready = dp_grads_ready, .user = t};
+    lf_status st = lf_model_set_zero(t->model, &z);
+    if (st != LF_OK) return st;
+    size_t act = 0; /* set_zero dropped the activation plan: the same plan again */
+    st = lf_model_plan(t->model, t->cfg.micro_batch, t->cfg.model.block_size, &act);
+    if (st == LF_OK && act != t->planned_act_bytes) st = lf_fail(LF_ERR_INTERNAL, "activation plan changed");
+    return st;
+}
+
 static lf_status zero_partition(lf_trainer *t) {
-    if (t->zstage < 2) return LF_OK;
+    if (t->zstage < 2) return dp_overlap_setup(t);
     int B = t->cfg.micro_batch, T = t->cfg.model.block_size;
     t->gshard = t->be->ops->alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
     if (!t->gshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO gradient shard");
@@ -2565,7 +2609,9 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         if (st != LF_OK) return st;
         double tb = lf_time_now(), fwd_comm = t->hook_comm_ms;
         loss_sum += s;
+        t->dp_armed = t->overlap01 && a == A - 1; /* stages 0-1 overlapped: the sums start in this backward */
         st = lf_model_backward(t->model);
+        t->dp_armed = 0;
         if (st != LF_OK) return st;
         o->forward_ms += (tb - ta) * 1e3 - fwd_comm;
         o->backward_ms += (lf_time_now() - tb) * 1e3 - (t->hook_comm_ms - fwd_comm);
@@ -2614,7 +2660,12 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
         o->optimizer_ms = (lf_time_now() - t2) * 1e3 - (o->comm_ms - comm_before);
         return st;
     }
-    if (t->zstage == 0 && t->world > 1) {
+    if (t->overlap01) { /* stages 0-1: every unit's started sum complete, under the watchdog */
+        double tw = lf_time_now();
+        st = lf_comm_wait_all(t->comm);
+        o->comm_ms += (lf_time_now() - tw) * 1e3;
+        if (st != LF_OK) return st;
+    } else if (t->zstage == 0 && t->world > 1) {
         st = all_reduce_grads(t, o);
         if (st != LF_OK) return st;
         /* an fp16 all-reduce leaves fp16 sums, which may overflow themselves;
@@ -2633,7 +2684,7 @@ static lf_status train_step(lf_trainer *t, step_result *o) {
             if (st != LF_OK) return st;
         }
         /* stage 1 sums now (reduce-scatter); stages 2-3 summed unit by unit in backward */
-        if (t->zstage == 1 && (st = zero_reduce_scatter_all(t, o)) != LF_OK) return st;
+        if (t->zstage == 1 && !t->overlap01 && (st = zero_reduce_scatter_all(t, o)) != LF_OK) return st;
         if (t->cfg.fp16) {
             if ((st = zero_fp16_sum_check(t, o, &bad)) != LF_OK) return st;
             if (bad >= 0) {

@@ -221,6 +221,34 @@ static void check_started(lf_comm *c, int k, uint64_t salt) {
     free(h);
 }
 
+/* Started all-reduces (lf_comm_all_reduce_start, data parallel's per-unit
+ * gradient sums): k in flight (k > 16 retires the oldest first), each the
+ * blocking collective's result, every ticket increasing. */
+static void check_all_reduce_started(lf_comm *c, int k, uint64_t salt) {
+    const size_t n = 999 + (size_t)k;
+    float *h = host_alloc(n), *buf[24];
+    int64_t ticket[24];
+    CHECK(k <= 24, "k %d", k);
+    for (int j = 0; j < k; j++) {
+        buf[j] = dev_alloc(n);
+        for (size_t i = 0; i < n; i++) h[i] = val(salt + (uint64_t)j, g_rank, i);
+        to_dev(buf[j], h, n);
+    }
+    for (int j = 0; j < k; j++) {
+        OK(lf_comm_all_reduce_start(c, buf[j], n, LF_COMM_SUM, &ticket[j]));
+        CHECK(ticket[j] > 0 && (j == 0 || ticket[j] > ticket[j - 1]), "all_reduce ticket %lld after %lld",
+              (long long)ticket[j], (long long)(j ? ticket[j - 1] : 0));
+    }
+    OK(lf_comm_wait(c, ticket[k - 1]));
+    OK(lf_comm_wait_all(c));
+    for (int j = 0; j < k; j++) {
+        from_dev(h, buf[j], n);
+        compare(h, salt + (uint64_t)j, 0, n, LF_COMM_SUM, "started all_reduce", n);
+        cudaFree(buf[j]);
+    }
+    free(h);
+}
+
 static void check_all_gather(lf_comm *c, size_t n, uint64_t salt, int in_place) {
     size_t off, cnt;
     lf_comm_partition(n, g_size, g_rank, &off, &cnt);
@@ -310,6 +338,10 @@ static int run_collectives(void) {
     salt += 3;
     check_started(c, 21, salt); /* more than its 16 slots */
     salt += 21;
+    check_all_reduce_started(c, 3, salt);
+    salt += 3;
+    check_all_reduce_started(c, 20, salt);
+    salt += 20;
     check_all_reduce(a, 4099, LF_COMM_SUM, salt++); /* the second handle works beside the first */
 
     /* bf16 (ncclBfloat16): the shim's bits are bf16 of the fp32 rank-order

@@ -302,8 +302,11 @@ static lf_status nccl_wait_all(lf_comm *c);
 static ncclResult_t enqueue_all_gather(lf_comm *c, nccl_state *s, const void *send, void *recv, size_t n,
                                        ncclDataType_t dt, const char **call);
 
-/* A reduce-scatter (gather 0) or an all-gather (gather 1), started. */
-static lf_status start_collective(lf_comm *c, int gather, const void *send, void *recv, size_t n, ncclDataType_t dt,
+/* What a started collective is. */
+enum { START_REDUCE_SCATTER = 0, START_ALL_GATHER = 1, START_ALL_REDUCE = 2 };
+
+/* A reduce-scatter, an all-gather or an all-reduce (in place: send == recv), started. */
+static lf_status start_collective(lf_comm *c, int kind, const void *send, void *recv, size_t n, ncclDataType_t dt,
                                   lf_comm_op op, int64_t *ticket) {
     nccl_state *s = c->impl;
     *ticket = 0;
@@ -317,8 +320,14 @@ static lf_status start_collective(lf_comm *c, int gather, const void *send, void
     cudaError_t e0 = cudaEventRecord(s->pend_t0[s->n_pend], s->comm_stream); /* after comm_stream waited `ready` */
     if (e0 != cudaSuccess) return fail_cuda(c, s, e0, "cudaEventRecord (before a started collective)");
     const char *call = "";
-    ncclResult_t r = gather ? enqueue_all_gather(c, s, send, recv, n, dt, &call)
-                            : enqueue_reduce_scatter(c, s, send, recv, n, dt, op, &call);
+    ncclResult_t r;
+    if (kind == START_ALL_REDUCE) {
+        call = "ncclAllReduce";
+        r = ncclAllReduce(send, recv, n, dt, red_op(op), s->nc, s->comm_stream);
+    } else {
+        r = kind == START_ALL_GATHER ? enqueue_all_gather(c, s, send, recv, n, dt, &call)
+                                     : enqueue_reduce_scatter(c, s, send, recv, n, dt, op, &call);
+    }
     if (r != ncclSuccess && r != ncclInProgress) return fail_nccl(c, s, r, call);
     if ((st = wait_nccl(c, s, call, 0)) != LF_OK) return st; /* taken by NCCL, not waited for */
     const int i = s->n_pend;
@@ -335,19 +344,23 @@ static lf_status start_collective(lf_comm *c, int gather, const void *send, void
 
 static lf_status nccl_reduce_scatter_start(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op,
                                            int64_t *ticket) {
-    return start_collective(c, 0, send, recv, n, ncclFloat32, op, ticket);
+    return start_collective(c, START_REDUCE_SCATTER, send, recv, n, ncclFloat32, op, ticket);
 }
 static lf_status nccl_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
                                                 lf_comm_op op, int64_t *ticket) {
-    return start_collective(c, 0, send, recv, n, ncclBfloat16, op, ticket);
+    return start_collective(c, START_REDUCE_SCATTER, send, recv, n, ncclBfloat16, op, ticket);
 }
 
 static lf_status nccl_all_gather_start(lf_comm *c, const float *send, float *recv, size_t n, int64_t *ticket) {
-    return start_collective(c, 1, send, recv, n, ncclFloat32, LF_COMM_SUM, ticket);
+    return start_collective(c, START_ALL_GATHER, send, recv, n, ncclFloat32, LF_COMM_SUM, ticket);
 }
 static lf_status nccl_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
                                             int64_t *ticket) {
-    return start_collective(c, 1, send, recv, n, ncclBfloat16, LF_COMM_SUM, ticket);
+    return start_collective(c, START_ALL_GATHER, send, recv, n, ncclBfloat16, LF_COMM_SUM, ticket);
+}
+
+static lf_status nccl_all_reduce_start(lf_comm *c, float *buf, size_t n, lf_comm_op op, int64_t *ticket) {
+    return start_collective(c, START_ALL_REDUCE, buf, buf, n, ncclFloat32, op, ticket);
 }
 
 static lf_status nccl_wait(lf_comm *c, int64_t ticket) {
@@ -639,6 +652,7 @@ static const struct lf_comm_ops k_nccl_ops = {
     .set_stream = nccl_set_stream,
     .reduce_scatter_start = nccl_reduce_scatter_start,
     .all_gather_start = nccl_all_gather_start,
+    .all_reduce_start = nccl_all_reduce_start,
     .wait = nccl_wait,
     .wait_all = nccl_wait_all,
     .all_reduce_bf16 = nccl_all_reduce_bf16,
