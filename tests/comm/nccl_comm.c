@@ -16,6 +16,14 @@
  *   nccl_comm timeout-started T  the same for a reduce-scatter started
  *                             (lf_comm_reduce_scatter_start, wait, wait_all):
  *                             the watchdog covers it and names it
+ *   nccl_comm torchrun        the nccl kind launched torchrun-style: each
+ *                             rank sees only RANK, WORLD_SIZE, LOCAL_RANK,
+ *                             LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a
+ *                             getenv of its own hides mpirun's), so its
+ *                             control handle is the tcp kind, the NCCL id goes
+ *                             over that rendezvous and the host values over
+ *                             TCP; the shim's data path still rides on MPI
+ *                             (initialised by the test's own mpi handle)
  *   nccl_comm mismatch T      rank 1 all-reduces one element more
  *   nccl_comm kill T DIR      rank 2 kills itself mid-loop
  *
@@ -37,6 +45,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "llmforge/comm.h"
 #include "cuda_api.h"
@@ -484,6 +495,72 @@ static int run_kill(double T, const char *dir) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- torchrun-style */
+static char g_tr_rank[16], g_tr_size[16], g_tr_port[16];
+static const char *torchrun_getenv(const char *name, void *user) {
+    (void)user;
+    if (!strcmp(name, "RANK") || !strcmp(name, "LOCAL_RANK")) return g_tr_rank;
+    if (!strcmp(name, "WORLD_SIZE") || !strcmp(name, "LOCAL_WORLD_SIZE")) return g_tr_size;
+    if (!strcmp(name, "MASTER_ADDR")) return "127.0.0.1";
+    if (!strcmp(name, "MASTER_PORT")) return g_tr_port;
+    return NULL; /* no OMPI_*, PMI_*, SLURM_*: what torchrun's children see */
+}
+
+/* A port nobody listens on now (bound to 0, read back, closed). */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0, "socket");
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0,
+          "bind to a free port");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int run_torchrun(void) {
+    lf_comm *m = NULL, *c = NULL;
+    OK(lf_comm_open(&m, "mpi", NULL)); /* the test's own handle: MPI for the shim's data path, and the abort */
+    g_abort_via = m;
+    g_rank = lf_comm_rank(m);
+    g_size = lf_comm_size(m);
+    int64_t port = g_rank == 0 ? free_port() : 0;
+    OK(lf_comm_all_reduce_i64(m, &port, 1, LF_COMM_MAX));
+    snprintf(g_tr_rank, sizeof g_tr_rank, "%d", g_rank);
+    snprintf(g_tr_size, sizeof g_tr_size, "%d", g_size);
+    snprintf(g_tr_port, sizeof g_tr_port, "%d", (int)port);
+    lf_comm_options o = lf_comm_options_default();
+    o.getenv_fn = torchrun_getenv;
+    o.timeout_s = 60;
+    OK(lf_comm_open(&c, "nccl", &o));
+    CHECK(lf_comm_launch_env(c)->launcher == LF_COMM_LAUNCHER_TORCHRUN, "launcher %s, expected torchrun",
+          lf_comm_launcher_name(lf_comm_launch_env(c)->launcher));
+    CHECK(lf_comm_rank(c) == g_rank && lf_comm_size(c) == g_size && !strcmp(lf_comm_name(c), "nccl"),
+          "torchrun-style nccl: rank %d of %d (%s), MPI says %d of %d", lf_comm_rank(c), lf_comm_size(c),
+          lf_comm_name(c), g_rank, g_size);
+    OK(lf_comm_set_stream(c, NULL));
+    uint64_t salt = 7000;
+    lf_comm_set_context(c, "torchrun");
+    check_all_reduce(c, 4099, LF_COMM_SUM, salt++);
+    check_all_reduce(c, 17, LF_COMM_MAX, salt++);
+    check_reduce_scatter(c, 1003, LF_COMM_SUM, salt++, 1);
+    check_all_gather(c, 1003, salt++, 0);
+    check_broadcast(c, 101, salt++); /* broadcast_bytes over the tcp control path */
+    check_scalars(c);                /* f64/i64 over it too */
+    const bf16_mem dev = {dev_bytes, dev_release, dev_put, dev_get};
+    check_bf16_collectives(c, &dev, 1000, salt, k_exact);
+    OK(lf_comm_barrier(c));
+    if (g_rank == 0)
+        printf("nccl_comm torchrun: %d rank(s) from torchrun's variables alone: the NCCL id over the tcp rendezvous "
+               "at 127.0.0.1:%d, collectives and host values as under mpirun\n", g_size, (int)port);
+    lf_comm_close(c);
+    g_abort_via = NULL;
+    lf_comm_close(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     int ndev = 0;
@@ -503,6 +580,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "collectives";
     double T = argc > 2 ? strtod(argv[2], NULL) : 2.0;
     if (strcmp(mode, "collectives") == 0) return run_collectives();
+    if (strcmp(mode, "torchrun") == 0) return run_torchrun();
     if (strcmp(mode, "timeout") == 0) return run_timeout(T, 0);
     if (strcmp(mode, "timeout-started") == 0) return run_timeout(T, 1);
     if (strcmp(mode, "mismatch") == 0) return run_mismatch(T);

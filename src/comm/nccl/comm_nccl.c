@@ -20,10 +20,10 @@
  *    every "where are you" answer names the nccl handle's collective.
  *    The control kind is "mpi" when MPI launched the job (mpirun, srun),
  *    "single" for one rank; under torchrun (RANK/WORLD_SIZE, no MPI) it is
- *    the "tcp" kind where the program has one — the hook for a torchrun
- *    rendezvous: a tcp kind that fills the table's broadcast_bytes/
- *    broadcast, barrier, f64/i64 reductions (and serve/diagnose for the
- *    names of missing ranks) bootstraps this kind unchanged.
+ *    the "tcp" kind, whose open is the rendezvous at MASTER_ADDR:MASTER_PORT:
+ *    it carries the NCCL id and the host values. It fills no serve/diagnose
+ *    slots, so an NCCL timeout there names this rank and the collective but
+ *    not the missing peers.
  *
  * Bootstrap: rank 0 calls ncclGetUniqueId and broadcasts it over the
  * control handle (with a flag, so a failure there is reported everywhere
@@ -529,12 +529,8 @@ static lf_status nccl_open(lf_comm *c) {
     const char *ck = control_kind(&c->env);
     lf_status st = lf_comm_open(&s->ctl, ck, &o);
     if (st != LF_OK) {
-        if (!strcmp(ck, "tcp") && st == LF_ERR_INVALID_ARG)
-            st = lf_fail(LF_ERR_UNSUPPORTED, "nccl communicator: launched by torchrun (RANK=%d, WORLD_SIZE=%d) "
-                         "without MPI, which needs the 'tcp' rendezvous kind to share the NCCL id; this build has "
-                         "none: start the ranks with mpirun or srun", c->env.rank, c->env.size);
-        else
-            lf_error_prefix("nccl communicator: opening its '%s' control handle", ck);
+        lf_error_prefix("nccl communicator: opening its '%s' control handle%s", ck,
+                        !strcmp(ck, "tcp") ? " (torchrun's variables: the rendezvous at MASTER_ADDR:MASTER_PORT)" : "");
         lf_free(s);
         return st;
     }
