@@ -1596,8 +1596,8 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->tpl_data);
     lf_free(t->hf_config);
     if (t->be && !t->be->ops->host_memory) {
-        if (!t->offload) lf_free(t->host_params);
         if (!t->offload) {
+            lf_free(t->host_params);
             lf_free(t->host_m);
             lf_free(t->host_v);
         }
@@ -1878,17 +1878,24 @@ static lf_status step_sum_f64(lf_trainer *t, step_result *o, double *v, size_t n
 
 /* Floats of the host staging buffer: 0 in place (host memory, a device
  * communicator, or one rank). */
+/* Elements of the largest collective on backend memory: a gradient bucket
+ * at stage 0 (all_reduce_grads), the largest unit with ZeRO (reduce-scatters
+ * and all-gathers of whole units). Sizes the host staging and the bf16
+ * gradient staging. */
+static size_t largest_collective(const lf_trainer *t) {
+    if (!t->zstage) {
+        const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
+        return bucket < n ? bucket : n;
+    }
+    size_t most = 0;
+    for (int u = 0; u < t->n_units; u++)
+        if (t->unit_n[u] > most) most = t->unit_n[u];
+    return most;
+}
+
 static size_t xfer_floats(const lf_trainer *t) {
     if (t->be->ops->host_memory || lf_comm_device_buffers(t->comm) || t->world < 2) return 0;
-    size_t most = 0;
-    if (!t->zstage) { /* all_reduce_grads' buckets */
-        const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
-        most = bucket < n ? bucket : n;
-    } else { /* reduce-scatters and all-gathers of whole units */
-        for (int u = 0; u < t->n_units; u++)
-            if (t->unit_n[u] > most) most = t->unit_n[u];
-    }
-    return most;
+    return largest_collective(t);
 }
 
 static lf_status xfer_alloc(lf_trainer *t) {
@@ -1972,24 +1979,13 @@ static lf_status dev_all_gather(lf_trainer *t, const float *send, float *recv, s
  * with grad_accum_steps 1: ZeRO-2 sums each micro-batch's gradient. The
  * staging is counted by the memory plan. */
 
-static size_t gbf_elems(const lf_trainer *t) {
-    if (!t->zstage) {
-        const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
-        return bucket < n ? bucket : n;
-    }
-    size_t most = 0;
-    for (int u = 0; u < t->n_units; u++)
-        if (t->unit_n[u] > most) most = t->unit_n[u];
-    return most;
-}
-
 static lf_status gbf_alloc(lf_trainer *t) {
     t->grad_bf16 = t->cfg.comm_bf16 && t->world > 1;
     if (!t->grad_bf16) return LF_OK;
     if (!t->be->ops->grad_to_bf16 || !t->be->ops->grad_from_bf16)
         return lf_fail(LF_ERR_UNSUPPORTED, "communication_data_type: bf16: the '%s' backend cannot convert gradients "
                        "to bf16 (use fp32)", t->be->ops->name);
-    t->gbf_n = gbf_elems(t);
+    t->gbf_n = largest_collective(t);
     for (int i = 0; i < (t->overlap ? 2 : 1); i++) {
         t->gbf[i] = t->be->ops->alloc(t->be, (t->gbf_n ? t->gbf_n : 1) * sizeof(uint16_t));
         if (!t->gbf[i])
