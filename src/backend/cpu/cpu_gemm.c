@@ -42,6 +42,7 @@
 #include <string.h>
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
+#include "core/gemm_trace.h"
 #include "cpu_internal.h"
 #include "llmforge/backend.h"
 
@@ -231,6 +232,7 @@ static void blas_sgemm(int ta, int tb, int M, int N, int K, float alpha, const f
 
 void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                    int ldb, float beta, float *C, int ldc) {
+    lf__gemm_trace_mark();
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { /* no product: C = beta * C, and C is not read when beta == 0 */
         for (int i = 0; i < M; i++)

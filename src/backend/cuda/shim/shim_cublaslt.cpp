@@ -36,6 +36,7 @@
 #include <mutex>
 #include <set>
 #include <vector>
+#include "core/gemm_trace.h"
 #include "cublasLt_shim.h"
 #include "cuda_device_shim.h"
 #include "shim_internal.h"
@@ -654,6 +655,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                                          cublasLtMatrixLayout_t C, void *Dptr, cublasLtMatrixLayout_t D,
                                          const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
                                          cudaStream_t stream) {
+    lf__gemm_trace_mark(); /* the product below is OpenBLAS's cblas_sgemm */
     problem p;
     if (!C) C = D;
     bool c_is_d = Cptr && Cptr == Dptr;
