@@ -11,9 +11,12 @@ DATA     ?= /usr/share/games/fortunes
 RUN_DIR  ?= out/run
 CONFIG   ?= configs/default_run.json
 # ITERS=N trains N steps instead of the configuration's train_iters, the
-# cosine decaying over those N (the last step is always checkpointed)
+# cosine decaying over those N (the last step is always checkpointed).
+# Without ITERS, `run` times a few steps first (scripts/run_steps.sh) and
+# trains as many of the configuration's steps as fit RUN_SECONDS here, so
+# the first run is short on a slow CPU too; the sample stays readable.
 ITERS    ?=
-ITERS_ARGS = $(if $(ITERS),--train_iters=$(ITERS) --scheduler.decay_iters=$(ITERS))
+RUN_SECONDS ?= 240
 # the live dashboard of `make run` on 127.0.0.1 (train logs its URL; a port
 # that is taken moves to a free one); DASHBOARD_PORT=0 turns it off. At the
 # end the trainer writes $(RUN_DIR)/report.html.
@@ -38,15 +41,19 @@ test: setup-test
 	@cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The sanitizer build runs no GPU test, so it compiles no device code
+# (LF_CUDA=OFF): the CUDA kernels are under ASan through the shim.
 asan: setup-test
-	@cmake -S . -B build-asan -DLF_SANITIZE=ON -DLF_WERROR=ON -DLF_TESTS=ON >/dev/null
+	@cmake -S . -B build-asan -DLF_SANITIZE=ON -DLF_WERROR=ON -DLF_TESTS=ON -DLF_CUDA=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE slow
 
 run: build
 	rm -rf $(RUN_DIR)
 	$(BUILD)/llmforge prepare --char $(DATA) --out $(RUN_DIR)/data
-	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR) $(ITERS_ARGS) \
+	iters=$(ITERS); [ -n "$$iters" ] || iters=$$(bash scripts/run_steps.sh $(BUILD)/llmforge $(CONFIG) $(RUN_DIR)/data $(RUN_SECONDS)); \
+	$(BUILD)/llmforge train $(CONFIG) --data.dataset=$(RUN_DIR)/data --out_dir=$(RUN_DIR) \
+		--train_iters=$$iters --scheduler.decay_iters=$$iters \
 		--monitor.dashboard.port=$(DASHBOARD_PORT) --monitor.dashboard.host=127.0.0.1
 	$(BUILD)/llmforge sample --ckpt $(RUN_DIR)/ckpt/latest --prompt "$${PROMPT:-Q: }" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 1
 
