@@ -39,7 +39,7 @@ cat > cfg.json <<'EOF'
 {"model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "vocab_size": 65},
  "activation_checkpointing": {"policy": "full", "partition_activations": false}}
 EOF
-cfgb=$("$LF" bench --config cfg.json --steps 1 --warmup 0 --threads 2 --peak-gflops 100 --json 2>err.txt) ||
+cfgb=$("$LF" bench --config cfg.json --micro-batch 4 --steps 1 --warmup 0 --threads 2 --peak-gflops 100 --json 2>err.txt) ||
     fail "bench --config: $(cat err.txt)"
 case "$cfgb" in *'"recompute":"full","activation_bytes":'"$full"[,}]*) ;; *) fail "bench --config did not plan full ($full bytes): $cfgb" ;; esac
 over=$(act_bytes --recompute none)

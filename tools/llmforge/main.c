@@ -654,36 +654,42 @@ static void json_inner(char *dst, size_t cap, const char *s) {
 
 static int cmd_bench(int argc, char **argv) {
     const char *preset = NULL, *config = NULL;
-    long B = 4, T = 0, steps = 10, warmup = 2, threads = 0;
+    long B = 0, T = 0, steps = 10, warmup = 2, threads = 0; /* B, T 0: the config's (presets: 4, block) */
     double peak_gflops = 0;
     int json = 0;
     lf_recompute recompute = LF_RECOMPUTE_NONE;
     int recompute_given = 0;
     int bf16 = 0;
+    /* --key.path=value overrides of the --config file, as train takes them,
+     * and the --backend override: at most argc + 2 */
+    const char **overrides = calloc((size_t)argc + 2, sizeof(char *));
+    int n_over = 0, rc = 2;
+    if (!overrides) return 1;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
         if ((v = opt_value(argc, argv, &i, "--preset", &missing))) preset = v;
         else if ((v = opt_value(argc, argv, &i, "--config", &missing))) config = v;
         else if ((v = opt_value(argc, argv, &i, "--micro-batch", &missing))) {
-            if (parse_long("--micro-batch", v, 1, 65536, &B)) return 2;
+            if (parse_long("--micro-batch", v, 1, 65536, &B)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--seq", &missing))) {
-            if (parse_long("--seq", v, 1, 1 << 20, &T)) return 2;
+            if (parse_long("--seq", v, 1, 1 << 20, &T)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--steps", &missing))) {
-            if (parse_long("--steps", v, 1, 1000000, &steps)) return 2;
+            if (parse_long("--steps", v, 1, 1000000, &steps)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--warmup", &missing))) {
-            if (parse_long("--warmup", v, 0, 1000000, &warmup)) return 2;
+            if (parse_long("--warmup", v, 0, 1000000, &warmup)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--peak-gflops", &missing))) {
-            if (parse_double("--peak-gflops", v, 1e-3, 1e9, &peak_gflops)) return 2;
+            if (parse_double("--peak-gflops", v, 1e-3, 1e9, &peak_gflops)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
-            if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
+            if (parse_long("--threads", v, 0, 4096, &threads)) goto done;
         } else if ((v = opt_value(argc, argv, &i, "--recompute", &missing))) {
             if (lf_recompute_parse(v, &recompute) != LF_OK) {
                 fprintf(stderr, "llmforge bench: --recompute '%s' is not one of none, selective, full\n", v);
-                return 2;
+                rc = 2;
+                goto done;
             }
             recompute_given = 1;
-        } else if (missing) return 2;
+        } else if (missing) goto done;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -695,50 +701,79 @@ static int cmd_bench(int argc, char **argv) {
                    "  FMA peak (CPU backends; on a GPU only a given peak: bench/cuda_peak measures it), and\n"
                    "  the activation memory of the step under the recompute policy\n"
                    "  (default: the config's activation_checkpointing.policy, else none).\n"
+                   "  --micro-batch and --seq default to the config's micro-batch and block_size with\n"
+                   "  --config, to 4 and the block size with --preset.\n"
                    "  Presets: gpt2-124m (12 layers, 12 heads, 768, vocab 50304, block 1024),\n"
                    "  shakespeare-char-cpu (4, 4, 128, vocab 65, block 64), smollm-135m (llama: 30 layers,\n"
                    "  9 heads / 3 KV heads, 576, ffn 1536, vocab 49152, tied), llama-3.2-1b (16, 32/8, 2048,\n"
                    "  ffn 8192, vocab 128256, tied).\n"
                    "  --bf16: matrix products with bf16 operands and fp32 accumulation (the backend of\n"
-                   "  bf16.enabled, also taken from --config); prints which kernel does them.\n");
-            return 0;
+                   "  bf16.enabled, also taken from --config); prints which kernel does them.\n"
+                   "  --key.path=value: overrides the --config file's keys, as for train (e.g.\n"
+                   "  --model.vocab_size=65 for a character-level dataset's vocabulary).\n");
+            rc = 0;
+            goto done;
+        } else if (!strncmp(argv[i], "--", 2) && strchr(argv[i], '=')) {
+            overrides[n_over++] = argv[i] + 2;
         } else {
             fprintf(stderr, "llmforge bench: unknown argument '%s' (see --help)\n", argv[i]);
-            return 2;
+            goto done;
         }
     }
     lf_model_config mc = {0};
+    if (n_over && !config) {
+        fprintf(stderr, "llmforge bench: '--%s' overrides a configuration key: it needs --config\n", overrides[0]);
+        goto done;
+    }
     if (preset && config) {
         fprintf(stderr, "llmforge bench: give --preset or --config, not both\n");
-        return 2;
+        rc = 2;
+        goto done;
     }
     if (preset) {
         lf_status pst = lf_model_preset(preset, &mc);
         if (pst != LF_OK) {
             fprintf(stderr, "llmforge bench: %s\n", lf_last_error());
-            return 2;
+            rc = 2;
+            goto done;
         }
     } else if (config) {
         lf_train_config cfg;
         /* bench reads only the model section; the dataset is never opened */
-        const char *no_data[] = {"data.dataset=(unused by bench)", cli_backend_override()};
-        lf_status st = lf_train_config_load(&cfg, config, no_data[1] ? 2 : 1, no_data);
-        if (st != LF_OK) { die_status(st, "bench: config"); return 1; }
+        overrides[n_over++] = "data.dataset=(unused by bench)";
+        if (cli_backend_override()) overrides[n_over++] = cli_backend_override();
+        lf_status st = lf_train_config_load(&cfg, config, n_over, overrides);
+        if (st != LF_OK) {
+            die_status(st, "bench: config");
+            rc = 1;
+            goto done;
+        }
         /* the config's backend for this run (auto: the default, unchanged) */
-        if ((st = lf_backend_set_default(cfg.backend)) != LF_OK) { die_status(st, "bench: config: key 'backend'"); return 1; }
+        if ((st = lf_backend_set_default(cfg.backend)) != LF_OK) {
+            die_status(st, "bench: config: key 'backend'");
+            rc = 1;
+            goto done;
+        }
         mc = cfg.model;
         if (mc.vocab_size == 0) mc.vocab_size = 50304;
         if (!recompute_given) recompute = (lf_recompute)cfg.recompute;
         if (cfg.bf16) bf16 = 1;
+        if (B == 0) B = cfg.micro_batch;
     } else {
         fprintf(stderr, "llmforge bench: --preset NAME or --config CFG is required\n");
-        return 2;
+        rc = 2;
+        goto done;
     }
+    if (B == 0) B = 4;
     if (T == 0) T = mc.block_size;
-    if (cli_backend_setup("bench", threads, 1)) return 2;
+    if (cli_backend_setup("bench", threads, 1)) goto done;
     lf_bench_result r;
     lf_status st = lf_bench_train(&mc, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
-    if (st != LF_OK) { die_status(st, "bench"); return 1; }
+    if (st != LF_OK) {
+            die_status(st, "bench");
+            rc = 1;
+            goto done;
+        }
     /* what ran the step: the CPU's kernels, or the device's backend (cuBLASLt) */
     lf_backend *rbe = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
     const int on_host = !rbe || !lf_backend_device_name(rbe)[0]; /* the CPU's kernels (cpu-fenced too) */
@@ -782,7 +817,10 @@ static int cmd_bench(int argc, char **argv) {
             printf("%.1f tokens/s, %.2f GFLOP/s model; MFU needs --peak-gflops on a device (bench/cuda_peak measures it)\n",
                    r.tokens_per_sec, r.model_flops_per_sec / 1e9);
     }
-    return 0;
+    rc = 0;
+done:
+    free(overrides);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- main */
