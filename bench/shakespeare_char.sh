@@ -49,7 +49,7 @@ for r in $(seq "$ROUNDS"); do
   "$BUILD"/llmforge train configs/shakespeare_char_cpu.json --threads 2 \
     --data.dataset="$OUT/data" --out_dir="$OUT/llmforge_$r" --train_iters="$ITERS" \
     --scheduler.decay_iters="$ITERS" --checkpoint.interval=0 --steps_per_print=250 >"$OUT/llmforge_$r.txt"
-  grep -E "^(llmforge train:|fp32 matmul:|bf16:)" "$OUT/llmforge_$r.txt" || true
+  grep -E "^(llmforge train:|cpu isa:|fp32 matmul:|bf16:)" "$OUT/llmforge_$r.txt" || true
   tail -n 2 "$OUT/llmforge_$r.txt"
   l=$("$LF_BENCH_PYTHON" - "$OUT/llmforge_$r/log.jsonl" "$OUT/llmforge_$r.txt" <<'PY'
 import json, statistics, sys

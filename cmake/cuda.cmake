@@ -14,6 +14,9 @@
 # Sources: src/backend/cuda/*.cu (kernels), src/backend/cuda/*.c (host
 # code), src/backend/cuda/shim/*.cpp (the shim).
 
+# The shim's C++ gets the build's CPU baseline (-march=LF_ARCH, or native)
+# from the top-level add_compile_options, like the C code, so its binaries
+# run wherever the CLI does; nvcc's host code takes no -march at all.
 enable_language(CXX)
 set(CMAKE_CXX_STANDARD 17)
 set(CMAKE_CXX_STANDARD_REQUIRED ON)

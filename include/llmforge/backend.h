@@ -143,9 +143,29 @@ const char *lf_backend_cpu_fp32_kernel(void);
  * and what to do, or that LLMFORGE_FP32_GEMM holds an unknown value. */
 const char *lf_backend_cpu_kernel_warning(void);
 
-/* LF_OK, or LF_ERR_CONFIG naming LLMFORGE_FP32_GEMM when it holds something
- * other than onednn/openblas (the products then use oneDNN). */
+/* LF_OK; or LF_ERR_CONFIG naming LLMFORGE_CPU_ISA and its value when it
+ * holds an unknown level or one above this CPU's, or oneDNN refused the cap
+ * (the CPUID level is used meanwhile); or LF_ERR_CONFIG naming
+ * LLMFORGE_FP32_GEMM when it holds something other than onednn/openblas
+ * (the products then use oneDNN). */
 lf_status lf_backend_cpu_check(void);
+
+/* The vector ISA level of the CPU backend's own kernels (small-T attention,
+ * GEMV, the FMA probe) and of oneDNN: "generic" (no AVX2), "avx2",
+ * "avx512" (F/BW/VL/DQ), "avx512_bf16" or "amx", read from CPUID once and
+ * capped by the environment variable LLMFORGE_CPU_ISA (one of those names;
+ * read at the first call). _source: "cpuid" or "LLMFORGE_CPU_ISA". Static
+ * strings; thread-safe. */
+const char *lf_backend_cpu_isa(void);
+const char *lf_backend_cpu_isa_source(void);
+
+/* The fp32 FMA rate of this machine on the backend's threads
+ * (omp_get_max_threads()), in FLOP/s: independent FMA chains in registers,
+ * rounds of a few ms for about `seconds` (at least two), the best round's
+ * rate (a peak; on a shared machine the mean measures the other load), with the kernel of the ISA
+ * level above (AVX2: 8 lanes, 12 chains in 16 registers; AVX-512: 16 lanes,
+ * 24 chains in 32), the peak MFU is measured against. */
+double lf_backend_cpu_peak_flops(double seconds);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,19 @@ typedef enum lf_status {
     LF_ERR_PREEMPTED = -16,    /* stopped on request (a signal) after saving its state: resume it */
 } lf_status;
 
+/* The CPU baseline this build assumes (its -march: "x86-64-v3" by default,
+ * "native" with LF_NATIVE, LF_ARCH's value otherwise; "default" off x86),
+ * checked against the running CPU: LF_OK, or LF_ERR_UNSUPPORTED with msg
+ * (the caller's buffer; cap 256 is ample) naming the baseline and the
+ * features this CPU lacks. A program built with the baseline's flags may
+ * die with SIGILL before its first line on a CPU below it, so this check
+ * must run first: it is compiled for plain x86-64, touches nothing else of
+ * llmforge and records nothing (not lf_last_error). The llmforge CLI runs
+ * it before main; a program of one's own calls it first thing from code
+ * compiled without the baseline's flags. Thread-safe. */
+lf_status lf_cpu_baseline_check(char *msg, size_t cap);
+const char *lf_cpu_baseline_name(void);
+
 /* Short fixed name of a status ("LF_ERR_IO: input/output error"). Never NULL. */
 const char *lf_status_str(lf_status s);
 

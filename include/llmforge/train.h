@@ -385,8 +385,9 @@ typedef struct lf_bench_result {
 lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
                          int warmup, double peak_flops, lf_bench_result *out);
 
-/* Measured fp32 FMA rate of this machine with all backend threads (FLOP/s),
- * running independent vector FMA chains for about `seconds`. */
+/* Measured fp32 FMA rate of this machine with all backend threads (FLOP/s):
+ * lf_backend_cpu_peak_flops (independent FMA chains in registers with the
+ * kernel of the backend's ISA level, the best round of about `seconds`). */
 double lf_probe_peak_flops(double seconds);
 
 #ifdef __cplusplus

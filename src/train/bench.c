@@ -6,51 +6,16 @@
  * parameters without the position embedding.
  */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backend/backend_impl.h"
+#include "llmforge/backend.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
 
-typedef float v16f __attribute__((vector_size(64)));
-
-double lf_probe_peak_flops(double seconds) {
-    double total_flops = 0, elapsed = 0;
-    const long iters = 1L << 20; /* per chunk and thread: 10 chains x 16 lanes x 2 flops */
-    double t0 = lf_time_now();
-    int rounds = 0;
-    do {
-        double flops_round = 0;
-#pragma omp parallel reduction(+ : flops_round)
-        {
-            /* 10 independent FMA chains in registers: enough to cover FMA
-             * latency on both ports of current x86 cores */
-            v16f mul, add, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9;
-            float base = (float)omp_get_thread_num();
-            for (int j = 0; j < 16; j++) {
-                mul[j] = 0.9999999f;
-                add[j] = 1e-7f;
-                a0[j] = base + 0; a1[j] = base + 1; a2[j] = base + 2; a3[j] = base + 3; a4[j] = base + 4;
-                a5[j] = base + 5; a6[j] = base + 6; a7[j] = base + 7; a8[j] = base + 8; a9[j] = base + 9;
-            }
-            for (long i = 0; i < iters; i++) {
-                a0 = a0 * mul + add; a1 = a1 * mul + add; a2 = a2 * mul + add; a3 = a3 * mul + add;
-                a4 = a4 * mul + add; a5 = a5 * mul + add; a6 = a6 * mul + add; a7 = a7 * mul + add;
-                a8 = a8 * mul + add; a9 = a9 * mul + add;
-            }
-            v16f sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;
-            float sink = 0;
-            for (int j = 0; j < 16; j++) sink += sum[j];
-            __asm__ volatile("" ::"x"(sink));
-            flops_round += (double)iters * 10 * 16 * 2;
-        }
-        total_flops += flops_round;
-        elapsed = lf_time_now() - t0;
-        rounds++;
-    } while (elapsed < seconds || rounds < 2);
-    return total_flops / elapsed;
-}
+/* The FMA probe: the CPU backend's per-ISA kernels (cpu_peak.c), on this
+ * process's threads. */
+double lf_probe_peak_flops(double seconds) { return lf_backend_cpu_peak_flops(seconds); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

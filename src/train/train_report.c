@@ -136,6 +136,8 @@ char *lf__trep_run_info(const char *plan_json, const lf_train_config *cfg, int w
     cJSON_AddNumberToObject(hw, "threads", lf_backend_cpu_threads());
     cJSON_AddStringToObject(hw, "backend", be ? lf_backend_name(be) : "?");
     if (be && *lf_backend_device_name(be)) cJSON_AddStringToObject(hw, "device", lf_backend_device_name(be));
+    cJSON_AddStringToObject(hw, "cpu_isa", lf_backend_cpu_isa());
+    cJSON_AddStringToObject(hw, "cpu_isa_source", lf_backend_cpu_isa_source());
     cJSON_AddStringToObject(hw, "fp32_kernel", lf_backend_cpu_fp32_kernel());
     if (cfg->bf16) cJSON_AddStringToObject(hw, "bf16_kernel", lf_backend_cpu_bf16_kernel());
     if (lf_backend_cpu_kernel_warning()) cJSON_AddStringToObject(hw, "kernel_warning", lf_backend_cpu_kernel_warning());

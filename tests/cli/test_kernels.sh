@@ -5,7 +5,10 @@
 # OPENBLAS_CORETYPE=Prescott), LLMFORGE_FP32_GEMM=openblas selects OpenBLAS
 # and, with its generic Prescott kernel on an AVX2/AVX-512 CPU, a warning on
 # stderr says so and what to do; an unknown LLMFORGE_FP32_GEMM exits 2
-# naming the variable.
+# naming the variable. The CPU ISA: bench and train print `cpu isa:` (and
+# --json cpu_isa), LLMFORGE_CPU_ISA=avx2 moves it and oneDNN's sgemm to
+# avx2 where the CPU has AVX2, and an unknown level or one above the CPU's
+# exits 2 naming the variable and the value.
 #   bash test_kernels.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
 
@@ -13,7 +16,7 @@ LF=${1:?usage: test_kernels.sh LLMFORGE SOURCE_DIR SHARED_DIR}
 SRC=${2:?source dir}
 case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 case "$SRC" in /*) ;; *) SRC="$PWD/$SRC" ;; esac
-unset LLMFORGE_FP32_GEMM ONEDNN_MAX_CPU_ISA
+unset LLMFORGE_FP32_GEMM ONEDNN_MAX_CPU_ISA LLMFORGE_CPU_ISA
 
 . "$(dirname "$0")/cli_lib.sh"
 
@@ -59,6 +62,23 @@ rc=$?
 grep -q "LLMFORGE_FP32_GEMM='mkl'" bad.out || fail "the error does not name the variable: $(cat bad.out)"
 ok
 
+# the CPU ISA: named, capped, refused
+grep -q '^cpu isa: [a-z0-9_]* (cpuid)$' text.out || fail "bench does not name its cpu isa: $(cat text.out)"
+grep -q '"cpu_isa":"[a-z0-9_]*","cpu_isa_source":"cpuid"' json.out || fail "bench --json has no cpu_isa: $(cat json.out)"
+if [ "$avx2" = 1 ]; then
+    LLMFORGE_CPU_ISA=avx2 "${bench[@]}" >isa.out 2>&1 || fail "LLMFORGE_CPU_ISA=avx2: $(cat isa.out)"
+    grep -q '^cpu isa: avx2 (LLMFORGE_CPU_ISA)$' isa.out || fail "LLMFORGE_CPU_ISA=avx2 not used: $(cat isa.out)"
+    grep -q '^fp32 matmul: oneDNN .* avx2 ' isa.out || fail "oneDNN not capped at avx2: $(cat isa.out)"
+fi
+for bad in avx1024 amx; do
+    if [ "$bad" = amx ] && grep -qw amx_tile /proc/cpuinfo; then continue; fi
+    LLMFORGE_CPU_ISA=$bad "${bench[@]}" >bad.out 2>&1
+    rc=$?
+    [ "$rc" = 2 ] || fail "LLMFORGE_CPU_ISA=$bad: exit $rc, want 2"
+    grep -q "LLMFORGE_CPU_ISA='$bad'" bad.out || fail "the error does not name the variable and value: $(cat bad.out)"
+done
+ok
+
 # train's header names the kernel too
 for i in $(seq 1 200); do echo "to be or not to be, that is the question $i"; done >corpus.txt
 "$LF" prepare --char corpus.txt --out data >prepare.log 2>&1 || fail "prepare: $(cat prepare.log)"
@@ -66,6 +86,7 @@ for i in $(seq 1 200); do echo "to be or not to be, that is the question $i"; do
     --eval.interval=0 --checkpoint.interval=0 --n_layer=1 --n_embd=32 --n_head=2 --block_size=16 \
     --train_micro_batch_size_per_gpu=2 >train.log 2>&1 || fail "train: $(cat train.log)"
 grep -q '^fp32 matmul: oneDNN ' train.log || fail "train does not name its fp32 kernel: $(cat train.log)"
+grep -q '^cpu isa: ' train.log || fail "train does not name its cpu isa: $(cat train.log)"
 ok
 
 echo "$passed passed, 0 failed"

@@ -402,6 +402,7 @@ static int cmd_train(int argc, char **argv) {
             printf("backend: %s%s%s\n", lf_backend_name(be), *lf_backend_device_name(be) ? ", " : "",
                    lf_backend_device_name(be));
         } else {
+            printf("cpu isa: %s (%s)\n", lf_backend_cpu_isa(), lf_backend_cpu_isa_source());
             printf("fp32 matmul: %s\n", lf_backend_cpu_fp32_kernel());
             if (cfg.bf16) printf("bf16 matmul: %s\n", lf_backend_cpu_bf16_kernel());
         }
@@ -792,9 +793,10 @@ static int cmd_bench(int argc, char **argv) {
                "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
                "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%s,\"ms_max\":%s,"
                "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\","
-               "\"backend\":\"%s\",\"device\":\"%s\"}\n",
+               "\"backend\":\"%s\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"cpu_isa_source\":\"%s\"}\n",
                lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(), n[6], n[7],
-               lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false", bf16_k, fp32_k, bname, devj);
+               lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false", bf16_k, fp32_k, bname, devj, lf_backend_cpu_isa(),
+               lf_backend_cpu_isa_source());
     } else {
         printf("model: %s, %d layers, %d heads (%d KV), %d channels, vocab %d; %zu parameters\n",
                lf_arch_name(mc.arch), mc.n_layer, mc.n_head, mc.n_kv_head ? mc.n_kv_head : mc.n_head, mc.n_embd,
@@ -807,6 +809,7 @@ static int cmd_bench(int argc, char **argv) {
         printf("activations: %.1f MB (recompute %s%s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute),
                bf16 ? ", matmul inputs in bf16" : "");
         printf("precision: %s\n", bf16 ? "bf16 matmuls" : "fp32");
+        if (on_host) printf("cpu isa: %s (%s)\n", lf_backend_cpu_isa(), lf_backend_cpu_isa_source());
         printf("fp32 matmul: %s\n", fp32_k);
         if (bf16) printf("bf16 matmul: %s\n", bf16_k);
         printf("median %.2f ms/step (min %.2f, max %.2f)\n", r.ms_per_step, r.ms_min, r.ms_max);

@@ -43,15 +43,9 @@
  * modeling_llama.py repeat_kv (query head h reads kv head h / G).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <omp.h>
-/* The GCC vector types below are passed and returned by value only between
- * always-inline static functions, so the ABI note -Wpsabi gives for them
- * (built without -march=native, e.g. LF_NATIVE=OFF) concerns no call that
- * exists. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 #include "cpu_internal.h"
 #include "cpu_math.h"
 
@@ -100,13 +94,17 @@ static void dropped_av(float *out_blk, const float *A, const float *v, int r0, i
  * shakespeare_char): forward 158 us against the GEMM path's 272, backward
  * 238 against 355; 6% of the whole step. At T = 256, HS = 64 (GPT-2 124M)
  * the library's GEMMs are as fast or faster (forward 2.15 ms against 1.85),
- * hence the limit T <= 128. The softmax runs on 16-lane vectors too
- * (v16_expf is lf__cpu_expf_f32's arithmetic lane by lane).
- * Written with GCC vector extensions (16 floats), which compile to one
- * AVX-512 register, two AVX2 ones, or four SSE ones, so the path needs no
- * ISA dispatch. Same mathematics as the GEMM path: fp32 products
- * accumulated in fp32, in a fixed order per output element (not the same
- * order as the GEMM, so the two paths agree to rounding, not bit for bit).
+ * hence the limit T <= 128. The softmax runs on the same vectors.
+ * The kernels (cpu_attention_fast.h) are written for the vector width of
+ * the ISA and compiled twice: 8 lanes in 16 ymm registers (AVX2) and 16
+ * lanes in 32 zmm (AVX-512), both in every x86-64 binary, chosen at run
+ * time by the backend's ISA level (cpu_isa.c: CPUID capped by
+ * LLMFORGE_CPU_ISA). (Written once on 16-lane vectors, as before, AVX2 got
+ * each as two ymm registers and its 4x4 tiles spilled.) Same mathematics
+ * as the GEMM path: fp32 products accumulated in fp32, in a fixed order per
+ * output element (not the same order as the GEMM, so the two paths agree to
+ * rounding, not bit for bit); the order is the same at both widths, so
+ * AVX2 and AVX-512 give the same bits (cpu_attention_fast.h says how).
  * Two kernels:
  *  - fast_abt: R rows of X (ld ldx) times a transposed tile Yt (HS x TP,
  *    column j = row j of Y) -> scores for 16-wide column blocks;
@@ -116,323 +114,48 @@ static void dropped_av(float *out_blk, const float *A, const float *v, int r0, i
  * Entries of att and of the softmax gradient above the diagonal are exact
  * zeros, so row groups may sum over them.
  */
-#define ATT_FAST_TMAX 128
-#define ATT_FAST_R 4         /* rows per register tile */
-#define ATT_FAST_TILE 16384  /* floats of the transposed K (or V) tile on the stack */
-
-typedef float att_v16 __attribute__((vector_size(64)));
-/* The same vector at float alignment, allowed to alias floats: loads and
- * stores straight from the float arrays (a memcpy into att_v16 went through
- * the stack as two 32-byte halves and stalled the 64-byte reload). */
-typedef float att_v16u __attribute__((vector_size(64), aligned(4), may_alias));
-
-static inline __attribute__((always_inline)) void v16_load(att_v16 *v, const float *p) { *v = *(const att_v16u *)p; }
-static inline __attribute__((always_inline)) void v16_store(float *p, const att_v16 *v) { *(att_v16u *)p = *v; }
-
-typedef int32_t att_i16 __attribute__((vector_size(64)));
-typedef uint32_t att_u16 __attribute__((vector_size(64)));
-
-static inline __attribute__((always_inline)) att_v16 v16_select(att_i16 m, att_v16 a, att_v16 b) {
-    return (att_v16)(((att_i16)a & m) | ((att_i16)b & ~m));
-}
-
-/* lf__cpu_expf_f32 (cpu_math.h) on 16 lanes: the same operations. */
-static inline __attribute__((always_inline)) att_v16 v16_expf(att_v16 x) {
-    const att_u16 xb = (att_u16)x, ab = xb & 0x7fffffffu, lim = (att_u16){0} + 0x42AE0000u;
-    const att_u16 m = (att_u16)(ab < lim);
-    x = (att_v16)(((ab & m) | (lim & ~m)) | (xb & 0x80000000u));
-    const att_v16 t = x * 1.44269504088896341f + 12582912.0f;
-    const att_u16 ki = (att_u16)t - 0x4B400000u;
-    const att_v16 k = t - 12582912.0f;
-    att_v16 r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    att_v16 p = (att_v16){0} + 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    p = p * r * r + r + 1.0f;
-    return p * (att_v16)((ki + 127u) << 23);
-}
-
-/* Lanes of a vector reduced in lane order (a fixed order: same bits every run). */
-static inline float v16_hsum(att_v16 v) {
-    float s = 0.0f;
-    for (int l = 0; l < 16; l++) s += v[l];
-    return s;
-}
-static inline float v16_hmax(att_v16 v) {
-    float m = v[0];
-    for (int l = 1; l < 16; l++) m = v[l] > m ? v[l] : m;
-    return m;
-}
-
-/* Softmax of row t over the nb 16-wide blocks of s (columns past t masked),
- * in place. */
-static void fast_softmax(float *s, int t, int nb) {
-    const att_i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const att_v16 ninf = (att_v16){0} - INFINITY;
-    att_v16 mx = ninf;
-    for (int b = 0; b < nb; b++) {
-        att_v16 x;
-        v16_load(&x, s + 16 * b);
-        const att_i16 keep = lane + 16 * b <= t;
-        x = v16_select(keep, x, ninf);
-        mx = v16_select(x > mx, x, mx);
-    }
-    const float m = v16_hmax(mx);
-    att_v16 sum = (att_v16){0};
-    for (int b = 0; b < nb; b++) {
-        att_v16 x;
-        v16_load(&x, s + 16 * b);
-        const att_i16 keep = lane + 16 * b <= t;
-        const att_v16 e = v16_select(keep, v16_expf(x - m), (att_v16){0});
-        sum += e;
-        v16_store(s + 16 * b, &e);
-    }
-    const float inv = 1.0f / v16_hsum(sum);
-    for (int b = 0; b < nb; b++) {
-        att_v16 x;
-        v16_load(&x, s + 16 * b);
-        x *= inv;
-        v16_store(s + 16 * b, &x);
-    }
-}
-
-/* Softmax backward of row t: s = a * (ds - sum_j a*ds) over nb blocks, a's
- * entries past t being 0 (ds is read from dsr, the result written to s). */
-static void fast_softmax_backward(float *s, const float *a, const float *dsr, int t, int nb) {
-    const att_i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    att_v16 dot = (att_v16){0};
-    for (int b = 0; b < nb; b++) {
-        att_v16 x, y;
-        v16_load(&x, a + 16 * b);
-        v16_load(&y, dsr + 16 * b);
-        const att_i16 keep = lane + 16 * b <= t;
-        dot += v16_select(keep, x * y, (att_v16){0});
-    }
-    const float d = v16_hsum(dot);
-    for (int b = 0; b < nb; b++) {
-        att_v16 x, y;
-        v16_load(&x, a + 16 * b);
-        v16_load(&y, dsr + 16 * b);
-        const att_i16 keep = lane + 16 * b <= t;
-        const att_v16 o = v16_select(keep, x * (y - d), (att_v16){0});
-        v16_store(s + 16 * b, &o);
-    }
-}
-
 static int att_fast_ok(int T, int HS, lf_dropout drop) {
     const int TP = (T + 15) & ~15;
-    return drop.p == 0.0f && T <= ATT_FAST_TMAX && HS % 16 == 0 && HS <= 128 && (long)HS * TP <= ATT_FAST_TILE;
+    return drop.p == 0.0f && T <= LF_CPU_ATT_FAST_TMAX && HS % 16 == 0 && HS <= 128 &&
+           (long)HS * TP <= LF_CPU_ATT_FAST_TILE;
 }
 
-/* Yt[d*TP + j] = Y[j*ldy + d] for j < T, zero for T <= j < TP. */
-static void att_transpose(float *Yt, const float *Y, int ldy, int T, int TP, int HS) {
-    for (int d = 0; d < HS; d++) {
-        float *row = Yt + (size_t)d * TP;
-        for (int j = 0; j < T; j++) row[j] = Y[(size_t)j * ldy + d];
-        for (int j = T; j < TP; j++) row[j] = 0.0f;
-    }
+/* The kernels: cpu_attention_fast.h, compiled at 16 lanes (AVX-512) and at
+ * 8 lanes (AVX2); the ISA level (cpu_isa.c) picks. NULL: none runs here (an
+ * x86-64 CPU without AVX2, under a build with LF_ARCH=x86-64), so the GEMM
+ * path does the work. Off x86 the 16-lane kernels are plain GCC vector code
+ * for any CPU. */
+typedef struct att_fast_kernels {
+    void (*forward_bh)(float *out_bh, float *att_bh, const float *q, const float *k, const float *v, int T, int C,
+                       int W, int HS, float scale);
+    void (*backward_bh)(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh, const float *q,
+                        const float *k, const float *v, const float *att_bh, int T, int C, int W, int HS, float scale,
+                        int add);
+    int lanes;
+} att_fast_kernels;
+
+static const att_fast_kernels g_fast_v16 = {lf__cpu_att_fast_forward_bh_v16, lf__cpu_att_fast_backward_bh_v16, 16};
+static const att_fast_kernels g_fast_v8 = {lf__cpu_att_fast_forward_bh_v8, lf__cpu_att_fast_backward_bh_v8, 8};
+static atomic_int g_fast_force; /* test hook: 0 = the ISA level's kernels, else 8 or 16 lanes */
+
+void lf__cpu_attention_force_lanes(int lanes) { atomic_store(&g_fast_force, lanes); }
+
+static const att_fast_kernels *att_fast_pick(void) {
+    const int f = atomic_load_explicit(&g_fast_force, memory_order_relaxed);
+#if defined(__x86_64__) || defined(__i386__)
+    const lf__cpu_isa_level isa = lf__cpu_isa();
+    if (isa >= LF_CPU_ISA_AVX512 && f != 8) return &g_fast_v16;
+    if (isa >= LF_CPU_ISA_AVX2) return &g_fast_v8;
+    return NULL;
+#else
+    return f == 8 ? &g_fast_v8 : &g_fast_v16;
+#endif
 }
 
-/* S[r*lds + 16*(b0+b) + l] = alpha * sum_d X[r*ldx + d] * Yt[d*TP + 16*(b0+b) + l]
- * for r < R, b < NB: NB (<= 4) column blocks from block b0. */
-static inline __attribute__((always_inline)) void fast_abt_tile(float *S, int lds, const float *X, int ldx,
-                                                                const float *Yt, int TP, int HS, int b0, float alpha,
-                                                                const int R, const int NB) {
-    att_v16 acc[ATT_FAST_R][4];
-    for (int r = 0; r < R; r++)
-        for (int b = 0; b < NB; b++) acc[r][b] = (att_v16){0};
-    for (int d = 0; d < HS; d++) {
-        att_v16 y[4];
-        for (int b = 0; b < NB; b++) v16_load(&y[b], Yt + (size_t)d * TP + 16 * (b0 + b));
-        for (int r = 0; r < R; r++) {
-            const float x = X[(size_t)r * ldx + d];
-            for (int b = 0; b < NB; b++) acc[r][b] += x * y[b];
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int b = 0; b < NB; b++) {
-            const att_v16 v = acc[r][b] * alpha;
-            v16_store(S + (size_t)r * lds + 16 * (b0 + b), &v);
-        }
-}
-
-/* Rows [0,R) of S (ld lds >= 16*nb) over column blocks [0, nb). */
-static void fast_abt(float *S, int lds, const float *X, int ldx, const float *Yt, int TP, int HS, int nb, float alpha,
-                     int R) {
-    for (int b0 = 0; b0 < nb; b0 += 4) {
-        const int k = nb - b0 < 4 ? nb - b0 : 4;
-#define LF_ABT(RR, KK) fast_abt_tile(S, lds, X, ldx, Yt, TP, HS, b0, alpha, RR, KK)
-        if (R == ATT_FAST_R) {
-            switch (k) {
-            case 1: LF_ABT(ATT_FAST_R, 1); break;
-            case 2: LF_ABT(ATT_FAST_R, 2); break;
-            case 3: LF_ABT(ATT_FAST_R, 3); break;
-            default: LF_ABT(ATT_FAST_R, 4); break;
-            }
-        } else {
-            for (int r = 0; r < R; r++) {
-                float *Sr = S + (size_t)r * lds;
-                const float *Xr = X + (size_t)r * ldx;
-                switch (k) {
-                case 1: fast_abt_tile(Sr, lds, Xr, ldx, Yt, TP, HS, b0, alpha, 1, 1); break;
-                case 2: fast_abt_tile(Sr, lds, Xr, ldx, Yt, TP, HS, b0, alpha, 1, 2); break;
-                case 3: fast_abt_tile(Sr, lds, Xr, ldx, Yt, TP, HS, b0, alpha, 1, 3); break;
-                default: fast_abt_tile(Sr, lds, Xr, ldx, Yt, TP, HS, b0, alpha, 1, 4); break;
-                }
-            }
-        }
-#undef LF_ABT
-    }
-}
-
-/* O[r*ldo + :HS] = alpha * sum_{i=lo}^{hi-1} P[r*rs + i*is] * Y[i*ldy + :HS], r < R;
- * with `add`, O[...] += that instead (the later heads of a key/value group).
- * NV = HS/16 vectors per row, R*NV <= 16 accumulators. */
-static inline __attribute__((always_inline)) void fast_ab_tile(float *O, int ldo, const float *P, long rs, long is,
-                                                               int lo, int hi, const float *Y, int ldy, float alpha,
-                                                               int add, const int R, const int NV) {
-    att_v16 acc[ATT_FAST_R][8];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = (att_v16){0};
-    for (int i = lo; i < hi; i++) {
-        att_v16 y[8];
-        for (int v = 0; v < NV; v++) v16_load(&y[v], Y + (size_t)i * ldy + 16 * v);
-        for (int r = 0; r < R; r++) {
-            const float p = P[r * rs + i * is];
-            for (int v = 0; v < NV; v++) acc[r][v] += p * y[v];
-        }
-    }
-    if (add) {
-        for (int r = 0; r < R; r++)
-            for (int v = 0; v < NV; v++) {
-                att_v16 o;
-                v16_load(&o, O + (size_t)r * ldo + 16 * v);
-                o += acc[r][v] * alpha;
-                v16_store(O + (size_t)r * ldo + 16 * v, &o);
-            }
-        return;
-    }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < NV; v++) {
-            const att_v16 o = acc[r][v] * alpha;
-            v16_store(O + (size_t)r * ldo + 16 * v, &o);
-        }
-}
-
-static void fast_ab(float *O, int ldo, const float *P, long rs, long is, int lo, int hi, const float *Y, int ldy,
-                    int HS, float alpha, int add, int R) {
-    const int NV = HS / 16;
-    if (R == ATT_FAST_R && NV <= 4) {
-        switch (NV) {
-        case 1: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 1); break;
-        case 2: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 2); break;
-        case 3: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 3); break;
-        default: fast_ab_tile(O, ldo, P, rs, is, lo, hi, Y, ldy, alpha, add, ATT_FAST_R, 4); break;
-        }
-        return;
-    }
-    /* two rows at a time for wide heads (NV 5..8), single rows at the edge */
-    for (int r = 0; r < R;) {
-        const int rr = R - r >= 2 ? 2 : 1;
-        float *Or = O + (size_t)r * ldo;
-        const float *Pr = P + r * rs;
-#define LF_AB(RR, VV) fast_ab_tile(Or, ldo, Pr, rs, is, lo, hi, Y, ldy, alpha, add, RR, VV)
-        if (rr == 2) {
-            switch (NV) {
-            case 1: LF_AB(2, 1); break;
-            case 2: LF_AB(2, 2); break;
-            case 3: LF_AB(2, 3); break;
-            case 4: LF_AB(2, 4); break;
-            case 5: LF_AB(2, 5); break;
-            case 6: LF_AB(2, 6); break;
-            case 7: LF_AB(2, 7); break;
-            default: LF_AB(2, 8); break;
-            }
-        } else {
-            switch (NV) {
-            case 1: LF_AB(1, 1); break;
-            case 2: LF_AB(1, 2); break;
-            case 3: LF_AB(1, 3); break;
-            case 4: LF_AB(1, 4); break;
-            case 5: LF_AB(1, 5); break;
-            case 6: LF_AB(1, 6); break;
-            case 7: LF_AB(1, 7); break;
-            default: LF_AB(1, 8); break;
-            }
-        }
-#undef LF_AB
-        r += rr;
-    }
-}
-
-/* Forward of one (b,h) pair: q, k, v have leading dimension W. */
-static void fast_forward_bh(float *out_bh, float *att_bh, const float *q, const float *k, const float *v, int T, int C,
-                            int W, int HS, float scale) {
-    const int TP = (T + 15) & ~15;
-    float Kt[ATT_FAST_TILE];
-    float S[ATT_FAST_R * ATT_FAST_TMAX];
-    att_transpose(Kt, k, W, T, TP, HS);
-    for (int t0 = 0; t0 < T; t0 += ATT_FAST_R) {
-        const int R = T - t0 < ATT_FAST_R ? T - t0 : ATT_FAST_R;
-        const int nb = (t0 + R + 15) / 16; /* key columns 0..t0+R-1 */
-        fast_abt(S, TP, q + (size_t)t0 * W, W, Kt, TP, HS, nb, scale, R);
-        for (int r = 0; r < R; r++) {
-            const int t = t0 + r;
-            float *row = att_bh + (size_t)t * T;
-            const int n = att_width(t, T);
-            fast_softmax(S + (size_t)r * TP, t, (n + 15) / 16);
-            memcpy(row, S + (size_t)r * TP, sizeof(float) * (size_t)n);
-            if (n < T) memset(row + n, 0, sizeof(float) * (size_t)(T - n));
-        }
-        /* out rows t0.. = P[t0.., 0..t0+R) @ v: entries past each row's diagonal are 0 */
-        fast_ab(out_bh + (size_t)t0 * C, C, att_bh + (size_t)t0 * T, T, 1, 0, t0 + R, v, W, HS, 1.0f, 0, R);
-    }
-}
-
-/* Backward of one (b,h) pair: S_bh (T,T) scratch ends as the softmax
- * gradient; dq is written, dk and dv are written (add = 0: the group's first
- * head) or added to (add = 1). q, k, v, dq, dk, dv have leading dimension W. */
-static void fast_backward_bh(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh, const float *q,
-                             const float *k, const float *v, const float *att_bh, int T, int C, int W, int HS,
-                             float scale, int add) {
-    const int TP = (T + 15) & ~15;
-    float Vt[ATT_FAST_TILE];
-    float S[ATT_FAST_R * ATT_FAST_TMAX], At[ATT_FAST_TMAX];
-    att_transpose(Vt, v, W, T, TP, HS);
-    for (int t0 = 0; t0 < T; t0 += ATT_FAST_R) {
-        const int R = T - t0 < ATT_FAST_R ? T - t0 : ATT_FAST_R;
-        const int nb = (t0 + R + 15) / 16;
-        /* datt rows = dout @ v^T, then softmax backward into S_bh */
-        fast_abt(S, TP, dout_bh + (size_t)t0 * C, C, Vt, TP, HS, nb, 1.0f, R);
-        for (int r = 0; r < R; r++) {
-            const int t = t0 + r;
-            const float *a = att_bh + (size_t)t * T;
-            float *sr = S + (size_t)r * TP;
-            float *s = S_bh + (size_t)t * T;
-            const int n = att_width(t, T), nbr = (n + 15) / 16;
-            if (16 * nbr <= T) {
-                fast_softmax_backward(s, a, sr, t, nbr);
-            } else { /* the row's last block passes T: through the tile */
-                memcpy(At, a, sizeof(float) * (size_t)T);
-                memset(At + T, 0, sizeof(float) * (size_t)(TP - T));
-                fast_softmax_backward(sr, At, sr, t, nbr);
-                memcpy(s, sr, sizeof(float) * (size_t)n);
-            }
-            if (n < T) memset(s + n, 0, sizeof(float) * (size_t)(T - n));
-        }
-        /* dq rows t0.. = scale * dpre[t0.., 0..t0+R) @ k */
-        fast_ab(dq + (size_t)t0 * W, W, S_bh + (size_t)t0 * T, T, 1, 0, t0 + R, k, W, HS, scale, 0, R);
-    }
-    /* dv rows j = sum_{t >= j} att[t][j] dout[t];  dk rows j = scale * sum_{t >= j} dpre[t][j] q[t] */
-    for (int j0 = 0; j0 < T; j0 += ATT_FAST_R) {
-        const int R = T - j0 < ATT_FAST_R ? T - j0 : ATT_FAST_R;
-        fast_ab(dv + (size_t)j0 * W, W, att_bh + j0, 1, T, j0, T, dout_bh, C, HS, 1.0f, add, R);
-        fast_ab(dk + (size_t)j0 * W, W, S_bh + j0, 1, T, j0, T, q, W, HS, scale, add, R);
-    }
+int lf__cpu_attention_lanes(int T, int HS) {
+    const att_fast_kernels *fk = att_fast_pick();
+    const lf_dropout none = {0};
+    return fk && att_fast_ok(T, HS, none) ? fk->lanes : 0;
 }
 
 void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
@@ -442,7 +165,7 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
     const float scale = 1.0f / sqrtf((float)HS);
     const int use_drop = drop.p > 0.0f;
     const float dscale = use_drop ? 1.0f / (1.0f - drop.p) : 1.0f;
-    const int fast = att_fast_ok(T, HS, drop);
+    const att_fast_kernels *fk = att_fast_ok(T, HS, drop) ? att_fast_pick() : NULL;
 
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * NH * T * T * HS >= LF_CPU_PAR_MIN)
     for (int b = 0; b < B; b++) {
@@ -453,8 +176,8 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
             float *att_bh = att + ((size_t)b * NH + h) * T * T;
             float *out_bh = out + (size_t)b * T * C + (size_t)h * HS;
             const uint64_t base = ((uint64_t)b * NH + h) * T * T;
-            if (fast) {
-                fast_forward_bh(out_bh, att_bh, q, k, v, T, C, (int)W, HS, scale);
+            if (fk) {
+                fk->forward_bh(out_bh, att_bh, q, k, v, T, C, (int)W, HS, scale);
                 continue;
             }
 
@@ -504,7 +227,7 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
     const float scale = 1.0f / sqrtf((float)HS);
     const int use_drop = drop.p > 0.0f;
     const float dscale = use_drop ? 1.0f / (1.0f - drop.p) : 1.0f;
-    const int fast = att_fast_ok(T, HS, drop);
+    const att_fast_kernels *fk = att_fast_ok(T, HS, drop) ? att_fast_pick() : NULL;
 
     /* one (b, kv head) per thread: dk, dv sum the group's heads in order */
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * NH * T * T * HS >= LF_CPU_PAR_MIN)
@@ -513,7 +236,7 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
             const size_t koff = (size_t)b * T * W + C + (size_t)g * HS;
             const float *k = qkv + koff, *v = k + KV;
             float *dk = dqkv + koff, *dv = dk + KV;
-            if (!fast)
+            if (!fk)
                 for (int t = 0; t < T; t++) {
                     memset(dk + (size_t)t * W, 0, sizeof(float) * (size_t)HS);
                     memset(dv + (size_t)t * W, 0, sizeof(float) * (size_t)HS);
@@ -526,8 +249,8 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
                 float *S_bh = scratch + ((size_t)b * NH + h) * T * T;
                 const float *dout_bh = dout + (size_t)b * T * C + (size_t)h * HS;
                 const uint64_t base = ((uint64_t)b * NH + h) * T * T;
-                if (fast) {
-                    fast_backward_bh(dq, dk, dv, S_bh, dout_bh, q, k, v, att_bh, T, C, (int)W, HS, scale, h > g * G);
+                if (fk) {
+                    fk->backward_bh(dq, dk, dv, S_bh, dout_bh, q, k, v, att_bh, T, C, (int)W, HS, scale, h > g * G);
                     continue;
                 }
 

@@ -10,7 +10,8 @@
  *  - otherwise the fallback: operands rounded to bf16 (kept as fp32) and
  *    the fp32 sgemm (cpu_gemm.c). Same operands, so the same numbers up to summation
  *    order; oneDNN's own bf16 emulation on CPUs without bf16 is slower than
- *    sgemm. ONEDNN_MAX_CPU_ISA=AVX512_CORE (oneDNN's variable) forces it.
+ *    sgemm. LLMFORGE_CPU_ISA=avx512 (cpu_isa.c) or ONEDNN_MAX_CPU_ISA=AVX512_CORE
+ *    (oneDNN's variable) forces it.
  *
  * Rounding is round-to-nearest-even, NaN kept NaN (what oneDNN, PyTorch and
  * AVX512-BF16's vcvtne2ps2bf16 do).
@@ -124,6 +125,7 @@ static char g_info[192];
 static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, int M, int N, int K, int ta, int tb, int bias, int sum);
 
 static void detect(void) {
+    lf__cpu_isa(); /* LLMFORGE_CPU_ISA's cap on oneDNN, before its first use */
     const dnnl_version_t *v = dnnl_version();
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     g_detected = MODE_FALLBACK;

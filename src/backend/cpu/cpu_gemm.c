@@ -163,6 +163,7 @@ static atomic_long g_failures;
 
 void lf__cpu_gemm_facts_here(lf__cpu_gemm_facts *f) {
     memset(f, 0, sizeof *f);
+    lf__cpu_isa(); /* LLMFORGE_CPU_ISA's cap on oneDNN, before its first use */
     f->request = getenv("LLMFORGE_FP32_GEMM");
     f->onednn_isa = (unsigned)dnnl_get_effective_cpu_isa();
     const dnnl_version_t *v = dnnl_version();
@@ -174,12 +175,12 @@ void lf__cpu_gemm_facts_here(lf__cpu_gemm_facts *f) {
         sscanf(cfg + 9, "%15s", f->openblas_version);
     else
         snprintf(f->openblas_version, sizeof f->openblas_version, "?");
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    f->cpu_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    f->cpu_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#endif
+    /* the backend's ISA level (CPUID capped by LLMFORGE_CPU_ISA, cpu_isa.c):
+     * under a cap, a kernel at the capped width is what was asked for, not a
+     * slow kernel to warn about */
+    const lf__cpu_isa_level isa = lf__cpu_isa();
+    f->cpu_avx2 = isa >= LF_CPU_ISA_AVX2;
+    f->cpu_avx512 = isa >= LF_CPU_ISA_AVX512;
 }
 
 static void detect(void) {
@@ -260,6 +261,8 @@ void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float
 }
 
 lf_status lf_backend_cpu_check(void) {
+    const lf__cpu_isa_choice *isa = lf__cpu_isa_here();
+    if (isa->error) return lf_fail(LF_ERR_CONFIG, "%s", isa->message);
     const lf__cpu_gemm_choice *c = choice();
     if (c->bad_request) return lf_fail(LF_ERR_CONFIG, "environment variable %s", c->warning);
     return LF_OK;

@@ -48,7 +48,8 @@
  *        cm..C-1, added (cm and whether to halve depend on C and OC only);
  *    So the same bits for any thread count and for a row computed alone or
  *    in a batch of N. The vector path (AVX-512, AVX2+FMA, plain C) is picked
- *    once per call from CPUID; different paths may differ in the last bits.
+ *    once per call from the backend's ISA level (cpu_isa.c: CPUID capped by
+ *    LLMFORGE_CPU_ISA); different paths may differ in the last bits.
  *  - Error: a sum of C products in either order, so |out - exact| <=
  *    gamma_(C+1) * (sum_c |inp||W| + |bias|), gamma_k = k u / (1 - k u),
  *    u = 2^-24 (Higham, Accuracy and Stability of Numerical Algorithms,
@@ -59,8 +60,8 @@
  *    (lf__cpu_channel_slice), so no two threads write one cache line of out
  *    (or of hi) in one phase.
  *  - Any x86-64 (and any other CPU): the vector kernels are compiled with
- *    target attributes and only called where __builtin_cpu_supports says
- *    the CPU has the ISA; the plain C path needs nothing.
+ *    target attributes and only called where the ISA level (from CPUID)
+ *    says the CPU has the ISA; the plain C path needs nothing.
  *  - Never allocates: the IN_OUT tile (16 KB per thread) and hi (64 KB, on
  *    the calling thread's stack) are fixed-size stack buffers.
  *
@@ -132,10 +133,14 @@ static atomic_int g_force = -1; /* < 0: what the CPU has; else at most this path
 void lf__cpu_gemv_force(int vec) { atomic_store(&g_force, vec); }
 
 lf__cpu_vec lf__cpu_gemv_vec(void) {
+    /* the backend's one ISA choice (cpu_isa.c: CPUID capped by LLMFORGE_CPU_ISA) */
+    const lf__cpu_isa_level isa = lf__cpu_isa();
     lf__cpu_vec v = LF_CPU_VEC_NONE;
 #if GEMV_X86
-    if (__builtin_cpu_supports("avx512f")) v = LF_CPU_VEC_AVX512;
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v = LF_CPU_VEC_AVX2;
+    if (isa >= LF_CPU_ISA_AVX512) v = LF_CPU_VEC_AVX512;
+    else if (isa >= LF_CPU_ISA_AVX2) v = LF_CPU_VEC_AVX2;
+#else
+    (void)isa;
 #endif
     const int f = atomic_load(&g_force);
     if (f >= 0 && (int)v > f) v = f >= LF_CPU_VEC_AVX2 ? LF_CPU_VEC_AVX2 : LF_CPU_VEC_NONE;

@@ -193,7 +193,7 @@ typedef struct lf__cpu_gemm_facts {
     char onednn_version[16];   /* "2.6.3" */
     const char *openblas_core; /* openblas_get_corename(): "SkylakeX", "Prescott", ... */
     char openblas_version[16]; /* "0.3.21" */
-    int cpu_avx2, cpu_avx512;  /* CPUID: AVX2+FMA; AVX-512 F/BW/VL/DQ */
+    int cpu_avx2, cpu_avx512;  /* the ISA level (CPUID capped by LLMFORGE_CPU_ISA): AVX2+FMA; AVX-512 F/BW/VL/DQ */
 } lf__cpu_gemm_facts;
 
 typedef struct lf__cpu_gemm_choice {
@@ -217,6 +217,32 @@ long lf__cpu_gemm_failures(void);
 void lf__cpu_gemm_inject_failures(int n);
 /* oneDNN's name of an ISA value ("avx512_core"). */
 const char *lf__cpu_onednn_isa_name(unsigned isa);
+
+/* cpu_isa.c: the vector ISA level of the backend's kernels and oneDNN:
+ * CPUID, capped by LLMFORGE_CPU_ISA (the file header says what follows it). */
+typedef enum lf__cpu_isa_level {
+    LF_CPU_ISA_GENERIC = 0, LF_CPU_ISA_AVX2, LF_CPU_ISA_AVX512, LF_CPU_ISA_AVX512_BF16, LF_CPU_ISA_AMX
+} lf__cpu_isa_level;
+enum { LF_CPU_ISA_ERR_UNKNOWN = 1, LF_CPU_ISA_ERR_ABOVE_CPU, LF_CPU_ISA_ERR_ONEDNN };
+typedef struct lf__cpu_isa_choice {
+    lf__cpu_isa_level cpu; /* what CPUID says */
+    lf__cpu_isa_level isa; /* in use: cpu, or LLMFORGE_CPU_ISA's level when valid */
+    int from_env;          /* isa comes from LLMFORGE_CPU_ISA */
+    int error;             /* 0 or LF_CPU_ISA_ERR_*: LLMFORGE_CPU_ISA unusable (isa = cpu) */
+    char message[224];     /* the error, naming the variable and its value */
+} lf__cpu_isa_choice;
+/* The decision as a pure function (tested on made-up CPUs); env = NULL or "": CPUID. */
+void lf__cpu_isa_choose(const char *env, lf__cpu_isa_level cpu, lf__cpu_isa_choice *c);
+lf__cpu_isa_level lf__cpu_isa_cpuid(void);
+const lf__cpu_isa_choice *lf__cpu_isa_here(void);
+lf__cpu_isa_level lf__cpu_isa(void);
+const char *lf__cpu_isa_name(lf__cpu_isa_level l);
+
+/* cpu_peak.c: the FMA probe's kernels per level (cpu_peak_avx2.c,
+ * cpu_peak_avx512.c, each compiled for its ISA): `iters` rounds of
+ * independent FMA chains on the calling thread; returns the flops done. */
+double lf__cpu_peak_kernel_avx2(long iters, float seed);
+double lf__cpu_peak_kernel_avx512(long iters, float seed);
 
 /* cpu_gemv.c: matmul_forward with at most LF_CPU_GEMV_MAX_N rows (decoding's
  * one new token), streamed by our own kernels: out (N,OC) = inp (N,C) @ W
@@ -243,6 +269,27 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                                int NH, int NKV, lf_dropout drop);
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop);
+
+/* The small-T attention path (cpu_attention_fast.h): its limits, and its
+ * kernels per vector width (cpu_attention_v8.c: AVX2, cpu_attention_v16.c:
+ * AVX-512), one (b,h) pair per call. */
+#define LF_CPU_ATT_FAST_TMAX 128
+#define LF_CPU_ATT_FAST_TILE 16384 /* floats of the transposed K (or V) tile on the stack */
+void lf__cpu_att_fast_forward_bh_v8(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
+                                    int T, int C, int W, int HS, float scale);
+void lf__cpu_att_fast_backward_bh_v8(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh,
+                                     const float *q, const float *k, const float *v, const float *att_bh, int T,
+                                     int C, int W, int HS, float scale, int add);
+void lf__cpu_att_fast_forward_bh_v16(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
+                                     int T, int C, int W, int HS, float scale);
+void lf__cpu_att_fast_backward_bh_v16(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh,
+                                      const float *q, const float *k, const float *v, const float *att_bh, int T,
+                                      int C, int W, int HS, float scale, int add);
+/* Test hooks: the lanes of the small-T kernels a (T, HS) without dropout
+ * would run at (0: the GEMM path); force 8-lane kernels (lanes = 8) where
+ * the ISA level would pick 16, or back to the level's choice (0). */
+int lf__cpu_attention_lanes(int T, int HS);
+void lf__cpu_attention_force_lanes(int lanes);
 
 /* What the CPU's attention saves and needs (backend_impl.h's size slots):
  * the (B,NH,T,T) probabilities, the same again as backward's scratch, and
