@@ -22,13 +22,15 @@ fail() { echo "FAIL: $*"; [ -f "$dir/out" ] && { echo "--- output"; tail -30 "$d
 
 . "$(dirname "$0")/mpi_cli_lib.sh"
 make_dataset "$shared"
-iters=300
+# 100 steps (checkpoints every 40): the signal comes after a step in 20..59, so at least 40 steps
+# are left when it is sent, as with the 300 steps of before (20..259), and the runs are a third
+iters=100
 cat >"$dir/cfg.json" <<EOF
 {"data": {"dataset": "$dir/ds"},
  "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.1},
  "train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "train_iters": $iters,
  "scheduler": {"warmup_iters": 2}, "eval": {"interval": 0, "iters": 1},
- "checkpoint": {"interval": 100, "keep_last": 2}, "steps_per_print": 100,
+ "checkpoint": {"interval": 40, "keep_last": 2}, "steps_per_print": 100,
  "registry": {"enabled": false}, "comm": {"timeout_s": 20}}
 EOF
 final=$(printf 'step_%08d' "$iters")
