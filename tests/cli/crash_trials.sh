@@ -2,8 +2,9 @@
 # Crash consistency by fault injection: SIGKILL at seeded random times during
 # a tiny training run that saves a checkpoint every 2 steps (so many kills
 # land inside a save), then `--resume auto` until the run finishes; repeated
-# for N trials. Sourced by nothing: run it (tests/cli/test_crash.sh runs 20
-# trials in CI, bench/kill_trials.sh runs 100+ and prints the same counts).
+# for N trials. Sourced by nothing: run it (tests/cli/test_crash.sh runs 8
+# trials in CI, tests/train/mpi_crash_cli.sh 3 with zero2, LF_CRASH_TRIALS=N
+# more; bench/kill_trials.sh runs 100+ and prints the same counts).
 #   crash_trials.sh LLMFORGE SHARED_DIR N [SEED] [single|zero2 MPIRUN [FLAGS...]]
 # single: one process, killed. zero2: ZeRO stage 2 on 2 ranks under MPIRUN;
 # one rank (chosen at random) is killed once every rank is past MPI_Init

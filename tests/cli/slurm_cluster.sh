@@ -9,7 +9,11 @@
 # slurmstepd, a job's task) and removes $dir; the caller may set `child` to
 # the pid of an srun/salloc/sbatch it runs in the background (killed first).
 # Sets: dir conf marker node cpus port; defines alive, pid_of, stop_pid,
-# cleanup, skip_daemon.
+# cleanup, skip_daemon. A caller that waits on jobs with `sbatch --wait` and
+# never looks a finished job up may set slurm_min_job_age=4 before sourcing:
+# sbatch --wait polls after 2 s, then 8 s more, then 32 (while the poll is under
+# MinJobAge / 2); with MinJobAge 4 it polls every 2 s (Slurm's default, 300 s,
+# keeps finished jobs for `scontrol show job`, which test_preempt_slurm needs).
 
 [ "$(id -u)" -eq 0 ] || skip "not root (the private Slurm daemons run as root)"
 for c in munged munge slurmctld slurmd srun sbatch salloc sinfo squeue scancel; do
@@ -27,12 +31,18 @@ export SLURM_CONF=$conf
 # a pid of ours still alive?
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
 pid_of() { [ -s "$1" ] && cat "$1" 2>/dev/null; }
-stop_pid() { # stop_pid PID: TERM, up to 5 s, then KILL
-  local p=$1
-  alive "$p" || return 0
-  kill "$p" 2>/dev/null
-  for _ in $(seq 50); do alive "$p" || return 0; sleep 0.1; done
-  kill -9 "$p" 2>/dev/null
+stop_pid() { # stop_pid PID...: TERM to each at once, up to 5 s for all, then KILL to those left
+  # (slurmd, slurmctld and munged each take a second or two to exit: together, not one after another)
+  local p left
+  for p in "$@"; do alive "$p" && kill "$p" 2>/dev/null; done
+  for _ in $(seq 50); do
+    left=
+    for p in "$@"; do alive "$p" && left=1; done
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+  for p in "$@"; do alive "$p" && kill -9 "$p" 2>/dev/null; done
+  return 0
 }
 child=
 cleanup() {
@@ -41,9 +51,7 @@ cleanup() {
     squeue -h -o %i 2>/dev/null | xargs -r scancel --quiet --full 2>/dev/null
     for _ in $(seq 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1; done
   fi
-  stop_pid "$(pid_of "$dir/slurmd.pid")"
-  stop_pid "$(pid_of "$dir/slurmctld.pid")"
-  stop_pid "$(pid_of "$dir/munge/munged.pid")"
+  stop_pid "$(pid_of "$dir/slurmd.pid")" "$(pid_of "$dir/slurmctld.pid")" "$(pid_of "$dir/munge/munged.pid")"
   # anything left of this cluster: a slurmstepd (the daemons' marker in its environment) or a
   # task of a job (SLURM_JOB_ID and this SLURM_CONF); no other process has either
   local e p env
@@ -114,6 +122,7 @@ MailProg=/bin/true
 ReturnToService=2
 InactiveLimit=0
 KillWait=2
+MinJobAge=${slurm_min_job_age:-300}
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=100 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF

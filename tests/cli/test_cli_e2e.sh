@@ -48,43 +48,48 @@ if [ -n "$PY" ]; then
     ok
 fi
 
-# ------------------------------------------------------------ train 60 steps
+# ------------------------------------------------------------ train N1 steps
 # LF_TEST_ARCH=llama runs the same script on a Llama (multi-query attention: 2 heads, 1 KV head).
+# 20 steps (an evaluation and a checkpoint every 10), then resumed to 30: two evaluations, a
+# rotation, a resume that crosses an interval. Each step costs syscalls on cpu-fenced (the
+# cli.*_fenced variants), so the steps are few; warmup 4 (the config's is 100) lets the loss fall
+# well within them.
 ARCH=${LF_TEST_ARCH:-gpt2}
+N1=20 N2=30 EV=10
 ARGS=(--data.dataset=data --model.n_layer=2 --model.n_head=2 --model.n_embd=32 --model.block_size=32
-      --train_micro_batch_size_per_gpu=8 --eval.interval=30 --eval.iters=2 --checkpoint.interval=30
-      --checkpoint.keep_last=1 --steps_per_print=10 --threads=2)
+      --train_micro_batch_size_per_gpu=8 --eval.interval=$EV --eval.iters=2 --checkpoint.interval=$EV
+      --checkpoint.keep_last=1 --steps_per_print=10 --scheduler.warmup_iters=4 --threads=2)
 [ "$ARCH" = llama ] && ARGS+=(--model.arch=llama --model.bias=false --model.n_kv_head=1 --model.ffn_hidden=64)
-"$LF" train "$CFG" "${ARGS[@]}" --out_dir=run --train_iters=60 >train.log 2>&1 || fail "train: $(cat train.log)"
+"$LF" train "$CFG" "${ARGS[@]}" --out_dir=run --train_iters=$N1 >train.log 2>&1 || fail "train: $(cat train.log)"
 ok
-grep -q "step 60/60" train.log || fail "train output has no 'step 60/60' line: $(cat train.log)"
+grep -q "step $N1/$N1" train.log || fail "train output has no 'step $N1/$N1' line: $(cat train.log)"
 ok
 log=run/log.jsonl
 [ -s "$log" ] || fail "no $log"
 
-# Train records: exactly steps 1..60, each with all keys.
+# Train records: exactly steps 1..N1, each with all keys.
 n_train=$(grep -c '"type":"train"' "$log")
-[ "$n_train" -eq 60 ] || fail "log.jsonl has $n_train train records, expected 60"
+[ "$n_train" -eq $N1 ] || fail "log.jsonl has $n_train train records, expected $N1"
 ok
 steps=$(grep '"type":"train"' "$log" | sed 's/.*"step":\([0-9]*\).*/\1/' | tr '\n' ' ')
-[ "$steps" = "$(seq -s ' ' 1 60) " ] || fail "train steps in log.jsonl are not 1..60: $steps"
+[ "$steps" = "$(seq -s ' ' 1 $N1) " ] || fail "train steps in log.jsonl are not 1..$N1: $steps"
 ok
 for k in type step loss lr grad_norm tokens_per_sec ms; do
     n=$(grep '"type":"train"' "$log" | grep -c "\"$k\":")
-    [ "$n" -eq 60 ] || fail "only $n of 60 train records have key '$k'"
+    [ "$n" -eq $N1 ] || fail "only $n of $N1 train records have key '$k'"
 done
 ok
 evals=$(grep '"type":"eval"' "$log" | grep '"train_loss":' | grep '"val_loss":' | sed 's/.*"step":\([0-9]*\).*/\1/' | tr '\n' ' ')
-[ "$evals" = "30 60 " ] || fail "eval records (with train_loss and val_loss) at steps '$evals', expected '30 60 '"
+[ "$evals" = "$EV $N1 " ] || fail "eval records (with train_loss and val_loss) at steps '$evals', expected '$EV $N1 '"
 ok
 loss_of() { grep '"type":"train"' "$log" | grep "\"step\":$1," | sed 's/.*"loss":\([-0-9.eE+]*\).*/\1/'; }
 first=$(loss_of 1)
-last=$(loss_of 60)
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not go down: step 1 $first, step 60 $last"
+last=$(loss_of $N1)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not go down: step 1 $first, step $N1 $last"
 ok
 
 if [ -n "$PY" ]; then
-    "$PY" - "$log" <<'PY' || fail "log.jsonl records are not valid JSON with the documented keys"
+    "$PY" - "$log" "$N1" <<'PY' || fail "log.jsonl records are not valid JSON with the documented keys"
 import json, math, sys
 train_keys = {"type", "step", "loss", "lr", "grad_norm", "tokens_per_sec", "ms"}
 n = 0
@@ -96,25 +101,26 @@ for line in open(sys.argv[1]):
         n += 1
     elif r["type"] == "eval":
         assert math.isfinite(r["train_loss"]) and math.isfinite(r["val_loss"]), r
-assert n == 60, n
+assert n == int(sys.argv[2]), n
 PY
     ok
-    "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); assert c["train_iters"]==60 and c["model"]["n_embd"]==32, c' \
-        run/config.resolved.json || fail "config.resolved.json is not valid JSON with train_iters 60, model.n_embd 32"
+    "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); assert c["train_iters"]==int(sys.argv[2]) and c["model"]["n_embd"]==32, c' \
+        run/config.resolved.json $N1 || fail "config.resolved.json is not valid JSON with train_iters $N1, model.n_embd 32"
     ok
 else
-    [ -s run/config.resolved.json ] && grep -q '"train_iters": *60' run/config.resolved.json ||
-        fail "config.resolved.json missing or without train_iters 60"
+    [ -s run/config.resolved.json ] && grep -q "\"train_iters\": *$N1" run/config.resolved.json ||
+        fail "config.resolved.json missing or without train_iters $N1"
     ok
 fi
 
 # ------------------------------------------------------------ checkpoint directory
-[ "$(cat run/ckpt/latest)" = "step_00000060" ] || fail "ckpt/latest holds '$(cat run/ckpt/latest)', expected step_00000060"
+ck1=$(printf 'step_%08d' $N1)
+[ "$(cat run/ckpt/latest)" = "$ck1" ] || fail "ckpt/latest holds '$(cat run/ckpt/latest)', expected $ck1"
 ok
 kept=$(cd run/ckpt && ls -d step_* | tr '\n' ' ')
-[ "$kept" = "step_00000060 " ] || fail "keep_last 1 left '$kept' in run/ckpt"
+[ "$kept" = "$ck1 " ] || fail "keep_last 1 left '$kept' in run/ckpt"
 ok
-ck=run/ckpt/step_00000060
+ck=run/ckpt/$ck1
 for f in model.safetensors optimizer.safetensors trainer_state.json; do
     [ -s "$ck/$f" ] || fail "no $ck/$f"
 done
@@ -153,7 +159,7 @@ assert s["model"]["arch"] == "llama" and s["model"]["n_kv_head"] == 1 and s["mod
 PY
     ok
 elif [ -n "$PY" ]; then
-    "$PY" - "$ck" "$V" <<'PY' || fail "model.safetensors / trainer_state.json do not have the expected content"
+    "$PY" - "$ck" "$V" "$N1" <<'PY' || fail "model.safetensors / trainer_state.json do not have the expected content"
 import json, os, struct, sys
 ck, V = sys.argv[1], int(sys.argv[2])
 path = os.path.join(ck, "model.safetensors")
@@ -172,9 +178,9 @@ assert all(t["dtype"] == "F32" for t in h.values())
 end = max(t["data_offsets"][1] for t in h.values())
 assert os.path.getsize(path) == 8 + n + end, "data region size"
 s = json.load(open(os.path.join(ck, "trainer_state.json")))
-assert s["step"] == 60, s["step"]
+assert s["step"] == int(sys.argv[3]), s["step"]
 assert s["model"]["n_embd"] == 32 and s["model"]["vocab_size"] == V, s["model"]
-assert s["config"]["train_iters"] == 60
+assert s["config"]["train_iters"] == int(sys.argv[3])
 for name in ("model.safetensors", "optimizer.safetensors"):
     assert s["files"][name]["bytes"] == os.path.getsize(os.path.join(ck, name)), name
 PY
@@ -183,7 +189,7 @@ elif [ "$ARCH" = gpt2 ]; then
     hdr=$(head -c 4096 "$ck/model.safetensors" | tr -d '\0')
     case "$hdr" in *"\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[$V,32]"*) ;; *) fail "wte.weight is not F32 [$V,32]" ;; esac
     case "$hdr" in *lm_head.weight*) fail "lm_head.weight is stored" ;; esac
-    grep -q '"step":[[:space:]]*60,' "$ck/trainer_state.json" || fail "trainer_state.json step is not 60"
+    grep -q "\"step\":[[:space:]]*$N1," "$ck/trainer_state.json" || fail "trainer_state.json step is not $N1"
     ok
 fi
 
@@ -215,22 +221,23 @@ grep -q "\"model_type\": \"$ARCH\"" "$latest_dir/config.json" || fail "checkpoin
 grep -q '"vocab.json"' "$latest_dir/trainer_state.json" || fail "trainer_state.json does not list vocab.json"
 ok
 
-# ------------------------------------------------------------ resume to 80
-"$LF" train "$CFG" "${ARGS[@]}" --out_dir=run --train_iters=80 --resume >resume.log 2>&1 ||
+# ------------------------------------------------------------ resume to N2
+"$LF" train "$CFG" "${ARGS[@]}" --out_dir=run --train_iters=$N2 --resume >resume.log 2>&1 ||
     fail "train --resume: $(cat resume.log)"
 ok
-grep -q '"type":"resume","step":60' "$log" || fail "log.jsonl has no resume record at step 60"
+grep -q "\"type\":\"resume\",\"step\":$N1," "$log" || fail "log.jsonl has no resume record at step $N1"
 ok
 steps=$(grep '"type":"train"' "$log" | sed 's/.*"step":\([0-9]*\).*/\1/' | tr '\n' ' ')
-[ "$steps" = "$(seq -s ' ' 1 80) " ] || fail "after resume, train steps are not 1..80: $steps"
+[ "$steps" = "$(seq -s ' ' 1 $N2) " ] || fail "after resume, train steps are not 1..$N2: $steps"
 ok
-[ "$(cat run/ckpt/latest)" = "step_00000080" ] || fail "after resume ckpt/latest is '$(cat run/ckpt/latest)'"
+ck2=$(printf 'step_%08d' $N2)
+[ "$(cat run/ckpt/latest)" = "$ck2" ] || fail "after resume ckpt/latest is '$(cat run/ckpt/latest)'"
 kept=$(cd run/ckpt && ls -d step_* | tr '\n' ' ')
-[ "$kept" = "step_00000080 " ] || fail "after resume keep_last 1 left '$kept'"
+[ "$kept" = "$ck2 " ] || fail "after resume keep_last 1 left '$kept'"
 ok
 
 # The resumed run matches an uninterrupted one bit for bit (fp32, CPU, same threads).
-"$LF" train "$CFG" "${ARGS[@]}" --out_dir=straight --train_iters=80 >straight.log 2>&1 ||
+"$LF" train "$CFG" "${ARGS[@]}" --out_dir=straight --train_iters=$N2 >straight.log 2>&1 ||
     fail "uninterrupted train: $(cat straight.log)"
 losses() { grep '"type":"train"' "$1" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"lr":\([^,]*\),"grad_norm":\([^,]*\),.*/\1 \2 \3 \4/'; }
 losses "$log" >resumed.txt
@@ -239,7 +246,9 @@ diff resumed.txt straight.txt >loss.diff || fail "resumed run differs from the u
 ok
 
 # ------------------------------------------------------------ bench
-b=$("$LF" bench --preset shakespeare-char-cpu --steps 2 --warmup 0 --threads 2 --json 2>bench.err) ||
+# one step of micro-batch 2 x 16 tokens: the output's form is the point (on cpu-fenced a step of
+# the preset's own 12 x 64 costs seconds)
+b=$("$LF" bench --preset shakespeare-char-cpu --micro-batch 2 --seq 16 --steps 1 --warmup 0 --threads 2 --json 2>bench.err) ||
     fail "bench: $(cat bench.err)"
 ok
 [ "$(printf '%s\n' "$b" | wc -l)" -eq 1 ] || fail "bench --json printed more than one line: $b"

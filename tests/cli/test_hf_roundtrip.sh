@@ -19,39 +19,64 @@ case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
 case "$SRC" in /*) ;; *) SRC="$PWD/$SRC" ;; esac
 . "$(dirname "$0")/cli_lib.sh"
 PYHF=${LF_HF_PYTHON:-$HOME/.cache/llmforge/bench-venv/bin/python}
-if ! [ -x "$PYHF" ] || ! "$PYHF" -c "import torch, transformers" 2>/dev/null; then
-    echo "SKIPPED: no Python with torch and transformers ($PYHF); set LF_HF_PYTHON"
-    exit 0
-fi
+skip_hf() { echo "SKIPPED: no Python with torch and transformers ($PYHF${1:+: $1}); set LF_HF_PYTHON"; exit 0; }
+[ -x "$PYHF" ] || skip_hf
 cli_tmpdir hfrt
 corpus="$SHARED/data/tinyshakespeare.txt"
 if [ -f "$corpus" ]; then head -c 30000 "$corpus" >corpus.txt
 else for i in $(seq 1 400); do echo "ROMEO: what light through yonder window breaks?"; done >corpus.txt; fi
 "$LF" prepare --char corpus.txt --out data >prepare.log 2>&1 || fail "prepare: $(cat prepare.log)"
 ok
+IDS=3,17,22,9,40,1,11,29
 for bias in false true; do
-    rm -rf run
     "$LF" train --data.dataset=data --model.arch=llama --model.n_layer=2 --model.n_head=4 --model.n_kv_head=2 \
         --model.n_embd=32 --model.ffn_hidden=80 --model.block_size=32 --model.tie_embeddings=false \
         --model.rope_theta=5000 --model.bias=$bias --train_micro_batch_size_per_gpu=8 --train_iters=40 \
-        --eval.interval=0 --checkpoint.interval=0 --out_dir=run --threads=2 >train.log 2>&1 ||
+        --eval.interval=0 --checkpoint.interval=0 --out_dir=run_$bias --threads=2 >train.log 2>&1 ||
         fail "train (bias $bias): $(cat train.log)"
     ok
     want=llama; [ $bias = true ] && want=qwen2
-    grep -q "\"model_type\": \"$want\"" run/ckpt/step_00000040/config.json || fail "bias $bias: config.json is not $want"
+    grep -q "\"model_type\": \"$want\"" run_$bias/ckpt/step_00000040/config.json || fail "bias $bias: config.json is not $want"
     ok
-    IDS=3,17,22,9,40,1,11,29
-    "$LF" sample --ckpt run --ids $IDS --max-new-tokens 12 --temperature 0 --json --threads 2 >lf.json 2>sample.err ||
+    "$LF" sample --ckpt run_$bias --ids $IDS --max-new-tokens 12 --temperature 0 --json --threads 2 >lf_$bias.json 2>sample.err ||
         fail "sample --json (bias $bias): $(cat sample.err)"
     ok
-    "$PYHF" "$SRC/tools/check_hf_llama.py" run/ckpt --ids $IDS --tokens 12 --compare lf.json --out hf.json \
-        >check.log 2>&1 || fail "transformers disagrees or cannot load the $want checkpoint: $(tail -5 check.log)"
+done
+# tools/check_hf_llama.py on both checkpoints in one interpreter: importing torch and transformers
+# takes ~12 s a time on a loaded 2-core machine, the check itself well under a second
+"$PYHF" - "$SRC/tools/check_hf_llama.py" "$IDS" >check.log 2>&1 <<'PY'
+import contextlib, runpy, sys
+try:
+    import torch, transformers  # noqa: F401 (the tool imports them again, from the cache)
+except ImportError as e:
+    print(e)
+    sys.exit(3)
+tool, ids = sys.argv[1], sys.argv[2]
+for bias in ("false", "true"):
+    sys.argv = [tool, f"run_{bias}/ckpt", "--ids", ids, "--tokens", "12", "--compare", f"lf_{bias}.json",
+                "--out", f"hf_{bias}.json"]
+    with open(f"check_{bias}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            runpy.run_path(tool, run_name="__main__")
+            rc = 0
+        except SystemExit as e:  # the tool ends with sys.exit(main())
+            rc = e.code if isinstance(e.code, int) else 1
+    with open(f"check_{bias}.rc", "w") as f:
+        f.write(f"{rc}\n")
+PY
+rc=$?
+[ $rc -eq 3 ] && skip_hf "$(tail -1 check.log)"
+[ $rc -eq 0 ] || fail "the check's interpreter exited $rc: $(tail -5 check.log)"
+for bias in false true; do
+    want=llama; [ $bias = true ] && want=qwen2
+    [ "$(cat check_$bias.rc)" = 0 ] ||
+        fail "transformers disagrees or cannot load the $want checkpoint: $(tail -5 check_$bias.log)"
     ok
-    grep -q '"missing_keys": \[\], "unexpected_keys": \[\]' hf.json ||
-        fail "$want: missing or unexpected weights: $(head -c 400 hf.json)"
+    grep -q '"missing_keys": \[\], "unexpected_keys": \[\]' hf_$bias.json ||
+        fail "$want: missing or unexpected weights: $(head -c 400 hf_$bias.json)"
     ok
-    grep -q '"logits_agree": true' hf.json || fail "$want: logits disagree: $(grep -o '"compare": {[^}]*}' hf.json)"
+    grep -q '"logits_agree": true' hf_$bias.json || fail "$want: logits disagree: $(grep -o '"compare": {[^}]*}' hf_$bias.json)"
     ok
-    echo "$want: $(grep -o '"compare": {[^}]*}' hf.json)"
+    echo "$want: $(grep -o '"compare": {[^}]*}' hf_$bias.json)"
 done
 echo "$passed passed, 0 failed"
