@@ -117,7 +117,9 @@ lf_status lf_backend_cuda_register(void);
 lf_status lf_backend_cuda_set_device(int device);
 
 /* Threads the CPU backend uses (OpenMP + BLAS). n <= 0 keeps OpenMP's
- * default (OMP_NUM_THREADS when set, else every core). */
+ * default (OMP_NUM_THREADS when set, else the CPUs of the affinity mask;
+ * OpenMP does not read a cgroup CPU limit: lf_cpu_threads_choose does, and
+ * is what the CLI passes here). */
 void lf_backend_cpu_set_threads(int n);
 int lf_backend_cpu_threads(void);
 
