@@ -190,6 +190,8 @@ const char *lf_backend_cpu_bf16_kernel(void) {
 
 int lf__cpu_bf16_uses_onednn(void) { return mode() == MODE_ONEDNN; }
 
+int lf_backend_cpu_bf16_native(void) { return mode() != MODE_FP32; }
+
 void lf__cpu_bf16_force_fallback(int on) { atomic_store(&g_force, on ? MODE_FP32 : 0); }
 
 void lf__cpu_bf16_force_emulation(int on) { atomic_store(&g_force, on ? MODE_EMULATE : 0); }
