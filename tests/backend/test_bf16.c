@@ -260,6 +260,49 @@ static void test_fallback_path(void **state) {
     lf__cpu_bf16_force_emulation(0);
 }
 
+/* The path without bf16 instructions is the fp32 op ("cpu") on the input
+ * rounded to bf16, bit for bit: the same kernel on the same operands and
+ * thread count (its gemv for few rows too), whether the input comes in fp32
+ * or stored in bf16; the weights and output gradients as they are. */
+static void test_fp32_path_is_fp32_op(void **state) {
+    (void)state;
+    static const int sizes[][3] = {{21, 20, 13}, {1, 64, 96}, {3, 48, 40}, {256, 128, 384}};
+    lf__cpu_bf16_force_fallback(1);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (int L = 0; L < 2; L++) {
+            const int N = sizes[s][0], C = sizes[s][1], OC = sizes[s][2];
+            const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+            const lf_weight_layout lay = (lf_weight_layout)L;
+            ten inp = ten_rand(nx, 1.0f, 81), w = ten_rand(nw, 0.5f, 82), b = ten_rand((size_t)OC, 0.3f, 83);
+            ten dout = ten_rand(no, 0.7f, 84), pre = ten_rand(nw, 2.0f, 85), preb = ten_rand((size_t)OC, 1.0f, 86);
+            float *xr = malloc(nx * sizeof(float));
+            uint16_t *xh = malloc(nx * sizeof(uint16_t));
+            lf__cpu_cast_bf16(xh, inp.f, nx);
+            for (size_t i = 0; i < nx; i++) xr[i] = lf__cpu_bf16_round(inp.f[i]);
+            float *o[3], *di[3], *dw[3], *db[3];
+            for (int k = 0; k < 3; k++) {
+                o[k] = malloc(no * sizeof(float)), di[k] = malloc(nx * sizeof(float));
+                dw[k] = floats_copy(pre.f, nw), db[k] = floats_copy(preb.f, (size_t)OC);
+            }
+            bf()->ops->params_changed(bf());
+            fp()->ops->matmul_forward(fp(), o[0], xr, LF_DT_F32, w.f, b.f, N, C, OC, lay);
+            bf()->ops->matmul_forward(bf(), o[1], inp.f, LF_DT_F32, w.f, b.f, N, C, OC, lay);
+            bf()->ops->matmul_forward(bf(), o[2], xh, LF_DT_BF16, w.f, b.f, N, C, OC, lay);
+            fp()->ops->matmul_backward(fp(), di[0], dw[0], db[0], dout.f, xr, LF_DT_F32, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), di[1], dw[1], db[1], dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), di[2], dw[2], db[2], dout.f, xh, LF_DT_BF16, w.f, N, C, OC, lay);
+            for (int k = 1; k < 3; k++)
+                if (memcmp(o[k], o[0], no * sizeof(float)) || memcmp(di[k], di[0], nx * sizeof(float)) ||
+                    memcmp(dw[k], dw[0], nw * sizeof(float)) || memcmp(db[k], db[0], (size_t)OC * sizeof(float)))
+                    fail_msg("N=%d C=%d OC=%d layout %d, input %s: not the fp32 op on the rounded input", N, C, OC, L,
+                             k == 1 ? "fp32" : "bf16");
+            for (int k = 0; k < 3; k++) free(o[k]), free(di[k]), free(dw[k]), free(db[k]);
+            free(xr), free(xh);
+            ten_free(&inp), ten_free(&w), ten_free(&b), ten_free(&dout), ten_free(&pre), ten_free(&preb);
+        }
+    lf__cpu_bf16_force_fallback(0);
+}
+
 /* A GPT-2 block's product (64 x 768 @ 768 x 3072, both layouts), forward
  * and backward, on one path; the outputs malloc'd. */
 static void gpt2_block_product(int L, float **o, float **x, float **w) {
@@ -528,6 +571,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_forward),
         cmocka_unit_test(test_matmul_backward),
         cmocka_unit_test(test_fallback_path),
+        cmocka_unit_test(test_fp32_path_is_fp32_op),
         cmocka_unit_test(test_fp32_path_closer_to_fp32),
         cmocka_unit_test(test_onednn_matches_emulation),
         cmocka_unit_test(test_never_nan),

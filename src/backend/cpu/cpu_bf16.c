@@ -12,7 +12,10 @@
  *    fp32 weights and gradients as they are, and on the layer input as it is
  *    stored, in bf16 (widened exactly into per-thread scratch; an fp32 input
  *    is rounded first, so the storage never changes a result): out =
- *    bf16(x) W, dinp = dout W^T (an fp32 product), dW += bf16(x)^T dout. Why
+ *    bf16(x) W, dinp = dout W^T (an fp32 product), dW += bf16(x)^T dout,
+ *    by the fp32 op itself (cpu_matmul.c, its gemv for few rows too), so
+ *    bit for bit the "cpu" table's op on the rounded input. Where no
+ *    scratch can be had, product() below takes it on. Why
  *    not bf16 arithmetic here: without the instructions a bf16 product is
  *    an fp32 product on rounded operands, and rounding W and dout is a pass
  *    over them (plus a rounded copy of every weight) that only adds error;
@@ -595,6 +598,11 @@ static void matmul_forward(float *out, const float *inp, const uint16_t *inp_h, 
     tstate *s = thread_state();
     operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .act = 1, .slot = 0};
     operand w = {.x = weight, .n = (size_t)C * OC, .weight = 1};
+    const float *xr = mode() == MODE_FP32 && s ? operand_get(s, &x, KIND_F32R) : NULL;
+    if (xr) { /* the fp32 op itself (its gemv for few rows too) on the input as stored */
+        lf__cpu_matmul_forward(out, xr, weight, bias, N, C, OC, layout);
+        return;
+    }
     /* IN_OUT: W stored (C,OC) = (K,N); OUT_IN: stored (OC,C) = (N,K) */
     product(s, N, OC, C, &x, 0, &w, layout == LF_W_OUT_IN, bias, out, 0);
 }
@@ -618,6 +626,11 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
     operand d = {.x = dout, .n = (size_t)N * OC, .slot = 1};
     operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .act = 1, .slot = 0};
     operand w = {.x = weight, .n = (size_t)C * OC, .weight = 1};
+    const float *xr = mode() == MODE_FP32 && s ? operand_get(s, &x, KIND_F32R) : NULL;
+    if (xr) { /* the fp32 op itself on the input as stored */
+        lf__cpu_matmul_backward(dinp, dweight, dbias, dout, xr, weight, N, C, OC, layout);
+        return;
+    }
     if (layout == LF_W_IN_OUT) {
         /* dinp (N,C) = dout (N,OC) @ W^T, W stored (C,OC) = (N,K) of this product */
         if (dinp) product(s, N, C, OC, &d, 0, &w, 1, NULL, dinp, 0);
