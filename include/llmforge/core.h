@@ -235,7 +235,7 @@ typedef struct lf_cpu_threads {
  * *out; returns out->threads. Never fails: what cannot be read (no /proc, no
  * cgroup mount) counts as no limit. Reads /proc/self/cgroup,
  * /proc/self/mountinfo and the limit files on every call; thread-safe. */
-int lf_cpu_threads_machine(lf_cpu_threads *out);
+int lf_cpu_threads_detect(lf_cpu_threads *out);
 /* The same, then the choice a compute command makes: `requested` > 0 wins
  * (source REQUESTED), else OMP_NUM_THREADS when its first value is an
  * integer in [1, 4096] (ENV; OpenMP itself reads it), else the machine's.

@@ -368,7 +368,7 @@ lf_status lf_cpu_affinity_list(int **cpus, int *n) {
 }
 
 /* ---------------------------------------------------------------- the choice */
-int lf_cpu_threads_machine(lf_cpu_threads *out) {
+int lf_cpu_threads_detect(lf_cpu_threads *out) {
     memset(out, 0, sizeof *out);
     const long on = sysconf(_SC_NPROCESSORS_ONLN);
     out->online = on < 1 ? 1 : on > INT_MAX ? INT_MAX : (int)on;
@@ -411,7 +411,7 @@ static int omp_env_threads(void) {
 }
 
 int lf_cpu_threads_choose(lf_cpu_threads *out, int requested) {
-    lf_cpu_threads_machine(out);
+    lf_cpu_threads_detect(out);
     const int env = omp_env_threads();
     if (requested > 0) {
         out->threads = requested;

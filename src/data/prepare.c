@@ -1132,7 +1132,7 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     p.n_threads = opts->n_threads;
     if (p.n_threads == 0) { /* the CPUs granted: affinity mask, cgroup CPU limit */
         lf_cpu_threads ct;
-        const int n = lf_cpu_threads_machine(&ct);
+        const int n = lf_cpu_threads_detect(&ct);
         p.n_threads = n > LF_PREPARE_MAX_THREADS ? LF_PREPARE_MAX_THREADS : n;
     }
     p.batch_bytes = LF_PREPARE_BATCH_BYTES * (size_t)p.n_threads;

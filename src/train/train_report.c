@@ -133,7 +133,7 @@ char *lf__trep_run_info(const char *plan_json, const lf_train_config *cfg, int w
     cJSON_AddStringToObject(hw, "host", host);
     cJSON_AddStringToObject(hw, "cpu", cpu[0] ? cpu : "unknown");
     lf_cpu_threads ct;
-    lf_cpu_threads_machine(&ct);
+    lf_cpu_threads_detect(&ct);
     cJSON_AddNumberToObject(hw, "cores", ct.online);
     cJSON_AddNumberToObject(hw, "cpus_granted", ct.threads); /* affinity mask, cgroup CPU limit */
     cJSON_AddStringToObject(hw, "cpus_granted_by", lf_threads_source_name(ct.source));

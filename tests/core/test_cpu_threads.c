@@ -276,7 +276,7 @@ static void test_escaped_mount_point(void **state) {
 static void test_machine(void **state) {
     (void)state;
     lf_cpu_threads t;
-    const int n = lf_cpu_threads_machine(&t);
+    const int n = lf_cpu_threads_detect(&t);
     assert_int_equal(n, t.threads);
     assert_true(t.threads >= 1 && t.threads <= t.online);
     assert_true(t.affinity >= 1 && t.affinity <= t.online);
@@ -293,7 +293,7 @@ static void test_machine(void **state) {
     CPU_ZERO(&one);
     CPU_SET(cpus[0], &one);
     assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
-    lf_cpu_threads_machine(&t);
+    lf_cpu_threads_detect(&t);
     assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
     assert_int_equal(t.threads, 1);
     assert_int_equal(t.affinity, 1);
@@ -304,7 +304,7 @@ static void test_machine(void **state) {
 static void test_choose(void **state) {
     (void)state;
     lf_cpu_threads m, t;
-    lf_cpu_threads_machine(&m);
+    lf_cpu_threads_detect(&m);
     const char *saved = getenv("OMP_NUM_THREADS");
     char *keep = saved ? strdup(saved) : NULL;
     setenv("OMP_NUM_THREADS", "3,2", 1);

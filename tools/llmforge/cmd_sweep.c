@@ -123,10 +123,10 @@ static int file_exists(const char *p) {
 }
 
 /* CPUs this process is granted (a Slurm task's allocation, a taskset, a
- * container's CPU limit): lf_cpu_threads_machine. */
+ * container's CPU limit): lf_cpu_threads_detect. */
 static int cpu_count(void) {
     lf_cpu_threads t;
-    return lf_cpu_threads_machine(&t);
+    return lf_cpu_threads_detect(&t);
 }
 
 /* The point as "key=value ..." for people. */

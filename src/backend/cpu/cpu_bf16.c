@@ -295,6 +295,10 @@ void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, floa
     }
     /* copies are read only by ops, which never run during the update */
     pthread_mutex_unlock(&g_wlock);
+    if (!shadow[KIND_BF16] && !shadow[KIND_F32R]) { /* no copy to renew (MODE_FP32 keeps none): fp32's AdamW */
+        lf__cpu_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+        return;
+    }
     lf__cpu_adamw_update_shadow(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
                                 shadow[KIND_BF16], shadow[KIND_F32R]);
 }
