@@ -23,7 +23,7 @@ for bf in false true; do
   "$BUILD"/llmforge train configs/shakespeare_char_cpu.json --threads 2 --bf16.enabled=$bf \
     --data.dataset="$OUT/data" --out_dir="$OUT/bf16_$bf" --train_iters="$ITERS" \
     --scheduler.decay_iters="$ITERS" --eval.interval="$ITERS" --checkpoint.interval=0 \
-    --steps_per_print="$ITERS" | grep -E "^bf16:|val loss"
+    --steps_per_print="$ITERS" | grep -E "^(bf16 matmul|threads):|val loss"
 done
 /usr/bin/python3 - "$OUT/bf16_false/log.jsonl" "$OUT/bf16_true/log.jsonl" <<'PY'
 import json, statistics, sys

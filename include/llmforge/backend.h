@@ -117,17 +117,26 @@ lf_status lf_backend_cuda_register(void);
 lf_status lf_backend_cuda_set_device(int device);
 
 /* Threads the CPU backend uses (OpenMP + BLAS). n <= 0 keeps OpenMP's
- * default (OMP_NUM_THREADS when set, else every core). */
+ * default (OMP_NUM_THREADS when set, else the CPUs of the affinity mask;
+ * OpenMP does not read a cgroup CPU limit: lf_cpu_threads_choose does, and
+ * is what the CLI passes here). */
 void lf_backend_cpu_set_threads(int n);
 int lf_backend_cpu_threads(void);
 
 /* Which kernel "cpu-bf16" uses on this machine, decided at the first call
  * (thread-safe; the string is static): "oneDNN 2.6.3 avx512_core_amx
- * (brg:avx512_core_amx_bf16)" when oneDNN's ISA has bf16 instructions, else
- * "fallback (fp32 sgemm on bf16-rounded operands; ...)" with the reason.
+ * (brg:avx512_core_amx_bf16)" when oneDNN's ISA has bf16 instructions (every
+ * product operand rounded to bf16, fp32 accumulation, bf16 weight copies),
+ * else "fp32 products on bf16-stored activations (no bf16 instructions:
+ * oneDNN 2.6.3 ISA avx2)": fp32 products on the fp32 weights and output
+ * gradients and on the layer input as stored in bf16 (docs/bf16.md).
  * ONEDNN_MAX_CPU_ISA (oneDNN's variable, read before the first call) below
- * AVX512_CORE_BF16 selects the fallback. */
+ * AVX512_CORE_BF16 selects the latter. */
 const char *lf_backend_cpu_bf16_kernel(void);
+/* 1 when "cpu-bf16" multiplies with bf16 instructions (and so keeps bf16
+ * copies of the weights), 0 when its products are fp32 (the second kernel
+ * above). Decided with lf_backend_cpu_bf16_kernel; thread-safe. */
+int lf_backend_cpu_bf16_native(void);
 
 /* Which kernel does the fp32 matrix products of "cpu" (and of the attention
  * and the bf16 fallback), decided at the first call (thread-safe; the string

@@ -204,6 +204,62 @@ uint32_t lf_crc32(uint32_t crc, const void *data, size_t len);
 /* Monotonic wall clock in seconds. */
 double lf_time_now(void);
 
+/* ---------------------------------------------------------------- CPUs this process may use */
+/* How many compute threads to run by default: the CPUs the machine or
+ * container actually grants, not the host's online count. A job given a CPU
+ * set (taskset, Slurm, a cpuset cgroup) sees it in its affinity mask; a
+ * container under a CPU bandwidth limit (Kubernetes' CPU limit: cgroup v2
+ * cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us) does not, and one
+ * thread per host core there is throttled every period. The count is
+ * min(affinity CPUs, ceil(quota / period)) over the process's cgroup and
+ * every ancestor up to the cgroup mount (the tightest limit wins), at least
+ * 1; ceil as Go 1.25's GOMAXPROCS, .NET's ProcessorCount and the JDK do: a
+ * quota of 1.5 CPUs runs 2 threads, which together get the whole 1.5 (the
+ * whole group is throttled at once, so fork/join regions lose nothing to a
+ * straggler), where 1 thread would leave a third of it unused. src/core/cpu_threads.c. */
+typedef enum lf_threads_source {
+    LF_THREADS_SOURCE_ONLINE = 0,    /* "online CPUs": sysconf(_SC_NPROCESSORS_ONLN), nothing tighter */
+    LF_THREADS_SOURCE_AFFINITY = 1,  /* "affinity": the CPUs in the affinity mask (fewer than online) */
+    LF_THREADS_SOURCE_CGROUP = 2,    /* "cgroup cpu.max": a cgroup v2 bandwidth limit */
+    LF_THREADS_SOURCE_CGROUP_V1 = 3, /* "cgroup cpu.cfs_quota_us": a cgroup v1 bandwidth limit */
+    LF_THREADS_SOURCE_ENV = 4,       /* "OMP_NUM_THREADS": its first value */
+    LF_THREADS_SOURCE_REQUESTED = 5, /* "requested": the caller's count (the CLI's --threads) */
+} lf_threads_source;
+
+/* Short fixed name of a source (above); never NULL. */
+const char *lf_threads_source_name(lf_threads_source s);
+
+#define LF_CPU_PATH_MAX 512
+typedef struct lf_cpu_threads {
+    int threads;              /* the count to run, >= 1 */
+    lf_threads_source source; /* what decided it */
+    int online;               /* sysconf(_SC_NPROCESSORS_ONLN), >= 1 */
+    int affinity;             /* CPUs in the calling thread's affinity mask; 0 when unknown */
+    int64_t quota_us;         /* the tightest cgroup limit: quota_us per period_us, */
+    int64_t period_us;        /* both 0 when no cgroup limits the CPU */
+    char limit_file[LF_CPU_PATH_MAX]; /* the file that holds that limit ("" when none) */
+    /* A limit file that was skipped because its content is not what the
+     * kernel writes (then that cgroup counts as unlimited): "'FILE': why";
+     * "" when none was. */
+    char ignored[LF_CPU_PATH_MAX + 96];
+} lf_cpu_threads;
+
+/* What the machine grants (affinity mask, cgroup limits, online CPUs) into
+ * *out; returns out->threads. Never fails: what cannot be read (no /proc, no
+ * cgroup mount) counts as no limit. Reads /proc/self/cgroup,
+ * /proc/self/mountinfo and the limit files on every call; thread-safe. */
+int lf_cpu_threads_detect(lf_cpu_threads *out);
+/* The same, then the choice a compute command makes: `requested` > 0 wins
+ * (source REQUESTED), else OMP_NUM_THREADS when its first value is an
+ * integer in [1, 4096] (ENV; OpenMP itself reads it), else the machine's.
+ * Returns out->threads. */
+int lf_cpu_threads_choose(lf_cpu_threads *out, int requested);
+/* The CPU numbers in the calling thread's affinity mask, ascending, into
+ * *cpus (lf_alloc'd; free with lf_free) and their count into *n. Masks of
+ * any size (CPU_ALLOC; machines past 1024 CPUs). LF_ERR_IO when
+ * sched_getaffinity fails, LF_ERR_NOMEM; *cpus is NULL then. */
+lf_status lf_cpu_affinity_list(int **cpus, int *n);
+
 /* ---------------------------------------------------------------- JSON numbers */
 /* Every JSON number llmforge writes reads back (strtod) as the double it
  * wrote. lf_json_number writes v into buf with the fewest significant digits

@@ -524,8 +524,8 @@ typedef struct lf_prepare_opts {
     const char *tokenizer;     /* spec, see above */
     double split[LF_PREPARE_N_SPLITS]; /* train, val, test weights (>= 0, train > 0) */
     size_t shard_tokens;       /* 0: LF_PREPARE_SHARD_TOKENS */
-    int n_threads;             /* tokenizing threads, 1 .. LF_PREPARE_MAX_THREADS; 0: the online cores
-                                  (sysconf(_SC_NPROCESSORS_ONLN)) */
+    int n_threads;             /* tokenizing threads, 1 .. LF_PREPARE_MAX_THREADS; 0: the CPUs granted
+                                  (lf_cpu_threads_detect: affinity mask, cgroup CPU limit) */
     lf_prepare_progress_fn progress; /* may be NULL; called after each record batch and at the end */
     void *progress_user;
     lf_skip_fn on_skip;        /* may be NULL; each skipped record (second pass only with "char") */

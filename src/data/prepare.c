@@ -1109,7 +1109,7 @@ static lf_status check_opts(const lf_prepare_opts *o, const char *out_dir, doubl
     }
     if (!(o->split[0] > 0)) return lf_fail(LF_ERR_RANGE, "prepare: the train split weight must be > 0");
     if (o->n_threads < 0 || o->n_threads > LF_PREPARE_MAX_THREADS)
-        return lf_fail(LF_ERR_RANGE, "prepare: n_threads is %d, must be 0 (all cores) .. %d", o->n_threads,
+        return lf_fail(LF_ERR_RANGE, "prepare: n_threads is %d, must be 0 (the CPUs granted) .. %d", o->n_threads,
                        LF_PREPARE_MAX_THREADS);
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) w[s] = o->split[s] / sum;
     return LF_OK;
@@ -1130,9 +1130,10 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     p.pass = 1;
     p.eot = -1;
     p.n_threads = opts->n_threads;
-    if (p.n_threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        p.n_threads = n < 1 ? 1 : n > LF_PREPARE_MAX_THREADS ? LF_PREPARE_MAX_THREADS : (int)n;
+    if (p.n_threads == 0) { /* the CPUs granted: affinity mask, cgroup CPU limit */
+        lf_cpu_threads ct;
+        const int n = lf_cpu_threads_detect(&ct);
+        p.n_threads = n > LF_PREPARE_MAX_THREADS ? LF_PREPARE_MAX_THREADS : n;
     }
     p.batch_bytes = LF_PREPARE_BATCH_BYTES * (size_t)p.n_threads;
     if (p.batch_bytes > MAX_BATCH_BYTES) p.batch_bytes = MAX_BATCH_BYTES;

@@ -176,13 +176,24 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
              p->act_dtype == LF_ACT_BF16 ? ", bf16" : "");
     add(p, name, p->act.total, dev);
     if (cfg->bf16) {
-        /* cpu-bf16 caches a bf16 copy of every matmul weight (the lm_head and every
-         * projection), and converts the operands not stored in bf16 (the output gradients)
-         * into per-replica scratch whose largest is the logits gradient (rows x Vp) */
-        const size_t Vp = (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size);
-        add(p, "bf16 weight copies", 2 * mm_weights, dev);
         const size_t rows = (size_t)((B + p->replicas - 1) / p->replicas) * (size_t)T;
-        add(p, "bf16 operand scratch (estimate)", (size_t)p->replicas * rows * Vp * 2, dev);
+        if (dev || lf_backend_cpu_bf16_native()) {
+            /* bf16 instructions (cpu-bf16 on oneDNN, cuda-bf16): a bf16 copy of every matmul
+             * weight (the lm_head and every projection), and the operands not stored in bf16
+             * (the output gradients) converted into per-replica scratch whose largest is the
+             * logits gradient (rows x Vp) */
+            const size_t Vp = (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size);
+            add(p, "bf16 weight copies", 2 * mm_weights, dev);
+            add(p, "bf16 operand scratch (estimate)", (size_t)p->replicas * rows * Vp * 2, dev);
+        } else {
+            /* cpu-bf16 without them: fp32 products, no weight copies; the bf16-stored layer
+             * input widened into per-replica fp32 scratch, the widest being the MLP's
+             * down projection input (rows x ffn_hidden) */
+            lf_model_config full = *mcfg;
+            (void)lf_model_config_resolve(&full);
+            const size_t width = (size_t)(full.ffn_hidden > full.n_embd ? full.ffn_hidden : full.n_embd);
+            add(p, "bf16 input widening scratch (estimate)", (size_t)p->replicas * rows * width * 4, dev);
+        }
     }
     add(p, "step batch (inputs, targets)", batch, 0);
     add(p, "loader prefetch ring", (size_t)cfg->prefetch * batch, 0);
@@ -336,16 +347,17 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
             const size_t act_save = p->act.total - q.act.total;
             const size_t cost = (q.total - q.act.total) - (p->total - p->act.total); /* weight copies, scratch */
             const char *instead = cfg->fp16 ? " (instead of fp16)" : "";
+            const char *what = dev || lf_backend_cpu_bf16_native() ? "bf16 weight copies and scratch"
+                                                                   : "input widening scratch";
             if (need(&q, dev) < need(p, dev)) {
-                sb(s, " bf16.enabled true%s saves %s (%s of activations stored in bf16, less %s of bf16 weight copies "
-                   "and scratch)%s;", instead, lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
-                   lf_fmt_bytes(act_save, b2, sizeof b2), lf_fmt_bytes(cost, b3, sizeof b3),
-                   need(&q, dev) <= lim ? "" : " (not enough alone)");
+                sb(s, " bf16.enabled true%s saves %s (%s of activations stored in bf16, less %s of %s)%s;", instead,
+                   lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1), lf_fmt_bytes(act_save, b2, sizeof b2),
+                   lf_fmt_bytes(cost, b3, sizeof b3), what, need(&q, dev) <= lim ? "" : " (not enough alone)");
                 n_adv++;
             } else {
-                sb(s, " bf16.enabled true%s stores activations in bf16 (%s less) but adds %s of bf16 weight "
-                   "copies and scratch, so it saves nothing here;", instead, lf_fmt_bytes(act_save, b2, sizeof b2),
-                   lf_fmt_bytes(cost, b3, sizeof b3));
+                sb(s, " bf16.enabled true%s stores activations in bf16 (%s less) but adds %s of %s, so it saves "
+                   "nothing here;", instead, lf_fmt_bytes(act_save, b2, sizeof b2), lf_fmt_bytes(cost, b3, sizeof b3),
+                   what);
             }
         }
     }

@@ -132,7 +132,11 @@ char *lf__trep_run_info(const char *plan_json, const lf_train_config *cfg, int w
     cpu_model(cpu, sizeof cpu);
     cJSON_AddStringToObject(hw, "host", host);
     cJSON_AddStringToObject(hw, "cpu", cpu[0] ? cpu : "unknown");
-    cJSON_AddNumberToObject(hw, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
+    lf_cpu_threads ct;
+    lf_cpu_threads_detect(&ct);
+    cJSON_AddNumberToObject(hw, "cores", ct.online);
+    cJSON_AddNumberToObject(hw, "cpus_granted", ct.threads); /* affinity mask, cgroup CPU limit */
+    cJSON_AddStringToObject(hw, "cpus_granted_by", lf_threads_source_name(ct.source));
     cJSON_AddNumberToObject(hw, "threads", lf_backend_cpu_threads());
     cJSON_AddStringToObject(hw, "backend", be ? lf_backend_name(be) : "?");
     if (be && *lf_backend_device_name(be)) cJSON_AddStringToObject(hw, "device", lf_backend_device_name(be));

@@ -1,13 +1,17 @@
 /* The "cpu-bf16" backend: its table and kernel report; bf16 rounding; matmul
  * forward and backward (both weight layouts, odd and GPT-2-like sizes)
  * against double references on the exact operands (bf16 error bound, and not
- * fp32: the product really used bf16) and on the bf16-rounded operands (fp32
- * accumulation: tight); accumulation semantics (dinp overwritten, dweight and
- * dbias +=); never NaN on large inputs; the same on the fallback path, and
- * oneDNN against the fallback; replicas on several threads at once; the
- * weight-copy cache follows to_device, adamw_update (which renews the copy
- * of the tensor it updates, or makes overlapped copies stale) and
- * params_changed; AdamW itself is the fp32 one. */
+ * fp32: the product really rounded its input) and on the operands the path
+ * rounds (fp32 accumulation: tight). Each path's error model: oneDNN's bf16
+ * instructions and their emulation round every operand (the layer input, the
+ * weight, the output gradient); the path of CPUs without the instructions
+ * rounds only the layer input, so its dinp is an fp32 product (fp32's
+ * bound) and its forward is closer to fp32 than the emulation's.
+ * Accumulation semantics (dinp overwritten, dweight and dbias +=); never NaN
+ * on large inputs; every path, oneDNN against the emulation; replicas on
+ * several threads at once; the weight-copy cache follows to_device,
+ * adamw_update (which renews the copy of the tensor it updates, or makes
+ * overlapped copies stale) and params_changed; AdamW itself is the fp32 one. */
 #include <float.h>
 #include <omp.h>
 #include "ref_ops.h"
@@ -21,6 +25,16 @@ static lf_backend *fp(void) { return lf_backend_get("cpu"); }
 #define BF16_TOL 2e-2   /* relative Frobenius error against the exact product */
 #define BF16_MIN 1e-4   /* ... and at least this: the operands were rounded */
 #define ACC_TOL 1e-5    /* against the exact product of the rounded operands */
+
+/* Which operands a path rounds to bf16 before its fp32-accumulated product. */
+typedef enum rounding {
+    ROUND_ALL,   /* oneDNN's bf16 instructions, and their emulation: input, weight, output gradient */
+    ROUND_INPUT, /* without bf16 instructions: the layer input only (it is stored in bf16) */
+} rounding;
+
+/* the path detected here */
+static rounding detected(void) { return lf__cpu_bf16_uses_onednn() ? ROUND_ALL : ROUND_INPUT; }
+static const char *detected_name(void) { return lf__cpu_bf16_uses_onednn() ? "oneDNN" : "fp32 products"; }
 
 /* sqrt(sum (got-want)^2 / sum want^2); INFINITY when got holds a NaN */
 static double frob_err(const float *got, const double *want, size_t n) {
@@ -43,12 +57,14 @@ static double frob_err_f(const float *got, const float *want, size_t n) {
     return e;
 }
 
-static double *rounded(const ten *t) {
+/* t as a path multiplies it: rounded to bf16 when `round`, else exact */
+static double *rounded_if(const ten *t, int round) {
     double *r = malloc((t->n ? t->n : 1) * sizeof(double));
     assert_non_null(r);
-    for (size_t i = 0; i < t->n; i++) r[i] = (double)lf__cpu_bf16_round(t->f[i]);
+    for (size_t i = 0; i < t->n; i++) r[i] = round ? (double)lf__cpu_bf16_round(t->f[i]) : (double)t->f[i];
     return r;
 }
+static double *rounded(const ten *t) { return rounded_if(t, 1); }
 
 /* dinp = dout @ W^T (IN_OUT) or dout @ W (OUT_IN); dW = inp^T @ dout or dout^T @ inp */
 static void ref_matmul_backward(double *dinp, double *dw, const double *dout, const double *inp, const double *w,
@@ -101,14 +117,18 @@ static void test_kernel_report(void **state) {
     const char *k = lf_backend_cpu_bf16_kernel();
     assert_non_null(k);
     print_message("bf16 kernel: %s\n", k);
+    static const char fp32_path[] = "fp32 products on bf16-stored activations (";
     if (lf__cpu_bf16_uses_onednn())
         assert_true(strncmp(k, "oneDNN ", 7) == 0);
     else
-        assert_true(strncmp(k, "fallback (", 10) == 0);
+        assert_true(strncmp(k, fp32_path, strlen(fp32_path)) == 0);
     lf__cpu_bf16_force_fallback(1);
     assert_false(lf__cpu_bf16_uses_onednn());
-    assert_true(strncmp(lf_backend_cpu_bf16_kernel(), "fallback (", 10) == 0);
-    lf__cpu_bf16_force_fallback(0);
+    assert_true(strncmp(lf_backend_cpu_bf16_kernel(), fp32_path, strlen(fp32_path)) == 0);
+    lf__cpu_bf16_force_emulation(1);
+    assert_false(lf__cpu_bf16_uses_onednn());
+    assert_true(strncmp(lf_backend_cpu_bf16_kernel(), "bf16 emulation (", 16) == 0);
+    lf__cpu_bf16_force_emulation(0);
     assert_string_equal(lf_backend_cpu_bf16_kernel(), k);
 }
 
@@ -137,7 +157,7 @@ static void test_rounding(void **state) {
 
 /* ------------------------------------------------------------- matmul */
 
-static void check_forward(const char *path) {
+static void check_forward(const char *path, rounding rnd) {
     for (int s = 0; s < NSIZES; s++)
         for (int L = 0; L < 2; L++)
             for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -146,7 +166,8 @@ static void check_forward(const char *path) {
                 ten inp = ten_rand((size_t)N * C, 1.0f, 11), w = ten_rand((size_t)C * OC, 0.5f, 12 + s);
                 ten b = ten_rand((size_t)OC, 0.3f, 13), out = ten_new((size_t)N * OC);
                 float *f32 = malloc(out.n * sizeof(float));
-                double *ir = rounded(&inp), *wr = rounded(&w), *exact_r = malloc(out.n * sizeof(double));
+                double *ir = rounded(&inp), *wr = rounded_if(&w, rnd == ROUND_ALL);
+                double *exact_r = malloc(out.n * sizeof(double));
                 bf()->ops->params_changed(bf()); /* w's buffer is new */
                 bf()->ops->matmul_forward(bf(), out.f, inp.f, LF_DT_F32, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
                 fp()->ops->matmul_forward(fp(), f32, inp.f, LF_DT_F32, w.f, with_bias ? b.f : NULL, N, C, OC, lay);
@@ -164,7 +185,7 @@ static void check_forward(const char *path) {
             }
 }
 
-static void check_backward(const char *path) {
+static void check_backward(const char *path, rounding rnd) {
     for (int s = 0; s < NSIZES; s++)
         for (int L = 0; L < 2; L++) {
             const int N = SIZES[s][0], C = SIZES[s][1], OC = SIZES[s][2];
@@ -178,14 +199,17 @@ static void check_backward(const char *path) {
             for (size_t i = 0; i < nx; i++) dinp[i] = NAN; /* dinp is overwritten: never read */
             double *rdinp = malloc(nx * sizeof(double)), *rdw = malloc(nw * sizeof(double));
             double *rrdinp = malloc(nx * sizeof(double)), *rrdw = malloc(nw * sizeof(double));
-            double *ir = rounded(&inp), *wr = rounded(&w), *dr = rounded(&dout), *want = malloc(nw * sizeof(double));
+            double *ir = rounded(&inp), *wr = rounded_if(&w, rnd == ROUND_ALL);
+            double *dr = rounded_if(&dout, rnd == ROUND_ALL), *want = malloc(nw * sizeof(double));
             ref_matmul_backward(rdinp, rdw, dout.d, inp.d, w.d, N, C, OC, lay);
             ref_matmul_backward(rrdinp, rrdw, dr, ir, wr, N, C, OC, lay);
             bf()->ops->params_changed(bf());
 
             bf()->ops->matmul_backward(bf(), dinp, dw, db, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
             double e = frob_err(dinp, rdinp, nx), er = frob_err(dinp, rrdinp, nx);
-            if (!(e <= BF16_TOL) || !(er <= ACC_TOL) || (OC > 3 && !(e >= BF16_MIN)))
+            /* dinp = dout W^T: bf16 operands on ROUND_ALL, an fp32 product on ROUND_INPUT */
+            if (!(e <= BF16_TOL) || !(er <= ACC_TOL) || (rnd == ROUND_ALL && OC > 3 && !(e >= BF16_MIN)) ||
+                (rnd == ROUND_INPUT && !(e <= ACC_TOL)))
                 fail_msg("%s dinp N=%d C=%d OC=%d layout %d: error %.3g vs exact, %.3g vs rounded", path, N, C, OC, L,
                          e, er);
             /* dweight += : prefill + product */
@@ -216,25 +240,123 @@ static void check_backward(const char *path) {
 
 static void test_matmul_forward(void **state) {
     (void)state;
-    check_forward(lf__cpu_bf16_uses_onednn() ? "oneDNN" : "fallback");
+    check_forward(detected_name(), detected());
 }
 
 static void test_matmul_backward(void **state) {
     (void)state;
-    check_backward(lf__cpu_bf16_uses_onednn() ? "oneDNN" : "fallback");
+    check_backward(detected_name(), detected());
 }
 
+/* the path of CPUs without bf16 instructions, and the emulation of them, on any CPU */
 static void test_fallback_path(void **state) {
     (void)state;
     lf__cpu_bf16_force_fallback(1);
-    check_forward("fallback");
-    check_backward("fallback");
+    check_forward("fp32 products", ROUND_INPUT);
+    check_backward("fp32 products", ROUND_INPUT);
+    lf__cpu_bf16_force_emulation(1);
+    check_forward("emulation", ROUND_ALL);
+    check_backward("emulation", ROUND_ALL);
+    lf__cpu_bf16_force_emulation(0);
+}
+
+/* The path without bf16 instructions is the fp32 op ("cpu") on the input
+ * rounded to bf16, bit for bit: the same kernel on the same operands and
+ * thread count (its gemv for few rows too), whether the input comes in fp32
+ * or stored in bf16; the weights and output gradients as they are. */
+static void test_fp32_path_is_fp32_op(void **state) {
+    (void)state;
+    static const int sizes[][3] = {{21, 20, 13}, {1, 64, 96}, {3, 48, 40}, {256, 128, 384}};
+    lf__cpu_bf16_force_fallback(1);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (int L = 0; L < 2; L++) {
+            const int N = sizes[s][0], C = sizes[s][1], OC = sizes[s][2];
+            const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+            const lf_weight_layout lay = (lf_weight_layout)L;
+            ten inp = ten_rand(nx, 1.0f, 81), w = ten_rand(nw, 0.5f, 82), b = ten_rand((size_t)OC, 0.3f, 83);
+            ten dout = ten_rand(no, 0.7f, 84), pre = ten_rand(nw, 2.0f, 85), preb = ten_rand((size_t)OC, 1.0f, 86);
+            float *xr = malloc(nx * sizeof(float));
+            uint16_t *xh = malloc(nx * sizeof(uint16_t));
+            lf__cpu_cast_bf16(xh, inp.f, nx);
+            for (size_t i = 0; i < nx; i++) xr[i] = lf__cpu_bf16_round(inp.f[i]);
+            float *o[3], *di[3], *dw[3], *db[3];
+            for (int k = 0; k < 3; k++) {
+                o[k] = malloc(no * sizeof(float)), di[k] = malloc(nx * sizeof(float));
+                dw[k] = floats_copy(pre.f, nw), db[k] = floats_copy(preb.f, (size_t)OC);
+            }
+            bf()->ops->params_changed(bf());
+            fp()->ops->matmul_forward(fp(), o[0], xr, LF_DT_F32, w.f, b.f, N, C, OC, lay);
+            bf()->ops->matmul_forward(bf(), o[1], inp.f, LF_DT_F32, w.f, b.f, N, C, OC, lay);
+            bf()->ops->matmul_forward(bf(), o[2], xh, LF_DT_BF16, w.f, b.f, N, C, OC, lay);
+            fp()->ops->matmul_backward(fp(), di[0], dw[0], db[0], dout.f, xr, LF_DT_F32, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), di[1], dw[1], db[1], dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, lay);
+            bf()->ops->matmul_backward(bf(), di[2], dw[2], db[2], dout.f, xh, LF_DT_BF16, w.f, N, C, OC, lay);
+            for (int k = 1; k < 3; k++)
+                if (memcmp(o[k], o[0], no * sizeof(float)) || memcmp(di[k], di[0], nx * sizeof(float)) ||
+                    memcmp(dw[k], dw[0], nw * sizeof(float)) || memcmp(db[k], db[0], (size_t)OC * sizeof(float)))
+                    fail_msg("N=%d C=%d OC=%d layout %d, input %s: not the fp32 op on the rounded input", N, C, OC, L,
+                             k == 1 ? "fp32" : "bf16");
+            for (int k = 0; k < 3; k++) free(o[k]), free(di[k]), free(dw[k]), free(db[k]);
+            free(xr), free(xh);
+            ten_free(&inp), ten_free(&w), ten_free(&b), ten_free(&dout), ten_free(&pre), ten_free(&preb);
+        }
     lf__cpu_bf16_force_fallback(0);
 }
 
-/* oneDNN and the fallback multiply the same rounded operands: they agree to
- * fp32 summation order (a GPT-2 block's shapes, both layouts). */
-static void test_onednn_matches_fallback(void **state) {
+/* A GPT-2 block's product (64 x 768 @ 768 x 3072, both layouts), forward
+ * and backward, on one path; the outputs malloc'd. */
+static void gpt2_block_product(int L, float **o, float **x, float **w) {
+    const int N = 64, C = 768, OC = 3072;
+    ten inp = ten_rand((size_t)N * C, 1.0f, 31), wt = ten_rand((size_t)C * OC, 0.02f, 32);
+    ten b = ten_rand(OC, 0.1f, 33), dout = ten_rand((size_t)N * OC, 1e-3f, 34);
+    *o = malloc((size_t)N * OC * sizeof(float));
+    *x = malloc((size_t)N * C * sizeof(float));
+    *w = calloc((size_t)C * OC, sizeof(float));
+    bf()->ops->params_changed(bf());
+    bf()->ops->matmul_forward(bf(), *o, inp.f, LF_DT_F32, wt.f, b.f, N, C, OC, (lf_weight_layout)L);
+    bf()->ops->matmul_backward(bf(), *x, *w, NULL, dout.f, inp.f, LF_DT_F32, wt.f, N, C, OC, (lf_weight_layout)L);
+    ten_free(&inp), ten_free(&wt), ten_free(&b), ten_free(&dout);
+}
+
+/* The path without bf16 instructions is closer to fp32 than the bf16
+ * instructions' numbers (their emulation): one operand of the forward and
+ * of dweight rounded instead of two, none of dinp's. Rounding errors of
+ * independent operands add in variance, so over 196608 outputs the forward's
+ * error is below the emulation's by far more than its spread; dinp is fp32's
+ * up to summation order. */
+static void test_fp32_path_closer_to_fp32(void **state) {
+    (void)state;
+    const int N = 64, C = 768, OC = 3072;
+    for (int L = 0; L < 2; L++) {
+        float *of, *xf, *wf, *o1, *x1, *w1, *o2, *x2, *w2;
+        /* fp32 reference: the cpu table */
+        ten inp = ten_rand((size_t)N * C, 1.0f, 31), wt = ten_rand((size_t)C * OC, 0.02f, 32);
+        ten b = ten_rand(OC, 0.1f, 33), dout = ten_rand((size_t)N * OC, 1e-3f, 34);
+        of = malloc((size_t)N * OC * sizeof(float)), xf = malloc((size_t)N * C * sizeof(float));
+        wf = calloc((size_t)C * OC, sizeof(float));
+        fp()->ops->matmul_forward(fp(), of, inp.f, LF_DT_F32, wt.f, b.f, N, C, OC, (lf_weight_layout)L);
+        fp()->ops->matmul_backward(fp(), xf, wf, NULL, dout.f, inp.f, LF_DT_F32, wt.f, N, C, OC, (lf_weight_layout)L);
+        ten_free(&inp), ten_free(&wt), ten_free(&b), ten_free(&dout);
+        lf__cpu_bf16_force_fallback(1);
+        gpt2_block_product(L, &o1, &x1, &w1);
+        lf__cpu_bf16_force_emulation(1);
+        gpt2_block_product(L, &o2, &x2, &w2);
+        lf__cpu_bf16_force_emulation(0);
+        const double eo1 = frob_err_f(o1, of, (size_t)N * OC), eo2 = frob_err_f(o2, of, (size_t)N * OC);
+        const double ex1 = frob_err_f(x1, xf, (size_t)N * C), ex2 = frob_err_f(x2, xf, (size_t)N * C);
+        const double ew1 = frob_err_f(w1, wf, (size_t)C * OC), ew2 = frob_err_f(w2, wf, (size_t)C * OC);
+        print_message("layout %d, error against fp32, fp32 path / emulation: out %.3g / %.3g, dinp %.3g / %.3g, "
+                      "dweight %.3g / %.3g\n", L, eo1, eo2, ex1, ex2, ew1, ew2);
+        if (!(eo1 < 0.9 * eo2 && ew1 < 0.9 * ew2 && ex1 <= ACC_TOL && ex2 >= BF16_MIN && eo1 >= BF16_MIN))
+            fail_msg("layout %d: the fp32 path is not closer to fp32 than the emulation", L);
+        free(of), free(xf), free(wf), free(o1), free(x1), free(w1), free(o2), free(x2), free(w2);
+    }
+}
+
+/* oneDNN and the emulation of the bf16 instructions multiply the same
+ * rounded operands: they agree to fp32 summation order (a GPT-2 block's
+ * shapes, both layouts). */
+static void test_onednn_matches_emulation(void **state) {
     (void)state;
     if (!lf__cpu_bf16_uses_onednn()) skip();
     const int N = 64, C = 768, OC = 3072;
@@ -247,14 +369,14 @@ static void test_onednn_matches_fallback(void **state) {
         bf()->ops->params_changed(bf());
         bf()->ops->matmul_forward(bf(), o1, inp.f, LF_DT_F32, w.f, b.f, N, C, OC, (lf_weight_layout)L);
         bf()->ops->matmul_backward(bf(), x1, w1, NULL, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, (lf_weight_layout)L);
-        lf__cpu_bf16_force_fallback(1);
+        lf__cpu_bf16_force_emulation(1);
         bf()->ops->matmul_forward(bf(), o2, inp.f, LF_DT_F32, w.f, b.f, N, C, OC, (lf_weight_layout)L);
         bf()->ops->matmul_backward(bf(), x2, w2, NULL, dout.f, inp.f, LF_DT_F32, w.f, N, C, OC, (lf_weight_layout)L);
-        lf__cpu_bf16_force_fallback(0);
+        lf__cpu_bf16_force_emulation(0);
         double e1 = frob_err_f(o1, o2, (size_t)N * OC), e2 = frob_err_f(x1, x2, (size_t)N * C);
         double e3 = frob_err_f(w1, w2, (size_t)C * OC);
         if (!(e1 <= ACC_TOL && e2 <= ACC_TOL && e3 <= ACC_TOL))
-            fail_msg("layout %d: oneDNN vs fallback out %.3g dinp %.3g dweight %.3g", L, e1, e2, e3);
+            fail_msg("layout %d: oneDNN vs emulation out %.3g dinp %.3g dweight %.3g", L, e1, e2, e3);
         ten_free(&inp), ten_free(&w), ten_free(&b), ten_free(&dout);
         free(o1), free(o2), free(x1), free(x2), free(w1), free(w2);
     }
@@ -333,9 +455,9 @@ static void test_replicas_threads(void **state) {
 }
 
 /* The bf16 copy of a weight is made once per generation of the parameters;
- * to_device, adamw_update and params_changed start a new one. */
-static void test_weight_cache(void **state) {
-    (void)state;
+ * to_device, adamw_update and params_changed start a new one. Without
+ * copies (the fp32 path) every product reads the weights as they are. */
+static void check_weight_cache(int copies) {
     const int N = 8, C = 32, OC = 24;
     const size_t nw = (size_t)C * OC;
     ten inp = ten_rand((size_t)N * C, 1.0f, 61), w0 = ten_rand(nw, 0.5f, 62), w1 = ten_rand(nw, 0.5f, 63);
@@ -350,7 +472,7 @@ static void test_weight_cache(void **state) {
     /* a host write the backend is not told about: the copy is still in use */
     memcpy(w, w1.f, nw * sizeof(float));
     bf()->ops->matmul_forward(bf(), out, inp.f, LF_DT_F32, w, NULL, N, C, OC, LF_W_IN_OUT);
-    bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, w0.f, NULL, N, C, OC, LF_W_IN_OUT);
+    bf()->ops->matmul_forward(bf(), want, inp.f, LF_DT_F32, copies ? w0.f : w1.f, NULL, N, C, OC, LF_W_IN_OUT);
     assert_memory_equal(out, want, (size_t)N * OC * sizeof(float));
     /* ... until params_changed */
     bf()->ops->params_changed(bf());
@@ -402,10 +524,18 @@ static void test_weight_cache(void **state) {
     ten_free(&inp), ten_free(&w0), ten_free(&w1);
 }
 
+static void test_weight_cache(void **state) {
+    (void)state;
+    check_weight_cache(lf__cpu_bf16_uses_onednn());
+}
+
 static void test_weight_cache_fallback(void **state) {
-    lf__cpu_bf16_force_fallback(1);
-    test_weight_cache(state);
-    lf__cpu_bf16_force_fallback(0);
+    (void)state;
+    lf__cpu_bf16_force_fallback(1); /* no copies: the products read the weights */
+    check_weight_cache(0);
+    lf__cpu_bf16_force_emulation(1); /* rounded fp32 copies */
+    check_weight_cache(1);
+    lf__cpu_bf16_force_emulation(0);
 }
 
 /* AdamW on cpu-bf16 is AdamW on cpu, bit for bit (its weight copies aside). */
@@ -441,7 +571,9 @@ int main(void) {
         cmocka_unit_test(test_matmul_forward),
         cmocka_unit_test(test_matmul_backward),
         cmocka_unit_test(test_fallback_path),
-        cmocka_unit_test(test_onednn_matches_fallback),
+        cmocka_unit_test(test_fp32_path_is_fp32_op),
+        cmocka_unit_test(test_fp32_path_closer_to_fp32),
+        cmocka_unit_test(test_onednn_matches_emulation),
         cmocka_unit_test(test_never_nan),
         cmocka_unit_test(test_replicas_threads),
         cmocka_unit_test(test_weight_cache),

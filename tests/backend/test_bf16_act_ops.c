@@ -226,10 +226,12 @@ static void test_matmul(void **state) {
     print_message("bf16 kernel: %s\n", lf_backend_cpu_bf16_kernel());
     for (int threads = 1; threads <= 2; threads++) {
         lf_backend_cpu_set_threads(threads);
-        check_all_matmuls(lf__cpu_bf16_uses_onednn() ? "oneDNN" : "fallback");
+        check_all_matmuls(lf__cpu_bf16_uses_onednn() ? "oneDNN" : "fp32 products");
         lf__cpu_bf16_force_fallback(1);
-        check_all_matmuls("fallback");
-        lf__cpu_bf16_force_fallback(0);
+        check_all_matmuls("fp32 products");
+        lf__cpu_bf16_force_emulation(1);
+        check_all_matmuls("emulation");
+        lf__cpu_bf16_force_emulation(0);
     }
     lf_backend_cpu_set_threads(2);
     assert_int_equal(lf__cpu_bf16_failures(), 0);
@@ -252,8 +254,8 @@ static void test_matmul_replicas(void **state) {
     assert_int_equal(lf__cpu_bf16_failures(), 0);
 }
 
-/* No memory for the bf16 operand's expansion (the fallback's rounded fp32
- * copy): the product still comes out, from the operands as stored (bf16
+/* No memory for the bf16 operand's expansion (the fp32 path's widened
+ * input): the product still comes out, from the operands as stored (bf16
  * input, fp32 weight), and the failure is counted. */
 static void test_no_scratch(void **state) {
     (void)state;

@@ -13,8 +13,23 @@ void die_status(lf_status st, const char *what) {
     fprintf(stderr, "llmforge: %s: %s\n", what, lf_last_error()[0] ? lf_last_error() : lf_status_str(st));
 }
 
-int cli_backend_setup(const char *cmd, long threads, int warn) {
-    lf_backend_cpu_set_threads((int)threads);
+/* The choice the last cli_backend_setup made, for the run headers. */
+static lf_cpu_threads g_threads;
+static int g_local_ranks = 1; /* > 1: the machine's count was divided among these ranks */
+
+int cli_backend_setup_ranks(const char *cmd, long threads, int local_ranks, int warn) {
+    lf_cpu_threads_choose(&g_threads, (int)threads);
+    int n = g_threads.threads;
+    g_local_ranks = 1;
+    if (g_threads.source == LF_THREADS_SOURCE_ENV) {
+        n = 0; /* OpenMP reads OMP_NUM_THREADS itself (its nested levels too) */
+    } else if (g_threads.source != LF_THREADS_SOURCE_REQUESTED && local_ranks > 1) {
+        /* several ranks on this host: each takes its share, not all of it */
+        g_local_ranks = local_ranks;
+        n = n / local_ranks > 0 ? n / local_ranks : 1;
+    }
+    lf_backend_cpu_set_threads(n);
+    if (g_threads.ignored[0]) fprintf(stderr, "llmforge: warning: CPU limit file ignored: %s\n", g_threads.ignored);
     if (lf_backend_cpu_check() != LF_OK) {
         fprintf(stderr, "llmforge %s: %s\n", cmd, lf_last_error());
         return 2;
@@ -22,6 +37,41 @@ int cli_backend_setup(const char *cmd, long threads, int warn) {
     const char *w = lf_backend_cpu_kernel_warning();
     if (warn && w) fprintf(stderr, "llmforge: warning: %s\n", w);
     return 0;
+}
+
+int cli_backend_setup(const char *cmd, long threads, int warn) {
+    return cli_backend_setup_ranks(cmd, threads, 1, warn);
+}
+
+const char *cli_threads_source(void) {
+    return g_threads.source == LF_THREADS_SOURCE_REQUESTED ? "--threads" : lf_threads_source_name(g_threads.source);
+}
+
+void cli_threads_line(char *buf, size_t cap) {
+    const lf_cpu_threads *t = &g_threads;
+    char why[160], share[48] = "", cpus[64];
+    switch (t->source) {
+    case LF_THREADS_SOURCE_AFFINITY:
+        snprintf(why, sizeof why, "affinity %d CPU%s", t->affinity, t->affinity == 1 ? "" : "s");
+        break;
+    case LF_THREADS_SOURCE_CGROUP:
+    case LF_THREADS_SOURCE_CGROUP_V1:
+        snprintf(why, sizeof why, "%s %lld/%lld", cli_threads_source(), (long long)t->quota_us,
+                 (long long)t->period_us);
+        break;
+    default:
+        snprintf(why, sizeof why, "%s", cli_threads_source());
+        break;
+    }
+    if (g_local_ranks > 1) snprintf(share, sizeof share, " / %d local ranks", g_local_ranks);
+    if (t->affinity > 0 && t->affinity < t->online && t->source != LF_THREADS_SOURCE_AFFINITY)
+        snprintf(cpus, sizeof cpus, "affinity %d of %d online CPUs", t->affinity, t->online);
+    else
+        snprintf(cpus, sizeof cpus, "%d online CPU%s", t->online, t->online == 1 ? "" : "s");
+    if (t->source == LF_THREADS_SOURCE_ONLINE && g_local_ranks == 1)
+        snprintf(buf, cap, "threads: %d (%s)", lf_backend_cpu_threads(), cpus);
+    else
+        snprintf(buf, cap, "threads: %d (%s%s; %s)", lf_backend_cpu_threads(), why, share, cpus);
 }
 
 const char *g_cli_backend = NULL;

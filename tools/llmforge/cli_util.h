@@ -1,6 +1,7 @@
 /* Helpers shared by the CLI's subcommands (cli_util.c). */
 #ifndef LF_TOOLS_CLI_UTIL_H
 #define LF_TOOLS_CLI_UTIL_H
+#include <stddef.h>
 #include <stdint.h>
 #include "llmforge/core.h"
 
@@ -11,6 +12,19 @@ void die_status(lf_status st, const char *what);
  * `warn`, the slow-kernel warning (lf_backend_cpu_kernel_warning) goes to
  * stderr. */
 int cli_backend_setup(const char *cmd, long threads, int warn);
+/* The same with the thread count, when neither --threads (threads > 0) nor
+ * OMP_NUM_THREADS gives it, being the machine's grant (lf_cpu_threads_choose:
+ * affinity mask, cgroup CPU limit, online CPUs) divided among `local_ranks`
+ * ranks started on this host (at least 1 each). A limit file that had to be
+ * ignored is named in a warning on stderr. */
+int cli_backend_setup_ranks(const char *cmd, long threads, int local_ranks, int warn);
+/* The run header's line for that choice, with the threads OpenMP will run:
+ * "threads: 2 (cgroup cpu.max 200000/100000; 64 online CPUs)",
+ * "threads: 1 (affinity 1 CPU; 2 online CPUs)", "threads: 4 (--threads; ...)". */
+void cli_threads_line(char *buf, size_t cap);
+/* What decided it: "--threads", "OMP_NUM_THREADS", "affinity", "cgroup cpu.max",
+ * "cgroup cpu.cfs_quota_us" or "online CPUs". */
+const char *cli_threads_source(void);
 /* The global option --backend NAME (main.c), NULL when not given: train,
  * plan and bench --config pass it on as the last override "backend=NAME"
  * (so it wins over the file), every other command through

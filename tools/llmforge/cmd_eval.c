@@ -46,7 +46,7 @@ static void eval_usage(FILE *f) {
             "  --samples             per-example records (predictions, log-likelihoods) in the JSON\n"
             "  --json                print the JSON object instead of the table\n"
             "  --out FILE.json       also write the JSON object to FILE.json\n"
-            "  --threads N           CPU threads (0 = OpenMP's default)\n");
+            "  --threads N           CPU threads (0: OMP_NUM_THREADS, else the CPUs granted)\n");
 }
 
 /* Load the checkpoint's model and tokenizer as `sample` does. */
@@ -126,6 +126,9 @@ int cmd_eval(int argc, char **argv) {
     ro.batch = (int)batch;
     ro.max_new_tokens = (int)max_new;
     if (cli_backend_setup("eval", threads, 1)) return 2;
+    char thr[256];
+    cli_threads_line(thr, sizeof thr); /* stdout is the result (the table, --json) */
+    fprintf(stderr, "llmforge eval: %s\n", thr);
 
     int rc = 1;
     char *dir = NULL, *js = NULL, *table = NULL, *final_json = NULL;

@@ -38,11 +38,9 @@
  *   threads, and Open MPI's default for 2 ranks binds each to one core.
  * - Every usage error exits 2 before anything runs; nothing here waits.
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -301,16 +299,16 @@ done:
  * package and core ids) among the CPUs this process may run on; the CPU
  * count when sysfs does not say. */
 static long host_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    int *cpus = NULL, ncpu = 0;
+    if (lf_cpu_affinity_list(&cpus, &ncpu) != LF_OK || ncpu <= 0) {
+        lf_free(cpus);
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         return n > 0 ? n : 1;
     }
-    int cpus = CPU_COUNT(&set), n = 0;
-    long *ids = malloc((size_t)(cpus > 0 ? cpus : 1) * sizeof *ids);
-    if (!ids) return cpus > 0 ? cpus : 1;
-    for (int c = 0; c < CPU_SETSIZE && n >= 0; c++) {
-        if (!CPU_ISSET(c, &set)) continue;
+    long *ids = malloc((size_t)ncpu * sizeof *ids);
+    int n = 0;
+    for (int i = 0; ids && i < ncpu && n >= 0; i++) {
+        const int c = cpus[i];
         long v[2];
         static const char *what[2] = {"physical_package_id", "core_id"};
         for (int k = 0; k < 2 && n >= 0; k++) {
@@ -323,12 +321,13 @@ static long host_cores(void) {
         if (n < 0) break;
         long id = v[0] * 65536 + v[1];
         int seen = 0;
-        for (int i = 0; i < n && !seen; i++) seen = ids[i] == id;
+        for (int j = 0; j < n && !seen; j++) seen = ids[j] == id;
         if (!seen) ids[n++] = id;
     }
     free(ids);
-    if (n <= 0) n = cpus;
-    return n > 0 ? n : 1;
+    lf_free(cpus);
+    if (n <= 0) n = ncpu;
+    return n;
 }
 
 /* An executable regular file? */

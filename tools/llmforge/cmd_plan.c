@@ -100,7 +100,9 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "llmforge: plan: --rank %ld is not below the world size %d\n", rank, cfg.world_size);
         goto done;
     }
-    lf_backend_cpu_set_threads((int)threads);
+    lf_cpu_threads ct; /* the replicas train will run: --threads, OMP_NUM_THREADS, else the CPUs granted */
+    lf_cpu_threads_choose(&ct, (int)threads);
+    lf_backend_cpu_set_threads(ct.source == LF_THREADS_SOURCE_ENV ? 0 : ct.threads);
     lf_model_config m = cfg.model;
     lf_dataset *ds = NULL;
     if (lf_dataset_open(&ds, cfg.dataset) == LF_OK) {

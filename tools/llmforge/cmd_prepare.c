@@ -61,8 +61,8 @@ static void usage(FILE *f) {
             "  --max-record-bytes longest JSON line or array element (default 64 MiB)\n"
             "  --shard-tokens N   tokens per shard file, 1 .. 2^40 (default 100000000); memory does not\n"
             "                     grow with it: shards are streamed to disk\n"
-            "  --threads N        tokenizing threads, 0 .. 1024 (default 0: every online core); the\n"
-            "                     output is the same for every N\n"
+            "  --threads N        tokenizing threads, 0 .. 1024 (default 0: the CPUs granted: affinity\n"
+            "                     mask, cgroup CPU limit); the output is the same for every N\n"
             "  --char INPUT       character-level dataset exactly as nanoGPT's shakespeare_char:\n"
             "                     vocabulary = sorted unique characters, first 90%% train, last 10%% val\n");
 }

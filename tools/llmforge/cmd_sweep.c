@@ -45,12 +45,11 @@
  * Slurm submission; 2 usage; 130/143 interrupted (the sweep resumes from
  * where it stood).
  */
-#define _GNU_SOURCE /* sched_getaffinity, strsignal */
+#define _GNU_SOURCE /* strsignal */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +86,8 @@ static void sweep_usage(FILE *f) {
             "  resumes the sweep (no trial is run twice). docs/sweeps.md describes the sweep file.\n"
             "  DIR: --dir, else the file's out_dir, else sweeps/<file name without .json>.\n"
             "  --parallel N   trials at once (default: the file's parallel, else 1); the threads\n"
-            "                 (--threads, else the file's threads, else every CPU) are divided among them\n"
+            "                 (--threads, else the file's threads, else the CPUs granted: affinity mask,\n"
+            "                 cgroup CPU limit) are divided among them\n"
             "  --slurm        submit a job array of --workers (else slurm.workers, else --parallel) tasks,\n"
             "                 each `llmforge sweep worker DIR`, with the file's slurm.sbatch options;\n"
             "                 --wait: until the array ends, then print the status\n"
@@ -122,12 +122,11 @@ static int file_exists(const char *p) {
     return stat(p, &sb) == 0;
 }
 
-/* CPUs this process may run on (a Slurm task's allocation, a taskset). */
+/* CPUs this process is granted (a Slurm task's allocation, a taskset, a
+ * container's CPU limit): lf_cpu_threads_detect. */
 static int cpu_count(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    lf_cpu_threads t;
+    return lf_cpu_threads_detect(&t);
 }
 
 /* The point as "key=value ..." for people. */
@@ -1175,7 +1174,7 @@ int cmd_sweep(int argc, char **argv) {
         return rc;
     }
     int slots = parallel ? (int)parallel : lf_sweep_spec_parallel(d.spec) ? lf_sweep_spec_parallel(d.spec) : 1;
-    /* --threads (0: every CPU), else the file's threads, else every CPU */
+    /* --threads (0: the CPUs granted), else the file's threads, else the CPUs granted */
     int total = threads > 0 ? (int)threads : threads < 0 && lf_sweep_spec_threads(d.spec) ? lf_sweep_spec_threads(d.spec)
                                                                                           : cpu_count();
     /* a Slurm task: its allocation, when the affinity does not show it (task/none) */

@@ -351,14 +351,10 @@ static int cmd_train(int argc, char **argv) {
         die_status(st, "config");
         goto done;
     }
-    if (threads == 0 && !getenv("OMP_NUM_THREADS")) {
-        /* several ranks on this host: each takes its share of the cores, not all of them */
-        lf_comm_env env;
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.local_size > 1 && cores > 0)
-            threads = cores / env.local_size > 0 ? cores / env.local_size : 1;
-    }
-    if (cli_backend_setup("train", threads, 0)) {
+    /* several ranks on this host: each takes its share of the CPUs granted, not all of them */
+    lf_comm_env env;
+    const int local_ranks = lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.local_size > 1 ? env.local_size : 1;
+    if (cli_backend_setup_ranks("train", threads, local_ranks, 0)) {
         rc = 2;
         goto done;
     }
@@ -397,6 +393,9 @@ static int cmd_train(int argc, char **argv) {
                    "gradients, %.1f MB of moments\n", cfg.zero_stage, what[cfg.zero_stage], lf_comm_size(comm),
                    lf_comm_size(comm) == 1 ? "" : "s", p / 1e6, g / 1e6, o / 1e6);
         }
+        char thr[256];
+        cli_threads_line(thr, sizeof thr);
+        printf("%s\n", thr);
         lf_backend *be = lf_trainer_backend(t);
         if (!lf_backend_host_memory(be)) {
             printf("backend: %s%s%s\n", lf_backend_name(be), *lf_backend_device_name(be) ? ", " : "",
@@ -537,6 +536,9 @@ static int cmd_sample(int argc, char **argv) {
         return 2;
     }
     if (cli_backend_setup("sample", threads, 1)) return 2;
+    char thr[256];
+    cli_threads_line(thr, sizeof thr); /* stdout is the sample */
+    fprintf(stderr, "llmforge sample: %s\n", thr);
     int rc = 1;
     char *dir = NULL;
     lf_model *m = NULL;
@@ -791,18 +793,22 @@ static int cmd_bench(int argc, char **argv) {
         for (int k = 0; k < 8; k++) lf_json_number(n[k], sizeof n[k], v[k]);
         printf("{\"impl\":\"llmforge\",\"arch\":\"%s\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
                "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
-               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"ms_min\":%s,\"ms_max\":%s,"
+               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"threads_from\":\"%s\",\"ms_min\":%s,\"ms_max\":%s,"
                "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\","
                "\"backend\":\"%s\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"cpu_isa_source\":\"%s\"}\n",
-               lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(), n[6], n[7],
-               lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false", bf16_k, fp32_k, bname, devj, lf_backend_cpu_isa(),
-               lf_backend_cpu_isa_source());
+               lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(),
+               cli_threads_source(), n[6], n[7], lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false",
+               bf16_k, fp32_k, bname, devj, lf_backend_cpu_isa(), lf_backend_cpu_isa_source());
     } else {
         printf("model: %s, %d layers, %d heads (%d KV), %d channels, vocab %d; %zu parameters\n",
                lf_arch_name(mc.arch), mc.n_layer, mc.n_head, mc.n_kv_head ? mc.n_kv_head : mc.n_head, mc.n_embd,
                mc.vocab_size, r.num_params);
-        if (on_host)
-            printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n", B, T, r.steps, warmup, lf_backend_cpu_threads());
+        if (on_host) {
+            char thr[256];
+            cli_threads_line(thr, sizeof thr);
+            printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n%s\n", B, T, r.steps, warmup,
+                   lf_backend_cpu_threads(), thr);
+        }
         else
             printf("batch %ld x %ld, %d timed steps (+%ld warmup), backend %s on %s\n", B, T, r.steps, warmup, bname,
                    lf_backend_device_name(rbe));

@@ -3,15 +3,36 @@
  * operands and fp32 accumulation; everything else (weights, gradients,
  * optimizer state, layernorm, softmax, loss, attention) stays fp32.
  *
- * Two kernels, chosen once at run time (lf_backend_cpu_bf16_kernel says which):
- *  - oneDNN matmul primitives with bf16 src/weights and an f32 destination,
- *    when oneDNN's effective ISA has bf16 instructions (AVX512-BF16, AMX):
- *    brgemm kernels on tiles, fp32 accumulation;
- *  - otherwise the fallback: operands rounded to bf16 (kept as fp32) and
- *    the fp32 sgemm (cpu_gemm.c). Same operands, so the same numbers up to summation
- *    order; oneDNN's own bf16 emulation on CPUs without bf16 is slower than
- *    sgemm. LLMFORGE_CPU_ISA=avx512 (cpu_isa.c) or ONEDNN_MAX_CPU_ISA=AVX512_CORE
- *    (oneDNN's variable) forces it.
+ * Paths, chosen once at run time (lf_backend_cpu_bf16_kernel says which):
+ *  - MODE_ONEDNN, where oneDNN's effective ISA has bf16 instructions
+ *    (AVX512-BF16, AMX): matmul primitives with bf16 src/weights and an f32
+ *    destination; every operand (the layer input x, the weight W, the output
+ *    gradient dout) rounded to bf16, fp32 accumulation.
+ *  - MODE_FP32, everywhere else: fp32 products (cpu_gemm.c's sgemm) on the
+ *    fp32 weights and gradients as they are, and on the layer input as it is
+ *    stored, in bf16 (widened exactly into per-thread scratch; an fp32 input
+ *    is rounded first, so the storage never changes a result): out =
+ *    bf16(x) W, dinp = dout W^T (an fp32 product), dW += bf16(x)^T dout,
+ *    by the fp32 op itself (cpu_matmul.c, its gemv for few rows too), so
+ *    bit for bit the "cpu" table's op on the rounded input. Where no
+ *    scratch can be had, product() below takes it on. Why
+ *    not bf16 arithmetic here: without the instructions a bf16 product is
+ *    an fp32 product on rounded operands, and rounding W and dout is a pass
+ *    over them (plus a rounded copy of every weight) that only adds error;
+ *    this path costs no more than fp32 (the widening reads 2 bytes and
+ *    writes 4 per input element, next to a K-long dot product per output)
+ *    and keeps bf16's activation memory. Its numbers are closer to fp32
+ *    than MODE_ONEDNN's: one operand of each product rounded instead of two,
+ *    none in dinp. oneDNN's own bf16 emulation on such CPUs is slower than
+ *    sgemm.
+ *  - MODE_EMULATE, only through lf__cpu_bf16_force_emulation (tests): what
+ *    the bf16 instructions compute on any CPU: every operand rounded to bf16
+ *    (kept as fp32; weights through the copy cache) and the fp32 sgemm. The
+ *    same operands as MODE_ONEDNN, so the same numbers up to summation order:
+ *    the cross-check of oneDNN's kernel and of cuda-bf16 on CPUs without
+ *    the instructions. Also the path a product takes when oneDNN refuses it.
+ * LLMFORGE_CPU_ISA=avx512 (cpu_isa.c) or ONEDNN_MAX_CPU_ISA=AVX512_CORE
+ * (oneDNN's variable) selects MODE_FP32 on a CPU that has the instructions; lf__cpu_bf16_force_fallback too (tests).
  *
  * Rounding is round-to-nearest-even, NaN kept NaN (what oneDNN, PyTorch and
  * AVX512-BF16's vcvtne2ps2bf16 do).
@@ -20,17 +41,19 @@
  * model's ln_1/ln_2/ln_f outputs, attention output and GELU output on this
  * backend). Those bits are what this file's own conversion would have made
  * of the fp32 tensor (lf__cpu_cast_bf16, or lf__cpu_bf16_bits in the bf16
- * layernorm and GELU), so oneDNN gets the same source, and the fallback the
- * same rounded fp32 (the exact expansion), as from the fp32 pair: results
- * are bit-identical, and the conversion pass is skipped.
+ * layernorm and GELU), so oneDNN gets the same source, and the fp32 and
+ * emulated paths the same rounded fp32 (the exact expansion), as from the
+ * fp32 pair: on every path results are bit-identical, and the conversion
+ * pass is skipped.
  *
  * Invariants:
  *  - Same contract as the fp32 matmul (backend_impl.h): forward overwrites
  *    out; backward overwrites dinp and ACCUMULATES dweight (oneDNN "sum"
  *    post-op, sgemm beta = 1) and dbias. dbias is summed from the fp32 dout
  *    by the fp32 code (lf__cpu_bias_backward), so it is exact as before.
- *  - Weight copies: the bf16 (or rounded) copy of each weight is cached, keyed
- *    by (pointer, length, kind). A copy is valid while its generation is the
+ *  - Weight copies: the bf16 (MODE_ONEDNN) or rounded (MODE_EMULATE) copy of
+ *    each weight is cached, keyed by (pointer, length, kind); MODE_FP32
+ *    makes none. A copy is valid while its generation is the
  *    current one and it is not marked stale. The generation moves when
  *    parameters may have changed anywhere (to_device, free, params_changed
  *    of the cpu-bf16 table, cpu_backend.c). adamw_update renews the copies of
@@ -52,8 +75,9 @@
  *    reported on the calling instance's sticky status (lf__cpu_op_failed;
  *    LF_ERR_DEVICE at the next sync point) and counted
  *    (lf__cpu_bf16_failures; the tests require 0); the product is still
- *    computed by the next path down (oneDNN -> rounded sgemm -> plain fp32
- *    sgemm, or for a bf16 operand a plain loop on the operands as stored),
+ *    computed by the next path down (oneDNN -> rounded sgemm; MODE_FP32 or
+ *    rounded sgemm -> plain fp32 sgemm on the operands as given, or for a
+ *    bf16 operand a plain loop on the operands as stored),
  *    so the outputs are defined, but the run stops at the sync.
  *  - Copies and primitives live until lf__cpu_bf16_release or process exit;
  *    they grow with the distinct weights and shapes seen, not per step.
@@ -71,11 +95,13 @@
 #include "cpu_internal.h"
 
 enum { KIND_BF16 = 0, KIND_F32R = 1, NKINDS = 2 };
-enum { MODE_ONEDNN = 1, MODE_FALLBACK = 2 };
+enum { MODE_ONEDNN = 1, MODE_FP32 = 2, MODE_EMULATE = 3 };
 
 #define PRIM_CACHE_MAX 64 /* primitives per thread; least recently used goes first */
 #define NSLOTS 5          /* per-thread scratch: 2 operands x 2 kinds, + oneDNN's scratchpad */
 #define SLOT_PAD 4
+/* the kernel line of MODE_FP32, then why it runs */
+#define FP32_PATH "fp32 products on bf16-stored activations"
 
 /* ---------------------------------------------------------------- rounding */
 
@@ -116,8 +142,8 @@ static size_t kind_size(int kind) { return kind == KIND_BF16 ? sizeof(uint16_t) 
 /* ---------------------------------------------------------------- mode */
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_detected;                 /* MODE_* found by detect() */
-static atomic_int g_force_fallback;    /* test hook */
+static int g_detected;                 /* MODE_ONEDNN or MODE_FP32, found by detect() */
+static atomic_int g_force;             /* test hooks: 0, MODE_FP32 or MODE_EMULATE */
 static atomic_long g_failures;
 static dnnl_engine_t g_engine;
 static char g_info[192];
@@ -128,25 +154,23 @@ static void detect(void) {
     lf__cpu_isa(); /* LLMFORGE_CPU_ISA's cap on oneDNN, before its first use */
     const dnnl_version_t *v = dnnl_version();
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    g_detected = MODE_FALLBACK;
+    g_detected = MODE_FP32;
     if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) != (unsigned)dnnl_cpu_isa_avx512_core_bf16) {
-        snprintf(g_info, sizeof g_info,
-                 "fallback (fp32 sgemm on bf16-rounded operands; oneDNN %d.%d.%d ISA %s has no bf16)", v->major,
+        snprintf(g_info, sizeof g_info, FP32_PATH " (no bf16 instructions: oneDNN %d.%d.%d ISA %s)", v->major,
                  v->minor, v->patch, lf__cpu_onednn_isa_name((unsigned)isa));
         return;
     }
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
         g_engine = NULL;
-        snprintf(g_info, sizeof g_info, "fallback (fp32 sgemm on bf16-rounded operands; no oneDNN CPU engine)");
+        snprintf(g_info, sizeof g_info, FP32_PATH " (no oneDNN CPU engine)");
         return;
     }
     /* a GPT-2-like product tells which kernel oneDNN picks on this CPU */
     dnnl_primitive_desc_t pd;
     const char *impl = NULL;
     if (matmul_pd(&pd, 256, 256, 256, 0, 0, 0, 0) != dnnl_success) {
-        snprintf(g_info, sizeof g_info,
-                 "fallback (fp32 sgemm on bf16-rounded operands; oneDNN %d.%d.%d refused a bf16 matmul)", v->major,
-                 v->minor, v->patch);
+        snprintf(g_info, sizeof g_info, FP32_PATH " (oneDNN %d.%d.%d refused a bf16 matmul)", v->major, v->minor,
+                 v->patch);
         return;
     }
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) impl = "?";
@@ -157,24 +181,30 @@ static void detect(void) {
 
 static int mode(void) {
     pthread_once(&g_once, detect);
-    return atomic_load_explicit(&g_force_fallback, memory_order_relaxed) ? MODE_FALLBACK : g_detected;
+    const int f = atomic_load_explicit(&g_force, memory_order_relaxed);
+    return f ? f : g_detected;
 }
 
 const char *lf_backend_cpu_bf16_kernel(void) {
-    if (mode() == MODE_FALLBACK && g_detected == MODE_ONEDNN)
-        return "fallback (fp32 sgemm on bf16-rounded operands; forced)";
+    const int m = mode();
+    if (m == MODE_EMULATE) return "bf16 emulation (fp32 sgemm on bf16-rounded operands; forced)";
+    if (m == MODE_FP32 && g_detected == MODE_ONEDNN) return FP32_PATH " (forced)";
     return g_info;
 }
 
 int lf__cpu_bf16_uses_onednn(void) { return mode() == MODE_ONEDNN; }
 
-void lf__cpu_bf16_force_fallback(int on) { atomic_store(&g_force_fallback, on ? 1 : 0); }
+int lf_backend_cpu_bf16_native(void) { return mode() != MODE_FP32; }
+
+void lf__cpu_bf16_force_fallback(int on) { atomic_store(&g_force, on ? MODE_FP32 : 0); }
+
+void lf__cpu_bf16_force_emulation(int on) { atomic_store(&g_force, on ? MODE_EMULATE : 0); }
 
 long lf__cpu_bf16_failures(void) { return atomic_load(&g_failures); }
 
 static void failed(const char *what, int M, int N, int K) {
     atomic_fetch_add(&g_failures, 1);
-    lf__cpu_op_failed("bf16 product %dx%dx%d: %s; computed by the next path down (rounded fp32 sgemm)", M, N, K, what);
+    lf__cpu_op_failed("bf16 product %dx%dx%d: %s; computed by the next path down (fp32 sgemm)", M, N, K, what);
 }
 
 /* ---------------------------------------------------------------- weight cache */
@@ -266,6 +296,10 @@ void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, floa
     }
     /* copies are read only by ops, which never run during the update */
     pthread_mutex_unlock(&g_wlock);
+    if (!shadow[KIND_BF16] && !shadow[KIND_F32R]) { /* no copy to renew (MODE_FP32 keeps none): fp32's AdamW */
+        lf__cpu_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+        return;
+    }
     lf__cpu_adamw_update_shadow(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
                                 shadow[KIND_BF16], shadow[KIND_F32R]);
 }
@@ -473,6 +507,7 @@ typedef struct operand {
     const uint16_t *h;
     size_t n;
     int weight;
+    int act;  /* the layer input (stored in bf16 where the model can): rounded on every path */
     int slot; /* scratch slot 0 or 1 for activations */
     const void *cvt[NKINDS];
 } operand;
@@ -514,19 +549,34 @@ static void product_direct(int M, int N, int K, const operand *A, int ta, const 
         }
 }
 
+/* MODE_FP32's fp32 operand: the layer input rounded to bf16 (as stored),
+ * anything else as it is. NULL when no scratch could be had. */
+static const float *operand_fp32(tstate *s, operand *o) {
+    return o->act ? operand_get(s, o, KIND_F32R) : o->x;
+}
+
 /* C (M,N) = A @ B [+ bias] (sum: C += A @ B), A/B stored as onednn_product
- * says, with bf16 operands: oneDNN, else sgemm on rounded operands, else
- * (no memory) plain sgemm. */
+ * says: oneDNN on bf16 operands; else sgemm on MODE_FP32's operands, or on
+ * rounded ones (MODE_EMULATE, and where oneDNN refused); else (no memory)
+ * plain sgemm, or a plain loop on a bf16 operand as stored. */
 static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand *B, int tb, const float *bias,
                     float *C, int sum) {
-    if (mode() == MODE_ONEDNN && s) {
+    const int m = mode();
+    if (m == MODE_ONEDNN && s) {
         const void *a = operand_get(s, A, KIND_BF16), *b = operand_get(s, B, KIND_BF16);
         if (a && b && onednn_product(s, M, N, K, a, ta, b, tb, bias, C, sum) == 0) return;
         failed(a && b ? "oneDNN refused the matmul primitive" : "no memory for the bf16 operand copies", M, N, K);
     }
-    const float *a = operand_get(s, A, KIND_F32R), *b = operand_get(s, B, KIND_F32R);
+    const float *a, *b;
+    if (m == MODE_FP32) {
+        a = operand_fp32(s, A);
+        b = operand_fp32(s, B);
+    } else {
+        a = operand_get(s, A, KIND_F32R);
+        b = operand_get(s, B, KIND_F32R);
+    }
     if (!a || !b) {
-        if (mode() == MODE_FALLBACK) failed("no memory for the rounded operand copies", M, N, K);
+        if (m != MODE_ONEDNN) failed("no memory for the operand copies", M, N, K);
         a = A->x;
         b = B->x;
         if (!a || !b) { /* a bf16 operand: no fp32 source to hand to sgemm */
@@ -551,8 +601,13 @@ static void matmul_forward(float *out, const float *inp, const uint16_t *inp_h, 
         return;
     }
     tstate *s = thread_state();
-    operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .slot = 0};
+    operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .act = 1, .slot = 0};
     operand w = {.x = weight, .n = (size_t)C * OC, .weight = 1};
+    const float *xr = mode() == MODE_FP32 && s ? operand_get(s, &x, KIND_F32R) : NULL;
+    if (xr) { /* the fp32 op itself (its gemv for few rows too) on the input as stored */
+        lf__cpu_matmul_forward(out, xr, weight, bias, N, C, OC, layout);
+        return;
+    }
     /* IN_OUT: W stored (C,OC) = (K,N); OUT_IN: stored (OC,C) = (N,K) */
     product(s, N, OC, C, &x, 0, &w, layout == LF_W_OUT_IN, bias, out, 0);
 }
@@ -574,8 +629,13 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
     if (N <= 0 || OC <= 0 || C <= 0) return;
     tstate *s = thread_state();
     operand d = {.x = dout, .n = (size_t)N * OC, .slot = 1};
-    operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .slot = 0};
+    operand x = {.x = inp, .h = inp_h, .n = (size_t)N * C, .act = 1, .slot = 0};
     operand w = {.x = weight, .n = (size_t)C * OC, .weight = 1};
+    const float *xr = mode() == MODE_FP32 && s ? operand_get(s, &x, KIND_F32R) : NULL;
+    if (xr) { /* the fp32 op itself on the input as stored */
+        lf__cpu_matmul_backward(dinp, dweight, dbias, dout, xr, weight, N, C, OC, layout);
+        return;
+    }
     if (layout == LF_W_IN_OUT) {
         /* dinp (N,C) = dout (N,OC) @ W^T, W stored (C,OC) = (N,K) of this product */
         if (dinp) product(s, N, C, OC, &d, 0, &w, 1, NULL, dinp, 0);

@@ -131,7 +131,8 @@ void lf__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
 void lf__cpu_bias_backward(float *dbias, const float *dout, int N, int OC);
 
 /* cpu_bf16.c: the matmul pair of the "cpu-bf16" table (bf16 operands, fp32
- * accumulation; oneDNN or the rounded-sgemm fallback), and its weight-copy
+ * accumulation, on oneDNN; without bf16 instructions fp32 products on the
+ * bf16-rounded layer input), and its weight-copy
  * cache. params_changed: parameters may have changed (the copies are stale);
  * memory_freed: some backend memory was freed (drop every copy, a new
  * tensor may reuse the address). */
@@ -163,12 +164,16 @@ void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, floa
                                int t);
 /* x rounded to the nearest bf16 (ties to even; NaN stays NaN), as fp32. */
 float lf__cpu_bf16_round(float x);
-/* Test hooks: 1 when products go to oneDNN; force the fallback (on = 1) or
- * return to what was detected (0); products that fell back a level because
- * of a failure; free every thread's primitives and scratch and every weight
- * copy (only while no op runs). */
+/* Test hooks: 1 when products go to oneDNN; force the path of CPUs without
+ * bf16 instructions (fp32 products on bf16-stored activations, on = 1), or
+ * the emulation of the bf16 instructions (every operand rounded, fp32 sgemm:
+ * oneDNN's numbers on any CPU), or return to what was detected (0; either
+ * hook); products that fell back a level because of a failure; free every
+ * thread's primitives and scratch and every weight copy (only while no op
+ * runs). */
 int lf__cpu_bf16_uses_onednn(void);
 void lf__cpu_bf16_force_fallback(int on);
+void lf__cpu_bf16_force_emulation(int on);
 long lf__cpu_bf16_failures(void);
 void lf__cpu_bf16_release(void);
 
