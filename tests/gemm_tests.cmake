@@ -10,6 +10,7 @@ set(lf_gemm_tests
   backend.test_gemv
   backend.test_gradcheck
   backend.test_kv
+  backend.test_peak
   cli.test_bf16
   cli.test_cli_e2e
   cli.test_cli_e2e_fenced
@@ -45,6 +46,8 @@ set(lf_gemm_tests
   cli.test_slurm
   cli.test_sweep
   cli.test_two_hosts
+  cli.threads_affinity
+  cli.threads_cgroup
   cuda.test_cublaslt
   cuda.test_cuda_attention
   cuda.test_cuda_dense
@@ -93,6 +96,34 @@ set(lf_gemm_tests
   eval.test_tasks
   infer.test_generate
   infer.test_ragged
+  isa.avx2.test_bf16
+  isa.avx2.test_cpu_ops
+  isa.avx2.test_gemm
+  isa.avx2.test_gemv
+  isa.avx2.test_gradcheck
+  isa.avx2.test_kv
+  isa.avx2.test_peak
+  isa.avx512.test_bf16
+  isa.avx512.test_cpu_ops
+  isa.avx512.test_gemm
+  isa.avx512.test_gemv
+  isa.avx512.test_gradcheck
+  isa.avx512.test_kv
+  isa.avx512.test_peak
+  isa.avx512_bf16.test_bf16
+  isa.avx512_bf16.test_cpu_ops
+  isa.avx512_bf16.test_gemm
+  isa.avx512_bf16.test_gemv
+  isa.avx512_bf16.test_gradcheck
+  isa.avx512_bf16.test_kv
+  isa.avx512_bf16.test_peak
+  isa.generic.test_bf16
+  isa.generic.test_cpu_ops
+  isa.generic.test_gemm
+  isa.generic.test_gemv
+  isa.generic.test_gradcheck
+  isa.generic.test_kv
+  isa.generic.test_peak
   model.test_backend_instance
   model.test_bf16_acts
   model.test_bf16_acts_llama
