@@ -258,11 +258,12 @@ status=$(sed -n 's/^make-run-exit-status \([0-9]*\)$/\1/p' "$log" | tail -n 1)
 [ "$status" = 0 ] || die "make run ITERS=$ITERS exited with status ${status:-unknown} in the fresh root (output above)"
 
 # The last step was trained and checkpointed, and sample read it: after the
-# echoed sample command, the prompt and at least 100 more characters.
+# echoed sample command, the prompt and at least 100 more characters (the
+# lines sample writes to stderr about itself, "llmforge sample: ...", aside).
 step_dir=$(printf 'step_%08d' "$ITERS")
 grep -q "checkpoint saved: .*/ckpt/$step_dir" "$log" || die "no 'checkpoint saved: .../$step_dir' line: training did not reach step $ITERS"
 [ -e "$root/work/llmforge/out/run/ckpt/latest" ] || [ -L "$root/work/llmforge/out/run/ckpt/latest" ] || die "no out/run/ckpt/latest after make run"
-sample=$(awk '/\/llmforge sample / { s = 1; next } /^make-run-exit-status / { s = 0 } s' "$log")
+sample=$(awk '/\/llmforge sample / { s = 1; next } /^make-run-exit-status / { s = 0 } /^llmforge sample: / { next } s' "$log")
 case $sample in "Q: "*) ;; *) die "the sample does not start with the prompt 'Q: ': '${sample:0:80}'" ;; esac
 generated=${sample#Q: }
 generated=${generated//[[:space:]]/}
