@@ -1,6 +1,6 @@
 /*
  * Fuzz harness: Hugging Face tokenizer.json files, the "hf:" kind
- * (src/data/tokenizer_hf.c, with bpe_merge.c, bpe_pretok.c, utf8.c).
+ * (src/data/tokenizer_hf.c, with bpe_merge.c, bpe_pretok.c, src/core/utf8.c).
  *
  * Input: one selector byte, then the payload.
  *   sel & 1 == 0  the payload is "tokenizer.json, NUL, text": the JSON is

@@ -88,6 +88,14 @@ void lf_error_prefix(const char *fmt, ...)
 size_t lf_str_escape_n(char *out, size_t cap, const char *s, size_t len);
 size_t lf_str_escape(char *out, size_t cap, const char *s);
 
+/* Check that s[0..len) is well-formed UTF-8 (RFC 3629: no overlong forms,
+ * surrogates, code points above U+10FFFF, truncated sequences or stray
+ * continuation bytes). On failure returns LF_ERR_FORMAT, records "WHAT:
+ * invalid UTF-8 at byte N (reason)" and, when bad_offset != NULL, stores N
+ * there. `what` names the text in the message (may be NULL: "text").
+ * Thread-safe. */
+lf_status lf_utf8_validate(const char *s, size_t len, const char *what, size_t *bad_offset);
+
 /* ---------------------------------------------------------------- logging */
 typedef enum lf_log_level {
     LF_LOG_DEBUG = 0,

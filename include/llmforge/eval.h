@@ -46,11 +46,7 @@ extern "C" {
 
 /* ================================================================ text helpers */
 
-/* Check that s[0..len) is well-formed UTF-8. On failure returns
- * LF_ERR_FORMAT, records "WHAT: invalid UTF-8 at byte N (reason)" and, when
- * bad_offset != NULL, stores N there. `what` names the text in the message
- * (may be NULL: "text"). */
-lf_status lf_utf8_validate(const char *s, size_t len, const char *what, size_t *bad_offset);
+/* lf_utf8_validate (llmforge/core.h) checks that a text is well-formed UTF-8. */
 
 /* ================================================================ classification
  *

@@ -52,6 +52,7 @@
 #include <cjson/cJSON.h>
 #include "core/strbuf.h"
 #include "core/io_impl.h"
+#include "core/utf8.h"
 #include "llmforge/safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -89,39 +90,6 @@ static int dtype_parse(const char *s, lf_st_dtype *out) {
             return 1;
         }
     return 0;
-}
-
-/* Returns the offset of the first invalid byte, or len when s[0, len) is UTF-8
- * (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
-static size_t utf8_check(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        size_t n;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            n = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            n = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else {
-            return i;
-        }
-        if (len - i <= n) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k <= n; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += n + 1;
-    }
-    return len;
 }
 
 /* numel and nbytes of a shape, overflow-checked; 0 on overflow. */
@@ -267,7 +235,7 @@ static lf_status parse_header(lf_safetensors *st, const unsigned char *hdr, size
     cJSON *root = NULL;
     st_range *ranges = NULL;
 
-    size_t bad = utf8_check(hdr, hlen);
+    size_t bad = lf__utf8_valid_prefix(hdr, hlen);
     if (bad != hlen) {
         s = lf_fail(LF_ERR_FORMAT, "safetensors '%s': header is not valid UTF-8 (byte %zu)", path, bad);
         goto done;
@@ -519,7 +487,7 @@ static void sb_json_str(lf__sb *b, const char *s) {
 
 static int is_utf8(const char *s) {
     size_t n = strlen(s);
-    return utf8_check((const unsigned char *)s, n) == n;
+    return lf__utf8_valid_prefix((const unsigned char *)s, n) == n;
 }
 
 static lf_status write_all(int fd, const char *path, const void *data, size_t len) {

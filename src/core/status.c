@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "core/utf8.h"
 #include "llmforge/core.h"
 
 #define LF_ERRMSG_MAX 1024
@@ -46,28 +47,10 @@ const char *lf_status_str(lf_status s) {
 
 const char *lf_last_error(void) { return g_errmsg; }
 
-/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF), 0 when the bytes there are not one. */
+/* Length of the valid UTF-8 sequence at s, 0 when the bytes there are not one. */
 static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-    } else
-        return 0;
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-    return len;
+    int k = lf__utf8_scan(s, n, NULL, NULL);
+    return k > 0 ? (size_t)k : 0;
 }
 
 size_t lf_str_escape_n(char *out, size_t cap, const char *s, size_t len) {

@@ -342,27 +342,6 @@ lf_status lf__pretok_next(lf__pretok_scan *s, const unsigned char *text, size_t 
     }
 }
 
-size_t lf__utf8_valid_prefix(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        /* ASCII runs eight bytes at a time */
-        while (i + 8 <= len) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull) break;
-            i += 8;
-        }
-        while (i < len && s[i] < 0x80) i++;
-        if (i >= len) break;
-        uint32_t cp;
-        const char *why;
-        int k = lf__utf8_decode(s + i, len - i, &cp, &why);
-        if (k == 0) return i;
-        i += (size_t)k;
-    }
-    return len;
-}
-
 /* ASCII whitespace as the pattern sees it (a subset of WS). */
 static int ascii_ws(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 

@@ -202,8 +202,8 @@ static lf_status count_file(lf__pretok_scan *sc, piece_tab *tab, const char *pat
             take = last_cut(buf, have);
             if (take == 0) { /* no safe cut in 16 MiB: a character boundary */
                 take = have;
-                while (take > 0 && (buf[take - 1] & 0xC0) == 0x80) take--;
-                if (take > 0 && buf[take - 1] >= 0xC0) take--;
+                while (take > 0 && lf__utf8_is_cont(buf[take - 1])) take--;
+                if (take > 0 && buf[take - 1] >= 0xC0) take--; /* and the lead byte before them */
                 if (take == 0) take = have;
             }
         }

@@ -1,6 +1,5 @@
 /*
  * Private interfaces of the data module (not installed, not part of the API):
- *  - strict UTF-8 decoding shared by the tokenizers and prepare;
  *  - raw views of a mapped shard, for the batch sampler's hot loop;
  *  - the tokenizer operations table: one entry per spec prefix ("char:",
  *    "gpt2:", "tiktoken:", "bpe:", "hf:"), dispatched by tokenizer.c (ggml-style table of
@@ -12,19 +11,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/utf8.h" /* lf__utf8_decode and friends, used throughout data/ */
 #include "llmforge/data.h"
-
-/* ---------------------------------------------------------------- UTF-8 (utf8.c) */
-/* Decode one code point from s[0 .. len), len >= 1, strictly (RFC 3629: no
- * overlong forms, no surrogates, nothing above U+10FFFF, no truncated or
- * stray continuation bytes). Returns the sequence length 1..4 and sets *cp,
- * or returns 0 and sets *why to a fixed description of the defect. */
-int lf__utf8_decode(const unsigned char *s, size_t len, uint32_t *cp, const char **why);
-/* Encode a valid code point; returns its length 1..4 (0 for an invalid one). */
-int lf__utf8_encode(uint32_t cp, unsigned char out[4]);
-/* "U+00E9 'é'", "U+000A '\n'", "U+0085" (controls without a printable form
- * are shown by number only, or as a C escape when they have one). */
-void lf__utf8_describe(uint32_t cp, char *buf, size_t size);
 
 /* ---------------------------------------------------------------- shards (shard.c) */
 /* Little-endian loads; compilers turn these into single loads on LE hosts. */
@@ -125,8 +113,6 @@ void lf__pretok_scan_done(lf__pretok_scan *s);
  * pattern leaves none). Other statuses: a PCRE2 failure (message set). */
 lf_status lf__pretok_next(lf__pretok_scan *s, const unsigned char *text, size_t len, size_t pos, size_t *start,
                           size_t *end);
-/* Length of the longest valid UTF-8 prefix of s[0, len) (strict, utf8.c). */
-size_t lf__utf8_valid_prefix(const unsigned char *s, size_t len);
 /* The cut rule shared by the BPE kinds and the trainer (see ops->cut). */
 size_t lf__bpe_cut(const char *text, size_t len, size_t from);
 

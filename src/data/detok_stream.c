@@ -12,7 +12,7 @@
  * Rules (Unicode 15 section 3.9, "U+FFFD Substitution of Maximal Subparts",
  * which Python's bytes.decode('utf-8', 'replace') and WHATWG's decoder
  * follow, and so do tiktoken's and Hugging Face's decode):
- *  - a complete well-formed sequence (utf8.c's table) is emitted as is;
+ *  - a complete well-formed sequence (core/utf8.c's table) is emitted as is;
  *  - a sequence that cannot be completed is replaced by one U+FFFD per
  *    maximal subpart: the longest prefix of a well-formed sequence (at least
  *    one byte) starting there; scanning resumes at the byte that broke it;
@@ -41,21 +41,9 @@ struct lf_detok_stream {
  * character of k bytes; k < 0, an ill-formed sequence whose maximal subpart
  * is -k bytes; 0, a well-formed prefix that reaches the end. */
 static int utf8_step(const unsigned char *s, size_t n) {
-    const unsigned char b0 = s[0];
-    if (b0 < 0x80) return 1;
-    if (b0 < 0xC2 || b0 > 0xF4) return -1; /* continuation, overlong lead C0/C1, or never valid */
-    const int need = b0 < 0xE0 ? 1 : b0 < 0xF0 ? 2 : 3;
-    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range (utf8.c) */
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-    for (int k = 1; k <= need; k++) {
-        if ((size_t)k >= n) return 0;
-        const unsigned char c = s[k];
-        if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return -k;
-    }
-    return need + 1;
+    lf__utf8_err e;
+    const int k = lf__utf8_scan(s, n, NULL, &e);
+    return k < 0 && e == LF__UTF8_TRUNCATED ? 0 : k;
 }
 
 static const unsigned char REPL[3] = {0xEF, 0xBF, 0xBD}; /* U+FFFD */

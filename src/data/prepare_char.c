@@ -219,10 +219,8 @@ static lf_status scan_dir(prep *p, const char *dir) {
 static size_t complete_prefix(const unsigned char *buf, size_t have) {
     if (have == 0) return 0;
     size_t j = have - 1;
-    while (j > 0 && have - j < 4 && (buf[j] & 0xC0) == 0x80) j--;
-    unsigned b = buf[j];
-    size_t len = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
-    return j + len <= have ? have : j;
+    while (j > 0 && have - j < 4 && lf__utf8_is_cont(buf[j])) j--;
+    return j + lf__utf8_lead_len(buf[j]) <= have ? have : j;
 }
 
 /* Encode one kept file; the first *train_left ids go to train. */

@@ -311,22 +311,6 @@ static void list_cols(const csv *c, char *out, size_t size) {
     }
 }
 
-/* Byte offset of the first invalid UTF-8 sequence in s[0, n), or n. */
-static size_t utf8_check(const unsigned char *s, size_t n, const char **why) {
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int k = lf__utf8_decode(s + i, n - i, &cp, why);
-        if (k == 0) return i;
-        i += (size_t)k;
-    }
-    return n;
-}
-
 static lf_status no_column(const csv *c, const char *name, const char *hint) {
     char cols[512];
     list_cols(c, cols, sizeof cols);
@@ -356,7 +340,7 @@ static lf_status read_header(csv *c) {
             return lf_fail(LF_ERR_FORMAT, "%s:%llu: column %zu of the header holds a NUL byte", c->path,
                            (unsigned long long)rw.line, i + 1);
         const char *why = "";
-        size_t at = utf8_check((const unsigned char *)nm, len, &why);
+        size_t at = lf__utf8_check((const unsigned char *)nm, len, &why);
         if (at < len)
             return lf_fail(LF_ERR_FORMAT, "%s:%llu: column %zu of the header: invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)",
                            c->path, (unsigned long long)rw.line, i + 1, at, (unsigned)(unsigned char)nm[at], why);
@@ -441,7 +425,7 @@ static lf_status get_field(csv *c, int k, uint64_t line, int need_text, const ch
     const char *nul = memchr(p, 0, n);
     if (nul) return bad(c, LF_ERR_FORMAT, line, "column '%s': NUL byte at byte offset %zu of the value", c->key[k], (size_t)(nul - p));
     const char *why = "";
-    size_t at = utf8_check((const unsigned char *)p, n, &why);
+    size_t at = lf__utf8_check((const unsigned char *)p, n, &why);
     if (at < n)
         return bad(c, LF_ERR_FORMAT, line, "column '%s': invalid UTF-8 at byte offset %zu of the value (byte 0x%02X: %s)",
                    c->key[k], at, (unsigned)(unsigned char)p[at], why);

@@ -168,22 +168,6 @@ static const char *json_type(const cJSON *v) {
     return "not a JSON value";
 }
 
-/* Byte offset of the first invalid UTF-8 sequence in s[0, n), or n. */
-static size_t utf8_check(const unsigned char *s, size_t n, const char **why) {
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int k = lf__utf8_decode(s + i, n - i, &cp, why);
-        if (k == 0) return i;
-        i += (size_t)k;
-    }
-    return n;
-}
-
 /* Line of byte offset `off` of the current record, which starts at `line`. */
 static uint64_t line_at(const lf_reader *r, uint64_t line, size_t off) {
     for (size_t i = 0; i < off && i < r->rec_len; i++)
@@ -202,7 +186,7 @@ static lf_status get_field(lf_reader *r, const cJSON *obj, const char *name, uin
         return bad(r, LF_ERR_FORMAT, line, "field '%s' is %s, expected a string", name, json_type(v));
     size_t n = strlen(v->valuestring);
     const char *why = "";
-    size_t at = utf8_check((const unsigned char *)v->valuestring, n, &why);
+    size_t at = lf__utf8_check((const unsigned char *)v->valuestring, n, &why);
     if (at < n)
         return bad(r, LF_ERR_FORMAT, line, "field '%s': invalid UTF-8 at byte offset %zu of the value (byte 0x%02X: %s)",
                    name, at, (unsigned)(unsigned char)v->valuestring[at], why);
@@ -490,7 +474,7 @@ static lf_status next_text(lf_reader *r, lf_record *rec, int *eof) {
             return lf_fail(LF_ERR_FORMAT, "%s:%llu: NUL byte at byte offset %zu (a binary file?)", r->path,
                            (unsigned long long)line_at(r, 1, (size_t)(nul - r->rec)), (size_t)(nul - r->rec));
         const char *why = "";
-        size_t at = utf8_check((const unsigned char *)r->rec, r->rec_len, &why);
+        size_t at = lf__utf8_check((const unsigned char *)r->rec, r->rec_len, &why);
         if (at < r->rec_len)
             st = bad(r, LF_ERR_FORMAT, line_at(r, 1, at), "invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)", at,
                      (unsigned)(unsigned char)r->rec[at], why);

@@ -547,22 +547,6 @@ static lf_status bad(wds *w, lf_status st, const char *fmt, ...) {
     return LF_OK;
 }
 
-/* Byte offset of the first invalid UTF-8 sequence in s[0, n), or n. */
-static size_t utf8_check(const unsigned char *s, size_t n, const char **why) {
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int k = lf__utf8_decode(s + i, n - i, &cp, why);
-        if (k == 0) return i;
-        i += (size_t)k;
-    }
-    return n;
-}
-
 static const char *json_type(const cJSON *v) {
     if (cJSON_IsNull(v)) return "null";
     if (cJSON_IsBool(v)) return "a boolean";
@@ -597,7 +581,7 @@ static lf_status json_field(wds *w, const char *name, int need_text, const char 
         return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is %s, expected a string", mn, name, json_type(v));
     size_t n = strlen(v->valuestring);
     const char *why = "";
-    size_t at = utf8_check((const unsigned char *)v->valuestring, n, &why);
+    size_t at = lf__utf8_check((const unsigned char *)v->valuestring, n, &why);
     if (at < n)
         return bad(w, LF_ERR_FORMAT, "member '%s': field '%s': invalid UTF-8 at byte offset %zu of the value (byte "
                    "0x%02X: %s)", mn, name, at, (unsigned)(unsigned char)v->valuestring[at], why);
@@ -625,7 +609,7 @@ static lf_status emit(wds *w, lf_record *rec) {
         const char *nul = memchr(t, 0, n);
         if (nul) return bad(w, LF_ERR_FORMAT, "member '%s': NUL byte at byte offset %zu", mn, (size_t)(nul - t));
         const char *why = "";
-        size_t at = utf8_check((const unsigned char *)t, n, &why);
+        size_t at = lf__utf8_check((const unsigned char *)t, n, &why);
         if (at < n)
             return bad(w, LF_ERR_FORMAT, "member '%s': invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)", mn, at,
                        (unsigned)(unsigned char)t[at], why);

@@ -8,7 +8,7 @@
  * entry repeats. prepare writes them sorted by code point (Python's
  * sorted(set(text))), but any order is read as given.
  *
- * Encoding decodes UTF-8 strictly (utf8.c); an invalid sequence is an error
+ * Encoding decodes UTF-8 strictly (core/utf8.c); an invalid sequence is an error
  * naming its byte offset, and so is a character outside the vocabulary (named
  * as U+XXXX with its printable form). Lookup is a dense table over
  * [0, largest code point in the vocabulary], at most 4.4 MB for a vocabulary

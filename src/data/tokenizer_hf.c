@@ -996,8 +996,6 @@ static lf_status emit_piece(enc *e, const unsigned char *p, size_t n) {
     return LF_OK;
 }
 
-static size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
-
 /* Pre-tokeniser step k over the valid UTF-8 piece s[0, n): its matches and
  * the gaps between them, each cut further by the next step. */
 static lf_status split_step(enc *e, int k, const unsigned char *s, size_t n) {
@@ -1012,7 +1010,7 @@ static lf_status split_step(enc *e, int k, const unsigned char *s, size_t n) {
         if (st != LF_OK) return st;
         if (a == b && b == last_end) { /* empty, where the last match ended: one character on */
             if (pos >= n) break;
-            pos += utf8_len(s[pos]);
+            pos += lf__utf8_lead_len(s[pos]);
             continue;
         }
         if (a > gap && (st = split_step(e, k + 1, s + gap, a - gap)) != LF_OK) return st;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/cpu_math.h" /* vectorizable exp and max (header-only) */
+#include "core/utf8.h"
 #include "eval/eval_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
@@ -170,18 +171,10 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
 }
 
 /* ---------------------------------------------------------------- (context, continuation) */
-static uint32_t cp_at(const unsigned char *p) {
-    if (p[0] < 0x80) return p[0];
-    if (p[0] < 0xE0) return ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-    if (p[0] < 0xF0) return ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-    return ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) | ((uint32_t)(p[2] & 0x3F) << 6) |
-           (p[3] & 0x3F);
-}
-
 /* Code points of a valid UTF-8 string (Python's len(str)). */
 static size_t cp_count(const char *s) {
     size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) n += (*p & 0xC0) != 0x80;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) n += !lf__utf8_is_cont(*p);
     return n;
 }
 
@@ -199,8 +192,10 @@ lf_status lf__ev_pair_seq(const ev_ctx *c, const char *where, const char *contex
     size_t cut = cl;
     while (cut > 0) {
         size_t b = cut - 1;
-        while (b > 0 && ((unsigned char)context[b] & 0xC0) == 0x80) b--;
-        if (!lf__u_isspace(cp_at((const unsigned char *)context + b))) break;
+        while (b > 0 && lf__utf8_is_cont((unsigned char)context[b])) b--;
+        uint32_t cp = 0;
+        (void)lf__utf8_scan((const unsigned char *)context + b, cut - b, &cp, NULL); /* valid: checked above */
+        if (!lf__u_isspace(cp)) break;
         cut = b;
     }
     char *whole = malloc(cl + nl + 1);

@@ -35,7 +35,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "data/data_impl.h"
+#include "core/utf8.h"
 #include "serve_impl.h"
 
 /* ---------------------------------------------------------------- limits */

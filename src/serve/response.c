@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "core/strbuf.h"
-#include "data/data_impl.h"
+#include "core/utf8.h"
 #include "serve_impl.h"
 
 /* ---------------------------------------------------------------- a buffer */
@@ -55,29 +55,17 @@ static void jb_str(lf__sb *b, const char *s, size_t n) {
             i++;
             continue;
         }
+        int k = 0;
         if (ch >= 0x80) {
-            uint32_t cp;
-            const char *why;
-            int k = lf__utf8_decode(u + i, n - i, &cp, &why);
+            k = lf__utf8_scan(u + i, n - i, NULL, NULL);
             if (k > 0) {
                 i += (size_t)k;
                 continue;
             }
         }
         lf__sb_put(b, s + run, i - run);
-        if (ch >= 0x80) { /* ill-formed: skip its maximal subpart */
-            size_t adv = 1;
-            /* A maximal subpart is the longest prefix of a well-formed
-             * sequence: grow it while the next byte keeps it a prefix. */
-            for (size_t k = 2; k <= 4 && i + k <= n; k++) {
-                uint32_t cp;
-                const char *why = NULL;
-                /* a prefix of length k is valid iff decoding it fails only as "truncated" */
-                int r = lf__utf8_decode(u + i, k, &cp, &why);
-                if (r == 0 && why && strstr(why, "truncated")) adv = k;
-                else break;
-            }
-            i += adv;
+        if (ch >= 0x80) { /* ill-formed: skip its maximal subpart (-k bytes) */
+            i += (size_t)-k;
             lf__sb_puts(b, "\xef\xbf\xbd");
         } else {
             char esc[7];
@@ -127,22 +115,13 @@ char *lf__serve_utf8_sanitize(const char *text, size_t len, size_t *out_len) {
             i++;
             continue;
         }
-        uint32_t cp;
-        const char *why;
-        int k = lf__utf8_decode(u + i, len - i, &cp, &why);
+        int k = lf__utf8_scan(u + i, len - i, NULL, NULL);
         if (k > 0) {
             i += (size_t)k;
             continue;
         }
         lf__sb_put(&b, text + run, i - run);
-        size_t adv = 1;
-        for (size_t m = 2; m <= 4 && i + m <= len; m++) {
-            const char *w = NULL;
-            int r = lf__utf8_decode(u + i, m, &cp, &w);
-            if (r == 0 && w && strstr(w, "truncated")) adv = m;
-            else break;
-        }
-        i += adv;
+        i += (size_t)-k; /* the maximal subpart */
         lf__sb_puts(&b, "\xef\xbf\xbd");
         run = i;
     }

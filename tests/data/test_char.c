@@ -1,5 +1,5 @@
 /* Character-level tokenizer and preparation (nanoGPT shakespeare_char
- * semantics), strict UTF-8, directory input, the dataset manifest, and
+ * semantics), directory input, the dataset manifest, and
  * dataset_open on corrupted manifests. */
 #include "test_util.h"
 #include <sys/stat.h>
@@ -47,53 +47,6 @@ static char *shard_text(const char *dir, const char *name, const lf_tokenizer *t
     lf_shard_close(s);
     free(path);
     return text;
-}
-
-/* ---------------------------------------------------------------- UTF-8 */
-static void test_utf8_strict(void **state) {
-    (void)state;
-    static const struct { const char *bytes; int len; uint32_t cp; } good[] = {
-        {"\x00", 1, 0x0},          {"\x7F", 1, 0x7F},         {"\xC2\x80", 2, 0x80},
-        {"\xDF\xBF", 2, 0x7FF},    {"\xE0\xA0\x80", 3, 0x800}, {"\xED\x9F\xBF", 3, 0xD7FF},
-        {"\xEE\x80\x80", 3, 0xE000}, {"\xEF\xBF\xBF", 3, 0xFFFF}, {"\xF0\x90\x80\x80", 4, 0x10000},
-        {"\xF4\x8F\xBF\xBF", 4, 0x10FFFF},
-    };
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        uint32_t cp = 0;
-        const char *why = NULL;
-        assert_int_equal(lf__utf8_decode((const unsigned char *)good[i].bytes, (size_t)good[i].len, &cp, &why),
-                         good[i].len);
-        assert_int_equal(cp, good[i].cp);
-        unsigned char back[4];
-        assert_int_equal(lf__utf8_encode(cp, back), good[i].len);
-        assert_memory_equal(back, good[i].bytes, (size_t)good[i].len);
-    }
-    static const struct { const char *bytes; int len; const char *why; } bad[] = {
-        {"\x80", 1, "continuation"},          {"\xBF", 1, "continuation"},
-        {"\xC0\x80", 2, "overlong"},          {"\xC1\xBF", 2, "overlong"},
-        {"\xE0\x80\x80", 3, "overlong"},      {"\xE0\x9F\xBF", 3, "overlong"},
-        {"\xF0\x80\x80\x80", 4, "overlong"},  {"\xF0\x8F\xBF\xBF", 4, "overlong"},
-        {"\xED\xA0\x80", 3, "surrogate"},     {"\xED\xBF\xBF", 3, "surrogate"},
-        {"\xF4\x90\x80\x80", 4, "above U+10FFFF"}, {"\xF5\x80\x80\x80", 4, "never valid"},
-        {"\xFF", 1, "never valid"},           {"\xC3(", 2, "incomplete"},
-        {"\xE2\x82(", 3, "incomplete"},       {"\xE2\x82", 2, "truncated"},
-        {"\xF0\x9F\x98", 3, "truncated"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        uint32_t cp = 0;
-        const char *why = "";
-        assert_int_equal(lf__utf8_decode((const unsigned char *)bad[i].bytes, (size_t)bad[i].len, &cp, &why), 0);
-        if (!strstr(why, bad[i].why)) fail_msg("case %zu: '%s' lacks '%s'", i, why, bad[i].why);
-    }
-    char d[48];
-    lf__utf8_describe(0xE9, d, sizeof d);
-    assert_string_equal(d, "U+00E9 '\xC3\xA9'");
-    lf__utf8_describe('\n', d, sizeof d);
-    assert_string_equal(d, "U+000A '\\n'");
-    lf__utf8_describe(0x01, d, sizeof d);
-    assert_string_equal(d, "U+0001");
-    lf__utf8_describe(0x1F600, d, sizeof d);
-    assert_string_equal(d, "U+1F600 '\xF0\x9F\x98\x80'");
 }
 
 /* ---------------------------------------------------------------- prepare, small text */
@@ -633,7 +586,6 @@ static void test_dataset_open_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_utf8_strict),
         cmocka_unit_test(test_prepare_small),
         cmocka_unit_test(test_tokenizer_errors),
         cmocka_unit_test(test_prepare_errors),

@@ -148,30 +148,6 @@ static void put_json_string(FILE *f, const char *s, size_t len) {
     fputc('"', f);
 }
 
-/* Offset of the first invalid UTF-8 byte in s[0, len), len when valid. */
-static size_t utf8_check(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
-        if (need < 0 || i + (size_t)need >= len) return i;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (int k = 2; k <= need; k++)
-            if (s[i + (size_t)k] < 0x80 || s[i + (size_t)k] > 0xBF) return i;
-        i += (size_t)need + 1;
-    }
-    return len;
-}
-
 /* 1 when the JSON text has the escape \u0000 (cJSON would cut the string there). */
 static int has_nul_escape(const char *s, size_t len) {
     for (size_t i = 0; i + 5 < len; i++) {
@@ -437,8 +413,8 @@ static int decode_write(lf_tokenizer *t, const uint32_t *ids, size_t n, size_t l
         memcpy(acc->p + acc->n, text, len);
         acc->n += len;
     } else {
-        size_t bad = utf8_check((const unsigned char *)text, len);
-        if (bad < len) {
+        size_t bad = len;
+        if (lf_utf8_validate(text, len, "text", &bad) != LF_OK) {
             fprintf(stderr,
                     "llmforge detokenize: stdin line %zu: the ids decode to invalid UTF-8 at byte %zu (ids cut inside "
                     "a character?); JSON cannot hold it, plain detokenize writes the raw bytes\n",
