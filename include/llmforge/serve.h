@@ -4,7 +4,7 @@
  * (streaming or not), GET /v1/models, GET /health, GET /metrics
  * (Prometheus text). Requests are batched by the continuous-batching engine
  * (src/serve/engine.c) and answered from its thread; the HTTP side is
- * src/obs/http.c (deadlines, connection cap, worker pool).
+ * src/http/ (deadlines, connection cap, worker pool).
  */
 #ifndef LLMFORGE_SERVE_H
 #define LLMFORGE_SERVE_H

@@ -42,7 +42,7 @@
  *   - Only GET and HEAD are served: /metrics, /health; other paths are 404,
  *     other methods 405 (answered as soon as the headers are in: a body is
  *     never read). The query string is ignored.
- *   - HTTP goes through the shared layer (src/obs/http.h): 2 worker threads,
+ *   - HTTP goes through the shared layer (src/http/http.h): 2 worker threads,
  *     at most 32 connections with the oldest idle one dropped to make room
  *     for a new one, and a 10 s deadline for a whole request, so idle or
  *     byte-trickling clients cannot keep a scrape waiting (before, 32 idle
@@ -60,7 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h"
+#include "http/http.h"
 #include "core/strbuf.h"
 #include "dashboard/dash.h"
 

@@ -1,6 +1,6 @@
 /*
  * `llmforge serve` (llmforge/serve.h): the OpenAI endpoints on the HTTP
- * layer (src/obs/http.h), the request layer (serve_impl.h) and the
+ * layer (src/http/http.h), the request layer (serve_impl.h) and the
  * continuous-batching engine (engine.h).
  *
  * A request's life: an HTTP worker parses it, tokenizes the prompt (chat:
@@ -53,7 +53,7 @@
 #include "llmforge/model.h"
 #include "llmforge/train.h"
 #include "core/strbuf.h"
-#include "obs/http.h"
+#include "http/http.h"
 #include "serve/engine.h"
 #include "serve/serve_impl.h"
 

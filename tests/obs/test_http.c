@@ -1,5 +1,5 @@
 /*
- * Tests of the HTTP layer (src/obs/http.c) and of the Prometheus endpoint's
+ * Tests of the HTTP layer (src/http/) and of the Prometheus endpoint's
  * and the live dashboard's resistance to slow clients through it.
  *
  * Every server listens on 127.0.0.1 port 0 (the kernel picks a free port),
@@ -30,7 +30,7 @@
 #include <sys/time.h>
 
 #include "llmforge/obs.h"
-#include "obs/http.h"
+#include "http/http.h"
 
 /* ---------------------------------------------------------------- client helpers */
 

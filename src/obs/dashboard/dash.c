@@ -50,7 +50,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "../http.h"
+#include "http/http.h"
 
 #define DASH_MAX_WARN 8 /* lines named in "warnings"; the rest are counted */
 

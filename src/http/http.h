@@ -1,7 +1,8 @@
 /*
- * The HTTP layer of llmforge: one small server API over libmicrohttpd (MHD),
- * shared by the Prometheus endpoint (src/obs/prometheus.c) and the OpenAI
- * server (src/serve/). Internal: nothing here is public API.
+ * The HTTP layer of llmforge (src/http/: server.c, reply.c, stream.c): one
+ * small server API over libmicrohttpd (MHD), shared by the Prometheus
+ * endpoint and the live dashboard (src/obs/) and the OpenAI server
+ * (src/serve/). Internal: nothing here is public API.
  *
  * Why a layer of our own over MHD: MHD parses HTTP well, but the defences a
  * server facing slow or hostile clients needs are policy MHD leaves to its
@@ -60,8 +61,8 @@
  * libmicrohttpd 0.9 manual (suspend/resume, content reader callbacks),
  * the WHATWG HTML standard section 9.2 (server-sent events framing).
  */
-#ifndef LF_OBS_HTTP_H
-#define LF_OBS_HTTP_H
+#ifndef LF_HTTP_HTTP_H
+#define LF_HTTP_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>
