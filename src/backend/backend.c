@@ -6,7 +6,11 @@
  * Invariants:
  *  - An instance's status goes from LF_OK to the first failure once
  *    (compare-and-swap in lf__backend_fail) and never back.
- *  - lf_backend_get's instances are made once each (pthread_once) and live
+ *  - One table of kinds: the built-in CPU kinds are registered at first
+ *    use, through the same path (add_table) as the kinds libraries above
+ *    register (lf__backend_register: "cuda", "cuda-bf16"), and are looked
+ *    up the same way; nothing else names a kind.
+ *  - lf_backend_get's instances are made once each (under a lock) and live
  *    until the process exits.
  */
 #include <pthread.h>
@@ -17,40 +21,64 @@
 #include <string.h>
 #include "backend/backend_impl.h"
 
-/* Tables registered at run time by libraries above this one (the CUDA
- * backend: lf_backend_cuda_register), looked up after the built-in ones. */
-#define LF_MAX_REGISTERED 4
-static const lf_backend_ops *_Atomic g_registered[LF_MAX_REGISTERED];
+/* Every kind of backend, in one table, in registration order: the built-in
+ * CPU kinds first (registered at first use, before anything else can be),
+ * then those registered at run time by libraries above this one (the CUDA
+ * backend: lf_backend_cuda_register). Slots are filled once and never
+ * emptied, so a table found is valid for the life of the process. */
+#define LF_MAX_BACKENDS 8
+static const lf_backend_ops *_Atomic g_tables[LF_MAX_BACKENDS];
+static pthread_once_t g_builtin_once = PTHREAD_ONCE_INIT;
 
-lf_status lf__backend_register(const lf_backend_ops *ops) {
-    for (int i = 0; i < LF_MAX_REGISTERED; i++) {
-        const lf_backend_ops *cur = atomic_load(&g_registered[i]);
+static lf_status add_table(const lf_backend_ops *ops) {
+    for (int i = 0; i < LF_MAX_BACKENDS; i++) {
+        const lf_backend_ops *cur = atomic_load(&g_tables[i]);
         if (cur == ops || (cur && strcmp(cur->name, ops->name) == 0)) return LF_OK;
         const lf_backend_ops *expected = NULL;
-        if (!cur && atomic_compare_exchange_strong(&g_registered[i], &expected, ops)) return LF_OK;
+        if (!cur && atomic_compare_exchange_strong(&g_tables[i], &expected, ops)) return LF_OK;
         if (expected == ops) return LF_OK;
     }
     return lf_fail(LF_ERR_RANGE, "backend '%s': no room to register it (%d tables at most)", ops->name,
-                   LF_MAX_REGISTERED);
+                   LF_MAX_BACKENDS);
+}
+
+static void register_builtins(void) {
+    (void)add_table(lf__backend_cpu());
+    (void)add_table(lf__backend_cpu_bf16());
+    (void)add_table(lf__backend_cpu_fenced());
+}
+
+static void builtins(void) { pthread_once(&g_builtin_once, register_builtins); }
+
+lf_status lf__backend_register(const lf_backend_ops *ops) {
+    builtins();
+    return add_table(ops);
+}
+
+/* The slot of the table named `name` (NULL: "cpu"), -1 when none is. */
+static int slot_of(const char *name) {
+    builtins();
+    if (!name) name = "cpu";
+    for (int i = 0; i < LF_MAX_BACKENDS; i++) {
+        const lf_backend_ops *t = atomic_load(&g_tables[i]);
+        if (t && strcmp(t->name, name) == 0) return i;
+    }
+    return -1;
 }
 
 static const lf_backend_ops *table_of(const char *name) {
-    if (!name || strcmp(name, "cpu") == 0) return lf__backend_cpu();
-    if (strcmp(name, "cpu-bf16") == 0) return lf__backend_cpu_bf16();
-    if (strcmp(name, "cpu-fenced") == 0) return lf__backend_cpu_fenced();
-    for (int i = 0; i < LF_MAX_REGISTERED; i++) {
-        const lf_backend_ops *t = atomic_load(&g_registered[i]);
-        if (t && strcmp(t->name, name) == 0) return t;
-    }
-    return NULL;
+    const int i = slot_of(name);
+    return i < 0 ? NULL : atomic_load(&g_tables[i]);
 }
 
 /* "cpu, cpu-bf16, cpu-fenced" and the registered tables' names */
 static void known_names(char *buf, size_t cap) {
-    size_t at = (size_t)snprintf(buf, cap, "cpu, cpu-bf16, cpu-fenced");
-    for (int i = 0; i < LF_MAX_REGISTERED && at < cap; i++) {
-        const lf_backend_ops *t = atomic_load(&g_registered[i]);
-        if (t) at += (size_t)snprintf(buf + at, cap - at, ", %s", t->name);
+    size_t at = 0;
+    buf[0] = '\0';
+    builtins();
+    for (int i = 0; i < LF_MAX_BACKENDS && at < cap; i++) {
+        const lf_backend_ops *t = atomic_load(&g_tables[i]);
+        if (t) at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", t->name);
     }
 }
 
@@ -103,73 +131,36 @@ void lf_backend_close(lf_backend *be) {
 
 /* ---------------------------------------------------------------- shared instances */
 
-enum { SHARED_CPU, SHARED_BF16, SHARED_FENCED, SHARED_N };
-static lf_backend g_shared[SHARED_N];
-static lf_status g_shared_st[SHARED_N];
-static pthread_once_t g_once[SHARED_N] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
-
-#define SHARED_INIT(i, table)                                  \
-    static void shared_init_##i(void) {                        \
-        g_shared_st[i] = init(&g_shared[i], table());          \
-        g_shared[i].shared = 1;                                \
-    }
-SHARED_INIT(SHARED_CPU, lf__backend_cpu)
-SHARED_INIT(SHARED_BF16, lf__backend_cpu_bf16)
-SHARED_INIT(SHARED_FENCED, lf__backend_cpu_fenced)
-
-/* The shared instances of registered tables ("cuda"), made on first use
- * under a lock (a registered table has no pthread_once of its own); a
+/* The shared instance of each table, made on first use under a lock; a
  * failed open is remembered with its message ("no CUDA device"), which
- * every later call repeats. */
-static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static lf_backend g_reg_shared[LF_MAX_REGISTERED];
-static int g_reg_tried[LF_MAX_REGISTERED];
-static lf_status g_reg_st[LF_MAX_REGISTERED];
-static char g_reg_msg[LF_MAX_REGISTERED][512];
+ * every later call repeats. g_made (release/acquire) lets later calls skip
+ * the lock. */
+static pthread_mutex_t g_shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static lf_backend g_shared[LF_MAX_BACKENDS];
+static _Atomic int g_made[LF_MAX_BACKENDS]; /* the instance is open and usable */
+static int g_tried[LF_MAX_BACKENDS];
+static lf_status g_shared_st[LF_MAX_BACKENDS];
+static char g_shared_msg[LF_MAX_BACKENDS][512];
 
-static lf_backend *get_registered(const char *name) {
-    int i = 0;
-    const lf_backend_ops *t = NULL;
-    for (; i < LF_MAX_REGISTERED; i++) {
-        t = atomic_load(&g_registered[i]);
-        if (t && strcmp(t->name, name) == 0) break;
-    }
-    if (i == LF_MAX_REGISTERED) {
+lf_backend *lf_backend_get(const char *name) {
+    const int i = slot_of(name);
+    if (i < 0) {
         unknown(name);
         return NULL;
     }
-    pthread_mutex_lock(&g_reg_mu);
-    if (!g_reg_tried[i]) {
-        g_reg_tried[i] = 1;
-        g_reg_st[i] = init(&g_reg_shared[i], t);
-        g_reg_shared[i].shared = 1;
-        if (g_reg_st[i] != LF_OK) snprintf(g_reg_msg[i], sizeof g_reg_msg[i], "%s", lf_last_error());
+    if (atomic_load_explicit(&g_made[i], memory_order_acquire)) return &g_shared[i];
+    pthread_mutex_lock(&g_shared_mu);
+    if (!g_tried[i]) {
+        g_tried[i] = 1;
+        g_shared_st[i] = init(&g_shared[i], atomic_load(&g_tables[i]));
+        g_shared[i].shared = 1;
+        if (g_shared_st[i] == LF_OK) atomic_store_explicit(&g_made[i], 1, memory_order_release);
+        else snprintf(g_shared_msg[i], sizeof g_shared_msg[i], "%s", lf_last_error());
     }
-    const lf_status st = g_reg_st[i];
-    pthread_mutex_unlock(&g_reg_mu);
+    const lf_status st = g_shared_st[i];
+    pthread_mutex_unlock(&g_shared_mu);
     if (st != LF_OK) {
-        lf_fail(st, "%s", g_reg_msg[i]);
-        return NULL;
-    }
-    return &g_reg_shared[i];
-}
-
-lf_backend *lf_backend_get(const char *name) {
-    int i;
-    if (!name || strcmp(name, "cpu") == 0) {
-        i = SHARED_CPU;
-        pthread_once(&g_once[i], shared_init_SHARED_CPU);
-    } else if (strcmp(name, "cpu-bf16") == 0) {
-        i = SHARED_BF16;
-        pthread_once(&g_once[i], shared_init_SHARED_BF16);
-    } else if (strcmp(name, "cpu-fenced") == 0) {
-        i = SHARED_FENCED;
-        pthread_once(&g_once[i], shared_init_SHARED_FENCED);
-    } else {
-        return get_registered(name);
-    }
-    if (g_shared_st[i] != LF_OK) {
-        lf_fail(g_shared_st[i], "backend '%s' could not be opened", name ? name : "cpu");
+        lf_fail(st, "%s", g_shared_msg[i]);
         return NULL;
     }
     return &g_shared[i];
@@ -187,11 +178,7 @@ static char g_sel[32];
 static int g_auto_probed, g_auto_devices;
 
 static const char *auto_name(void) {
-    const lf_backend_ops *t = NULL;
-    for (int i = 0; i < LF_MAX_REGISTERED && !t; i++) {
-        const lf_backend_ops *r = atomic_load(&g_registered[i]);
-        if (r && strcmp(r->name, "cuda") == 0) t = r;
-    }
+    const lf_backend_ops *t = table_of("cuda");
     if (!t) return "cpu";
     pthread_mutex_lock(&g_sel_mu);
     if (!g_auto_probed) {

@@ -471,12 +471,13 @@ static inline int lf__backend_failed(const lf_backend *be) { return be->status !
  * backends); closed with lf_backend_close. */
 lf_status lf__backend_open_ops(const lf_backend_ops *ops, lf_backend **out);
 
-/* Adds a table (a backend in a library above lf_core, e.g. "cuda") to the
- * names lf_backend_open finds; registering the same table again is a no-op.
- * LF_OK or LF_ERR_RANGE when the registry is full. */
+/* Adds a table to the names lf_backend_open finds (backend.c's one table
+ * of kinds: the built-in CPU kinds below are registered there at first use;
+ * a library above, e.g. "cuda", calls this); registering the same table
+ * again is a no-op. LF_OK or LF_ERR_RANGE when the registry is full. */
 lf_status lf__backend_register(const lf_backend_ops *ops);
 
-/* Registered backends. */
+/* The built-in kinds' tables (registered by backend.c at first use). */
 const lf_backend_ops *lf__backend_cpu(void);
 const lf_backend_ops *lf__backend_cpu_bf16(void);
 const lf_backend_ops *lf__backend_cpu_fenced(void); /* tests: memory unreadable outside ops (cpu_fenced.c) */

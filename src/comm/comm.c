@@ -4,6 +4,9 @@
  * kind shares.
  *
  * Invariants:
+ *  - One table of kinds: the built-in kinds (single, mpi, tcp) are
+ *    registered there at first use, through the same path as the kinds
+ *    libraries above register (lf__comm_register: nccl).
  *  - A kind's table sees only valid calls (comm_impl.h); the wrappers here
  *    reject the rest before anything is numbered or sent.
  *  - c->seq counts collectives handed to the kind, the same on every rank
@@ -12,6 +15,7 @@
  *    an operation this rank abandoned, so nothing more is sent on the handle.
  */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -22,35 +26,42 @@
 #include "comm/comm_impl.h"
 #include "core/bf16.h"
 
-/* Kinds that can be opened by name: built in, then registered at run time
- * by libraries above this one (lf__comm_register: the nccl kind). */
-static const struct lf_comm_ops *const k_kinds[] = {
-    &lf__comm_single_ops,
-    &lf__comm_mpi_ops,
-    &lf__comm_tcp_ops,
-};
+/* Kinds that can be opened by name, in one table, in registration order:
+ * the built-in kinds first (registered at first use, before anything else
+ * can be), then those registered at run time by libraries above this one
+ * (lf__comm_register: the nccl kind). Slots are filled once, never emptied. */
+#define LF_COMM_MAX_KINDS 8
+static const struct lf_comm_ops *_Atomic g_kinds[LF_COMM_MAX_KINDS];
+static pthread_once_t g_builtin_once = PTHREAD_ONCE_INIT;
 
-#define LF_COMM_MAX_REGISTERED 4
-static const struct lf_comm_ops *_Atomic g_registered[LF_COMM_MAX_REGISTERED];
-
-lf_status lf__comm_register(const struct lf_comm_ops *ops) {
-    if (!ops || !ops->name || !ops->open) return lf_fail(LF_ERR_INVALID_ARG, "lf__comm_register: incomplete table");
-    for (int i = 0; i < LF_COMM_MAX_REGISTERED; i++) {
-        const struct lf_comm_ops *cur = atomic_load(&g_registered[i]);
+static lf_status add_kind(const struct lf_comm_ops *ops) {
+    for (int i = 0; i < LF_COMM_MAX_KINDS; i++) {
+        const struct lf_comm_ops *cur = atomic_load(&g_kinds[i]);
         if (cur == ops || (cur && strcmp(cur->name, ops->name) == 0)) return LF_OK;
         const struct lf_comm_ops *expected = NULL;
-        if (!cur && atomic_compare_exchange_strong(&g_registered[i], &expected, ops)) return LF_OK;
+        if (!cur && atomic_compare_exchange_strong(&g_kinds[i], &expected, ops)) return LF_OK;
         if (expected == ops) return LF_OK;
     }
     return lf_fail(LF_ERR_RANGE, "communicator '%s': no room to register it (%d kinds at most)", ops->name,
-                   LF_COMM_MAX_REGISTERED);
+                   LF_COMM_MAX_KINDS);
+}
+
+static void register_builtins(void) {
+    (void)add_kind(&lf__comm_single_ops);
+    (void)add_kind(&lf__comm_mpi_ops);
+    (void)add_kind(&lf__comm_tcp_ops);
+}
+
+lf_status lf__comm_register(const struct lf_comm_ops *ops) {
+    if (!ops || !ops->name || !ops->open) return lf_fail(LF_ERR_INVALID_ARG, "lf__comm_register: incomplete table");
+    pthread_once(&g_builtin_once, register_builtins);
+    return add_kind(ops);
 }
 
 static const struct lf_comm_ops *find_kind(const char *name) {
-    for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++)
-        if (strcmp(k_kinds[i]->name, name) == 0) return k_kinds[i];
-    for (int i = 0; i < LF_COMM_MAX_REGISTERED; i++) {
-        const struct lf_comm_ops *t = atomic_load(&g_registered[i]);
+    pthread_once(&g_builtin_once, register_builtins);
+    for (int i = 0; i < LF_COMM_MAX_KINDS; i++) {
+        const struct lf_comm_ops *t = atomic_load(&g_kinds[i]);
         if (t && strcmp(t->name, name) == 0) return t;
     }
     return NULL;

@@ -14,7 +14,8 @@
  * at most LF_COMM_GRACE_MAX_S of diagnosis, with LF_ERR_TIMEOUT and a
  * message naming c->coll, c->seq, c->context and the missing ranks.
  *
- * Kinds registered at run time (lf__comm_register): the nccl kind lives in
+ * Every kind is in comm.c's one table: the built-in kinds are registered
+ * there at first use. Kinds registered at run time (lf__comm_register): the nccl kind lives in
  * lf_comm_nccl / lf_comm_nccl_shim, above this library, and registers
  * itself (lf_comm_nccl_register), as the cuda backend does. Its table says
  * device_buffers = 1: the float collectives and lf_comm_broadcast take
@@ -139,8 +140,8 @@ extern const struct lf_comm_ops lf__comm_tcp_ops;
 
 /* Make a kind openable by name (a library above this one: the nccl kind).
  * Registering the same table twice is harmless; LF_ERR_RANGE when the
- * registry (4 tables) is full. The table must outlive the process's use of
- * it (a static). */
+ * registry (8 kinds, the built-in ones included) is full. The table must
+ * outlive the process's use of it (a static). */
 lf_status lf__comm_register(const struct lf_comm_ops *ops);
 
 /* "all_reduce" etc. */
