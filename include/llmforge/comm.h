@@ -191,12 +191,6 @@ int lf_comm_device_buffers(const lf_comm *c);
  * LF_ERR_INVALID_ARG (NULL handle), LF_ERR_DEVICE (CUDA refused). */
 lf_status lf_comm_set_stream(lf_comm *c, void *stream);
 
-/* The "nccl" kind, defined only in the nccl libraries (lf_comm_nccl, linked
- * to libnccl, with the CUDA build; lf_comm_nccl_shim: NCCL on MPI over the
- * CUDA-on-CPU shim, for tests): a program linked with one calls this once at
- * start-up, after which lf_comm_open finds "nccl" by name and "auto" picks it
- * for device tensors. Registering twice is harmless. */
-lf_status lf_comm_nccl_register(void);
 int lf_comm_rank(const lf_comm *c);
 int lf_comm_size(const lf_comm *c);
 int lf_comm_local_rank(const lf_comm *c);     /* rank among the processes of this host */

@@ -24,6 +24,7 @@
 #include "eval/eval_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+#include "llmforge/backend_cpu.h"
 #include "eval/tasks_impl.h"
 
 #define PAIR_CHUNK 4096     /* (context, continuation) pairs built and scored at a time */

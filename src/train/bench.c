@@ -12,6 +12,7 @@
 #include "llmforge/backend.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cpu.h"
 
 /* The FMA probe: the CPU backend's per-ISA kernels (cpu_peak.c), on this
  * process's threads. */

@@ -29,6 +29,7 @@
 #include "backend/backend_impl.h"
 #include "llmforge/comm.h"
 #include "llmforge/plan.h"
+#include "llmforge/backend_cpu.h"
 #include "model/model_impl.h"
 #include "train_impl.h"
 

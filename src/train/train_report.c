@@ -28,6 +28,7 @@
 #include <cjson/cJSON.h>
 
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 #include "llmforge/registry.h"
 
 char *lf__trep_plan_json(const lf_mem_plan *p) {

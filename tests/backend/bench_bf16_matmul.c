@@ -19,6 +19,7 @@
 #include "backend/backend_impl.h"
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 static float *rnd(size_t n, float s, uint64_t k) {
     float *x = lf_alloc(n * sizeof(float));

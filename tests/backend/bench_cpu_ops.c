@@ -10,6 +10,7 @@
 #include <string.h>
 #include <math.h>
 #include "backend/backend_impl.h"
+#include "llmforge/backend_cpu.h"
 
 static float *rnd(size_t n, float s, uint64_t k) {
     float *x = lf_alloc(n * sizeof(float));

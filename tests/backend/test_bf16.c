@@ -18,6 +18,7 @@
 #include "slots.h"
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 static lf_backend *bf(void) { return lf_backend_get("cpu-bf16"); }
 static lf_backend *fp(void) { return lf_backend_get("cpu"); }

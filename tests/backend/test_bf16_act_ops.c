@@ -17,6 +17,7 @@
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 static lf_backend *bf(void) { return lf_backend_get("cpu-bf16"); }
 

@@ -12,6 +12,7 @@
 #include "slots.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_math.h"
+#include "llmforge/backend_cpu.h"
 
 static lf_backend *ops(void) { return lf_backend_get("cpu"); }
 

@@ -20,6 +20,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 #include "backend/cpu/cpu_internal.h"
 
 static lf__cpu_gemm_facts facts(const char *req, unsigned isa, const char *core, int avx2, int avx512) {

@@ -16,6 +16,7 @@
 #include <omp.h>
 #include <string.h>
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 #include "backend/backend_impl.h"
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"

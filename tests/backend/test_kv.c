@@ -14,6 +14,7 @@
  * The cache has Tmax > T so the position stride is exercised. */
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"
+#include "llmforge/backend_cpu.h"
 
 static lf_backend *cpu(void) { return lf_backend_get("cpu"); }
 

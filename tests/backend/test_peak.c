@@ -9,6 +9,7 @@
  * six tries. */
 #include <omp.h>
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 #include "backend/backend_impl.h"
 #include "ref_ops.h"
 #include "backend/cpu/cpu_internal.h"

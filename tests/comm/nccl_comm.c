@@ -50,6 +50,7 @@
 #include <sys/socket.h>
 
 #include "llmforge/comm.h"
+#include "llmforge/comm_nccl.h"
 #include "cuda_api.h"
 
 #include "comm/mpi_check.h"

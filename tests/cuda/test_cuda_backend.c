@@ -20,6 +20,7 @@
 #include "../test_util.h"
 #include "backend/cuda/cuda_internal.h"
 #include "cuda_test_util.h"
+#include "llmforge/backend_cuda.h"
 
 static void test_register(void **state) {
     (void)state;

@@ -37,6 +37,7 @@
 #include "llmforge/model.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cuda.h"
 #include "cuda_test_util.h"
 #ifdef LF_CUDA_SHIM
 #include "shim/lf_shim.h"

@@ -73,6 +73,7 @@
 #include "llmforge/loss_scaler.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cuda.h"
 #include "cuda_test_util.h"
 
 enum { STEPS = 10, B = 3, T = 16, N = B * T, VOCAB = 41 };

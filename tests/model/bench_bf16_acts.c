@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+#include "llmforge/backend_cpu.h"
 
 static void check(lf_status st, const char *what) {
     if (st == LF_OK) return;

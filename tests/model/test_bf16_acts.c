@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+#include "llmforge/backend_cpu.h"
 #include "model_fixture.h"
 
 static lf_backend *counting_backend(void) { return counting_backend_of(lf__backend_cpu_bf16()); }

@@ -10,6 +10,7 @@
 #include "backend/backend_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+#include "llmforge/backend_cpu.h"
 
 enum { B = 4, T = 32, V = 97, STEPS = 8 };
 

@@ -12,6 +12,7 @@
 #include "backend/backend_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+#include "llmforge/backend_cpu.h"
 #include "model_fixture.h"
 
 static lf_backend *counting_backend(void) { return counting_backend_of(lf__backend_cpu()); }

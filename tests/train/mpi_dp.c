@@ -100,6 +100,9 @@
 #include "llmforge/plan.h"
 #include "llmforge/safetensors.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cpu.h"
+#include "llmforge/backend_cuda.h"
+#include "llmforge/comm_nccl.h"
 #ifdef LF_TEST_NCCL
 #include "cuda_api.h"
 #endif

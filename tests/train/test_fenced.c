@@ -19,6 +19,7 @@
 #include "llmforge/infer.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cpu.h"
 
 static void test_host_access_faults(void **state) {
     (void)state;

@@ -17,6 +17,7 @@
 #include "llmforge/data.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cpu.h"
 
 #include "char_fixture.h"
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "cli_util.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 void die_status(lf_status st, const char *what) {
     fprintf(stderr, "llmforge: %s: %s\n", what, lf_last_error()[0] ? lf_last_error() : lf_status_str(st));

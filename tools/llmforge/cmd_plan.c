@@ -14,6 +14,7 @@
 #include "llmforge/data.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cpu.h"
 #include "commands.h"
 #include "cli_util.h"
 

@@ -41,6 +41,9 @@
 #include "llmforge/infer.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
+#include "llmforge/backend_cpu.h"
+#include "llmforge/backend_cuda.h"
+#include "llmforge/comm_nccl.h"
 #include "cli_util.h"
 #include "commands.h"
 

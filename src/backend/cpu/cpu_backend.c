@@ -29,6 +29,7 @@
 #include <cblas.h>
 #include "cpu_internal.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 static void *cpu_alloc(size_t bytes) { return lf_alloc(bytes); }
 static void cpu_free(void *p) { lf_free(p); }

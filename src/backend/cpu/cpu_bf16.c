@@ -93,6 +93,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu_internal.h"
+#include "llmforge/backend_cpu.h"
 
 enum { KIND_BF16 = 0, KIND_F32R = 1, NKINDS = 2 };
 enum { MODE_ONEDNN = 1, MODE_FP32 = 2, MODE_EMULATE = 3 };

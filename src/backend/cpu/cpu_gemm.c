@@ -45,6 +45,7 @@
 #include "core/gemm_trace.h"
 #include "cpu_internal.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 /* OpenBLAS's own (cblas.h declares them in the openblas-openmp build). */
 char *openblas_get_corename(void);

@@ -36,6 +36,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu_internal.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 static const char *const g_names[] = {"generic", "avx2", "avx512", "avx512_bf16", "amx"};
 

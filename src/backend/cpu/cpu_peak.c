@@ -32,6 +32,7 @@
 #include <omp.h>
 #include "cpu_internal.h"
 #include "llmforge/backend.h"
+#include "llmforge/backend_cpu.h"
 
 typedef float peak_v4 __attribute__((vector_size(16)));
 

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmforge/backend.h"
+#include "llmforge/backend_cuda.h"
 #include "cuda_internal.h"
 
 #define LF_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommended 32 MiB on Hopper */

@@ -71,6 +71,7 @@
 #include "comm/comm_impl.h"
 #include "cuda_api.h"
 #include "nccl/nccl_api.h"
+#include "llmforge/comm_nccl.h"
 
 /* A started collective (lf_comm_reduce_scatter_start): its completion
  * event on comm_stream, when it started, what it was (for the watchdog). */
