@@ -285,6 +285,11 @@ int lf_json_number(char *buf, size_t cap, double v);
  * Thread-safe for distinct items. */
 struct cJSON;
 char *lf_json_print(const struct cJSON *item, int formatted);
+/* The byte offset of the first escape \u0000 in the raw JSON text s[0, len)
+ * (of its backslash), len when it has none. A backslash escapes the next
+ * character, so "\\u0000" is a backslash, then text. Why callers look:
+ * cJSON turns \u0000 into a NUL that cuts the string short. Thread-safe. */
+size_t lf_json_find_nul_escape(const char *s, size_t len);
 
 #ifdef __cplusplus
 }

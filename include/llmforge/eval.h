@@ -517,6 +517,17 @@ typedef struct lf_eval_tasks lf_eval_tasks;
  * LF_ERR_INVALID_ARG, LF_ERR_NOMEM. */
 lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths,
                              const lf_eval_load_opts *opts);
+/* The training config's eval.tasks text, as the trainer and the sweep read
+ * it: one task file per line, "PATH#KIND" naming the kind of a file that
+ * does not name it (e.g. `llmforge data arithmetic` output, #exact_match).
+ * Splits `text` in place (writable, NUL-terminated; the newlines and '#'
+ * become NULs) into paths[i] and kinds[i] (LF_EVAL_KIND_UNSET without a
+ * '#'), at most `cap` entries, for lf_eval_tasks_load; *n: how many. On a
+ * kind lf_eval_kind_parse does not know: LF_ERR_INVALID_ARG, paths[*n] is
+ * that entry's path and *bad_kind the text after its '#' (the message is
+ * lf_eval_kind_parse's; callers name their key). (src/eval/tasks.c) */
+lf_status lf_eval_tasks_split(char *text, int cap, const char **paths, lf_eval_kind *kinds, int *n,
+                              const char **bad_kind);
 void lf_eval_tasks_free(lf_eval_tasks *t);
 /* A suite: every "*.jsonl" task file of directory dir (hidden files and
  * subdirectories aside), loaded in name order with lf_eval_tasks_load (opts

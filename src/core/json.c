@@ -8,6 +8,9 @@
  * 2^53 are written whole instead. glibc's printf and strtod round correctly,
  * which this relies on.
  *
+ * lf_json_find_nul_escape finds the escape that cJSON would turn into a NUL
+ * cutting a string short: readers of raw JSON text refuse it before parsing.
+ *
  * lf_json_print prints a duplicate of the tree whose number nodes have been
  * turned into raw nodes holding that text, so cJSON's own number printer
  * (%1.15g, accepted when it reads back within a relative DBL_EPSILON) never
@@ -59,4 +62,13 @@ char *lf_json_print(const struct cJSON *item, int formatted) {
     if (exact_numbers(dup)) s = formatted ? cJSON_Print(dup) : cJSON_PrintUnformatted(dup);
     cJSON_Delete(dup);
     return s;
+}
+
+size_t lf_json_find_nul_escape(const char *s, size_t len) {
+    for (size_t i = 0; i + 5 < len; i++) {
+        if (s[i] != '\\') continue;
+        if (memcmp(s + i + 1, "u0000", 5) == 0) return i;
+        i++; /* the escaped character */
+    }
+    return len;
 }

@@ -129,12 +129,8 @@ lf_status lf__chat_template_parse(const char *json, size_t len, const char *what
     size_t ok = lf__utf8_valid_prefix((const unsigned char *)json, len);
     if (ok < len) return lf_fail(LF_ERR_FORMAT, "chat template '%s': not valid UTF-8 (at byte %zu)", what, ok);
     if (memchr(json, '\0', len)) return lf_fail(LF_ERR_FORMAT, "chat template '%s': holds a NUL byte", what);
-    for (size_t i = 0; i + 5 < len; i++) /* U+0000 would cut a string short */
-        if (json[i] == '\\') {
-            if (memcmp(json + i + 1, "u0000", 5) == 0)
-                return lf_fail(LF_ERR_FORMAT, "chat template '%s': a string holds \\u0000 (at byte %zu)", what, i);
-            i++;
-        }
+    size_t nul = lf_json_find_nul_escape(json, len); /* U+0000 would cut a string short */
+    if (nul < len) return lf_fail(LF_ERR_FORMAT, "chat template '%s': a string holds \\u0000 (at byte %zu)", what, nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {

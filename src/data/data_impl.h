@@ -232,4 +232,14 @@ extern const lf__record_source lf__csv_source;
 extern const lf__record_source lf__parquet_source;
 extern const lf__record_source lf__wds_source;
 
+/* What every record reader shares (reader_common.c). A bad record, msg
+ * already saying where ("FILE:LINE: ..."): without opts->skip_bad_records,
+ * lf_fail(st, msg); with it, a counted skip: ++*skipped, *skip_now = 1,
+ * opts->on_skip (if set) gets msg escaped as lf_fail would, and LF_OK. */
+lf_status lf__reader_bad(const lf_reader_opts *opts, uint64_t *skipped, int *skip_now, lf_status st,
+                         const char *msg);
+/* "a string", "an array", ... of a cJSON value, for messages. */
+struct cJSON;
+const char *lf__json_type_name(const struct cJSON *v);
+
 #endif

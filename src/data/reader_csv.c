@@ -403,15 +403,7 @@ static lf_status bad(csv *c, lf_status st, uint64_t line, const char *fmt, ...) 
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     snprintf(msg, sizeof msg, "%s:%llu: %s", c->path, (unsigned long long)line, what);
-    if (!c->o.skip_bad_records) return lf_fail(st, "%s", msg);
-    (*c->skipped)++;
-    c->skip_now = 1;
-    if (c->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
-        char safe[1024];
-        lf_str_escape(safe, sizeof safe, msg);
-        c->o.on_skip(safe, c->o.on_skip_user);
-    }
-    return LF_OK;
+    return lf__reader_bad(&c->o, c->skipped, &c->skip_now, st, msg);
 }
 
 /* Check the value of selected column k; *s NULL after a skip. */

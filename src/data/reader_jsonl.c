@@ -147,25 +147,7 @@ static lf_status bad(lf_reader *r, lf_status st, uint64_t line, const char *fmt,
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     snprintf(msg, sizeof msg, "%s:%llu: %s", r->path, (unsigned long long)line, what);
-    if (!r->o.skip_bad_records) return lf_fail(st, "%s", msg);
-    r->skipped++;
-    r->skip_now = 1;
-    if (r->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
-        char safe[1024];
-        lf_str_escape(safe, sizeof safe, msg);
-        r->o.on_skip(safe, r->o.on_skip_user);
-    }
-    return LF_OK;
-}
-
-static const char *json_type(const cJSON *v) {
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    return "not a JSON value";
+    return lf__reader_bad(&r->o, &r->skipped, &r->skip_now, st, msg);
 }
 
 /* Line of byte offset `off` of the current record, which starts at `line`. */
@@ -183,7 +165,7 @@ static lf_status get_field(lf_reader *r, const cJSON *obj, const char *name, uin
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     if (!v) return bad(r, LF_ERR_FORMAT, line, "field '%s' is missing", name);
     if (!cJSON_IsString(v) || !v->valuestring)
-        return bad(r, LF_ERR_FORMAT, line, "field '%s' is %s, expected a string", name, json_type(v));
+        return bad(r, LF_ERR_FORMAT, line, "field '%s' is %s, expected a string", name, lf__json_type_name(v));
     size_t n = strlen(v->valuestring);
     const char *why = "";
     size_t at = lf__utf8_check((const unsigned char *)v->valuestring, n, &why);
@@ -194,17 +176,6 @@ static lf_status get_field(lf_reader *r, const cJSON *obj, const char *name, uin
     *s = v->valuestring;
     *len = n;
     return LF_OK;
-}
-
-/* Does the raw JSON text hold the escape \u0000? (A backslash escapes the
- * next character, so "\\u0000" is a backslash then text.) */
-static int has_nul_escape(const char *s, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) return 1;
-        i++; /* skip the escaped character */
-    }
-    return 0;
 }
 
 /* Parse r->rec (a record starting at `line`) and select its fields. */
@@ -230,8 +201,8 @@ static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
     if (off < r->rec_len)
         return bad(r, LF_ERR_FORMAT, line_at(r, line, off), "not valid JSON (text after the end of the value)");
     if (!cJSON_IsObject(root))
-        return bad(r, LF_ERR_FORMAT, line, "not a JSON object (%s); each record must be an object", json_type(root));
-    if (has_nul_escape(r->rec, r->rec_len))
+        return bad(r, LF_ERR_FORMAT, line, "not a JSON object (%s); each record must be an object", lf__json_type_name(root));
+    if (lf_json_find_nul_escape(r->rec, r->rec_len) < r->rec_len)
         return bad(r, LF_ERR_FORMAT, line, "a string holds the escape \\u0000 (U+0000), which text cannot hold");
 
     lf_status st;
@@ -261,6 +232,20 @@ static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
     rec->prompt_key = pf;
     rec->response_key = rf;
     return LF_OK;
+}
+
+/* The record that starts at `line` is in r->rec (or was over the cap and
+ * dropped: too_long, `what` naming it, "line" or "array element"): number
+ * it, parse it into *rec or report it bad (r->skip_now after a skip). */
+static lf_status take_record(lf_reader *r, uint64_t line, int too_long, const char *what, lf_record *rec) {
+    r->seen_any = 1;
+    memset(rec, 0, sizeof *rec);
+    rec->line = line;
+    rec->index = r->index++;
+    r->skip_now = 0;
+    if (too_long)
+        return bad(r, LF_ERR_RANGE, line, "%s is longer than the limit of %zu bytes for one record", what, r->cap);
+    return parse_record(r, line, rec);
 }
 
 /* ---------------------------------------------------------------- JSON Lines */
@@ -317,16 +302,7 @@ static lf_status next_jsonl(lf_reader *r, lf_record *rec, int *eof) {
             while (i < r->rec_len && is_blank((unsigned char)r->rec[i])) i++;
             if (i == r->rec_len) continue; /* a blank line is no record */
         }
-        r->seen_any = 1;
-        memset(rec, 0, sizeof *rec);
-        rec->line = line;
-        rec->index = r->index++;
-        r->skip_now = 0;
-        if (too_long)
-            st = bad(r, LF_ERR_RANGE, line, "line is longer than the limit of %zu bytes for one record", r->cap);
-        else
-            st = parse_record(r, line, rec);
-        if (st != LF_OK) return st;
+        if ((st = take_record(r, line, too_long, "line", rec)) != LF_OK) return st;
         if (r->skip_now) continue;
         return LF_OK;
     }
@@ -424,16 +400,7 @@ static lf_status next_json(lf_reader *r, lf_record *rec, int *eof) {
         if ((st = scan_element(r, line, &closed, &too_long)) != LF_OK) return st;
         r->arr_first = 0;
         if (closed) r->arr_state = ARR_DONE;
-        r->seen_any = 1;
-        memset(rec, 0, sizeof *rec);
-        rec->line = line;
-        rec->index = r->index++;
-        r->skip_now = 0;
-        if (too_long)
-            st = bad(r, LF_ERR_RANGE, line, "array element is longer than the limit of %zu bytes for one record", r->cap);
-        else
-            st = parse_record(r, line, rec);
-        if (st != LF_OK) return st;
+        if ((st = take_record(r, line, too_long, "array element", rec)) != LF_OK) return st;
         if (r->skip_now) continue;
         return LF_OK;
     }

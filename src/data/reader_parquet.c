@@ -1388,15 +1388,7 @@ static lf_status bad_row(pq *q, uint64_t row, uint64_t *skipped, int *skip_now, 
     va_end(ap);
     snprintf(msg, sizeof msg, "%s:%llu: row %llu (row group %u): %s", q->path, (unsigned long long)row,
              (unsigned long long)row, q->rg_cur, what);
-    if (!q->o.skip_bad_records) return lf_fail(LF_ERR_FORMAT, "%s", msg);
-    (*skipped)++;
-    *skip_now = 1;
-    if (q->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
-        char safe[1024];
-        lf_str_escape(safe, sizeof safe, msg);
-        q->o.on_skip(safe, q->o.on_skip_user);
-    }
-    return LF_OK;
+    return lf__reader_bad(&q->o, skipped, skip_now, LF_ERR_FORMAT, msg);
 }
 
 static lf_status start_row_group(pq *q, size_t g) {

@@ -536,35 +536,7 @@ static lf_status bad(wds *w, lf_status st, const char *fmt, ...) {
     va_end(ap);
     snprintf(msg, sizeof msg, "%s:%llu: sample '%s': %s", w->path, (unsigned long long)w->samples,
              show(w->key.p, s), what);
-    if (!w->o.skip_bad_records) return lf_fail(st, "%s", msg);
-    (*w->skipped)++;
-    w->skip_now = 1;
-    if (w->o.on_skip) { /* the same escaping lf_fail applies (names from the file, a file name) */
-        char safe[1024];
-        lf_str_escape(safe, sizeof safe, msg);
-        w->o.on_skip(safe, w->o.on_skip_user);
-    }
-    return LF_OK;
-}
-
-static const char *json_type(const cJSON *v) {
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    return "not a JSON value";
-}
-
-/* Does the raw JSON text hold the escape \u0000? */
-static int has_nul_escape(const char *s, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) return 1;
-        i++;
-    }
-    return 0;
+    return lf__reader_bad(&w->o, w->skipped, &w->skip_now, st, msg);
 }
 
 static int is_blank(unsigned char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
@@ -578,7 +550,7 @@ static lf_status json_field(wds *w, const char *name, int need_text, const char 
     show(w->json.name.p, mn);
     if (!v) return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is missing", mn, name);
     if (!cJSON_IsString(v) || !v->valuestring)
-        return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is %s, expected a string", mn, name, json_type(v));
+        return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is %s, expected a string", mn, name, lf__json_type_name(v));
     size_t n = strlen(v->valuestring);
     const char *why = "";
     size_t at = lf__utf8_check((const unsigned char *)v->valuestring, n, &why);
@@ -644,8 +616,8 @@ static lf_status emit(wds *w, lf_record *rec) {
     while (off < n && is_blank((unsigned char)t[off])) off++;
     if (off < n) return bad(w, LF_ERR_FORMAT, "member '%s': not valid JSON (text after the end of the value)", mn);
     if (!cJSON_IsObject(w->root))
-        return bad(w, LF_ERR_FORMAT, "member '%s': not a JSON object (%s)", mn, json_type(w->root));
-    if (has_nul_escape(t, n))
+        return bad(w, LF_ERR_FORMAT, "member '%s': not a JSON object (%s)", mn, lf__json_type_name(w->root));
+    if (lf_json_find_nul_escape(t, n) < n)
         return bad(w, LF_ERR_FORMAT, "member '%s': a string holds the escape \\u0000 (U+0000), which text cannot hold",
                    mn);
     if (w->o.mode == LF_RECORD_PRETRAIN) {

@@ -746,6 +746,28 @@ static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts
     return LF_OK;
 }
 
+lf_status lf_eval_tasks_split(char *text, int cap, const char **paths, lf_eval_kind *kinds, int *n,
+                              const char **bad_kind) {
+    *n = 0;
+    for (char *p = text, *e; *p && *n < cap; p = e ? e + 1 : p + strlen(p)) {
+        e = strchr(p, '\n');
+        if (e) *e = 0;
+        kinds[*n] = LF_EVAL_KIND_UNSET;
+        char *hash = strrchr(p, '#');
+        if (hash) {
+            *hash = 0;
+            paths[*n] = p;
+            if (lf_eval_kind_parse(hash + 1, &kinds[*n]) != LF_OK) {
+                if (bad_kind) *bad_kind = hash + 1;
+                return LF_ERR_INVALID_ARG;
+            }
+        }
+        paths[(*n)++] = p;
+        if (!e) break;
+    }
+    return LF_OK;
+}
+
 lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths, const lf_eval_load_opts *opts) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "eval: NULL argument");
     *out = NULL;

@@ -425,19 +425,8 @@ static lf_status check_objective(pctx *c) {
     const char *paths[64];
     lf_eval_kind kinds[64];
     int n = 0;
-    for (char *p = buf, *e; *p && n < 64; p = e ? e + 1 : p + strlen(p)) {
-        e = strchr(p, '\n');
-        if (e) *e = 0;
-        kinds[n] = LF_EVAL_KIND_UNSET;
-        char *hash = strrchr(p, '#');
-        if (hash) {
-            *hash = 0;
-            if (lf_eval_kind_parse(hash + 1, &kinds[n]) != LF_OK)
-                return BAD(c, "objective '%s': eval.tasks entry '%s' has an unknown kind after '#'", m, p);
-        }
-        paths[n++] = p;
-        if (!e) break;
-    }
+    if (lf_eval_tasks_split(buf, 64, paths, kinds, &n, NULL) != LF_OK)
+        return BAD(c, "objective '%s': eval.tasks entry '%s' has an unknown kind after '#'", m, paths[n]);
     lf_eval_load_opts lo = lf_eval_load_opts_default();
     lo.kinds = kinds;
     lo.limit = 1; /* names and kinds are all we need */

@@ -294,8 +294,29 @@ static void test_io_faults(void **state) {
     free(dir);
 }
 
+/* lf_json_find_nul_escape: the \u0000 escapes readers refuse before cJSON cuts a string */
+static void test_json_nul_escape(void **state) {
+    (void)state;
+    enum { NONE = -1 };
+    static const struct { const char *s; int at; } cases[] = {
+        {"{\"a\":\"x\\u0000y\"}", 7},      /* {"a":"x\u0000y"}: its backslash at 7 */
+        {"{\"a\":\"x\\\\u0000\"}", NONE},  /* {"a":"x\\u0000"}: an escaped backslash, then text */
+        {"\\\\\\u0000", 2},                /* \\\u0000: the third backslash starts it */
+        {"\\u000", NONE},                  /* too short */
+        {"\\u0001", NONE},
+        {"", NONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].s);
+        size_t want = cases[i].at == NONE ? n : (size_t)cases[i].at;
+        size_t got = lf_json_find_nul_escape(cases[i].s, n);
+        if (got != want) fail_msg("case %zu '%s': %zu, want %zu", i, cases[i].s, got, want);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_nul_escape),
         cmocka_unit_test(test_philox_known_answers), cmocka_unit_test(test_rng_distribution),
         cmocka_unit_test(test_errors),              cmocka_unit_test(test_arena),
         cmocka_unit_test(test_files_and_hashes),    cmocka_unit_test(test_json_numbers),

@@ -902,8 +902,39 @@ static void test_json_numbers_read_back(void **state) {
     lf_eval_tasks_free(ts);
 }
 
+/* eval.tasks text as the trainer and the sweep split it */
+static void test_tasks_split(void **state) {
+    (void)state;
+    char text[] = "a.jsonl\nsums.jsonl#exact_match\ndir/b#c.jsonl#perplexity";
+    const char *paths[4];
+    lf_eval_kind kinds[4];
+    int n = -1;
+    const char *bad = NULL;
+    LF_ASSERT_OK(lf_eval_tasks_split(text, 4, paths, kinds, &n, &bad));
+    assert_int_equal(n, 3);
+    assert_string_equal(paths[0], "a.jsonl");
+    assert_int_equal(kinds[0], LF_EVAL_KIND_UNSET);
+    assert_string_equal(paths[1], "sums.jsonl");
+    assert_int_equal(kinds[1], LF_EVAL_EXACT_MATCH);
+    assert_string_equal(paths[2], "dir/b#c.jsonl"); /* the last '#' names the kind */
+    assert_int_equal(kinds[2], LF_EVAL_PERPLEXITY);
+    char two[] = "x.jsonl\ny.jsonl\nz.jsonl";
+    LF_ASSERT_OK(lf_eval_tasks_split(two, 2, paths, kinds, &n, NULL)); /* at most cap */
+    assert_int_equal(n, 2);
+    assert_string_equal(paths[1], "y.jsonl");
+    char trailing[] = "x.jsonl\n";
+    LF_ASSERT_OK(lf_eval_tasks_split(trailing, 4, paths, kinds, &n, NULL));
+    assert_int_equal(n, 1);
+    char wrong[] = "x.jsonl\ny.jsonl#nonsense\nz.jsonl";
+    assert_int_equal(lf_eval_tasks_split(wrong, 4, paths, kinds, &n, &bad), LF_ERR_INVALID_ARG);
+    assert_int_equal(n, 1);
+    assert_string_equal(paths[n], "y.jsonl");
+    assert_string_equal(bad, "nonsense");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tasks_split),
         cmocka_unit_test(test_multiple_choice_matches_separate_path),
         cmocka_unit_test(test_batching_does_not_change_lls),
         cmocka_unit_test(test_classification),

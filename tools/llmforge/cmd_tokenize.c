@@ -30,6 +30,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "llmforge/data.h"
+#include "cli_util.h" /* opt_value */
 #include "commands.h"
 
 #define STDIN_MAX_BYTES ((size_t)2 << 30)
@@ -40,7 +41,8 @@ static int fail_st(const char *cmd, lf_status st) {
     return 1;
 }
 
-static int parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
+/* parse_long (cli_util.h) with the command named in the message */
+static int cmd_parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -50,22 +52,6 @@ static int parse_long(const char *cmd, const char *opt, const char *s, long lo, 
     }
     *out = v;
     return 0;
-}
-
-/* "--name=value" or "--name value"; NULL when argv[*i] is not this option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, int *missing) {
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0) return NULL;
-    if (a[n] == '=') return a + n + 1;
-    if (a[n] != 0) return NULL;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "llmforge: option %s needs a value\n", name);
-        *missing = 1;
-        return NULL;
-    }
-    (*i)++;
-    return argv[*i];
 }
 
 static int read_stdin(const char *cmd, char **out, size_t *len) {
@@ -146,19 +132,6 @@ static void put_json_string(FILE *f, const char *s, size_t len) {
     }
     fwrite(s + run, 1, len - run, f);
     fputc('"', f);
-}
-
-/* 1 when the JSON text has the escape \u0000 (cJSON would cut the string there). */
-static int has_nul_escape(const char *s, size_t len) {
-    for (size_t i = 0; i + 5 < len; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == '\\') {
-            i++; /* an escaped backslash */
-            continue;
-        }
-        if (s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') return 1;
-    }
-    return 0;
 }
 
 /* Parse one JSON Lines line into an object; NULL with a message when it is not one. */
@@ -257,7 +230,7 @@ static int tokenize_jsonl(lf_tokenizer *t, const lf_encode_opts *o) {
             rc = 1;
             break;
         }
-        if (has_nul_escape(line, len)) {
+        if (lf_json_find_nul_escape(line, len) < len) { /* cJSON would cut the string there */
             fprintf(stderr, "llmforge tokenize: stdin line %zu: the text holds U+0000 (\\u0000), which --jsonl does not "
                             "support; pipe the raw text to `llmforge tokenize` instead\n", line_no);
             cJSON_Delete(j);
@@ -312,9 +285,9 @@ int cmd_tokenize(int argc, char **argv) {
         const char *v;
         if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing))) spec = v;
         else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
-            if (parse_long("tokenize", "--threads", v, 1, 1024, &threads)) return 2;
+            if (cmd_parse_long("tokenize", "--threads", v, 1, 1024, &threads)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--bench", &missing))) {
-            if (parse_long("tokenize", "--bench", v, 1, 1000, &repeats)) return 2;
+            if (cmd_parse_long("tokenize", "--bench", v, 1, 1000, &repeats)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--invalid-utf8", &missing))) {
             if (!strcmp(v, "error")) o.invalid_utf8 = LF_UTF8_STRICT;
             else if (!strcmp(v, "bytes")) o.invalid_utf8 = LF_UTF8_BYTES;
@@ -579,11 +552,11 @@ static int tokenizer_train(int argc, char **argv) {
         if ((v = opt_value(argc, argv, &i, "--input", &missing))) inputs[n_inputs++] = v;
         else if ((v = opt_value(argc, argv, &i, "--out", &missing))) out = v;
         else if ((v = opt_value(argc, argv, &i, "--vocab-size", &missing))) {
-            if (parse_long("tokenizer train", "--vocab-size", v, 257, 1 << 24, &x)) goto done;
+            if (cmd_parse_long("tokenizer train", "--vocab-size", v, 257, 1 << 24, &x)) goto done;
             o.vocab_size = (uint32_t)x;
             have_vocab = 1;
         } else if ((v = opt_value(argc, argv, &i, "--min-frequency", &missing))) {
-            if (parse_long("tokenizer train", "--min-frequency", v, 1, LONG_MAX, &x)) goto done;
+            if (cmd_parse_long("tokenizer train", "--min-frequency", v, 1, LONG_MAX, &x)) goto done;
             o.min_frequency = (uint64_t)x;
         } else if (missing) goto done;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
