@@ -27,6 +27,7 @@
  * 3.0 is 3); seeds are limited to |seed| < 2^53 so that the double is the
  * integer the client wrote.
  */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,6 +56,7 @@ lf__serve_limits lf__serve_limits_default(void) {
         .max_top_logprobs = 20,
         .max_messages = 256,
         .vocab_size = 0,
+        .max_sequences = 0,
     };
     return l;
 }
@@ -593,6 +595,18 @@ static lf_status parse_fields(pctx *c, const cJSON *root, lf__serve_request *r) 
     given = 0;
     if ((st = get_int(c, root, "n", "n", 1, lim->max_n, &iv, &given)) != LF_OK) return st;
     if (given) r->n = (int)iv;
+    /* more sequences than the engine ever holds would wait for room that
+     * never comes: not a 429 (retrying cannot help) but a 400 saying why */
+    const int n_seq = (chat ? 1 : r->n_prompts) * r->n;
+    if (lim->max_sequences > 0 && n_seq > lim->max_sequences) {
+        if (chat)
+            return bad(c, LF_ERR_RANGE, "n", "'n' is %d; this server runs at most %d sequences at once (its KV-cache "
+                       "slots plus its queue), so the request can never run. Ask for fewer choices.",
+                       r->n, lim->max_sequences);
+        return bad(c, LF_ERR_RANGE, "n", "The request asks for %d sequences (%d prompts x n=%d); this server runs at "
+                   "most %d at once (its KV-cache slots plus its queue), so it can never run. Send fewer prompts or a "
+                   "smaller 'n'.", n_seq, r->n_prompts, r->n, lim->max_sequences);
+    }
     if (!chat && (st = get_bool(c, root, "echo", "echo", &r->echo)) != LF_OK) return st;
 
     if (chat) {
@@ -636,7 +650,7 @@ static lf_status parse_fields(pctx *c, const cJSON *root, lf__serve_request *r) 
 static int limits_ok(const lf__serve_limits *l) {
     return l->max_body > 0 && l->max_context > 0 && l->max_tokens > 0 && l->default_max_tokens > 0 && l->max_n > 0 &&
            l->max_prompts > 0 && l->max_stop >= 0 && l->max_stop_len > 0 && l->max_logprobs >= 0 &&
-           l->max_top_logprobs >= 0 && l->max_messages > 0 && l->vocab_size >= 0;
+           l->max_top_logprobs >= 0 && l->max_messages > 0 && l->vocab_size >= 0 && l->max_sequences >= 0;
 }
 
 lf_status lf__serve_request_parse(lf__serve_api api, const char *body, size_t len, const lf__serve_limits *lim,
@@ -697,6 +711,48 @@ lf_status lf__serve_request_parse(lf__serve_api api, const char *body, size_t le
 fail:
     lf__serve_request_free(out);
     return s;
+}
+
+/* ---------------------------------------------------------------- messages */
+
+void lf__serve_client_message(char *dst, size_t cap, const char *msg) {
+    if (!dst || cap == 0) return;
+    size_t o = 0;
+    for (const char *p = msg ? msg : ""; *p && o + 1 < cap;) {
+        const char *close = *p == '\'' ? strchr(p + 1, '\'') : NULL;
+        const char *slash = NULL;
+        for (const char *q = p + 1; close && q < close; q++)
+            if (*q == '/') slash = q;
+        if (slash) { /* 'dir/.../name' -> 'name' */
+            dst[o++] = '\'';
+            for (const char *q = slash + 1; q <= close && o + 1 < cap; q++) dst[o++] = *q;
+            p = close + 1;
+        } else if (close) { /* a quoted span without a path: as it is */
+            for (; p <= close && o + 1 < cap; p++) dst[o++] = *p;
+        } else {
+            dst[o++] = *p++;
+        }
+    }
+    dst[o] = '\0';
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+/* A value in (0, FLT_TRUE_MIN / 2] rounds to 0.0f, a sentinel of the
+ * engine: it becomes FLT_TRUE_MIN, the float nearest to what was asked. */
+static float positive_float(double v) {
+    const float f = (float)v;
+    return v > 0 && f == 0.0f ? FLT_TRUE_MIN : f;
+}
+
+void lf__serve_request_sampling(const lf__serve_request *r, float *temperature, float *top_p) {
+    *temperature = positive_float(r->temperature);
+    if (r->top_p >= 1.0) *top_p = 0.0f; /* off */
+    else if (r->top_p <= 0.0) *top_p = FLT_TRUE_MIN; /* 0: the most likely token only */
+    else {
+        const float f = positive_float(r->top_p);
+        *top_p = f >= 1.0f ? 0.0f : f; /* 1 - 2^-25 rounds to 1.0f: no filter, as asked within a float */
+    }
 }
 
 /* ---------------------------------------------------------------- context */

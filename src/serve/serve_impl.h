@@ -56,11 +56,13 @@ typedef struct lf__serve_limits {
     int max_top_logprobs;   /* chat's top_logprobs (OpenAI's cap is 20) */
     int max_messages;       /* chat messages */
     int vocab_size;         /* token ids in a prompt must be below it; 0: not checked here */
+    int max_sequences;      /* prompts x n the engine can ever hold at once (slots + queue); 0: not checked */
 } lf__serve_limits;
 
 /* max_body 1 MiB, max_context 1024, max_tokens 1024, default_max_tokens 16,
  * max_n 8, max_prompts 16, max_stop 4, max_stop_len 256, max_logprobs 5,
- * max_top_logprobs 20, max_messages 256, vocab_size 0, model_name NULL. */
+ * max_top_logprobs 20, max_messages 256, vocab_size 0, max_sequences 0,
+ * model_name NULL. */
 lf__serve_limits lf__serve_limits_default(void);
 
 /* ---------------------------------------------------------------- errors */
@@ -135,7 +137,7 @@ typedef struct lf__serve_request {
     int n_messages;
     int max_tokens;    /* -1: not given (see lf__serve_resolve_max_tokens) */
     double temperature; /* [0, 2]; default 1; 0 = greedy */
-    double top_p;       /* [0, 1]; default 1; 0 keeps the most likely token only */
+    double top_p;       /* [0, 1]; default 1; 0 keeps the most likely token only (lf__serve_request_sampling) */
     int top_k;          /* 0 = off (default; -1 is taken as 0) */
     int has_seed;
     int64_t seed;       /* |seed| <= 2^53 - 1, so a JSON double holds it exactly */
@@ -177,6 +179,24 @@ typedef struct lf__serve_request {
 lf_status lf__serve_request_parse(lf__serve_api api, const char *body, size_t len, const lf__serve_limits *lim,
                                   lf__serve_request *out, lf__serve_error *err);
 void lf__serve_request_free(lf__serve_request *r);
+
+/* A library message fit for an HTTP client: every single-quoted span that
+ * names a path (holds a '/') keeps its last component only, so
+ * "... not in the vocabulary '/srv/m/step_60/vocab.json'" reads "... not in
+ * the vocabulary 'vocab.json'". The server logs the full message; the
+ * client learns what was wrong with its request, not where the server keeps
+ * its files. Writes at most cap bytes (NUL included). */
+void lf__serve_client_message(char *dst, size_t cap, const char *msg);
+
+/* The request's sampling fields as the engine takes them (lf_engine_req,
+ * where temperature 0 means greedy and top_p 0 or 1 means no nucleus
+ * filter). A JSON double narrowed to float can land on those sentinels:
+ * top_p 1e-50 becomes 0.0f, which the engine reads as "off". So a positive
+ * value whose float is 0 becomes the smallest positive float (the limit it
+ * stands for: top_p keeps the most likely token only, temperature samples
+ * among the tied maxima), top_p 0 (OpenAI: the most likely token only) the
+ * same, and only top_p >= 1 is "off". */
+void lf__serve_request_sampling(const lf__serve_request *r, float *temperature, float *top_p);
 
 /* Once the prompt is tokenized (the longest prompt of the request has
  * n_prompt_tokens tokens): the max_tokens to generate. Given: it must fit,

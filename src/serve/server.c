@@ -545,10 +545,14 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
         st = LF_ERR_RANGE;
     }
     if (st != LF_OK) {
-        if (st != LF_ERR_RANGE) lf__serve_error_set(&err, st == LF_ERR_NOMEM ? 500 : 400, st == LF_ERR_NOMEM ?
-                                                    "server_error" : "invalid_request_error", NULL,
-                                                    api == LF__SERVE_CHAT ? "messages" : "prompt", "%s",
-                                                    lf_last_error());
+        if (st != LF_ERR_RANGE) { /* the tokenizer's message: the log keeps its paths, the client gets none */
+            char msg[sizeof err.message];
+            lf_log(LF_LOG_INFO, "serve: request refused: %s", lf_last_error());
+            lf__serve_client_message(msg, sizeof msg, lf_last_error());
+            lf__serve_error_set(&err, st == LF_ERR_NOMEM ? 500 : 400,
+                                st == LF_ERR_NOMEM ? "server_error" : "invalid_request_error", NULL,
+                                api == LF__SERVE_CHAT ? "messages" : "prompt", "%s", msg);
+        }
         for (int i = 0; ptok && i < n_prompts; i++) free(ptok[i]);
         free(ptok);
         free(pn);
@@ -630,11 +634,13 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
                                       : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ atomic_load(&s->next_id) << 20;
     int submitted = 0;
     lf_status sst = LF_OK;
+    float temperature, top_p;
+    lf__serve_request_sampling(&q, &temperature, &top_p);
     for (int i = 0; i < nch; i++) {
         const int p = i / q.n;
         lf_engine_req er = {.prompt = ptok[p], .n_prompt = pn[p], .max_tokens = max_tokens,
-                            .temperature = (float)q.temperature, .top_k = q.top_k,
-                            .top_p = q.top_p >= 1.0 ? 0.0f : (float)(q.top_p > 0 ? q.top_p : 1e-9), .seed = seed0 + (uint64_t)(i % q.n),
+                            .temperature = temperature, .top_k = q.top_k, .top_p = top_p,
+                            .seed = seed0 + (uint64_t)(i % q.n),
                             .stop_ids = s->stop_ids + (q.ignore_eos ? s->n_eot : 0),
                             .n_stop_ids = s->n_stop_ids - (q.ignore_eos ? s->n_eot : 0),
                             .logprobs = q.logprobs ? (q.top_logprobs > 0 ? q.top_logprobs : 0) : 0,
@@ -650,9 +656,13 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
     if (sst != LF_OK) {
         if (sst == LF_ERR_BUSY)
             lf__serve_error_overloaded(&err, atomic_load(&s->draining) ? 503 : 429, 1, lf_last_error());
-        else
+        else {
+            char msg[sizeof err.message];
+            lf_log(LF_LOG_INFO, "serve: request refused: %s", lf_last_error());
+            lf__serve_client_message(msg, sizeof msg, lf_last_error());
             lf__serve_error_set(&err, 400, "invalid_request_error", NULL, api == LF__SERVE_CHAT ? "messages" : "prompt",
-                                "%s", lf_last_error());
+                                "%s", msg);
+        }
         for (int i = 0; i < submitted; i++) lf_engine_cancel(s->e, atomic_load(&k->ch[i].engine_id));
         k->failed = 1;
         k->err = err;
@@ -905,6 +915,7 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
         if (opts->max_n > 0) s->lim.max_n = opts->max_n;
         if (opts->max_body > 0) s->lim.max_body = opts->max_body;
         s->lim.vocab_size = c->vocab_size;
+        s->lim.max_sequences = eo.max_batch + eo.max_queue;
     }
     if (st == LF_OK) {
         lf__http_opts ho = {.what = "serve", .host = opts->host, .allow_names = 1, .port = opts->port,

@@ -140,6 +140,27 @@ expect 400 "invalid UTF-8" "${C[@]}" "$URL/v1/completions" --data-binary @badutf
 expect 401 "no key" -H "Content-Type: application/json" "$URL/v1/completions" -d "$good"
 expect 401 "wrong key" -H "Authorization: Bearer nope" "$URL/v1/completions" -d "$good"
 expect 400 "chat without messages" "${C[@]}" "$URL/v1/chat/completions" -d '{"messages": []}'
+# more sequences than 4 slots + 32 queued can ever hold: a 400 saying why, not a 429 forever
+many='{"prompt":["a","b","c","d","e","f","g","h","i","j"],"n":4,"max_tokens":2}'
+expect 400 "more sequences than the server holds" "${C[@]}" "$URL/v1/completions" -d "$many"
+grep -q '"param":"n"' bad.json && grep -q '40 sequences' bad.json || fail "too many sequences: $(cat bad.json)"
+# a character outside the vocabulary: the client learns which, not where the server keeps its files
+expect 400 "character outside the vocabulary" "${C[@]}" "$URL/v1/completions" -d '{"prompt":"ROMEO \u00e9\u00e9"}'
+grep -q 'not in the vocabulary' bad.json || fail "outside the vocabulary: $(cat bad.json)"
+! grep -q "/step_\|$tmp" bad.json || fail "the error names a server path: $(cat bad.json)"
+grep -q "step_.*vocab.json" serve.log || fail "the server log lacks the refused request's path: $(tail -3 serve.log)"
+# a top_p that a float rounds to 0 keeps the most likely token only (it once switched the filter
+# off): at temperature 1.5 every seed gives the greedy text
+for seed in 1 2; do
+    curl -s -H "$AUTH" "$URL/v1/completions" -o topp.json \
+        -d "{\"prompt\":\"ROMEO:\\n\",\"max_tokens\":24,\"temperature\":1.5,\"top_p\":1e-50,\"seed\":$seed}"
+    python3 - "$greedy" <<'PY' || fail "top_p 1e-50, seed $seed: $(cat topp.json)"
+import json, sys
+t = json.load(open("topp.json"))["choices"][0]["text"]
+assert t == sys.argv[1], (t, sys.argv[1])
+PY
+done
+ok
 # slow-loris clients hold connections; correct requests are still answered at once
 python3 - "$PORT" <<'EOF' &
 import socket, sys, time

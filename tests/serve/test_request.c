@@ -10,6 +10,7 @@
  */
 #include "test_util.h"
 
+#include "llmforge/infer.h"
 #include "serve/serve_impl.h"
 
 static lf__serve_limits lim_for_tests(void) {
@@ -417,6 +418,118 @@ static void test_bad_bytes_and_sizes(void **state) {
     assert_int_equal(lf__serve_request_parse(C, "{", 1, &lim, &r, NULL), LF_ERR_FORMAT);
 }
 
+/* Sampling fields at the edges of their ranges, through the conversion to
+ * the engine's floats: no valid value may land on a sentinel (top_p 0.0f =
+ * no filter, temperature 0 = greedy), and what is out of range or not a
+ * finite number is a 400 naming the field. */
+static void sampling_of(const char *body, float *temperature, float *top_p) {
+    lf__serve_request r;
+    parse_ok(LF__SERVE_COMPLETIONS, body, &r);
+    lf__serve_request_sampling(&r, temperature, top_p);
+    lf__serve_request_free(&r);
+}
+
+static void test_sampling_edges(void **state) {
+    (void)state;
+    float t, p;
+    /* the smallest positive double: a float 0 would switch the filter off */
+    sampling_of("{\"prompt\":\"a\",\"top_p\":5e-324,\"temperature\":5e-324}", &t, &p);
+    assert_true(p > 0.0f && p < 1e-30f);
+    assert_true(t > 0.0f && t < 1e-30f);
+    sampling_of("{\"prompt\":\"a\",\"top_p\":1e-50}", &t, &p);
+    assert_true(p > 0.0f && p < 1e-30f);
+    assert_true(t == 1.0f);
+    /* exact 0: the most likely token only (OpenAI), not "off" */
+    sampling_of("{\"prompt\":\"a\",\"top_p\":0,\"temperature\":0}", &t, &p);
+    assert_true(p > 0.0f && p < 1e-30f);
+    assert_true(t == 0.0f);
+    /* exact 1 and the default: no filter */
+    sampling_of("{\"prompt\":\"a\",\"top_p\":1,\"temperature\":2}", &t, &p);
+    assert_true(p == 0.0f);
+    assert_true(t == 2.0f);
+    sampling_of("{\"prompt\":\"a\"}", &t, &p);
+    assert_true(p == 0.0f);
+    sampling_of("{\"prompt\":\"a\",\"top_p\":0.5}", &t, &p);
+    assert_true(p == 0.5f);
+    /* out of range, or a number JSON overflows to infinity: refused */
+    static const char *const bad[][2] = {
+        {"{\"prompt\":\"a\",\"top_p\":1e999}", "top_p"},
+        {"{\"prompt\":\"a\",\"top_p\":-1e999}", "top_p"},
+        {"{\"prompt\":\"a\",\"top_p\":-5e-324}", "top_p"},
+        {"{\"prompt\":\"a\",\"top_p\":1.0000000000000002}", "top_p"},
+        {"{\"prompt\":\"a\",\"temperature\":1e999}", "temperature"},
+        {"{\"prompt\":\"a\",\"temperature\":-5e-324}", "temperature"},
+        {"{\"prompt\":\"a\",\"top_k\":1e999}", "top_k"},
+        {"{\"prompt\":\"a\",\"seed\":1e999}", "seed"},
+        {"{\"prompt\":\"a\",\"presence_penalty\":1e999}", "presence_penalty"},
+        {"{\"prompt\":\"a\",\"top_p\":NaN}", NULL},
+        {"{\"prompt\":\"a\",\"top_p\":Infinity}", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        lf__serve_limits lim = lim_for_tests();
+        lf__serve_request r;
+        lf__serve_error e;
+        lf_status st = lf__serve_request_parse(LF__SERVE_COMPLETIONS, bad[i][0], strlen(bad[i][0]), &lim, &r, &e);
+        if (st == LF_OK) fail_msg("accepted %s", bad[i][0]);
+        assert_int_equal(e.status, 400);
+        if (bad[i][1]) assert_string_equal(e.param, bad[i][1]);
+        lf__serve_request_free(&r);
+    }
+    /* the engine's sampler at the converted values: top_p at the smallest
+     * float keeps the argmax alone, whatever the seed and temperature */
+    float logits[7] = {0.1f, 2.0f, 1.9f, -1.0f, 1.99f, 0.0f, 1.5f}, work[7];
+    int iwork[7];
+    sampling_of("{\"prompt\":\"a\",\"top_p\":1e-50,\"temperature\":2}", &t, &p);
+    for (uint64_t seed = 0; seed < 64; seed++)
+        assert_int_equal(lf_sample_token(logits, 7, t, 0, p, seed, 3, work, iwork), 1);
+}
+
+/* A request with more sequences than the engine can ever hold (slots +
+ * queue) is a 400 naming 'n' and saying why, not a 429 that no retry can
+ * help; exactly the capacity is accepted. */
+static void test_more_sequences_than_capacity(void **state) {
+    (void)state;
+    lf__serve_limits lim = lim_for_tests();
+    lim.max_sequences = 72; /* serve's defaults: 8 slots + 64 queued */
+    char body[512];
+    int o = snprintf(body, sizeof body, "{\"n\":8,\"max_tokens\":2,\"prompt\":[");
+    for (int i = 0; i < 16; i++) o += snprintf(body + o, sizeof body - (size_t)o, "%s\"ROMEO:\"", i ? "," : "");
+    snprintf(body + o, sizeof body - (size_t)o, "]}");
+    lf__serve_request r;
+    lf__serve_error e;
+    assert_int_equal(lf__serve_request_parse(LF__SERVE_COMPLETIONS, body, strlen(body), &lim, &r, &e), LF_ERR_RANGE);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "n");
+    assert_non_null(strstr(e.message, "128 sequences"));
+    assert_non_null(strstr(e.message, "at most 72"));
+    assert_int_equal(e.retry_after, 0);
+    lf__serve_request_free(&r);
+    const char *fits = "{\"n\":8,\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}";
+    assert_int_equal(lf__serve_request_parse(LF__SERVE_COMPLETIONS, fits, strlen(fits), &lim, &r, &e), LF_OK);
+    lf__serve_request_free(&r);
+    lim.max_sequences = 4;
+    const char *chat = "{\"n\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    assert_int_equal(lf__serve_request_parse(LF__SERVE_CHAT, chat, strlen(chat), &lim, &r, &e), LF_ERR_RANGE);
+    assert_string_equal(e.param, "n");
+    lf__serve_request_free(&r);
+}
+
+/* What a client is told never holds a server path: quoted paths keep their
+ * last component, everything else is kept. */
+static void test_client_message(void **state) {
+    (void)state;
+    char m[128];
+    lf__serve_client_message(m, sizeof m, "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary "
+                                          "'/srv/models/run1/step_00000060/vocab.json'");
+    assert_string_equal(m, "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary 'vocab.json'");
+    lf__serve_client_message(m, sizeof m, "shard 'a/b.bin' and 'c' and 'rel/dir/' then 'x");
+    assert_string_equal(m, "shard 'b.bin' and 'c' and '' then 'x");
+    lf__serve_client_message(m, 8, "'/a/b/c' long");
+    assert_string_equal(m, "'c' lon");
+    lf__serve_client_message(m, sizeof m, NULL);
+    assert_string_equal(m, "");
+}
+
 static void test_resolve_max_tokens(void **state) {
     (void)state;
     lf__serve_limits lim = lim_for_tests(); /* context 1024, cap 1024, default 16 */
@@ -469,6 +582,9 @@ int main(void) {
         cmocka_unit_test(test_chat_fields),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_bad_bytes_and_sizes),
+        cmocka_unit_test(test_sampling_edges),
+        cmocka_unit_test(test_client_message),
+        cmocka_unit_test(test_more_sequences_than_capacity),
         cmocka_unit_test(test_resolve_max_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <errno.h>
 #include <limits.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -576,8 +577,12 @@ static int cmd_sample(int argc, char **argv) {
         fprintf(stderr, "llmforge: sample: the prompt is empty; give --prompt TEXT\n");
         goto done;
     }
-    lf_sample_opts so = {.max_new_tokens = (int)max_new, .temperature = (float)temperature, .top_k = (int)top_k,
-                         .seed = seed, .top_p = (float)top_p, .no_cache = no_cache};
+    /* a positive value whose float is 0 (e.g. --top-p 1e-50) would read as
+     * "off" (top_p) or greedy (temperature): the smallest positive float */
+    const float tf = temperature > 0 && (float)temperature == 0.0f ? FLT_TRUE_MIN : (float)temperature;
+    const float pf = (float)top_p == 0.0f ? FLT_TRUE_MIN : (float)top_p;
+    lf_sample_opts so = {.max_new_tokens = (int)max_new, .temperature = tf, .top_k = (int)top_k,
+                         .seed = seed, .top_p = pf, .no_cache = no_cache};
     stream_ctx sc = {.quiet = json};
     if (tok && (st = lf_detok_stream_create(&sc.ds, tok)) != LF_OK) { die_status(st, "sample"); goto done; }
     if (!json && !ids_arg) fputs(prompt, stdout);
