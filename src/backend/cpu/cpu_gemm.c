@@ -189,6 +189,15 @@ static void detect(void) {
     lf__cpu_gemm_facts_here(&f);
     lf__cpu_gemm_choose(&f, &g_choice);
     atomic_store(&g_lib, g_choice.lib);
+    /* oneDNN generates its sgemm kernels at its first product, all at once:
+     * 35-48 ms of one core (Zen 4), which a run's first step used to pay
+     * (step 1 ~1.5x the next ones, so the ETA printed at step 1 was long).
+     * One 8x8x8 product here pays it when the kernel is chosen: at the run
+     * header, before any step is timed. */
+    if (g_choice.lib == LF_CPU_GEMM_ONEDNN) {
+        float a[64] = {0}, b[64] = {0}, c[64];
+        (void)dnnl_sgemm('N', 'N', 8, 8, 8, 1.0f, a, 8, b, 8, 0.0f, c, 8);
+    }
 }
 
 static const lf__cpu_gemm_choice *choice(void) {
