@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Preemption of one process from the command line (README "Long runs and
-# preemption"):
+# Preemption of one process from the command line (docs/checkpoints.md,
+# "Stopping on a signal"):
 #   1. SIGTERM and SIGUSR1 at seeded random steps: exit 75, the checkpoint is
 #      the step of the last train record (the step reached), `latest` names it
 #      and verifies, log.jsonl has the "preempted" event, the registry says

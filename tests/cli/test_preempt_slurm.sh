@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Preemption and requeue on the private Slurm cluster (tests/cli/slurm_cluster.sh),
-# with the batch script of README "Long runs and preemption":
+# with the batch script of docs/checkpoints.md ("Slurm"):
 #   #SBATCH --requeue, --open-mode=append; srun llmforge train ... --resume auto
 #   --checkpoint.requeue=true in the background; the shell traps SIGUSR1 (what
 #   --signal=B:USR1@T sends it before the time limit) and forwards it to srun.
@@ -45,7 +45,7 @@ EOF
 final=$(printf 'step_%08d' "$iters")
 "$bin" train "$dir/cfg.json" --threads 1 --out_dir="$dir/ref" >"$dir/ref.out" 2>&1 || fail "uninterrupted run"
 
-# the README's batch script, with the paths of this test
+# the batch script of docs/checkpoints.md, with the paths of this test
 cat >"$dir/job.sh" <<EOF
 #!/bin/bash
 #SBATCH --job-name=lf-preempt
