@@ -2,7 +2,8 @@
  * The architecture-neutral model runtime: lifecycle, flat parameter and
  * gradient buffers, ZeRO units and hooks, model replicas, the activation
  * planner, and the forward/backward drivers. What differs between
- * architectures is behind lf__model_arch (model_impl.h): gpt2.c, llama.c.
+ * architectures is behind lf__model_arch (model_impl.h): gpt2.c, llama.c;
+ * the registry and what a config is before a model exists are arch.c's.
  *
  * Invariants:
  *  - Parameters and gradients are one contiguous buffer each, in the order of
@@ -23,155 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/model_impl.h"
-
-/* ---------------------------------------------------------------- architectures */
-
-const lf__model_arch *lf__arch_of(lf_arch arch) {
-    switch (arch) {
-    case LF_ARCH_GPT2: return &lf__arch_gpt2;
-    case LF_ARCH_LLAMA: return &lf__arch_llama;
-    }
-    return NULL;
-}
-
-const char *lf_arch_name(lf_arch arch) {
-    const lf__model_arch *a = lf__arch_of(arch);
-    return a ? a->name : "?";
-}
-
-int lf_arch_bf16_acts(lf_arch arch) {
-    const lf__model_arch *a = lf__arch_of(arch);
-    return a && a->bf16_acts;
-}
-
-lf_status lf_arch_parse(const char *name, lf_arch *out) {
-    static const lf_arch all[] = {LF_ARCH_GPT2, LF_ARCH_LLAMA};
-    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
-        if (!strcmp(name, lf_arch_name(all[i]))) {
-            *out = all[i];
-            return LF_OK;
-        }
-    return lf_fail(LF_ERR_CONFIG, "model.arch '%s' is not one of gpt2, llama", name ? name : "(null)");
-}
-
-lf_status lf_model_config_resolve(lf_model_config *c) {
-    const lf__model_arch *a = lf__arch_of(c->arch);
-    if (!a) return lf_fail(LF_ERR_CONFIG, "model.arch %d is not one of gpt2, llama", (int)c->arch);
-    a->resolve(c);
-    return LF_OK;
-}
-
-/* A resolved copy of cfg, validated. */
-static lf_status resolved(const lf_model_config *cfg, lf_model_config *out, const lf__model_arch **arch) {
-    *out = *cfg;
-    lf_status st = lf_model_config_resolve(out);
-    if (st != LF_OK) return st;
-    *arch = lf__arch_of(out->arch);
-    return (*arch)->validate(out);
-}
-
-lf_status lf_model_config_validate(const lf_model_config *cfg) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    return resolved(cfg, &c, &a);
-}
-
-lf_status lf_model_param_table(const lf_model_config *cfg, lf_param_info **out, int *count, size_t *total) {
-    *out = NULL;
-    lf_model_config c;
-    const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
-    if (st != LF_OK) return st;
-    return a->param_table(&c, out, count, total);
-}
-
-void lf__add_param(lf_param_info *t, int *n, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
-                   int unit) {
-    lf_param_info *p = &t[*n];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = ndim;
-    p->shape[0] = d0;
-    p->shape[1] = ndim > 1 ? d1 : 0;
-    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
-    p->offset = *off;
-    p->decay = ndim >= 2;
-    p->unit = unit;
-    *off += p->numel;
-    (*n)++;
-}
-
-size_t lf_model_num_params_nonembedding(const lf_model_config *cfg) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    lf_param_info *t;
-    int n;
-    size_t total;
-    if (resolved(cfg, &c, &a) != LF_OK || a->param_table(&c, &t, &n, &total) != LF_OK) return 0;
-    lf_free(t);
-    return total - a->embedding_only(&c);
-}
-
-double lf_model_flops_per_token(const lf_model_config *cfg, int T) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    if (resolved(cfg, &c, &a) != LF_OK) return 0.0;
-    return 6.0 * (double)lf_model_num_params_nonembedding(&c) + a->attn_flops_per_token(&c, T);
-}
-
-int lf_model_hf_config_json(const lf_model_config *cfg, char *buf, size_t cap) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    if (resolved(cfg, &c, &a) != LF_OK) return 0;
-    return a->hf_config_json(&c, buf, cap);
-}
-
-/* ---------------------------------------------------------------- presets */
-
-typedef struct preset {
-    const char *name, *what;
-    lf_model_config cfg;
-} preset;
-
-static const preset k_presets[] = {
-    {"gpt2-124m", "GPT-2 small (HF gpt2; vocab padded to 50304 as llm.c does)",
-     {.arch = LF_ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304,
-      .bias = 1, .tie_embeddings = 1}},
-    {"shakespeare-char-cpu", "nanoGPT's shakespeare_char CPU model (configs/shakespeare_char_cpu.json)",
-     {.arch = LF_ARCH_GPT2, .n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65,
-      .bias = 1, .tie_embeddings = 1}},
-    {"smollm-135m", "HuggingFaceTB/SmolLM-135M's shape (Llama: 9 heads, 3 KV heads, tied)",
-     {.arch = LF_ARCH_LLAMA, .n_layer = 30, .n_head = 9, .n_kv_head = 3, .n_embd = 576, .ffn_hidden = 1536,
-      .block_size = 2048, .vocab_size = 49152, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .tie_embeddings = 1}},
-    {"llama-3.2-1b", "meta-llama/Llama-3.2-1B's shape (GQA 32/8, tied; its rope_scaling is not applied)",
-     {.arch = LF_ARCH_LLAMA, .n_layer = 16, .n_head = 32, .n_kv_head = 8, .n_embd = 2048, .ffn_hidden = 8192,
-      .block_size = 131072, .vocab_size = 128256, .norm_eps = 1e-5f, .rope_theta = 500000.0f,
-      .tie_embeddings = 1}},
-};
-
-lf_status lf_model_preset(const char *name, lf_model_config *out) {
-    for (size_t i = 0; name && i < sizeof k_presets / sizeof k_presets[0]; i++)
-        if (!strcmp(name, k_presets[i].name)) {
-            *out = k_presets[i].cfg;
-            return LF_OK;
-        }
-    return lf_fail(LF_ERR_NOT_FOUND, "unknown model preset '%s' (%s)", name ? name : "(null)", lf_model_preset_names());
-}
-
-const char *lf_model_preset_names(void) {
-    return "gpt2-124m, shakespeare-char-cpu, smollm-135m, llama-3.2-1b";
-}
-
-int lf_model_config_overrides(const lf_model_config *c, char *buf, size_t cap) {
-    return snprintf(buf, cap,
-                    "model.arch=%s\nmodel.n_layer=%d\nmodel.n_head=%d\nmodel.n_kv_head=%d\nmodel.n_embd=%d\n"
-                    "model.ffn_hidden=%d\nmodel.block_size=%d\nmodel.vocab_size=%d\nmodel.norm_eps=%.9g\n"
-                    "model.rope_theta=%.9g\nmodel.tie_embeddings=%s\nmodel.bias=%s\nmodel.dropout=%.9g",
-                    lf_arch_name(c->arch), c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden,
-                    c->block_size, c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size : c->vocab_size,
-                    (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
-                    c->bias ? "true" : "false", (double)c->dropout);
-}
 
 /* Units (lf_model_num_units): the flat range of each, from the table's unit
  * numbers (contiguous and increasing: the architectures lay them out so). */
@@ -224,18 +76,12 @@ static int bf16_acts_supported(const lf_model *m) {
     return m->arch->bf16_acts && (m->be->ops->act_dtypes & LF_DT_BIT(LF_DT_BF16));
 }
 
-int lf__param_index(const lf_model *m, const char *name) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (strcmp(m->table[i].name, name) == 0) return i;
-    return -1;
-}
-
 lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend *be) {
     *out = NULL;
     if (!be) return lf_fail(LF_ERR_INVALID_ARG, "no backend given");
     lf_model_config c;
     const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
+    lf_status st = lf__model_resolved(cfg, &c, &a);
     if (st != LF_OK) return st;
     lf_model *m = calloc(1, sizeof *m);
     if (!m) return lf_fail(LF_ERR_NOMEM, "out of memory creating the model");
@@ -243,7 +89,7 @@ lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend
     m->arch = a;
     m->be = be;
     if ((st = a->param_table(&m->cfg, &m->table, &m->n_tensors, &m->num_params)) != LF_OK) goto fail;
-    if ((st = a->bind(m)) != LF_OK) goto fail;
+    if ((st = lf__model_bind(m)) != LF_OK) goto fail;
     m->n_units = c.n_layer + 2;
     m->unit_lo = calloc(2 * (size_t)m->n_units, sizeof(size_t));
     if (!m->unit_lo) { st = lf_fail(LF_ERR_NOMEM, "out of memory"); goto fail; }
@@ -297,7 +143,7 @@ void lf_model_free(lf_model *m) {
     float *work[6] = {m->pemb, m->pblk1 ? m->pblk_a : m->pblk, m->gemb0, m->gblk0, m->gblk1, m->pblk1};
     for (int i = 0; i < 6; i++)
         if (work[i]) m->be->ops->free(m->be, work[i]);
-    if (m->arch && m->arch_state) m->arch->unbind(m);
+    free(m->ix);
     lf_free(m->table);
     free(m->unit_lo);
     free(m);
@@ -524,7 +370,7 @@ lf_status lf__model_plan_bytes_ops(const lf_model_config *cfg, int B, int T, lf_
     memset(out, 0, sizeof *out);
     lf_model_config c;
     const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
+    lf_status st = lf__model_resolved(cfg, &c, &a);
     if (st != LF_OK) return st;
     if (B < 1 || T < 1 || n_replicas < 1)
         return lf_fail(LF_ERR_INVALID_ARG, "activation plan: batch %d x %d over %d replicas is empty", B, T, n_replicas);
@@ -588,7 +434,7 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     for (int r = 0; ok && r < s.n_rep; r++) {
         m->rep[r].acts = calloc(1, a->acts_size + (size_t)m->cfg.n_layer * a->layer_size);
         ok = m->rep[r].acts != NULL;
-        if (ok) a->acts_init(m->rep[r].acts, (unsigned char *)m->rep[r].acts + a->acts_size);
+        if (ok) *(void **)m->rep[r].acts = (unsigned char *)m->rep[r].acts + a->acts_size; /* its per-layer entries */
     }
     m->act_block = ok ? m->be->ops->alloc(m->be, p.used) : NULL;
     if (!m->act_block) {
@@ -712,6 +558,16 @@ void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, 
     float *kc = kv->k[l] + (size_t)rp->b0 * row, *vc = kv->v[l] + (size_t)rp->b0 * row;
     m->be->ops->kv_append(m->be, kc, vc, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, kv->Tmax);
     m->be->ops->attention_cached(m->be, out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
+}
+
+void lf__attention_act(const lf_model *m, const lf__replica *rp, int l, void *out, float *tmp, float *att,
+                       const float *qkv, int T, lf_dropout drop) {
+    if (m->plan_dt == LF_ACT_BF16) {
+        lf__attention(m, rp, l, tmp, att, qkv, T, drop);
+        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
+    } else {
+        lf__attention(m, rp, l, out, att, qkv, T, drop);
+    }
 }
 
 static int ragged(const lf_model *m) { return m->kv && m->kv->active && m->kv->seg; }
@@ -1052,7 +908,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
         free(s);
         return lf_fail(LF_ERR_NOMEM, "out of memory creating a session");
     }
-    *v = *m; /* borrowed: table, units, arch_state, parameters */
+    *v = *m; /* borrowed: table, units, tensor indices, parameters */
     v->borrowed = 1;
     v->grads = NULL;
     memset(&v->zero, 0, sizeof v->zero);
@@ -1210,7 +1066,7 @@ static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend
     *bytes = 0;
     lf_model_config c;
     const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
+    lf_status st = lf__model_resolved(cfg, &c, &a);
     if (st != LF_OK) return st;
     if (B < 1 || T < 1 || T > c.block_size)
         return lf_fail(LF_ERR_RANGE, "session: batch %d x %d outside [1, block_size %d]", B, T, c.block_size);
