@@ -100,12 +100,37 @@ const char *lf_model_config_given(lf_model_config *c, unsigned given, const char
     return a && a->given ? a->given(c, given, key) : NULL;
 }
 
+/* What every family checks, before its own checks (the shape) and after
+ * them (the sizes), so the first fault named is the same for all. */
+static lf_status check_shape(const lf_model_config *c) {
+    if (c->n_layer < 1 || c->n_layer > 1024) return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
+    if (c->n_head < 1 || c->n_head > 1024) return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
+    if (c->n_embd < 1 || c->n_embd > 65536) return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
+    if (c->n_embd % c->n_head != 0)
+        return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
+    return LF_OK;
+}
+
+static lf_status check_sizes(const lf_model_config *c) {
+    if (c->block_size < 1 || c->block_size > (1 << 20))
+        return lf_fail(LF_ERR_RANGE, "model.block_size %d is out of range [1, 1048576]", c->block_size);
+    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
+        return lf_fail(LF_ERR_RANGE, "model.vocab_size %d is out of range [1, 16777216]", c->vocab_size);
+    if (c->padded_vocab_size != 0 && c->padded_vocab_size < c->vocab_size)
+        return lf_fail(LF_ERR_RANGE, "padded vocab size %d is smaller than vocab_size %d", c->padded_vocab_size,
+                       c->vocab_size);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
+    return LF_OK;
+}
+
 lf_status lf__model_resolved(const lf_model_config *cfg, lf_model_config *out, const lf__model_arch **arch) {
     *out = *cfg;
     lf_status st = lf_model_config_resolve(out);
     if (st != LF_OK) return st;
     *arch = lf__arch_of(out->arch);
-    return (*arch)->validate(out);
+    if ((st = check_shape(out)) != LF_OK || (st = (*arch)->validate(out)) != LF_OK) return st;
+    return check_sizes(out);
 }
 
 lf_status lf_model_config_validate(const lf_model_config *cfg) {

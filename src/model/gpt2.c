@@ -109,11 +109,6 @@ static void gpt2_resolve(lf_model_config *c) {
 }
 
 static lf_status gpt2_validate(const lf_model_config *c) {
-    if (c->n_layer < 1 || c->n_layer > 1024) return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
-    if (c->n_head < 1 || c->n_head > 1024) return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
-    if (c->n_embd < 1 || c->n_embd > 65536) return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
-    if (c->n_embd % c->n_head != 0)
-        return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
     if (c->n_kv_head != c->n_head)
         return lf_fail(LF_ERR_CONFIG, "model.n_kv_head %d: gpt2 has one key/value head per query head (%d); "
                        "grouped-query attention is model.arch llama", c->n_kv_head, c->n_head);
@@ -124,14 +119,6 @@ static lf_status gpt2_validate(const lf_model_config *c) {
         return lf_fail(LF_ERR_CONFIG, "model.norm_eps %g: gpt2's layernorm uses 1e-5", (double)c->norm_eps);
     if (c->rope_theta != 0.0f)
         return lf_fail(LF_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, no RoPE");
-    if (c->block_size < 1 || c->block_size > (1 << 20))
-        return lf_fail(LF_ERR_RANGE, "model.block_size %d is out of range [1, 1048576]", c->block_size);
-    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
-        return lf_fail(LF_ERR_RANGE, "model.vocab_size %d is out of range [1, 16777216]", c->vocab_size);
-    if (c->padded_vocab_size != 0 && c->padded_vocab_size < c->vocab_size)
-        return lf_fail(LF_ERR_RANGE, "padded vocab size %d is smaller than vocab_size %d", c->padded_vocab_size, c->vocab_size);
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
-        return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
     return LF_OK;
 }
 

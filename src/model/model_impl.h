@@ -63,6 +63,13 @@ typedef struct lf__plan_spec {
     size_t att_saved, att_scratch;
 } lf__plan_spec;
 
+struct lf__model_arch;
+/* The plan's slots: logits, losses and the batch, then each replica's
+ * (model.c); m NULL while sizing without a model. */
+void lf__lay_out(const struct lf__model_arch *a, const lf__plan_spec *s, lf_model *m, lf__planner *p);
+/* Rows per replica, and replicas left once none is empty. */
+void lf__split_rows(int B, int n_rep, int *rB, int *n_out);
+
 /* Fill spec->att_saved/att_scratch from a backend table (rB, T, cfg set). */
 void lf__plan_attention(lf__plan_spec *s, const lf_backend_ops *ops, int with_cache);
 /* lf_model_plan_bytes with the attention buffers of backend table ops (NULL:
@@ -155,7 +162,9 @@ typedef struct lf__model_arch {
      * then values the family refuses: NULL, or why, with *key the key
      * (lf_model_config_given). NULL hook: no such rules. */
     const char *(*given)(lf_model_config *c, unsigned given, const char **key);
-    /* Ranges and divisibility of a resolved config; messages name the key. */
+    /* The family's own checks of a resolved config (messages name the key),
+     * run after the runtime's of n_layer, n_head, n_embd and n_embd %
+     * n_head, and before its of block_size, the vocabulary and dropout. */
     lf_status (*validate)(const lf_model_config *c);
     /* Parameter table (lf_calloc'd), in flat-buffer order, units set. */
     lf_status (*param_table)(const lf_model_config *c, lf_param_info **out, int *count, size_t *total);
