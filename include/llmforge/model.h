@@ -20,7 +20,10 @@
 extern "C" {
 #endif
 
-/* Architectures (model.arch). Each is one table in src/model/ (model_impl.h). */
+/* Architectures (model.arch). Each is one table in src/model/<name>.c,
+ * registered in LF__ARCHS (src/model/model_impl.h); an lf_arch is its
+ * position there (lf_arch_count, lf_arch_parse). The first two are named
+ * here for callers that pick one; a family added later needs no value here. */
 typedef enum lf_arch {
     LF_ARCH_GPT2 = 0,  /* "gpt2": learned positions, LayerNorm, GELU MLP, tied head (nanoGPT, HF GPT2LMHeadModel) */
     LF_ARCH_LLAMA = 1, /* "llama": RoPE, RMSNorm, SwiGLU MLP, grouped-query attention (HF LlamaForCausalLM) */
@@ -47,7 +50,7 @@ typedef struct lf_model_config {
     float norm_eps;       /* 0: 1e-5 */
     float rope_theta;     /* llama: RoPE base. 0: 10000 */
     int tie_embeddings;   /* lm_head shares the token embedding (gpt2: always) */
-    int bias;             /* biases in linears and layernorms (gpt2 only) */
+    int bias;             /* gpt2: biases in linears and layernorms; llama: q/k/v biases (Qwen2) */
     float dropout;        /* nanoGPT: embeddings, attention weights, residual branches */
 } lf_model_config;
 

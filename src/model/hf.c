@@ -6,13 +6,18 @@
  * is Python; the format is small (two JSON files and safetensors, whose
  * reader is src/core/safetensors.c), and llmforge has no Python at run time.
  *
+ * What config.json means is each architecture's (lf__hf_family in its
+ * table, model_impl.h): the model_type values it reads, its keys as a table
+ * of fields, its refusals, its tensor-name prefix and ignored buffers. This
+ * file is the driver: it finds the family by model_type, reads the keys,
+ * runs the family's check, and matches tensors by name; it names no family.
+ *
  * References: transformers' modeling_utils.py (save_pretrained: shard names
  * model-%05d-of-%05d.safetensors, SAFE_WEIGHTS_INDEX_NAME with
- * {"metadata": {"total_size": ...}, "weight_map": {tensor: shard}}), and the
- * configuration classes configuration_llama.py, configuration_mistral.py,
- * configuration_gpt2.py, modeling_rope_utils.py (4.x writes rope_theta and
- * rope_scaling at the top level, 5.x writes rope_parameters {rope_type,
- * rope_theta}).
+ * {"metadata": {"total_size": ...}, "weight_map": {tensor: shard}}), and
+ * modeling_rope_utils.py (4.x writes rope_theta and rope_scaling at the top
+ * level, 5.x writes rope_parameters {rope_type, rope_theta}); each family's
+ * configuration class is cited in its file.
  *
  * Invariants:
  *   - after lf_hf_open, e[0 .. n) holds every tensor of every shard, sorted by

@@ -5,13 +5,18 @@
  *
  * The runtime owns what every decoder-only transformer shares: the
  * lifecycle, the flat parameter and gradient buffers laid out by the
- * parameter table, ZeRO units and their hooks, the model replicas (one per
- * CPU thread), the two-pass activation planner, the batch copy, the loss
- * sum, and the order in which forward and backward visit the units. An
- * architecture is one const table (lf__model_arch) that owns its
- * validation and defaults, its parameter table (Hugging Face names, units),
- * its init rule, FLOPs per token, its activation slots, its embedding /
- * block / head forward and backward, and its Hugging Face config.json.
+ * parameter table, the binding of tensor names to table indices, ZeRO units
+ * and their hooks, the model replicas (one per CPU thread), the two-pass
+ * activation planner, the batch copy, attention with or without the KV
+ * cache, the loss sum, and the order in which forward and backward visit
+ * the units (model.c); the registry and configs (arch.c); sessions
+ * (session.c); Hugging Face directories (hf.c). An architecture is one
+ * const table (lf__model_arch) in its own file that owns everything that
+ * differs by family: defaults, the rules on hand-set keys and validation,
+ * presets, its parameter table (Hugging Face names, units) and the names
+ * its compute addresses, its init rule, FLOPs per token, its activation
+ * slots, its embedding / block / head forward and backward, and its Hugging
+ * Face config.json, both ways (lf__hf_family).
  *
  * Invariants:
  *  - The parameter table is a pure function of the resolved config; each
