@@ -94,12 +94,12 @@ typedef struct key_def {
 } key_def;
 
 #define FLD(f) .off = offsetof(lf_train_config, f), .size = sizeof(((lf_train_config *)0)->f)
+#define INF HUGE_VAL
 
 /* A key's choices, and the default of a string or choice key (NULL def_str:
  * the first choice). */
 static const char *const *choices_of(const key_def *k) { return k->choices_fn ? k->choices_fn() : k->choices; }
 static const char *def_str_of(const key_def *k) { return k->def_str ? k->def_str : choices_of(k)[0]; }
-#define INF HUGE_VAL
 
 static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
