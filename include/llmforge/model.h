@@ -20,7 +20,10 @@
 extern "C" {
 #endif
 
-/* Architectures (model.arch). Each is one table in src/model/ (model_impl.h). */
+/* Architectures (model.arch). Each is one table in src/model/<name>.c,
+ * registered in LF__ARCHS (src/model/model_impl.h); an lf_arch is its
+ * position there (lf_arch_count, lf_arch_parse). The first two are named
+ * here for callers that pick one; a family added later needs no value here. */
 typedef enum lf_arch {
     LF_ARCH_GPT2 = 0,  /* "gpt2": learned positions, LayerNorm, GELU MLP, tied head (nanoGPT, HF GPT2LMHeadModel) */
     LF_ARCH_LLAMA = 1, /* "llama": RoPE, RMSNorm, SwiGLU MLP, grouped-query attention (HF LlamaForCausalLM) */
@@ -47,18 +50,47 @@ typedef struct lf_model_config {
     float norm_eps;       /* 0: 1e-5 */
     float rope_theta;     /* llama: RoPE base. 0: 10000 */
     int tie_embeddings;   /* lm_head shares the token embedding (gpt2: always) */
-    int bias;             /* biases in linears and layernorms (gpt2 only) */
+    int bias;             /* gpt2: biases in linears and layernorms; llama: q/k/v biases (Qwen2) */
     float dropout;        /* nanoGPT: embeddings, attention weights, residual branches */
 } lf_model_config;
 
-/* "gpt2", "llama"; "?" for other values. */
+/* The architectures are the registered tables (src/model/model_impl.h,
+ * LF__ARCHS): lf_arch values 0 .. lf_arch_count() - 1, in registration
+ * order (the first is model.arch's default). */
+int lf_arch_count(void);
+/* Its name ("gpt2", "llama"); "?" for other values. */
 const char *lf_arch_name(lf_arch arch);
-/* 1 when the architecture can store its matmul inputs in bf16 (lf_act_dtype;
- * gpt2), 0 when they stay fp32 (llama). */
+/* Every name, in lf_arch order, NULL-terminated (static; the config's
+ * model.arch choices). */
+const char *const *lf_arch_names(void);
+/* The names as a list for messages: "gpt2, llama" (static). */
+const char *lf_arch_list(void);
+/* 1 when the architecture can store its matmul inputs in bf16 (lf_act_dtype),
+ * 0 when they stay fp32. */
 int lf_arch_bf16_acts(lf_arch arch);
+/* 1 when the architecture's context length is fixed by a position table
+ * (an imported model's block_size is its own), 0 when any works (RoPE). */
+int lf_arch_fixed_context(lf_arch arch);
 /* Parse an architecture name (exact, lower case). LF_ERR_CONFIG names the
  * value and the choices. */
 lf_status lf_arch_parse(const char *name, lf_arch *out);
+
+/* Which model.* keys a configuration set by hand (lf_train_config.model_given,
+ * lf_model_config_given). */
+enum {
+    LF_MODEL_GIVEN_ARCH = 1u << 0, LF_MODEL_GIVEN_N_LAYER = 1u << 1, LF_MODEL_GIVEN_N_HEAD = 1u << 2,
+    LF_MODEL_GIVEN_N_KV_HEAD = 1u << 3, LF_MODEL_GIVEN_N_EMBD = 1u << 4, LF_MODEL_GIVEN_FFN_HIDDEN = 1u << 5,
+    LF_MODEL_GIVEN_BLOCK_SIZE = 1u << 6, LF_MODEL_GIVEN_VOCAB_SIZE = 1u << 7, LF_MODEL_GIVEN_NORM_EPS = 1u << 8,
+    LF_MODEL_GIVEN_ROPE_THETA = 1u << 9, LF_MODEL_GIVEN_TIE = 1u << 10, LF_MODEL_GIVEN_BIAS = 1u << 11,
+};
+
+/* The architecture's rules on the keys a configuration set by hand (given:
+ * LF_MODEL_GIVEN_* bits), before lf_model_config_validate: defaults that
+ * hold only for keys left out (llama: no biases), then values the family
+ * refuses. NULL when the config stands; else why (a phrase naming the
+ * family, e.g. "gpt2's lm_head is always tied to wte"), with *key the
+ * model.* key at fault. An unknown arch: NULL (validate reports it). */
+const char *lf_model_config_given(lf_model_config *cfg, unsigned given, const char **key);
 
 /* Fill the fields left 0 with the architecture's defaults (n_kv_head,
  * ffn_hidden, norm, norm_eps, rope_theta; GPT-2 ties its embeddings).
@@ -107,6 +139,11 @@ lf_status lf_model_param_table(const lf_model_config *cfg, lf_param_info **out, 
 /* Parameters without those that do not count in 6N (GPT-2's position
  * embedding: nanoGPT's get_num_params). */
 size_t lf_model_num_params_nonembedding(const lf_model_config *cfg);
+
+/* Parameters in lookup-only tables, read by no product: the total less
+ * lf_model_num_params_nonembedding (GPT-2's wpe, an untied Llama's
+ * embedding). 0 for an invalid config. */
+size_t lf_model_lookup_params(const lf_model_config *cfg);
 
 /* Model FLOPs per token for training: 6N + attention (12*L*C*T for GPT-2,
  * 12*L*NH*HS*T for Llama: nanoGPT/PaLM counting). */

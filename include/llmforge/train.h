@@ -54,13 +54,7 @@ extern "C" {
 
 typedef enum lf_sched_type { LF_SCHED_COSINE = 0, LF_SCHED_CONSTANT = 1 } lf_sched_type;
 
-/* lf_train_config.model_given: which model.* keys were set explicitly. */
-enum {
-    LF_MODEL_GIVEN_ARCH = 1u << 0, LF_MODEL_GIVEN_N_LAYER = 1u << 1, LF_MODEL_GIVEN_N_HEAD = 1u << 2,
-    LF_MODEL_GIVEN_N_KV_HEAD = 1u << 3, LF_MODEL_GIVEN_N_EMBD = 1u << 4, LF_MODEL_GIVEN_FFN_HIDDEN = 1u << 5,
-    LF_MODEL_GIVEN_BLOCK_SIZE = 1u << 6, LF_MODEL_GIVEN_VOCAB_SIZE = 1u << 7, LF_MODEL_GIVEN_NORM_EPS = 1u << 8,
-    LF_MODEL_GIVEN_ROPE_THETA = 1u << 9, LF_MODEL_GIVEN_TIE = 1u << 10, LF_MODEL_GIVEN_BIAS = 1u << 11,
-};
+/* lf_train_config.model_given: the LF_MODEL_GIVEN_* bits of llmforge/model.h. */
 
 typedef struct lf_train_config {
     /* model */

@@ -251,7 +251,7 @@ struct lf_backend_ops {
      *   out[i+HS/2] = x[i+HS/2] * cos(angle) + x[i] * sin(angle).
      * inv_freq and the angle are float32 arithmetic as HF computes them
      * (powf, then the float product), cos/sin of that float angle accurate
-     * to float rounding: see cpu_llama.c for why. HS must be even and
+     * to float rounding: see cpu_rope.c for why. HS must be even and
      * pos0 + T <= 2^24 (positions exact as floats; callers validate).
      * backward applies the transposed rotation to dqkv in place (the
      * gradient w.r.t. the rotated q, k becomes the gradient w.r.t. the

@@ -36,6 +36,7 @@
  *    until c_proj overwrites it) and cast from there.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,13 +88,14 @@ typedef struct gpt2_acts {
     float *dfch, *dfch_gelu;          /* (N,4C) */
 } gpt2_acts;
 
-/* Table indices (the model's arch_state). */
-typedef struct gpt2_state {
-    int wte, wpe, lnf_w, lnf_b;
-    int (*lp)[P_PER_LAYER];           /* per-layer table indices */
-} gpt2_state;
+/* The tensors outside the layers (model_params order), and one layer's
+ * (layer_params order, P_* above). */
+enum { G_WTE, G_WPE, G_LNF_W, G_LNF_B, G_N };
+static const char *const k_model_params[G_N] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+static const char *const k_layer_params[P_PER_LAYER] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+    "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
-static const gpt2_state *ST(const lf_model *m) { return m->arch_state; }
 static gpt2_acts *ACTS(const lf__replica *rp) { return rp->acts; }
 
 /* ---------------------------------------------------------------- config and table */
@@ -107,11 +109,6 @@ static void gpt2_resolve(lf_model_config *c) {
 }
 
 static lf_status gpt2_validate(const lf_model_config *c) {
-    if (c->n_layer < 1 || c->n_layer > 1024) return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
-    if (c->n_head < 1 || c->n_head > 1024) return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
-    if (c->n_embd < 1 || c->n_embd > 65536) return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
-    if (c->n_embd % c->n_head != 0)
-        return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
     if (c->n_kv_head != c->n_head)
         return lf_fail(LF_ERR_CONFIG, "model.n_kv_head %d: gpt2 has one key/value head per query head (%d); "
                        "grouped-query attention is model.arch llama", c->n_kv_head, c->n_head);
@@ -122,14 +119,6 @@ static lf_status gpt2_validate(const lf_model_config *c) {
         return lf_fail(LF_ERR_CONFIG, "model.norm_eps %g: gpt2's layernorm uses 1e-5", (double)c->norm_eps);
     if (c->rope_theta != 0.0f)
         return lf_fail(LF_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, no RoPE");
-    if (c->block_size < 1 || c->block_size > (1 << 20))
-        return lf_fail(LF_ERR_RANGE, "model.block_size %d is out of range [1, 1048576]", c->block_size);
-    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
-        return lf_fail(LF_ERR_RANGE, "model.vocab_size %d is out of range [1, 16777216]", c->vocab_size);
-    if (c->padded_vocab_size != 0 && c->padded_vocab_size < c->vocab_size)
-        return lf_fail(LF_ERR_RANGE, "padded vocab size %d is smaller than vocab_size %d", c->padded_vocab_size, c->vocab_size);
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
-        return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
     return LF_OK;
 }
 
@@ -212,39 +201,6 @@ static int gpt2_hf_config(const lf_model_config *c, char *buf, size_t cap) {
                     lf__vp(c), c->block_size, c->block_size, c->n_embd, c->n_layer, c->n_head, (double)c->dropout,
                     (double)c->dropout, (double)c->dropout);
 }
-
-static lf_status gpt2_bind(lf_model *m) {
-    gpt2_state *s = calloc(1, sizeof *s);
-    if (s) s->lp = calloc((size_t)m->cfg.n_layer, sizeof *s->lp);
-    if (!s || !s->lp) {
-        free(s);
-        return lf_fail(LF_ERR_NOMEM, "out of memory");
-    }
-    s->wte = lf__param_index(m, "wte.weight");
-    s->wpe = lf__param_index(m, "wpe.weight");
-    s->lnf_w = lf__param_index(m, "ln_f.weight");
-    s->lnf_b = lf__param_index(m, "ln_f.bias");
-    static const char *suffix[P_PER_LAYER] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                              "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                              "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        for (int k = 0; k < P_PER_LAYER; k++) {
-            char name[LF_PARAM_NAME_MAX];
-            snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
-            s->lp[l][k] = lf__param_index(m, name);
-        }
-    m->arch_state = s;
-    return LF_OK;
-}
-
-static void gpt2_unbind(lf_model *m) {
-    gpt2_state *s = m->arch_state;
-    if (s) free(s->lp);
-    free(s);
-    m->arch_state = NULL;
-}
-
-static void gpt2_acts_init(void *acts, void *layers) { ((gpt2_acts *)acts)->la = layers; }
 
 /* ---------------------------------------------------------------- activation slots */
 
@@ -335,17 +291,6 @@ static void gelu_forward(const lf_model *m, act *out, const float *inp, size_t n
     m->be->ops->gelu_forward(m->be, out, m->plan_dt == LF_ACT_BF16 ? LF_DT_BF16 : LF_DT_F32, inp, n);
 }
 
-/* Attention output of layer l into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
-static void attn_forward(const lf_model *m, const lf__replica *rp, int l, act *out, float *tmp, float *att,
-                         const float *qkv, int T, lf_dropout drop) {
-    if (m->plan_dt == LF_ACT_BF16) {
-        lf__attention(m, rp, l, tmp, att, qkv, T, drop);
-        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
-    } else {
-        lf__attention(m, rp, l, out, att, qkv, T, drop);
-    }
-}
-
 /* Forward of block l. whole = 0 stops after the GELU, with everything the
  * block's backward reads written (full recomputation: c_fc's projection and
  * the block output are not needed again). */
@@ -357,12 +302,12 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     int N = B * T;
     uint64_t rowC = (uint64_t)T * C, rowAtt = (uint64_t)NH * T * T;
     layer_acts *a = &x->la[l];
-    const int *ix = ST(m)->lp[l];
+    const int *ix = lf__layer_ix(m, l);
     const float *residual = block_input(x, l);
     lf__ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(ix[P_LN1_W]), PW(ix[P_LN1_B]), N, C);
     lf__mm_forward(m, a->qkv, a->ln1, PW(ix[P_ATTN_W]), PW(ix[P_ATTN_B]), N, C, 3 * C, LF_W_IN_OUT);
     /* attproj is free until c_proj writes it: the fp32 attention output of bf16 storage */
-    attn_forward(m, rp, l, a->atty, a->attproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
+    lf__attention_act(m, rp, l, a->atty, a->attproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
     lf__mm_forward(m, a->attproj, a->atty, PW(ix[P_APROJ_W]), PW(ix[P_APROJ_B]), N, C, C, LF_W_IN_OUT);
     lf_dropout d1 = lf__drop_at(m, rp, l, SITE_ATT_RESID, rowC);
     if (d1.p > 0) be->ops->dropout_forward(be, a->attproj, a->attproj, (size_t)N * C, d1);
@@ -386,7 +331,7 @@ static void embed_forward(lf_model *m, lf__replica *rp, int T) {
     gpt2_acts *x = ACTS(rp);
     int B = rp->B, C = m->cfg.n_embd, L = m->cfg.n_layer;
     /* positions cur_pos0.. (cached decoding continues a sequence) */
-    lf__embed(m, rp, x->encoded, PW(ST(m)->wte), PW(ST(m)->wpe), T);
+    lf__embed(m, rp, x->encoded, PW(lf__model_ix(m, G_WTE)), PW(lf__model_ix(m, G_WPE)), T);
     lf_dropout de = lf__drop_at(m, rp, L, SITE_EMB, (uint64_t)T * C);
     if (de.p > 0) be->ops->dropout_forward(be, x->encoded, x->encoded, (size_t)B * T * C, de);
 }
@@ -398,8 +343,8 @@ static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) 
     int N = B * T;
     float *residual = (float *)block_input(x, L);
     N = lf__head_rows(m, residual, N, C); /* a ragged forward: each run's last row only */
-    lf__ln_forward(m, x->lnf, x->lnf_mean, x->lnf_rstd, residual, PW(ST(m)->lnf_w), PW(ST(m)->lnf_b), N, C);
-    lf__mm_forward(m, rp->logits, x->lnf, PW(ST(m)->wte), NULL, N, C, Vp, LF_W_OUT_IN);
+    lf__ln_forward(m, x->lnf, x->lnf_mean, x->lnf_rstd, residual, PW(lf__model_ix(m, G_LNF_W)), PW(lf__model_ix(m, G_LNF_B)), N, C);
+    lf__mm_forward(m, rp->logits, x->lnf, PW(lf__model_ix(m, G_WTE)), NULL, N, C, Vp, LF_W_OUT_IN);
 
     lf__classifier(m, rp, N, with_targets);
 }
@@ -412,9 +357,9 @@ static void head_backward(lf_model *m, lf__replica *rp, int T) {
     int B = rp->B, C = c->n_embd, L = c->n_layer, Vp = lf__vp(c);
     int N = B * T;
     be->ops->zero(be, x->dresidual, (size_t)N * C);
-    lf__mm_backward(m, x->dln, GR(ST(m)->wte), NULL, rp->logits, x->lnf, PW(ST(m)->wte), N, C, Vp, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dln, GR(lf__model_ix(m, G_WTE)), NULL, rp->logits, x->lnf, PW(lf__model_ix(m, G_WTE)), N, C, Vp, LF_W_OUT_IN);
     const float *last = block_input(x, L);
-    be->ops->layernorm_backward(be, x->dresidual, GR(ST(m)->lnf_w), GR(ST(m)->lnf_b), x->dln, last, PW(ST(m)->lnf_w),
+    be->ops->layernorm_backward(be, x->dresidual, GR(lf__model_ix(m, G_LNF_W)), GR(lf__model_ix(m, G_LNF_B)), x->dln, last, PW(lf__model_ix(m, G_LNF_W)),
                            x->lnf_mean, x->lnf_rstd, N, C);
 }
 
@@ -428,7 +373,7 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     size_t NC = (size_t)N * C;
     uint64_t rowC = (uint64_t)T * C, rowAtt = (uint64_t)NH * T * T;
     layer_acts *a = &x->la[l];
-    const int *ix = ST(m)->lp[l];
+    const int *ix = lf__layer_ix(m, l);
     const float *residual = block_input(x, l);
     /* Recompute what the plan did not keep, each right before it is read.
      * full: the working set still holds the last block from forward. */
@@ -481,28 +426,111 @@ static void embed_backward(lf_model *m, lf__replica *rp, int T) {
         be->ops->dropout_backward(be, x->dbranch, x->dresidual, NC, de);
         denc = x->dbranch;
     }
-    be->ops->encoder_backward(be, GR(ST(m)->wte), GR(ST(m)->wpe), denc, rp->inputs, B, T, C);
+    be->ops->encoder_backward(be, GR(lf__model_ix(m, G_WTE)), GR(lf__model_ix(m, G_WPE)), denc, rp->inputs, B, T, C);
 }
 
 
 static void gpt2_block_forward(lf_model *m, lf__replica *rp, int l, int T) { block_forward(m, rp, l, T, 1); }
 
+/* ---------------------------------------------------------------- configuration, Hugging Face, presets */
+
+/* The head is wte itself: a configuration that unties it is refused. */
+static const char *gpt2_given(lf_model_config *c, unsigned given, const char **key) {
+    (void)given;
+    if (!c->tie_embeddings) {
+        *key = "model.tie_embeddings";
+        return "gpt2's lm_head is always tied to wte";
+    }
+    return NULL;
+}
+
+/* transformers' GPT2Config (configuration_gpt2.py) keys, in reading order. */
+#define F(f) offsetof(lf_model_config, f)
+static const lf__hf_key k_hf_keys[] = {
+    {"n_embd", F(n_embd), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"n_layer", F(n_layer), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"n_head", F(n_head), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"n_positions", F(block_size), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"vocab_size", F(vocab_size), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"n_inner", F(ffn_hidden), LF__HF_INT, 0, 0, LF__HF_NO_FIELD},
+    {"layer_norm_epsilon", F(norm_eps), LF__HF_NUM, 0, 1e-5, LF__HF_NO_FIELD},
+};
+#undef F
+
+static lf_status gpt2_hf_check(const lf__hf_cfg *c, int variant, lf_model_config *m) {
+    (void)variant;
+    lf_status st;
+    m->norm = LF_NORM_LAYERNORM;
+    m->bias = 1;
+    m->tie_embeddings = 1;
+    m->n_kv_head = m->n_head;
+    if (m->n_embd % m->n_head != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'n_embd' %d is not divisible by 'n_head' %d", lf__hf_where(c),
+                       m->n_embd, m->n_head);
+    const char *fn = NULL;
+    if ((st = lf__hf_str(c, "activation_function", "gelu_new", &fn)) != LF_OK) return st;
+    if (strcmp(fn, "gelu_new") != 0 && strcmp(fn, "gelu_pytorch_tanh") != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: 'activation_function' is '%.100s'; llmforge's GPT-2 uses the tanh GELU (gelu_new)",
+                       lf__hf_where(c), fn);
+    int tie = 1, scale = 1, by_layer = 0;
+    if ((st = lf__hf_bool(c, "tie_word_embeddings", 1, &tie)) != LF_OK) return st;
+    if (!tie)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'tie_word_embeddings' is false; llmforge's GPT-2 is tied",
+                       lf__hf_where(c));
+    if ((st = lf__hf_bool(c, "scale_attn_weights", 1, &scale)) != LF_OK) return st;
+    if (!scale) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_weights' is false (not supported)", lf__hf_where(c));
+    if ((st = lf__hf_bool(c, "scale_attn_by_inverse_layer_idx", 0, &by_layer)) != LF_OK) return st;
+    if (by_layer)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_by_inverse_layer_idx' is true (not supported)",
+                       lf__hf_where(c));
+    return LF_OK;
+}
+
+static const char *const k_hf_types[] = {"gpt2", NULL};
+/* HF GPT-2 checkpoints: names under "transformer."; the causal-mask buffers
+ * of older transformers (attn.bias, attn.masked_bias) are not weights */
+static const char *const k_hf_ignored[] = {"*.attn.bias", ".attn.masked_bias", NULL};
+static const lf__hf_family k_hf = {
+    .model_types = k_hf_types,
+    .keys = k_hf_keys,
+    .n_keys = (int)(sizeof k_hf_keys / sizeof k_hf_keys[0]),
+    .check = gpt2_hf_check,
+    .tensor_prefix = "transformer.",
+    .ignored = k_hf_ignored,
+};
+
+static const lf__preset k_presets[] = {
+    {"gpt2-124m", "GPT-2 small (HF gpt2; vocab padded to 50304 as llm.c does)",
+     {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1,
+      .tie_embeddings = 1}},
+    {"shakespeare-char-cpu", "nanoGPT's shakespeare_char CPU model (configs/shakespeare_char_cpu.json)",
+     {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .bias = 1,
+      .tie_embeddings = 1}},
+};
+
 const lf__model_arch lf__arch_gpt2 = {
     .name = "gpt2",
-    .arch = LF_ARCH_GPT2,
     .resolve = gpt2_resolve,
+    .given = gpt2_given,
     .validate = gpt2_validate,
     .param_table = gpt2_param_table,
     .embedding_only = gpt2_embedding_only,
     .attn_flops_per_token = gpt2_attn_flops,
     .init_weights = gpt2_init,
     .hf_config_json = gpt2_hf_config,
+    .hf = &k_hf,
+    .fixed_context = 1, /* wpe has block_size rows */
+    .presets = k_presets,
+    .n_presets = (int)(sizeof k_presets / sizeof k_presets[0]),
     .bf16_acts = 1,
-    .bind = gpt2_bind,
-    .unbind = gpt2_unbind,
+    .model_params = k_model_params,
+    .n_model_params = G_N,
+    .layer_fmt = "h.%d.",
+    .layer_params = k_layer_params,
+    .n_layer_params = P_PER_LAYER,
     .acts_size = sizeof(gpt2_acts),
     .layer_size = sizeof(layer_acts),
-    .acts_init = gpt2_acts_init,
     .lay_out_replica = gpt2_lay_out,
     .embed_forward = embed_forward,
     .block_forward = gpt2_block_forward,

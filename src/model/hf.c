@@ -6,13 +6,18 @@
  * is Python; the format is small (two JSON files and safetensors, whose
  * reader is src/core/safetensors.c), and llmforge has no Python at run time.
  *
+ * What config.json means is each architecture's (lf__hf_family in its
+ * table, model_impl.h): the model_type values it reads, its keys as a table
+ * of fields, its refusals, its tensor-name prefix and ignored buffers. This
+ * file is the driver: it finds the family by model_type, reads the keys,
+ * runs the family's check, and matches tensors by name; it names no family.
+ *
  * References: transformers' modeling_utils.py (save_pretrained: shard names
  * model-%05d-of-%05d.safetensors, SAFE_WEIGHTS_INDEX_NAME with
- * {"metadata": {"total_size": ...}, "weight_map": {tensor: shard}}), and the
- * configuration classes configuration_llama.py, configuration_mistral.py,
- * configuration_gpt2.py, modeling_rope_utils.py (4.x writes rope_theta and
- * rope_scaling at the top level, 5.x writes rope_parameters {rope_type,
- * rope_theta}).
+ * {"metadata": {"total_size": ...}, "weight_map": {tensor: shard}}), and
+ * modeling_rope_utils.py (4.x writes rope_theta and rope_scaling at the top
+ * level, 5.x writes rope_parameters {rope_type, rope_theta}); each family's
+ * configuration class is cited in its file.
  *
  * Invariants:
  *   - after lf_hf_open, e[0 .. n) holds every tensor of every shard, sorted by
@@ -34,6 +39,7 @@
 #include <cjson/cJSON.h>
 #include "llmforge/hf.h"
 #include "llmforge/safetensors.h"
+#include "model/model_impl.h"
 
 #define HF_CONFIG_CAP (16u << 20)
 #define HF_INDEX_CAP (64u << 20)
@@ -393,10 +399,13 @@ const char *lf_hf_tensor_file(const lf_hf_model *h, const char *name) {
 
 /* ================================================================ config.json */
 
-typedef struct cfg_ctx {
+struct lf__hf_config_reader {
     const cJSON *root;
     char where[600]; /* "'DIR/config.json'" for messages */
-} cfg_ctx;
+};
+typedef lf__hf_cfg cfg_ctx;
+
+const char *lf__hf_where(const lf__hf_cfg *c) { return c->where; }
 
 /* NULL for a key that is absent or null. */
 static const cJSON *cfg_get(const cJSON *obj, const char *key) {
@@ -404,8 +413,9 @@ static const cJSON *cfg_get(const cJSON *obj, const char *key) {
     return (!j || cJSON_IsNull(j)) ? NULL : j;
 }
 
-/* An integer in [lo, hi]; absent or null: dflt when !required. */
-static lf_status cfg_int(const cfg_ctx *c, const char *key, int required, int dflt, int lo, int hi, int *out) {
+/* An integer in [1, HF_SIZE_MAX]; absent or null: dflt when !required. */
+lf_status lf__hf_int(const lf__hf_cfg *c, const char *key, int required, int dflt, int *out) {
+    const int lo = 1, hi = HF_SIZE_MAX;
     const cJSON *j = cfg_get(c->root, key);
     if (!j) {
         if (required) return lf_fail(LF_ERR_CONFIG, "%s: '%s' missing", c->where, key);
@@ -436,7 +446,11 @@ static lf_status cfg_num_in(const cfg_ctx *c, const cJSON *obj, const char *key,
     return LF_OK;
 }
 
-static lf_status cfg_bool(const cfg_ctx *c, const char *key, int dflt, int *out) {
+lf_status lf__hf_num(const lf__hf_cfg *c, const char *key, double dflt, double *out) {
+    return cfg_num_in(c, c->root, key, key, dflt, 0, 1, out);
+}
+
+lf_status lf__hf_bool(const lf__hf_cfg *c, const char *key, int dflt, int *out) {
     const cJSON *j = cfg_get(c->root, key);
     if (!j) {
         *out = dflt;
@@ -448,7 +462,7 @@ static lf_status cfg_bool(const cfg_ctx *c, const char *key, int dflt, int *out)
 }
 
 /* A string value, or dflt when absent or null. */
-static lf_status cfg_str(const cfg_ctx *c, const char *key, const char *dflt, const char **out) {
+lf_status lf__hf_str(const lf__hf_cfg *c, const char *key, const char *dflt, const char **out) {
     const cJSON *j = cfg_get(c->root, key);
     if (!j) {
         *out = dflt;
@@ -466,7 +480,7 @@ static lf_status cfg_str(const cfg_ctx *c, const char *key, const char *dflt, co
     } while (0)
 
 /* rope_theta from either spelling; refuses every RoPE variant but plain. */
-static lf_status cfg_rope(const cfg_ctx *c, double *theta) {
+lf_status lf__hf_rope_theta(const lf__hf_cfg *c, double *theta) {
     const cJSON *scaling = cfg_get(c->root, "rope_scaling");
     if (scaling) {
         const cJSON *ty = cJSON_IsObject(scaling) ? cJSON_GetObjectItemCaseSensitive(scaling, "rope_type") : NULL;
@@ -505,106 +519,25 @@ static lf_status cfg_rope(const cfg_ctx *c, double *theta) {
     return LF_OK;
 }
 
-enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2 };
-
-static lf_status cfg_llama(const cfg_ctx *c, int kind, lf_model_config *m) {
-    m->arch = LF_ARCH_LLAMA;
-    m->norm = LF_NORM_RMSNORM;
-    m->bias = kind == HF_QWEN2; /* Qwen2: q/k/v biases, always */
-    CFG_TRY(cfg_int(c, "hidden_size", 1, 0, 1, HF_SIZE_MAX, &m->n_embd));
-    CFG_TRY(cfg_int(c, "num_hidden_layers", 1, 0, 1, HF_SIZE_MAX, &m->n_layer));
-    CFG_TRY(cfg_int(c, "num_attention_heads", 1, 0, 1, HF_SIZE_MAX, &m->n_head));
-    CFG_TRY(cfg_int(c, "num_key_value_heads", 0, m->n_head, 1, HF_SIZE_MAX, &m->n_kv_head));
-    CFG_TRY(cfg_int(c, "intermediate_size", 1, 0, 1, HF_SIZE_MAX, &m->ffn_hidden));
-    CFG_TRY(cfg_int(c, "vocab_size", 1, 0, 1, HF_SIZE_MAX, &m->vocab_size));
-    CFG_TRY(cfg_int(c, "max_position_embeddings", 1, 0, 1, HF_SIZE_MAX, &m->block_size));
+/* One table of keys into m (lf__hf_key). */
+static lf_status read_keys(const cfg_ctx *c, const lf__hf_family *f, lf_model_config *m) {
+    unsigned char *base = (unsigned char *)m;
+    for (int i = 0; i < f->n_keys; i++) {
+        const lf__hf_key *k = &f->keys[i];
+        void *field = base + k->field;
+        if (k->type == LF__HF_INT) {
+            int dflt = (int)k->dflt;
+            if (k->dflt_field != LF__HF_NO_FIELD) memcpy(&dflt, base + k->dflt_field, sizeof dflt);
+            CFG_TRY(lf__hf_int(c, k->key, k->required, dflt, (int *)field));
+        } else if (k->type == LF__HF_NUM) {
+            double d = 0;
+            CFG_TRY(lf__hf_num(c, k->key, k->dflt, &d));
+            *(float *)field = (float)d;
+        } else {
+            CFG_TRY(lf__hf_bool(c, k->key, (int)k->dflt, (int *)field));
+        }
+    }
     m->padded_vocab_size = m->vocab_size;
-    double eps = 0, theta = 0;
-    CFG_TRY(cfg_num_in(c, c->root, "rms_norm_eps", "rms_norm_eps", 1e-6, 0, 1, &eps));
-    m->norm_eps = (float)eps;
-    CFG_TRY(cfg_rope(c, &theta));
-    m->rope_theta = (float)theta;
-    CFG_TRY(cfg_bool(c, "tie_word_embeddings", 0, &m->tie_embeddings));
-
-    const char *act = NULL;
-    CFG_TRY(cfg_str(c, "hidden_act", "silu", &act));
-    if (strcmp(act, "silu") != 0)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_act' is '%.100s'; llmforge's llama MLP uses silu only", c->where,
-                       act);
-    int ab = 0, mb = 0;
-    if (kind != HF_QWEN2) {
-        CFG_TRY(cfg_bool(c, "attention_bias", 0, &ab));
-        if (ab)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'attention_bias' is true (q/k/v and o_proj biases); llmforge's "
-                           "llama has q/k/v biases only as Qwen2 has them", c->where);
-        CFG_TRY(cfg_bool(c, "mlp_bias", 0, &mb));
-        if (mb) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'mlp_bias' is true; llmforge's llama has no MLP biases", c->where);
-    }
-    if (m->n_embd % m->n_head != 0)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_size' %d is not divisible by 'num_attention_heads' %d", c->where,
-                       m->n_embd, m->n_head);
-    int head_dim = 0;
-    CFG_TRY(cfg_int(c, "head_dim", 0, m->n_embd / m->n_head, 1, HF_SIZE_MAX, &head_dim));
-    if (head_dim != m->n_embd / m->n_head)
-        return lf_fail(LF_ERR_UNSUPPORTED,
-                       "%s: 'head_dim' %d differs from hidden_size / num_attention_heads = %d (not supported)", c->where,
-                       head_dim, m->n_embd / m->n_head);
-    if (m->n_head % m->n_kv_head != 0)
-        return lf_fail(LF_ERR_UNSUPPORTED,
-                       "%s: 'num_attention_heads' %d is not divisible by 'num_key_value_heads' %d", c->where, m->n_head,
-                       m->n_kv_head);
-    if (kind == HF_QWEN2) {
-        int use = 0;
-        CFG_TRY(cfg_bool(c, "use_sliding_window", 0, &use));
-        if (use)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'use_sliding_window' is true; llmforge attends to the whole context",
-                           c->where);
-    }
-    if (kind == HF_MISTRAL) {
-        int sw = 0;
-        CFG_TRY(cfg_int(c, "sliding_window", 0, 0, 1, HF_SIZE_MAX, &sw));
-        if (sw > 0 && sw < m->block_size)
-            return lf_fail(LF_ERR_UNSUPPORTED,
-                           "%s: 'sliding_window' %d is smaller than 'max_position_embeddings' %d; llmforge attends "
-                           "to the whole context",
-                           c->where, sw, m->block_size);
-    }
-    return LF_OK;
-}
-
-static lf_status cfg_gpt2(const cfg_ctx *c, lf_model_config *m) {
-    m->arch = LF_ARCH_GPT2;
-    m->norm = LF_NORM_LAYERNORM;
-    m->bias = 1;
-    m->tie_embeddings = 1;
-    CFG_TRY(cfg_int(c, "n_embd", 1, 0, 1, HF_SIZE_MAX, &m->n_embd));
-    CFG_TRY(cfg_int(c, "n_layer", 1, 0, 1, HF_SIZE_MAX, &m->n_layer));
-    CFG_TRY(cfg_int(c, "n_head", 1, 0, 1, HF_SIZE_MAX, &m->n_head));
-    CFG_TRY(cfg_int(c, "n_positions", 1, 0, 1, HF_SIZE_MAX, &m->block_size));
-    CFG_TRY(cfg_int(c, "vocab_size", 1, 0, 1, HF_SIZE_MAX, &m->vocab_size));
-    CFG_TRY(cfg_int(c, "n_inner", 0, 0, 1, HF_SIZE_MAX, &m->ffn_hidden));
-    m->n_kv_head = m->n_head;
-    m->padded_vocab_size = m->vocab_size;
-    double eps = 0;
-    CFG_TRY(cfg_num_in(c, c->root, "layer_norm_epsilon", "layer_norm_epsilon", 1e-5, 0, 1, &eps));
-    m->norm_eps = (float)eps;
-    if (m->n_embd % m->n_head != 0)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'n_embd' %d is not divisible by 'n_head' %d", c->where, m->n_embd,
-                       m->n_head);
-    const char *act = NULL;
-    CFG_TRY(cfg_str(c, "activation_function", "gelu_new", &act));
-    if (strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
-        return lf_fail(LF_ERR_UNSUPPORTED,
-                       "%s: 'activation_function' is '%.100s'; llmforge's GPT-2 uses the tanh GELU (gelu_new)",
-                       c->where, act);
-    int tie = 1, scale = 1, by_layer = 0;
-    CFG_TRY(cfg_bool(c, "tie_word_embeddings", 1, &tie));
-    if (!tie) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'tie_word_embeddings' is false; llmforge's GPT-2 is tied", c->where);
-    CFG_TRY(cfg_bool(c, "scale_attn_weights", 1, &scale));
-    if (!scale) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_weights' is false (not supported)", c->where);
-    CFG_TRY(cfg_bool(c, "scale_attn_by_inverse_layer_idx", 0, &by_layer));
-    if (by_layer)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_by_inverse_layer_idx' is true (not supported)", c->where);
     return LF_OK;
 }
 
@@ -613,22 +546,29 @@ lf_status lf_hf_model_config(const lf_hf_model *h, lf_model_config *out) {
     memset(out, 0, sizeof *out);
     cfg_ctx c = {.root = h->config};
     snprintf(c.where, sizeof c.where, "'%s/%s'", h->dir, HF_CONFIG_NAME);
-    lf_model_config m;
-    memset(&m, 0, sizeof m);
-    lf_status s;
-    if (strcmp(h->model_type, "llama") == 0)
-        s = cfg_llama(&c, HF_LLAMA, &m);
-    else if (strcmp(h->model_type, "mistral") == 0)
-        s = cfg_llama(&c, HF_MISTRAL, &m);
-    else if (strcmp(h->model_type, "qwen2") == 0)
-        s = cfg_llama(&c, HF_QWEN2, &m);
-    else if (strcmp(h->model_type, "gpt2") == 0)
-        s = cfg_gpt2(&c, &m);
-    else
-        s = lf_fail(LF_ERR_UNSUPPORTED, "%s: 'model_type' '%.100s' is not supported (supported: llama, mistral, qwen2, gpt2)",
-                    c.where, h->model_type);
-    if (s == LF_OK) *out = m;
-    return s;
+    for (int a = 0; a < lf_arch_count(); a++) {
+        const lf__hf_family *f = lf__arch_of((lf_arch)a)->hf;
+        for (int v = 0; f && f->model_types[v]; v++)
+            if (strcmp(h->model_type, f->model_types[v]) == 0) {
+                lf_model_config m;
+                memset(&m, 0, sizeof m);
+                m.arch = (lf_arch)a;
+                lf_status s = read_keys(&c, f, &m);
+                if (s == LF_OK) s = f->check(&c, v, &m);
+                if (s == LF_OK) *out = m;
+                return s;
+            }
+    }
+    /* the supported model_types, the last registered family's first */
+    char supported[512] = "";
+    size_t at = 0;
+    for (int a = lf_arch_count() - 1; a >= 0; a--) {
+        const lf__hf_family *f = lf__arch_of((lf_arch)a)->hf;
+        for (int v = 0; f && f->model_types[v] && at < sizeof supported; v++)
+            at += (size_t)snprintf(supported + at, sizeof supported - at, "%s%s", at ? ", " : "", f->model_types[v]);
+    }
+    return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'model_type' '%.100s' is not supported (supported: %s)", c.where,
+                   h->model_type, supported);
 }
 
 /* ================================================================ tensors */
@@ -700,10 +640,30 @@ lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, siz
 
 /* ---------------------------------------------------------------- into a model's parameters */
 
-/* The weights of an HF directory into host params by name (GPT-2's may
- * carry the "transformer." prefix), converted to fp32; every missing
- * tensor, shape mismatch and unexpected tensor is listed. Ignored: a tied
- * model's lm_head.weight, RoPE's inv_freq buffers, GPT-2's attention-mask
+/* A tensor the architectures read as nothing (lf__hf_family.ignored, of
+ * every architecture: a directory is read by names, whichever family
+ * wrote it). */
+static int ignored_tensor(const char *nm) {
+    const size_t l = strlen(nm);
+    for (int a = 0; a < lf_arch_count(); a++) {
+        const lf__hf_family *f = lf__arch_of((lf_arch)a)->hf;
+        for (int i = 0; f && f->ignored && f->ignored[i]; i++) {
+            const char *pat = f->ignored[i];
+            if (pat[0] == '*') {
+                const size_t n = strlen(pat + 1);
+                if (l > n && !strcmp(nm + l - n, pat + 1)) return 1;
+            } else if (strstr(nm, pat)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The weights of an HF directory into host params by name (or under an
+ * architecture's tensor_prefix, GPT-2's "transformer."), converted to fp32;
+ * every missing tensor, shape mismatch and unexpected tensor is listed.
+ * Ignored: a tied model's lm_head.weight and the architectures' ignored
  * buffers. */
 lf_status lf_hf_load_params(const lf_hf_model *hf, const lf_param_info *table, int count, int tied, float *params) {
     int nt = lf_hf_num_tensors(hf);
@@ -719,14 +679,18 @@ lf_status lf_hf_load_params(const lf_hf_model *hf, const lf_param_info *table, i
         int ndim;
         int64_t shape[4];
         snprintf(name, sizeof name, "%s", p->name);
-        if (lf_hf_tensor_shape(hf, name, &ndim, shape) != LF_OK) {
-            snprintf(name, sizeof name, "transformer.%s", p->name);
-            if (lf_hf_tensor_shape(hf, name, &ndim, shape) != LF_OK) {
-                if (len < sizeof bad)
-                    len += (size_t)snprintf(bad + len, sizeof bad - len, "%smissing %s", n_bad ? "; " : "", p->name);
-                n_bad++;
-                continue;
-            }
+        int found = lf_hf_tensor_shape(hf, name, &ndim, shape) == LF_OK;
+        for (int a = 0; !found && a < lf_arch_count(); a++) {
+            const lf__hf_family *f = lf__arch_of((lf_arch)a)->hf;
+            if (!f || !f->tensor_prefix) continue;
+            snprintf(name, sizeof name, "%s%s", f->tensor_prefix, p->name);
+            found = lf_hf_tensor_shape(hf, name, &ndim, shape) == LF_OK;
+        }
+        if (!found) {
+            if (len < sizeof bad)
+                len += (size_t)snprintf(bad + len, sizeof bad - len, "%smissing %s", n_bad ? "; " : "", p->name);
+            n_bad++;
+            continue;
         }
         for (int k = 0; k < nt; k++)
             if (!strcmp(lf_hf_tensor_name(hf, k), name)) used[k] = 1;
@@ -745,10 +709,7 @@ lf_status lf_hf_load_params(const lf_hf_model *hf, const lf_param_info *table, i
     }
     for (int k = 0; k < nt && st == LF_OK; k++) {
         const char *nm = lf_hf_tensor_name(hf, k);
-        size_t l = strlen(nm);
-        if (used[k] || strstr(nm, "rotary_emb.inv_freq") || (l > 10 && !strcmp(nm + l - 10, ".attn.bias")) ||
-            strstr(nm, ".attn.masked_bias") || (tied && !strcmp(nm, "lm_head.weight")))
-            continue;
+        if (used[k] || ignored_tensor(nm) || (tied && !strcmp(nm, "lm_head.weight"))) continue;
         if (len < sizeof bad)
             len += (size_t)snprintf(bad + len, sizeof bad - len, "%sunexpected %s", n_bad ? "; " : "", nm);
         n_bad++;

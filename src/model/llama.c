@@ -42,6 +42,7 @@
  * Ainslie et al. 2023 (GQA); Shazeer 2020 (GLU variants).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,13 +82,21 @@ typedef struct llama_acts {
     float *dsw;            /* (N,F) */
 } llama_acts;
 
-typedef struct llama_state {
-    int emb, norm, head; /* head: lm_head.weight, or the embedding when tied */
-    int (*lp)[P_PER_LAYER];
-} llama_state;
+/* The tensors outside the layers (model_params order), and one layer's
+ * (layer_params order, P_* above). */
+enum { G_EMB, G_NORM, G_LM_HEAD, G_N };
+static const char *const k_model_params[G_N] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+static const char *const k_layer_params[P_PER_LAYER] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.q_proj.bias",  "self_attn.k_proj.bias",   "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
 
-static const llama_state *ST(const lf_model *m) { return m->arch_state; }
 static llama_acts *ACTS(const lf__replica *rp) { return rp->acts; }
+/* The head's weights: lm_head.weight, or the embedding when tied (no lm_head). */
+static int head_ix(const lf_model *m) {
+    const int h = lf__model_ix(m, G_LM_HEAD);
+    return h >= 0 ? h : lf__model_ix(m, G_EMB);
+}
 
 static int head_size(const lf_model_config *c) { return c->n_embd / c->n_head; }
 /* Width of a qkv row: NH*HS query channels, NKV*HS each for keys and values. */
@@ -104,11 +113,6 @@ static void llama_resolve(lf_model_config *c) {
 }
 
 static lf_status llama_validate(const lf_model_config *c) {
-    if (c->n_layer < 1 || c->n_layer > 1024) return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
-    if (c->n_head < 1 || c->n_head > 1024) return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
-    if (c->n_embd < 1 || c->n_embd > 65536) return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
-    if (c->n_embd % c->n_head != 0)
-        return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
     if (c->n_kv_head < 1 || c->n_kv_head > c->n_head)
         return lf_fail(LF_ERR_RANGE, "model.n_kv_head %d is out of range [1, model.n_head %d]", c->n_kv_head, c->n_head);
     if (c->n_head % c->n_kv_head != 0)
@@ -123,15 +127,6 @@ static lf_status llama_validate(const lf_model_config *c) {
         return lf_fail(LF_ERR_RANGE, "model.norm_eps %g is out of range (0, 1)", (double)c->norm_eps);
     if (!(c->rope_theta > 1.0f && isfinite(c->rope_theta)))
         return lf_fail(LF_ERR_RANGE, "model.rope_theta %g must be a finite number > 1", (double)c->rope_theta);
-    if (c->block_size < 1 || c->block_size > (1 << 20))
-        return lf_fail(LF_ERR_RANGE, "model.block_size %d is out of range [1, 1048576]", c->block_size);
-    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
-        return lf_fail(LF_ERR_RANGE, "model.vocab_size %d is out of range [1, 16777216]", c->vocab_size);
-    if (c->padded_vocab_size != 0 && c->padded_vocab_size < c->vocab_size)
-        return lf_fail(LF_ERR_RANGE, "padded vocab size %d is smaller than vocab_size %d", c->padded_vocab_size,
-                       c->vocab_size);
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
-        return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
     return LF_OK;
 }
 
@@ -231,39 +226,6 @@ static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
                     (double)c->dropout);
 }
 
-static lf_status llama_bind(lf_model *m) {
-    llama_state *s = calloc(1, sizeof *s);
-    if (s) s->lp = calloc((size_t)m->cfg.n_layer, sizeof *s->lp);
-    if (!s || !s->lp) {
-        free(s);
-        return lf_fail(LF_ERR_NOMEM, "out of memory");
-    }
-    s->emb = lf__param_index(m, "model.embed_tokens.weight");
-    s->norm = lf__param_index(m, "model.norm.weight");
-    s->head = m->cfg.tie_embeddings ? s->emb : lf__param_index(m, "lm_head.weight");
-    static const char *suffix[P_PER_LAYER] = {
-        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-        "self_attn.q_proj.bias",  "self_attn.k_proj.bias",   "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
-        "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        for (int k = 0; k < P_PER_LAYER; k++) {
-            char name[LF_PARAM_NAME_MAX];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix[k]);
-            s->lp[l][k] = lf__param_index(m, name);
-        }
-    m->arch_state = s;
-    return LF_OK;
-}
-
-static void llama_unbind(lf_model *m) {
-    llama_state *s = m->arch_state;
-    if (s) free(s->lp);
-    free(s);
-    m->arch_state = NULL;
-}
-
-static void llama_acts_init(void *acts, void *layers) { ((llama_acts *)acts)->la = layers; }
-
 /* ---------------------------------------------------------------- activation slots */
 
 /* Per layer and token, under none: 5C + W + 3F + NH*T + 2 floats (W the qkv
@@ -345,17 +307,6 @@ static void swiglu_forward(const lf_model *m, act *out, const float *inp, int N,
     m->be->ops->swiglu_forward(m->be, out, m->plan_dt == LF_ACT_BF16 ? LF_DT_BF16 : LF_DT_F32, inp, N, F);
 }
 
-/* Attention output of layer l into `out`; in bf16 by way of fp32 in `tmp` (N,C). */
-static void attn_forward(const lf_model *m, const lf__replica *rp, int l, act *out, float *tmp, float *att,
-                         const float *qkv, int T, lf_dropout drop) {
-    if (m->plan_dt == LF_ACT_BF16) {
-        lf__attention(m, rp, l, tmp, att, qkv, T, drop);
-        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
-    } else {
-        lf__attention(m, rp, l, out, att, qkv, T, drop);
-    }
-}
-
 /* Forward of block l; whole = 0 stops after SwiGLU (full recomputation). */
 static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole) {
     lf_backend *be = m->be;
@@ -365,13 +316,13 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     const int W = qkv_width(c), F = c->ffn_hidden, N = B * T;
     const size_t NC = (size_t)N * C;
     layer_acts *a = &x->la[l];
-    const int *ix = ST(m)->lp[l];
+    const int *ix = lf__layer_ix(m, l);
     const float *residual = block_input(x, l);
     lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     /* q, k, v are consecutive: one (W, C) product */
     lf__mm_forward(m, a->qkv, a->h1, PW(ix[P_Q]), PW(ix[P_QB]), N, C, W, LF_W_OUT_IN);
     lf__rope(m, rp, a->qkv, T);
-    attn_forward(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+    lf__attention_act(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
     /* res2 = residual + oproj and post_attention_layernorm in one pass (the
      * second residual add is unfused: see gpt2.c's block_forward) */
@@ -388,7 +339,7 @@ static void llama_block_forward(lf_model *m, lf__replica *rp, int l, int T) { bl
 
 static void embed_forward(lf_model *m, lf__replica *rp, int T) {
     llama_acts *x = ACTS(rp);
-    m->be->ops->encoder_forward(m->be, x->encoded, rp->inputs, PW(ST(m)->emb), NULL, rp->B, T, m->cfg.n_embd);
+    m->be->ops->encoder_forward(m->be, x->encoded, rp->inputs, PW(lf__model_ix(m, G_EMB)), NULL, rp->B, T, m->cfg.n_embd);
 }
 
 static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) {
@@ -397,8 +348,8 @@ static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) 
     const int C = c->n_embd;
     float *last = (float *)block_input(x, c->n_layer);
     const int N = lf__head_rows(m, last, rp->B * T, C); /* a ragged forward: each run's last row only */
-    lf__rms_forward(m, x->hf, x->rstdf, last, PW(ST(m)->norm), N, C, c->norm_eps);
-    lf__mm_forward(m, rp->logits, x->hf, PW(ST(m)->head), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
+    lf__rms_forward(m, x->hf, x->rstdf, last, PW(lf__model_ix(m, G_NORM)), N, C, c->norm_eps);
+    lf__mm_forward(m, rp->logits, x->hf, PW(head_ix(m)), NULL, N, C, lf__vp(c), LF_W_OUT_IN);
     lf__classifier(m, rp, N, with_targets);
 }
 
@@ -409,9 +360,9 @@ static void head_backward(lf_model *m, lf__replica *rp, int T) {
     const lf_model_config *c = &m->cfg;
     const int C = c->n_embd, N = rp->B * T;
     be->ops->zero(be, x->dresidual, (size_t)N * C);
-    lf__mm_backward(m, x->dln, GR(ST(m)->head), NULL, rp->logits, x->hf, PW(ST(m)->head), N, C, lf__vp(c),
+    lf__mm_backward(m, x->dln, GR(head_ix(m)), NULL, rp->logits, x->hf, PW(head_ix(m)), N, C, lf__vp(c),
                         LF_W_OUT_IN);
-    be->ops->rmsnorm_backward(be, x->dresidual, GR(ST(m)->norm), x->dln, block_input(x, c->n_layer), PW(ST(m)->norm), x->rstdf,
+    be->ops->rmsnorm_backward(be, x->dresidual, GR(lf__model_ix(m, G_NORM)), x->dln, block_input(x, c->n_layer), PW(lf__model_ix(m, G_NORM)), x->rstdf,
                          N, C);
 }
 
@@ -423,7 +374,7 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = head_size(c);
     const int W = qkv_width(c), F = c->ffn_hidden, N = B * T, L = c->n_layer;
     layer_acts *a = &x->la[l];
-    const int *ix = ST(m)->lp[l];
+    const int *ix = lf__layer_ix(m, l);
     const float *residual = block_input(x, l);
     /* Recompute what the plan did not keep, each right before it is read.
      * full: the working set still holds the last block from forward. */
@@ -450,25 +401,143 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
 
 static void embed_backward(lf_model *m, lf__replica *rp, int T) {
     llama_acts *x = ACTS(rp);
-    m->be->ops->encoder_backward(m->be, GR(ST(m)->emb), NULL, x->dresidual, rp->inputs, rp->B, T, m->cfg.n_embd);
+    m->be->ops->encoder_backward(m->be, GR(lf__model_ix(m, G_EMB)), NULL, x->dresidual, rp->inputs, rp->B, T, m->cfg.n_embd);
 }
+
+/* ---------------------------------------------------------------- configuration, Hugging Face, presets */
+
+/* No biases unless model.bias asks for Qwen2's q/k/v ones. */
+static const char *llama_given(lf_model_config *c, unsigned given, const char **key) {
+    (void)key;
+    if (!(given & LF_MODEL_GIVEN_BIAS)) c->bias = 0;
+    return NULL;
+}
+
+/* transformers' LlamaConfig / MistralConfig / Qwen2Config keys, in reading
+ * order (then lf__hf_rope_theta and llama_hf_check). */
+#define F(f) offsetof(lf_model_config, f)
+static const lf__hf_key k_hf_keys[] = {
+    {"hidden_size", F(n_embd), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"num_hidden_layers", F(n_layer), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"num_attention_heads", F(n_head), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"num_key_value_heads", F(n_kv_head), LF__HF_INT, 0, 0, F(n_head)},
+    {"intermediate_size", F(ffn_hidden), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"vocab_size", F(vocab_size), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"max_position_embeddings", F(block_size), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
+    {"rms_norm_eps", F(norm_eps), LF__HF_NUM, 0, 1e-6, LF__HF_NO_FIELD},
+};
+#undef F
+
+static const char *const k_hf_types[] = {"llama", "mistral", "qwen2", NULL};
+enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2 }; /* k_hf_types order */
+
+#define TRY(expr)                   \
+    do {                            \
+        lf_status s_ = (expr);      \
+        if (s_ != LF_OK) return s_; \
+    } while (0)
+
+/* The variants' own keys: q/k/v biases always (Qwen2) or never, the
+ * sliding windows, and what llmforge's llama does not implement. */
+static lf_status hf_variant(const lf__hf_cfg *c, int kind, const lf_model_config *m) {
+    const char *where = lf__hf_where(c);
+    if (kind != HF_QWEN2) {
+        int ab = 0, mb = 0;
+        TRY(lf__hf_bool(c, "attention_bias", 0, &ab));
+        if (ab)
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'attention_bias' is true (q/k/v and o_proj biases); llmforge's "
+                           "llama has q/k/v biases only as Qwen2 has them", where);
+        TRY(lf__hf_bool(c, "mlp_bias", 0, &mb));
+        if (mb) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'mlp_bias' is true; llmforge's llama has no MLP biases", where);
+    }
+    if (m->n_embd % m->n_head != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_size' %d is not divisible by 'num_attention_heads' %d", where,
+                       m->n_embd, m->n_head);
+    int head_dim = 0;
+    TRY(lf__hf_int(c, "head_dim", 0, m->n_embd / m->n_head, &head_dim));
+    if (head_dim != m->n_embd / m->n_head)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: 'head_dim' %d differs from hidden_size / num_attention_heads = %d (not supported)", where,
+                       head_dim, m->n_embd / m->n_head);
+    if (m->n_head % m->n_kv_head != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'num_attention_heads' %d is not divisible by 'num_key_value_heads' %d",
+                       where, m->n_head, m->n_kv_head);
+    if (kind == HF_QWEN2) {
+        int use = 0;
+        TRY(lf__hf_bool(c, "use_sliding_window", 0, &use));
+        if (use)
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'use_sliding_window' is true; llmforge attends to the whole context",
+                           where);
+    }
+    if (kind == HF_MISTRAL) {
+        int sw = 0;
+        TRY(lf__hf_int(c, "sliding_window", 0, 0, &sw));
+        if (sw > 0 && sw < m->block_size)
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: 'sliding_window' %d is smaller than 'max_position_embeddings' %d; llmforge attends "
+                           "to the whole context",
+                           where, sw, m->block_size);
+    }
+    return LF_OK;
+}
+
+static lf_status llama_hf_check(const lf__hf_cfg *c, int kind, lf_model_config *m) {
+    m->norm = LF_NORM_RMSNORM;
+    m->bias = kind == HF_QWEN2; /* Qwen2: q/k/v biases, always */
+    double theta = 0;
+    TRY(lf__hf_rope_theta(c, &theta));
+    m->rope_theta = (float)theta;
+    TRY(lf__hf_bool(c, "tie_word_embeddings", 0, &m->tie_embeddings));
+    const char *fn = NULL;
+    TRY(lf__hf_str(c, "hidden_act", "silu", &fn));
+    if (strcmp(fn, "silu") != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_act' is '%.100s'; llmforge's llama MLP uses silu only",
+                       lf__hf_where(c), fn);
+    return hf_variant(c, kind, m);
+}
+#undef TRY
+
+/* RoPE's cached inv_freq is a buffer some checkpoints carry, not a weight. */
+static const char *const k_hf_ignored[] = {"rotary_emb.inv_freq", NULL};
+static const lf__hf_family k_hf = {
+    .model_types = k_hf_types,
+    .keys = k_hf_keys,
+    .n_keys = (int)(sizeof k_hf_keys / sizeof k_hf_keys[0]),
+    .check = llama_hf_check,
+    .ignored = k_hf_ignored,
+};
+
+static const lf__preset k_presets[] = {
+    {"smollm-135m", "HuggingFaceTB/SmolLM-135M's shape (Llama: 9 heads, 3 KV heads, tied)",
+     {.n_layer = 30, .n_head = 9, .n_kv_head = 3, .n_embd = 576, .ffn_hidden = 1536, .block_size = 2048,
+      .vocab_size = 49152, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .tie_embeddings = 1}},
+    {"llama-3.2-1b", "meta-llama/Llama-3.2-1B's shape (GQA 32/8, tied; its rope_scaling is not applied)",
+     {.n_layer = 16, .n_head = 32, .n_kv_head = 8, .n_embd = 2048, .ffn_hidden = 8192, .block_size = 131072,
+      .vocab_size = 128256, .norm_eps = 1e-5f, .rope_theta = 500000.0f, .tie_embeddings = 1}},
+};
 
 const lf__model_arch lf__arch_llama = {
     .name = "llama",
-    .arch = LF_ARCH_LLAMA,
     .resolve = llama_resolve,
+    .given = llama_given,
     .validate = llama_validate,
     .param_table = llama_param_table,
     .embedding_only = llama_embedding_only,
     .attn_flops_per_token = llama_attn_flops,
     .init_weights = llama_init,
     .hf_config_json = llama_hf_config,
+    .hf = &k_hf,
+    .fixed_context = 0, /* RoPE: any block_size */
+    .presets = k_presets,
+    .n_presets = (int)(sizeof k_presets / sizeof k_presets[0]),
     .bf16_acts = 1,
-    .bind = llama_bind,
-    .unbind = llama_unbind,
+    .model_params = k_model_params,
+    .n_model_params = G_N,
+    .layer_fmt = "model.layers.%d.",
+    .layer_params = k_layer_params,
+    .n_layer_params = P_PER_LAYER,
     .acts_size = sizeof(llama_acts),
     .layer_size = sizeof(layer_acts),
-    .acts_init = llama_acts_init,
     .lay_out_replica = llama_lay_out,
     .embed_forward = embed_forward,
     .block_forward = llama_block_forward,

@@ -2,7 +2,8 @@
  * The architecture-neutral model runtime: lifecycle, flat parameter and
  * gradient buffers, ZeRO units and hooks, model replicas, the activation
  * planner, and the forward/backward drivers. What differs between
- * architectures is behind lf__model_arch (model_impl.h): gpt2.c, llama.c.
+ * architectures is behind lf__model_arch (model_impl.h): gpt2.c, llama.c;
+ * the registry and what a config is before a model exists are arch.c's.
  *
  * Invariants:
  *  - Parameters and gradients are one contiguous buffer each, in the order of
@@ -23,155 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/model_impl.h"
-
-/* ---------------------------------------------------------------- architectures */
-
-const lf__model_arch *lf__arch_of(lf_arch arch) {
-    switch (arch) {
-    case LF_ARCH_GPT2: return &lf__arch_gpt2;
-    case LF_ARCH_LLAMA: return &lf__arch_llama;
-    }
-    return NULL;
-}
-
-const char *lf_arch_name(lf_arch arch) {
-    const lf__model_arch *a = lf__arch_of(arch);
-    return a ? a->name : "?";
-}
-
-int lf_arch_bf16_acts(lf_arch arch) {
-    const lf__model_arch *a = lf__arch_of(arch);
-    return a && a->bf16_acts;
-}
-
-lf_status lf_arch_parse(const char *name, lf_arch *out) {
-    static const lf_arch all[] = {LF_ARCH_GPT2, LF_ARCH_LLAMA};
-    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
-        if (!strcmp(name, lf_arch_name(all[i]))) {
-            *out = all[i];
-            return LF_OK;
-        }
-    return lf_fail(LF_ERR_CONFIG, "model.arch '%s' is not one of gpt2, llama", name ? name : "(null)");
-}
-
-lf_status lf_model_config_resolve(lf_model_config *c) {
-    const lf__model_arch *a = lf__arch_of(c->arch);
-    if (!a) return lf_fail(LF_ERR_CONFIG, "model.arch %d is not one of gpt2, llama", (int)c->arch);
-    a->resolve(c);
-    return LF_OK;
-}
-
-/* A resolved copy of cfg, validated. */
-static lf_status resolved(const lf_model_config *cfg, lf_model_config *out, const lf__model_arch **arch) {
-    *out = *cfg;
-    lf_status st = lf_model_config_resolve(out);
-    if (st != LF_OK) return st;
-    *arch = lf__arch_of(out->arch);
-    return (*arch)->validate(out);
-}
-
-lf_status lf_model_config_validate(const lf_model_config *cfg) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    return resolved(cfg, &c, &a);
-}
-
-lf_status lf_model_param_table(const lf_model_config *cfg, lf_param_info **out, int *count, size_t *total) {
-    *out = NULL;
-    lf_model_config c;
-    const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
-    if (st != LF_OK) return st;
-    return a->param_table(&c, out, count, total);
-}
-
-void lf__add_param(lf_param_info *t, int *n, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
-                   int unit) {
-    lf_param_info *p = &t[*n];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = ndim;
-    p->shape[0] = d0;
-    p->shape[1] = ndim > 1 ? d1 : 0;
-    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
-    p->offset = *off;
-    p->decay = ndim >= 2;
-    p->unit = unit;
-    *off += p->numel;
-    (*n)++;
-}
-
-size_t lf_model_num_params_nonembedding(const lf_model_config *cfg) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    lf_param_info *t;
-    int n;
-    size_t total;
-    if (resolved(cfg, &c, &a) != LF_OK || a->param_table(&c, &t, &n, &total) != LF_OK) return 0;
-    lf_free(t);
-    return total - a->embedding_only(&c);
-}
-
-double lf_model_flops_per_token(const lf_model_config *cfg, int T) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    if (resolved(cfg, &c, &a) != LF_OK) return 0.0;
-    return 6.0 * (double)lf_model_num_params_nonembedding(&c) + a->attn_flops_per_token(&c, T);
-}
-
-int lf_model_hf_config_json(const lf_model_config *cfg, char *buf, size_t cap) {
-    lf_model_config c;
-    const lf__model_arch *a;
-    if (resolved(cfg, &c, &a) != LF_OK) return 0;
-    return a->hf_config_json(&c, buf, cap);
-}
-
-/* ---------------------------------------------------------------- presets */
-
-typedef struct preset {
-    const char *name, *what;
-    lf_model_config cfg;
-} preset;
-
-static const preset k_presets[] = {
-    {"gpt2-124m", "GPT-2 small (HF gpt2; vocab padded to 50304 as llm.c does)",
-     {.arch = LF_ARCH_GPT2, .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304,
-      .bias = 1, .tie_embeddings = 1}},
-    {"shakespeare-char-cpu", "nanoGPT's shakespeare_char CPU model (configs/shakespeare_char_cpu.json)",
-     {.arch = LF_ARCH_GPT2, .n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65,
-      .bias = 1, .tie_embeddings = 1}},
-    {"smollm-135m", "HuggingFaceTB/SmolLM-135M's shape (Llama: 9 heads, 3 KV heads, tied)",
-     {.arch = LF_ARCH_LLAMA, .n_layer = 30, .n_head = 9, .n_kv_head = 3, .n_embd = 576, .ffn_hidden = 1536,
-      .block_size = 2048, .vocab_size = 49152, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .tie_embeddings = 1}},
-    {"llama-3.2-1b", "meta-llama/Llama-3.2-1B's shape (GQA 32/8, tied; its rope_scaling is not applied)",
-     {.arch = LF_ARCH_LLAMA, .n_layer = 16, .n_head = 32, .n_kv_head = 8, .n_embd = 2048, .ffn_hidden = 8192,
-      .block_size = 131072, .vocab_size = 128256, .norm_eps = 1e-5f, .rope_theta = 500000.0f,
-      .tie_embeddings = 1}},
-};
-
-lf_status lf_model_preset(const char *name, lf_model_config *out) {
-    for (size_t i = 0; name && i < sizeof k_presets / sizeof k_presets[0]; i++)
-        if (!strcmp(name, k_presets[i].name)) {
-            *out = k_presets[i].cfg;
-            return LF_OK;
-        }
-    return lf_fail(LF_ERR_NOT_FOUND, "unknown model preset '%s' (%s)", name ? name : "(null)", lf_model_preset_names());
-}
-
-const char *lf_model_preset_names(void) {
-    return "gpt2-124m, shakespeare-char-cpu, smollm-135m, llama-3.2-1b";
-}
-
-int lf_model_config_overrides(const lf_model_config *c, char *buf, size_t cap) {
-    return snprintf(buf, cap,
-                    "model.arch=%s\nmodel.n_layer=%d\nmodel.n_head=%d\nmodel.n_kv_head=%d\nmodel.n_embd=%d\n"
-                    "model.ffn_hidden=%d\nmodel.block_size=%d\nmodel.vocab_size=%d\nmodel.norm_eps=%.9g\n"
-                    "model.rope_theta=%.9g\nmodel.tie_embeddings=%s\nmodel.bias=%s\nmodel.dropout=%.9g",
-                    lf_arch_name(c->arch), c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden,
-                    c->block_size, c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size : c->vocab_size,
-                    (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
-                    c->bias ? "true" : "false", (double)c->dropout);
-}
 
 /* Units (lf_model_num_units): the flat range of each, from the table's unit
  * numbers (contiguous and increasing: the architectures lay them out so). */
@@ -224,18 +76,12 @@ static int bf16_acts_supported(const lf_model *m) {
     return m->arch->bf16_acts && (m->be->ops->act_dtypes & LF_DT_BIT(LF_DT_BF16));
 }
 
-int lf__param_index(const lf_model *m, const char *name) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (strcmp(m->table[i].name, name) == 0) return i;
-    return -1;
-}
-
 lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend *be) {
     *out = NULL;
     if (!be) return lf_fail(LF_ERR_INVALID_ARG, "no backend given");
     lf_model_config c;
     const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
+    lf_status st = lf__model_resolved(cfg, &c, &a);
     if (st != LF_OK) return st;
     lf_model *m = calloc(1, sizeof *m);
     if (!m) return lf_fail(LF_ERR_NOMEM, "out of memory creating the model");
@@ -243,7 +89,7 @@ lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend
     m->arch = a;
     m->be = be;
     if ((st = a->param_table(&m->cfg, &m->table, &m->n_tensors, &m->num_params)) != LF_OK) goto fail;
-    if ((st = a->bind(m)) != LF_OK) goto fail;
+    if ((st = lf__model_bind(m)) != LF_OK) goto fail;
     m->n_units = c.n_layer + 2;
     m->unit_lo = calloc(2 * (size_t)m->n_units, sizeof(size_t));
     if (!m->unit_lo) { st = lf_fail(LF_ERR_NOMEM, "out of memory"); goto fail; }
@@ -297,7 +143,7 @@ void lf_model_free(lf_model *m) {
     float *work[6] = {m->pemb, m->pblk1 ? m->pblk_a : m->pblk, m->gemb0, m->gblk0, m->gblk1, m->pblk1};
     for (int i = 0; i < 6; i++)
         if (work[i]) m->be->ops->free(m->be, work[i]);
-    if (m->arch && m->arch_state) m->arch->unbind(m);
+    free(m->ix);
     lf_free(m->table);
     free(m->unit_lo);
     free(m);
@@ -448,7 +294,7 @@ void lf__plan_attention(lf__plan_spec *s, const lf_backend_ops *ops, int with_ca
 }
 
 /* m is NULL while sizing without a model (lf_model_plan_bytes). */
-static void lay_out(const lf__model_arch *a, const lf__plan_spec *s, lf_model *m, lf__planner *p) {
+void lf__lay_out(const lf__model_arch *a, const lf__plan_spec *s, lf_model *m, lf__planner *p) {
     size_t N = (size_t)s->B * s->T, Vp = (size_t)lf__vp(s->cfg);
     float *logits = lf__slot(p, LF__CAT_LOGITS, N * Vp);
     float *losses = lf__slot(p, LF__CAT_LOGITS, N);
@@ -472,7 +318,7 @@ static void act_bytes_of(const lf__planner *p, lf_act_bytes *out) {
 }
 
 /* Rows per replica, and replicas left once none is empty. */
-static void split_rows(int B, int n_rep, int *rB, int *n_out) {
+void lf__split_rows(int B, int n_rep, int *rB, int *n_out) {
     if (n_rep < 1) n_rep = 1;
     if (n_rep > B) n_rep = B;
     *rB = (B + n_rep - 1) / n_rep;
@@ -524,7 +370,7 @@ lf_status lf__model_plan_bytes_ops(const lf_model_config *cfg, int B, int T, lf_
     memset(out, 0, sizeof *out);
     lf_model_config c;
     const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
+    lf_status st = lf__model_resolved(cfg, &c, &a);
     if (st != LF_OK) return st;
     if (B < 1 || T < 1 || n_replicas < 1)
         return lf_fail(LF_ERR_INVALID_ARG, "activation plan: batch %d x %d over %d replicas is empty", B, T, n_replicas);
@@ -537,11 +383,11 @@ lf_status lf__model_plan_bytes_ops(const lf_model_config *cfg, int B, int T, lf_
     lf__plan_spec s = {.cfg = &c, .rc = policy, .dt = dtype, .B = B, .T = T};
     s.num_params = lf_model_unit_sizes(&c, &s.unit0_n, &s.max_other_n);
     if (!s.num_params) return lf_fail(LF_ERR_NOMEM, "out of memory sizing the activation plan");
-    split_rows(B, n_replicas, &s.rB, &s.n_rep);
+    lf__split_rows(B, n_replicas, &s.rB, &s.n_rep);
     /* sized as the given backend's attention saves (default: the CPU's) */
     lf__plan_attention(&s, ops ? ops : lf__backend_cpu(), 0);
     lf__planner p = {0};
-    lay_out(a, &s, NULL, &p);
+    lf__lay_out(a, &s, NULL, &p);
     act_bytes_of(&p, out);
     return LF_OK;
 }
@@ -578,17 +424,17 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
     lf__plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .unit0_n = m->unit0_n,
                        .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T,
                        .infer = m->borrowed};
-    split_rows(B, m->be->ops->replicas ? m->be->ops->replicas(m->be, B) : 1, &s.rB, &s.n_rep);
+    lf__split_rows(B, m->be->ops->replicas ? m->be->ops->replicas(m->be, B) : 1, &s.rB, &s.n_rep);
     lf__plan_attention(&s, m->be->ops, m->kv_planned);
     lf__planner p = {0};
-    lay_out(a, &s, NULL, &p); /* sizing pass */
+    lf__lay_out(a, &s, NULL, &p); /* sizing pass */
     m->rep = calloc((size_t)s.n_rep, sizeof *m->rep);
     int ok = m->rep != NULL;
     m->n_rep = ok ? s.n_rep : 0;
     for (int r = 0; ok && r < s.n_rep; r++) {
         m->rep[r].acts = calloc(1, a->acts_size + (size_t)m->cfg.n_layer * a->layer_size);
         ok = m->rep[r].acts != NULL;
-        if (ok) a->acts_init(m->rep[r].acts, (unsigned char *)m->rep[r].acts + a->acts_size);
+        if (ok) *(void **)m->rep[r].acts = (unsigned char *)m->rep[r].acts + a->acts_size; /* its per-layer entries */
     }
     m->act_block = ok ? m->be->ops->alloc(m->be, p.used) : NULL;
     if (!m->act_block) {
@@ -599,7 +445,7 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
                        "inputs)", need / 1e6, B, T, lf_recompute_name(s.rc), lf_act_dtype_name(s.dt));
     }
     lf__planner q = {.base = m->act_block};
-    lay_out(a, &s, m, &q);
+    lf__lay_out(a, &s, m, &q);
     m->plan_B = B;
     m->plan_T = T;
     m->rep_B = s.rB;
@@ -712,6 +558,16 @@ void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, 
     float *kc = kv->k[l] + (size_t)rp->b0 * row, *vc = kv->v[l] + (size_t)rp->b0 * row;
     m->be->ops->kv_append(m->be, kc, vc, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, kv->Tmax);
     m->be->ops->attention_cached(m->be, out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
+}
+
+void lf__attention_act(const lf_model *m, const lf__replica *rp, int l, void *out, float *tmp, float *att,
+                       const float *qkv, int T, lf_dropout drop) {
+    if (m->plan_dt == LF_ACT_BF16) {
+        lf__attention(m, rp, l, tmp, att, qkv, T, drop);
+        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
+    } else {
+        lf__attention(m, rp, l, out, att, qkv, T, drop);
+    }
 }
 
 static int ragged(const lf_model *m) { return m->kv && m->kv->active && m->kv->seg; }
@@ -1023,216 +879,6 @@ lf_status lf_model_backward(lf_model *m) {
     run_all(m, n_rep, embed_bw_task);
     if ((st = finish_unit(m, n_rep, 0)) != LF_OK) return st;
     return sync_point(m);
-}
-
-/* ---------------------------------------------------------------- sessions */
-
-struct lf_session {
-    lf_model *parent;
-    lf_model *view; /* the parent's weights, this session's plan */
-    lf__kv kv;
-    void *kv_block;
-    int B, T;
-    int pos;        /* cached positions filled (lf_session_forward with use_cache) */
-    int *filled;    /* per slot: positions filled by ragged forwards (B) */
-    int *row0;      /* scratch: each run's first row (B) */
-};
-
-lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int with_cache) {
-    *out = NULL;
-    if (B < 1 || T < 1) return lf_fail(LF_ERR_INVALID_ARG, "session: batch %d x %d is empty", B, T);
-    if (T > m->cfg.block_size)
-        return lf_fail(LF_ERR_RANGE, "session: context %d exceeds model.block_size %d", T, m->cfg.block_size);
-    if (!m->params)
-        return lf_fail(LF_ERR_UNSUPPORTED, "session: the model's parameters are partitioned (ZeRO-3); "
-                       "a session needs whole weights");
-    lf_session *s = calloc(1, sizeof *s);
-    lf_model *v = s ? malloc(sizeof *v) : NULL;
-    if (!v) {
-        free(s);
-        return lf_fail(LF_ERR_NOMEM, "out of memory creating a session");
-    }
-    *v = *m; /* borrowed: table, units, arch_state, parameters */
-    v->borrowed = 1;
-    v->grads = NULL;
-    memset(&v->zero, 0, sizeof v->zero);
-    v->pemb = v->pblk = v->gemb0 = v->gblk0 = v->gblk1 = v->pblk_a = v->pblk1 = NULL;
-    v->pf_unit = -1;
-    v->act_block = NULL;
-    v->rep = NULL;
-    v->n_rep = 0;
-    v->have_dlogits = 0;
-    v->kv = NULL;
-    /* forward only: every layer's tensors in the working set, only block
-     * outputs kept (the full-recompute layout; nothing is recomputed) */
-    v->recompute = LF_RECOMPUTE_FULL;
-    v->kv_planned = with_cache;
-    s->parent = m;
-    s->view = v;
-    s->B = B;
-    s->T = T;
-    s->filled = calloc((size_t)B, sizeof *s->filled);
-    s->row0 = calloc((size_t)B, sizeof *s->row0);
-    if (!s->filled || !s->row0) {
-        lf_session_free(s);
-        return lf_fail(LF_ERR_NOMEM, "out of memory creating a session");
-    }
-    lf_status st = lf_model_plan(v, B, T, NULL);
-    const lf_model_config *c = &m->cfg;
-    const int L = c->n_layer, HS = c->n_embd / c->n_head;
-    const size_t per = (size_t)B * c->n_kv_head * T * HS;
-    if (st == LF_OK && with_cache && m->be->ops->kv_append && m->be->ops->attention_cached) {
-        s->kv.k = calloc(2 * (size_t)L, sizeof(float *));
-        s->kv_block = s->kv.k ? m->be->ops->alloc(m->be, 2 * (size_t)L * per * sizeof(float)) : NULL;
-        if (!s->kv_block) {
-            st = lf_fail(LF_ERR_NOMEM, "out of memory allocating the KV cache (%.1f MB for %d x %d positions)",
-                         2.0 * L * per * sizeof(float) / 1e6, B, T);
-        } else {
-            s->kv.v = s->kv.k + L;
-            for (int l = 0; l < L; l++) {
-                s->kv.k[l] = (float *)s->kv_block + (size_t)(2 * l) * per;
-                s->kv.v[l] = (float *)s->kv_block + (size_t)(2 * l + 1) * per;
-            }
-            s->kv.B = B;
-            s->kv.Tmax = T;
-        }
-    }
-    if (st != LF_OK) {
-        lf_session_free(s);
-        return st;
-    }
-    *out = s;
-    return LF_OK;
-}
-
-void lf_session_free(lf_session *s) {
-    if (!s) return;
-    free(s->filled);
-    free(s->row0);
-    if (s->kv_block) s->parent->be->ops->free(s->parent->be, s->kv_block);
-    free(s->kv.k);
-    lf_model_free(s->view);
-    free(s);
-}
-
-void lf_session_reset(lf_session *s) {
-    s->pos = 0;
-    memset(s->filled, 0, (size_t)s->B * sizeof *s->filled);
-}
-
-int lf_session_slot_pos(const lf_session *s, int slot) { return slot >= 0 && slot < s->B ? s->filled[slot] : -1; }
-
-lf_status lf_session_forward_ragged(lf_session *s, const int32_t *tokens, const lf_segment *seg, int n_seg) {
-    lf_model *v = s->view;
-    if (!s->kv_block) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no KV-cache attention", v->be->ops->name);
-    if (n_seg < 1 || n_seg > s->B)
-        return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: %d runs (1 to the session's %d slots)", n_seg, s->B);
-    long total = 0;
-    for (int i = 0; i < n_seg; i++) {
-        const lf_segment *g = &seg[i];
-        if (g->slot < 0 || g->slot >= s->B)
-            return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d: slot %d outside [0, %d)", i, g->slot, s->B);
-        for (int j = 0; j < i; j++)
-            if (seg[j].slot == g->slot)
-                return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: runs %d and %d share slot %d", j, i, g->slot);
-        if (g->len < 1) return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d is empty (len %d)", i, g->len);
-        if (g->every_row != 0 && g->every_row != 1)
-            return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d: every_row is %d (0 or 1)", i, g->every_row);
-        if (g->pos < 0 || g->pos > s->filled[g->slot])
-            return lf_fail(LF_ERR_RANGE, "ragged forward: run %d starts at position %d, slot %d holds %d", i, g->pos,
-                           g->slot, s->filled[g->slot]);
-        if ((long)g->pos + g->len > s->T)
-            return lf_fail(LF_ERR_RANGE, "ragged forward: run %d: positions %d..%d exceed the cache of %d", i, g->pos,
-                           g->pos + g->len - 1, s->T);
-        s->row0[i] = (int)total;
-        total += g->len;
-    }
-    if (total > s->T)
-        return lf_fail(LF_ERR_RANGE, "ragged forward: %ld tokens in one forward, the session holds %d", total, s->T);
-    v->params = s->parent->params;
-    v->kv = &s->kv;
-    s->kv.active = 1;
-    s->kv.seg = seg;
-    s->kv.row0 = s->row0;
-    s->kv.n_seg = n_seg;
-    v->cur_pos0 = 0;
-    lf_status st = lf_model_forward(v, tokens, NULL, 1, (int)total, NULL, NULL, NULL);
-    s->kv.active = 0;
-    s->kv.seg = NULL;
-    s->kv.n_seg = 0;
-    v->kv = NULL;
-    if (st == LF_OK)
-        for (int i = 0; i < n_seg; i++) s->filled[seg[i].slot] = seg[i].pos + seg[i].len;
-    return st;
-}
-int lf_session_pos(const lf_session *s) { return s->pos; }
-int lf_session_has_cache(const lf_session *s) { return s->kv_block != NULL; }
-
-lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T, int use_cache) {
-    lf_model *v = s->view;
-    if (B < 1 || B > s->B || T < 1)
-        return lf_fail(LF_ERR_INVALID_ARG, "session forward: batch %d x %d outside the session's %d x %d", B, T, s->B,
-                       s->T);
-    v->params = s->parent->params; /* the parent may have been re-planned or stepped: same buffer */
-    if (!use_cache) {
-        if (T > s->T) return lf_fail(LF_ERR_RANGE, "session forward: %d positions, the session holds %d", T, s->T);
-        v->kv = NULL;
-        return lf_model_forward(v, inputs, NULL, B, T, NULL, NULL, NULL);
-    }
-    if (!s->kv_block) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no KV-cache attention", v->be->ops->name);
-    if (s->pos + T > s->T)
-        return lf_fail(LF_ERR_RANGE, "session forward: positions %d..%d exceed the cache of %d (lf_session_reset "
-                       "starts a new sequence)", s->pos, s->pos + T - 1, s->T);
-    v->kv = &s->kv;
-    s->kv.active = 1;
-    v->cur_pos0 = s->pos;
-    lf_status st = lf_model_forward(v, inputs, NULL, B, T, NULL, NULL, NULL);
-    s->kv.active = 0;
-    v->kv = NULL;
-    if (st == LF_OK) s->pos += T;
-    return st;
-}
-
-const float *lf_session_logits(const lf_session *s) { return s->view->logits; }
-
-int lf_session_host_memory(const lf_session *s) { return s->view->be->ops->host_memory; }
-
-lf_status lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows, float *dst) {
-    const size_t Vp = (size_t)lf__vp(&s->view->cfg);
-    lf_backend *be = s->view->be;
-    be->ops->to_host(be, dst, s->view->logits + row * Vp, n_rows * Vp * sizeof(float));
-    return lf_backend_sync(be);
-}
-lf_model *lf_session_model(const lf_session *s) { return s->parent; }
-
-static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend_ops *ops, int B, int T,
-                                    int with_cache, size_t *bytes) {
-    *bytes = 0;
-    lf_model_config c;
-    const lf__model_arch *a;
-    lf_status st = resolved(cfg, &c, &a);
-    if (st != LF_OK) return st;
-    if (B < 1 || T < 1 || T > c.block_size)
-        return lf_fail(LF_ERR_RANGE, "session: batch %d x %d outside [1, block_size %d]", B, T, c.block_size);
-    /* fp32 matmul inputs: the larger storage, an upper bound on either backend */
-    lf__plan_spec sp = {.cfg = &c, .rc = LF_RECOMPUTE_FULL, .dt = LF_ACT_FP32, .B = B, .T = T, .infer = 1};
-    sp.num_params = lf_model_unit_sizes(&c, &sp.unit0_n, &sp.max_other_n);
-    split_rows(B, 1, &sp.rB, &sp.n_rep);
-    lf__plan_attention(&sp, ops, with_cache);
-    lf__planner p = {0};
-    lay_out(a, &sp, NULL, &p);
-    const size_t kv = with_cache ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)(c.n_embd / c.n_head) *
-                                       sizeof(float) : 0;
-    *bytes = p.used + kv;
-    return LF_OK;
-}
-
-lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int with_cache, size_t *bytes) {
-    return session_plan_bytes(cfg, lf__backend_cpu(), B, T, with_cache, bytes);
-}
-
-lf_status lf_model_session_plan_bytes(const lf_model *m, int B, int T, int with_cache, size_t *bytes) {
-    return session_plan_bytes(&m->cfg, m->be->ops, B, T, with_cache, bytes);
 }
 
 lf_backend *lf_model_backend(const lf_model *m) { return m->be; }

@@ -1,16 +1,22 @@
 /*
  * The seam between the architecture-neutral model runtime (model.c) and the
- * architectures (gpt2.c, llama.c): private to src/model/.
+ * architectures (gpt2.c, llama.c; registered in LF__ARCHS below): private to
+ * src/model/.
  *
  * The runtime owns what every decoder-only transformer shares: the
  * lifecycle, the flat parameter and gradient buffers laid out by the
- * parameter table, ZeRO units and their hooks, the model replicas (one per
- * CPU thread), the two-pass activation planner, the batch copy, the loss
- * sum, and the order in which forward and backward visit the units. An
- * architecture is one const table (lf__model_arch) that owns its
- * validation and defaults, its parameter table (Hugging Face names, units),
- * its init rule, FLOPs per token, its activation slots, its embedding /
- * block / head forward and backward, and its Hugging Face config.json.
+ * parameter table, the binding of tensor names to table indices, ZeRO units
+ * and their hooks, the model replicas (one per CPU thread), the two-pass
+ * activation planner, the batch copy, attention with or without the KV
+ * cache, the loss sum, and the order in which forward and backward visit
+ * the units (model.c); the registry and configs (arch.c); sessions
+ * (session.c); Hugging Face directories (hf.c). An architecture is one
+ * const table (lf__model_arch) in its own file that owns everything that
+ * differs by family: defaults, the rules on hand-set keys and validation,
+ * presets, its parameter table (Hugging Face names, units) and the names
+ * its compute addresses, its init rule, FLOPs per token, its activation
+ * slots, its embedding / block / head forward and backward, and its Hugging
+ * Face config.json, both ways (lf__hf_family).
  *
  * Invariants:
  *  - The parameter table is a pure function of the resolved config; each
@@ -62,6 +68,13 @@ typedef struct lf__plan_spec {
     size_t att_saved, att_scratch;
 } lf__plan_spec;
 
+struct lf__model_arch;
+/* The plan's slots: logits, losses and the batch, then each replica's
+ * (model.c); m NULL while sizing without a model. */
+void lf__lay_out(const struct lf__model_arch *a, const lf__plan_spec *s, lf_model *m, lf__planner *p);
+/* Rows per replica, and replicas left once none is empty. */
+void lf__split_rows(int B, int n_rep, int *rB, int *n_out);
+
 /* Fill spec->att_saved/att_scratch from a backend table (rB, T, cfg set). */
 void lf__plan_attention(lf__plan_spec *s, const lf_backend_ops *ops, int with_cache);
 /* lf_model_plan_bytes with the attention buffers of backend table ops (NULL:
@@ -95,16 +108,73 @@ typedef struct lf__replica {
 
 /* ---------------------------------------------------------------- architectures */
 
+/* A named model shape (lf_model_preset), held by its architecture. */
+typedef struct lf__preset {
+    const char *name, *what;
+    lf_model_config cfg; /* .arch is set from the architecture holding it */
+} lf__preset;
+
+/* How an architecture reads a Hugging Face config.json (hf.c is the
+ * driver; lf__hf_* below are its readers). */
+typedef struct lf__hf_config_reader lf__hf_cfg; /* one config.json being read */
+typedef enum { LF__HF_INT, LF__HF_NUM, LF__HF_BOOL } lf__hf_type;
+/* One config.json key into one lf_model_config field, read in table order:
+ * LF__HF_INT an integer in [1, 2^30] (int field), LF__HF_NUM a finite number
+ * in (0, 1] (float field), LF__HF_BOOL true/false (int field). Absent or
+ * null: an error when required, else dflt, or the value of the field at
+ * dflt_field when that is not LF__HF_NO_FIELD (read earlier in the table). */
+#define LF__HF_NO_FIELD ((size_t)-1)
+typedef struct lf__hf_key {
+    const char *key;
+    size_t field; /* offsetof(lf_model_config, ...) */
+    lf__hf_type type;
+    int required;
+    double dflt;
+    size_t dflt_field;
+} lf__hf_key;
+typedef struct lf__hf_family {
+    /* config.json model_type values read as this architecture (NULL-ended);
+     * the index of the one found is passed to check as `variant` */
+    const char *const *model_types;
+    const lf__hf_key *keys;
+    int n_keys;
+    /* After the keys: fixed fields, keys that need more than a range, and
+     * what the architecture refuses (LF_ERR_UNSUPPORTED naming the key). */
+    lf_status (*check)(const lf__hf_cfg *c, int variant, lf_model_config *m);
+    /* Tensor names: a prefix a checkpoint may put before the model's names
+     * (NULL: none), and buffers that are read as nothing (NULL-ended;
+     * "*x": a name ending in x, "x": containing x). */
+    const char *tensor_prefix;
+    const char *const *ignored;
+} lf__hf_family;
+
+/* Readers of the config.json being read (messages name the file and key). */
+const char *lf__hf_where(const lf__hf_cfg *c);
+lf_status lf__hf_int(const lf__hf_cfg *c, const char *key, int required, int dflt, int *out);
+lf_status lf__hf_num(const lf__hf_cfg *c, const char *key, double dflt, double *out); /* in (0, 1] */
+lf_status lf__hf_bool(const lf__hf_cfg *c, const char *key, int dflt, int *out);
+lf_status lf__hf_str(const lf__hf_cfg *c, const char *key, const char *dflt, const char **out);
+/* rope_theta from either spelling (4.x top level, 5.x rope_parameters),
+ * default 10000; every RoPE variant but plain refused. */
+lf_status lf__hf_rope_theta(const lf__hf_cfg *c, double *theta);
+
 typedef struct lf__model_arch {
     const char *name; /* model.arch */
-    lf_arch arch;
     /* Fill the fields left 0 with this architecture's defaults (in place). */
     void (*resolve)(lf_model_config *c);
-    /* Ranges and divisibility of a resolved config; messages name the key. */
+    /* The configuration's rules on the keys set by hand (given: the
+     * LF_MODEL_GIVEN_* bits): defaults that hold only for keys left out,
+     * then values the family refuses: NULL, or why, with *key the key
+     * (lf_model_config_given). NULL hook: no such rules. */
+    const char *(*given)(lf_model_config *c, unsigned given, const char **key);
+    /* The family's own checks of a resolved config (messages name the key),
+     * run after the runtime's of n_layer, n_head, n_embd and n_embd %
+     * n_head, and before its of block_size, the vocabulary and dropout. */
     lf_status (*validate)(const lf_model_config *c);
     /* Parameter table (lf_calloc'd), in flat-buffer order, units set. */
     lf_status (*param_table)(const lf_model_config *c, lf_param_info **out, int *count, size_t *total);
-    /* Parameters that do not count in 6N (e.g. GPT-2's wpe). */
+    /* Parameters that do not count in 6N, the lookup-only tables (e.g.
+     * GPT-2's wpe): no product reads them. */
     size_t (*embedding_only)(const lf_model_config *c);
     /* Attention FLOPs per token on top of 6N (forward + backward). */
     double (*attn_flops_per_token)(const lf_model_config *c, int T);
@@ -113,18 +183,33 @@ typedef struct lf__model_arch {
     /* Hugging Face config.json of this model (like snprintf; 0 when the
      * architecture has no HF equivalent for this config). */
     int (*hf_config_json)(const lf_model_config *c, char *buf, size_t cap);
+    /* Hugging Face config.json and tensor names into a model (hf.c). */
+    const lf__hf_family *hf;
+    /* 1 when block_size is fixed by a position table (an imported model's
+     * context is its own); 0 when any block_size works (RoPE). */
+    int fixed_context;
+    /* Named shapes (lf_model_preset). */
+    const lf__preset *presets;
+    int n_presets;
     /* Storage of matmul inputs this architecture can keep in bf16 on a
      * backend with the bf16 slots (0: fp32 only). */
     int bf16_acts;
 
-    /* Per model: table indices the compute functions use (arch_state). */
-    lf_status (*bind)(lf_model *m);
-    void (*unbind)(lf_model *m);
+    /* The tensors the compute functions address, by table index, bound by
+     * the runtime when the model is created (lf__model_ix, lf__layer_ix;
+     * -1 for a tensor the config leaves out, such as an absent bias):
+     * model_params by full name, and per layer layer_fmt (printf with the
+     * layer) followed by each of layer_params. */
+    const char *const *model_params;
+    int n_model_params;
+    const char *layer_fmt;
+    const char *const *layer_params;
+    int n_layer_params;
     /* Activations of one replica: allocated zeroed with acts_size bytes
-     * (plus n_layer * layer_size for per-layer entries the struct points at,
-     * see acts_init), then laid out. */
+     * plus n_layer * layer_size for the per-layer entries; the struct
+     * begins with the pointer to those (the runtime sets it), then
+     * lay_out_replica lays them out. */
     size_t acts_size, layer_size;
-    void (*acts_init)(void *acts, void *layers); /* point acts at its per-layer array */
     void (*lay_out_replica)(const lf__plan_spec *s, void *acts, lf__planner *p);
 
     /* Compute of one replica (m->task_l, m->cur_T, m->opts as the runtime set them). */
@@ -138,11 +223,20 @@ typedef struct lf__model_arch {
     void (*embed_backward)(lf_model *m, lf__replica *rp, int T);
 } lf__model_arch;
 
-extern const lf__model_arch lf__arch_gpt2;
-extern const lf__model_arch lf__arch_llama;
+/* The architectures, registered here and nowhere else: one X(name) per
+ * family, its table lf__arch_<name> defined in src/model/<name>.c. The
+ * position is the lf_arch value (LF_ARCH_GPT2 0, LF_ARCH_LLAMA 1); the
+ * first is model.arch's default. */
+#define LF__ARCHS(X) X(gpt2) X(llama)
+
+#define LF__ARCH_DECLARE(n) extern const lf__model_arch lf__arch_##n;
+LF__ARCHS(LF__ARCH_DECLARE)
+#undef LF__ARCH_DECLARE
 
 /* The table of an architecture, or NULL. */
 const lf__model_arch *lf__arch_of(lf_arch arch);
+/* A resolved copy of cfg, validated, and its architecture (arch.c). */
+lf_status lf__model_resolved(const lf_model_config *cfg, lf_model_config *out, const lf__model_arch **arch);
 
 /* ---------------------------------------------------------------- KV cache */
 
@@ -166,7 +260,7 @@ typedef struct lf__kv {
 struct lf_model {
     lf_model_config cfg; /* resolved */
     const lf__model_arch *arch;
-    void *arch_state;    /* the architecture's (bind/unbind) */
+    int *ix;             /* table indices of the arch's model_params, then of each layer's layer_params */
     lf_backend *be;
     lf_param_info *table;
     int n_tensors;
@@ -223,6 +317,14 @@ float *lf__param_at(const lf_model *m, int idx);
 float *lf__grad_at(const lf_model *m, const lf__replica *rp, int idx);
 /* Index of a tensor in the table, or -1. */
 int lf__param_index(const lf_model *m, const char *name);
+/* m->ix from the table and the architecture's tensor lists (arch.c). */
+lf_status lf__model_bind(lf_model *m);
+/* Table index of the architecture's model_params[k], and the indices of
+ * layer l's layer_params (-1: a tensor the config leaves out). */
+static inline int lf__model_ix(const lf_model *m, int k) { return m->ix[k]; }
+static inline const int *lf__layer_ix(const lf_model *m, int l) {
+    return m->ix + m->arch->n_model_params + (size_t)l * (size_t)m->arch->n_layer_params;
+}
 /* Dropout of one site for a replica; `row_elems` is the tensor's elements
  * per batch row, so the replica's slice draws the unsplit batch's masks.
  * Sites are numbered per layer (0..7); layer L is the embeddings'. */
@@ -268,6 +370,12 @@ void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T);
  * kv_append then attention_cached, att serving as the scratch. */
 void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,
                    lf_dropout drop);
+
+/* Attention of layer l into a matmul-input activation `out` (the plan's
+ * storage): with bf16 storage by way of fp32 in `tmp` (N,C), which must be
+ * free until its next writer. */
+void lf__attention_act(const lf_model *m, const lf__replica *rp, int l, void *out, float *tmp, float *att,
+                       const float *qkv, int T, lf_dropout drop);
 
 /* The fused classifier over rp's rows and the replica's loss sum (head_forward's tail). */
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets);

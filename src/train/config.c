@@ -88,6 +88,7 @@ typedef struct key_def {
     double def[2];              /* default of numbers and bools */
     const char *def_str;        /* default of strings/choices; rule of derived keys */
     const char *const *choices; /* NULL-terminated */
+    const char *const *(*choices_fn)(void); /* instead of choices: a list owned elsewhere (model.arch's) */
     const char *alias;          /* nanoGPT name accepted as a bare override */
     const char *help;
 } key_def;
@@ -95,8 +96,11 @@ typedef struct key_def {
 #define FLD(f) .off = offsetof(lf_train_config, f), .size = sizeof(((lf_train_config *)0)->f)
 #define INF HUGE_VAL
 
-static const char *const arch_choices[] = {"gpt2", "llama", NULL}; /* lf_arch order */
-_Static_assert(LF_ARCH_GPT2 == 0 && LF_ARCH_LLAMA == 1, "arch_choices order");
+/* A key's choices, and the default of a string or choice key (NULL def_str:
+ * the first choice). */
+static const char *const *choices_of(const key_def *k) { return k->choices_fn ? k->choices_fn() : k->choices; }
+static const char *def_str_of(const key_def *k) { return k->def_str ? k->def_str : choices_of(k)[0]; }
+
 static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
@@ -119,29 +123,30 @@ _Static_assert(LF_RECOMPUTE_NONE == 0 && LF_RECOMPUTE_SELECTIVE == 1 && LF_RECOM
                "recompute_choices order");
 
 static const key_def k_keys[] = {
-    {.path = "model.arch", .type = KT_CHOICE, FLD(arch), .def_str = "gpt2", .choices = arch_choices,
-     .help = "model family"},
+    /* the architectures' names (src/model/), the first the default */
+    {.path = "model.arch", .type = KT_CHOICE, FLD(arch), .choices_fn = lf_arch_names,
+     .help = "model family (docs/models.md)"},
     {.path = "model.n_layer", .type = KT_INT, FLD(model.n_layer), .lo = 1, .hi = 1024, .def = {4},
      .help = "transformer blocks (L)"},
     {.path = "model.n_head", .type = KT_INT, FLD(model.n_head), .lo = 1, .hi = 1024, .def = {4},
      .help = "attention heads (NH); must divide model.n_embd"},
     {.path = "model.n_kv_head", .type = KT_INT, FLD(model.n_kv_head), .lo = 0, .hi = 1024, .def = {0},
-     .help = "llama: key/value heads (grouped-query attention; 1 = multi-query); must divide model.n_head; "
-             "0 = model.n_head"},
+     .help = "key/value heads (grouped-query attention; 1 = multi-query) where the family has them; must divide "
+             "model.n_head; 0 = model.n_head"},
     {.path = "model.ffn_hidden", .type = KT_INT, FLD(model.ffn_hidden), .lo = 0, .hi = 1048576, .def = {0},
-     .help = "MLP hidden width; 0 = 4 * n_embd (gpt2), 8 * n_embd / 3 rounded up to 64 (llama)"},
+     .help = "MLP hidden width; 0 = the family's default (docs/models.md)"},
     {.path = "model.rope_theta", .type = KT_FLOAT, FLD(model.rope_theta), .lo = 0, .hi = INF, .def = {0},
-     .help = "llama: RoPE base; 0 = 10000"},
+     .help = "RoPE base, for a family with rotary positions; 0 = 10000"},
     {.path = "model.norm_eps", .type = KT_FLOAT, FLD(model.norm_eps), .lo = 0, .hi = 1, .def = {0},
      .help = "epsilon of the normalisation layers; 0 = 1e-5"},
     {.path = "model.tie_embeddings", .type = KT_BOOL, FLD(model.tie_embeddings), .def = {1},
-     .help = "lm_head shares the token embedding (gpt2: always)"},
+     .help = "lm_head shares the token embedding (some families: always; docs/models.md)"},
     {.path = "model.n_embd", .type = KT_INT, FLD(model.n_embd), .lo = 1, .hi = 65536, .def = {128},
      .help = "channels (C)"},
     {.path = "model.block_size", .type = KT_INT, FLD(model.block_size), .lo = 1, .hi = 1048576, .def = {64},
      .help = "context length (T)"},
     {.path = "model.bias", .type = KT_BOOL, FLD(model.bias), .def = {1},
-     .help = "gpt2: biases in linear and layernorm layers; llama: q/k/v projection biases (Qwen2), default false"},
+     .help = "biases, where the family has them (docs/models.md); a family may default it to false"},
     {.path = "model.dropout", .type = KT_FLOAT, FLD(model.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN,
      .def = {0}, .help = "dropout probability (embeddings, attention weights, residual branches)"},
     {.path = "model.vocab_size", .type = KT_INT, FLD(model.vocab_size), .lo = 0, .hi = 16777216, .def = {0},
@@ -661,9 +666,9 @@ static const char *string_value(const parse_ctx *c, const cJSON *v) {
 static lf_status choice_error(const parse_ctx *c, const key_def *k, const char *s) {
     char list[160] = "";
     size_t at = 0;
-    for (int j = 0; k->choices[j]; j++)
+    for (int j = 0; choices_of(k)[j]; j++)
         at += (size_t)snprintf(list + at, at < sizeof list ? sizeof list - at : 0, "%s%s", j ? ", " : "",
-                               k->choices[j]);
+                               choices_of(k)[j]);
     return lf_fail(LF_ERR_CONFIG, "key '%s' %s: \"%.60s\" is not one of: %s", k->path, c->cur, s, list);
 }
 
@@ -745,12 +750,12 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
     case KT_ENUM: {
         if (!cJSON_IsString(v)) return type_error(c, k, v, "a string");
         int j = 0;
-        while (k->choices[j] && !ascii_ieq(k->choices[j], v->valuestring)) j++;
-        if (!k->choices[j]) return choice_error(c, k, v->valuestring);
+        while (choices_of(k)[j] && !ascii_ieq(choices_of(k)[j], v->valuestring)) j++;
+        if (!choices_of(k)[j]) return choice_error(c, k, v->valuestring);
         if (k->type == KT_ENUM)
             *(int *)field(cfg, k->off) = j;
         else
-            snprintf((char *)field(cfg, k->off), k->size, "%s", k->choices[j]);
+            snprintf((char *)field(cfg, k->off), k->size, "%s", choices_of(k)[j]);
         break;
     }
     case KT_PAIR: {
@@ -964,11 +969,11 @@ static void apply_defaults(parse_ctx *c) {
         case KT_U64: *(uint64_t *)field(cfg, k->off) = (uint64_t)k->def[0]; break;
         case KT_STRING:
         case KT_STRLIST:
-        case KT_CHOICE: snprintf((char *)field(cfg, k->off), k->size, "%s", k->def_str); break;
+        case KT_CHOICE: snprintf((char *)field(cfg, k->off), k->size, "%s", def_str_of(k)); break;
         case KT_ENUM: {
             int j = 0;
-            while (k->choices[j] && strcmp(k->choices[j], k->def_str)) j++;
-            *(int *)field(cfg, k->off) = k->choices[j] ? j : 0;
+            while (choices_of(k)[j] && strcmp(choices_of(k)[j], def_str_of(k))) j++;
+            *(int *)field(cfg, k->off) = choices_of(k)[j] ? j : 0;
             break;
         }
         case KT_PAIR:
@@ -983,10 +988,10 @@ static void apply_defaults(parse_ctx *c) {
 /* Origin note for messages about a key other than the one reported. */
 static const char *note_of(const parse_ctx *c, int i) { return c->where[i] ? c->where[i] : "by default"; }
 
-/* model.arch into the model config, the keys that default differently per
- * architecture (llama: no biases unless asked, Qwen2's q/k/v ones), then the architecture's own checks
- * (lf_model_config_validate, with the vocabulary still unknown: checked
- * with a placeholder of 1 when 0). */
+/* model.arch into the model config, the architecture's rules on the keys
+ * set by hand (lf_model_config_given: defaults of keys left out, values it
+ * refuses), then its own checks (lf_model_config_validate, with the
+ * vocabulary still unknown: checked with a placeholder of 1 when 0). */
 static lf_status resolve_model(parse_ctx *c) {
     lf_model_config *m = &c->cfg.model;
     static const struct { const char *key; unsigned bit; } given[] = {
@@ -1001,11 +1006,8 @@ static lf_status resolve_model(parse_ctx *c) {
         if (c->given[key_index(given[i].key)]) c->cfg.model_given |= given[i].bit;
     lf_status st = lf_arch_parse(c->cfg.arch, &m->arch);
     if (st != LF_OK) return st;
-    const int ib = key_index("model.bias"), it = key_index("model.tie_embeddings");
-    if (m->arch == LF_ARCH_LLAMA && !c->given[ib]) m->bias = 0;
-    if (m->arch == LF_ARCH_GPT2 && !m->tie_embeddings)
-        return lf_fail(LF_ERR_CONFIG, "key 'model.tie_embeddings' %s: gpt2's lm_head is always tied to wte",
-                       note_of(c, it));
+    const char *key = NULL, *why = lf_model_config_given(m, c->cfg.model_given, &key);
+    if (why) return lf_fail(LF_ERR_CONFIG, "key '%s' %s: %s", key, note_of(c, key_index(key)), why);
     lf_model_config v = *m;
     if (v.vocab_size == 0) v.vocab_size = 1;
     return lf_model_config_validate(&v);
@@ -1305,8 +1307,8 @@ static cJSON *value_json(const lf_train_config *cfg, const key_def *k) {
     }
     case KT_ENUM: {
         int j = *(const int *)cfield(cfg, k->off), n = 0;
-        while (k->choices[n]) n++;
-        if (j >= 0 && j < n) return cJSON_CreateString(k->choices[j]);
+        while (choices_of(k)[n]) n++;
+        if (j >= 0 && j < n) return cJSON_CreateString(choices_of(k)[j]);
         snprintf(buf, sizeof buf, "%d", j); /* invalid; parse will say so */
         return cJSON_CreateRaw(buf);
     }
@@ -1426,10 +1428,10 @@ static void fmt_default(char *buf, size_t cap, const key_def *k) {
         snprintf(buf, cap, "[%s, %s]", a, b);
         break;
     default:
-        if (k->flags & KF_REQUIRED && !*k->def_str)
+        if (k->flags & KF_REQUIRED && !*def_str_of(k))
             snprintf(buf, cap, "none, required");
         else
-            snprintf(buf, cap, "\"%s\"", k->def_str);
+            snprintf(buf, cap, "\"%s\"", def_str_of(k));
         break;
     }
 }
@@ -1458,8 +1460,8 @@ static void fmt_type(char *buf, size_t cap, const key_def *k) {
     case KT_STRLIST: snprintf(buf, cap, "array of strings"); break;
     default: {
         size_t at = (size_t)snprintf(buf, cap, "one of:");
-        for (int j = 0; k->choices[j] && at < cap; j++)
-            at += (size_t)snprintf(buf + at, cap - at, " %s", k->choices[j]);
+        for (int j = 0; choices_of(k)[j] && at < cap; j++)
+            at += (size_t)snprintf(buf + at, cap - at, " %s", choices_of(k)[j]);
         break;
     }
     }

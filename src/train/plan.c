@@ -88,10 +88,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         if (table[i].unit >= 0 && table[i].unit <= L + 1) unit[table[i].unit] += table[i].numel;
         if (table[i].ndim == 2) mm_weights += table[i].numel;
     }
-    if (mcfg->arch == LF_ARCH_GPT2) mm_weights -= (size_t)mcfg->block_size * (size_t)mcfg->n_embd; /* wpe */
-    else if (!mcfg->tie_embeddings) /* llama's untied embedding is a lookup; lm_head is the product */
-        mm_weights -= (size_t)(mcfg->padded_vocab_size > 0 ? mcfg->padded_vocab_size : mcfg->vocab_size) *
-                      (size_t)mcfg->n_embd;
+    mm_weights -= lf_model_lookup_params(mcfg); /* tables only looked up (a position table, an untied embedding) */
     size_t biggest_unit = 0;
     for (int u = 0; u <= L + 1; u++)
         if (unit[u] > biggest_unit) biggest_unit = unit[u];

@@ -394,8 +394,8 @@ OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, siz
 
 
 /* The ops both CPU tables share: every op that takes no matmul operand
- * (the Llama-family ones of cpu_llama.c and the KV-cache ones of cpu_kv.c
- * too), and the host-memory plumbing. */
+ * (cpu_rmsnorm.c's, cpu_rope.c's, cpu_swiglu.c's and the KV-cache ones of
+ * cpu_kv.c too), and the host-memory plumbing. */
 #define CPU_SHARED_OPS                                                     \
     .host_memory = 1, .convert = w_convert, .grad_to_bf16 = w_grad_to_bf16, .grad_from_bf16 = w_grad_from_bf16, .alloc = w_alloc, .allocated = w_allocated, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
     .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward,                     \

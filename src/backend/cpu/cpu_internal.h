@@ -313,7 +313,7 @@ void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, in
 void lf__cpu_attention_cached(float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache,
                               int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax);
 
-/* cpu_llama.c: the ops Llama-family models add (RMSNorm, RoPE, SwiGLU). */
+/* cpu_rmsnorm.c, cpu_rope.c, cpu_swiglu.c: RMSNorm, RoPE and SwiGLU (the Llama family's ops). */
 void lf__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
                              float eps);
 void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *rstd, const float *a,

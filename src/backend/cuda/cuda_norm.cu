@@ -1,7 +1,7 @@
 /*
  * LayerNorm and RMSNorm kernels of the CUDA backend (cuda_pointwise.h),
  * forward and backward, fp32 with fp32 row statistics as the CPU computes
- * them (cpu_norm.c, cpu_llama.c). The forward's output is fp32 or, for the
+ * them (cpu_norm.c, cpu_rmsnorm.c). The forward's output is fp32 or, for the
  * cuda-bf16 table's bf16 activation storage, the same fp32 value rounded
  * to bf16 at the store (pw_store).
  *

@@ -24,7 +24,7 @@
  *
  * What comes from the host rather than the device, so that the numbers are
  * the CPU's: AdamW's constants (cpu_optim.c's formulas: bias corrections in
- * double, the lerp weight), RoPE's inv_freq (cpu_llama.c: powf and the
+ * double, the lerp weight), RoPE's inv_freq (cpu_rope.c: powf and the
  * float reciprocal), dropout's 1/(1-p).
  */
 #include <math.h>
@@ -186,7 +186,7 @@ static void rope(lf_backend *be, const char *op, float *x, int B, int T, int NH,
     if (bad_rope(be, op, B, T, NH, NKV, HS, pos0)) return;
     lf_cuk_rope_freqs f;
     memset(&f, 0, sizeof f);
-    /* cpu_llama.c rope_inv_freq: the exponent as a float division, powf,
+    /* cpu_rope.c rope_inv_freq: the exponent as a float division, powf,
      * the float reciprocal (HF's float32 arithmetic) */
     for (int i = 0; i < HS / 2; i++) f.inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
     lf__cuda_check(be, lf__cuk_rope(x, &f, B, T, NH, NKV, HS, pos0, sgn, lf__cuda_stream(be)), op, "pw_rope");
