@@ -169,7 +169,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * moments_n) * f, 0);
     }
     /* checkpoint.async: the snapshot the background writer owns, on the rank
-     * that writes (trainer.c; ZeRO is refused with async, so the whole model) */
+     * that writes (trainer_ckpt.c; ZeRO is refused with async, so the whole model) */
     if (cfg->ckpt_async && rank == 0) add(p, "checkpoint.async snapshot (host copies)", 3 * P * f, 0);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s%s)", lf_recompute_name(rc),
@@ -211,7 +211,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         add(p, Z ? "communication scratch (reduce-scatter)" : "communication scratch (all-reduce bucket)",
             (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f, 0);
         if (staging) {
-            /* the trainer's host staging of those collectives (trainer.c, dev_*):
+            /* the trainer's host staging of those collectives (trainer_dp.c, dev_*):
              * a whole gradient bucket at stage 0, a whole unit with ZeRO (the
              * units' partitions are the collectives', not cut into buckets) */
             size_t b = (size_t)cfg->comm_bucket_elems, most = Z ? biggest_unit : (b && b < P ? b : P);
@@ -219,7 +219,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         }
     }
     if (W > 1 && cfg->comm_bf16) {
-        /* communication_data_type bf16 (trainer.c, grad_*): the gradient
+        /* communication_data_type bf16 (trainer_dp.c, grad_*): the gradient
          * bucket or largest unit in bf16 on the backend, twice with
          * overlap (the unit in flight and the next); the host kinds widen
          * it to fp32 scratch for their fold (comm.c) */
