@@ -3,7 +3,7 @@
  * checkpoint carries, the synchronous save and the background writer of
  * checkpoint.async, and the decision about a failed save at the next step
  * boundary (checkpoint.on_error). The directory format and its crash-safe
- * commit are checkpoint.c's (include/llmforge/checkpoint.h).
+ * commit are src/checkpoint/checkpoint.c's (include/llmforge/checkpoint.h).
  *
  * Invariants:
  *  - Saving is two halves: a snapshot (the state JSON and host copies of

@@ -13,7 +13,6 @@
 #include <cjson/cJSON.h>
 #include "backend/backend_impl.h"
 #include "llmforge/checkpoint.h"
-#include "llmforge/train.h"
 
 lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *tokenizer, size_t cap) {
     char path[LF_PATH_MAX + 64];
