@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <cjson/cJSON.h>
-#include "backend/backend_impl.h"
+#include "llmforge/backend.h"
 #include "llmforge/checkpoint.h"
 
 lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *tokenizer, size_t cap) {
@@ -99,9 +99,9 @@ lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **
         goto fail;
     }
     if ((st = lf_checkpoint_load(dir, &tt, host, NULL, NULL, NULL)) != LF_OK) goto fail;
-    be->ops->to_device(be, lf_model_params(m), host, tt.total * sizeof(float));
+    lf_backend_to_device(be, lf_model_params(m), host, tt.total * sizeof(float));
     lf_model_params_changed(m);
-    if (be->ops->params_changed) be->ops->params_changed(be);
+    lf_backend_params_changed(be);
     lf_free(host);
     *model = m;
     if (dir_out) *dir_out = dir;

@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/backend_impl.h"
+#include "llmforge/backend.h"
 #include "llmforge/comm.h"
 #include "llmforge/plan.h"
 #include "model/model_impl.h"
@@ -421,9 +421,9 @@ lf_status lf_mem_plan_make_backend(lf_mem_plan *p, const lf_train_config *cfg, c
     if (!be) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make_backend: no backend instance");
     /* staging 0: host memory; 1: memory the host may not touch but no device to ask (cpu-fenced), all of it
      * held against the host's limit; 2: a device's (mem_info), the device part against its free memory */
-    const int host = lf_backend_host_memory(be), staging = host ? 0 : be->ops->mem_info ? 2 : 1;
-    const int replicas = be->ops->replicas ? be->ops->replicas(be, cfg->micro_batch) : 1;
-    lf_status st = lf__mem_plan_make_ops(p, cfg, mcfg, replicas, staging, rank, be->ops);
+    const int host = lf_backend_host_memory(be), staging = host ? 0 : lf_backend_is_device(be) ? 2 : 1;
+    const int replicas = lf_backend_replicas(be, cfg->micro_batch);
+    lf_status st = lf__mem_plan_make_ops(p, cfg, mcfg, replicas, staging, rank, lf_backend_table(be));
     if (st != LF_OK || staging != 2) return st;
     st = lf_backend_mem_info(be, &p->device_free, &p->device_capacity);
     if (st != LF_OK) return st;

@@ -154,7 +154,7 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own)
     lf_status st = state_to_json(t, &snap->state);
     if (st != LF_OK || t->zstage) return st; /* ZeRO: each rank writes its shard in lf__zero_save */
     if (own) { /* copies of their own, whatever the backend: training goes on under the writer */
-        t->be->ops->to_host(t->be, t->snap_params, lf_model_params(t->model), n * sizeof(float));
+        lf_backend_to_host(t->be, t->snap_params, lf_model_params(t->model), n * sizeof(float));
         moments_out(t, t->snap_m, t->m, n * sizeof(float));
         moments_out(t, t->snap_v, t->v, n * sizeof(float));
         st = lf_backend_sync(t->be);

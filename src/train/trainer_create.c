@@ -69,7 +69,7 @@ lf_status lf_trainer_copy_params(lf_trainer *t, float *dst) {
     if (!p)
         return lf_fail(LF_ERR_UNSUPPORTED, "lf_trainer_copy_params: under ZeRO-3 rank %d holds only its shard of the "
                        "parameters (the checkpoints hold them all)", t->rank);
-    t->be->ops->to_host(t->be, dst, p, lf_model_num_params(t->model) * sizeof(float));
+    lf_backend_to_host(t->be, dst, p, lf_model_num_params(t->model) * sizeof(float));
     return lf_backend_sync(t->be);
 }
 
@@ -79,13 +79,13 @@ lf_backend *lf_trainer_backend(lf_trainer *t) { return t ? t->be : NULL; }
 /* ZeRO-Offload's host buffers: pinned (the backend's host_alloc) or pageable. */
 static void *off_alloc(lf_trainer *t, size_t bytes) {
     if (!t->pinned) return lf_alloc(bytes);
-    void *p = t->be->ops->host_alloc(t->be, bytes);
+    void *p = lf_backend_host_alloc(t->be, bytes);
     if (p) t->pinned_bytes += bytes;
     return p;
 }
 static void off_free(lf_trainer *t, void *p) {
     if (!p) return;
-    if (t->pinned) t->be->ops->host_free(t->be, p);
+    if (t->pinned) lf_backend_host_free(t->be, p);
     else lf_free(p);
 }
 
@@ -94,9 +94,9 @@ size_t lf_trainer_pinned_bytes(const lf_trainer *t) { return t ? t->pinned_bytes
 void lf_trainer_state_bytes(const lf_trainer *t, size_t *params, size_t *grads, size_t *optim) {
     lf_model_state_bytes(t->model, params, grads);
     lf_backend *be = t->be;
-    *params += be->ops->allocated(be, t->pshard);
-    *grads += be->ops->allocated(be, t->gshard);
-    *optim = t->offload ? 0 : be->ops->allocated(be, t->m) + be->ops->allocated(be, t->v); /* device bytes */
+    *params += lf_backend_allocated(be, t->pshard);
+    *grads += lf_backend_allocated(be, t->gshard);
+    *optim = t->offload ? 0 : lf_backend_allocated(be, t->m) + lf_backend_allocated(be, t->v); /* device bytes */
 }
 
 static lf_status write_resolved_config(lf_trainer *t) {
@@ -360,11 +360,11 @@ static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
     /* ZeRO-Offload (offload_optimizer.device cpu on a device backend): the
      * moments in host memory, updated there (offload_adamw); on a CPU
      * backend the moments are host memory anyway */
-    t->offload = t->cfg.offload_optimizer == 1 && !t->be->ops->host_memory;
+    t->offload = t->cfg.offload_optimizer == 1 && !lf_backend_host_memory(t->be);
     if (t->offload) {
         /* pinned where the backend offers it (cuda): every step moves the
          * gradients down and the parameters up through these */
-        t->pinned = t->be->ops->host_alloc && t->be->ops->host_free;
+        t->pinned = lf_backend_can_pin(t->be);
         t->m = off_alloc(t, nm * sizeof(float));
         t->v = off_alloc(t, nm * sizeof(float));
         t->off_g = off_alloc(t, nm * sizeof(float));
@@ -374,15 +374,15 @@ static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
         memset(t->m, 0, nm * sizeof(float));
         memset(t->v, 0, nm * sizeof(float));
     } else {
-        t->m = t->be->ops->alloc(t->be, nm * sizeof(float));
-        t->v = t->be->ops->alloc(t->be, nm * sizeof(float));
+        t->m = lf_backend_alloc(t->be, nm * sizeof(float));
+        t->v = lf_backend_alloc(t->be, nm * sizeof(float));
         if (!t->m || !t->v)
             return lf__trainer_fail(t, device_oom(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating the AdamW moments (%zu "
                                                   "floats each)", nm), plan));
-        t->be->ops->zero(t->be, t->m, nm);
-        t->be->ops->zero(t->be, t->v, nm);
+        lf_backend_zero(t->be, t->m, nm);
+        lf_backend_zero(t->be, t->v, nm);
     }
-    if (t->be->ops->host_memory) { /* checkpoints read and write the tensors in place */
+    if (lf_backend_host_memory(t->be)) { /* checkpoints read and write the tensors in place */
         t->host_params = lf_model_params(t->model);
         t->host_m = t->m;
         t->host_v = t->v;
@@ -522,13 +522,13 @@ void lf_trainer_free(lf_trainer *t) {
         off_free(t, t->host_params);
         t->host_params = NULL;
     } else if (t->be) {
-        if (t->m) t->be->ops->free(t->be, t->m);
-        if (t->v) t->be->ops->free(t->be, t->v);
+        if (t->m) lf_backend_free(t->be, t->m);
+        if (t->v) lf_backend_free(t->be, t->v);
     }
     lf_free(t->tok_data);
     lf_free(t->tpl_data);
     lf_free(t->hf_config);
-    if (t->be && !t->be->ops->host_memory) {
+    if (t->be && !lf_backend_host_memory(t->be)) {
         if (!t->offload) {
             lf_free(t->host_params);
             lf_free(t->host_m);
@@ -538,10 +538,10 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->xfer);
     lf_free(t->inputs);
     lf_free(t->targets);
-    if (t->be && t->gshard) t->be->ops->free(t->be, t->gshard);
+    if (t->be && t->gshard) lf_backend_free(t->be, t->gshard);
     for (int i = 0; i < 2; i++)
-        if (t->be && t->gbf[i]) t->be->ops->free(t->be, t->gbf[i]);
-    if (t->be && t->pshard) t->be->ops->free(t->be, t->pshard);
+        if (t->be && t->gbf[i]) lf_backend_free(t->be, t->gbf[i]);
+    if (t->be && t->pshard) lf_backend_free(t->be, t->pshard);
     free(t->unit_lo);
     lf_model_free(t->model);
     lf_backend_close(t->be); /* after everything allocated on it */

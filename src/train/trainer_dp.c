@@ -43,7 +43,7 @@ lf_status lf__dp_open_comm(lf_trainer *t) {
         lf_comm_options co = lf_comm_options_default();
         co.timeout_s = c->comm_timeout_s;
         co.segment_elems = (size_t)c->comm_bucket_elems; /* scratch of one bucket (the memory plan's figure) */
-        co.device_tensors = !t->be->ops->host_memory; /* "auto": nccl for a GPU backend, where registered */
+        co.device_tensors = !lf_backend_host_memory(t->be); /* "auto": nccl for a GPU backend, where registered */
         st = lf_comm_open(&t->comm, c->comm_backend, &co);
         if (st != LF_OK) {
             lf_error_prefix("key 'comm.backend' is '%s'", c->comm_backend);
@@ -54,11 +54,12 @@ lf_status lf__dp_open_comm(lf_trainer *t) {
     t->rank = lf_comm_rank(t->comm);
     t->world = lf_comm_size(t->comm);
     if (lf_comm_device_buffers(t->comm)) { /* nccl: the backend's buffers as they are, ordered on its stream */
-        if (t->be->ops->host_memory || !t->be->ops->native_stream)
+        void *stream = NULL;
+        if (lf_backend_host_memory(t->be) || lf_backend_native_stream(t->be, &stream) != LF_OK)
             return lf_fail(LF_ERR_CONFIG, "communicator '%s' moves device memory, but backend '%s' holds host memory: "
                            "use comm.backend 'mpi' (or 'auto'), or LLMFORGE_BACKEND=cuda", lf_comm_name(t->comm),
-                           t->be->ops->name);
-        st = lf_comm_set_stream(t->comm, t->be->ops->native_stream(t->be));
+                           lf_backend_name(t->be));
+        st = lf_comm_set_stream(t->comm, stream);
         if (st != LF_OK) return st;
     }
     if (c->world_size != t->world) {
@@ -142,7 +143,7 @@ static size_t largest_collective(const lf_trainer *t) {
 }
 
 static size_t xfer_floats(const lf_trainer *t) {
-    if (t->be->ops->host_memory || lf_comm_device_buffers(t->comm) || t->world < 2) return 0;
+    if (lf_backend_host_memory(t->be) || lf_comm_device_buffers(t->comm) || t->world < 2) return 0;
     return largest_collective(t);
 }
 
@@ -164,7 +165,7 @@ static lf_status xfer_fits(const lf_trainer *t, const char *what, size_t n) {
 
 /* The communicator reads backend memory as it is: host memory, or a device
  * communicator (nccl) on a device backend. */
-static int in_place(const lf_trainer *t) { return t->be->ops->host_memory || lf_comm_device_buffers(t->comm); }
+static int in_place(const lf_trainer *t) { return lf_backend_host_memory(t->be) || lf_comm_device_buffers(t->comm); }
 
 /* buf (n, backend memory) := the sum over ranks, in place. */
 static lf_status dev_all_reduce(lf_trainer *t, float *buf, size_t n) {
@@ -172,9 +173,9 @@ static lf_status dev_all_reduce(lf_trainer *t, float *buf, size_t n) {
     if (t->world == 1) return LF_OK; /* the sum over one rank */
     lf_status st = xfer_fits(t, "all_reduce", n);
     if (st != LF_OK) return st;
-    t->be->ops->to_host(t->be, t->xfer, buf, n * sizeof(float));
+    lf_backend_to_host(t->be, t->xfer, buf, n * sizeof(float));
     st = lf_comm_all_reduce(t->comm, t->xfer, n, LF_COMM_SUM);
-    if (st == LF_OK) t->be->ops->to_device(t->be, buf, t->xfer, n * sizeof(float));
+    if (st == LF_OK) lf_backend_to_device(t->be, buf, t->xfer, n * sizeof(float));
     return st;
 }
 
@@ -183,16 +184,16 @@ static lf_status dev_all_reduce(lf_trainer *t, float *buf, size_t n) {
 static lf_status dev_reduce_scatter(lf_trainer *t, const float *send, float *recv, size_t n) {
     if (in_place(t)) return lf_comm_reduce_scatter(t->comm, send, recv, n, LF_COMM_SUM);
     if (t->world == 1) { /* one rank's part is the whole: a copy on the backend */
-        if (recv != send && n) t->be->ops->copy(t->be, recv, send, n * sizeof(float));
+        if (recv != send && n) lf_backend_copy(t->be, recv, send, n * sizeof(float));
         return LF_OK;
     }
     lf_status st = xfer_fits(t, "reduce_scatter", n);
     if (st != LF_OK) return st;
     size_t po = 0, pc = 0;
     lf_comm_partition(n, t->world, t->rank, &po, &pc);
-    t->be->ops->to_host(t->be, t->xfer, send, n * sizeof(float));
+    lf_backend_to_host(t->be, t->xfer, send, n * sizeof(float));
     st = lf_comm_reduce_scatter(t->comm, t->xfer, t->xfer + po, n, LF_COMM_SUM);
-    if (st == LF_OK && pc) t->be->ops->to_device(t->be, recv, t->xfer + po, pc * sizeof(float));
+    if (st == LF_OK && pc) lf_backend_to_device(t->be, recv, t->xfer + po, pc * sizeof(float));
     return st;
 }
 
@@ -201,16 +202,16 @@ static lf_status dev_reduce_scatter(lf_trainer *t, const float *send, float *rec
 lf_status lf__dp_all_gather(lf_trainer *t, const float *send, float *recv, size_t n) {
     if (in_place(t)) return lf_comm_all_gather(t->comm, send, recv, n);
     if (t->world == 1) {
-        if (recv != send && n) t->be->ops->copy(t->be, recv, send, n * sizeof(float));
+        if (recv != send && n) lf_backend_copy(t->be, recv, send, n * sizeof(float));
         return LF_OK;
     }
     lf_status st = xfer_fits(t, "all_gather", n);
     if (st != LF_OK) return st;
     size_t po = 0, pc = 0;
     lf_comm_partition(n, t->world, t->rank, &po, &pc);
-    if (pc) t->be->ops->to_host(t->be, t->xfer + po, send, pc * sizeof(float));
+    if (pc) lf_backend_to_host(t->be, t->xfer + po, send, pc * sizeof(float));
     st = lf_comm_all_gather(t->comm, t->xfer + po, t->xfer, n);
-    if (st == LF_OK) t->be->ops->to_device(t->be, recv, t->xfer, n * sizeof(float));
+    if (st == LF_OK) lf_backend_to_device(t->be, recv, t->xfer, n * sizeof(float));
     return st;
 }
 
@@ -230,12 +231,12 @@ lf_status lf__dp_all_gather(lf_trainer *t, const float *send, float *recv, size_
 lf_status lf__dp_gbf_alloc(lf_trainer *t) {
     t->grad_bf16 = t->cfg.comm_bf16 && t->world > 1;
     if (!t->grad_bf16) return LF_OK;
-    if (!t->be->ops->grad_to_bf16 || !t->be->ops->grad_from_bf16)
+    if (lf_backend_grad_to_bf16(t->be, NULL, NULL, 0) != LF_OK || lf_backend_grad_from_bf16(t->be, NULL, NULL, 0) != LF_OK)
         return lf_fail(LF_ERR_UNSUPPORTED, "communication_data_type: bf16: the '%s' backend cannot convert gradients "
-                       "to bf16 (use fp32)", t->be->ops->name);
+                       "to bf16 (use fp32)", lf_backend_name(t->be));
     t->gbf_n = largest_collective(t);
     for (int i = 0; i < (t->overlap ? 2 : 1); i++) {
-        t->gbf[i] = t->be->ops->alloc(t->be, (t->gbf_n ? t->gbf_n : 1) * sizeof(uint16_t));
+        t->gbf[i] = lf_backend_alloc(t->be, (t->gbf_n ? t->gbf_n : 1) * sizeof(uint16_t));
         if (!t->gbf[i])
             return lf_fail(LF_ERR_NOMEM, "out of memory allocating the bf16 gradient staging "
                            "(communication_data_type: bf16, %zu values)", t->gbf_n);
@@ -250,9 +251,9 @@ static lf_status dev_all_reduce_bf16(lf_trainer *t, uint16_t *buf, size_t n) {
     lf_status st = xfer_fits(t, "bf16 all_reduce", (n + 1) / 2);
     if (st != LF_OK) return st;
     uint16_t *x = (uint16_t *)t->xfer;
-    t->be->ops->to_host(t->be, x, buf, n * sizeof(uint16_t));
+    lf_backend_to_host(t->be, x, buf, n * sizeof(uint16_t));
     st = lf_comm_all_reduce_bf16(t->comm, x, n, LF_COMM_SUM);
-    if (st == LF_OK) t->be->ops->to_device(t->be, buf, x, n * sizeof(uint16_t));
+    if (st == LF_OK) lf_backend_to_device(t->be, buf, x, n * sizeof(uint16_t));
     return st;
 }
 
@@ -263,9 +264,9 @@ static lf_status dev_reduce_scatter_bf16(lf_trainer *t, const uint16_t *send, ui
     size_t po = 0, pc = 0;
     lf_comm_partition(n, t->world, t->rank, &po, &pc);
     uint16_t *x = (uint16_t *)t->xfer;
-    t->be->ops->to_host(t->be, x, send, n * sizeof(uint16_t));
+    lf_backend_to_host(t->be, x, send, n * sizeof(uint16_t));
     st = lf_comm_reduce_scatter_bf16(t->comm, x, x + po, n, LF_COMM_SUM);
-    if (st == LF_OK && pc) t->be->ops->to_device(t->be, recv, x + po, pc * sizeof(uint16_t));
+    if (st == LF_OK && pc) lf_backend_to_device(t->be, recv, x + po, pc * sizeof(uint16_t));
     return st;
 }
 
@@ -280,9 +281,9 @@ static lf_status grad_all_reduce(lf_trainer *t, float *buf, size_t n) {
     lf_status st = lf__dp_gbf_fits(t, "all_reduce", n);
     if (st != LF_OK) return st;
     uint16_t *b = t->gbf[0];
-    t->be->ops->grad_to_bf16(t->be, b, buf, n);
+    lf_backend_grad_to_bf16(t->be, b, buf, n);
     st = dev_all_reduce_bf16(t, b, n);
-    if (st == LF_OK) t->be->ops->grad_from_bf16(t->be, buf, b, n);
+    if (st == LF_OK) lf_backend_grad_from_bf16(t->be, buf, b, n);
     return st;
 }
 
@@ -295,9 +296,9 @@ lf_status lf__dp_grad_reduce_scatter(lf_trainer *t, const float *send, float *re
     size_t po = 0, pc = 0;
     lf_comm_partition(n, t->world, t->rank, &po, &pc);
     uint16_t *b = t->gbf[0];
-    t->be->ops->grad_to_bf16(t->be, b, send, n);
+    lf_backend_grad_to_bf16(t->be, b, send, n);
     st = dev_reduce_scatter_bf16(t, b, b + po, n);
-    if (st == LF_OK && pc) t->be->ops->grad_from_bf16(t->be, recv, b + po, pc);
+    if (st == LF_OK && pc) lf_backend_grad_from_bf16(t->be, recv, b + po, pc);
     return st;
 }
 

@@ -36,7 +36,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include "backend/backend_impl.h"
+#include "llmforge/backend.h"
 #include "llmforge/checkpoint.h"
 #include "llmforge/data.h"
 #include "llmforge/eval.h"
@@ -197,16 +197,16 @@ static inline size_t moments_n(const lf_trainer *t) {
  * host-memory backend the host buffers are the backend's own, and there is
  * nothing to copy (the backend is told when parameters changed under it). */
 static inline void stage_out(const lf_trainer *t, void *host, const void *dev, size_t bytes) {
-    if (host != dev) t->be->ops->to_host(t->be, host, dev, bytes);
+    if (host != dev) lf_backend_to_host(t->be, host, dev, bytes);
 }
 static inline void stage_in(const lf_trainer *t, void *dev, const void *host, size_t bytes) {
-    if (host != dev) t->be->ops->to_device(t->be, dev, host, bytes);
-    else if (t->be->ops->params_changed) t->be->ops->params_changed(t->be);
+    if (host != dev) lf_backend_to_device(t->be, dev, host, bytes);
+    else lf_backend_params_changed(t->be);
 }
 /* A copy of the moments into host dst: they are host memory when offloaded. */
 static inline void moments_out(const lf_trainer *t, void *dst, const void *src, size_t bytes) {
     if (t->offload) memcpy(dst, src, bytes);
-    else t->be->ops->to_host(t->be, dst, src, bytes);
+    else lf_backend_to_host(t->be, dst, src, bytes);
 }
 
 /* ---- trainer_create.c */

@@ -64,7 +64,9 @@ int lf__fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n) {
         if (a < lo) a = lo;
         if (b > lo + n) b = lo + n;
         if (a >= b) continue;
-        if (t->be->ops->fp16_round(t->be, buf + (a - lo), b - a) && bad < 0) bad = k; /* backend memory */
+        int nonfinite = 0;
+        (void)lf_backend_fp16_round(t->be, buf + (a - lo), b - a, &nonfinite); /* backend memory */
+        if (nonfinite && bad < 0) bad = k;
     }
     return bad;
 }
@@ -74,7 +76,7 @@ static int fp16_round_grads(lf_trainer *t) {
 }
 
 static void scale_grads(lf_trainer *t, float f) {
-    t->be->ops->scale(t->be, lf_model_grads(t->model), lf_model_num_params(t->model), f);
+    lf_backend_scale(t->be, lf_model_grads(t->model), lf_model_num_params(t->model), f);
 }
 
 /* z-score of x against the window of accepted losses (0 while the window
@@ -195,7 +197,7 @@ static lf_status step_accumulate(lf_trainer *t, step_result *o, int64_t count, d
     size_t BT = (size_t)B * T;
     lf_status st;
     lf_model_zero_grad(t->model);
-    if (t->gshard) t->be->ops->zero(t->be, t->gshard, t->shard_n);
+    if (t->gshard) lf_backend_zero(t->be, t->gshard, t->shard_n);
     t->zbad = -1;
     *loss_sum = 0;
     for (int a = 0; a < A; a++) {
@@ -229,7 +231,7 @@ static int step_local_checks(lf_trainer *t, long step1, double *loss_sum) {
         /* a poisoned gradient (ZeRO-2/3: in this rank's summed shard) */
         t->nan_fired = 1;
         float nan = NAN, *g = t->gshard ? t->gshard : lf_model_grads(t->model);
-        if (!t->gshard || t->shard_n) t->be->ops->to_device(t->be, g, &nan, sizeof nan);
+        if (!t->gshard || t->shard_n) lf_backend_to_device(t->be, g, &nan, sizeof nan);
     }
     if (t->opts.inject_spike_step == step1 && (t->opts.inject_repeat || !t->spike_fired)) {
         t->spike_fired = 1;
@@ -242,7 +244,7 @@ static int step_local_checks(lf_trainer *t, long step1, double *loss_sum) {
         const lf_param_info *table = lf_model_params_table(t->model, NULL);
         if (pi && lf_model_grads(t->model)) {
             const float inf = INFINITY;
-            t->be->ops->to_device(t->be, lf_model_grads(t->model) + pi->offset, &inf, sizeof inf);
+            lf_backend_to_device(t->be, lf_model_grads(t->model) + pi->offset, &inf, sizeof inf);
         }
         else if (pi && t->zbad < 0) t->zbad = (int)(pi - table); /* ZeRO-2/3: the local gradient is gone */
     }

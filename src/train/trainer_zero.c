@@ -100,8 +100,8 @@ static lf_status zero_retire(lf_trainer *t) {
     if (st != LF_OK) return st;
     const size_t po = t->pc_lo[u] - t->unit_lo[u];
     if (t->pend_bf) /* bf16: the summed part back to fp32, into its place in the unit's gradient */
-        t->be->ops->grad_from_bf16(t->be, t->pend_grad + po, t->pend_bf + po, t->pc_n[u]);
-    t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], t->pend_grad + po, t->pc_n[u]);
+        lf_backend_grad_from_bf16(t->be, t->pend_grad + po, t->pend_bf + po, t->pc_n[u]);
+    lf_backend_add(t->be, t->gshard + t->sh_off[u], t->pend_grad + po, t->pc_n[u]);
     return LF_OK;
 }
 
@@ -124,7 +124,7 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
             if ((st = lf__dp_gbf_fits(t, "reduce_scatter", n)) != LF_OK) return st;
             b = t->gbf[t->gbf_cur];
             t->gbf_cur ^= 1;
-            t->be->ops->grad_to_bf16(t->be, b, grad, n);
+            lf_backend_grad_to_bf16(t->be, b, grad, n);
             st = lf_comm_reduce_scatter_start_bf16(t->comm, b, b + po, n, LF_COMM_SUM, &ticket);
         } else {
             st = lf_comm_reduce_scatter_start(t->comm, grad, grad + po, n, LF_COMM_SUM, &ticket);
@@ -141,7 +141,7 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
     st = lf__dp_grad_reduce_scatter(t, grad, grad + po, n);
     t->hook_comm_ms += (lf_time_now() - t0) * 1e3;
     if (st != LF_OK) return st;
-    t->be->ops->add_inplace(t->be, t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
+    lf_backend_add(t->be, t->gshard + t->sh_off[u], grad + po, pc); /* micro-batches add up */
     return LF_OK;
 }
 
@@ -151,15 +151,15 @@ static lf_status zero_reduce(void *user, int u, float *grad) {
 lf_status lf__zero_partition(lf_trainer *t) {
     if (t->zstage < 2) return lf__dp_overlap_setup(t);
     int B = t->cfg.micro_batch, T = t->cfg.model.block_size;
-    t->gshard = t->be->ops->alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
+    t->gshard = lf_backend_alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
     if (!t->gshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO gradient shard");
-    t->be->ops->zero(t->be, t->gshard, t->shard_n);
+    lf_backend_zero(t->be, t->gshard, t->shard_n);
     if (t->zstage == 3) {
-        t->pshard = t->be->ops->alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
+        t->pshard = lf_backend_alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
         if (!t->pshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO parameter shard");
         const float *p = lf_model_params(t->model);
         for (int u = 0; u < t->n_units; u++)
-            t->be->ops->copy(t->be, t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
+            lf_backend_copy(t->be, t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
     }
     /* overlap: a started reduce-scatter keeps its unit's buffer until the
      * next unit's hook, so the block units alternate between two */
@@ -173,7 +173,7 @@ lf_status lf__zero_partition(lf_trainer *t) {
     if (st != LF_OK) return st;
     /* host memory: host_params was the model's whole buffer, now freed; a
      * separate host copy stays (checkpoint staging of the shard, counted by the plan) */
-    if (t->zstage == 3 && t->be->ops->host_memory) t->host_params = NULL;
+    if (t->zstage == 3 && lf_backend_host_memory(t->be)) t->host_params = NULL;
     size_t act = 0; /* set_zero dropped the activation plan: the same plan again */
     st = lf_model_plan(t->model, B, T, &act);
     if (st == LF_OK && act != t->planned_act_bytes) st = lf_fail(LF_ERR_INTERNAL, "activation plan changed");
@@ -196,7 +196,11 @@ lf_status lf__zero_reduce_scatter_all(lf_trainer *t, step_result *o) {
  * (folded in rank order: the same bits everywhere). */
 lf_status lf__zero_grad_norm(lf_trainer *t, step_result *o, double *norm) {
     double ss = 0;
-    for (int u = 0; u < t->n_units; u++) ss += t->be->ops->sum_squares(t->be, zp_grads(t, u), t->pc_n[u]);
+    for (int u = 0; u < t->n_units; u++) {
+        double part = 0;
+        (void)lf_backend_sum_squares(t->be, zp_grads(t, u), t->pc_n[u], &part);
+        ss += part;
+    }
     if (t->world > 1) {
         lf_status st = lf__step_sum_f64(t, o, &ss, 1);
         if (st != LF_OK) return st;
@@ -207,7 +211,7 @@ lf_status lf__zero_grad_norm(lf_trainer *t, step_result *o, double *norm) {
 
 void lf__zero_scale_grads(lf_trainer *t, float f) {
     for (int u = 0; u < t->n_units; u++)
-        if (t->pc_n[u]) t->be->ops->scale(t->be, zp_grads(t, u), t->pc_n[u], f); /* backend memory */
+        if (t->pc_n[u]) lf_backend_scale(t->be, zp_grads(t, u), t->pc_n[u], f); /* backend memory */
 }
 
 /* fp16, after the sum: the shard rounded to fp16 again; the first
@@ -243,8 +247,8 @@ static lf_status offload_adamw(lf_trainer *t, float *p, const float *g, size_t l
     if (!cpu) return lf_fail(LF_ERR_NOT_FOUND, "offload_optimizer: the cpu backend is not available");
     const lf_train_config *c = &t->cfg;
     float *hp = t->host_params + lo, *hg = t->off_g + sh;
-    t->be->ops->to_host(t->be, hp, p, cnt * sizeof(float));
-    t->be->ops->to_host(t->be, hg, g, cnt * sizeof(float));
+    lf_backend_to_host(t->be, hp, p, cnt * sizeof(float));
+    lf_backend_to_host(t->be, hg, g, cnt * sizeof(float));
     lf_status st = lf_backend_sync(t->be);
     if (st != LF_OK) return st;
     int count = 0;
@@ -256,10 +260,10 @@ static lf_status offload_adamw(lf_trainer *t, float *p, const float *g, size_t l
         if (b > hi) b = hi;
         if (a >= b) continue;
         const size_t at = a - lo;
-        cpu->ops->adamw_update(cpu, hp + at, hg + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2,
+        lf_backend_adamw(cpu, hp + at, hg + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2,
                                c->eps, table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
     }
-    t->be->ops->to_device(t->be, p, hp, cnt * sizeof(float));
+    lf_backend_to_device(t->be, p, hp, cnt * sizeof(float));
     return lf_backend_sync(t->be);
 }
 
@@ -278,7 +282,7 @@ lf_status lf__offload_adamw_all(lf_trainer *t, float lr, double norm) {
     }
     st = offload_adamw(t, lf_model_params(t->model), lf_model_grads(t->model), 0, lf_model_num_params(t->model), 0,
                        lr, scale);
-    if (st == LF_OK && t->be->ops->params_changed) t->be->ops->params_changed(t->be);
+    if (st == LF_OK) lf_backend_params_changed(t->be);
     return st;
 }
 
@@ -311,7 +315,7 @@ lf_status lf__zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
             if (b > hi) b = hi;
             if (a >= b) continue;
             size_t at = a - lo;
-            t->be->ops->adamw_update(t->be, p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
+            lf_backend_adamw(t->be, p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
                                 table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
         }
     }
@@ -325,7 +329,7 @@ lf_status lf__zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
     for (int u = 0; u < t->n_units && st == LF_OK; u++)
         st = lf__dp_all_gather(t, all + t->pc_lo[u], all + t->unit_lo[u], t->unit_n[u]);
     o->comm_ms += (lf_time_now() - t0) * 1e3;
-    if (t->be->ops->params_changed) t->be->ops->params_changed(t->be);
+    lf_backend_params_changed(t->be);
     return st;
 }
 
@@ -373,14 +377,14 @@ lf_status lf__zero_save(lf_trainer *t, const char *state, char **saved) {
     /* the shard as host floats: in place on host memory, else staged (the
      * moments are one shard buffer each; the parameters land at their flat
      * offset of host_params) */
-    const int host = t->be->ops->host_memory;
+    const int host = lf_backend_host_memory(t->be);
     stage_out(t, t->host_m, t->m, t->shard_n * sizeof(float));
     stage_out(t, t->host_v, t->v, t->shard_n * sizeof(float));
     lf_status mine = LF_OK;
     for (int u = 0; u < t->n_units && mine == LF_OK; u++) {
         const float *p = zp_params(t, u);
         if (!host) {
-            t->be->ops->to_host(t->be, t->host_params + t->pc_lo[u], p, t->pc_n[u] * sizeof(float));
+            lf_backend_to_host(t->be, t->host_params + t->pc_lo[u], p, t->pc_n[u] * sizeof(float));
             p = t->host_params + t->pc_lo[u];
         }
         mine = lf_checkpoint_write_slice(path, &tt, t->pc_lo[u], t->pc_n[u], p, t->host_m + t->sh_off[u],
