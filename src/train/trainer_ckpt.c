@@ -27,14 +27,12 @@
  *    `latest` is replaced only by a complete save (checkpoint.c), so it
  *    never names the failed one.
  */
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "llmforge/train.h"
@@ -222,13 +220,6 @@ void lf__ckpt_error_note(lf_trainer *t, lf_status st, long step, const char *msg
     t->ckerr[k].st = st;
     t->ckerr[k].step = step;
     snprintf(t->ckerr[k].msg, sizeof t->ckerr[k].msg, "%s", msg);
-}
-
-/* Sleeps s seconds (the test hooks' stalls), through signals. */
-void lf__trainer_sleep(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 /* The background writer's job: the snapshot, and what became of it. */

@@ -269,8 +269,6 @@ void lf__ckpt_poll(lf_trainer *t);
 void lf__ckpt_wait(lf_trainer *t, const char *why);
 void lf__ckpt_error_note(lf_trainer *t, lf_status st, long step, const char *msg);
 lf_status lf__ckpt_error_decide(lf_trainer *t);
-/* Sleeps s seconds through signals (the test hooks' stalls and delays). */
-void lf__trainer_sleep(double s);
 
 /* ---- trainer_resume.c */
 /* Load the checkpoint path resolves to; rollback: in process, no record. */
@@ -295,6 +293,8 @@ void lf__trainer_emit_step(lf_trainer *t, const step_result *sr, double dt);
 void lf__trainer_emit_end(lf_trainer *t, lf_status st);
 
 /* ---- trainer_watch.c */
+/* Sleeps s seconds through signals (the test hooks' stalls and delays). */
+void lf__trainer_sleep(double s);
 void lf__trainer_progress(lf_trainer *t);
 void lf__trainer_watchdog_start(lf_trainer *t);
 void lf__trainer_watchdog_stop(lf_trainer *t);

@@ -78,6 +78,13 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
+/* Sleeps s seconds (the test hooks' stalls), through signals. */
+void lf__trainer_sleep(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 /* The watchdog thread, when monitor.alerts.stall is on and none runs yet. */
 void lf__trainer_watchdog_start(lf_trainer *t) {
     if (t->cfg.alert_stall_seconds > 0 && !t->wd_running) {
