@@ -133,6 +133,24 @@ lf_status lf_checkpoint_load(const char *dir, const lf_ckpt_tensors *tt, float *
  * mismatch or non-F32 dtype is reported by name (all of them, in one message). */
 lf_status lf_weights_load(const char *path, const lf_ckpt_tensors *tt, float *params);
 
+/* ---------------------------------------------------------------- loading a model
+ * (src/checkpoint/model_load.c): what sample, eval and serve load, with no
+ * trainer involved. */
+
+/* The model configuration and tokenizer spec a checkpoint directory was
+ * trained with (from its trainer_state.json). */
+lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *tokenizer, size_t cap);
+
+/* One call from a checkpoint to a model: ckpt is a checkpoint directory or a
+ * run's out_dir (lf_checkpoint_resolve: its latest), the model is created on
+ * backend be (NULL: "cpu") with the checkpoint's weights in backend memory.
+ * tokenizer (cap bytes, may be NULL) receives the spec it was trained with
+ * ("" when it names none; relative paths are against *dir_out), *dir_out
+ * (may be NULL; lf_free) the resolved directory. On error nothing is left
+ * allocated and the message names the file. */
+lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer,
+                                   size_t cap, char **dir_out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,6 +150,11 @@ static inline uint64_t lf_rng_mix(uint64_t a, uint64_t b) {
 
 /* ---------------------------------------------------------------- memory */
 #define LF_ALIGN 64
+
+/* Bytes of the fixed path buffers of configurations and checkpoints
+ * (out_dir, data.dataset, tokenizer specs, checkpoint directories). */
+#define LF_PATH_MAX 1024
+
 /* 64-byte aligned allocation; NULL on failure (and lf_fail NOMEM recorded). */
 void *lf_alloc(size_t bytes);
 /* Test hook: the next n lf_alloc calls succeed and the one after fails with

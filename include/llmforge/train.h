@@ -41,6 +41,7 @@
 #define LLMFORGE_TRAIN_H
 
 #include <signal.h>
+#include "llmforge/checkpoint.h"
 #include "llmforge/comm.h"
 #include "llmforge/core.h"
 #include "llmforge/model.h"
@@ -49,8 +50,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define LF_PATH_MAX 1024
 
 typedef enum lf_sched_type { LF_SCHED_COSINE = 0, LF_SCHED_CONSTANT = 1 } lf_sched_type;
 
@@ -327,19 +326,8 @@ lf_comm *lf_trainer_comm(lf_trainer *t);
 /* The trainer's backend instance (owned by the trainer). */
 lf_backend *lf_trainer_backend(lf_trainer *t);
 
-/* The model configuration and tokenizer spec a checkpoint directory was
- * trained with (from its trainer_state.json). */
-lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *tokenizer, size_t cap);
-
-/* One call from a checkpoint to a model: ckpt is a checkpoint directory or a
- * run's out_dir (lf_checkpoint_resolve: its latest), the model is created on
- * backend be (NULL: "cpu") with the checkpoint's weights in backend memory.
- * tokenizer (cap bytes, may be NULL) receives the spec it was trained with
- * ("" when it names none; relative paths are against *dir_out), *dir_out
- * (may be NULL; lf_free) the resolved directory. On error nothing is left
- * allocated and the message names the file. */
-lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer,
-                                   size_t cap, char **dir_out);
+/* Loading a model from a checkpoint (lf_checkpoint_read_model,
+ * lf_checkpoint_load_model) is checkpoint.h's, included above. */
 
 /* ---------------------------------------------------------------- optimizer */
 /* One optimizer step on m's gradients: global norm (returned in *norm), clip

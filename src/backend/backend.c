@@ -283,3 +283,157 @@ lf_status lf_backend_sync(lf_backend *be) {
     if (st == LF_OK) return LF_OK;
     return lf_fail(st, "backend '%s': %s", be->ops->name, be->msg);
 }
+
+/* ================================================================ buffers and ops for the layers above
+ * (backend.h): each wrapper checks the instance and the slot, then calls it. */
+
+#define NEED_BE(fn)                                                                                              \
+    do {                                                                                                         \
+        if (!be) return lf_fail(LF_ERR_INVALID_ARG, fn ": no backend instance");                                  \
+    } while (0)
+#define NEED_SLOT(slot, what)                                                                                    \
+    do {                                                                                                         \
+        if (!be->ops->slot) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no %s", be->ops->name, what);   \
+    } while (0)
+
+const lf_backend_ops *lf_backend_table(const lf_backend *be) { return be ? be->ops : NULL; }
+
+int lf_backend_is_device(const lf_backend *be) { return be && !be->ops->host_memory && be->ops->mem_info; }
+
+int lf_backend_replicas(lf_backend *be, int B) {
+    return be && be->ops->replicas && B >= 1 ? be->ops->replicas(be, B) : 1;
+}
+
+void *lf_backend_alloc(lf_backend *be, size_t bytes) {
+    if (!be) {
+        lf_fail(LF_ERR_INVALID_ARG, "lf_backend_alloc: no backend instance");
+        return NULL;
+    }
+    return be->ops->alloc(be, bytes);
+}
+
+void lf_backend_free(lf_backend *be, void *p) {
+    if (be && p) be->ops->free(be, p);
+}
+
+size_t lf_backend_allocated(lf_backend *be, const void *p) {
+    return be && p && be->ops->allocated ? be->ops->allocated(be, p) : 0;
+}
+
+lf_status lf_backend_to_host(lf_backend *be, void *host_dst, const void *src, size_t bytes) {
+    NEED_BE("lf_backend_to_host");
+    if (!bytes) return LF_OK;
+    NEED_SLOT(to_host, "copy to the host");
+    be->ops->to_host(be, host_dst, src, bytes);
+    return LF_OK;
+}
+
+lf_status lf_backend_to_device(lf_backend *be, void *dst, const void *host_src, size_t bytes) {
+    NEED_BE("lf_backend_to_device");
+    if (!bytes) return LF_OK;
+    NEED_SLOT(to_device, "copy from the host");
+    be->ops->to_device(be, dst, host_src, bytes);
+    return LF_OK;
+}
+
+lf_status lf_backend_copy(lf_backend *be, void *dst, const void *src, size_t bytes) {
+    NEED_BE("lf_backend_copy");
+    if (!bytes) return LF_OK;
+    NEED_SLOT(copy, "copy");
+    be->ops->copy(be, dst, src, bytes);
+    return LF_OK;
+}
+
+lf_status lf_backend_zero(lf_backend *be, float *x, size_t n) {
+    NEED_BE("lf_backend_zero");
+    if (!n) return LF_OK;
+    NEED_SLOT(zero, "zero op");
+    be->ops->zero(be, x, n);
+    return LF_OK;
+}
+
+lf_status lf_backend_scale(lf_backend *be, float *x, size_t n, float s) {
+    NEED_BE("lf_backend_scale");
+    if (!n) return LF_OK;
+    NEED_SLOT(scale, "scale op");
+    be->ops->scale(be, x, n, s);
+    return LF_OK;
+}
+
+lf_status lf_backend_add(lf_backend *be, float *y, const float *x, size_t n) {
+    NEED_BE("lf_backend_add");
+    if (!n) return LF_OK;
+    NEED_SLOT(add_inplace, "add op");
+    be->ops->add_inplace(be, y, x, n);
+    return LF_OK;
+}
+
+lf_status lf_backend_sum_squares(lf_backend *be, const float *x, size_t n, double *out) {
+    *out = 0;
+    NEED_BE("lf_backend_sum_squares");
+    if (!n) return LF_OK;
+    NEED_SLOT(sum_squares, "sum of squares");
+    *out = be->ops->sum_squares(be, x, n);
+    return LF_OK;
+}
+
+lf_status lf_backend_adamw(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                           float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    NEED_BE("lf_backend_adamw");
+    if (!n) return LF_OK;
+    NEED_SLOT(adamw_update, "AdamW");
+    be->ops->adamw_update(be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+    return LF_OK;
+}
+
+lf_status lf_backend_fp16_round(lf_backend *be, float *x, size_t n, int *nonfinite) {
+    *nonfinite = 0;
+    NEED_BE("lf_backend_fp16_round");
+    if (!n) return LF_OK;
+    NEED_SLOT(fp16_round, "fp16 rounding");
+    *nonfinite = be->ops->fp16_round(be, x, n);
+    return LF_OK;
+}
+
+lf_status lf_backend_grad_to_bf16(lf_backend *be, uint16_t *out, const float *inp, size_t n) {
+    NEED_BE("lf_backend_grad_to_bf16");
+    NEED_SLOT(grad_to_bf16, "bf16 gradient conversion");
+    if (n) be->ops->grad_to_bf16(be, out, inp, n);
+    return LF_OK;
+}
+
+lf_status lf_backend_grad_from_bf16(lf_backend *be, float *out, const uint16_t *inp, size_t n) {
+    NEED_BE("lf_backend_grad_from_bf16");
+    NEED_SLOT(grad_from_bf16, "bf16 gradient conversion");
+    if (n) be->ops->grad_from_bf16(be, out, inp, n);
+    return LF_OK;
+}
+
+void lf_backend_params_changed(lf_backend *be) {
+    if (be && be->ops->params_changed) be->ops->params_changed(be);
+}
+
+int lf_backend_can_pin(const lf_backend *be) { return be && be->ops->host_alloc && be->ops->host_free; }
+
+void *lf_backend_host_alloc(lf_backend *be, size_t bytes) {
+    if (!lf_backend_can_pin(be)) {
+        lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no pinned host memory", lf_backend_name(be));
+        return NULL;
+    }
+    return be->ops->host_alloc(be, bytes);
+}
+
+void lf_backend_host_free(lf_backend *be, void *p) {
+    if (p && lf_backend_can_pin(be)) be->ops->host_free(be, p);
+}
+
+lf_status lf_backend_native_stream(lf_backend *be, void **stream) {
+    *stream = NULL;
+    NEED_BE("lf_backend_native_stream");
+    NEED_SLOT(native_stream, "device stream");
+    *stream = be->ops->native_stream(be);
+    return LF_OK;
+}
+#undef NEED_BE
+#undef NEED_SLOT
+/* ================================================================ end of buffers and ops */

@@ -49,9 +49,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "llmforge/checkpoint.h"
 #include "llmforge/data.h"
 #include "llmforge/model.h"
-#include "llmforge/train.h"
 #include "core/strbuf.h"
 #include "http/http.h"
 #include "serve/engine.h"

@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/backend_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/plan.h"
 #include "llmforge/train.h"
@@ -30,7 +29,7 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
     lf_backend *be = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
     if (!be) return LF_ERR_NOT_FOUND;
-    if (be->ops->mem_info) {
+    if (lf_backend_is_device(be)) {
         /* a device: the trainer's memory plan of the same step (parameters,
          * gradients, two moments, the activations of B x T under the policy)
          * against the device's free memory, so a step that cannot fit is the
@@ -60,8 +59,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     if (st == LF_OK) st = lf_model_plan(m, B, T, &act_bytes);
     if (st != LF_OK) goto done;
     size_t n = lf_model_num_params(m), BT = (size_t)B * T;
-    m1 = be->ops->alloc(be, n * sizeof(float));
-    m2 = be->ops->alloc(be, n * sizeof(float));
+    m1 = lf_backend_alloc(be, n * sizeof(float));
+    m2 = lf_backend_alloc(be, n * sizeof(float));
     x = lf_alloc(BT * sizeof(int32_t));
     y = lf_alloc(BT * sizeof(int32_t));
     times = calloc((size_t)steps, sizeof(double));
@@ -69,8 +68,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
         st = lf_fail(LF_ERR_NOMEM, "bench: out of memory");
         goto done;
     }
-    be->ops->zero(be, m1, n);
-    be->ops->zero(be, m2, n);
+    lf_backend_zero(be, m1, n);
+    lf_backend_zero(be, m2, n);
     lf_train_config tc = lf_train_config_default();
     tc.grad_clip = 1.0f;
     for (int s = 0; s < warmup + steps; s++) {
@@ -104,13 +103,13 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     out->model_flops_per_sec = out->flops_per_token * out->tokens_per_sec;
     /* the FMA probe measures this host's CPU: on a device no peak is known
      * unless given (scripts/gpu-check.sh passes bench/cuda_peak's GEMM rate) */
-    out->peak_flops = peak_flops > 0 ? peak_flops : !be->ops->mem_info ? lf_probe_peak_flops(0.5) : 0;
+    out->peak_flops = peak_flops > 0 ? peak_flops : !lf_backend_is_device(be) ? lf_probe_peak_flops(0.5) : 0;
     out->mfu = out->peak_flops > 0 ? out->model_flops_per_sec / out->peak_flops : 0;
     out->num_params = n;
     out->activation_bytes = act_bytes;
 done:
-    if (m1) be->ops->free(be, m1);
-    if (m2) be->ops->free(be, m2);
+    if (m1) lf_backend_free(be, m1);
+    if (m2) lf_backend_free(be, m2);
     lf_free(x);
     lf_free(y);
     free(times);

@@ -7,11 +7,13 @@
  * backend sync point, so a failed op surfaces as the step's status.
  */
 #include <math.h>
-#include "backend/backend_impl.h"
+#include "llmforge/backend.h"
 #include "llmforge/train.h"
 
 double lf_grad_norm(lf_model *m, lf_backend *be) {
-    return sqrt(be->ops->sum_squares(be, lf_model_grads(m), lf_model_num_params(m)));
+    double ss = 0;
+    (void)lf_backend_sum_squares(be, lf_model_grads(m), lf_model_num_params(m), &ss); /* every backend has it */
+    return sqrt(ss);
 }
 
 lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, long t, float lr,
@@ -29,7 +31,7 @@ lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, 
     const lf_param_info *table = lf_model_params_table(m, &count);
     for (int i = 0; i < count; i++) {
         const lf_param_info *pi = &table[i];
-        be->ops->adamw_update(be, p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr,
+        lf_backend_adamw(be, p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr,
                          cfg->beta1, cfg->beta2, cfg->eps, pi->decay ? cfg->weight_decay : 0.0f, scale, (int)t);
     }
     return lf_backend_sync(be);

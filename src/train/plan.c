@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/backend_impl.h"
+#include "llmforge/backend.h"
 #include "llmforge/comm.h"
 #include "llmforge/plan.h"
 #include "llmforge/backend_cpu.h"
@@ -167,7 +167,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * moments_n) * f, 0);
     }
     /* checkpoint.async: the snapshot the background writer owns, on the rank
-     * that writes (trainer.c; ZeRO is refused with async, so the whole model) */
+     * that writes (trainer_ckpt.c; ZeRO is refused with async, so the whole model) */
     if (cfg->ckpt_async && rank == 0) add(p, "checkpoint.async snapshot (host copies)", 3 * P * f, 0);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s%s)", lf_recompute_name(rc),
@@ -209,7 +209,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         add(p, Z ? "communication scratch (reduce-scatter)" : "communication scratch (all-reduce bucket)",
             (size_t)W * ((bucket + (size_t)W - 1) / (size_t)W) * f, 0);
         if (staging) {
-            /* the trainer's host staging of those collectives (trainer.c, dev_*):
+            /* the trainer's host staging of those collectives (trainer_dp.c, dev_*):
              * a whole gradient bucket at stage 0, a whole unit with ZeRO (the
              * units' partitions are the collectives', not cut into buckets) */
             size_t b = (size_t)cfg->comm_bucket_elems, most = Z ? biggest_unit : (b && b < P ? b : P);
@@ -217,7 +217,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
         }
     }
     if (W > 1 && cfg->comm_bf16) {
-        /* communication_data_type bf16 (trainer.c, grad_*): the gradient
+        /* communication_data_type bf16 (trainer_dp.c, grad_*): the gradient
          * bucket or largest unit in bf16 on the backend, twice with
          * overlap (the unit in flight and the next); the host kinds widen
          * it to fp32 scratch for their fold (comm.c) */
@@ -419,9 +419,9 @@ lf_status lf_mem_plan_make_backend(lf_mem_plan *p, const lf_train_config *cfg, c
     if (!be) return lf_fail(LF_ERR_INVALID_ARG, "lf_mem_plan_make_backend: no backend instance");
     /* staging 0: host memory; 1: memory the host may not touch but no device to ask (cpu-fenced), all of it
      * held against the host's limit; 2: a device's (mem_info), the device part against its free memory */
-    const int host = lf_backend_host_memory(be), staging = host ? 0 : be->ops->mem_info ? 2 : 1;
-    const int replicas = be->ops->replicas ? be->ops->replicas(be, cfg->micro_batch) : 1;
-    lf_status st = lf__mem_plan_make_ops(p, cfg, mcfg, replicas, staging, rank, be->ops);
+    const int host = lf_backend_host_memory(be), staging = host ? 0 : lf_backend_is_device(be) ? 2 : 1;
+    const int replicas = lf_backend_replicas(be, cfg->micro_batch);
+    lf_status st = lf__mem_plan_make_ops(p, cfg, mcfg, replicas, staging, rank, lf_backend_table(be));
     if (st != LF_OK || staging != 2) return st;
     st = lf_backend_mem_info(be, &p->device_free, &p->device_capacity);
     if (st != LF_OK) return st;

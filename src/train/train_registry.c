@@ -2,7 +2,7 @@
  * The trainer's side of the model registry (include/llmforge/registry.h)
  * and of eval.suite: what a run records, gathered from the configuration
  * and the trainer's state at four points (run start, every saved
- * checkpoint, run end, free), so that trainer.c only calls these hooks.
+ * checkpoint, run end, free), so that the trainer (trainer_*.c) only calls these hooks.
  *
  * Invariants:
  *  - Rank 0 alone opens the registry and writes; every rank runs eval.suite

@@ -3,7 +3,7 @@
  * the dashboard for this run, its own server, the run_info record (what a
  * report needs that no other record says: the hardware, the kernels, the
  * code version, the memory plan item by item) and report.html at the end.
- * train_report.h lists the calls and when trainer.c makes them.
+ * train_report.h lists the calls and when the trainer (trainer_*.c) makes them.
  *
  * Invariants:
  *   - only rank 0 calls any of this (it alone writes out_dir and emits);

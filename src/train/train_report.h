@@ -1,6 +1,6 @@
 /*
  * The trainer's side of the live dashboard and the run report
- * (train_report.c): the few calls trainer.c makes, kept out of it so the
+ * (train_report.c): the few calls the trainer (trainer_*.c) makes, kept out of it so the
  * training loop stays about training. Private to src/train.
  *
  *   lf__trep_plan_json   at create, once the memory plan is made: the plan

@@ -35,7 +35,6 @@
 #include "llmforge/data.h"
 #include "llmforge/infer.h"
 #include "llmforge/model.h"
-#include "llmforge/train.h"
 #include "cli_util.h"
 #include "commands.h"
 

@@ -19,7 +19,6 @@
 #include "llmforge/data.h"
 #include "llmforge/eval.h"
 #include "llmforge/model.h"
-#include "llmforge/train.h"
 #include "cli_util.h"
 #include "commands.h"
 

@@ -30,7 +30,6 @@
 #include "llmforge/eval.h"
 #include "llmforge/model.h"
 #include "llmforge/registry.h"
-#include "llmforge/train.h"
 #include "cli_util.h"
 #include "commands.h"
 
