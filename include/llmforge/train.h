@@ -213,7 +213,7 @@ enum {
 
 typedef struct lf_trainer_opts {
     int resume;                       /* LF_RESUME_*: continue from out_dir/ckpt/latest */
-    /* Preemption (docs: README "Long runs and preemption"). The run polls
+    /* Preemption (docs/checkpoints.md, "Long runs and preemption"). The run polls
      * *stop_flag (when given) and lf_trainer_request_stop's flag at every
      * step boundary; non-zero on any rank (agreed by an all-reduce of the
      * maximum, so every rank stops at the same step) ends the run there:

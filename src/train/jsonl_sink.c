@@ -12,7 +12,7 @@
  * is exactly a float (the learning rate, say) with the fewest that read back
  * as that float (at most 9: "0.0006", not 0.00060000002849847078). Non-finite
  * values, which JSON cannot hold, as null. It lives with the trainer because
- * the train/eval line layout is the trainer's contract (README, bench
+ * the train/eval line layout is the trainer's contract (docs/file-formats.md, bench
  * scripts).
  */
 #include <errno.h>

@@ -55,7 +55,7 @@
  * failure; the user is invited to retry"): distinct from 0 (finished), 1
  * (failed), 2 (usage), 3 (stall exit) and from 128+N, what a shell reports
  * for a process that a signal killed before it could save; a batch script
- * or an orchestrator tests for it to requeue (README: "Long runs and
+ * or an orchestrator tests for it to requeue (docs/checkpoints.md: "Long runs and
  * preemption"). */
 #define LF_EXIT_PREEMPTED 75
 
