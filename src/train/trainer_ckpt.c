@@ -404,10 +404,28 @@ static void ckerr_parts(const char *msg, char *file, size_t fcap, char *err, siz
     if (c) snprintf(err, ecap, "%s", c + 2);
 }
 
+/* The checkpoint_error record of failure f (rank 0). */
+static void emit_ckerr(lf_trainer *t, const struct ckpt_failure *f) {
+    char file[LF_PATH_MAX], err[256], ef[LF_PATH_MAX * 2], ee[512], em[2100], json[LF_PATH_MAX * 2 + 3000];
+    ckerr_parts(f->msg, file, sizeof file, err, sizeof err);
+    lf__trainer_json_escape(ef, sizeof ef, file);
+    lf__trainer_json_escape(ee, sizeof ee, err);
+    lf__trainer_json_escape(em, sizeof em, f->msg);
+    /* the record's own "step" is where the failure was reported; save_step the save's */
+    snprintf(json, sizeof json, "{\"save_step\":%ld,\"file\":\"%s\",\"errno\":\"%s\",\"message\":\"%s\"}",
+             f->step, ef, ee, em);
+    lf_obs_record r = {.kind = LF_OBS_EVENT, .step = t->step, .event = "checkpoint_error", .json = json};
+    lf__trainer_emit(t, &r);
+}
+
 /* The failed save every rank agreed was pending (lf__trainer_stop_agreed): stop =
  * the error (on the rank that failed, its message; elsewhere, that rank 0
- * failed); continue = a warning and a checkpoint_error record, then on. */
-lf_status lf__ckpt_error_decide(lf_trainer *t) {
+ * failed); continue = a warning and a checkpoint_error record, then on.
+ * At the end of the run (at_end) no later save can try again: when the
+ * failed save is the final one (the agreed latest failure is this step's),
+ * continue too ends the run with the error, on every rank alike, so a run
+ * whose last save failed never ends "ok" with an older 'latest'. */
+lf_status lf__ckpt_error_decide(lf_trainer *t, int at_end) {
     const int mine = t->ckerr_pending;
     t->ckerr_pending = 0;
     if (t->cfg.ckpt_on_error == LF_CKPT_ON_ERROR_STOP) {
@@ -417,21 +435,25 @@ lf_status lf__ckpt_error_decide(lf_trainer *t) {
         return lf_fail(LF_ERR_IO, "a checkpoint failed on rank 0, which writes them (its log names the file); "
                        "stopping with it (checkpoint.on_error is stop)");
     }
+    if (at_end && t->ckerr_last == t->step) { /* continue, but the final save failed: nothing can try again */
+        for (int k = 0; k < mine; k++) {
+            if (t->ckerr[k].step != t->step)
+                lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed too: %s", t->ckerr[k].step, t->ckerr[k].msg);
+            if (t->rank == 0) emit_ckerr(t, &t->ckerr[k]);
+        }
+        if (mine && t->ckerr[mine - 1].step == t->step)
+            return lf_fail(t->ckerr[mine - 1].st, "the final checkpoint (step %ld) failed: %s; checkpoint.on_error is "
+                           "continue, but no later save can try again, so the run does not end ok ('latest' names "
+                           "the last complete checkpoint)", t->step, t->ckerr[mine - 1].msg);
+        return lf_fail(LF_ERR_IO, "the final checkpoint (step %ld) failed on rank 0, which writes them (its log names "
+                       "the file); the run does not end ok", t->step);
+    }
     if (t->rank != 0) return LF_OK;
     for (int k = 0; k < mine; k++) {
         const struct ckpt_failure *f = &t->ckerr[k];
         lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s; training goes on (checkpoint.on_error is "
                "continue: the previous checkpoint stays latest, the next save tries again)", f->step, f->msg);
-        char file[LF_PATH_MAX], err[256], ef[LF_PATH_MAX * 2], ee[512], em[2100], json[LF_PATH_MAX * 2 + 3000];
-        ckerr_parts(f->msg, file, sizeof file, err, sizeof err);
-        lf__trainer_json_escape(ef, sizeof ef, file);
-        lf__trainer_json_escape(ee, sizeof ee, err);
-        lf__trainer_json_escape(em, sizeof em, f->msg);
-        /* the record's own "step" is where the failure was reported; save_step the save's */
-        snprintf(json, sizeof json, "{\"save_step\":%ld,\"file\":\"%s\",\"errno\":\"%s\",\"message\":\"%s\"}",
-                 f->step, ef, ee, em);
-        lf_obs_record r = {.kind = LF_OBS_EVENT, .step = t->step, .event = "checkpoint_error", .json = json};
-        lf__trainer_emit(t, &r);
+        emit_ckerr(t, f);
     }
     return LF_OK;
 }

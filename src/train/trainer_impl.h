@@ -158,6 +158,7 @@ struct lf_trainer {
      * boundaries (the write in flight, reaped when the next save starts,
      * and that next save), so each is kept and each is reported */
     int ckerr_pending; /* how many of ckerr[] */
+    long ckerr_last;   /* the latest failed save's step on any rank, as lf__trainer_stop_agreed last agreed */
     struct ckpt_failure {
         lf_status st;
         long step;
@@ -268,7 +269,7 @@ lf_status lf__trainer_save(lf_trainer *t, int may_async);
 void lf__ckpt_poll(lf_trainer *t);
 void lf__ckpt_wait(lf_trainer *t, const char *why);
 void lf__ckpt_error_note(lf_trainer *t, lf_status st, long step, const char *msg);
-lf_status lf__ckpt_error_decide(lf_trainer *t);
+lf_status lf__ckpt_error_decide(lf_trainer *t, int at_end);
 
 /* ---- trainer_resume.c */
 /* Load the checkpoint path resolves to; rollback: in process, no record. */

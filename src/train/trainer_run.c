@@ -30,7 +30,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
         int req = 0, ckerr = 0; /* a step boundary: the only place a stop request or a failed save is read */
         lf__ckpt_poll(t); /* a background write that is done: its outcome */
         if ((st = lf__trainer_stop_agreed(t, &req, &ckerr)) != LF_OK) break;
-        if (ckerr && (st = lf__ckpt_error_decide(t)) != LF_OK) break;
+        if (ckerr && (st = lf__ckpt_error_decide(t, 0)) != LF_OK) break;
         if (req) {
             st = lf__trainer_preempt(t, req);
             break;
@@ -80,7 +80,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
     if (st == LF_OK) { /* the last save's outcome (or a background one found only now), agreed */
         int req = 0, ckerr = 0;
         st = lf__trainer_stop_agreed(t, &req, &ckerr);
-        if (st == LF_OK && ckerr) st = lf__ckpt_error_decide(t);
+        if (st == LF_OK && ckerr) st = lf__ckpt_error_decide(t, 1);
     } else if (t->rank == 0) {
         for (int k = 0; k < t->ckerr_pending; k++)
             lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed too: %s", t->ckerr[k].step, t->ckerr[k].msg);

@@ -111,18 +111,22 @@ void lf__trainer_watchdog_stop(lf_trainer *t) {
  * any rank holds a failed save (checkpoint.on_error is then decided alike
  * everywhere, at this boundary). One all-reduce of two values. */
 lf_status lf__trainer_stop_agreed(lf_trainer *t, int *reason, int *ckerr) {
-    int64_t v[2] = {t->stop_req, t->ckerr_pending};
+    long last = 0; /* the latest failed save here (lf__ckpt_error_decide's "was it the final one") */
+    for (int k = 0; k < t->ckerr_pending; k++)
+        if (t->ckerr[k].step > last) last = t->ckerr[k].step;
+    int64_t v[3] = {t->stop_req, t->ckerr_pending, last};
     if (t->opts.stop_flag) {
         int64_t f = *t->opts.stop_flag;
         if (f > v[0]) v[0] = f;
     }
     if (t->world > 1) {
         lf_comm_set_context(t->comm, "stop check after step %ld", t->step);
-        lf_status st = lf_comm_all_reduce_i64(t->comm, v, 2, LF_COMM_MAX);
+        lf_status st = lf_comm_all_reduce_i64(t->comm, v, 3, LF_COMM_MAX);
         if (st != LF_OK) return st;
     }
     *reason = (int)v[0];
     *ckerr = v[1] != 0;
+    t->ckerr_last = (long)v[2];
     return LF_OK;
 }
 

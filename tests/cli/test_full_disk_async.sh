@@ -8,10 +8,14 @@
 #      naming the step, a file of .tmp_step_00000008 and the errno; step 4
 #      stays latest and verifies; nothing temporary is left; resumed on a
 #      grown tmpfs the run ends with the uninterrupted run's bytes.
-#   E. checkpoint.async, on_error continue: the run exits 0; log.jsonl has a
-#      checkpoint_error record for step 8 and one for step 12 (the disk is
-#      still full), each with the file and "No space left on device";
-#      latest is still step 4 and verifies.
+#   E. checkpoint.async, on_error continue: the step-8 save fails and
+#      training goes on, then the final save (step 12) fails too (the disk is
+#      still full): the run exits 1 naming the final checkpoint, and its end
+#      record is not "ok" (it used to exit 0 with an older latest and say
+#      "the next save tries again" where there was none); log.jsonl has a
+#      checkpoint_error record for step 8 and one for step 12, each with the
+#      file and "No space left on device"; latest is still step 4 and verifies.
+#   F. The same with synchronous saves (the default).
 #   test_full_disk_async.sh LLMFORGE SOURCE_DIR SHARED_DIR
 # Needs root and mount -t tmpfs; without, it prints "SKIPPED: reason".
 set -u
@@ -52,8 +56,13 @@ echo "D. async save on a full disk: $(grep -o "[^ ]*: No space left on device" d
 
 # E. async, continue
 disk e $((ckpt_pages + ckpt_pages / 2 + 1))
-train --out_dir=e --checkpoint.async=true --checkpoint.on_error=continue >e.out 2>&1 ||
-    fail "E: exit $? with on_error continue: $(tail -3 e.out)"
+train --out_dir=e --checkpoint.async=true --checkpoint.on_error=continue >e.out 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "E: exit $rc when the final save failed (want 1): $(tail -3 e.out)"
+grep -q "the final checkpoint (step 12) failed: .*No space left on device.*does not end ok" e.out ||
+    fail "E: the message does not name the final checkpoint: $(tail -3 e.out)"
+tail -1 e/log.jsonl | grep -q '"type":"end"' && ! tail -1 e/log.jsonl | grep -q '"status":"ok"' ||
+    fail "E: the end record says ok: $(tail -1 e/log.jsonl)"
 [ "$(grep -c '"type":"checkpoint_error"' e/log.jsonl)" -eq 2 ] ||
     fail "E: expected 2 checkpoint_error records: $(grep checkpoint_error e/log.jsonl)"
 for s in 8 12; do
@@ -65,5 +74,19 @@ grep -q "training goes on" e.out || fail "E: no warning on stderr: $(tail -3 e.o
 "$LF" ckpt verify e >/dev/null 2>&1 || fail "E: latest does not verify"
 no_temporaries e "E"
 ok
-echo "E. async, on_error continue: 2 checkpoint_error records (steps 8, 12), exit 0, step 4 stays latest"
+echo "E. async, on_error continue: 2 checkpoint_error records (steps 8, 12), the final one fails the run (exit 1), step 4 stays latest"
+
+# F. synchronous saves, continue: the same outcome
+disk f $((ckpt_pages + ckpt_pages / 2 + 1))
+train --out_dir=f --checkpoint.on_error=continue >f.out 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "F: exit $rc when the final save failed (want 1): $(tail -3 f.out)"
+grep -q "the final checkpoint (step 12) failed: .*No space left on device" f.out ||
+    fail "F: the message does not name the final checkpoint: $(tail -3 f.out)"
+grep -q '"save_step":8,' f/log.jsonl || fail "F: no checkpoint_error record for step 8"
+! tail -1 f/log.jsonl | grep -q '"status":"ok"' || fail "F: the end record says ok: $(tail -1 f/log.jsonl)"
+[ "$(cat f/ckpt/latest)" = step_00000004 ] || fail "F: latest moved: $(cat f/ckpt/latest 2>&1)"
+no_temporaries f "F"
+ok
+echo "F. synchronous, on_error continue: the final save's failure fails the run (exit 1)"
 echo "$passed passed"
