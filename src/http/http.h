@@ -45,6 +45,17 @@
  * connection is in RECEIVING, so the deadline also bounds how long it may
  * wait for its next request.
  *
+ * Framing: before any handler runs, the header fields are checked against
+ * RFC 9112's framing rules (framing.c: one Content-Length of digits only,
+ * Transfer-Encoding only "chunked" and never with Content-Length, field
+ * names that are tokens, no control bytes in values); a request that breaks
+ * one gets 400 and its connection is closed.
+ *
+ * Drain (lf__http_drain, then lf__http_stop): new requests get 503 and a
+ * close, requests begun before are finished (received, handled, sent whole)
+ * until a deadline; at the stop, what is still arriving gets 503, answers
+ * already produced get up to a second to leave, the rest is cut.
+ *
  * Invariants:
  *   - every request gets exactly one response, or its connection is closed:
  *     a handler that neither replies nor defers gets a 500, a producer that
@@ -134,9 +145,23 @@ lf_status lf__http_start(lf__http_server **out, const lf__http_opts *opts);
 /* The bound port (the kernel's pick when opts.port was 0); -1 for NULL. */
 int lf__http_port(const lf__http_server *s);
 void lf__http_stats_get(const lf__http_server *s, lf__http_stats *out);
-/* Stop accepting, cancel every stream and deferred reply (their producers'
- * on_cancel runs, their later calls fail), close every connection, join the
- * threads. Producers may still hold streams; those stay valid until closed.
+/* Requests in flight: begun (their request line arrived) and not over
+ * (their response not wholly sent, their connection not closed). */
+int lf__http_in_flight(const lf__http_server *s);
+/* Begin draining and wait for it: from now on a request whose request line
+ * arrives is answered 503 with "Connection: close" by the layer, before any
+ * handler; requests begun before keep going (their bodies are read, their
+ * handlers run, their deferred replies and streams are sent). Returns once
+ * none of those is in flight, or when the monotonic time `until` (the clock
+ * of lf_time_now) has passed: the number still in flight. Then call
+ * lf__http_stop (after making the producers answer). NULL: 0. */
+int lf__http_drain(lf__http_server *s, double until);
+/* Stop: a request still arriving gets a 503 ("Connection: close") and its
+ * connection is shut down; answers already produced (whole replies, streams
+ * whose producer closed them) get up to 1 s to leave; then every stream and
+ * deferred reply still open is cancelled (their producers' on_cancel runs,
+ * their later calls fail), every connection is closed, the threads are
+ * joined. Producers may still hold streams; those stay valid until closed.
  * NULL: no-op. Not from a handler or a callback. */
 void lf__http_stop(lf__http_server *s);
 
