@@ -201,10 +201,14 @@ lf_status lf__http_stream_reply(lf__http_stream *s, int status, const char *cont
 lf_status lf__http_stream_begin(lf__http_stream *s, int status, const char *content_type,
                                 const lf__http_header *headers, int n_headers);
 /* Queue data[0, len) (copied) for the client; it leaves as soon as the
- * socket takes it. Errors: LF_ERR_IO when the client went away, the server
- * stopped, or max_stream_buffer bytes are waiting (the client does not read:
- * the stream is cancelled); LF_ERR_INVALID_ARG (not begun, or already a
- * whole reply); LF_ERR_NOMEM. */
+ * socket takes it. Each write first polls the client's socket (one
+ * non-blocking poll): a client that hung up fails the write at once, on the
+ * producer's thread, however busy MHD's workers and the watchdog are, so a
+ * producer generates at most one piece after the client left. Errors:
+ * LF_ERR_IO when the client went away (the stream is cancelled; on_cancel is
+ * not called, the status says it), the server stopped, or max_stream_buffer
+ * bytes are waiting (the client does not read: the stream is cancelled);
+ * LF_ERR_INVALID_ARG (not begun, or already a whole reply); LF_ERR_NOMEM. */
 lf_status lf__http_stream_write(lf__http_stream *s, const void *data, size_t len);
 /* 1 once the client went away or the server stopped (later writes fail). */
 int lf__http_stream_cancelled(lf__http_stream *s);
