@@ -39,7 +39,8 @@
  * RECEIVING again for the next request on a keep-alive connection. A
  * deferred reply or a stream waiting for its producer suspends the
  * connection in MHD (no CPU, no timeout); a watchdog thread looks at those
- * sockets every 50 ms and treats a peer that hung up as a disconnect (a
+ * sockets (and those of every stream) every 50 ms, and every stream write
+ * polls its own socket first; a peer that hung up is a disconnect (a
  * client that shuts down only its sending side after the request counts as
  * gone too: POLLRDHUP cannot tell the two apart). An idle keep-alive
  * connection is in RECEIVING, so the deadline also bounds how long it may
@@ -100,9 +101,11 @@ typedef void (*lf__http_handler)(lf__http_request *req, void *user);
 typedef char *(*lf__http_error_body_fn)(int status, const char *message, const char **content_type, void *user);
 
 /* Called once when the client of a stream goes away (or the server stops)
- * before the producer closed it; on an MHD worker, the watchdog or the
- * thread calling lf__http_stop. It must not call lf__http_stream_close
- * (it may set a flag the producer reads). */
+ * before the producer closed it; on an MHD worker, the watchdog, the thread
+ * calling lf__http_stop, or the producer's own thread inside the
+ * lf__http_stream_write that found the client gone (with no lock of the
+ * layer held). It must not call lf__http_stream_close (it may set a flag
+ * the producer reads). */
 typedef void (*lf__http_cancel_fn)(void *user);
 
 typedef struct lf__http_opts {
@@ -205,8 +208,8 @@ lf_status lf__http_stream_begin(lf__http_stream *s, int status, const char *cont
  * non-blocking poll): a client that hung up fails the write at once, on the
  * producer's thread, however busy MHD's workers and the watchdog are, so a
  * producer generates at most one piece after the client left. Errors:
- * LF_ERR_IO when the client went away (the stream is cancelled; on_cancel is
- * not called, the status says it), the server stopped, or max_stream_buffer
+ * LF_ERR_IO when the client went away (the stream is cancelled and its
+ * on_cancel runs before this returns), the server stopped, or max_stream_buffer
  * bytes are waiting (the client does not read: the stream is cancelled);
  * LF_ERR_INVALID_ARG (not begun, or already a whole reply); LF_ERR_NOMEM. */
 lf_status lf__http_stream_write(lf__http_stream *s, const void *data, size_t len);

@@ -23,9 +23,20 @@
  *     connection in RECEIVING is shut down (shutdown(2); MHD then reads EOF
  *     and closes it itself, so the descriptor is never closed twice).
  *   - A watchdog thread wakes every 50 ms: connections in RECEIVING past
- *     their deadline are shut down; suspended connections (a deferred reply
- *     or a stream waiting for its producer: MHD does not watch them) are
- *     polled for POLLRDHUP/POLLHUP, a disconnect that cancels the stream.
+ *     their deadline are shut down; connections holding a stream (a
+ *     deferred reply or a stream waiting for its producer, which MHD does
+ *     not watch, or one MHD is sending on, which MHD notices only at a
+ *     failed send) are polled for POLLRDHUP/POLLHUP, a disconnect that
+ *     cancels the stream and shuts the socket down.
+ *   - The access handler's first call checks the request's framing
+ *     (framing.c) before any handler: 400 and "Connection: close".
+ *   - Drain (lf__http_drain): a request whose request line arrives after it
+ *     began is answered 503 with "Connection: close"; the drain waits for
+ *     the requests in flight (a connection with a request record that MHD
+ *     has not completed: receiving, handled, deferred, or with response
+ *     bytes unsent). lf__http_stop then sends a raw 503 to requests still
+ *     arriving, waits up to HTTP_STOP_FLUSH_S for answers already produced,
+ *     and cuts the rest.
  *   - A stream is shared by its producer, the request record and (once
  *     queued) the MHD response: a reference count under the server mutex.
  *     The server struct itself is counted too (1 + live streams), so a

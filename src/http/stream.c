@@ -293,8 +293,7 @@ lf_status lf__http_stream_write(lf__http_stream *s, const void *data, size_t len
                                             : "http: the client went away (or the server stopped)");
     } else if (peer_gone_locked(s)) {
         srv->st.disconnects++;
-        s->cancel_notified = 1; /* the caller hears it from the status */
-        lf__http_cancel_locked(s, &notifies, &resumes);
+        lf__http_cancel_locked(s, &notifies, &resumes); /* on_cancel runs below, mu released */
         lf__http_conn_drop_locked(srv, s->hc);
         st = lf_fail(LF_ERR_IO, "http: the client went away");
     } else if (len > srv->o.max_stream_buffer - s->len) {
