@@ -42,11 +42,12 @@ static void handler(lf__http_request *r, void *user) {
     lf__http_reply_text(r, 200, msg);
 }
 
+static lf__http_server *srv;
+
 static int server_port(void) {
-    static lf__http_server *srv;
     if (!srv) {
         lf__http_opts o = {.what = "fuzz", .port = 0, .threads = 2, .max_connections = 64,
-                           .request_deadline_s = 3, .max_body = 1 << 16, .on_request = handler};
+                           .request_deadline_s = 1, .max_body = 1 << 16, .on_request = handler};
         if (lf__http_start(&srv, &o) != LF_OK) {
             fprintf(stderr, "fuzz_http: cannot start the server: %s\n", lf_last_error());
             abort();
@@ -84,9 +85,22 @@ static char *exchange(int port, const uint8_t *data, size_t size, size_t *got) {
     *got = 0;
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int k = poll(&p, 1, *got ? 300 : 10000);
+        int k = poll(&p, 1, *got ? 300 : 30000);
         if (k == 0 && *got) break;
-        FUZZ_CHECK(k > 0); /* an answer or a close within the deadline */
+        if (k <= 0) {
+            lf__http_stats st;
+            lf__http_stats_get(srv, &st);
+            fprintf(stderr, "fuzz_http: no answer nor close in 30 s: accepted %llu open %d refused %llu deadline %llu "
+                            "dropped_idle %llu\n", (unsigned long long)st.accepted, st.open,
+                    (unsigned long long)st.refused, (unsigned long long)st.deadline,
+                    (unsigned long long)st.dropped_idle);
+            pthread_mutex_lock(&srv->mu);
+            for (hconn *c = srv->conns; c; c = c->next)
+                fprintf(stderr, "  conn fd %d state %d dropped %d age %.2f s cur %p\n", c->fd, c->state, c->dropped,
+                        lf_time_now() - c->t0, (void *)c->cur);
+            pthread_mutex_unlock(&srv->mu);
+        }
+        FUZZ_CHECK(k > 0); /* an answer or a close: the request deadline is 1 s */
         if (*got + 4096 > cap) {
             b = realloc(b, cap *= 2);
             FUZZ_CHECK(b != NULL);
