@@ -49,9 +49,12 @@ const char *lf_server_model_name(const lf_server *s);
 /* Where the chat template came from: the checkpoint's chat_template.json
  * (its path) or "built-in ChatML". Valid while the server runs. */
 const char *lf_server_chat_template(const lf_server *s);
-/* Stop accepting work (new requests: 503 with Retry-After), let in-flight
- * requests finish for up to drain_s seconds, cancel what is left (streams
- * end cleanly), stop listening and free everything. NULL: no-op. */
+/* Drain and stop (docs/serving.md, "Shutdown"): requests that begin from
+ * now on get 503 with Retry-After; requests already begun (even those whose
+ * body is still arriving) are finished and sent whole for up to drain_s
+ * seconds; what is left then gets an explicit error (503, or an error event
+ * in a stream that already sent its 200), never a cut answer; then the
+ * server stops listening and frees everything. NULL: no-op. */
 void lf_server_stop(lf_server *s, double drain_s);
 
 #ifdef __cplusplus

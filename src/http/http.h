@@ -39,11 +39,23 @@
  * RECEIVING again for the next request on a keep-alive connection. A
  * deferred reply or a stream waiting for its producer suspends the
  * connection in MHD (no CPU, no timeout); a watchdog thread looks at those
- * sockets every 50 ms and treats a peer that hung up as a disconnect (a
+ * sockets (and those of every stream) every 50 ms, and every stream write
+ * polls its own socket first; a peer that hung up is a disconnect (a
  * client that shuts down only its sending side after the request counts as
  * gone too: POLLRDHUP cannot tell the two apart). An idle keep-alive
  * connection is in RECEIVING, so the deadline also bounds how long it may
  * wait for its next request.
+ *
+ * Framing: before any handler runs, the header fields are checked against
+ * RFC 9112's framing rules (framing.c: one Content-Length of digits only,
+ * Transfer-Encoding only "chunked" and never with Content-Length, field
+ * names that are tokens, no control bytes in values); a request that breaks
+ * one gets 400 and its connection is closed.
+ *
+ * Drain (lf__http_drain, then lf__http_stop): new requests get 503 and a
+ * close, requests begun before are finished (received, handled, sent whole)
+ * until a deadline; at the stop, what is still arriving gets 503, answers
+ * already produced get up to a second to leave, the rest is cut.
  *
  * Invariants:
  *   - every request gets exactly one response, or its connection is closed:
@@ -89,9 +101,11 @@ typedef void (*lf__http_handler)(lf__http_request *req, void *user);
 typedef char *(*lf__http_error_body_fn)(int status, const char *message, const char **content_type, void *user);
 
 /* Called once when the client of a stream goes away (or the server stops)
- * before the producer closed it; on an MHD worker, the watchdog or the
- * thread calling lf__http_stop. It must not call lf__http_stream_close
- * (it may set a flag the producer reads). */
+ * before the producer closed it; on an MHD worker, the watchdog, the thread
+ * calling lf__http_stop, or the producer's own thread inside the
+ * lf__http_stream_write that found the client gone (with no lock of the
+ * layer held). It must not call lf__http_stream_close (it may set a flag
+ * the producer reads). */
 typedef void (*lf__http_cancel_fn)(void *user);
 
 typedef struct lf__http_opts {
@@ -134,9 +148,23 @@ lf_status lf__http_start(lf__http_server **out, const lf__http_opts *opts);
 /* The bound port (the kernel's pick when opts.port was 0); -1 for NULL. */
 int lf__http_port(const lf__http_server *s);
 void lf__http_stats_get(const lf__http_server *s, lf__http_stats *out);
-/* Stop accepting, cancel every stream and deferred reply (their producers'
- * on_cancel runs, their later calls fail), close every connection, join the
- * threads. Producers may still hold streams; those stay valid until closed.
+/* Requests in flight: begun (their request line arrived) and not over
+ * (their response not wholly sent, their connection not closed). */
+int lf__http_in_flight(const lf__http_server *s);
+/* Begin draining and wait for it: from now on a request whose request line
+ * arrives is answered 503 with "Connection: close" by the layer, before any
+ * handler; requests begun before keep going (their bodies are read, their
+ * handlers run, their deferred replies and streams are sent). Returns once
+ * none of those is in flight, or when the monotonic time `until` (the clock
+ * of lf_time_now) has passed: the number still in flight. Then call
+ * lf__http_stop (after making the producers answer). NULL: 0. */
+int lf__http_drain(lf__http_server *s, double until);
+/* Stop: a request still arriving gets a 503 ("Connection: close") and its
+ * connection is shut down; answers already produced (whole replies, streams
+ * whose producer closed them) get up to 1 s to leave; then every stream and
+ * deferred reply still open is cancelled (their producers' on_cancel runs,
+ * their later calls fail), every connection is closed, the threads are
+ * joined. Producers may still hold streams; those stay valid until closed.
  * NULL: no-op. Not from a handler or a callback. */
 void lf__http_stop(lf__http_server *s);
 
@@ -176,10 +204,14 @@ lf_status lf__http_stream_reply(lf__http_stream *s, int status, const char *cont
 lf_status lf__http_stream_begin(lf__http_stream *s, int status, const char *content_type,
                                 const lf__http_header *headers, int n_headers);
 /* Queue data[0, len) (copied) for the client; it leaves as soon as the
- * socket takes it. Errors: LF_ERR_IO when the client went away, the server
- * stopped, or max_stream_buffer bytes are waiting (the client does not read:
- * the stream is cancelled); LF_ERR_INVALID_ARG (not begun, or already a
- * whole reply); LF_ERR_NOMEM. */
+ * socket takes it. Each write first polls the client's socket (one
+ * non-blocking poll): a client that hung up fails the write at once, on the
+ * producer's thread, however busy MHD's workers and the watchdog are, so a
+ * producer generates at most one piece after the client left. Errors:
+ * LF_ERR_IO when the client went away (the stream is cancelled and its
+ * on_cancel runs before this returns), the server stopped, or max_stream_buffer
+ * bytes are waiting (the client does not read: the stream is cancelled);
+ * LF_ERR_INVALID_ARG (not begun, or already a whole reply); LF_ERR_NOMEM. */
 lf_status lf__http_stream_write(lf__http_stream *s, const void *data, size_t len);
 /* 1 once the client went away or the server stopped (later writes fail). */
 int lf__http_stream_cancelled(lf__http_stream *s);

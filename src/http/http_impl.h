@@ -24,6 +24,7 @@ typedef int lf_mhd_result;
 #endif
 
 #define HTTP_WATCHDOG_TICK_S 0.05
+#define HTTP_STOP_FLUSH_S 1.0 /* lf__http_stop: how long answers already produced may take to leave */
 #define HTTP_MAX_THREADS 64
 
 /* ---------------------------------------------------------------- records */
@@ -86,6 +87,7 @@ struct lf__http_request {
     int answered;         /* replied or deferred */
     int waiting;          /* deferred: the access handler suspended the connection */
     int too_large;        /* discarding a body over the cap */
+    int late;             /* its request line arrived after lf__http_drain began: 503 */
     unsigned char *body;
     size_t body_len, body_cap;
     lf__http_stream *stream;
@@ -100,6 +102,7 @@ struct lf__http_server {
     pthread_cond_t cv; /* watchdog wake-ups, in_cancel_cb and resumes_in_flight changes */
     int refs;          /* 1 (the server) + streams alive */
     int stopping;
+    int draining;      /* lf__http_drain began: new requests get 503 and a close */
     int watchdog_stop;
     int watchdog_started;
     pthread_t watchdog;
@@ -128,6 +131,17 @@ int lf__http_add_headers(struct MHD_Response *resp, const char *ctype, const own
 void lf__http_mark_handling(lf__http_request *r);
 /* Queue the layer's own error response (413, 500, 503) on an MHD worker. */
 lf_mhd_result lf__http_reply_error(lf__http_request *r, int status, const char *msg);
+/* The same with "Connection: close": MHD closes the connection once it is
+ * sent, reading nothing more from it (refused framing, a stopping server). */
+lf_mhd_result lf__http_reply_error_close(lf__http_request *r, int status, const char *msg);
+
+/* ---------------------------------------------------------------- framing (framing.c) */
+
+/* RFC 9112 framing of a request whose header fields are h[0, n) as MHD
+ * parsed them (http10: the request line said HTTP/1.0): 0 when acceptable,
+ * -1 with a reason in why[0, cap) when it must be refused with 400 and the
+ * connection closed. framing.c lists the rules. */
+int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *why, size_t cap);
 
 /* ---------------------------------------------------------------- connections (server.c) */
 

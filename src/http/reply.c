@@ -138,6 +138,16 @@ lf_mhd_result lf__http_reply_error(lf__http_request *r, int status, const char *
     return queue_buffer(r, status, ctype, NULL, 0, NULL, 0, b, len, MHD_RESPMEM_MUST_FREE);
 }
 
+lf_mhd_result lf__http_reply_error_close(lf__http_request *r, int status, const char *msg) {
+    const char *ctype;
+    size_t len;
+    char *b = lf__http_error_body(r->srv, status, msg, &ctype, &len);
+    if (!b) return MHD_NO;
+    /* MHD closes the connection after a response carrying "Connection: close" */
+    const lf__http_header close_hdr = {"Connection", "close"};
+    return queue_buffer(r, status, ctype, NULL, 0, &close_hdr, 1, b, len, MHD_RESPMEM_MUST_FREE);
+}
+
 lf_status lf__http_reply(lf__http_request *r, int status, const char *content_type, const lf__http_header *headers,
                          int n_headers, const void *body, size_t len) {
     if (!r) return lf_fail(LF_ERR_INVALID_ARG, "http: reply to a NULL request");

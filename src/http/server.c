@@ -23,9 +23,20 @@
  *     connection in RECEIVING is shut down (shutdown(2); MHD then reads EOF
  *     and closes it itself, so the descriptor is never closed twice).
  *   - A watchdog thread wakes every 50 ms: connections in RECEIVING past
- *     their deadline are shut down; suspended connections (a deferred reply
- *     or a stream waiting for its producer: MHD does not watch them) are
- *     polled for POLLRDHUP/POLLHUP, a disconnect that cancels the stream.
+ *     their deadline are shut down; connections holding a stream (a
+ *     deferred reply or a stream waiting for its producer, which MHD does
+ *     not watch, or one MHD is sending on, which MHD notices only at a
+ *     failed send) are polled for POLLRDHUP/POLLHUP, a disconnect that
+ *     cancels the stream and shuts the socket down.
+ *   - The access handler's first call checks the request's framing
+ *     (framing.c) before any handler: 400 and "Connection: close".
+ *   - Drain (lf__http_drain): a request whose request line arrives after it
+ *     began is answered 503 with "Connection: close"; the drain waits for
+ *     the requests in flight (a connection with a request record that MHD
+ *     has not completed: receiving, handled, deferred, or with response
+ *     bytes unsent). lf__http_stop then sends a raw 503 to requests still
+ *     arriving, waits up to HTTP_STOP_FLUSH_S for answers already produced,
+ *     and cuts the rest.
  *   - A stream is shared by its producer, the request record and (once
  *     queued) the MHD response: a reference count under the server mutex.
  *     The server struct itself is counted too (1 + live streams), so a
@@ -165,6 +176,9 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc) {
     }
     char *q = strchr(r->uri, '?');
     r->query = q ? q + 1 : "";
+    pthread_mutex_lock(&srv->mu);
+    r->late = srv->draining;
+    pthread_mutex_unlock(&srv->mu);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     hconn *c = ci ? ci->socket_context : NULL;
     if (c) {
@@ -223,10 +237,41 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 
 /* ---------------------------------------------------------------- the access handler (MHD worker) */
 
+typedef struct header_list {
+    lf__http_header *h;
+    int n, cap, failed;
+} header_list;
+
+static lf_mhd_result collect_header(void *cls, enum MHD_ValueKind kind, const char *name, const char *value) {
+    (void)kind;
+    header_list *l = cls;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        lf__http_header *p = realloc(l->h, sizeof *p * (size_t)cap);
+        if (!p) {
+            l->failed = 1;
+            return MHD_NO;
+        }
+        l->h = p;
+        l->cap = cap;
+    }
+    l->h[l->n++] = (lf__http_header){name, value};
+    return MHD_YES;
+}
+
+/* The request's framing (framing.c), on the first access-handler call: 1
+ * when it must be refused (*why says why), -1 when out of memory. */
+static int refuse_framing(struct MHD_Connection *mc, const char *version, char *why, size_t cap) {
+    header_list l = {0};
+    MHD_get_connection_values(mc, MHD_HEADER_KIND, collect_header, &l);
+    int bad = l.failed ? -1 : lf__http_check_framing(l.h, l.n, version && !strcmp(version, "HTTP/1.0"), why, cap) != 0;
+    free(l.h);
+    return bad;
+}
+
 static lf_mhd_result on_access(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls) {
-    (void)version;
     lf__http_server *srv = cls;
     lf__http_request *r = *con_cls;
     if (!r) { /* the URI log callback could not allocate */
@@ -240,6 +285,18 @@ static lf_mhd_result on_access(void *cls, struct MHD_Connection *mc, const char 
 
     if (!r->started) {
         r->started = 1;
+        /* Framing first: a request MHD and a proxy could read differently
+         * is refused before a handler sees it, and nothing more is read
+         * from its connection (RFC 9112 §6.3). */
+        char why[200];
+        const int bad = refuse_framing(mc, version, why, sizeof why);
+        if (bad < 0) return MHD_NO;
+        if (bad) {
+            char msg[240];
+            snprintf(msg, sizeof msg, "bad request framing: %s", why);
+            return lf__http_reply_error_close(r, 400, msg);
+        }
+        if (r->late) return lf__http_reply_error_close(r, 503, "the server is shutting down");
         if (srv->o.on_headers) {
             r->in_on_headers = 1;
             srv->o.on_headers(r, srv->o.user);
@@ -360,13 +417,18 @@ static void *watchdog_main(void *arg) {
                     lf__http_conn_drop_locked(srv, c);
                     srv->st.deadline++;
                 }
-            } else if (c->stream && c->stream->suspended && !c->stream->cancelled) {
-                /* MHD does not watch a suspended connection: a peer that hung up
-                 * is seen here (a pipelined request would show as POLLIN only). */
+            } else if (c->stream && !c->stream->cancelled && (c->stream->suspended || c->stream->queued)) {
+                /* MHD does not watch a suspended connection, and one it is
+                 * sending on learns of a hang-up only from a failed send,
+                 * which may never come (nothing to send, or a full socket
+                 * buffer it waits on): a peer that hung up is seen here
+                 * within a tick either way (a pipelined request would show
+                 * as POLLIN only). */
                 struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
                 if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
                     srv->st.disconnects++;
                     lf__http_cancel_locked(c->stream, &notifies, &resumes);
+                    lf__http_conn_drop_locked(srv, c); /* MHD closes it at once, not at its next send */
                 }
             }
         }
@@ -602,10 +664,83 @@ void lf__http_stats_get(const lf__http_server *s, lf__http_stats *out) {
     pthread_mutex_unlock(&srv->mu);
 }
 
+/* Requests begun and not over (mu held): a request line arrived and the
+ * response has not been wholly sent (nor the connection closed). With
+ * flushable_only, those that wait for a producer that has not closed its
+ * stream are left out: only answers already produced. */
+static int in_flight_locked(const lf__http_server *srv, int flushable_only) {
+    int n = 0;
+    for (const hconn *c = srv->conns; c; c = c->next) {
+        if (c->dropped || !c->cur) continue;
+        const lf__http_stream *st = c->cur->stream;
+        if (flushable_only && st && !st->producer_closed && !st->cancelled) continue;
+        n++;
+    }
+    return n;
+}
+
+int lf__http_in_flight(const lf__http_server *s) {
+    if (!s) return 0;
+    lf__http_server *srv = (lf__http_server *)s;
+    pthread_mutex_lock(&srv->mu);
+    int n = in_flight_locked(srv, 0);
+    pthread_mutex_unlock(&srv->mu);
+    return n;
+}
+
+/* Wait (mu held) until in_flight_locked(srv, flushable_only) is 0 or the
+ * monotonic time `until` (lf_time_now's clock) passes; returns what is left. */
+static int wait_in_flight_locked(lf__http_server *srv, int flushable_only, double until) {
+    for (;;) {
+        int n = in_flight_locked(srv, flushable_only);
+        double now = lf_time_now();
+        if (n == 0 || now >= until) return n;
+        double dt = until - now < 0.005 ? until - now : 0.005;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long ns = ts.tv_nsec + (long)(dt * 1e9);
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+    }
+}
+
+int lf__http_drain(lf__http_server *srv, double until) {
+    if (!srv) return 0;
+    pthread_mutex_lock(&srv->mu);
+    srv->draining = 1;
+    int left = wait_in_flight_locked(srv, 0, until);
+    pthread_mutex_unlock(&srv->mu);
+    return left;
+}
+
 void lf__http_stop(lf__http_server *srv) {
     if (!srv) return;
     lf__http_stream *notifies = NULL, *resumes = NULL;
     pthread_mutex_lock(&srv->mu);
+    srv->draining = 1;
+    /* A request still arriving is cut with an explicit 503 (MHD writes
+     * nothing while it receives, so these bytes cannot interleave with its
+     * own), then its connection is shut down. */
+    if (!srv->stopping) {
+        const char *ctype;
+        size_t blen;
+        char *b = lf__http_error_body(srv, 503, "the server stopped before the request arrived whole", &ctype, &blen);
+        char head[256];
+        int hn = b ? snprintf(head, sizeof head,
+                              "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+                              "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n", ctype, blen) : 0;
+        for (hconn *c = srv->conns; b && c; c = c->next) {
+            if (c->dropped || c->state != CONN_RECEIVING || !c->cur) continue;
+            (void)send(c->fd, head, (size_t)hn, MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+            (void)send(c->fd, b, blen, MSG_DONTWAIT | MSG_NOSIGNAL);
+            lf__http_conn_drop_locked(srv, c);
+        }
+        free(b);
+        /* Answers already produced (whole replies, streams their producers
+         * closed, the error answers of a cut drain) get a moment to leave. */
+        (void)wait_in_flight_locked(srv, 1, lf_time_now() + HTTP_STOP_FLUSH_S);
+    }
     srv->stopping = 1;
     srv->watchdog_stop = 1;
     pthread_cond_broadcast(&srv->cv);

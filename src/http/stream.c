@@ -13,6 +13,7 @@
  */
 #include "http/http_impl.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -269,6 +270,15 @@ lf_status lf__http_stream_begin(lf__http_stream *s, int status, const char *cont
     return stream_answer(s, S_STREAMING, status, content_type, headers, n_headers, NULL, 0);
 }
 
+/* The client of a stream hung up (mu held; hc listed, so its fd is ours to
+ * poll): one non-blocking poll, so the producer hears of it at its next
+ * write on its own thread, whether or not MHD or the watchdog have run. */
+static int peer_gone_locked(const lf__http_stream *s) {
+    if (!s->hc || s->hc->dropped) return 0;
+    struct pollfd p = {.fd = s->hc->fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 lf_status lf__http_stream_write(lf__http_stream *s, const void *data, size_t len) {
     if (!s) return lf_fail(LF_ERR_INVALID_ARG, "http: NULL stream");
     if (len > 0 && !data) return lf_fail(LF_ERR_INVALID_ARG, "http: %zu bytes given as NULL", len);
@@ -281,6 +291,11 @@ lf_status lf__http_stream_write(lf__http_stream *s, const void *data, size_t len
     } else if (s->cancelled) {
         st = lf_fail(LF_ERR_IO, s->finished ? "http: the response is already finished"
                                             : "http: the client went away (or the server stopped)");
+    } else if (peer_gone_locked(s)) {
+        srv->st.disconnects++;
+        lf__http_cancel_locked(s, &notifies, &resumes); /* on_cancel runs below, mu released */
+        lf__http_conn_drop_locked(srv, s->hc);
+        st = lf_fail(LF_ERR_IO, "http: the client went away");
     } else if (len > srv->o.max_stream_buffer - s->len) {
         srv->st.disconnects++;
         s->cancel_notified = 1; /* the caller hears it from the status */

@@ -94,7 +94,8 @@ struct lf_server {
     size_t key_len;
     int32_t stop_ids[2]; /* the end of text first (n_eot: 1 when there is one), then <|im_end|> */
     int n_stop_ids, n_eot;
-    atomic_int draining;
+    atomic_int draining; /* lf_server_stop began */
+    atomic_int cutting;  /* the drain time is over: what the engine still holds is cut */
     atomic_ullong next_id;
     int64_t created;
     pthread_mutex_t mu; /* metrics */
@@ -158,6 +159,7 @@ typedef struct call {
     atomic_int gone;    /* the client left */
     lf__serve_error err; /* a failure to answer with once every choice is done */
     int failed;
+    int cut;            /* a stream cut by shutdown: it ends with an error event, no [DONE] */
     char id[48];
     int64_t created;
     double t0;
@@ -268,6 +270,18 @@ static void finish_call(call *k) {
     lf__serve_usage u = {.prompt_tokens = k->prompt_tokens, .completion_tokens = completion};
     if (k->failed && !k->streaming) {
         stream_error(k, &k->err);
+    } else if (k->streaming && k->cut) {
+        /* 200 and part of the text are out: an error event, as OpenAI sends
+         * one mid-stream (its clients raise it), and no [DONE] */
+        if (!atomic_load(&k->gone)) {
+            size_t jl = 0, el = 0;
+            char *json = lf__serve_error_json(&k->err, &jl);
+            char *ev = json ? lf__serve_sse_event(json, jl, &el) : NULL;
+            if (ev) lf__http_stream_write(k->stream, ev, el);
+            free(ev);
+            free(json);
+        }
+        count_request(s, k->ep, 200);
     } else if (k->streaming) {
         if (!atomic_load(&k->gone)) {
             lf__serve_meta m = meta_of(k);
@@ -447,11 +461,15 @@ static void on_done(void *user, lf_engine_finish why, int n_prompt, int n_gen) {
         k->failed = 1;
         lf__serve_error_internal(&k->err, lf_engine_error(k->s->e));
     }
-    if (why == LF_FINISH_CANCELLED && !c->stopped && !k->failed && !atomic_load(&k->gone)) {
-        /* the engine was stopped under it (shutdown): the text so far, finish "length" */
-        c->finish = LF__FINISH_LENGTH;
+    const int shutdown_cut = why == LF_FINISH_CANCELLED && !c->stopped && !atomic_load(&k->gone);
+    if (shutdown_cut && !k->failed && !k->cut) {
+        /* the drain time ran out under it: an explicit error, never a normal
+         * "length" (a client would take the cut text for a whole answer) */
+        lf__serve_error_overloaded(&k->err, 503, 1, "the server shut down before the request finished");
+        if (k->streaming) k->cut = 1;
+        else k->failed = 1;
     }
-    if (k->streaming) send_chunk(k, c, "", 0, c->finish);
+    if (k->streaming && !k->cut) send_chunk(k, c, "", 0, c->finish);
     c->done = 1;
     const int last = --k->remaining == 0;
     pthread_mutex_unlock(&k->mu);
@@ -647,7 +665,7 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
                             .prompt_logprobs = q.echo && q.logprobs, .on_prompt = on_prompt,
                             .on_token = on_token, .on_done = on_done, .user = &k->ch[i]};
         uint64_t id = 0;
-        if (atomic_load(&s->draining)) sst = lf_fail(LF_ERR_BUSY, "the server is shutting down");
+        if (atomic_load(&s->cutting)) sst = lf_fail(LF_ERR_BUSY, "the server is shutting down");
         else sst = lf_engine_submit(s->e, &er, &id);
         if (sst != LF_OK) break;
         atomic_store(&k->ch[i].engine_id, id);
@@ -655,7 +673,7 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
     }
     if (sst != LF_OK) {
         if (sst == LF_ERR_BUSY)
-            lf__serve_error_overloaded(&err, atomic_load(&s->draining) ? 503 : 429, 1, lf_last_error());
+            lf__serve_error_overloaded(&err, atomic_load(&s->cutting) ? 503 : 429, 1, lf_last_error());
         else {
             char msg[sizeof err.message];
             lf_log(LF_LOG_INFO, "serve: request refused: %s", lf_last_error());
@@ -940,10 +958,19 @@ int lf_server_port(const lf_server *s) { return s ? lf__http_port(s->http) : -1;
 const char *lf_server_model_name(const lf_server *s) { return s ? s->model_name : ""; }
 const char *lf_server_chat_template(const lf_server *s) { return s && s->tpl.source ? s->tpl.source : ""; }
 
+/* The drain (docs/serving.md, "Shutdown"): requests that arrive from now on
+ * get 503 from the HTTP layer; every request begun before is received,
+ * generated and sent whole until drain_s is over. Then what is left is cut
+ * with an explicit error: the engine's sequences end (on_done: 503, or an
+ * error event in a stream that already sent 200), a request still arriving
+ * gets 503, and lf__http_stop gives those answers up to a second to leave. */
 void lf_server_stop(lf_server *s, double drain_s) {
     if (!s) return;
+    const double until = lf_time_now() + (drain_s > 0 ? drain_s : 0);
     atomic_store(&s->draining, 1);
-    lf_engine_stop(s->e, drain_s); /* in-flight requests finish or are cancelled; their streams end */
+    (void)lf__http_drain(s->http, until);
+    atomic_store(&s->cutting, 1);
+    lf_engine_stop(s->e, 0); /* what is left is cancelled: on_done answers with the error */
     lf__http_stop(s->http);
     server_free(s);
 }

@@ -11,7 +11,11 @@
 #    numbers, an unknown model and path, a prompt over the context, a 10 MB body, invalid UTF-8,
 #    a truncated chunked body, slow-loris clients, no key;
 #  - /metrics passes `promtool check metrics` (when promtool is installed);
-#  - SIGTERM during a stream: the stream ends with [DONE], the process exits 0 within --drain-s.
+#  - SIGTERM during a stream: the stream ends with [DONE], the process exits 0 within --drain-s;
+#  - RFC 9112 framing (two Content-Length, Transfer-Encoding with Content-Length, obs-fold, a
+#    bare CR, whitespace before the colon): 400 and the connection closed;
+#  - drain: a body still arriving at SIGTERM is finished (200), a request after SIGTERM gets 503;
+#    with --drain-s 0 under load every request gets a complete answer or an explicit error.
 #   bash test_serve.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
 LF=${1:?usage: test_serve.sh LLMFORGE SOURCE_DIR SHARED_DIR}
@@ -160,6 +164,44 @@ t = json.load(open("topp.json"))["choices"][0]["text"]
 assert t == sys.argv[1], (t, sys.argv[1])
 PY
 done
+# RFC 9112 framing that a proxy could read differently (request smuggling): each gets 400 in
+# OpenAI's error shape and the connection closed, nothing after it read as another request
+python3 - "$PORT" >framing.log 2>&1 <<'EOF2' || fail "RFC 9112 framing: $(cat framing.log)"
+import socket, sys
+port = int(sys.argv[1])
+B = b'{"model":"run","prompt":"ROMEO:\\n","max_tokens":2,"temperature":0}'
+L = str(len(B)).encode()
+def req(h, body=B):
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer sekrit-key-123\r\n" + h +
+            b"\r\n" + body)
+chunked = hex(len(B))[2:].encode() + b"\r\n" + B + b"\r\n0\r\n\r\n"
+cases = {
+    "two different Content-Length": req(b"Content-Length: " + L + b"\r\nContent-Length: 2\r\n"),
+    "two equal Content-Length": req(b"Content-Length: " + L + b"\r\nContent-Length: " + L + b"\r\n"),
+    "Transfer-Encoding and Content-Length": req(b"Transfer-Encoding: chunked\r\nContent-Length: " + L + b"\r\n", chunked),
+    "Transfer-Encoding gzip": req(b"Transfer-Encoding: gzip, chunked\r\n", chunked),
+    "obs-fold": req(b"X-A: a\r\n b c\r\nContent-Length: " + L + b"\r\n"),
+    "obs-fold of Content-Length": req(b"Content-Length: " + L[:1] + b"\r\n " + L[1:] + b"\r\n"),
+    "bare CR": req(b"X-A: a\rb\r\nContent-Length: " + L + b"\r\n"),
+    "space before the colon": req(b"Content-Length : 2\r\nContent-Length: " + L + b"\r\n"),
+}
+for name, raw in cases.items():
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(10)
+    s.sendall(raw)
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b: break  # the server closed the connection
+        data += b
+    s.close()
+    assert data.startswith(b"HTTP/1.1 400"), (name, data[:200])
+    assert b"Connection: close" in data.split(b"\r\n\r\n")[0], (name, data[:300])
+    assert b'"error"' in data and b"framing" in data, (name, data[:400])
+    assert data.count(b"HTTP/1.1 ") == 1, (name, data[:600])
+print("framing: %d cases refused with 400 and a close" % len(cases))
+EOF2
+good_one "RFC 9112 framing"
 ok
 # slow-loris clients hold connections; correct requests are still answered at once
 python3 - "$PORT" <<'EOF' &
@@ -223,5 +265,130 @@ wait $CURL
 [ $((t1 - t0)) -le 7 ] || fail "SIGTERM took $((t1 - t0)) s with --drain-s 5"
 tail -c 20 stream.txt | grep -q 'data: \[DONE\]' || fail "the stream did not end with [DONE]: $(tail -c 300 stream.txt)"
 grep -q '"finish_reason":"length"' stream.txt || fail "the stream has no finish_reason: $(tail -c 300 stream.txt)"
+ok
+
+# ---- drain: a request whose body is still arriving at SIGTERM is finished (200); a request
+# that arrives after SIGTERM gets 503; then the server exits 0
+start_server 20
+python3 - "$PORT" "$SERVER" >drain_partial.log 2>&1 <<'EOF2' || fail "drain, partial body: $(cat drain_partial.log)"
+import json, os, signal, socket, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+B = b'{"model":"run","prompt":"ROMEO:\\n","max_tokens":5,"temperature":0}'
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(20)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer sekrit-key-123\r\n"
+          b"Content-Length: %d\r\n\r\n" % len(B) + B[:10])
+time.sleep(0.2)  # the headers and 10 body bytes are in
+os.kill(pid, signal.SIGTERM)
+time.sleep(0.05)
+late = socket.create_connection(("127.0.0.1", port))  # the drain still listens: 503
+late.settimeout(20)
+late.sendall(b"GET /v1/models HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer sekrit-key-123\r\n\r\n")
+s.sendall(B[10:])
+def read_all(c):
+    d = b""
+    while True:
+        b = c.recv(65536)
+        if not b: return d
+        d += b
+        if b"\r\n\r\n" in d:
+            head, body = d.split(b"\r\n\r\n", 1)
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:") and len(body) >= int(line.split(b":")[1]):
+                    return d
+r = read_all(s)
+assert r.startswith(b"HTTP/1.1 200"), r[:300]
+body = json.loads(r.split(b"\r\n\r\n", 1)[1])
+assert body["choices"][0]["finish_reason"] in ("length", "stop"), body
+assert body["usage"]["completion_tokens"] >= 1, body
+r = read_all(late)
+assert r.startswith(b"HTTP/1.1 503"), r[:300]
+print("partial body at SIGTERM: 200; request after SIGTERM: 503")
+EOF2
+wait $SERVER
+rc=$?
+[ $rc -eq 0 ] || fail "serve exited $rc after the partial-body drain"
+ok
+
+# ---- drain cut at once (--drain-s 0) under load: 64 concurrent 80-token requests, half of them
+# streams, SIGTERM as soon as the first token of a stream arrived (so that most are queued or
+# decoding: the cut is certain, not a matter of timing). Each gets a complete answer (80 tokens or a stop) or an explicit
+# error (429/503 in OpenAI's shape; a stream: an error event and no [DONE]), never a cut text
+# labelled "length"
+start_server 0
+python3 - "$PORT" "$SERVER" >drain_cut.log 2>&1 <<'EOF2' || fail "drain cut: $(cat drain_cut.log)"
+import json, os, signal, socket, sys, threading, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+res = [None] * 64
+first = threading.Event()
+def one(i):
+    stream = i % 2 == 1
+    body = json.dumps({"model": "run", "prompt": "ROMEO:\n", "max_tokens": 80, "temperature": 1.0, "seed": i,
+                       "ignore_eos": True, "stream": stream}).encode()
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        s.settimeout(30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer sekrit-key-123\r\n"
+                  b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        d = b""
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            d += b
+            if stream and b"data: {" in d: first.set()
+        res[i] = (stream, d)
+    except OSError as e:
+        res[i] = (stream, b"", str(e))
+th = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+for t in th: t.start()
+first.wait(30)
+os.kill(pid, signal.SIGTERM)
+for t in th: t.join()
+count = {}
+for i, r in enumerate(res):
+    stream, d = r[0], r[1]
+    if not d:  # refused before it was accepted (the listener closed): no request was lost
+        assert len(r) == 3, (i, r)
+        count["refused"] = count.get("refused", 0) + 1
+        continue
+    head, _, body = d.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    if status in (429, 503):
+        assert b'"error"' in body, (i, d[:300])
+        count[status] = count.get(status, 0) + 1
+        continue
+    assert status == 200, (i, d[:300])
+    if not stream:
+        j = json.loads(body)
+        assert j["usage"]["completion_tokens"] == 80 or j["choices"][0]["finish_reason"] == "stop", (i, j)
+        count["complete"] = count.get("complete", 0) + 1
+        continue
+    raw, body, ended = body, b"", False
+    while raw:  # de-chunk
+        size_line, _, rest = raw.partition(b"\r\n")
+        n = int(size_line.split(b";")[0], 16)
+        if n == 0:
+            ended = True
+            break
+        body += rest[:n]
+        raw = rest[n + 2:]
+    events = [l[6:] for l in body.split(b"\n") if l.startswith(b"data: ")]
+    if b"[DONE]" in events:
+        assert not any(e.startswith(b'{"error"') for e in events), (i, body[-300:])
+        fin = [json.loads(e)["choices"][0]["finish_reason"] for e in events if e != b"[DONE]"]
+        assert fin[-1] in ("length", "stop"), (i, fin[-3:])
+        count["complete"] = count.get("complete", 0) + 1
+    else:
+        assert events and events[-1].startswith(b'{"error"'), (i, body[-300:])
+        assert not any(b'"finish_reason":"length"' in e for e in events), (i, body[-300:])
+        assert ended, (i, body[-100:])  # the chunked stream ends cleanly
+        count["stream error"] = count.get("stream error", 0) + 1
+print("drain cut:", count)
+assert count.get(503, 0) + count.get("stream error", 0) > 0, count  # the cut did happen
+EOF2
+wait $SERVER
+rc=$?
+[ $rc -eq 0 ] || fail "serve exited $rc after the cut drain"
+cat drain_cut.log
 ok
 echo "$passed passed, 0 failed"
