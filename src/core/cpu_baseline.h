@@ -11,7 +11,8 @@
 #include "llmforge/core.h"
 
 /* One bit per feature; LF_CPU_FEATURES(X) lists (bit, name) pairs, the name
- * being both __builtin_cpu_supports's and the one messages print. */
+ * being the one messages print (and GCC's -m option less the "m"); where
+ * CPUID reports each bit: cpu_baseline.c's k_where. */
 #define LF_CPU_FEATURES(X)                                                                                   \
     X(0, "sse3") X(1, "ssse3") X(2, "sse4.1") X(3, "sse4.2") X(4, "popcnt") X(5, "avx") X(6, "avx2")          \
     X(7, "fma") X(8, "f16c") X(9, "bmi") X(10, "bmi2") X(11, "lzcnt") X(12, "movbe") X(13, "avx512f")      \

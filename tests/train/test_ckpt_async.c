@@ -344,7 +344,9 @@ static void test_on_error_continue(void **state) {
  * step 8 is held back (the writer's delay hook) until the save of step 12
  * starts and reaps it, so its failure and step 12's (found by the end of
  * the run's wait) meet at the last boundary. Each gets its checkpoint_error
- * record, with its own save_step; latest stays step 4. */
+ * record, with its own save_step; latest stays step 4; and since the failed
+ * save is the final one, which nothing can retry, the run ends with the
+ * error and its end record is not "ok" (issue 31: it used to end ok). */
 static void test_two_failures_one_boundary(void **state) {
     (void)state;
     lf_train_config c = cfg_of("two-failures", 1);
@@ -359,7 +361,9 @@ static void test_two_failures_one_boundary(void **state) {
     lf_status st = run(&c, &o, err, sizeof err);
     lf_io_fail_after(-1, 0);
     g_arm_sticky = 0;
-    if (st != LF_OK) fail_msg("the run failed: %s", err);
+    if (st == LF_OK) fail_msg("the run ended ok although its final save failed");
+    if (!strstr(err, "the final checkpoint (step 12) failed") || !strstr(err, "No space left on device"))
+        fail_msg("the error does not name the final checkpoint: %s", err);
     char *log = read_log(&c);
     assert_int_equal(count(log, "\"type\":\"checkpoint_error\""), 2);
     for (int s = 8; s <= 12; s += 4) {
@@ -368,7 +372,8 @@ static void test_two_failures_one_boundary(void **state) {
         if (!strstr(log, want)) fail_msg("no checkpoint_error record for the save of step %d:\n%s", s, log);
     }
     assert_non_null(strstr(log, "No space left on device"));
-    assert_non_null(strstr(log, "\"status\":\"ok\""));
+    assert_null(strstr(log, "\"status\":\"ok\""));
+    assert_non_null(strstr(log, "\"status\":\"error\""));
     lf_free(log);
     assert_int_equal(latest_step(&c), 4);
 }
