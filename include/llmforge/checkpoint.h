@@ -41,7 +41,7 @@ typedef struct lf_ckpt_file {
 typedef struct lf_ckpt_tensors {
     const lf_param_info *table; /* parameter table (names, shapes, offsets) */
     int count;
-    size_t total;               /* floats in each buffer */
+    size_t total; /* floats in each buffer */
 } lf_ckpt_tensors;
 
 /* Save. params/m/v are host buffers of `total` floats (m, v may be NULL: no
@@ -148,8 +148,8 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
  * ("" when it names none; relative paths are against *dir_out), *dir_out
  * (may be NULL; lf_free) the resolved directory. On error nothing is left
  * allocated and the message names the file. */
-lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer,
-                                   size_t cap, char **dir_out);
+lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer, size_t cap,
+                                   char **dir_out);
 
 #ifdef __cplusplus
 }

@@ -112,13 +112,13 @@ const char *lf_comm_launcher_name(lf_comm_launcher l);
 
 /* ---------------------------------------------------------------- open / close */
 typedef struct lf_comm_options {
-    double timeout_s;     /* bound on every collective, in (0, 1e6]; default 300 */
-    size_t segment_elems; /* floats per round of the reduce-scatter/all-gather pipeline:
+    double timeout_s;       /* bound on every collective, in (0, 1e6]; default 300 */
+    size_t segment_elems;   /* floats per round of the reduce-scatter/all-gather pipeline:
                              bounds the scratch memory (about segment_elems floats)
                              and each MPI message; 0 = default 4M */
     lf_getenv_fn getenv_fn; /* environment for rank discovery; NULL = getenv */
     void *getenv_user;
-    int device_tensors;   /* 1: the caller's float buffers are device memory (the cuda
+    int device_tensors; /* 1: the caller's float buffers are device memory (the cuda
                              backend's tensors): "auto" then opens "nccl" on several ranks
                              where the program registered it; default 0 */
 } lf_comm_options;
@@ -178,7 +178,7 @@ void lf_comm_close(lf_comm *c);
  * LF_ERR_INVALID_ARG for NULL; LF_ERR_INTERNAL if MPI_Abort returns. */
 lf_status lf_comm_abort(lf_comm *c, int code);
 
-const char *lf_comm_name(const lf_comm *c);   /* "single", "mpi", "tcp", "nccl" */
+const char *lf_comm_name(const lf_comm *c); /* "single", "mpi", "tcp", "nccl" */
 /* 1 when the handle's float collectives and lf_comm_broadcast take device
  * memory (nccl), 0 for host memory (single, mpi; also for NULL). */
 int lf_comm_device_buffers(const lf_comm *c);
@@ -193,7 +193,7 @@ lf_status lf_comm_set_stream(lf_comm *c, void *stream);
 
 int lf_comm_rank(const lf_comm *c);
 int lf_comm_size(const lf_comm *c);
-int lf_comm_local_rank(const lf_comm *c);     /* rank among the processes of this host */
+int lf_comm_local_rank(const lf_comm *c); /* rank among the processes of this host */
 int lf_comm_local_size(const lf_comm *c);
 double lf_comm_timeout(const lf_comm *c);
 /* How this process was launched (what lf_comm_env_detect found at open). */
@@ -320,11 +320,10 @@ lf_status lf_comm_barrier(lf_comm *c);
  * as the fp32 ones. */
 lf_status lf_comm_all_reduce_bf16(lf_comm *c, uint16_t *buf, size_t n, lf_comm_op op);
 lf_status lf_comm_reduce_scatter_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op);
-lf_status lf_comm_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
-                                            lf_comm_op op, int64_t *ticket);
+lf_status lf_comm_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op,
+                                            int64_t *ticket);
 lf_status lf_comm_all_gather_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n);
-lf_status lf_comm_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
-                                        int64_t *ticket);
+lf_status lf_comm_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, int64_t *ticket);
 lf_status lf_comm_broadcast_bf16(lf_comm *c, uint16_t *buf, size_t n, int root);
 
 /* Small reductions (loss sums, token counts, flags): in place over n values,

@@ -23,22 +23,22 @@ extern "C" {
 /* Status codes are part of the API: never renumbered. */
 typedef enum lf_status {
     LF_OK = 0,
-    LF_ERR_INVALID_ARG = -1,   /* a caller passed a bad argument */
-    LF_ERR_NOMEM = -2,         /* an allocation failed */
-    LF_ERR_IO = -3,            /* open/read/write/rename/fsync failed */
-    LF_ERR_FORMAT = -4,        /* a file is malformed (bad magic, truncated, bad JSON) */
-    LF_ERR_CHECKSUM = -5,      /* a payload does not match its recorded checksum */
-    LF_ERR_CONFIG = -6,        /* unknown key or bad value in a configuration */
-    LF_ERR_MISMATCH = -7,      /* shapes/names/sizes disagree (e.g. checkpoint vs model) */
-    LF_ERR_UNSUPPORTED = -8,   /* a feature the backend or format does not support */
-    LF_ERR_RANGE = -9,         /* a value is out of its allowed range */
-    LF_ERR_NOT_FOUND = -10,    /* a named file, key or tensor does not exist */
-    LF_ERR_NUMERIC = -11,      /* non-finite loss or gradient */
-    LF_ERR_INTERNAL = -12,     /* a broken invariant inside llmforge (a bug) */
-    LF_ERR_TIMEOUT = -13,      /* a peer did not arrive at a collective within its deadline */
-    LF_ERR_DEVICE = -14,       /* the backend (a device, a kernel library) failed an operation */
-    LF_ERR_BUSY = -15,         /* at capacity (a full queue, shutting down): retry later */
-    LF_ERR_PREEMPTED = -16,    /* stopped on request (a signal) after saving its state: resume it */
+    LF_ERR_INVALID_ARG = -1, /* a caller passed a bad argument */
+    LF_ERR_NOMEM = -2,       /* an allocation failed */
+    LF_ERR_IO = -3,          /* open/read/write/rename/fsync failed */
+    LF_ERR_FORMAT = -4,      /* a file is malformed (bad magic, truncated, bad JSON) */
+    LF_ERR_CHECKSUM = -5,    /* a payload does not match its recorded checksum */
+    LF_ERR_CONFIG = -6,      /* unknown key or bad value in a configuration */
+    LF_ERR_MISMATCH = -7,    /* shapes/names/sizes disagree (e.g. checkpoint vs model) */
+    LF_ERR_UNSUPPORTED = -8, /* a feature the backend or format does not support */
+    LF_ERR_RANGE = -9,       /* a value is out of its allowed range */
+    LF_ERR_NOT_FOUND = -10,  /* a named file, key or tensor does not exist */
+    LF_ERR_NUMERIC = -11,    /* non-finite loss or gradient */
+    LF_ERR_INTERNAL = -12,   /* a broken invariant inside llmforge (a bug) */
+    LF_ERR_TIMEOUT = -13,    /* a peer did not arrive at a collective within its deadline */
+    LF_ERR_DEVICE = -14,     /* the backend (a device, a kernel library) failed an operation */
+    LF_ERR_BUSY = -15,       /* at capacity (a full queue, shutting down): retry later */
+    LF_ERR_PREEMPTED = -16,  /* stopped on request (a signal) after saving its state: resume it */
 } lf_status;
 
 /* The CPU baseline this build assumes (its -march: "x86-64-v3" by default,
@@ -123,13 +123,13 @@ void lf_log(lf_log_level level, const char *fmt, ...)
  * backward, data order survives resume, and the number of processes never
  * changes a stream. */
 typedef enum lf_rng_purpose {
-    LF_RNG_INIT = 1,       /* parameter initialisation */
-    LF_RNG_DATA = 2,       /* training batch positions */
-    LF_RNG_EVAL = 3,       /* evaluation batch positions */
-    LF_RNG_DROPOUT = 4,    /* dropout masks */
-    LF_RNG_SAMPLE = 5,     /* token sampling at generation */
-    LF_RNG_BENCH = 6,      /* synthetic benchmark data */
-    LF_RNG_TEST = 7,       /* tests */
+    LF_RNG_INIT = 1,    /* parameter initialisation */
+    LF_RNG_DATA = 2,    /* training batch positions */
+    LF_RNG_EVAL = 3,    /* evaluation batch positions */
+    LF_RNG_DROPOUT = 4, /* dropout masks */
+    LF_RNG_SAMPLE = 5,  /* token sampling at generation */
+    LF_RNG_BENCH = 6,   /* synthetic benchmark data */
+    LF_RNG_TEST = 7,    /* tests */
 } lf_rng_purpose;
 
 /* Four 32-bit random words for counter (index, sub). */
@@ -244,12 +244,12 @@ const char *lf_threads_source_name(lf_threads_source s);
 
 #define LF_CPU_PATH_MAX 512
 typedef struct lf_cpu_threads {
-    int threads;              /* the count to run, >= 1 */
-    lf_threads_source source; /* what decided it */
-    int online;               /* sysconf(_SC_NPROCESSORS_ONLN), >= 1 */
-    int affinity;             /* CPUs in the calling thread's affinity mask; 0 when unknown */
-    int64_t quota_us;         /* the tightest cgroup limit: quota_us per period_us, */
-    int64_t period_us;        /* both 0 when no cgroup limits the CPU */
+    int threads;                      /* the count to run, >= 1 */
+    lf_threads_source source;         /* what decided it */
+    int online;                       /* sysconf(_SC_NPROCESSORS_ONLN), >= 1 */
+    int affinity;                     /* CPUs in the calling thread's affinity mask; 0 when unknown */
+    int64_t quota_us;                 /* the tightest cgroup limit: quota_us per period_us, */
+    int64_t period_us;                /* both 0 when no cgroup limits the CPU */
     char limit_file[LF_CPU_PATH_MAX]; /* the file that holds that limit ("" when none) */
     /* A limit file that was skipped because its content is not what the
      * kernel writes (then that cgroup counts as unlimited): "'FILE': why";

@@ -50,8 +50,7 @@ typedef struct lf_shard lf_shard;
 
 /* Write a shard (tokens as u16 when vocab_size <= 65536, else u32). mask may
  * be NULL. Written to path.tmp, fsynced, renamed. */
-lf_status lf_shard_write(const char *path, const uint32_t *tokens, const uint8_t *mask, size_t n,
-                         uint32_t vocab_size);
+lf_status lf_shard_write(const char *path, const uint32_t *tokens, const uint8_t *mask, size_t n, uint32_t vocab_size);
 
 /* Streaming shard writer (src/data/shard_writer.c): the same file, format and
  * guarantees as lf_shard_write, but the tokens arrive in pieces and memory is
@@ -143,8 +142,7 @@ int lf_tokenizer_vocab_size(const lf_tokenizer *t);
  * tokens are ordinary text, invalid UTF-8 is an error naming its byte offset).
  * *ids is allocated (lf_free). A character outside the vocabulary is an error
  * naming it and its byte offset. */
-lf_status lf_tokenizer_encode(const lf_tokenizer *t, const char *text, size_t len, uint32_t **ids,
-                              size_t *n);
+lf_status lf_tokenizer_encode(const lf_tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n);
 /* Decode ids to a NUL-terminated string (lf_free); *len excludes the NUL.
  * Byte-level BPE kinds return the exact bytes the ids stand for: the ids of
  * a text decode to that text, but an arbitrary id sequence (one cut inside a
@@ -152,8 +150,7 @@ lf_status lf_tokenizer_encode(const lf_tokenizer *t, const char *text, size_t le
  * bytes that are not valid UTF-8 on their own, and a text holding U+0000
  * decodes with that NUL inside (use *len). An id outside the vocabulary is
  * LF_ERR_RANGE naming the id and its position. */
-lf_status lf_tokenizer_decode(const lf_tokenizer *t, const uint32_t *ids, size_t n, char **text,
-                              size_t *len);
+lf_status lf_tokenizer_decode(const lf_tokenizer *t, const uint32_t *ids, size_t n, char **text, size_t *len);
 
 /* Tokenizer kinds (spec prefixes), see docs/tokenizers.md:
  *   char:FILE      vocab.json of code points (nanoGPT shakespeare_char)
@@ -219,8 +216,8 @@ lf_status lf_tokenizer_encode_opts(const lf_tokenizer *t, const char *text, size
  * than whitespace), the parts are encoded concurrently and the ids
  * concatenated. On an error the message is the one the serial call gives
  * (the first error in text order, offsets relative to the whole text). */
-lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, size_t len,
-                                       const lf_encode_opts *opts, int n_threads, uint32_t **ids, size_t *n);
+lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, size_t len, const lf_encode_opts *opts,
+                                       int n_threads, uint32_t **ids, size_t *n);
 
 /* Id of a special token by its text ("<|endoftext|>"; hf: any added token,
  * "<|im_start|>"). LF_ERR_NOT_FOUND when the tokenizer has no such token (the
@@ -296,12 +293,12 @@ lf_bpe_train_opts lf_bpe_train_opts_default(void);
  * options), LF_ERR_NOT_FOUND/LF_ERR_IO (an input cannot be read, the output
  * cannot be written), LF_ERR_FORMAT (invalid UTF-8, naming file and offset),
  * LF_ERR_NOMEM. */
-lf_status lf_bpe_train(const char *const *inputs, size_t n_inputs, const lf_bpe_train_opts *opts,
-                       const char *out_path, lf_bpe_train_stats *stats);
+lf_status lf_bpe_train(const char *const *inputs, size_t n_inputs, const lf_bpe_train_opts *opts, const char *out_path,
+                       lf_bpe_train_stats *stats);
 
 /* ---------------------------------------------------------------- preparation */
 typedef struct lf_prepare_stats {
-    size_t n_chars;         /* code points read */
+    size_t n_chars; /* code points read */
     int vocab_size;
     size_t train_tokens, val_tokens;
 } lf_prepare_stats;
@@ -381,12 +378,12 @@ typedef void (*lf_skip_fn)(const char *msg, void *user);
 typedef struct lf_reader_opts {
     lf_input_format format;
     lf_record_mode mode;
-    const char *text_field;     /* NULL: "text" */
-    const char *prompt_field;   /* NULL (with response_field NULL): auto-detected pair */
+    const char *text_field;   /* NULL: "text" */
+    const char *prompt_field; /* NULL (with response_field NULL): auto-detected pair */
     const char *response_field;
     int skip_bad_records;
-    size_t max_record_bytes;    /* 0: LF_READER_MAX_RECORD_BYTES; JSONL/JSON only */
-    lf_skip_fn on_skip;         /* may be NULL */
+    size_t max_record_bytes; /* 0: LF_READER_MAX_RECORD_BYTES; JSONL/JSON only */
+    lf_skip_fn on_skip;      /* may be NULL */
     void *on_skip_user;
 } lf_reader_opts;
 
@@ -394,14 +391,14 @@ typedef struct lf_reader_opts {
  * next lf_reader_next or lf_reader_close. Strings are valid UTF-8, hold no
  * NUL, and are NUL-terminated (the lengths exclude the NUL). */
 typedef struct lf_record {
-    const char *text;     /* pretraining; NULL in fine-tuning mode */
+    const char *text; /* pretraining; NULL in fine-tuning mode */
     size_t text_len;
-    const char *prompt;   /* fine-tuning; NULL in pretraining mode */
+    const char *prompt; /* fine-tuning; NULL in pretraining mode */
     size_t prompt_len;
     const char *response;
     size_t response_len;
-    uint64_t line;        /* 1-based line where the record starts */
-    uint64_t index;       /* 0-based position among the file's records, skipped ones included */
+    uint64_t line;  /* 1-based line where the record starts */
+    uint64_t index; /* 0-based position among the file's records, skipped ones included */
     /* Names of the fields the strings came from (for messages; NULL for a
      * text file), e.g. "input_text"/"target_text" when auto-detected. */
     const char *text_key, *prompt_key, *response_key;
@@ -486,8 +483,8 @@ const char *lf_input_format_name(lf_input_format f);
 #define LF_PREPARE_N_SPLITS 3 /* train, val, test */
 #define LF_PREPARE_SHARD_TOKENS ((size_t)100 * 1000 * 1000)
 #define LF_PREPARE_MAX_THREADS 1024
-#define LF_PREPARE_BATCH_BYTES ((size_t)1 << 20)         /* text per thread per batch */
-#define LF_PREPARE_LARGE_RECORD_BYTES ((size_t)1 << 20)  /* encoded on all threads alone */
+#define LF_PREPARE_BATCH_BYTES ((size_t)1 << 20)        /* text per thread per batch */
+#define LF_PREPARE_LARGE_RECORD_BYTES ((size_t)1 << 20) /* encoded on all threads alone */
 
 /* Where lf_prepare stands, handed to the progress callback. */
 typedef struct lf_prepare_progress {
@@ -520,15 +517,15 @@ typedef struct lf_prepare_opts {
      * checkpoint (so serve uses it). */
     const char *chat_template;
     int skip_bad_records;
-    size_t max_record_bytes;   /* 0: LF_READER_MAX_RECORD_BYTES */
-    const char *tokenizer;     /* spec, see above */
+    size_t max_record_bytes;           /* 0: LF_READER_MAX_RECORD_BYTES */
+    const char *tokenizer;             /* spec, see above */
     double split[LF_PREPARE_N_SPLITS]; /* train, val, test weights (>= 0, train > 0) */
-    size_t shard_tokens;       /* 0: LF_PREPARE_SHARD_TOKENS */
-    int n_threads;             /* tokenizing threads, 1 .. LF_PREPARE_MAX_THREADS; 0: the CPUs granted
+    size_t shard_tokens;               /* 0: LF_PREPARE_SHARD_TOKENS */
+    int n_threads;                     /* tokenizing threads, 1 .. LF_PREPARE_MAX_THREADS; 0: the CPUs granted
                                   (lf_cpu_threads_detect: affinity mask, cgroup CPU limit) */
-    lf_prepare_progress_fn progress; /* may be NULL; called after each record batch and at the end */
+    lf_prepare_progress_fn progress;   /* may be NULL; called after each record batch and at the end */
     void *progress_user;
-    lf_skip_fn on_skip;        /* may be NULL; each skipped record (second pass only with "char") */
+    lf_skip_fn on_skip; /* may be NULL; each skipped record (second pass only with "char") */
     void *on_skip_user;
 } lf_prepare_opts;
 
@@ -540,11 +537,11 @@ typedef struct lf_prepare_result {
     uint64_t tokens[LF_PREPARE_N_SPLITS];
     uint64_t target_tokens[LF_PREPARE_N_SPLITS]; /* tokens whose mask is 1 */
     uint64_t shards[LF_PREPARE_N_SPLITS];
-    uint64_t skipped;        /* bad records skipped (skip_bad_records) */
-    uint64_t sources;        /* files read */
+    uint64_t skipped; /* bad records skipped (skip_bad_records) */
+    uint64_t sources; /* files read */
     int vocab_size;
     int eot;
-    char first_skip[512];    /* message of the first skipped record, "" when none */
+    char first_skip[512]; /* message of the first skipped record, "" when none */
 } lf_prepare_result;
 
 /* Errors: LF_ERR_INVALID_ARG (options, a chat template with pretraining,
@@ -613,8 +610,7 @@ uint64_t lf_dataset_packed_window(uint64_t row, uint64_t n_windows, uint64_t see
  * targets = tok[s+1 .. s+T+1), a target whose mask is 0 becomes -1.
  * Error when the split has fewer than T+2 tokens (names split and sizes). */
 lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling sampling, uint64_t seed,
-                               uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs,
-                               int32_t *targets);
+                               uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs, int32_t *targets);
 
 /* ---------------------------------------------------------------- the training loader */
 /* A step's batches for one rank, made ahead by a background thread
@@ -626,12 +622,12 @@ typedef struct lf_loader_opts {
     lf_split split;
     lf_sampling sampling;
     uint64_t seed;
-    uint32_t purpose;   /* RNG purpose of the rows (LF_RNG_DATA for training) */
-    int micro_batch;    /* B */
-    int block_size;     /* T */
-    int accum;          /* micro-batches per step */
-    int rank, world;    /* this rank of world ranks */
-    int prefetch;       /* steps made ahead by the thread (0..64); 0 = in the caller, no thread */
+    uint32_t purpose; /* RNG purpose of the rows (LF_RNG_DATA for training) */
+    int micro_batch;  /* B */
+    int block_size;   /* T */
+    int accum;        /* micro-batches per step */
+    int rank, world;  /* this rank of world ranks */
+    int prefetch;     /* steps made ahead by the thread (0..64); 0 = in the caller, no thread */
 } lf_loader_opts;
 
 /* split train, random sampling, LF_RNG_DATA, B = T = accum = 1, rank 0 of 1, prefetch 2 */

@@ -202,13 +202,13 @@ typedef struct lf_bleu_config {
 lf_bleu_config lf_bleu_config_default(void);
 
 typedef struct lf_bleu_score {
-    double score;                           /* 0..100 */
-    double counts[LF_BLEU_MAX_ORDER];       /* clipped matches per order (integers unless add-k
+    double score;                         /* 0..100 */
+    double counts[LF_BLEU_MAX_ORDER];     /* clipped matches per order (integers unless add-k
                                                with a fractional k) */
-    double totals[LF_BLEU_MAX_ORDER];       /* hypothesis n-grams per order */
-    double precisions[LF_BLEU_MAX_ORDER];   /* 0..100, after smoothing */
-    double bp;                              /* brevity penalty */
-    double ratio;                           /* sys_len / ref_len (0 if ref_len == 0) */
+    double totals[LF_BLEU_MAX_ORDER];     /* hypothesis n-grams per order */
+    double precisions[LF_BLEU_MAX_ORDER]; /* 0..100, after smoothing */
+    double bp;                            /* brevity penalty */
+    double ratio;                         /* sys_len / ref_len (0 if ref_len == 0) */
     int64_t sys_len, ref_len;
     char signature[128];
 } lf_bleu_score;
@@ -222,8 +222,7 @@ void lf_bleu_free(lf_bleu *b);
  * NULL: a missing reference, skipped as sacreBLEU skips None; at least one
  * must be present). When sentence != NULL it receives this segment's sentence
  * score (effective order unless the config says LF_BLEU_EFF_NO). */
-lf_status lf_bleu_add(lf_bleu *b, const char *hyp, const char *const *refs, size_t n_refs,
-                      lf_bleu_score *sentence);
+lf_status lf_bleu_add(lf_bleu *b, const char *hyp, const char *const *refs, size_t n_refs, lf_bleu_score *sentence);
 size_t lf_bleu_num_segments(const lf_bleu *b);
 /* Corpus score over the segments added so far (effective order only with
  * LF_BLEU_EFF_YES). LF_ERR_INVALID_ARG when nothing was added. */
@@ -234,8 +233,8 @@ lf_status lf_bleu_corpus(const lf_bleu *b, lf_bleu_score *out);
 lf_status lf_bleu_corpus_score(const lf_bleu_config *cfg, const char *const *hyps, size_t n,
                                const char *const *const *refs, size_t n_refs, lf_bleu_score *out);
 /* sacrebleu.sentence_bleu(hyp, refs). */
-lf_status lf_bleu_sentence_score(const lf_bleu_config *cfg, const char *hyp, const char *const *refs,
-                                 size_t n_refs, lf_bleu_score *out);
+lf_status lf_bleu_sentence_score(const lf_bleu_config *cfg, const char *hyp, const char *const *refs, size_t n_refs,
+                                 lf_bleu_score *out);
 
 /* The tokens sacreBLEU's preprocessing produces for one text, joined by
  * single spaces (what BLEU counts n-grams over). *out: lf_free. */
@@ -294,8 +293,8 @@ typedef enum lf_rouge_tokenizer {
 #define LF_ROUGE_MAX_LSUM_CELLS ((uint64_t)1 << 24)
 
 typedef struct lf_rouge_config {
-    unsigned types;  /* LF_ROUGE_BIT(...) set; default rouge1|rouge2|rougeL|rougeLsum */
-    int use_stemmer; /* default 0 */
+    unsigned types;               /* LF_ROUGE_BIT(...) set; default rouge1|rouge2|rougeL|rougeLsum */
+    int use_stemmer;              /* default 0 */
     lf_rouge_tokenizer tokenizer; /* default LF_ROUGE_TOK_DEFAULT */
 } lf_rouge_config;
 
@@ -353,8 +352,8 @@ typedef enum lf_tie_policy {
 /* Rank of one query (see above). gold: n_gold >= 1 indices < n; filtered may
  * be NULL / n_filtered 0; gold indices that are also listed as filtered stay
  * gold. LF_ERR_RANGE for an index >= n, LF_ERR_INVALID_ARG for a NaN score. */
-lf_status lf_rank_query(const double *scores, size_t n, const size_t *gold, size_t n_gold,
-                        const size_t *filtered, size_t n_filtered, lf_tie_policy ties, double *rank);
+lf_status lf_rank_query(const double *scores, size_t n, const size_t *gold, size_t n_gold, const size_t *filtered,
+                        size_t n_filtered, lf_tie_policy ties, double *rank);
 
 #define LF_RANKING_MAX_K 16
 typedef struct lf_ranking {
@@ -496,8 +495,8 @@ const char *lf_eval_kind_name(lf_eval_kind k);
 lf_status lf_eval_kind_parse(const char *name, lf_eval_kind *out);
 
 typedef struct lf_eval_load_opts {
-    lf_eval_kind kind; /* for files that name no kind (UNSET: they must) */
-    long limit;        /* > 0: the first `limit` examples of each file (for a
+    lf_eval_kind kind;         /* for files that name no kind (UNSET: they must) */
+    long limit;                /* > 0: the first `limit` examples of each file (for a
                           text_file or dataset perplexity task: windows) */
     const lf_eval_kind *kinds; /* NULL, or one per path: that file's default
                                   kind (UNSET entries fall back to `kind`) */
@@ -515,8 +514,7 @@ typedef struct lf_eval_tasks lf_eval_tasks;
  * mistyped field, unknown kind or header key, gold or label out of range,
  * empty file, invalid UTF-8: the message names file:line),
  * LF_ERR_INVALID_ARG, LF_ERR_NOMEM. */
-lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths,
-                             const lf_eval_load_opts *opts);
+lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths, const lf_eval_load_opts *opts);
 /* The training config's eval.tasks text, as the trainer and the sweep read
  * it: one task file per line, "PATH#KIND" naming the kind of a file that
  * does not name it (e.g. `llmforge data arithmetic` output, #exact_match).
@@ -572,12 +570,12 @@ void lf_eval_results_free(lf_eval_results *r);
  * LF_ERR_MISMATCH (a tokenizer or dataset vocabulary larger than the
  * model's), LF_ERR_NUMERIC (non-finite log-likelihoods), LF_ERR_NOMEM, and
  * whatever the model returns. */
-lf_status lf_eval_tasks_run(const lf_eval_tasks *t, lf_model *m, const lf_tokenizer *tok,
-                            const lf_eval_run_opts *opts, lf_eval_results *res);
+lf_status lf_eval_tasks_run(const lf_eval_tasks *t, lf_model *m, const lf_tokenizer *tok, const lf_eval_run_opts *opts,
+                            lf_eval_results *res);
 
 /* One metric of a run: the trainer logs these as they are. */
 typedef struct lf_eval_metric {
-    const char *name;     /* "<task>/<metric>", e.g. "arith/exact_match" */
+    const char *name; /* "<task>/<metric>", e.g. "arith/exact_match" */
     double value;
     int higher_is_better; /* 0 for nll, perplexity, bits_per_byte, mean_rank */
 } lf_eval_metric;
@@ -612,8 +610,7 @@ typedef struct lf_eval_ll_request {
 
 /* Score n requests, `batch` sequences per forward (0 = automatic). Errors
  * name the request index ("request 3: ..."). */
-lf_status lf_eval_loglikelihood(lf_model *m, const lf_tokenizer *tok, lf_eval_ll_request *reqs, size_t n,
-                                int batch);
+lf_status lf_eval_loglikelihood(lf_model *m, const lf_tokenizer *tok, lf_eval_ll_request *reqs, size_t n, int batch);
 
 #ifdef __cplusplus
 }

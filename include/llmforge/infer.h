@@ -16,11 +16,11 @@ extern "C" {
 
 typedef struct lf_sample_opts {
     int max_new_tokens;
-    float temperature;   /* 0 = greedy (argmax) */
-    int top_k;           /* 0 = no top-k filter */
+    float temperature; /* 0 = greedy (argmax) */
+    int top_k;         /* 0 = no top-k filter */
     uint64_t seed;
-    float top_p;         /* nucleus: the smallest set of tokens with probability >= top_p; 0 or 1 = off */
-    int no_cache;        /* 1: a forward over the whole context per token (the reference path) */
+    float top_p;  /* nucleus: the smallest set of tokens with probability >= top_p; 0 or 1 = off */
+    int no_cache; /* 1: a forward over the whole context per token (the reference path) */
 } lf_sample_opts;
 
 /* LF_ERR_RANGE naming the field: max_new_tokens < 0, temperature not finite
@@ -64,8 +64,8 @@ lf_status lf_sample_check(int V, float temperature, int top_k, float top_p);
  * (0, 1], or a pointer is NULL (work and iwork may be NULL when temperature
  * <= 0). A negative temperature samples greedily here but fails
  * lf_sample_check, which takes it for a mistake. */
-int lf_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t seed,
-                    uint64_t step, float *work, int *iwork);
+int lf_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t seed, uint64_t step,
+                    float *work, int *iwork);
 
 /* Called for each new token; return non-zero to stop early. */
 typedef int (*lf_token_fn)(uint32_t token, void *user);

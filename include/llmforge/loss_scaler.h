@@ -31,11 +31,11 @@ extern "C" {
 
 typedef struct lf_loss_scaler {
     int dynamic;
-    double scale;            /* cur_scale */
+    double scale; /* cur_scale */
     double min_scale;
-    double factor;           /* 2 */
-    long window;             /* scale_window */
-    int hysteresis;          /* delayed_shift */
+    double factor;  /* 2 */
+    long window;    /* scale_window */
+    int hysteresis; /* delayed_shift */
     int cur_hysteresis;
     int consecutive_hysteresis;
     long iter;               /* cur_iter: updates so far */

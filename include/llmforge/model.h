@@ -40,18 +40,18 @@ typedef struct lf_model_config {
     lf_arch arch;
     int n_layer;
     int n_head;
-    int n_kv_head;        /* key/value heads (GQA; 1 = MQA); divides n_head. 0: n_head */
+    int n_kv_head; /* key/value heads (GQA; 1 = MQA); divides n_head. 0: n_head */
     int n_embd;
-    int ffn_hidden;       /* MLP hidden width. 0: 4*n_embd (gpt2); 8*n_embd/3 rounded up to 64 (llama) */
-    int block_size;       /* max sequence length (wpe rows; RoPE positions) */
-    int vocab_size;       /* real vocabulary (targets < vocab_size) */
-    int padded_vocab_size;/* embedding rows; >= vocab_size (0 = same as vocab_size) */
-    lf_norm norm;         /* set by the architecture */
-    float norm_eps;       /* 0: 1e-5 */
-    float rope_theta;     /* llama: RoPE base. 0: 10000 */
-    int tie_embeddings;   /* lm_head shares the token embedding (gpt2: always) */
-    int bias;             /* gpt2: biases in linears and layernorms; llama: q/k/v biases (Qwen2) */
-    float dropout;        /* nanoGPT: embeddings, attention weights, residual branches */
+    int ffn_hidden;        /* MLP hidden width. 0: 4*n_embd (gpt2); 8*n_embd/3 rounded up to 64 (llama) */
+    int block_size;        /* max sequence length (wpe rows; RoPE positions) */
+    int vocab_size;        /* real vocabulary (targets < vocab_size) */
+    int padded_vocab_size; /* embedding rows; >= vocab_size (0 = same as vocab_size) */
+    lf_norm norm;          /* set by the architecture */
+    float norm_eps;        /* 0: 1e-5 */
+    float rope_theta;      /* llama: RoPE base. 0: 10000 */
+    int tie_embeddings;    /* lm_head shares the token embedding (gpt2: always) */
+    int bias;              /* gpt2: biases in linears and layernorms; llama: q/k/v biases (Qwen2) */
+    float dropout;         /* nanoGPT: embeddings, attention weights, residual branches */
 } lf_model_config;
 
 /* The architectures are the registered tables (src/model/model_impl.h,
@@ -78,10 +78,18 @@ lf_status lf_arch_parse(const char *name, lf_arch *out);
 /* Which model.* keys a configuration set by hand (lf_train_config.model_given,
  * lf_model_config_given). */
 enum {
-    LF_MODEL_GIVEN_ARCH = 1u << 0, LF_MODEL_GIVEN_N_LAYER = 1u << 1, LF_MODEL_GIVEN_N_HEAD = 1u << 2,
-    LF_MODEL_GIVEN_N_KV_HEAD = 1u << 3, LF_MODEL_GIVEN_N_EMBD = 1u << 4, LF_MODEL_GIVEN_FFN_HIDDEN = 1u << 5,
-    LF_MODEL_GIVEN_BLOCK_SIZE = 1u << 6, LF_MODEL_GIVEN_VOCAB_SIZE = 1u << 7, LF_MODEL_GIVEN_NORM_EPS = 1u << 8,
-    LF_MODEL_GIVEN_ROPE_THETA = 1u << 9, LF_MODEL_GIVEN_TIE = 1u << 10, LF_MODEL_GIVEN_BIAS = 1u << 11,
+    LF_MODEL_GIVEN_ARCH = 1u << 0,
+    LF_MODEL_GIVEN_N_LAYER = 1u << 1,
+    LF_MODEL_GIVEN_N_HEAD = 1u << 2,
+    LF_MODEL_GIVEN_N_KV_HEAD = 1u << 3,
+    LF_MODEL_GIVEN_N_EMBD = 1u << 4,
+    LF_MODEL_GIVEN_FFN_HIDDEN = 1u << 5,
+    LF_MODEL_GIVEN_BLOCK_SIZE = 1u << 6,
+    LF_MODEL_GIVEN_VOCAB_SIZE = 1u << 7,
+    LF_MODEL_GIVEN_NORM_EPS = 1u << 8,
+    LF_MODEL_GIVEN_ROPE_THETA = 1u << 9,
+    LF_MODEL_GIVEN_TIE = 1u << 10,
+    LF_MODEL_GIVEN_BIAS = 1u << 11,
 };
 
 /* The architecture's rules on the keys a configuration set by hand (given:
@@ -106,10 +114,10 @@ typedef struct lf_param_info {
     char name[LF_PARAM_NAME_MAX]; /* e.g. "h.3.attn.c_attn.weight" */
     int ndim;
     int64_t shape[2];
-    size_t offset;                /* in floats, into the parameter buffer */
+    size_t offset; /* in floats, into the parameter buffer */
     size_t numel;
-    int decay;                    /* nanoGPT: weight decay on tensors with >= 2 dims */
-    int unit;                     /* ZeRO unit (lf_model_num_units): 0 embeddings, 1..L blocks, L+1 head */
+    int decay; /* nanoGPT: weight decay on tensors with >= 2 dims */
+    int unit;  /* ZeRO unit (lf_model_num_units): 0 embeddings, 1..L blocks, L+1 head */
 } lf_param_info;
 
 /* Named model shapes (`llmforge bench --preset`, `llmforge plan --preset`):
@@ -248,7 +256,7 @@ const char *lf_act_dtype_name(lf_act_dtype dtype);
  * (invalid cfg, T > block_size); LF_ERR_INVALID_ARG (B, T or n_replicas < 1,
  * unknown policy or dtype). Pure and thread-safe. */
 lf_status lf_model_plan_bytes(const lf_model_config *cfg, int B, int T, lf_recompute policy, lf_act_dtype dtype,
-                                   int n_replicas, lf_act_bytes *out);
+                              int n_replicas, lf_act_bytes *out);
 
 /* Recompute policy of the next lf_model_plan (the plan in place keeps the
  * policy it was made with until then; lf_model_forward plans by itself only
@@ -279,12 +287,12 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes);
 void lf_model_activation_bytes(const lf_model *m, lf_act_bytes *out);
 
 typedef struct lf_forward_opts {
-    float dloss;       /* > 0: compute dlogits scaled by dloss for a later backward
+    float dloss;   /* > 0: compute dlogits scaled by dloss for a later backward
                           (1 / number of target tokens in the whole step);
                           0: forward only */
-    int train;         /* 1: dropout active */
-    uint64_t seed;     /* dropout seed */
-    uint64_t key;      /* dropout key of this micro-batch (step, micro-step) */
+    int train;     /* 1: dropout active */
+    uint64_t seed; /* dropout seed */
+    uint64_t key;  /* dropout key of this micro-batch (step, micro-step) */
 } lf_forward_opts;
 
 /* Forward on inputs (B,T). With targets (B,T; < 0 = ignored), returns the sum

@@ -31,7 +31,7 @@ typedef enum lf_obs_kind {
 } lf_obs_kind;
 
 typedef struct lf_obs_scalar {
-    const char *tag;  /* "train/loss" */
+    const char *tag; /* "train/loss" */
     double value;
 } lf_obs_scalar;
 
@@ -41,9 +41,9 @@ typedef struct lf_obs_record {
     double wall_time;             /* seconds since the Unix epoch */
     const lf_obs_scalar *scalars; /* n_scalars values (TRAIN, EVAL; may be 0 for EVENT) */
     int n_scalars;
-    const char *event;            /* EVENT: its name; else NULL */
-    const char *alert_kind;       /* EVENT "alert": nan | loss_spike | stall | throughput_drop */
-    const char *json;             /* optional JSON object with details (resolved config, paths), or NULL */
+    const char *event;      /* EVENT: its name; else NULL */
+    const char *alert_kind; /* EVENT "alert": nan | loss_spike | stall | throughput_drop */
+    const char *json;       /* optional JSON object with details (resolved config, paths), or NULL */
 } lf_obs_record;
 
 /* A sink: emit is called for every record, flush at least at the end, close
@@ -111,10 +111,10 @@ lf_status lf_obs_tensorboard_open(lf_obs_sink **out, const char *dir, const char
  * (cannot listen: the message names host:port and the reason). */
 typedef struct lf_dash_opts lf_dash_opts;
 typedef struct lf_prom_opts {
-    const char *host;   /* bind address; NULL = "127.0.0.1" */
-    int port;           /* 1..65535; 0 = any free port (see lf_obs_prometheus_port) */
-    int rank;           /* label */
-    const char *job;    /* label; NULL = "llmforge" */
+    const char *host; /* bind address; NULL = "127.0.0.1" */
+    int port;         /* 1..65535; 0 = any free port (see lf_obs_prometheus_port) */
+    int rank;         /* label */
+    const char *job;  /* label; NULL = "llmforge" */
     /* optional: the same server also serves the live dashboard (GET /,
      * GET /api/run; see lf_obs_dashboard_open; its host, port and
      * port_fallback are not used here). Copied: it need not outlive the call. */
@@ -212,11 +212,11 @@ typedef struct lf_report_opts {
 } lf_report_opts;
 
 typedef struct lf_report_result {
-    int warnings;          /* how many */
+    int warnings; /* how many */
     char first_warning[512];
-    long records;          /* readable log records (those a resume superseded included) */
-    int charts;            /* charts with data */
-    char out_path[4096];   /* the file written */
+    long records;        /* readable log records (those a resume superseded included) */
+    int charts;          /* charts with data */
+    char out_path[4096]; /* the file written */
 } lf_report_result;
 
 /* The report of one run directory. opts and result may be NULL. */
@@ -224,8 +224,7 @@ lf_status lf_report_write(const char *run_dir, const lf_report_opts *opts, lf_re
 /* Several runs overlaid (sweeps, ablations): train and validation loss of
  * every run on one chart each, a table of the runs and of the configuration
  * keys whose values differ. n in 1..16. */
-lf_status lf_report_compare(const char *const *run_dirs, int n, const lf_report_opts *opts,
-                            lf_report_result *result);
+lf_status lf_report_compare(const char *const *run_dirs, int n, const lf_report_opts *opts, lf_report_result *result);
 
 #ifdef __cplusplus
 }

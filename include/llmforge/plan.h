@@ -21,37 +21,37 @@ extern "C" {
 typedef struct lf_mem_item {
     char name[64];
     size_t bytes;
-    int device;              /* 1: in the device's memory (a backend whose memory is not the host's) */
+    int device; /* 1: in the device's memory (a backend whose memory is not the host's) */
 } lf_mem_item;
 
 typedef struct lf_mem_plan {
     lf_mem_item items[LF_PLAN_MAX_ITEMS]; /* in allocation order */
     int n_items;
     size_t total;
-    size_t params;           /* parameters in the model */
+    size_t params; /* parameters in the model */
     int B, T, A, replicas;
     lf_recompute policy;
-    lf_act_dtype act_dtype;  /* storage of the matmul inputs: bf16 with bf16.enabled */
-    lf_act_bytes act;        /* the activation plan of this policy and act_dtype */
-    size_t act_policy[3];    /* activation bytes under none, selective, full (same B, T, act_dtype) */
+    lf_act_dtype act_dtype;    /* storage of the matmul inputs: bf16 with bf16.enabled */
+    lf_act_bytes act;          /* the activation plan of this policy and act_dtype */
+    size_t act_policy[3];      /* activation bytes under none, selective, full (same B, T, act_dtype) */
     size_t act_by_dtype[2][3]; /* [lf_act_dtype][policy]: both storages, for comparison */
-    size_t limit;            /* what the plan must fit: memory.limit_bytes, else MemAvailable; 0 = unknown */
-    int limit_from_config;   /* 1: memory.limit_bytes */
-    int staging;             /* host staging copies counted (a backend whose memory is not the host's);
+    size_t limit;              /* what the plan must fit: memory.limit_bytes, else MemAvailable; 0 = unknown */
+    int limit_from_config;     /* 1: memory.limit_bytes */
+    int staging;               /* host staging copies counted (a backend whose memory is not the host's);
                                 2: that memory is a device's (on_device) */
-    int on_device;           /* the items split into device and host memory, each checked against its own */
+    int on_device;             /* the items split into device and host memory, each checked against its own */
     /* data parallel: the plan is one rank's (rank `rank` of `world`) */
     int world, rank, zero_stage;
-    size_t shard;            /* ZeRO >= 1: floats of this rank's shard (its part of every unit) */
-    size_t params_bytes;     /* parameters held: the whole model, or (ZeRO-3) the shard and two gathered units */
-    size_t grads_bytes;      /* gradients: the whole model, or (ZeRO-2/3) the shard and two unit buffers */
-    size_t optim_bytes;      /* AdamW moments: of the whole model, or (ZeRO >= 1) of the shard */
+    size_t shard;        /* ZeRO >= 1: floats of this rank's shard (its part of every unit) */
+    size_t params_bytes; /* parameters held: the whole model, or (ZeRO-3) the shard and two gathered units */
+    size_t grads_bytes;  /* gradients: the whole model, or (ZeRO-2/3) the shard and two unit buffers */
+    size_t optim_bytes;  /* AdamW moments: of the whole model, or (ZeRO >= 1) of the shard */
     /* a device backend (staging): the items split into device and host memory */
-    size_t device_total;     /* the items in device memory (0 on a host-memory backend) */
-    size_t host_total;       /* the rest: what limit holds (total on a host-memory backend) */
-    size_t device_free;      /* lf_backend_mem_info when the plan was made: what device_total must fit; 0 = unknown */
-    size_t device_capacity;  /* the device's total memory; 0 = unknown */
-    char device[96];         /* "cuda: NVIDIA H200 (device 0)"; "" = no device asked */
+    size_t device_total;       /* the items in device memory (0 on a host-memory backend) */
+    size_t host_total;         /* the rest: what limit holds (total on a host-memory backend) */
+    size_t device_free;        /* lf_backend_mem_info when the plan was made: what device_total must fit; 0 = unknown */
+    size_t device_capacity;    /* the device's total memory; 0 = unknown */
+    char device[96];           /* "cuda: NVIDIA H200 (device 0)"; "" = no device asked */
     const lf_backend_ops *ops; /* the table whose attention sizes the activations (NULL: the CPU's) */
 } lf_mem_plan;
 

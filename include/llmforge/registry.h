@@ -151,8 +151,8 @@ typedef struct lf_registry_metric {
 typedef struct lf_registry_ckpt_info {
     int64_t run_id;
     long step;
-    const char *path;      /* the step directory: its trainer_state.json gives the files' SHA-256 */
-    const char *best_path; /* the run directory's best checkpoint now (this one or an older one), or NULL */
+    const char *path;                  /* the step directory: its trainer_state.json gives the files' SHA-256 */
+    const char *best_path;             /* the run directory's best checkpoint now (this one or an older one), or NULL */
     const lf_registry_metric *metrics; /* the evaluation at this step (may be NULL) */
     int n_metrics;
 } lf_registry_ckpt_info;
@@ -171,8 +171,8 @@ lf_status lf_registry_checkpoint_add(lf_registry *r, const lf_registry_ckpt_info
  * trial's name, "t003"); linking again overwrites. The pid tells a trial's
  * own runs from those an earlier sweep left in the same directory. *n_runs
  * (may be NULL) receives the number of runs linked (0 when none matches). */
-lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host,
-                                     const char *sweep, const char *trial, int *n_runs);
+lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host, const char *sweep,
+                                     const char *trial, int *n_runs);
 /* The runs linked to a sweep, by trial: {"t000":["r1","r4"],"t001":["r2"]}
  * (each trial's runs oldest first). */
 lf_status lf_registry_sweep_runs_json(lf_registry *r, const char *sweep, char **json);
@@ -191,7 +191,11 @@ lf_status lf_registry_find(lf_registry *r, const char *ref, int64_t *ckpt_id);
 
 /* A metric condition: "val_loss<2.5", "arith/exact_match>=0.9". */
 typedef enum lf_registry_op {
-    LF_REGISTRY_LT = 0, LF_REGISTRY_LE = 1, LF_REGISTRY_GT = 2, LF_REGISTRY_GE = 3, LF_REGISTRY_EQ = 4,
+    LF_REGISTRY_LT = 0,
+    LF_REGISTRY_LE = 1,
+    LF_REGISTRY_GT = 2,
+    LF_REGISTRY_GE = 3,
+    LF_REGISTRY_EQ = 4,
     LF_REGISTRY_NE = 5,
 } lf_registry_op;
 
@@ -210,10 +214,10 @@ int lf_registry_cond_holds(const lf_registry_cond *c, double v);
 const char *lf_registry_op_name(lf_registry_op op);
 
 typedef struct lf_registry_filter {
-    const char *tag;              /* only checkpoints carrying this tag (NULL: any) */
+    const char *tag;               /* only checkpoints carrying this tag (NULL: any) */
     const lf_registry_cond *where; /* every condition must hold on a recorded metric */
     int n_where;
-    int include_removed;          /* 1: also checkpoints whose directory was removed */
+    int include_removed; /* 1: also checkpoints whose directory was removed */
 } lf_registry_filter;
 
 /* Checkpoints, oldest first, as a JSON array of objects:
@@ -270,10 +274,10 @@ lf_status lf_registry_promote(lf_registry *r, int64_t ckpt, const char *tag, con
 /* ---------------------------------------------------------------- clean-up */
 
 typedef struct lf_registry_gc_opts {
-    int keep_best;          /* per run directory, the K best checkpoints by `metric` stay (K >= 0) */
-    const char *metric;     /* NULL: "val_loss" */
-    int higher_is_better;   /* 0: lower is better */
-    int dry_run;            /* 1: report, remove nothing */
+    int keep_best;        /* per run directory, the K best checkpoints by `metric` stay (K >= 0) */
+    const char *metric;   /* NULL: "val_loss" */
+    int higher_is_better; /* 0: lower is better */
+    int dry_run;          /* 1: report, remove nothing */
 } lf_registry_gc_opts;
 
 /* Remove the checkpoint directories the policy no longer needs and mark them

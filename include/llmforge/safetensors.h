@@ -22,8 +22,19 @@ extern "C" {
 #define LF_ST_NAME_MAX 256
 
 typedef enum lf_st_dtype {
-    LF_ST_F32 = 0, LF_ST_F16, LF_ST_BF16, LF_ST_F64, LF_ST_I32, LF_ST_I64, LF_ST_I16, LF_ST_I8,
-    LF_ST_U8, LF_ST_U16, LF_ST_U32, LF_ST_U64, LF_ST_BOOL
+    LF_ST_F32 = 0,
+    LF_ST_F16,
+    LF_ST_BF16,
+    LF_ST_F64,
+    LF_ST_I32,
+    LF_ST_I64,
+    LF_ST_I16,
+    LF_ST_I8,
+    LF_ST_U8,
+    LF_ST_U16,
+    LF_ST_U32,
+    LF_ST_U64,
+    LF_ST_BOOL
 } lf_st_dtype;
 
 typedef struct lf_st_tensor {

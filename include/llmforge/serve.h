@@ -19,19 +19,19 @@ extern "C" {
 typedef struct lf_server lf_server;
 
 typedef struct lf_server_opts {
-    const char *host;        /* NULL: "127.0.0.1" */
-    int port;                /* 0: a free port (lf_server_port) */
-    const char *model_name;  /* NULL: the checkpoint directory's name */
-    const char *api_key;     /* NULL or "": no key required; else "Authorization: Bearer KEY" */
-    int max_batch;           /* sequences decoding together (KV slots); 0: 8 */
-    int max_context;         /* prompt + completion tokens per sequence; 0: the model's block_size */
-    int max_queue;           /* requests waiting for a slot before 429; 0: 64 */
-    int http_threads;        /* HTTP worker threads; 0: 2 */
-    int max_connections;     /* 0: 256 */
+    const char *host;          /* NULL: "127.0.0.1" */
+    int port;                  /* 0: a free port (lf_server_port) */
+    const char *model_name;    /* NULL: the checkpoint directory's name */
+    const char *api_key;       /* NULL or "": no key required; else "Authorization: Bearer KEY" */
+    int max_batch;             /* sequences decoding together (KV slots); 0: 8 */
+    int max_context;           /* prompt + completion tokens per sequence; 0: the model's block_size */
+    int max_queue;             /* requests waiting for a slot before 429; 0: 64 */
+    int http_threads;          /* HTTP worker threads; 0: 2 */
+    int max_connections;       /* 0: 256 */
     double request_deadline_s; /* headers + body of a request; 0: 10 */
-    size_t max_body;         /* request body bytes; 0: 1 MiB */
-    int max_tokens;          /* cap on max_tokens; 0: max_context */
-    int max_n;               /* cap on n; 0: 8 */
+    size_t max_body;           /* request body bytes; 0: 1 MiB */
+    int max_tokens;            /* cap on max_tokens; 0: max_context */
+    int max_n;                 /* cap on n; 0: 8 */
     /* 0 (default): the model runs on its own backend instance in batch-
      * invariant mode (lf_backend_set_batch_invariant), so a request gets the
      * same bits (and, with a seed, the same text) alone or among any others;

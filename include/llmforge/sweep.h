@@ -60,10 +60,10 @@
 extern "C" {
 #endif
 
-#define LF_SWEEP_MAX_DIMS 32     /* dimensions of a space */
-#define LF_SWEEP_MAX_RUNGS 64    /* rungs of a schedule */
-#define LF_SWEEP_MAX_TRIALS 10000  /* trials of a sweep (the state is rewritten whole at each change) */
-#define LF_SWEEP_MAX_VALUES 4096 /* values of one grid or choice dimension */
+#define LF_SWEEP_MAX_DIMS 32      /* dimensions of a space */
+#define LF_SWEEP_MAX_RUNGS 64     /* rungs of a schedule */
+#define LF_SWEEP_MAX_TRIALS 10000 /* trials of a sweep (the state is rewritten whole at each change) */
+#define LF_SWEEP_MAX_VALUES 4096  /* values of one grid or choice dimension */
 
 typedef enum lf_sweep_dim_type {
     LF_SWEEP_DIM_GRID = 0,       /* every value, as a grid axis (random/tpe: like choice) */
@@ -74,7 +74,11 @@ typedef enum lf_sweep_dim_type {
 } lf_sweep_dim_type;
 
 typedef enum lf_sweep_method { LF_SWEEP_GRID = 0, LF_SWEEP_RANDOM = 1, LF_SWEEP_TPE = 2 } lf_sweep_method;
-typedef enum lf_sweep_stopper { LF_SWEEP_STOP_NONE = 0, LF_SWEEP_STOP_ASHA = 1, LF_SWEEP_STOP_MEDIAN = 2 } lf_sweep_stopper;
+typedef enum lf_sweep_stopper {
+    LF_SWEEP_STOP_NONE = 0,
+    LF_SWEEP_STOP_ASHA = 1,
+    LF_SWEEP_STOP_MEDIAN = 2
+} lf_sweep_stopper;
 
 /* "grid", "choice", ...; "random", "tpe"; "asha", "median", "none". */
 const char *lf_sweep_dim_type_name(lf_sweep_dim_type t);
@@ -82,10 +86,10 @@ const char *lf_sweep_method_name(lf_sweep_method m);
 const char *lf_sweep_stopper_name(lf_sweep_stopper s);
 
 typedef struct lf_sweep_dim {
-    const char *key;          /* the configuration key ("optimizer.params.lr") */
+    const char *key; /* the configuration key ("optimizer.params.lr") */
     lf_sweep_dim_type type;
-    double low, high;         /* uniform, loguniform, int */
-    int n_values;             /* grid, choice */
+    double low, high;          /* uniform, loguniform, int */
+    int n_values;              /* grid, choice */
     const char *const *values; /* grid, choice: each value as JSON text ("0.001", "\"cosine\"", "true") */
 } lf_sweep_dim;
 
@@ -122,8 +126,8 @@ const char *lf_sweep_spec_objective(const lf_sweep_spec *s);
 int lf_sweep_spec_maximize(const lf_sweep_spec *s);
 /* The rungs' steps, increasing, the last train_iters; returns their number. */
 int lf_sweep_spec_rungs(const lf_sweep_spec *s, const long **steps);
-double lf_sweep_spec_eta(const lf_sweep_spec *s);      /* ASHA's reduction factor */
-int lf_sweep_spec_min_trials(const lf_sweep_spec *s);  /* median: other trials needed at a rung */
+double lf_sweep_spec_eta(const lf_sweep_spec *s);     /* ASHA's reduction factor */
+int lf_sweep_spec_min_trials(const lf_sweep_spec *s); /* median: other trials needed at a rung */
 /* The base configuration: a file path (absolute), or NULL with the inline
  * configuration's JSON text in *inline_json. */
 const char *lf_sweep_spec_base(const lf_sweep_spec *s, const char **inline_json);
@@ -216,19 +220,19 @@ const char *lf_trial_state_name(lf_trial_state s);
 int lf_trial_state_parse(const char *name);
 
 typedef struct lf_sweep_trial {
-    long id;                             /* 0, 1, ...: the order trials were created in */
-    double x[LF_SWEEP_MAX_DIMS];         /* its point */
+    long id;                     /* 0, 1, ...: the order trials were created in */
+    double x[LF_SWEEP_MAX_DIMS]; /* its point */
     lf_trial_state state;
-    int rung;                            /* the highest rung it has a value at (-1: none yet) */
-    int target;                          /* RUNNING: the rung it trains to */
-    double value[LF_SWEEP_MAX_RUNGS];    /* the objective at each rung it reached (NaN: none) */
-    long steps;                          /* the step it has trained to */
-    int attempts;                        /* processes started for it (restarts included) */
-    int tries;                           /* of those, towards the current target (a restart counts) */
-    double seconds;                      /* wall time of those processes */
-    long pid;                            /* the last process started for it, and its host */
+    int rung;                         /* the highest rung it has a value at (-1: none yet) */
+    int target;                       /* RUNNING: the rung it trains to */
+    double value[LF_SWEEP_MAX_RUNGS]; /* the objective at each rung it reached (NaN: none) */
+    long steps;                       /* the step it has trained to */
+    int attempts;                     /* processes started for it (restarts included) */
+    int tries;                        /* of those, towards the current target (a restart counts) */
+    double seconds;                   /* wall time of those processes */
+    long pid;                         /* the last process started for it, and its host */
     char host[64];
-    char message[512];                   /* FAILED: why */
+    char message[512]; /* FAILED: why */
 } lf_sweep_trial;
 
 /* A fresh trial record (no values, rung -1, RUNNING towards rung 0). */
@@ -312,8 +316,7 @@ lf_status lf_sweep_checkpoint_step(const char *run_dir, long *step);
 /* The training configuration of trial t as the overrides of
  * lf_sweep_train_args (without out_dir and stop_at) resolve it, as JSON
  * (lf_train_config_to_json; lf_free): what `llmforge sweep best` prints. */
-lf_status lf_sweep_trial_config_json(const lf_sweep_spec *s, const lf_sweep_trial *t, const char *out_dir,
-                                     char **json);
+lf_status lf_sweep_trial_config_json(const lf_sweep_spec *s, const lf_sweep_trial *t, const char *out_dir, char **json);
 /* The objective at `step` in a run's log.jsonl: the last "eval" record of
  * that step; metric "val_loss"/"train_loss" or "<task>/<metric>" (logged
  * as "eval/<task>/<metric>"). *v is NaN when the record holds null.

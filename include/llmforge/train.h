@@ -58,99 +58,105 @@ typedef enum lf_sched_type { LF_SCHED_COSINE = 0, LF_SCHED_CONSTANT = 1 } lf_sch
 typedef struct lf_train_config {
     /* model */
     char arch[16];
-    lf_model_config model;           /* model.vocab_size 0 = take it from the dataset */
-    unsigned model_given;            /* LF_MODEL_GIVEN_* bits: model keys the file or an override set
+    lf_model_config model; /* model.vocab_size 0 = take it from the dataset */
+    unsigned model_given;  /* LF_MODEL_GIVEN_* bits: model keys the file or an override set
                                         (the others may come from an --init-from HF config.json) */
     /* data */
     char dataset[LF_PATH_MAX];
-    int sampling;                   /* lf_sampling */
-    int prefetch;                   /* steps of batches made ahead by the loader thread */
-    long memory_limit;              /* memory.limit_bytes: 0 = MemAvailable */
+    int sampling;      /* lf_sampling */
+    int prefetch;      /* steps of batches made ahead by the loader thread */
+    long memory_limit; /* memory.limit_bytes: 0 = MemAvailable */
     /* fp16 (DeepSpeed's section) */
     int fp16;
-    float fp16_loss_scale;          /* 0 = dynamic */
+    float fp16_loss_scale; /* 0 = dynamic */
     int fp16_scale_power;
     long fp16_window;
     int fp16_hysteresis;
     int fp16_consecutive;
     float fp16_min_scale;
-    char data_tokenizer[LF_PATH_MAX];/* tokenizer for datasets naming none (llm.c files) */
+    char data_tokenizer[LF_PATH_MAX]; /* tokenizer for datasets naming none (llm.c files) */
     /* batch */
-    long train_batch_size;          /* = micro * accum * world (0 in the file = derive) */
-    int micro_batch;                /* train_micro_batch_size_per_gpu */
-    int grad_accum;                 /* gradient_accumulation_steps */
-    int world_size;                 /* data-parallel ranks the batch identity was resolved for: not a
+    long train_batch_size; /* = micro * accum * world (0 in the file = derive) */
+    int micro_batch;       /* train_micro_batch_size_per_gpu */
+    int grad_accum;        /* gradient_accumulation_steps */
+    int world_size;        /* data-parallel ranks the batch identity was resolved for: not a
                                        key (the launcher's, see lf_train_config_load) */
     long train_iters;
-    long stop_at;                   /* train.stop_at: end after this step (0 = off), schedule unchanged */
-    int recompute;                  /* lf_recompute: activation_checkpointing.policy */
+    long stop_at;  /* train.stop_at: end after this step (0 = off), schedule unchanged */
+    int recompute; /* lf_recompute: activation_checkpointing.policy */
     /* optimizer */
-    char optimizer_type[16];        /* "AdamW" */
+    char optimizer_type[16]; /* "AdamW" */
     float lr, beta1, beta2, eps, weight_decay;
     /* scheduler */
     int sched_type;                 /* lf_sched_type */
     long warmup_iters, decay_iters; /* decay_iters -1 in the table = train_iters */
     float min_lr;
     float grad_clip;
-    int bf16;                       /* bf16.enabled: matmuls in bf16 (backend "cpu-bf16") */
-    char backend[16];               /* backend: "auto" (LLMFORGE_BACKEND, else cuda with a GPU, else cpu),
+    int bf16;         /* bf16.enabled: matmuls in bf16 (backend "cpu-bf16") */
+    char backend[16]; /* backend: "auto" (LLMFORGE_BACKEND, else cuda with a GPU, else cpu),
                                        "cpu", "cuda" or "cpu-fenced" (lf_backend_select) */
     /* eval / checkpoint / logging */
-    long eval_interval;             /* 0 = never (except none) */
+    long eval_interval; /* 0 = never (except none) */
     int eval_iters;
-    char eval_tasks[4096];          /* eval.tasks: task files, one per line ("" = none) */
-    char eval_suite[LF_PATH_MAX];   /* eval.suite: a directory of task files run on every saved checkpoint */
-    char best_metric[128];          /* checkpoint.best_metric: "val_loss" or "<task>/<metric>" */
-    int greater_is_better;          /* checkpoint.greater_is_better */
-    int load_best_model_at_end;     /* copy the best checkpoint's model to out_dir/final_model */
-    long ckpt_interval;             /* 0 = only at the end */
+    char eval_tasks[4096];        /* eval.tasks: task files, one per line ("" = none) */
+    char eval_suite[LF_PATH_MAX]; /* eval.suite: a directory of task files run on every saved checkpoint */
+    char best_metric[128];        /* checkpoint.best_metric: "val_loss" or "<task>/<metric>" */
+    int greater_is_better;        /* checkpoint.greater_is_better */
+    int load_best_model_at_end;   /* copy the best checkpoint's model to out_dir/final_model */
+    long ckpt_interval;           /* 0 = only at the end */
     int keep_last;
-    long keep_every;                /* checkpoint.keep_every: multiples of this step are kept forever (0: none) */
-    int ckpt_requeue;               /* checkpoint.requeue: `scontrol requeue` after a preemption (the CLI's part) */
-    int ckpt_async;                 /* checkpoint.async: snapshot at the step, write on a background thread */
-    int ckpt_on_error;              /* checkpoint.on_error: lf_ckpt_on_error (a failed save stops, or warns) */
+    long keep_every;   /* checkpoint.keep_every: multiples of this step are kept forever (0: none) */
+    int ckpt_requeue;  /* checkpoint.requeue: `scontrol requeue` after a preemption (the CLI's part) */
+    int ckpt_async;    /* checkpoint.async: snapshot at the step, write on a background thread */
+    int ckpt_on_error; /* checkpoint.on_error: lf_ckpt_on_error (a failed save stops, or warns) */
     long steps_per_print;
     uint64_t seed;
     char out_dir[LF_PATH_MAX];
     /* monitoring (DeepSpeed's tensorboard and wall_clock_breakdown keys; our monitor section) */
-    int wall_clock_breakdown;       /* emit time/<phase>_ms for every step */
-    int tb_enabled;                 /* tensorboard.enabled */
+    int wall_clock_breakdown;         /* emit time/<phase>_ms for every step */
+    int tb_enabled;                   /* tensorboard.enabled */
     char tb_output_path[LF_PATH_MAX]; /* "" = out_dir/tensorboard */
     char tb_job_name[128];
-    int prom_port;                  /* monitor.prometheus.port; 0 = off */
-    char prom_host[256];            /* monitor.prometheus.host */
-    int dash_port;                  /* monitor.dashboard.port: the live dashboard alone; 0 = off (the
+    int prom_port;           /* monitor.prometheus.port; 0 = off */
+    char prom_host[256];     /* monitor.prometheus.host */
+    int dash_port;           /* monitor.dashboard.port: the live dashboard alone; 0 = off (the
                                      * Prometheus port serves it too) */
-    char dash_host[256];            /* monitor.dashboard.host */
-    int report_enabled;             /* monitor.report: write out_dir/report.html at the end */
-    int monitor_required;           /* a sink that cannot start stops the run */
-    float peak_gflops;              /* monitor.peak_gflops: MFU reference; 0 = measure */
-    int alert_nan_action;           /* lf_alert_action: STOP, SKIP or ROLLBACK */
-    int alert_spike_action;         /* OFF, LOG, SKIP or ROLLBACK */
-    int alert_max_rollbacks;        /* monitor.alerts.max_rollbacks: rollbacks a run may make; one alert more stops it */
+    char dash_host[256];     /* monitor.dashboard.host */
+    int report_enabled;      /* monitor.report: write out_dir/report.html at the end */
+    int monitor_required;    /* a sink that cannot start stops the run */
+    float peak_gflops;       /* monitor.peak_gflops: MFU reference; 0 = measure */
+    int alert_nan_action;    /* lf_alert_action: STOP, SKIP or ROLLBACK */
+    int alert_spike_action;  /* OFF, LOG, SKIP or ROLLBACK */
+    int alert_max_rollbacks; /* monitor.alerts.max_rollbacks: rollbacks a run may make; one alert more stops it */
     float alert_spike_zscore;
     int alert_spike_window;
-    float alert_stall_seconds;      /* 0 = off */
-    int alert_stall_action;         /* LOG or EXIT */
+    float alert_stall_seconds; /* 0 = off */
+    int alert_stall_action;    /* LOG or EXIT */
     /* communicator (include/llmforge/comm.h; docs/distributed.md) */
-    char comm_backend[16];          /* comm.backend: "auto", "single", "mpi", "tcp" or "nccl" */
-    float comm_timeout_s;           /* comm.timeout_s: bound on every collective */
-    long comm_bucket_elems;         /* comm.bucket_elems: gradient floats per all-reduce call */
-    int comm_overlap;               /* comm.overlap: gradient sums overlapped with backward (nccl; stages 0-3) */
-    int comm_bf16;                  /* communication_data_type: 0 fp32, 1 bf16 (gradient collectives) */
+    char comm_backend[16];  /* comm.backend: "auto", "single", "mpi", "tcp" or "nccl" */
+    float comm_timeout_s;   /* comm.timeout_s: bound on every collective */
+    long comm_bucket_elems; /* comm.bucket_elems: gradient floats per all-reduce call */
+    int comm_overlap;       /* comm.overlap: gradient sums overlapped with backward (nccl; stages 0-3) */
+    int comm_bf16;          /* communication_data_type: 0 fp32, 1 bf16 (gradient collectives) */
     /* ZeRO (docs/distributed.md): 0 replicated, 1 AdamW moments partitioned over the ranks,
      * 2 gradients too, 3 parameters too (gathered unit by unit for forward and backward) */
-    int zero_stage;                 /* zero_optimization.stage */
-    int offload_optimizer;          /* zero_optimization.offload_optimizer.device: 0 none, 1 cpu */
+    int zero_stage;        /* zero_optimization.stage */
+    int offload_optimizer; /* zero_optimization.offload_optimizer.device: 0 none, 1 cpu */
     /* model registry (include/llmforge/registry.h): rank 0 records the run and its checkpoints */
-    int registry_enabled;           /* registry.enabled */
-    char registry_path[LF_PATH_MAX]; /* registry.path: "" = $LLMFORGE_REGISTRY, else ~/.local/share/llmforge/registry.db */
+    int registry_enabled; /* registry.enabled */
+    char registry_path
+        [LF_PATH_MAX]; /* registry.path: "" = $LLMFORGE_REGISTRY, else ~/.local/share/llmforge/registry.db */
 } lf_train_config;
 
 /* ROLLBACK: restore the last complete checkpoint in process and move the
  * data cursor past the batches since it (lf_trainer_run). */
 typedef enum lf_alert_action {
-    LF_ALERT_OFF = 0, LF_ALERT_LOG = 1, LF_ALERT_SKIP = 2, LF_ALERT_STOP = 3, LF_ALERT_EXIT = 4, LF_ALERT_ROLLBACK = 5
+    LF_ALERT_OFF = 0,
+    LF_ALERT_LOG = 1,
+    LF_ALERT_SKIP = 2,
+    LF_ALERT_STOP = 3,
+    LF_ALERT_EXIT = 4,
+    LF_ALERT_ROLLBACK = 5
 } lf_alert_action;
 
 /* checkpoint.on_error: what a failed save (synchronous or background) does. */
@@ -169,18 +175,17 @@ lf_train_config lf_train_config_default(void);
  * on this process's environment (1 for a plain process; N under mpirun -np N,
  * srun -n N, torchrun), so every rank of a job resolves the same numbers and
  * reports an inconsistency the same way. It lands in cfg->world_size. */
-lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides,
-                               const char *const *overrides);
+lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides, const char *const *overrides);
 /* Same, from JSON text (used when resuming from trainer_state.json). */
-lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin,
-                                int n_overrides, const char *const *overrides);
+lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin, int n_overrides,
+                                const char *const *overrides);
 /* The same two with the world size given (>= 1) instead of discovered:
  * tests, planning for another world size, reading a configuration saved by a
  * run with another world size. world_size 0 = discover, as above. */
 lf_status lf_train_config_load_world(lf_train_config *cfg, const char *path, int world_size, int n_overrides,
                                      const char *const *overrides);
-lf_status lf_train_config_parse_world(lf_train_config *cfg, const char *json_text, const char *origin,
-                                      int world_size, int n_overrides, const char *const *overrides);
+lf_status lf_train_config_parse_world(lf_train_config *cfg, const char *json_text, const char *origin, int world_size,
+                                      int n_overrides, const char *const *overrides);
 /* The resolved config as pretty JSON (every key, defaults filled in). lf_free. */
 char *lf_train_config_to_json(const lf_train_config *cfg);
 /* Returns of load/parse: LF_OK; LF_ERR_NOT_FOUND / LF_ERR_IO (file); LF_ERR_FORMAT
@@ -212,7 +217,7 @@ enum {
 };
 
 typedef struct lf_trainer_opts {
-    int resume;                       /* LF_RESUME_*: continue from out_dir/ckpt/latest */
+    int resume; /* LF_RESUME_*: continue from out_dir/ckpt/latest */
     /* Preemption (docs/checkpoints.md, "Long runs and preemption"). The run polls
      * *stop_flag (when given) and lf_trainer_request_stop's flag at every
      * step boundary; non-zero on any rank (agreed by an all-reduce of the
@@ -226,7 +231,7 @@ typedef struct lf_trainer_opts {
      * NULL: the trainer opens comm.backend with comm.timeout_s itself and
      * closes it in lf_trainer_free. Its size must be cfg->world_size. */
     lf_comm *comm;
-    const char *init_from;            /* safetensors weights to start from, or NULL */
+    const char *init_from; /* safetensors weights to start from, or NULL */
     /* Sinks the caller adds to the trainer's bus besides those the config
      * asks for (log.jsonl always; TensorBoard, Prometheus when enabled):
      * e.g. the CLI's console. Ownership passes to the trainer. */
@@ -241,7 +246,7 @@ typedef struct lf_trainer_opts {
      * The NaN and spike hooks fire once per process (a rollback re-runs
      * step numbers: the replayed step is clean). */
     long inject_nan_step, inject_spike_step, inject_stall_step;
-    int inject_repeat;                /* the NaN and spike hooks fire every time their step is run */
+    int inject_repeat; /* the NaN and spike hooks fire every time their step is run */
     /* Move the data cursor forward by this many steps' batches once the run
      * is created (after --resume): step s then reads the rows data step
      * s + offset would, offset = the checkpoint's data_cursor.batch_offset +
@@ -345,15 +350,15 @@ lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, 
 /* ---------------------------------------------------------------- benchmark */
 typedef struct lf_bench_result {
     int steps;
-    double ms_per_step;          /* median */
+    double ms_per_step; /* median */
     double ms_min, ms_max;
-    double tokens_per_sec;       /* B*T / median step time */
-    double flops_per_token;      /* 6N + 12*L*C*T */
+    double tokens_per_sec;  /* B*T / median step time */
+    double flops_per_token; /* 6N + 12*L*C*T */
     double model_flops_per_sec;
-    double peak_flops;           /* what MFU is measured against */
+    double peak_flops; /* what MFU is measured against */
     double mfu;
     size_t num_params;
-    size_t activation_bytes;     /* what lf_model_plan allocated for B x T and the policy */
+    size_t activation_bytes; /* what lf_model_plan allocated for B x T and the policy */
 } lf_bench_result;
 
 /* Train `steps` timed steps (after `warmup` untimed ones) of the model cfg on

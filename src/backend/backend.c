@@ -269,8 +269,8 @@ lf_status lf_backend_status(const lf_backend *be) { return (lf_status)atomic_loa
 lf_status lf_backend_set_batch_invariant(lf_backend *be, int on) {
     if (!be) return lf_fail(LF_ERR_INVALID_ARG, "lf_backend_set_batch_invariant: no backend instance");
     if (on && !be->ops->batch_invariant)
-        return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no batch-invariant products (\"cpu\" and \"cpu-fenced\" do)",
-                       be->ops->name);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "backend '%s' has no batch-invariant products (\"cpu\" and \"cpu-fenced\" do)", be->ops->name);
     be->batch_invariant = on != 0;
     return LF_OK;
 }
@@ -287,13 +287,13 @@ lf_status lf_backend_sync(lf_backend *be) {
 /* ================================================================ buffers and ops for the layers above
  * (backend.h): each wrapper checks the instance and the slot, then calls it. */
 
-#define NEED_BE(fn)                                                                                              \
-    do {                                                                                                         \
-        if (!be) return lf_fail(LF_ERR_INVALID_ARG, fn ": no backend instance");                                  \
+#define NEED_BE(fn) \
+    do { \
+        if (!be) return lf_fail(LF_ERR_INVALID_ARG, fn ": no backend instance"); \
     } while (0)
-#define NEED_SLOT(slot, what)                                                                                    \
-    do {                                                                                                         \
-        if (!be->ops->slot) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no %s", be->ops->name, what);   \
+#define NEED_SLOT(slot, what) \
+    do { \
+        if (!be->ops->slot) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no %s", be->ops->name, what); \
     } while (0)
 
 const lf_backend_ops *lf_backend_table(const lf_backend *be) { return be ? be->ops : NULL; }

@@ -89,10 +89,10 @@ typedef enum lf_weight_layout {
 /* Key of one dropout site: the mask for element i is drawn from
  * (seed, LF_RNG_DROPOUT, lf_rng_mix(key, i)). */
 typedef struct lf_dropout {
-    float p;        /* drop probability in [0,1); 0 = off */
+    float p; /* drop probability in [0,1); 0 = off */
     uint64_t seed;
-    uint64_t key;   /* distinct per (step, micro-step, layer, site) */
-    uint64_t offset;/* flat index of this tensor's element 0 in the whole batch's tensor */
+    uint64_t key;    /* distinct per (step, micro-step, layer, site) */
+    uint64_t offset; /* flat index of this tensor's element 0 in the whole batch's tensor */
 } lf_dropout;
 
 struct lf_backend_ops {
@@ -124,9 +124,9 @@ struct lf_backend_ops {
     int batch_invariant;
 
     /* ---- memory */
-    int host_memory;                         /* 1: backend memory is host memory (callers may
+    int host_memory;                              /* 1: backend memory is host memory (callers may
                                                 read and write it in place, no staging copy) */
-    void *(*alloc)(lf_backend *be, size_t bytes);            /* NULL on failure */
+    void *(*alloc)(lf_backend *be, size_t bytes); /* NULL on failure */
     void (*free)(lf_backend *be, void *p);
     /* bytes the backend reserved for p (from alloc; 0 for NULL): what memory
      * accounting compares with the plan */
@@ -135,7 +135,7 @@ struct lf_backend_ops {
     void (*to_host)(lf_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(lf_backend *be, void *dst, const void *src, size_t bytes); /* backend to backend memory */
     void (*zero)(lf_backend *be, float *x, size_t n);
-    void (*scale)(lf_backend *be, float *x, size_t n, float s);   /* x *= s */
+    void (*scale)(lf_backend *be, float *x, size_t n, float s); /* x *= s */
 
     /* ---- the device behind backend memory (all three NULL where it is the
      * host's). mem_info: the device's free and total bytes now (cuda:
@@ -153,20 +153,20 @@ struct lf_backend_ops {
     /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe == NULL
      * (no position embedding, Llama): out[b,t,:] = wte[inp[b,t],:], and
      * backward's dwpe must then be NULL too. */
-    void (*encoder_forward)(lf_backend *be, float *out,            // (B,T,C)
-                            const int32_t *inp,    // (B,T)
-                            const float *wte,      // (V,C)
-                            const float *wpe,      // (maxT,C)
+    void (*encoder_forward)(lf_backend *be, float *out, // (B,T,C)
+                            const int32_t *inp,         // (B,T)
+                            const float *wte,           // (V,C)
+                            const float *wpe,           // (maxT,C)
                             int B, int T, int C);
-    void (*encoder_backward)(lf_backend *be, float *dwte,          // (V,C) +=
-                             float *dwpe,          // (maxT,C) += or NULL
-                             const float *dout,    // (B,T,C)
-                             const int32_t *inp,   // (B,T)
+    void (*encoder_backward)(lf_backend *be, float *dwte, // (V,C) +=
+                             float *dwpe,                 // (maxT,C) += or NULL
+                             const float *dout,           // (B,T,C)
+                             const int32_t *inp,          // (B,T)
                              int B, int T, int C);
 
     /* ---- layernorm over the last dim, eps 1e-5, biased variance (PyTorch).
      * bias may be NULL (bias=false models). */
-    void (*layernorm_forward)(lf_backend *be, void *out,           // (N,C) in out_dt
+    void (*layernorm_forward)(lf_backend *be, void *out, // (N,C) in out_dt
                               lf_dtype out_dt,
                               float *mean,         // (N)
                               float *rstd,         // (N)
@@ -174,31 +174,31 @@ struct lf_backend_ops {
                               const float *weight, // (C)
                               const float *bias,   // (C) or NULL
                               int N, int C);
-    void (*layernorm_backward)(lf_backend *be, float *dinp,        // (N,C) +=
-                               float *dweight,     // (C) +=
-                               float *dbias,       // (C) += or NULL
-                               const float *dout,  // (N,C)
-                               const float *inp,   // (N,C)
-                               const float *weight,// (C)
-                               const float *mean,  // (N)
-                               const float *rstd,  // (N)
+    void (*layernorm_backward)(lf_backend *be, float *dinp, // (N,C) +=
+                               float *dweight,              // (C) +=
+                               float *dbias,                // (C) += or NULL
+                               const float *dout,           // (N,C)
+                               const float *inp,            // (N,C)
+                               const float *weight,         // (C)
+                               const float *mean,           // (N)
+                               const float *rstd,           // (N)
                                int N, int C);
 
     /* ---- RMSNorm over the last dim (HF LlamaRMSNorm, fp32):
      * rstd = 1/sqrt(mean(x^2) + eps), out = weight * (x * rstd). No mean, no
      * bias. rstd is saved for backward. */
-    void (*rmsnorm_forward)(lf_backend *be, void *out,             // (N,C) in out_dt
+    void (*rmsnorm_forward)(lf_backend *be, void *out, // (N,C) in out_dt
                             lf_dtype out_dt,
-                            float *rstd,           // (N)
-                            const float *inp,      // (N,C)
-                            const float *weight,   // (C)
+                            float *rstd,         // (N)
+                            const float *inp,    // (N,C)
+                            const float *weight, // (C)
                             int N, int C, float eps);
-    void (*rmsnorm_backward)(lf_backend *be, float *dinp,          // (N,C) +=
-                             float *dweight,       // (C) +=
-                             const float *dout,    // (N,C)
-                             const float *inp,     // (N,C)
-                             const float *weight,  // (C)
-                             const float *rstd,    // (N) from forward
+    void (*rmsnorm_backward)(lf_backend *be, float *dinp, // (N,C) +=
+                             float *dweight,              // (C) +=
+                             const float *dout,           // (N,C)
+                             const float *inp,            // (N,C)
+                             const float *weight,         // (C)
+                             const float *rstd,           // (N) from forward
                              int N, int C);
 
     /* ---- the residual add fused into the norm that reads it: res = a + b
@@ -209,36 +209,34 @@ struct lf_backend_ops {
      * the model calls residual_forward and the norm. Backward needs no
      * fused form: the norm's backward adds into the residual stream's
      * gradient, which residual_backward then passes on. */
-    void (*residual_layernorm_forward)(lf_backend *be, float *res,  // (N,C)
-                                       void *out, lf_dtype out_dt,  // (N,C)
-                                       float *mean, float *rstd,    // (N)
+    void (*residual_layernorm_forward)(lf_backend *be, float *res,     // (N,C)
+                                       void *out, lf_dtype out_dt,     // (N,C)
+                                       float *mean, float *rstd,       // (N)
                                        const float *a, const float *b, // (N,C)
-                                       const float *weight,         // (C)
-                                       const float *bias,           // (C) or NULL
+                                       const float *weight,            // (C)
+                                       const float *bias,              // (C) or NULL
                                        int N, int C);
-    void (*residual_rmsnorm_forward)(lf_backend *be, float *res,    // (N,C)
-                                     void *out, lf_dtype out_dt,    // (N,C)
-                                     float *rstd,                   // (N)
-                                     const float *a, const float *b,// (N,C)
-                                     const float *weight,           // (C)
+    void (*residual_rmsnorm_forward)(lf_backend *be, float *res,     // (N,C)
+                                     void *out, lf_dtype out_dt,     // (N,C)
+                                     float *rstd,                    // (N)
+                                     const float *a, const float *b, // (N,C)
+                                     const float *weight,            // (C)
                                      int N, int C, float eps);
 
     /* ---- matmul + bias: out = inp @ W (+ bias), W in `layout`. bias may be NULL. */
-    void (*matmul_forward)(lf_backend *be, float *out,             // (N,OC)
-                           const void *inp,        // (N,C) in inp_dt
+    void (*matmul_forward)(lf_backend *be, float *out, // (N,OC)
+                           const void *inp,            // (N,C) in inp_dt
                            lf_dtype inp_dt,
-                           const float *weight,    // (C,OC) or (OC,C)
-                           const float *bias,      // (OC) or NULL
+                           const float *weight, // (C,OC) or (OC,C)
+                           const float *bias,   // (OC) or NULL
                            int N, int C, int OC, lf_weight_layout layout);
     /* dinp may be NULL (gradient not needed, e.g. nothing below). dbias may be NULL. */
-    void (*matmul_backward)(lf_backend *be, float *dinp,           // (N,C) = (overwritten) or NULL
-                            float *dweight,        // same shape as weight, +=
-                            float *dbias,          // (OC) += or NULL
-                            const float *dout,     // (N,OC)
-                            const void *inp,       // (N,C) in inp_dt
-                            lf_dtype inp_dt,
-                            const float *weight,
-                            int N, int C, int OC, lf_weight_layout layout);
+    void (*matmul_backward)(lf_backend *be, float *dinp, // (N,C) = (overwritten) or NULL
+                            float *dweight,              // same shape as weight, +=
+                            float *dbias,                // (OC) += or NULL
+                            const float *dout,           // (N,OC)
+                            const void *inp,             // (N,C) in inp_dt
+                            lf_dtype inp_dt, const float *weight, int N, int C, int OC, lf_weight_layout layout);
 
     /* ---- rotary position embedding, Hugging Face Llama's convention
      * (rotate_half: channel i pairs with i + HS/2, NOT interleaved pairs),
@@ -256,9 +254,9 @@ struct lf_backend_ops {
      * backward applies the transposed rotation to dqkv in place (the
      * gradient w.r.t. the rotated q, k becomes the gradient w.r.t. the
      * unrotated ones; the v part is untouched). */
-    void (*rope_forward)(lf_backend *be, float *qkv,               // (B,T,(NH+2*NKV)*HS) in place
+    void (*rope_forward)(lf_backend *be, float *qkv, // (B,T,(NH+2*NKV)*HS) in place
                          int B, int T, int NH, int NKV, int HS, int pos0, float theta);
-    void (*rope_backward)(lf_backend *be, float *dqkv,             // (B,T,(NH+2*NKV)*HS) in place
+    void (*rope_backward)(lf_backend *be, float *dqkv, // (B,T,(NH+2*NKV)*HS) in place
                           int B, int T, int NH, int NKV, int HS, int pos0, float theta);
 
     /* ---- causal self-attention (scaled by 1/sqrt(HS)), multi-head or
@@ -276,15 +274,15 @@ struct lf_backend_ops {
      * overwrites all of dqkv; the k and v parts of a key/value head hold the
      * sum over its query heads; its scratch is attention_scratch(B, NH, T)
      * floats. */
-    void (*attention_forward)(lf_backend *be, float *out,          // (B,T,C)
-                              float *att,          // attention_saved(B,NH,T)
-                              const float *qkv,    // (B,T,W)
+    void (*attention_forward)(lf_backend *be, float *out, // (B,T,C)
+                              float *att,                 // attention_saved(B,NH,T)
+                              const float *qkv,           // (B,T,W)
                               int B, int T, int C, int NH, int NKV, lf_dropout drop);
-    void (*attention_backward)(lf_backend *be, float *dqkv,        // (B,T,W) = (overwritten)
-                               float *scratch,     // attention_scratch(B,NH,T), contents undefined after
-                               const float *dout,  // (B,T,C)
-                               const float *qkv,   // (B,T,W)
-                               const float *att,   // from forward
+    void (*attention_backward)(lf_backend *be, float *dqkv, // (B,T,W) = (overwritten)
+                               float *scratch,              // attention_scratch(B,NH,T), contents undefined after
+                               const float *dout,           // (B,T,C)
+                               const float *qkv,            // (B,T,W)
+                               const float *att,            // from forward
                                int B, int T, int C, int NH, int NKV, lf_dropout drop);
 
     /* ---- sizes (floats) of attention's saved tensor and backward scratch
@@ -304,9 +302,9 @@ struct lf_backend_ops {
      * attention, W = (NH + 2*NKV)*HS) into positions pos0 .. pos0+Tn-1, bit
      * for bit; positions outside that range are untouched. Callers check
      * 0 <= pos0, Tn >= 1, pos0 + Tn <= Tmax, NH % NKV == 0. */
-    void (*kv_append)(lf_backend *be, float *kcache,               // (B,NKV,Tmax,HS)
-                      float *vcache,               // (B,NKV,Tmax,HS)
-                      const float *qkv,            // (B,Tn,W)
+    void (*kv_append)(lf_backend *be, float *kcache, // (B,NKV,Tmax,HS)
+                      float *vcache,                 // (B,NKV,Tmax,HS)
+                      const float *qkv,              // (B,Tn,W)
                       int B, int Tn, int NH, int NKV, int HS, int pos0, int Tmax);
     /* Causal attention of Tn new query rows (absolute positions pos0 ..
      * pos0+Tn-1; the q part of the qkv rows) against the cached keys and
@@ -322,11 +320,11 @@ struct lf_backend_ops {
      * backend computes each row alone (the same bits however the positions
      * are split into calls, and for any thread count). Callers check the
      * conditions of kv_append and C % NH == 0. */
-    void (*attention_cached)(lf_backend *be, float *out,           // (B,Tn,C)
-                             float *scratch,       // attention_cached_scratch floats
-                             const float *qkv,     // (B,Tn,W)
-                             const float *kcache,  // (B,NKV,Tmax,HS)
-                             const float *vcache,  // (B,NKV,Tmax,HS)
+    void (*attention_cached)(lf_backend *be, float *out, // (B,Tn,C)
+                             float *scratch,             // attention_cached_scratch floats
+                             const float *qkv,           // (B,Tn,W)
+                             const float *kcache,        // (B,NKV,Tmax,HS)
+                             const float *vcache,        // (B,NKV,Tmax,HS)
                              int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax);
 
     /* ---- GELU, tanh approximation (GPT-2 / nanoGPT's nn.GELU(approximate='tanh')). */
@@ -336,13 +334,13 @@ struct lf_backend_ops {
     /* ---- SwiGLU on a fused [gate | up] input (Llama's MLP, Shazeer 2020):
      * out[n,j] = silu(inp[n,j]) * inp[n,F+j], silu(x) = x * sigmoid(x).
      * backward overwrites dinp's gate and up halves. */
-    void (*swiglu_forward)(lf_backend *be, void *out,              // (N,F) in out_dt
+    void (*swiglu_forward)(lf_backend *be, void *out, // (N,F) in out_dt
                            lf_dtype out_dt,
-                           const float *inp,       // (N,2F): gate cols 0..F-1, up cols F..2F-1
+                           const float *inp, // (N,2F): gate cols 0..F-1, up cols F..2F-1
                            int N, int F);
-    void (*swiglu_backward)(lf_backend *be, float *dinp,           // (N,2F) = (overwritten)
-                            const float *inp,      // (N,2F)
-                            const float *dout,     // (N,F)
+    void (*swiglu_backward)(lf_backend *be, float *dinp, // (N,2F) = (overwritten)
+                            const float *inp,            // (N,2F)
+                            const float *dout,           // (N,F)
                             int N, int F);
 
     /* ---- residual: out = a + b;  backward: da += dout, db += dout */
@@ -361,19 +359,18 @@ struct lf_backend_ops {
      * "ignored": loss 0 and dlogits row 0. When dlogits != NULL it is written
      * (overwritten) with (softmax - onehot) * dloss for non-ignored rows; dlogits
      * may alias logits. Returns nothing; the caller sums losses. */
-    void (*crossentropy_forward_backward)(lf_backend *be, float *losses,        // (N)
-                                          float *dlogits,       // (N,Vp) or NULL
-                                          const float *logits,  // (N,Vp)
-                                          const int32_t *targets,// (N)
+    void (*crossentropy_forward_backward)(lf_backend *be, float *losses, // (N)
+                                          float *dlogits,                // (N,Vp) or NULL
+                                          const float *logits,           // (N,Vp)
+                                          const int32_t *targets,        // (N)
                                           int N, int V, int Vp, float dloss);
 
     /* ---- AdamW exactly as torch.optim.AdamW (decoupled weight decay applied
      * first: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)). t >= 1.
      * grad_scale multiplies g first (gradient clipping folded in). */
-    void (*adamw_update)(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay,
-                         float grad_scale, int t);
+    void (*adamw_update)(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 
     /* ---- the loss of a forward: the sum of losses[i] over the rows whose
      * target is not ignored (targets[i] >= 0), in row order in double, and
@@ -439,11 +436,11 @@ struct lf_backend_ops {
  * (llmforge/backend.h); ops and model code reach the table through it. */
 struct lf_backend {
     const lf_backend_ops *ops;
-    void *ctx;          /* the backend's context (ops->open) */
-    int shared;         /* lf_backend_get's process-wide instance: lf_backend_close leaves it open */
+    void *ctx;           /* the backend's context (ops->open) */
+    int shared;          /* lf_backend_get's process-wide instance: lf_backend_close leaves it open */
     int batch_invariant; /* lf_backend_set_batch_invariant: matmul_forward row results independent of N */
-    _Atomic int status; /* sticky: LF_OK or the first failure */
-    char msg[512];      /* its message, written once by whoever set status */
+    _Atomic int status;  /* sticky: LF_OK or the first failure */
+    char msg[512];       /* its message, written once by whoever set status */
 };
 
 /* Record a failure on the instance (the first one wins; thread-safe; no
@@ -455,7 +452,8 @@ struct lf_backend {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static inline lf_status lf__backend_fail(lf_backend *be, lf_status code, const char *fmt, ...) {
+static inline lf_status
+lf__backend_fail(lf_backend *be, lf_status code, const char *fmt, ...) {
     int expected = LF_OK;
     if (code == LF_OK) code = LF_ERR_INTERNAL;
     if (!atomic_compare_exchange_strong(&be->status, &expected, (int)code)) return code;

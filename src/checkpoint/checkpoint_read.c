@@ -97,10 +97,8 @@ static void match_tensors(const lf_safetensors *st, const lf_ckpt_tensors *tt, c
             if (!p) continue;
             matched = 1;
             size_t j = (size_t)(p - tt->table);
-            if (slots[k].found[j])
-                msg_add(&pr->dup, "'%s' and '%s'", slots[k].found[j]->name, t->name);
-            else
-                slots[k].found[j] = t;
+            if (slots[k].found[j]) msg_add(&pr->dup, "'%s' and '%s'", slots[k].found[j]->name, t->name);
+            else slots[k].found[j] = t;
         }
         if (!matched && !(hf && hf_ignorable(name, t))) msg_add(&pr->unexpected, "%s", t->name);
     }
@@ -231,8 +229,7 @@ static lf_status check_dir(const char *dir, int hash, int *n_files) {
                     CK_STATE_FILE);
     else if (!cJSON_GetObjectItemCaseSensitive(files, CK_MODEL_FILE))
         s = lf_fail(LF_ERR_FORMAT, "checkpoint '%s': %s does not list %s", dir, CK_STATE_FILE, CK_MODEL_FILE);
-    else
-        s = verify_files(dir, files, hash, n_files);
+    else s = verify_files(dir, files, hash, n_files);
     cJSON_Delete(state);
     return s;
 }
@@ -257,11 +254,13 @@ static lf_status follow_latest(const char *root, const char *latest_path, char *
     for (const char *p = b; ok && *p; p++)
         if (*p == '/' || (unsigned char)*p < 0x20) ok = 0;
     if (!ok) {
-        s = lf_fail(LF_ERR_FORMAT, "'%s' does not hold a step directory name%s", latest_path, len ? "" : " (it is empty)");
+        s = lf_fail(LF_ERR_FORMAT, "'%s' does not hold a step directory name%s", latest_path,
+                    len ? "" : " (it is empty)");
         goto done;
     }
     char path[CK_PATH_MAX], st[CK_PATH_MAX];
-    if ((s = lf__ck_path_join(path, root, b)) != LF_OK || (s = lf__ck_path_join(st, path, CK_STATE_FILE)) != LF_OK) goto done;
+    if ((s = lf__ck_path_join(path, root, b)) != LF_OK || (s = lf__ck_path_join(st, path, CK_STATE_FILE)) != LF_OK)
+        goto done;
     if (!lf__ck_is_file(st)) {
         s = lf_fail(LF_ERR_NOT_FOUND, "'%s' names '%s', which holds no %s", latest_path, b, CK_STATE_FILE);
         goto done;
@@ -291,13 +290,13 @@ static lf_status resolve_root(const char *root, unsigned flags, char **dir) {
         if (flags & LF_CKPT_RESOLVE_STRICT) return first;
     } else {
         snprintf(why, sizeof why, "'%s' is missing", latest);
-        if (flags & LF_CKPT_RESOLVE_STRICT)
-            return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s': %s", root, why);
+        if (flags & LF_CKPT_RESOLVE_STRICT) return lf_fail(LF_ERR_NOT_FOUND, "no checkpoint in '%s': %s", root, why);
     }
     step_ent *ents = NULL;
     size_t n = 0;
     if (lf__ck_list_steps(root, 0, &ents, &n) != 0)
-        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "checkpoint root '%s': %s", root, strerror(errno));
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "checkpoint root '%s': %s", root,
+                       strerror(errno));
     char rejected[512] = "";
     size_t rl = 0;
     for (size_t i = 0; i < n; i++) {
@@ -309,8 +308,10 @@ static lf_status resolve_root(const char *root, unsigned flags, char **dir) {
             continue;
         }
         free(ents);
-        lf_log(LF_LOG_WARN, "checkpoint root '%s': %s; using '%s', the newest step directory whose every file "
-               "matches its SHA-256%s%s%s", root, why, path, rl ? " (incomplete: " : "", rejected, rl ? ")" : "");
+        lf_log(LF_LOG_WARN,
+               "checkpoint root '%s': %s; using '%s', the newest step directory whose every file "
+               "matches its SHA-256%s%s%s",
+               root, why, path, rl ? " (incomplete: " : "", rejected, rl ? ")" : "");
         *dir = lf__ck_dup(path);
         return *dir ? LF_OK : lf_fail(LF_ERR_NOMEM, "out of memory");
     }
@@ -348,12 +349,9 @@ lf_status lf_checkpoint_resolve_flags(const char *path, unsigned flags, char **d
             return lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' is a file, neither a directory nor 'latest'", p);
         memcpy(a, p, strlen(p) + 1);
         char *slash = strrchr(a, '/');
-        if (!slash)
-            strcpy(a, ".");
-        else if (slash == a)
-            a[1] = 0;
-        else
-            *slash = 0;
+        if (!slash) strcpy(a, ".");
+        else if (slash == a) a[1] = 0;
+        else *slash = 0;
         return resolve_root(a, flags, dir);
     }
     if (!S_ISDIR(sb.st_mode)) return lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' is not a directory", p);
@@ -429,7 +427,8 @@ lf_status lf_checkpoint_load_slice(const char *dir, const lf_ckpt_tensors *tt, i
         s = lf_fail(LF_ERR_NOMEM, "checkpoint load: out of memory");
         goto done;
     }
-    if ((s = lf__ck_path_join(path, dir, CK_MODEL_FILE)) != LF_OK || (s = lf_safetensors_open(&ms, path)) != LF_OK) goto done;
+    if ((s = lf__ck_path_join(path, dir, CK_MODEL_FILE)) != LF_OK || (s = lf_safetensors_open(&ms, path)) != LF_OK)
+        goto done;
     slot ms_slot = {"", found};
     match_tensors(ms, tt, &ix, &ms_slot, 1, 0, pr);
     if (problems_any(pr)) {

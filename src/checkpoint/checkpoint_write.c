@@ -38,17 +38,20 @@ static lf_status describe(const lf_ckpt_tensors *tt, const char *prefix, lf_st_t
         if (k < 0 || (size_t)k >= sizeof t->name)
             return lf_fail(LF_ERR_INVALID_ARG, "tensor name '%s%s' is too long", prefix, p->name);
         if (i > 0 && p->offset != tt->table[i - 1].offset + tt->table[i - 1].numel)
-            return lf_fail(LF_ERR_INVALID_ARG, "checkpoint: parameter '%s' does not follow the one before it in "
-                           "the flat buffer", p->name);
+            return lf_fail(LF_ERR_INVALID_ARG,
+                           "checkpoint: parameter '%s' does not follow the one before it in "
+                           "the flat buffer",
+                           p->name);
         t->dtype = LF_ST_F32;
         t->ndim = p->ndim;
         for (int d = 0; d < p->ndim; d++) t->shape[d] = p->shape[d];
         t->numel = p->numel;
         t->nbytes = p->numel * sizeof(float);
     }
-    return tt->count > 0 && tt->table[0].offset == 0 ? LF_OK
-                                                     : lf_fail(LF_ERR_INVALID_ARG, "checkpoint: the table does not start "
-                                                               "at offset 0");
+    return tt->count > 0 && tt->table[0].offset == 0
+               ? LF_OK
+               : lf_fail(LF_ERR_INVALID_ARG, "checkpoint: the table does not start "
+                                             "at offset 0");
 }
 
 /* model.safetensors and (with_optim) optimizer.safetensors, header only,
@@ -100,7 +103,8 @@ static lf_status write_ranges(const char *path, size_t total, size_t lo, size_t 
         (uint64_t)sb.st_size != 8 + hlen + (uint64_t)k * total * sizeof(float))
         s = lf_fail(LF_ERR_FORMAT, "'%s' is not the checkpoint file this save created (header or size differs)", path);
     for (int i = 0; i < k && s == LF_OK; i++)
-        s = pwrite_all(fd, path, bufs[i], n * sizeof(float), 8 + (size_t)hlen + ((size_t)i * total + lo) * sizeof(float));
+        s = pwrite_all(fd, path, bufs[i], n * sizeof(float),
+                       8 + (size_t)hlen + ((size_t)i * total + lo) * sizeof(float));
     if (s == LF_OK && lf__io_fsync(fd) != 0) s = lf_fail(LF_ERR_IO, "fsync of '%s' failed: %s", path, strerror(errno));
     if (lf__io_close(fd) != 0 && s == LF_OK) s = lf_fail(LF_ERR_IO, "close of '%s' failed: %s", path, strerror(errno));
     return s;
@@ -155,7 +159,8 @@ static lf_status install_dir(const char *root, const char *tmp, const char *fina
         }
         return lf_fail(LF_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(e));
     }
-    if (lf_remove_tree(old) != 0) lf_log(LF_LOG_WARN, "cannot remove replaced checkpoint '%s': %s", old, strerror(errno));
+    if (lf_remove_tree(old) != 0)
+        lf_log(LF_LOG_WARN, "cannot remove replaced checkpoint '%s': %s", old, strerror(errno));
     return LF_OK;
 }
 
@@ -179,7 +184,8 @@ static void read_latest_name(const char *root, char *name, size_t cap) {
 
 static int step_dir_has_state(const char *root, const char *name) {
     char dir[CK_PATH_MAX], st[CK_PATH_MAX];
-    return lf__ck_path_join(dir, root, name) == LF_OK && lf__ck_path_join(st, dir, CK_STATE_FILE) == LF_OK && lf__ck_is_file(st);
+    return lf__ck_path_join(dir, root, name) == LF_OK && lf__ck_path_join(st, dir, CK_STATE_FILE) == LF_OK &&
+           lf__ck_is_file(st);
 }
 
 /* Retention (checkpoint.h: lf_checkpoint_prune): with `incoming` counted
@@ -227,8 +233,7 @@ static int prune(const char *root, long incoming, int keep_last, long keep_every
         if (lf__ck_path_join(from, root, nm) != LF_OK || lf__ck_path_join(to, root, dname) != LF_OK) continue;
         if (lf__io_rename(from, to) != 0 || lf_remove_tree(to) != 0)
             lf_log(LF_LOG_WARN, "checkpoint rotation: cannot remove '%s': %s", from, strerror(errno));
-        else
-            removed++;
+        else removed++;
     }
     free(ents);
     return removed;
@@ -349,7 +354,8 @@ lf_status lf_checkpoint_commit(const char *ckpt_root, long step, const char *tmp
     if ((s = lf_fsync_dir(root)) != LF_OK) goto done;
 
     char latest[CK_PATH_MAX], latest_tmp[CK_PATH_MAX], line[80];
-    if ((s = lf__ck_path_join(latest, root, "latest")) != LF_OK || (s = lf__ck_path_join(latest_tmp, root, "latest.tmp")) != LF_OK)
+    if ((s = lf__ck_path_join(latest, root, "latest")) != LF_OK ||
+        (s = lf__ck_path_join(latest_tmp, root, "latest.tmp")) != LF_OK)
         goto done;
     int ln = snprintf(line, sizeof line, "%s\n", name);
     if ((s = lf_file_write_all(latest_tmp, line, (size_t)ln)) != LF_OK) goto done;
@@ -388,8 +394,7 @@ lf_status lf_checkpoint_save(const char *ckpt_root, long step, const lf_ckpt_ten
     s = lf_checkpoint_write_slice(tmp, tt, 0, tt->total, params, m, v);
     if (s == LF_OK)
         s = lf_checkpoint_commit(ckpt_root, step, tmp, state_json, extra, n_extra, keep_last, protect, saved_dir);
-    else
-        lf_checkpoint_discard(tmp);
+    else lf_checkpoint_discard(tmp);
     lf_free(tmp);
     return s;
 }

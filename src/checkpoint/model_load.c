@@ -29,8 +29,8 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
     }
     /* required, then optional (0 = the architecture's default: checkpoints
      * written before Llama carry only GPT-2's keys) */
-    static const char *keys[] = {"n_layer", "n_head", "n_embd", "block_size", "vocab_size", "padded_vocab_size",
-                                 "n_kv_head", "ffn_hidden"};
+    static const char *keys[] = {"n_layer",           "n_head",    "n_embd",    "block_size", "vocab_size",
+                                 "padded_vocab_size", "n_kv_head", "ffn_hidden"};
     int vals[8] = {0};
     for (int i = 0; i < 8; i++) {
         cJSON *it = cJSON_GetObjectItemCaseSensitive(mo, keys[i]);
@@ -75,8 +75,8 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
     return st;
 }
 
-lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer,
-                                   size_t cap, char **dir_out) {
+lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer, size_t cap,
+                                   char **dir_out) {
     *model = NULL;
     if (dir_out) *dir_out = NULL;
     if (!be) be = lf_backend_default();

@@ -399,7 +399,8 @@ static int part_placement_ok(const float *full, size_t n, const float *part, siz
 }
 
 lf_status lf_comm_all_reduce(lf_comm *c, float *buf, size_t n, lf_comm_op op) {
-    if (c && !op_valid(op)) return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_reduce: op %d is not a reduction", (int)op);
+    if (c && !op_valid(op))
+        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_reduce: op %d is not a reduction", (int)op);
     lf_status st = begin(c, LF_COMM_COLL_ALL_REDUCE, "lf_comm_all_reduce", n, buf != NULL);
     if (st != LF_OK) return st;
     if (!c->ops->all_reduce) return unsupported(c, "lf_comm_all_reduce");
@@ -434,8 +435,10 @@ lf_status lf_comm_reduce_scatter_start(lf_comm *c, const float *send, float *rec
     size_t off = 0, mine = 0;
     lf_comm_partition(n, c->size, c->rank, &off, &mine);
     if (!part_placement_ok(send, n, recv, off, mine))
-        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_reduce_scatter_start: recv overlaps send without being send + "
-                      "%zu (this rank's part)", off);
+        return refuse(c, LF_ERR_INVALID_ARG,
+                      "lf_comm_reduce_scatter_start: recv overlaps send without being send + "
+                      "%zu (this rank's part)",
+                      off);
     lf_status st = begin(c, LF_COMM_COLL_REDUCE_SCATTER, "lf_comm_reduce_scatter_start", n, send && (recv || !mine));
     if (st != LF_OK) return st;
     return finish_as(c, c->ops->reduce_scatter_start(c, send, recv, n, op, ticket), 1);
@@ -461,8 +464,10 @@ lf_status lf_comm_all_gather_start(lf_comm *c, const float *send, float *recv, s
     size_t off = 0, mine = 0;
     lf_comm_partition(n, c->size, c->rank, &off, &mine);
     if (!part_placement_ok(recv, n, send, off, mine))
-        return refuse(c, LF_ERR_INVALID_ARG, "lf_comm_all_gather_start: send overlaps recv without being recv + %zu "
-                      "(this rank's part)", off);
+        return refuse(c, LF_ERR_INVALID_ARG,
+                      "lf_comm_all_gather_start: send overlaps recv without being recv + %zu "
+                      "(this rank's part)",
+                      off);
     lf_status st = begin(c, LF_COMM_COLL_ALL_GATHER, "lf_comm_all_gather_start", n, recv && (send || !mine));
     if (st != LF_OK) return st;
     return finish_as(c, c->ops->all_gather_start(c, send, recv, n, ticket), 1);
@@ -482,8 +487,10 @@ lf_status lf_comm_wait_all(lf_comm *c) {
     if (!c) return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait_all: communicator is NULL");
     if (!c->ops->wait_all) return LF_OK;
     if (c->failed != LF_OK)
-        return lf_fail(LF_ERR_INVALID_ARG, "lf_comm_wait_all: the communicator is unusable after an earlier failure: "
-                       "%s", c->errmsg);
+        return lf_fail(LF_ERR_INVALID_ARG,
+                       "lf_comm_wait_all: the communicator is unusable after an earlier failure: "
+                       "%s",
+                       c->errmsg);
     c->call_t0 = lf__comm_now_s();
     return finish_as(c, c->ops->wait_all(c), 1);
 }
@@ -516,7 +523,7 @@ static lf_status broadcast(lf_comm *c, void *buf, size_t bytes, size_t n, int ro
     if (st != LF_OK) return st;
     c->count = bytes;
     lf_status (*slot)(lf_comm *, void *, size_t, int) = host && c->ops->broadcast_bytes ? c->ops->broadcast_bytes
-                                                                                         : c->ops->broadcast;
+                                                                                        : c->ops->broadcast;
     if (!slot) return unsupported(c, fn);
     return finish(c, slot(c, buf, bytes, root));
 }
@@ -639,8 +646,8 @@ lf_status lf_comm_reduce_scatter_bf16(lf_comm *c, const uint16_t *send, uint16_t
     return rs_bf16_host(c, fn, send, recv, n, op);
 }
 
-lf_status lf_comm_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
-                                            lf_comm_op op, int64_t *ticket) {
+lf_status lf_comm_reduce_scatter_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op,
+                                            int64_t *ticket) {
     const char *fn = "lf_comm_reduce_scatter_start_bf16";
     if (ticket) *ticket = 0;
     if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "%s: ticket is NULL", fn);
@@ -681,8 +688,7 @@ lf_status lf_comm_all_gather_bf16(lf_comm *c, const uint16_t *send, uint16_t *re
     return ag_bf16_host(c, fn, send, recv, n);
 }
 
-lf_status lf_comm_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
-                                        int64_t *ticket) {
+lf_status lf_comm_all_gather_start_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, int64_t *ticket) {
     const char *fn = "lf_comm_all_gather_start_bf16";
     if (ticket) *ticket = 0;
     if (!ticket) return lf_fail(LF_ERR_INVALID_ARG, "%s: ticket is NULL", fn);

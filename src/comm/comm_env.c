@@ -30,8 +30,8 @@ typedef struct launcher_vars {
 } launcher_vars;
 
 static const launcher_vars k_launchers[] = {
-    {LF_COMM_LAUNCHER_OPENMPI, "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {LF_COMM_LAUNCHER_OPENMPI, "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {LF_COMM_LAUNCHER_MPICH, "MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
     {LF_COMM_LAUNCHER_SLURM, "Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
     {LF_COMM_LAUNCHER_TORCHRUN, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
@@ -131,8 +131,10 @@ static lf_status slurm_local_size(lf_getenv_fn get, void *user, int *out) {
         if (*p == ',') p++;
         else if (*p) break;
     }
-    return lf_fail(LF_ERR_CONFIG, "Slurm launch: %s='%s' does not list node SLURM_NODEID=%d (expected counts like "
-                   "\"2(x3),1\")", name, list, node);
+    return lf_fail(LF_ERR_CONFIG,
+                   "Slurm launch: %s='%s' does not list node SLURM_NODEID=%d (expected counts like "
+                   "\"2(x3),1\")",
+                   name, list, node);
 }
 
 static lf_status detect_one(const launcher_vars *L, lf_getenv_fn get, void *user, lf_comm_env *e) {
@@ -149,18 +151,19 @@ static lf_status detect_one(const launcher_vars *L, lf_getenv_fn get, void *user
     if (vlr && (st = parse_count(L->local_rank, vlr, 0, INT_MAX, &e->local_rank)) != LF_OK) return st;
     if (vls && (st = parse_count(L->local_size, vls, 1, INT_MAX, &e->local_size)) != LF_OK) return st;
     if (vls && e->local_size > e->size)
-        return lf_fail(LF_ERR_CONFIG, "%s launch: %s=%d exceeds %s=%d", L->label, L->local_size, e->local_size,
-                       L->size, e->size);
+        return lf_fail(LF_ERR_CONFIG, "%s launch: %s=%d exceeds %s=%d", L->label, L->local_size, e->local_size, L->size,
+                       e->size);
     if (vlr && vls && e->local_rank >= e->local_size)
-        return lf_fail(LF_ERR_CONFIG, "%s launch: %s=%d is not below %s=%d", L->label, L->local_rank,
-                       e->local_rank, L->local_size, e->local_size);
+        return lf_fail(LF_ERR_CONFIG, "%s launch: %s=%d is not below %s=%d", L->label, L->local_rank, e->local_rank,
+                       L->local_size, e->local_size);
 
     if (L->launcher == LF_COMM_LAUNCHER_SLURM) {
         if ((st = slurm_local_size(get, user, &e->local_size)) != LF_OK) return st;
         if (e->local_size > e->size || (e->local_size > 0 && vlr && e->local_rank >= e->local_size))
-            return lf_fail(LF_ERR_CONFIG, "Slurm launch: %d tasks on this node (SLURM_STEP_TASKS_PER_NODE, "
-                           "SLURM_NODEID) does not fit SLURM_NTASKS=%d and SLURM_LOCALID=%d", e->local_size, e->size,
-                           e->local_rank);
+            return lf_fail(LF_ERR_CONFIG,
+                           "Slurm launch: %d tasks on this node (SLURM_STEP_TASKS_PER_NODE, "
+                           "SLURM_NODEID) does not fit SLURM_NTASKS=%d and SLURM_LOCALID=%d",
+                           e->local_size, e->size, e->local_rank);
         const char *nl = get_var(get, user, "SLURM_JOB_NODELIST");
         if (!nl) nl = get_var(get, user, "SLURM_NODELIST"); /* older Slurm */
         if (nl) copy_capped(e->nodelist, sizeof e->nodelist, nl);

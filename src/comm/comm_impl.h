@@ -104,10 +104,9 @@ struct lf_comm_ops {
     lf_status (*all_reduce_bf16)(lf_comm *c, uint16_t *buf, size_t n, lf_comm_op op);
     lf_status (*reduce_scatter_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op);
     lf_status (*all_gather_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n);
-    lf_status (*reduce_scatter_start_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
-                                           lf_comm_op op, int64_t *ticket);
-    lf_status (*all_gather_start_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
-                                       int64_t *ticket);
+    lf_status (*reduce_scatter_start_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op,
+                                           int64_t *ticket);
+    lf_status (*all_gather_start_bf16)(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, int64_t *ticket);
 };
 
 struct lf_comm {
@@ -117,7 +116,7 @@ struct lf_comm {
     int rank, size, local_rank, local_size;
 
     /* the collective in progress (or the last one) */
-    int64_t seq;       /* 1, 2, ... per collective; 0 while opening */
+    int64_t seq; /* 1, 2, ... per collective; 0 while opening */
     lf_comm_coll coll;
     size_t count;      /* elements (bytes for broadcast_bytes) */
     int bf16;          /* 1: the elements are bf16 (lf_comm_*_bf16) */
@@ -127,9 +126,9 @@ struct lf_comm {
      * own time (busy: blocking calls' host time; a started collective's
      * time on the kind's stream, added by the kind when it completes) */
     double busy_ms, exposed_ms;
-    double call_t0;    /* start of the call in progress (lf__comm_now_s) */
+    double call_t0; /* start of the call in progress (lf__comm_now_s) */
 
-    lf_status failed;  /* LF_OK, or the status of the first failed collective */
+    lf_status failed; /* LF_OK, or the status of the first failed collective */
     char errmsg[1024];
     void *impl;
 };

@@ -88,13 +88,13 @@ typedef struct mpi_state {
     MPI_Request query_req;
     int query_posted;
     where_msg query_in;
-    where_msg *replies;         /* size: the answer sent to each asker */
-    MPI_Request *reply_reqs;    /* size */
+    where_msg *replies;      /* size: the answer sent to each asker */
+    MPI_Request *reply_reqs; /* size */
     /* diagnosis */
     where_msg query_out;
-    where_msg *answers;         /* size */
-    MPI_Request *answer_reqs;   /* size */
-    MPI_Request *ask_reqs;      /* size */
+    where_msg *answers;       /* size */
+    MPI_Request *answer_reqs; /* size */
+    MPI_Request *ask_reqs;    /* size */
 } mpi_state;
 
 static int g_mpi_handles; /* open "mpi" handles in this process */
@@ -119,8 +119,8 @@ static void fill_where(const lf_comm *c, where_msg *w) {
 }
 
 static void post_query_recv(mpi_state *m) {
-    m->query_posted = MPI_Irecv(&m->query_in, (int)sizeof m->query_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_QUERY,
-                                m->side, &m->query_req) == MPI_SUCCESS;
+    m->query_posted = MPI_Irecv(&m->query_in, (int)sizeof m->query_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_QUERY, m->side,
+                                &m->query_req) == MPI_SUCCESS;
 }
 
 /* Answer the queries that arrived (called while waiting inside a collective). */
@@ -209,7 +209,8 @@ static void diagnose(const lf_comm *c, mpi_state *m, lf_status st, char *out, si
         const where_msg *w = &m->answers[p];
         char where[200] = "";
         if (got[p] == 1) {
-            lf_comm_coll wc = w->coll >= 0 && w->coll < LF_COMM_COLL_COUNT_ ? (lf_comm_coll)w->coll : LF_COMM_COLL_COUNT_;
+            lf_comm_coll wc = w->coll >= 0 && w->coll < LF_COMM_COLL_COUNT_ ? (lf_comm_coll)w->coll
+                                                                            : LF_COMM_COLL_COUNT_;
             char ctx[sizeof w->context + 1];
             memcpy(ctx, w->context, sizeof w->context);
             ctx[sizeof w->context] = '\0';
@@ -227,12 +228,11 @@ static void diagnose(const lf_comm *c, mpi_state *m, lf_status st, char *out, si
         missing++;
         if (listed >= 16) continue;
         listed++;
-        if (got[p] == 1)
-            lf__comm_append(list, sizeof list, "%s%d (waiting %s)", listed > 1 ? ", " : "", p, where);
+        if (got[p] == 1) lf__comm_append(list, sizeof list, "%s%d (waiting %s)", listed > 1 ? ", " : "", p, where);
         else if (got[p] < 0)
-            lf__comm_append(list, sizeof list, "%s%d (unreachable: MPI refused to send to it)", listed > 1 ? ", " : "", p);
-        else
-            lf__comm_append(list, sizeof list, "%s%d", listed > 1 ? ", " : "", p);
+            lf__comm_append(list, sizeof list, "%s%d (unreachable: MPI refused to send to it)", listed > 1 ? ", " : "",
+                            p);
+        else lf__comm_append(list, sizeof list, "%s%d", listed > 1 ? ", " : "", p);
     }
     int silent = 0;
     for (int p = 0; p < P; p++)
@@ -241,16 +241,16 @@ static void diagnose(const lf_comm *c, mpi_state *m, lf_status st, char *out, si
         lf__comm_append(out, cap, "; rank%s that did not arrive: %s", missing > 1 ? "s" : "", list);
         if (missing > listed) lf__comm_append(out, cap, " and %d more", missing - listed);
         if (silent)
-            lf__comm_append(out, cap,
-                   "%s no answer within %.1f s means stalled outside the communicator, failed out of it, or dead",
-                   silent == missing ? ";" : "; for those without a note,", grace);
+            lf__comm_append(
+                out, cap,
+                "%s no answer within %.1f s means stalled outside the communicator, failed out of it, or dead",
+                silent == missing ? ";" : "; for those without a note,", grace);
     }
     if (odd >= 0)
         lf__comm_append(out, cap, "; rank %d called %s #%lld with %lld elements (this rank: %zu)", odd,
-               lf__comm_coll_name((lf_comm_coll)m->answers[odd].coll), (long long)c->seq,
-               (long long)m->answers[odd].count, c->count);
-    if (ahead)
-        lf__comm_append(out, cap, "; already past it: %s%s", past, ahead > 4 ? " and more" : "");
+                        lf__comm_coll_name((lf_comm_coll)m->answers[odd].coll), (long long)c->seq,
+                        (long long)m->answers[odd].count, c->count);
+    if (ahead) lf__comm_append(out, cap, "; already past it: %s%s", past, ahead > 4 ? " and more" : "");
     if (!missing && odd < 0 && !ahead && st == LF_ERR_TIMEOUT)
         lf__comm_append(out, cap, "; every rank arrived, so the transport is stuck (network or MPI library fault)");
     lf_free(got);
@@ -378,8 +378,8 @@ static lf_status all_gather_rounds(lf_comm *c, mpi_state *m, const float *send, 
         if (in_place)
             rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, recv, m->rcounts, m->rdispls, MPI_FLOAT, m->comm, &req);
         else
-            rc = MPI_Iallgatherv(mk ? send + done : send, (int)mk, MPI_FLOAT, recv, m->rcounts, m->rdispls,
-                                 MPI_FLOAT, m->comm, &req);
+            rc = MPI_Iallgatherv(mk ? send + done : send, (int)mk, MPI_FLOAT, recv, m->rcounts, m->rdispls, MPI_FLOAT,
+                                 m->comm, &req);
         if (rc != MPI_SUCCESS) return mpi_call_fail(c, m, rc, "MPI_Iallgatherv");
         lf_status st = wait_req(c, m, &req, "MPI_Iallgatherv");
         if (st != LF_OK) return st;
@@ -555,11 +555,10 @@ static lf_status check_env(const lf_comm *c) {
     if (e->rank == c->rank && e->size == c->size) return LF_OK;
     const char *rv, *sv;
     lf__comm_env_vars(e->launcher, &rv, &sv);
-    const char *hint = e->launcher == LF_COMM_LAUNCHER_SLURM
-                           ? " (a Slurm batch script must start the ranks with srun, and Open MPI needs srun --mpi=pmix)"
-                           : (e->launcher == LF_COMM_LAUNCHER_TORCHRUN
-                                  ? " (torchrun starts ranks that MPI does not know about)"
-                                  : "");
+    const char *hint =
+        e->launcher == LF_COMM_LAUNCHER_SLURM
+            ? " (a Slurm batch script must start the ranks with srun, and Open MPI needs srun --mpi=pmix)"
+            : (e->launcher == LF_COMM_LAUNCHER_TORCHRUN ? " (torchrun starts ranks that MPI does not know about)" : "");
     return lf_fail(LF_ERR_MISMATCH,
                    "mpi communicator: the launcher says %s=%d of %s=%d, but MPI_COMM_WORLD has rank %d of %d "
                    "processes%s",

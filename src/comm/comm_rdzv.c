@@ -35,10 +35,10 @@
 
 #define RZ_MAGIC 0x5A52464Cu /* "LFRZ" little-endian */
 #define RZ_VERSION 1u
-#define RZ_HELLO 96          /* magic, version, rank, size, 1.0f, pid (6 x 4) + host (64) + pad */
-#define RZ_REPLY 16          /* magic, version, status, payload bytes */
+#define RZ_HELLO 96 /* magic, version, rank, size, 1.0f, pid (6 x 4) + host (64) + pad */
+#define RZ_REPLY 16 /* magic, version, status, payload bytes */
 #define RZ_MSG_MAX 1024
-#define RZ_PENDING_MAX 64    /* connections accepted but not yet introduced, at once */
+#define RZ_PENDING_MAX 64 /* connections accepted but not yet introduced, at once */
 
 int lf__poll_ms(double deadline, int cap_ms) {
     double left = deadline - lf__comm_now_s();
@@ -168,8 +168,7 @@ static void peer_name(int fd, char *out, size_t cap) {
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 &&
         getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, NULL, 0, NI_NUMERICHOST) == 0)
         snprintf(out, cap, "%s", h);
-    else
-        snprintf(out, cap, "an unknown address");
+    else snprintf(out, cap, "an unknown address");
 }
 
 static lf_status listen_on(int port, int backlog, int *out) {
@@ -214,8 +213,10 @@ static lf_status need_fds(int size) {
     rlim_t want = (rlim_t)size + 64;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return LF_OK;
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
-        return lf_fail(LF_ERR_RANGE, "rendezvous: rank 0 needs %llu file descriptors for %d ranks, but the hard limit "
-                       "(ulimit -Hn) is %llu", (unsigned long long)want, size, (unsigned long long)rl.rlim_max);
+        return lf_fail(LF_ERR_RANGE,
+                       "rendezvous: rank 0 needs %llu file descriptors for %d ranks, but the hard limit "
+                       "(ulimit -Hn) is %llu",
+                       (unsigned long long)want, size, (unsigned long long)rl.rlim_max);
     rl.rlim_cur = want;
     setrlimit(RLIMIT_NOFILE, &rl);
     return LF_OK;
@@ -240,12 +241,15 @@ static lf_status hub_join(lf__rdzv *r, int port, double timeout_s) {
         if (ms == 0) {
             char miss[600];
             int n = list_missing(r->fd, P, miss, sizeof miss);
-            snprintf(msg, sizeof msg, "rendezvous on MASTER_PORT=%d timed out on rank 0 after %g s (comm.timeout_s):"
-                     " %d of %d ranks joined; rank%s that never arrived: %s", port, timeout_s, joined + 1, P,
-                     n > 1 ? "s" : "", miss);
+            snprintf(msg, sizeof msg,
+                     "rendezvous on MASTER_PORT=%d timed out on rank 0 after %g s (comm.timeout_s):"
+                     " %d of %d ranks joined; rank%s that never arrived: %s",
+                     port, timeout_s, joined + 1, P, n > 1 ? "s" : "", miss);
             if (dropped)
-                snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "; %d connection%s that spoke no llmforge "
-                         "rendezvous dropped (the last from %s)", dropped, dropped > 1 ? "s" : "", from_drop);
+                snprintf(msg + strlen(msg), sizeof msg - strlen(msg),
+                         "; %d connection%s that spoke no llmforge "
+                         "rendezvous dropped (the last from %s)",
+                         dropped, dropped > 1 ? "s" : "", from_drop);
             st = lf_fail(LF_ERR_TIMEOUT, "%s", msg);
             goto refuse_all;
         }
@@ -256,7 +260,7 @@ static lf_status hub_join(lf__rdzv *r, int port, double timeout_s) {
         if (pf[0].revents & POLLIN) {
             for (;;) {
                 int fd = accept(lfd, NULL, NULL);
-                if (fd < 0) break; /* EAGAIN, or a connection that vanished */
+                if (fd < 0) break;                                      /* EAGAIN, or a connection that vanished */
                 if (npend == RZ_PENDING_MAX || set_nonblock(fd) != 0) { /* a flood: it may retry */
                     close(fd);
                     continue;
@@ -294,25 +298,31 @@ static lf_status hub_join(lf__rdzv *r, int port, double timeout_s) {
             memcpy(&mine, &one, sizeof mine);
             msg[0] = '\0';
             if (ver != RZ_VERSION)
-                snprintf(msg, sizeof msg, "rendezvous: a rank from %s (host %s, pid %u) speaks rendezvous protocol "
-                         "version %u, rank 0 version %u: every rank must run the same llmforge build", q->from, host,
-                         ppid, ver, RZ_VERSION);
+                snprintf(msg, sizeof msg,
+                         "rendezvous: a rank from %s (host %s, pid %u) speaks rendezvous protocol "
+                         "version %u, rank 0 version %u: every rank must run the same llmforge build",
+                         q->from, host, ppid, ver, RZ_VERSION);
             else if (fbits != mine)
-                snprintf(msg, sizeof msg, "rendezvous: rank %u (host %s) stores floats differently from rank 0 (1.0f is "
-                         "0x%08x there, 0x%08x here): collectives send floats as they are in memory", rk, host, fbits,
-                         mine);
+                snprintf(msg, sizeof msg,
+                         "rendezvous: rank %u (host %s) stores floats differently from rank 0 (1.0f is "
+                         "0x%08x there, 0x%08x here): collectives send floats as they are in memory",
+                         rk, host, fbits, mine);
             else if ((int64_t)sz != P)
-                snprintf(msg, sizeof msg, "rendezvous: world size mismatch: rank %u (host %s, pid %u) has WORLD_SIZE=%u, "
+                snprintf(msg, sizeof msg,
+                         "rendezvous: world size mismatch: rank %u (host %s, pid %u) has WORLD_SIZE=%u, "
                          "rank 0 has WORLD_SIZE=%d: every rank of a job must be started with the same world size",
                          rk, host, ppid, sz, P);
             else if (rk == 0 || rk >= (uint32_t)P)
                 snprintf(msg, sizeof msg, "rendezvous: a process from %s (host %s, pid %u) says RANK=%u, %s", q->from,
-                         host, ppid, rk, rk == 0 ? "but this process is rank 0: two ranks 0 (two launches on one "
-                         "MASTER_PORT?)" : "outside the world");
+                         host, ppid, rk,
+                         rk == 0 ? "but this process is rank 0: two ranks 0 (two launches on one "
+                                   "MASTER_PORT?)"
+                                 : "outside the world");
             else if (r->fd[rk] >= 0)
-                snprintf(msg, sizeof msg, "rendezvous: rank %u joined twice: from host %s (pid %u) and from host %s "
-                         "(pid %d): two processes were started with RANK=%u", rk, r->host[rk], (unsigned)pid[rk], host,
-                         (int)ppid, rk);
+                snprintf(msg, sizeof msg,
+                         "rendezvous: rank %u joined twice: from host %s (pid %u) and from host %s "
+                         "(pid %d): two processes were started with RANK=%u",
+                         rk, r->host[rk], (unsigned)pid[rk], host, (int)ppid, rk);
             if (msg[0]) {
                 st = lf_fail(LF_ERR_MISMATCH, "%s", msg);
                 failed_fd = q->fd;
@@ -445,23 +455,28 @@ static lf_status peer_join(lf__rdzv *r, const char *addr, int port, double timeo
             close(fd);
             fd = -1;
             if (e == ETIMEDOUT)
-                return lf_fail(LF_ERR_TIMEOUT, "rendezvous: rank %d reached rank 0 at MASTER_ADDR:MASTER_PORT = %s, but "
+                return lf_fail(LF_ERR_TIMEOUT,
+                               "rendezvous: rank %d reached rank 0 at MASTER_ADDR:MASTER_PORT = %s, but "
                                "the rendezvous did not complete within %g s (comm.timeout_s): rank 0 is still waiting "
-                               "for other ranks (its message names them), or it is stalled", r->rank, r->where,
-                               timeout_s);
+                               "for other ranks (its message names them), or it is stalled",
+                               r->rank, r->where, timeout_s);
             snprintf(err, sizeof err, "connected, then %s before rank 0 answered",
                      e == EPIPE ? "the connection closed" : strerror(e));
         }
         double left = deadline - lf__comm_now_s(), pause = tries < 10 ? 0.05 * tries : 1.0;
         if (left <= 0)
-            return lf_fail(LF_ERR_TIMEOUT, "rendezvous: rank %d could not reach rank 0 at MASTER_ADDR:MASTER_PORT = %s "
+            return lf_fail(LF_ERR_TIMEOUT,
+                           "rendezvous: rank %d could not reach rank 0 at MASTER_ADDR:MASTER_PORT = %s "
                            "within %g s (comm.timeout_s; %d attempts, last: %s): rank 0 is not running, or is not "
-                           "at that address, or a firewall is in between", r->rank, r->where, timeout_s, tries, err);
+                           "at that address, or a firewall is in between",
+                           r->rank, r->where, timeout_s, tries, err);
         sleep_s(pause < left ? pause : left);
     }
     if (lf__get_u32(h) != RZ_MAGIC || lf__get_u32(h + 4) != RZ_VERSION) {
-        st = lf_fail(LF_ERR_MISMATCH, "rendezvous: rank %d: what answers at MASTER_ADDR:MASTER_PORT = %s is not an "
-                     "llmforge rank 0 of this version (another program on that port?)", r->rank, r->where);
+        st = lf_fail(LF_ERR_MISMATCH,
+                     "rendezvous: rank %d: what answers at MASTER_ADDR:MASTER_PORT = %s is not an "
+                     "llmforge rank 0 of this version (another program on that port?)",
+                     r->rank, r->where);
         goto fail;
     }
     lf_status their = (lf_status)(int32_t)lf__get_u32(h + 8);

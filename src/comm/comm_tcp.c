@@ -85,14 +85,14 @@ typedef struct conn {
     /* reading: the header of the frame in progress, then its payload */
     unsigned char rh[FR_HDR];
     size_t rh_got;
-    int held;    /* rh holds a header read ahead: DATA for a receive not posted
+    int held; /* rh holds a header read ahead: DATA for a receive not posted
                   * yet, or FAIL while nothing is posted (it fails the next
                   * collective, not one this connection already finished) */
     int in_body;
     frame rf;
-    char *body;  /* rbuf for DATA, ctl for the others */
+    char *body; /* rbuf for DATA, ctl for the others */
     size_t body_got;
-    char *ctl;   /* CTL_MAX + 1 bytes, allocated for a control frame */
+    char *ctl; /* CTL_MAX + 1 bytes, allocated for a control frame */
     /* the posted receive: one DATA frame of this collective */
     int rposted, rdone;
     char *rbuf;
@@ -219,12 +219,13 @@ static lf_status start_data(lf_comm *c, tcp_state *t, int i) {
     k->held = 0;
     if (f->seq != c->seq || f->coll != (uint32_t)c->coll || f->count != (uint64_t)c->count)
         return pump_fail(t, i, LF_ERR_MISMATCH, "%s called %s #%lld with %llu elements (this rank: %s #%lld with %zu)",
-                         who(k->rank, w, sizeof w), coll_name(f->coll), (long long)f->seq,
-                         (unsigned long long)f->count, lf__comm_coll_name(c->coll), (long long)c->seq, c->count);
+                         who(k->rank, w, sizeof w), coll_name(f->coll), (long long)f->seq, (unsigned long long)f->count,
+                         lf__comm_coll_name(c->coll), (long long)c->seq, c->count);
     if (f->len != (uint64_t)k->rlen)
-        return pump_fail(t, i, LF_ERR_MISMATCH, "%s sent %llu bytes where this rank expects %zu (the ranks disagree on "
-                         "the broadcast root or the sizes)", who(k->rank, w, sizeof w), (unsigned long long)f->len,
-                         k->rlen);
+        return pump_fail(t, i, LF_ERR_MISMATCH,
+                         "%s sent %llu bytes where this rank expects %zu (the ranks disagree on "
+                         "the broadcast root or the sizes)",
+                         who(k->rank, w, sizeof w), (unsigned long long)f->len, k->rlen);
     k->in_body = 1;
     k->body = k->rbuf;
     k->body_got = 0;
@@ -475,16 +476,16 @@ static void describe_missing(const lf_comm *c, const tcp_state *t, char *out, si
             if (missing++ >= 12) continue;
             lf__comm_append(list, sizeof list, "%s%d", missing > 1 ? ", " : "", k->rank);
             if (k->in_body && k->rf.type == FR_DATA)
-                lf__comm_append(list, sizeof list, " (arrived; its data stalled after %zu of %zu bytes)", k->body_got, k->rlen);
+                lf__comm_append(list, sizeof list, " (arrived; its data stalled after %zu of %zu bytes)", k->body_got,
+                                k->rlen);
             else if (k->seen_seq > 0)
                 lf__comm_append(list, sizeof list, " (last heard from in %s #%lld)", coll_name(k->seen_coll),
-                       (long long)k->seen_seq);
-            else
-                lf__comm_append(list, sizeof list, " (no collective heard from it yet)");
+                                (long long)k->seen_seq);
+            else lf__comm_append(list, sizeof list, " (no collective heard from it yet)");
         } else if (k->wposted && k->wsrc != t->where_out) {
             if (stuck++ >= 8) continue;
-            lf__comm_append(slow, sizeof slow, "%s%d (%zu of %zu bytes taken)", stuck > 1 ? ", " : "", k->rank, k->wsent,
-                   k->wlen);
+            lf__comm_append(slow, sizeof slow, "%s%d (%zu of %zu bytes taken)", stuck > 1 ? ", " : "", k->rank,
+                            k->wsent, k->wlen);
         }
     }
     if (missing) {
@@ -492,7 +493,8 @@ static void describe_missing(const lf_comm *c, const tcp_state *t, char *out, si
         if (missing > 12) lf__comm_append(out, cap, " and %d more", missing - 12);
     }
     if (stuck) {
-        lf__comm_append(out, cap, "; rank%s not taking %s result: %s", stuck > 1 ? "s" : "", stuck > 1 ? "their" : "its", slow);
+        lf__comm_append(out, cap, "; rank%s not taking %s result: %s", stuck > 1 ? "s" : "",
+                        stuck > 1 ? "their" : "its", slow);
         if (stuck > 8) lf__comm_append(out, cap, " and %d more", stuck - 8);
         lf__comm_append(out, cap, " (stalled or dead)");
     }
@@ -537,7 +539,8 @@ static void linger(tcp_state *t, double secs) {
         for (int i = 0; i < t->nconn; i++) {
             if (!t->pfd[i].revents) continue;
             ssize_t r;
-            while ((r = recv(t->conns[i].fd, sink, sizeof sink, 0)) > 0) {}
+            while ((r = recv(t->conns[i].fd, sink, sizeof sink, 0)) > 0) {
+            }
             if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) t->conns[i].eof = 1;
         }
     }
@@ -550,27 +553,29 @@ static void peer_diagnose(lf_comm *c, tcp_state *t, char *out, size_t cap) {
     lf__comm_describe(c, desc, sizeof desc);
     out[0] = '\0';
     if (k->wposted) {
-        lf__comm_append(out, cap, "; rank that did not arrive: 0 (the hub; it took %zu of this rank's %zu bytes and stopped "
-               "reading: it has not reached %s, or is stalled)", k->wsent, k->wlen, desc);
+        lf__comm_append(out, cap,
+                        "; rank that did not arrive: 0 (the hub; it took %zu of this rank's %zu bytes and stopped "
+                        "reading: it has not reached %s, or is stalled)",
+                        k->wsent, k->wlen, desc);
         return;
     }
     if (k->rposted && !k->rdone && k->in_body && k->rf.type == FR_DATA) {
-        lf__comm_append(out, cap, "; rank 0 (the hub) sent %zu of the result's %zu bytes and stalled", k->body_got, k->rlen);
+        lf__comm_append(out, cap, "; rank 0 (the hub) sent %zu of the result's %zu bytes and stalled", k->body_got,
+                        k->rlen);
         return;
     }
     double grace = lf__comm_grace_s(c->opts.timeout_s);
     t->got_where = 0;
     post_send(c, k, FR_QUERY, 0, NULL, 0);
     lf_status st = pump(c, t, lf__comm_now_s() + grace, 1);
-    if (st == LF_OK && t->got_where)
-        lf__comm_append(out, cap, "; rank 0 (the hub) answers: %s", t->where_in);
-    else if (st == LF_OK)
-        lf__comm_append(out, cap, "; rank 0's result arrived only after the deadline");
+    if (st == LF_OK && t->got_where) lf__comm_append(out, cap, "; rank 0 (the hub) answers: %s", t->where_in);
+    else if (st == LF_OK) lf__comm_append(out, cap, "; rank 0's result arrived only after the deadline");
     else if (st == LF_ERR_TIMEOUT && !t->why[0])
-        lf__comm_append(out, cap, "; rank that did not arrive: 0 (the hub; no answer within %.1f s means it has not reached "
-               "this collective — stalled outside the communicator — or is dead)", grace);
-    else
-        lf__comm_append(out, cap, "; then: %s", t->why);
+        lf__comm_append(out, cap,
+                        "; rank that did not arrive: 0 (the hub; no answer within %.1f s means it has not reached "
+                        "this collective — stalled outside the communicator — or is dead)",
+                        grace);
+    else lf__comm_append(out, cap, "; then: %s", t->why);
 }
 
 /* The collective failed with st (from pump, t->why set unless a timeout). */
@@ -640,7 +645,8 @@ static lf_status peer_round(lf_comm *c, tcp_state *t, const void *src, size_t le
 /* Hub: every peer's len bytes into rows (row p at rows + p*len; row 0 is
  * the hub's own, filled by the caller). */
 static lf_status hub_gather_rows(lf_comm *c, tcp_state *t, char *rows, size_t len) {
-    for (int i = 0; i < t->nconn; i++) post_recv(&t->conns[i], rows ? rows + (size_t)t->conns[i].rank * len : NULL, len);
+    for (int i = 0; i < t->nconn; i++)
+        post_recv(&t->conns[i], rows ? rows + (size_t)t->conns[i].rank * len : NULL, len);
     return run(c, t);
 }
 
@@ -834,7 +840,8 @@ static lf_status agent_store_port(const lf_comm *c, int *port) {
     const char *v = env_get(c, "TORCHELASTIC_USE_AGENT_STORE");
     if (!v || strcmp(v, "True") != 0) return LF_OK;
     if (*port >= 65535)
-        return lf_fail(LF_ERR_CONFIG, "tcp communicator: MASTER_PORT=%d is torchrun's agent store "
+        return lf_fail(LF_ERR_CONFIG,
+                       "tcp communicator: MASTER_PORT=%d is torchrun's agent store "
                        "(TORCHELASTIC_USE_AGENT_STORE=True) and the rendezvous would use the next port, beyond 65535",
                        *port);
     ++*port;
@@ -850,10 +857,11 @@ static lf_status master(const lf_comm *c, const char **addr, int *port) {
     }
     const char *a = env_get(c, "MASTER_ADDR"), *p = env_get(c, "MASTER_PORT");
     if (!a || !p)
-        return lf_fail(LF_ERR_CONFIG, "tcp communicator: %s is not set (launched by %s with %d ranks): the tcp "
+        return lf_fail(LF_ERR_CONFIG,
+                       "tcp communicator: %s is not set (launched by %s with %d ranks): the tcp "
                        "rendezvous needs MASTER_ADDR and MASTER_PORT, which torchrun and `llmforge launch "
-                       "--rdzv tcp` set", !a ? "MASTER_ADDR" : "MASTER_PORT", lf_comm_launcher_name(e->launcher),
-                       e->size);
+                       "--rdzv tcp` set",
+                       !a ? "MASTER_ADDR" : "MASTER_PORT", lf_comm_launcher_name(e->launcher), e->size);
     char *end = NULL;
     errno = 0;
     long v = strtol(p, &end, 10);

@@ -81,8 +81,8 @@ lf_status lf_arena_create(lf_arena **out, size_t capacity) {
 void *lf_arena_push(lf_arena *a, size_t bytes) {
     size_t need = lf_arena_round(bytes);
     if (need > a->capacity - a->used) {
-        lf_fail(LF_ERR_NOMEM, "arena exhausted: %zu bytes requested, %zu of %zu free", bytes,
-                a->capacity - a->used, a->capacity);
+        lf_fail(LF_ERR_NOMEM, "arena exhausted: %zu bytes requested, %zu of %zu free", bytes, a->capacity - a->used,
+                a->capacity);
         return NULL;
     }
     void *p = a->base + a->used;

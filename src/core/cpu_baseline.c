@@ -35,17 +35,16 @@
  * than through __builtin_cpu_supports, whose feature names differ between
  * compilers (clang 14 knows no "lzcnt" or "movbe"), so the fuzzing build
  * (clang) compiles this file too. */
-static const struct { unsigned leaf, sub, reg, bit, os; } k_where[28] = {
-    [0] = {1, 0, 2, 0, 0},        [1] = {1, 0, 2, 9, 0},        [2] = {1, 0, 2, 19, 0},
-    [3] = {1, 0, 2, 20, 0},       [4] = {1, 0, 2, 23, 0},       [5] = {1, 0, 2, 28, 1},
-    [6] = {7, 0, 1, 5, 1},        [7] = {1, 0, 2, 12, 1},       [8] = {1, 0, 2, 29, 1},
-    [9] = {7, 0, 1, 3, 0},        [10] = {7, 0, 1, 8, 0},       [11] = {0x80000001u, 0, 2, 5, 0},
-    [12] = {1, 0, 2, 22, 0},      [13] = {7, 0, 1, 16, 2},      [14] = {7, 0, 1, 30, 2},
-    [15] = {7, 0, 1, 31, 2},      [16] = {7, 0, 1, 17, 2},      [17] = {7, 0, 1, 28, 2},
-    [18] = {7, 0, 2, 11, 2},      [19] = {7, 1, 0, 5, 2},       [20] = {7, 0, 1, 21, 2},
-    [21] = {7, 0, 2, 1, 2},       [22] = {7, 0, 2, 6, 2},       [23] = {7, 0, 2, 12, 2},
-    [24] = {7, 0, 2, 14, 2},      [25] = {7, 0, 2, 8, 0},       [26] = {7, 0, 2, 9, 1},
-    [27] = {7, 0, 2, 10, 1},
+static const struct {
+    unsigned leaf, sub, reg, bit, os;
+} k_where[28] = {
+    [0] = {1, 0, 2, 0, 0},   [1] = {1, 0, 2, 9, 0},   [2] = {1, 0, 2, 19, 0},  [3] = {1, 0, 2, 20, 0},
+    [4] = {1, 0, 2, 23, 0},  [5] = {1, 0, 2, 28, 1},  [6] = {7, 0, 1, 5, 1},   [7] = {1, 0, 2, 12, 1},
+    [8] = {1, 0, 2, 29, 1},  [9] = {7, 0, 1, 3, 0},   [10] = {7, 0, 1, 8, 0},  [11] = {0x80000001u, 0, 2, 5, 0},
+    [12] = {1, 0, 2, 22, 0}, [13] = {7, 0, 1, 16, 2}, [14] = {7, 0, 1, 30, 2}, [15] = {7, 0, 1, 31, 2},
+    [16] = {7, 0, 1, 17, 2}, [17] = {7, 0, 1, 28, 2}, [18] = {7, 0, 2, 11, 2}, [19] = {7, 1, 0, 5, 2},
+    [20] = {7, 0, 1, 21, 2}, [21] = {7, 0, 2, 1, 2},  [22] = {7, 0, 2, 6, 2},  [23] = {7, 0, 2, 12, 2},
+    [24] = {7, 0, 2, 14, 2}, [25] = {7, 0, 2, 8, 0},  [26] = {7, 0, 2, 9, 1},  [27] = {7, 0, 2, 10, 1},
 };
 
 static int cpuid_reg(unsigned leaf, unsigned sub, unsigned reg, unsigned *out) {
@@ -86,7 +85,7 @@ lf_status lf__cpu_baseline_compare(unsigned long long required, unsigned long lo
     if (!missing) return LF_OK;
     size_t n = (size_t)snprintf(msg, cap, "this build of llmforge assumes the CPU baseline '%s'; this CPU lacks",
                                 arch ? arch : "?");
-#define LF_NAME(bit, name)                                                                   \
+#define LF_NAME(bit, name) \
     if ((missing >> (bit)) & 1ULL && n < cap) n += (size_t)snprintf(msg + n, cap - n, " %s", name);
     LF_CPU_FEATURES(LF_NAME)
 #undef LF_NAME

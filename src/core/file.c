@@ -22,7 +22,8 @@
 static lf_status open_regular(const char *path, FILE **out, struct stat *st) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
         close(fd);
         return lf_fail(LF_ERR_IO, "'%s' is not a regular file", path);

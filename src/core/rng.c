@@ -23,7 +23,10 @@ static inline void philox_round(uint32_t ctr[4], const uint32_t key[2]) {
     uint32_t n1 = lo1;
     uint32_t n2 = hi0 ^ ctr[3] ^ key[1];
     uint32_t n3 = lo0;
-    ctr[0] = n0; ctr[1] = n1; ctr[2] = n2; ctr[3] = n3;
+    ctr[0] = n0;
+    ctr[1] = n1;
+    ctr[2] = n2;
+    ctr[3] = n3;
 }
 
 /* Raw Philox4x32-10 on a 128-bit counter and 64-bit key. */
@@ -35,7 +38,10 @@ void lf__philox_raw(const uint32_t in[4], const uint32_t key_in[2], uint32_t out
         key[0] += PHILOX_W0;
         key[1] += PHILOX_W1;
     }
-    out[0] = ctr[0]; out[1] = ctr[1]; out[2] = ctr[2]; out[3] = ctr[3];
+    out[0] = ctr[0];
+    out[1] = ctr[1];
+    out[2] = ctr[2];
+    out[3] = ctr[3];
 }
 
 void lf_philox4x32(uint64_t seed, uint32_t purpose, uint64_t index, uint32_t sub, uint32_t out[4]) {

@@ -476,10 +476,8 @@ static void sb_json_str(lf__sb *b, const char *s) {
         case '\b': lf__sb_put(b, "\\b", 2); break;
         case '\f': lf__sb_put(b, "\\f", 2); break;
         default:
-            if (*p < 0x20)
-                lf__sb_printf(b, "\\u%04x", *p);
-            else
-                lf__sb_put(b, (const char *)p, 1);
+            if (*p < 0x20) lf__sb_printf(b, "\\u%04x", *p);
+            else lf__sb_put(b, (const char *)p, 1);
         }
     }
     lf__sb_put(b, "\"", 1);
@@ -566,8 +564,8 @@ static lf_status check_write_args(const char *path, const lf_st_tensor *tensors,
 
 /* The header (length prefix not included), padded to 8 bytes; the data
  * region follows in the given order. */
-static lf_status build_header(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta,
-                              int n_meta, int need_data, lf__sb *out) {
+static lf_status build_header(const char *path, const lf_st_tensor *tensors, int n, const char *const *meta, int n_meta,
+                              int need_data, lf__sb *out) {
     if (!path) return lf_fail(LF_ERR_INVALID_ARG, "lf_safetensors_write: path is NULL");
     if (n < 0 || (n > 0 && !tensors) || n_meta < 0 || (n_meta > 0 && !meta))
         return lf_fail(LF_ERR_INVALID_ARG, "safetensors '%s': bad tensor or metadata arguments", path);
@@ -594,7 +592,7 @@ static lf_status build_header(const char *path, const lf_st_tensor *tensors, int
         lf__sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", lf_st_dtype_name(t->dtype));
         for (int d = 0; d < t->ndim; d++) lf__sb_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
         lf__sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                  (unsigned long long)(off + t->nbytes));
+                      (unsigned long long)(off + t->nbytes));
         off += t->nbytes;
     }
     lf__sb_puts(&h, "}");

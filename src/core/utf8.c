@@ -70,8 +70,7 @@ int lf__utf8_scan(const unsigned char *s, size_t n, uint32_t *cp, lf__utf8_err *
         if (b < l || b > h) {
             if (b >= 0x80 && b <= 0xBF) /* a continuation byte, but out of range */
                 e = b0 == 0xED ? LF__UTF8_SURROGATE : (b0 == 0xF4 ? LF__UTF8_ABOVE_MAX : LF__UTF8_OVERLONG);
-            else
-                e = LF__UTF8_MISSING;
+            else e = LF__UTF8_MISSING;
             if (err) *err = e;
             return -k;
         }
@@ -150,8 +149,7 @@ lf_status lf_utf8_validate(const char *s, size_t len, const char *what, size_t *
     lf__utf8_err e;
     (void)lf__utf8_scan(u + i, len - i, NULL, &e);
     if (bad_offset) *bad_offset = i;
-    return lf_fail(LF_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu (%s)", what ? what : "text", i,
-                   lf__utf8_why_short(e));
+    return lf_fail(LF_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu (%s)", what ? what : "text", i, lf__utf8_why_short(e));
 }
 
 int lf__utf8_encode(uint32_t cp, unsigned char out[4]) {
@@ -182,7 +180,10 @@ int lf__utf8_encode(uint32_t cp, unsigned char out[4]) {
 }
 
 void lf__utf8_describe(uint32_t cp, char *buf, size_t size) {
-    static const struct { uint32_t cp; const char *esc; } escapes[] = {
+    static const struct {
+        uint32_t cp;
+        const char *esc;
+    } escapes[] = {
         {0x00, "\\0"}, {0x07, "\\a"}, {0x08, "\\b"}, {0x09, "\\t"}, {0x0A, "\\n"},
         {0x0B, "\\v"}, {0x0C, "\\f"}, {0x0D, "\\r"}, {0x1B, "\\e"},
     };

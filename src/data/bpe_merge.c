@@ -203,10 +203,8 @@ lf_status lf__bpe_build(lf__bpe *b, const char *what) {
                 if (x == LF_BPE_NONE) continue;
                 uint32_t y = n - k == 1 ? b->byte_id[p[k]] : lf__bpe_lookup(b, p + k, n - k);
                 if (y == LF_BPE_NONE) continue;
-                if (pass == 0)
-                    n_pairs++;
-                else
-                    pair_insert(b, x, y, r);
+                if (pass == 0) n_pairs++;
+                else pair_insert(b, x, y, r);
             }
         }
     }

@@ -61,9 +61,8 @@ static lf_status serial(const lf__tokenizer_ops *ops, const void *state, const c
     return ops->encode(state, text, len, ids, n);
 }
 
-lf_status lf__tokenizer_encode_parallel(const lf__tokenizer_ops *ops, const void *state, const char *text,
-                                        size_t len, const lf_encode_opts *opts, int n_threads, uint32_t **ids,
-                                        size_t *n) {
+lf_status lf__tokenizer_encode_parallel(const lf__tokenizer_ops *ops, const void *state, const char *text, size_t len,
+                                        const lf_encode_opts *opts, int n_threads, uint32_t **ids, size_t *n) {
     if (n_threads > 1024) n_threads = 1024;
     if (n_threads <= 1 || !ops->cut || !ops->encode_ex || len < 2 * (size_t)MIN_PART_BYTES)
         return serial(ops, state, text, len, opts, ids, n);

@@ -58,26 +58,25 @@
 /* Unicode White_Space: 0009..000D 0020 0085 00A0 1680 2000..200A 2028 2029 202F 205F 3000 */
 #define WS "\\t-\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 /* General category L added by Unicode 15.0, 15.1 and 16.0 (absent from PCRE2 10.42's tables). */
-#define L_EXTRA                                                                                                   \
-    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}\\x{10D4A}-\\x{10D65}"         \
-    "\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}"     \
-    "\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}"      \
-    "\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}"               \
-    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}"                \
+#define L_EXTRA \
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}\\x{10D4A}-\\x{10D65}" \
+    "\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}" \
+    "\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}" \
+    "\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}" \
+    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}" \
     "\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
 /* General category N added by Unicode 15.0 .. 16.0. */
-#define N_EXTRA                                                                                                   \
-    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}"   \
+#define N_EXTRA \
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}" \
     "\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}"
 
-static const char g_pattern[] =
-    "'(?:[sdmt]|ll|ve|re)"
-    "| ?[\\p{L}" L_EXTRA "]++"
-    "| ?[\\p{N}" N_EXTRA "]++"
-    "| ?[^" WS "\\p{L}" L_EXTRA "\\p{N}" N_EXTRA "]++"
-    "|[" WS "]++\\z"
-    "|[" WS "]+(?![^" WS "])"
-    "|[" WS "]";
+static const char g_pattern[] = "'(?:[sdmt]|ll|ve|re)"
+                                "| ?[\\p{L}" L_EXTRA "]++"
+                                "| ?[\\p{N}" N_EXTRA "]++"
+                                "| ?[^" WS "\\p{L}" L_EXTRA "\\p{N}" N_EXTRA "]++"
+                                "|[" WS "]++\\z"
+                                "|[" WS "]+(?![^" WS "])"
+                                "|[" WS "]";
 
 struct lf__pretok {
     pcre2_code *re;
@@ -123,14 +122,12 @@ lf_status lf__pretok_create(lf__pretok **out) {
 /* ---------------------------------------------------------------- patterns from files (Oniguruma, Ruby syntax) */
 
 /* The class items standing for property L or N (inside [...]). */
-static const char *prop_items(char c) {
-    return c == 'L' ? "\\p{L}" L_EXTRA : "\\p{N}" N_EXTRA;
-}
+static const char *prop_items(char c) { return c == 'L' ? "\\p{L}" L_EXTRA : "\\p{N}" N_EXTRA; }
 
 /* Rewrite pat[0, n) (see the header); *out malloc'd and NUL-terminated. */
 static lf_status translate(const char *pat, size_t n, const char *name, char **out) {
     lf__sb b = {0};
-    int in_class = 0;   /* inside [...] */
+    int in_class = 0;    /* inside [...] */
     size_t class_at = 0; /* where the class's items start (a ']' there is literal) */
     size_t i = 0;
     *out = NULL;
@@ -211,7 +208,8 @@ static lf_status translate(const char *pat, size_t n, const char *name, char **o
                 free(b.p);
                 return lf_fail(LF_ERR_UNSUPPORTED,
                                "%s: character class set operations ('&&' or a nested '[', offset %zu) are not "
-                               "supported", name, i);
+                               "supported",
+                               name, i);
             }
             lf__sb_put(&b, &c, 1);
             i++;
@@ -317,10 +315,8 @@ lf_status lf__pretok_next(lf__pretok_scan *s, const unsigned char *text, size_t 
                           size_t *end) {
     for (;;) {
         int rc;
-        if (s->p->jit)
-            rc = pcre2_jit_match(s->p->re, text, len, pos, 0, s->md, s->mc);
-        else
-            rc = pcre2_match(s->p->re, text, len, pos, PCRE2_NO_UTF_CHECK, s->md, s->mc);
+        if (s->p->jit) rc = pcre2_jit_match(s->p->re, text, len, pos, 0, s->md, s->mc);
+        else rc = pcre2_match(s->p->re, text, len, pos, PCRE2_NO_UTF_CHECK, s->md, s->mc);
         if (rc > 0) {
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
             *start = ov[0];
@@ -337,7 +333,9 @@ lf_status lf__pretok_next(lf__pretok_scan *s, const unsigned char *text, size_t 
         pcre2_get_error_message(rc, msg, sizeof msg);
         /* a pattern from a file may backtrack past PCRE2's limits: the pattern's fault, not ours */
         int limit = rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT;
-        return lf_fail(rc == PCRE2_ERROR_NOMEMORY ? LF_ERR_NOMEM : limit ? LF_ERR_RANGE : LF_ERR_INTERNAL,
+        return lf_fail(rc == PCRE2_ERROR_NOMEMORY ? LF_ERR_NOMEM
+                       : limit                    ? LF_ERR_RANGE
+                                                  : LF_ERR_INTERNAL,
                        "%s: PCRE2 match at byte %zu failed: %s", s->p->name, pos, (const char *)msg);
     }
 }

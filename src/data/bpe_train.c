@@ -47,16 +47,16 @@
 #define BLOCK_BYTES (16u << 20)
 
 /* ---------------------------------------------------------------- growable arrays */
-#define GROW(ptr, cap, need, fail_label)                                  \
-    do {                                                                  \
-        if ((need) > (cap)) {                                             \
-            size_t nc_ = (cap) ? (cap) : 16;                              \
-            while (nc_ < (need)) nc_ *= 2;                                \
-            void *np_ = realloc((ptr), nc_ * sizeof *(ptr));              \
-            if (!np_) goto fail_label;                                    \
-            (ptr) = np_;                                                  \
-            (cap) = nc_;                                                  \
-        }                                                                 \
+#define GROW(ptr, cap, need, fail_label) \
+    do { \
+        if ((need) > (cap)) { \
+            size_t nc_ = (cap) ? (cap) : 16; \
+            while (nc_ < (need)) nc_ *= 2; \
+            void *np_ = realloc((ptr), nc_ * sizeof *(ptr)); \
+            if (!np_) goto fail_label; \
+            (ptr) = np_; \
+            (cap) = nc_; \
+        } \
     } while (0)
 
 /* ---------------------------------------------------------------- piece counts */
@@ -149,8 +149,8 @@ static size_t last_cut(const unsigned char *s, size_t len) {
     return 0;
 }
 
-static lf_status count_block(lf__pretok_scan *sc, piece_tab *tab, const unsigned char *s,
-                             size_t len, const char *path, uint64_t file_off, lf_bpe_train_stats *stats) {
+static lf_status count_block(lf__pretok_scan *sc, piece_tab *tab, const unsigned char *s, size_t len, const char *path,
+                             uint64_t file_off, lf_bpe_train_stats *stats) {
     size_t v = lf__utf8_valid_prefix(s, len);
     if (v < len) {
         uint32_t cp;
@@ -617,8 +617,8 @@ lf_bpe_train_opts lf_bpe_train_opts_default(void) {
     return o;
 }
 
-lf_status lf_bpe_train(const char *const *inputs, size_t n_inputs, const lf_bpe_train_opts *opts,
-                       const char *out_path, lf_bpe_train_stats *stats) {
+lf_status lf_bpe_train(const char *const *inputs, size_t n_inputs, const lf_bpe_train_opts *opts, const char *out_path,
+                       lf_bpe_train_stats *stats) {
     lf_bpe_train_stats dummy;
     if (!stats) stats = &dummy;
     memset(stats, 0, sizeof *stats);

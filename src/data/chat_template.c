@@ -138,7 +138,7 @@ lf_status lf__chat_template_parse(const char *json, size_t len, const char *what
         return lf_fail(LF_ERR_FORMAT, "chat template '%s': invalid JSON near byte %zu", what, at);
     }
     lf_status st = LF_OK;
-    static const char *const top_keys[] = {"format", "bos", "default_system", "roles", "generation_prompt", "stop",
+    static const char *const top_keys[] = {"format",      "bos", "default_system", "roles", "generation_prompt", "stop",
                                            "description", NULL};
     static const char *const role_keys[] = {"prefix", "suffix", NULL};
     if (!cJSON_IsObject(root)) {
@@ -237,7 +237,8 @@ lf_status lf__chat_template_load_dir(const char *dir, lf__chat_template *t, int 
     if (!dir || !t) return lf_fail(LF_ERR_INVALID_ARG, "chat template: NULL directory or template");
     char path[4096];
     int n = snprintf(path, sizeof path, "%s/%s", dir, LF__CHAT_TEMPLATE_FILE);
-    if (n < 0 || (size_t)n >= sizeof path) return lf_fail(LF_ERR_INVALID_ARG, "chat template: path too long in '%s'", dir);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return lf_fail(LF_ERR_INVALID_ARG, "chat template: path too long in '%s'", dir);
     struct stat sb;
     if (stat(path, &sb) != 0) {
         if (errno == ENOENT) return lf__chat_template_chatml(t);
@@ -258,8 +259,7 @@ lf_status lf__chat_template_load(const char *spec, lf__chat_template *t) {
     if (strcmp(spec, "chatml") == 0) return lf__chat_template_chatml(t);
     struct stat sb;
     if (stat(spec, &sb) != 0)
-        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "chat template '%s': %s", spec,
-                       strerror(errno));
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "chat template '%s': %s", spec, strerror(errno));
     char path[4096];
     if (S_ISDIR(sb.st_mode)) {
         int n = snprintf(path, sizeof path, "%s/%s", spec, LF__CHAT_TEMPLATE_FILE);
@@ -295,8 +295,8 @@ lf_status lf__chat_template_json(const lf__chat_template *t, char **out, size_t 
                                   : cJSON_AddNullToObject(o, "default_system"));
     for (int r = 0; ok && r < LF__ROLE_COUNT; r++) {
         cJSON *ro = cJSON_CreateObject();
-        ok = ro && cJSON_AddItemToObject(roles, role_names[r], ro) && cJSON_AddStringToObject(ro, "prefix", t->prefix[r]) &&
-             cJSON_AddStringToObject(ro, "suffix", t->suffix[r]);
+        ok = ro && cJSON_AddItemToObject(roles, role_names[r], ro) &&
+             cJSON_AddStringToObject(ro, "prefix", t->prefix[r]) && cJSON_AddStringToObject(ro, "suffix", t->suffix[r]);
         if (!ok && ro && !cJSON_GetObjectItemCaseSensitive(roles, role_names[r])) cJSON_Delete(ro);
     }
     if (ok) ok = cJSON_AddItemToObject(o, "roles", roles);
@@ -385,7 +385,8 @@ static lf_status render(const lf__chat_template *t, const lf__chat_message *m, i
         if ((int)m[i].role < 0 || m[i].role >= LF__ROLE_COUNT)
             return lf_fail(LF_ERR_RANGE, "chat template: message %d has role %d, not one of system/user/assistant", i,
                            (int)m[i].role);
-        if (m[i].len > 0 && !m[i].content) return lf_fail(LF_ERR_INVALID_ARG, "chat template: message %d has no text", i);
+        if (m[i].len > 0 && !m[i].content)
+            return lf_fail(LF_ERR_INVALID_ARG, "chat template: message %d has no text", i);
     }
     for (int r = 0; r < LF__ROLE_COUNT; r++)
         if (!t->prefix[r] || !t->suffix[r]) return lf_fail(LF_ERR_INVALID_ARG, "chat template: role %d not set", r);

@@ -39,14 +39,14 @@ typedef struct lf__chat_message {
 /* A chat template: per-role text around each message's content, text once
  * at the start, and the generation prompt that opens the assistant's turn. */
 typedef struct lf__chat_template {
-    char *bos;                          /* before everything ("" for none) */
+    char *bos; /* before everything ("" for none) */
     char *prefix[LF__ROLE_COUNT];
     char *suffix[LF__ROLE_COUNT];
     char *generation_prompt;
-    char *stop[4];                      /* stop strings the template implies (e.g. "<|im_end|>") */
+    char *stop[4]; /* stop strings the template implies (e.g. "<|im_end|>") */
     int n_stop;
-    char *default_system;               /* a system message added when the chat has none; NULL: none */
-    char *source;                       /* "built-in ChatML" or the file's path */
+    char *default_system; /* a system message added when the chat has none; NULL: none */
+    char *source;         /* "built-in ChatML" or the file's path */
 } lf__chat_template;
 
 #define LF__CHAT_TEMPLATE_FILE "chat_template.json"

@@ -41,8 +41,8 @@ typedef struct lf__tokenizer_ops {
     /* Optional (NULL: lf_tokenizer_encode_opts accepts the default options
      * only, through encode). Encode with options; base_off is added to the
      * byte offsets named in error messages (a part of a larger text). */
-    lf_status (*encode_ex)(const void *state, const char *text, size_t len, const lf_encode_opts *opts,
-                           size_t base_off, uint32_t **ids, size_t *n);
+    lf_status (*encode_ex)(const void *state, const char *text, size_t len, const lf_encode_opts *opts, size_t base_off,
+                           uint32_t **ids, size_t *n);
     /* Optional (NULL: never cut, lf_tokenizer_encode_parallel runs serially).
      * The first position p in [from, len) such that encoding text[0, p) and
      * text[p, len) separately (with any options) gives the ids of
@@ -64,13 +64,12 @@ extern const lf__tokenizer_ops lf__tokenizer_gpt2_ops;     /* "gpt2:DIR" */
 extern const lf__tokenizer_ops lf__tokenizer_tiktoken_ops; /* "tiktoken:FILE" */
 extern const lf__tokenizer_ops lf__tokenizer_bpe_ops;      /* "bpe:FILE" */
 /* Hugging Face tokenizer.json, byte-level BPE (tokenizer_hf.c). */
-extern const lf__tokenizer_ops lf__tokenizer_hf_ops;       /* "hf:FILE" */
+extern const lf__tokenizer_ops lf__tokenizer_hf_ops; /* "hf:FILE" */
 
 /* Encode with n_threads threads through ops->cut and ops->encode_ex
  * (bpe_parallel.c; lf_tokenizer_encode_parallel's body). */
-lf_status lf__tokenizer_encode_parallel(const lf__tokenizer_ops *ops, const void *state, const char *text,
-                                        size_t len, const lf_encode_opts *opts, int n_threads, uint32_t **ids,
-                                        size_t *n);
+lf_status lf__tokenizer_encode_parallel(const lf__tokenizer_ops *ops, const void *state, const char *text, size_t len,
+                                        const lf_encode_opts *opts, int n_threads, uint32_t **ids, size_t *n);
 
 /* ---------------------------------------------------------------- byte-level BPE internals (bpe_*.c) */
 /* GPT-2 pre-tokeniser (bpe_pretok.c): tiktoken's r50k/gpt2 pattern
@@ -123,20 +122,20 @@ size_t lf__bpe_cut(const char *text, size_t len, size_t from);
 #define LF_BPE_MAX_RANKS (1u << 24)
 #define LF_BPE_NONE UINT32_MAX
 typedef struct lf__bpe {
-    uint32_t n_ranks;        /* largest rank + 1 */
-    size_t n_tokens;         /* ranks in use (holes allowed) */
-    uint32_t *tok_off;       /* (n_ranks) offset of the token's bytes in blob */
-    uint32_t *tok_len;       /* (n_ranks) length; 0 for a rank not in use */
-    unsigned char *blob;     /* token bytes */
-    uint32_t byte_id[256];   /* rank of each single byte */
-    uint32_t *map;           /* (map_mask+1) token bytes -> rank + 1, 0 = empty */
-    uint32_t *map_tag;       /* (map_mask+1) upper hash bits of the slot's key */
+    uint32_t n_ranks;      /* largest rank + 1 */
+    size_t n_tokens;       /* ranks in use (holes allowed) */
+    uint32_t *tok_off;     /* (n_ranks) offset of the token's bytes in blob */
+    uint32_t *tok_len;     /* (n_ranks) length; 0 for a rank not in use */
+    unsigned char *blob;   /* token bytes */
+    uint32_t byte_id[256]; /* rank of each single byte */
+    uint32_t *map;         /* (map_mask+1) token bytes -> rank + 1, 0 = empty */
+    uint32_t *map_tag;     /* (map_mask+1) upper hash bits of the slot's key */
     size_t map_mask;
-    uint64_t *pair_key;      /* (pair_mask+1) left << 32 | right, UINT64_MAX = empty */
-    uint32_t *pair_val;      /* (pair_mask+1) priority of the merge: the concatenation's rank, or
+    uint64_t *pair_key; /* (pair_mask+1) left << 32 | right, UINT64_MAX = empty */
+    uint32_t *pair_val; /* (pair_mask+1) priority of the merge: the concatenation's rank, or
                                 with an explicit merge list its position in the list */
     size_t pair_mask;
-    uint32_t *merge_id;      /* (n_merges) token made by the merge of priority p; NULL without a
+    uint32_t *merge_id; /* (n_merges) token made by the merge of priority p; NULL without a
                                 merge list (the priority is then the token's rank) */
     uint32_t n_merges;
 } lf__bpe;
@@ -236,8 +235,7 @@ extern const lf__record_source lf__wds_source;
  * already saying where ("FILE:LINE: ..."): without opts->skip_bad_records,
  * lf_fail(st, msg); with it, a counted skip: ++*skipped, *skip_now = 1,
  * opts->on_skip (if set) gets msg escaped as lf_fail would, and LF_OK. */
-lf_status lf__reader_bad(const lf_reader_opts *opts, uint64_t *skipped, int *skip_now, lf_status st,
-                         const char *msg);
+lf_status lf__reader_bad(const lf_reader_opts *opts, uint64_t *skipped, int *skip_now, lf_status st, const char *msg);
 /* "a string", "an array", ... of a cJSON value, for messages. */
 struct cJSON;
 const char *lf__json_type_name(const struct cJSON *v);

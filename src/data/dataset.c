@@ -56,7 +56,7 @@ typedef struct split_view {
     lf_shard **shards; /* (n_shards) */
     size_t *start;     /* (n_shards+1) first token of each shard within the split; start[n_shards] = N */
     size_t n_tokens;
-    uint64_t *rec_start;   /* LF_SAMPLING_RECORDS: usable record starts (lf_dataset_index_records) */
+    uint64_t *rec_start; /* LF_SAMPLING_RECORDS: usable record starts (lf_dataset_index_records) */
     size_t n_rec;
 } split_view;
 
@@ -64,8 +64,8 @@ struct lf_dataset {
     char *dir;
     char *spec; /* tokenizer spec, paths resolved against the (absolute) dataset dir */
     int vocab_size;
-    int eot;    /* end-of-text id from the manifest, -1 when absent */
-    int llmc;   /* opened from llm.c files (no dataset.json) */
+    int eot;  /* end-of-text id from the manifest, -1 when absent */
+    int llmc; /* opened from llm.c files (no dataset.json) */
     split_view splits[N_SPLITS];
 };
 
@@ -90,7 +90,8 @@ static lf_status open_split(lf_dataset *d, split_view *sp, const cJSON *js, cons
     if (!shards) return lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key '%s' is missing", mpath, key);
     int ns = cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : 0;
     if (ns <= 0)
-        return lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key '%s' must be a non-empty array of file names", mpath, key);
+        return lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key '%s' must be a non-empty array of file names", mpath,
+                       key);
     uint64_t want = 0;
     snprintf(key, sizeof key, "splits.%s.tokens", name);
     lf_status st = get_count(js, "tokens", mpath, key, &want);
@@ -104,8 +105,8 @@ static lf_status open_split(lf_dataset *d, split_view *sp, const cJSON *js, cons
     int i = 0;
     cJSON_ArrayForEach(e, shards) {
         if (!cJSON_IsString(e) || !e->valuestring[0])
-            return lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key 'splits.%s.shards[%d]' must be a file name", mpath,
-                           name, i);
+            return lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key 'splits.%s.shards[%d]' must be a file name",
+                           mpath, name, i);
         char *path = lf__path_join(d->dir, e->valuestring);
         if (!path) return lf_fail(LF_ERR_NOMEM, "dataset '%s': out of memory", d->dir);
         st = lf_shard_open(&sp->shards[i], path, 1);
@@ -124,8 +125,8 @@ static lf_status open_split(lf_dataset *d, split_view *sp, const cJSON *js, cons
     }
     sp->n_tokens = sp->start[sp->n_shards];
     if ((uint64_t)sp->n_tokens != want)
-        return lf_fail(LF_ERR_MISMATCH, "dataset manifest '%s': key '%s' says %llu tokens, its shards hold %zu", mpath, key,
-                       (unsigned long long)want, sp->n_tokens);
+        return lf_fail(LF_ERR_MISMATCH, "dataset manifest '%s': key '%s' says %llu tokens, its shards hold %zu", mpath,
+                       key, (unsigned long long)want, sp->n_tokens);
     return LF_OK;
 }
 
@@ -168,8 +169,10 @@ static lf_status open_llmc_dir(lf_dataset *d) {
         cnt[s]++;
     }
     if (cnt[LF_SPLIT_TRAIN] == 0) {
-        st = cnt[LF_SPLIT_VAL] ? lf_fail(LF_ERR_FORMAT, "dataset '%s': llm.c files for 'val' but none with \"train\" in "
-                                         "its name", d->dir)
+        st = cnt[LF_SPLIT_VAL] ? lf_fail(LF_ERR_FORMAT,
+                                         "dataset '%s': llm.c files for 'val' but none with \"train\" in "
+                                         "its name",
+                                         d->dir)
                                : LF_ERR_NOT_FOUND;
         goto done;
     }
@@ -287,8 +290,8 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
     uint64_t u = 0;
     if ((st = get_count(root, "version", mpath, "version", &u)) != LF_OK) goto fail;
     if (u != 1) {
-        st = lf_fail(LF_ERR_UNSUPPORTED, "dataset manifest '%s': key 'version' is %llu, this build reads version 1", mpath,
-                     (unsigned long long)u);
+        st = lf_fail(LF_ERR_UNSUPPORTED, "dataset manifest '%s': key 'version' is %llu, this build reads version 1",
+                     mpath, (unsigned long long)u);
         goto fail;
     }
     if ((st = get_count(root, "vocab_size", mpath, "vocab_size", &u)) != LF_OK) goto fail;
@@ -303,8 +306,8 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
     if (eotj && !cJSON_IsNull(eotj)) {
         if (!cJSON_IsNumber(eotj) || eotj->valuedouble < 0 || eotj->valuedouble >= (double)d->vocab_size ||
             eotj->valuedouble != floor(eotj->valuedouble)) {
-            st = lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key 'eot' must be a token id below vocab_size %d", mpath,
-                         d->vocab_size);
+            st = lf_fail(LF_ERR_FORMAT, "dataset manifest '%s': key 'eot' must be a token id below vocab_size %d",
+                         mpath, d->vocab_size);
             goto fail;
         }
         d->eot = (int)eotj->valuedouble;
@@ -332,8 +335,9 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
             goto fail;
         }
         if (strcmp(got, sha->valuestring) != 0) {
-            st = lf_fail(LF_ERR_CHECKSUM, "dataset '%s': tokenizer file '%s' has sha256 %s, key 'tokenizer.sha256' says %s",
-                         dir, tfile, got, sha->valuestring);
+            st = lf_fail(LF_ERR_CHECKSUM,
+                         "dataset '%s': tokenizer file '%s' has sha256 %s, key 'tokenizer.sha256' says %s", dir, tfile,
+                         got, sha->valuestring);
             goto fail;
         }
     }
@@ -360,10 +364,11 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
             }
             st = lf_sha256_file_hex(fp, got);
             if (st == LF_OK && strcmp(got, f->valuestring) != 0)
-                st = lf_fail(LF_ERR_CHECKSUM, "dataset '%s': tokenizer file '%s' has sha256 %s, key "
-                             "'tokenizer.files.%s' says %s", dir, fp, got, f->string, f->valuestring);
-            else if (st != LF_OK)
-                lf_error_prefix("dataset '%s': tokenizer", dir);
+                st = lf_fail(LF_ERR_CHECKSUM,
+                             "dataset '%s': tokenizer file '%s' has sha256 %s, key "
+                             "'tokenizer.files.%s' says %s",
+                             dir, fp, got, f->string, f->valuestring);
+            else if (st != LF_OK) lf_error_prefix("dataset '%s': tokenizer", dir);
             free(fp);
             if (st != LF_OK) goto fail;
         }
@@ -487,8 +492,10 @@ lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T) {
     if (!sp->present) return lf_fail(LF_ERR_NOT_FOUND, "dataset '%s': has no split '%s'", d->dir, name);
     if (sp->rec_start) return LF_OK;
     if (d->eot < 0)
-        return lf_fail(LF_ERR_UNSUPPORTED, "dataset '%s' names no end-of-text token (\"eot\" in dataset.json), so it "
-                       "has no record boundaries; use data.sampling random or sequential", d->dir);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "dataset '%s' names no end-of-text token (\"eot\" in dataset.json), so it "
+                       "has no record boundaries; use data.sampling random or sequential",
+                       d->dir);
     const uint64_t N = sp->n_tokens;
     if (N < (uint64_t)T + 2)
         return lf_fail(LF_ERR_RANGE, "dataset '%s': split '%s' has %llu tokens, fewer than block_size+2 = %d", d->dir,
@@ -559,8 +566,7 @@ uint64_t lf_dataset_packed_window(uint64_t row, uint64_t n_windows, uint64_t see
 }
 
 lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling sampling, uint64_t seed,
-                               uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs,
-                               int32_t *targets) {
+                               uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs, int32_t *targets) {
     if (!d || !inputs || !targets) return lf_fail(LF_ERR_INVALID_ARG, "lf_dataset_get_batch: NULL argument");
     if ((int)split < 0 || (int)split >= N_SPLITS)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': unknown split %d", d->dir, (int)split);
@@ -568,7 +574,8 @@ lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling 
         sampling != LF_SAMPLING_PACKED)
         return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': unknown sampling mode %d", d->dir, (int)sampling);
     if (B < 1 || T < 1)
-        return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': batch size %d and block_size %d must be positive", d->dir, B, T);
+        return lf_fail(LF_ERR_INVALID_ARG, "dataset '%s': batch size %d and block_size %d must be positive", d->dir, B,
+                       T);
     const split_view *sp = &d->splits[split];
     const char *name = g_split_names[split];
     if (!sp->present) return lf_fail(LF_ERR_NOT_FOUND, "dataset '%s': has no split '%s'", d->dir, name);

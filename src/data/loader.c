@@ -94,8 +94,15 @@ static void *producer(void *arg) {
 }
 
 lf_loader_opts lf_loader_opts_default(void) {
-    return (lf_loader_opts){.split = LF_SPLIT_TRAIN, .sampling = LF_SAMPLING_RANDOM, .purpose = LF_RNG_DATA,
-                            .micro_batch = 1, .block_size = 1, .accum = 1, .rank = 0, .world = 1, .prefetch = 2};
+    return (lf_loader_opts){.split = LF_SPLIT_TRAIN,
+                            .sampling = LF_SAMPLING_RANDOM,
+                            .purpose = LF_RNG_DATA,
+                            .micro_batch = 1,
+                            .block_size = 1,
+                            .accum = 1,
+                            .rank = 0,
+                            .world = 1,
+                            .prefetch = 2};
 }
 
 lf_status lf_loader_open(lf_loader **out, const lf_dataset *ds, const lf_loader_opts *o, uint64_t first_step) {

@@ -97,7 +97,8 @@ lf_status lf__list_dir_sorted(const char *dir, int skip_hidden, char ***names_ou
         strcpy(names[n++], e->d_name);
         errno = 0;
     }
-    if (st == LF_OK && errno != 0) st = lf_fail(LF_ERR_IO, "input directory '%s': cannot list: %s", dir, strerror(errno));
+    if (st == LF_OK && errno != 0)
+        st = lf_fail(LF_ERR_IO, "input directory '%s': cannot list: %s", dir, strerror(errno));
     closedir(d);
     if (st != LF_OK) {
         lf__free_names(names, n);

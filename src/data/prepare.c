@@ -111,7 +111,7 @@ int lf_tokenizer_eot(const lf_tokenizer *t) {
 /* ---------------------------------------------------------------- state */
 typedef struct source {
     char *path;
-    lf_input_format fmt;     /* as resolved by the reader */
+    lf_input_format fmt; /* as resolved by the reader */
     uint64_t bytes, records, skipped;
     char sha256[65];
 } source;
@@ -120,20 +120,20 @@ enum { ITEM_RECORD = 0, ITEM_SKIP = 1 };
 
 /* One record (or one message of a record the reader skipped) of a batch. */
 typedef struct item {
-    uint32_t src;            /* index in prep.src */
-    uint8_t kind;            /* ITEM_RECORD, ITEM_SKIP */
-    uint8_t large;           /* encoded by the calling thread on all threads */
+    uint32_t src;  /* index in prep.src */
+    uint8_t kind;  /* ITEM_RECORD, ITEM_SKIP */
+    uint8_t large; /* encoded by the calling thread on all threads */
     uint64_t line;
-    size_t a_off, a_len;     /* text (pretraining) or prompt, in the arena, then a NUL */
-    size_t b_off, b_len;     /* fine-tuning: the response, right after the prompt's NUL */
-    size_t ka_off, kb_off;   /* field names in the arena, NO_KEY when none; ITEM_SKIP: ka_off = message */
+    size_t a_off, a_len;   /* text (pretraining) or prompt, in the arena, then a NUL */
+    size_t b_off, b_len;   /* fine-tuning: the response, right after the prompt's NUL */
+    size_t ka_off, kb_off; /* field names in the arena, NO_KEY when none; ITEM_SKIP: ka_off = message */
     /* set by the encoding thread */
-    lf_status st;            /* LF_OK, or a fatal error (msg) */
-    int bad;                 /* a bad record to skip (msg) */
-    char *msg;               /* malloc'd */
+    lf_status st; /* LF_OK, or a fatal error (msg) */
+    int bad;      /* a bad record to skip (msg) */
+    char *msg;    /* malloc'd */
     int split;
-    uint32_t *ids;           /* lf_alloc'd; pretraining: ids(text); fine-tuning: prompt, response, eot */
-    uint8_t *mask;           /* malloc'd; fine-tuning: 0 on the prompt, 1 after */
+    uint32_t *ids; /* lf_alloc'd; pretraining: ids(text); fine-tuning: prompt, response, eot */
+    uint8_t *mask; /* malloc'd; fine-tuning: 0 on the prompt, 1 after */
     size_t n, targets;
 } item;
 
@@ -142,9 +142,9 @@ typedef struct batch {
     size_t n, cap;
     char *arena;
     size_t alen, acap;
-    size_t bytes;            /* strings + sizeof(item) per item */
-    uint64_t bytes_at;       /* input position (over all passes) after its last record */
-    atomic_size_t next;      /* next item to claim */
+    size_t bytes;       /* strings + sizeof(item) per item */
+    uint64_t bytes_at;  /* input position (over all passes) after its last record */
+    atomic_size_t next; /* next item to claim */
 } batch;
 
 struct prep;
@@ -157,9 +157,9 @@ typedef struct pool {
     int n_th;
     pthread_mutex_t mu;
     pthread_cond_t wake, idle;
-    batch *cur;              /* the batch being encoded, NULL when none */
-    uint64_t gen;            /* incremented per batch handed out */
-    int busy;                /* threads inside a batch */
+    batch *cur;   /* the batch being encoded, NULL when none */
+    uint64_t gen; /* incremented per batch handed out */
+    int busy;     /* threads inside a batch */
     int stop;
 } pool;
 
@@ -170,7 +170,7 @@ typedef struct prep {
     int n_threads;
     size_t batch_bytes;
     double w[LF_PREPARE_N_SPLITS];
-    source *src;             /* the expanded list of files */
+    source *src; /* the expanded list of files */
     size_t n_src, cap_src;
     uint64_t bytes_total, bytes_base; /* bytes_base: sizes of the files (and passes) finished */
     int pass, passes;
@@ -179,21 +179,21 @@ typedef struct prep {
     int V, eot, sft;
     lf_split_writer *sw[LF_PREPARE_N_SPLITS];
     uint64_t records[LF_PREPARE_N_SPLITS], targets[LF_PREPARE_N_SPLITS];
-    int retired;             /* the earlier dataset.json was removed */
+    int retired; /* the earlier dataset.json was removed */
     batch b[2];
-    batch *fill;             /* being filled by the calling thread */
-    batch *inflight;         /* handed to the pool, not yet committed */
-    pool *pl;                /* NULL with one thread */
-    uint32_t cur_src;        /* the source being read (for reader skips) */
-    lf_status fill_err;      /* an error inside the reader's skip callback */
+    batch *fill;        /* being filled by the calling thread */
+    batch *inflight;    /* handed to the pool, not yet committed */
+    pool *pl;           /* NULL with one thread */
+    uint32_t cur_src;   /* the source being read (for reader skips) */
+    lf_status fill_err; /* an error inside the reader's skip callback */
     uint64_t skipped;
     char first_skip[512];
-    char *spec_out;          /* spec written to dataset.json */
-    char tok_sha[65];        /* "" when the tokenizer names no single file */
-    char tok_file_sha[2][65];/* gpt2:DIR: SHA-256 of DIR/encoder.json and DIR/vocab.bpe ("" otherwise) */
-    int has_tpl;             /* a chat template renders the pairs */
+    char *spec_out;           /* spec written to dataset.json */
+    char tok_sha[65];         /* "" when the tokenizer names no single file */
+    char tok_file_sha[2][65]; /* gpt2:DIR: SHA-256 of DIR/encoder.json and DIR/vocab.bpe ("" otherwise) */
+    int has_tpl;              /* a chat template renders the pairs */
     lf__chat_template tpl;
-    char tpl_sha[65];        /* of the chat_template.json written */
+    char tpl_sha[65]; /* of the chat_template.json written */
 } prep;
 
 lf_prepare_opts lf_prepare_opts_default(void) {
@@ -534,9 +534,9 @@ static lf_status open_tokenizer(prep *p) {
     p->V = lf_tokenizer_vocab_size(p->tok);
     p->eot = lf_tokenizer_eot(p->tok);
     if (p->eot < 0)
-        return lf_fail(LF_ERR_INVALID_ARG,
-                       "tokenizer '%s' has no end-of-text token to end each record (a character vocabulary needs \"\\n\")",
-                       spec);
+        return lf_fail(
+            LF_ERR_INVALID_ARG,
+            "tokenizer '%s' has no end-of-text token to end each record (a character vocabulary needs \"\\n\")", spec);
     if (p->V < 1) return lf_fail(LF_ERR_INTERNAL, "tokenizer '%s' reports vocabulary size %d", spec, p->V);
     return LF_OK;
 }
@@ -661,8 +661,7 @@ static int encode_failed(const prep *p, const batch *b, item *it, lf_status st, 
         if (key_off != NO_KEY)
             snprintf(msg, sizeof msg, "%s:%llu: field '%s': %s", src->path, (unsigned long long)it->line,
                      b->arena + key_off, lf_last_error());
-        else
-            snprintf(msg, sizeof msg, "%s:%llu: %s", src->path, (unsigned long long)it->line, lf_last_error());
+        else snprintf(msg, sizeof msg, "%s:%llu: %s", src->path, (unsigned long long)it->line, lf_last_error());
         if (p->o->skip_bad_records) it->bad = 1;
         else it->st = LF_ERR_FORMAT;
     }
@@ -674,8 +673,8 @@ static int encode_failed(const prep *p, const batch *b, item *it, lf_status st, 
 /* Encode one field of an item. A failure that makes the record bad sets
  * it->msg ("FILE:LINE: field 'F': ...") and it->bad (skip_bad_records) or
  * it->st; other failures (memory, internal) set it->st. */
-static int encode_field(const prep *p, const batch *b, item *it, const char *s, size_t n, size_t key_off,
-                        int n_threads, uint32_t **ids, size_t *m) {
+static int encode_field(const prep *p, const batch *b, item *it, const char *s, size_t n, size_t key_off, int n_threads,
+                        uint32_t **ids, size_t *m) {
     lf_status st = lf_tokenizer_encode_parallel(p->tok, s, n, NULL, n_threads, ids, m);
     return encode_failed(p, b, it, st, key_off);
 }
@@ -1037,7 +1036,8 @@ static lf_status write_manifest(prep *p) {
         total += p->records[s];
         uint64_t n_shards = lf_split_writer_num_shards(w);
         if (n_shards == 0) continue;
-        cJSON *o = cJSON_AddObjectToObject(splits, g_split_names[s]), *sh = o ? cJSON_AddArrayToObject(o, "shards") : NULL;
+        cJSON *o = cJSON_AddObjectToObject(splits, g_split_names[s]),
+              *sh = o ? cJSON_AddArrayToObject(o, "shards") : NULL;
         ok = sh != NULL;
         for (uint64_t k = 0; k < n_shards && ok; k++) {
             char name[512];
@@ -1098,7 +1098,8 @@ static lf_status check_opts(const lf_prepare_opts *o, const char *out_dir, doubl
     if (!o->tokenizer || !*o->tokenizer) return lf_fail(LF_ERR_INVALID_ARG, "prepare: no tokenizer spec");
     if (o->mode != LF_RECORD_PRETRAIN && o->mode != LF_RECORD_SFT)
         return lf_fail(LF_ERR_INVALID_ARG, "prepare: unknown mode %d", (int)o->mode);
-    if (!lf_input_format_name(o->format)) return lf_fail(LF_ERR_INVALID_ARG, "prepare: unknown format %d", (int)o->format);
+    if (!lf_input_format_name(o->format))
+        return lf_fail(LF_ERR_INVALID_ARG, "prepare: unknown format %d", (int)o->format);
     double sum = 0;
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
         double v = o->split[s];
@@ -1142,7 +1143,7 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     if (opts->chat_template) {
         if (!p.sft) {
             st = lf_fail(LF_ERR_INVALID_ARG, "prepare: a chat template renders fine-tuning pairs (mode sft), not "
-                         "pretraining text");
+                                             "pretraining text");
             goto done;
         }
         if ((st = lf__chat_template_load(opts->chat_template, &p.tpl)) != LF_OK) goto done;
@@ -1167,7 +1168,8 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     if (p.records[0] == 0) {
         st = lf_fail(LF_ERR_INVALID_ARG,
                      "prepare: no record fell into the train split (%llu records, split %g/%g/%g); add records or "
-                     "raise the train fraction", (unsigned long long)total, p.w[0], p.w[1], p.w[2]);
+                     "raise the train fraction",
+                     (unsigned long long)total, p.w[0], p.w[1], p.w[2]);
         goto done;
     }
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++)

@@ -53,10 +53,10 @@ typedef struct source {
 
 typedef struct prep {
     const char *input;
-    unsigned char *buf;  /* (READ_BYTES) */
+    unsigned char *buf; /* (READ_BYTES) */
     uint64_t n_chars;
-    uint8_t *seen;       /* (N_CODE_POINTS / 8) the vocabulary */
-    uint8_t *fseen;      /* (N_CODE_POINTS / 8) the current file's code points */
+    uint8_t *seen;  /* (N_CODE_POINTS / 8) the vocabulary */
+    uint8_t *fseen; /* (N_CODE_POINTS / 8) the current file's code points */
     source *src;
     size_t n_src, cap_src;
 } prep;
@@ -379,8 +379,10 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
     for (size_t i = 0; i < p.n_src; i++)
         if ((st = encode_source(&p, tok, &p.src[i], wt, wv, &train_left, &n_ids)) != LF_OK) goto done;
     if (n_ids != p.n_chars) {
-        st = lf_fail(LF_ERR_IO, "input '%s': %llu characters read first, %llu the second time (a file changed "
-                     "while being prepared?)", input_path, (unsigned long long)p.n_chars, (unsigned long long)n_ids);
+        st = lf_fail(LF_ERR_IO,
+                     "input '%s': %llu characters read first, %llu the second time (a file changed "
+                     "while being prepared?)",
+                     input_path, (unsigned long long)p.n_chars, (unsigned long long)n_ids);
         goto done;
     }
     st = lf_shard_writer_close(wt);

@@ -11,8 +11,7 @@
 #include <cjson/cJSON.h>
 #include "data_impl.h"
 
-lf_status lf__reader_bad(const lf_reader_opts *opts, uint64_t *skipped, int *skip_now, lf_status st,
-                         const char *msg) {
+lf_status lf__reader_bad(const lf_reader_opts *opts, uint64_t *skipped, int *skip_now, lf_status st, const char *msg) {
     if (!opts->skip_bad_records) return lf_fail(st, "%s", msg);
     (*skipped)++;
     *skip_now = 1;

@@ -56,14 +56,14 @@ typedef struct buf {
 
 /* One row as scanned. */
 typedef struct row {
-    uint64_t line;   /* physical line where the row starts */
-    uint64_t bytes;  /* bytes consumed, line break included */
-    uint64_t raw;    /* bytes of the row without its line break */
+    uint64_t line;  /* physical line where the row starts */
+    uint64_t bytes; /* bytes consumed, line break included */
+    uint64_t raw;   /* bytes of the row without its line break */
     size_t nfields;
-    int too_long;    /* raw > cap: selected fields not stored */
-    int blank;       /* only a line break: no row */
-    int eof;         /* nothing left: no row */
-    char err[320];   /* first syntax error ("" when none) */
+    int too_long;  /* raw > cap: selected fields not stored */
+    int blank;     /* only a line break: no row */
+    int eof;       /* nothing left: no row */
+    char err[320]; /* first syntax error ("" when none) */
 } row;
 
 typedef struct csv {
@@ -78,8 +78,8 @@ typedef struct csv {
     uint64_t line_off; /* offset where that line starts */
     /* header */
     size_t ncols;
-    buf names;         /* NUL-separated column names */
-    size_t *name_off;  /* (ncols) offset of each name in names.p */
+    buf names;        /* NUL-separated column names */
+    size_t *name_off; /* (ncols) offset of each name in names.p */
     size_t name_alloc;
     /* selected columns: [0] text or prompt, [1] response (pretraining: -1) */
     long sel[2];
@@ -161,7 +161,8 @@ __attribute__((format(printf, 5, 6)))
 #endif
 /* Note the row's first syntax error, at the byte `back` bytes before the
  * next unconsumed one. */
-static void syntax_error(const csv *c, row *rw, size_t f, uint64_t back, const char *fmt, ...) {
+static void
+syntax_error(const csv *c, row *rw, size_t f, uint64_t back, const char *fmt, ...) {
     if (rw->err[0]) return;
     char what[200];
     va_list ap;
@@ -252,7 +253,7 @@ static lf_status read_row(csv *c, row *rw) {
             if (b == '"') state = S_QQ;
             else if ((st = put(c, rw, f, b)) != LF_OK) return st;
             break;
-        default: /* S_QQ */
+        default:            /* S_QQ */
             if (b == '"') { /* "" stands for one quote */
                 state = S_Q;
                 if ((st = put(c, rw, f, b)) != LF_OK) return st;
@@ -330,7 +331,8 @@ static lf_status read_header(csv *c) {
     if (rw.too_long)
         return lf_fail(LF_ERR_RANGE, "%s:%llu: the header row is longer than the limit of %zu bytes", c->path,
                        (unsigned long long)rw.line, c->cap);
-    if (rw.err[0]) return lf_fail(LF_ERR_FORMAT, "%s:%llu: header row: %s", c->path, (unsigned long long)rw.line, rw.err);
+    if (rw.err[0])
+        return lf_fail(LF_ERR_FORMAT, "%s:%llu: header row: %s", c->path, (unsigned long long)rw.line, rw.err);
     c->ncols = rw.nfields;
     for (size_t i = 0; i < c->ncols; i++) {
         const char *nm = col_name(c, i);
@@ -342,7 +344,8 @@ static lf_status read_header(csv *c) {
         const char *why = "";
         size_t at = lf__utf8_check((const unsigned char *)nm, len, &why);
         if (at < len)
-            return lf_fail(LF_ERR_FORMAT, "%s:%llu: column %zu of the header: invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)",
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s:%llu: column %zu of the header: invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)",
                            c->path, (unsigned long long)rw.line, i + 1, at, (unsigned)(unsigned char)nm[at], why);
     }
     /* duplicates: sort the indices by name, compare neighbours */
@@ -352,8 +355,8 @@ static lf_status read_header(csv *c) {
     qsort(idx, c->ncols, sizeof *idx, cmp_named);
     for (size_t i = 1; i < c->ncols; i++)
         if (strcmp(idx[i - 1].name, idx[i].name) == 0) {
-            st = lf_fail(LF_ERR_FORMAT, "%s:%llu: duplicate column name '%s' in the header (columns %zu and %zu)", c->path,
-                         (unsigned long long)rw.line, idx[i].name, idx[i - 1].col + 1, idx[i].col + 1);
+            st = lf_fail(LF_ERR_FORMAT, "%s:%llu: duplicate column name '%s' in the header (columns %zu and %zu)",
+                         c->path, (unsigned long long)rw.line, idx[i].name, idx[i - 1].col + 1, idx[i].col + 1);
             free(idx);
             return st;
         }
@@ -396,7 +399,8 @@ static lf_status read_header(csv *c) {
 __attribute__((format(printf, 4, 5)))
 #endif
 /* A bad record at `line`: an error, or with skip_bad_records a counted skip. */
-static lf_status bad(csv *c, lf_status st, uint64_t line, const char *fmt, ...) {
+static lf_status
+bad(csv *c, lf_status st, uint64_t line, const char *fmt, ...) {
     char what[768], msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -415,12 +419,15 @@ static lf_status get_field(csv *c, int k, uint64_t line, int need_text, const ch
     *s = NULL;
     *len = 0;
     const char *nul = memchr(p, 0, n);
-    if (nul) return bad(c, LF_ERR_FORMAT, line, "column '%s': NUL byte at byte offset %zu of the value", c->key[k], (size_t)(nul - p));
+    if (nul)
+        return bad(c, LF_ERR_FORMAT, line, "column '%s': NUL byte at byte offset %zu of the value", c->key[k],
+                   (size_t)(nul - p));
     const char *why = "";
     size_t at = lf__utf8_check((const unsigned char *)p, n, &why);
     if (at < n)
-        return bad(c, LF_ERR_FORMAT, line, "column '%s': invalid UTF-8 at byte offset %zu of the value (byte 0x%02X: %s)",
-                   c->key[k], at, (unsigned)(unsigned char)p[at], why);
+        return bad(c, LF_ERR_FORMAT, line,
+                   "column '%s': invalid UTF-8 at byte offset %zu of the value (byte 0x%02X: %s)", c->key[k], at,
+                   (unsigned)(unsigned char)p[at], why);
     if (n == 0 && need_text) return bad(c, LF_ERR_FORMAT, line, "column '%s' is empty", c->key[k]);
     *s = p;
     *len = n;
@@ -446,8 +453,7 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
         c->skip_now = 0;
         if (rw.too_long)
             st = bad(c, LF_ERR_RANGE, rw.line, "row is longer than the limit of %zu bytes for one record", c->cap);
-        else if (rw.err[0])
-            st = bad(c, LF_ERR_FORMAT, rw.line, "%s", rw.err);
+        else if (rw.err[0]) st = bad(c, LF_ERR_FORMAT, rw.line, "%s", rw.err);
         else if (rw.nfields != c->ncols)
             st = bad(c, LF_ERR_FORMAT, rw.line, "row has %zu field%s, the header has %zu", rw.nfields,
                      rw.nfields == 1 ? "" : "s", c->ncols);

@@ -45,21 +45,21 @@ struct lf_reader {
     int fd;
     lf_input_format fmt;
     lf_reader_opts o;
-    size_t cap;                /* record byte cap */
-    unsigned char *in;         /* (IN_BUF_BYTES) input buffer */
+    size_t cap;        /* record byte cap */
+    unsigned char *in; /* (IN_BUF_BYTES) input buffer */
     size_t in_pos, in_len;
     int in_eof;
-    uint64_t bytes;            /* bytes consumed */
-    uint64_t line;             /* line of the next unconsumed byte */
-    char *rec;                 /* current record's raw bytes, NUL-terminated */
+    uint64_t bytes; /* bytes consumed */
+    uint64_t line;  /* line of the next unconsumed byte */
+    char *rec;      /* current record's raw bytes, NUL-terminated */
     size_t rec_len, rec_alloc;
-    cJSON *root;               /* parsed current record */
-    uint64_t index;            /* records seen (good and skipped) */
+    cJSON *root;    /* parsed current record */
+    uint64_t index; /* records seen (good and skipped) */
     uint64_t skipped;
-    int seen_any;              /* a non-blank JSONL line / an array element / the text */
-    int arr_state, arr_first;  /* JSON array scanner */
-    int failed;                /* a fatal error was returned; the reader is done */
-    int skip_now;              /* set by bad(): the current record was skipped */
+    int seen_any;                 /* a non-blank JSONL line / an array element / the text */
+    int arr_state, arr_first;     /* JSON array scanner */
+    int failed;                   /* a fatal error was returned; the reader is done */
+    int skip_now;                 /* set by bad(): the current record was skipped */
     const lf__record_source *src; /* CSV, Parquet, WebDataset: the format's own reader */
     void *src_state;
 };
@@ -123,8 +123,9 @@ static lf_status rec_append(lf_reader *r, const unsigned char *p, size_t n) {
         size_t want = r->rec_alloc ? r->rec_alloc : 4096;
         while (want < r->rec_len + n + 1) want *= 2;
         char *t = realloc(r->rec, want);
-        if (!t) return lf_fail(LF_ERR_NOMEM, "%s:%llu: out of memory holding a record of %zu bytes", r->path,
-                               (unsigned long long)r->line, r->rec_len + n);
+        if (!t)
+            return lf_fail(LF_ERR_NOMEM, "%s:%llu: out of memory holding a record of %zu bytes", r->path,
+                           (unsigned long long)r->line, r->rec_len + n);
         r->rec = t;
         r->rec_alloc = want;
     }
@@ -140,7 +141,8 @@ static lf_status rec_append(lf_reader *r, const unsigned char *p, size_t n) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static lf_status bad(lf_reader *r, lf_status st, uint64_t line, const char *fmt, ...) {
+static lf_status
+bad(lf_reader *r, lf_status st, uint64_t line, const char *fmt, ...) {
     char what[768], msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -170,8 +172,9 @@ static lf_status get_field(lf_reader *r, const cJSON *obj, const char *name, uin
     const char *why = "";
     size_t at = lf__utf8_check((const unsigned char *)v->valuestring, n, &why);
     if (at < n)
-        return bad(r, LF_ERR_FORMAT, line, "field '%s': invalid UTF-8 at byte offset %zu of the value (byte 0x%02X: %s)",
-                   name, at, (unsigned)(unsigned char)v->valuestring[at], why);
+        return bad(r, LF_ERR_FORMAT, line,
+                   "field '%s': invalid UTF-8 at byte offset %zu of the value (byte 0x%02X: %s)", name, at,
+                   (unsigned)(unsigned char)v->valuestring[at], why);
     if (n == 0 && need_text) return bad(r, LF_ERR_FORMAT, line, "field '%s' is empty", name);
     *s = v->valuestring;
     *len = n;
@@ -201,7 +204,8 @@ static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
     if (off < r->rec_len)
         return bad(r, LF_ERR_FORMAT, line_at(r, line, off), "not valid JSON (text after the end of the value)");
     if (!cJSON_IsObject(root))
-        return bad(r, LF_ERR_FORMAT, line, "not a JSON object (%s); each record must be an object", lf__json_type_name(root));
+        return bad(r, LF_ERR_FORMAT, line, "not a JSON object (%s); each record must be an object",
+                   lf__json_type_name(root));
     if (lf_json_find_nul_escape(r->rec, r->rec_len) < r->rec_len)
         return bad(r, LF_ERR_FORMAT, line, "a string holds the escape \\u0000 (U+0000), which text cannot hold");
 
@@ -323,8 +327,10 @@ static lf_status scan_element(lf_reader *r, uint64_t start_line, int *closed, in
         lf_status st = avail(r, &e);
         if (st != LF_OK) return st;
         if (e)
-            return lf_fail(LF_ERR_FORMAT, "%s:%llu: unexpected end of file inside the array element that starts here "
-                           "(the JSON array is not closed)", r->path, (unsigned long long)start_line);
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s:%llu: unexpected end of file inside the array element that starts here "
+                           "(the JSON array is not closed)",
+                           r->path, (unsigned long long)start_line);
         const unsigned char *p = r->in + r->in_pos;
         size_t n = r->in_len - r->in_pos, i = 0;
         int done = 0;
@@ -374,7 +380,8 @@ static lf_status next_json(lf_reader *r, lf_record *rec, int *eof) {
             return LF_OK;
         }
         if (c < 0) {
-            if (r->arr_state == ARR_BEFORE) return lf_fail(LF_ERR_FORMAT, "%s: the file is empty (no JSON array)", r->path);
+            if (r->arr_state == ARR_BEFORE)
+                return lf_fail(LF_ERR_FORMAT, "%s: the file is empty (no JSON array)", r->path);
             return lf_fail(LF_ERR_FORMAT, "%s:%llu: unexpected end of file: the JSON array is not closed with ']'",
                            r->path, (unsigned long long)r->line);
         }
@@ -382,7 +389,8 @@ static lf_status next_json(lf_reader *r, lf_record *rec, int *eof) {
             if (c != '[')
                 return lf_fail(LF_ERR_FORMAT,
                                "%s:%llu: expected '[' (a JSON array of objects); for one object per line use the "
-                               "jsonl format", r->path, (unsigned long long)r->line);
+                               "jsonl format",
+                               r->path, (unsigned long long)r->line);
             r->in_pos++;
             r->bytes++;
             r->arr_state = ARR_IN;
@@ -477,7 +485,10 @@ lf_input_format lf__input_format_of_name(const char *path) {
     base = base ? base + 1 : path;
     const char *dot = strrchr(base, '.');
     if (!dot || dot == base) return LF_INPUT_TEXT; /* no extension (a leading dot is a hidden name) */
-    static const struct { const char *ext; lf_input_format f; } table[] = {
+    static const struct {
+        const char *ext;
+        lf_input_format f;
+    } table[] = {
         {".jsonl", LF_INPUT_JSONL}, {".ndjson", LF_INPUT_JSONL}, {".jsonlines", LF_INPUT_JSONL},
         {".json", LF_INPUT_JSON},   {".txt", LF_INPUT_TEXT},     {".text", LF_INPUT_TEXT},
         {".md", LF_INPUT_TEXT},     {".csv", LF_INPUT_CSV},      {".parquet", LF_INPUT_PARQUET},
@@ -497,12 +508,14 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
     lf_reader_opts o;
     if (opts) o = *opts;
     else memset(&o, 0, sizeof o);
-    if (!lf_input_format_name(o.format)) return lf_fail(LF_ERR_INVALID_ARG, "%s: unknown input format %d", path, (int)o.format);
+    if (!lf_input_format_name(o.format))
+        return lf_fail(LF_ERR_INVALID_ARG, "%s: unknown input format %d", path, (int)o.format);
     if (o.mode != LF_RECORD_PRETRAIN && o.mode != LF_RECORD_SFT)
         return lf_fail(LF_ERR_INVALID_ARG, "%s: unknown record mode %d", path, (int)o.mode);
     if (!o.prompt_field != !o.response_field)
         return lf_fail(LF_ERR_INVALID_ARG, "%s: give both the prompt field and the response field, or neither", path);
-    if ((o.text_field && !*o.text_field) || (o.prompt_field && !*o.prompt_field) || (o.response_field && !*o.response_field))
+    if ((o.text_field && !*o.text_field) || (o.prompt_field && !*o.prompt_field) ||
+        (o.response_field && !*o.response_field))
         return lf_fail(LF_ERR_INVALID_ARG, "%s: an empty field name", path);
 
     lf_input_format fmt = o.format;
@@ -511,11 +524,14 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
         if (fmt == LF_INPUT_AUTO)
             return lf_fail(LF_ERR_INVALID_ARG,
                            "%s: cannot tell the format from the file name (.jsonl, .json, .txt, ...); name it (text, "
-                           "jsonl, json)", path);
+                           "jsonl, json)",
+                           path);
     }
     if (fmt == LF_INPUT_TEXT && o.mode == LF_RECORD_SFT)
-        return lf_fail(LF_ERR_INVALID_ARG, "%s: fine-tuning needs prompt/response records (JSON Lines or a JSON array), "
-                       "not a text file", path);
+        return lf_fail(LF_ERR_INVALID_ARG,
+                       "%s: fine-tuning needs prompt/response records (JSON Lines or a JSON array), "
+                       "not a text file",
+                       path);
 
     lf_status st = LF_OK;
     lf_reader *r = calloc(1, sizeof *r);
@@ -551,7 +567,9 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
     int fl = fcntl(r->fd, F_GETFL);
     if (fl >= 0) (void)fcntl(r->fd, F_SETFL, fl & ~O_NONBLOCK);
     if (fmt == LF_INPUT_CSV || fmt == LF_INPUT_PARQUET || fmt == LF_INPUT_WDS) {
-        r->src = fmt == LF_INPUT_CSV ? &lf__csv_source : fmt == LF_INPUT_PARQUET ? &lf__parquet_source : &lf__wds_source;
+        r->src = fmt == LF_INPUT_CSV       ? &lf__csv_source
+                 : fmt == LF_INPUT_PARQUET ? &lf__parquet_source
+                                           : &lf__wds_source;
         close(r->fd);
         r->fd = -1;
         if ((st = r->src->open(&r->src_state, path, &o)) != LF_OK) {

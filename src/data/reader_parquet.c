@@ -54,10 +54,10 @@
 #include "data_impl.h"
 
 #define PQ_MAGIC "PAR1"
-#define PQ_MAX_FOOTER_BYTES ((size_t)64 << 20)   /* FileMetaData */
-#define PQ_MAX_PAGE_BYTES ((size_t)1 << 30)      /* one page, compressed or not */
-#define PQ_MAX_HEADER_BYTES ((size_t)16 << 20)   /* one PageHeader (statistics may be large) */
-#define PQ_HEADER_READ ((size_t)4096)            /* first read of a page header */
+#define PQ_MAX_FOOTER_BYTES ((size_t)64 << 20) /* FileMetaData */
+#define PQ_MAX_PAGE_BYTES ((size_t)1 << 30)    /* one page, compressed or not */
+#define PQ_MAX_HEADER_BYTES ((size_t)16 << 20) /* one PageHeader (statistics may be large) */
+#define PQ_HEADER_READ ((size_t)4096)          /* first read of a page header */
 #define PQ_THRIFT_MAX_DEPTH 32
 #define PQ_SCHEMA_MAX_DEPTH 64
 #define PQ_MAX_COLS 2
@@ -68,12 +68,12 @@ enum { REP_REQUIRED = 0, REP_OPTIONAL = 1, REP_REPEATED = 2 };
 enum { CODEC_UNCOMPRESSED = 0, CODEC_SNAPPY = 1, CODEC_GZIP = 2, CODEC_ZSTD = 6 };
 enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_BIT_PACKED = 4, ENC_RLE_DICTIONARY = 8 };
 enum { PAGE_DATA = 0, PAGE_INDEX = 1, PAGE_DICTIONARY = 2, PAGE_DATA_V2 = 3 };
-enum { CT_UTF8 = 0, CT_ENUM = 4, CT_JSON = 19 };          /* ConvertedType */
-enum { LT_STRING = 1, LT_ENUM = 4, LT_JSON = 12 };        /* LogicalType union field ids */
+enum { CT_UTF8 = 0, CT_ENUM = 4, CT_JSON = 19 };   /* ConvertedType */
+enum { LT_STRING = 1, LT_ENUM = 4, LT_JSON = 12 }; /* LogicalType union field ids */
 
 static const char *type_name(int t) {
-    static const char *n[] = {"BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY",
-                              "FIXED_LEN_BYTE_ARRAY"};
+    static const char *n[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
+                              "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
     return t >= 0 && t < 8 ? n[t] : "an unknown type";
 }
 static const char *codec_name(int c) {
@@ -81,37 +81,66 @@ static const char *codec_name(int c) {
     return c >= 0 && c < 8 ? n[c] : "an unknown codec";
 }
 static const char *encoding_name(int e) {
-    static const char *n[] = {"PLAIN", "GROUP_VAR_INT", "PLAIN_DICTIONARY", "RLE", "BIT_PACKED",
-                              "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+    static const char *n[] = {"PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+                              "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
                               "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
     return e >= 0 && e < 10 ? n[e] : "an unknown encoding";
 }
 static const char *converted_name(int c) {
-    static const char *n[] = {"UTF8", "MAP", "MAP_KEY_VALUE", "LIST", "ENUM", "DECIMAL", "DATE", "TIME_MILLIS",
-                              "TIME_MICROS", "TIMESTAMP_MILLIS", "TIMESTAMP_MICROS", "UINT_8", "UINT_16",
-                              "UINT_32", "UINT_64", "INT_8", "INT_16", "INT_32", "INT_64", "JSON", "BSON",
+    static const char *n[] = {"UTF8",
+                              "MAP",
+                              "MAP_KEY_VALUE",
+                              "LIST",
+                              "ENUM",
+                              "DECIMAL",
+                              "DATE",
+                              "TIME_MILLIS",
+                              "TIME_MICROS",
+                              "TIMESTAMP_MILLIS",
+                              "TIMESTAMP_MICROS",
+                              "UINT_8",
+                              "UINT_16",
+                              "UINT_32",
+                              "UINT_64",
+                              "INT_8",
+                              "INT_16",
+                              "INT_32",
+                              "INT_64",
+                              "JSON",
+                              "BSON",
                               "INTERVAL"};
     return c >= 0 && c < 22 ? n[c] : "an unknown converted type";
 }
 static const char *logical_name(int l) {
-    static const char *n[] = {"?", "STRING", "MAP", "LIST", "ENUM", "DECIMAL", "DATE", "TIME", "TIMESTAMP", "?",
-                              "INTEGER", "UNKNOWN", "JSON", "BSON", "UUID", "FLOAT16", "VARIANT", "GEOMETRY",
-                              "GEOGRAPHY"};
+    static const char *n[] = {"?",    "STRING",    "MAP",     "LIST",     "ENUM",     "DECIMAL", "DATE",
+                              "TIME", "TIMESTAMP", "?",       "INTEGER",  "UNKNOWN",  "JSON",    "BSON",
+                              "UUID", "FLOAT16",   "VARIANT", "GEOMETRY", "GEOGRAPHY"};
     return l >= 1 && l < 19 && l != 9 ? n[l] : "an unknown logical type";
 }
 
 /* ================================================================ Thrift compact protocol */
 enum {
-    TC_STOP = 0, TC_TRUE = 1, TC_FALSE = 2, TC_BYTE = 3, TC_I16 = 4, TC_I32 = 5, TC_I64 = 6,
-    TC_DOUBLE = 7, TC_BINARY = 8, TC_LIST = 9, TC_SET = 10, TC_MAP = 11, TC_STRUCT = 12,
+    TC_STOP = 0,
+    TC_TRUE = 1,
+    TC_FALSE = 2,
+    TC_BYTE = 3,
+    TC_I16 = 4,
+    TC_I32 = 5,
+    TC_I64 = 6,
+    TC_DOUBLE = 7,
+    TC_BINARY = 8,
+    TC_LIST = 9,
+    TC_SET = 10,
+    TC_MAP = 11,
+    TC_STRUCT = 12,
 };
 
 typedef struct tc {
     const unsigned char *start, *p, *end;
     int depth;
-    const char *err;   /* first defect (a fixed description), NULL while fine */
-    size_t err_at;     /* its offset from start */
-    int err_short;     /* the defect is running out of bytes (more input may fix it) */
+    const char *err; /* first defect (a fixed description), NULL while fine */
+    size_t err_at;   /* its offset from start */
+    int err_short;   /* the defect is running out of bytes (more input may fix it) */
 } tc;
 
 static void tc_init(tc *c, const unsigned char *p, size_t n) {
@@ -353,13 +382,13 @@ typedef struct pq_page_hdr {
 /* ================================================================ RLE / bit-packed hybrid */
 typedef struct rle {
     const unsigned char *p, *end;
-    int bw;                     /* bit width 0..32 */
-    uint64_t run;               /* values left in the current run */
-    int packed;                 /* the current run is bit-packed */
-    int cut;                    /* the last bit-packed run was cut by the end of the data */
-    uint32_t val;               /* value of an RLE run */
-    const unsigned char *bp;    /* bit-packed values */
-    uint64_t bp_i;              /* index of the next one */
+    int bw;                  /* bit width 0..32 */
+    uint64_t run;            /* values left in the current run */
+    int packed;              /* the current run is bit-packed */
+    int cut;                 /* the last bit-packed run was cut by the end of the data */
+    uint32_t val;            /* value of an RLE run */
+    const unsigned char *bp; /* bit-packed values */
+    uint64_t bp_i;           /* index of the next one */
 } rle;
 
 static void rle_init(rle *r, const unsigned char *p, size_t n, int bw) {
@@ -434,14 +463,14 @@ static int rle_next(rle *r, uint32_t *v, const char **why) {
 
 /* ================================================================ reader state */
 typedef struct pq_col {
-    const char *name;           /* from the options or a literal: outlives the reader */
-    int leaf;                   /* index among the schema's leaves (= column chunk index) */
-    int max_def;                /* 0 REQUIRED, 1 OPTIONAL */
+    const char *name; /* from the options or a literal: outlives the reader */
+    int leaf;         /* index among the schema's leaves (= column chunk index) */
+    int max_def;      /* 0 REQUIRED, 1 OPTIONAL */
     /* the current chunk */
-    uint64_t pos, end;          /* pages left */
+    uint64_t pos, end; /* pages left */
     int codec;
-    uint64_t rows_left;         /* values still to hand out from the chunk */
-    int seen_data;              /* a data page was read (a dictionary page must come first) */
+    uint64_t rows_left; /* values still to hand out from the chunk */
+    int seen_data;      /* a data page was read (a dictionary page must come first) */
     /* its dictionary */
     unsigned char *dict;
     size_t dict_cap;
@@ -449,13 +478,13 @@ typedef struct pq_col {
     size_t dict_n, dict_alloc;
     int has_dict;
     /* the current data page */
-    unsigned char *raw, *buf;   /* compressed bytes, decompressed bytes */
+    unsigned char *raw, *buf; /* compressed bytes, decompressed bytes */
     size_t raw_cap, buf_cap;
-    uint64_t page_at;           /* file offset of its header (messages) */
-    uint64_t page_left;         /* values left in it */
-    uint64_t page_total;        /* values in it */
-    rle def;                    /* definition levels (max_def 1) */
-    int dict_enc;               /* values are dictionary indices */
+    uint64_t page_at;    /* file offset of its header (messages) */
+    uint64_t page_left;  /* values left in it */
+    uint64_t page_total; /* values in it */
+    rle def;             /* definition levels (max_def 1) */
+    int dict_enc;        /* values are dictionary indices */
     rle idx;
     const unsigned char *vp, *vend; /* PLAIN values */
     /* the value handed out, NUL-terminated */
@@ -476,8 +505,8 @@ typedef struct pq {
     uint64_t rg_rows_left, row, total_rows;
     unsigned char *hdr;
     size_t hdr_cap;
-    uint64_t reached;           /* furthest byte of a page read (progress) */
-    int at_end;                 /* next() reported the end */
+    uint64_t reached; /* furthest byte of a page read (progress) */
+    int at_end;       /* next() reported the end */
 } pq;
 
 /* Grow *buf to hold n bytes (contents not kept). */
@@ -503,9 +532,10 @@ static lf_status read_at(pq *q, void *dst, size_t n, uint64_t off) {
                            (unsigned long long)off, strerror(errno));
         }
         if (k == 0)
-            return lf_fail(LF_ERR_FORMAT, "%s: the file ends at byte offset %llu, before the %zu bytes at %llu "
-                           "(it changed while being read?)", q->path, (unsigned long long)(off + done), n,
-                           (unsigned long long)off);
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s: the file ends at byte offset %llu, before the %zu bytes at %llu "
+                           "(it changed while being read?)",
+                           q->path, (unsigned long long)(off + done), n, (unsigned long long)off);
         done += (size_t)k;
     }
     return LF_OK;
@@ -515,7 +545,8 @@ static lf_status read_at(pq *q, void *dst, size_t n, uint64_t off) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static lf_status page_fail(const pq *q, const pq_col *c, lf_status st, const char *fmt, ...) {
+static lf_status
+page_fail(const pq *q, const pq_col *c, lf_status st, const char *fmt, ...) {
     char what[640];
     va_list ap;
     va_start(ap, fmt);
@@ -632,8 +663,10 @@ static lf_status walk_schema(pq *q, const pq_meta *m, pq_top **tops, size_t *n_t
     if (m->n_schema == 0) return lf_fail(LF_ERR_FORMAT, "%s: file metadata has an empty schema", q->path);
     const pq_schema_el *root = &m->schema[0];
     if (root->num_children < 0 || (uint32_t)root->num_children > m->n_schema - 1)
-        return lf_fail(LF_ERR_FORMAT, "%s: file metadata: the schema root claims %d fields, the schema holds %u "
-                       "elements", q->path, (int)root->num_children, m->n_schema - 1);
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: file metadata: the schema root claims %d fields, the schema holds %u "
+                       "elements",
+                       q->path, (int)root->num_children, m->n_schema - 1);
     pq_top *t = calloc(root->num_children ? (size_t)root->num_children : 1, sizeof *t);
     if (!t) return lf_fail(LF_ERR_NOMEM, "%s: out of memory reading the schema", q->path);
     int32_t left[PQ_SCHEMA_MAX_DEPTH]; /* children left at each open level */
@@ -720,7 +753,8 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
         }
     }
     if (q->o.mode == LF_RECORD_SFT && !names[0])
-        return lf_fail(LF_ERR_FORMAT, "%s: no fine-tuning columns: expected 'prompt' and 'response', or 'input_text' "
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: no fine-tuning columns: expected 'prompt' and 'response', or 'input_text' "
                        "and 'target_text' (or name them with --prompt-field/--response-field); the columns are: %s",
                        q->path, list);
     for (int k = 0; k < q->ncol; k++) {
@@ -730,12 +764,15 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
         if (!t) return lf_fail(LF_ERR_FORMAT, "%s: no column '%s'; the columns are: %s", q->path, names[k], list);
         const pq_schema_el *e = t->el;
         if (e->num_children > 0)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: column '%s' is a nested column (a group of %d field%s: a list, map "
-                           "or struct); only flat string columns can be read", q->path, c->name, (int)e->num_children,
-                           e->num_children == 1 ? "" : "s");
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: column '%s' is a nested column (a group of %d field%s: a list, map "
+                           "or struct); only flat string columns can be read",
+                           q->path, c->name, (int)e->num_children, e->num_children == 1 ? "" : "s");
         if (e->rep == REP_REPEATED)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: column '%s' is a repeated (nested) column; only flat string "
-                           "columns can be read", q->path, c->name);
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: column '%s' is a repeated (nested) column; only flat string "
+                           "columns can be read",
+                           q->path, c->name);
         if (e->type != PT_BYTE_ARRAY)
             return lf_fail(LF_ERR_UNSUPPORTED, "%s: column '%s' has type %s, not a string (BYTE_ARRAY)", q->path,
                            c->name, e->type < 0 ? "none" : type_name(e->type));
@@ -822,34 +859,48 @@ static lf_status check_chunk(pq *q, size_t g, int k, const pq_colmeta *m, int ex
                              uint64_t data_end) {
     const pq_col *c = &q->col[k];
     if (ext)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: row group %zu, column '%s': the column chunk lives in another file "
-                       "(file_path), which this reader does not follow", q->path, g, c->name);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: row group %zu, column '%s': the column chunk lives in another file "
+                       "(file_path), which this reader does not follow",
+                       q->path, g, c->name);
     if (!m->has_meta)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: row group %zu, column '%s': the column chunk has no plain metadata "
-                       "(an encrypted column?)", q->path, g, c->name);
-    if (m->has_path && (m->path_n != 1 || m->path0_len != strlen(c->name) ||
-                        memcmp(m->path0, c->name, m->path0_len) != 0))
-        return lf_fail(LF_ERR_FORMAT, "%s: row group %zu: column chunk %d's path does not name column '%s'", q->path,
-                       g, c->leaf, c->name);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: row group %zu, column '%s': the column chunk has no plain metadata "
+                       "(an encrypted column?)",
+                       q->path, g, c->name);
+    if (m->has_path &&
+        (m->path_n != 1 || m->path0_len != strlen(c->name) || memcmp(m->path0, c->name, m->path0_len) != 0))
+        return lf_fail(LF_ERR_FORMAT, "%s: row group %zu: column chunk %d's path does not name column '%s'", q->path, g,
+                       c->leaf, c->name);
     if (m->type != PT_BYTE_ARRAY)
-        return lf_fail(LF_ERR_FORMAT, "%s: row group %zu, column '%s': the column chunk has type %s, the schema says "
-                       "BYTE_ARRAY", q->path, g, c->name, type_name(m->type));
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: row group %zu, column '%s': the column chunk has type %s, the schema says "
+                       "BYTE_ARRAY",
+                       q->path, g, c->name, type_name(m->type));
     if (m->codec != CODEC_UNCOMPRESSED && m->codec != CODEC_SNAPPY && m->codec != CODEC_GZIP && m->codec != CODEC_ZSTD)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: row group %zu, column '%s': codec %s is not supported (supported: "
-                       "UNCOMPRESSED, SNAPPY, GZIP, ZSTD)", q->path, g, c->name, codec_name(m->codec));
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: row group %zu, column '%s': codec %s is not supported (supported: "
+                       "UNCOMPRESSED, SNAPPY, GZIP, ZSTD)",
+                       q->path, g, c->name, codec_name(m->codec));
     if (m->num_values < 0 || (uint64_t)m->num_values != num_rows)
-        return lf_fail(LF_ERR_FORMAT, "%s: row group %zu, column '%s': the column chunk holds %lld values, the row "
-                       "group %llu rows", q->path, g, c->name, (long long)m->num_values, (unsigned long long)num_rows);
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: row group %zu, column '%s': the column chunk holds %lld values, the row "
+                       "group %llu rows",
+                       q->path, g, c->name, (long long)m->num_values, (unsigned long long)num_rows);
     int64_t start = m->data_off;
     if (m->has_dict_off && m->dict_off > 0 && m->dict_off < start) start = m->dict_off;
     if (start < 4 || m->total_compressed < 0 || (uint64_t)start > data_end ||
         (uint64_t)m->total_compressed > data_end - (uint64_t)start)
-        return lf_fail(LF_ERR_FORMAT, "%s: row group %zu, column '%s': the column chunk (byte offset %lld, %lld "
-                       "bytes) lies outside the file's data (bytes 4 to %llu)", q->path, g, c->name,
-                       (long long)start, (long long)m->total_compressed, (unsigned long long)data_end);
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: row group %zu, column '%s': the column chunk (byte offset %lld, %lld "
+                       "bytes) lies outside the file's data (bytes 4 to %llu)",
+                       q->path, g, c->name, (long long)start, (long long)m->total_compressed,
+                       (unsigned long long)data_end);
     if (m->data_off - start > m->total_compressed)
-        return lf_fail(LF_ERR_FORMAT, "%s: row group %zu, column '%s': the first data page (byte offset %lld) lies "
-                       "outside the column chunk", q->path, g, c->name, (long long)m->data_off);
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: row group %zu, column '%s': the first data page (byte offset %lld) lies "
+                       "outside the column chunk",
+                       q->path, g, c->name, (long long)m->data_off);
     q->rg[g].ch[k].codec = m->codec;
     q->rg[g].ch[k].start = (uint64_t)start;
     q->rg[g].ch[k].end = (uint64_t)start + (uint64_t)m->total_compressed;
@@ -914,11 +965,12 @@ static lf_status parse_row_groups(pq *q, const unsigned char *footer, size_t fle
             snprintf(what, sizeof what, "row group %u", g);
             return meta_fail(q, &c, base, what);
         }
-        if (num_rows < 0)
-            return lf_fail(LF_ERR_FORMAT, "%s: file metadata: row group %u has no row count", q->path, g);
+        if (num_rows < 0) return lf_fail(LF_ERR_FORMAT, "%s: file metadata: row group %u has no row count", q->path, g);
         if (n_cols != n_leaves)
-            return lf_fail(LF_ERR_FORMAT, "%s: file metadata: row group %u has %d column chunks, the schema %d "
-                           "columns", q->path, g, n_cols, n_leaves);
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s: file metadata: row group %u has %d column chunks, the schema %d "
+                           "columns",
+                           q->path, g, n_cols, n_leaves);
         q->rg[g].num_rows = (uint64_t)num_rows;
         /* a row group without rows is never read (pyarrow writes its chunk with data_page_offset 0) */
         for (int k = 0; k < q->ncol && num_rows > 0; k++) {
@@ -935,22 +987,30 @@ static lf_status parse_row_groups(pq *q, const unsigned char *footer, size_t fle
 static lf_status read_footer(pq *q) {
     unsigned char tail[8], head[4];
     if (q->size < 12)
-        return lf_fail(LF_ERR_FORMAT, "%s: not a Parquet file: %llu bytes is too small (magic, footer and footer "
-                       "length take 12)", q->path, (unsigned long long)q->size);
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: not a Parquet file: %llu bytes is too small (magic, footer and footer "
+                       "length take 12)",
+                       q->path, (unsigned long long)q->size);
     lf_status st;
     if ((st = read_at(q, head, 4, 0)) != LF_OK || (st = read_at(q, tail, 8, q->size - 8)) != LF_OK) return st;
     if (memcmp(tail + 4, "PARE", 4) == 0)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: the file is encrypted (magic PARE), which this reader does not "
-                       "support", q->path);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: the file is encrypted (magic PARE), which this reader does not "
+                       "support",
+                       q->path);
     if (memcmp(head, PQ_MAGIC, 4) != 0)
         return lf_fail(LF_ERR_FORMAT, "%s: not a Parquet file: no magic PAR1 at the start (bytes 0-3)", q->path);
     if (memcmp(tail + 4, PQ_MAGIC, 4) != 0)
-        return lf_fail(LF_ERR_FORMAT, "%s: not a Parquet file or truncated: no magic PAR1 at the end (byte offset "
-                       "%llu)", q->path, (unsigned long long)(q->size - 4));
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: not a Parquet file or truncated: no magic PAR1 at the end (byte offset "
+                       "%llu)",
+                       q->path, (unsigned long long)(q->size - 4));
     uint32_t flen = lf__ld_u32le(tail);
     if (flen == 0 || (uint64_t)flen > q->size - 12)
-        return lf_fail(LF_ERR_FORMAT, "%s: footer length %u (at byte offset %llu) does not fit in the file of %llu "
-                       "bytes", q->path, flen, (unsigned long long)(q->size - 8), (unsigned long long)q->size);
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: footer length %u (at byte offset %llu) does not fit in the file of %llu "
+                       "bytes",
+                       q->path, flen, (unsigned long long)(q->size - 8), (unsigned long long)q->size);
     if (flen > PQ_MAX_FOOTER_BYTES)
         return lf_fail(LF_ERR_RANGE, "%s: footer of %u bytes is over the reader's limit of %zu bytes", q->path, flen,
                        PQ_MAX_FOOTER_BYTES);
@@ -1007,8 +1067,10 @@ static lf_status decompress(const pq *q, const pq_col *c, const unsigned char *s
     case CODEC_GZIP: {
         /* deflate expands at most ~1032:1; a larger claim is a defect, found before inflating */
         if (dn / 1032 > n + 64)
-            return page_fail(q, c, LF_ERR_FORMAT, "the page header says %zu bytes, more than %zu bytes of GZIP "
-                             "data can hold", dn, n);
+            return page_fail(q, c, LF_ERR_FORMAT,
+                             "the page header says %zu bytes, more than %zu bytes of GZIP "
+                             "data can hold",
+                             dn, n);
         z_stream zs;
         memset(&zs, 0, sizeof zs);
         if (inflateInit2(&zs, 15 + 32) != Z_OK) /* gzip or zlib header */
@@ -1045,9 +1107,9 @@ static lf_status decompress(const pq *q, const pq_col *c, const unsigned char *s
         if (!ZSTD_isError(fl) && fl == n && fs != ZSTD_CONTENTSIZE_UNKNOWN && fs != (unsigned long long)dn)
             return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data holds %llu bytes, the page header says %zu", fs, dn);
         size_t r = ZSTD_decompress(dst, dn, src, n);
-        if (ZSTD_isError(r))
-            return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data is corrupt (%s)", ZSTD_getErrorName(r));
-        if (r != dn) return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data holds %zu bytes, the page header says %zu", r, dn);
+        if (ZSTD_isError(r)) return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data is corrupt (%s)", ZSTD_getErrorName(r));
+        if (r != dn)
+            return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data holds %zu bytes, the page header says %zu", r, dn);
         return LF_OK;
     }
     default: return page_fail(q, c, LF_ERR_INTERNAL, "codec %s reached the decoder", codec_name(c->codec));
@@ -1128,8 +1190,10 @@ static lf_status read_page_header(pq *q, pq_col *c, pq_page_hdr *h, size_t *hlen
             continue;
         }
         if (t.err_short && want == avail)
-            return page_fail(q, c, LF_ERR_FORMAT, "the page header runs past the end of the column chunk (%s at "
-                             "byte %zu of the header)", t.err, t.err_at);
+            return page_fail(q, c, LF_ERR_FORMAT,
+                             "the page header runs past the end of the column chunk (%s at "
+                             "byte %zu of the header)",
+                             t.err, t.err_at);
         if (t.err_short)
             return page_fail(q, c, LF_ERR_RANGE, "the page header is larger than the reader's limit of %zu bytes",
                              PQ_MAX_HEADER_BYTES);
@@ -1140,8 +1204,8 @@ static lf_status read_page_header(pq *q, pq_col *c, pq_page_hdr *h, size_t *hlen
 
 /* Decoded bytes of the page whose raw bytes are c->raw[from, from + n),
  * usize bytes once decompressed: *out points at them. */
-static lf_status page_bytes(pq *q, pq_col *c, size_t from, size_t n, size_t usize, int compressed,
-                            unsigned char **buf, size_t *cap, const unsigned char **out) {
+static lf_status page_bytes(pq *q, pq_col *c, size_t from, size_t n, size_t usize, int compressed, unsigned char **buf,
+                            size_t *cap, const unsigned char **out) {
     if (c->codec == CODEC_UNCOMPRESSED || !compressed) {
         if (n != usize)
             return page_fail(q, c, LF_ERR_FORMAT, "uncompressed page holds %zu bytes, its header says %zu", n, usize);
@@ -1176,13 +1240,11 @@ static lf_status load_dictionary(pq *q, pq_col *c, const pq_page_hdr *h) {
         c->raw = t;
         c->raw_cap = tc_;
         d = c->dict;
-    } else if ((st = page_bytes(q, c, 0, (size_t)h->csize, (size_t)h->usize, 1, &c->dict, &c->dict_cap, &d)) !=
-               LF_OK) {
+    } else if ((st = page_bytes(q, c, 0, (size_t)h->csize, (size_t)h->usize, 1, &c->dict, &c->dict_cap, &d)) != LF_OK) {
         return st;
     }
     size_t len = (size_t)h->usize, n = (size_t)h->num_values;
-    if (n > len / 4)
-        return page_fail(q, c, LF_ERR_FORMAT, "dictionary page claims %zu values in %zu bytes", n, len);
+    if (n > len / 4) return page_fail(q, c, LF_ERR_FORMAT, "dictionary page claims %zu values in %zu bytes", n, len);
     if (n > c->dict_alloc) {
         size_t want = n < 64 ? 64 : n;
         uint32_t *o = realloc(c->dict_off, want * sizeof *o);
@@ -1227,8 +1289,10 @@ static lf_status start_values(pq *q, pq_col *c, int enc, const unsigned char *v,
         rle_init(&c->idx, v + 1, n - 1, v[0]);
         return LF_OK;
     }
-    return page_fail(q, c, LF_ERR_UNSUPPORTED, "values in encoding %s, which this reader does not support (supported: "
-                     "PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)", encoding_name(enc));
+    return page_fail(q, c, LF_ERR_UNSUPPORTED,
+                     "values in encoding %s, which this reader does not support (supported: "
+                     "PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)",
+                     encoding_name(enc));
 }
 
 /* Load the next data page holding values (skipping index pages, reading
@@ -1236,8 +1300,10 @@ static lf_status start_values(pq *q, pq_col *c, int enc, const unsigned char *v,
 static lf_status load_page(pq *q, pq_col *c) {
     for (;;) {
         if (c->pos >= c->end)
-            return lf_fail(LF_ERR_FORMAT, "%s: row group %u, column '%s': the column chunk ends with %llu of its "
-                           "values missing", q->path, q->rg_cur, c->name, (unsigned long long)c->rows_left);
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s: row group %u, column '%s': the column chunk ends with %llu of its "
+                           "values missing",
+                           q->path, q->rg_cur, c->name, (unsigned long long)c->rows_left);
         c->page_at = c->pos;
         pq_page_hdr h;
         size_t hlen = 0;
@@ -1247,11 +1313,15 @@ static lf_status load_page(pq *q, pq_col *c) {
             return page_fail(q, c, LF_ERR_FORMAT, "the page header lacks its type or sizes (or they are negative)");
         uint64_t data_at = c->pos + hlen;
         if ((uint64_t)h.csize > c->end - data_at)
-            return page_fail(q, c, LF_ERR_FORMAT, "the page's %d bytes run past the end of the column chunk (byte "
-                             "offset %llu)", h.csize, (unsigned long long)c->end);
+            return page_fail(q, c, LF_ERR_FORMAT,
+                             "the page's %d bytes run past the end of the column chunk (byte "
+                             "offset %llu)",
+                             h.csize, (unsigned long long)c->end);
         if ((size_t)h.csize > PQ_MAX_PAGE_BYTES || (size_t)h.usize > PQ_MAX_PAGE_BYTES)
-            return page_fail(q, c, LF_ERR_RANGE, "a page of %d bytes (%d compressed) is over the reader's limit of "
-                             "%zu bytes", h.usize, h.csize, PQ_MAX_PAGE_BYTES);
+            return page_fail(q, c, LF_ERR_RANGE,
+                             "a page of %d bytes (%d compressed) is over the reader's limit of "
+                             "%zu bytes",
+                             h.usize, h.csize, PQ_MAX_PAGE_BYTES);
         c->pos = data_at + (uint64_t)h.csize;
         if (c->pos > q->reached) q->reached = c->pos;
         if (h.type != PAGE_DATA && h.type != PAGE_DATA_V2 && h.type != PAGE_DICTIONARY) continue; /* index pages */
@@ -1286,8 +1356,10 @@ static lf_status load_page(pq *q, pq_col *c) {
                 if (len < 4) return page_fail(q, c, LF_ERR_FORMAT, "the page ends before its definition levels");
                 uint32_t dl = lf__ld_u32le(pg);
                 if (dl > len - 4)
-                    return page_fail(q, c, LF_ERR_FORMAT, "definition levels of %u bytes run past the end of the "
-                                     "page (%zu bytes)", dl, len);
+                    return page_fail(q, c, LF_ERR_FORMAT,
+                                     "definition levels of %u bytes run past the end of the "
+                                     "page (%zu bytes)",
+                                     dl, len);
                 rle_init(&c->def, pg + 4, dl, 1);
                 off = 4 + (size_t)dl;
             }
@@ -1334,8 +1406,10 @@ static lf_status col_value(pq *q, pq_col *c, int *is_null, const unsigned char *
         uint32_t k;
         if (!rle_next(&c->idx, &k, &why)) return page_fail(q, c, LF_ERR_FORMAT, "dictionary indices: %s", why);
         if (k >= c->dict_n)
-            return page_fail(q, c, LF_ERR_FORMAT, "dictionary index %u is out of range (the dictionary holds %zu "
-                             "values)", k, c->dict_n);
+            return page_fail(q, c, LF_ERR_FORMAT,
+                             "dictionary index %u is out of range (the dictionary holds %zu "
+                             "values)",
+                             k, c->dict_n);
         *s = c->dict + c->dict_off[k];
         *n = c->dict_len[k];
         return LF_OK;
@@ -1380,7 +1454,8 @@ static const char *value_defect(const unsigned char *s, size_t n, size_t *at, co
 #if defined(__GNUC__)
 __attribute__((format(printf, 5, 6)))
 #endif
-static lf_status bad_row(pq *q, uint64_t row, uint64_t *skipped, int *skip_now, const char *fmt, ...) {
+static lf_status
+bad_row(pq *q, uint64_t row, uint64_t *skipped, int *skip_now, const char *fmt, ...) {
     char what[640], msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -1451,11 +1526,15 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
                 st = bad_row(q, row, skipped, &skip_now, "column '%s' is null", name);
             } else if ((d = value_defect(s[k], n[k], &at, &why)) != NULL) {
                 if (d[0] == 'n')
-                    st = bad_row(q, row, skipped, &skip_now, "column '%s' holds a NUL byte (U+0000) at byte offset "
-                                 "%zu of the value, which text cannot hold", name, at);
+                    st = bad_row(q, row, skipped, &skip_now,
+                                 "column '%s' holds a NUL byte (U+0000) at byte offset "
+                                 "%zu of the value, which text cannot hold",
+                                 name, at);
                 else
-                    st = bad_row(q, row, skipped, &skip_now, "column '%s': invalid UTF-8 at byte offset %zu of the "
-                                 "value (byte 0x%02X: %s)", name, at, (unsigned)s[k][at], why);
+                    st = bad_row(q, row, skipped, &skip_now,
+                                 "column '%s': invalid UTF-8 at byte offset %zu of the "
+                                 "value (byte 0x%02X: %s)",
+                                 name, at, (unsigned)s[k][at], why);
             } else if (n[k] == 0 && need_text) {
                 st = bad_row(q, row, skipped, &skip_now, "column '%s' is empty", name);
             }

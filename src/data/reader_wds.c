@@ -77,19 +77,19 @@ typedef struct buf {
 
 /* A regular member whose header has been read (its data not yet). */
 typedef struct member {
-    buf name;          /* effective path */
+    buf name; /* effective path */
     uint64_t size;
-    uint64_t hdr_off;  /* offset of its (first) header */
+    uint64_t hdr_off; /* offset of its (first) header */
 } member;
 
 /* One selected member of the current sample (.txt or .json). */
 typedef struct part {
-    buf data;          /* contents when kept */
-    int seen;          /* members with this extension in the sample */
-    int kept;          /* data holds the member */
-    int too_long;      /* larger than the cap (not kept) */
+    buf data;     /* contents when kept */
+    int seen;     /* members with this extension in the sample */
+    int kept;     /* data holds the member */
+    int too_long; /* larger than the cap (not kept) */
     uint64_t size;
-    buf name;          /* the member's path (for messages) */
+    buf name; /* the member's path (for messages) */
 } part;
 
 typedef struct wds {
@@ -100,21 +100,21 @@ typedef struct wds {
     /* input */
     int gz;
     z_stream zs;
-    int zs_init, z_end;  /* zlib ready; the current gzip member ended */
-    unsigned char *zin;  /* (IN_BUF_BYTES) compressed input */
-    uint64_t zin_off;    /* compressed bytes read */
-    unsigned char *in;   /* (IN_BUF_BYTES) tar bytes */
+    int zs_init, z_end; /* zlib ready; the current gzip member ended */
+    unsigned char *zin; /* (IN_BUF_BYTES) compressed input */
+    uint64_t zin_off;   /* compressed bytes read */
+    unsigned char *in;  /* (IN_BUF_BYTES) tar bytes */
     size_t in_pos, in_len;
     int in_eof;
-    uint64_t off;        /* tar bytes consumed */
+    uint64_t off; /* tar bytes consumed */
     /* tar */
     unsigned char hdr[BLOCK];
     buf longname, paxpath;
     int has_longname, has_paxpath, has_paxsize;
     uint64_t paxsize;
     member m;
-    int pending;         /* m holds a member whose data is unread */
-    int ended;           /* the end-of-archive block was read */
+    int pending; /* m holds a member whose data is unread */
+    int ended;   /* the end-of-archive block was read */
     /* samples */
     buf key;
     int in_sample;
@@ -124,8 +124,8 @@ typedef struct wds {
     uint64_t *skipped;
     int skip_now;
     /* progress */
-    uint64_t size;       /* of the file, at open */
-    int at_end;          /* next() reported the end */
+    uint64_t size; /* of the file, at open */
+    int at_end;    /* next() reported the end */
 } wds;
 
 /* ---------------------------------------------------------------- small helpers */
@@ -193,8 +193,10 @@ static lf_status fill(wds *w) {
             z->avail_in = (uInt)got;
             if (got == 0) {
                 if (!w->z_end)
-                    return lf_fail(LF_ERR_FORMAT, "%s: the gzip stream is truncated (it ends after %llu compressed "
-                                   "bytes, %llu bytes of tar)", w->path, (unsigned long long)w->zin_off,
+                    return lf_fail(LF_ERR_FORMAT,
+                                   "%s: the gzip stream is truncated (it ends after %llu compressed "
+                                   "bytes, %llu bytes of tar)",
+                                   w->path, (unsigned long long)w->zin_off,
                                    (unsigned long long)(w->off + (IN_BUF_BYTES - z->avail_out)));
                 w->in_eof = 1;
                 break;
@@ -275,8 +277,10 @@ static lf_status member_data(wds *w, const char *name, uint64_t hdr_off, uint64_
     if (st != LF_OK) return st;
     if (done < size) {
         char s[216];
-        return lf_fail(LF_ERR_FORMAT, "%s: truncated archive: member '%s' (header at offset %llu) is cut off at "
-                       "offset %llu", w->path, show(name, s), (unsigned long long)hdr_off, (unsigned long long)w->off);
+        return lf_fail(LF_ERR_FORMAT,
+                       "%s: truncated archive: member '%s' (header at offset %llu) is cut off at "
+                       "offset %llu",
+                       w->path, show(name, s), (unsigned long long)hdr_off, (unsigned long long)w->off);
     }
     return LF_OK;
 }
@@ -371,12 +375,16 @@ static lf_status next_member(wds *w) {
         if ((st = take(w, h, BLOCK, &got)) != LF_OK) return st;
         if (got == 0) {
             if (hdr_off == 0) return lf_fail(LF_ERR_FORMAT, "%s: the file is empty (not a tar archive)", w->path);
-            return lf_fail(LF_ERR_FORMAT, "%s: truncated archive: the file ends at offset %llu without the "
-                           "end-of-archive block", w->path, (unsigned long long)hdr_off);
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s: truncated archive: the file ends at offset %llu without the "
+                           "end-of-archive block",
+                           w->path, (unsigned long long)hdr_off);
         }
         if (got < BLOCK)
-            return lf_fail(LF_ERR_FORMAT, "%s: truncated archive: the header at offset %llu is cut off after %llu "
-                           "bytes", w->path, (unsigned long long)hdr_off, (unsigned long long)got);
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s: truncated archive: the header at offset %llu is cut off after %llu "
+                           "bytes",
+                           w->path, (unsigned long long)hdr_off, (unsigned long long)got);
         if (all_zero(h, BLOCK)) {
             if (w->has_longname || w->has_paxpath || w->has_paxsize)
                 return lf_fail(LF_ERR_FORMAT, "%s: the archive ends at offset %llu right after an extended header",
@@ -393,13 +401,17 @@ static lf_status next_member(wds *w) {
             ssum += (signed char)b;
         }
         if (parse_num(h + 148, 8, &stored) != 0)
-            return lf_fail(LF_ERR_CHECKSUM, "%s: tar header at offset %llu (member '%s'): bad checksum (the checksum "
-                           "field is not an octal number)%s", w->path, (unsigned long long)hdr_off, raw_name(h, s),
+            return lf_fail(LF_ERR_CHECKSUM,
+                           "%s: tar header at offset %llu (member '%s'): bad checksum (the checksum "
+                           "field is not an octal number)%s",
+                           w->path, (unsigned long long)hdr_off, raw_name(h, s),
                            hdr_off == 0 ? "; not a tar archive?" : "");
         if (stored != usum && (int64_t)stored != (int64_t)ssum)
-            return lf_fail(LF_ERR_CHECKSUM, "%s: tar header at offset %llu (member '%s'): bad checksum (the header "
-                           "says %#llo, the bytes sum to %#o)%s", w->path, (unsigned long long)hdr_off, raw_name(h, s),
-                           (unsigned long long)stored, usum, hdr_off == 0 ? "; not a tar archive?" : "");
+            return lf_fail(LF_ERR_CHECKSUM,
+                           "%s: tar header at offset %llu (member '%s'): bad checksum (the header "
+                           "says %#llo, the bytes sum to %#o)%s",
+                           w->path, (unsigned long long)hdr_off, raw_name(h, s), (unsigned long long)stored, usum,
+                           hdr_off == 0 ? "; not a tar archive?" : "");
         uint64_t size;
         if (parse_num(h + 124, 12, &size) != 0 || size > (UINT64_MAX >> 2))
             return lf_fail(LF_ERR_FORMAT, "%s: tar header at offset %llu (member '%s'): invalid size field", w->path,
@@ -423,8 +435,10 @@ static lf_status next_member(wds *w) {
             continue;
         }
         if (type == 'S')
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: tar header at offset %llu (member '%s'): GNU sparse members are "
-                           "not supported", w->path, (unsigned long long)hdr_off, raw_name(h, s));
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: tar header at offset %llu (member '%s'): GNU sparse members are "
+                           "not supported",
+                           w->path, (unsigned long long)hdr_off, raw_name(h, s));
         if (w->has_paxsize) size = w->paxsize;
         /* the effective name: pax path, else GNU long name, else ustar prefix/name */
         if (w->has_paxpath) {
@@ -528,14 +542,15 @@ static lf_status consume(wds *w, const char *ext) {
 __attribute__((format(printf, 3, 4)))
 #endif
 /* A bad sample: an error, or with skip_bad_records a counted skip. */
-static lf_status bad(wds *w, lf_status st, const char *fmt, ...) {
+static lf_status
+bad(wds *w, lf_status st, const char *fmt, ...) {
     char what[700], msg[1024], s[216];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(msg, sizeof msg, "%s:%llu: sample '%s': %s", w->path, (unsigned long long)w->samples,
-             show(w->key.p, s), what);
+    snprintf(msg, sizeof msg, "%s:%llu: sample '%s': %s", w->path, (unsigned long long)w->samples, show(w->key.p, s),
+             what);
     return lf__reader_bad(&w->o, w->skipped, &w->skip_now, st, msg);
 }
 
@@ -550,13 +565,16 @@ static lf_status json_field(wds *w, const char *name, int need_text, const char 
     show(w->json.name.p, mn);
     if (!v) return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is missing", mn, name);
     if (!cJSON_IsString(v) || !v->valuestring)
-        return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is %s, expected a string", mn, name, lf__json_type_name(v));
+        return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is %s, expected a string", mn, name,
+                   lf__json_type_name(v));
     size_t n = strlen(v->valuestring);
     const char *why = "";
     size_t at = lf__utf8_check((const unsigned char *)v->valuestring, n, &why);
     if (at < n)
-        return bad(w, LF_ERR_FORMAT, "member '%s': field '%s': invalid UTF-8 at byte offset %zu of the value (byte "
-                   "0x%02X: %s)", mn, name, at, (unsigned)(unsigned char)v->valuestring[at], why);
+        return bad(w, LF_ERR_FORMAT,
+                   "member '%s': field '%s': invalid UTF-8 at byte offset %zu of the value (byte "
+                   "0x%02X: %s)",
+                   mn, name, at, (unsigned)(unsigned char)v->valuestring[at], why);
     if (n == 0 && need_text) return bad(w, LF_ERR_FORMAT, "member '%s': field '%s' is empty", mn, name);
     *s = v->valuestring;
     *len = n;
@@ -594,7 +612,8 @@ static lf_status emit(wds *w, lf_record *rec) {
     part *p = &w->json;
     if (!p->seen) {
         if (pre_default) return bad(w, LF_ERR_FORMAT, "no .txt or .json member");
-        if (w->o.mode == LF_RECORD_SFT) return bad(w, LF_ERR_FORMAT, "no .json member (needed for the fine-tuning fields)");
+        if (w->o.mode == LF_RECORD_SFT)
+            return bad(w, LF_ERR_FORMAT, "no .json member (needed for the fine-tuning fields)");
         return bad(w, LF_ERR_FORMAT, "no .json member (needed for the text field '%s')", w->o.text_field);
     }
     show(p->name.p, mn);
@@ -628,7 +647,8 @@ static lf_status emit(wds *w, lf_record *rec) {
     }
     const char *pf = w->o.prompt_field, *rf = w->o.response_field;
     if (!pf) {
-        if (cJSON_GetObjectItemCaseSensitive(w->root, "prompt") || cJSON_GetObjectItemCaseSensitive(w->root, "response")) {
+        if (cJSON_GetObjectItemCaseSensitive(w->root, "prompt") ||
+            cJSON_GetObjectItemCaseSensitive(w->root, "response")) {
             pf = "prompt";
             rf = "response";
         } else if (cJSON_GetObjectItemCaseSensitive(w->root, "input_text") ||
@@ -636,8 +656,10 @@ static lf_status emit(wds *w, lf_record *rec) {
             pf = "input_text";
             rf = "target_text";
         } else {
-            return bad(w, LF_ERR_FORMAT, "member '%s': no fine-tuning fields: expected 'prompt' and 'response', or "
-                       "'input_text' and 'target_text' (or name them with --prompt-field/--response-field)", mn);
+            return bad(w, LF_ERR_FORMAT,
+                       "member '%s': no fine-tuning fields: expected 'prompt' and 'response', or "
+                       "'input_text' and 'target_text' (or name them with --prompt-field/--response-field)",
+                       mn);
         }
     }
     if ((st = json_field(w, pf, 0, &rec->prompt, &rec->prompt_len)) != LF_OK || w->skip_now) return st;

@@ -62,8 +62,7 @@ static lf_status write_full(int fd, const char *path, const unsigned char *p, si
 
 #define WRITE_BUF_BYTES (1u << 16)
 
-lf_status lf_shard_write(const char *path, const uint32_t *tokens, const uint8_t *mask, size_t n,
-                         uint32_t vocab_size) {
+lf_status lf_shard_write(const char *path, const uint32_t *tokens, const uint8_t *mask, size_t n, uint32_t vocab_size) {
     if (!path || !*path) return lf_fail(LF_ERR_INVALID_ARG, "lf_shard_write: empty path");
     if (n > 0 && !tokens) return lf_fail(LF_ERR_INVALID_ARG, "shard '%s': %zu tokens but no token array", path, n);
     if (vocab_size == 0) return lf_fail(LF_ERR_INVALID_ARG, "shard '%s': vocab_size must be at least 1", path);
@@ -176,15 +175,17 @@ static lf_status open_llmc(lf_shard *s, const char *path, const unsigned char *h
                        LF_LLMC_HEADER_BYTES);
     uint32_t version = lf__ld_u32le(h + 4), n = lf__ld_u32le(h + 8);
     if (version != 1 && version != 2)
-        return lf_fail(LF_ERR_UNSUPPORTED, "shard '%s': llm.c shard version %u, this build reads versions 1 (u16 "
-                       "tokens) and 2 (u32 tokens)", path, (unsigned)version);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "shard '%s': llm.c shard version %u, this build reads versions 1 (u16 "
+                       "tokens) and 2 (u32 tokens)",
+                       path, (unsigned)version);
     if (n > INT32_MAX)
         return lf_fail(LF_ERR_FORMAT, "shard '%s': llm.c header says %u tokens, a negative int32", path, (unsigned)n);
     const unsigned bpt = version == 1 ? 2u : 4u;
     uint64_t expect = LF_LLMC_HEADER_BYTES + (uint64_t)n * bpt;
     if (expect != (uint64_t)size)
-        return lf_fail(LF_ERR_FORMAT, "shard '%s': llm.c header says %u tokens (%llu bytes), file holds %zu bytes", path,
-                       (unsigned)n, (unsigned long long)expect, size);
+        return lf_fail(LF_ERR_FORMAT, "shard '%s': llm.c header says %u tokens (%llu bytes), file holds %zu bytes",
+                       path, (unsigned)n, (unsigned long long)expect, size);
     const unsigned char *tok = h + LF_LLMC_HEADER_BYTES;
     uint32_t max = 0;
     if (bpt == 2) {
@@ -276,7 +277,8 @@ lf_status lf_shard_open(lf_shard **out, const char *path, int verify_checksum) {
         goto fail;
     }
     if (flags & ~LF_SHARD_FLAG_MASK) {
-        st = lf_fail(LF_ERR_FORMAT, "shard '%s': unknown flag bits 0x%X", path, (unsigned)(flags & ~LF_SHARD_FLAG_MASK));
+        st = lf_fail(LF_ERR_FORMAT, "shard '%s': unknown flag bits 0x%X", path,
+                     (unsigned)(flags & ~LF_SHARD_FLAG_MASK));
         goto fail;
     }
     for (int i = 36; i < LF_SHARD_HEADER_BYTES; i++) {
@@ -296,8 +298,9 @@ lf_status lf_shard_open(lf_shard **out, const char *path, int verify_checksum) {
     const int has_mask = (flags & LF_SHARD_FLAG_MASK) != 0;
     const unsigned per_token = bpt + (has_mask ? 1u : 0u);
     if (n > (UINT64_MAX - LF_SHARD_HEADER_BYTES) / per_token) {
-        st = lf_fail(LF_ERR_FORMAT, "shard '%s': header says %llu tokens, more than any file can hold, file holds %zu bytes",
-                     path, (unsigned long long)n, size);
+        st = lf_fail(LF_ERR_FORMAT,
+                     "shard '%s': header says %llu tokens, more than any file can hold, file holds %zu bytes", path,
+                     (unsigned long long)n, size);
         goto fail;
     }
     uint64_t expect = LF_SHARD_HEADER_BYTES + n * per_token;
@@ -309,8 +312,8 @@ lf_status lf_shard_open(lf_shard **out, const char *path, int verify_checksum) {
     if (verify_checksum) {
         uint32_t got = lf_crc32(0, h + LF_SHARD_HEADER_BYTES, size - LF_SHARD_HEADER_BYTES);
         if (got != crc) {
-            st = lf_fail(LF_ERR_CHECKSUM, "shard '%s': payload checksum mismatch (header 0x%08X, computed 0x%08X)", path,
-                         (unsigned)crc, (unsigned)got);
+            st = lf_fail(LF_ERR_CHECKSUM, "shard '%s': payload checksum mismatch (header 0x%08X, computed 0x%08X)",
+                         path, (unsigned)crc, (unsigned)got);
             goto fail;
         }
     }

@@ -33,14 +33,14 @@
 struct lf_shard_writer {
     char *path, *tmp, *mtmp; /* mtmp: NULL without a mask */
     char *dir;
-    int fd, mfd;             /* mfd: -1 without a mask */
+    int fd, mfd; /* mfd: -1 without a mask */
     uint32_t vocab_size;
-    unsigned bpt;            /* 2 or 4 */
-    uint64_t n;              /* tokens appended */
-    uint32_t crc;            /* CRC-32 of the token bytes written to fd so far */
-    unsigned char *buf;      /* (LF_SHARD_WRITER_BUF_BYTES) token bytes not yet written */
+    unsigned bpt;       /* 2 or 4 */
+    uint64_t n;         /* tokens appended */
+    uint32_t crc;       /* CRC-32 of the token bytes written to fd so far */
+    unsigned char *buf; /* (LF_SHARD_WRITER_BUF_BYTES) token bytes not yet written */
     size_t blen;
-    unsigned char *mbuf;     /* (MASK_BUF_BYTES) mask bytes not yet written */
+    unsigned char *mbuf; /* (MASK_BUF_BYTES) mask bytes not yet written */
     size_t mlen;
     int failed;
 };
@@ -188,8 +188,7 @@ lf_status lf_shard_writer_append(lf_shard_writer *w, const uint32_t *tokens, con
             size_t room = MASK_BUF_BYTES - w->mlen, m = n - i < room ? n - i : room;
             if (mask)
                 for (size_t k = 0; k < m; k++) w->mbuf[w->mlen + k] = mask[i + k] ? 1 : 0; /* stored as 0/1 */
-            else
-                memset(w->mbuf + w->mlen, 1, m);
+            else memset(w->mbuf + w->mlen, 1, m);
             w->mlen += m;
             i += m;
             if (w->mlen == MASK_BUF_BYTES && (st = flush_mask(w)) != LF_OK) goto fail;

@@ -21,11 +21,8 @@ struct lf_tokenizer {
 };
 
 static const lf__tokenizer_ops *const g_kinds[] = {
-    &lf__tokenizer_char_ops,
-    &lf__tokenizer_gpt2_ops,
-    &lf__tokenizer_tiktoken_ops,
-    &lf__tokenizer_bpe_ops,
-    &lf__tokenizer_hf_ops,
+    &lf__tokenizer_char_ops, &lf__tokenizer_gpt2_ops, &lf__tokenizer_tiktoken_ops,
+    &lf__tokenizer_bpe_ops,  &lf__tokenizer_hf_ops,
 };
 #define N_KINDS (sizeof g_kinds / sizeof g_kinds[0])
 
@@ -176,8 +173,8 @@ lf_status lf_tokenizer_encode_opts(const lf_tokenizer *t, const char *text, size
     return t->ops->encode(t->state, text ? text : "", len, ids, n); /* a kind without special tokens */
 }
 
-lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, size_t len,
-                                       const lf_encode_opts *opts, int n_threads, uint32_t **ids, size_t *n) {
+lf_status lf_tokenizer_encode_parallel(const lf_tokenizer *t, const char *text, size_t len, const lf_encode_opts *opts,
+                                       int n_threads, uint32_t **ids, size_t *n) {
     lf_encode_opts d = lf_encode_opts_default();
     const lf_encode_opts *o = opts ? opts : &d;
     lf_status st = check_encode_args(t, text, len, o, ids, n);

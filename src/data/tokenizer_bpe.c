@@ -209,7 +209,7 @@ static lf_status gpt2_open(void **state, int *vocab_size, const char *dir) {
         size_t ll = end - at;
         at = eol + 1;
         if (line_no == 1 && ll > 0 && line[0] == '#') continue; /* "#version: 0.2" */
-        if (ll == 0) { /* only at the end of the file */
+        if (ll == 0) {                                          /* only at the end of the file */
             size_t k = eol;
             while (k < merges_len && (merges[k] == '\n' || merges[k] == '\r' || merges[k] == ' ' || merges[k] == '\t'))
                 k++;
@@ -285,7 +285,8 @@ static lf_status gpt2_open(void **state, int *vocab_size, const char *dir) {
             char where[300];
             snprintf(where, sizeof where, "encoder.json key \"%.200s\"", it->string);
             free(tmp);
-            st = n == 0 ? lf_fail(LF_ERR_FORMAT, "%s: encoder.json has an empty key", what) : bad_char(what, where, bad);
+            st = n == 0 ? lf_fail(LF_ERR_FORMAT, "%s: encoder.json has an empty key", what)
+                        : bad_char(what, where, bad);
             goto fail;
         }
         uint32_t r = lf__bpe_lookup(b, tmp, (size_t)n), want = (uint32_t)it->valuedouble;
@@ -572,8 +573,8 @@ static const unsigned char *find_special(const unsigned char *s, size_t len) {
     return NULL;
 }
 
-static lf_status bpe_encode_ex(const void *state, const char *text, size_t len, const lf_encode_opts *o,
-                               size_t base, uint32_t **ids, size_t *n) {
+static lf_status bpe_encode_ex(const void *state, const char *text, size_t len, const lf_encode_opts *o, size_t base,
+                               uint32_t **ids, size_t *n) {
     const bpe_tok *t = state;
     const unsigned char *s = (const unsigned char *)text;
     ids_vec out = {0};
@@ -631,8 +632,7 @@ static lf_status bpe_decode(const void *state, const uint32_t *ids, size_t n, ch
             total += b->tok_len[id];
         } else {
             return lf_fail(LF_ERR_RANGE, "%s tokenizer: token id %u at position %zu is not in the vocabulary (%s)",
-                           t->kind, (unsigned)id, i,
-                           id < t->vocab_size ? "an unused rank" : "vocab_size too small");
+                           t->kind, (unsigned)id, i, id < t->vocab_size ? "an unused rank" : "vocab_size too small");
         }
     }
     char *out = lf_alloc(total + 1);
@@ -667,10 +667,10 @@ static lf_status bpe_special_id(const void *state, const char *name, uint32_t *i
     return LF_OK;
 }
 
-#define BPE_OPS(prefix_, open_)                                                                                   \
-    {                                                                                                             \
-        .prefix = prefix_, .open = open_, .free = bpe_free, .encode = bpe_encode, .decode = bpe_decode,           \
-        .arg_is_path = 1, .encode_ex = bpe_encode_ex, .cut = bpe_cut, .special_id = bpe_special_id,               \
+#define BPE_OPS(prefix_, open_) \
+    { \
+        .prefix = prefix_, .open = open_, .free = bpe_free, .encode = bpe_encode, .decode = bpe_decode, \
+        .arg_is_path = 1, .encode_ex = bpe_encode_ex, .cut = bpe_cut, .special_id = bpe_special_id, \
     }
 
 const lf__tokenizer_ops lf__tokenizer_gpt2_ops = BPE_OPS("gpt2:", gpt2_open);

@@ -29,10 +29,10 @@
 typedef struct char_tok {
     char *path;
     int V;
-    uint32_t *cps;           /* (V) id -> code point */
-    unsigned char (*u8)[4];  /* (V) id -> UTF-8 bytes */
-    unsigned char *u8len;    /* (V) */
-    int32_t *lookup;         /* (max_cp+1) code point -> id, -1 when absent */
+    uint32_t *cps;          /* (V) id -> code point */
+    unsigned char (*u8)[4]; /* (V) id -> UTF-8 bytes */
+    unsigned char *u8len;   /* (V) */
+    int32_t *lookup;        /* (max_cp+1) code point -> id, -1 when absent */
     uint32_t max_cp;
 } char_tok;
 
@@ -104,8 +104,8 @@ static lf_status char_open(void **state, int *vocab_size, const char *path) {
         const char *why = "empty string";
         int k = sl > 0 ? lf__utf8_decode(s, sl, &cp, &why) : 0;
         if (!s || k == 0 || (size_t)k != sl) {
-            st = lf_fail(LF_ERR_FORMAT, "char vocabulary '%s': chars[%d] is not a single UTF-8 character%s%s%s", path, i,
-                         k == 0 && s ? " (" : "", k == 0 && s ? why : "", k == 0 && s ? ")" : "");
+            st = lf_fail(LF_ERR_FORMAT, "char vocabulary '%s': chars[%d] is not a single UTF-8 character%s%s%s", path,
+                         i, k == 0 && s ? " (" : "", k == 0 && s ? why : "", k == 0 && s ? ")" : "");
             goto fail;
         }
         c->cps[i] = cp;
@@ -172,8 +172,9 @@ static lf_status char_encode(const void *state, const char *text, size_t len, ui
             char d[48];
             lf__utf8_describe(cp, d, sizeof d);
             lf_free(out);
-            return lf_fail(LF_ERR_NOT_FOUND, "char tokenizer: character %s at byte offset %zu is not in the vocabulary '%s'",
-                           d, i, c->path);
+            return lf_fail(LF_ERR_NOT_FOUND,
+                           "char tokenizer: character %s at byte offset %zu is not in the vocabulary '%s'", d, i,
+                           c->path);
         }
         out[m++] = (uint32_t)id;
         i += (size_t)k;

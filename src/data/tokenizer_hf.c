@@ -253,9 +253,7 @@ static int id_value(const cJSON *v, uint32_t *id) {
     return 1;
 }
 
-static int cmp_raw(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
+static int cmp_raw(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* The id of a vocabulary string, LF_BPE_NONE when the vocabulary lacks it;
  * *mapped = 1 when it is in the byte alphabet (its bytes in L->scratch,
@@ -516,7 +514,10 @@ static lf_status load_added(loader *L, const cJSON *added) {
             goto done;
         if (lstrip || rstrip || single) {
             st = lf_fail(LF_ERR_UNSUPPORTED, "%s: %s \"%.200s\": %s true is not supported (only false)", L->what, where,
-                         c, lstrip ? "lstrip" : rstrip ? "rstrip" : "single_word");
+                         c,
+                         lstrip   ? "lstrip"
+                         : rstrip ? "rstrip"
+                                  : "single_word");
             goto done;
         }
         if (seen[id]) {
@@ -702,7 +703,8 @@ static lf_status load_step(loader *L, const cJSON *o, const char *where, int las
     }
     return lf_fail(LF_ERR_UNSUPPORTED,
                    "%s: %s: pre-tokenizer type '%.100s' is not supported (ByteLevel, Split, Digits; byte-level BPE "
-                   "only)", L->what, where, type);
+                   "only)",
+                   L->what, where, type);
 }
 
 static lf_status load_pretok(loader *L, const cJSON *pt) {
@@ -714,8 +716,7 @@ static lf_status load_pretok(loader *L, const cJSON *pt) {
     if (cJSON_IsString(ty) && strcmp(ty->valuestring, "Sequence") == 0) {
         const cJSON *list = get(pt, "pretokenizers");
         int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
-        if (n == 0)
-            return lf_fail(LF_ERR_FORMAT, "%s: pre_tokenizer.pretokenizers must be a non-empty array", L->what);
+        if (n == 0) return lf_fail(LF_ERR_FORMAT, "%s: pre_tokenizer.pretokenizers must be a non-empty array", L->what);
         for (int i = 0; i < n; i++) {
             char where[64];
             snprintf(where, sizeof where, "pre_tokenizer.pretokenizers[%d]", i);
@@ -825,7 +826,7 @@ static lf_status build_decode(loader *L) {
     }
     size_t at = 0;
     for (uint32_t id = 0; id < t->vocab_size; id++) {
-        const unsigned char *src = by_id[id]         ? t->added_blob + by_id[id]->off
+        const unsigned char *src = by_id[id]          ? t->added_blob + by_id[id]->off
                                    : L->id_mapped[id] ? b->blob + b->tok_off[id]
                                                       : (const unsigned char *)L->id_text[id];
         t->dec_off[id] = (uint32_t)at;
@@ -954,7 +955,7 @@ typedef struct enc {
     lf__pretok_scan sc[HF_MAX_STEPS];
     uint32_t *v; /* the ids so far */
     size_t n, cap;
-    size_t base;     /* offset of the text in the caller's whole text (messages) */
+    size_t base;      /* offset of the text in the caller's whole text (messages) */
     lf__nfc_buf norm; /* the normalized stretch pass 1 is reading (reused for each) */
 } enc;
 
@@ -1226,8 +1227,8 @@ static lf_status hf_special_id(const void *state, const char *name, uint32_t *id
         size_t at = 0;
         for (size_t i = 0; i < t->n_added && i < 4 && at + 1 < sizeof list; i++) {
             const added_tok *a = &t->added[i];
-            int w = snprintf(list + at, sizeof list - at, "%s'%.*s'", i ? ", " : "",
-                             (int)(a->clen > 40 ? 40 : a->clen), (const char *)t->added_blob + a->coff);
+            int w = snprintf(list + at, sizeof list - at, "%s'%.*s'", i ? ", " : "", (int)(a->clen > 40 ? 40 : a->clen),
+                             (const char *)t->added_blob + a->coff);
             if (w < 0) break;
             at += (size_t)w;
         }

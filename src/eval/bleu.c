@@ -127,11 +127,10 @@ static void swap_cps(lf__cps *a, lf__cps *b) {
  * so with single characters compared against them those ranges become
  * U+2001..U+2A6D and U+2F81..U+2FA1. */
 static const lf__u_range zh_ranges[] = {
-    {0x3400, 0x4DB5}, {0x4E00, 0x9FA5}, {0x9FA6, 0x9FBB}, {0xF900, 0xFA2D}, {0xFA30, 0xFA6A},
-    {0xFA70, 0xFAD9}, {0x2001, 0x2A6D}, {0x2F81, 0x2FA1}, {0xFF00, 0xFFEF}, {0x2E80, 0x2EFF},
-    {0x3000, 0x303F}, {0x31C0, 0x31EF}, {0x2F00, 0x2FDF}, {0x2FF0, 0x2FFF}, {0x3100, 0x312F},
-    {0x31A0, 0x31BF}, {0xFE10, 0xFE1F}, {0xFE30, 0xFE4F}, {0x2600, 0x26FF}, {0x2700, 0x27BF},
-    {0x3200, 0x32FF}, {0x3300, 0x33FF},
+    {0x3400, 0x4DB5}, {0x4E00, 0x9FA5}, {0x9FA6, 0x9FBB}, {0xF900, 0xFA2D}, {0xFA30, 0xFA6A}, {0xFA70, 0xFAD9},
+    {0x2001, 0x2A6D}, {0x2F81, 0x2FA1}, {0xFF00, 0xFFEF}, {0x2E80, 0x2EFF}, {0x3000, 0x303F}, {0x31C0, 0x31EF},
+    {0x2F00, 0x2FDF}, {0x2FF0, 0x2FFF}, {0x3100, 0x312F}, {0x31A0, 0x31BF}, {0xFE10, 0xFE1F}, {0xFE30, 0xFE4F},
+    {0x2600, 0x26FF}, {0x2700, 0x27BF}, {0x3200, 0x32FF}, {0x3300, 0x33FF},
 };
 
 static int is_zh_char(uint32_t c) {
@@ -199,11 +198,8 @@ static lf_status bleu_tokens(const lf_bleu_config *cfg, const char *text, const 
         for (size_t i = 0; i < a.n && st == LF_OK; i++)
             if (!lf__u_isspace(a.v[i])) st = lf__toks_add(toks, a.v + i, 1);
         break;
-    case LF_BLEU_TOK_NONE:
-        st = lf__toks_split(toks, a.v, a.n);
-        break;
-    default:
-        st = lf_fail(LF_ERR_INVALID_ARG, "bleu: unknown tokenizer %d", (int)cfg->tokenize);
+    case LF_BLEU_TOK_NONE: st = lf__toks_split(toks, a.v, a.n); break;
+    default: st = lf_fail(LF_ERR_INVALID_ARG, "bleu: unknown tokenizer %d", (int)cfg->tokenize);
     }
 done:
     lf__cps_free(&a);

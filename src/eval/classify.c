@@ -15,16 +15,16 @@
 #include "eval/eval_impl.h"
 
 struct lf_confusion {
-    char **name;          /* by id */
+    char **name; /* by id */
     uint64_t *n_gold, *n_pred, *tp;
-    size_t *sorted;       /* sorted position -> id */
+    size_t *sorted; /* sorted position -> id */
     size_t n, cap;
-    uint32_t *slot;       /* name hash: id + 1, 0 empty */
+    uint32_t *slot; /* name hash: id + 1, 0 empty */
     size_t nslot;
     struct pair {
         uint64_t key; /* (gold id + 1) << 32 | pred id */
         uint64_t count;
-    } *pairs;
+    } * pairs;
     size_t npairs_slot, npairs;
     uint64_t total, correct;
 };
@@ -225,9 +225,7 @@ lf_status lf_confusion_average(const lf_confusion *c, lf_average avg, const char
     if (!c->total) return lf_fail(LF_ERR_INVALID_ARG, "f1: no items");
     memset(out, 0, sizeof *out);
     switch (avg) {
-    case LF_AVERAGE_MICRO:
-        prf_from(c->correct, c->total, c->total, out);
-        return LF_OK;
+    case LF_AVERAGE_MICRO: prf_from(c->correct, c->total, c->total, out); return LF_OK;
     case LF_AVERAGE_MACRO: {
         double p = 0, r = 0, f = 0;
         for (size_t i = 0; i < c->n; i++) {

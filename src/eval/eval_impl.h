@@ -71,11 +71,11 @@ lf_status lf__toks_join(const lf__toks *t, char **out);
 
 /* ---------------------------------------------------------------- interning */
 typedef struct lf__strtab {
-    lf__cps pool;      /* keys back to back */
-    size_t *off;       /* key i = pool.v[off[i] .. off[i+1]) */
+    lf__cps pool; /* keys back to back */
+    size_t *off;  /* key i = pool.v[off[i] .. off[i+1]) */
     size_t n, cap;
-    uint32_t *slot;    /* open addressing: id + 1, 0 = empty */
-    size_t nslot;      /* power of two */
+    uint32_t *slot; /* open addressing: id + 1, 0 = empty */
+    size_t nslot;   /* power of two */
 } lf__strtab;
 
 lf_status lf__strtab_intern(lf__strtab *t, const uint32_t *s, size_t n, uint32_t *id);

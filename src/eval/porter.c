@@ -99,8 +99,8 @@ static int cond_ok(enum cond c, const char *stem, size_t n, const word *whole) {
     case C_M_GT0: return measure(stem, n) > 0;
     case C_M_GT1: return measure(stem, n) > 1;
     case C_ION: return measure(stem, n) > 1 && n > 0 && (stem[n - 1] == 's' || stem[n - 1] == 't');
-    case C_LOGI: return measure(whole->s, whole->n - 3) > 0;  /* word[:-3] */
-    case C_LL: return measure(whole->s, whole->n - 1) > 1;    /* word[:-1] */
+    case C_LOGI: return measure(whole->s, whole->n - 3) > 0; /* word[:-3] */
+    case C_LL: return measure(whole->s, whole->n - 1) > 1;   /* word[:-1] */
     }
     return 0;
 }
@@ -209,11 +209,11 @@ static void step3(word *w) {
 
 static void step4(word *w) {
     static const rule r[] = {
-        {"al", "", C_M_GT1},  {"ance", "", C_M_GT1}, {"ence", "", C_M_GT1},  {"er", "", C_M_GT1},
-        {"ic", "", C_M_GT1},  {"able", "", C_M_GT1}, {"ible", "", C_M_GT1},  {"ant", "", C_M_GT1},
-        {"ement", "", C_M_GT1}, {"ment", "", C_M_GT1}, {"ent", "", C_M_GT1}, {"ion", "", C_ION},
-        {"ou", "", C_M_GT1},  {"ism", "", C_M_GT1},  {"ate", "", C_M_GT1},   {"iti", "", C_M_GT1},
-        {"ous", "", C_M_GT1}, {"ive", "", C_M_GT1},  {"ize", "", C_M_GT1},
+        {"al", "", C_M_GT1},    {"ance", "", C_M_GT1}, {"ence", "", C_M_GT1}, {"er", "", C_M_GT1},
+        {"ic", "", C_M_GT1},    {"able", "", C_M_GT1}, {"ible", "", C_M_GT1}, {"ant", "", C_M_GT1},
+        {"ement", "", C_M_GT1}, {"ment", "", C_M_GT1}, {"ent", "", C_M_GT1},  {"ion", "", C_ION},
+        {"ou", "", C_M_GT1},    {"ism", "", C_M_GT1},  {"ate", "", C_M_GT1},  {"iti", "", C_M_GT1},
+        {"ous", "", C_M_GT1},   {"ive", "", C_M_GT1},  {"ize", "", C_M_GT1},
     };
     apply_rules(w, r, sizeof r / sizeof r[0]);
 }
@@ -236,10 +236,10 @@ static void step5b(word *w) {
 /* The irregular forms of NLTK_EXTENSIONS (the "pool"). */
 static const char *irregular(const char *s, size_t n) {
     static const char *const pool[][2] = {
-        {"sky", "sky"},       {"skies", "sky"},       {"dying", "die"},     {"lying", "lie"},
-        {"tying", "tie"},     {"news", "news"},       {"innings", "inning"}, {"inning", "inning"},
-        {"outings", "outing"}, {"outing", "outing"},  {"cannings", "canning"}, {"canning", "canning"},
-        {"howe", "howe"},     {"proceed", "proceed"}, {"exceed", "exceed"}, {"succeed", "succeed"},
+        {"sky", "sky"},        {"skies", "sky"},       {"dying", "die"},        {"lying", "lie"},
+        {"tying", "tie"},      {"news", "news"},       {"innings", "inning"},   {"inning", "inning"},
+        {"outings", "outing"}, {"outing", "outing"},   {"cannings", "canning"}, {"canning", "canning"},
+        {"howe", "howe"},      {"proceed", "proceed"}, {"exceed", "exceed"},    {"succeed", "succeed"},
     };
     for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
         if (strlen(pool[i][0]) == n && !memcmp(pool[i][0], s, n)) return pool[i][1];

@@ -12,7 +12,8 @@
 
 lf_status lf_rank_query(const double *scores, size_t n, const size_t *gold, size_t n_gold, const size_t *filtered,
                         size_t n_filtered, lf_tie_policy ties, double *rank) {
-    if (!scores || !gold || !rank || (n_filtered && !filtered)) return lf_fail(LF_ERR_INVALID_ARG, "rank: NULL argument");
+    if (!scores || !gold || !rank || (n_filtered && !filtered))
+        return lf_fail(LF_ERR_INVALID_ARG, "rank: NULL argument");
     if (n_gold == 0) return lf_fail(LF_ERR_INVALID_ARG, "rank: no gold candidate");
     if ((unsigned)ties > LF_TIES_AVERAGE) return lf_fail(LF_ERR_INVALID_ARG, "rank: unknown tie policy %d", (int)ties);
     for (size_t i = 0; i < n; i++)
@@ -44,7 +45,8 @@ lf_status lf_rank_query(const double *scores, size_t n, const size_t *gold, size
 
 lf_status lf_ranking_init(lf_ranking *r, const long *ks, size_t n_k) {
     if (!r || (n_k && !ks)) return lf_fail(LF_ERR_INVALID_ARG, "ranking: NULL argument");
-    if (n_k > LF_RANKING_MAX_K) return lf_fail(LF_ERR_RANGE, "ranking: at most %d cut-offs, got %zu", LF_RANKING_MAX_K, n_k);
+    if (n_k > LF_RANKING_MAX_K)
+        return lf_fail(LF_ERR_RANGE, "ranking: at most %d cut-offs, got %zu", LF_RANKING_MAX_K, n_k);
     memset(r, 0, sizeof *r);
     for (size_t i = 0; i < n_k; i++) {
         if (ks[i] < 1) return lf_fail(LF_ERR_RANGE, "ranking: Hits@%ld: the cut-off must be >= 1", ks[i]);
@@ -56,7 +58,8 @@ lf_status lf_ranking_init(lf_ranking *r, const long *ks, size_t n_k) {
 
 lf_status lf_ranking_add(lf_ranking *r, double rank) {
     if (!r) return lf_fail(LF_ERR_INVALID_ARG, "ranking: NULL argument");
-    if (!(rank >= 1.0) || isinf(rank)) return lf_fail(LF_ERR_RANGE, "ranking: rank %g is not a finite number >= 1", rank);
+    if (!(rank >= 1.0) || isinf(rank))
+        return lf_fail(LF_ERR_RANGE, "ranking: rank %g is not a finite number >= 1", rank);
     for (size_t i = 0; i < r->n_k; i++) r->hits[i] += rank <= (double)r->k[i] ? 1.0 : 0.0;
     r->rr_sum += 1.0 / rank;
     r->rank_sum += rank;

@@ -20,7 +20,8 @@
 
 lf_rouge_config lf_rouge_config_default(void) {
     lf_rouge_config c;
-    c.types = LF_ROUGE_BIT(LF_ROUGE_1) | LF_ROUGE_BIT(LF_ROUGE_2) | LF_ROUGE_BIT(LF_ROUGE_L) | LF_ROUGE_BIT(LF_ROUGE_LSUM);
+    c.types = LF_ROUGE_BIT(LF_ROUGE_1) | LF_ROUGE_BIT(LF_ROUGE_2) | LF_ROUGE_BIT(LF_ROUGE_L) |
+              LF_ROUGE_BIT(LF_ROUGE_LSUM);
     c.use_stemmer = 0;
     c.tokenizer = LF_ROUGE_TOK_DEFAULT;
     return c;
@@ -30,12 +31,13 @@ int lf_rouge_type_from_name(const char *name) {
     if (!name) return -1;
     if (!strcmp(name, "rougeL")) return LF_ROUGE_L;
     if (!strcmp(name, "rougeLsum")) return LF_ROUGE_LSUM;
-    if (!strncmp(name, "rouge", 5) && name[5] >= '1' && name[5] <= '9' && name[6] == 0) return LF_ROUGE_1 + (name[5] - '1');
+    if (!strncmp(name, "rouge", 5) && name[5] >= '1' && name[5] <= '9' && name[6] == 0)
+        return LF_ROUGE_1 + (name[5] - '1');
     return -1;
 }
 
 const char *lf_rouge_type_name(int type) {
-    static const char *const names[] = {"rouge1", "rouge2", "rouge3", "rouge4", "rouge5",  "rouge6",
+    static const char *const names[] = {"rouge1", "rouge2", "rouge3", "rouge4", "rouge5",   "rouge6",
                                         "rouge7", "rouge8", "rouge9", "rougeL", "rougeLsum"};
     if (type < 0 || type >= LF_ROUGE_NUM_TYPES) return NULL;
     return names[type];
@@ -52,10 +54,9 @@ const char *lf_rouge_tokenizer_name(lf_rouge_tokenizer t) {
 
 /* ---------------------------------------------------------------- tokenizers */
 static const lf__u_range cjk_ranges[] = {
-    {0x1100, 0x11FF}, {0x2E80, 0x2FDF}, {0x3005, 0x3007}, {0x3021, 0x3029}, {0x3038, 0x303B},
-    {0x3040, 0x30FF}, {0x3100, 0x312F}, {0x3130, 0x318F}, {0x31A0, 0x31BF}, {0x31F0, 0x31FF},
-    {0x3400, 0x4DBF}, {0x4E00, 0x9FFF}, {0xA960, 0xA97F}, {0xAC00, 0xD7FF}, {0xF900, 0xFAFF},
-    {0xFF66, 0xFF9F}, {0x20000, 0x323AF},
+    {0x1100, 0x11FF}, {0x2E80, 0x2FDF}, {0x3005, 0x3007}, {0x3021, 0x3029}, {0x3038, 0x303B},   {0x3040, 0x30FF},
+    {0x3100, 0x312F}, {0x3130, 0x318F}, {0x31A0, 0x31BF}, {0x31F0, 0x31FF}, {0x3400, 0x4DBF},   {0x4E00, 0x9FFF},
+    {0xA960, 0xA97F}, {0xAC00, 0xD7FF}, {0xF900, 0xFAFF}, {0xFF66, 0xFF9F}, {0x20000, 0x323AF},
 };
 
 static int is_cjk(uint32_t c) {
@@ -207,7 +208,8 @@ static lf_status tokenize_text(rouge_ctx *c, const char *text, const char *what,
         if (i > s) {
             lf__toks_reset(&c->toks);
             size_t k;
-            if ((st = rouge_tokens(c->tok, c->stem, c->dec.v + s, i - s, &c->toks, &c->low, &c->buf, &c->cap)) != LF_OK ||
+            if ((st = rouge_tokens(c->tok, c->stem, c->dec.v + s, i - s, &c->toks, &c->low, &c->buf, &c->cap)) !=
+                    LF_OK ||
                 (st = toks_to_ids(c, &ids, &k)) != LF_OK)
                 break;
             uint32_t *v = realloc(out->ids_s, (total + k + 1) * sizeof *v);
@@ -295,7 +297,7 @@ static lf_status lcs_mark(rouge_ctx *c, const uint32_t *ref, size_t rows, const 
     }
     uint32_t *t = c->table;
     size_t w = cols + 1;
-#define T(i, j) t[(i) * w + (j)]
+#define T(i, j) t[(i)*w + (j)]
     for (size_t j = 0; j <= cols; j++) T(0, j) = 0;
     for (size_t i = 1; i <= rows; i++) {
         T(i, 0) = 0;
@@ -350,7 +352,8 @@ static lf_status score_lsum(rouge_ctx *c, const ttext *ref, const ttext *pred, l
         size_t rl = ref->sent_off[k + 1] - ref->sent_off[k];
         memset(in_union, 0, rl + 1);
         for (size_t q = 0; q < pred->n_sent && st == LF_OK; q++)
-            st = lcs_mark(c, r, rl, pred->ids_s + pred->sent_off[q], pred->sent_off[q + 1] - pred->sent_off[q], in_union);
+            st = lcs_mark(c, r, rl, pred->ids_s + pred->sent_off[q], pred->sent_off[q + 1] - pred->sent_off[q],
+                          in_union);
         for (size_t i = 0; i < rl && st == LF_OK; i++) { /* sorted union, in ref order */
             if (!in_union[i]) continue;
             uint32_t tkn = r[i];
@@ -383,8 +386,8 @@ static lf_status score_pair(rouge_ctx *c, unsigned types, const ttext *ref, cons
     return st;
 }
 
-lf_status lf_rouge_score_text(const lf_rouge_config *cfg, const char *const *refs, size_t n_refs, const char *prediction,
-                              lf_rouge_score *out) {
+lf_status lf_rouge_score_text(const lf_rouge_config *cfg, const char *const *refs, size_t n_refs,
+                              const char *prediction, lf_rouge_score *out) {
     if (!cfg || !refs || !prediction || !out) return lf_fail(LF_ERR_INVALID_ARG, "rouge: NULL argument");
     if (n_refs == 0) return lf_fail(LF_ERR_INVALID_ARG, "rouge: no reference");
     if (!cfg->types || (cfg->types >> LF_ROUGE_NUM_TYPES))
@@ -402,7 +405,8 @@ lf_status lf_rouge_score_text(const lf_rouge_config *cfg, const char *const *ref
     if (c.tok == LF_ROUGE_TOK_AUTO) {
         uint64_t cjk = 0, nonspace = 0;
         st = count_cjk(prediction, "prediction", &cjk, &nonspace, &c.dec);
-        for (size_t r = 0; r < n_refs && st == LF_OK; r++) st = count_cjk(refs[r], "reference", &cjk, &nonspace, &c.dec);
+        for (size_t r = 0; r < n_refs && st == LF_OK; r++)
+            st = count_cjk(refs[r], "reference", &cjk, &nonspace, &c.dec);
         c.tok = cjk * 2 > nonspace ? LF_ROUGE_TOK_CJK : LF_ROUGE_TOK_DEFAULT;
     }
     int want_sents = (cfg->types & LF_ROUGE_BIT(LF_ROUGE_LSUM)) != 0;
@@ -459,7 +463,8 @@ lf_status lf_rouge_tokenize_text(lf_rouge_tokenizer tok, int use_stemmer, const 
     c.tok = tok;
     lf_status st = LF_OK;
     if (tok == LF_ROUGE_TOK_AUTO) st = lf_rouge_detect_tokenizer(&text, 1, &c.tok);
-    else if ((unsigned)tok > LF_ROUGE_TOK_AUTO) st = lf_fail(LF_ERR_INVALID_ARG, "rouge: unknown tokenizer %d", (int)tok);
+    else if ((unsigned)tok > LF_ROUGE_TOK_AUTO)
+        st = lf_fail(LF_ERR_INVALID_ARG, "rouge: unknown tokenizer %d", (int)tok);
     if (st == LF_OK) st = lf__u_decode_str(text, "text", &c.dec);
     if (st == LF_OK) st = rouge_tokens(c.tok, c.stem, c.dec.v, c.dec.n, &c.toks, &c.low, &c.buf, &c.cap);
     if (st == LF_OK) st = lf__toks_join(&c.toks, out);
@@ -471,7 +476,8 @@ lf_status lf_porter_stem(const char *word, char **out) {
     if (!word || !out) return lf_fail(LF_ERR_INVALID_ARG, "porter: NULL argument");
     *out = NULL;
     size_t n = strnlen(word, LF_EVAL_MAX_TEXT + 1);
-    if (n > LF_EVAL_MAX_TEXT) return lf_fail(LF_ERR_RANGE, "porter: word longer than %zu bytes", (size_t)LF_EVAL_MAX_TEXT);
+    if (n > LF_EVAL_MAX_TEXT)
+        return lf_fail(LF_ERR_RANGE, "porter: word longer than %zu bytes", (size_t)LF_EVAL_MAX_TEXT);
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)word[i] >= 0x80)
             return lf_fail(LF_ERR_INVALID_ARG, "porter: '%s' is not ASCII (byte %zu)", word, i);

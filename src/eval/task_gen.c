@@ -114,7 +114,8 @@ static lf_status predict(const ev_ctx *c, const ev_task *t, size_t i, gen_state 
     if (n_ids == 0) {
         lf_free(ids);
         if (!c->have_eot)
-            return lf_fail(LF_ERR_FORMAT, "%s:%ld: the prompt is empty and the tokenizer has no end-of-text token to start from",
+            return lf_fail(LF_ERR_FORMAT,
+                           "%s:%ld: the prompt is empty and the tokenizer has no end-of-text token to start from",
                            t->file, ex->line);
         ids = lf_alloc(sizeof(uint32_t));
         if (!ids) return LF_ERR_NOMEM;

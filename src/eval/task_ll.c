@@ -27,8 +27,8 @@
 #include "llmforge/backend_cpu.h"
 #include "eval/tasks_impl.h"
 
-#define PAIR_CHUNK 4096     /* (context, continuation) pairs built and scored at a time */
-#define WINDOW_CHUNK 1024   /* perplexity windows scored at a time */
+#define PAIR_CHUNK 4096   /* (context, continuation) pairs built and scored at a time */
+#define WINDOW_CHUNK 1024 /* perplexity windows scored at a time */
 #define AUTO_BATCH_BYTES (2.0 * 1024 * 1024 * 1024)
 
 /* ---------------------------------------------------------------- scoring engine */
@@ -111,7 +111,7 @@ lf_status lf__ev_score(lf_model *m, ev_seq *s, size_t n, int batch) {
     int32_t *tgt = malloc(sizeof(int32_t) * cells);
     double *lp = malloc(sizeof(double) * cells);
     unsigned char *hit = malloc(cells);
-    float *lgh = NULL; /* a batch's logits copied to the host (a backend whose memory is not the host's) */
+    float *lgh = NULL;      /* a batch's logits copied to the host (a backend whose memory is not the host's) */
     lf_session *ses = NULL; /* its own plan: a model in training keeps the trainer's */
     lf_status st = in && pos && tgt && lp && hit ? lf_session_create(&ses, m, B, Tmax, 0)
                                                  : lf_fail(LF_ERR_NOMEM, "eval: out of memory");
@@ -347,7 +347,8 @@ static lf_status classification_details(const ev_ctx *c, const ev_task *t, lf_co
         if (strlen(l) > w) w = strlen(l);
         cJSON_AddItemToArray(labels, cJSON_CreateString(l));
         cJSON *row = cJSON_CreateArray();
-        for (size_t j = 0; row && j < n; j++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)lf_confusion_count(cm, i, j)));
+        for (size_t j = 0; row && j < n; j++)
+            cJSON_AddItemToArray(row, cJSON_CreateNumber((double)lf_confusion_count(cm, i, j)));
         cJSON_AddItemToArray(conf, row);
         lf_prf p;
         lf_status st = lf_confusion_class(cm, i, &p);
@@ -367,11 +368,13 @@ static lf_status classification_details(const ev_ctx *c, const ev_task *t, lf_co
     if (!txt) return lf_fail(LF_ERR_NOMEM, "eval: out of memory");
     size_t k = (size_t)snprintf(txt, cap, "%s: confusion matrix (rows gold, columns predicted)\n  %-*s", t->name,
                                 (int)w, "");
-    for (size_t j = 0; j < n && k < cap; j++) k += (size_t)snprintf(txt + k, cap - k, "  %*.*s", (int)w, (int)w, lf_confusion_label(cm, j));
+    for (size_t j = 0; j < n && k < cap; j++)
+        k += (size_t)snprintf(txt + k, cap - k, "  %*.*s", (int)w, (int)w, lf_confusion_label(cm, j));
     for (size_t i = 0; i < n && k < cap; i++) {
         k += (size_t)snprintf(txt + k, cap - k, "\n  %-*.*s", (int)w, (int)w, lf_confusion_label(cm, i));
         for (size_t j = 0; j < n && k < cap; j++)
-            k += (size_t)snprintf(txt + k, cap - k, "  %*llu", (int)w, (unsigned long long)lf_confusion_count(cm, i, j));
+            k += (size_t)snprintf(txt + k, cap - k, "  %*llu", (int)w,
+                                  (unsigned long long)lf_confusion_count(cm, i, j));
     }
     if (k < cap) snprintf(txt + k, cap - k, "\n");
     lf__ev_table_extra(c->res, txt);
@@ -547,11 +550,11 @@ typedef struct ppl_run {
     const ev_task *t;
     int L;
     long S;
-    uint32_t *bytelen;   /* bytes of each id's text (0 for the special <|endoftext|>) */
+    uint32_t *bytelen; /* bytes of each id's text (0 for the special <|endoftext|>) */
     size_t n_bytelen;
-    int32_t *tokbuf;     /* (WINDOW_CHUNK, L+1) */
-    uint8_t *maskbuf;    /* (WINDOW_CHUNK, L+1) or NULL */
-    uint64_t *wbytes;    /* (WINDOW_CHUNK) bytes of each window's scored targets */
+    int32_t *tokbuf;  /* (WINDOW_CHUNK, L+1) */
+    uint8_t *maskbuf; /* (WINDOW_CHUNK, L+1) or NULL */
+    uint64_t *wbytes; /* (WINDOW_CHUNK) bytes of each window's scored targets */
     ev_seq *seqs;
     size_t n_pending;
     long windows;
@@ -584,8 +587,9 @@ static lf_status stream_read(const ev_task *t, size_t b, size_t n, int32_t *tok,
         while (pos >= t->shard_start[k + 1]) k++;
         uint32_t id = lf_shard_token(t->shards[k], pos - t->shard_start[k]);
         if (id >= (uint32_t)V)
-            return lf_fail(LF_ERR_RANGE, "%s: dataset token %u at position %zu is outside the model's vocabulary [0, %d)",
-                           t->file, id, pos, V);
+            return lf_fail(LF_ERR_RANGE,
+                           "%s: dataset token %u at position %zu is outside the model's vocabulary [0, %d)", t->file,
+                           id, pos, V);
         tok[i] = (int32_t)id;
         mask[i] = (uint8_t)lf_shard_mask(t->shards[k], pos - t->shard_start[k]);
     }
@@ -709,8 +713,8 @@ lf_status lf__ev_run_perplexity(const ev_ctx *c, const ev_task *t) {
             if (off) doc[0] = (int32_t)c->eot;
             for (size_t i = 0; i < n_ids && st == LF_OK; i++) {
                 if (ids[i] >= (uint32_t)c->V)
-                    st = lf_fail(LF_ERR_RANGE, "%s: token %u is outside the model's vocabulary [0, %d)", t->file, ids[i],
-                                 c->V);
+                    st = lf_fail(LF_ERR_RANGE, "%s: token %u is outside the model's vocabulary [0, %d)", t->file,
+                                 ids[i], c->V);
                 doc[i + off] = (int32_t)ids[i];
             }
             lf_free(ids);

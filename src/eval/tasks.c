@@ -28,9 +28,7 @@ static const char *const kind_names[] = {"unset",      "perplexity", "multiple_c
 static const char *const main_field[] = {NULL, "text", "context", "text", "prompt", "query", "prompt"};
 #define N_KINDS 7
 
-const char *lf_eval_kind_name(lf_eval_kind k) {
-    return (unsigned)k < N_KINDS ? kind_names[k] : "unset";
-}
+const char *lf_eval_kind_name(lf_eval_kind k) { return (unsigned)k < N_KINDS ? kind_names[k] : "unset"; }
 
 lf_status lf_eval_kind_parse(const char *name, lf_eval_kind *out) {
     if (!name || !out) return lf_fail(LF_ERR_INVALID_ARG, "eval: NULL argument");
@@ -108,8 +106,12 @@ void lf_eval_tasks_free(lf_eval_tasks *t) {
 }
 
 int lf_eval_tasks_count(const lf_eval_tasks *t) { return t ? t->n : 0; }
-const char *lf_eval_task_name(const lf_eval_tasks *t, int i) { return t && i >= 0 && i < t->n ? t->task[i].name : NULL; }
-const char *lf_eval_task_file(const lf_eval_tasks *t, int i) { return t && i >= 0 && i < t->n ? t->task[i].file : NULL; }
+const char *lf_eval_task_name(const lf_eval_tasks *t, int i) {
+    return t && i >= 0 && i < t->n ? t->task[i].name : NULL;
+}
+const char *lf_eval_task_file(const lf_eval_tasks *t, int i) {
+    return t && i >= 0 && i < t->n ? t->task[i].file : NULL;
+}
 lf_eval_kind lf_eval_task_kind(const lf_eval_tasks *t, int i) {
     return t && i >= 0 && i < t->n ? t->task[i].kind : LF_EVAL_KIND_UNSET;
 }
@@ -299,7 +301,9 @@ static lf_status parse_header(ev_task *t, const lctx *c, const cJSON *o) {
             if (!strcmp(v, "pessimistic")) t->ties = LF_TIES_PESSIMISTIC;
             else if (!strcmp(v, "optimistic")) t->ties = LF_TIES_OPTIMISTIC;
             else if (!strcmp(v, "average")) t->ties = LF_TIES_AVERAGE;
-            else return ferr(c->file, c->line, "header key 'ties' must be \"pessimistic\", \"optimistic\" or \"average\"");
+            else
+                return ferr(c->file, c->line,
+                            "header key 'ties' must be \"pessimistic\", \"optimistic\" or \"average\"");
         } else if (!strcmp(k, "hits") && kd == LF_EVAL_RANKING) {
             int n = cJSON_IsArray(it) ? cJSON_GetArraySize(it) : 0;
             if (n < 1 || n > LF_RANKING_MAX_K)
@@ -330,7 +334,8 @@ static lf_status parse_header(ev_task *t, const lctx *c, const cJSON *o) {
                 return ferr(c->file, c->line, "header key 'temperature' must be a number in [0, 100]");
             t->temperature = (float)it->valuedouble;
         } else if (!strcmp(k, "top_k") && is_gen_kind(kd)) {
-            if (!as_int(it, 0, 1 << 30, &x)) return ferr(c->file, c->line, "header key 'top_k' must be an integer >= 0");
+            if (!as_int(it, 0, 1 << 30, &x))
+                return ferr(c->file, c->line, "header key 'top_k' must be an integer >= 0");
             t->top_k = (int)x;
         } else if (!strcmp(k, "seed") && is_gen_kind(kd)) {
             if (!as_int(it, 0, 9007199254740992.0, &x))
@@ -351,11 +356,14 @@ static lf_status parse_header(ev_task *t, const lctx *c, const cJSON *o) {
             free(t->split);
             if (!(t->split = lf__ev_strdup(it->valuestring))) return LF_ERR_NOMEM;
         } else if (!strcmp(k, "stride") && kd == LF_EVAL_PERPLEXITY) {
-            if (!as_int(it, 1, 1 << 24, &x)) return ferr(c->file, c->line, "header key 'stride' must be an integer >= 1");
+            if (!as_int(it, 1, 1 << 24, &x))
+                return ferr(c->file, c->line, "header key 'stride' must be an integer >= 1");
             t->stride = x;
         } else {
-            return ferr(c->file, c->line, "unknown header key '%s' for a %s task (this line has no '%s' field, so it "
-                        "is the header; keys: %s)", k, kind_names[kd], main_field[kd], header_keys(kd));
+            return ferr(c->file, c->line,
+                        "unknown header key '%s' for a %s task (this line has no '%s' field, so it "
+                        "is the header; keys: %s)",
+                        k, kind_names[kd], main_field[kd], header_keys(kd));
         }
     }
     if (st != LF_OK || !verb) return st;
@@ -386,11 +394,13 @@ static lf_status parse_header(ev_task *t, const lctx *c, const cJSON *o) {
     t->n_verb = n;
     int i = 0;
     for (const cJSON *e = verb->child; e; e = e->next, i++) {
-        if (!cJSON_IsString(e)) return ferr(c->file, c->line, "header key 'verbalizers': '%s' is not a string", e->string);
+        if (!cJSON_IsString(e))
+            return ferr(c->file, c->line, "header key 'verbalizers': '%s' is not a string", e->string);
         if (t->labels) {
             int found = 0;
             for (int j = 0; j < t->n_labels; j++) found |= !strcmp(t->labels[j], e->string);
-            if (!found) return ferr(c->file, c->line, "header key 'verbalizers': '%s' is not one of the labels", e->string);
+            if (!found)
+                return ferr(c->file, c->line, "header key 'verbalizers': '%s' is not one of the labels", e->string);
         }
         if (!(t->verb_from[i] = lf__ev_strdup(e->string)) || !(t->verb_to[i] = lf__ev_strdup(e->valuestring)))
             return LF_ERR_NOMEM;
@@ -412,9 +422,9 @@ static lf_status parse_example(ev_task *t, const lctx *c, const cJSON *o) {
     t->n_ex++; /* counted now so free_task releases a half-built example */
     e->line = c->line;
     /* a header key on an example line would be ignored silently: say so */
-    static const char *const header_only[] = {"target_delimiter", "verbalizers", "ties", "hits", "stop",
-                                              "max_new_tokens", "temperature", "top_k", "seed", "text_file",
-                                              "dataset", "split", "stride"};
+    static const char *const header_only[] = {"target_delimiter", "verbalizers", "ties",  "hits", "stop",
+                                              "max_new_tokens",   "temperature", "top_k", "seed", "text_file",
+                                              "dataset",          "split",       "stride"};
     for (size_t i = 0; i < sizeof header_only / sizeof header_only[0]; i++)
         if (field(o, header_only[i]) && strstr(header_keys(t->kind), header_only[i]))
             return ferr(c->file, c->line, "'%s' is a header key: put it on a first line without a '%s' field",
@@ -699,8 +709,7 @@ static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts
             }
         }
         if (st == LF_OK && !seen) {
-            if (lk != LF_EVAL_KIND_UNSET)
-                t->kind = lk; /* the file's own kind wins over the default */
+            if (lk != LF_EVAL_KIND_UNSET) t->kind = lk; /* the file's own kind wins over the default */
             else if (t->kind == LF_EVAL_KIND_UNSET)
                 st = ferr(path, c.line,
                           "no task kind: add \"task\": \"multiple_choice\" (or perplexity, classification, generation, "
@@ -725,8 +734,9 @@ static lf_status load_file(ev_task *t, const char *path, const lf_eval_load_opts
     if (!seen) return ferr(path, 0, "no examples (the file is empty)");
     if (!t->name && !(t->name = default_name(path))) return LF_ERR_NOMEM;
     if (t->kind == LF_EVAL_PERPLEXITY && (t->text_path || t->dataset_dir)) {
-        if (t->n_ex) return ferr(path, t->ex[0].line, "a perplexity task reads 'text' lines or the header's %s, not both",
-                                 t->text_path ? "text_file" : "dataset");
+        if (t->n_ex)
+            return ferr(path, t->ex[0].line, "a perplexity task reads 'text' lines or the header's %s, not both",
+                        t->text_path ? "text_file" : "dataset");
         t->limit_windows = o->limit; /* --limit counts windows of a text file or dataset */
         if (t->dataset_dir) return open_dataset(t, path, header_line);
         if ((st = read_text(t->text_path, path, header_line, &t->text, &t->text_len)) != LF_OK) return st;
@@ -768,7 +778,8 @@ lf_status lf_eval_tasks_split(char *text, int cap, const char **paths, lf_eval_k
     return LF_OK;
 }
 
-lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths, const lf_eval_load_opts *opts) {
+lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int n_paths,
+                             const lf_eval_load_opts *opts) {
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "eval: NULL argument");
     *out = NULL;
     if (!paths || n_paths < 1) return lf_fail(LF_ERR_INVALID_ARG, "eval: no task files");
@@ -796,8 +807,9 @@ lf_status lf_eval_tasks_load(lf_eval_tasks **out, const char *const *paths, int 
         st = load_file(&ts->task[i], paths[i], opts, kind);
         for (int j = 0; st == LF_OK && j < i; j++)
             if (!strcmp(ts->task[i].name, ts->task[j].name))
-                st = lf_fail(LF_ERR_FORMAT, "%s: task name '%s' is also the name of %s (give one a \"name\" in its header)",
-                             paths[i], ts->task[i].name, paths[j]);
+                st = lf_fail(LF_ERR_FORMAT,
+                             "%s: task name '%s' is also the name of %s (give one a \"name\" in its header)", paths[i],
+                             ts->task[i].name, paths[j]);
     }
     if (st != LF_OK) {
         lf_eval_tasks_free(ts);
@@ -990,7 +1002,7 @@ lf_status lf_eval_results_table(const lf_eval_results *r, char **out) {
             fmt_value(r->m[k].value, v, sizeof v);
             if (k == rt->m0)
                 lf__sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, rt->name, lf_eval_kind_name(rt->kind), ex, wm,
-                          r->short_name[k], v);
+                              r->short_name[k], v);
             else lf__sb_printf(&b, "%-*s  %-15s  %8s  %-*s  %12s\n", wn, "", "", "", wm, r->short_name[k], v);
         }
     }

@@ -18,47 +18,47 @@
 
 typedef struct ev_example {
     long line;
-    char *text;       /* context / text / prompt / query */
-    char **items;     /* choices / candidates / references / answers / per-line labels */
+    char *text;   /* context / text / prompt / query */
+    char **items; /* choices / candidates / references / answers / per-line labels */
     int n_items;
-    int *gold;        /* multiple_choice, ranking: gold indices; classification: the label's index */
-    int n_gold;       /* (into items when the line has labels, else into the task's labels) */
-    int *filtered;    /* ranking: indices removed before ranking */
+    int *gold;     /* multiple_choice, ranking: gold indices; classification: the label's index */
+    int n_gold;    /* (into items when the line has labels, else into the task's labels) */
+    int *filtered; /* ranking: indices removed before ranking */
     int n_filtered;
 } ev_example;
 
 typedef struct ev_task {
-    char *file;        /* as given */
+    char *file; /* as given */
     char *name;
     lf_eval_kind kind;
-    char *delim;       /* target_delimiter */
-    char **labels;     /* classification: header label set (may be NULL) */
+    char *delim;   /* target_delimiter */
+    char **labels; /* classification: header label set (may be NULL) */
     int n_labels;
     char **verb_from, **verb_to; /* verbalizers: label -> text */
     int n_verb;
-    char **stop;       /* generation / exact_match */
+    char **stop; /* generation / exact_match */
     int n_stop;
-    int stop_given;    /* the header had "stop" (possibly []) */
+    int stop_given; /* the header had "stop" (possibly []) */
     int max_new_tokens;
     float temperature;
     int top_k;
     uint64_t seed;
-    long stride;       /* perplexity: 0 = block_size */
+    long stride; /* perplexity: 0 = block_size */
     lf_tie_policy ties;
     long hits[LF_RANKING_MAX_K];
     int n_hits;
     /* perplexity sources other than "text" lines */
-    char *text;        /* text_file contents */
+    char *text; /* text_file contents */
     size_t text_len;
     char *text_path;
     char *dataset_dir;
     char *split;
-    lf_dataset *ds;      /* dataset source: opened at load */
-    lf_tokenizer *ds_tok;/* its tokenizer (bytes per token) */
-    lf_shard **shards;   /* the split's shards, in order */
+    lf_dataset *ds;       /* dataset source: opened at load */
+    lf_tokenizer *ds_tok; /* its tokenizer (bytes per token) */
+    lf_shard **shards;    /* the split's shards, in order */
     size_t n_shards;
     size_t *shard_start; /* (n_shards + 1) first token of each shard in the split */
-    long limit_windows; /* > 0: at most this many windows (text_file, dataset) */
+    long limit_windows;  /* > 0: at most this many windows (text_file, dataset) */
     ev_example *ex;
     size_t n_ex, cap_ex;
 } ev_task;
@@ -74,9 +74,9 @@ typedef struct ev_res_task {
     lf_eval_kind kind;
     size_t examples;
     double seconds;
-    size_t m0, m1;    /* metrics of this task */
-    cJSON *detail;    /* kind-specific keys, merged into the task's JSON object */
-    char *table_extra;/* text printed after the table (confusion matrix), may be NULL */
+    size_t m0, m1;     /* metrics of this task */
+    cJSON *detail;     /* kind-specific keys, merged into the task's JSON object */
+    char *table_extra; /* text printed after the table (confusion matrix), may be NULL */
 } ev_res_task;
 
 struct lf_eval_results {
@@ -116,8 +116,8 @@ typedef struct ev_ctx {
     const lf_tokenizer *tok;
     const lf_eval_run_opts *opts;
     lf_eval_results *res;
-    int V, L;          /* model vocab_size, block_size */
-    int have_eot;      /* lf_tokenizer_eot(tok) is an id of the model */
+    int V, L;     /* model vocab_size, block_size */
+    int have_eot; /* lf_tokenizer_eot(tok) is an id of the model */
     uint32_t eot;
 } ev_ctx;
 
@@ -128,7 +128,7 @@ lf_status lf__ev_pair_seq(const ev_ctx *c, const char *where, const char *contex
                           ev_seq *seq);
 
 lf_status lf__ev_run_perplexity(const ev_ctx *c, const ev_task *t);
-lf_status lf__ev_run_choice(const ev_ctx *c, const ev_task *t); /* multiple_choice, classification, ranking */
+lf_status lf__ev_run_choice(const ev_ctx *c, const ev_task *t);   /* multiple_choice, classification, ranking */
 lf_status lf__ev_run_generate(const ev_ctx *c, const ev_task *t); /* generation, exact_match */
 
 /* strdup that records LF_ERR_NOMEM (NULL on failure). */

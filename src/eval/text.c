@@ -44,7 +44,8 @@ lf_status lf__cps_reserve(lf__cps *b, size_t extra) {
     if (extra <= b->cap - b->n) return LF_OK;
     size_t cap = b->cap ? b->cap : 64;
     while (cap - b->n < extra) {
-        if (cap > ((size_t)1 << 40)) return lf_fail(LF_ERR_NOMEM, "text buffer: %zu code points is too many", b->n + extra);
+        if (cap > ((size_t)1 << 40))
+            return lf_fail(LF_ERR_NOMEM, "text buffer: %zu code points is too many", b->n + extra);
         cap *= 2;
     }
     uint32_t *v = realloc(b->v, cap * sizeof *v);
@@ -280,7 +281,8 @@ lf_status lf__strtab_intern(lf__strtab *t, const uint32_t *s, size_t n, uint32_t
         }
         k = (k + 1) & (t->nslot - 1);
     }
-    if (t->n >= UINT32_MAX - 1) return lf_fail(LF_ERR_RANGE, "token table: more than %u distinct tokens", UINT32_MAX - 1);
+    if (t->n >= UINT32_MAX - 1)
+        return lf_fail(LF_ERR_RANGE, "token table: more than %u distinct tokens", UINT32_MAX - 1);
     if (t->n + 2 > t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 256;
         size_t *off = realloc(t->off, cap * sizeof *off);

@@ -50,9 +50,7 @@ static int is_tchar(unsigned char c) {
     return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
-static int starts_with_ci(const char *s, const char *prefix) {
-    return strncasecmp(s, prefix, strlen(prefix)) == 0;
-}
+static int starts_with_ci(const char *s, const char *prefix) { return strncasecmp(s, prefix, strlen(prefix)) == 0; }
 
 int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *why, size_t cap) {
     int n_cl = 0, n_te = 0;
@@ -67,8 +65,10 @@ int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *wh
         }
         for (const unsigned char *p = (const unsigned char *)name; *p; p++)
             if (!is_tchar(*p)) {
-                snprintf(why, cap, "header field name with byte 0x%02x (whitespace before the colon, obsolete "
-                                   "line folding, or not a token)", *p);
+                snprintf(why, cap,
+                         "header field name with byte 0x%02x (whitespace before the colon, obsolete "
+                         "line folding, or not a token)",
+                         *p);
                 return -1;
             }
         for (const unsigned char *p = (const unsigned char *)value; *p; p++)

@@ -109,31 +109,31 @@ typedef char *(*lf__http_error_body_fn)(int status, const char *message, const c
 typedef void (*lf__http_cancel_fn)(void *user);
 
 typedef struct lf__http_opts {
-    const char *what;             /* prefix of error messages ("prometheus"); NULL = "http" */
-    const char *host;             /* NULL = "127.0.0.1" */
-    int allow_names;              /* 0: IPv4/IPv6 literals and "localhost" only; 1: names resolved too */
-    int port;                     /* 0..65535; 0 = a free port (lf__http_port says which) */
-    int threads;                  /* worker threads; 0 = 2 */
-    int max_connections;          /* open connections; 0 = 64 */
-    double request_deadline_s;    /* headers + body of one request; 0 = 10 */
-    double idle_timeout_s;        /* no byte moving while answering; 0 = request_deadline_s */
-    size_t max_body;              /* request body bytes (more: 413); 0 = no body accepted */
-    size_t max_stream_buffer;     /* bytes a stream may hold unsent (more: cancelled); 0 = 4 MiB */
-    lf__http_handler on_headers;  /* optional: the headers arrived, the body is not read yet */
-    lf__http_handler on_request;  /* required: the whole request arrived */
+    const char *what;                  /* prefix of error messages ("prometheus"); NULL = "http" */
+    const char *host;                  /* NULL = "127.0.0.1" */
+    int allow_names;                   /* 0: IPv4/IPv6 literals and "localhost" only; 1: names resolved too */
+    int port;                          /* 0..65535; 0 = a free port (lf__http_port says which) */
+    int threads;                       /* worker threads; 0 = 2 */
+    int max_connections;               /* open connections; 0 = 64 */
+    double request_deadline_s;         /* headers + body of one request; 0 = 10 */
+    double idle_timeout_s;             /* no byte moving while answering; 0 = request_deadline_s */
+    size_t max_body;                   /* request body bytes (more: 413); 0 = no body accepted */
+    size_t max_stream_buffer;          /* bytes a stream may hold unsent (more: cancelled); 0 = 4 MiB */
+    lf__http_handler on_headers;       /* optional: the headers arrived, the body is not read yet */
+    lf__http_handler on_request;       /* required: the whole request arrived */
     lf__http_error_body_fn error_body; /* optional */
-    void *user;                   /* passed to every callback */
+    void *user;                        /* passed to every callback */
 } lf__http_opts;
 
 /* Counters since start (a snapshot; all monotonic but `open`). */
 typedef struct lf__http_stats {
-    uint64_t accepted;       /* connections accepted */
-    uint64_t dropped_idle;   /* oldest idle connections dropped to make room */
-    uint64_t refused;        /* new connections dropped: at the cap and nothing idle */
-    uint64_t deadline;       /* connections closed for missing the request deadline */
-    uint64_t too_large;      /* 413 answers */
-    uint64_t disconnects;    /* streams or deferred replies whose client went away */
-    int open;                /* connections open now */
+    uint64_t accepted;     /* connections accepted */
+    uint64_t dropped_idle; /* oldest idle connections dropped to make room */
+    uint64_t refused;      /* new connections dropped: at the cap and nothing idle */
+    uint64_t deadline;     /* connections closed for missing the request deadline */
+    uint64_t too_large;    /* 413 answers */
+    uint64_t disconnects;  /* streams or deferred replies whose client went away */
+    int open;              /* connections open now */
 } lf__http_stats;
 
 /* ---------------------------------------------------------------- server */

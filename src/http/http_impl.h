@@ -35,10 +35,10 @@ typedef struct hconn {
     struct hconn *prev, *next;
     struct MHD_Connection *mc;
     int fd;
-    int state;       /* CONN_RECEIVING / CONN_HANDLING */
-    int dropped;     /* shut down by us; MHD will close it */
-    double t0;       /* when the current deadline started */
-    lf__http_request *cur; /* request record made by the URI log callback, until completed */
+    int state;               /* CONN_RECEIVING / CONN_HANDLING */
+    int dropped;             /* shut down by us; MHD will close it */
+    double t0;               /* when the current deadline started */
+    lf__http_request *cur;   /* request record made by the URI log callback, until completed */
     lf__http_stream *stream; /* the current request's stream, if any (watched while suspended) */
 } hconn;
 
@@ -54,13 +54,13 @@ struct lf__http_stream {
     struct MHD_Connection *mc;           /* NULL once the request completed */
     hconn *hc;                           /* NULL once the request completed */
     int refs;
-    int state;            /* S_DEFERRED / S_WHOLE / S_STREAMING */
-    int queued;           /* a response was handed to MHD */
-    int suspended;        /* MHD_suspend_connection called, resume not yet */
+    int state;     /* S_DEFERRED / S_WHOLE / S_STREAMING */
+    int queued;    /* a response was handed to MHD */
+    int suspended; /* MHD_suspend_connection called, resume not yet */
     int producer_closed;
     int cancelled;
-    int finished;         /* the request completed normally */
-    int cancel_notified;  /* on_cancel called (or being called) */
+    int finished;        /* the request completed normally */
+    int cancel_notified; /* on_cancel called (or being called) */
     int in_cancel_cb;
     lf__http_cancel_fn on_cancel;
     void *cancel_user;
@@ -68,8 +68,8 @@ struct lf__http_stream {
     char *ctype;
     owned_header *hdr;
     int n_hdr;
-    unsigned char *body; /* S_WHOLE body, or the stream's unsent bytes */
-    size_t off, len, cap;  /* stream bytes: body[off, off + len) */
+    unsigned char *body;                 /* S_WHOLE body, or the stream's unsent bytes */
+    size_t off, len, cap;                /* stream bytes: body[off, off + len) */
     struct lf__http_stream *notify_next; /* on a local list: call on_cancel */
     struct lf__http_stream *resume_next; /* on a local list: resume resume_mc */
     struct MHD_Connection *resume_mc;
@@ -79,15 +79,15 @@ struct lf__http_request {
     lf__http_server *srv;
     struct MHD_Connection *mc;
     hconn *hc;
-    char *uri;            /* raw request target (copy) */
-    const char *query;    /* into uri */
+    char *uri;         /* raw request target (copy) */
+    const char *query; /* into uri */
     const char *method, *path;
-    int started;          /* the first access-handler call happened */
+    int started; /* the first access-handler call happened */
     int in_on_headers;
-    int answered;         /* replied or deferred */
-    int waiting;          /* deferred: the access handler suspended the connection */
-    int too_large;        /* discarding a body over the cap */
-    int late;             /* its request line arrived after lf__http_drain began: 503 */
+    int answered;  /* replied or deferred */
+    int waiting;   /* deferred: the access handler suspended the connection */
+    int too_large; /* discarding a body over the cap */
+    int late;      /* its request line arrived after lf__http_drain began: 503 */
     unsigned char *body;
     size_t body_len, body_cap;
     lf__http_stream *stream;
@@ -102,7 +102,7 @@ struct lf__http_server {
     pthread_cond_t cv; /* watchdog wake-ups, in_cancel_cb and resumes_in_flight changes */
     int refs;          /* 1 (the server) + streams alive */
     int stopping;
-    int draining;      /* lf__http_drain began: new requests get 503 and a close */
+    int draining; /* lf__http_drain began: new requests get 503 and a close */
     int watchdog_stop;
     int watchdog_started;
     pthread_t watchdog;

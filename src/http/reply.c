@@ -91,7 +91,7 @@ lf_status lf__http_copy_headers(const lf__http_header *h, int n, owned_header **
 int lf__http_valid_status(int status) { return status >= 100 && status <= 599; }
 
 int lf__http_add_headers(struct MHD_Response *resp, const char *ctype, const owned_header *oh, int n_oh,
-                       const lf__http_header *h, int n_h) {
+                         const lf__http_header *h, int n_h) {
     if (ctype && MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) != MHD_YES) return 0;
     for (int i = 0; i < n_oh; i++)
         if (MHD_add_response_header(resp, oh[i].name, oh[i].value) != MHD_YES) return 0;
@@ -109,8 +109,8 @@ void lf__http_mark_handling(lf__http_request *r) {
     pthread_mutex_unlock(&srv->mu);
 }
 
-static lf_mhd_result queue_buffer(lf__http_request *r, int status, const char *ctype, const owned_header *oh,
-                                  int n_oh, const lf__http_header *h, int n_h, void *body, size_t len,
+static lf_mhd_result queue_buffer(lf__http_request *r, int status, const char *ctype, const owned_header *oh, int n_oh,
+                                  const lf__http_header *h, int n_h, void *body, size_t len,
                                   enum MHD_ResponseMemoryMode mode) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, mode);
     if (!resp) {
@@ -152,7 +152,8 @@ lf_status lf__http_reply(lf__http_request *r, int status, const char *content_ty
                          int n_headers, const void *body, size_t len) {
     if (!r) return lf_fail(LF_ERR_INVALID_ARG, "http: reply to a NULL request");
     if (r->answered) return lf_fail(LF_ERR_INVALID_ARG, "http: request '%s' is already answered", r->uri);
-    if (!lf__http_valid_status(status)) return lf_fail(LF_ERR_INVALID_ARG, "http: status %d is outside 100..599", status);
+    if (!lf__http_valid_status(status))
+        return lf_fail(LF_ERR_INVALID_ARG, "http: status %d is outside 100..599", status);
     if (n_headers < 0 || (n_headers > 0 && !headers))
         return lf_fail(LF_ERR_INVALID_ARG, "http: %d headers given with a NULL array", n_headers);
     if (len > 0 && !body) return lf_fail(LF_ERR_INVALID_ARG, "http: a %zu-byte body given as NULL", len);

@@ -270,8 +270,7 @@ static int refuse_framing(struct MHD_Connection *mc, const char *version, char *
 }
 
 static lf_mhd_result on_access(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
-                               const char *version, const char *upload_data, size_t *upload_data_size,
-                               void **con_cls) {
+                               const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
     lf__http_server *srv = cls;
     lf__http_request *r = *con_cls;
     if (!r) { /* the URI log callback could not allocate */
@@ -447,8 +446,8 @@ static void *watchdog_main(void *arg) {
 /* host -> address. Literals: strict dotted-quad IPv4, IPv6 (bracketed or not,
  * with a zone); "localhost" = 127.0.0.1. Other names only with allow_names,
  * through getaddrinfo (the first address it gives). */
-static lf_status parse_host(const lf__http_server *srv, const char *host, int allow_names,
-                            struct sockaddr_storage *sa, socklen_t *sa_len, int port) {
+static lf_status parse_host(const lf__http_server *srv, const char *host, int allow_names, struct sockaddr_storage *sa,
+                            socklen_t *sa_len, int port) {
     char buf[256];
     size_t n = strlen(host);
     if (n == 0 || n >= sizeof buf) goto bad;
@@ -533,8 +532,7 @@ lf_status lf__http_start(lf__http_server **out, const lf__http_opts *opts) {
     if (opts->port < 0 || opts->port > 65535)
         return lf_fail(LF_ERR_RANGE, "%s: port %d is outside 1..65535 (0 = any free port)", what, opts->port);
     if (opts->threads < 0 || opts->threads > HTTP_MAX_THREADS)
-        return lf_fail(LF_ERR_RANGE, "%s: threads %d is outside 1..%d (0 = 2)", what, opts->threads,
-                       HTTP_MAX_THREADS);
+        return lf_fail(LF_ERR_RANGE, "%s: threads %d is outside 1..%d (0 = 2)", what, opts->threads, HTTP_MAX_THREADS);
     if (opts->max_connections < 0 || opts->max_connections > 100000)
         return lf_fail(LF_ERR_RANGE, "%s: max_connections %d is outside 1..100000 (0 = 64)", what,
                        opts->max_connections);
@@ -617,17 +615,13 @@ lf_status lf__http_start(lf__http_server **out, const lf__http_opts *opts) {
     unsigned int idle = (unsigned int)ceil(srv->o.idle_timeout_s);
     if (idle < 1) idle = 1;
     unsigned int mhd_limit = (unsigned int)(srv->o.max_connections + 8) * (unsigned int)srv->o.threads;
-    srv->daemon = MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_access, srv,
-                                   MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                                   MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->o.threads,
-                                   MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, idle,
+    srv->daemon = MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_access, srv, MHD_OPTION_SOCK_ADDR,
+                                   (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->o.threads,
+                                   MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT, idle,
                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                                   MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)128,
-                                   MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                                   MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
-                                   MHD_OPTION_END);
+                                   MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)128, MHD_OPTION_NOTIFY_CONNECTION,
+                                   on_connection, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_END);
     if (!srv->daemon) {
         const char *why = bind_failure_reason(&sa, sa_len);
         const int bracket = v6 && host[0] != '[';
@@ -729,7 +723,9 @@ void lf__http_stop(lf__http_server *srv) {
         char head[256];
         int hn = b ? snprintf(head, sizeof head,
                               "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
-                              "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n", ctype, blen) : 0;
+                              "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n",
+                              ctype, blen)
+                   : 0;
         for (hconn *c = srv->conns; b && c; c = c->next) {
             if (c->dropped || c->state != CONN_RECEIVING || !c->cur) continue;
             (void)send(c->fd, head, (size_t)hn, MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);

@@ -210,7 +210,8 @@ lf_mhd_result lf__http_answer_deferred(lf__http_request *r) {
 static lf_status stream_answer(lf__http_stream *s, int state, int status, const char *ctype,
                                const lf__http_header *headers, int n_headers, const void *body, size_t len) {
     if (!s) return lf_fail(LF_ERR_INVALID_ARG, "http: NULL stream");
-    if (!lf__http_valid_status(status)) return lf_fail(LF_ERR_INVALID_ARG, "http: status %d is outside 100..599", status);
+    if (!lf__http_valid_status(status))
+        return lf_fail(LF_ERR_INVALID_ARG, "http: status %d is outside 100..599", status);
     if (len > 0 && !body) return lf_fail(LF_ERR_INVALID_ARG, "http: a %zu-byte body given as NULL", len);
     owned_header *oh = NULL;
     lf_status st = lf__http_copy_headers(headers, n_headers, &oh);

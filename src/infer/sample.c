@@ -46,10 +46,12 @@
 lf_status lf_sample_check(int V, float temperature, int top_k, float top_p) {
     if (V < 1) return lf_fail(LF_ERR_RANGE, "sampling: vocab_size %d must be >= 1", V);
     if (!(temperature >= 0.0f) || !isfinite(temperature))
-        return lf_fail(LF_ERR_RANGE, "sampling option temperature %g must be a finite number >= 0", (double)temperature);
+        return lf_fail(LF_ERR_RANGE, "sampling option temperature %g must be a finite number >= 0",
+                       (double)temperature);
     if (top_k < 0) return lf_fail(LF_ERR_RANGE, "sampling option top_k %d must be >= 0 (0 = no top-k filter)", top_k);
     if (!(top_p > 0.0f && top_p <= 1.0f))
-        return lf_fail(LF_ERR_RANGE, "sampling option top_p %g must be in (0, 1] (1 = no nucleus filter)", (double)top_p);
+        return lf_fail(LF_ERR_RANGE, "sampling option top_p %g must be in (0, 1] (1 = no nucleus filter)",
+                       (double)top_p);
     return LF_OK;
 }
 
@@ -163,8 +165,8 @@ static uint32_t nucleus_edge(const float *p, int V, double limit, int *ids, doub
 
 /* ---------------------------------------------------------------- the sampler */
 
-int lf_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t seed,
-                    uint64_t step, float *work, int *iwork) {
+int lf_sample_token(const float *logits, int V, float temperature, int top_k, float top_p, uint64_t seed, uint64_t step,
+                    float *work, int *iwork) {
     if (!logits || V < 1 || !isfinite(temperature) || top_k < 0 || !(top_p > 0.0f && top_p <= 1.0f)) return -1;
     if (temperature <= 0.0f) {
         int best = 0;
@@ -186,7 +188,7 @@ int lf_sample_token(const float *logits, int V, float temperature, int top_k, fl
             if (first < 0) first = v;
             if (logits[v] > mx) mx = logits[v];
         }
-    if (first < 0) return 0; /* every logit NaN */
+    if (first < 0) return 0;           /* every logit NaN */
     if (mx == -INFINITY) return first; /* every kept logit -inf: no mass anywhere */
     if (mx == INFINITY) {
         for (int v = 0; v < V; v++)

@@ -25,9 +25,7 @@ static const lf__model_arch *const k_archs[] = {LF__ARCHS(LF__ARCH_ENTRY)};
 #undef LF__ARCH_ENTRY
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
-const lf__model_arch *lf__arch_of(lf_arch arch) {
-    return (int)arch >= 0 && (int)arch < N_ARCHS ? k_archs[arch] : NULL;
-}
+const lf__model_arch *lf__arch_of(lf_arch arch) { return (int)arch >= 0 && (int)arch < N_ARCHS ? k_archs[arch] : NULL; }
 
 int lf_arch_count(void) { return N_ARCHS; }
 
@@ -103,9 +101,12 @@ const char *lf_model_config_given(lf_model_config *c, unsigned given, const char
 /* What every family checks, before its own checks (the shape) and after
  * them (the sizes), so the first fault named is the same for all. */
 static lf_status check_shape(const lf_model_config *c) {
-    if (c->n_layer < 1 || c->n_layer > 1024) return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
-    if (c->n_head < 1 || c->n_head > 1024) return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
-    if (c->n_embd < 1 || c->n_embd > 65536) return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
+    if (c->n_layer < 1 || c->n_layer > 1024)
+        return lf_fail(LF_ERR_RANGE, "model.n_layer %d is out of range [1, 1024]", c->n_layer);
+    if (c->n_head < 1 || c->n_head > 1024)
+        return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
+    if (c->n_embd < 1 || c->n_embd > 65536)
+        return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
     if (c->n_embd % c->n_head != 0)
         return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
     return LF_OK;
@@ -219,10 +220,10 @@ int lf_model_config_overrides(const lf_model_config *c, char *buf, size_t cap) {
                     "model.arch=%s\nmodel.n_layer=%d\nmodel.n_head=%d\nmodel.n_kv_head=%d\nmodel.n_embd=%d\n"
                     "model.ffn_hidden=%d\nmodel.block_size=%d\nmodel.vocab_size=%d\nmodel.norm_eps=%.9g\n"
                     "model.rope_theta=%.9g\nmodel.tie_embeddings=%s\nmodel.bias=%s\nmodel.dropout=%.9g",
-                    lf_arch_name(c->arch), c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden,
-                    c->block_size, c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size : c->vocab_size,
-                    (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
-                    c->bias ? "true" : "false", (double)c->dropout);
+                    lf_arch_name(c->arch), c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden, c->block_size,
+                    c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size : c->vocab_size, (double)c->norm_eps,
+                    (double)c->rope_theta, c->tie_embeddings ? "true" : "false", c->bias ? "true" : "false",
+                    (double)c->dropout);
 }
 
 /* ---------------------------------------------------------------- a model's tensor indices */

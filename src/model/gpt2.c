@@ -45,56 +45,68 @@
 /* Indices of one block's tensors in the parameter table (bias ones are -1
  * when the model has no biases). */
 enum {
-    P_LN1_W, P_LN1_B, P_ATTN_W, P_ATTN_B, P_APROJ_W, P_APROJ_B,
-    P_LN2_W, P_LN2_B, P_FC_W, P_FC_B, P_MPROJ_W, P_MPROJ_B, P_PER_LAYER
+    P_LN1_W,
+    P_LN1_B,
+    P_ATTN_W,
+    P_ATTN_B,
+    P_APROJ_W,
+    P_APROJ_B,
+    P_LN2_W,
+    P_LN2_B,
+    P_FC_W,
+    P_FC_B,
+    P_MPROJ_W,
+    P_MPROJ_B,
+    P_PER_LAYER
 };
 
 /* A matmul-input activation: float or uint16_t (bf16 bits) as plan_dt says. */
 typedef void act;
 
 typedef struct layer_acts {
-    act *ln1;                         /* (N,C) */
-    float *ln1_mean, *ln1_rstd;       /* (N), (N) */
-    float *qkv;                       /* (N,3C) */
-    act *atty;                        /* (N,C) attention output before c_proj */
-    float *att;                       /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
-    float *attproj;                   /* (N,C) c_proj output (after dropout); working set */
-    float *res2;                      /* (N,C) residual after attention */
-    act *ln2;                         /* (N,C) */
+    act *ln1;                   /* (N,C) */
+    float *ln1_mean, *ln1_rstd; /* (N), (N) */
+    float *qkv;                 /* (N,3C) */
+    act *atty;                  /* (N,C) attention output before c_proj */
+    float *att;                 /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
+    float *attproj;             /* (N,C) c_proj output (after dropout); working set */
+    float *res2;                /* (N,C) residual after attention */
+    act *ln2;                   /* (N,C) */
     float *ln2_mean, *ln2_rstd;
-    float *fch;                       /* (N,4C) GELU input */
-    act *fch_gelu;                    /* (N,4C) */
-    float *fcproj;                    /* (N,C) after dropout; working set */
-    float *res3;                      /* (N,C) block output */
+    float *fch;    /* (N,4C) GELU input */
+    act *fch_gelu; /* (N,4C) */
+    float *fcproj; /* (N,C) after dropout; working set */
+    float *res3;   /* (N,C) block output */
 } layer_acts;
 
 /* One replica's activations (the runtime's lf__replica.acts). */
 typedef struct gpt2_acts {
-    layer_acts *la;                   /* n_layer entries */
-    float *encoded;                   /* (N,C) embeddings (after dropout) */
-    act *lnf;                         /* (N,C) */
+    layer_acts *la; /* n_layer entries */
+    float *encoded; /* (N,C) embeddings (after dropout) */
+    act *lnf;       /* (N,C) */
     float *lnf_mean, *lnf_rstd;
-    float *att_scratch;               /* attention_backward's scratch (s->att_scratch) */
+    float *att_scratch; /* attention_backward's scratch (s->att_scratch) */
     /* Activation gradients, shared by all layers (backward visits one layer
      * at a time). dresidual is the residual stream's gradient: layernorm
      * backwards add into it, so it carries d(block output) into d(block
      * input) through the whole stack (llm.c's scheme). The others are
      * overwritten by their single producer. */
-    float *dresidual;                 /* (N,C) */
-    float *dbranch;                   /* (N,C) residual-branch grad through dropout */
-    float *dln;                       /* (N,C) grad of a layernorm output */
-    float *datty;                     /* (N,C) */
-    float *dqkv;                      /* (N,3C) */
-    float *dfch, *dfch_gelu;          /* (N,4C) */
+    float *dresidual;        /* (N,C) */
+    float *dbranch;          /* (N,C) residual-branch grad through dropout */
+    float *dln;              /* (N,C) grad of a layernorm output */
+    float *datty;            /* (N,C) */
+    float *dqkv;             /* (N,3C) */
+    float *dfch, *dfch_gelu; /* (N,4C) */
 } gpt2_acts;
 
 /* The tensors outside the layers (model_params order), and one layer's
  * (layer_params order, P_* above). */
 enum { G_WTE, G_WPE, G_LNF_W, G_LNF_B, G_N };
 static const char *const k_model_params[G_N] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
-static const char *const k_layer_params[P_PER_LAYER] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-    "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+static const char *const k_layer_params[P_PER_LAYER] = {"ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
+                                                        "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                                                        "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
+                                                        "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
 static gpt2_acts *ACTS(const lf__replica *rp) { return rp->acts; }
 
@@ -110,15 +122,16 @@ static void gpt2_resolve(lf_model_config *c) {
 
 static lf_status gpt2_validate(const lf_model_config *c) {
     if (c->n_kv_head != c->n_head)
-        return lf_fail(LF_ERR_CONFIG, "model.n_kv_head %d: gpt2 has one key/value head per query head (%d); "
-                       "grouped-query attention is model.arch llama", c->n_kv_head, c->n_head);
+        return lf_fail(LF_ERR_CONFIG,
+                       "model.n_kv_head %d: gpt2 has one key/value head per query head (%d); "
+                       "grouped-query attention is model.arch llama",
+                       c->n_kv_head, c->n_head);
     if (c->ffn_hidden != 4 * c->n_embd)
         return lf_fail(LF_ERR_CONFIG, "model.ffn_hidden %d: gpt2's MLP is 4 * n_embd = %d wide", c->ffn_hidden,
                        4 * c->n_embd);
     if (c->norm_eps != 1e-5f)
         return lf_fail(LF_ERR_CONFIG, "model.norm_eps %g: gpt2's layernorm uses 1e-5", (double)c->norm_eps);
-    if (c->rope_theta != 0.0f)
-        return lf_fail(LF_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, no RoPE");
+    if (c->rope_theta != 0.0f) return lf_fail(LF_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, no RoPE");
     return LF_OK;
 }
 
@@ -134,10 +147,10 @@ static lf_status gpt2_param_table(const lf_model_config *c, lf_param_info **out,
     lf__add_param(t, &n, &off, "wte.weight", 2, lf__vp(c), C, 0);
     lf__add_param(t, &n, &off, "wpe.weight", 2, c->block_size, C, 0);
     for (int l = 0; l < L; l++) {
-#define ADD(suffix, nd, a, b)                                    \
-    do {                                                         \
-        snprintf(name, sizeof name, "h.%d.%s", l, suffix);       \
-        lf__add_param(t, &n, &off, name, nd, a, b, 1 + l);       \
+#define ADD(suffix, nd, a, b) \
+    do { \
+        snprintf(name, sizeof name, "h.%d.%s", l, suffix); \
+        lf__add_param(t, &n, &off, name, nd, a, b, 1 + l); \
     } while (0)
         ADD("ln_1.weight", 1, C, 0);
         if (c->bias) ADD("ln_1.bias", 1, C, 0);
@@ -181,8 +194,7 @@ static void gpt2_init(const lf_model_config *c, const lf_param_info *t, int n, f
             for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
         } else {
             float std = strstr(nm, "c_proj.weight") ? proj_std : 0.02f;
-            for (size_t j = 0; j < p->numel; j++)
-                w[j] = std * lf_rng_normal(seed, LF_RNG_INIT, p->offset + j);
+            for (size_t j = 0; j < p->numel; j++) w[j] = std * lf_rng_normal(seed, LF_RNG_INIT, p->offset + j);
         }
     }
 }
@@ -210,7 +222,7 @@ static void gpt2_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     const lf_model_config *c = s->cfg;
     size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
     (void)NH;
-    const size_t att = s->att_saved; /* what the backend's attention saves (backend_impl.h) */
+    const size_t att = s->att_saved;               /* what the backend's attention saves (backend_impl.h) */
     int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* layernorm and GELU outputs */
     int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
     const size_t A = lf__act_size(s->dt);          /* bytes per element of a matmul input */
@@ -343,7 +355,8 @@ static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) 
     int N = B * T;
     float *residual = (float *)block_input(x, L);
     N = lf__head_rows(m, residual, N, C); /* a ragged forward: each run's last row only */
-    lf__ln_forward(m, x->lnf, x->lnf_mean, x->lnf_rstd, residual, PW(lf__model_ix(m, G_LNF_W)), PW(lf__model_ix(m, G_LNF_B)), N, C);
+    lf__ln_forward(m, x->lnf, x->lnf_mean, x->lnf_rstd, residual, PW(lf__model_ix(m, G_LNF_W)),
+                   PW(lf__model_ix(m, G_LNF_B)), N, C);
     lf__mm_forward(m, rp->logits, x->lnf, PW(lf__model_ix(m, G_WTE)), NULL, N, C, Vp, LF_W_OUT_IN);
 
     lf__classifier(m, rp, N, with_targets);
@@ -357,10 +370,11 @@ static void head_backward(lf_model *m, lf__replica *rp, int T) {
     int B = rp->B, C = c->n_embd, L = c->n_layer, Vp = lf__vp(c);
     int N = B * T;
     be->ops->zero(be, x->dresidual, (size_t)N * C);
-    lf__mm_backward(m, x->dln, GR(lf__model_ix(m, G_WTE)), NULL, rp->logits, x->lnf, PW(lf__model_ix(m, G_WTE)), N, C, Vp, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dln, GR(lf__model_ix(m, G_WTE)), NULL, rp->logits, x->lnf, PW(lf__model_ix(m, G_WTE)), N, C,
+                    Vp, LF_W_OUT_IN);
     const float *last = block_input(x, L);
-    be->ops->layernorm_backward(be, x->dresidual, GR(lf__model_ix(m, G_LNF_W)), GR(lf__model_ix(m, G_LNF_B)), x->dln, last, PW(lf__model_ix(m, G_LNF_W)),
-                           x->lnf_mean, x->lnf_rstd, N, C);
+    be->ops->layernorm_backward(be, x->dresidual, GR(lf__model_ix(m, G_LNF_W)), GR(lf__model_ix(m, G_LNF_B)), x->dln,
+                                last, PW(lf__model_ix(m, G_LNF_W)), x->lnf_mean, x->lnf_rstd, N, C);
 }
 
 /* Block l: on entry x->dresidual is d(block output), on exit d(block input). */
@@ -389,13 +403,13 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
         be->ops->dropout_backward(be, x->dbranch, x->dresidual, NC, d2);
         dbr = x->dbranch;
     }
-    lf__mm_backward(m, x->dfch_gelu, GR(ix[P_MPROJ_W]), GR(ix[P_MPROJ_B]), dbr, a->fch_gelu,
-                PW(ix[P_MPROJ_W]), N, 4 * C, C, LF_W_IN_OUT);
+    lf__mm_backward(m, x->dfch_gelu, GR(ix[P_MPROJ_W]), GR(ix[P_MPROJ_B]), dbr, a->fch_gelu, PW(ix[P_MPROJ_W]), N,
+                    4 * C, C, LF_W_IN_OUT);
     be->ops->gelu_backward(be, x->dfch, a->fch, x->dfch_gelu, NC * 4);
-    lf__mm_backward(m, x->dln, GR(ix[P_FC_W]), GR(ix[P_FC_B]), x->dfch, a->ln2, PW(ix[P_FC_W]), N, C,
-                4 * C, LF_W_IN_OUT);
-    be->ops->layernorm_backward(be, x->dresidual, GR(ix[P_LN2_W]), GR(ix[P_LN2_B]), x->dln, a->res2,
-                           PW(ix[P_LN2_W]), a->ln2_mean, a->ln2_rstd, N, C);
+    lf__mm_backward(m, x->dln, GR(ix[P_FC_W]), GR(ix[P_FC_B]), x->dfch, a->ln2, PW(ix[P_FC_W]), N, C, 4 * C,
+                    LF_W_IN_OUT);
+    be->ops->layernorm_backward(be, x->dresidual, GR(ix[P_LN2_W]), GR(ix[P_LN2_B]), x->dln, a->res2, PW(ix[P_LN2_W]),
+                                a->ln2_mean, a->ln2_rstd, N, C);
     /* dresidual = d(res2); res2 = residual + dropout(attproj) */
     lf_dropout d1 = lf__drop_at(m, rp, l, SITE_ATT_RESID, rowC);
     dbr = x->dresidual;
@@ -403,16 +417,16 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
         be->ops->dropout_backward(be, x->dbranch, x->dresidual, NC, d1);
         dbr = x->dbranch;
     }
-    lf__mm_backward(m, x->datty, GR(ix[P_APROJ_W]), GR(ix[P_APROJ_B]), dbr, a->atty,
-                PW(ix[P_APROJ_W]), N, C, C, LF_W_IN_OUT);
+    lf__mm_backward(m, x->datty, GR(ix[P_APROJ_W]), GR(ix[P_APROJ_B]), dbr, a->atty, PW(ix[P_APROJ_W]), N, C, C,
+                    LF_W_IN_OUT);
     be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NH,
-                           lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
+                                lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
         lf__ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(ix[P_LN1_W]), PW(ix[P_LN1_B]), N, C);
-    lf__mm_backward(m, x->dln, GR(ix[P_ATTN_W]), GR(ix[P_ATTN_B]), x->dqkv, a->ln1, PW(ix[P_ATTN_W]),
-                N, C, 3 * C, LF_W_IN_OUT);
-    be->ops->layernorm_backward(be, x->dresidual, GR(ix[P_LN1_W]), GR(ix[P_LN1_B]), x->dln, residual,
-                           PW(ix[P_LN1_W]), a->ln1_mean, a->ln1_rstd, N, C);
+    lf__mm_backward(m, x->dln, GR(ix[P_ATTN_W]), GR(ix[P_ATTN_B]), x->dqkv, a->ln1, PW(ix[P_ATTN_W]), N, C, 3 * C,
+                    LF_W_IN_OUT);
+    be->ops->layernorm_backward(be, x->dresidual, GR(ix[P_LN1_W]), GR(ix[P_LN1_B]), x->dln, residual, PW(ix[P_LN1_W]),
+                                a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 static void embed_backward(lf_model *m, lf__replica *rp, int T) {
@@ -479,7 +493,8 @@ static lf_status gpt2_hf_check(const lf__hf_cfg *c, int variant, lf_model_config
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'tie_word_embeddings' is false; llmforge's GPT-2 is tied",
                        lf__hf_where(c));
     if ((st = lf__hf_bool(c, "scale_attn_weights", 1, &scale)) != LF_OK) return st;
-    if (!scale) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_weights' is false (not supported)", lf__hf_where(c));
+    if (!scale)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_weights' is false (not supported)", lf__hf_where(c));
     if ((st = lf__hf_bool(c, "scale_attn_by_inverse_layer_idx", 0, &by_layer)) != LF_OK) return st;
     if (by_layer)
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'scale_attn_by_inverse_layer_idx' is true (not supported)",
@@ -501,12 +516,18 @@ static const lf__hf_family k_hf = {
 };
 
 static const lf__preset k_presets[] = {
-    {"gpt2-124m", "GPT-2 small (HF gpt2; vocab padded to 50304 as llm.c does)",
-     {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50304, .bias = 1,
+    {"gpt2-124m",
+     "GPT-2 small (HF gpt2; vocab padded to 50304 as llm.c does)",
+     {.n_layer = 12,
+      .n_head = 12,
+      .n_embd = 768,
+      .block_size = 1024,
+      .vocab_size = 50304,
+      .bias = 1,
       .tie_embeddings = 1}},
-    {"shakespeare-char-cpu", "nanoGPT's shakespeare_char CPU model (configs/shakespeare_char_cpu.json)",
-     {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .bias = 1,
-      .tie_embeddings = 1}},
+    {"shakespeare-char-cpu",
+     "nanoGPT's shakespeare_char CPU model (configs/shakespeare_char_cpu.json)",
+     {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 65, .bias = 1, .tie_embeddings = 1}},
 };
 
 const lf__model_arch lf__arch_gpt2 = {

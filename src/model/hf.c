@@ -125,10 +125,8 @@ static lf_status read_json(const char *path, size_t cap, char **text_out, cJSON 
         return lf_fail(LF_ERR_FORMAT, "'%s': not a JSON object", path);
     }
     *json_out = j;
-    if (text_out)
-        *text_out = text;
-    else
-        lf_free(text);
+    if (text_out) *text_out = text;
+    else lf_free(text);
     return LF_OK;
 }
 
@@ -217,13 +215,11 @@ static lf_status open_shards(lf_hf_model *h, int from_index) {
         int ex = 0;
         lf_status s = file_exists(p, &ex);
         if (s != LF_OK || !ex) {
-            if (s != LF_OK)
-                lf_error_prefix("hf model '%s'", h->dir);
+            if (s != LF_OK) lf_error_prefix("hf model '%s'", h->dir);
             else if (from_index)
                 s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': %s names shard '%s', which does not exist", h->dir,
                             HF_INDEX_NAME, h->shard_names[i]);
-            else
-                s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': '%s' does not exist", h->dir, h->shard_names[i]);
+            else s = lf_fail(LF_ERR_NOT_FOUND, "hf model '%s': '%s' does not exist", h->dir, h->shard_names[i]);
             lf_free(p);
             return s;
         }
@@ -278,8 +274,8 @@ static lf_status check_index(const lf_hf_model *h, const cJSON *wm) {
             return lf_fail(LF_ERR_MISMATCH, "hf model '%s': %s puts tensor '%.200s' in '%s', which does not hold it",
                            h->dir, HF_INDEX_NAME, it->string, it->valuestring);
         if (e->shard != sh)
-            return lf_fail(LF_ERR_MISMATCH, "hf model '%s': %s puts tensor '%.200s' in '%s', but '%s' holds it",
-                           h->dir, HF_INDEX_NAME, it->string, it->valuestring, h->shard_names[e->shard]);
+            return lf_fail(LF_ERR_MISMATCH, "hf model '%s': %s puts tensor '%.200s' in '%s', but '%s' holds it", h->dir,
+                           HF_INDEX_NAME, it->string, it->valuestring, h->shard_names[e->shard]);
     }
     return LF_OK;
 }
@@ -473,10 +469,10 @@ lf_status lf__hf_str(const lf__hf_cfg *c, const char *key, const char *dflt, con
     return LF_OK;
 }
 
-#define CFG_TRY(expr)                    \
-    do {                                 \
-        lf_status s_ = (expr);           \
-        if (s_ != LF_OK) return s_;      \
+#define CFG_TRY(expr) \
+    do { \
+        lf_status s_ = (expr); \
+        if (s_ != LF_OK) return s_; \
     } while (0)
 
 /* rope_theta from either spelling; refuses every RoPE variant but plain. */
@@ -609,8 +605,9 @@ lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, siz
     const lf_st_tensor *t = e->t;
     const char *file = h->shard_names[e->shard];
     if (t->numel != numel)
-        return lf_fail(LF_ERR_MISMATCH, "hf model '%s': tensor '%.200s' in '%s' has %zu elements, the caller expects %zu",
-                       h->dir, name, file, t->numel, numel);
+        return lf_fail(LF_ERR_MISMATCH,
+                       "hf model '%s': tensor '%.200s' in '%s' has %zu elements, the caller expects %zu", h->dir, name,
+                       file, t->numel, numel);
     const unsigned char *src = t->data;
     switch (t->dtype) {
     case LF_ST_F32:
@@ -633,8 +630,8 @@ lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, siz
         }
         return LF_OK;
     default:
-        return lf_fail(LF_ERR_UNSUPPORTED, "hf model '%s': tensor '%.200s' in '%s' is %s (F32, BF16 or F16 only)", h->dir,
-                       name, file, lf_st_dtype_name(t->dtype));
+        return lf_fail(LF_ERR_UNSUPPORTED, "hf model '%s': tensor '%.200s' in '%s' is %s (F32, BF16 or F16 only)",
+                       h->dir, name, file, lf_st_dtype_name(t->dtype));
     }
 }
 
@@ -698,10 +695,10 @@ lf_status lf_hf_load_params(const lf_hf_model *hf, const lf_param_info *table, i
         for (int d = 0; ok && d < ndim; d++) ok = shape[d] == p->shape[d];
         if (!ok) {
             if (len < sizeof bad)
-                len += (size_t)snprintf(bad + len, sizeof bad - len, "%s%s has shape [%lld, %lld], the model [%lld, %lld]",
-                                        n_bad ? "; " : "", name, (long long)shape[0],
-                                        (long long)(ndim > 1 ? shape[1] : 0), (long long)p->shape[0],
-                                        (long long)p->shape[1]);
+                len += (size_t)snprintf(bad + len, sizeof bad - len,
+                                        "%s%s has shape [%lld, %lld], the model [%lld, %lld]", n_bad ? "; " : "", name,
+                                        (long long)shape[0], (long long)(ndim > 1 ? shape[1] : 0),
+                                        (long long)p->shape[0], (long long)p->shape[1]);
             n_bad++;
             continue;
         }
@@ -717,8 +714,7 @@ lf_status lf_hf_load_params(const lf_hf_model *hf, const lf_param_info *table, i
     free(used);
     if (st != LF_OK) return st;
     if (n_bad)
-        return lf_fail(LF_ERR_MISMATCH, "'%s': %d tensor%s do not match the model: %s", lf_hf_dir(hf),
-                       n_bad, n_bad == 1 ? "" : "s", bad);
+        return lf_fail(LF_ERR_MISMATCH, "'%s': %d tensor%s do not match the model: %s", lf_hf_dir(hf), n_bad,
+                       n_bad == 1 ? "" : "s", bad);
     return LF_OK;
 }
-

@@ -56,30 +56,30 @@ enum { P_IN_NORM, P_Q, P_K, P_V, P_QB, P_KB, P_VB, P_O, P_POST_NORM, P_GATE, P_U
 typedef void act;
 
 typedef struct layer_acts {
-    act *h1;            /* (N,C): input_layernorm output */
-    float *rstd1;       /* (N) its statistics */
-    float *qkv;         /* (N,W) [q | k | v], q and k rotated */
-    float *att;         /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
-    act *atty;          /* (N,C) attention output before o_proj */
-    float *oproj;       /* (N,C) o_proj / down_proj outputs; working set */
-    float *res2;        /* (N,C) residual after attention */
-    act *h2;            /* post_attention_layernorm output */
+    act *h1;      /* (N,C): input_layernorm output */
+    float *rstd1; /* (N) its statistics */
+    float *qkv;   /* (N,W) [q | k | v], q and k rotated */
+    float *att;   /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
+    act *atty;    /* (N,C) attention output before o_proj */
+    float *oproj; /* (N,C) o_proj / down_proj outputs; working set */
+    float *res2;  /* (N,C) residual after attention */
+    act *h2;      /* post_attention_layernorm output */
     float *rstd2;
-    float *gu;          /* (N,2F) [gate | up] */
-    act *sw;            /* (N,F) SwiGLU output */
-    float *res3;        /* (N,C) block output */
+    float *gu;   /* (N,2F) [gate | up] */
+    act *sw;     /* (N,F) SwiGLU output */
+    float *res3; /* (N,C) block output */
 } layer_acts;
 
 typedef struct llama_acts {
     layer_acts *la;
-    float *encoded;        /* (N,C) token embeddings */
-    act *hf;               /* (N,C) final norm output */
+    float *encoded; /* (N,C) token embeddings */
+    act *hf;        /* (N,C) final norm output */
     float *rstdf;
-    float *att_scratch;    /* attention_backward's scratch (s->att_scratch) */
+    float *att_scratch;             /* attention_backward's scratch (s->att_scratch) */
     float *dresidual, *dln, *datty; /* (N,C) */
-    float *dqkv;           /* (N,W) */
-    float *dgu;            /* (N,2F) */
-    float *dsw;            /* (N,F) */
+    float *dqkv;                    /* (N,W) */
+    float *dgu;                     /* (N,2F) */
+    float *dsw;                     /* (N,F) */
 } llama_acts;
 
 /* The tensors outside the layers (model_params order), and one layer's
@@ -87,9 +87,9 @@ typedef struct llama_acts {
 enum { G_EMB, G_NORM, G_LM_HEAD, G_N };
 static const char *const k_model_params[G_N] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
 static const char *const k_layer_params[P_PER_LAYER] = {
-    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.q_proj.bias",  "self_attn.k_proj.bias",   "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
-    "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+    "input_layernorm.weight",          "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.q_proj.bias",           "self_attn.k_proj.bias",   "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
+    "post_attention_layernorm.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight"};
 
 static llama_acts *ACTS(const lf__replica *rp) { return rp->acts; }
 /* The head's weights: lm_head.weight, or the embedding when tied (no lm_head). */
@@ -114,13 +114,18 @@ static void llama_resolve(lf_model_config *c) {
 
 static lf_status llama_validate(const lf_model_config *c) {
     if (c->n_kv_head < 1 || c->n_kv_head > c->n_head)
-        return lf_fail(LF_ERR_RANGE, "model.n_kv_head %d is out of range [1, model.n_head %d]", c->n_kv_head, c->n_head);
+        return lf_fail(LF_ERR_RANGE, "model.n_kv_head %d is out of range [1, model.n_head %d]", c->n_kv_head,
+                       c->n_head);
     if (c->n_head % c->n_kv_head != 0)
-        return lf_fail(LF_ERR_CONFIG, "model.n_head %d is not divisible by model.n_kv_head %d (each key/value head "
-                       "serves a whole group of query heads)", c->n_head, c->n_kv_head);
+        return lf_fail(LF_ERR_CONFIG,
+                       "model.n_head %d is not divisible by model.n_kv_head %d (each key/value head "
+                       "serves a whole group of query heads)",
+                       c->n_head, c->n_kv_head);
     if (head_size(c) % 2 != 0)
-        return lf_fail(LF_ERR_CONFIG, "head size model.n_embd / model.n_head = %d / %d = %d is odd: RoPE rotates pairs "
-                       "of channels", c->n_embd, c->n_head, head_size(c));
+        return lf_fail(LF_ERR_CONFIG,
+                       "head size model.n_embd / model.n_head = %d / %d = %d is odd: RoPE rotates pairs "
+                       "of channels",
+                       c->n_embd, c->n_head, head_size(c));
     if (c->ffn_hidden < 1 || c->ffn_hidden > (1 << 20))
         return lf_fail(LF_ERR_RANGE, "model.ffn_hidden %d is out of range [1, 1048576]", c->ffn_hidden);
     if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
@@ -141,10 +146,10 @@ static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out
     char name[LF_PARAM_NAME_MAX];
     lf__add_param(t, &n, &off, "model.embed_tokens.weight", 2, lf__vp(c), C, 0);
     for (int l = 0; l < L; l++) {
-#define ADD(suffix, nd, a, b)                                              \
-    do {                                                                   \
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);      \
-        lf__add_param(t, &n, &off, name, nd, a, b, 1 + l);                 \
+#define ADD(suffix, nd, a, b) \
+    do { \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix); \
+        lf__add_param(t, &n, &off, name, nd, a, b, 1 + l); \
     } while (0)
         ADD("input_layernorm.weight", 1, C, 0);
         ADD("self_attn.q_proj.weight", 2, C, C);
@@ -235,8 +240,8 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     const size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
     const size_t W = (size_t)qkv_width(c), F = (size_t)c->ffn_hidden;
     (void)NH;
-    const size_t att = s->att_saved; /* what the backend's attention saves (backend_impl.h) */
-    const size_t A = lf__act_size(s->dt); /* bytes per element of a matmul input */
+    const size_t att = s->att_saved;                     /* what the backend's attention saves (backend_impl.h) */
+    const size_t A = lf__act_size(s->dt);                /* bytes per element of a matmul input */
     const int keep_outputs = s->rc == LF_RECOMPUTE_NONE; /* norm and SwiGLU outputs */
     const int keep_block = s->rc != LF_RECOMPUTE_FULL;   /* everything else a block's backward reads */
     llama_acts dummy = {0};
@@ -322,7 +327,8 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     /* q, k, v are consecutive: one (W, C) product */
     lf__mm_forward(m, a->qkv, a->h1, PW(ix[P_Q]), PW(ix[P_QB]), N, C, W, LF_W_OUT_IN);
     lf__rope(m, rp, a->qkv, T);
-    lf__attention_act(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T, lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+    lf__attention_act(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T,
+                      lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
     /* res2 = residual + oproj and post_attention_layernorm in one pass (the
      * second residual add is unfused: see gpt2.c's block_forward) */
@@ -339,7 +345,8 @@ static void llama_block_forward(lf_model *m, lf__replica *rp, int l, int T) { bl
 
 static void embed_forward(lf_model *m, lf__replica *rp, int T) {
     llama_acts *x = ACTS(rp);
-    m->be->ops->encoder_forward(m->be, x->encoded, rp->inputs, PW(lf__model_ix(m, G_EMB)), NULL, rp->B, T, m->cfg.n_embd);
+    m->be->ops->encoder_forward(m->be, x->encoded, rp->inputs, PW(lf__model_ix(m, G_EMB)), NULL, rp->B, T,
+                                m->cfg.n_embd);
 }
 
 static void head_forward(lf_model *m, lf__replica *rp, int T, int with_targets) {
@@ -360,10 +367,9 @@ static void head_backward(lf_model *m, lf__replica *rp, int T) {
     const lf_model_config *c = &m->cfg;
     const int C = c->n_embd, N = rp->B * T;
     be->ops->zero(be, x->dresidual, (size_t)N * C);
-    lf__mm_backward(m, x->dln, GR(head_ix(m)), NULL, rp->logits, x->hf, PW(head_ix(m)), N, C, lf__vp(c),
-                        LF_W_OUT_IN);
-    be->ops->rmsnorm_backward(be, x->dresidual, GR(lf__model_ix(m, G_NORM)), x->dln, block_input(x, c->n_layer), PW(lf__model_ix(m, G_NORM)), x->rstdf,
-                         N, C);
+    lf__mm_backward(m, x->dln, GR(head_ix(m)), NULL, rp->logits, x->hf, PW(head_ix(m)), N, C, lf__vp(c), LF_W_OUT_IN);
+    be->ops->rmsnorm_backward(be, x->dresidual, GR(lf__model_ix(m, G_NORM)), x->dln, block_input(x, c->n_layer),
+                              PW(lf__model_ix(m, G_NORM)), x->rstdf, N, C);
 }
 
 /* Block l: on entry x->dresidual is d(block output), on exit d(block input). */
@@ -387,11 +393,12 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     lf__mm_backward(m, x->dsw, GR(ix[P_DOWN]), NULL, x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C, LF_W_OUT_IN);
     be->ops->swiglu_backward(be, x->dgu, a->gu, x->dsw, N, F);
     lf__mm_backward(m, x->dln, GR(ix[P_GATE]), NULL, x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F, LF_W_OUT_IN);
-    be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N, C);
+    be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N,
+                              C);
     /* dresidual = d(res2); res2 = residual + o(attention(rope(qkv(h1)))) */
     lf__mm_backward(m, x->datty, GR(ix[P_O]), NULL, x->dresidual, a->atty, PW(ix[P_O]), N, C, C, LF_W_OUT_IN);
     be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NKV,
-                           lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+                                lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     be->ops->rope_backward(be, x->dqkv, B, T, NH, NKV, HS, 0, c->rope_theta);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* h1 shares h2's buffer */
         lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
@@ -401,7 +408,8 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
 
 static void embed_backward(lf_model *m, lf__replica *rp, int T) {
     llama_acts *x = ACTS(rp);
-    m->be->ops->encoder_backward(m->be, GR(lf__model_ix(m, G_EMB)), NULL, x->dresidual, rp->inputs, rp->B, T, m->cfg.n_embd);
+    m->be->ops->encoder_backward(m->be, GR(lf__model_ix(m, G_EMB)), NULL, x->dresidual, rp->inputs, rp->B, T,
+                                 m->cfg.n_embd);
 }
 
 /* ---------------------------------------------------------------- configuration, Hugging Face, presets */
@@ -431,9 +439,9 @@ static const lf__hf_key k_hf_keys[] = {
 static const char *const k_hf_types[] = {"llama", "mistral", "qwen2", NULL};
 enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2 }; /* k_hf_types order */
 
-#define TRY(expr)                   \
-    do {                            \
-        lf_status s_ = (expr);      \
+#define TRY(expr) \
+    do { \
+        lf_status s_ = (expr); \
         if (s_ != LF_OK) return s_; \
     } while (0)
 
@@ -445,8 +453,10 @@ static lf_status hf_variant(const lf__hf_cfg *c, int kind, const lf_model_config
         int ab = 0, mb = 0;
         TRY(lf__hf_bool(c, "attention_bias", 0, &ab));
         if (ab)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'attention_bias' is true (q/k/v and o_proj biases); llmforge's "
-                           "llama has q/k/v biases only as Qwen2 has them", where);
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: 'attention_bias' is true (q/k/v and o_proj biases); llmforge's "
+                           "llama has q/k/v biases only as Qwen2 has them",
+                           where);
         TRY(lf__hf_bool(c, "mlp_bias", 0, &mb));
         if (mb) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'mlp_bias' is true; llmforge's llama has no MLP biases", where);
     }
@@ -466,8 +476,8 @@ static lf_status hf_variant(const lf__hf_cfg *c, int kind, const lf_model_config
         int use = 0;
         TRY(lf__hf_bool(c, "use_sliding_window", 0, &use));
         if (use)
-            return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'use_sliding_window' is true; llmforge attends to the whole context",
-                           where);
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: 'use_sliding_window' is true; llmforge attends to the whole context", where);
     }
     if (kind == HF_MISTRAL) {
         int sw = 0;
@@ -508,12 +518,30 @@ static const lf__hf_family k_hf = {
 };
 
 static const lf__preset k_presets[] = {
-    {"smollm-135m", "HuggingFaceTB/SmolLM-135M's shape (Llama: 9 heads, 3 KV heads, tied)",
-     {.n_layer = 30, .n_head = 9, .n_kv_head = 3, .n_embd = 576, .ffn_hidden = 1536, .block_size = 2048,
-      .vocab_size = 49152, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .tie_embeddings = 1}},
-    {"llama-3.2-1b", "meta-llama/Llama-3.2-1B's shape (GQA 32/8, tied; its rope_scaling is not applied)",
-     {.n_layer = 16, .n_head = 32, .n_kv_head = 8, .n_embd = 2048, .ffn_hidden = 8192, .block_size = 131072,
-      .vocab_size = 128256, .norm_eps = 1e-5f, .rope_theta = 500000.0f, .tie_embeddings = 1}},
+    {"smollm-135m",
+     "HuggingFaceTB/SmolLM-135M's shape (Llama: 9 heads, 3 KV heads, tied)",
+     {.n_layer = 30,
+      .n_head = 9,
+      .n_kv_head = 3,
+      .n_embd = 576,
+      .ffn_hidden = 1536,
+      .block_size = 2048,
+      .vocab_size = 49152,
+      .norm_eps = 1e-5f,
+      .rope_theta = 10000.0f,
+      .tie_embeddings = 1}},
+    {"llama-3.2-1b",
+     "meta-llama/Llama-3.2-1B's shape (GQA 32/8, tied; its rope_scaling is not applied)",
+     {.n_layer = 16,
+      .n_head = 32,
+      .n_kv_head = 8,
+      .n_embd = 2048,
+      .ffn_hidden = 8192,
+      .block_size = 131072,
+      .vocab_size = 128256,
+      .norm_eps = 1e-5f,
+      .rope_theta = 500000.0f,
+      .tie_embeddings = 1}},
 };
 
 const lf__model_arch lf__arch_llama = {

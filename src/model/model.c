@@ -92,7 +92,10 @@ lf_status lf_model_create(lf_model **out, const lf_model_config *cfg, lf_backend
     if ((st = lf__model_bind(m)) != LF_OK) goto fail;
     m->n_units = c.n_layer + 2;
     m->unit_lo = calloc(2 * (size_t)m->n_units, sizeof(size_t));
-    if (!m->unit_lo) { st = lf_fail(LF_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!m->unit_lo) {
+        st = lf_fail(LF_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     m->unit_n = m->unit_lo + m->n_units;
     unit_ranges(m->table, m->n_tensors, m->n_units, m->num_params, m->unit_lo, m->unit_n);
     m->unit0_n = m->unit_n[0];
@@ -139,7 +142,8 @@ void lf_model_free(lf_model *m) {
     }
     if (m->params) m->be->ops->free(m->be, m->params);
     if (m->grads) m->be->ops->free(m->be, m->grads);
-    if (m->pblk1 && m->pf_unit >= 0) (void)m->zero.gather_wait(m->zero.user, m->pf_ticket); /* nothing writes a freed buffer */
+    if (m->pblk1 && m->pf_unit >= 0)
+        (void)m->zero.gather_wait(m->zero.user, m->pf_ticket); /* nothing writes a freed buffer */
     float *work[6] = {m->pemb, m->pblk1 ? m->pblk_a : m->pblk, m->gemb0, m->gblk0, m->gblk1, m->pblk1};
     for (int i = 0; i < 6; i++)
         if (work[i]) m->be->ops->free(m->be, work[i]);
@@ -181,12 +185,13 @@ lf_status lf_model_set_zero(lf_model *m, const lf_model_zero *z) {
         return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: partitioned parameters need partitioned gradients");
     lf_backend *be = m->be;
     if (z->prefetch_params && (!z->partition_params || !z->gather_start || !z->gather_wait))
-        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_set_zero: prefetch needs partitioned parameters and its callbacks");
+        return lf_fail(LF_ERR_INVALID_ARG,
+                       "lf_model_set_zero: prefetch needs partitioned parameters and its callbacks");
     float *buf[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* pemb, pblk, gemb0, gblk0, gblk1, pblk1 */
     int ok = 1;
     for (int i = 0; i < 6; i++) {
-        int want = i < 2   ? z->partition_params
-                   : i < 4 ? z->partition_grads
+        int want = i < 2    ? z->partition_params
+                   : i < 4  ? z->partition_grads
                    : i == 4 ? z->partition_grads && z->double_buffer_grads
                             : z->partition_params && z->prefetch_params;
         if (!want) continue;
@@ -231,7 +236,8 @@ void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads) {
 void lf_model_params_changed(lf_model *m) {
     m->emb_valid = 0;
     m->blk_unit = -1;
-    if (m->pblk1 && m->pf_unit >= 0) { /* gathered from the old shard: dropped, once complete (its errors surface later) */
+    if (m->pblk1 &&
+        m->pf_unit >= 0) { /* gathered from the old shard: dropped, once complete (its errors surface later) */
         (void)m->zero.gather_wait(m->zero.user, m->pf_ticket);
         m->pf_unit = -1;
     }
@@ -373,7 +379,8 @@ lf_status lf__model_plan_bytes_ops(const lf_model_config *cfg, int B, int T, lf_
     lf_status st = lf__model_resolved(cfg, &c, &a);
     if (st != LF_OK) return st;
     if (B < 1 || T < 1 || n_replicas < 1)
-        return lf_fail(LF_ERR_INVALID_ARG, "activation plan: batch %d x %d over %d replicas is empty", B, T, n_replicas);
+        return lf_fail(LF_ERR_INVALID_ARG, "activation plan: batch %d x %d over %d replicas is empty", B, T,
+                       n_replicas);
     if (T > c.block_size)
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, c.block_size);
     if (!recompute_valid(policy)) return lf_fail(LF_ERR_INVALID_ARG, "unknown recompute policy %d", (int)policy);
@@ -403,9 +410,10 @@ lf_recompute lf_model_recompute(const lf_model *m) { return m->act_block ? m->pl
 lf_status lf_model_set_act_dtype(lf_model *m, lf_act_dtype dtype) {
     if (!act_dtype_valid(dtype)) return lf_fail(LF_ERR_INVALID_ARG, "unknown activation dtype %d", (int)dtype);
     if (dtype == LF_ACT_BF16 && !bf16_acts_supported(m))
-        return lf_fail(LF_ERR_UNSUPPORTED, m->arch->bf16_acts
-                       ? "backend '%s' keeps activations in fp32 (bf16 activation storage needs cpu-bf16)"
-                       : "model.arch %s keeps its activations in fp32",
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       m->arch->bf16_acts
+                           ? "backend '%s' keeps activations in fp32 (bf16 activation storage needs cpu-bf16)"
+                           : "model.arch %s keeps its activations in fp32",
                        m->arch->bf16_acts ? m->be->ops->name : m->arch->name);
     m->act_dt = dtype;
     return LF_OK;
@@ -421,8 +429,14 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
         return lf_fail(LF_ERR_RANGE, "sequence length %d exceeds model.block_size %d", T, m->cfg.block_size);
     free_plan(m);
     const lf__model_arch *a = m->arch;
-    lf__plan_spec s = {.cfg = &m->cfg, .num_params = m->num_params, .unit0_n = m->unit0_n,
-                       .max_other_n = m->max_other_n, .rc = m->recompute, .dt = m->act_dt, .B = B, .T = T,
+    lf__plan_spec s = {.cfg = &m->cfg,
+                       .num_params = m->num_params,
+                       .unit0_n = m->unit0_n,
+                       .max_other_n = m->max_other_n,
+                       .rc = m->recompute,
+                       .dt = m->act_dt,
+                       .B = B,
+                       .T = T,
                        .infer = m->borrowed};
     lf__split_rows(B, m->be->ops->replicas ? m->be->ops->replicas(m->be, B) : 1, &s.rB, &s.n_rep);
     lf__plan_attention(&s, m->be->ops, m->kv_planned);
@@ -442,7 +456,8 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
         free_plan(m);
         return lf_fail(LF_ERR_NOMEM,
                        "out of memory allocating %.1f MB of activations for batch %d x %d (recompute %s, %s matmul "
-                       "inputs)", need / 1e6, B, T, lf_recompute_name(s.rc), lf_act_dtype_name(s.dt));
+                       "inputs)",
+                       need / 1e6, B, T, lf_recompute_name(s.rc), lf_act_dtype_name(s.dt));
     }
     lf__planner q = {.base = m->act_block};
     lf__lay_out(a, &s, m, &q);
@@ -528,8 +543,8 @@ void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float 
     m->be->ops->matmul_forward(m->be, out, inp, act_dt(m), weight, bias, N, C, OC, layout);
 }
 
-void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
-                     const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout) {
+void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp,
+                     const float *weight, int N, int C, int OC, lf_weight_layout layout) {
     m->be->ops->matmul_backward(m->be, dinp, dweight, dbias, dout, inp, act_dt(m), weight, N, C, OC, layout);
 }
 
@@ -635,7 +650,7 @@ void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
     if (!with_targets) return;
     const int grad = m->opts.dloss > 0.0f;
     m->be->ops->crossentropy_forward_backward(m->be, rp->losses, grad ? rp->logits : NULL, rp->logits, rp->targets, N,
-                                         m->cfg.vocab_size, lf__vp(&m->cfg), m->opts.dloss);
+                                              m->cfg.vocab_size, lf__vp(&m->cfg), m->opts.dloss);
     rp->loss_sum = m->be->ops->loss_sum(m->be, rp->losses, rp->targets, N, &rp->n_valid);
 }
 
@@ -853,7 +868,8 @@ static lf_status finish_unit(lf_model *m, int n_rep, int u) {
 
 lf_status lf_model_backward(lf_model *m) {
     if (!m->have_dlogits) {
-        snprintf(m->errmsg, sizeof m->errmsg, "backward without a training forward (forward needs targets and dloss > 0)");
+        snprintf(m->errmsg, sizeof m->errmsg,
+                 "backward without a training forward (forward needs targets and dloss > 0)");
         return lf_fail(LF_ERR_INVALID_ARG, "%s", m->errmsg);
     }
     m->have_dlogits = 0;

@@ -246,7 +246,7 @@ lf_status lf__model_resolved(const lf_model_config *cfg, lf_model_config *out, c
 typedef struct lf__kv {
     float **k, **v; /* n_layer each */
     int B, Tmax;
-    int active;     /* the current forward appends to and attends over the cache */
+    int active; /* the current forward appends to and attends over the cache */
     /* a ragged forward (lf_session_forward_ragged): the rows are n_seg runs of
      * tokens, run i continuing cache slot seg[i].slot at position seg[i].pos;
      * NULL otherwise (every batch row b is slot b at cur_pos0) */
@@ -260,7 +260,7 @@ typedef struct lf__kv {
 struct lf_model {
     lf_model_config cfg; /* resolved */
     const lf__model_arch *arch;
-    int *ix;             /* table indices of the arch's model_params, then of each layer's layer_params */
+    int *ix; /* table indices of the arch's model_params, then of each layer's layer_params */
     lf_backend *be;
     lf_param_info *table;
     int n_tensors;
@@ -272,39 +272,39 @@ struct lf_model {
 
     /* ZeRO (lf_model_set_zero) */
     lf_model_zero zero;
-    float *pemb, *pblk;       /* ZeRO-3: gathered parameters of unit 0 / of blk_unit */
-    int emb_valid, blk_unit;  /* what they hold (blk_unit -1: nothing) */
-    float *gemb0, *gblk0;     /* ZeRO-2/3: replica 0's unit gradients */
-    float *gblk1;             /* lf_model_zero.double_buffer_grads: the second block-unit buffer */
-    float *pblk_a, *pblk1;    /* prefetch_params: the two block-unit parameter buffers (pblk is one) */
-    int pf_unit, pf_dir;      /* the unit being prefetched (-1: none) and the direction of the pass */
-    float *pf_buf;            /* its buffer */
+    float *pemb, *pblk;      /* ZeRO-3: gathered parameters of unit 0 / of blk_unit */
+    int emb_valid, blk_unit; /* what they hold (blk_unit -1: nothing) */
+    float *gemb0, *gblk0;    /* ZeRO-2/3: replica 0's unit gradients */
+    float *gblk1;            /* lf_model_zero.double_buffer_grads: the second block-unit buffer */
+    float *pblk_a, *pblk1;   /* prefetch_params: the two block-unit parameter buffers (pblk is one) */
+    int pf_unit, pf_dir;     /* the unit being prefetched (-1: none) and the direction of the pass */
+    float *pf_buf;           /* its buffer */
     int64_t pf_ticket;
-    long pf_hits;             /* block units used from a prefetch (lf_model_prefetch_hits) */
-    int task_l;               /* the layer the replicas' tasks work on */
+    long pf_hits; /* block units used from a prefetch (lf_model_prefetch_hits) */
+    int task_l;   /* the layer the replicas' tasks work on */
 
     /* activation plan */
-    lf_recompute recompute;   /* policy of the next plan */
-    lf_recompute plan_rc;     /* policy of the plan in place */
-    lf_act_dtype act_dt;      /* matmul-input storage of the next plan */
-    lf_act_dtype plan_dt;     /* ... of the plan in place */
+    lf_recompute recompute;           /* policy of the next plan */
+    lf_recompute plan_rc;             /* policy of the plan in place */
+    lf_act_dtype act_dt;              /* matmul-input storage of the next plan */
+    lf_act_dtype plan_dt;             /* ... of the plan in place */
     int plan_B, plan_T, n_rep, rep_B; /* rep_B: rows each replica is planned for */
-    lf_act_bytes act;         /* what the plan in place allocated */
+    lf_act_bytes act;                 /* what the plan in place allocated */
     void *act_block;
     lf__replica *rep;
-    float *logits;            /* (B,T,Vp), becomes dlogits in training */
-    float *losses;            /* (B,T) */
+    float *logits;             /* (B,T,Vp), becomes dlogits in training */
+    float *losses;             /* (B,T) */
     int32_t *inputs, *targets; /* copies of the last forward's batch */
 
     /* a session's view of another model's weights (lf_session): shares its
      * table, units and parameters, owns only its plan */
     int borrowed;
-    int kv_planned;           /* a session with a cache: its plan fits attention_cached's scratch */
-    lf__kv *kv;               /* the session's cache (NULL: none) */
+    int kv_planned; /* a session with a cache: its plan fits attention_cached's scratch */
+    lf__kv *kv;     /* the session's cache (NULL: none) */
 
     /* last forward */
     int cur_B, cur_T, cur_rep, cur_with_targets;
-    int cur_pos0;             /* position of the forward's first row (0 but for cached decoding) */
+    int cur_pos0; /* position of the forward's first row (0 but for cached decoding) */
     int have_dlogits;
     lf_forward_opts opts;
     char errmsg[1024];
@@ -351,8 +351,8 @@ void lf__res_rms_forward(const lf_model *m, float *res, void *out, float *rstd, 
 void lf__act_convert(const lf_model *m, void *out, const float *inp, size_t n);
 void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
                     int C, int OC, lf_weight_layout layout);
-void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
-                     const void *inp, const float *weight, int N, int C, int OC, lf_weight_layout layout);
+void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp,
+                     const float *weight, int N, int C, int OC, lf_weight_layout layout);
 
 /* The token (+ position) embedding of replica rp's T rows into out: wpe
  * (NULL: none) read from each row's position (cur_pos0.., or per run of a
@@ -381,7 +381,6 @@ void lf__attention_act(const lf_model *m, const lf__replica *rp, int l, void *ou
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets);
 
 /* One parameter-table entry (name, 1-2 dims, unit); advances *n and *off. */
-void lf__add_param(lf_param_info *t, int *n, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
-                   int unit);
+void lf__add_param(lf_param_info *t, int *n, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1, int unit);
 
 #endif

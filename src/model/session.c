@@ -25,9 +25,9 @@ struct lf_session {
     lf__kv kv;
     void *kv_block;
     int B, T;
-    int pos;        /* cached positions filled (lf_session_forward with use_cache) */
-    int *filled;    /* per slot: positions filled by ragged forwards (B) */
-    int *row0;      /* scratch: each run's first row (B) */
+    int pos;     /* cached positions filled (lf_session_forward with use_cache) */
+    int *filled; /* per slot: positions filled by ragged forwards (B) */
+    int *row0;   /* scratch: each run's first row (B) */
 };
 
 lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int with_cache) {
@@ -37,7 +37,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
         return lf_fail(LF_ERR_RANGE, "session: context %d exceeds model.block_size %d", T, m->cfg.block_size);
     if (!m->params)
         return lf_fail(LF_ERR_UNSUPPORTED, "session: the model's parameters are partitioned (ZeRO-3); "
-                       "a session needs whole weights");
+                                           "a session needs whole weights");
     lf_session *s = calloc(1, sizeof *s);
     lf_model *v = s ? malloc(sizeof *v) : NULL;
     if (!v) {
@@ -173,8 +173,10 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
     }
     if (!s->kv_block) return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no KV-cache attention", v->be->ops->name);
     if (s->pos + T > s->T)
-        return lf_fail(LF_ERR_RANGE, "session forward: positions %d..%d exceed the cache of %d (lf_session_reset "
-                       "starts a new sequence)", s->pos, s->pos + T - 1, s->T);
+        return lf_fail(LF_ERR_RANGE,
+                       "session forward: positions %d..%d exceed the cache of %d (lf_session_reset "
+                       "starts a new sequence)",
+                       s->pos, s->pos + T - 1, s->T);
     v->kv = &s->kv;
     s->kv.active = 1;
     v->cur_pos0 = s->pos;
@@ -197,8 +199,8 @@ lf_status lf_session_copy_logits(const lf_session *s, size_t row, size_t n_rows,
 }
 lf_model *lf_session_model(const lf_session *s) { return s->parent; }
 
-static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend_ops *ops, int B, int T,
-                                    int with_cache, size_t *bytes) {
+static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend_ops *ops, int B, int T, int with_cache,
+                                    size_t *bytes) {
     *bytes = 0;
     lf_model_config c;
     const lf__model_arch *a;
@@ -213,8 +215,9 @@ static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend
     lf__plan_attention(&sp, ops, with_cache);
     lf__planner p = {0};
     lf__lay_out(a, &sp, NULL, &p);
-    const size_t kv = with_cache ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)(c.n_embd / c.n_head) *
-                                       sizeof(float) : 0;
+    const size_t kv = with_cache
+                          ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)(c.n_embd / c.n_head) * sizeof(float)
+                          : 0;
     *bytes = p.used + kv;
     return LF_OK;
 }
@@ -226,4 +229,3 @@ lf_status lf_session_plan_bytes(const lf_model_config *cfg, int B, int T, int wi
 lf_status lf_model_session_plan_bytes(const lf_model *m, int B, int T, int with_cache, size_t *bytes) {
     return session_plan_bytes(&m->cfg, m->be->ops, B, T, with_cache, bytes);
 }
-

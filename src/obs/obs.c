@@ -37,8 +37,7 @@ lf_status lf_obs_add_sink(lf_obs *o, lf_obs_sink *sink) {
         return lf_fail(LF_ERR_INVALID_ARG, "metrics sink '%s' has no close function", name);
     }
     lf_status st = LF_OK;
-    if (!o)
-        st = lf_fail(LF_ERR_INVALID_ARG, "lf_obs_add_sink: bus is NULL (sink '%s' closed)", name);
+    if (!o) st = lf_fail(LF_ERR_INVALID_ARG, "lf_obs_add_sink: bus is NULL (sink '%s' closed)", name);
     else if (o->n >= LF_OBS_MAX_SINKS)
         st = lf_fail(LF_ERR_RANGE, "metrics bus is full (%d sinks): sink '%s' closed", LF_OBS_MAX_SINKS, name);
     if (st != LF_OK) {

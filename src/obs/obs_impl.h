@@ -34,9 +34,7 @@ uint32_t lf__crc32c_hw(uint32_t crc, const void *data, size_t len);
 
 /* TensorFlow's masked CRC: rotate right by 15, add a constant (a CRC of data
  * that itself holds CRCs is then not trivially related to them). */
-static inline uint32_t lf__crc32c_mask(uint32_t crc) {
-    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+static inline uint32_t lf__crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 /* ---------------------------------------------------------------- encoding
  * A growable byte buffer. Appends return LF_OK or LF_ERR_NOMEM (message

@@ -66,10 +66,10 @@
 
 /* ---------------------------------------------------------------- state */
 
-#define PROM_NAME_MAX 128   /* bytes of an eval metric / phase / alert kind, NUL included */
-#define PROM_MAX_EVAL 64    /* distinct eval/<metric> series */
-#define PROM_MAX_PHASE 16   /* distinct time/<phase>_ms series */
-#define PROM_MAX_ALERT 32   /* distinct alert kinds, "other" included */
+#define PROM_NAME_MAX 128        /* bytes of an eval metric / phase / alert kind, NUL included */
+#define PROM_MAX_EVAL 64         /* distinct eval/<metric> series */
+#define PROM_MAX_PHASE 16        /* distinct time/<phase>_ms series */
+#define PROM_MAX_ALERT 32        /* distinct alert kinds, "other" included */
 #define PROM_BODY_CAP (4u << 20) /* a rendered page never exceeds this */
 
 /* Upper bounds of llmforge_step_seconds, as printed in le="..." and as numbers. */
@@ -81,21 +81,11 @@ static const double k_le_val[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 static const char *const k_alert_kinds[] = {"nan", "loss_spike", "stall", "throughput_drop"};
 
 /* Scalar gauges, in the order they are rendered. */
-enum {
-    G_STEP,
-    G_LOSS,
-    G_LR,
-    G_GRAD_NORM,
-    G_TOKENS_PER_SEC,
-    G_MFU,
-    G_LOSS_SCALE,
-    G_LAST_STEP_TS,
-    G_COUNT
-};
+enum { G_STEP, G_LOSS, G_LR, G_GRAD_NORM, G_TOKENS_PER_SEC, G_MFU, G_LOSS_SCALE, G_LAST_STEP_TS, G_COUNT };
 
 typedef struct gauge_def {
     const char *name;
-    const char *tag;  /* source tag in TRAIN records; NULL = from the record itself */
+    const char *tag; /* source tag in TRAIN records; NULL = from the record itself */
     const char *help;
 } gauge_def;
 
@@ -103,8 +93,10 @@ static const gauge_def k_gauges[G_COUNT] = {
     [G_STEP] = {"llmforge_step", NULL, "Optimizer steps completed."},
     [G_LOSS] = {"llmforge_loss", "train/loss", "Training loss of the last step."},
     [G_LR] = {"llmforge_lr", "train/lr", "Learning rate of the last step."},
-    [G_GRAD_NORM] = {"llmforge_grad_norm", "train/grad_norm", "Global gradient norm of the last step (before clipping)."},
-    [G_TOKENS_PER_SEC] = {"llmforge_tokens_per_second", "train/tokens_per_sec", "Training throughput of the last step in tokens per second."},
+    [G_GRAD_NORM] = {"llmforge_grad_norm", "train/grad_norm",
+                     "Global gradient norm of the last step (before clipping)."},
+    [G_TOKENS_PER_SEC] = {"llmforge_tokens_per_second", "train/tokens_per_sec",
+                          "Training throughput of the last step in tokens per second."},
     [G_MFU] = {"llmforge_mfu", "train/mfu", "Model FLOPs utilization of the last step (0..1)."},
     [G_LOSS_SCALE] = {"llmforge_loss_scale", "train/loss_scale", "Dynamic loss scale (fp16)."},
     [G_LAST_STEP_TS] = {"llmforge_last_step_timestamp_seconds", NULL, "Unix time at which the last step finished."},
@@ -136,11 +128,11 @@ typedef struct prom_state {
 typedef struct prom_sink {
     lf_obs_sink base;
     lf__http_server *http;
-    int port;               /* the bound port (differs from opts->port when that was 0) */
-    char *base_labels;      /* rank="R",job="J" with J escaped */
+    int port;          /* the bound port (differs from opts->port when that was 0) */
+    char *base_labels; /* rank="R",job="J" with J escaped */
     pthread_mutex_t mu;
     prom_state st;
-    lf__dash *dash;         /* the live dashboard on the same server (NULL: none) */
+    lf__dash *dash; /* the live dashboard on the same server (NULL: none) */
 } prom_sink;
 
 /* ---------------------------------------------------------------- text buffer */
@@ -159,12 +151,9 @@ static void sb_label_value(lf__sb *b, const char *s) {
 
 /* A sample value: %.17g, or NaN / +Inf / -Inf as the format spells them. */
 static void sb_value(lf__sb *b, double v) {
-    if (isnan(v))
-        lf__sb_puts(b, "NaN");
-    else if (isinf(v))
-        lf__sb_puts(b, v > 0 ? "+Inf" : "-Inf");
-    else
-        lf__sb_printf(b, "%.17g", v);
+    if (isnan(v)) lf__sb_puts(b, "NaN");
+    else if (isinf(v)) lf__sb_puts(b, v > 0 ? "+Inf" : "-Inf");
+    else lf__sb_printf(b, "%.17g", v);
 }
 
 /* ---------------------------------------------------------------- rendering */
@@ -228,7 +217,8 @@ static void render(lf__sb *b, const prom_state *st, const char *base) {
     uint64_t cum = 0;
     for (int i = 0; i < PROM_N_BUCKETS; i++) {
         cum += st->bucket[i];
-        lf__sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"%s\"} %llu\n", base, k_le_str[i], (unsigned long long)cum);
+        lf__sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"%s\"} %llu\n", base, k_le_str[i],
+                      (unsigned long long)cum);
     }
     lf__sb_printf(b, "llmforge_step_seconds_bucket{%s,le=\"+Inf\"} %llu\n", base, (unsigned long long)st->hist_count);
     lf__sb_printf(b, "llmforge_step_seconds_sum{%s} ", base);

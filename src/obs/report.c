@@ -57,14 +57,14 @@
 
 #include "dashboard/dash.h"
 
-#define REPORT_MAX_LINE (64u << 10)   /* longer log lines are left out */
-#define REPORT_MAX_EVENTS 20000       /* event records kept (alerts, skips, checkpoints, ...) */
-#define REPORT_MAX_WARN 200           /* warnings kept (the rest are counted) */
-#define REPORT_LOG_WARN 20            /* warnings also logged */
-#define REPORT_MAX_POINTS 1500        /* per series, after downsampling */
-#define REPORT_MAX_SERIES 24          /* per chart (evaluation metrics, compared runs) */
-#define REPORT_MAX_RUNS 16            /* --compare */
-#define REPORT_MAX_FILE (64u << 20)   /* config, state, manifest files read */
+#define REPORT_MAX_LINE (64u << 10) /* longer log lines are left out */
+#define REPORT_MAX_EVENTS 20000     /* event records kept (alerts, skips, checkpoints, ...) */
+#define REPORT_MAX_WARN 200         /* warnings kept (the rest are counted) */
+#define REPORT_LOG_WARN 20          /* warnings also logged */
+#define REPORT_MAX_POINTS 1500      /* per series, after downsampling */
+#define REPORT_MAX_SERIES 24        /* per chart (evaluation metrics, compared runs) */
+#define REPORT_MAX_RUNS 16          /* --compare */
+#define REPORT_MAX_FILE (64u << 20) /* config, state, manifest files read */
 
 /* ---------------------------------------------------------------- warnings */
 
@@ -76,7 +76,8 @@ typedef struct warnings {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void warn(warnings *w, const char *fmt, ...) {
+static void
+warn(warnings *w, const char *fmt, ...) {
     char buf[600];
     va_list ap;
     va_start(ap, fmt);
@@ -163,7 +164,8 @@ cJSON *lf__run_header(const char *run_dir, char *wbuf, size_t wcap) {
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(cfg, "data");
     const char *ds = cJSON_IsObject(data) ? jstr(data, "dataset") : NULL;
     if (ds) cJSON_AddStringToObject(h, "dataset", ds);
-    const cJSON *bf = cJSON_GetObjectItemCaseSensitive(cfg, "bf16"), *fp = cJSON_GetObjectItemCaseSensitive(cfg, "fp16");
+    const cJSON *bf = cJSON_GetObjectItemCaseSensitive(cfg, "bf16"),
+                *fp = cJSON_GetObjectItemCaseSensitive(cfg, "fp16");
     const char *prec = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bf, "enabled"))   ? "bf16"
                        : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fp, "enabled")) ? "fp16"
                                                                                        : "fp32";
@@ -175,25 +177,50 @@ cJSON *lf__run_header(const char *run_dir, char *wbuf, size_t wcap) {
 /* ---------------------------------------------------------------- reading a run */
 
 enum {
-    C_STEP, C_LOSS, C_LR, C_GNORM, C_TPS, C_MS, C_MFU, C_LSCALE, C_DATA, C_FWD, C_BWD, C_OPT, C_COMM, C_RSS,
-    C_PLAN, NCOL
+    C_STEP,
+    C_LOSS,
+    C_LR,
+    C_GNORM,
+    C_TPS,
+    C_MS,
+    C_MFU,
+    C_LSCALE,
+    C_DATA,
+    C_FWD,
+    C_BWD,
+    C_OPT,
+    C_COMM,
+    C_RSS,
+    C_PLAN,
+    NCOL
 };
-static const char *const k_col[NCOL] = {"step", "loss", "lr", "grad_norm", "tokens_per_sec", "ms",
-                                        "train/mfu", "train/loss_scale", "time/data_ms", "time/forward_ms",
-                                        "time/backward_ms", "time/optimizer_ms", "time/comm_ms",
-                                        "memory/rss_bytes", "memory/planned_bytes"};
+static const char *const k_col[NCOL] = {"step",
+                                        "loss",
+                                        "lr",
+                                        "grad_norm",
+                                        "tokens_per_sec",
+                                        "ms",
+                                        "train/mfu",
+                                        "train/loss_scale",
+                                        "time/data_ms",
+                                        "time/forward_ms",
+                                        "time/backward_ms",
+                                        "time/optimizer_ms",
+                                        "time/comm_ms",
+                                        "memory/rss_bytes",
+                                        "memory/planned_bytes"};
 
 typedef struct run_data {
     char dir[4096];
     cJSON *header;
-    cJSON *config;       /* config.resolved.json, or NULL */
+    cJSON *config; /* config.resolved.json, or NULL */
     double *col[NCOL];
-    size_t n, cap;       /* train records */
-    cJSON *evals;        /* eval records, step order */
-    cJSON *events;       /* every other record, step order */
+    size_t n, cap; /* train records */
+    cJSON *evals;  /* eval records, step order */
+    cJSON *events; /* every other record, step order */
     long events_dropped;
     long records, lines;
-    long last_step;      /* of the last record kept */
+    long last_step; /* of the last record kept */
     int resumes;
     warnings w;
 } run_data;
@@ -274,8 +301,9 @@ static lf_status read_log(run_data *r) {
     char path[4200];
     snprintf(path, sizeof path, "%s/log.jsonl", r->dir);
     FILE *f = fopen(path, "rb");
-    if (!f) return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "report: cannot open '%s': %s", path,
-                           strerror(errno));
+    if (!f)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "report: cannot open '%s': %s", path,
+                       strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -475,15 +503,15 @@ static void downsample(series *s) {
     size_t out = 0, lo = SIZE_MAX, hi = SIZE_MAX;
     int bucket = -1;
     double *nx = s->x, *ny = s->y; /* writing never overtakes reading: out <= i */
-#define FLUSH()                                                                                                    \
-    do {                                                                                                           \
-        if (lo != SIZE_MAX) {                                                                                      \
-            size_t a = lo < hi ? lo : hi, z = lo < hi ? hi : lo;                                                   \
-            double ax = s->x[a], ay = s->y[a], zx = s->x[z], zy = s->y[z];                                         \
-            nx[out] = ax, ny[out] = ay, out++;                                                                     \
-            if (z != a) nx[out] = zx, ny[out] = zy, out++;                                                         \
-        }                                                                                                          \
-        lo = hi = SIZE_MAX;                                                                                        \
+#define FLUSH() \
+    do { \
+        if (lo != SIZE_MAX) { \
+            size_t a = lo < hi ? lo : hi, z = lo < hi ? hi : lo; \
+            double ax = s->x[a], ay = s->y[a], zx = s->x[z], zy = s->y[z]; \
+            nx[out] = ax, ny[out] = ay, out++; \
+            if (z != a) nx[out] = zx, ny[out] = zy, out++; \
+        } \
+        lo = hi = SIZE_MAX; \
     } while (0)
     for (size_t i = 0; i < s->n; i++) {
         int k = (int)((s->x[i] - x0) / w * nb);
@@ -548,7 +576,8 @@ static void chart_svg(lf__sb *b, chart *c, int standalone) {
         if (c->m[i].x > x1) x1 = c->m[i].x;
     }
     const int height = CH + CLEG + (standalone ? 24 : 0);
-    lf__sb_printf(b, "<svg %sclass=\"chart\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" data-chart=\"",
+    lf__sb_printf(b,
+                  "<svg %sclass=\"chart\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" data-chart=\"",
                   standalone ? "xmlns=\"http://www.w3.org/2000/svg\" " : "", CW, height, CW, height);
     lf__sb_html(b, c->id);
     lf__sb_puts(b, "\" font-family=\"system-ui, sans-serif\" font-size=\"11\"");
@@ -562,7 +591,8 @@ static void chart_svg(lf__sb *b, chart *c, int standalone) {
         lf__sb_puts(&b2, "</text><g transform=\"translate(0,24)\">");
     }
     if (!any) {
-        lf__sb_printf(&b2, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#98a2b3\" font-size=\"13\">no data</text>",
+        lf__sb_printf(&b2,
+                      "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#98a2b3\" font-size=\"13\">no data</text>",
                       CW / 2, CH / 2);
     } else {
         if (x1 == x0) x0 -= 1, x1 += 1;
@@ -575,7 +605,7 @@ static void chart_svg(lf__sb *b, chart *c, int standalone) {
         ly0 -= pad;
         ly1 += pad;
         if (!c->ylog && y0 >= 0 && ly0 < 0) ly0 = 0;
-#define SX(v) (CML + ((v) - x0) / (x1 - x0) * (CW - CML - CMR))
+#define SX(v) (CML + ((v)-x0) / (x1 - x0) * (CW - CML - CMR))
 #define SY(v) (CMT + (1 - ((c->ylog ? log10(v) : (v)) - ly0) / (ly1 - ly0)) * (CH - CMT - CMB))
         double t[32];
         int nt;
@@ -616,23 +646,30 @@ static void chart_svg(lf__sb *b, chart *c, int standalone) {
             lf__sb_printf(&b2, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", x, CH - CMB + 15, num);
         }
         lf__sb_printf(&b2, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step</text></g>", CW - CMR, CH - 2);
-        lf__sb_printf(&b2, "<g stroke=\"#98a2b3\"><line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\"/><line x1=\"%d\" "
-                           "x2=\"%d\" y1=\"%d\" y2=\"%d\"/></g>",
+        lf__sb_printf(&b2,
+                      "<g stroke=\"#98a2b3\"><line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\"/><line x1=\"%d\" "
+                      "x2=\"%d\" y1=\"%d\" y2=\"%d\"/></g>",
                       CML, CW - CMR, CH - CMB, CH - CMB, CML, CML, CMT, CH - CMB);
         for (int i = 0; i < c->nm; i++) {
             const marker *m = &c->m[i];
             double x = SX(m->x);
             switch (m->kind) {
             case MK_RESUME:
-                lf__sb_printf(&b2, "<line class=\"mk-resume\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#1f6feb\" "
-                                   "stroke-dasharray=\"4 3\">", x, x, CMT, CH - CMB);
+                lf__sb_printf(
+                    &b2,
+                    "<line class=\"mk-resume\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#1f6feb\" "
+                    "stroke-dasharray=\"4 3\">",
+                    x, x, CMT, CH - CMB);
                 break;
             case MK_CHECKPOINT:
-                lf__sb_printf(&b2, "<path class=\"mk-checkpoint\" d=\"M%.1f %dl-4 7h8z\" fill=\"#667085\">", x, CH - CMB);
+                lf__sb_printf(&b2, "<path class=\"mk-checkpoint\" d=\"M%.1f %dl-4 7h8z\" fill=\"#667085\">", x,
+                              CH - CMB);
                 break;
             case MK_SKIP:
-                lf__sb_printf(&b2, "<line class=\"mk-skip\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#7a5af8\" "
-                                   "stroke-opacity=\"0.6\">", x, x, CMT, CH - CMB);
+                lf__sb_printf(&b2,
+                              "<line class=\"mk-skip\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#7a5af8\" "
+                              "stroke-opacity=\"0.6\">",
+                              x, x, CMT, CH - CMB);
                 break;
             default:
                 lf__sb_printf(&b2, "<path class=\"mk-alert\" d=\"M%.1f %dl-5 -9h10z\" fill=\"#d92d20\">", x, CMT + 9);
@@ -659,8 +696,9 @@ static void chart_svg(lf__sb *b, chart *c, int standalone) {
             }
             if (n == 1) lf__sb_puts(&path, "h0.01");
             if (n > 0 && !path.failed) {
-                lf__sb_printf(&b2, "<path data-series=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
-                                   "stroke-linejoin=\"round\" stroke-linecap=\"round\"%s d=\"",
+                lf__sb_printf(&b2,
+                              "<path data-series=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
+                              "stroke-linejoin=\"round\" stroke-linecap=\"round\"%s d=\"",
                               i, k_colors[i % N_COLORS], s->dash ? " stroke-dasharray=\"5 3\"" : "");
                 lf__sb_put(&b2, path.p, path.len);
                 lf__sb_puts(&b2, "\"><title>");
@@ -697,8 +735,10 @@ static void chart_svg(lf__sb *b, chart *c, int standalone) {
                 lx = 8;
                 ly += 15;
             }
-            lf__sb_printf(&b2, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                               "fill=\"#475467\">", lx, ly + 4, color, lx + 16, ly + 8);
+            lf__sb_printf(&b2,
+                          "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
+                          "fill=\"#475467\">",
+                          lx, ly + 4, color, lx + 16, ly + 8);
             lf__sb_html(&b2, lt);
             lf__sb_puts(&b2, "</text>");
             lx += w;
@@ -772,11 +812,13 @@ static void build_run_charts(const run_data *r, chart *ch) {
         double s = jnum(it, "step");
         if (!t || !isfinite(s)) continue;
         if (!strcmp(t, "alert")) {
-            snprintf(label, sizeof label, "step %.0f: alert %s (%s): %s", s + 1, jstr(it, "kind") ? jstr(it, "kind") : "?",
-                     jstr(it, "action") ? jstr(it, "action") : "?", jstr(it, "message") ? jstr(it, "message") : "");
+            snprintf(label, sizeof label, "step %.0f: alert %s (%s): %s", s + 1,
+                     jstr(it, "kind") ? jstr(it, "kind") : "?", jstr(it, "action") ? jstr(it, "action") : "?",
+                     jstr(it, "message") ? jstr(it, "message") : "");
             (void)push_marker(c, &mcap, s + 1, MK_ALERT, label);
         } else if (!strcmp(t, "skipped_step")) {
-            snprintf(label, sizeof label, "step %.0f skipped: %s", s + 1, jstr(it, "reason") ? jstr(it, "reason") : "?");
+            snprintf(label, sizeof label, "step %.0f skipped: %s", s + 1,
+                     jstr(it, "reason") ? jstr(it, "reason") : "?");
             (void)push_marker(c, &mcap, s + 1, MK_SKIP, label);
         } else if (!strcmp(t, "resume")) {
             snprintf(label, sizeof label, "resumed at step %.0f from %s", s, jstr(it, "path") ? jstr(it, "path") : "?");
@@ -887,8 +929,9 @@ static void html_footer(lf__sb *b, const char *what) {
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
     lf__sb_puts(b, "<footer>written by llmforge (");
     lf__sb_html(b, what);
-    lf__sb_printf(b, ") at %s; one self-contained file: inline SVG and CSS, no script, nothing fetched.</footer>\n"
-                     "</body></html>\n",
+    lf__sb_printf(b,
+                  ") at %s; one self-contained file: inline SVG and CSS, no script, nothing fetched.</footer>\n"
+                  "</body></html>\n",
                   when);
 }
 
@@ -1078,14 +1121,15 @@ static void eval_section(lf__sb *b, const run_data *r) {
     cJSON_ArrayForEach(it, r->evals) {
         /* at most 200 rows: the first 100 and the last 100 */
         if (ne > 200 && shown >= 100 && shown < ne - 100) {
-            if (shown == 100) lf__sb_printf(b, "<tr><td colspan=\"%d\" class=\"muted\">… %d more …</td></tr>", nk + 4, ne - 200);
+            if (shown == 100)
+                lf__sb_printf(b, "<tr><td colspan=\"%d\" class=\"muted\">… %d more …</td></tr>", nk + 4, ne - 200);
             shown++;
             continue;
         }
         shown++;
         double v = jnum(it, "val_loss");
-        lf__sb_printf(b, "<tr%s><td class=\"num\">%.0f</td><td class=\"num\">", isfinite(v) && v == best ? " class=\"best\"" : "",
-                      jnum(it, "step"));
+        lf__sb_printf(b, "<tr%s><td class=\"num\">%.0f</td><td class=\"num\">",
+                      isfinite(v) && v == best ? " class=\"best\"" : "", jnum(it, "step"));
         put_num(b, jnum(it, "train_loss"));
         lf__sb_puts(b, "</td><td class=\"num\">");
         put_num(b, v);
@@ -1107,7 +1151,8 @@ static void eval_section(lf__sb *b, const run_data *r) {
         const cJSON *mo = cJSON_GetObjectItemCaseSensitive(it, "metrics");
         if (!t || strcmp(t, "eval_suite") != 0 || !cJSON_IsObject(mo)) continue;
         if (!header) {
-            lf__sb_puts(b, "<h2>eval.suite on checkpoints</h2><table><tr><th>step</th><th>metric</th><th>value</th></tr>");
+            lf__sb_puts(b,
+                        "<h2>eval.suite on checkpoints</h2><table><tr><th>step</th><th>metric</th><th>value</th></tr>");
             header = 1;
         }
         const cJSON *kv;
@@ -1273,7 +1318,9 @@ static void checkpoints_section(lf__sb *b, run_data *r, const char *registry_jso
     }
     lf__sb_puts(b, "; latest: <b>");
     lf__sb_html(b, latest[0] ? latest : "–");
-    lf__sb_puts(b, "</b></p><table><tr><th></th><th>checkpoint</th><th>step</th><th>state</th><th>train loss</th><th>val loss</th>");
+    lf__sb_puts(
+        b,
+        "</b></p><table><tr><th></th><th>checkpoint</th><th>step</th><th>state</th><th>train loss</th><th>val loss</th>");
     for (int k = 0; k < nk; k++) {
         lf__sb_puts(b, "<th>");
         lf__sb_html(b, keys[k] + 5);
@@ -1401,8 +1448,10 @@ static void memory_section(lf__sb *b, const run_data *r) {
     char a[64], c2[64];
     fmt_bytes(a, sizeof a, plan);
     fmt_bytes(c2, sizeof c2, peak);
-    lf__sb_printf(b, "<p>planned <b>%s</b>, peak RSS <b>%s</b> (rank 0; RSS also counts the program, its libraries "
-                     "and the data loader's ring)</p>", a, c2);
+    lf__sb_printf(b,
+                  "<p>planned <b>%s</b>, peak RSS <b>%s</b> (rank 0; RSS also counts the program, its libraries "
+                  "and the data loader's ring)</p>",
+                  a, c2);
     if (!cJSON_IsObject(mp)) {
         lf__sb_puts(b, "<p class=\"muted\">the log has no run_info record with the plan's items (a run from before "
                        "llmforge logged it)</p></section>\n");
@@ -1586,8 +1635,9 @@ lf_status lf_report_write(const char *run_dir, const lf_report_opts *opts, lf_re
     snprintf(title, sizeof title, "%s", o.title && o.title[0] ? o.title : r.dir);
     chart ch[N_RUN_CHARTS];
     build_run_charts(&r, ch);
-    if (r.events_dropped) warn(&r.w, "log.jsonl: %ld event records beyond the first %d are not shown", r.events_dropped,
-                               REPORT_MAX_EVENTS);
+    if (r.events_dropped)
+        warn(&r.w, "log.jsonl: %ld event records beyond the first %d are not shown", r.events_dropped,
+             REPORT_MAX_EVENTS);
     lf__sb b = {0};
     lf__sb body = {0}; /* sections that may add warnings come first, the warnings box is placed before them */
     int with_data = 0;
@@ -1717,8 +1767,9 @@ lf_status lf_report_compare(const char *const *run_dirs, int n, const lf_report_
             if (isfinite(v) && v < best) best = v;
         }
         const cJSON *end = last_event(&r[i], "end");
-        lf__sb_printf(&b, "<tr><td><span style=\"display:inline-block;width:12px;height:3px;background:%s\"></span></td><td>",
-                      k_colors[i % N_COLORS]);
+        lf__sb_printf(
+            &b, "<tr><td><span style=\"display:inline-block;width:12px;height:3px;background:%s\"></span></td><td>",
+            k_colors[i % N_COLORS]);
         lf__sb_html(&b, r[i].dir);
         lf__sb_puts(&b, "</td><td class=\"num\">");
         put_num(&b, r[i].n ? r[i].col[C_STEP][r[i].n - 1] : NAN);
@@ -1748,7 +1799,8 @@ lf_status lf_report_compare(const char *const *run_dirs, int n, const lf_report_
         const cJSON *kv;
         cJSON_ArrayForEach(kv, flat[i]) {
             int seen_before = 0;
-            for (int j = 0; j < i && !seen_before; j++) seen_before = cJSON_GetObjectItemCaseSensitive(flat[j], kv->string) != NULL;
+            for (int j = 0; j < i && !seen_before; j++)
+                seen_before = cJSON_GetObjectItemCaseSensitive(flat[j], kv->string) != NULL;
             if (seen_before) continue;
             int differs = 0;
             for (int j = 0; j < n && !differs; j++) {
@@ -1769,7 +1821,8 @@ lf_status lf_report_compare(const char *const *run_dirs, int n, const lf_report_
             lf__sb_puts(&b, "</tr>");
         }
     }
-    if (!ndiff) lf__sb_printf(&b, "<tr><td colspan=\"%d\" class=\"muted\">none: the same configuration</td></tr>", n + 1);
+    if (!ndiff)
+        lf__sb_printf(&b, "<tr><td colspan=\"%d\" class=\"muted\">none: the same configuration</td></tr>", n + 1);
     lf__sb_puts(&b, "</table></section></main>\n");
     for (int i = 0; i < n; i++) cJSON_Delete(flat[i]);
     html_footer(&b, "report --compare");

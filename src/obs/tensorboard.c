@@ -389,10 +389,8 @@ lf_status lf_obs_tensorboard_open(lf_obs_sink **out, const char *dir, const char
     /* Another writer may already use this second's name (two sinks, a
      * restart): take the next free suffix instead of overwriting it. */
     for (int k = 0; k < 100; k++) {
-        if (k == 0)
-            snprintf(path, pn, "%s/events.out.tfevents.%010ld.%s", full, secs, host);
-        else
-            snprintf(path, pn, "%s/events.out.tfevents.%010ld.%s.%d", full, secs, host, k);
+        if (k == 0) snprintf(path, pn, "%s/events.out.tfevents.%010ld.%s", full, secs, host);
+        else snprintf(path, pn, "%s/events.out.tfevents.%010ld.%s.%d", full, secs, host, k);
         int exists;
         st = tb_create(out, path, 1, &exists, now, flush_secs);
         if (st == LF_OK || !exists) break;

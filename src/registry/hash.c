@@ -48,8 +48,9 @@ static lf_status list_files(const char *dir, const char *suffix, char ***names, 
     *names = NULL;
     *n = 0;
     DIR *d = opendir(dir);
-    if (!d) return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open directory '%s': %s", dir,
-                           strerror(errno));
+    if (!d)
+        return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "cannot open directory '%s': %s", dir,
+                       strerror(errno));
     char **v = calloc((size_t)cap, sizeof *v);
     if (!v) {
         closedir(d);
@@ -272,4 +273,3 @@ void lf__reg_latest_name(const char *ckpt_root, char *out, size_t cap) {
     }
     lf_free(text);
 }
-

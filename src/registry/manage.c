@@ -54,7 +54,8 @@ static lf_status ckpt_exists(lf_registry *r, int64_t id) {
     int rc = sqlite3_step(s);
     sqlite3_finalize(s);
     if (rc == SQLITE_ROW) return LF_OK;
-    if (rc == SQLITE_DONE) return lf_fail(LF_ERR_NOT_FOUND, "registry '%s': no checkpoint c%lld", r->path, (long long)id);
+    if (rc == SQLITE_DONE)
+        return lf_fail(LF_ERR_NOT_FOUND, "registry '%s': no checkpoint c%lld", r->path, (long long)id);
     return lf__reg_fail(r, "cannot read a checkpoint");
 }
 
@@ -122,7 +123,8 @@ lf_status lf_registry_untag(lf_registry *r, int64_t ckpt, const char *name) {
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) st = lf__reg_fail(r, "cannot untag");
     else if (sqlite3_changes(r->db) == 0)
-        st = lf_fail(LF_ERR_NOT_FOUND, "registry '%s': checkpoint c%lld has no tag '%s'", r->path, (long long)ckpt, name);
+        st = lf_fail(LF_ERR_NOT_FOUND, "registry '%s': checkpoint c%lld has no tag '%s'", r->path, (long long)ckpt,
+                     name);
     if (st != LF_OK) {
         lf__reg_rollback(r);
         return st;
@@ -325,8 +327,9 @@ lf_status lf_registry_gc(lf_registry *r, const lf_registry_gc_opts *o, char **js
         }
         char sha[65], model_sha[65];
         if (lf__reg_ckpt_files(e->path, sha, model_sha, NULL) != LF_OK || strcmp(model_sha, e->model_sha) != 0) {
-            gc_report(skipped, e, "the directory does not hold the recorded checkpoint (model hash differs or "
-                                  "trainer_state.json unreadable)");
+            gc_report(skipped, e,
+                      "the directory does not hold the recorded checkpoint (model hash differs or "
+                      "trainer_state.json unreadable)");
             continue;
         }
         if (o->dry_run) {
@@ -401,8 +404,8 @@ static lf_status walk(const char *dir, int depth, found_list *out) {
     }
     if (depth >= RELINK_DEPTH) return LF_OK;
     DIR *d = opendir(dir);
-    if (!d) return depth == 0 ? lf_fail(LF_ERR_NOT_FOUND, "cannot open directory '%s': %s", dir, strerror(errno))
-                              : LF_OK;
+    if (!d)
+        return depth == 0 ? lf_fail(LF_ERR_NOT_FOUND, "cannot open directory '%s': %s", dir, strerror(errno)) : LF_OK;
     struct dirent *de;
     lf_status st = LF_OK;
     while (st == LF_OK && (de = readdir(d)) != NULL) {

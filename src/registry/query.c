@@ -130,8 +130,9 @@ cJSON *lf__reg_ckpt_json(lf_registry *r, int64_t id, lf_status *st) {
     int rc = sqlite3_step(s);
     if (rc != SQLITE_ROW) {
         sqlite3_finalize(s);
-        *st = rc == SQLITE_DONE ? lf_fail(LF_ERR_NOT_FOUND, "registry '%s': no checkpoint c%lld", r->path, (long long)id)
-                                : lf__reg_fail(r, "cannot read a checkpoint");
+        *st = rc == SQLITE_DONE
+                  ? lf_fail(LF_ERR_NOT_FOUND, "registry '%s': no checkpoint c%lld", r->path, (long long)id)
+                  : lf__reg_fail(r, "cannot read a checkpoint");
         return NULL;
     }
     cJSON *o = cJSON_CreateObject();
@@ -244,25 +245,31 @@ lf_status lf_registry_find(lf_registry *r, const char *ref, int64_t *ckpt_id) {
         char abs[REG_PATH_MAX], dir[REG_PATH_MAX];
         lf__reg_abspath(ref, abs, sizeof abs);
         if ((st = one_id(r, "SELECT id FROM checkpoints WHERE path = ? ORDER BY id DESC LIMIT 1", abs, 0, ckpt_id)) !=
-                LF_OK || *ckpt_id)
+                LF_OK ||
+            *ckpt_id)
             return st;
         step_dir_of(abs, dir, sizeof dir);
         if (dir[0]) {
             char a2[REG_PATH_MAX];
             lf__reg_abspath(dir, a2, sizeof a2);
             if ((st = one_id(r, "SELECT id FROM checkpoints WHERE path = ? ORDER BY id DESC LIMIT 1", a2, 0,
-                             ckpt_id)) != LF_OK || *ckpt_id)
+                             ckpt_id)) != LF_OK ||
+                *ckpt_id)
                 return st;
         }
         /* a run directory the registry knows: its latest */
-        if ((st = one_id(r, "SELECT c.id FROM checkpoints c JOIN runs r ON r.id = c.run_id WHERE r.out_dir = ? AND "
-                            "c.is_latest ORDER BY c.id DESC LIMIT 1", abs, 0, ckpt_id)) != LF_OK || *ckpt_id)
+        if ((st = one_id(r,
+                         "SELECT c.id FROM checkpoints c JOIN runs r ON r.id = c.run_id WHERE r.out_dir = ? AND "
+                         "c.is_latest ORDER BY c.id DESC LIMIT 1",
+                         abs, 0, ckpt_id)) != LF_OK ||
+            *ckpt_id)
             return st;
         /* a checkpoint that moved: by its model hash */
         char sha[65], model_sha[65];
         if (dir[0] && lf__reg_ckpt_files(dir, sha, model_sha, NULL) == LF_OK) {
-            if ((st = one_id(r, "SELECT id FROM checkpoints WHERE model_sha256 = ? ORDER BY id DESC LIMIT 1",
-                             model_sha, 0, ckpt_id)) != LF_OK || *ckpt_id)
+            if ((st = one_id(r, "SELECT id FROM checkpoints WHERE model_sha256 = ? ORDER BY id DESC LIMIT 1", model_sha,
+                             0, ckpt_id)) != LF_OK ||
+                *ckpt_id)
                 return st;
         }
         return lf_fail(LF_ERR_NOT_FOUND, "registry '%s' knows no checkpoint at '%s'%s", r->path, ref,
@@ -276,7 +283,8 @@ lf_status lf_registry_find(lf_registry *r, const char *ref, int64_t *ckpt_id) {
     int n = 0, rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         id = sqlite3_column_int64(s, 0);
-        if (at < sizeof list - 24) at += (size_t)snprintf(list + at, sizeof list - at, "%sc%lld", n ? ", " : "", (long long)id);
+        if (at < sizeof list - 24)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%sc%lld", n ? ", " : "", (long long)id);
         n++;
     }
     sqlite3_finalize(s);
@@ -310,8 +318,10 @@ lf_status lf_registry_list_json(lf_registry *r, const lf_registry_filter *f, cha
         if ((unsigned)f->where[i].op > LF_REGISTRY_NE)
             return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_list_json: bad operator");
         const char *op = f->where[i].op == LF_REGISTRY_EQ ? "=" : lf_registry_op_name(f->where[i].op);
-        at += (size_t)snprintf(sql + at, sizeof sql - at, " AND EXISTS (SELECT 1 FROM metrics m WHERE m.ckpt_id = "
-                               "c.id AND m.name = ? AND m.value IS NOT NULL AND m.value %s ?)", op);
+        at += (size_t)snprintf(sql + at, sizeof sql - at,
+                               " AND EXISTS (SELECT 1 FROM metrics m WHERE m.ckpt_id = "
+                               "c.id AND m.name = ? AND m.value IS NOT NULL AND m.value %s ?)",
+                               op);
     }
     snprintf(sql + at, sizeof sql - at, " ORDER BY c.id");
     sqlite3_stmt *s = lf__reg_prepare(r, sql);
@@ -409,13 +419,14 @@ static cJSON *run_json(lf_registry *r, int64_t run, lf_status *st) {
     cJSON_AddStringToObject(o, "host", lf__reg_text(s, 5));
     cJSON_AddNumberToObject(o, "pid", (double)sqlite3_column_int64(s, 6));
     cJSON_AddNumberToObject(o, "world_size", (double)sqlite3_column_int64(s, 7));
-    static const char *const more[] = {"code_version", "config_hash",    "dataset",
-                                       "dataset_hash", "tokenizer",      "tokenizer_hash"};
+    static const char *const more[] = {"code_version", "config_hash", "dataset",
+                                       "dataset_hash", "tokenizer",   "tokenizer_hash"};
     for (int i = 0; i < 6; i++) cJSON_AddStringToObject(o, more[i], lf__reg_text(s, 8 + i));
     for (int i = 0; i < 2; i++) /* NULL: not started by a sweep */
         cJSON_AddItemToObject(o, i ? "sweep_trial" : "sweep",
-                              sqlite3_column_type(s, 15 + i) == SQLITE_NULL ? cJSON_CreateNull()
-                                                                            : cJSON_CreateString(lf__reg_text(s, 15 + i)));
+                              sqlite3_column_type(s, 15 + i) == SQLITE_NULL
+                                  ? cJSON_CreateNull()
+                                  : cJSON_CreateString(lf__reg_text(s, 15 + i)));
     cJSON *cfg = cJSON_Parse(lf__reg_text(s, 14));
     cJSON_AddItemToObject(o, "config", cfg ? cfg : cJSON_CreateNull());
     sqlite3_finalize(s);
@@ -458,7 +469,8 @@ lf_status lf_registry_show_json(lf_registry *r, int64_t ckpt, char **json) {
     lf_status st;
     cJSON *o = lf__reg_ckpt_json(r, ckpt, &st);
     if (!o) return st;
-    sqlite3_stmt *s = lf__reg_prepare(r, "SELECT sha256, model_sha256, files_json, run_id FROM checkpoints WHERE id = ?");
+    sqlite3_stmt *s = lf__reg_prepare(r,
+                                      "SELECT sha256, model_sha256, files_json, run_id FROM checkpoints WHERE id = ?");
     if (!s) {
         cJSON_Delete(o);
         return r->last;
@@ -513,7 +525,8 @@ lf_status lf_registry_lineage_json(lf_registry *r, int64_t ckpt, char **json) {
         if (!c) break;
         cJSON *e = cJSON_CreateObject();
         static const char *const keep[] = {"id", "run", "step", "path"};
-        for (int i = 0; i < 4; i++) cJSON_AddItemToObject(e, keep[i], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, keep[i]), 1));
+        for (int i = 0; i < 4; i++)
+            cJSON_AddItemToObject(e, keep[i], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, keep[i]), 1));
         cJSON_AddBoolToObject(e, "removed", !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, "removed")));
         cJSON_Delete(c);
         cJSON_AddItemToArray(chain, e);
@@ -526,7 +539,7 @@ lf_status lf_registry_lineage_json(lf_registry *r, int64_t ckpt, char **json) {
             const cJSON *ext = cJSON_GetObjectItemCaseSensitive(edge, "external");
             origin = cJSON_IsString(ext) && !strcmp(ext->valuestring, "hf")     ? "hf"
                      : cJSON_IsString(ext) && !strcmp(ext->valuestring, "file") ? "file"
-                                                                                 : "unregistered";
+                                                                                : "unregistered";
         }
         cur = parent;
     }
@@ -600,12 +613,14 @@ static cJSON *edge_str(const cJSON *run) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(run, "parent");
     if (!cJSON_IsObject(p)) return cJSON_CreateString("scratch");
     char b[REG_PATH_MAX + 64];
-    const cJSON *par = cJSON_GetObjectItemCaseSensitive(p, "parent"), *ext = cJSON_GetObjectItemCaseSensitive(p, "external");
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(p, "parent"),
+                *ext = cJSON_GetObjectItemCaseSensitive(p, "external");
     if (cJSON_IsString(par))
         snprintf(b, sizeof b, "%s %s", cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring, par->valuestring);
     else
         snprintf(b, sizeof b, "%s %s %s", cJSON_GetObjectItemCaseSensitive(p, "kind")->valuestring,
-                 cJSON_IsString(ext) ? ext->valuestring : "?", cJSON_GetObjectItemCaseSensitive(p, "path")->valuestring);
+                 cJSON_IsString(ext) ? ext->valuestring : "?",
+                 cJSON_GetObjectItemCaseSensitive(p, "path")->valuestring);
     return cJSON_CreateString(b);
 }
 
@@ -635,7 +650,8 @@ lf_status lf_registry_diff_json(lf_registry *r, int64_t a, int64_t b, char **jso
     cJSON *ja, *jb;
     lf_status st = two_shows(r, a, b, &ja, &jb);
     if (st != LF_OK) return st;
-    cJSON *ra = cJSON_GetObjectItemCaseSensitive(ja, "run_record"), *rb = cJSON_GetObjectItemCaseSensitive(jb, "run_record");
+    cJSON *ra = cJSON_GetObjectItemCaseSensitive(ja, "run_record"),
+          *rb = cJSON_GetObjectItemCaseSensitive(jb, "run_record");
     leaves la = {0}, lb = {0};
     st = flatten(cJSON_GetObjectItemCaseSensitive(ra, "config"), "", &la, 0);
     if (st == LF_OK) st = flatten(cJSON_GetObjectItemCaseSensitive(rb, "config"), "", &lb, 0);
@@ -661,17 +677,19 @@ lf_status lf_registry_diff_json(lf_registry *r, int64_t a, int64_t b, char **jso
                 j++;
             }
         }
-        static const char *const keys[] = {"dataset", "dataset_hash", "tokenizer", "tokenizer_hash", "code_version",
-                                           "world_size"};
+        static const char *const keys[] = {"dataset",        "dataset_hash", "tokenizer",
+                                           "tokenizer_hash", "code_version", "world_size"};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-            const cJSON *x = cJSON_GetObjectItemCaseSensitive(ra, keys[k]), *y = cJSON_GetObjectItemCaseSensitive(rb, keys[k]);
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(ra, keys[k]),
+                        *y = cJSON_GetObjectItemCaseSensitive(rb, keys[k]);
             if (!same_item(x, y)) add_pair(data, keys[k], x, y);
         }
         cJSON *ea = edge_str(ra), *eb = edge_str(rb);
         if (!same_item(ea, eb)) add_pair(data, "parent", ea, eb);
         cJSON_Delete(ea);
         cJSON_Delete(eb);
-        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(ja, "step"), *sb = cJSON_GetObjectItemCaseSensitive(jb, "step");
+        const cJSON *sa = cJSON_GetObjectItemCaseSensitive(ja, "step"),
+                    *sb = cJSON_GetObjectItemCaseSensitive(jb, "step");
         if (!same_item(sa, sb)) add_pair(data, "step", sa, sb);
         st = lf__reg_print(root, json);
     }
@@ -709,8 +727,7 @@ lf_status lf_registry_compare_json(lf_registry *r, int64_t a, int64_t b, char **
             cJSON_AddItemToObject(e, "b", y ? cJSON_Duplicate(y->item, 1) : cJSON_CreateNull());
             if (x && y && cJSON_IsNumber(x->item) && cJSON_IsNumber(y->item))
                 cJSON_AddNumberToObject(e, "delta", y->item->valuedouble - x->item->valuedouble);
-            else
-                cJSON_AddNullToObject(e, "delta");
+            else cJSON_AddNullToObject(e, "delta");
             cJSON_AddItemToArray(arr, e);
             if (x) i++;
             if (y) j++;

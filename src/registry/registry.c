@@ -127,8 +127,9 @@ static const char *const k_migrations[LF_REGISTRY_SCHEMA_VERSION] = {
 };
 
 /* The tables each version must hold (a damaged or foreign file lacks some). */
-static const char *const k_tables[LF_REGISTRY_SCHEMA_VERSION + 1] = {
-    "", "runs checkpoints edges tags", "runs checkpoints edges tags metrics", "runs checkpoints edges tags metrics"};
+static const char *const k_tables[LF_REGISTRY_SCHEMA_VERSION + 1] = {"", "runs checkpoints edges tags",
+                                                                     "runs checkpoints edges tags metrics",
+                                                                     "runs checkpoints edges tags metrics"};
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -137,10 +138,16 @@ lf_status lf__reg_fail(lf_registry *r, const char *what) {
     const char *msg = r->db ? sqlite3_errmsg(r->db) : "cannot open";
     lf_status st;
     switch (code) {
-    case SQLITE_BUSY: case SQLITE_LOCKED: st = LF_ERR_BUSY; break;
-    case SQLITE_NOTADB: case SQLITE_CORRUPT: case SQLITE_SCHEMA: case SQLITE_ERROR: st = LF_ERR_FORMAT; break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: st = LF_ERR_BUSY; break;
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+    case SQLITE_SCHEMA:
+    case SQLITE_ERROR: st = LF_ERR_FORMAT; break;
     case SQLITE_NOMEM: st = LF_ERR_NOMEM; break;
-    case SQLITE_CONSTRAINT: case SQLITE_MISMATCH: case SQLITE_RANGE: st = LF_ERR_INVALID_ARG; break;
+    case SQLITE_CONSTRAINT:
+    case SQLITE_MISMATCH:
+    case SQLITE_RANGE: st = LF_ERR_INVALID_ARG; break;
     default: st = LF_ERR_IO; break; /* READONLY, CANTOPEN, IOERR, FULL, PERM, ... */
     }
     r->last = st;
@@ -212,12 +219,9 @@ lf_status lf_registry_path_resolve(const char *configured, char *out, size_t cap
     if (!out || cap == 0) return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_path_resolve: no output buffer");
     const char *env = getenv(LF_REGISTRY_ENV), *home = getenv("HOME");
     int n;
-    if (configured && *configured)
-        n = snprintf(out, cap, "%s", configured);
-    else if (env && *env)
-        n = snprintf(out, cap, "%s", env);
-    else if (home && *home)
-        n = snprintf(out, cap, "%s/.local/share/llmforge/registry.db", home);
+    if (configured && *configured) n = snprintf(out, cap, "%s", configured);
+    else if (env && *env) n = snprintf(out, cap, "%s", env);
+    else if (home && *home) n = snprintf(out, cap, "%s/.local/share/llmforge/registry.db", home);
     else
         return lf_fail(LF_ERR_NOT_FOUND, "no registry file: registry.path and %s are unset and so is HOME",
                        LF_REGISTRY_ENV);
@@ -261,11 +265,15 @@ static lf_status migrate(lf_registry *r, int target) {
     if (st == LF_OK) st = query_int(r, "PRAGMA application_id", &app, "cannot read the application id");
     if (st != LF_OK) return st;
     if (app != 0 && app != LF_REG_APP_ID)
-        return lf_fail(LF_ERR_FORMAT, "registry '%s' is a SQLite database of another application (application_id "
-                       "0x%llx)", r->path, (unsigned long long)app);
+        return lf_fail(LF_ERR_FORMAT,
+                       "registry '%s' is a SQLite database of another application (application_id "
+                       "0x%llx)",
+                       r->path, (unsigned long long)app);
     if (ver > LF_REGISTRY_SCHEMA_VERSION)
-        return lf_fail(LF_ERR_UNSUPPORTED, "registry '%s' has schema version %lld; this build knows versions up to %d "
-                       "(a newer llmforge wrote it)", r->path, ver, LF_REGISTRY_SCHEMA_VERSION);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "registry '%s' has schema version %lld; this build knows versions up to %d "
+                       "(a newer llmforge wrote it)",
+                       r->path, ver, LF_REGISTRY_SCHEMA_VERSION);
     if (ver < 0) return lf_fail(LF_ERR_FORMAT, "registry '%s': schema version %lld", r->path, ver);
     if (ver >= target) return check_tables(r, (int)ver);
     if ((st = lf__reg_begin(r)) != LF_OK) return st;
@@ -275,8 +283,10 @@ static lf_status migrate(lf_registry *r, int target) {
         st = query_int(r, "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'", &ntab,
                        "cannot read the schema");
         if (st == LF_OK && ntab > 0)
-            st = lf_fail(LF_ERR_FORMAT, "registry '%s' is a SQLite database with %lld tables of its own and no "
-                         "llmforge schema version: not a registry", r->path, ntab);
+            st = lf_fail(LF_ERR_FORMAT,
+                         "registry '%s' is a SQLite database with %lld tables of its own and no "
+                         "llmforge schema version: not a registry",
+                         r->path, ntab);
     }
     for (int v = (int)ver; st == LF_OK && v < target; v++) {
         char what[64];
@@ -339,8 +349,10 @@ static lf_status open_at(lf_registry **out, const char *path, unsigned flags, in
         goto fail;
     }
     if (!wal) {
-        st = lf_fail(LF_ERR_IO, "registry '%s': the file system refused WAL mode (it needs shared memory beside the "
-                     "file: a local or POSIX-locking file system)", path);
+        st = lf_fail(LF_ERR_IO,
+                     "registry '%s': the file system refused WAL mode (it needs shared memory beside the "
+                     "file: a local or POSIX-locking file system)",
+                     path);
         goto fail;
     }
     if ((st = lf__reg_exec(r, "PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL", "cannot configure")) != LF_OK)
@@ -554,7 +566,8 @@ fail:
 }
 
 lf_status lf_registry_run_end(lf_registry *r, int64_t run_id, lf_run_status status, const char *message) {
-    if (!r || (unsigned)status > LF_RUN_PREEMPTED) return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_run_end: bad argument");
+    if (!r || (unsigned)status > LF_RUN_PREEMPTED)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_run_end: bad argument");
     lf_status st = lf__reg_begin(r);
     if (st != LF_OK) return st;
     sqlite3_stmt *s = lf__reg_prepare(r, "UPDATE runs SET status = ?, ended = ?, message = ? WHERE id = ?");
@@ -582,8 +595,8 @@ lf_status lf_registry_run_end(lf_registry *r, int64_t run_id, lf_run_status stat
 
 /* ---------------------------------------------------------------- sweeps */
 
-lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host,
-                                     const char *sweep, const char *trial, int *n_runs) {
+lf_status lf_registry_run_link_sweep(lf_registry *r, const char *out_dir, long pid, const char *host, const char *sweep,
+                                     const char *trial, int *n_runs) {
     if (n_runs) *n_runs = 0;
     if (!r || !out_dir || !sweep || !trial || !*sweep || !*trial)
         return lf_fail(LF_ERR_INVALID_ARG, "lf_registry_run_link_sweep: NULL or empty argument");
@@ -709,8 +722,10 @@ static lf_status mark_rotated(lf_registry *r, const char *out_dir) {
 static lf_status set_flag(lf_registry *r, const char *flag, const char *match_col, int64_t id, const char *path,
                           const char *out_dir) {
     char sql[256];
-    snprintf(sql, sizeof sql, "UPDATE checkpoints SET %s = (%s = ?) WHERE run_id IN (SELECT id FROM runs WHERE "
-             "out_dir = ?)", flag, match_col);
+    snprintf(sql, sizeof sql,
+             "UPDATE checkpoints SET %s = (%s = ?) WHERE run_id IN (SELECT id FROM runs WHERE "
+             "out_dir = ?)",
+             flag, match_col);
     sqlite3_stmt *s = lf__reg_prepare(r, sql);
     if (!s) return r->last;
     if (path) sqlite3_bind_text(s, 1, path, -1, SQLITE_TRANSIENT);

@@ -54,13 +54,13 @@
 
 typedef struct seq {
     uint64_t id;
-    lf_engine_req r;   /* callbacks and options; prompt/stop point at our copies */
-    int32_t *tok;      /* max_context: the prompt, then the generated tokens */
+    lf_engine_req r; /* callbacks and options; prompt/stop point at our copies */
+    int32_t *tok;    /* max_context: the prompt, then the generated tokens */
     int32_t *stop;
     int len, fed, gen;
-    int slot;          /* -1 while queued */
-    int cancel;        /* set under the mutex */
-    struct seq *next;  /* queue link */
+    int slot;         /* -1 while queued */
+    int cancel;       /* set under the mutex */
+    struct seq *next; /* queue link */
 } seq;
 
 struct lf_engine {
@@ -72,7 +72,7 @@ struct lf_engine {
     pthread_cond_t cv;
     seq *q_head, *q_tail;
     int n_queued;
-    seq **slot;        /* max_batch: the active sequence of each slot, or NULL */
+    seq **slot; /* max_batch: the active sequence of each slot, or NULL */
     int n_active;
     uint64_t next_id;
     lf_engine_stats st;
@@ -105,7 +105,8 @@ lf_status lf_engine_create(lf_engine **out, lf_model *m, const lf_engine_opts *o
                        o.max_context, c->block_size);
     if (o.max_queue < 0) return lf_fail(LF_ERR_RANGE, "serve: --max-queue %d is negative", o.max_queue);
     if (o.step_tokens <= 0 || o.step_tokens > o.max_context) o.step_tokens = o.max_context;
-    if (o.step_tokens < o.max_batch && o.max_batch <= o.max_context) o.step_tokens = o.max_batch; /* every decoder fits */
+    if (o.step_tokens < o.max_batch && o.max_batch <= o.max_context)
+        o.step_tokens = o.max_batch; /* every decoder fits */
     lf_engine *e = calloc(1, sizeof *e);
     if (!e) return lf_fail(LF_ERR_NOMEM, "serve: out of memory");
     e->m = m;
@@ -167,8 +168,10 @@ lf_status lf_engine_submit(lf_engine *e, const lf_engine_req *r, uint64_t *id) {
     if (r->max_tokens == 0 && r->n_prompt > e->o.max_context)
         return lf_fail(LF_ERR_RANGE, "the prompt has %d tokens; the context holds %d", r->n_prompt, e->o.max_context);
     if (r->max_tokens > 0 && r->n_prompt >= e->o.max_context)
-        return lf_fail(LF_ERR_RANGE, "the prompt has %d tokens; the context holds %d, so at most %d leave room for one "
-                       "new token", r->n_prompt, e->o.max_context, e->o.max_context - 1);
+        return lf_fail(LF_ERR_RANGE,
+                       "the prompt has %d tokens; the context holds %d, so at most %d leave room for one "
+                       "new token",
+                       r->n_prompt, e->o.max_context, e->o.max_context - 1);
     if (r->prompt_logprobs && !r->on_prompt)
         return lf_fail(LF_ERR_INVALID_ARG, "prompt_logprobs without an on_prompt callback");
     if (r->logprobs < 0 || r->logprobs > LF_ENGINE_MAX_LOGPROBS)
@@ -179,8 +182,8 @@ lf_status lf_engine_submit(lf_engine *e, const lf_engine_req *r, uint64_t *id) {
     if (st != LF_OK) return st;
     for (int i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= e->V)
-            return lf_fail(LF_ERR_RANGE, "prompt token %d at position %d is outside the vocabulary [0, %d)", r->prompt[i],
-                           i, e->V);
+            return lf_fail(LF_ERR_RANGE, "prompt token %d at position %d is outside the vocabulary [0, %d)",
+                           r->prompt[i], i, e->V);
     seq *q = calloc(1, sizeof *q);
     if (q) q->tok = malloc(sizeof(int32_t) * (size_t)e->o.max_context);
     if (q && r->n_stop_ids) q->stop = malloc(sizeof(int32_t) * (size_t)r->n_stop_ids);
@@ -196,7 +199,8 @@ lf_status lf_engine_submit(lf_engine *e, const lf_engine_req *r, uint64_t *id) {
     q->len = r->n_prompt;
     q->slot = -1;
     pthread_mutex_lock(&e->mu);
-    if (e->draining || e->n_queued >= e->o.max_queue + (e->n_active < e->o.max_batch ? e->o.max_batch - e->n_active : 0)) {
+    if (e->draining ||
+        e->n_queued >= e->o.max_queue + (e->n_active < e->o.max_batch ? e->o.max_batch - e->n_active : 0)) {
         const int draining = e->draining, queued = e->n_queued;
         pthread_mutex_unlock(&e->mu);
         seq_free(q);
@@ -325,7 +329,9 @@ lf_status lf_engine_step(lf_engine *e, int *n_active) {
             if (decoding != (pass == 0) || left <= 0 || budget <= 0) continue;
             const int k = left < budget ? left : budget;
             memcpy(e->in + total, q->tok + q->fed, sizeof(int32_t) * (size_t)k);
-            e->seg[n_run] = (lf_segment){.slot = q->slot, .pos = q->fed, .len = k,
+            e->seg[n_run] = (lf_segment){.slot = q->slot,
+                                         .pos = q->fed,
+                                         .len = k,
                                          .every_row = !decoding && q->r.prompt_logprobs};
             e->run[n_run++] = q;
             total += k;
@@ -380,7 +386,7 @@ lf_status lf_engine_step(lf_engine *e, int *n_active) {
             }
         }
         q->fed += g->len;
-        if (q->fed < q->len) continue; /* a prompt chunk: more to come */
+        if (q->fed < q->len) continue;   /* a prompt chunk: more to come */
         if (q->gen >= q->r.max_tokens) { /* max_tokens 0: the prompt was all */
             retire(e, q, LF_FINISH_LENGTH);
             continue;

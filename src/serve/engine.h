@@ -56,14 +56,14 @@ typedef struct lf_engine_token {
 typedef struct lf_engine_req {
     const int32_t *prompt; /* n_prompt >= 1 ids (copied at submit) */
     int n_prompt;
-    int max_tokens;        /* >= 1; 0: the prompt only (its log-probabilities), then LF_FINISH_LENGTH */
-    float temperature;     /* 0: greedy */
-    int top_k;             /* 0: off */
-    float top_p;           /* 0 or 1: off */
+    int max_tokens;    /* >= 1; 0: the prompt only (its log-probabilities), then LF_FINISH_LENGTH */
+    float temperature; /* 0: greedy */
+    int top_k;         /* 0: off */
+    float top_p;       /* 0 or 1: off */
     uint64_t seed;
     const int32_t *stop_ids; /* tokens that end the sequence (e.g. end of text); copied */
     int n_stop_ids;
-    int logprobs;          /* 0..LF_ENGINE_MAX_LOGPROBS alternatives per token */
+    int logprobs; /* 0..LF_ENGINE_MAX_LOGPROBS alternatives per token */
     /* 1: the prompt's own log-probabilities, each prompt token given those
      * before it, through on_prompt (the prefill then computes the head on
      * every prompt row, not only the last: a vocabulary-wide product per

@@ -199,7 +199,8 @@ typedef struct pctx {
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static lf_status bad(pctx *c, lf_status st, const char *param, const char *fmt, ...) {
+static lf_status
+bad(pctx *c, lf_status st, const char *param, const char *fmt, ...) {
     c->err->status = 400;
     c->err->type = "invalid_request_error";
     c->err->code = NULL;
@@ -339,7 +340,8 @@ static lf_status parse_stop(pctx *c, const cJSON *root, lf__serve_request *r) {
     lf_status st = member(c, root, "stop", "stop", &v);
     if (st != LF_OK || !v) return st;
     int n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-    if (n < 0) return bad(c, LF_ERR_FORMAT, "stop", "'stop' must be a string or a list of strings, got %s", type_name(v));
+    if (n < 0)
+        return bad(c, LF_ERR_FORMAT, "stop", "'stop' must be a string or a list of strings, got %s", type_name(v));
     if (n > c->lim->max_stop)
         return bad(c, LF_ERR_RANGE, "stop", "'stop' has %d strings, more than the limit of %d", n, c->lim->max_stop);
     if (n == 0) return LF_OK;
@@ -351,7 +353,8 @@ static lf_status parse_stop(pctx *c, const cJSON *root, lf__serve_request *r) {
         char param[32];
         if (cJSON_IsString(v)) snprintf(param, sizeof param, "stop");
         else snprintf(param, sizeof param, "stop[%d]", i);
-        if (!cJSON_IsString(it)) return bad(c, LF_ERR_FORMAT, param, "'%s' must be a string, got %s", param, type_name(it));
+        if (!cJSON_IsString(it))
+            return bad(c, LF_ERR_FORMAT, param, "'%s' must be a string, got %s", param, type_name(it));
         size_t len = strlen(it->valuestring);
         if (len == 0) return bad(c, LF_ERR_RANGE, param, "'%s' is an empty string", param);
         if (len > (size_t)c->lim->max_stop_len)
@@ -428,8 +431,8 @@ static lf_status parse_prompt(pctx *c, const cJSON *root, lf__serve_request *r) 
         return LF_OK;
     }
     if (!cJSON_IsString(first) && !cJSON_IsArray(first))
-        return bad(c, LF_ERR_FORMAT, "prompt[0]", "'prompt[0]' must be a string, a token id or a list of token ids, got %s",
-                   type_name(first));
+        return bad(c, LF_ERR_FORMAT, "prompt[0]",
+                   "'prompt[0]' must be a string, a token id or a list of token ids, got %s", type_name(first));
     if (n > c->lim->max_prompts)
         return bad(c, LF_ERR_RANGE, "prompt", "'prompt' has %d prompts, more than the limit of %d", n,
                    c->lim->max_prompts);
@@ -600,12 +603,15 @@ static lf_status parse_fields(pctx *c, const cJSON *root, lf__serve_request *r) 
     const int n_seq = (chat ? 1 : r->n_prompts) * r->n;
     if (lim->max_sequences > 0 && n_seq > lim->max_sequences) {
         if (chat)
-            return bad(c, LF_ERR_RANGE, "n", "'n' is %d; this server runs at most %d sequences at once (its KV-cache "
+            return bad(c, LF_ERR_RANGE, "n",
+                       "'n' is %d; this server runs at most %d sequences at once (its KV-cache "
                        "slots plus its queue), so the request can never run. Ask for fewer choices.",
                        r->n, lim->max_sequences);
-        return bad(c, LF_ERR_RANGE, "n", "The request asks for %d sequences (%d prompts x n=%d); this server runs at "
+        return bad(c, LF_ERR_RANGE, "n",
+                   "The request asks for %d sequences (%d prompts x n=%d); this server runs at "
                    "most %d at once (its KV-cache slots plus its queue), so it can never run. Send fewer prompts or a "
-                   "smaller 'n'.", n_seq, r->n_prompts, r->n, lim->max_sequences);
+                   "smaller 'n'.",
+                   n_seq, r->n_prompts, r->n, lim->max_sequences);
     }
     if (!chat && (st = get_bool(c, root, "echo", "echo", &r->echo)) != LF_OK) return st;
 
@@ -615,8 +621,7 @@ static lf_status parse_fields(pctx *c, const cJSON *root, lf__serve_request *r) 
         if ((st = get_int(c, root, "top_logprobs", "top_logprobs", 0, lim->max_top_logprobs, &iv, &given)) != LF_OK)
             return st;
         if (given) {
-            if (!r->logprobs)
-                return bad(c, LF_ERR_RANGE, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            if (!r->logprobs) return bad(c, LF_ERR_RANGE, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
             r->top_logprobs = (int)iv;
         }
     } else {
@@ -747,7 +752,7 @@ static float positive_float(double v) {
 
 void lf__serve_request_sampling(const lf__serve_request *r, float *temperature, float *top_p) {
     *temperature = positive_float(r->temperature);
-    if (r->top_p >= 1.0) *top_p = 0.0f; /* off */
+    if (r->top_p >= 1.0) *top_p = 0.0f;              /* off */
     else if (r->top_p <= 0.0) *top_p = FLT_TRUE_MIN; /* 0: the most likely token only */
     else {
         const float f = positive_float(r->top_p);

@@ -68,12 +68,12 @@ lf__serve_limits lf__serve_limits_default(void);
 /* ---------------------------------------------------------------- errors */
 
 typedef struct lf__serve_error {
-    int status;        /* HTTP status */
-    const char *type;  /* OpenAI's error type ("invalid_request_error", "server_error", ...) */
-    const char *code;  /* OpenAI's code ("model_not_found", ...) or NULL (JSON null) */
-    char param[128];   /* the field ("messages[1].content"), "" for JSON null */
+    int status;       /* HTTP status */
+    const char *type; /* OpenAI's error type ("invalid_request_error", "server_error", ...) */
+    const char *code; /* OpenAI's code ("model_not_found", ...) or NULL (JSON null) */
+    char param[128];  /* the field ("messages[1].content"), "" for JSON null */
     char message[640];
-    int retry_after;   /* > 0: seconds for a Retry-After header (429, 503) */
+    int retry_after; /* > 0: seconds for a Retry-After header (429, 503) */
 } lf__serve_error;
 
 /* Fill e (any of the string arguments may be NULL): the message is printf-style. */
@@ -129,30 +129,30 @@ typedef lf__chat_message lf__serve_message;
 
 typedef struct lf__serve_request {
     lf__serve_api api;
-    const char *model; /* NULL when absent */
-    const char *user;  /* NULL when absent (recorded, not used) */
+    const char *model;         /* NULL when absent */
+    const char *user;          /* NULL when absent (recorded, not used) */
     lf__serve_prompt *prompts; /* completions: 1..max_prompts */
     int n_prompts;
     lf__serve_message *messages; /* chat: 1..max_messages */
     int n_messages;
-    int max_tokens;    /* -1: not given (see lf__serve_resolve_max_tokens) */
+    int max_tokens;     /* -1: not given (see lf__serve_resolve_max_tokens) */
     double temperature; /* [0, 2]; default 1; 0 = greedy */
     double top_p;       /* [0, 1]; default 1; 0 keeps the most likely token only (lf__serve_request_sampling) */
     int top_k;          /* 0 = off (default; -1 is taken as 0) */
     int has_seed;
-    int64_t seed;       /* |seed| <= 2^53 - 1, so a JSON double holds it exactly */
+    int64_t seed;            /* |seed| <= 2^53 - 1, so a JSON double holds it exactly */
     const char *const *stop; /* n_stop strings, 1..max_stop_len bytes each */
     const size_t *stop_len;
     int n_stop;
-    int n;              /* choices per prompt, 1..max_n */
-    int echo;           /* completions: the prompt is part of the text */
-    int logprobs;       /* 1: log-probabilities of the chosen tokens are returned */
-    int top_logprobs;   /* alternatives per token (completions: its `logprobs` integer) */
+    int n;            /* choices per prompt, 1..max_n */
+    int echo;         /* completions: the prompt is part of the text */
+    int logprobs;     /* 1: log-probabilities of the chosen tokens are returned */
+    int top_logprobs; /* alternatives per token (completions: its `logprobs` integer) */
     int stream;
-    int include_usage;  /* stream_options.include_usage */
-    int ignore_eos;     /* vLLM's extension: the end-of-text token does not end the text */
+    int include_usage;                          /* stream_options.include_usage */
+    int ignore_eos;                             /* vLLM's extension: the end-of-text token does not end the text */
     double presence_penalty, frequency_penalty; /* validated ([-2, 2]), not applied */
-    void *impl_;        /* owned storage */
+    void *impl_;                                /* owned storage */
 } lf__serve_request;
 
 /* Parse and validate a request body for `api` against `lim`.
@@ -226,9 +226,9 @@ typedef struct lf__serve_top {
 typedef struct lf__serve_token_lp {
     const char *token;
     size_t len;
-    double logprob;            /* NaN: JSON null (the first echoed prompt token has none) */
-    int text_offset;           /* completions: where the token starts in the choice's text */
-    const lf__serve_top *top;  /* top_logprobs alternatives, most likely first */
+    double logprob;           /* NaN: JSON null (the first echoed prompt token has none) */
+    int text_offset;          /* completions: where the token starts in the choice's text */
+    const lf__serve_top *top; /* top_logprobs alternatives, most likely first */
     int n_top;
 } lf__serve_token_lp;
 
@@ -237,7 +237,7 @@ typedef struct lf__serve_choice {
     const char *text; /* the completion / message content (or a stream delta) */
     size_t len;
     lf__serve_finish finish;
-    int first;        /* chat stream: the first chunk of this choice carries the role */
+    int first;                    /* chat stream: the first chunk of this choice carries the role */
     const lf__serve_token_lp *lp; /* NULL: "logprobs": null */
     int n_lp;
 } lf__serve_choice;
@@ -248,9 +248,9 @@ typedef struct lf__serve_usage {
 } lf__serve_usage;
 
 typedef struct lf__serve_meta {
-    const char *id;    /* "cmpl-..." / "chatcmpl-...", made by the caller */
+    const char *id; /* "cmpl-..." / "chatcmpl-...", made by the caller */
     const char *model;
-    int64_t created;   /* Unix seconds */
+    int64_t created; /* Unix seconds */
 } lf__serve_meta;
 
 /* A whole non-streamed answer: "text_completion" (completions: choices with

@@ -60,8 +60,9 @@
 /* ---------------------------------------------------------------- metrics */
 
 enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_N };
-static const char *const EP_NAME[EP_N] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                          "/metrics", "other"};
+static const char *const EP_NAME[EP_N] = {"/v1/completions", "/v1/chat/completions",
+                                          "/v1/models",      "/health",
+                                          "/metrics",        "other"};
 static const int STATUS[] = {200, 400, 401, 404, 405, 408, 413, 429, 500, 503};
 #define N_STATUS ((int)(sizeof STATUS / sizeof STATUS[0]))
 static const double TTFT_LE[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -116,10 +117,10 @@ static void count_request(lf_server *s, int ep, int status) {
 /* ---------------------------------------------------------------- calls and choices */
 
 typedef struct lp_rec {
-    char *tok;    /* the token's own bytes */
+    char *tok; /* the token's own bytes */
     size_t len;
     double logprob;
-    int offset;   /* bytes of the choice's text before it */
+    int offset; /* bytes of the choice's text before it */
     lf__serve_top top[LF_ENGINE_MAX_LOGPROBS];
     char *top_tok[LF_ENGINE_MAX_LOGPROBS];
     int n_top;
@@ -133,13 +134,13 @@ typedef struct choice {
     _Atomic uint64_t engine_id;
     lf_detok_stream *ds;
     lf__stop_matcher *sm;
-    lf__sb text;          /* released text (echo first); a stream: the echo until it is sent */
-    size_t raw_len;     /* bytes decoded so far (logprob offsets; starts after the echo) */
-    size_t prompt_off;  /* echo with logprobs: offset of the next prompt token */
-    size_t released;    /* a stream: bytes of text sent so far */
+    lf__sb text;       /* released text (echo first); a stream: the echo until it is sent */
+    size_t raw_len;    /* bytes decoded so far (logprob offsets; starts after the echo) */
+    size_t prompt_off; /* echo with logprobs: offset of the next prompt token */
+    size_t released;   /* a stream: bytes of text sent so far */
     lp_rec *lp;
     int n_lp, cap_lp;
-    int lp_sent;        /* a stream: records attached to a chunk so far */
+    int lp_sent; /* a stream: records attached to a chunk so far */
     int n_gen, stopped, done, first_sent, echo_pending;
     lf__serve_finish finish;
     double t_last;
@@ -154,12 +155,12 @@ typedef struct call {
     int streaming, include_usage, logprobs, top_logprobs;
     int n;
     choice *ch;
-    int remaining;      /* choices submitted and not done */
+    int remaining; /* choices submitted and not done */
     int prompt_tokens;
-    atomic_int gone;    /* the client left */
+    atomic_int gone;     /* the client left */
     lf__serve_error err; /* a failure to answer with once every choice is done */
     int failed;
-    int cut;            /* a stream cut by shutdown: it ends with an error event, no [DONE] */
+    int cut; /* a stream cut by shutdown: it ends with an error event, no [DONE] */
     char id[48];
     int64_t created;
     double t0;
@@ -217,8 +218,12 @@ static lf__serve_meta meta_of(const call *k) {
 }
 
 static lf__serve_token_lp view_of(const lp_rec *r) {
-    lf__serve_token_lp v = {.token = r->tok, .len = r->len, .logprob = r->logprob, .text_offset = r->offset,
-                            .top = r->top, .n_top = r->n_top};
+    lf__serve_token_lp v = {.token = r->tok,
+                            .len = r->len,
+                            .logprob = r->logprob,
+                            .text_offset = r->offset,
+                            .top = r->top,
+                            .n_top = r->n_top};
     return v;
 }
 
@@ -237,8 +242,13 @@ static void send_chunk(call *k, choice *c, const char *text, size_t len, lf__ser
     if (atomic_load(&k->gone)) return;
     lf__serve_token_lp *lp = to > from ? malloc(sizeof *lp * (size_t)(to - from)) : NULL;
     for (int i = from; lp && i < to; i++) lp[i - from] = view_of(&c->lp[i]);
-    lf__serve_choice ch = {.index = c->index, .text = text, .len = len, .finish = finish, .first = !c->first_sent,
-                           .lp = lp, .n_lp = lp ? to - from : 0};
+    lf__serve_choice ch = {.index = c->index,
+                           .text = text,
+                           .len = len,
+                           .finish = finish,
+                           .first = !c->first_sent,
+                           .lp = lp,
+                           .n_lp = lp ? to - from : 0};
     c->first_sent = 1;
     lf__serve_meta m = meta_of(k);
     size_t jl = 0, el = 0;
@@ -302,7 +312,9 @@ static void finish_call(call *k) {
         int ok = cs && lps;
         for (int i = 0; ok && i < k->n; i++) {
             choice *c = &k->ch[i];
-            cs[i] = (lf__serve_choice){.index = c->index, .text = c->text.p ? c->text.p : "", .len = c->text.len,
+            cs[i] = (lf__serve_choice){.index = c->index,
+                                       .text = c->text.p ? c->text.p : "",
+                                       .len = c->text.len,
                                        .finish = c->finish};
             if (k->logprobs) {
                 int n_keep = 0;
@@ -556,7 +568,8 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
         if (st == LF_OK) total_prompt += pn[i];
     }
     int max_tokens = 0;
-    if (st == LF_OK && lf__serve_resolve_max_tokens(&q, &s->lim, longest, &max_tokens, &err) != LF_OK) st = LF_ERR_RANGE;
+    if (st == LF_OK && lf__serve_resolve_max_tokens(&q, &s->lim, longest, &max_tokens, &err) != LF_OK)
+        st = LF_ERR_RANGE;
     if (st == LF_OK && max_tokens < 1 && !q.echo) { /* 0 with echo: the prompt only (scored with logprobs) */
         lf__serve_error_set(&err, 400, "invalid_request_error", NULL, "max_tokens",
                             "max_tokens must be at least 1 (0 only with echo)");
@@ -632,7 +645,8 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
                 char *t = NULL;
                 size_t tl = 0;
                 for (int j = 0; ids && j < pn[p]; j++) ids[j] = (uint32_t)ptok[p][j];
-                if (ids && lf_tokenizer_decode(s->tok, ids, (size_t)pn[p], &t, &tl) == LF_OK) lf__sb_put(&c->text, t, tl);
+                if (ids && lf_tokenizer_decode(s->tok, ids, (size_t)pn[p], &t, &tl) == LF_OK)
+                    lf__sb_put(&c->text, t, tl);
                 lf_free(t);
                 free(ids);
             }
@@ -656,14 +670,21 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
     lf__serve_request_sampling(&q, &temperature, &top_p);
     for (int i = 0; i < nch; i++) {
         const int p = i / q.n;
-        lf_engine_req er = {.prompt = ptok[p], .n_prompt = pn[p], .max_tokens = max_tokens,
-                            .temperature = temperature, .top_k = q.top_k, .top_p = top_p,
+        lf_engine_req er = {.prompt = ptok[p],
+                            .n_prompt = pn[p],
+                            .max_tokens = max_tokens,
+                            .temperature = temperature,
+                            .top_k = q.top_k,
+                            .top_p = top_p,
                             .seed = seed0 + (uint64_t)(i % q.n),
                             .stop_ids = s->stop_ids + (q.ignore_eos ? s->n_eot : 0),
                             .n_stop_ids = s->n_stop_ids - (q.ignore_eos ? s->n_eot : 0),
                             .logprobs = q.logprobs ? (q.top_logprobs > 0 ? q.top_logprobs : 0) : 0,
-                            .prompt_logprobs = q.echo && q.logprobs, .on_prompt = on_prompt,
-                            .on_token = on_token, .on_done = on_done, .user = &k->ch[i]};
+                            .prompt_logprobs = q.echo && q.logprobs,
+                            .on_prompt = on_prompt,
+                            .on_token = on_token,
+                            .on_done = on_done,
+                            .user = &k->ch[i]};
         uint64_t id = 0;
         if (atomic_load(&s->cutting)) sst = lf_fail(LF_ERR_BUSY, "the server is shutting down");
         else sst = lf_engine_submit(s->e, &er, &id);
@@ -729,9 +750,10 @@ static void handle_models(lf__http_request *r, lf_server *s) {
 
 static void put_histo(lf__sb *b, const char *name, const char *help, const histo *h, const double *le) {
     lf__sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (int i = 0; i < N_LE; i++) lf__sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)h->bucket[i]);
-    lf__sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->count, name,
-              h->sum, name, (unsigned long long)h->count);
+    for (int i = 0; i < N_LE; i++)
+        lf__sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)h->bucket[i]);
+    lf__sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->count,
+                  name, h->sum, name, (unsigned long long)h->count);
 }
 
 static void handle_metrics(lf__http_request *r, lf_server *s) {
@@ -746,7 +768,7 @@ static void handle_metrics(lf__http_request *r, lf_server *s) {
     pthread_mutex_unlock(&s->mu);
     lf__sb b = {0};
     lf__sb_printf(&b, "# HELP llmforge_serve_requests_total HTTP requests answered, by endpoint and status.\n"
-                  "# TYPE llmforge_serve_requests_total counter\n");
+                      "# TYPE llmforge_serve_requests_total counter\n");
     for (int e = 0; e < EP_N; e++)
         for (int k = 0; k <= N_STATUS; k++) {
             if (!req[e][k] && k != 0) continue;
@@ -754,29 +776,38 @@ static void handle_metrics(lf__http_request *r, lf_server *s) {
             if (k < N_STATUS) snprintf(st, sizeof st, "%d", STATUS[k]);
             else snprintf(st, sizeof st, "other");
             lf__sb_printf(&b, "llmforge_serve_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", EP_NAME[e], st,
-                      (unsigned long long)req[e][k]);
+                          (unsigned long long)req[e][k]);
         }
-    lf__sb_printf(&b, "# HELP llmforge_serve_prompt_tokens_total Prompt tokens of answered requests.\n"
+    lf__sb_printf(&b,
+                  "# HELP llmforge_serve_prompt_tokens_total Prompt tokens of answered requests.\n"
                   "# TYPE llmforge_serve_prompt_tokens_total counter\nllmforge_serve_prompt_tokens_total %llu\n",
-              (unsigned long long)pt);
-    lf__sb_printf(&b, "# HELP llmforge_serve_completion_tokens_total Generated tokens of answered requests.\n"
+                  (unsigned long long)pt);
+    lf__sb_printf(&b,
+                  "# HELP llmforge_serve_completion_tokens_total Generated tokens of answered requests.\n"
                   "# TYPE llmforge_serve_completion_tokens_total counter\n"
                   "llmforge_serve_completion_tokens_total %llu\n",
-              (unsigned long long)ct);
+                  (unsigned long long)ct);
     put_histo(&b, "llmforge_serve_time_to_first_token_seconds", "From a request's arrival to its first token.", &ttft,
               TTFT_LE);
     put_histo(&b, "llmforge_serve_inter_token_latency_seconds", "Between consecutive tokens of a sequence.", &itl,
               ITL_LE);
-    lf__sb_printf(&b, "# HELP llmforge_serve_queue_depth Requests waiting for a KV-cache slot.\n"
-                  "# TYPE llmforge_serve_queue_depth gauge\nllmforge_serve_queue_depth %d\n", es.queued);
-    lf__sb_printf(&b, "# HELP llmforge_serve_active_sequences Sequences decoding now.\n"
-                  "# TYPE llmforge_serve_active_sequences gauge\nllmforge_serve_active_sequences %d\n", es.active);
-    lf__sb_printf(&b, "# HELP llmforge_serve_kv_slots KV-cache slots, in use and in all.\n"
+    lf__sb_printf(&b,
+                  "# HELP llmforge_serve_queue_depth Requests waiting for a KV-cache slot.\n"
+                  "# TYPE llmforge_serve_queue_depth gauge\nllmforge_serve_queue_depth %d\n",
+                  es.queued);
+    lf__sb_printf(&b,
+                  "# HELP llmforge_serve_active_sequences Sequences decoding now.\n"
+                  "# TYPE llmforge_serve_active_sequences gauge\nllmforge_serve_active_sequences %d\n",
+                  es.active);
+    lf__sb_printf(&b,
+                  "# HELP llmforge_serve_kv_slots KV-cache slots, in use and in all.\n"
                   "# TYPE llmforge_serve_kv_slots gauge\nllmforge_serve_kv_slots{state=\"used\"} %d\n"
-                  "llmforge_serve_kv_slots{state=\"total\"} %d\n", es.slots_in_use, es.max_batch);
-    lf__sb_printf(&b, "# HELP llmforge_serve_engine_steps_total Batched forwards run by the engine.\n"
+                  "llmforge_serve_kv_slots{state=\"total\"} %d\n",
+                  es.slots_in_use, es.max_batch);
+    lf__sb_printf(&b,
+                  "# HELP llmforge_serve_engine_steps_total Batched forwards run by the engine.\n"
                   "# TYPE llmforge_serve_engine_steps_total counter\nllmforge_serve_engine_steps_total %llu\n",
-              (unsigned long long)es.steps);
+                  (unsigned long long)es.steps);
     if (b.p && !b.failed) lf__http_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0, b.p, b.len);
     else lf__http_reply_text(r, 500, "out of memory\n");
     free(b.p);
@@ -806,8 +837,8 @@ static void on_request(lf__http_request *r, void *user) {
             return;
         }
         const int draining = atomic_load(&s->draining);
-        lf__http_reply(r, draining ? 503 : 200, JSON_TYPE, NULL, 0, draining ? "{\"status\":\"draining\"}" :
-                       "{\"status\":\"ok\"}", draining ? 21 : 15);
+        lf__http_reply(r, draining ? 503 : 200, JSON_TYPE, NULL, 0,
+                       draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}", draining ? 21 : 15);
         count_request(s, EP_HEALTH, draining ? 503 : 200);
         return;
     }
@@ -820,8 +851,10 @@ static void on_request(lf__http_request *r, void *user) {
         handle_metrics(r, s);
         return;
     }
-    const int ep = !strcmp(path, "/v1/completions") ? EP_COMPLETIONS : !strcmp(path, "/v1/chat/completions") ? EP_CHAT
-                   : !strcmp(path, "/v1/models") ? EP_MODELS : EP_OTHER;
+    const int ep = !strcmp(path, "/v1/completions")        ? EP_COMPLETIONS
+                   : !strcmp(path, "/v1/chat/completions") ? EP_CHAT
+                   : !strcmp(path, "/v1/models")           ? EP_MODELS
+                                                           : EP_OTHER;
     if (!key_ok(s, lf__http_header_value(r, "Authorization"))) {
         lf__serve_error_unauthorized(&err);
         reply_error(r, s, ep, &err);
@@ -846,8 +879,9 @@ static char *error_body(int status, const char *message, const char **content_ty
     lf__serve_error e;
     if (status == 413) lf__serve_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL, "%s", message);
     else if (status == 503) lf__serve_error_overloaded(&e, 503, 1, message);
-    else lf__serve_error_set(&e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, "%s",
-                             message);
+    else
+        lf__serve_error_set(&e, status, status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, "%s",
+                            message);
     size_t len = 0;
     *content_type = JSON_TYPE;
     return lf__serve_error_json(&e, &len);
@@ -886,7 +920,8 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
     const lf_model_config *c = st == LF_OK ? lf_model_get_config(s->m) : NULL;
     if (st == LF_OK) {
         /* the model's name: the option, else the directory's (a step directory: its run's) */
-        if (opts->model_name && *opts->model_name) snprintf(s->model_name, sizeof s->model_name, "%s", opts->model_name);
+        if (opts->model_name && *opts->model_name)
+            snprintf(s->model_name, sizeof s->model_name, "%s", opts->model_name);
         else {
             char tmp[LF_PATH_MAX];
             snprintf(tmp, sizeof tmp, "%s", dir);
@@ -936,12 +971,18 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
         s->lim.max_sequences = eo.max_batch + eo.max_queue;
     }
     if (st == LF_OK) {
-        lf__http_opts ho = {.what = "serve", .host = opts->host, .allow_names = 1, .port = opts->port,
+        lf__http_opts ho = {.what = "serve",
+                            .host = opts->host,
+                            .allow_names = 1,
+                            .port = opts->port,
                             .threads = opts->http_threads > 0 ? opts->http_threads : 2,
                             .max_connections = opts->max_connections > 0 ? opts->max_connections : 256,
                             .request_deadline_s = opts->request_deadline_s > 0 ? opts->request_deadline_s : 10,
-                            .idle_timeout_s = 30, .max_body = s->lim.max_body, .on_request = on_request,
-                            .error_body = error_body, .user = s};
+                            .idle_timeout_s = 30,
+                            .max_body = s->lim.max_body,
+                            .on_request = on_request,
+                            .error_body = error_body,
+                            .user = s};
         st = lf__http_start(&s->http, &ho);
     }
     lf_free(dir);

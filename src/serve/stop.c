@@ -39,7 +39,7 @@ struct lf__stop_matcher {
     size_t *q;     /* automaton states */
     char *held;    /* the held-back tail, then the bytes of the current push */
     size_t n_held, cap_held;
-    char *out;     /* what the last call released */
+    char *out; /* what the last call released */
     size_t cap_out;
     int stopped;
 };

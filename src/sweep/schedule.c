@@ -141,8 +141,8 @@ lf_trial_state lf_sweep_on_result(const lf_sweep_spec *s, lf_sweep_trial *trials
     double med = m % 2 ? vals[m / 2] : 0.5 * (vals[m / 2 - 1] + vals[m / 2]);
     free(vals);
     if (better(med, v, s->maximize)) {
-        snprintf(t->message, sizeof t->message, "%.6g at step %ld is worse than the median %.6g of %ld other trials",
-                 v, s->rungs[k], med, m);
+        snprintf(t->message, sizeof t->message, "%.6g at step %ld is worse than the median %.6g of %ld other trials", v,
+                 s->rungs[k], med, m);
         return t->state = LF_TRIAL_STOPPED;
     }
     return t->state = LF_TRIAL_PAUSED;
@@ -185,12 +185,9 @@ int lf_sweep_observations(const lf_sweep_spec *s, const lf_sweep_trial *trials, 
     for (long i = 0; i < n; i++) {
         const lf_sweep_trial *t = &trials[i];
         double y;
-        if (t->rung >= rung)
-            y = t->value[rung];
-        else if (t->state == LF_TRIAL_FAILED)
-            y = INFINITY;
-        else
-            continue; /* running towards its first rung: no information yet */
+        if (t->rung >= rung) y = t->value[rung];
+        else if (t->state == LF_TRIAL_FAILED) y = INFINITY;
+        else continue; /* running towards its first rung: no information yet */
         if (isnan(y)) y = INFINITY;
         if (s->maximize && isfinite(y)) y = -y;
         obs[m++] = (lf_sweep_obs){t->x, y};

@@ -114,8 +114,8 @@ void lf_sweep_random_point(const lf_sweep_spec *s, uint64_t seed, long index, do
 /* ---------------------------------------------------------------- TPE */
 
 typedef struct parzen {
-    int m;                      /* components (observations + the prior) */
-    double *mu, *sigma, *z;     /* z: the mass of each component inside [lo, hi] */
+    int m;                  /* components (observations + the prior) */
+    double *mu, *sigma, *z; /* z: the mass of each component inside [lo, hi] */
     double lo, hi;
 } parzen;
 
@@ -238,8 +238,10 @@ lf_status lf_sweep_tpe_suggest(const lf_sweep_spec *s, const lf_sweep_tpe_opts *
         return lf_fail(LF_ERR_INVALID_ARG, "lf_sweep_tpe_suggest: bad argument");
     lf_sweep_tpe_opts o = opts ? *opts : lf_sweep_tpe_opts_default();
     if (o.candidates < 1 || !(o.gamma > 0 && o.gamma < 1) || o.startup < 0)
-        return lf_fail(LF_ERR_INVALID_ARG, "lf_sweep_tpe_suggest: options out of range (candidates %d, gamma %g, "
-                       "startup %d)", o.candidates, o.gamma, o.startup);
+        return lf_fail(LF_ERR_INVALID_ARG,
+                       "lf_sweep_tpe_suggest: options out of range (candidates %d, gamma %g, "
+                       "startup %d)",
+                       o.candidates, o.gamma, o.startup);
     if (n_obs < o.startup || n_obs < 2) { /* start-up: the random point, or an untried one near it in the stream */
         lf_sweep_random_point(s, seed, index, x);
         for (int k = 0; k < 64 && is_taken(s, x, taken, n_taken); k++)
@@ -284,10 +286,8 @@ lf_status lf_sweep_tpe_suggest(const lf_sweep_spec *s, const lf_sweep_tpe_opts *
             for (int i = 0; i < n_obs; i++) {
                 int k = (int)ord[i].o->x[d];
                 if (k < 0 || k >= K) continue;
-                if (i < n_good)
-                    lw[k] += 1.0;
-                else
-                    gw[k] += 1.0;
+                if (i < n_good) lw[k] += 1.0;
+                else gw[k] += 1.0;
             }
             for (int k = 0; k < K; k++) {
                 lw[k] /= (double)(n_good + K);

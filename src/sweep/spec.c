@@ -131,7 +131,7 @@ int lf_sweep_value_text(const lf_sweep_spec *s, int d, double v, char *buf, size
 typedef struct pctx {
     lf_sweep_spec *s;
     const char *origin;
-    lf_train_config base;  /* base + set, resolved */
+    lf_train_config base; /* base + set, resolved */
 } pctx;
 
 #define BAD(c, ...) lf__sweep_bad((c)->origin, __VA_ARGS__)
@@ -139,7 +139,8 @@ typedef struct pctx {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-lf_status lf__sweep_bad(const char *origin, const char *fmt, ...) {
+lf_status
+lf__sweep_bad(const char *origin, const char *fmt, ...) {
     char msg[1536];
     va_list ap;
     va_start(ap, fmt);
@@ -197,10 +198,8 @@ static lf_status parse_base(pctx *c, const cJSON *b, const char *dir) {
     lf_sweep_spec *s = c->s;
     if (cJSON_IsString(b)) {
         char path[LF_PATH_MAX * 2];
-        if (b->valuestring[0] == '/' || !dir)
-            snprintf(path, sizeof path, "%s", b->valuestring);
-        else
-            snprintf(path, sizeof path, "%s/%s", dir, b->valuestring);
+        if (b->valuestring[0] == '/' || !dir) snprintf(path, sizeof path, "%s", b->valuestring);
+        else snprintf(path, sizeof path, "%s/%s", dir, b->valuestring);
         char *text = NULL;
         lf_status st = lf_file_read_all(path, SWEEP_FILE_MAX, &text, NULL);
         if (st != LF_OK) return BAD(c, "'base': %s", lf_last_error());
@@ -260,14 +259,15 @@ static lf_status check_value(pctx *c, sweep_dim *d, const char *text) {
     free(ov);
     if (st != LF_OK) return BAD(c, "space key '%s' = %s: %s", d->pub.key, text, lf_last_error());
     static const char *const owned = "the sweep sets it for every trial";
-    if (strcmp(cfg.out_dir, c->base.out_dir) != 0)
-        return BAD(c, "space key '%s' sets out_dir: %s", d->pub.key, owned);
+    if (strcmp(cfg.out_dir, c->base.out_dir) != 0) return BAD(c, "space key '%s' sets out_dir: %s", d->pub.key, owned);
     if (cfg.stop_at != c->base.stop_at) return BAD(c, "space key '%s' sets train.stop_at: %s", d->pub.key, owned);
     if (c->s->stopper != LF_SWEEP_STOP_NONE &&
         (cfg.train_iters != c->base.train_iters || cfg.eval_interval != c->base.eval_interval))
-        return BAD(c, "space key '%s' changes %s, on which the rungs of early stopping are placed; it cannot vary "
-                   "with early_stopping '%s'", d->pub.key, cfg.train_iters != c->base.train_iters ? "train_iters"
-                   : "eval.interval", lf_sweep_stopper_name(c->s->stopper));
+        return BAD(c,
+                   "space key '%s' changes %s, on which the rungs of early stopping are placed; it cannot vary "
+                   "with early_stopping '%s'",
+                   d->pub.key, cfg.train_iters != c->base.train_iters ? "train_iters" : "eval.interval",
+                   lf_sweep_stopper_name(c->s->stopper));
     return LF_OK;
 }
 
@@ -300,7 +300,8 @@ static lf_status parse_dim(pctx *c, const cJSON *m, sweep_dim *d) {
         if (st != LF_OK) return st;
         if (t <= LF_SWEEP_DIM_CHOICE) {
             vals = cJSON_GetObjectItemCaseSensitive(m, "values");
-            if (!cJSON_IsArray(vals)) return BAD(c, "space key '%s': %s needs 'values', a list", d->key, ty->valuestring);
+            if (!cJSON_IsArray(vals))
+                return BAD(c, "space key '%s': %s needs 'values', a list", d->key, ty->valuestring);
         }
     } else {
         return BAD(c, "space key '%s' must be a list of values or an object with a 'type'", d->key);
@@ -308,13 +309,14 @@ static lf_status parse_dim(pctx *c, const cJSON *m, sweep_dim *d) {
     if (vals) {
         int n = cJSON_GetArraySize(vals);
         if (n == 0) return BAD(c, "space key '%s': 'values' is empty", d->key);
-        if (n > LF_SWEEP_MAX_VALUES) return BAD(c, "space key '%s': %d values; at most %d", d->key, n, LF_SWEEP_MAX_VALUES);
+        if (n > LF_SWEEP_MAX_VALUES)
+            return BAD(c, "space key '%s': %d values; at most %d", d->key, n, LF_SWEEP_MAX_VALUES);
         d->vals = calloc((size_t)n, sizeof *d->vals);
         if (!d->vals) return lf_fail(LF_ERR_NOMEM, "sweep '%s': out of memory", c->origin);
         for (const cJSON *v = vals->child; v; v = v->next) {
             if (cJSON_IsObject(v) || cJSON_IsNull(v))
-                return BAD(c, "space key '%s': value %d is %s; values are numbers, strings, booleans or lists",
-                           d->key, d->pub.n_values, cJSON_IsNull(v) ? "null" : "an object");
+                return BAD(c, "space key '%s': value %d is %s; values are numbers, strings, booleans or lists", d->key,
+                           d->pub.n_values, cJSON_IsNull(v) ? "null" : "an object");
             char *p = lf_json_print(v, 0);
             if (!p || !(d->vals[d->pub.n_values] = strdup(p))) {
                 cJSON_free(p);
@@ -414,11 +416,15 @@ static lf_status check_objective(pctx *c) {
     const char *slash = strchr(m, '/');
     const char *tasks = c->base.eval_tasks;
     if (!slash)
-        return BAD(c, "objective '%s' is not logged: evaluations log train_loss, val_loss and <task>/<metric> of "
-                   "eval.tasks", m);
+        return BAD(c,
+                   "objective '%s' is not logged: evaluations log train_loss, val_loss and <task>/<metric> of "
+                   "eval.tasks",
+                   m);
     if (!tasks[0])
-        return BAD(c, "objective '%s' is not logged: the base configuration's eval.tasks is empty (logged: "
-                   "train_loss, val_loss)", m);
+        return BAD(c,
+                   "objective '%s' is not logged: the base configuration's eval.tasks is empty (logged: "
+                   "train_loss, val_loss)",
+                   m);
     /* the tasks as the trainer reads them: one path per line, "PATH#KIND" */
     char buf[sizeof c->base.eval_tasks];
     memcpy(buf, tasks, sizeof buf);
@@ -431,7 +437,7 @@ static lf_status check_objective(pctx *c) {
     lo.kinds = kinds;
     lo.limit = 1; /* names and kinds are all we need */
     /* task paths are relative to where trials run */
-    char (*abs)[LF_PATH_MAX + 8] = calloc(64, sizeof *abs);
+    char(*abs)[LF_PATH_MAX + 8] = calloc(64, sizeof *abs);
     if (!abs) return lf_fail(LF_ERR_NOMEM, "sweep '%s': out of memory", c->origin);
     for (int i = 0; i < n; i++) {
         if (paths[i][0] != '/' && s->cwd[0]) {
@@ -457,8 +463,8 @@ static lf_status check_objective(pctx *c) {
             if (!found) {
                 lf_eval_kind k = lf_eval_task_kind(t, i);
                 lf_eval_tasks_free(t);
-                return BAD(c, "objective '%s' is not logged: task '%.*s' is a %s task, which logs no '%s'", m,
-                           (int)ln, m, lf_eval_kind_name(k), slash + 1);
+                return BAD(c, "objective '%s' is not logged: task '%.*s' is a %s task, which logs no '%s'", m, (int)ln,
+                           m, lf_eval_kind_name(k), slash + 1);
             }
         }
     }
@@ -478,7 +484,8 @@ static lf_status parse_objective(pctx *c, const cJSON *o) {
         static const char *const keys[] = {"metric", "mode", NULL};
         lf_status st = only_keys(c, o, "objective", keys);
         if (st != LF_OK) return st;
-        const cJSON *me = cJSON_GetObjectItemCaseSensitive(o, "metric"), *mo = cJSON_GetObjectItemCaseSensitive(o, "mode");
+        const cJSON *me = cJSON_GetObjectItemCaseSensitive(o, "metric"),
+                    *mo = cJSON_GetObjectItemCaseSensitive(o, "mode");
         if (me && !cJSON_IsString(me)) return BAD(c, "'objective.metric' must be a string");
         if (mo && !cJSON_IsString(mo)) return BAD(c, "'objective.mode' must be \"minimize\" or \"maximize\"");
         if (me) metric = me->valuestring;
@@ -486,12 +493,9 @@ static lf_status parse_objective(pctx *c, const cJSON *o) {
     } else if (o) {
         return BAD(c, "'objective' must be a metric name or {\"metric\": ..., \"mode\": ...}");
     }
-    if (!strcmp(mode, "minimize") || !strcmp(mode, "min"))
-        s->maximize = 0;
-    else if (!strcmp(mode, "maximize") || !strcmp(mode, "max"))
-        s->maximize = 1;
-    else
-        return BAD(c, "'objective.mode' is '%s'; it must be minimize or maximize", mode);
+    if (!strcmp(mode, "minimize") || !strcmp(mode, "min")) s->maximize = 0;
+    else if (!strcmp(mode, "maximize") || !strcmp(mode, "max")) s->maximize = 1;
+    else return BAD(c, "'objective.mode' is '%s'; it must be minimize or maximize", mode);
     if (!*metric || strlen(metric) >= sizeof s->objective) return BAD(c, "'objective.metric' is empty or too long");
     snprintf(s->objective, sizeof s->objective, "%s", metric);
     return check_objective(c);
@@ -506,7 +510,8 @@ static lf_status parse_stopping(pctx *c, const cJSON *e, long long *min_res, lon
     s->min_trials = 3;
     if (!e) return LF_OK;
     const cJSON *ty = cJSON_IsString(e) ? e : cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "type") : NULL;
-    if (!cJSON_IsString(ty)) return BAD(c, "'early_stopping' must be \"none\", \"asha\", \"median\" or an object with a 'type'");
+    if (!cJSON_IsString(ty))
+        return BAD(c, "'early_stopping' must be \"none\", \"asha\", \"median\" or an object with a 'type'");
     int t = -1;
     for (int i = 0; i < 3; i++)
         if (!strcmp(ty->valuestring, k_stoppers[i])) t = i;
@@ -522,7 +527,8 @@ static lf_status parse_stopping(pctx *c, const cJSON *e, long long *min_res, lon
     const cJSON *v;
     if ((v = cJSON_GetObjectItemCaseSensitive(e, "eta"))) {
         if ((st = get_num(c, v, "early_stopping.eta", &s->eta)) != LF_OK) return st;
-        if (!(s->eta >= 1.5 && s->eta <= 1000)) return BAD(c, "'early_stopping.eta' is %g; it must be in [1.5, 1000]", s->eta);
+        if (!(s->eta >= 1.5 && s->eta <= 1000))
+            return BAD(c, "'early_stopping.eta' is %g; it must be in [1.5, 1000]", s->eta);
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(e, "min_resource")) &&
         (st = get_int(c, v, "early_stopping.min_resource", 1, LONG_MAX / 2, min_res)) != LF_OK)
@@ -553,8 +559,10 @@ static lf_status make_rungs(pctx *c, long long min_res, long long interval) {
     }
     const char *name = lf_sweep_stopper_name(s->stopper);
     if (E <= 0)
-        return BAD(c, "early_stopping '%s' places its rungs on evaluations, but the base configuration's eval.interval "
-                   "is 0 (only the last step is evaluated)", name);
+        return BAD(c,
+                   "early_stopping '%s' places its rungs on evaluations, but the base configuration's eval.interval "
+                   "is 0 (only the last step is evaluated)",
+                   name);
     if (min_res == 0) min_res = E;
     if (min_res % E)
         return BAD(c, "'early_stopping.min_resource' %lld is not a multiple of eval.interval %ld", min_res, E);
@@ -566,8 +574,10 @@ static lf_status make_rungs(pctx *c, long long min_res, long long interval) {
         /* R / eta^k for k = 1, 2, ... while at least min_resource, rounded to eval.interval */
         double v = (double)R / s->eta;
         if (v + 1e-9 < (double)min_res)
-            return BAD(c, "'early_stopping.min_resource' %lld is above train_iters / eta = %g: no rung below "
-                       "train_iters", min_res, v);
+            return BAD(c,
+                       "'early_stopping.min_resource' %lld is above train_iters / eta = %g: no rung below "
+                       "train_iters",
+                       min_res, v);
         for (; v + 1e-9 >= (double)min_res && n < LF_SWEEP_MAX_RUNGS - 1; v /= s->eta) {
             long r = round_to(v, E);
             if (r < min_res) r = (long)min_res;
@@ -582,8 +592,10 @@ static lf_status make_rungs(pctx *c, long long min_res, long long interval) {
             return BAD(c, "'early_stopping.interval' %lld is not a multiple of eval.interval %ld", interval, E);
         for (long r = (long)min_res; r < R; r += (long)interval) {
             if (n >= LF_SWEEP_MAX_RUNGS - 1)
-                return BAD(c, "median stopping from %lld every %lld steps to %ld makes more than %d rungs; raise "
-                           "'early_stopping.interval'", min_res, interval, R, LF_SWEEP_MAX_RUNGS);
+                return BAD(c,
+                           "median stopping from %lld every %lld steps to %ld makes more than %d rungs; raise "
+                           "'early_stopping.interval'",
+                           min_res, interval, R, LF_SWEEP_MAX_RUNGS);
             s->rungs[n++] = r;
         }
     }
@@ -595,10 +607,11 @@ static lf_status make_rungs(pctx *c, long long min_res, long long interval) {
         long left = s->trials;
         for (int k = 1; k < n; k++) left = (long)floor((double)left / s->eta + 1e-9);
         if (left < 1)
-            return BAD(c, "ASHA with eta %g keeps 1/eta of the trials at each of its %d rungs (steps %ld .. %ld): %ld "
+            return BAD(c,
+                       "ASHA with eta %g keeps 1/eta of the trials at each of its %d rungs (steps %ld .. %ld): %ld "
                        "trials are too few for any to reach train_iters; raise 'trials' or "
-                       "'early_stopping.min_resource', or lower 'early_stopping.eta'", s->eta, n, s->rungs[0], R,
-                       s->trials);
+                       "'early_stopping.min_resource', or lower 'early_stopping.eta'",
+                       s->eta, n, s->rungs[0], R, s->trials);
     }
     return LF_OK;
 }
@@ -626,16 +639,20 @@ static lf_status parse_method(pctx *c, const cJSON *root) {
         for (int i = 0; i < s->n_dims; i++) {
             const lf_sweep_dim *d = &s->dims[i].pub;
             if (d->type == LF_SWEEP_DIM_UNIFORM || d->type == LF_SWEEP_DIM_LOGUNIFORM)
-                return BAD(c, "method grid needs every dimension to list its values, but space key '%s' is %s (use "
-                           "method random or tpe, or give 'values')", d->key, k_dim_types[d->type]);
+                return BAD(c,
+                           "method grid needs every dimension to list its values, but space key '%s' is %s (use "
+                           "method random or tpe, or give 'values')",
+                           d->key, k_dim_types[d->type]);
             size *= d->type == LF_SWEEP_DIM_INT ? d->high - d->low + 1 : d->n_values;
         }
         if (size > LF_SWEEP_MAX_TRIALS)
             return BAD(c, "the grid has %.0f points; at most %d", size, LF_SWEEP_MAX_TRIALS);
         s->trials = (long)size;
         if (tr && n != s->trials)
-            return BAD(c, "'trials' is %lld but the grid has %ld points (a grid runs each point once; leave 'trials' "
-                       "out)", n, s->trials);
+            return BAD(c,
+                       "'trials' is %lld but the grid has %ld points (a grid runs each point once; leave 'trials' "
+                       "out)",
+                       n, s->trials);
     } else {
         if (!tr) return BAD(c, "method %s needs 'trials', the number of trials to run", k_methods[s->method]);
         s->trials = (long)n;
@@ -647,7 +664,8 @@ static lf_status parse_method(pctx *c, const cJSON *root) {
     s->tpe = lf_sweep_tpe_opts_default();
     const cJSON *tpe = cJSON_GetObjectItemCaseSensitive(root, "tpe");
     if (tpe) {
-        if (s->method != LF_SWEEP_TPE) return BAD(c, "'tpe' options are given but the method is %s", k_methods[s->method]);
+        if (s->method != LF_SWEEP_TPE)
+            return BAD(c, "'tpe' options are given but the method is %s", k_methods[s->method]);
         if (!cJSON_IsObject(tpe)) return BAD(c, "'tpe' must be an object");
         static const char *const keys[] = {"startup", "gamma", "candidates", NULL};
         if ((st = only_keys(c, tpe, "tpe", keys)) != LF_OK) return st;
@@ -663,7 +681,8 @@ static lf_status parse_method(pctx *c, const cJSON *root) {
         }
         if ((v = cJSON_GetObjectItemCaseSensitive(tpe, "gamma"))) {
             if ((st = get_num(c, v, "tpe.gamma", &s->tpe.gamma)) != LF_OK) return st;
-            if (!(s->tpe.gamma > 0 && s->tpe.gamma < 1)) return BAD(c, "'tpe.gamma' is %g; it must be in (0, 1)", s->tpe.gamma);
+            if (!(s->tpe.gamma > 0 && s->tpe.gamma < 1))
+                return BAD(c, "'tpe.gamma' is %g; it must be in (0, 1)", s->tpe.gamma);
         }
     }
     return LF_OK;
@@ -708,7 +727,8 @@ static lf_status parse_run_opts(pctx *c, const cJSON *root) {
                                s->n_sbatch);
                 if (!strncmp(e->valuestring, "--array", 7) || !strncmp(e->valuestring, "--wrap", 6) ||
                     !strcmp(e->valuestring, "-a"))
-                    return BAD(c, "'slurm.sbatch' entry '%s': the sweep sets --array and --wrap itself", e->valuestring);
+                    return BAD(c, "'slurm.sbatch' entry '%s': the sweep sets --array and --wrap itself",
+                               e->valuestring);
                 if (!(s->sbatch[s->n_sbatch] = strdup(e->valuestring)))
                     return lf_fail(LF_ERR_NOMEM, "sweep '%s': out of memory", c->origin);
                 s->n_sbatch++;
@@ -777,9 +797,9 @@ lf_status lf_sweep_spec_parse(lf_sweep_spec **out, const char *json, const char 
         st = BAD(c, "the sweep file must hold one JSON object");
         goto fail;
     }
-    static const char *const keys[] = {"name",     "base",    "base_file", "set",     "space", "method",
-                                       "trials",   "seed",    "objective", "early_stopping", "tpe", "out_dir",
-                                       "parallel", "threads", "slurm",     NULL};
+    static const char *const keys[] = {"name",  "base",      "base_file",      "set", "space",   "method",   "trials",
+                                       "seed",  "objective", "early_stopping", "tpe", "out_dir", "parallel", "threads",
+                                       "slurm", NULL};
     if ((st = only_keys(c, root, "", keys)) != LF_OK) goto fail;
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
     if (!base) {
@@ -793,7 +813,8 @@ lf_status lf_sweep_spec_parse(lf_sweep_spec **out, const char *json, const char 
         goto fail;
     }
     long long min_res = 0, interval = 0;
-    if ((st = parse_stopping(c, cJSON_GetObjectItemCaseSensitive(root, "early_stopping"), &min_res, &interval)) != LF_OK)
+    if ((st = parse_stopping(c, cJSON_GetObjectItemCaseSensitive(root, "early_stopping"), &min_res, &interval)) !=
+        LF_OK)
         goto fail;
     if ((st = parse_space(c, cJSON_GetObjectItemCaseSensitive(root, "space"))) != LF_OK) goto fail;
     if ((st = parse_method(c, root)) != LF_OK) goto fail;
@@ -853,7 +874,7 @@ lf_status lf_sweep_trial_config_json(const lf_sweep_spec *s, const lf_sweep_tria
                                      char **json) {
     if (!s || !t || !json) return lf_fail(LF_ERR_INVALID_ARG, "lf_sweep_trial_config_json: NULL argument");
     *json = NULL;
-    char (*buf)[LF_SWEEP_OV_MAX] = calloc(LF_SWEEP_MAX_DIMS + 1, LF_SWEEP_OV_MAX);
+    char(*buf)[LF_SWEEP_OV_MAX] = calloc(LF_SWEEP_MAX_DIMS + 1, LF_SWEEP_OV_MAX);
     if (!buf) return lf_fail(LF_ERR_NOMEM, "out of memory");
     lf_status st = lf__sweep_point_overrides(s, t->x, buf);
     const char *p[LF_SWEEP_MAX_DIMS + 1];

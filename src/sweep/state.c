@@ -156,7 +156,8 @@ lf_status lf_sweep_state_spec_text(const char *path, char **json, char **cwd) {
     cJSON *root;
     lf_status st = read_state(path, &root);
     if (st != LF_OK) return st;
-    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sweep"), *cw = cJSON_GetObjectItemCaseSensitive(root, "cwd");
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sweep"),
+                *cw = cJSON_GetObjectItemCaseSensitive(root, "cwd");
     char *p = cJSON_IsObject(sw) ? lf_json_print(sw, 0) : NULL;
     if (!p || !cJSON_IsString(cw)) {
         cJSON_free(p);
@@ -230,8 +231,7 @@ lf_status lf_sweep_state_load(const char *path, const lf_sweep_spec *s, lf_sweep
             int ok = isfinite(xv);
             if (dim->type == LF_SWEEP_DIM_GRID || dim->type == LF_SWEEP_DIM_CHOICE)
                 ok = ok && xv >= 0 && xv < dim->n_values && xv == floor(xv);
-            else
-                ok = ok && xv >= dim->low && xv <= dim->high && (dim->type != LF_SWEEP_DIM_INT || xv == floor(xv));
+            else ok = ok && xv >= dim->low && xv <= dim->high && (dim->type != LF_SWEEP_DIM_INT || xv == floor(xv));
             if (!ok) {
                 char msg[200];
                 snprintf(msg, sizeof msg, "\"x\"[%d] is not a value of space key '%s'", d, dim->key);
@@ -252,8 +252,9 @@ lf_status lf_sweep_state_load(const char *path, const lf_sweep_spec *s, lf_sweep
         if (!num_field(o, "rung", -1, s->n_rungs - 1, &rung) || !num_field(o, "target", 0, s->n_rungs - 1, &target) ||
             !num_field(o, "steps", 0, 1e18, &steps) || !num_field(o, "attempts", 0, 1e9, &attempts) ||
             !num_field(o, "tries", 0, 1e9, &tries) || !num_field(o, "seconds", 0, 1e15, &secs)) {
-            st = bad_trial(path, i, "\"rung\", \"target\", \"steps\", \"attempts\", \"tries\" or \"seconds\" is "
-                                    "missing or out of range for this sweep's rungs");
+            st = bad_trial(path, i,
+                           "\"rung\", \"target\", \"steps\", \"attempts\", \"tries\" or \"seconds\" is "
+                           "missing or out of range for this sweep's rungs");
             break;
         }
         t[i].tries = (int)tries;
@@ -316,14 +317,14 @@ lf_status lf_sweep_train_args(const lf_sweep_spec *s, const lf_sweep_trial *t, i
     *argv = NULL;
     *argc = 0;
     const int max = 8 + s->n_sets + s->n_dims;
-    char (*ov)[LF_SWEEP_OV_MAX] = calloc((size_t)max, LF_SWEEP_OV_MAX);
+    char(*ov)[LF_SWEEP_OV_MAX] = calloc((size_t)max, LF_SWEEP_OV_MAX);
     if (!ov) return lf_fail(LF_ERR_NOMEM, "out of memory");
     int n = 0;
     lf_status st = LF_OK;
     snprintf(ov[n++], LF_SWEEP_OV_MAX, "train");
     snprintf(ov[n++], LF_SWEEP_OV_MAX, "%s", base_path);
     for (int i = 0; i < s->n_sets; i++) snprintf(ov[n++], LF_SWEEP_OV_MAX, "--%s", s->sets[i]);
-    char (*pt)[LF_SWEEP_OV_MAX] = calloc(LF_SWEEP_MAX_DIMS, LF_SWEEP_OV_MAX);
+    char(*pt)[LF_SWEEP_OV_MAX] = calloc(LF_SWEEP_MAX_DIMS, LF_SWEEP_OV_MAX);
     if (!pt) st = lf_fail(LF_ERR_NOMEM, "out of memory");
     if (st == LF_OK) st = lf__sweep_point_overrides(s, t->x, pt);
     for (int d = 0; st == LF_OK && d < s->n_dims; d++) snprintf(ov[n++], LF_SWEEP_OV_MAX, "--%s", pt[d]);
@@ -375,10 +376,8 @@ lf_status lf_sweep_log_metric(const char *log_path, const char *metric, long ste
     lf_status st = lf_file_read_all(log_path, LOG_MAX, &text, &len);
     if (st != LF_OK) return st;
     char key[300];
-    if (!strcmp(metric, "val_loss") || !strcmp(metric, "train_loss"))
-        snprintf(key, sizeof key, "%s", metric);
-    else
-        snprintf(key, sizeof key, "eval/%s", metric);
+    if (!strcmp(metric, "val_loss") || !strcmp(metric, "train_loss")) snprintf(key, sizeof key, "%s", metric);
+    else snprintf(key, sizeof key, "eval/%s", metric);
     int found = 0;
     for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
         nl = strchr(line, '\n');
@@ -396,8 +395,7 @@ lf_status lf_sweep_log_metric(const char *log_path, const char *metric, long ste
         cJSON_Delete(o);
     }
     lf_free(text);
-    if (!found)
-        return lf_fail(LF_ERR_NOT_FOUND, "'%s': no evaluation of '%s' at step %ld", log_path, metric, step);
+    if (!found) return lf_fail(LF_ERR_NOT_FOUND, "'%s': no evaluation of '%s' at step %ld", log_path, metric, step);
     return LF_OK;
 }
 

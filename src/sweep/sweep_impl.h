@@ -10,17 +10,17 @@
 #define LF_SWEEP_OV_MAX 2048 /* one "key=value" override */
 
 typedef struct sweep_dim {
-    lf_sweep_dim pub;  /* what lf_sweep_spec_dim returns (points into this struct) */
+    lf_sweep_dim pub; /* what lf_sweep_spec_dim returns (points into this struct) */
     char key[128];
-    char **vals;       /* grid, choice: JSON texts */
+    char **vals; /* grid, choice: JSON texts */
 } sweep_dim;
 
 struct lf_sweep_spec {
-    char *text;                    /* normalized sweep file (base inline) */
-    char base_file[LF_PATH_MAX];   /* "" for an inline base */
+    char *text;                  /* normalized sweep file (base inline) */
+    char base_file[LF_PATH_MAX]; /* "" for an inline base */
     char base_origin[LF_PATH_MAX + 32];
-    char *base_text;               /* the base configuration's JSON text */
-    char **sets;                   /* "key=JSON" */
+    char *base_text; /* the base configuration's JSON text */
+    char **sets;     /* "key=JSON" */
     int n_sets;
     sweep_dim dims[LF_SWEEP_MAX_DIMS];
     int n_dims;

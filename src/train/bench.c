@@ -26,7 +26,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
                          int warmup, double peak_flops, lf_bench_result *out) {
     memset(out, 0, sizeof *out);
     if (steps < 1 || warmup < 0) return lf_fail(LF_ERR_RANGE, "bench: steps must be >= 1 and warmup >= 0");
-    if (T > cfg->block_size) return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
+    if (T > cfg->block_size)
+        return lf_fail(LF_ERR_RANGE, "bench: sequence length %d exceeds block_size %d", T, cfg->block_size);
     lf_backend *be = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
     if (!be) return LF_ERR_NOT_FOUND;
     if (lf_backend_is_device(be)) {

@@ -58,17 +58,17 @@ _Static_assert(LF_SAMPLING_RANDOM == 0 && LF_SAMPLING_SEQUENTIAL == 1 && LF_SAMP
 /* ---------------------------------------------------------------- the table */
 
 typedef enum key_type {
-    KT_INT,      /* int field */
-    KT_LONG,     /* long field */
-    KT_FLOAT,    /* float field */
-    KT_BOOL,     /* int field, 0/1, from true/false */
-    KT_U64,      /* uint64_t field, from an integer literal only */
-    KT_STRING,   /* char[cap] */
-    KT_STRLIST,  /* char[cap]: strings joined by '\n', from an array of strings (or one string) */
-    KT_CHOICE,   /* char[cap]: one of choices (case-insensitive), stored as spelled in the table */
-    KT_ENUM,     /* int field: index into choices (case-insensitive) */
-    KT_PAIR,     /* two float fields (off, off2) from a 2-element array */
-    KT_IGNORED,  /* a DeepSpeed key that tunes its own machinery and changes no result: any value, ignored */
+    KT_INT,     /* int field */
+    KT_LONG,    /* long field */
+    KT_FLOAT,   /* float field */
+    KT_BOOL,    /* int field, 0/1, from true/false */
+    KT_U64,     /* uint64_t field, from an integer literal only */
+    KT_STRING,  /* char[cap] */
+    KT_STRLIST, /* char[cap]: strings joined by '\n', from an array of strings (or one string) */
+    KT_CHOICE,  /* char[cap]: one of choices (case-insensitive), stored as spelled in the table */
+    KT_ENUM,    /* int field: index into choices (case-insensitive) */
+    KT_PAIR,    /* two float fields (off, off2) from a 2-element array */
+    KT_IGNORED, /* a DeepSpeed key that tunes its own machinery and changes no result: any value, ignored */
 } key_type;
 
 enum {
@@ -81,15 +81,15 @@ enum {
 typedef struct key_def {
     const char *path;
     key_type type;
-    size_t off, size;           /* field offset and size (size: capacity for strings) */
-    size_t off2;                /* KT_PAIR: second field */
-    double lo, hi;              /* bounds of numbers (HUGE_VAL: none) */
+    size_t off, size; /* field offset and size (size: capacity for strings) */
+    size_t off2;      /* KT_PAIR: second field */
+    double lo, hi;    /* bounds of numbers (HUGE_VAL: none) */
     unsigned flags;
-    double def[2];              /* default of numbers and bools */
-    const char *def_str;        /* default of strings/choices; rule of derived keys */
-    const char *const *choices; /* NULL-terminated */
+    double def[2];                          /* default of numbers and bools */
+    const char *def_str;                    /* default of strings/choices; rule of derived keys */
+    const char *const *choices;             /* NULL-terminated */
     const char *const *(*choices_fn)(void); /* instead of choices: a list owned elsewhere (model.arch's) */
-    const char *alias;          /* nanoGPT name accepted as a bare override */
+    const char *alias;                      /* nanoGPT name accepted as a bare override */
     const char *help;
 } key_def;
 
@@ -102,12 +102,12 @@ static const char *const *choices_of(const key_def *k) { return k->choices_fn ? 
 static const char *def_str_of(const key_def *k) { return k->def_str ? k->def_str : choices_of(k)[0]; }
 
 static const char *const optim_choices[] = {"AdamW", NULL};
-static const char *const sched_choices[] = {"cosine", "constant", NULL};    /* lf_sched_type */
+static const char *const sched_choices[] = {"cosine", "constant", NULL};                           /* lf_sched_type */
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
 /* alert actions, as lf_alert_action values (index = value) */
 static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", "rollback", NULL};
-_Static_assert(LF_ALERT_OFF == 0 && LF_ALERT_LOG == 1 && LF_ALERT_SKIP == 2 && LF_ALERT_STOP == 3 && LF_ALERT_EXIT == 4 &&
-                   LF_ALERT_ROLLBACK == 5,
+_Static_assert(LF_ALERT_OFF == 0 && LF_ALERT_LOG == 1 && LF_ALERT_SKIP == 2 && LF_ALERT_STOP == 3 &&
+                   LF_ALERT_EXIT == 4 && LF_ALERT_ROLLBACK == 5,
                "alert_choices order");
 /* checkpoint.on_error, as lf_ckpt_on_error values */
 static const char *const on_error_choices[] = {"stop", "continue", NULL};
@@ -122,6 +122,8 @@ static const char *const backend_choices[] = {"auto", "cpu", "cuda", "cpu-fenced
 _Static_assert(LF_RECOMPUTE_NONE == 0 && LF_RECOMPUTE_SELECTIVE == 1 && LF_RECOMPUTE_FULL == 2,
                "recompute_choices order");
 
+/* One row per key, as the table is read (clang-format would give each field a line). */
+// clang-format off
 static const key_def k_keys[] = {
     /* the architectures' names (src/model/), the first the default */
     {.path = "model.arch", .type = KT_CHOICE, FLD(arch), .choices_fn = lf_arch_names,
@@ -358,6 +360,7 @@ static const key_def k_keys[] = {
     {.path = "registry.path", .type = KT_STRING, FLD(registry_path), .def_str = "",
      .help = "registry database file (empty = $LLMFORGE_REGISTRY, else ~/.local/share/llmforge/registry.db)"},
 };
+// clang-format on
 #define NKEYS ((int)(sizeof k_keys / sizeof k_keys[0]))
 
 static int is_setting(const key_def *k) { return k->type != KT_IGNORED; }
@@ -402,9 +405,12 @@ static int table_ok(void) {
         const key_def *k = &k_keys[i];
         size_t want = 0;
         switch (k->type) {
-        case KT_INT: case KT_BOOL: case KT_ENUM: want = sizeof(int); break;
+        case KT_INT:
+        case KT_BOOL:
+        case KT_ENUM: want = sizeof(int); break;
         case KT_LONG: want = sizeof(long); break;
-        case KT_FLOAT: case KT_PAIR: want = sizeof(float); break;
+        case KT_FLOAT:
+        case KT_PAIR: want = sizeof(float); break;
         case KT_U64: want = sizeof(uint64_t); break;
         default: want = k->size; break; /* strings: any capacity; off keys: no field */
         }
@@ -453,10 +459,8 @@ static void fmt_range(char *buf, size_t cap, const key_def *k) {
         snprintf(buf, cap, "[%lld, %lld]", lo, hi);
     } else {
         char hs[32];
-        if (isinf(k->hi))
-            snprintf(hs, sizeof hs, "inf)");
-        else
-            snprintf(hs, sizeof hs, "%.9g%c", k->hi, (k->flags & KF_HI_OPEN) ? ')' : ']');
+        if (isinf(k->hi)) snprintf(hs, sizeof hs, "inf)");
+        else snprintf(hs, sizeof hs, "%.9g%c", k->hi, (k->flags & KF_HI_OPEN) ? ')' : ']');
         snprintf(buf, cap, "%c%.9g, %s", (k->flags & KF_LO_OPEN) ? '(' : '[', k->lo, hs);
     }
 }
@@ -478,16 +482,16 @@ typedef struct numraw {
 
 typedef struct parse_ctx {
     lf_train_config cfg;
-    unsigned char given[NKEYS];  /* set by the file or an override */
-    const char *where[NKEYS];    /* where it was set: "in 'x.json'", "on the command line" */
-    const char *cur;             /* where the value being applied comes from */
-    int from_cli;                /* the value is an override */
-    const char *cli_text;        /* the override's value text, verbatim */
-    numraw *nums;                /* number literals of the text being applied */
+    unsigned char given[NKEYS]; /* set by the file or an override */
+    const char *where[NKEYS];   /* where it was set: "in 'x.json'", "on the command line" */
+    const char *cur;            /* where the value being applied comes from */
+    int from_cli;               /* the value is an override */
+    const char *cli_text;       /* the override's value text, verbatim */
+    numraw *nums;               /* number literals of the text being applied */
     size_t n_nums;
     char file_where[LF_PATH_MAX + 32];
-    int world;                   /* world size of the batch identity */
-    char world_note[48];         /* where it came from, for messages: " (openmpi)" or "" */
+    int world;           /* world size of the batch identity */
+    char world_note[48]; /* where it came from, for messages: " (openmpi)" or "" */
 } parse_ctx;
 
 static const char *const k_cli = "on the command line";
@@ -499,10 +503,8 @@ static size_t scan_numbers(const char *s, numraw *out) {
     int in_str = 0;
     for (const char *p = s; *p; p++) {
         if (in_str) {
-            if (*p == '\\' && p[1])
-                p++;
-            else if (*p == '"')
-                in_str = 0;
+            if (*p == '\\' && p[1]) p++;
+            else if (*p == '"') in_str = 0;
             continue;
         }
         if (*p == '"') {
@@ -646,7 +648,8 @@ static lf_status read_u64(const parse_ctx *c, const key_def *k, const cJSON *v, 
     if (!cJSON_IsNumber(v)) return type_error(c, k, v, "an unsigned 64-bit integer");
     if (!number_text(c, v, num, sizeof num)) return range_error_text(k, c->cur, "a very long number");
     if (num[0] == '-') return range_error_text(k, c->cur, num);
-    if (strpbrk(num, ".eE+")) return type_error(c, k, v, "an unsigned 64-bit integer written without a fraction or exponent");
+    if (strpbrk(num, ".eE+"))
+        return type_error(c, k, v, "an unsigned 64-bit integer written without a fraction or exponent");
     errno = 0;
     char *end;
     unsigned long long x = strtoull(num, &end, 10);
@@ -682,10 +685,8 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
     case KT_LONG: {
         long long x = 0;
         if ((st = read_integer(c, k, v, &x)) != LF_OK) return st;
-        if (k->type == KT_INT)
-            *(int *)field(cfg, k->off) = (int)x;
-        else
-            *(long *)field(cfg, k->off) = (long)x;
+        if (k->type == KT_INT) *(int *)field(cfg, k->off) = (int)x;
+        else *(long *)field(cfg, k->off) = (long)x;
         break;
     }
     case KT_FLOAT:
@@ -693,14 +694,10 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
         break;
     case KT_BOOL: {
         int b;
-        if (cJSON_IsBool(v))
-            b = cJSON_IsTrue(v);
-        else if (c->from_cli && cJSON_IsString(v) && ascii_ieq(v->valuestring, "true"))
-            b = 1;
-        else if (c->from_cli && cJSON_IsString(v) && ascii_ieq(v->valuestring, "false"))
-            b = 0;
-        else
-            return type_error(c, k, v, "true or false");
+        if (cJSON_IsBool(v)) b = cJSON_IsTrue(v);
+        else if (c->from_cli && cJSON_IsString(v) && ascii_ieq(v->valuestring, "true")) b = 1;
+        else if (c->from_cli && cJSON_IsString(v) && ascii_ieq(v->valuestring, "false")) b = 0;
+        else return type_error(c, k, v, "true or false");
         *(int *)field(cfg, k->off) = b;
         break;
     }
@@ -731,7 +728,8 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
                 const char *e = (!cJSON_IsArray(v) && c->from_cli) ? strchr(p, ',') : NULL;
                 size_t n = e ? (size_t)(e - p) : strlen(p);
                 if (n == 0 || memchr(p, '\n', n))
-                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: an element is empty or holds a newline", k->path, c->cur);
+                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: an element is empty or holds a newline", k->path,
+                                   c->cur);
                 if (at + n + 2 > sizeof buf || at + n + 1 >= k->size)
                     return lf_fail(LF_ERR_CONFIG, "key '%s' %s: the list is longer than the %zu bytes allowed", k->path,
                                    c->cur, k->size - 1);
@@ -752,10 +750,8 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
         int j = 0;
         while (choices_of(k)[j] && !ascii_ieq(choices_of(k)[j], v->valuestring)) j++;
         if (!choices_of(k)[j]) return choice_error(c, k, v->valuestring);
-        if (k->type == KT_ENUM)
-            *(int *)field(cfg, k->off) = j;
-        else
-            snprintf((char *)field(cfg, k->off), k->size, "%s", choices_of(k)[j]);
+        if (k->type == KT_ENUM) *(int *)field(cfg, k->off) = j;
+        else snprintf((char *)field(cfg, k->off), k->size, "%s", choices_of(k)[j]);
         break;
     }
     case KT_PAIR: {
@@ -767,8 +763,7 @@ static lf_status set_key(parse_ctx *c, int i, const cJSON *v) {
         *(float *)field(cfg, k->off2) = b;
         break;
     }
-    case KT_IGNORED:
-        break;
+    case KT_IGNORED: break;
     }
     c->given[i] = 1;
     c->where[i] = c->cur;
@@ -882,8 +877,7 @@ static lf_status apply_override(parse_ctx *c, const char *ov) {
     if (!ov) return lf_fail(LF_ERR_INVALID_ARG, "override is NULL");
     if (ov[0] == '-' && ov[1] == '-') ov += 2;
     const char *eq = strchr(ov, '=');
-    if (!eq || eq == ov)
-        return lf_fail(LF_ERR_CONFIG, "override '%.200s' %s: expected key=value", ov, k_cli);
+    if (!eq || eq == ov) return lf_fail(LF_ERR_CONFIG, "override '%.200s' %s: expected key=value", ov, k_cli);
     char key[PATH_BUF];
     size_t kn = (size_t)(eq - ov);
     if (kn >= sizeof key) kn = sizeof key - 1;
@@ -929,10 +923,8 @@ static lf_status apply_text(parse_ctx *c, const char *text, const char *name) {
         long line = 1, col = 1;
         if (end) {
             for (const char *p = text; p < end && *p; p++) {
-                if (*p == '\n')
-                    line++, col = 1;
-                else
-                    col++;
+                if (*p == '\n') line++, col = 1;
+                else col++;
             }
         }
         return lf_fail(LF_ERR_FORMAT, "config '%s': invalid JSON near line %ld, column %ld", name, line, col);
@@ -994,13 +986,21 @@ static const char *note_of(const parse_ctx *c, int i) { return c->where[i] ? c->
  * vocabulary still unknown: checked with a placeholder of 1 when 0). */
 static lf_status resolve_model(parse_ctx *c) {
     lf_model_config *m = &c->cfg.model;
-    static const struct { const char *key; unsigned bit; } given[] = {
-        {"model.arch", LF_MODEL_GIVEN_ARCH}, {"model.n_layer", LF_MODEL_GIVEN_N_LAYER},
-        {"model.n_head", LF_MODEL_GIVEN_N_HEAD}, {"model.n_kv_head", LF_MODEL_GIVEN_N_KV_HEAD},
-        {"model.n_embd", LF_MODEL_GIVEN_N_EMBD}, {"model.ffn_hidden", LF_MODEL_GIVEN_FFN_HIDDEN},
-        {"model.block_size", LF_MODEL_GIVEN_BLOCK_SIZE}, {"model.vocab_size", LF_MODEL_GIVEN_VOCAB_SIZE},
-        {"model.norm_eps", LF_MODEL_GIVEN_NORM_EPS}, {"model.rope_theta", LF_MODEL_GIVEN_ROPE_THETA},
-        {"model.tie_embeddings", LF_MODEL_GIVEN_TIE}, {"model.bias", LF_MODEL_GIVEN_BIAS}};
+    static const struct {
+        const char *key;
+        unsigned bit;
+    } given[] = {{"model.arch", LF_MODEL_GIVEN_ARCH},
+                 {"model.n_layer", LF_MODEL_GIVEN_N_LAYER},
+                 {"model.n_head", LF_MODEL_GIVEN_N_HEAD},
+                 {"model.n_kv_head", LF_MODEL_GIVEN_N_KV_HEAD},
+                 {"model.n_embd", LF_MODEL_GIVEN_N_EMBD},
+                 {"model.ffn_hidden", LF_MODEL_GIVEN_FFN_HIDDEN},
+                 {"model.block_size", LF_MODEL_GIVEN_BLOCK_SIZE},
+                 {"model.vocab_size", LF_MODEL_GIVEN_VOCAB_SIZE},
+                 {"model.norm_eps", LF_MODEL_GIVEN_NORM_EPS},
+                 {"model.rope_theta", LF_MODEL_GIVEN_ROPE_THETA},
+                 {"model.tie_embeddings", LF_MODEL_GIVEN_TIE},
+                 {"model.bias", LF_MODEL_GIVEN_BIAS}};
     c->cfg.model_given = 0;
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
         if (c->given[key_index(given[i].key)]) c->cfg.model_given |= given[i].bit;
@@ -1048,18 +1048,24 @@ static lf_status check_alert_actions(parse_ctx *c) {
  * cannot honour, refused rather than ignored (train_impl.h). */
 lf_status lf__train_config_check_ckpt(const lf_train_config *c) {
     if (c->ckpt_async && c->zero_stage > 0)
-        return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.async' is true but zero_optimization.stage is %d: a ZeRO "
+        return lf_fail(LF_ERR_CONFIG,
+                       "key 'checkpoint.async' is true but zero_optimization.stage is %d: a ZeRO "
                        "checkpoint is written by every rank with collectives of its own, which cannot run beside "
-                       "the training step's; set checkpoint.async false (or stage 0)", c->zero_stage);
+                       "the training step's; set checkpoint.async false (or stage 0)",
+                       c->zero_stage);
     if (c->ckpt_async && c->eval_suite[0])
-        return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.async' is true but eval.suite is set ('%s'): the suite runs "
+        return lf_fail(LF_ERR_CONFIG,
+                       "key 'checkpoint.async' is true but eval.suite is set ('%s'): the suite runs "
                        "on the model of the checkpoint's step, which a background write has moved past; set "
-                       "checkpoint.async false or eval.suite \"\"", c->eval_suite);
+                       "checkpoint.async false or eval.suite \"\"",
+                       c->eval_suite);
     int rb_nan = c->alert_nan_action == LF_ALERT_ROLLBACK, rb_spike = c->alert_spike_action == LF_ALERT_ROLLBACK;
     if ((rb_nan || rb_spike) && c->zero_stage == 3)
-        return lf_fail(LF_ERR_CONFIG, "key 'monitor.alerts.%s.action' is rollback but zero_optimization.stage is 3: "
+        return lf_fail(LF_ERR_CONFIG,
+                       "key 'monitor.alerts.%s.action' is rollback but zero_optimization.stage is 3: "
                        "a rollback reloads the whole parameters in process, which no ZeRO-3 rank holds; use stage "
-                       "0-2, or resume from the checkpoint instead", rb_nan ? "nan" : "loss_spike");
+                       "0-2, or resume from the checkpoint instead",
+                       rb_nan ? "nan" : "loss_spike");
     return LF_OK;
 }
 
@@ -1146,8 +1152,8 @@ static lf_status check_ranges(const parse_ctx *c) {
                     char range[80];
                     fmt_float(val, sizeof val, v);
                     fmt_range(range, sizeof range, k);
-                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: element %d (%s) is out of range %s", k->path, where,
-                                   j, val, range);
+                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: element %d (%s) is out of range %s", k->path, where, j,
+                                   val, range);
                 }
             }
             break;
@@ -1251,18 +1257,17 @@ lf_status lf_train_config_load_world(lf_train_config *cfg, const char *path, int
     return st;
 }
 
-lf_status lf_train_config_parse_world(lf_train_config *cfg, const char *json_text, const char *origin,
-                                      int world_size, int n_overrides, const char *const *overrides) {
+lf_status lf_train_config_parse_world(lf_train_config *cfg, const char *json_text, const char *origin, int world_size,
+                                      int n_overrides, const char *const *overrides) {
     return build(cfg, json_text, origin ? origin : "<text>", world_size, n_overrides, overrides);
 }
 
-lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides,
-                               const char *const *overrides) {
+lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides, const char *const *overrides) {
     return lf_train_config_load_world(cfg, path, 0, n_overrides, overrides);
 }
 
-lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin,
-                                int n_overrides, const char *const *overrides) {
+lf_status lf_train_config_parse(lf_train_config *cfg, const char *json_text, const char *origin, int n_overrides,
+                                const char *const *overrides) {
     return lf_train_config_parse_world(cfg, json_text, origin, 0, n_overrides, overrides);
 }
 
@@ -1271,12 +1276,8 @@ static cJSON *value_json(const lf_train_config *cfg, const key_def *k) {
     char buf[64];
     switch (k->type) {
     case KT_INT:
-    case KT_LONG:
-        snprintf(buf, sizeof buf, "%lld", get_integer(cfg, k));
-        return cJSON_CreateRaw(buf);
-    case KT_FLOAT:
-        fmt_float(buf, sizeof buf, get_float(cfg, k->off));
-        return cJSON_CreateRaw(buf);
+    case KT_LONG: snprintf(buf, sizeof buf, "%lld", get_integer(cfg, k)); return cJSON_CreateRaw(buf);
+    case KT_FLOAT: fmt_float(buf, sizeof buf, get_float(cfg, k->off)); return cJSON_CreateRaw(buf);
     case KT_BOOL: return cJSON_CreateBool(*(const int *)cfield(cfg, k->off) != 0);
     case KT_U64:
         snprintf(buf, sizeof buf, "%" PRIu64, *(const uint64_t *)cfield(cfg, k->off));
@@ -1402,7 +1403,8 @@ typedef struct sbuf {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void sb_printf(sbuf *b, const char *fmt, ...) {
+static void
+sb_printf(sbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(b->len < b->cap ? b->buf + b->len : NULL, b->len < b->cap ? b->cap - b->len : 0, fmt, ap);
@@ -1428,10 +1430,8 @@ static void fmt_default(char *buf, size_t cap, const key_def *k) {
         snprintf(buf, cap, "[%s, %s]", a, b);
         break;
     default:
-        if (k->flags & KF_REQUIRED && !*def_str_of(k))
-            snprintf(buf, cap, "none, required");
-        else
-            snprintf(buf, cap, "\"%s\"", def_str_of(k));
+        if (k->flags & KF_REQUIRED && !*def_str_of(k)) snprintf(buf, cap, "none, required");
+        else snprintf(buf, cap, "\"%s\"", def_str_of(k));
         break;
     }
 }

@@ -105,8 +105,7 @@ static void jsonl_emit(lf_obs_sink *s, const lf_obs_record *r) {
     }
     if (fflush(f) != 0 || ferror(f)) {
         j->failed = 1;
-        lf_log(LF_LOG_ERROR, "log '%s': write failed (%s); no further records are written", j->path,
-               strerror(errno));
+        lf_log(LF_LOG_ERROR, "log '%s': write failed (%s); no further records are written", j->path, strerror(errno));
     }
 }
 

@@ -21,7 +21,9 @@ lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, 
     float *p = lf_model_params(m), *g = lf_model_grads(m);
     lf_status st = lf_backend_sync(be); /* the norm came from the backend: was it computed? */
     if (st != LF_OK) return st;
-    if (!isfinite(norm)) return lf_fail(LF_ERR_NUMERIC, "step %ld: gradient norm is %g; lower optimizer.params.lr or check the data", t, norm);
+    if (!isfinite(norm))
+        return lf_fail(LF_ERR_NUMERIC, "step %ld: gradient norm is %g; lower optimizer.params.lr or check the data", t,
+                       norm);
     float scale = 1.0f;
     if (cfg->grad_clip > 0) {
         double coef = (double)cfg->grad_clip / (norm + 1e-6);

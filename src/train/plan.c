@@ -272,8 +272,8 @@ static void sb(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3
 static void sb(sbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + (b->len < b->cap ? b->len : b->cap) : NULL,
-                      b->len < b->cap ? b->cap - b->len : 0, fmt, ap);
+    int n = vsnprintf(b->p ? b->p + (b->len < b->cap ? b->len : b->cap) : NULL, b->len < b->cap ? b->cap - b->len : 0,
+                      fmt, ap);
     va_end(ap);
     if (n > 0) b->len += (size_t)n;
 }
@@ -316,8 +316,10 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
     if (plan_with(&q, cfg, mcfg, p->replicas, 1, p->A * p->B, LF_RECOMPUTE_FULL, p->staging, p->rank, p->ops) ==
         LF_OK) {
         if (need(&q, dev) > lim)
-            sb(s, " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
-               "model.block_size)%s or more memory;", lf_fmt_bytes(need(&q, dev), b3, sizeof b3),
+            sb(s,
+               " even micro-batch 1 with full recompute needs %s: a smaller model (model.n_layer, model.n_embd, "
+               "model.block_size)%s or more memory;",
+               lf_fmt_bytes(need(&q, dev), b3, sizeof b3),
                p->world > 1 && p->zero_stage < 3 ? ", a higher ZeRO stage (below)," : "");
         else if (n_adv > 1)
             sb(s, " micro-batch 1 with full recompute needs %s;", lf_fmt_bytes(need(&q, dev), b3, sizeof b3));
@@ -340,8 +342,7 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
         lf_train_config cb = *cfg;
         cb.bf16 = 1;
         cb.fp16 = 0;
-        if (plan_with(&q, &cb, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->ops) ==
-            LF_OK) {
+        if (plan_with(&q, &cb, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->ops) == LF_OK) {
             const size_t act_save = p->act.total - q.act.total;
             const size_t cost = (q.total - q.act.total) - (p->total - p->act.total); /* weight copies, scratch */
             const char *instead = cfg->fp16 ? " (instead of fp16)" : "";
@@ -353,9 +354,10 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
                    lf_fmt_bytes(cost, b3, sizeof b3), what, need(&q, dev) <= lim ? "" : " (not enough alone)");
                 n_adv++;
             } else {
-                sb(s, " bf16.enabled true%s stores activations in bf16 (%s less) but adds %s of %s, so it saves "
-                   "nothing here;", instead, lf_fmt_bytes(act_save, b2, sizeof b2), lf_fmt_bytes(cost, b3, sizeof b3),
-                   what);
+                sb(s,
+                   " bf16.enabled true%s stores activations in bf16 (%s less) but adds %s of %s, so it saves "
+                   "nothing here;",
+                   instead, lf_fmt_bytes(act_save, b2, sizeof b2), lf_fmt_bytes(cost, b3, sizeof b3), what);
             }
         }
     }
@@ -365,13 +367,15 @@ static void advise(sbuf *s, const lf_mem_plan *p, const lf_train_config *cfg, co
         co.offload_optimizer = 1;
         if (plan_with(&q, &co, mcfg, p->replicas, p->B, p->A, p->policy, p->staging, p->rank, p->ops) == LF_OK &&
             need(&q, dev) < need(p, dev))
-            sb(s, " zero_optimization.offload_optimizer.device cpu saves %s of device memory (the AdamW moments, "
-               "updated on the CPU)%s;", lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
+            sb(s,
+               " zero_optimization.offload_optimizer.device cpu saves %s of device memory (the AdamW moments, "
+               "updated on the CPU)%s;",
+               lf_fmt_bytes(need(p, dev) - need(&q, dev), b1, sizeof b1),
                need(&q, dev) <= lim ? "" : " (not enough alone)");
     }
     if (p->world == 1)
         sb(s, " ZeRO stages shard optimizer state, gradients and parameters over several processes (llmforge "
-           "launch / mpirun) and save nothing in one");
+              "launch / mpirun) and save nothing in one");
 }
 
 /* "the run needs ...: largest ... . To fit: ..." for one part of the plan */
@@ -444,7 +448,9 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
     for (int i = 0; i < p->n_items; i++)
         sb(&s, "  %-40s %12s  %5.1f%%%s\n", p->items[i].name, lf_fmt_bytes(p->items[i].bytes, b1, sizeof b1),
            100.0 * (double)p->items[i].bytes / (double)p->total,
-           !p->on_device ? "" : p->items[i].device ? "  device" : "  host");
+           !p->on_device        ? ""
+           : p->items[i].device ? "  device"
+                                : "  host");
     sb(&s, "  %-40s %12s\n", "total", lf_fmt_bytes(p->total, b1, sizeof b1));
     char b3[32], b4[32];
     if (p->on_device) {
@@ -455,8 +461,7 @@ size_t lf_mem_plan_format(const lf_mem_plan *p, char *buf, size_t cap) {
             sb(&s, "  %-40s %12s  (%s; %s total on %s)\n", "device free (cudaMemGetInfo)",
                lf_fmt_bytes(p->device_free, b2, sizeof b2), p->device_total <= p->device_free ? "fits" : "DOES NOT FIT",
                lf_fmt_bytes(p->device_capacity, b3, sizeof b3), p->device);
-        else
-            sb(&s, "  %-40s %12s  (no device asked: not checked)\n", "device free", "unknown");
+        else sb(&s, "  %-40s %12s  (no device asked: not checked)\n", "device free", "unknown");
         sb(&s, "  %-40s %12s\n", "host memory (the items marked host)", lf_fmt_bytes(p->host_total, b1, sizeof b1));
     }
     if (p->limit)

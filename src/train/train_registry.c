@@ -41,12 +41,12 @@
 
 struct lf__treg {
     int rank;
-    lf_registry *reg;          /* rank 0 with registry.enabled, while usable */
-    int64_t run_id;            /* 0: not recorded */
-    char file[LF_PATH_MAX];    /* the registry file, for messages */
+    lf_registry *reg;       /* rank 0 with registry.enabled, while usable */
+    int64_t run_id;         /* 0: not recorded */
+    char file[LF_PATH_MAX]; /* the registry file, for messages */
     char ckpt_root[LF_PATH_MAX + 8];
     char dataset[LF_PATH_MAX];
-    lf_eval_tasks *suite;      /* eval.suite (every rank) */
+    lf_eval_tasks *suite; /* eval.suite (every rank) */
     lf_eval_results *suite_res;
     lf_tokenizer *tok;
 };
@@ -80,8 +80,10 @@ lf_status lf__treg_open(lf__treg **out, const lf_train_config *cfg, int rank, co
     if (rank == 0 && cfg->registry_enabled) {
         if (lf_registry_path_resolve(cfg->registry_path, r->file, sizeof r->file) != LF_OK ||
             lf_registry_open(&r->reg, r->file, LF_REGISTRY_CREATE) != LF_OK) {
-            lf_log(LF_LOG_WARN, "model registry: %s; this run is not recorded (training goes on; registry.enabled "
-                   "false turns the registry off)", lf_last_error());
+            lf_log(LF_LOG_WARN,
+                   "model registry: %s; this run is not recorded (training goes on; registry.enabled "
+                   "false turns the registry off)",
+                   lf_last_error());
             r->reg = NULL;
         }
     }
@@ -183,8 +185,12 @@ void lf__treg_checkpoint(lf__treg *r, lf_model *model, long step, int evaluated,
     }
     char best[LF_PATH_MAX + 80] = "";
     if (best_name && *best_name) snprintf(best, sizeof best, "%s/%s", r->ckpt_root, best_name);
-    lf_registry_ckpt_info ci = {.run_id = r->run_id, .step = step, .path = dir, .best_path = best[0] ? best : NULL,
-                                .metrics = m, .n_metrics = n};
+    lf_registry_ckpt_info ci = {.run_id = r->run_id,
+                                .step = step,
+                                .path = dir,
+                                .best_path = best[0] ? best : NULL,
+                                .metrics = m,
+                                .n_metrics = n};
     int64_t id = 0;
     if (lf_registry_checkpoint_add(r->reg, &ci, &id) != LF_OK) {
         give_up(r, "recording a checkpoint");

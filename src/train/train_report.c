@@ -54,7 +54,10 @@ char *lf__trep_plan_json(const lf_mem_plan *p) {
     cJSON_AddNumberToObject(o, "rank", p->rank);
     cJSON_AddNumberToObject(o, "zero_stage", p->zero_stage);
     cJSON_AddNumberToObject(o, "limit_bytes", (double)p->limit);
-    cJSON_AddStringToObject(o, "limit_from", p->limit_from_config ? "memory.limit_bytes" : p->limit ? "MemAvailable" : "none");
+    cJSON_AddStringToObject(o, "limit_from",
+                            p->limit_from_config ? "memory.limit_bytes"
+                            : p->limit           ? "MemAvailable"
+                                                 : "none");
     size_t need = lf_mem_plan_format(p, NULL, 0) + 1;
     char *text = malloc(need);
     if (text) {
@@ -147,9 +150,10 @@ char *lf__trep_run_info(const char *plan_json, const lf_train_config *cfg, int w
     if (cfg->bf16) cJSON_AddStringToObject(hw, "bf16_kernel", lf_backend_cpu_bf16_kernel());
     if (lf_backend_cpu_kernel_warning()) cJSON_AddStringToObject(hw, "kernel_warning", lf_backend_cpu_kernel_warning());
     if (peak_flops > 0) cJSON_AddNumberToObject(hw, "peak_gflops", peak_flops / 1e9);
-    cJSON_AddStringToObject(hw, "peak_from", cfg->peak_gflops > 0 ? "monitor.peak_gflops"
-                                             : peak_flops > 0     ? "measured FMA rate"
-                                                                  : "none");
+    cJSON_AddStringToObject(hw, "peak_from",
+                            cfg->peak_gflops > 0 ? "monitor.peak_gflops"
+                            : peak_flops > 0     ? "measured FMA rate"
+                                                 : "none");
     cJSON_AddNumberToObject(hw, "world_size", world);
     cJSON_AddStringToObject(hw, "comm", cfg->comm_backend);
     cJSON_AddStringToObject(hw, "code_version", lf_registry_code_version());
@@ -182,6 +186,5 @@ void lf__trep_report(const lf_train_config *cfg) {
     if (st != LF_OK)
         lf_log(LF_LOG_WARN, "%s (the run itself is unaffected; `llmforge report %s` tries again)", lf_last_error(),
                cfg->out_dir);
-    else
-        lf_log(LF_LOG_INFO, "report: %s", res.out_path);
+    else lf_log(LF_LOG_INFO, "report: %s", res.out_path);
 }

@@ -58,10 +58,11 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddNumberToObject(o, "tokens_seen", (double)t->step * (double)rows_per_step * t->cfg.model.block_size);
     cJSON *cursor = cJSON_AddObjectToObject(o, "data_cursor");
     cJSON_AddStringToObject(cursor, "split", "train");
-    cJSON_AddStringToObject(cursor, "sampling", t->cfg.sampling == LF_SAMPLING_SEQUENTIAL ? "sequential"
-                                                : t->cfg.sampling == LF_SAMPLING_RECORDS  ? "records"
-                                                : t->cfg.sampling == LF_SAMPLING_PACKED   ? "packed"
-                                                                                          : "random");
+    cJSON_AddStringToObject(cursor, "sampling",
+                            t->cfg.sampling == LF_SAMPLING_SEQUENTIAL ? "sequential"
+                            : t->cfg.sampling == LF_SAMPLING_RECORDS  ? "records"
+                            : t->cfg.sampling == LF_SAMPLING_PACKED   ? "packed"
+                                                                      : "random");
     /* the loader's whole state: rows are a function of the data step (src/data/loader.c), which is the
      * step plus the batches rollbacks (and opts.skip_batches) moved past */
     cJSON_AddNumberToObject(cursor, "next_step", (double)(t->step + t->data_off));
@@ -75,10 +76,8 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg.seed);
     cJSON_AddStringToObject(rng, "seed", seed);
     cJSON_AddStringToObject(rng, "streams", "counter-based: (seed, purpose, index); no state beyond the step");
-    if (isfinite(t->best_val))
-        cJSON_AddNumberToObject(o, "best_val_loss", t->best_val);
-    else
-        cJSON_AddNullToObject(o, "best_val_loss");
+    if (isfinite(t->best_val)) cJSON_AddNumberToObject(o, "best_val_loss", t->best_val);
+    else cJSON_AddNullToObject(o, "best_val_loss");
     if (t->cfg.fp16) {
         const lf_loss_scaler *ls = &t->scaler;
         cJSON *sc = cJSON_AddObjectToObject(o, "loss_scaler");
@@ -108,10 +107,8 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
     cJSON *bm = cJSON_AddObjectToObject(o, "best_metric");
     cJSON_AddStringToObject(bm, "name", t->cfg.best_metric);
-    if (isfinite(t->best_score))
-        cJSON_AddNumberToObject(bm, "value", t->best_score);
-    else
-        cJSON_AddNullToObject(bm, "value");
+    if (isfinite(t->best_score)) cJSON_AddNumberToObject(bm, "value", t->best_score);
+    else cJSON_AddNullToObject(bm, "value");
     cJSON_AddNumberToObject(o, "optimizer_steps", (double)t->opt_t);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)t->skipped);
     cJSON *win = cJSON_AddArrayToObject(o, "loss_window");
@@ -173,7 +170,8 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own)
 
 /* checkpoint.keep_last / keep_every and the best, for lf_checkpoint_prune. */
 static lf_ckpt_retention retention(const lf_trainer *t, const char *protect) {
-    lf_ckpt_retention r = {.keep_last = t->cfg.keep_last, .keep_every = t->cfg.keep_every,
+    lf_ckpt_retention r = {.keep_last = t->cfg.keep_last,
+                           .keep_every = t->cfg.keep_every,
                            .protect = protect && protect[0] ? protect : NULL};
     return r;
 }
@@ -226,10 +224,10 @@ void lf__ckpt_error_note(lf_trainer *t, lf_status st, long step, const char *msg
 typedef struct ckpt_job {
     ckpt_snapshot snap;
     lf_status st;
-    char *saved;                     /* the step directory (lf_free) */
-    char err[1024];                  /* the writer thread's lf_last_error */
+    char *saved;    /* the step directory (lf_free) */
+    char err[1024]; /* the writer thread's lf_last_error */
     double write_ms, snapshot_ms, wait_ms;
-    int evaluated;                   /* the snapshot's step was evaluated: its losses go to the registry */
+    int evaluated; /* the snapshot's step was evaluated: its losses go to the registry */
     double train_loss, val_loss;
 } ckpt_job;
 
@@ -296,8 +294,10 @@ lf_status lf__ckpt_async_alloc(lf_trainer *t, size_t n) {
     t->snap_m = lf_alloc(n * sizeof(float));
     t->snap_v = lf_alloc(n * sizeof(float));
     if (!t->job || !t->snap_params || !t->snap_m || !t->snap_v)
-        return lf_fail(LF_ERR_NOMEM, "out of memory allocating the checkpoint snapshot (checkpoint.async: "
-                       "3 x %zu floats)", n);
+        return lf_fail(LF_ERR_NOMEM,
+                       "out of memory allocating the checkpoint snapshot (checkpoint.async: "
+                       "3 x %zu floats)",
+                       n);
     return LF_OK;
 }
 
@@ -345,8 +345,7 @@ static lf_status ckpt_async_start(lf_trainer *t) {
         t->ckw_running = 1;
         return LF_OK;
     }
-    lf_log(LF_LOG_WARN, "cannot start the checkpoint writer thread; step %ld is saved in the training thread",
-           t->step);
+    lf_log(LF_LOG_WARN, "cannot start the checkpoint writer thread; step %ld is saved in the training thread", t->step);
     ckpt_writer_main(t);
     st = j->st;
     if (st == LF_OK) {
@@ -412,8 +411,8 @@ static void emit_ckerr(lf_trainer *t, const struct ckpt_failure *f) {
     lf__trainer_json_escape(ee, sizeof ee, err);
     lf__trainer_json_escape(em, sizeof em, f->msg);
     /* the record's own "step" is where the failure was reported; save_step the save's */
-    snprintf(json, sizeof json, "{\"save_step\":%ld,\"file\":\"%s\",\"errno\":\"%s\",\"message\":\"%s\"}",
-             f->step, ef, ee, em);
+    snprintf(json, sizeof json, "{\"save_step\":%ld,\"file\":\"%s\",\"errno\":\"%s\",\"message\":\"%s\"}", f->step, ef,
+             ee, em);
     lf_obs_record r = {.kind = LF_OBS_EVENT, .step = t->step, .event = "checkpoint_error", .json = json};
     lf__trainer_emit(t, &r);
 }
@@ -430,10 +429,12 @@ lf_status lf__ckpt_error_decide(lf_trainer *t, int at_end) {
     t->ckerr_pending = 0;
     if (t->cfg.ckpt_on_error == LF_CKPT_ON_ERROR_STOP) {
         if (mine) /* the first failure is the one that stops the run */
-            return lf_fail(t->ckerr[0].st, "the checkpoint of step %ld failed: %s (checkpoint.on_error is stop; "
-                           "'latest' names the last complete checkpoint)", t->ckerr[0].step, t->ckerr[0].msg);
+            return lf_fail(t->ckerr[0].st,
+                           "the checkpoint of step %ld failed: %s (checkpoint.on_error is stop; "
+                           "'latest' names the last complete checkpoint)",
+                           t->ckerr[0].step, t->ckerr[0].msg);
         return lf_fail(LF_ERR_IO, "a checkpoint failed on rank 0, which writes them (its log names the file); "
-                       "stopping with it (checkpoint.on_error is stop)");
+                                  "stopping with it (checkpoint.on_error is stop)");
     }
     if (at_end && t->ckerr_last == t->step) { /* continue, but the final save failed: nothing can try again */
         for (int k = 0; k < mine; k++) {
@@ -442,17 +443,23 @@ lf_status lf__ckpt_error_decide(lf_trainer *t, int at_end) {
             if (t->rank == 0) emit_ckerr(t, &t->ckerr[k]);
         }
         if (mine && t->ckerr[mine - 1].step == t->step)
-            return lf_fail(t->ckerr[mine - 1].st, "the final checkpoint (step %ld) failed: %s; checkpoint.on_error is "
+            return lf_fail(t->ckerr[mine - 1].st,
+                           "the final checkpoint (step %ld) failed: %s; checkpoint.on_error is "
                            "continue, but no later save can try again, so the run does not end ok ('latest' names "
-                           "the last complete checkpoint)", t->step, t->ckerr[mine - 1].msg);
-        return lf_fail(LF_ERR_IO, "the final checkpoint (step %ld) failed on rank 0, which writes them (its log names "
-                       "the file); the run does not end ok", t->step);
+                           "the last complete checkpoint)",
+                           t->step, t->ckerr[mine - 1].msg);
+        return lf_fail(LF_ERR_IO,
+                       "the final checkpoint (step %ld) failed on rank 0, which writes them (its log names "
+                       "the file); the run does not end ok",
+                       t->step);
     }
     if (t->rank != 0) return LF_OK;
     for (int k = 0; k < mine; k++) {
         const struct ckpt_failure *f = &t->ckerr[k];
-        lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s; training goes on (checkpoint.on_error is "
-               "continue: the previous checkpoint stays latest, the next save tries again)", f->step, f->msg);
+        lf_log(LF_LOG_WARN,
+               "the checkpoint of step %ld failed: %s; training goes on (checkpoint.on_error is "
+               "continue: the previous checkpoint stays latest, the next save tries again)",
+               f->step, f->msg);
         emit_ckerr(t, f);
     }
     return LF_OK;

@@ -48,10 +48,11 @@ static lf_status device_oom(const lf_trainer *t, lf_status st, const lf_mem_plan
     char what[768], advice[1536], b1[32], b2[32];
     snprintf(what, sizeof what, "%s", lf_last_error());
     lf_mem_plan_advice(plan, &t->cfg, &t->mcfg, advice, sizeof advice);
-    return lf_fail(LF_ERR_NOMEM, "device memory ran out on %s: %s; the plan's %s of device memory fit the %s free "
-                   "when it was made, so fragmentation or another process took the rest. %s", plan->device, what,
-                   lf_fmt_bytes(plan->device_total, b1, sizeof b1), lf_fmt_bytes(plan->device_free, b2, sizeof b2),
-                   advice);
+    return lf_fail(LF_ERR_NOMEM,
+                   "device memory ran out on %s: %s; the plan's %s of device memory fit the %s free "
+                   "when it was made, so fragmentation or another process took the rest. %s",
+                   plan->device, what, lf_fmt_bytes(plan->device_total, b1, sizeof b1),
+                   lf_fmt_bytes(plan->device_free, b2, sizeof b2), advice);
 }
 
 const char *lf_trainer_errmsg(const lf_trainer *t) { return t ? t->errmsg : lf_last_error(); }
@@ -67,8 +68,10 @@ lf_status lf_trainer_copy_params(lf_trainer *t, float *dst) {
     if (!t || !dst) return lf_fail(LF_ERR_INVALID_ARG, "lf_trainer_copy_params: NULL argument");
     const float *p = lf_model_params(t->model);
     if (!p)
-        return lf_fail(LF_ERR_UNSUPPORTED, "lf_trainer_copy_params: under ZeRO-3 rank %d holds only its shard of the "
-                       "parameters (the checkpoints hold them all)", t->rank);
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "lf_trainer_copy_params: under ZeRO-3 rank %d holds only its shard of the "
+                       "parameters (the checkpoints hold them all)",
+                       t->rank);
     lf_backend_to_host(t->be, dst, p, lf_model_num_params(t->model) * sizeof(float));
     return lf_backend_sync(t->be);
 }
@@ -132,12 +135,12 @@ static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
     const unsigned g = t->cfg.model_given;
     char bad[2048] = "";
     size_t len = 0;
-#define HF_KEY(bit, field, key, fmt, cast)                                                                        \
-    do {                                                                                                        \
-        if (!(g & (bit))) m->field = h.field;                                                                   \
-        else if (m->field != h.field && len < sizeof bad)                                                       \
-            len += (size_t)snprintf(bad + len, sizeof bad - len, "%s%s " fmt " (config.json " fmt ")", len ? "; " : "", \
-                                    key, (cast)m->field, (cast)h.field);                                        \
+#define HF_KEY(bit, field, key, fmt, cast) \
+    do { \
+        if (!(g & (bit))) m->field = h.field; \
+        else if (m->field != h.field && len < sizeof bad) \
+            len += (size_t)snprintf(bad + len, sizeof bad - len, "%s%s " fmt " (config.json " fmt ")", \
+                                    len ? "; " : "", key, (cast)m->field, (cast)h.field); \
     } while (0)
     if (!(g & LF_MODEL_GIVEN_ARCH)) {
         m->arch = h.arch;
@@ -203,9 +206,13 @@ static lf_status open_data(lf_trainer *t) {
     st = lf__train_config_check_ckpt(&t->cfg); /* a struct filled by hand is checked as a parsed one is */
     if (st != LF_OK) return lf__trainer_fail(t, st);
     if (t->opts.skip_batches < 0)
-        return lf__trainer_fail(t, lf_fail(LF_ERR_INVALID_ARG, "lf_trainer_opts.skip_batches is %ld (batches to skip: >= 0)",
-                                t->opts.skip_batches));
-    if (!t->cfg.dataset[0]) return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG, "key 'data.dataset' is required (a directory written by `llmforge prepare`)"));
+        return lf__trainer_fail(t, lf_fail(LF_ERR_INVALID_ARG,
+                                           "lf_trainer_opts.skip_batches is %ld (batches to skip: >= 0)",
+                                           t->opts.skip_batches));
+    if (!t->cfg.dataset[0])
+        return lf__trainer_fail(t,
+                                lf_fail(LF_ERR_CONFIG,
+                                        "key 'data.dataset' is required (a directory written by `llmforge prepare`)"));
     st = lf_dataset_open(&t->ds, t->cfg.dataset);
     if (st != LF_OK) return lf__trainer_fail(t, st);
     if (t->cfg.data_tokenizer[0]) {
@@ -216,18 +223,21 @@ static lf_status open_data(lf_trainer *t) {
         }
     }
     if (!lf_dataset_tokenizer_spec(t->ds))
-        return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG, "dataset '%s' holds llm.c token files, which name no tokenizer: set key "
-                                "'data.tokenizer' (e.g. gpt2:DIR with encoder.json and vocab.bpe)", t->cfg.dataset));
+        return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG,
+                                           "dataset '%s' holds llm.c token files, which name no tokenizer: set key "
+                                           "'data.tokenizer' (e.g. gpt2:DIR with encoder.json and vocab.bpe)",
+                                           t->cfg.dataset));
     int V = lf_dataset_vocab_size(t->ds);
     if (t->opts.init_from && t->opts.init_from[0] && is_hf_dir(t->opts.init_from)) {
         st = lf_hf_open(&t->hf, t->opts.init_from);
         if (st == LF_OK) st = hf_merge_config(t, t->hf);
         if (st != LF_OK) return lf__trainer_fail(t, st);
         if (t->cfg.model.vocab_size < V)
-            return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG, "--init-from '%s' has %d embedding rows but dataset '%s' has %d "
-                                    "tokens: prepare the data with the model's tokenizer (hf:%s/tokenizer.json)",
-                                    t->opts.init_from, t->cfg.model.vocab_size, t->cfg.dataset, V,
-                                    t->opts.init_from));
+            return lf__trainer_fail(
+                t, lf_fail(LF_ERR_CONFIG,
+                           "--init-from '%s' has %d embedding rows but dataset '%s' has %d "
+                           "tokens: prepare the data with the model's tokenizer (hf:%s/tokenizer.json)",
+                           t->opts.init_from, t->cfg.model.vocab_size, t->cfg.dataset, V, t->opts.init_from));
     }
     t->mcfg = t->cfg.model;
     if (t->cfg.model.vocab_size == 0 || t->cfg.model.vocab_size == V) {
@@ -239,17 +249,25 @@ static lf_status open_data(lf_trainer *t) {
         t->mcfg.vocab_size = V;
     } else {
         return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG, "key 'model.vocab_size' is %d but dataset '%s' has %d tokens",
-                                t->cfg.model.vocab_size, t->cfg.dataset, V));
+                                           t->cfg.model.vocab_size, t->cfg.dataset, V));
     }
     if ((st = lf_model_config_resolve(&t->mcfg)) != LF_OK) return lf__trainer_fail(t, st);
     int T = t->cfg.model.block_size;
     size_t ntrain = lf_dataset_num_tokens(t->ds, LF_SPLIT_TRAIN), nval = lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL);
     if (ntrain < (size_t)T + 2)
-        return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG, "model.block_size %d is larger than the data: dataset '%s' split 'train' has %zu tokens (needs at least %d)",
-                                T, t->cfg.dataset, ntrain, T + 2));
+        return lf__trainer_fail(
+            t,
+            lf_fail(
+                LF_ERR_CONFIG,
+                "model.block_size %d is larger than the data: dataset '%s' split 'train' has %zu tokens (needs at least %d)",
+                T, t->cfg.dataset, ntrain, T + 2));
     if (t->cfg.eval_interval > 0 && nval > 0 && nval < (size_t)T + 2)
-        return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG, "model.block_size %d is larger than the data: dataset '%s' split 'val' has %zu tokens (needs at least %d)",
-                                T, t->cfg.dataset, nval, T + 2));
+        return lf__trainer_fail(
+            t,
+            lf_fail(
+                LF_ERR_CONFIG,
+                "model.block_size %d is larger than the data: dataset '%s' split 'val' has %zu tokens (needs at least %d)",
+                T, t->cfg.dataset, nval, T + 2));
 
     if (t->cfg.sampling == LF_SAMPLING_RECORDS) {
         st = lf_dataset_index_records(t->ds, LF_SPLIT_TRAIN, T);
@@ -290,8 +308,10 @@ static lf_status prepare_out_dir(lf_trainer *t, const lf_trainer_opts *opts) {
             /* a fresh run must not mix its checkpoints with an earlier run's */
             char *old = NULL;
             if (lf_checkpoint_resolve(t->ckpt_root, &old) == LF_OK) {
-                st = lf_fail(LF_ERR_CONFIG, "out_dir '%s' already holds a run (checkpoint '%s'); continue it with "
-                             "--resume, or choose another out_dir", t->cfg.out_dir, old);
+                st = lf_fail(LF_ERR_CONFIG,
+                             "out_dir '%s' already holds a run (checkpoint '%s'); continue it with "
+                             "--resume, or choose another out_dir",
+                             t->cfg.out_dir, old);
                 lf_free(old);
                 return lf__trainer_fail(t, st);
             }
@@ -340,8 +360,10 @@ static lf_status build_model(lf_trainer *t, lf_mem_plan *plan) {
     t->plan_json = lf__trep_plan_json(plan);
     t->planned_act_bytes = plan->act.total;
     if (act_bytes != plan->act.total) /* the model's own count must be the plan's */
-        return lf__trainer_fail(t, lf_fail(LF_ERR_INTERNAL, "activation plan mismatch: the model allocated %zu bytes, the memory "
-                                "plan says %zu", act_bytes, plan->act.total));
+        return lf__trainer_fail(t, lf_fail(LF_ERR_INTERNAL,
+                                           "activation plan mismatch: the model allocated %zu bytes, the memory "
+                                           "plan says %zu",
+                                           act_bytes, plan->act.total));
     t->flops_per_token = lf_model_flops_per_token(&t->mcfg, T);
     t->spike_win = calloc((size_t)t->cfg.alert_spike_window, sizeof(double));
     if (!t->spike_win) return lf__trainer_fail(t, lf_fail(LF_ERR_NOMEM, "out of memory"));
@@ -369,16 +391,22 @@ static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
         t->v = off_alloc(t, nm * sizeof(float));
         t->off_g = off_alloc(t, nm * sizeof(float));
         if (!t->m || !t->v || !t->off_g)
-            return lf__trainer_fail(t, lf_fail(LF_ERR_NOMEM, "out of host memory allocating the offloaded AdamW moments (%zu "
-                                    "floats each)", nm));
+            return lf__trainer_fail(t, lf_fail(LF_ERR_NOMEM,
+                                               "out of host memory allocating the offloaded AdamW moments (%zu "
+                                               "floats each)",
+                                               nm));
         memset(t->m, 0, nm * sizeof(float));
         memset(t->v, 0, nm * sizeof(float));
     } else {
         t->m = lf_backend_alloc(t->be, nm * sizeof(float));
         t->v = lf_backend_alloc(t->be, nm * sizeof(float));
         if (!t->m || !t->v)
-            return lf__trainer_fail(t, device_oom(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating the AdamW moments (%zu "
-                                                  "floats each)", nm), plan));
+            return lf__trainer_fail(t, device_oom(t,
+                                                  lf_fail(LF_ERR_NOMEM,
+                                                          "out of memory allocating the AdamW moments (%zu "
+                                                          "floats each)",
+                                                          nm),
+                                                  plan));
         lf_backend_zero(t->be, t->m, nm);
         lf_backend_zero(t->be, t->v, nm);
     }
@@ -394,7 +422,8 @@ static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
     t->inputs = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     t->targets = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     if (!t->m || !t->v || !t->host_params || !t->host_m || !t->host_v || !t->inputs || !t->targets)
-        return lf__trainer_fail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating optimizer state for %zu parameters", n));
+        return lf__trainer_fail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating optimizer state for %zu parameters",
+                                           n));
     st = lf__dp_xfer_alloc(t); /* collectives on backend memory that is not the host's: staged through it */
     if (st != LF_OK) return lf__trainer_fail(t, st);
     return LF_OK;
@@ -412,8 +441,9 @@ static lf_status init_from_weights(lf_trainer *t) {
         st = t->hf ? lf_hf_load_params(t->hf, table, count, t->mcfg.tie_embeddings, t->host_params)
                    : lf_weights_load(t->opts.init_from, &tt, t->host_params);
         if (st != LF_OK) return lf__trainer_fail(t, st);
-        if (t->hf) lf_log(LF_LOG_INFO, "initialised from Hugging Face model %s (%s)", t->opts.init_from,
-                          lf_hf_model_type(t->hf));
+        if (t->hf)
+            lf_log(LF_LOG_INFO, "initialised from Hugging Face model %s (%s)", t->opts.init_from,
+                   lf_hf_model_type(t->hf));
         lf_hf_close(t->hf);
         t->hf = NULL;
         stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
@@ -455,8 +485,8 @@ static lf_status start_state(lf_trainer *t) {
     if (t->opts.skip_batches > 0) { /* after the resume: on top of the checkpoint's own offset */
         t->data_off += t->opts.skip_batches;
         if (t->rank == 0)
-            lf_log(LF_LOG_INFO, "skipping %ld steps' batches: step %ld reads the rows of data step %ld", t->opts.skip_batches,
-                   t->step + 1, t->step + t->data_off + 1);
+            lf_log(LF_LOG_INFO, "skipping %ld steps' batches: step %ld reads the rows of data step %ld",
+                   t->opts.skip_batches, t->step + 1, t->step + t->data_off + 1);
     }
     return LF_OK;
 }
@@ -493,7 +523,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     }
     st = lf__zero_partition(t); /* ZeRO-2/3: the model gives up its whole gradient (and parameter) buffers */
     if (st != LF_OK) return lf__trainer_fail(t, st);
-    st = lf__dp_gbf_alloc(t); /* communication_data_type bf16: the gradients' staging (after lf__zero_partition: overlap) */
+    st = lf__dp_gbf_alloc(
+        t); /* communication_data_type bf16: the gradients' staging (after lf__zero_partition: overlap) */
     if (st != LF_OK) return lf__trainer_fail(t, device_oom(t, st, &plan));
     st = lf__trainer_open_loader(t); /* its ring is step memory too: allocated before the first step */
     if (st != LF_OK) return lf__trainer_fail(t, st);

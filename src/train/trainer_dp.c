@@ -42,7 +42,7 @@ lf_status lf__dp_open_comm(lf_trainer *t) {
     } else {
         lf_comm_options co = lf_comm_options_default();
         co.timeout_s = c->comm_timeout_s;
-        co.segment_elems = (size_t)c->comm_bucket_elems; /* scratch of one bucket (the memory plan's figure) */
+        co.segment_elems = (size_t)c->comm_bucket_elems;    /* scratch of one bucket (the memory plan's figure) */
         co.device_tensors = !lf_backend_host_memory(t->be); /* "auto": nccl for a GPU backend, where registered */
         st = lf_comm_open(&t->comm, c->comm_backend, &co);
         if (st != LF_OK) {
@@ -56,28 +56,32 @@ lf_status lf__dp_open_comm(lf_trainer *t) {
     if (lf_comm_device_buffers(t->comm)) { /* nccl: the backend's buffers as they are, ordered on its stream */
         void *stream = NULL;
         if (lf_backend_host_memory(t->be) || lf_backend_native_stream(t->be, &stream) != LF_OK)
-            return lf_fail(LF_ERR_CONFIG, "communicator '%s' moves device memory, but backend '%s' holds host memory: "
-                           "use comm.backend 'mpi' (or 'auto'), or LLMFORGE_BACKEND=cuda", lf_comm_name(t->comm),
-                           lf_backend_name(t->be));
+            return lf_fail(LF_ERR_CONFIG,
+                           "communicator '%s' moves device memory, but backend '%s' holds host memory: "
+                           "use comm.backend 'mpi' (or 'auto'), or LLMFORGE_BACKEND=cuda",
+                           lf_comm_name(t->comm), lf_backend_name(t->be));
         st = lf_comm_set_stream(t->comm, stream);
         if (st != LF_OK) return st;
     }
     if (c->world_size != t->world) {
         const lf_comm_env *env = lf_comm_launch_env(t->comm);
-        return lf_fail(LF_ERR_CONFIG, "the configuration's batch was resolved for world size %d (train_batch_size %ld = "
+        return lf_fail(LF_ERR_CONFIG,
+                       "the configuration's batch was resolved for world size %d (train_batch_size %ld = "
                        "train_micro_batch_size_per_gpu %d × gradient_accumulation_steps %d × %d) but communicator '%s' "
-                       "has %d rank%s (launcher: %s, %d process%s)%s", c->world_size, c->train_batch_size,
-                       c->micro_batch, c->grad_accum, c->world_size, lf_comm_name(t->comm), t->world,
-                       t->world == 1 ? "" : "s", lf_comm_launcher_name(env->launcher), env->size,
-                       env->size == 1 ? "" : "es",
+                       "has %d rank%s (launcher: %s, %d process%s)%s",
+                       c->world_size, c->train_batch_size, c->micro_batch, c->grad_accum, c->world_size,
+                       lf_comm_name(t->comm), t->world, t->world == 1 ? "" : "s", lf_comm_launcher_name(env->launcher),
+                       env->size, env->size == 1 ? "" : "es",
                        t->world == 1 && env->size > 1 ? "; comm.backend 'single' under a launcher of several processes "
-                                                        "would train the same rows in each: use 'auto' or 'mpi'" : "");
+                                                        "would train the same rows in each: use 'auto' or 'mpi'"
+                                                      : "");
     }
     long long G = (long long)c->micro_batch * c->grad_accum * t->world;
     if (c->train_batch_size != G)
-        return lf_fail(LF_ERR_CONFIG, "train_batch_size %ld != train_micro_batch_size_per_gpu %d × "
-                       "gradient_accumulation_steps %d × world size %d = %lld", c->train_batch_size, c->micro_batch,
-                       c->grad_accum, t->world, G);
+        return lf_fail(LF_ERR_CONFIG,
+                       "train_batch_size %ld != train_micro_batch_size_per_gpu %d × "
+                       "gradient_accumulation_steps %d × world size %d = %lld",
+                       c->train_batch_size, c->micro_batch, c->grad_accum, t->world, G);
     if (t->world == 1) return LF_OK;
     /* the same configuration everywhere: max of (h, -h) over ranks is (h, -h) only when all agree */
     char *json = lf_train_config_to_json(c);
@@ -91,7 +95,8 @@ lf_status lf__dp_open_comm(lf_trainer *t) {
     st = lf_comm_all_reduce_i64(t->comm, v, 2, LF_COMM_MAX);
     if (st != LF_OK) return st;
     if (v[0] != -v[1])
-        return lf_fail(LF_ERR_CONFIG, "the ranks run different configurations (the resolved configuration of rank %d "
+        return lf_fail(LF_ERR_CONFIG,
+                       "the ranks run different configurations (the resolved configuration of rank %d "
                        "hashes to %015llx, another rank's differs): start every rank with the same file and overrides",
                        t->rank, (unsigned long long)h);
     return LF_OK;
@@ -231,15 +236,20 @@ lf_status lf__dp_all_gather(lf_trainer *t, const float *send, float *recv, size_
 lf_status lf__dp_gbf_alloc(lf_trainer *t) {
     t->grad_bf16 = t->cfg.comm_bf16 && t->world > 1;
     if (!t->grad_bf16) return LF_OK;
-    if (lf_backend_grad_to_bf16(t->be, NULL, NULL, 0) != LF_OK || lf_backend_grad_from_bf16(t->be, NULL, NULL, 0) != LF_OK)
-        return lf_fail(LF_ERR_UNSUPPORTED, "communication_data_type: bf16: the '%s' backend cannot convert gradients "
-                       "to bf16 (use fp32)", lf_backend_name(t->be));
+    if (lf_backend_grad_to_bf16(t->be, NULL, NULL, 0) != LF_OK ||
+        lf_backend_grad_from_bf16(t->be, NULL, NULL, 0) != LF_OK)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "communication_data_type: bf16: the '%s' backend cannot convert gradients "
+                       "to bf16 (use fp32)",
+                       lf_backend_name(t->be));
     t->gbf_n = largest_collective(t);
     for (int i = 0; i < (t->overlap ? 2 : 1); i++) {
         t->gbf[i] = lf_backend_alloc(t->be, (t->gbf_n ? t->gbf_n : 1) * sizeof(uint16_t));
         if (!t->gbf[i])
-            return lf_fail(LF_ERR_NOMEM, "out of memory allocating the bf16 gradient staging "
-                           "(communication_data_type: bf16, %zu values)", t->gbf_n);
+            return lf_fail(LF_ERR_NOMEM,
+                           "out of memory allocating the bf16 gradient staging "
+                           "(communication_data_type: bf16, %zu values)",
+                           t->gbf_n);
     }
     return LF_OK;
 }
@@ -346,8 +356,8 @@ static lf_status dp_grads_ready(void *user, int u, float *grad) {
  * are rounded before the sum), bf16 communication (its staging holds one
  * bucket), or the test hooks that poison a gradient before the sum. */
 lf_status lf__dp_overlap_setup(lf_trainer *t) {
-    t->overlap01 = t->cfg.comm_overlap && t->world > 1 && lf_comm_async(t->comm) && !t->cfg.fp16 &&
-                   !t->cfg.comm_bf16 && t->opts.inject_nan_step <= 0 && t->opts.n_inject_overflow <= 0;
+    t->overlap01 = t->cfg.comm_overlap && t->world > 1 && lf_comm_async(t->comm) && !t->cfg.fp16 && !t->cfg.comm_bf16 &&
+                   t->opts.inject_nan_step <= 0 && t->opts.n_inject_overflow <= 0;
     if (!t->overlap01) return LF_OK;
     lf_model_zero z = {.grads_ready = dp_grads_ready, .user = t};
     lf_status st = lf_model_set_zero(t->model, &z);

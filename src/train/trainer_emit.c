@@ -97,7 +97,10 @@ lf_status lf__trainer_open_sinks(lf_trainer *t) {
     lf__trep_dash dash; /* the live dashboard: on the Prometheus port, and on its own (train_report.c) */
     lf__trep_dash_opts(&dash, &t->cfg, lf_model_num_params(t->model), t->world);
     if (t->cfg.prom_port > 0) {
-        lf_prom_opts po = {.host = t->cfg.prom_host, .port = t->cfg.prom_port, .rank = 0, .job = NULL,
+        lf_prom_opts po = {.host = t->cfg.prom_host,
+                           .port = t->cfg.prom_port,
+                           .rank = 0,
+                           .job = NULL,
                            .dashboard = &dash.opts};
         st = lf_obs_prometheus_open(&sink, &po);
         if (st == LF_OK) st = lf_obs_add_sink(t->obs, sink);
@@ -114,8 +117,7 @@ lf_status lf__trainer_open_sinks(lf_trainer *t) {
     if (st != LF_OK) return st;
     /* MFU needs a peak: the configured one, or the FMA rate measured once when
      * a monitoring sink will show it */
-    if (t->cfg.peak_gflops > 0)
-        t->peak_flops = t->cfg.peak_gflops * 1e9;
+    if (t->cfg.peak_gflops > 0) t->peak_flops = t->cfg.peak_gflops * 1e9;
     else if (t->cfg.tb_enabled || t->cfg.prom_port > 0 || t->cfg.dash_port > 0)
         t->peak_flops = lf_probe_peak_flops(0.25);
     return LF_OK;

@@ -23,8 +23,10 @@
 lf_status lf__trainer_load_tasks(lf_trainer *t) {
     if (!t->cfg.eval_tasks[0]) {
         if (strcmp(t->cfg.best_metric, "val_loss") != 0)
-            return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.best_metric' is '%s' but eval.tasks is empty (only val_loss "
-                           "is available)", t->cfg.best_metric);
+            return lf_fail(LF_ERR_CONFIG,
+                           "key 'checkpoint.best_metric' is '%s' but eval.tasks is empty (only val_loss "
+                           "is available)",
+                           t->cfg.best_metric);
         return LF_OK;
     }
     char buf[sizeof t->cfg.eval_tasks];
@@ -55,8 +57,10 @@ lf_status lf__trainer_load_tasks(lf_trainer *t) {
             found |= strncmp(t->cfg.best_metric, nm, ln) == 0 && t->cfg.best_metric[ln] == '/';
         }
         if (!found)
-            return lf_fail(LF_ERR_CONFIG, "key 'checkpoint.best_metric': '%s' names no task of eval.tasks (metrics are "
-                           "<task>/<metric>)", t->cfg.best_metric);
+            return lf_fail(LF_ERR_CONFIG,
+                           "key 'checkpoint.best_metric': '%s' names no task of eval.tasks (metrics are "
+                           "<task>/<metric>)",
+                           t->cfg.best_metric);
     }
     return LF_OK;
 }
@@ -157,8 +161,8 @@ lf_status lf__trainer_export_best(lf_trainer *t) {
     snprintf(dst, sizeof dst, "%s/final_model", t->cfg.out_dir);
     lf_status st = lf_mkdirs(dst);
     if (st != LF_OK) return st;
-    static const char *files[] = {"model.safetensors", "config.json", "vocab.json", "tokenizer.json",
-                                  "chat_template.json", "trainer_state.json"};
+    static const char *files[] = {"model.safetensors", "config.json",        "vocab.json",
+                                  "tokenizer.json",    "chat_template.json", "trainer_state.json"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char src[LF_PATH_MAX + 200], out[LF_PATH_MAX + 64];
         snprintf(src, sizeof src, "%s/%s/%s", t->ckpt_root, t->best_ckpt, files[i]);
@@ -174,8 +178,8 @@ lf_status lf__trainer_export_best(lf_trainer *t) {
     char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 128], score[LF_JSON_NUMBER_MAX];
     lf__trainer_json_escape(esc, sizeof esc, dst);
     lf_json_number(score, sizeof score, t->best_score);
-    snprintf(json, sizeof json, "{\"path\":\"%s\",\"from\":\"%s\",\"%s\":%s}", esc, t->best_ckpt,
-             t->cfg.best_metric, score);
+    snprintf(json, sizeof json, "{\"path\":\"%s\",\"from\":\"%s\",\"%s\":%s}", esc, t->best_ckpt, t->cfg.best_metric,
+             score);
     lf__trainer_event(t, "final_model", NULL, json);
     return LF_OK;
 }

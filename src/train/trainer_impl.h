@@ -52,16 +52,16 @@
 
 struct lf_trainer {
     lf_train_config cfg;
-    lf_model_config mcfg;       /* the model as built: vocab from the dataset */
+    lf_model_config mcfg; /* the model as built: vocab from the dataset */
     lf_trainer_opts opts;
     lf_backend *be;
     lf_model *model;
     lf_dataset *ds;
-    lf_loader *loader;         /* training batches, prefetched; opened at the current step */
-    float *m, *v;              /* AdamW moments (backend memory; host memory when offloaded) */
-    int offload;               /* offload_optimizer cpu on a device backend: moments and AdamW on the host */
-    float *off_g;              /* offload: host copy of the (shard's) gradients, indexed as m */
-    int pinned;                /* offload: m, v, off_g and host_params are the backend's pinned host memory */
+    lf_loader *loader; /* training batches, prefetched; opened at the current step */
+    float *m, *v;      /* AdamW moments (backend memory; host memory when offloaded) */
+    int offload;       /* offload_optimizer cpu on a device backend: moments and AdamW on the host */
+    float *off_g;      /* offload: host copy of the (shard's) gradients, indexed as m */
+    int pinned;        /* offload: m, v, off_g and host_params are the backend's pinned host memory */
     size_t pinned_bytes;
     float *host_params;        /* staging for checkpoints (host); on a host-memory backend the */
     float *host_m, *host_v;    /* parameters and moments themselves (no copy) */
@@ -69,18 +69,18 @@ struct lf_trainer {
     long step;                 /* optimizer steps completed */
     double best_val;
     double last_val, last_train_eval;
-    long last_eval_step;       /* step of last_val */
-    double best_score;         /* best value of checkpoint.best_metric so far */
-    double last_score;         /* its value at the last evaluation */
-    long best_eval_step;       /* step whose evaluation set best_score (-1: none yet) */
-    lf_eval_tasks *tasks;      /* eval.tasks (NULL: loss only) */
+    long last_eval_step;  /* step of last_val */
+    double best_score;    /* best value of checkpoint.best_metric so far */
+    double last_score;    /* its value at the last evaluation */
+    long best_eval_step;  /* step whose evaluation set best_score (-1: none yet) */
+    lf_eval_tasks *tasks; /* eval.tasks (NULL: loss only) */
     lf_eval_results *task_res;
-    lf_tokenizer *tok;         /* for the tasks */
-    char best_ckpt[64];        /* step directory holding the best val loss so far ("" = none) */
+    lf_tokenizer *tok;  /* for the tasks */
+    char best_ckpt[64]; /* step directory holding the best val loss so far ("" = none) */
     lf_obs *obs;
     pthread_mutex_t obs_mu;
     /* data parallel */
-    lf_comm *comm;             /* own (opened from comm.backend) or opts.comm */
+    lf_comm *comm; /* own (opened from comm.backend) or opts.comm */
     int own_comm;
     int rank, world;
     /* ZeRO (zero_optimization.stage >= 1): rank r's shard is, for every unit
@@ -90,11 +90,11 @@ struct lf_trainer {
     int zstage;
     int n_units;
     size_t *unit_lo, *unit_n, *pc_lo, *pc_n, *sh_off;
-    size_t shard_n;            /* floats in this rank's shard */
-    float *gshard;             /* stage >= 2: the shard's gradient, summed over ranks and micro-batches */
-    float *pshard;             /* stage 3: the shard's parameters (fp32 master weights) */
-    int zbad;                  /* stage >= 2, fp16: first tensor whose local unit gradient overflowed (-1) */
-    double hook_comm_ms;       /* collectives made from the model's unit hooks */
+    size_t shard_n;      /* floats in this rank's shard */
+    float *gshard;       /* stage >= 2: the shard's gradient, summed over ranks and micro-batches */
+    float *pshard;       /* stage 3: the shard's parameters (fp32 master weights) */
+    int zbad;            /* stage >= 2, fp16: first tensor whose local unit gradient overflowed (-1) */
+    double hook_comm_ms; /* collectives made from the model's unit hooks */
     /* comm.overlap (ZeRO-2/3 on an asynchronous kind): the unit whose
      * reduce-scatter is in flight, its buffer and ticket (pend_u -1: none) */
     int overlap;
@@ -112,20 +112,20 @@ struct lf_trainer {
     uint16_t *gbf[2];
     size_t gbf_n;
     int gbf_cur;
-    uint16_t *pend_bf;         /* overlap, bf16: the in-flight unit's staging (NULL: fp32) */
-    float *xfer;               /* host staging of the collectives on backend memory (dev_*; NULL when */
-    size_t xfer_n;             /* the backend's memory is the host's, or one rank): its floats */
-    long opt_t;                /* AdamW updates applied (skipped steps do not count) */
-    long skipped;              /* steps skipped by an alert or an fp16 overflow */
-    lf_loss_scaler scaler;     /* fp16 */
-    double *spike_win;         /* ring of the last accepted losses */
+    uint16_t *pend_bf;     /* overlap, bf16: the in-flight unit's staging (NULL: fp32) */
+    float *xfer;           /* host staging of the collectives on backend memory (dev_*; NULL when */
+    size_t xfer_n;         /* the backend's memory is the host's, or one rank): its floats */
+    long opt_t;            /* AdamW updates applied (skipped steps do not count) */
+    long skipped;          /* steps skipped by an alert or an fp16 overflow */
+    lf_loss_scaler scaler; /* fp16 */
+    double *spike_win;     /* ring of the last accepted losses */
     int spike_n, spike_pos;
     /* stall watchdog */
     pthread_t wd;
     int wd_running, wd_stop, stall_reported;
     pthread_mutex_t wd_mu;
     pthread_cond_t wd_cv;
-    double last_progress;      /* lf_time_now() when the last step (or eval/checkpoint) finished */
+    double last_progress; /* lf_time_now() when the last step (or eval/checkpoint) finished */
     /* throughput accounting */
     double peak_flops, flops_per_token;
     size_t planned_bytes;
@@ -135,23 +135,23 @@ struct lf_trainer {
     lf_ckpt_file extra[3];
     int n_extra;
     char *tok_data, *hf_config, *tpl_data;
-    lf_hf_model *hf;           /* --init-from a Hugging Face directory (closed after the weights are read) */
+    lf_hf_model *hf;                 /* --init-from a Hugging Face directory (closed after the weights are read) */
     char tok_spec[LF_PATH_MAX + 32]; /* the spec as stored in checkpoints */
     char ckpt_root[LF_PATH_MAX + 8];
-    lf__treg *treg;            /* model registry and eval.suite (train_registry.c) */
-    char resumed_dir[LF_PATH_MAX + 64]; /* the checkpoint --resume loaded (rank 0) */
+    lf__treg *treg;                      /* model registry and eval.suite (train_registry.c) */
+    char resumed_dir[LF_PATH_MAX + 64];  /* the checkpoint --resume loaded (rank 0) */
     char rollback_dir[LF_PATH_MAX + 64]; /* the checkpoint the last rollback loaded (rank 0) */
-    char *plan_json;           /* the memory plan for the run_info record (train_report.c) */
-    volatile sig_atomic_t stop_req; /* lf_trainer_request_stop's reason (0: none) */
-    int stop_reason;           /* the reason agreed at the boundary the run stopped at (0: none) */
-    long saved_step;           /* step of the last checkpoint saved or resumed from (-1: none) */
+    char *plan_json;                     /* the memory plan for the run_info record (train_report.c) */
+    volatile sig_atomic_t stop_req;      /* lf_trainer_request_stop's reason (0: none) */
+    int stop_reason;                     /* the reason agreed at the boundary the run stopped at (0: none) */
+    long saved_step;                     /* step of the last checkpoint saved or resumed from (-1: none) */
     /* checkpoint.async: the background writer, one snapshot in flight
      * (ckpt_async_start / ckpt_reap). The snapshot owns snap_* (host, the
      * whole model) and its state text until the writer is joined. */
     pthread_t ckw;
-    int ckw_running;           /* started and not yet joined */
-    _Atomic int ckw_done;      /* set by the writer as its last act */
-    struct ckpt_job *job;      /* the snapshot in flight and what became of it */
+    int ckw_running;      /* started and not yet joined */
+    _Atomic int ckw_done; /* set by the writer as its last act */
+    struct ckpt_job *job; /* the snapshot in flight and what became of it */
     float *snap_params, *snap_m, *snap_v;
     /* failed saves waiting for the step boundary (checkpoint.on_error), in
      * the order they failed: with async saves two can meet between two
@@ -165,9 +165,9 @@ struct lf_trainer {
         char msg[1024];
     } ckerr[CKERR_MAX];
     /* rollback (monitor.alerts.*.action rollback) */
-    long data_off;             /* batches skipped: step s reads the rows of data step s + data_off */
-    int n_rollbacks;           /* rollbacks made by this run (and the runs it resumed) */
-    char rb_hist[1024];        /* "step 9 -> 8 (nan); ..." for the message that stops the run */
+    long data_off;              /* batches skipped: step s reads the rows of data step s + data_off */
+    int n_rollbacks;            /* rollbacks made by this run (and the runs it resumed) */
+    char rb_hist[1024];         /* "step 9 -> 8 (nan); ..." for the message that stops the run */
     int nan_fired, spike_fired; /* the test hooks fired (they fire once unless opts.inject_repeat) */
     char errmsg[1024];
 };
@@ -176,23 +176,21 @@ struct lf_trainer {
 
 /* What one step did (lf__trainer_step), for its record and the loop. */
 typedef struct step_result {
-    double loss;          /* as observed (a test hook may inflate it) */
-    double norm;          /* global gradient norm before clipping */
+    double loss; /* as observed (a test hook may inflate it) */
+    double norm; /* global gradient norm before clipping */
     float lr;
-    int skipped;          /* an alert or an fp16 overflow skipped the update */
-    int overflow;         /* fp16: the gradients overflowed */
-    double loss_scale;    /* fp16: the scale this step used */
+    int skipped;       /* an alert or an fp16 overflow skipped the update */
+    int overflow;      /* fp16: the gradients overflowed */
+    double loss_scale; /* fp16: the scale this step used */
     double data_ms, forward_ms, backward_ms, optimizer_ms;
-    double comm_ms;       /* waited for collectives (token count, loss, gradients): exposed; not in the
+    double comm_ms;        /* waited for collectives (token count, loss, gradients): exposed; not in the
                              other phases */
     double comm_hidden_ms; /* collectives' time behind computation (comm.overlap on nccl: lf_comm_times) */
-    const char *rollback; /* an alert asked for a rollback: its kind ("nan", "loss_spike"); NULL: none */
+    const char *rollback;  /* an alert asked for a rollback: its kind ("nan", "loss_spike"); NULL: none */
     char alert_msg[256];
 } step_result;
 
-static inline size_t moments_n(const lf_trainer *t) {
-    return t->zstage ? t->shard_n : lf_model_num_params(t->model);
-}
+static inline size_t moments_n(const lf_trainer *t) { return t->zstage ? t->shard_n : lf_model_num_params(t->model); }
 
 /* Staging copies between backend memory and the host buffers; on a
  * host-memory backend the host buffers are the backend's own, and there is

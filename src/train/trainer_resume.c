@@ -39,11 +39,11 @@ static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg, int s
     const lf_train_config *c = &t->cfg;
     char msg[2048];
     size_t at = 0;
-#define DRIFT(key, fmt, a, b)                                                                                   \
-    do {                                                                                                        \
-        if ((a) != (b) && at < sizeof msg)                                                                      \
-            at += (size_t)snprintf(msg + at, sizeof msg - at, "%s" key " (checkpoint " fmt ", now " fmt ")",    \
-                                   at ? "; " : "", a, b);                                                       \
+#define DRIFT(key, fmt, a, b) \
+    do { \
+        if ((a) != (b) && at < sizeof msg) \
+            at += (size_t)snprintf(msg + at, sizeof msg - at, "%s" key " (checkpoint " fmt ", now " fmt ")", \
+                                   at ? "; " : "", a, b); \
     } while (0)
     DRIFT("optimizer.params.lr", "%g", (double)old.lr, (double)c->lr);
     DRIFT("optimizer.params.betas[0]", "%g", (double)old.beta1, (double)c->beta1);
@@ -66,8 +66,10 @@ static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg, int s
         at += (size_t)snprintf(msg + at, sizeof msg - at, "%sdata.dataset (checkpoint '%s', now '%s')", at ? "; " : "",
                                old.dataset, c->dataset);
     if (at)
-        lf_log(LF_LOG_WARN, "resuming with settings that differ from the checkpoint's: %s; the run will not match "
-               "an uninterrupted one (resume with out_dir/config.resolved.json to keep them)", msg);
+        lf_log(LF_LOG_WARN,
+               "resuming with settings that differ from the checkpoint's: %s; the run will not match "
+               "an uninterrupted one (resume with out_dir/config.resolved.json to keep them)",
+               msg);
 }
 
 /* Rank 0 reads the checkpoint (only rank 0 writes them, so only rank 0 is
@@ -145,7 +147,8 @@ lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
     cJSON *bo = cJSON_GetObjectItemCaseSensitive(cur, "batch_offset"); /* absent before rollbacks existed: 0 */
     t->data_off = cJSON_IsNumber(bo) && bo->valuedouble >= 0 && bo->valuedouble < 9e15 ? (long)bo->valuedouble : 0;
     cJSON *rbs = cJSON_GetObjectItemCaseSensitive(o, "rollbacks");
-    cJSON *rbn = cJSON_GetObjectItemCaseSensitive(rbs, "count"), *rbh = cJSON_GetObjectItemCaseSensitive(rbs, "history");
+    cJSON *rbn = cJSON_GetObjectItemCaseSensitive(rbs, "count"),
+          *rbh = cJSON_GetObjectItemCaseSensitive(rbs, "history");
     t->n_rollbacks = cJSON_IsNumber(rbn) && rbn->valuedouble >= 0 && rbn->valuedouble < 1e9 ? (int)rbn->valuedouble : 0;
     snprintf(t->rb_hist, sizeof t->rb_hist, "%s", cJSON_IsString(rbh) ? rbh->valuestring : "");
     if (t->rank == 0 && !rollback) {
@@ -161,12 +164,12 @@ lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
     cJSON *bmn = cJSON_GetObjectItemCaseSensitive(bm, "name"), *bmv = cJSON_GetObjectItemCaseSensitive(bm, "value");
     if (cJSON_IsString(bmn) && !strcmp(bmn->valuestring, t->cfg.best_metric) && cJSON_IsNumber(bmv))
         t->best_score = bmv->valuedouble;
-    else if (!strcmp(t->cfg.best_metric, "val_loss") && isfinite(t->best_val))
-        t->best_score = t->best_val;
+    else if (!strcmp(t->cfg.best_metric, "val_loss") && isfinite(t->best_val)) t->best_score = t->best_val;
     cJSON *lsj = cJSON_GetObjectItemCaseSensitive(o, "loss_scaler");
     if (t->cfg.fp16 && t->scaler.dynamic && cJSON_IsObject(lsj)) {
         /* continue the checkpoint's dynamic scaler (a static or absent one starts afresh) */
-        cJSON *sc = cJSON_GetObjectItemCaseSensitive(lsj, "scale"), *hy = cJSON_GetObjectItemCaseSensitive(lsj, "hysteresis");
+        cJSON *sc = cJSON_GetObjectItemCaseSensitive(lsj, "scale"),
+              *hy = cJSON_GetObjectItemCaseSensitive(lsj, "hysteresis");
         cJSON *itr = cJSON_GetObjectItemCaseSensitive(lsj, "iter");
         cJSON *lo = cJSON_GetObjectItemCaseSensitive(lsj, "last_overflow_iter");
         cJSON *ty = cJSON_GetObjectItemCaseSensitive(lsj, "type");
@@ -178,8 +181,10 @@ lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
             t->scaler.last_overflow_iter = (long)lo->valuedouble;
         } else {
             if (t->rank == 0)
-                lf_log(LF_LOG_WARN, "checkpoint '%s': trainer_state.json's loss_scaler is incomplete; the loss scale "
-                       "starts afresh", where);
+                lf_log(LF_LOG_WARN,
+                       "checkpoint '%s': trainer_state.json's loss_scaler is incomplete; the loss scale "
+                       "starts afresh",
+                       where);
         }
     }
     cJSON *ot = cJSON_GetObjectItemCaseSensitive(o, "optimizer_steps");

@@ -28,7 +28,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
     const long stop = t->cfg.stop_at > 0 && t->cfg.stop_at < t->cfg.train_iters ? t->cfg.stop_at : t->cfg.train_iters;
     while (t->step < stop) {
         int req = 0, ckerr = 0; /* a step boundary: the only place a stop request or a failed save is read */
-        lf__ckpt_poll(t); /* a background write that is done: its outcome */
+        lf__ckpt_poll(t);       /* a background write that is done: its outcome */
         if ((st = lf__trainer_stop_agreed(t, &req, &ckerr)) != LF_OK) break;
         if (ckerr && (st = lf__ckpt_error_decide(t, 0)) != LF_OK) break;
         if (req) {
@@ -66,7 +66,7 @@ lf_status lf_trainer_run(lf_trainer *t) {
                 lf__ckpt_error_note(t, st, t->step, lf_last_error());
                 st = LF_OK;
             } else if (!t->cfg.ckpt_async) { /* async: the writer's reap records it */
-                char *suite_json = NULL; /* the registry's record, and eval.suite on the checkpoint */
+                char *suite_json = NULL;     /* the registry's record, and eval.suite on the checkpoint */
                 lf__treg_checkpoint(t->treg, t->model, t->step, t->last_eval_step == t->step, t->last_train_eval,
                                     t->last_val, t->task_res, t->best_ckpt, &suite_json);
                 if (suite_json) lf__trainer_event(t, "eval_suite", NULL, suite_json);

@@ -40,9 +40,11 @@
 static lf_status rollback_request(lf_trainer *t, step_result *o, const char *kind, const char *msg) {
     if (t->n_rollbacks >= t->cfg.alert_max_rollbacks) {
         lf__trainer_alert(t, kind, "stop", msg);
-        return lf_fail(LF_ERR_NUMERIC, "%s; stopped without a checkpoint: monitor.alerts.max_rollbacks is %d and the "
-                       "run has rolled back %d time%s (%s)", msg, t->cfg.alert_max_rollbacks, t->n_rollbacks,
-                       t->n_rollbacks == 1 ? "" : "s", t->n_rollbacks ? t->rb_hist : "no history");
+        return lf_fail(LF_ERR_NUMERIC,
+                       "%s; stopped without a checkpoint: monitor.alerts.max_rollbacks is %d and the "
+                       "run has rolled back %d time%s (%s)",
+                       msg, t->cfg.alert_max_rollbacks, t->n_rollbacks, t->n_rollbacks == 1 ? "" : "s",
+                       t->n_rollbacks ? t->rb_hist : "no history");
     }
     lf__trainer_alert(t, kind, "rollback", msg);
     o->rollback = kind;
@@ -136,28 +138,29 @@ static lf_status fp16_skip(lf_trainer *t, step_result *o, long step1, double sca
     int count = 0;
     const lf_param_info *table = lf_model_params_table(t->model, &count);
     char which[LF_PARAM_NAME_MAX + 64];
-    if (rank < 0)
-        snprintf(which, sizeof which, "%s' (the sum over ranks", k >= 0 && k < count ? table[k].name : "?");
+    if (rank < 0) snprintf(which, sizeof which, "%s' (the sum over ranks", k >= 0 && k < count ? table[k].name : "?");
     else if (t->world > 1)
         snprintf(which, sizeof which, "%s' (on rank %d", k >= 0 && k < count ? table[k].name : "?", rank);
-    else
-        snprintf(which, sizeof which, "%s", k >= 0 && k < count ? table[k].name : "?");
+    else snprintf(which, sizeof which, "%s", k >= 0 && k < count ? table[k].name : "?");
     int paren = rank < 0 || t->world > 1;
     lf_status st = lf_loss_scaler_update(&t->scaler, 1);
     if (st != LF_OK)
-        return lf_fail(LF_ERR_NUMERIC, "step %ld: fp16 gradient overflow in '%s%s with the loss scale already at "
+        return lf_fail(LF_ERR_NUMERIC,
+                       "step %ld: fp16 gradient overflow in '%s%s with the loss scale already at "
                        "its minimum %g (fp16.min_loss_scale); stopped without a checkpoint. The gradients "
                        "exceed fp16's range even unscaled: use bf16 (\"bf16\": {\"enabled\": true}), which "
-                       "has fp32's range, or lower optimizer.params.lr", step1, which, paren ? ")" : "'", scale);
+                       "has fp32's range, or lower optimizer.params.lr",
+                       step1, which, paren ? ")" : "'", scale);
     o->overflow = o->skipped = 1;
     o->norm = NAN;
     o->lr = lf_lr_at(&t->cfg, t->step);
     t->skipped++;
     char json[512], rank_json[32] = "";
     if (t->world > 1) snprintf(rank_json, sizeof rank_json, ",\"rank\":%d", rank);
-    snprintf(json, sizeof json, "{\"reason\":\"fp16_overflow\",\"tensor\":\"%s\"%s,\"loss_scale\":%.17g,"
-             "\"next_loss_scale\":%.17g}", k >= 0 && k < count ? table[k].name : "?", rank_json, scale,
-             t->scaler.scale);
+    snprintf(json, sizeof json,
+             "{\"reason\":\"fp16_overflow\",\"tensor\":\"%s\"%s,\"loss_scale\":%.17g,"
+             "\"next_loss_scale\":%.17g}",
+             k >= 0 && k < count ? table[k].name : "?", rank_json, scale, t->scaler.scale);
     lf__trainer_event(t, "skipped_step", NULL, json);
     return LF_OK;
 }
@@ -185,7 +188,8 @@ static lf_status step_load(lf_trainer *t, step_result *o, long step1, int64_t *c
      * mean over the global batch, whatever each rank's share of targets */
     if (t->world > 1 && (st = step_sum_i64(t, o, count, 1)) != LF_OK) return st;
     if (*count == 0)
-        return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from", step1);
+        return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from",
+                       step1);
     return LF_OK;
 }
 
@@ -202,8 +206,11 @@ static lf_status step_accumulate(lf_trainer *t, step_result *o, int64_t count, d
     *loss_sum = 0;
     for (int a = 0; a < A; a++) {
         /* dropout keyed by the global micro-batch index of the step (a*W + r) */
-        lf_forward_opts fo = {.dloss = (float)(scale / (double)count), .train = 1, .seed = t->cfg.seed,
-                              .key = lf_rng_mix((uint64_t)t->step, (uint64_t)a * (uint64_t)t->world + (uint64_t)t->rank)};
+        lf_forward_opts fo = {.dloss = (float)(scale / (double)count),
+                              .train = 1,
+                              .seed = t->cfg.seed,
+                              .key = lf_rng_mix((uint64_t)t->step,
+                                                (uint64_t)a * (uint64_t)t->world + (uint64_t)t->rank)};
         double s, ta = lf_time_now();
         long c;
         t->hook_comm_ms = 0; /* ZeRO-2/3: collectives inside forward and backward */
@@ -245,8 +252,7 @@ static int step_local_checks(lf_trainer *t, long step1, double *loss_sum) {
         if (pi && lf_model_grads(t->model)) {
             const float inf = INFINITY;
             lf_backend_to_device(t->be, lf_model_grads(t->model) + pi->offset, &inf, sizeof inf);
-        }
-        else if (pi && t->zbad < 0) t->zbad = (int)(pi - table); /* ZeRO-2/3: the local gradient is gone */
+        } else if (pi && t->zbad < 0) t->zbad = (int)(pi - table); /* ZeRO-2/3: the local gradient is gone */
     }
     return t->zstage >= 2 ? t->zbad : fp16_round_grads(t);
 }
@@ -326,8 +332,10 @@ static lf_status step_alerts(lf_trainer *t, step_result *o, long step1, int *end
                  !isfinite(o->loss) ? "loss" : "gradient", o->loss, o->norm);
         if (t->cfg.alert_nan_action == LF_ALERT_STOP) {
             lf__trainer_alert(t, "nan", "stop", msg);
-            return lf_fail(LF_ERR_NUMERIC, "%s; stopped without a checkpoint (monitor.alerts.nan.action = stop); "
-                           "lower optimizer.params.lr, check the data, or resume from the last checkpoint", msg);
+            return lf_fail(LF_ERR_NUMERIC,
+                           "%s; stopped without a checkpoint (monitor.alerts.nan.action = stop); "
+                           "lower optimizer.params.lr, check the data, or resume from the last checkpoint",
+                           msg);
         }
         if (t->cfg.alert_nan_action == LF_ALERT_ROLLBACK) {
             *ended = 1;

@@ -89,10 +89,8 @@ void lf__trainer_sleep(double s) {
 void lf__trainer_watchdog_start(lf_trainer *t) {
     if (t->cfg.alert_stall_seconds > 0 && !t->wd_running) {
         t->wd_stop = 0;
-        if (pthread_create(&t->wd, NULL, watchdog_main, t) == 0)
-            t->wd_running = 1;
-        else
-            lf_log(LF_LOG_WARN, "could not start the stall watchdog thread; stall alerts are off");
+        if (pthread_create(&t->wd, NULL, watchdog_main, t) == 0) t->wd_running = 1;
+        else lf_log(LF_LOG_WARN, "could not start the stall watchdog thread; stall alerts are off");
     }
 }
 
@@ -153,9 +151,10 @@ lf_status lf__trainer_rollback(lf_trainer *t, long bad_step, const char *kind, c
     lf_status st = lf__trainer_resume(t, t->ckpt_root, 1);
     if (st != LF_OK) {
         if (st == LF_ERR_NOT_FOUND)
-            return lf_fail(LF_ERR_NUMERIC, "%s; monitor.alerts.%s.action is rollback but '%s' holds no checkpoint to "
-                           "roll back to (none saved yet; checkpoint.interval is %ld); stopped", alert_msg,
-                           !strcmp(kind, "nan") ? "nan" : "loss_spike", t->ckpt_root, t->cfg.ckpt_interval);
+            return lf_fail(LF_ERR_NUMERIC,
+                           "%s; monitor.alerts.%s.action is rollback but '%s' holds no checkpoint to "
+                           "roll back to (none saved yet; checkpoint.interval is %ld); stopped",
+                           alert_msg, !strcmp(kind, "nan") ? "nan" : "loss_spike", t->ckpt_root, t->cfg.ckpt_interval);
         lf_error_prefix("%s; rolling back to the last checkpoint failed", alert_msg);
         return st;
     }
@@ -171,15 +170,18 @@ lf_status lf__trainer_rollback(lf_trainer *t, long bad_step, const char *kind, c
              to, kind, first, last);
     memcpy(t->rb_hist, hist, sizeof hist);
     if (t->rank == 0) {
-        lf_log(LF_LOG_WARN, "rollback %d of at most %d: step %ld -> checkpoint step %ld ('%s'); the batches of data "
-               "steps %ld-%ld (rows %ld-%ld) are skipped: step %ld reads data step %ld", t->n_rollbacks,
-               t->cfg.alert_max_rollbacks, bad_step, to, t->rollback_dir, first, last, first * rows,
+        lf_log(LF_LOG_WARN,
+               "rollback %d of at most %d: step %ld -> checkpoint step %ld ('%s'); the batches of data "
+               "steps %ld-%ld (rows %ld-%ld) are skipped: step %ld reads data step %ld",
+               t->n_rollbacks, t->cfg.alert_max_rollbacks, bad_step, to, t->rollback_dir, first, last, first * rows,
                (last + 1) * rows - 1, to + 1, to + t->data_off);
         char esc[LF_PATH_MAX * 2], json[LF_PATH_MAX * 2 + 512];
         lf__trainer_json_escape(esc, sizeof esc, t->rollback_dir);
-        snprintf(json, sizeof json, "{\"from_step\":%ld,\"to_step\":%ld,\"reason\":\"%s\",\"checkpoint\":\"%s\","
+        snprintf(json, sizeof json,
+                 "{\"from_step\":%ld,\"to_step\":%ld,\"reason\":\"%s\",\"checkpoint\":\"%s\","
                  "\"skipped_batches\":[%ld,%ld],\"skipped_rows\":[%ld,%ld],\"batch_offset\":%ld,\"rollbacks\":%d}",
-                 bad_step, to, kind, esc, first, last, first * rows, (last + 1) * rows - 1, t->data_off, t->n_rollbacks);
+                 bad_step, to, kind, esc, first, last, first * rows, (last + 1) * rows - 1, t->data_off,
+                 t->n_rollbacks);
         lf_obs_record r = {.kind = LF_OBS_EVENT, .step = to, .event = "rollback", .json = json};
         lf__trainer_emit(t, &r);
     }
@@ -191,7 +193,7 @@ lf_status lf__trainer_rollback(lf_trainer *t, long bad_step, const char *kind, c
 lf_status lf__trainer_preempt(lf_trainer *t, int reason) {
     t->stop_reason = reason;
     lf__ckpt_wait(t, "the stop"); /* async: the write in flight completes before anything else */
-    if (t->ckerr_pending) { /* it failed: this step is saved again below, synchronously */
+    if (t->ckerr_pending) {       /* it failed: this step is saved again below, synchronously */
         for (int k = 0; k < t->ckerr_pending && t->rank == 0; k++)
             lf_log(LF_LOG_WARN, "the checkpoint of step %ld failed: %s", t->ckerr[k].step, t->ckerr[k].msg);
         t->ckerr_pending = 0;
@@ -214,6 +216,8 @@ lf_status lf__trainer_preempt(lf_trainer *t, int reason) {
     if (t->rank == 0)
         lf_log(LF_LOG_INFO, "stop requested (%d): stopped at step %ld of %ld with checkpoint '%s'", reason, t->step,
                t->cfg.train_iters, where);
-    return lf_fail(LF_ERR_PREEMPTED, "stopped at step %ld of %ld on request (%d); checkpoint '%s' holds that step: "
-                   "resume to continue", t->step, t->cfg.train_iters, reason, where);
+    return lf_fail(LF_ERR_PREEMPTED,
+                   "stopped at step %ld of %ld on request (%d); checkpoint '%s' holds that step: "
+                   "resume to continue",
+                   t->step, t->cfg.train_iters, reason, where);
 }

@@ -165,9 +165,14 @@ lf_status lf__zero_partition(lf_trainer *t) {
      * next unit's hook, so the block units alternate between two */
     t->overlap = t->cfg.comm_overlap && t->world > 1 && lf_comm_async(t->comm);
     t->pend_u = -1;
-    lf_model_zero z = {.partition_grads = 1, .partition_params = t->zstage == 3, .gather_params = zero_gather,
-                       .reduce_grads = zero_reduce, .user = t, .double_buffer_grads = t->overlap,
-                       .prefetch_params = t->overlap && t->zstage == 3, .gather_start = zero_gather_start,
+    lf_model_zero z = {.partition_grads = 1,
+                       .partition_params = t->zstage == 3,
+                       .gather_params = zero_gather,
+                       .reduce_grads = zero_reduce,
+                       .user = t,
+                       .double_buffer_grads = t->overlap,
+                       .prefetch_params = t->overlap && t->zstage == 3,
+                       .gather_start = zero_gather_start,
                        .gather_wait = zero_gather_wait};
     lf_status st = lf_model_set_zero(t->model, &z);
     if (st != LF_OK) return st;
@@ -260,8 +265,8 @@ static lf_status offload_adamw(lf_trainer *t, float *p, const float *g, size_t l
         if (b > hi) b = hi;
         if (a >= b) continue;
         const size_t at = a - lo;
-        lf_backend_adamw(cpu, hp + at, hg + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2,
-                               c->eps, table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
+        lf_backend_adamw(cpu, hp + at, hg + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
+                         table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
     }
     lf_backend_to_device(t->be, p, hp, cnt * sizeof(float));
     return lf_backend_sync(t->be);
@@ -280,8 +285,8 @@ lf_status lf__offload_adamw_all(lf_trainer *t, float lr, double norm) {
         double coef = (double)t->cfg.grad_clip / (norm + 1e-6);
         if (coef < 1.0) scale = (float)coef;
     }
-    st = offload_adamw(t, lf_model_params(t->model), lf_model_grads(t->model), 0, lf_model_num_params(t->model), 0,
-                       lr, scale);
+    st = offload_adamw(t, lf_model_params(t->model), lf_model_grads(t->model), 0, lf_model_num_params(t->model), 0, lr,
+                       scale);
     if (st == LF_OK) lf_backend_params_changed(t->be);
     return st;
 }
@@ -315,8 +320,8 @@ lf_status lf__zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
             if (b > hi) b = hi;
             if (a >= b) continue;
             size_t at = a - lo;
-            lf_backend_adamw(t->be, p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
-                                table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
+            lf_backend_adamw(t->be, p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2,
+                             c->eps, table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
         }
     }
     if (t->zstage == 3) {
@@ -392,14 +397,14 @@ lf_status lf__zero_save(lf_trainer *t, const char *state, char **saved) {
     }
     if (mine != LF_OK)
         lf_error_prefix("rank %d writing its shard (ZeRO checkpoints are written by every rank: out_dir must be on a "
-                        "filesystem all ranks share)", t->rank);
+                        "filesystem all ranks share)",
+                        t->rank);
     st = zero_agree(t, mine, "writing the checkpoint's shards");
     if (t->rank == 0) {
         if (st == LF_OK)
             st = lf_checkpoint_commit(t->ckpt_root, t->step, tmp, state, t->extra, t->n_extra, 0,
                                       t->best_ckpt[0] ? t->best_ckpt : NULL, saved); /* rotation: ckpt_write */
-        else
-            lf_checkpoint_discard(tmp); /* nothing half-written stays */
+        else lf_checkpoint_discard(tmp);                                             /* nothing half-written stays */
     }
     lf_free(tmp);
     lf_status was = st;
@@ -447,6 +452,7 @@ lf_status lf__zero_resume_read(lf_trainer *t, const char *path, char **dir, char
                                             t->host_v + t->sh_off[u], NULL);
     if (mine != LF_OK)
         lf_error_prefix("rank %d reading its shard of '%s' (ZeRO checkpoints are read by every rank: out_dir must be "
-                        "on a filesystem all ranks share)", t->rank, where);
+                        "on a filesystem all ranks share)",
+                        t->rank, where);
     return zero_agree(t, mine, "reading the checkpoint's shards");
 }

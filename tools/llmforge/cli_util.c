@@ -60,19 +60,15 @@ void cli_threads_line(char *buf, size_t cap) {
         snprintf(why, sizeof why, "%s %lld/%lld", cli_threads_source(), (long long)t->quota_us,
                  (long long)t->period_us);
         break;
-    default:
-        snprintf(why, sizeof why, "%s", cli_threads_source());
-        break;
+    default: snprintf(why, sizeof why, "%s", cli_threads_source()); break;
     }
     if (g_local_ranks > 1) snprintf(share, sizeof share, " / %d local ranks", g_local_ranks);
     if (t->affinity > 0 && t->affinity < t->online && t->source != LF_THREADS_SOURCE_AFFINITY)
         snprintf(cpus, sizeof cpus, "affinity %d of %d online CPUs", t->affinity, t->online);
-    else
-        snprintf(cpus, sizeof cpus, "%d online CPU%s", t->online, t->online == 1 ? "" : "s");
+    else snprintf(cpus, sizeof cpus, "%d online CPU%s", t->online, t->online == 1 ? "" : "s");
     if (t->source == LF_THREADS_SOURCE_ONLINE && g_local_ranks == 1)
         snprintf(buf, cap, "threads: %d (%s)", lf_backend_cpu_threads(), cpus);
-    else
-        snprintf(buf, cap, "threads: %d (%s%s; %s)", lf_backend_cpu_threads(), why, share, cpus);
+    else snprintf(buf, cap, "threads: %d (%s%s; %s)", lf_backend_cpu_threads(), why, share, cpus);
 }
 
 const char *g_cli_backend = NULL;

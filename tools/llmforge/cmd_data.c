@@ -125,8 +125,10 @@ static int parse_ops(const char *s, char *ops, int *n) {
     }
     if (*n > 0) return 0;
 bad:
-    fprintf(stderr, "llmforge data arithmetic: --ops expects a comma-separated list of distinct +, -, * (e.g. +,-), "
-                    "got '%s'\n", s);
+    fprintf(stderr,
+            "llmforge data arithmetic: --ops expects a comma-separated list of distinct +, -, * (e.g. +,-), "
+            "got '%s'\n",
+            s);
     return -1;
 }
 
@@ -413,8 +415,8 @@ static int cmd_arithmetic_eval(int argc, char **argv) {
         fprintf(stderr, "llmforge: data arithmetic-eval: '%s' holds no problems\n", input);
         goto done;
     }
-    printf("exact match: %llu / %llu = %.2f%% (checkpoint %s, greedy, end-of-text id %d%s, %.1f s)\n", correct,
-           total, 100.0 * (double)correct / (double)total, dir, eot, eot_prefix ? " before each prompt" : "",
+    printf("exact match: %llu / %llu = %.2f%% (checkpoint %s, greedy, end-of-text id %d%s, %.1f s)\n", correct, total,
+           100.0 * (double)correct / (double)total, dir, eot, eot_prefix ? " before each prompt" : "",
            lf_time_now() - t0);
     rc = 0;
 done:

@@ -25,27 +25,26 @@
 #define MAX_TASK_FILES 256
 
 static void eval_usage(FILE *f) {
-    fprintf(f,
-            "usage: llmforge eval --ckpt DIR --task FILE [--task FILE ...] [--kind K] [--limit N] [--batch B]\n"
-            "                     [--max-new-tokens N] [--samples] [--json] [--out FILE.json] [--threads N]\n"
-            "  Scores a checkpoint on tasks read from JSON Lines files (one example per line; the kind from a\n"
-            "  \"task\" field or --kind): perplexity, multiple_choice (acc, acc_norm as lm-evaluation-harness),\n"
-            "  classification (accuracy, macro-F1, confusion matrix), generation (BLEU, ROUGE), ranking\n"
-            "  (Hits@1/3/10, MRR) and exact_match (EM, token F1). File formats: docs/eval.md.\n\n"
-            "options:\n"
-            "  --ckpt DIR            a checkpoint step directory, a run's ckpt/ or ckpt/latest, or its out_dir\n"
-            "  --task FILE           a task file (repeat for several); with --kind perplexity also a plain text\n"
-            "                        file or a dataset directory (its val split)\n"
-            "  --kind K              the kind of files that name none: perplexity, multiple_choice,\n"
-            "                        classification, generation, ranking, exact_match\n"
-            "  --limit N             the first N examples of each task (perplexity over a file: N windows)\n"
-            "  --batch B             sequences per forward (default: the thread count, less for long contexts)\n"
-            "  --max-new-tokens N    generation length for every generation/exact_match task\n"
-            "                        (default: the task's, else 64 / 16)\n"
-            "  --samples             per-example records (predictions, log-likelihoods) in the JSON\n"
-            "  --json                print the JSON object instead of the table\n"
-            "  --out FILE.json       also write the JSON object to FILE.json\n"
-            "  --threads N           CPU threads (0: OMP_NUM_THREADS, else the CPUs granted)\n");
+    fprintf(f, "usage: llmforge eval --ckpt DIR --task FILE [--task FILE ...] [--kind K] [--limit N] [--batch B]\n"
+               "                     [--max-new-tokens N] [--samples] [--json] [--out FILE.json] [--threads N]\n"
+               "  Scores a checkpoint on tasks read from JSON Lines files (one example per line; the kind from a\n"
+               "  \"task\" field or --kind): perplexity, multiple_choice (acc, acc_norm as lm-evaluation-harness),\n"
+               "  classification (accuracy, macro-F1, confusion matrix), generation (BLEU, ROUGE), ranking\n"
+               "  (Hits@1/3/10, MRR) and exact_match (EM, token F1). File formats: docs/eval.md.\n\n"
+               "options:\n"
+               "  --ckpt DIR            a checkpoint step directory, a run's ckpt/ or ckpt/latest, or its out_dir\n"
+               "  --task FILE           a task file (repeat for several); with --kind perplexity also a plain text\n"
+               "                        file or a dataset directory (its val split)\n"
+               "  --kind K              the kind of files that name none: perplexity, multiple_choice,\n"
+               "                        classification, generation, ranking, exact_match\n"
+               "  --limit N             the first N examples of each task (perplexity over a file: N windows)\n"
+               "  --batch B             sequences per forward (default: the thread count, less for long contexts)\n"
+               "  --max-new-tokens N    generation length for every generation/exact_match task\n"
+               "                        (default: the task's, else 64 / 16)\n"
+               "  --samples             per-example records (predictions, log-likelihoods) in the JSON\n"
+               "  --json                print the JSON object instead of the table\n"
+               "  --out FILE.json       also write the JSON object to FILE.json\n"
+               "  --threads N           CPU threads (0: OMP_NUM_THREADS, else the CPUs granted)\n");
 }
 
 /* Load the checkpoint's model and tokenizer as `sample` does. */

@@ -58,7 +58,7 @@
 #define LAUNCH_MAX_HOSTS 16384 /* hard caps on what a hostfile may hold (duplicates: n^2/2 compares) */
 #define LAUNCH_MAX_LINE 4096
 #define LAUNCH_MAX_SLOTS (1L << 20)
-#define LAUNCH_STOP_GRACE_S 30 /* after a rank failed: SIGTERM, then SIGKILL this much later (torchrun's 30 s) */
+#define LAUNCH_STOP_GRACE_S 30    /* after a rank failed: SIGTERM, then SIGKILL this much later (torchrun's 30 s) */
 #define LAUNCH_DEFAULT_PORT 29500 /* torchrun's MASTER_PORT default, for several nodes */
 #define LAUNCH_EXIT_PREEMPTED 75  /* a rank stopped on a signal with its checkpoint saved (tools/llmforge/main.c) */
 
@@ -87,53 +87,94 @@ static const struct launch_opt {
     long lo, hi;
     const char *help;
 } launch_opts[] = {
-    {LAUNCH_OPT_NPROC, {"--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus"}, "G", 1, 4096,
+    {LAUNCH_OPT_NPROC,
+     {"--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus"},
+     "G",
+     1,
+     4096,
      "ranks per node (torchrun --nproc_per_node, deepspeed --num_gpus); default 1,\n"
      "or with --hostfile every slot of the hosts (deepspeed's default)"},
-    {LAUNCH_OPT_NNODES, {"--nnodes", "--num_nodes", "--num-nodes"}, "N", 1, LAUNCH_MAX_HOSTS,
+    {LAUNCH_OPT_NNODES,
+     {"--nnodes", "--num_nodes", "--num-nodes"},
+     "N",
+     1,
+     LAUNCH_MAX_HOSTS,
      "nodes (deepspeed --num_nodes); default 1, or the hosts of --hostfile;\n"
      "with a hostfile of more hosts, its first N"},
-    {LAUNCH_OPT_NODE_RANK, {"--node-rank", "--node_rank"}, "R", 0, LAUNCH_MAX_HOSTS - 1,
+    {LAUNCH_OPT_NODE_RANK,
+     {"--node-rank", "--node_rank"},
+     "R",
+     0,
+     LAUNCH_MAX_HOSTS - 1,
      "this node's rank, 0..N-1 (default 0): its ranks are R*G..R*G+G-1 (tcp);\n"
      "with mpi only node rank 0 starts anything"},
-    {LAUNCH_OPT_MASTER_ADDR, {"--master-addr", "--master_addr"}, "A", 1, 0,
+    {LAUNCH_OPT_MASTER_ADDR,
+     {"--master-addr", "--master_addr"},
+     "A",
+     1,
+     0,
      "node rank 0's address, reachable from every node (tcp; default 127.0.0.1\n"
      "on one node); checked, then unused with mpi"},
-    {LAUNCH_OPT_MASTER_PORT, {"--master-port", "--master_port"}, "P", 1, 65535,
+    {LAUNCH_OPT_MASTER_PORT,
+     {"--master-port", "--master_port"},
+     "P",
+     1,
+     65535,
      "the rendezvous port on node rank 0 (tcp; default a free port on one node,\n"
      "29500 on several); unused with mpi"},
-    {LAUNCH_OPT_STANDALONE, {"--standalone"}, NULL, 0, 0,
+    {LAUNCH_OPT_STANDALONE,
+     {"--standalone"},
+     NULL,
+     0,
+     0,
      "torchrun's single-node mode: one node, ranks started here (tcp rendezvous\n"
      "on a free local port) unless --rdzv mpi"},
-    {LAUNCH_OPT_RDZV, {"--rdzv", "--rdzv-backend", "--rdzv_backend"}, "tcp|mpi", 1, 0,
+    {LAUNCH_OPT_RDZV,
+     {"--rdzv", "--rdzv-backend", "--rdzv_backend"},
+     "tcp|mpi",
+     1,
+     0,
      "how ranks start and meet: tcp (started here, torchrun's variables, the tcp\n"
      "communicator) or mpi (through mpirun); default: see docs/launch.md"},
-    {LAUNCH_OPT_HOSTFILE, {"--hostfile"}, "F", 1, 0,
+    {LAUNCH_OPT_HOSTFILE,
+     {"--hostfile"},
+     "F",
+     1,
+     0,
      "\"HOST slots=N\" lines (deepspeed's and Open MPI's format); mpirun starts\n"
      "the ranks on the other hosts over ssh, rank 0 on the first host"},
     {LAUNCH_OPT_MPIRUN, {"--mpirun"}, "PATH", 1, 0, "the mpirun to run (default: `mpirun` on PATH)"},
-    {LAUNCH_OPT_MPI_ARG, {"--mpi-arg", "--mpi_arg"}, "ARG", 1, 0,
+    {LAUNCH_OPT_MPI_ARG,
+     {"--mpi-arg", "--mpi_arg"},
+     "ARG",
+     1,
+     0,
      "one more argument for mpirun, before the program; repeat it\n"
      "(--mpi-arg=--mca --mpi-arg=btl --mpi-arg=tcp,self)"},
-    {LAUNCH_OPT_DRY_RUN, {"--dry-run", "--dry_run"}, NULL, 0, 0,
+    {LAUNCH_OPT_DRY_RUN,
+     {"--dry-run", "--dry_run"},
+     NULL,
+     0,
+     0,
      "print the mpirun command (tcp: every rank's variables) and exit 0"},
     {LAUNCH_OPT_HELP, {"--help", "-h"}, NULL, 0, 0, "this text"},
 };
 #define LAUNCH_N_OPTS (int)(sizeof launch_opts / sizeof launch_opts[0])
 
 static void launch_help(void) {
-    printf("usage: llmforge launch [--nproc-per-node G] [--standalone | --nnodes N --node-rank R --master-addr A\n"
-           "                       --master-port P | --hostfile F] [--rdzv tcp|mpi] [--mpirun PATH] [--mpi-arg ARG]...\n"
-           "                       [--dry-run] -- SUBCOMMAND ARGS...\n"
-           "  Starts G ranks per node of `llmforge SUBCOMMAND ARGS...` (for example\n"
-           "  `llmforge launch --standalone --nproc-per-node 4 -- train cfg.json`).\n"
-           "  tcp: starts this node's ranks itself with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,\n"
-           "  MASTER_ADDR, MASTER_PORT), forwards signals to them, stops them all when one fails and exits\n"
-           "  with its status; several nodes run one launch each (--nnodes, --node-rank, --master-addr).\n"
-           "  mpi: prints the mpirun command on stderr and runs it; the exit status is mpirun's; several\n"
-           "  nodes need --hostfile on node rank 0 only (mpirun starts the others over ssh).\n"
-           "  See docs/launch.md.\n\n"
-           "options:\n");
+    printf(
+        "usage: llmforge launch [--nproc-per-node G] [--standalone | --nnodes N --node-rank R --master-addr A\n"
+        "                       --master-port P | --hostfile F] [--rdzv tcp|mpi] [--mpirun PATH] [--mpi-arg ARG]...\n"
+        "                       [--dry-run] -- SUBCOMMAND ARGS...\n"
+        "  Starts G ranks per node of `llmforge SUBCOMMAND ARGS...` (for example\n"
+        "  `llmforge launch --standalone --nproc-per-node 4 -- train cfg.json`).\n"
+        "  tcp: starts this node's ranks itself with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+        "  MASTER_ADDR, MASTER_PORT), forwards signals to them, stops them all when one fails and exits\n"
+        "  with its status; several nodes run one launch each (--nnodes, --node-rank, --master-addr).\n"
+        "  mpi: prints the mpirun command on stderr and runs it; the exit status is mpirun's; several\n"
+        "  nodes need --hostfile on node rank 0 only (mpirun starts the others over ssh).\n"
+        "  See docs/launch.md.\n\n"
+        "options:\n");
     for (int k = 0; k < LAUNCH_N_OPTS; k++) {
         const struct launch_opt *o = &launch_opts[k];
         char names[128] = "";
@@ -232,7 +273,8 @@ static int hostfile_read(launch_hostfile *hf, const char *path) {
         while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
             char *eq = strchr(tok, '=');
             if (!eq) {
-                hostfile_error(path, line, "unexpected '%s' after host '%s' (one host a line: HOST slots=N)", tok, name);
+                hostfile_error(path, line, "unexpected '%s' after host '%s' (one host a line: HOST slots=N)", tok,
+                               name);
                 goto done;
             }
             *eq = 0;
@@ -243,8 +285,10 @@ static int hostfile_read(launch_hostfile *hf, const char *path) {
                        !strcmp(key, "slots-max")) {
                 if (hostfile_long(path, line, key, val, &max_slots)) goto done;
             } else if (strcmp(key, "user") && strcmp(key, "username") && strcmp(key, "port")) {
-                hostfile_error(path, line, "unknown field '%s=%s' (expected slots=N; Open MPI also takes "
-                               "max_slots=N, user=NAME, port=N)", key, val);
+                hostfile_error(path, line,
+                               "unknown field '%s=%s' (expected slots=N; Open MPI also takes "
+                               "max_slots=N, user=NAME, port=N)",
+                               key, val);
                 goto done;
             }
         }
@@ -446,8 +490,17 @@ static int free_port(void) {
  * inside an srun step or an mpirun would hand every child the outer rank:
  * the children do not inherit them. */
 static const char *const k_outer_rank_vars[] = {
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
 };
 
 typedef struct {
@@ -463,8 +516,8 @@ static double mono_s(void) {
 
 /* Start ranks base .. base+G-1 of `world` running `exe sub...`, supervise
  * them, return the launch's exit status. */
-static int launch_tcp(long nproc, long nnodes, long node_rank, const char *addr, int port, int dry_run,
-                      const char *exe, char **sub, int nsub) {
+static int launch_tcp(long nproc, long nnodes, long node_rank, const char *addr, int port, int dry_run, const char *exe,
+                      char **sub, int nsub) {
     long world = nproc * nnodes, base = node_rank * nproc;
     char **av = calloc((size_t)nsub + 2, sizeof *av);
     launch_child *ch = calloc((size_t)nproc, sizeof *ch);
@@ -482,8 +535,10 @@ static int launch_tcp(long nproc, long nnodes, long node_rank, const char *addr,
     fputc('\n', stderr);
     if (dry_run) {
         for (long l = 0; l < nproc; l++)
-            fprintf(stderr, "llmforge: launch:   RANK=%ld WORLD_SIZE=%ld LOCAL_RANK=%ld LOCAL_WORLD_SIZE=%ld "
-                    "GROUP_RANK=%ld MASTER_ADDR=%s MASTER_PORT=%d\n", base + l, world, l, nproc, node_rank, addr, port);
+            fprintf(stderr,
+                    "llmforge: launch:   RANK=%ld WORLD_SIZE=%ld LOCAL_RANK=%ld LOCAL_WORLD_SIZE=%ld "
+                    "GROUP_RANK=%ld MASTER_ADDR=%s MASTER_PORT=%d\n",
+                    base + l, world, l, nproc, node_rank, addr, port);
         free(ch);
         free(av);
         return 0;
@@ -550,8 +605,8 @@ static int launch_tcp(long nproc, long nnodes, long node_rank, const char *addr,
             failed = 1, rc = code;
             kill_at = mono_s() + LAUNCH_STOP_GRACE_S;
             if (WIFSIGNALED(status))
-                fprintf(stderr, "llmforge: launch: rank %d (pid %ld) was killed by signal %d (%s)", ch[l].rank,
-                        (long)w, WTERMSIG(status), strsignal(WTERMSIG(status)));
+                fprintf(stderr, "llmforge: launch: rank %d (pid %ld) was killed by signal %d (%s)", ch[l].rank, (long)w,
+                        WTERMSIG(status), strsignal(WTERMSIG(status)));
             else
                 fprintf(stderr, "llmforge: launch: rank %d (pid %ld) exited with status %d", ch[l].rank, (long)w, code);
             if (alive)
@@ -615,8 +670,10 @@ int cmd_launch(int argc, char **argv) {
             if (argv[i][0] == '-')
                 fprintf(stderr, "llmforge: launch: unknown option '%s' (see llmforge launch --help)\n", argv[i]);
             else
-                fprintf(stderr, "llmforge: launch: missing '--' before the subcommand '%s': "
-                        "llmforge launch [options] -- %s ...\n", argv[i], argv[i]);
+                fprintf(stderr,
+                        "llmforge: launch: missing '--' before the subcommand '%s': "
+                        "llmforge launch [options] -- %s ...\n",
+                        argv[i], argv[i]);
             goto done;
         }
         long num = 0;
@@ -643,12 +700,15 @@ int cmd_launch(int argc, char **argv) {
         case LAUNCH_OPT_MPIRUN: mpirun = v, mpirun_given = 1; break;
         case LAUNCH_OPT_MPI_ARG: mpi_args[n_mpi++] = v; break;
         case LAUNCH_OPT_DRY_RUN: dry_run = 1; break;
-        case LAUNCH_OPT_HELP: launch_help(); rc = 0; goto done;
+        case LAUNCH_OPT_HELP:
+            launch_help();
+            rc = 0;
+            goto done;
         }
     }
     if (sub < 0) {
         fprintf(stderr, "llmforge: launch: missing '--' and the subcommand to run: "
-                "llmforge launch [options] -- train cfg.json\n");
+                        "llmforge launch [options] -- train cfg.json\n");
         goto done;
     }
     if (sub >= argc) {
@@ -660,8 +720,10 @@ int cmd_launch(int argc, char **argv) {
         goto done;
     }
     if (getenv("OMPI_COMM_WORLD_SIZE") && *getenv("OMPI_COMM_WORLD_SIZE")) {
-        fprintf(stderr, "llmforge: launch: already inside an Open MPI job (OMPI_COMM_WORLD_SIZE=%s); "
-                "run `llmforge %s ...` directly instead\n", getenv("OMPI_COMM_WORLD_SIZE"), argv[sub]);
+        fprintf(stderr,
+                "llmforge: launch: already inside an Open MPI job (OMPI_COMM_WORLD_SIZE=%s); "
+                "run `llmforge %s ...` directly instead\n",
+                getenv("OMPI_COMM_WORLD_SIZE"), argv[sub]);
         goto done;
     }
     if (standalone && (nnodes > 1 || hostfile)) {
@@ -674,7 +736,9 @@ int cmd_launch(int argc, char **argv) {
     char probe[PATH_MAX];
     if (rdzv && !strcmp(rdzv, "tcp") && (hostfile || mpirun_given || n_mpi)) {
         fprintf(stderr, "llmforge: launch: --rdzv tcp starts the ranks itself; %s is for --rdzv mpi\n",
-                hostfile ? "--hostfile" : mpirun_given ? "--mpirun" : "--mpi-arg");
+                hostfile       ? "--hostfile"
+                : mpirun_given ? "--mpirun"
+                               : "--mpi-arg");
         goto done;
     }
     int use_tcp = rdzv ? !strcmp(rdzv, "tcp")
@@ -689,7 +753,8 @@ int cmd_launch(int argc, char **argv) {
             goto done;
         }
         if (nnodes > 1 && !master_addr) {
-            fprintf(stderr, "llmforge: launch: %s %ld with the tcp rendezvous needs --master-addr: node rank 0's "
+            fprintf(stderr,
+                    "llmforge: launch: %s %ld with the tcp rendezvous needs --master-addr: node rank 0's "
                     "address, the same on every node and reachable from each (and --master-port, default %d)\n",
                     nnodes_name, nnodes, LAUNCH_DEFAULT_PORT);
             goto done;
@@ -766,9 +831,11 @@ int cmd_launch(int argc, char **argv) {
         goto done;
     }
     if (node_rank > 0) {
-        fprintf(stderr, "llmforge: launch: %s %ld: nothing to start here; `llmforge launch --hostfile %s` on node "
-                "rank 0%s%s%s starts this node's ranks over ssh\n", rank_name, node_rank, hostfile,
-                master_addr ? " (" : "", master_addr ? master_addr : "", master_addr ? ")" : "");
+        fprintf(stderr,
+                "llmforge: launch: %s %ld: nothing to start here; `llmforge launch --hostfile %s` on node "
+                "rank 0%s%s%s starts this node's ranks over ssh\n",
+                rank_name, node_rank, hostfile, master_addr ? " (" : "", master_addr ? master_addr : "",
+                master_addr ? ")" : "");
         rc = 0;
         goto done;
     }
@@ -781,7 +848,8 @@ int cmd_launch(int argc, char **argv) {
     long world = by_node ? nproc * nnodes : hostfile ? total_slots : 1;
     if (hostfile && by_node && !oversubscribe_given) {
         if (total_slots < world) {
-            fprintf(stderr, "llmforge: launch: hostfile '%s': %ld host%s with %ld slot%s in all, fewer than the %ld "
+            fprintf(stderr,
+                    "llmforge: launch: hostfile '%s': %ld host%s with %ld slot%s in all, fewer than the %ld "
                     "ranks of %s %ld × %ld node%s (add --mpi-arg=--oversubscribe to run more ranks than slots)\n",
                     hostfile, nnodes, nnodes == 1 ? "" : "s", total_slots, total_slots == 1 ? "" : "s", world,
                     nproc_name, nproc, nnodes, nnodes == 1 ? "" : "s");
@@ -789,10 +857,11 @@ int cmd_launch(int argc, char **argv) {
         }
         for (int i = 0; i < nnodes; i++)
             if (hf.hosts[i].slots < nproc) {
-                fprintf(stderr, "llmforge: launch: hostfile '%s': line %d: host '%s' has %ld slot%s, fewer than "
-                        "%s %ld (add --mpi-arg=--oversubscribe to run more ranks than slots)\n", hostfile,
-                        hf.hosts[i].line, hf.hosts[i].name, hf.hosts[i].slots, hf.hosts[i].slots == 1 ? "" : "s",
-                        nproc_name, nproc);
+                fprintf(stderr,
+                        "llmforge: launch: hostfile '%s': line %d: host '%s' has %ld slot%s, fewer than "
+                        "%s %ld (add --mpi-arg=--oversubscribe to run more ranks than slots)\n",
+                        hostfile, hf.hosts[i].line, hf.hosts[i].name, hf.hosts[i].slots,
+                        hf.hosts[i].slots == 1 ? "" : "s", nproc_name, nproc);
                 goto done;
             }
     }
@@ -804,8 +873,10 @@ int cmd_launch(int argc, char **argv) {
             fprintf(stderr, "llmforge: launch: --mpirun '%s': %s\n", mpirun,
                     access(mpirun, F_OK) ? "no such file" : "not an executable file");
         else
-            fprintf(stderr, "llmforge: launch: '%s' not found on PATH: install Open MPI (Debian: apt-get install "
-                    "openmpi-bin) or name it with --mpirun PATH\n", mpirun);
+            fprintf(stderr,
+                    "llmforge: launch: '%s' not found on PATH: install Open MPI (Debian: apt-get install "
+                    "openmpi-bin) or name it with --mpirun PATH\n",
+                    mpirun);
         goto done;
     }
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -825,8 +896,7 @@ int cmd_launch(int argc, char **argv) {
     /* argv[0] as the user named it: Open MPI reads an absolute argv[0] as --prefix (where remote
      * nodes find its daemons), and the printed command then runs the same mpirun from a shell */
     if (argv_push(&av, mpirun) || argv_push(&av, "-np") || argv_push(&av, num)) goto oom;
-    if (geteuid() == 0 && !mpi_arg_given(mpi_args, n_mpi, "allow-run-as-root") &&
-        argv_push(&av, "--allow-run-as-root"))
+    if (geteuid() == 0 && !mpi_arg_given(mpi_args, n_mpi, "allow-run-as-root") && argv_push(&av, "--allow-run-as-root"))
         goto oom;
     if (!hostfile && nproc > host_cores() && !oversubscribe_given && argv_push(&av, "--oversubscribe")) goto oom;
     if (hostfile) {
@@ -850,8 +920,7 @@ int cmd_launch(int argc, char **argv) {
             if (argv_push(&av, "--map-by") || argv_push(&av, num)) goto oom;
         }
     }
-    if (!mpi_arg_given(mpi_args, n_mpi, "bind-to") && (argv_push(&av, "--bind-to") || argv_push(&av, "none")))
-        goto oom;
+    if (!mpi_arg_given(mpi_args, n_mpi, "bind-to") && (argv_push(&av, "--bind-to") || argv_push(&av, "none"))) goto oom;
     if (getenv("OMP_NUM_THREADS") && (argv_push(&av, "-x") || argv_push(&av, "OMP_NUM_THREADS"))) goto oom;
     for (int i = 0; i < n_mpi; i++)
         if (argv_push(&av, mpi_args[i])) goto oom;

@@ -157,7 +157,8 @@ static void tags_str(const cJSON *c, char *buf, size_t cap) {
     buf[0] = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, get(c, "tags")) {
-        if (cJSON_IsString(t) && at < cap) at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "," : "", t->valuestring);
+        if (cJSON_IsString(t) && at < cap)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "," : "", t->valuestring);
     }
     if (!buf[0]) snprintf(buf, cap, "-");
 }
@@ -279,7 +280,8 @@ static int models_list(lf_registry *r, const opts *o) {
     if (rc || !arr) return rc;
     /* the metric column: the first --where metric, else val_loss */
     const char *mname = o->n_conds ? o->conds[0].metric : "val_loss";
-    printf("%-6s %-5s %8s  %-9s  %-22s %12s  %-16s %s\n", "ID", "RUN", "STEP", "STATUS", "FLAGS", mname, "TAGS", "PATH");
+    printf("%-6s %-5s %8s  %-9s  %-22s %12s  %-16s %s\n", "ID", "RUN", "STEP", "STATUS", "FLAGS", mname, "TAGS",
+           "PATH");
     const cJSON *c;
     int n = 0;
     cJSON_ArrayForEach(c, arr) {
@@ -300,11 +302,11 @@ static int models_list(lf_registry *r, const opts *o) {
 
 static void print_edge(const cJSON *e) {
     const cJSON *par = get(e, "parent");
-    if (cJSON_IsString(par))
-        printf("%s %s (%s)", str(e, "kind"), par->valuestring, str(e, "path"));
+    if (cJSON_IsString(par)) printf("%s %s (%s)", str(e, "kind"), par->valuestring, str(e, "path"));
     else
         printf("%s %s %s (not in the registry; sha256 %.16s...)", str(e, "kind"),
-               cJSON_IsString(get(e, "external")) ? str(e, "external") : "checkpoint", str(e, "path"), str(e, "sha256"));
+               cJSON_IsString(get(e, "external")) ? str(e, "external") : "checkpoint", str(e, "path"),
+               str(e, "sha256"));
 }
 
 static int models_show(lf_registry *r, const opts *o) {
@@ -335,15 +337,16 @@ static int models_show(lf_registry *r, const opts *o) {
     }
     printf("%s\n", any ? "" : " none recorded");
     const cJSON *f;
-    cJSON_ArrayForEach(f, get(c, "files")) printf("  file          %s  %.0f bytes  sha256 %s\n", f->string,
-                                                 num(f, "bytes"), str(f, "sha256"));
+    cJSON_ArrayForEach(f, get(c, "files"))
+        printf("  file          %s  %.0f bytes  sha256 %s\n", f->string, num(f, "bytes"), str(f, "sha256"));
     fmt_time(num(run, "started"), t0, sizeof t0);
     fmt_time(num(run, "ended"), t1, sizeof t1);
     printf("run %s: %s%s%s\n", str(run, "id"), str(run, "status"), str(run, "message")[0] ? ": " : "",
            str(run, "message"));
     printf("  started       %s, ended %s\n", t0, t1);
     printf("  out_dir       %s\n", str(run, "out_dir"));
-    printf("  host          %s (pid %.0f), world size %.0f\n", str(run, "host"), num(run, "pid"), num(run, "world_size"));
+    printf("  host          %s (pid %.0f), world size %.0f\n", str(run, "host"), num(run, "pid"),
+           num(run, "world_size"));
     printf("  code version  %s\n", str(run, "code_version"));
     printf("  config sha256 %s\n", str(run, "config_hash"));
     printf("  dataset       %s (sha256 %s)\n", str(run, "dataset"), str(run, "dataset_hash"));
@@ -501,7 +504,9 @@ static int models_gc(lf_registry *r, const opts *o) {
                         "directory)\n");
         return 2;
     }
-    lf_registry_gc_opts go = {.keep_best = (int)o->keep_best, .metric = o->metric, .higher_is_better = o->higher,
+    lf_registry_gc_opts go = {.keep_best = (int)o->keep_best,
+                              .metric = o->metric,
+                              .higher_is_better = o->higher,
                               .dry_run = o->dry_run};
     char *json = NULL;
     cJSON *root = NULL;
@@ -511,8 +516,8 @@ static int models_gc(lf_registry *r, const opts *o) {
     print_entries(o->dry_run ? "would rm" : "removed", get(root, "removed"), "path");
     print_entries("missing", get(root, "missing"), "path");
     const cJSON *e;
-    cJSON_ArrayForEach(e, get(root, "skipped")) printf("%-8s %-6s %s: %s\n", "skipped", str(e, "id"), str(e, "path"),
-                                                      str(e, "why"));
+    cJSON_ArrayForEach(e, get(root, "skipped"))
+        printf("%-8s %-6s %s: %s\n", "skipped", str(e, "id"), str(e, "path"), str(e, "why"));
     print_entries("kept", get(root, "kept"), "why");
     printf("%d removed%s, %d kept, %d already missing, %d skipped\n", cJSON_GetArraySize(get(root, "removed")),
            o->dry_run ? " (dry run: nothing removed)" : "", cJSON_GetArraySize(get(root, "kept")),
@@ -528,10 +533,10 @@ static int models_relink(lf_registry *r, const opts *o) {
     const int rc = answer(st, json, o, "models relink", &root);
     if (rc || !root) return rc;
     const cJSON *e;
-    cJSON_ArrayForEach(e, get(root, "relinked")) printf("relinked %-6s %s -> %s\n", str(e, "id"), str(e, "from"),
-                                                       str(e, "to"));
-    cJSON_ArrayForEach(e, get(root, "unknown")) printf("unknown  %s (no registry checkpoint has its model hash)\n",
-                                                      cJSON_IsString(e) ? e->valuestring : "?");
+    cJSON_ArrayForEach(e, get(root, "relinked"))
+        printf("relinked %-6s %s -> %s\n", str(e, "id"), str(e, "from"), str(e, "to"));
+    cJSON_ArrayForEach(e, get(root, "unknown"))
+        printf("unknown  %s (no registry checkpoint has its model hash)\n", cJSON_IsString(e) ? e->valuestring : "?");
     printf("%.0f checkpoint director%s scanned, %d relinked\n", num(root, "scanned"),
            num(root, "scanned") == 1 ? "y" : "ies", cJSON_GetArraySize(get(root, "relinked")));
     cJSON_Delete(root);
@@ -552,8 +557,8 @@ static int run_suite(lf_registry *r, int64_t id, const char *suite, const opts *
     cJSON *c = parse_owned(show);
     if (!c) return 1;
     if (cJSON_IsObject(get(c, "removed"))) {
-        fprintf(stderr, "llmforge: models eval: c%lld was removed from disk (%s); nothing to evaluate\n",
-                (long long)id, str(c, "path"));
+        fprintf(stderr, "llmforge: models eval: c%lld was removed from disk (%s); nothing to evaluate\n", (long long)id,
+                str(c, "path"));
         cJSON_Delete(c);
         return 1;
     }

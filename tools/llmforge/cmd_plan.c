@@ -149,19 +149,21 @@ int cmd_plan(int argc, char **argv) {
         for (int i = 0; i < p.n_items; i++)
             printf("%s{\"name\":\"%s\",\"bytes\":%zu}", i ? "," : "", p.items[i].name, p.items[i].bytes);
         printf("],\"total_bytes\":%zu,\"activation_dtype\":\"%s\",\"activation_bytes_by_policy\":{\"none\":%zu,"
-               "\"selective\":%zu,\"full\":%zu},", p.total, lf_act_dtype_name(p.act_dtype), p.act_policy[0],
-               p.act_policy[1], p.act_policy[2]);
+               "\"selective\":%zu,\"full\":%zu},",
+               p.total, lf_act_dtype_name(p.act_dtype), p.act_policy[0], p.act_policy[1], p.act_policy[2]);
         printf("\"activation_bytes_by_dtype\":{");
         for (int d = 0; d < 2; d++)
             printf("%s\"%s\":{\"none\":%zu,\"selective\":%zu,\"full\":%zu}", d ? "," : "",
                    lf_act_dtype_name((lf_act_dtype)d), p.act_by_dtype[d][0], p.act_by_dtype[d][1],
                    p.act_by_dtype[d][2]);
         printf("},\"limit_bytes\":%zu,\"limit_from\":\"%s\",", p.limit,
-               p.limit_from_config ? "memory.limit_bytes" : p.limit ? "MemAvailable" : "none");
+               p.limit_from_config ? "memory.limit_bytes"
+               : p.limit           ? "MemAvailable"
+                                   : "none");
         /* the device: names are the driver's (printable ASCII, no quotes) */
         printf("\"backend\":\"%s\",\"device\":\"%s\",\"device_bytes\":%zu,\"host_bytes\":%zu,"
-               "\"device_free_bytes\":%zu,\"device_total_bytes\":%zu,\"device_items\":[", bname, p.device,
-               p.device_total, p.host_total, p.device_free, p.device_capacity);
+               "\"device_free_bytes\":%zu,\"device_total_bytes\":%zu,\"device_items\":[",
+               bname, p.device, p.device_total, p.host_total, p.device_free, p.device_capacity);
         for (int i = 0, k = 0; i < p.n_items; i++)
             if (p.items[i].device) printf("%s\"%s\"", k++ ? "," : "", p.items[i].name);
         printf("],\"fits\":%s}\n", st == LF_OK ? "true" : "false");
@@ -171,13 +173,13 @@ int cmd_plan(int argc, char **argv) {
         if (!text) goto done;
         lf_mem_plan_format(&p, text, need);
         if (cfg.world_size > 1) printf("world size %d: every figure below is per rank\n", cfg.world_size);
-        if (p.on_device)
-            printf("backend %s: %s\n", bname, no_device[0] ? no_device : p.device);
+        if (p.on_device) printf("backend %s: %s\n", bname, no_device[0] ? no_device : p.device);
         fputs(text, stdout);
         free(text);
         if (no_device[0])
             printf("device memory not checked: %s (activations sized as the CPU's attention keeps them, an upper "
-                   "bound)\n", no_device);
+                   "bound)\n",
+                   no_device);
         if (st != LF_OK) printf("does not fit: %s\n", lf_last_error());
     }
     rc = st == LF_OK ? 0 : 1;

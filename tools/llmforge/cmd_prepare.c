@@ -30,41 +30,40 @@
 static const char *const g_split_names[LF_PREPARE_N_SPLITS] = {"train", "val", "test"};
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
-            "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
-            "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
-            "                        [--text-field F] [--prompt-field F --response-field F]\n"
-            "                        [--chat-template chatml|FILE|DIR]\n"
-            "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
-            "       llmforge prepare --char INPUT --out DIR\n"
-            "\n"
-            "  --input PATH       a file, or a directory (its files in name order); repeatable\n"
-            "  --format           auto (default: .jsonl/.ndjson -> jsonl, .json -> JSON array or jsonl,\n"
-            "                     .txt/.md/no extension -> text), text (a file is one document),\n"
-            "                     jsonl (one object per line), json (an array of objects), csv,\n"
-            "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md)\n"
-            "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
-            "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
-            "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
-            "  --chat-template T  sft: render each pair as `llmforge serve`'s chat endpoint renders\n"
-            "                     [user: prompt] (prompt part, no loss) then response + the assistant's\n"
-            "                     suffix (loss); T is chatml, a chat_template.json, or a directory with\n"
-            "                     one; written to DIR/chat_template.json, which training copies into\n"
-            "                     every checkpoint\n"
-            "  --tokenizer SPEC   char (a vocabulary built from the data, written to DIR/vocab.json),\n"
-            "                     char:FILE, gpt2:DIR, tiktoken:FILE, bpe:FILE\n"
-            "  --split W,W[,W]    train,val,test weights by content hash (default 0.9,0.1,0);\n"
-            "                     none: everything in train\n"
-            "  --skip-bad-records skip and count records that are not JSON, lack a field, ...\n"
-            "                     (default: the first one is an error naming FILE:LINE and the field)\n"
-            "  --max-record-bytes longest JSON line or array element (default 64 MiB)\n"
-            "  --shard-tokens N   tokens per shard file, 1 .. 2^40 (default 100000000); memory does not\n"
-            "                     grow with it: shards are streamed to disk\n"
-            "  --threads N        tokenizing threads, 0 .. 1024 (default 0: the CPUs granted: affinity\n"
-            "                     mask, cgroup CPU limit); the output is the same for every N\n"
-            "  --char INPUT       character-level dataset exactly as nanoGPT's shakespeare_char:\n"
-            "                     vocabulary = sorted unique characters, first 90%% train, last 10%% val\n");
+    fprintf(f, "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
+               "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
+               "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
+               "                        [--text-field F] [--prompt-field F --response-field F]\n"
+               "                        [--chat-template chatml|FILE|DIR]\n"
+               "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
+               "       llmforge prepare --char INPUT --out DIR\n"
+               "\n"
+               "  --input PATH       a file, or a directory (its files in name order); repeatable\n"
+               "  --format           auto (default: .jsonl/.ndjson -> jsonl, .json -> JSON array or jsonl,\n"
+               "                     .txt/.md/no extension -> text), text (a file is one document),\n"
+               "                     jsonl (one object per line), json (an array of objects), csv,\n"
+               "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md)\n"
+               "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
+               "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
+               "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
+               "  --chat-template T  sft: render each pair as `llmforge serve`'s chat endpoint renders\n"
+               "                     [user: prompt] (prompt part, no loss) then response + the assistant's\n"
+               "                     suffix (loss); T is chatml, a chat_template.json, or a directory with\n"
+               "                     one; written to DIR/chat_template.json, which training copies into\n"
+               "                     every checkpoint\n"
+               "  --tokenizer SPEC   char (a vocabulary built from the data, written to DIR/vocab.json),\n"
+               "                     char:FILE, gpt2:DIR, tiktoken:FILE, bpe:FILE\n"
+               "  --split W,W[,W]    train,val,test weights by content hash (default 0.9,0.1,0);\n"
+               "                     none: everything in train\n"
+               "  --skip-bad-records skip and count records that are not JSON, lack a field, ...\n"
+               "                     (default: the first one is an error naming FILE:LINE and the field)\n"
+               "  --max-record-bytes longest JSON line or array element (default 64 MiB)\n"
+               "  --shard-tokens N   tokens per shard file, 1 .. 2^40 (default 100000000); memory does not\n"
+               "                     grow with it: shards are streamed to disk\n"
+               "  --threads N        tokenizing threads, 0 .. 1024 (default 0: the CPUs granted: affinity\n"
+               "                     mask, cgroup CPU limit); the output is the same for every N\n"
+               "  --char INPUT       character-level dataset exactly as nanoGPT's shakespeare_char:\n"
+               "                     vocabulary = sorted unique characters, first 90%% train, last 10%% val\n");
 }
 
 static int prepare_char(const char *input, const char *out) {
@@ -105,7 +104,8 @@ static int parse_split(const char *s, double w[LF_PREPARE_N_SPLITS]) {
     }
     fprintf(stderr,
             "llmforge prepare: --split expects TRAIN,VAL[,TEST] weights >= 0 with TRAIN > 0 (e.g. 0.9,0.1,0 or "
-            "7,2,1) or 'none', got '%s'\n", s);
+            "7,2,1) or 'none', got '%s'\n",
+            s);
     return -1;
 }
 
@@ -148,8 +148,8 @@ static void on_progress(const lf_prepare_progress *g, void *user) {
     human(rec, sizeof rec, (double)g->records);
     human(tok, sizeof tok, (double)g->tokens);
     double mbs = g->seconds > 0 ? (double)g->bytes_done / 1e6 / g->seconds : 0;
-    int n = snprintf(line, sizeof line, "[%s] %5.1f%%  %.1f/%.1f MB  %s records  %s tokens  %.1f MB/s", bar,
-                     100 * f, (double)g->bytes_done / 1e6, (double)g->bytes_total / 1e6, rec, tok, mbs);
+    int n = snprintf(line, sizeof line, "[%s] %5.1f%%  %.1f/%.1f MB  %s records  %s tokens  %.1f MB/s", bar, 100 * f,
+                     (double)g->bytes_done / 1e6, (double)g->bytes_total / 1e6, rec, tok, mbs);
     if (g->passes > 1 && n > 0 && (size_t)n < sizeof line)
         snprintf(line + n, sizeof line - (size_t)n, "  (pass %d/%d%s)", g->pass, g->passes,
                  g->pass == 1 ? ": vocabulary" : "");
@@ -185,7 +185,9 @@ int cmd_prepare(int argc, char **argv) {
             else if (!strcmp(v, "parquet")) o.format = LF_INPUT_PARQUET;
             else if (!strcmp(v, "wds")) o.format = LF_INPUT_WDS;
             else {
-                fprintf(stderr, "llmforge prepare: --format expects auto, text, jsonl, json, csv, parquet or wds, got '%s'\n", v);
+                fprintf(stderr,
+                        "llmforge prepare: --format expects auto, text, jsonl, json, csv, parquet or wds, got '%s'\n",
+                        v);
                 goto done;
             }
         } else if ((v = opt_value(argc, argv, &i, "--mode", &missing))) {
@@ -227,7 +229,8 @@ int cmd_prepare(int argc, char **argv) {
     }
     if (input) {
         if (n_inputs || o.tokenizer) {
-            fprintf(stderr, "llmforge prepare: --char INPUT is a shorthand of its own; use it without --input/--tokenizer\n");
+            fprintf(stderr,
+                    "llmforge prepare: --char INPUT is a shorthand of its own; use it without --input/--tokenizer\n");
             goto done;
         }
         if (o.shard_tokens || threads_given) {
@@ -282,9 +285,10 @@ int cmd_prepare(int argc, char **argv) {
         goto done;
     }
     unsigned long long total = res.records[0] + res.records[1] + res.records[2];
-    printf("prepared %llu records from %llu file%s -> %s (%s, tokenizer %s, vocabulary %d, end-of-text id %d; %.2f s)\n",
-           total, (unsigned long long)res.sources, res.sources == 1 ? "" : "s", out,
-           o.mode == LF_RECORD_SFT ? "sft" : "pretrain", o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
+    printf(
+        "prepared %llu records from %llu file%s -> %s (%s, tokenizer %s, vocabulary %d, end-of-text id %d; %.2f s)\n",
+        total, (unsigned long long)res.sources, res.sources == 1 ? "" : "s", out,
+        o.mode == LF_RECORD_SFT ? "sft" : "pretrain", o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
         printf("  %-5s %10llu records %12llu tokens", g_split_names[s], (unsigned long long)res.records[s],
                (unsigned long long)res.tokens[s]);

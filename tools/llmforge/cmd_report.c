@@ -25,22 +25,23 @@
 #define REPORT_MAX_DIRS 16
 
 static void report_usage(FILE *f) {
-    fprintf(f,
-            "usage: llmforge report RUN_DIR [--out FILE.html] [--svg DIR] [--title T] [--registry FILE | --no-registry]\n"
-            "       llmforge report A B [C ...] --compare [--out FILE.html] [--svg DIR] [--title T]\n"
-            "  One self-contained HTML file (inline SVG, no script, nothing fetched): the charts of log.jsonl\n"
-            "  (loss, evaluation metrics, lr, gradient norm, loss scale, tokens/s, MFU, step-time breakdown,\n"
-            "  memory planned vs RSS; alerts, skipped steps, resumes and checkpoints as markers), the resolved\n"
-            "  config, the dataset manifest, checkpoints with their metrics and the best marked, evaluation\n"
-            "  tables, the memory plan, hardware and kernels.\n"
-            "  --out FILE     default RUN_DIR/report.html (--compare: compare.html)\n"
-            "  --svg DIR      also each chart as DIR/<chart>.svg\n"
-            "  --registry F   the model registry to take checkpoint ids and tags from (default: $LLMFORGE_REGISTRY,\n"
-            "                 else ~/.local/share/llmforge/registry.db, when it exists); --no-registry: none\n"
-            "  --compare      overlay the training and validation loss of several runs, and list the\n"
-            "                 configuration keys that differ (sweeps, ablations); at most %d runs\n"
-            "  Exit 0 when written (a damaged log.jsonl gives warnings naming the line), 1 when not, 2 usage.\n",
-            REPORT_MAX_DIRS);
+    fprintf(
+        f,
+        "usage: llmforge report RUN_DIR [--out FILE.html] [--svg DIR] [--title T] [--registry FILE | --no-registry]\n"
+        "       llmforge report A B [C ...] --compare [--out FILE.html] [--svg DIR] [--title T]\n"
+        "  One self-contained HTML file (inline SVG, no script, nothing fetched): the charts of log.jsonl\n"
+        "  (loss, evaluation metrics, lr, gradient norm, loss scale, tokens/s, MFU, step-time breakdown,\n"
+        "  memory planned vs RSS; alerts, skipped steps, resumes and checkpoints as markers), the resolved\n"
+        "  config, the dataset manifest, checkpoints with their metrics and the best marked, evaluation\n"
+        "  tables, the memory plan, hardware and kernels.\n"
+        "  --out FILE     default RUN_DIR/report.html (--compare: compare.html)\n"
+        "  --svg DIR      also each chart as DIR/<chart>.svg\n"
+        "  --registry F   the model registry to take checkpoint ids and tags from (default: $LLMFORGE_REGISTRY,\n"
+        "                 else ~/.local/share/llmforge/registry.db, when it exists); --no-registry: none\n"
+        "  --compare      overlay the training and validation loss of several runs, and list the\n"
+        "                 configuration keys that differ (sweeps, ablations); at most %d runs\n"
+        "  Exit 0 when written (a damaged log.jsonl gives warnings naming the line), 1 when not, 2 usage.\n",
+        REPORT_MAX_DIRS);
 }
 
 /* The registry's checkpoint list, or NULL (no registry file, or unusable:
@@ -129,7 +130,8 @@ int cmd_report(int argc, char **argv) {
     printf("report: %s (%ld records, %d charts with data%s", res.out_path, res.records, res.charts,
            svg ? ", each also as an SVG in " : "");
     if (svg) printf("%s", svg);
-    if (res.warnings) printf("; %d warning%s, the first: %s", res.warnings, res.warnings == 1 ? "" : "s", res.first_warning);
+    if (res.warnings)
+        printf("; %d warning%s, the first: %s", res.warnings, res.warnings == 1 ? "" : "s", res.first_warning);
     printf(")\n");
     return 0;
 }

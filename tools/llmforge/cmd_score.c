@@ -55,8 +55,24 @@ typedef struct options {
 } options;
 
 enum opt_id {
-    O_METRIC, O_PRED, O_REFS, O_INPUT, O_TOKENIZE, O_SMOOTH, O_SMOOTH_VALUE, O_LOWERCASE, O_SENTENCE, O_ROUGE_TYPES,
-    O_STEMMER, O_ROUGE_TOK, O_AVERAGE, O_POS_LABEL, O_HITS, O_TIES, O_JSON, O_HELP,
+    O_METRIC,
+    O_PRED,
+    O_REFS,
+    O_INPUT,
+    O_TOKENIZE,
+    O_SMOOTH,
+    O_SMOOTH_VALUE,
+    O_LOWERCASE,
+    O_SENTENCE,
+    O_ROUGE_TYPES,
+    O_STEMMER,
+    O_ROUGE_TOK,
+    O_AVERAGE,
+    O_POS_LABEL,
+    O_HITS,
+    O_TIES,
+    O_JSON,
+    O_HELP,
 };
 
 /* One table drives parsing and --help. */
@@ -73,8 +89,9 @@ static const struct opt {
     {O_SMOOTH_VALUE, "--smooth-value", "V", "bleu: value for floor (default 0.1) and add-k (default 1)"},
     {O_LOWERCASE, "--lowercase", NULL, "bleu: lower-case hypotheses and references"},
     {O_SENTENCE, "--sentence", NULL, "bleu, rouge: also print the score of every item"},
-    {O_ROUGE_TYPES, "--rouge-types", "LIST", "rouge: comma list of rouge1..rouge9, rougeL, rougeLsum "
-                                             "(default rouge1,rouge2,rougeL,rougeLsum)"},
+    {O_ROUGE_TYPES, "--rouge-types", "LIST",
+     "rouge: comma list of rouge1..rouge9, rougeL, rougeLsum "
+     "(default rouge1,rouge2,rougeL,rougeLsum)"},
     {O_STEMMER, "--stemmer", NULL, "rouge: Porter stemmer (nltk, as rouge-score's use_stemmer)"},
     {O_ROUGE_TOK, "--rouge-tokenizer", "T", "rouge: auto (default: cjk when most characters are CJK) | default | cjk"},
     {O_AVERAGE, "--average", "A", "f1: macro (default) | micro | binary"},
@@ -445,7 +462,8 @@ static int index_list(const cJSON *v, const char *path, size_t line, const char 
     const cJSON *e;
     cJSON_ArrayForEach(e, v) {
         if (!json_index(e, &idx))
-            return data_error("%s:%zu: field '%s': element %zu is not a non-negative integer", path, line, field, *n + 1);
+            return data_error("%s:%zu: field '%s': element %zu is not a non-negative integer", path, line, field,
+                              *n + 1);
         (*out)[(*n)++] = idx;
     }
     return 0;
@@ -616,9 +634,7 @@ static cJSON *num_array(const double *v, size_t n) {
     return a;
 }
 
-static int lib_error(const item *it) {
-    return data_error("%s:%zu: %s", it->file, it->line, lf_last_error());
-}
+static int lib_error(const item *it) { return data_error("%s:%zu: %s", it->file, it->line, lf_last_error()); }
 
 /* ---------------------------------------------------------------- metrics */
 /* Add the fields of a BLEU score to o (created when NULL). */
@@ -739,10 +755,9 @@ static int run_rouge(const options *o, const dataset *d) {
             print_json(j);
         } else {
             printf("ROUGE as rouge-score 0.1.2: tokenizer %s (%s), stemmer %s; mean over %zu items\n", tok,
-                   !strcmp(choice, "auto")
-                       ? (cfg.tokenizer == LF_ROUGE_TOK_CJK ? "chosen: most characters are CJK"
-                                                            : "chosen: the text is not mostly CJK")
-                       : "as given",
+                   !strcmp(choice, "auto") ? (cfg.tokenizer == LF_ROUGE_TOK_CJK ? "chosen: most characters are CJK"
+                                                                                : "chosen: the text is not mostly CJK")
+                                           : "as given",
                    cfg.use_stemmer ? "on" : "off", d->n);
             for (size_t i = 0; o->sentence && i < d->n; i++) {
                 printf("%s:%zu", d->items[i].file, d->items[i].line);

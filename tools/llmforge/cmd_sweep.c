@@ -74,27 +74,26 @@ static volatile sig_atomic_t g_stop; /* SIGINT / SIGTERM */
 static void on_signal(int sig) { g_stop = sig; }
 
 static void sweep_usage(FILE *f) {
-    fprintf(f,
-            "usage: llmforge sweep SWEEP.json [--dir DIR] [--parallel N] [--threads T] [--dry-run]\n"
-            "       llmforge sweep SWEEP.json --slurm [--workers N] [--wait] [--dir DIR]\n"
-            "       llmforge sweep status DIR [--json]\n"
-            "       llmforge sweep best DIR [--out-dir D]\n"
-            "       llmforge sweep worker DIR [--parallel N] [--threads T]\n"
-            "  Runs a hyperparameter sweep: each trial is `llmforge train` on the sweep file's base\n"
-            "  configuration with the trial's values as overrides, stopped at the early-stopping rungs\n"
-            "  and resumed from its checkpoint when promoted. Running it again on the same directory\n"
-            "  resumes the sweep (no trial is run twice). docs/sweeps.md describes the sweep file.\n"
-            "  DIR: --dir, else the file's out_dir, else sweeps/<file name without .json>.\n"
-            "  --parallel N   trials at once (default: the file's parallel, else 1); the threads\n"
-            "                 (--threads, else the file's threads, else the CPUs granted: affinity mask,\n"
-            "                 cgroup CPU limit) are divided among them\n"
-            "  --slurm        submit a job array of --workers (else slurm.workers, else --parallel) tasks,\n"
-            "                 each `llmforge sweep worker DIR`, with the file's slurm.sbatch options;\n"
-            "                 --wait: until the array ends, then print the status\n"
-            "  --dry-run      check the file and print the rungs and the first trial's command\n"
-            "  status         the table: trial, state, steps used, rung, objective, params (--json: all)\n"
-            "  best           the best trial's full training configuration as JSON (out_dir D,\n"
-            "                 default DIR/best), ready for `llmforge train`\n");
+    fprintf(f, "usage: llmforge sweep SWEEP.json [--dir DIR] [--parallel N] [--threads T] [--dry-run]\n"
+               "       llmforge sweep SWEEP.json --slurm [--workers N] [--wait] [--dir DIR]\n"
+               "       llmforge sweep status DIR [--json]\n"
+               "       llmforge sweep best DIR [--out-dir D]\n"
+               "       llmforge sweep worker DIR [--parallel N] [--threads T]\n"
+               "  Runs a hyperparameter sweep: each trial is `llmforge train` on the sweep file's base\n"
+               "  configuration with the trial's values as overrides, stopped at the early-stopping rungs\n"
+               "  and resumed from its checkpoint when promoted. Running it again on the same directory\n"
+               "  resumes the sweep (no trial is run twice). docs/sweeps.md describes the sweep file.\n"
+               "  DIR: --dir, else the file's out_dir, else sweeps/<file name without .json>.\n"
+               "  --parallel N   trials at once (default: the file's parallel, else 1); the threads\n"
+               "                 (--threads, else the file's threads, else the CPUs granted: affinity mask,\n"
+               "                 cgroup CPU limit) are divided among them\n"
+               "  --slurm        submit a job array of --workers (else slurm.workers, else --parallel) tasks,\n"
+               "                 each `llmforge sweep worker DIR`, with the file's slurm.sbatch options;\n"
+               "                 --wait: until the array ends, then print the status\n"
+               "  --dry-run      check the file and print the rungs and the first trial's command\n"
+               "  status         the table: trial, state, steps used, rung, objective, params (--json: all)\n"
+               "  best           the best trial's full training configuration as JSON (out_dir D,\n"
+               "                 default DIR/best), ready for `llmforge train`\n");
 }
 
 /* ---------------------------------------------------------------- small helpers */
@@ -149,7 +148,8 @@ static void last_error_line(const char *path, char *out, size_t cap) {
     while (fgets(line, sizeof line, f)) {
         size_t n = strlen(line);
         while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
-        if (strstr(line, "llmforge") && (strstr(line, "error") || strstr(line, ": ")) && !strncmp(line, "llmforge: ", 10))
+        if (strstr(line, "llmforge") && (strstr(line, "error") || strstr(line, ": ")) &&
+            !strncmp(line, "llmforge: ", 10))
             snprintf(out, cap, "%s", line);
     }
     fclose(f);
@@ -158,11 +158,11 @@ static void last_error_line(const char *path, char *out, size_t cap) {
 /* ---------------------------------------------------------------- the sweep directory */
 
 typedef struct sweep_dir {
-    char dir[PATHN];       /* absolute */
+    char dir[PATHN]; /* absolute */
     char state[PATHN + 16];
     char lock[PATHN + 16];
     char base[PATHN + 16];
-    lf_sweep_spec *spec;   /* as the state file has it */
+    lf_sweep_spec *spec; /* as the state file has it */
 } sweep_dir;
 
 static int lock_file(const char *path, int nonblock) {
@@ -260,7 +260,8 @@ static int dir_create(sweep_dir *d, lf_sweep_spec *spec, const char *dir) {
         lf_sweep_spec_base(spec, &inline_json);
         st = lf_file_write_all(d->base, inline_json, strlen(inline_json));
         if (st == LF_OK) st = lf_sweep_state_save(d->state, spec, NULL, 0);
-        if (st == LF_OK) st = lf_sweep_spec_parse(&d->spec, lf_sweep_spec_text(spec), d->state, NULL, lf_sweep_spec_cwd(spec));
+        if (st == LF_OK)
+            st = lf_sweep_spec_parse(&d->spec, lf_sweep_spec_text(spec), d->state, NULL, lf_sweep_spec_cwd(spec));
         if (st != LF_OK) {
             die_status(st, "sweep");
             rc = 1;
@@ -305,8 +306,10 @@ static void link_runs(reg_link *rl, const sweep_dir *d, const lf_sweep_trial *t,
         if (st == LF_OK) st = lf_registry_open(&rl->reg, path, 0);
         if (st != LF_OK) {
             if (!rl->warned)
-                fprintf(stderr, "llmforge: sweep: warning: model registry: %s; trials are not linked to the sweep "
-                        "there\n", lf_last_error());
+                fprintf(stderr,
+                        "llmforge: sweep: warning: model registry: %s; trials are not linked to the sweep "
+                        "there\n",
+                        lf_last_error());
             rl->warned = 1;
             rl->reg = NULL;
             return;
@@ -315,7 +318,8 @@ static void link_runs(reg_link *rl, const sweep_dir *d, const lf_sweep_trial *t,
     if (!rl->reg) return;
     char name[32];
     lf_sweep_trial_name(t->id, name, sizeof name);
-    if (lf_registry_run_link_sweep(rl->reg, trial_dir, t->pid, t->host[0] ? t->host : NULL, d->dir, name, NULL) != LF_OK)
+    if (lf_registry_run_link_sweep(rl->reg, trial_dir, t->pid, t->host[0] ? t->host : NULL, d->dir, name, NULL) !=
+        LF_OK)
         fprintf(stderr, "llmforge: sweep: warning: model registry: %s\n", lf_last_error());
 }
 
@@ -328,10 +332,20 @@ extern char **environ;
  * the launchers' rank variables (what lf_comm_env_detect reads) must not
  * make the trial believe it is a rank of a job. Called in the child. */
 static void drop_launcher_env(void) {
-    static const char *const exact[] = {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
-                                        "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "RANK", "WORLD_SIZE",
-                                        "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALNRANKS",
-                                        "MPI_LOCALRANKID", NULL};
+    static const char *const exact[] = {"SLURM_PROCID",
+                                        "SLURM_NTASKS",
+                                        "SLURM_LOCALID",
+                                        "SLURM_NODEID",
+                                        "SLURM_TASKS_PER_NODE",
+                                        "SLURM_STEP_TASKS_PER_NODE",
+                                        "RANK",
+                                        "WORLD_SIZE",
+                                        "LOCAL_RANK",
+                                        "MASTER_ADDR",
+                                        "MASTER_PORT",
+                                        "MPI_LOCALNRANKS",
+                                        "MPI_LOCALRANKID",
+                                        NULL};
     static const char *const prefix[] = {"OMPI_", "PMI_", "PMIX_", "SLURM_STEP_", NULL};
     char names[256][128];
     int n = 0;
@@ -351,7 +365,7 @@ static void drop_launcher_env(void) {
 }
 
 typedef struct slot {
-    pid_t pid;   /* 0: free */
+    pid_t pid; /* 0: free */
     long trial;
     int rung;
     int lock_fd;
@@ -365,7 +379,7 @@ typedef struct worker {
     slot *slots;
     int busy;
     reg_link reg;
-    const char *who;     /* "sweep" or "worker <task>" in progress lines */
+    const char *who; /* "sweep" or "worker <task>" in progress lines */
 } worker;
 
 static void trial_paths(const worker *w, long id, char *run_dir, char *log, char *lock) {
@@ -528,15 +542,19 @@ static void harvest(worker *w, lf_sweep_trial *trials, long n, int k, int status
                 snprintf(t->message, sizeof t->message, "llmforge train exited with status %d%s%s (%s)",
                          WEXITSTATUS(status), line[0] ? ": " : "", line, log);
             else
-                snprintf(t->message, sizeof t->message, "llmforge train ended without an evaluation of %s and a "
-                         "checkpoint at step %ld (%s)", lf_sweep_spec_objective(w->d->spec), rungs[sl->rung], log);
+                snprintf(t->message, sizeof t->message,
+                         "llmforge train ended without an evaluation of %s and a "
+                         "checkpoint at step %ld (%s)",
+                         lf_sweep_spec_objective(w->d->spec), rungs[sl->rung], log);
             printf("%s: %s failed: %s\n", w->who, name, t->message);
         } else if (!g_stop) {
             /* killed: it stays "running" with its lock free; the next look at the state picks it up */
             if (t->tries >= MAX_ATTEMPTS) {
                 t->state = LF_TRIAL_FAILED;
-                snprintf(t->message, sizeof t->message, "its training process was killed (%s), %d times towards "
-                         "this rung", strsignal(WTERMSIG(status)), t->tries);
+                snprintf(t->message, sizeof t->message,
+                         "its training process was killed (%s), %d times towards "
+                         "this rung",
+                         strsignal(WTERMSIG(status)), t->tries);
             }
             printf("%s: %s: its training process was killed (%s)%s\n", w->who, name, strsignal(WTERMSIG(status)),
                    t->state == LF_TRIAL_FAILED ? "; failed" : "; it is started again");
@@ -699,7 +717,7 @@ static int run_worker(sweep_dir *d, int nslots, int total_threads, const char *w
     w.exe[len] = 0;
     w.threads = total_threads / nslots > 0 ? total_threads / nslots : 1;
     w.slots = calloc((size_t)nslots, sizeof *w.slots);
-    int (*finished)[2] = calloc((size_t)nslots, sizeof *finished);
+    int(*finished)[2] = calloc((size_t)nslots, sizeof *finished);
     if (!w.slots || !finished) return 1;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -754,8 +772,7 @@ static int run_worker(sweep_dir *d, int nslots, int total_threads, const char *w
                 close(w.slots[k].lock_fd);
                 w.slots[k].pid = 0;
             }
-        fprintf(stderr, "llmforge: sweep: interrupted (%s); run the same command again to resume\n",
-                strsignal(g_stop));
+        fprintf(stderr, "llmforge: sweep: interrupted (%s); run the same command again to resume\n", strsignal(g_stop));
         rc = g_stop == SIGINT ? 130 : 143;
     }
     if (w.reg.reg) lf_registry_close(w.reg.reg);
@@ -821,12 +838,13 @@ static void print_status(const sweep_dir *d, lf_sweep_trial *t, long n, int json
             for (int k = 0; k <= t[i].rung; k++) {
                 char step[32];
                 snprintf(step, sizeof step, "%ld", rungs[k]);
-                cJSON_AddItemToObject(vals, step, isfinite(t[i].value[k]) ? cJSON_CreateNumber(t[i].value[k])
-                                                                           : cJSON_CreateNull());
+                cJSON_AddItemToObject(vals, step,
+                                      isfinite(t[i].value[k]) ? cJSON_CreateNumber(t[i].value[k]) : cJSON_CreateNull());
             }
-            cJSON_AddItemToObject(e, "metric", t[i].rung >= 0 && isfinite(t[i].value[t[i].rung])
-                                                   ? cJSON_CreateNumber(t[i].value[t[i].rung])
-                                                   : cJSON_CreateNull());
+            cJSON_AddItemToObject(e, "metric",
+                                  t[i].rung >= 0 && isfinite(t[i].value[t[i].rung])
+                                      ? cJSON_CreateNumber(t[i].value[t[i].rung])
+                                      : cJSON_CreateNull());
             cJSON_AddNumberToObject(e, "attempts", t[i].attempts);
             cJSON_AddNumberToObject(e, "seconds", t[i].seconds);
             cJSON_AddStringToObject(e, "message", t[i].message);
@@ -924,10 +942,8 @@ static int cmd_status(int argc, char **argv, int best_mode) {
             rc = 1;
         } else {
             char od[PATHN + 16], *cfg = NULL;
-            if (out_dir)
-                snprintf(od, sizeof od, "%s", out_dir);
-            else
-                path_join(od, sizeof od, d.dir, "best");
+            if (out_dir) snprintf(od, sizeof od, "%s", out_dir);
+            else path_join(od, sizeof od, d.dir, "best");
             st = lf_sweep_trial_config_json(d.spec, &t[b], od, &cfg);
             if (st != LF_OK) {
                 die_status(st, "sweep best");
@@ -1160,11 +1176,11 @@ int cmd_sweep(int argc, char **argv) {
         }
     }
     if (slurm) {
-        int w = workers ? (int)workers
-                        : lf_sweep_spec_slurm_workers(d.spec) ? lf_sweep_spec_slurm_workers(d.spec)
-                        : parallel                            ? (int)parallel
-                        : lf_sweep_spec_parallel(d.spec)      ? lf_sweep_spec_parallel(d.spec)
-                                                              : 1;
+        int w = workers                               ? (int)workers
+                : lf_sweep_spec_slurm_workers(d.spec) ? lf_sweep_spec_slurm_workers(d.spec)
+                : parallel                            ? (int)parallel
+                : lf_sweep_spec_parallel(d.spec)      ? lf_sweep_spec_parallel(d.spec)
+                                                      : 1;
         rc = submit_slurm(&d, w, wait);
         if (rc == 0 && wait) {
             char *sargv[1] = {d.dir};
@@ -1175,8 +1191,9 @@ int cmd_sweep(int argc, char **argv) {
     }
     int slots = parallel ? (int)parallel : lf_sweep_spec_parallel(d.spec) ? lf_sweep_spec_parallel(d.spec) : 1;
     /* --threads (0: the CPUs granted), else the file's threads, else the CPUs granted */
-    int total = threads > 0 ? (int)threads : threads < 0 && lf_sweep_spec_threads(d.spec) ? lf_sweep_spec_threads(d.spec)
-                                                                                          : cpu_count();
+    int total = threads > 0                                    ? (int)threads
+                : threads < 0 && lf_sweep_spec_threads(d.spec) ? lf_sweep_spec_threads(d.spec)
+                                                               : cpu_count();
     /* a Slurm task: its allocation, when the affinity does not show it (task/none) */
     const char *cpt = getenv("SLURM_CPUS_PER_TASK");
     if (worker_mode && threads < 0 && !lf_sweep_spec_threads(d.spec) && cpt) {
@@ -1186,10 +1203,8 @@ int cmd_sweep(int argc, char **argv) {
     }
     char who[64];
     const char *task = getenv("SLURM_ARRAY_TASK_ID");
-    if (worker_mode && task)
-        snprintf(who, sizeof who, "worker %s", task);
-    else
-        snprintf(who, sizeof who, "sweep");
+    if (worker_mode && task) snprintf(who, sizeof who, "worker %s", task);
+    else snprintf(who, sizeof who, "sweep");
     printf("%s: %s, %d trial%s at once, %d thread%s each\n", who, d.dir, slots, slots == 1 ? "" : "s",
            total / slots > 0 ? total / slots : 1, total / slots == 1 ? "" : "s");
     fflush(stdout);

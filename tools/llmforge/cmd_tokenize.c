@@ -231,8 +231,10 @@ static int tokenize_jsonl(lf_tokenizer *t, const lf_encode_opts *o) {
             break;
         }
         if (lf_json_find_nul_escape(line, len) < len) { /* cJSON would cut the string there */
-            fprintf(stderr, "llmforge tokenize: stdin line %zu: the text holds U+0000 (\\u0000), which --jsonl does not "
-                            "support; pipe the raw text to `llmforge tokenize` instead\n", line_no);
+            fprintf(stderr,
+                    "llmforge tokenize: stdin line %zu: the text holds U+0000 (\\u0000), which --jsonl does not "
+                    "support; pipe the raw text to `llmforge tokenize` instead\n",
+                    line_no);
             cJSON_Delete(j);
             rc = 1;
             break;
@@ -260,19 +262,18 @@ static int tokenize_jsonl(lf_tokenizer *t, const lf_encode_opts *o) {
 }
 
 static void tokenize_usage(FILE *f) {
-    fprintf(f,
-            "usage: llmforge tokenize --tokenizer SPEC [--allow-special] [--invalid-utf8 error|bytes] [--jsonl]\n"
-            "                         [--threads N] [--bench REPEATS]\n"
-            "  Prints the ids of stdin as one line of space-separated integers.\n"
-            "  SPEC: gpt2:DIR (encoder.json + vocab.bpe), tiktoken:FILE, bpe:FILE, char:vocab.json,\n"
-            "        hf:FILE (a Hugging Face tokenizer.json, byte-level BPE)\n"
-            "  --allow-special   special tokens in the text (<|endoftext|>; for hf: every added token marked\n"
-            "                    special, e.g. <|im_start|>) become their ids (else they are ordinary text)\n"
-            "  --invalid-utf8    error (default): invalid UTF-8 is an error naming the byte offset;\n"
-            "                    bytes: each invalid byte becomes its single-byte token\n"
-            "  --jsonl           each line {\"text\": ...} -> a line {\"ids\": [...]}\n"
-            "  --threads N       encode with N threads (same ids)\n"
-            "  --bench R         encode R times and print timings as JSON instead of the ids\n");
+    fprintf(f, "usage: llmforge tokenize --tokenizer SPEC [--allow-special] [--invalid-utf8 error|bytes] [--jsonl]\n"
+               "                         [--threads N] [--bench REPEATS]\n"
+               "  Prints the ids of stdin as one line of space-separated integers.\n"
+               "  SPEC: gpt2:DIR (encoder.json + vocab.bpe), tiktoken:FILE, bpe:FILE, char:vocab.json,\n"
+               "        hf:FILE (a Hugging Face tokenizer.json, byte-level BPE)\n"
+               "  --allow-special   special tokens in the text (<|endoftext|>; for hf: every added token marked\n"
+               "                    special, e.g. <|im_start|>) become their ids (else they are ordinary text)\n"
+               "  --invalid-utf8    error (default): invalid UTF-8 is an error naming the byte offset;\n"
+               "                    bytes: each invalid byte becomes its single-byte token\n"
+               "  --jsonl           each line {\"text\": ...} -> a line {\"ids\": [...]}\n"
+               "  --threads N       encode with N threads (same ids)\n"
+               "  --bench R         encode R times and print timings as JSON instead of the ids\n");
 }
 
 int cmd_tokenize(int argc, char **argv) {
@@ -487,8 +488,8 @@ static int detokenize_jsonl(lf_tokenizer *t) {
         cJSON_ArrayForEach(e, arr) {
             double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
             if (!(d >= 0 && d < vocab && d == (double)(uint32_t)d)) {
-                fprintf(stderr, "llmforge detokenize: stdin line %zu: ids[%zu] is not a token id in [0, %d)\n",
-                        line_no, k, vocab);
+                fprintf(stderr, "llmforge detokenize: stdin line %zu: ids[%zu] is not a token id in [0, %d)\n", line_no,
+                        k, vocab);
                 rc = 1;
                 break;
             }

@@ -18,8 +18,9 @@ __attribute__((constructor(101))) static void cpu_guard(void) {
     fprintf(stderr,
             "llmforge: %s.\nllmforge: rebuild for this CPU: cmake -DLF_NATIVE=OFF -DLF_ARCH=x86-64 (%s), or build "
             "on this machine with -DLF_NATIVE=ON\n",
-            msg, native ? "this build was made with LF_NATIVE=ON, for the CPU it was built on"
-                        : "a baseline every x86-64 CPU has; the AVX2/AVX-512 kernels are still chosen at run time");
+            msg,
+            native ? "this build was made with LF_NATIVE=ON, for the CPU it was built on"
+                   : "a baseline every x86-64 CPU has; the AVX2/AVX-512 kernels are still chosen at run time");
     fflush(stderr);
     _exit(2);
 }

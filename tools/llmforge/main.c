@@ -171,8 +171,7 @@ static void train_failed(lf_trainer *t, const char *hint) {
     int world = c ? lf_comm_size(c) : 1;
     if (world > 1)
         fprintf(stderr, "llmforge: train: rank %d of %d: %s\n", lf_comm_rank(c), world, lf_trainer_errmsg(t));
-    else
-        fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
+    else fprintf(stderr, "llmforge: train: %s\n", lf_trainer_errmsg(t));
     if (hint) fprintf(stderr, "hint: %s\n", hint);
     if (world > 1) {
         fprintf(stderr, "llmforge: train: rank %d ends the job\n", lf_comm_rank(c));
@@ -306,15 +305,16 @@ static int cmd_train(int argc, char **argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             char help[16384];
             lf_train_config_help(help, sizeof help);
-            printf("usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume [auto]] [--init-from FILE.safetensors]\n"
-                   "                      [--threads N] [--metrics-port PORT]\n"
-                   "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
-                   "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n"
-                   "  --resume: continue from out_dir's checkpoint; --resume auto: continue when out_dir holds\n"
-                   "  one, start fresh when it holds none (the same command for every start of a batch job).\n"
-                   "  SIGTERM, SIGINT or SIGUSR1: finish the step, save a checkpoint, exit %d (resume me).\n\n"
-                   "configuration keys:\n%s",
-                   LF_EXIT_PREEMPTED, help);
+            printf(
+                "usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume [auto]] [--init-from FILE.safetensors]\n"
+                "                      [--threads N] [--metrics-port PORT]\n"
+                "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
+                "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n"
+                "  --resume: continue from out_dir's checkpoint; --resume auto: continue when out_dir holds\n"
+                "  one, start fresh when it holds none (the same command for every start of a batch job).\n"
+                "  SIGTERM, SIGINT or SIGUSR1: finish the step, save a checkpoint, exit %d (resume me).\n\n"
+                "configuration keys:\n%s",
+                LF_EXIT_PREEMPTED, help);
             rc = 0;
             goto done;
         } else if (!strcmp(argv[i], "--resume")) {
@@ -328,12 +328,18 @@ static int cmd_train(int argc, char **argv) {
         } else if ((v = opt_value(argc, argv, &i, "--init-from", &missing))) {
             init_from = v;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
-            if (parse_long("--threads", v, 0, 4096, &threads)) { rc = 2; goto done; }
+            if (parse_long("--threads", v, 0, 4096, &threads)) {
+                rc = 2;
+                goto done;
+            }
         } else if ((v = opt_value(argc, argv, &i, "--set", &missing))) {
             overrides[n_over++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--metrics-port", &missing))) {
             long port;
-            if (parse_long("--metrics-port", v, 1, 65535, &port)) { rc = 2; goto done; }
+            if (parse_long("--metrics-port", v, 1, 65535, &port)) {
+                rc = 2;
+                goto done;
+            }
             snprintf(port_override, sizeof port_override, "monitor.prometheus.port=%ld", port);
             overrides[n_over++] = port_override;
         } else if (missing) {
@@ -344,7 +350,8 @@ static int cmd_train(int argc, char **argv) {
         } else if (argv[i][0] != '-' && !config) {
             config = argv[i];
         } else {
-            fprintf(stderr, "llmforge train: unknown argument '%s' (overrides are --key.path=value; see --help)\n", argv[i]);
+            fprintf(stderr, "llmforge train: unknown argument '%s' (overrides are --key.path=value; see --help)\n",
+                    argv[i]);
             rc = 2;
             goto done;
         }
@@ -363,14 +370,19 @@ static int cmd_train(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    lf_trainer_opts opts = {.resume = resume, .init_from = init_from, .on_fatal = on_fatal, .stop_flag = &g_stop_signal};
+    lf_trainer_opts opts = {.resume = resume,
+                            .init_from = init_from,
+                            .on_fatal = on_fatal,
+                            .stop_flag = &g_stop_signal};
     opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
     opts.n_sinks = opts.sinks[0] != NULL;
     st = lf_trainer_create(&t, &cfg, &opts);
     if (st != LF_OK) {
         char hint[LF_PATH_MAX + 96];
-        snprintf(hint, sizeof hint, "--resume needs a checkpoint in %s/ckpt; start without --resume (or with "
-                 "--resume auto)", cfg.out_dir);
+        snprintf(hint, sizeof hint,
+                 "--resume needs a checkpoint in %s/ckpt; start without --resume (or with "
+                 "--resume auto)",
+                 cfg.out_dir);
         train_failed(t, st == LF_ERR_NOT_FOUND && resume ? hint : NULL);
         goto done;
     }
@@ -381,10 +393,10 @@ static int cmd_train(int argc, char **argv) {
         char kv[32] = "";
         if (mc->n_kv_head != mc->n_head) snprintf(kv, sizeof kv, " (%d KV)", mc->n_kv_head);
         printf("llmforge train: %s, %zu parameters (%.2fM), %d layers, %d heads%s, %d channels, block %d, vocab %d; "
-               "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n", lf_arch_name(mc->arch),
-               lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head, kv, mc->n_embd,
-               mc->block_size, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum, cfg.train_iters,
-               lf_backend_cpu_threads(), cfg.out_dir);
+               "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
+               lf_arch_name(mc->arch), lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head,
+               kv, mc->n_embd, mc->block_size, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum,
+               cfg.train_iters, lf_backend_cpu_threads(), cfg.out_dir);
         if (lf_comm_size(comm) > 1)
             printf("data parallel: %d ranks (%s, launched by %s); global batch %ld = micro %d x accum %d x %d ranks\n",
                    lf_comm_size(comm), lf_comm_name(comm), lf_comm_launcher_name(lf_comm_launch_env(comm)->launcher),
@@ -395,8 +407,9 @@ static int cmd_train(int argc, char **argv) {
             size_t p = 0, g = 0, o = 0;
             lf_trainer_state_bytes(t, &p, &g, &o);
             printf("ZeRO stage %d: %s sharded over %d rank%s; this rank holds %.1f MB of parameters, %.1f MB of "
-                   "gradients, %.1f MB of moments\n", cfg.zero_stage, what[cfg.zero_stage], lf_comm_size(comm),
-                   lf_comm_size(comm) == 1 ? "" : "s", p / 1e6, g / 1e6, o / 1e6);
+                   "gradients, %.1f MB of moments\n",
+                   cfg.zero_stage, what[cfg.zero_stage], lf_comm_size(comm), lf_comm_size(comm) == 1 ? "" : "s",
+                   p / 1e6, g / 1e6, o / 1e6);
         }
         char thr[256];
         cli_threads_line(thr, sizeof thr);
@@ -421,7 +434,8 @@ static int cmd_train(int argc, char **argv) {
         int sig = lf_trainer_stop_reason(t);
         if (lf_comm_rank(comm) == 0) {
             printf("llmforge train: %s: stopped at step %ld with its checkpoint saved; exit %d (continue with "
-                   "--resume or --resume auto)\n", signal_name(sig), lf_trainer_step(t), LF_EXIT_PREEMPTED);
+                   "--resume or --resume auto)\n",
+                   signal_name(sig), lf_trainer_step(t), LF_EXIT_PREEMPTED);
             fflush(stdout);
             if (cfg.ckpt_requeue) slurm_requeue();
         }
@@ -442,8 +456,8 @@ done:
 
 /* ---------------------------------------------------------------- sample */
 typedef struct stream_ctx {
-    lf_detok_stream *ds;  /* whole UTF-8 characters only (NULL: --ids without a tokenizer) */
-    int quiet;            /* --json: no text on stdout */
+    lf_detok_stream *ds;    /* whole UTF-8 characters only (NULL: --ids without a tokenizer) */
+    int quiet;              /* --json: no text on stdout */
     double t_first, t_last; /* when the first and the latest token came */
     size_t n;
 } stream_ctx;
@@ -561,18 +575,30 @@ static int cmd_sample(int argc, char **argv) {
         goto done;
     }
     st = lf_checkpoint_load_model(ckpt, be, &m, spec, sizeof spec, &dir);
-    if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    if (st != LF_OK) {
+        die_status(st, "sample");
+        goto done;
+    }
     if (ids_arg) {
-        if (parse_ids(ids_arg, &ids, &n_ids)) { rc = 2; goto done; }
+        if (parse_ids(ids_arg, &ids, &n_ids)) {
+            rc = 2;
+            goto done;
+        }
     } else {
         if (!spec[0]) {
             fprintf(stderr, "llmforge: sample: checkpoint '%s' does not name its tokenizer\n", dir);
             goto done;
         }
         st = lf_tokenizer_open(&tok, spec, dir); /* relative to the checkpoint: it carries its vocabulary */
-        if (st != LF_OK) { die_status(st, "sample: tokenizer"); goto done; }
+        if (st != LF_OK) {
+            die_status(st, "sample: tokenizer");
+            goto done;
+        }
         st = lf_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids);
-        if (st != LF_OK) { die_status(st, "sample: prompt"); goto done; }
+        if (st != LF_OK) {
+            die_status(st, "sample: prompt");
+            goto done;
+        }
     }
     if (n_ids == 0) {
         fprintf(stderr, "llmforge: sample: the prompt is empty; give --prompt TEXT\n");
@@ -582,10 +608,17 @@ static int cmd_sample(int argc, char **argv) {
      * "off" (top_p) or greedy (temperature): the smallest positive float */
     const float tf = temperature > 0 && (float)temperature == 0.0f ? FLT_TRUE_MIN : (float)temperature;
     const float pf = (float)top_p == 0.0f ? FLT_TRUE_MIN : (float)top_p;
-    lf_sample_opts so = {.max_new_tokens = (int)max_new, .temperature = tf, .top_k = (int)top_k,
-                         .seed = seed, .top_p = pf, .no_cache = no_cache};
+    lf_sample_opts so = {.max_new_tokens = (int)max_new,
+                         .temperature = tf,
+                         .top_k = (int)top_k,
+                         .seed = seed,
+                         .top_p = pf,
+                         .no_cache = no_cache};
     stream_ctx sc = {.quiet = json};
-    if (tok && (st = lf_detok_stream_create(&sc.ds, tok)) != LF_OK) { die_status(st, "sample"); goto done; }
+    if (tok && (st = lf_detok_stream_create(&sc.ds, tok)) != LF_OK) {
+        die_status(st, "sample");
+        goto done;
+    }
     if (!json && !ids_arg) fputs(prompt, stdout);
     const double t0 = lf_time_now();
     st = lf_generate(m, ids, n_ids, &so, print_token, &sc, &out, &n_out);
@@ -598,19 +631,31 @@ static int cmd_sample(int argc, char **argv) {
     }
     lf_detok_stream_free(sc.ds);
     if (!json) printf("\n");
-    if (st != LF_OK) { die_status(st, "sample"); goto done; }
+    if (st != LF_OK) {
+        die_status(st, "sample");
+        goto done;
+    }
     if (json) {
         /* the logits of the last prompt position, from a forward of the prompt (cropped to block_size) */
         const lf_model_config *mc = lf_model_get_config(m);
         const int T = n_ids > (size_t)mc->block_size ? mc->block_size : (int)n_ids;
         const int Vp = mc->padded_vocab_size > 0 ? mc->padded_vocab_size : mc->vocab_size;
         ctx = lf_alloc(sizeof(int32_t) * (size_t)T);
-        if (!ctx) { die_status(LF_ERR_NOMEM, "sample"); goto done; }
+        if (!ctx) {
+            die_status(LF_ERR_NOMEM, "sample");
+            goto done;
+        }
         for (int i = 0; i < T; i++) ctx[i] = (int32_t)ids[n_ids - (size_t)T + (size_t)i];
         if ((st = lf_session_create(&ses, m, 1, T, 0)) == LF_OK) st = lf_session_forward(ses, ctx, 1, T, 0);
-        if (st != LF_OK) { die_status(st, "sample"); goto done; }
+        if (st != LF_OK) {
+            die_status(st, "sample");
+            goto done;
+        }
         float *lg = lf_alloc(sizeof(float) * (size_t)Vp);
-        if (!lg) { die_status(LF_ERR_NOMEM, "sample"); goto done; }
+        if (!lg) {
+            die_status(LF_ERR_NOMEM, "sample");
+            goto done;
+        }
         if ((st = lf_session_copy_logits(ses, (size_t)(T - 1), 1, lg)) != LF_OK) {
             lf_free(lg);
             die_status(st, "sample");
@@ -657,8 +702,10 @@ static void json_inner(char *dst, size_t cap, const char *s) {
     size_t o = 0;
     for (; *s && o + 7 < cap; s++) {
         const unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') { dst[o++] = '\\'; dst[o++] = (char)c; }
-        else if (c < 0x20) o += (size_t)snprintf(dst + o, cap - o, "\\u%04x", c);
+        if (c == '"' || c == '\\') {
+            dst[o++] = '\\';
+            dst[o++] = (char)c;
+        } else if (c < 0x20) o += (size_t)snprintf(dst + o, cap - o, "\\u%04x", c);
         else dst[o++] = (char)c;
     }
     dst[o] = 0;
@@ -782,10 +829,10 @@ static int cmd_bench(int argc, char **argv) {
     lf_bench_result r;
     lf_status st = lf_bench_train(&mc, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
     if (st != LF_OK) {
-            die_status(st, "bench");
-            rc = 1;
-            goto done;
-        }
+        die_status(st, "bench");
+        rc = 1;
+        goto done;
+    }
     /* what ran the step: the CPU's kernels, or the device's backend (cuBLASLt) */
     lf_backend *rbe = lf_backend_get(lf_backend_precision_name(lf_backend_default_name(), bf16));
     const int on_host = !rbe || !lf_backend_device_name(rbe)[0]; /* the CPU's kernels (cpu-fenced too) */
@@ -797,28 +844,29 @@ static int cmd_bench(int argc, char **argv) {
     if (json) {
         /* every number reads back as the double it is (lf_json_number) */
         char n[8][LF_JSON_NUMBER_MAX];
-        const double v[8] = {r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec, r.mfu,
-                             r.peak_flops,  r.flops_per_token, r.ms_min, r.ms_max};
+        const double v[8] = {r.ms_per_step, r.tokens_per_sec, r.model_flops_per_sec,
+                             r.mfu,         r.peak_flops,     r.flops_per_token,
+                             r.ms_min,      r.ms_max};
         for (int k = 0; k < 8; k++) lf_json_number(n[k], sizeof n[k], v[k]);
-        printf("{\"impl\":\"llmforge\",\"arch\":\"%s\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
-               "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
-               "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"threads_from\":\"%s\",\"ms_min\":%s,\"ms_max\":%s,"
-               "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\","
-               "\"backend\":\"%s\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"cpu_isa_source\":\"%s\"}\n",
-               lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps, lf_backend_cpu_threads(),
-               cli_threads_source(), n[6], n[7], lf_recompute_name(recompute), r.activation_bytes, bf16 ? "true" : "false",
-               bf16_k, fp32_k, bname, devj, lf_backend_cpu_isa(), lf_backend_cpu_isa_source());
+        printf(
+            "{\"impl\":\"llmforge\",\"arch\":\"%s\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
+            "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
+            "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"threads_from\":\"%s\",\"ms_min\":%s,\"ms_max\":%s,"
+            "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\","
+            "\"backend\":\"%s\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"cpu_isa_source\":\"%s\"}\n",
+            lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps,
+            lf_backend_cpu_threads(), cli_threads_source(), n[6], n[7], lf_recompute_name(recompute),
+            r.activation_bytes, bf16 ? "true" : "false", bf16_k, fp32_k, bname, devj, lf_backend_cpu_isa(),
+            lf_backend_cpu_isa_source());
     } else {
-        printf("model: %s, %d layers, %d heads (%d KV), %d channels, vocab %d; %zu parameters\n",
-               lf_arch_name(mc.arch), mc.n_layer, mc.n_head, mc.n_kv_head ? mc.n_kv_head : mc.n_head, mc.n_embd,
-               mc.vocab_size, r.num_params);
+        printf("model: %s, %d layers, %d heads (%d KV), %d channels, vocab %d; %zu parameters\n", lf_arch_name(mc.arch),
+               mc.n_layer, mc.n_head, mc.n_kv_head ? mc.n_kv_head : mc.n_head, mc.n_embd, mc.vocab_size, r.num_params);
         if (on_host) {
             char thr[256];
             cli_threads_line(thr, sizeof thr);
             printf("batch %ld x %ld, %d timed steps (+%ld warmup), %d threads\n%s\n", B, T, r.steps, warmup,
                    lf_backend_cpu_threads(), thr);
-        }
-        else
+        } else
             printf("batch %ld x %ld, %d timed steps (+%ld warmup), backend %s on %s\n", B, T, r.steps, warmup, bname,
                    lf_backend_device_name(rbe));
         printf("activations: %.1f MB (recompute %s%s)\n", r.activation_bytes / 1e6, lf_recompute_name(recompute),
@@ -830,10 +878,12 @@ static int cmd_bench(int argc, char **argv) {
         printf("median %.2f ms/step (min %.2f, max %.2f)\n", r.ms_per_step, r.ms_min, r.ms_max);
         if (r.peak_flops > 0)
             printf("%.1f tokens/s, %.2f GFLOP/s model, MFU %.1f%% of %.1f GFLOP/s %s\n", r.tokens_per_sec,
-                   r.model_flops_per_sec / 1e9, r.mfu * 100, r.peak_flops / 1e9, peak_gflops > 0 ? "(given)" : "(measured FMA peak)");
+                   r.model_flops_per_sec / 1e9, r.mfu * 100, r.peak_flops / 1e9,
+                   peak_gflops > 0 ? "(given)" : "(measured FMA peak)");
         else
-            printf("%.1f tokens/s, %.2f GFLOP/s model; MFU needs --peak-gflops on a device (bench/cuda_peak measures it)\n",
-                   r.tokens_per_sec, r.model_flops_per_sec / 1e9);
+            printf(
+                "%.1f tokens/s, %.2f GFLOP/s model; MFU needs --peak-gflops on a device (bench/cuda_peak measures it)\n",
+                r.tokens_per_sec, r.model_flops_per_sec / 1e9);
     }
     rc = 0;
 done:
@@ -896,8 +946,7 @@ static int take_global_options(int *argc, char **argv) {
          * host, the launcher's local rank (mpirun, srun, torchrun's LOCAL_RANK) */
         const char *e = getenv("LLMFORGE_CUDA_DEVICE");
         lf_comm_env env;
-        if ((!e || !*e) && lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.local_rank > 0)
-            device = env.local_rank;
+        if ((!e || !*e) && lf_comm_env_detect(&env, NULL, NULL) == LF_OK && env.local_rank > 0) device = env.local_rank;
     }
 #endif
     if (device < 0) return 0;
@@ -915,33 +964,34 @@ static int take_global_options(int *argc, char **argv) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "llmforge %s: train GPT-style language models in C\n\n"
-            "usage: llmforge <command> [options]\n\n"
-            "commands:\n"
-            "  prepare     turn text/JSONL into token shards (--char INPUT | --input F --tokenizer SPEC) --out DIR\n"
-            "  train       train a model from a JSON config (CONFIG.json [--key=value ...] [--resume])\n"
-            "  sample      generate text from a checkpoint (--ckpt DIR --prompt TEXT)\n"
-            "  eval        run evaluation tasks on a checkpoint (--ckpt DIR --task FILE.jsonl)\n"
-            "  score       BLEU, ROUGE, accuracy/F1, exact match, Hits@N over files, no model\n"
-            "  tokenize    text on stdin -> ids (--tokenizer SPEC); detokenize: the inverse\n"
-            "  tokenizer   `tokenizer train`: a byte-level BPE on your corpus\n"
-            "  data        generated data sets (`data arithmetic`, `data arithmetic-eval`)\n"
-            "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
-            "  plan        the memory a training config needs, item by item, and whether it fits\n"
-            "  launch      run a command as G ranks per node through mpirun (--nproc-per-node G -- train cfg.json)\n"
-            "  serve       an OpenAI-compatible HTTP server over a checkpoint (--ckpt DIR [--port N])\n"
-            "  models      the model registry: list, show, lineage, diff, tag, gc, relink, eval, compare, promote\n"
-            "  report      a run directory as one self-contained HTML file (RUN_DIR [--out F] [--svg DIR]; A B --compare)\n"
-            "  ckpt        `ckpt verify DIR`: re-hash a checkpoint against its trainer_state.json\n"
-            "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
-            "  help      this text; `llmforge <command> --help` for a command's options\n\n"
-            "global options (before or after the command):\n"
-            "  --backend NAME  auto (default: LLMFORGE_BACKEND, else cuda when a GPU answers, else cpu),\n"
-            "                  cpu, cuda or cpu-fenced; for train and plan the config key `backend`\n"
-            "  --device N      the CUDA device of the cuda backend (default LLMFORGE_CUDA_DEVICE, else the\n"
-            "                  launcher's local rank, else 0)\n",
-            LF_VERSION);
+    fprintf(
+        f,
+        "llmforge %s: train GPT-style language models in C\n\n"
+        "usage: llmforge <command> [options]\n\n"
+        "commands:\n"
+        "  prepare     turn text/JSONL into token shards (--char INPUT | --input F --tokenizer SPEC) --out DIR\n"
+        "  train       train a model from a JSON config (CONFIG.json [--key=value ...] [--resume])\n"
+        "  sample      generate text from a checkpoint (--ckpt DIR --prompt TEXT)\n"
+        "  eval        run evaluation tasks on a checkpoint (--ckpt DIR --task FILE.jsonl)\n"
+        "  score       BLEU, ROUGE, accuracy/F1, exact match, Hits@N over files, no model\n"
+        "  tokenize    text on stdin -> ids (--tokenizer SPEC); detokenize: the inverse\n"
+        "  tokenizer   `tokenizer train`: a byte-level BPE on your corpus\n"
+        "  data        generated data sets (`data arithmetic`, `data arithmetic-eval`)\n"
+        "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
+        "  plan        the memory a training config needs, item by item, and whether it fits\n"
+        "  launch      run a command as G ranks per node through mpirun (--nproc-per-node G -- train cfg.json)\n"
+        "  serve       an OpenAI-compatible HTTP server over a checkpoint (--ckpt DIR [--port N])\n"
+        "  models      the model registry: list, show, lineage, diff, tag, gc, relink, eval, compare, promote\n"
+        "  report      a run directory as one self-contained HTML file (RUN_DIR [--out F] [--svg DIR]; A B --compare)\n"
+        "  ckpt        `ckpt verify DIR`: re-hash a checkpoint against its trainer_state.json\n"
+        "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
+        "  help      this text; `llmforge <command> --help` for a command's options\n\n"
+        "global options (before or after the command):\n"
+        "  --backend NAME  auto (default: LLMFORGE_BACKEND, else cuda when a GPU answers, else cpu),\n"
+        "                  cpu, cuda or cpu-fenced; for train and plan the config key `backend`\n"
+        "  --device N      the CUDA device of the cuda backend (default LLMFORGE_CUDA_DEVICE, else the\n"
+        "                  launcher's local rank, else 0)\n",
+        LF_VERSION);
 }
 
 int main(int argc, char **argv) {

@@ -63,8 +63,8 @@ static inline int att_width(int t, int r1) {
 /* out_blk (rows,HS; ld C) = dropout(A) (rows x r1; ld T) @ v (r1,HS; ld W).
  * The dropped probabilities go through a stack tile, ATT_TILE/rows columns
  * at a time, because att must keep the undropped values. */
-static void dropped_av(float *out_blk, const float *A, const float *v, int r0, int rows, int r1,
-                       int T, int C, long W, int HS, uint64_t base, lf_dropout drop, float dscale) {
+static void dropped_av(float *out_blk, const float *A, const float *v, int r0, int rows, int r1, int T, int C, long W,
+                       int HS, uint64_t base, lf_dropout drop, float dscale) {
     float tile[ATT_TILE];
     const int jc = ATT_TILE / rows;
     for (int j0 = 0; j0 < r1; j0 += jc) {
@@ -76,8 +76,7 @@ static void dropped_av(float *out_blk, const float *A, const float *v, int r0, i
             const uint64_t row = base + (uint64_t)t * T;
 #pragma omp simd
             for (int j = j0; j < j0 + w; j++)
-                o[j - j0] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j)) ? a[j] * dscale
-                                                                                      : 0.0f;
+                o[j - j0] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j)) ? a[j] * dscale : 0.0f;
         }
         lf__cpu_sgemm(0, 0, rows, HS, w, 1.0f, tile, w, v + (size_t)j0 * W, (int)W, j0 ? 1.0f : 0.0f, out_blk, C);
     }
@@ -158,8 +157,8 @@ int lf__cpu_attention_lanes(int T, int HS) {
     return fk && att_fast_ok(T, HS, none) ? fk->lanes : 0;
 }
 
-void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                               int NH, int NKV, lf_dropout drop) {
+void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV,
+                               lf_dropout drop) {
     const int HS = C / NH, G = NH / NKV;
     const long W = (long)C + 2L * NKV * HS, KV = (long)NKV * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -212,16 +211,14 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                 }
                 if (!use_drop)
                     lf__cpu_sgemm(0, 0, rows, HS, r1, 1.0f, A, T, v, (int)W, 0.0f, out_bh + (size_t)r0 * C, C);
-                else
-                    dropped_av(out_bh + (size_t)r0 * C, A, v, r0, rows, r1, T, C, W, HS, base, drop,
-                               dscale);
+                else dropped_av(out_bh + (size_t)r0 * C, A, v, r0, rows, r1, T, C, W, HS, base, drop, dscale);
             }
         }
     }
 }
 
-void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop) {
+void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                                int B, int T, int C, int NH, int NKV, lf_dropout drop) {
     const int HS = C / NH, G = NH / NKV;
     const long W = (long)C + 2L * NKV * HS, KV = (long)NKV * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -270,8 +267,8 @@ void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, 
                             const uint64_t row = base + (uint64_t)t * T;
 #pragma omp simd
                             for (int j = 0; j < r1; j++)
-                                s[j] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j))
-                                           ? a[j] * dscale : 0.0f;
+                                s[j] = ((j <= t) & lf__cpu_dropout_keep(drop, row + (uint64_t)j)) ? a[j] * dscale
+                                                                                                  : 0.0f;
                         }
                         lf__cpu_sgemm(1, 0, r1, HS, rows, 1.0f, S, T, dO, C, 1.0f, dv, (int)W);
                     }

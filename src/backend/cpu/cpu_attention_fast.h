@@ -191,26 +191,26 @@ ATT_INL void fast_abt_tile(float *S, int lds, const float *X, int ldx, const flo
 /* One tile of R (1..4) rows by NV (1..ATT_TILE_NV) vectors through
  * constant arguments, so each shape is compiled with its registers. */
 #if ATT_TILE_NV == 4
-#define ATT_SWITCH_NV(CALL, R, nv)                 \
-    switch (nv) {                                  \
-    case 1: CALL(R, 1); break;                     \
-    case 2: CALL(R, 2); break;                     \
-    case 3: CALL(R, 3); break;                     \
-    default: CALL(R, 4); break;                    \
+#define ATT_SWITCH_NV(CALL, R, nv) \
+    switch (nv) { \
+    case 1: CALL(R, 1); break; \
+    case 2: CALL(R, 2); break; \
+    case 3: CALL(R, 3); break; \
+    default: CALL(R, 4); break; \
     }
 #else
-#define ATT_SWITCH_NV(CALL, R, nv)                 \
-    switch (nv) {                                  \
-    case 1: CALL(R, 1); break;                     \
-    default: CALL(R, 2); break;                    \
+#define ATT_SWITCH_NV(CALL, R, nv) \
+    switch (nv) { \
+    case 1: CALL(R, 1); break; \
+    default: CALL(R, 2); break; \
     }
 #endif
-#define ATT_SWITCH(CALL, R, nv)                    \
-    switch (R) {                                   \
-    case 1: ATT_SWITCH_NV(CALL, 1, nv) break;      \
-    case 2: ATT_SWITCH_NV(CALL, 2, nv) break;      \
-    case 3: ATT_SWITCH_NV(CALL, 3, nv) break;      \
-    default: ATT_SWITCH_NV(CALL, 4, nv) break;    \
+#define ATT_SWITCH(CALL, R, nv) \
+    switch (R) { \
+    case 1: ATT_SWITCH_NV(CALL, 1, nv) break; \
+    case 2: ATT_SWITCH_NV(CALL, 2, nv) break; \
+    case 3: ATT_SWITCH_NV(CALL, 3, nv) break; \
+    default: ATT_SWITCH_NV(CALL, 4, nv) break; \
     }
 
 /* Rows [0,R) of S (ld lds >= 16*nb) over column blocks [0, nb). */
@@ -227,8 +227,8 @@ static void fast_abt(float *S, int lds, const float *X, int ldx, const float *Yt
 
 /* O[r*ldo + c0 + :VL*NV] = alpha * sum_{i=lo}^{hi-1} P[r*rs + i*is] * Y[i*ldy + c0 + :VL*NV], r < R;
  * with `add`, O[...] += that instead (the later heads of a key/value group). */
-ATT_INL void fast_ab_tile(float *O, int ldo, const float *P, long rs, long is, int lo, int hi, const float *Y,
-                          int ldy, int c0, float alpha, int add, const int R, const int NV) {
+ATT_INL void fast_ab_tile(float *O, int ldo, const float *P, long rs, long is, int lo, int hi, const float *Y, int ldy,
+                          int c0, float alpha, int add, const int R, const int NV) {
     att_v acc[ATT_FAST_R][ATT_TILE_NV];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = (att_v){0};
@@ -261,7 +261,7 @@ static void fast_ab(float *O, int ldo, const float *P, long rs, long is, int lo,
 
 /* Forward of one (b,h) pair: q, k, v have leading dimension W. */
 void ATT_FN(lf__cpu_att_fast_forward_bh)(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
-                                        int T, int C, int W, int HS, float scale) {
+                                         int T, int C, int W, int HS, float scale) {
     const int TP = (T + 15) & ~15;
     float Kt[LF_CPU_ATT_FAST_TILE];
     float S[ATT_FAST_R * LF_CPU_ATT_FAST_TMAX];
@@ -287,8 +287,8 @@ void ATT_FN(lf__cpu_att_fast_forward_bh)(float *out_bh, float *att_bh, const flo
  * gradient; dq is written, dk and dv are written (add = 0: the group's first
  * head) or added to (add = 1). q, k, v, dq, dk, dv have leading dimension W. */
 void ATT_FN(lf__cpu_att_fast_backward_bh)(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh,
-                                         const float *q, const float *k, const float *v, const float *att_bh, int T,
-                                         int C, int W, int HS, float scale, int add) {
+                                          const float *q, const float *k, const float *v, const float *att_bh, int T,
+                                          int C, int W, int HS, float scale, int add) {
     const int TP = (T + 15) & ~15;
     float Vt[LF_CPU_ATT_FAST_TILE];
     float S[ATT_FAST_R * LF_CPU_ATT_FAST_TMAX], At[LF_CPU_ATT_FAST_TMAX];

@@ -140,18 +140,18 @@ static inline void op_end(lf_backend *be, const char *op, long f0) {
 }
 
 /* A slot: the op, with the failure check around it. */
-#define OPV(name, impl, params, args)                     \
-    static void w_##name params {                         \
-        const long f0_ = op_begin();                      \
-        impl args;                                        \
-        op_end(be, #name, f0_);                           \
+#define OPV(name, impl, params, args) \
+    static void w_##name params { \
+        const long f0_ = op_begin(); \
+        impl args; \
+        op_end(be, #name, f0_); \
     }
-#define OPR(type, name, impl, params, args)               \
-    static type w_##name params {                         \
-        const long f0_ = op_begin();                      \
-        const type r_ = impl args;                        \
-        op_end(be, #name, f0_);                           \
-        return r_;                                        \
+#define OPR(type, name, impl, params, args) \
+    static type w_##name params { \
+        const long f0_ = op_begin(); \
+        const type r_ = impl args; \
+        op_end(be, #name, f0_); \
+        return r_; \
     }
 
 /* ---------------------------------------------------------------- preconditions the ops check */
@@ -160,8 +160,9 @@ static inline void op_end(lf_backend *be, const char *op, long f0) {
  * bug, reported on the instance instead of reading out of bounds. */
 static int bad_heads(lf_backend *be, const char *op, int C, int NH, int NKV) {
     if (NH > 0 && NKV > 0 && NH % NKV == 0 && C % NH == 0) return 0;
-    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %d channels, %d heads, %d key/value heads (need NH %% NKV == 0 and C %% NH == 0)",
-                     op, C, NH, NKV);
+    lf__backend_fail(be, LF_ERR_INVALID_ARG,
+                     "%s: %d channels, %d heads, %d key/value heads (need NH %% NKV == 0 and C %% NH == 0)", op, C, NH,
+                     NKV);
     return 1;
 }
 
@@ -174,8 +175,8 @@ static int bad_kv(lf_backend *be, const char *op, int B, int Tn, int pos0, int T
 
 static int bad_rope(lf_backend *be, const char *op, int HS, int pos0, int T) {
     if (HS > 0 && HS % 2 == 0 && pos0 >= 0 && (long)pos0 + T <= (1L << 24)) return 0;
-    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: head size %d (must be even), positions %d..%ld (at most 2^24)", op, HS,
-                     pos0, (long)pos0 + T - 1);
+    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: head size %d (must be even), positions %d..%ld (at most 2^24)", op,
+                     HS, pos0, (long)pos0 + T - 1);
     return 1;
 }
 
@@ -197,7 +198,10 @@ static void w_copy(lf_backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     cpu_copy(dst, src, bytes);
 }
-static void w_params_changed(lf_backend *be) { (void)be; cpu_params_changed(); }
+static void w_params_changed(lf_backend *be) {
+    (void)be;
+    cpu_params_changed();
+}
 static int w_replicas(lf_backend *be, int B) {
     (void)be;
     return cpu_replicas(B);
@@ -207,20 +211,20 @@ static void w_run_replicas(lf_backend *be, int n, void (*fn)(void *arg, int i), 
     cpu_run_replicas(n, fn, arg);
 }
 
-OPV(zero, cpu_zero, (lf_backend *be, float *x, size_t n), (x, n))
-OPV(scale, cpu_scale, (lf_backend *be, float *x, size_t n, float s), (x, n, s))
+OPV(zero, cpu_zero, (lf_backend * be, float *x, size_t n), (x, n))
+OPV(scale, cpu_scale, (lf_backend * be, float *x, size_t n, float s), (x, n, s))
 OPV(encoder_forward, lf__cpu_encoder_forward,
-    (lf_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C),
+    (lf_backend * be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C),
     (out, inp, wte, wpe, B, T, C))
 OPV(encoder_backward, lf__cpu_encoder_backward,
-    (lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
+    (lf_backend * be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
     (dwte, dwpe, dout, inp, B, T, C))
 OPV(layernorm_backward, lf__cpu_layernorm_backward,
-    (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+    (lf_backend * be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
      const float *weight, const float *mean, const float *rstd, int N, int C),
     (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
 OPV(rmsnorm_backward, lf__cpu_rmsnorm_backward,
-    (lf_backend *be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+    (lf_backend * be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
      const float *rstd, int N, int C),
     (dinp, dweight, dout, inp, weight, rstd, N, C))
 
@@ -230,7 +234,10 @@ OPV(rmsnorm_backward, lf__cpu_rmsnorm_backward,
 static int dt_ok(lf_backend *be, const char *op, lf_dtype dt) {
     if (be->ops->act_dtypes & LF_DT_BIT(dt)) return 1;
     lf__backend_fail(be, LF_ERR_UNSUPPORTED, "%s: activation storage %s is not offered by backend '%s'", op,
-                     dt == LF_DT_BF16 ? "bf16" : dt == LF_DT_F32 ? "fp32" : "(unknown dtype)", be->ops->name);
+                     dt == LF_DT_BF16  ? "bf16"
+                     : dt == LF_DT_F32 ? "fp32"
+                                       : "(unknown dtype)",
+                     be->ops->name);
     return 0;
 }
 
@@ -246,16 +253,16 @@ static void w_rmsnorm_forward(lf_backend *be, void *out, lf_dtype dt, float *rst
     if (dt == LF_DT_BF16) lf__cpu_rmsnorm_forward_bf16(out, rstd, inp, weight, N, C, eps);
     else lf__cpu_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
 }
-static void w_residual_layernorm_forward(lf_backend *be, float *res, void *out, lf_dtype dt, float *mean,
-                                         float *rstd, const float *a, const float *b, const float *weight,
-                                         const float *bias, int N, int C) {
+static void w_residual_layernorm_forward(lf_backend *be, float *res, void *out, lf_dtype dt, float *mean, float *rstd,
+                                         const float *a, const float *b, const float *weight, const float *bias, int N,
+                                         int C) {
     if (!dt_ok(be, "residual_layernorm_forward", dt)) return;
     const long f0 = op_begin();
     lf__cpu_residual_layernorm_forward(res, out, dt == LF_DT_BF16, mean, rstd, a, b, weight, bias, N, C);
     op_end(be, "residual_layernorm_forward", f0);
 }
-static void w_residual_rmsnorm_forward(lf_backend *be, float *res, void *out, lf_dtype dt, float *rstd,
-                                       const float *a, const float *b, const float *weight, int N, int C, float eps) {
+static void w_residual_rmsnorm_forward(lf_backend *be, float *res, void *out, lf_dtype dt, float *rstd, const float *a,
+                                       const float *b, const float *weight, int N, int C, float eps) {
     if (!dt_ok(be, "residual_rmsnorm_forward", dt)) return;
     const long f0 = op_begin();
     lf__cpu_residual_rmsnorm_forward(res, out, dt == LF_DT_BF16, rstd, a, b, weight, N, C, eps);
@@ -324,8 +331,7 @@ static void w_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int
     if (bad_heads(be, "rope_forward", NH * HS, NH, NKV) || bad_rope(be, "rope_forward", HS, pos0, T)) return;
     lf__cpu_rope_forward(qkv, B, T, NH, NKV, HS, pos0, theta);
 }
-static void w_rope_backward(lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                            float theta) {
+static void w_rope_backward(lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
     if (bad_heads(be, "rope_backward", NH * HS, NH, NKV) || bad_rope(be, "rope_backward", HS, pos0, T)) return;
     lf__cpu_rope_backward(dqkv, B, T, NH, NKV, HS, pos0, theta);
 }
@@ -343,8 +349,8 @@ static void w_attention_backward(lf_backend *be, float *dqkv, float *scratch, co
     lf__cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop);
     op_end(be, "attention_backward", f0);
 }
-static void w_kv_append(lf_backend *be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH,
-                        int NKV, int HS, int pos0, int Tmax) {
+static void w_kv_append(lf_backend *be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV,
+                        int HS, int pos0, int Tmax) {
     if (bad_heads(be, "kv_append", NH * HS, NH, NKV) || bad_kv(be, "kv_append", B, Tn, pos0, Tmax)) return;
     lf__cpu_kv_append(kcache, vcache, qkv, B, Tn, NH, NKV, HS, pos0, Tmax);
 }
@@ -356,18 +362,18 @@ static void w_attention_cached(lf_backend *be, float *out, float *scratch, const
     op_end(be, "attention_cached", f0);
 }
 
-OPV(gelu_backward, lf__cpu_gelu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n),
+OPV(gelu_backward, lf__cpu_gelu_backward, (lf_backend * be, float *dinp, const float *inp, const float *dout, size_t n),
     (dinp, inp, dout, n))
 OPV(swiglu_backward, lf__cpu_swiglu_backward,
-    (lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F), (dinp, inp, dout, N, F))
-OPV(residual_forward, lf__cpu_residual_forward, (lf_backend *be, float *out, const float *a, const float *b, size_t n),
+    (lf_backend * be, float *dinp, const float *inp, const float *dout, int N, int F), (dinp, inp, dout, N, F))
+OPV(residual_forward, lf__cpu_residual_forward, (lf_backend * be, float *out, const float *a, const float *b, size_t n),
     (out, a, b, n))
-OPV(residual_backward, lf__cpu_residual_backward, (lf_backend *be, float *da, float *db, const float *dout, size_t n),
+OPV(residual_backward, lf__cpu_residual_backward, (lf_backend * be, float *da, float *db, const float *dout, size_t n),
     (da, db, dout, n))
-OPV(dropout_forward, lf__cpu_dropout_forward, (lf_backend *be, float *out, const float *inp, size_t n, lf_dropout drop),
-    (out, inp, n, drop))
+OPV(dropout_forward, lf__cpu_dropout_forward,
+    (lf_backend * be, float *out, const float *inp, size_t n, lf_dropout drop), (out, inp, n, drop))
 OPV(dropout_backward, lf__cpu_dropout_backward,
-    (lf_backend *be, float *dinp, const float *dout, size_t n, lf_dropout drop), (dinp, dout, n, drop))
+    (lf_backend * be, float *dinp, const float *dout, size_t n, lf_dropout drop), (dinp, dout, n, drop))
 
 static void w_crossentropy_forward_backward(lf_backend *be, float *losses, float *dlogits, const float *logits,
                                             const int32_t *targets, int N, int V, int Vp, float dloss) {
@@ -379,42 +385,41 @@ static void w_crossentropy_forward_backward(lf_backend *be, float *losses, float
 }
 
 OPV(adamw_update, lf__cpu_adamw_update,
-    (lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+    (lf_backend * be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
      float beta2, float eps, float weight_decay, float grad_scale, int t),
     (params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t))
 OPV(bf16_adamw_update, lf__cpu_bf16_adamw_update,
-    (lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+    (lf_backend * be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
      float beta2, float eps, float weight_decay, float grad_scale, int t),
     (params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t))
-OPR(double, loss_sum, lf__cpu_loss_sum, (lf_backend *be, const float *losses, const int32_t *targets, int N, long *n_valid),
-    (losses, targets, N, n_valid))
-OPR(int, fp16_round, cpu_fp16_round, (lf_backend *be, float *x, size_t n), (x, n))
-OPR(double, sum_squares, lf__cpu_sum_squares, (lf_backend *be, const float *x, size_t n), (x, n))
-OPV(add_inplace, cpu_add_inplace, (lf_backend *be, float *y, const float *x, size_t n), (y, x, n))
+OPR(double, loss_sum, lf__cpu_loss_sum,
+    (lf_backend * be, const float *losses, const int32_t *targets, int N, long *n_valid), (losses, targets, N, n_valid))
+OPR(int, fp16_round, cpu_fp16_round, (lf_backend * be, float *x, size_t n), (x, n))
+OPR(double, sum_squares, lf__cpu_sum_squares, (lf_backend * be, const float *x, size_t n), (x, n))
+OPV(add_inplace, cpu_add_inplace, (lf_backend * be, float *y, const float *x, size_t n), (y, x, n))
 
 
 /* The ops both CPU tables share: every op that takes no matmul operand
  * (cpu_rmsnorm.c's, cpu_rope.c's, cpu_swiglu.c's and the KV-cache ones of
  * cpu_kv.c too), and the host-memory plumbing. */
-#define CPU_SHARED_OPS                                                     \
-    .host_memory = 1, .convert = w_convert, .grad_to_bf16 = w_grad_to_bf16, .grad_from_bf16 = w_grad_from_bf16, .alloc = w_alloc, .allocated = w_allocated, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale,     \
-    .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward,                     \
-    .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward,             \
-    .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward,                     \
-    .residual_layernorm_forward = w_residual_layernorm_forward,                                       \
-    .residual_rmsnorm_forward = w_residual_rmsnorm_forward,                                           \
-    .rope_forward = w_rope_forward, .rope_backward = w_rope_backward,                                 \
-    .attention_forward = w_attention_forward, .attention_backward = w_attention_backward,             \
-    .kv_append = w_kv_append, .attention_cached = w_attention_cached,                                 \
-    .attention_saved = lf__cpu_attention_saved, .attention_scratch = lf__cpu_attention_saved,         \
-    .attention_cached_scratch = lf__cpu_attention_cached_scratch,                                     \
-    .gelu_forward = w_gelu_forward, .gelu_backward = w_gelu_backward,                                 \
-    .swiglu_forward = w_swiglu_forward, .swiglu_backward = w_swiglu_backward,                         \
-    .residual_forward = w_residual_forward, .residual_backward = w_residual_backward,                 \
-    .dropout_forward = w_dropout_forward, .dropout_backward = w_dropout_backward,                     \
-    .crossentropy_forward_backward = w_crossentropy_forward_backward,                                 \
-    .loss_sum = w_loss_sum, .fp16_round = w_fp16_round, .sum_squares = w_sum_squares,                 \
-    .replicas = w_replicas, .run_replicas = w_run_replicas, .add_inplace = w_add_inplace
+#define CPU_SHARED_OPS \
+    .host_memory = 1, .convert = w_convert, .grad_to_bf16 = w_grad_to_bf16, .grad_from_bf16 = w_grad_from_bf16, \
+    .alloc = w_alloc, .allocated = w_allocated, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale, \
+    .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward, \
+    .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward, \
+    .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward, \
+    .residual_layernorm_forward = w_residual_layernorm_forward, \
+    .residual_rmsnorm_forward = w_residual_rmsnorm_forward, .rope_forward = w_rope_forward, \
+    .rope_backward = w_rope_backward, .attention_forward = w_attention_forward, \
+    .attention_backward = w_attention_backward, .kv_append = w_kv_append, .attention_cached = w_attention_cached, \
+    .attention_saved = lf__cpu_attention_saved, .attention_scratch = lf__cpu_attention_saved, \
+    .attention_cached_scratch = lf__cpu_attention_cached_scratch, .gelu_forward = w_gelu_forward, \
+    .gelu_backward = w_gelu_backward, .swiglu_forward = w_swiglu_forward, .swiglu_backward = w_swiglu_backward, \
+    .residual_forward = w_residual_forward, .residual_backward = w_residual_backward, \
+    .dropout_forward = w_dropout_forward, .dropout_backward = w_dropout_backward, \
+    .crossentropy_forward_backward = w_crossentropy_forward_backward, .loss_sum = w_loss_sum, \
+    .fp16_round = w_fp16_round, .sum_squares = w_sum_squares, .replicas = w_replicas, .run_replicas = w_run_replicas, \
+    .add_inplace = w_add_inplace
 
 static const lf_backend_ops cpu_ops = {
     CPU_SHARED_OPS,

@@ -132,10 +132,8 @@ void lf__cpu_widen_bf16(float *restrict out, const uint16_t *restrict in, size_t
 }
 
 static void convert(void *out, const float *in, size_t n, int kind) {
-    if (kind == KIND_BF16)
-        lf__cpu_cast_bf16(out, in, n);
-    else
-        to_f32r(out, in, n);
+    if (kind == KIND_BF16) lf__cpu_cast_bf16(out, in, n);
+    else to_f32r(out, in, n);
 }
 
 static size_t kind_size(int kind) { return kind == KIND_BF16 ? sizeof(uint16_t) : sizeof(float); }
@@ -143,8 +141,8 @@ static size_t kind_size(int kind) { return kind == KIND_BF16 ? sizeof(uint16_t) 
 /* ---------------------------------------------------------------- mode */
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_detected;                 /* MODE_ONEDNN or MODE_FP32, found by detect() */
-static atomic_int g_force;             /* test hooks: 0, MODE_FP32 or MODE_EMULATE */
+static int g_detected;     /* MODE_ONEDNN or MODE_FP32, found by detect() */
+static atomic_int g_force; /* test hooks: 0, MODE_FP32 or MODE_EMULATE */
 static atomic_long g_failures;
 static dnnl_engine_t g_engine;
 static char g_info[192];
@@ -157,8 +155,8 @@ static void detect(void) {
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     g_detected = MODE_FP32;
     if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) != (unsigned)dnnl_cpu_isa_avx512_core_bf16) {
-        snprintf(g_info, sizeof g_info, FP32_PATH " (no bf16 instructions: oneDNN %d.%d.%d ISA %s)", v->major,
-                 v->minor, v->patch, lf__cpu_onednn_isa_name((unsigned)isa));
+        snprintf(g_info, sizeof g_info, FP32_PATH " (no bf16 instructions: oneDNN %d.%d.%d ISA %s)", v->major, v->minor,
+                 v->patch, lf__cpu_onednn_isa_name((unsigned)isa));
         return;
     }
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
@@ -175,7 +173,8 @@ static void detect(void) {
         return;
     }
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) impl = "?";
-    snprintf(g_info, sizeof g_info, "oneDNN %d.%d.%d %s (%s)", v->major, v->minor, v->patch, lf__cpu_onednn_isa_name((unsigned)isa), impl);
+    snprintf(g_info, sizeof g_info, "oneDNN %d.%d.%d %s (%s)", v->major, v->minor, v->patch,
+             lf__cpu_onednn_isa_name((unsigned)isa), impl);
     dnnl_primitive_desc_destroy(pd);
     g_detected = MODE_ONEDNN;
 }
@@ -279,9 +278,8 @@ done:
     return out;
 }
 
-void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                               float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                               int t) {
+void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                               float beta2, float eps, float weight_decay, float grad_scale, int t) {
     const unsigned gen = atomic_load(&g_gen);
     const uintptr_t lo = (uintptr_t)params, hi = (uintptr_t)(params + n);
     void *shadow[NKINDS] = {NULL, NULL};
@@ -289,11 +287,9 @@ void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, floa
     for (int i = 0; i < g_nw; i++) {
         wentry *e = &g_w[i];
         const uintptr_t elo = (uintptr_t)e->w, ehi = (uintptr_t)(e->w + e->n);
-        if (ehi <= lo || elo >= hi) continue; /* no overlap */
-        if (e->w == params && e->n == n && e->gen == gen)
-            shadow[e->kind] = e->data; /* renewed below, stays valid */
-        else
-            e->gen = 0;
+        if (ehi <= lo || elo >= hi) continue;                                        /* no overlap */
+        if (e->w == params && e->n == n && e->gen == gen) shadow[e->kind] = e->data; /* renewed below, stays valid */
+        else e->gen = 0;
     }
     /* copies are read only by ops, which never run during the update */
     pthread_mutex_unlock(&g_wlock);
@@ -328,8 +324,8 @@ typedef struct tstate {
 static _Thread_local tstate *t_state;
 static _Thread_local unsigned t_epoch; /* g_epoch when t_state was made */
 static pthread_mutex_t g_tlock = PTHREAD_MUTEX_INITIALIZER;
-static tstate *g_threads;    /* every thread's state, so release can free them */
-static atomic_uint g_epoch;  /* moves on release: every t_state is stale */
+static tstate *g_threads;   /* every thread's state, so release can free them */
+static atomic_uint g_epoch; /* moves on release: every t_state is stale */
 
 static tstate *thread_state(void) {
     const unsigned epoch = atomic_load(&g_epoch);
@@ -538,8 +534,8 @@ static inline float operand_at(const operand *o, int t, int rows, int cols, int 
 /* The last path down, when no scratch could be had for a bf16 operand's
  * expansion: a plain loop (fp32 accumulation in row order) on the operands
  * as stored. Slow; it exists so that an op without memory still computes. */
-static void product_direct(int M, int N, int K, const operand *A, int ta, const operand *B, int tb,
-                           const float *bias, float *C, int sum) {
+static void product_direct(int M, int N, int K, const operand *A, int ta, const operand *B, int tb, const float *bias,
+                           float *C, int sum) {
 #pragma omp parallel for schedule(static) if ((long)M * N * K >= LF_CPU_PAR_MIN)
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
@@ -552,16 +548,14 @@ static void product_direct(int M, int N, int K, const operand *A, int ta, const 
 
 /* MODE_FP32's fp32 operand: the layer input rounded to bf16 (as stored),
  * anything else as it is. NULL when no scratch could be had. */
-static const float *operand_fp32(tstate *s, operand *o) {
-    return o->act ? operand_get(s, o, KIND_F32R) : o->x;
-}
+static const float *operand_fp32(tstate *s, operand *o) { return o->act ? operand_get(s, o, KIND_F32R) : o->x; }
 
 /* C (M,N) = A @ B [+ bias] (sum: C += A @ B), A/B stored as onednn_product
  * says: oneDNN on bf16 operands; else sgemm on MODE_FP32's operands, or on
  * rounded ones (MODE_EMULATE, and where oneDNN refused); else (no memory)
  * plain sgemm, or a plain loop on a bf16 operand as stored. */
-static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand *B, int tb, const float *bias,
-                    float *C, int sum) {
+static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand *B, int tb, const float *bias, float *C,
+                    int sum) {
     const int m = mode();
     if (m == MODE_ONEDNN && s) {
         const void *a = operand_get(s, A, KIND_BF16), *b = operand_get(s, B, KIND_BF16);
@@ -594,8 +588,8 @@ static void product(tstate *s, int M, int N, int K, operand *A, int ta, operand 
 }
 
 /* The forward with inp given as fp32 (inp) or bf16 (inp_h). */
-static void matmul_forward(float *out, const float *inp, const uint16_t *inp_h, const float *weight,
-                           const float *bias, int N, int C, int OC, lf_weight_layout layout) {
+static void matmul_forward(float *out, const float *inp, const uint16_t *inp_h, const float *weight, const float *bias,
+                           int N, int C, int OC, lf_weight_layout layout) {
     if (N <= 0 || OC <= 0) return;
     if (C <= 0) { /* no product: out = bias (or 0), exactly what the fp32 op does (inp is not read) */
         lf__cpu_matmul_forward(out, inp, weight, bias, N, C, OC, layout);
@@ -618,15 +612,14 @@ void lf__cpu_bf16_matmul_forward(float *out, const float *inp, const float *weig
     matmul_forward(out, inp, NULL, weight, bias, N, C, OC, layout);
 }
 
-void lf__cpu_bf16_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias,
-                                      int N, int C, int OC, lf_weight_layout layout) {
+void lf__cpu_bf16_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias, int N,
+                                      int C, int OC, lf_weight_layout layout) {
     matmul_forward(out, NULL, inp, weight, bias, N, C, OC, layout);
 }
 
 /* The backward with inp given as fp32 (inp) or bf16 (inp_h). */
 static void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const uint16_t *inp_h, const float *weight, int N, int C, int OC,
-                            lf_weight_layout layout) {
+                            const uint16_t *inp_h, const float *weight, int N, int C, int OC, lf_weight_layout layout) {
     if (N <= 0 || OC <= 0 || C <= 0) return;
     tstate *s = thread_state();
     operand d = {.x = dout, .n = (size_t)N * OC, .slot = 1};

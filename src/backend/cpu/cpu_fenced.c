@@ -156,99 +156,104 @@ static void fenced_params_changed(lf_backend *be) { (void)be; }
 
 /* ---------------------------------------------------------------- the ops, each inside the fence */
 
-#define FV(name, params, args)          \
-    static void f_##name params {       \
-        fence_open(be);                 \
-        base()->name args;              \
-        fence_close(be);                \
+#define FV(name, params, args) \
+    static void f_##name params { \
+        fence_open(be); \
+        base()->name args; \
+        fence_close(be); \
     }
-#define FR(type, name, params, args)    \
-    static type f_##name params {       \
-        fence_open(be);                 \
+#define FR(type, name, params, args) \
+    static type f_##name params { \
+        fence_open(be); \
         const type r_ = base()->name args; \
-        fence_close(be);                \
-        return r_;                      \
+        fence_close(be); \
+        return r_; \
     }
 
-FV(zero, (lf_backend *be, float *x, size_t n), (be, x, n))
-FV(scale, (lf_backend *be, float *x, size_t n, float s), (be, x, n, s))
-FV(encoder_forward, (lf_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C),
+FV(zero, (lf_backend * be, float *x, size_t n), (be, x, n))
+FV(scale, (lf_backend * be, float *x, size_t n, float s), (be, x, n, s))
+FV(encoder_forward,
+   (lf_backend * be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C),
    (be, out, inp, wte, wpe, B, T, C))
-FV(encoder_backward, (lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
+FV(encoder_backward,
+   (lf_backend * be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C),
    (be, dwte, dwpe, dout, inp, B, T, C))
 FV(layernorm_forward,
-   (lf_backend *be, void *out, lf_dtype dt, float *mean, float *rstd, const float *inp, const float *weight,
+   (lf_backend * be, void *out, lf_dtype dt, float *mean, float *rstd, const float *inp, const float *weight,
     const float *bias, int N, int C),
    (be, out, dt, mean, rstd, inp, weight, bias, N, C))
 FV(layernorm_backward,
-   (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,
-    const float *mean, const float *rstd, int N, int C),
+   (lf_backend * be, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+    const float *weight, const float *mean, const float *rstd, int N, int C),
    (be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
 FV(rmsnorm_forward,
-   (lf_backend *be, void *out, lf_dtype dt, float *rstd, const float *inp, const float *weight, int N, int C, float eps),
+   (lf_backend * be, void *out, lf_dtype dt, float *rstd, const float *inp, const float *weight, int N, int C,
+    float eps),
    (be, out, dt, rstd, inp, weight, N, C, eps))
 FV(rmsnorm_backward,
-   (lf_backend *be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+   (lf_backend * be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
     const float *rstd, int N, int C),
    (be, dinp, dweight, dout, inp, weight, rstd, N, C))
 FV(residual_layernorm_forward,
-   (lf_backend *be, float *res, void *out, lf_dtype dt, float *mean, float *rstd, const float *a, const float *b,
+   (lf_backend * be, float *res, void *out, lf_dtype dt, float *mean, float *rstd, const float *a, const float *b,
     const float *weight, const float *bias, int N, int C),
    (be, res, out, dt, mean, rstd, a, b, weight, bias, N, C))
 FV(residual_rmsnorm_forward,
-   (lf_backend *be, float *res, void *out, lf_dtype dt, float *rstd, const float *a, const float *b,
+   (lf_backend * be, float *res, void *out, lf_dtype dt, float *rstd, const float *a, const float *b,
     const float *weight, int N, int C, float eps),
    (be, res, out, dt, rstd, a, b, weight, N, C, eps))
 FV(matmul_forward,
-   (lf_backend *be, float *out, const void *inp, lf_dtype dt, const float *weight, const float *bias, int N, int C,
+   (lf_backend * be, float *out, const void *inp, lf_dtype dt, const float *weight, const float *bias, int N, int C,
     int OC, lf_weight_layout layout),
    (be, out, inp, dt, weight, bias, N, C, OC, layout))
 FV(matmul_backward,
-   (lf_backend *be, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp, lf_dtype dt,
+   (lf_backend * be, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp, lf_dtype dt,
     const float *weight, int N, int C, int OC, lf_weight_layout layout),
    (be, dinp, dweight, dbias, dout, inp, dt, weight, N, C, OC, layout))
-FV(rope_forward, (lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
+FV(rope_forward, (lf_backend * be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
    (be, qkv, B, T, NH, NKV, HS, pos0, theta))
-FV(rope_backward, (lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
+FV(rope_backward, (lf_backend * be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
    (be, dqkv, B, T, NH, NKV, HS, pos0, theta))
 FV(attention_forward,
-   (lf_backend *be, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV, lf_dropout drop),
+   (lf_backend * be, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV, lf_dropout drop),
    (be, out, att, qkv, B, T, C, NH, NKV, drop))
 FV(attention_backward,
-   (lf_backend *be, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B, int T,
+   (lf_backend * be, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B, int T,
     int C, int NH, int NKV, lf_dropout drop),
    (be, dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop))
 FV(kv_append,
-   (lf_backend *be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS, int pos0,
+   (lf_backend * be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS, int pos0,
     int Tmax),
    (be, kcache, vcache, qkv, B, Tn, NH, NKV, HS, pos0, Tmax))
 FV(attention_cached,
-   (lf_backend *be, float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache, int B, int Tn,
-    int C, int NH, int NKV, int pos0, int Tmax),
+   (lf_backend * be, float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache, int B,
+    int Tn, int C, int NH, int NKV, int pos0, int Tmax),
    (be, out, scratch, qkv, kcache, vcache, B, Tn, C, NH, NKV, pos0, Tmax))
-FV(gelu_forward, (lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
-FV(convert, (lf_backend *be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
-FV(grad_to_bf16, (lf_backend *be, uint16_t *out, const float *inp, size_t n), (be, out, inp, n))
-FV(grad_from_bf16, (lf_backend *be, float *out, const uint16_t *inp, size_t n), (be, out, inp, n))
-FV(gelu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, size_t n), (be, dinp, inp, dout, n))
-FV(swiglu_forward, (lf_backend *be, void *out, lf_dtype dt, const float *inp, int N, int F), (be, out, dt, inp, N, F))
-FV(swiglu_backward, (lf_backend *be, float *dinp, const float *inp, const float *dout, int N, int F),
+FV(gelu_forward, (lf_backend * be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
+FV(convert, (lf_backend * be, void *out, lf_dtype dt, const float *inp, size_t n), (be, out, dt, inp, n))
+FV(grad_to_bf16, (lf_backend * be, uint16_t *out, const float *inp, size_t n), (be, out, inp, n))
+FV(grad_from_bf16, (lf_backend * be, float *out, const uint16_t *inp, size_t n), (be, out, inp, n))
+FV(gelu_backward, (lf_backend * be, float *dinp, const float *inp, const float *dout, size_t n),
+   (be, dinp, inp, dout, n))
+FV(swiglu_forward, (lf_backend * be, void *out, lf_dtype dt, const float *inp, int N, int F), (be, out, dt, inp, N, F))
+FV(swiglu_backward, (lf_backend * be, float *dinp, const float *inp, const float *dout, int N, int F),
    (be, dinp, inp, dout, N, F))
-FV(residual_forward, (lf_backend *be, float *out, const float *a, const float *b, size_t n), (be, out, a, b, n))
-FV(residual_backward, (lf_backend *be, float *da, float *db, const float *dout, size_t n), (be, da, db, dout, n))
-FV(dropout_forward, (lf_backend *be, float *out, const float *inp, size_t n, lf_dropout drop), (be, out, inp, n, drop))
-FV(dropout_backward, (lf_backend *be, float *dinp, const float *dout, size_t n, lf_dropout drop), (be, dinp, dout, n, drop))
+FV(residual_forward, (lf_backend * be, float *out, const float *a, const float *b, size_t n), (be, out, a, b, n))
+FV(residual_backward, (lf_backend * be, float *da, float *db, const float *dout, size_t n), (be, da, db, dout, n))
+FV(dropout_forward, (lf_backend * be, float *out, const float *inp, size_t n, lf_dropout drop), (be, out, inp, n, drop))
+FV(dropout_backward, (lf_backend * be, float *dinp, const float *dout, size_t n, lf_dropout drop),
+   (be, dinp, dout, n, drop))
 FV(crossentropy_forward_backward,
-   (lf_backend *be, float *losses, float *dlogits, const float *logits, const int32_t *targets, int N, int V, int Vp,
+   (lf_backend * be, float *losses, float *dlogits, const float *logits, const int32_t *targets, int N, int V, int Vp,
     float dloss),
    (be, losses, dlogits, logits, targets, N, V, Vp, dloss))
 FV(adamw_update,
-   (lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-    float eps, float weight_decay, float grad_scale, int t),
+   (lf_backend * be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+    float beta2, float eps, float weight_decay, float grad_scale, int t),
    (be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t))
-FR(int, fp16_round, (lf_backend *be, float *x, size_t n), (be, x, n))
-FR(double, sum_squares, (lf_backend *be, const float *x, size_t n), (be, x, n))
-FV(add_inplace, (lf_backend *be, float *y, const float *x, size_t n), (be, y, x, n))
+FR(int, fp16_round, (lf_backend * be, float *x, size_t n), (be, x, n))
+FR(double, sum_squares, (lf_backend * be, const float *x, size_t n), (be, x, n))
+FV(add_inplace, (lf_backend * be, float *y, const float *x, size_t n), (be, y, x, n))
 
 static double f_loss_sum(lf_backend *be, const float *losses, const int32_t *targets, int N, long *n_valid) {
     long n = 0; /* n_valid is host memory: written after the fence closes */

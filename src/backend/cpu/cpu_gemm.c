@@ -90,11 +90,12 @@ static lf__cpu_vec openblas_core_vec(const char *core) {
     static const char *avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
     static const char *avx2[] = {"Haswell", "Zen", "Excavator"};
     static const char *avx[] = {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller"};
-    static const char *sse[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Opteron",
-                                "Opteron(SSE3)", "Barcelona", "Bobcat", "Katmai", "Coppermine", "Northwood"};
+    static const char *sse[] = {"Prescott", "Core2",      "Penryn",        "Dunnington", "Nehalem",
+                                "Atom",     "Opteron",    "Opteron(SSE3)", "Barcelona",  "Bobcat",
+                                "Katmai",   "Coppermine", "Northwood"};
     if (!core) return LF_CPU_VEC_NONE;
-#define LF_IN(list, v)                                                           \
-    for (size_t i = 0; i < sizeof list / sizeof *list; i++)                      \
+#define LF_IN(list, v) \
+    for (size_t i = 0; i < sizeof list / sizeof *list; i++) \
         if (!strcasecmp(core, list[i])) return v;
     LF_IN(avx512, LF_CPU_VEC_AVX512)
     LF_IN(avx2, LF_CPU_VEC_AVX2)
@@ -125,11 +126,12 @@ void lf__cpu_gemm_choose(const lf__cpu_gemm_facts *f, lf__cpu_gemm_choice *c) {
     if (c->lib == LF_CPU_GEMM_ONEDNN) {
         c->vec = dnnl_vec;
         snprintf(c->kernel, sizeof c->kernel, "oneDNN %s %s (jit sgemm)", f->onednn_version,
-                 dnnl_vec == LF_CPU_VEC_NONE ? "reference" : lf__cpu_onednn_isa_name(
-                     dnnl_vec == LF_CPU_VEC_AVX512 ? dnnl_cpu_isa_avx512_core
-                     : dnnl_vec == LF_CPU_VEC_AVX2 ? dnnl_cpu_isa_avx2
-                     : dnnl_vec == LF_CPU_VEC_AVX  ? dnnl_cpu_isa_avx
-                                                   : dnnl_cpu_isa_sse41));
+                 dnnl_vec == LF_CPU_VEC_NONE
+                     ? "reference"
+                     : lf__cpu_onednn_isa_name(dnnl_vec == LF_CPU_VEC_AVX512 ? dnnl_cpu_isa_avx512_core
+                                               : dnnl_vec == LF_CPU_VEC_AVX2 ? dnnl_cpu_isa_avx2
+                                               : dnnl_vec == LF_CPU_VEC_AVX  ? dnnl_cpu_isa_avx
+                                                                             : dnnl_cpu_isa_sse41));
     } else {
         c->vec = blas_vec;
         snprintf(c->kernel, sizeof c->kernel, "OpenBLAS %s %s (%s kernel%s)", f->openblas_version,
@@ -137,8 +139,7 @@ void lf__cpu_gemm_choose(const lf__cpu_gemm_facts *f, lf__cpu_gemm_choice *c) {
     }
     const lf__cpu_vec cpu_vec = f->cpu_avx512 ? LF_CPU_VEC_AVX512 : f->cpu_avx2 ? LF_CPU_VEC_AVX2 : LF_CPU_VEC_NONE;
     if (c->bad_request) {
-        snprintf(c->warning, sizeof c->warning,
-                 "LLMFORGE_FP32_GEMM='%.40s' is not one of onednn, openblas", req);
+        snprintf(c->warning, sizeof c->warning, "LLMFORGE_FP32_GEMM='%.40s' is not one of onednn, openblas", req);
     } else if (cpu_vec >= LF_CPU_VEC_AVX2 && c->vec < cpu_vec) {
         if (c->lib == LF_CPU_GEMM_OPENBLAS)
             snprintf(c->warning, sizeof c->warning,
@@ -172,10 +173,8 @@ void lf__cpu_gemm_facts_here(lf__cpu_gemm_facts *f) {
     f->openblas_core = openblas_get_corename();
     /* "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64": the second word */
     const char *cfg = openblas_get_config();
-    if (cfg && !strncmp(cfg, "OpenBLAS ", 9))
-        sscanf(cfg + 9, "%15s", f->openblas_version);
-    else
-        snprintf(f->openblas_version, sizeof f->openblas_version, "?");
+    if (cfg && !strncmp(cfg, "OpenBLAS ", 9)) sscanf(cfg + 9, "%15s", f->openblas_version);
+    else snprintf(f->openblas_version, sizeof f->openblas_version, "?");
     /* the backend's ISA level (CPUID capped by LLMFORGE_CPU_ISA, cpu_isa.c):
      * under a cap, a kernel at the capped width is what was asked for, not a
      * slow kernel to warn about */
@@ -235,14 +234,14 @@ void lf__cpu_gemm_inject_failures(int n) { atomic_store(&g_inject, n > 0 ? n : 0
 
 /* ---------------------------------------------------------------- the product */
 
-static void blas_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-                lda, B, ldb, beta, C, ldc);
+static void blas_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                B, ldb, beta, C, ldc);
 }
 
-void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                   int ldb, float beta, float *C, int ldc) {
+void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                   float beta, float *C, int ldc) {
     lf__gemm_trace_mark();
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { /* no product: C = beta * C, and C is not read when beta == 0 */

@@ -173,8 +173,8 @@ static float dot_c(const float *restrict w, const float *restrict x, int C) {
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-static void oi_c(float *restrict out, const float *restrict inp, const float *restrict w,
-                 const float *restrict bias, int N, int C, int OC, int o0, int o1) {
+static void oi_c(float *restrict out, const float *restrict inp, const float *restrict w, const float *restrict bias,
+                 int N, int C, int OC, int o0, int o1) {
     for (int o = o0; o < o1; o++)
         for (int n = 0; n < N; n++) {
             const float s = dot_c(w + (size_t)o * C, inp + (size_t)n * C, C);
@@ -208,8 +208,8 @@ static void io_c(float *restrict out, int ldo, const float *restrict inp, int ld
 
 /* R rows of W (OUT_IN) times NI inputs; R and NI are constants where this
  * is inlined, so acc lives in registers. res[r * NI + n] = dot(row r, inp n). */
-T512I void oi512_block(float *res, const float *restrict w, size_t rs, const float *restrict inp, int C,
-                       const int R, const int NI) {
+T512I void oi512_block(float *res, const float *restrict w, size_t rs, const float *restrict inp, int C, const int R,
+                       const int NI) {
     __m512 acc[GEMV_ROWS][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NI; n++) acc[r][n] = _mm512_setzero_ps();
@@ -235,8 +235,8 @@ T512I void oi512_block(float *res, const float *restrict w, size_t rs, const flo
         for (int n = 0; n < NI; n++) res[r * NI + n] = _mm512_reduce_add_ps(acc[r][n]);
 }
 
-T512I void oi512_n(float *restrict out, const float *restrict inp, const float *restrict w,
-                   const float *restrict bias, int C, int OC, int o0, int o1, const int NI) {
+T512I void oi512_n(float *restrict out, const float *restrict inp, const float *restrict w, const float *restrict bias,
+                   int C, int OC, int o0, int o1, const int NI) {
     const int R = GEMV_ROWS * NI <= GEMV_OI_ACC ? GEMV_ROWS : GEMV_OI_ACC / NI;
     float res[GEMV_ROWS * LF_CPU_GEMV_MAX_N];
     const int P = (o1 - o0) / R; /* rows per stream */
@@ -266,8 +266,8 @@ T512 static void oi_512(float *restrict out, const float *restrict inp, const fl
 
 /* IN_OUT: the tile acc[n][0..tw) += sum over rows c..c+R-1 of inp[n,c] * W[c, t0..],
  * one FMA at a time in increasing c. m masks the last vector's columns. */
-T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, int ldx, const float *restrict w,
-                      int OC, int c, int t0, int tw, const int R, const int NI) {
+T512I void io512_rows(float *restrict acc, int ld, const float *restrict inp, int ldx, const float *restrict w, int OC,
+                      int c, int t0, int tw, const int R, const int NI) {
     __m512 x[GEMV_IO_ROWS][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NI; n++) x[r][n] = _mm512_set1_ps(inp[(size_t)n * ldx + c + r]);
@@ -300,7 +300,8 @@ T512I void io512_n(float *restrict out, int ldo, const float *restrict inp, int 
         for (int n = 0; n < NI; n++)
             for (int j = 0; j < twv; j += 16) _mm512_store_ps(acc + n * ld + j, _mm512_setzero_ps());
         int c = 0;
-        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io512_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
+        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS)
+            io512_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
         for (; c < C; c++) io512_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, 1, NI);
         for (int n = 0; n < NI; n++) {
             float *restrict o = out + (size_t)n * ldo + t0;
@@ -341,7 +342,8 @@ T512I void io512_reg(float *restrict p, int ldp, float *restrict out, int ldo, c
                      const float *restrict w, const float *restrict bias, int OC, int c0, int c1, int j, __mmask16 m,
                      int first, int end, const int V, const int NI) {
     const __m512 z = _mm512_setzero_ps();
-    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z,
+           a30 = z, a31 = z, a32 = z, a33 = z;
     if (!first) {
         if (NI > 0 && V > 0) a00 = _mm512_maskz_loadu_ps(IO_MV(0), p + (size_t)0 * ldp + 0);
         if (NI > 0 && V > 1) a01 = _mm512_maskz_loadu_ps(IO_MV(1), p + (size_t)0 * ldp + 16);
@@ -361,7 +363,7 @@ T512I void io512_reg(float *restrict p, int ldp, float *restrict out, int ldo, c
         if (NI > 3 && V > 3) a33 = _mm512_maskz_loadu_ps(IO_MV(3), p + (size_t)3 * ldp + 48);
     }
     const float *restrict x0 = inp, *restrict x1 = inp + (size_t)ldx, *restrict x2 = inp + 2 * (size_t)ldx,
-                         *restrict x3 = inp + 3 * (size_t)ldx;
+                          *restrict x3 = inp + 3 * (size_t)ldx;
     for (int c = c0; c < c1; c++) {
         const float *restrict wr = w + (size_t)c * OC + j;
         __m512 w0 = z, w1 = z, w2 = z, w3 = z;
@@ -369,13 +371,13 @@ T512I void io512_reg(float *restrict p, int ldp, float *restrict out, int ldo, c
         if (V > 1) w1 = V - 1 == 1 ? _mm512_maskz_loadu_ps(m, wr + 16) : _mm512_loadu_ps(wr + 16);
         if (V > 2) w2 = V - 1 == 2 ? _mm512_maskz_loadu_ps(m, wr + 32) : _mm512_loadu_ps(wr + 32);
         if (V > 3) w3 = V - 1 == 3 ? _mm512_maskz_loadu_ps(m, wr + 48) : _mm512_loadu_ps(wr + 48);
-#define IO_FMA_ROW(n)                                                  \
-    if (NI > n) {                                                      \
-        const __m512 x = _mm512_set1_ps(x##n[c]);                      \
-        if (V > 0) a##n##0 = _mm512_fmadd_ps(x, w0, a##n##0);          \
-        if (V > 1) a##n##1 = _mm512_fmadd_ps(x, w1, a##n##1);          \
-        if (V > 2) a##n##2 = _mm512_fmadd_ps(x, w2, a##n##2);          \
-        if (V > 3) a##n##3 = _mm512_fmadd_ps(x, w3, a##n##3);          \
+#define IO_FMA_ROW(n) \
+    if (NI > n) { \
+        const __m512 x = _mm512_set1_ps(x##n[c]); \
+        if (V > 0) a##n##0 = _mm512_fmadd_ps(x, w0, a##n##0); \
+        if (V > 1) a##n##1 = _mm512_fmadd_ps(x, w1, a##n##1); \
+        if (V > 2) a##n##2 = _mm512_fmadd_ps(x, w2, a##n##2); \
+        if (V > 3) a##n##3 = _mm512_fmadd_ps(x, w3, a##n##3); \
     }
         IO_FMA_ROW(0)
         IO_FMA_ROW(1)
@@ -383,17 +385,17 @@ T512I void io512_reg(float *restrict p, int ldp, float *restrict out, int ldo, c
         IO_FMA_ROW(3)
 #undef IO_FMA_ROW
     }
-#define IO_FIN(n, v, a)                                                                        \
-    if (NI > (n) && V > (v)) {                                                                 \
-        __m512 r = (a);                                                                        \
-        if (end == IO_PART) {                                                                  \
-            _mm512_mask_storeu_ps(p + (size_t)(n) * ldp + 16 * (v), IO_MV(v), r);             \
-        } else {                                                                               \
-            float *o = out + (size_t)(n) * ldo + j + 16 * (v);                                 \
-            if (end == IO_END_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(IO_MV(v), o), r);  \
+#define IO_FIN(n, v, a) \
+    if (NI > (n) && V > (v)) { \
+        __m512 r = (a); \
+        if (end == IO_PART) { \
+            _mm512_mask_storeu_ps(p + (size_t)(n)*ldp + 16 * (v), IO_MV(v), r); \
+        } else { \
+            float *o = out + (size_t)(n)*ldo + j + 16 * (v); \
+            if (end == IO_END_ADD) r = _mm512_add_ps(_mm512_maskz_loadu_ps(IO_MV(v), o), r); \
             if (bias) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(IO_MV(v), bias + j + 16 * (v))); \
-            _mm512_mask_storeu_ps(o, IO_MV(v), r);                                             \
-        }                                                                                      \
+            _mm512_mask_storeu_ps(o, IO_MV(v), r); \
+        } \
     }
     IO_FIN(0, 0, a00)
     IO_FIN(0, 1, a01)
@@ -418,16 +420,16 @@ T512I void io512_reg(float *restrict p, int ldp, float *restrict out, int ldo, c
 
 /* io512_reg over the nb <= 4 rows of a block, columns [j, j + width), width <= 64. */
 T512 static void io512_block(float *restrict p, int ldp, float *restrict out, int ldo, const float *restrict inp,
-                             int ldx, const float *restrict w, const float *restrict bias, int OC, int c0, int c1, int j,
-                             int width, int first, int end, int nb) {
+                             int ldx, const float *restrict w, const float *restrict bias, int OC, int c0, int c1,
+                             int j, int width, int first, int end, int nb) {
     const int V = (width + 15) / 16;
     const __mmask16 m = (__mmask16)(0xFFFFu >> (16 * V - width));
-#define IO512_V(NI)                                                                                                   \
-    switch (V) {                                                                                                      \
-    case 1: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 1, NI); break;               \
-    case 2: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 2, NI); break;               \
-    case 3: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 3, NI); break;               \
-    default: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 4, NI); break;              \
+#define IO512_V(NI) \
+    switch (V) { \
+    case 1: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 1, NI); break; \
+    case 2: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 2, NI); break; \
+    case 3: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 3, NI); break; \
+    default: io512_reg(p, ldp, out, ldo, inp, ldx, w, bias, OC, c0, c1, j, m, first, end, 4, NI); break; \
     }
     switch (nb) {
     case 1: IO512_V(1) break;
@@ -464,8 +466,8 @@ T512 static void io512_invariant(float *restrict out, const float *restrict inp,
                 for (int n0 = g0; n0 < g1; n0 += NB) {
                     float *o = out + (size_t)n0 * OC;
                     const int nb = g1 - n0 < NB ? g1 - n0 : NB;
-                    io512_block(o + j, OC, o, OC, inp + (size_t)n0 * C, C, w, halves ? NULL : bias, OC, k0, k1, j, width,
-                                k0 == 0, last ? (halves ? IO_PART : IO_END_SUM) : IO_PART, nb);
+                    io512_block(o + j, OC, o, OC, inp + (size_t)n0 * C, C, w, halves ? NULL : bias, OC, k0, k1, j,
+                                width, k0 == 0, last ? (halves ? IO_PART : IO_END_SUM) : IO_PART, nb);
                 }
             }
             if (!halves) continue;
@@ -474,8 +476,8 @@ T512 static void io512_invariant(float *restrict out, const float *restrict inp,
                 for (int n0 = g0; n0 < g1; n0 += NB) {
                     float *o = out + (size_t)n0 * OC;
                     const int nb = g1 - n0 < NB ? g1 - n0 : NB;
-                    io512_block(part + (size_t)(n0 - g0) * 64, 64, o, OC, inp + (size_t)n0 * C, C, w, bias, OC, k0, k1, j,
-                                width, k0 == cm, k1 == C ? IO_END_ADD : IO_PART, nb);
+                    io512_block(part + (size_t)(n0 - g0) * 64, 64, o, OC, inp + (size_t)n0 * C, C, w, bias, OC, k0, k1,
+                                j, width, k0 == cm, k1 == C ? IO_END_ADD : IO_PART, nb);
                 }
             }
         }
@@ -501,8 +503,8 @@ T256I float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-T256I void oi256_block(float *res, const float *restrict w, size_t rs, const float *restrict inp, int C,
-                       const int R, const int NI) {
+T256I void oi256_block(float *res, const float *restrict w, size_t rs, const float *restrict inp, int C, const int R,
+                       const int NI) {
     __m256 acc[GEMV_ROWS_256][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NI; n++) acc[r][n] = _mm256_setzero_ps();
@@ -528,8 +530,8 @@ T256I void oi256_block(float *res, const float *restrict w, size_t rs, const flo
         for (int n = 0; n < NI; n++) res[r * NI + n] = hsum256(acc[r][n]);
 }
 
-T256I void oi256_n(float *restrict out, const float *restrict inp, const float *restrict w,
-                   const float *restrict bias, int C, int OC, int o0, int o1, const int NI, const int R) {
+T256I void oi256_n(float *restrict out, const float *restrict inp, const float *restrict w, const float *restrict bias,
+                   int C, int OC, int o0, int o1, const int NI, const int R) {
     float res[GEMV_ROWS_256 * LF_CPU_GEMV_MAX_N];
     const int P = (o1 - o0) / R; /* rows per stream */
     for (int i = 0; i < P; i++) {
@@ -556,8 +558,8 @@ T256 static void oi_256(float *restrict out, const float *restrict inp, const fl
     }
 }
 
-T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, int ldx, const float *restrict w,
-                      int OC, int c, int t0, int tw, const int R, const int NI) {
+T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, int ldx, const float *restrict w, int OC,
+                      int c, int t0, int tw, const int R, const int NI) {
     __m256 x[GEMV_IO_ROWS][LF_CPU_GEMV_MAX_N];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NI; n++) x[r][n] = _mm256_set1_ps(inp[(size_t)n * ldx + c + r]);
@@ -573,8 +575,7 @@ T256I void io256_rows(float *restrict acc, int ld, const float *restrict inp, in
         const __m256i m = mask256(tw - j);
         for (int n = 0; n < NI; n++) {
             __m256 a = _mm256_load_ps(acc + n * ld + j);
-            for (int r = 0; r < R; r++)
-                a = _mm256_fmadd_ps(x[r][n], _mm256_maskload_ps(w0 + (size_t)r * OC + j, m), a);
+            for (int r = 0; r < R; r++) a = _mm256_fmadd_ps(x[r][n], _mm256_maskload_ps(w0 + (size_t)r * OC + j, m), a);
             _mm256_store_ps(acc + n * ld + j, a);
         }
     }
@@ -590,7 +591,8 @@ T256I void io256_n(float *restrict out, int ldo, const float *restrict inp, int 
         for (int n = 0; n < NI; n++)
             for (int j = 0; j < twv; j += 8) _mm256_store_ps(acc + n * ld + j, _mm256_setzero_ps());
         int c = 0;
-        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS) io256_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
+        for (; c + GEMV_IO_ROWS <= C; c += GEMV_IO_ROWS)
+            io256_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, GEMV_IO_ROWS, NI);
         for (; c < C; c++) io256_rows(acc, ld, inp, ldx, w, OC, c, t0, tw, 1, NI);
         for (int n = 0; n < NI; n++) {
             float *restrict o = out + (size_t)n * ldo + t0;
@@ -721,8 +723,8 @@ int lf__cpu_gemm_invariant(float *restrict out, const float *restrict inp, const
             for (int t0 = o0; t0 < o1; t0 += TR) {
                 const int t1 = o1 - t0 < TR ? o1 : t0 + TR;
                 for (int n0 = 0; n0 < N; n0 += NB)
-                    oi(out + (size_t)n0 * OC, inp + (size_t)n0 * C, weight, bias, N - n0 < NB ? N - n0 : NB, C, OC,
-                       t0, t1);
+                    oi(out + (size_t)n0 * OC, inp + (size_t)n0 * C, weight, bias, N - n0 < NB ? N - n0 : NB, C, OC, t0,
+                       t1);
             }
         }
         return 1;

@@ -96,10 +96,8 @@ void lf__cpu_op_failed(const char *fmt, ...)
     ;
 
 /* cpu_pointwise.c */
-void lf__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                             int B, int T, int C);
-void lf__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                              int B, int T, int C);
+void lf__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C);
+void lf__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C);
 void lf__cpu_gelu_forward(float *out, const float *inp, size_t n);
 void lf__cpu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n);
 void lf__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
@@ -110,24 +108,21 @@ void lf__cpu_dropout_forward(float *out, const float *inp, size_t n, lf_dropout 
 void lf__cpu_dropout_backward(float *dinp, const float *dout, size_t n, lf_dropout drop);
 
 /* cpu_norm.c */
-void lf__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                               const float *weight, const float *bias, int N, int C);
-void lf__cpu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
-                                    const float *weight, const float *bias, int N, int C);
+void lf__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                               const float *bias, int N, int C);
+void lf__cpu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp, const float *weight,
+                                    const float *bias, int N, int C);
 /* res = a + b, then layernorm of res in one pass (out fp32, or bf16 bits with out_bf16) */
-void lf__cpu_residual_layernorm_forward(float *res, void *out, int out_bf16, float *mean, float *rstd,
-                                        const float *a, const float *b, const float *weight, const float *bias,
-                                        int N, int C);
-void lf__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                const float *inp, const float *weight, const float *mean,
-                                const float *rstd, int N, int C);
+void lf__cpu_residual_layernorm_forward(float *res, void *out, int out_bf16, float *mean, float *rstd, const float *a,
+                                        const float *b, const float *weight, const float *bias, int N, int C);
+void lf__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                const float *weight, const float *mean, const float *rstd, int N, int C);
 
 /* cpu_matmul.c */
-void lf__cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                            int N, int C, int OC, lf_weight_layout layout);
-void lf__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                             const float *inp, const float *weight, int N, int C, int OC,
-                             lf_weight_layout layout);
+void lf__cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
+                            lf_weight_layout layout);
+void lf__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, int N, int C, int OC, lf_weight_layout layout);
 void lf__cpu_bias_backward(float *dbias, const float *dout, int N, int OC);
 
 /* cpu_bf16.c: the matmul pair of the "cpu-bf16" table (bf16 operands, fp32
@@ -136,16 +131,15 @@ void lf__cpu_bias_backward(float *dbias, const float *dout, int N, int OC);
  * cache. params_changed: parameters may have changed (the copies are stale);
  * memory_freed: some backend memory was freed (drop every copy, a new
  * tensor may reuse the address). */
-void lf__cpu_bf16_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                                 int N, int C, int OC, lf_weight_layout layout);
-void lf__cpu_bf16_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                  const float *inp, const float *weight, int N, int C, int OC,
-                                  lf_weight_layout layout);
+void lf__cpu_bf16_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
+                                 int OC, lf_weight_layout layout);
+void lf__cpu_bf16_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                  const float *weight, int N, int C, int OC, lf_weight_layout layout);
 /* The same pair with inp stored in bf16 (the model's bf16 activations):
  * exactly the numbers the fp32-inp pair gives for the fp32 inp that rounds
  * to it, since that pair rounds inp to bf16 first. */
-void lf__cpu_bf16_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias,
-                                      int N, int C, int OC, lf_weight_layout layout);
+void lf__cpu_bf16_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias, int N,
+                                      int C, int OC, lf_weight_layout layout);
 void lf__cpu_bf16_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout,
                                        const uint16_t *inp, const float *weight, int N, int C, int OC,
                                        lf_weight_layout layout);
@@ -159,9 +153,8 @@ void lf__cpu_bf16_memory_freed(void);
 /* adamw_update of the cpu-bf16 table: the fp32 update, renewing in the same
  * pass the copies of the weight that is exactly [params, params+n), and
  * marking stale any other copy that overlaps the range. */
-void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                               float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                               int t);
+void lf__cpu_bf16_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                               float beta2, float eps, float weight_decay, float grad_scale, int t);
 /* x rounded to the nearest bf16 (ties to even; NaN stays NaN), as fp32. */
 float lf__cpu_bf16_round(float x);
 /* Test hooks: 1 when products go to oneDNN; force the path of CPUs without
@@ -181,14 +174,18 @@ void lf__cpu_bf16_release(void);
  * dnnl_sgemm by default, OpenBLAS as the fallback). Row-major BLAS
  * semantics: C (M,N) = alpha * op(A) @ op(B) + beta * C, op = transpose
  * when ta/tb; C is not read when beta == 0. */
-void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                   int ldb, float beta, float *C, int ldc);
+void lf__cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                   float beta, float *C, int ldc);
 
 enum { LF_CPU_GEMM_ONEDNN = 1, LF_CPU_GEMM_OPENBLAS = 2 };
 
 /* Vector ISA widths, ordered. */
 typedef enum lf__cpu_vec {
-    LF_CPU_VEC_NONE = 0, LF_CPU_VEC_SSE, LF_CPU_VEC_AVX, LF_CPU_VEC_AVX2, LF_CPU_VEC_AVX512
+    LF_CPU_VEC_NONE = 0,
+    LF_CPU_VEC_SSE,
+    LF_CPU_VEC_AVX,
+    LF_CPU_VEC_AVX2,
+    LF_CPU_VEC_AVX512
 } lf__cpu_vec;
 
 /* What the choice of fp32 GEMM depends on. */
@@ -202,11 +199,11 @@ typedef struct lf__cpu_gemm_facts {
 } lf__cpu_gemm_facts;
 
 typedef struct lf__cpu_gemm_choice {
-    int lib;                   /* LF_CPU_GEMM_* */
-    lf__cpu_vec vec;           /* the vector width the chosen kernel runs at */
-    int bad_request;           /* LLMFORGE_FP32_GEMM holds something else */
-    char kernel[128];          /* "oneDNN 2.6.3 avx512_core (jit sgemm)" */
-    char warning[320];         /* "" or why this kernel is slower than the CPU allows */
+    int lib;           /* LF_CPU_GEMM_* */
+    lf__cpu_vec vec;   /* the vector width the chosen kernel runs at */
+    int bad_request;   /* LLMFORGE_FP32_GEMM holds something else */
+    char kernel[128];  /* "oneDNN 2.6.3 avx512_core (jit sgemm)" */
+    char warning[320]; /* "" or why this kernel is slower than the CPU allows */
 } lf__cpu_gemm_choice;
 
 /* The decision, as a pure function (tested on made-up machines). */
@@ -226,7 +223,11 @@ const char *lf__cpu_onednn_isa_name(unsigned isa);
 /* cpu_isa.c: the vector ISA level of the backend's kernels and oneDNN:
  * CPUID, capped by LLMFORGE_CPU_ISA (the file header says what follows it). */
 typedef enum lf__cpu_isa_level {
-    LF_CPU_ISA_GENERIC = 0, LF_CPU_ISA_AVX2, LF_CPU_ISA_AVX512, LF_CPU_ISA_AVX512_BF16, LF_CPU_ISA_AMX
+    LF_CPU_ISA_GENERIC = 0,
+    LF_CPU_ISA_AVX2,
+    LF_CPU_ISA_AVX512,
+    LF_CPU_ISA_AVX512_BF16,
+    LF_CPU_ISA_AMX
 } lf__cpu_isa_level;
 enum { LF_CPU_ISA_ERR_UNKNOWN = 1, LF_CPU_ISA_ERR_ABOVE_CPU, LF_CPU_ISA_ERR_ONEDNN };
 typedef struct lf__cpu_isa_choice {
@@ -270,26 +271,26 @@ int lf__cpu_gemm_invariant(float *out, const float *inp, const float *weight, co
                            lf_weight_layout layout);
 
 /* cpu_attention.c */
-void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                               int NH, int NKV, lf_dropout drop);
-void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                const float *att, int B, int T, int C, int NH, int NKV, lf_dropout drop);
+void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV,
+                               lf_dropout drop);
+void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                                int B, int T, int C, int NH, int NKV, lf_dropout drop);
 
 /* The small-T attention path (cpu_attention_fast.h): its limits, and its
  * kernels per vector width (cpu_attention_v8.c: AVX2, cpu_attention_v16.c:
  * AVX-512), one (b,h) pair per call. */
 #define LF_CPU_ATT_FAST_TMAX 128
 #define LF_CPU_ATT_FAST_TILE 16384 /* floats of the transposed K (or V) tile on the stack */
-void lf__cpu_att_fast_forward_bh_v8(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
-                                    int T, int C, int W, int HS, float scale);
-void lf__cpu_att_fast_backward_bh_v8(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh,
-                                     const float *q, const float *k, const float *v, const float *att_bh, int T,
-                                     int C, int W, int HS, float scale, int add);
+void lf__cpu_att_fast_forward_bh_v8(float *out_bh, float *att_bh, const float *q, const float *k, const float *v, int T,
+                                    int C, int W, int HS, float scale);
+void lf__cpu_att_fast_backward_bh_v8(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh, const float *q,
+                                     const float *k, const float *v, const float *att_bh, int T, int C, int W, int HS,
+                                     float scale, int add);
 void lf__cpu_att_fast_forward_bh_v16(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
                                      int T, int C, int W, int HS, float scale);
 void lf__cpu_att_fast_backward_bh_v16(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh,
-                                      const float *q, const float *k, const float *v, const float *att_bh, int T,
-                                      int C, int W, int HS, float scale, int add);
+                                      const float *q, const float *k, const float *v, const float *att_bh, int T, int C,
+                                      int W, int HS, float scale, int add);
 /* Test hooks: the lanes of the small-T kernels a (T, HS) without dropout
  * would run at (0: the GEMM path); force 8-lane kernels (lanes = 8) where
  * the ISA level would pick 16, or back to the level's choice (0). */
@@ -308,18 +309,17 @@ static inline size_t lf__cpu_attention_cached_scratch(int B, int NH, int Tn, int
 }
 
 /* cpu_kv.c: the KV-cache ops of generation. */
-void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS,
-                       int pos0, int Tmax);
+void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS, int pos0,
+                       int Tmax);
 void lf__cpu_attention_cached(float *out, float *scratch, const float *qkv, const float *kcache, const float *vcache,
                               int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax);
 
 /* cpu_rmsnorm.c, cpu_rope.c, cpu_swiglu.c: RMSNorm, RoPE and SwiGLU (the Llama family's ops). */
-void lf__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
-                             float eps);
-void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *rstd, const float *a,
-                                      const float *b, const float *weight, int N, int C, float eps);
-void lf__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                              const float *weight, const float *rstd, int N, int C);
+void lf__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
+void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *rstd, const float *a, const float *b,
+                                      const float *weight, int N, int C, float eps);
+void lf__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                              const float *rstd, int N, int C);
 void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
 void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
 void lf__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
@@ -331,20 +331,18 @@ void lf__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, i
 
 /* cpu_loss.c */
 double lf__cpu_loss_sum(const float *losses, const int32_t *targets, int N, long *n_valid);
-void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
-                                           const int32_t *targets, int N, int V, int Vp,
-                                           float dloss);
+void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits, const int32_t *targets,
+                                           int N, int V, int Vp, float dloss);
 
 /* cpu_optim.c */
-void lf__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                          float beta1, float beta2, float eps, float weight_decay,
-                          float grad_scale, int t);
+void lf__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, float grad_scale, int t);
 /* The same update, also writing the new parameters rounded to bf16 into
  * shadow_bf16 (bits) and/or shadow_f32r (as fp32), each n long or NULL: the
  * cpu-bf16 weight copies renewed in the pass that moves the weights. */
-void lf__cpu_adamw_update_shadow(float *params, const float *grads, float *m, float *v, size_t n,
-                                 float lr, float beta1, float beta2, float eps, float weight_decay,
-                                 float grad_scale, int t, uint16_t *shadow_bf16, float *shadow_f32r);
+void lf__cpu_adamw_update_shadow(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                                 float beta2, float eps, float weight_decay, float grad_scale, int t,
+                                 uint16_t *shadow_bf16, float *shadow_f32r);
 double lf__cpu_sum_squares(const float *x, size_t n);
 
 #endif

@@ -50,8 +50,8 @@
 #include "cpu_internal.h"
 #include "cpu_math.h"
 
-void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS,
-                       int pos0, int Tmax) {
+void lf__cpu_kv_append(float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS, int pos0,
+                       int Tmax) {
     const size_t C = (size_t)NH * HS, KV = (size_t)NKV * HS, W = C + 2 * KV;
     const size_t hs_bytes = sizeof(float) * (size_t)HS;
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * Tn * 2 * (long)KV >= LF_CPU_PAR_MIN)
@@ -84,8 +84,8 @@ static inline __attribute__((always_inline)) float v8_hsum(kv_v8 a) {
  * rest in order. Every key goes through this same expression (inlined into
  * both the 4-key and the 1-key loop below), so a score does not depend on
  * which loop computed it. */
-#define KV_DOT_TAIL(d, q, k, H8, HS)                                  \
-    do {                                                              \
+#define KV_DOT_TAIL(d, q, k, H8, HS) \
+    do { \
         for (int i_ = (H8); i_ < (HS); i_++) (d) += (q)[i_] * (k)[i_]; \
     } while (0)
 

@@ -23,9 +23,8 @@
 #include "cpu_internal.h"
 #include "cpu_math.h"
 
-void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits,
-                                           const int32_t *targets, int N, int V, int Vp,
-                                           float dloss) {
+void lf__cpu_crossentropy_forward_backward(float *losses, float *dlogits, const float *logits, const int32_t *targets,
+                                           int N, int V, int Vp, float dloss) {
 #pragma omp parallel for schedule(static) if ((long)N * V >= LF_CPU_PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *l = logits + (size_t)i * Vp;

@@ -25,15 +25,12 @@
 
 #define BIAS_ACC_W 64
 
-void lf__cpu_matmul_forward(float *restrict out, const float *restrict inp,
-                            const float *restrict weight, const float *restrict bias,
-                            int N, int C, int OC, lf_weight_layout layout) {
+void lf__cpu_matmul_forward(float *restrict out, const float *restrict inp, const float *restrict weight,
+                            const float *restrict bias, int N, int C, int OC, lf_weight_layout layout) {
     if (lf__cpu_gemv(out, inp, weight, bias, N, C, OC, layout)) return; /* N <= LF_CPU_GEMV_MAX_N: cpu_gemv.c */
     if (N <= 0 || OC <= 0) return;
-    if (layout == LF_W_IN_OUT)
-        lf__cpu_sgemm(0, 0, N, OC, C, 1.0f, inp, C, weight, OC, 0.0f, out, OC);
-    else
-        lf__cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+    if (layout == LF_W_IN_OUT) lf__cpu_sgemm(0, 0, N, OC, C, 1.0f, inp, C, weight, OC, 0.0f, out, OC);
+    else lf__cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
     if (!bias) return;
 #pragma omp parallel for schedule(static) if ((long)N * OC >= LF_CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
@@ -64,19 +61,16 @@ void lf__cpu_bias_backward(float *restrict dbias, const float *restrict dout, in
 }
 
 void lf__cpu_matmul_backward(float *restrict dinp, float *restrict dweight, float *restrict dbias,
-                             const float *restrict dout, const float *restrict inp,
-                             const float *restrict weight, int N, int C, int OC,
-                             lf_weight_layout layout) {
+                             const float *restrict dout, const float *restrict inp, const float *restrict weight, int N,
+                             int C, int OC, lf_weight_layout layout) {
     if (N <= 0 || OC <= 0 || C <= 0) return;
     if (layout == LF_W_IN_OUT) {
         /* W (C,OC): dinp (N,C) = dout (N,OC) @ W^T; dW (C,OC) += inp^T @ dout */
-        if (dinp)
-            lf__cpu_sgemm(0, 1, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
+        if (dinp) lf__cpu_sgemm(0, 1, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
         lf__cpu_sgemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
     } else {
         /* W (OC,C): dinp (N,C) = dout @ W; dW (OC,C) += dout^T @ inp */
-        if (dinp)
-            lf__cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+        if (dinp) lf__cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
         lf__cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     }
     if (dbias) lf__cpu_bias_backward(dbias, dout, N, OC);

@@ -76,8 +76,8 @@ __attribute__((noinline)) static void ln_row(float *restrict o, uint16_t *restri
 }
 
 void lf__cpu_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
-                               const float *restrict inp, const float *restrict weight,
-                               const float *restrict bias, int N, int C) {
+                               const float *restrict inp, const float *restrict weight, const float *restrict bias,
+                               int N, int C) {
 #pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
     for (int n = 0; n < N; n++)
         ln_row(out + (size_t)n * C, NULL, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C);
@@ -86,8 +86,8 @@ void lf__cpu_layernorm_forward(float *restrict out, float *restrict mean, float 
 /* The same layernorm, its output rounded to bf16 (the fp32 op's values,
  * rounded as cast_bf16 rounds). */
 void lf__cpu_layernorm_forward_bf16(uint16_t *restrict out, float *restrict mean, float *restrict rstd,
-                                    const float *restrict inp, const float *restrict weight,
-                                    const float *restrict bias, int N, int C) {
+                                    const float *restrict inp, const float *restrict weight, const float *restrict bias,
+                                    int N, int C) {
 #pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
     for (int n = 0; n < N; n++)
         ln_row(NULL, out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C);
@@ -97,23 +97,21 @@ void lf__cpu_layernorm_forward_bf16(uint16_t *restrict out, float *restrict mean
  * still in cache when the statistics read it. res may equal a or b (each
  * element is read before it is written). out is fp32, or bf16 bits with
  * out_bf16. */
-void lf__cpu_residual_layernorm_forward(float *res, void *out, int out_bf16, float *restrict mean,
-                                        float *restrict rstd, const float *a, const float *b,
-                                        const float *restrict weight, const float *restrict bias, int N, int C) {
+void lf__cpu_residual_layernorm_forward(float *res, void *out, int out_bf16, float *restrict mean, float *restrict rstd,
+                                        const float *a, const float *b, const float *restrict weight,
+                                        const float *restrict bias, int N, int C) {
 #pragma omp parallel for schedule(static) if ((long)N * C >= LF_CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const size_t o = (size_t)n * C;
         lf__cpu_residual_row(res + o, a + o, b + o, C);
-        ln_row(out_bf16 ? NULL : (float *)out + o, out_bf16 ? (uint16_t *)out + o : NULL, mean + n, rstd + n,
-               res + o, weight, bias, C);
+        ln_row(out_bf16 ? NULL : (float *)out + o, out_bf16 ? (uint16_t *)out + o : NULL, mean + n, rstd + n, res + o,
+               weight, bias, C);
     }
 }
 
-void lf__cpu_layernorm_backward(float *restrict dinp, float *restrict dweight,
-                                float *restrict dbias, const float *restrict dout,
-                                const float *restrict inp, const float *restrict weight,
-                                const float *restrict mean, const float *restrict rstd,
-                                int N, int C) {
+void lf__cpu_layernorm_backward(float *restrict dinp, float *restrict dweight, float *restrict dbias,
+                                const float *restrict dout, const float *restrict inp, const float *restrict weight,
+                                const float *restrict mean, const float *restrict rstd, int N, int C) {
 #pragma omp parallel if ((long)N * C >= LF_CPU_PAR_MIN)
     {
         /* dinp: row-parallel. The channel pass below does not read dinp, so

@@ -31,8 +31,8 @@ typedef struct adamw_k {
     int lerp_low;
 } adamw_k;
 
-static adamw_k adamw_consts(float lr, float beta1, float beta2, float eps, float weight_decay,
-                            float grad_scale, int t) {
+static adamw_k adamw_consts(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                            int t) {
     if (t < 1) t = 1;
     const double bc1 = 1.0 - pow((double)beta1, (double)t);
     const double bc2 = 1.0 - pow((double)beta2, (double)t);
@@ -63,19 +63,18 @@ static inline float adamw_elem(const adamw_k k, float param, float grad, float *
     return p + (-k.step_size * mi) / denom;
 }
 
-void lf__cpu_adamw_update(float *restrict params, const float *restrict grads, float *restrict m,
-                          float *restrict v, size_t n, float lr, float beta1, float beta2,
-                          float eps, float weight_decay, float grad_scale, int t) {
+void lf__cpu_adamw_update(float *restrict params, const float *restrict grads, float *restrict m, float *restrict v,
+                          size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                          int t) {
     const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 #pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
 #pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) params[i] = adamw_elem(k, params[i], grads[i], &m[i], &v[i]);
 }
 
-void lf__cpu_adamw_update_shadow(float *restrict params, const float *restrict grads,
-                                 float *restrict m, float *restrict v, size_t n, float lr,
-                                 float beta1, float beta2, float eps, float weight_decay,
-                                 float grad_scale, int t, uint16_t *restrict shadow_bf16,
+void lf__cpu_adamw_update_shadow(float *restrict params, const float *restrict grads, float *restrict m,
+                                 float *restrict v, size_t n, float lr, float beta1, float beta2, float eps,
+                                 float weight_decay, float grad_scale, int t, uint16_t *restrict shadow_bf16,
                                  float *restrict shadow_f32r) {
     const adamw_k k = adamw_consts(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 #pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)

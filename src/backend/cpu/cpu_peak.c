@@ -45,9 +45,18 @@ static double peak_kernel_generic(long iters, float seed) {
     peak_v4 a[12];
     for (int c = 0; c < 12; c++) a[c] = (peak_v4){0} + (seed + (float)c);
     for (long i = 0; i < iters; i++) {
-        a[0] = a[0] * mul + add; a[1] = a[1] * mul + add; a[2] = a[2] * mul + add; a[3] = a[3] * mul + add;
-        a[4] = a[4] * mul + add; a[5] = a[5] * mul + add; a[6] = a[6] * mul + add; a[7] = a[7] * mul + add;
-        a[8] = a[8] * mul + add; a[9] = a[9] * mul + add; a[10] = a[10] * mul + add; a[11] = a[11] * mul + add;
+        a[0] = a[0] * mul + add;
+        a[1] = a[1] * mul + add;
+        a[2] = a[2] * mul + add;
+        a[3] = a[3] * mul + add;
+        a[4] = a[4] * mul + add;
+        a[5] = a[5] * mul + add;
+        a[6] = a[6] * mul + add;
+        a[7] = a[7] * mul + add;
+        a[8] = a[8] * mul + add;
+        a[9] = a[9] * mul + add;
+        a[10] = a[10] * mul + add;
+        a[11] = a[11] * mul + add;
     }
     peak_v4 s = a[0];
     for (int c = 1; c < 12; c++) s += a[c];
@@ -60,7 +69,7 @@ double lf_backend_cpu_peak_flops(double seconds) {
     const lf__cpu_isa_level isa = lf__cpu_isa();
     double (*kernel)(long, float) = isa >= LF_CPU_ISA_AVX512 ? lf__cpu_peak_kernel_avx512
                                     : isa >= LF_CPU_ISA_AVX2 ? lf__cpu_peak_kernel_avx2
-                                                              : peak_kernel_generic;
+                                                             : peak_kernel_generic;
     const long iters = 1L << 18; /* per round and thread: 0.5-2 ms */
     double best = 0, round_flops = 0, round_start = 0, round_end = 0;
     int done = 0;

@@ -14,12 +14,18 @@ double lf__cpu_peak_kernel_avx2(long iters, float seed) {
     __m256 a[12];
     for (int c = 0; c < 12; c++) a[c] = _mm256_set1_ps(seed + (float)c);
     for (long i = 0; i < iters; i++) {
-        a[0] = _mm256_fmadd_ps(a[0], mul, add); a[1] = _mm256_fmadd_ps(a[1], mul, add);
-        a[2] = _mm256_fmadd_ps(a[2], mul, add); a[3] = _mm256_fmadd_ps(a[3], mul, add);
-        a[4] = _mm256_fmadd_ps(a[4], mul, add); a[5] = _mm256_fmadd_ps(a[5], mul, add);
-        a[6] = _mm256_fmadd_ps(a[6], mul, add); a[7] = _mm256_fmadd_ps(a[7], mul, add);
-        a[8] = _mm256_fmadd_ps(a[8], mul, add); a[9] = _mm256_fmadd_ps(a[9], mul, add);
-        a[10] = _mm256_fmadd_ps(a[10], mul, add); a[11] = _mm256_fmadd_ps(a[11], mul, add);
+        a[0] = _mm256_fmadd_ps(a[0], mul, add);
+        a[1] = _mm256_fmadd_ps(a[1], mul, add);
+        a[2] = _mm256_fmadd_ps(a[2], mul, add);
+        a[3] = _mm256_fmadd_ps(a[3], mul, add);
+        a[4] = _mm256_fmadd_ps(a[4], mul, add);
+        a[5] = _mm256_fmadd_ps(a[5], mul, add);
+        a[6] = _mm256_fmadd_ps(a[6], mul, add);
+        a[7] = _mm256_fmadd_ps(a[7], mul, add);
+        a[8] = _mm256_fmadd_ps(a[8], mul, add);
+        a[9] = _mm256_fmadd_ps(a[9], mul, add);
+        a[10] = _mm256_fmadd_ps(a[10], mul, add);
+        a[11] = _mm256_fmadd_ps(a[11], mul, add);
     }
     __m256 s = a[0];
     for (int c = 1; c < 12; c++) s = _mm256_add_ps(s, a[c]);
@@ -29,5 +35,9 @@ double lf__cpu_peak_kernel_avx2(long iters, float seed) {
     return (double)iters * 12 * 8 * 2;
 }
 #else
-double lf__cpu_peak_kernel_avx2(long iters, float seed) { (void)iters; (void)seed; return 0; } /* never called */
+double lf__cpu_peak_kernel_avx2(long iters, float seed) {
+    (void)iters;
+    (void)seed;
+    return 0;
+} /* never called */
 #endif

@@ -14,9 +14,11 @@ double lf__cpu_peak_kernel_avx512(long iters, float seed) {
     __m512 a[24];
     for (int c = 0; c < 24; c++) a[c] = _mm512_set1_ps(seed + (float)c);
     for (long i = 0; i < iters; i++) {
-#define LF_F4(k)                                                                                            \
-    a[k] = _mm512_fmadd_ps(a[k], mul, add); a[k + 1] = _mm512_fmadd_ps(a[k + 1], mul, add);                \
-    a[k + 2] = _mm512_fmadd_ps(a[k + 2], mul, add); a[k + 3] = _mm512_fmadd_ps(a[k + 3], mul, add);
+#define LF_F4(k) \
+    a[k] = _mm512_fmadd_ps(a[k], mul, add); \
+    a[k + 1] = _mm512_fmadd_ps(a[k + 1], mul, add); \
+    a[k + 2] = _mm512_fmadd_ps(a[k + 2], mul, add); \
+    a[k + 3] = _mm512_fmadd_ps(a[k + 3], mul, add);
         LF_F4(0) LF_F4(4) LF_F4(8) LF_F4(12) LF_F4(16) LF_F4(20)
 #undef LF_F4
     }
@@ -28,5 +30,9 @@ double lf__cpu_peak_kernel_avx512(long iters, float seed) {
     return (double)iters * 24 * 16 * 2;
 }
 #else
-double lf__cpu_peak_kernel_avx512(long iters, float seed) { (void)iters; (void)seed; return 0; } /* never called */
+double lf__cpu_peak_kernel_avx512(long iters, float seed) {
+    (void)iters;
+    (void)seed;
+    return 0;
+} /* never called */
 #endif

@@ -29,9 +29,8 @@
 
 /* ------------------------------------------------------------- encoder */
 
-void lf__cpu_encoder_forward(float *restrict out, const int32_t *restrict inp,
-                             const float *restrict wte, const float *restrict wpe,
-                             int B, int T, int C) {
+void lf__cpu_encoder_forward(float *restrict out, const int32_t *restrict inp, const float *restrict wte,
+                             const float *restrict wpe, int B, int T, int C) {
     const long N = (long)B * T;
 #pragma omp parallel for schedule(static) if (N * C >= LF_CPU_PAR_MIN)
     for (long n = 0; n < N; n++) {
@@ -48,9 +47,8 @@ void lf__cpu_encoder_forward(float *restrict out, const int32_t *restrict inp,
     }
 }
 
-void lf__cpu_encoder_backward(float *restrict dwte, float *restrict dwpe,
-                              const float *restrict dout, const int32_t *restrict inp,
-                              int B, int T, int C) {
+void lf__cpu_encoder_backward(float *restrict dwte, float *restrict dwpe, const float *restrict dout,
+                              const int32_t *restrict inp, int B, int T, int C) {
     /* Parallel over channels: rows sharing a token id would race if split
      * across threads, and atomics would make the sum order vary. */
 #pragma omp parallel if ((long)B * T * C >= LF_CPU_PAR_MIN)
@@ -118,8 +116,7 @@ void lf__cpu_gelu_forward_bf16(uint16_t *restrict out, const float *restrict inp
     }
 }
 
-void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
-                           const float *restrict dout, size_t n) {
+void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp, const float *restrict dout, size_t n) {
 #pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
 #pragma omp for simd schedule(static)
     for (size_t i = 0; i < n; i++) {

@@ -34,8 +34,7 @@
 /* One row of the forward, into fp32 (o) or bf16 (ob); not inlined, so the
  * plain forwards and the residual-fused one give the same bits. */
 __attribute__((noinline)) static void rms_row(float *restrict o, uint16_t *restrict ob, float *restrict rstd,
-                                              const float *restrict x, const float *restrict weight, int C,
-                                              float eps) {
+                                              const float *restrict x, const float *restrict weight, int C, float eps) {
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (int c = 0; c < C; c++) ss += x[c] * x[c];
@@ -74,14 +73,14 @@ void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float
     for (int n = 0; n < N; n++) {
         const size_t o = (size_t)n * C;
         lf__cpu_residual_row(res + o, a + o, b + o, C);
-        rms_row(out_bf16 ? NULL : (float *)out + o, out_bf16 ? (uint16_t *)out + o : NULL, rstd + n, res + o, weight,
-                C, eps);
+        rms_row(out_bf16 ? NULL : (float *)out + o, out_bf16 ? (uint16_t *)out + o : NULL, rstd + n, res + o, weight, C,
+                eps);
     }
 }
 
 void lf__cpu_rmsnorm_backward(float *restrict dinp, float *restrict dweight, const float *restrict dout,
-                              const float *restrict inp, const float *restrict weight,
-                              const float *restrict rstd, int N, int C) {
+                              const float *restrict inp, const float *restrict weight, const float *restrict rstd,
+                              int N, int C) {
 #pragma omp parallel if ((long)N * C >= LF_CPU_PAR_MIN)
     {
         /* dinp: row-parallel; the channel pass below does not read it */

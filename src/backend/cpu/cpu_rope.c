@@ -64,7 +64,7 @@ static void rope_apply(float *x, int B, int T, int NH, int NKV, int HS, int pos0
         for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
             const int m = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
             for (int i = 0; i < m; i++) inv[i] = rope_inv_freq(i0 + i, HS, theta);
-            /* chunks touch disjoint channels: no barrier between them */
+                /* chunks touch disjoint channels: no barrier between them */
 #pragma omp for schedule(static) nowait
             for (int t = 0; t < T; t++) {
                 const float p = (float)(pos0 + t);

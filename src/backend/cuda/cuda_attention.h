@@ -53,11 +53,11 @@ cudaError_t lf__cuk_attention_forward(float *out,       // (B,T,C)
                                       uint64_t offset, cudaStream_t stream);
 /* Fused backward: dqkv overwritten (the k, v parts of a key/value head sum
  * its query heads in order); scratch receives D (B,NH,T). */
-cudaError_t lf__cuk_attention_backward(float *dqkv,        // (B,T,W)
-                                       float *scratch,     // (B,NH,T)
-                                       const float *dout,  // (B,T,C)
-                                       const float *qkv,   // (B,T,W)
-                                       const float *lse,   // (B,NH,T) from the fused forward
+cudaError_t lf__cuk_attention_backward(float *dqkv,       // (B,T,W)
+                                       float *scratch,    // (B,NH,T)
+                                       const float *dout, // (B,T,C)
+                                       const float *qkv,  // (B,T,W)
+                                       const float *lse,  // (B,NH,T) from the fused forward
                                        int B, int T, int C, int NH, int NKV, float p, uint64_t seed, uint64_t key,
                                        uint64_t offset, cudaStream_t stream);
 
@@ -67,8 +67,8 @@ cudaError_t lf__cuk_attention_backward(float *dqkv,        // (B,T,W)
 cudaError_t lf__cuk_attention_ref_forward(float *out,       // (B,T,C)
                                           float *att,       // (B,NH,T,T)
                                           const float *qkv, // (B,T,W)
-                                          int B, int T, int C, int NH, int NKV, float p, uint64_t seed,
-                                          uint64_t key, uint64_t offset, cudaStream_t stream);
+                                          int B, int T, int C, int NH, int NKV, float p, uint64_t seed, uint64_t key,
+                                          uint64_t offset, cudaStream_t stream);
 /* Unfused reference backward from att of the reference forward; scratch
  * (B,NH,T,T) ends as the softmax gradient; dqkv overwritten. */
 cudaError_t lf__cuk_attention_ref_backward(float *dqkv,       // (B,T,W)
@@ -76,8 +76,8 @@ cudaError_t lf__cuk_attention_ref_backward(float *dqkv,       // (B,T,W)
                                            const float *dout, // (B,T,C)
                                            const float *qkv,  // (B,T,W)
                                            const float *att,  // (B,NH,T,T)
-                                           int B, int T, int C, int NH, int NKV, float p, uint64_t seed,
-                                           uint64_t key, uint64_t offset, cudaStream_t stream);
+                                           int B, int T, int C, int NH, int NKV, float p, uint64_t seed, uint64_t key,
+                                           uint64_t offset, cudaStream_t stream);
 
 /* The k and v parts of Tn qkv rows into cache positions pos0..pos0+Tn-1,
  * bit for bit. Refuses (cudaErrorInvalidValue) Tn < 1, pos0 < 0,
@@ -94,8 +94,7 @@ cudaError_t lf__cuk_attention_cached(float *out,          // (B,Tn,C)
                                      const float *qkv,    // (B,Tn,W)
                                      const float *kcache, // (B,NKV,Tmax,HS)
                                      const float *vcache, // (B,NKV,Tmax,HS)
-                                     int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax,
-                                     cudaStream_t stream);
+                                     int B, int Tn, int C, int NH, int NKV, int pos0, int Tmax, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

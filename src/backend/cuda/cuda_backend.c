@@ -43,7 +43,7 @@ int lf__cuda_check(lf_backend *be, cudaError_t err, const char *op, const char *
 
 int lf__cuda_check_lt(lf_backend *be, cublasStatus_t st, const char *op, const char *call) {
     if (st == CUBLAS_STATUS_SUCCESS) return 0;
-    const lf_status code = st == CUBLAS_STATUS_ALLOC_FAILED ? LF_ERR_NOMEM
+    const lf_status code = st == CUBLAS_STATUS_ALLOC_FAILED    ? LF_ERR_NOMEM
                            : st == CUBLAS_STATUS_NOT_SUPPORTED ? LF_ERR_UNSUPPORTED
                                                                : LF_ERR_DEVICE;
     lf__backend_fail(be, code, "%s: %s: cuBLASLt status %d", op, call, (int)st);
@@ -283,8 +283,8 @@ static lf_status cuda_mem_info(lf_backend *be, size_t *free_bytes, size_t *total
     if (e == cudaSuccess) return LF_OK;
     (void)cudaGetLastError();
     *free_bytes = *total_bytes = 0;
-    return lf_fail(LF_ERR_DEVICE, "backend 'cuda' (device %d): cudaMemGetInfo: %s (%s)", c->device,
-                   cudaGetErrorName(e), cudaGetErrorString(e));
+    return lf_fail(LF_ERR_DEVICE, "backend 'cuda' (device %d): cudaMemGetInfo: %s (%s)", c->device, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
 }
 
 static const char *cuda_device_name(lf_backend *be) {

@@ -162,9 +162,8 @@ static void bf16_params_changed(lf_backend *be) {
     for (int i = 0; c && i < c->n_wcopies; i++) c->wcopies[i].valid = 0;
 }
 
-static void bf16_adamw_update(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                              float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                              int t) {
+static void bf16_adamw_update(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     lf_cuda_ctx *c = lf__cuda_ctx(be);
     uint16_t *shadow = NULL;
     for (int i = 0; i < c->n_wcopies; i++) {

@@ -25,7 +25,7 @@
 
 #include "shim/cuda_device_shim.h"
 #include "shim/cublasLt_shim.h"
-#define LF_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                  \
+#define LF_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...) \
     lf_shim::make_launcher(#kernel, kernel, (grid), (block), (shmem), (stream))(__VA_ARGS__)
 #define LF_CUDA_DYNAMIC_SHARED(T, name) T *name = static_cast<T *>(lf_shim_tls_dynamic_shared)
 
@@ -38,10 +38,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublasLt.h>
-#define LF_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...)                                  \
+#define LF_CUDA_LAUNCH(kernel, grid, block, shmem, stream, ...) \
     kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
-#define LF_CUDA_DYNAMIC_SHARED(T, name)                                                          \
-    extern __shared__ __align__(16) unsigned char lf_cuda_dynamic_smem[];                        \
+#define LF_CUDA_DYNAMIC_SHARED(T, name) \
+    extern __shared__ __align__(16) unsigned char lf_cuda_dynamic_smem[]; \
     T *name = reinterpret_cast<T *>(lf_cuda_dynamic_smem)
 
 #endif

@@ -48,23 +48,23 @@ typedef struct lf_cuda_wcopy {
 } lf_cuda_wcopy;
 
 typedef struct lf_cuda_ctx {
-    int device;                 /* the CUDA device of this instance */
-    cudaStream_t stream;        /* every op's stream */
-    cublasLtHandle_t lt;        /* cuBLASLt handle (matmuls) */
-    void *workspace;            /* cuBLASLt workspace (device memory) */
+    int device;          /* the CUDA device of this instance */
+    cudaStream_t stream; /* every op's stream */
+    cublasLtHandle_t lt; /* cuBLASLt handle (matmuls) */
+    void *workspace;     /* cuBLASLt workspace (device memory) */
     size_t workspace_bytes;
-    _Atomic size_t live_bytes;  /* device bytes allocated through the instance */
+    _Atomic size_t live_bytes; /* device bytes allocated through the instance */
     char device_name[256];
-    char label[288];            /* "NAME (device N)": lf_backend_device_name */
-    void *reduce_buf;           /* cuda_ops_pointwise.c: a small device buffer (LF_CUDA_REDUCE_BYTES) for the ops
+    char label[288];  /* "NAME (device N)": lf_backend_device_name */
+    void *reduce_buf; /* cuda_ops_pointwise.c: a small device buffer (LF_CUDA_REDUCE_BYTES) for the ops
                                    that return a host value (loss_sum, sum_squares, fp16_round); allocated at
                                    first use, freed by close; outside the allocation table (not plan memory) */
     /* cuda-bf16 only (cuda_bf16.c); empty on "cuda". Like reduce_buf, device memory outside the allocation
      * table: `plan` counts it as "bf16 weight copies" and "bf16 operand scratch", as for cpu-bf16. */
-    lf_cuda_wcopy *wcopies;     /* the weights' bf16 copies */
+    lf_cuda_wcopy *wcopies; /* the weights' bf16 copies */
     int n_wcopies, cap_wcopies;
-    uint16_t *opnd[2];          /* operand scratch: [0] a product's fp32 inp, [1] backward's dout, rounded */
-    size_t opnd_cap[2];         /* elements of each */
+    uint16_t *opnd[2];  /* operand scratch: [0] a product's fp32 inp, [1] backward's dout, rounded */
+    size_t opnd_cap[2]; /* elements of each */
 } lf_cuda_ctx;
 
 #define LF_CUDA_REDUCE_BYTES 4096
@@ -95,9 +95,8 @@ void lf__cuda_install_bf16(lf_backend_ops *ops);
 
 /* AdamW (cuda_ops_pointwise.c) with the CPU's constants; shadow NULL, or
  * n bf16 values that receive the new parameters rounded (cuda-bf16). */
-void lf__cuda_adamw(lf_backend *be, float *params, const float *grads, float *m, float *v, uint16_t *shadow,
-                    size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                    int t);
+void lf__cuda_adamw(lf_backend *be, float *params, const float *grads, float *m, float *v, uint16_t *shadow, size_t n,
+                    float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 
 /* cuda-bf16 (cuda_bf16.c). The bf16 copy of weight w[0..n) on the device,
  * converted now (on the stream) unless a valid one exists; NULL when it

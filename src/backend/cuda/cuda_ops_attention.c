@@ -27,8 +27,8 @@
 static int bad_heads(lf_backend *be, const char *op, int C, int NH, int NKV) {
     if (NH > 0 && NKV > 0 && NH % NKV == 0 && C > 0 && C % NH == 0) return 0;
     lf__backend_fail(be, LF_ERR_INVALID_ARG,
-                     "%s: %d channels, %d heads, %d key/value heads (need NH %% NKV == 0 and C %% NH == 0)", op, C,
-                     NH, NKV);
+                     "%s: %d channels, %d heads, %d key/value heads (need NH %% NKV == 0 and C %% NH == 0)", op, C, NH,
+                     NKV);
     return 1;
 }
 
@@ -54,8 +54,8 @@ static int bad_drop(lf_backend *be, const char *op, lf_dropout drop) {
 
 static int bad_kv(lf_backend *be, const char *op, int B, int Tn, int pos0, int Tmax) {
     if (B >= 1 && Tn >= 1 && pos0 >= 0 && (long)pos0 + Tn <= Tmax) return 0;
-    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %d new rows at position %d of a cache of %d positions (batch %d)",
-                     op, Tn, pos0, Tmax, B);
+    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %d new rows at position %d of a cache of %d positions (batch %d)", op,
+                     Tn, pos0, Tmax, B);
     return 1;
 }
 
@@ -65,8 +65,8 @@ static void cuda_attention_forward(lf_backend *be, float *out, float *att, const
     if (bad_heads(be, op, C, NH, NKV) || bad_hs(be, op, C / NH) || bad_bt(be, op, B, T) || bad_drop(be, op, drop))
         return;
     if (B == 0 || T == 0) return;
-    cudaError_t e = lf__cuk_attention_forward(out, att, qkv, B, T, C, NH, NKV, drop.p, drop.seed, drop.key,
-                                              drop.offset, lf__cuda_stream(be));
+    cudaError_t e = lf__cuk_attention_forward(out, att, qkv, B, T, C, NH, NKV, drop.p, drop.seed, drop.key, drop.offset,
+                                              lf__cuda_stream(be));
     lf__cuda_check(be, e, op, "att_fwd_flash");
 }
 

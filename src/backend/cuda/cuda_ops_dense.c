@@ -139,7 +139,7 @@ typedef struct lt_product {
     int lda;
     const void *B;
     int ldb;
-    float beta;      /* 0: D overwritten (C not read); 1: D += (C = D) */
+    float beta; /* 0: D overwritten (C not read); 1: D += (C = D) */
     float *D;
     int ldd;
     const float *bias; /* EPILOGUE_BIAS (m values) or NULL */
@@ -158,14 +158,14 @@ static int lt_matmul(lf_backend *be, const char *op, const char *what, const lt_
     snprintf(shape, sizeof shape, "%s: op(A) %c, op(B) %c, m=%d n=%d k=%d, lda=%d ldb=%d ldd=%d%s%s", what,
              p->ta == CUBLAS_OP_N ? 'N' : 'T', p->tb == CUBLAS_OP_N ? 'N' : 'T', p->m, p->n, p->k, p->lda, p->ldb,
              p->ldd, p->ab == CUDA_R_16BF ? ", bf16 A and B" : "", p->bias ? ", bias epilogue" : "");
-#define LT_CALL(name, expr)                                                                                 \
-    do {                                                                                                    \
-        cublasStatus_t st_ = (expr);                                                                        \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                                 \
-            snprintf(call, sizeof call, "%s (%s): %s", name, shape, cublasLtGetStatusString(st_));          \
-            lf__cuda_check_lt(be, st_, op, call);                                                           \
-            goto done;                                                                                      \
-        }                                                                                                   \
+#define LT_CALL(name, expr) \
+    do { \
+        cublasStatus_t st_ = (expr); \
+        if (st_ != CUBLAS_STATUS_SUCCESS) { \
+            snprintf(call, sizeof call, "%s (%s): %s", name, shape, cublasLtGetStatusString(st_)); \
+            lf__cuda_check_lt(be, st_, op, call); \
+            goto done; \
+        } \
     } while (0)
 
     LT_CALL("cublasLtMatmulDescCreate", cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -242,8 +242,8 @@ typedef struct mm_operands {
 
 /* Checks shared by the forward of both tables; 0 when the call is to be
  * skipped (nothing to do, or a failure recorded). */
-static int forward_ok(lf_backend *be, const char *op, float *out, const void *inp, lf_dtype inp_dt,
-                      const float *weight, const float *bias, int N, int C, int OC, lf_weight_layout layout) {
+static int forward_ok(lf_backend *be, const char *op, float *out, const void *inp, lf_dtype inp_dt, const float *weight,
+                      const float *bias, int N, int C, int OC, lf_weight_layout layout) {
     if (!dt_ok(be, op, inp_dt) || !shape_ok(be, op, N, C, OC, layout)) return 0;
     if (N == 0 || OC == 0) return 0; /* nothing to write */
     if (C == 0) {
@@ -268,20 +268,25 @@ static int forward_ok(lf_backend *be, const char *op, float *out, const void *in
 }
 
 /* out = x W (+ bias) with the resolved operands. */
-static void forward_product(lf_backend *be, const char *op, float *out, const mm_operands *o, const float *bias,
-                            int N, int C, int OC, lf_weight_layout layout) {
+static void forward_product(lf_backend *be, const char *op, float *out, const mm_operands *o, const float *bias, int N,
+                            int C, int OC, lf_weight_layout layout) {
     const int epilogue = bias && alignment_of(bias) >= LF_CUDA_BIAS_EPILOGUE_ALIGN;
     char what[96];
     snprintf(what, sizeof what, "out = inp @ %s, N=%d C=%d OC=%d", layout == LF_W_IN_OUT ? "W" : "W^T", N, C, OC);
     lt_product p = {
         .ta = layout == LF_W_IN_OUT ? CUBLAS_OP_N : CUBLAS_OP_T,
         .tb = CUBLAS_OP_N,
-        .m = OC, .n = N, .k = C,
+        .m = OC,
+        .n = N,
+        .k = C,
         .ab = o->ab,
-        .A = o->w, .lda = layout == LF_W_IN_OUT ? OC : C,
-        .B = o->x, .ldb = C,
+        .A = o->w,
+        .lda = layout == LF_W_IN_OUT ? OC : C,
+        .B = o->x,
+        .ldb = C,
         .beta = 0.0f,
-        .D = out, .ldd = OC,
+        .D = out,
+        .ldd = OC,
         .bias = epilogue ? bias : NULL,
     };
     if (lt_matmul(be, op, what, &p)) return;
@@ -289,11 +294,11 @@ static void forward_product(lf_backend *be, const char *op, float *out, const mm
         lf__cuda_check(be, lf__cuk_bias_add(out, bias, N, OC, lf__cuda_stream(be)), op, "dense_bias_add");
 }
 
-static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
-                                const void *inp,             // (N,C) in inp_dt
+static void cuda_matmul_forward(lf_backend *be, float *out, // (N,OC)
+                                const void *inp,            // (N,C) in inp_dt
                                 lf_dtype inp_dt,
-                                const float *weight,         // (C,OC) or (OC,C)
-                                const float *bias,           // (OC) or NULL
+                                const float *weight, // (C,OC) or (OC,C)
+                                const float *bias,   // (OC) or NULL
                                 int N, int C, int OC, lf_weight_layout layout) {
     static const char op[] = "matmul_forward";
     if (!forward_ok(be, op, out, inp, inp_dt, weight, bias, N, C, OC, layout)) return;
@@ -302,14 +307,15 @@ static void cuda_matmul_forward(lf_backend *be, float *out,  // (N,OC)
 }
 
 /* Checks shared by the backward of both tables, as forward_ok. */
-static int backward_ok(lf_backend *be, const char *op, float *dinp, float *dweight, float *dbias,
-                       const float *dout, const void *inp, lf_dtype inp_dt, const float *weight, int N, int C,
-                       int OC, lf_weight_layout layout) {
+static int backward_ok(lf_backend *be, const char *op, float *dinp, float *dweight, float *dbias, const float *dout,
+                       const void *inp, lf_dtype inp_dt, const float *weight, int N, int C, int OC,
+                       lf_weight_layout layout) {
     if (!dt_ok(be, op, inp_dt) || !shape_ok(be, op, N, C, OC, layout)) return 0;
     if (N == 0 || C == 0 || OC == 0) return 0; /* every product and sum is empty (as the CPU backend) */
     if (!dweight || !dout || !inp || (dinp && !weight)) {
         lf__backend_fail(be, LF_ERR_INVALID_ARG,
-                         "%s: dweight, dout, inp (and weight, with dinp) must be given (N=%d C=%d OC=%d)", op, N, C, OC);
+                         "%s: dweight, dout, inp (and weight, with dinp) must be given (N=%d C=%d OC=%d)", op, N, C,
+                         OC);
         return 0;
     }
     static const char *const names[] = {"dinp", "dweight", "dbias", "dout", "weight", "inp"};
@@ -325,8 +331,7 @@ static int backward_ok(lf_backend *be, const char *op, float *dinp, float *dweig
 /* dinp = dout W^T (or dout W), dW += ..., dbias += column sums of the fp32
  * dout, with the resolved operands (o->w unused when dinp is NULL). */
 static void backward_products(lf_backend *be, const char *op, float *dinp, float *dweight, float *dbias,
-                              const float *dout, const mm_operands *o, int N, int C, int OC,
-                              lf_weight_layout layout) {
+                              const float *dout, const mm_operands *o, int N, int C, int OC, lf_weight_layout layout) {
     const int in_out = layout == LF_W_IN_OUT;
     char what[112];
     if (dinp) {
@@ -334,12 +339,17 @@ static void backward_products(lf_backend *be, const char *op, float *dinp, float
         lt_product p = {
             .ta = in_out ? CUBLAS_OP_T : CUBLAS_OP_N,
             .tb = CUBLAS_OP_N,
-            .m = C, .n = N, .k = OC,
+            .m = C,
+            .n = N,
+            .k = OC,
             .ab = o->ab,
-            .A = o->w, .lda = in_out ? OC : C,
-            .B = o->d, .ldb = OC,
+            .A = o->w,
+            .lda = in_out ? OC : C,
+            .B = o->d,
+            .ldb = OC,
             .beta = 0.0f,
-            .D = dinp, .ldd = C,
+            .D = dinp,
+            .ldd = C,
             .bias = NULL,
         };
         if (lt_matmul(be, op, what, &p)) return;
@@ -348,32 +358,43 @@ static void backward_products(lf_backend *be, const char *op, float *dinp, float
     if (in_out) {
         snprintf(what, sizeof what, "dW (C,OC) += inp^T @ dout, N=%d C=%d OC=%d", N, C, OC);
         q = (lt_product){
-            .ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T,
-            .m = OC, .n = C, .k = N,
+            .ta = CUBLAS_OP_N,
+            .tb = CUBLAS_OP_T,
+            .m = OC,
+            .n = C,
+            .k = N,
             .ab = o->ab,
-            .A = o->d, .lda = OC,
-            .B = o->x, .ldb = C,
+            .A = o->d,
+            .lda = OC,
+            .B = o->x,
+            .ldb = C,
             .beta = 1.0f,
-            .D = dweight, .ldd = OC,
+            .D = dweight,
+            .ldd = OC,
             .bias = NULL,
         };
     } else {
         snprintf(what, sizeof what, "dW (OC,C) += dout^T @ inp, N=%d C=%d OC=%d", N, C, OC);
         q = (lt_product){
-            .ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T,
-            .m = C, .n = OC, .k = N,
+            .ta = CUBLAS_OP_N,
+            .tb = CUBLAS_OP_T,
+            .m = C,
+            .n = OC,
+            .k = N,
             .ab = o->ab,
-            .A = o->x, .lda = C,
-            .B = o->d, .ldb = OC,
+            .A = o->x,
+            .lda = C,
+            .B = o->d,
+            .ldb = OC,
             .beta = 1.0f,
-            .D = dweight, .ldd = C,
+            .D = dweight,
+            .ldd = C,
             .bias = NULL,
         };
     }
     if (lt_matmul(be, op, what, &q)) return;
     if (dbias)
-        lf__cuda_check(be, lf__cuk_bias_backward(dbias, dout, N, OC, lf__cuda_stream(be)), op,
-                       "dense_bias_backward");
+        lf__cuda_check(be, lf__cuk_bias_backward(dbias, dout, N, OC, lf__cuda_stream(be)), op, "dense_bias_backward");
 }
 
 static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwritten) or NULL
@@ -382,7 +403,7 @@ static void cuda_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (overwr
                                  const float *dout,           // (N,OC)
                                  const void *inp,             // (N,C) in inp_dt
                                  lf_dtype inp_dt,
-                                 const float *weight,         // (C,OC) or (OC,C)
+                                 const float *weight, // (C,OC) or (OC,C)
                                  int N, int C, int OC, lf_weight_layout layout) {
     static const char op[] = "matmul_backward";
     if (!backward_ok(be, op, dinp, dweight, dbias, dout, inp, inp_dt, weight, N, C, OC, layout)) return;
@@ -402,11 +423,11 @@ static const uint16_t *bf16_input(lf_backend *be, const char *op, int slot, cons
     return s;
 }
 
-static void cuda_bf16_matmul_forward(lf_backend *be, float *out,  // (N,OC)
-                                     const void *inp,             // (N,C) in inp_dt
+static void cuda_bf16_matmul_forward(lf_backend *be, float *out, // (N,OC)
+                                     const void *inp,            // (N,C) in inp_dt
                                      lf_dtype inp_dt,
-                                     const float *weight,         // (C,OC) or (OC,C)
-                                     const float *bias,           // (OC) or NULL
+                                     const float *weight, // (C,OC) or (OC,C)
+                                     const float *bias,   // (OC) or NULL
                                      int N, int C, int OC, lf_weight_layout layout) {
     static const char op[] = "matmul_forward";
     if (!forward_ok(be, op, out, inp, inp_dt, weight, bias, N, C, OC, layout)) return;
@@ -422,7 +443,7 @@ static void cuda_bf16_matmul_backward(lf_backend *be, float *dinp, // (N,C) = (o
                                       const float *dout,           // (N,OC)
                                       const void *inp,             // (N,C) in inp_dt
                                       lf_dtype inp_dt,
-                                      const float *weight,         // (C,OC) or (OC,C)
+                                      const float *weight, // (C,OC) or (OC,C)
                                       int N, int C, int OC, lf_weight_layout layout) {
     static const char op[] = "matmul_backward";
     if (!backward_ok(be, op, dinp, dweight, dbias, dout, inp, inp_dt, weight, N, C, OC, layout)) return;

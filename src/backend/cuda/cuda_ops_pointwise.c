@@ -37,7 +37,10 @@
 static int dt_ok(lf_backend *be, const char *op, lf_dtype dt) {
     if (be->ops->act_dtypes & LF_DT_BIT(dt)) return 1;
     lf__backend_fail(be, LF_ERR_UNSUPPORTED, "%s: activation storage %s is not offered by backend '%s'", op,
-                     dt == LF_DT_BF16 ? "bf16" : dt == LF_DT_F32 ? "fp32" : "(unknown dtype)", be->ops->name);
+                     dt == LF_DT_BF16  ? "bf16"
+                     : dt == LF_DT_F32 ? "fp32"
+                                       : "(unknown dtype)",
+                     be->ops->name);
     return 0;
 }
 
@@ -57,8 +60,8 @@ static void cu_encoder_forward(lf_backend *be, float *out, const int32_t *inp, c
                    "pw_encoder_forward");
 }
 
-static void cu_encoder_backward(lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                                int B, int T, int C) {
+static void cu_encoder_backward(lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
+                                int T, int C) {
     if (bad_size(be, "encoder_backward", "batch x time", B, T) || bad_size(be, "encoder_backward", "channels", C, 0))
         return;
     if ((long)B * T > 0x7fffffffL) {
@@ -71,8 +74,8 @@ static void cu_encoder_backward(lf_backend *be, float *dwte, float *dwpe, const 
 
 /* ---------------------------------------------------------------- norms */
 
-static void cu_layernorm_forward(lf_backend *be, void *out, lf_dtype out_dt, float *mean, float *rstd,
-                                 const float *inp, const float *weight, const float *bias, int N, int C) {
+static void cu_layernorm_forward(lf_backend *be, void *out, lf_dtype out_dt, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int N, int C) {
     if (!dt_ok(be, "layernorm_forward", out_dt) || bad_size(be, "layernorm_forward", "rows x channels", N, C)) return;
     lf__cuda_check(be,
                    lf__cuk_layernorm_forward(out, out_dt == LF_DT_BF16, mean, rstd, inp, weight, bias, N, C,
@@ -113,14 +116,13 @@ static void cu_residual_layernorm_forward(lf_backend *be, float *res, void *out,
         bad_size(be, "residual_layernorm_forward", "rows x channels", N, C))
         return;
     lf__cuda_check(be,
-                   lf__cuk_residual_layernorm_forward(res, out, out_dt == LF_DT_BF16, mean, rstd, a, b, weight, bias,
-                                                      N, C, lf__cuda_stream(be)),
+                   lf__cuk_residual_layernorm_forward(res, out, out_dt == LF_DT_BF16, mean, rstd, a, b, weight, bias, N,
+                                                      C, lf__cuda_stream(be)),
                    "residual_layernorm_forward", "ln_forward<Res>");
 }
 
 static void cu_residual_rmsnorm_forward(lf_backend *be, float *res, void *out, lf_dtype out_dt, float *rstd,
-                                        const float *a, const float *b, const float *weight, int N, int C,
-                                        float eps) {
+                                        const float *a, const float *b, const float *weight, int N, int C, float eps) {
     if (!dt_ok(be, "residual_rmsnorm_forward", out_dt) ||
         bad_size(be, "residual_rmsnorm_forward", "rows x channels", N, C))
         return;
@@ -181,8 +183,8 @@ static int bad_rope(lf_backend *be, const char *op, int B, int T, int NH, int NK
     return 0;
 }
 
-static void rope(lf_backend *be, const char *op, float *x, int B, int T, int NH, int NKV, int HS, int pos0,
-                 float theta, float sgn) {
+static void rope(lf_backend *be, const char *op, float *x, int B, int T, int NH, int NKV, int HS, int pos0, float theta,
+                 float sgn) {
     if (bad_rope(be, op, B, T, NH, NKV, HS, pos0)) return;
     lf_cuk_rope_freqs f;
     memset(&f, 0, sizeof f);
@@ -192,8 +194,7 @@ static void rope(lf_backend *be, const char *op, float *x, int B, int T, int NH,
     lf__cuda_check(be, lf__cuk_rope(x, &f, B, T, NH, NKV, HS, pos0, sgn, lf__cuda_stream(be)), op, "pw_rope");
 }
 
-static void cu_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                            float theta) {
+static void cu_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
     rope(be, "rope_forward", qkv, B, T, NH, NKV, HS, pos0, theta, 1.0f);
 }
 
@@ -246,8 +247,7 @@ static void cu_crossentropy_forward_backward(lf_backend *be, float *losses, floa
         return;
     }
     if (bad_size(be, "crossentropy_forward_backward", "rows x vocabulary", N, V)) return;
-    lf__cuda_check(be,
-                   lf__cuk_crossentropy(losses, dlogits, logits, targets, N, V, Vp, dloss, lf__cuda_stream(be)),
+    lf__cuda_check(be, lf__cuk_crossentropy(losses, dlogits, logits, targets, N, V, Vp, dloss, lf__cuda_stream(be)),
                    "crossentropy_forward_backward", "ce_kernel");
 }
 
@@ -284,8 +284,8 @@ static double cu_loss_sum(lf_backend *be, const float *losses, const int32_t *ta
     char *rb = reduce_buf(be, "loss_sum");
     if (!rb) return 0.0;
     lf_cuk_loss_result r = {0.0, 0};
-    if (lf__cuda_check(be, lf__cuk_loss_sum((lf_cuk_loss_result *)(rb + RB_LOSS), losses, targets, N,
-                                            lf__cuda_stream(be)),
+    if (lf__cuda_check(be,
+                       lf__cuk_loss_sum((lf_cuk_loss_result *)(rb + RB_LOSS), losses, targets, N, lf__cuda_stream(be)),
                        "loss_sum", "ls_kernel") ||
         fetch(be, "loss_sum", &r, rb + RB_LOSS, sizeof r))
         return 0.0;
@@ -295,9 +295,8 @@ static double cu_loss_sum(lf_backend *be, const float *losses, const int32_t *ta
 
 /* ---------------------------------------------------------------- optimizer */
 
-void lf__cuda_adamw(lf_backend *be, float *params, const float *grads, float *m, float *v, uint16_t *shadow,
-                    size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                    int t) {
+void lf__cuda_adamw(lf_backend *be, float *params, const float *grads, float *m, float *v, uint16_t *shadow, size_t n,
+                    float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     /* cpu_optim.c adamw_consts, term for term */
     if (t < 1) t = 1;
     const double bc1 = 1.0 - pow((double)beta1, (double)t);
@@ -316,9 +315,8 @@ void lf__cuda_adamw(lf_backend *be, float *params, const float *grads, float *m,
                    "opt_adamw");
 }
 
-static void cu_adamw_update(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                            int t) {
+static void cu_adamw_update(lf_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     lf__cuda_adamw(be, params, grads, m, v, NULL, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 
@@ -326,8 +324,9 @@ static double cu_sum_squares(lf_backend *be, const float *x, size_t n) {
     char *rb = reduce_buf(be, "sum_squares");
     if (!rb) return 0.0;
     double s = 0.0;
-    if (lf__cuda_check(be, lf__cuk_sum_squares((double *)(rb + RB_SS), (double *)(rb + RB_PARTIAL), x, n,
-                                               lf__cuda_stream(be)),
+    if (lf__cuda_check(be,
+                       lf__cuk_sum_squares((double *)(rb + RB_SS), (double *)(rb + RB_PARTIAL), x, n,
+                                           lf__cuda_stream(be)),
                        "sum_squares", "opt_ss_partial / opt_ss_final") ||
         fetch(be, "sum_squares", &s, rb + RB_SS, sizeof s))
         return 0.0;

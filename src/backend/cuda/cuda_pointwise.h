@@ -38,8 +38,8 @@ cudaError_t lf__cuk_rng_uniform(float *out,            // (n)
 /* ---- embedding (wpe NULL: token embedding only; then dwpe NULL too).
  * backward: dwte[v,c] += the rows with token v in row order, dwpe[t,c] +=
  * over b in order: the CPU's summation order, so the CPU's bits. */
-cudaError_t lf__cuk_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
-                                    int T, int C, cudaStream_t stream);
+cudaError_t lf__cuk_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,
+                                    int C, cudaStream_t stream);
 cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                                      int C, cudaStream_t stream);
 
@@ -52,16 +52,16 @@ cudaError_t lf__cuk_layernorm_forward(void *out, int out_bf16, float *mean, floa
 /* res = a + b, then the norm of res, in one kernel (res may equal a or b):
  * the bits of residual_forward followed by the plain norm. */
 cudaError_t lf__cuk_residual_layernorm_forward(float *res, void *out, int out_bf16, float *mean, float *rstd,
-                                               const float *a, const float *b, const float *weight,
-                                               const float *bias, int N, int C, cudaStream_t stream);
+                                               const float *a, const float *b, const float *weight, const float *bias,
+                                               int N, int C, cudaStream_t stream);
 cudaError_t lf__cuk_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float *rstd, const float *a,
                                              const float *b, const float *weight, int N, int C, float eps,
                                              cudaStream_t stream);
-cudaError_t lf__cuk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                       const float *inp, const float *weight, const float *mean, const float *rstd,
-                                       int N, int C, cudaStream_t stream);
-cudaError_t lf__cuk_rmsnorm_forward(void *out, int out_bf16, float *rstd, const float *inp, const float *weight,
-                                    int N, int C, float eps, cudaStream_t stream);
+cudaError_t lf__cuk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                       const float *weight, const float *mean, const float *rstd, int N, int C,
+                                       cudaStream_t stream);
+cudaError_t lf__cuk_rmsnorm_forward(void *out, int out_bf16, float *rstd, const float *inp, const float *weight, int N,
+                                    int C, float eps, cudaStream_t stream);
 cudaError_t lf__cuk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                      const float *weight, const float *rstd, int N, int C, cudaStream_t stream);
 
@@ -79,8 +79,8 @@ cudaError_t lf__cuk_swiglu_backward(float *dinp, const float *inp, const float *
 typedef struct lf_cuk_rope_freqs {
     float inv_freq[LF_CUK_ROPE_MAX_HALF];
 } lf_cuk_rope_freqs;
-cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, int B, int T, int NH, int NKV, int HS,
-                         int pos0, float sgn, cudaStream_t stream);
+cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, int B, int T, int NH, int NKV, int HS, int pos0,
+                         float sgn, cudaStream_t stream);
 
 /* ---- residual, dropout. out may equal a or b, and dropout's out its inp.
  * dropout: element i kept when lf_cuda_dropout_keep(seed, key, offset + i,
@@ -88,8 +88,8 @@ cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, int B, int 
  * same kernel is forward (inp) and backward (dout). */
 cudaError_t lf__cuk_residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t stream);
 cudaError_t lf__cuk_residual_backward(float *da, float *db, const float *dout, size_t n, cudaStream_t stream);
-cudaError_t lf__cuk_dropout(float *out, const float *inp, size_t n, float p, float scale, uint64_t seed,
-                            uint64_t key, uint64_t offset, cudaStream_t stream);
+cudaError_t lf__cuk_dropout(float *out, const float *inp, size_t n, float p, float scale, uint64_t seed, uint64_t key,
+                            uint64_t offset, cudaStream_t stream);
 
 /* ---- loss: a block per row (max, sum of exp in double, the gradient);
  * dlogits may be NULL or equal logits. */

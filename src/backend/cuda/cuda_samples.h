@@ -31,17 +31,17 @@ cudaError_t lf__cuda_sample_vadd(float *out,     // (n)
  * each sum a grid-stride slice in dynamic shared memory (a __syncthreads
  * tree) into partial[blockIdx.x]; one more block sums the partials. Fixed
  * order: the same bits every run. */
-cudaError_t lf__cuda_sample_block_sum(float *out,       // (1)
-                                      float *partial,   // (grid) scratch
-                                      const float *x,   // (n)
+cudaError_t lf__cuda_sample_block_sum(float *out,     // (1)
+                                      float *partial, // (grid) scratch
+                                      const float *x, // (n)
                                       int n, int grid, int block, cudaStream_t stream);
 
 /* The same sum with warp shuffles: each warp reduces with
  * __shfl_down_sync, warp 0 reduces the warps' sums (static __shared__)
  * with __shfl_xor_sync. block: a multiple of 32. */
-cudaError_t lf__cuda_sample_warp_sum(float *out,       // (1)
-                                     float *partial,   // (grid) scratch
-                                     const float *x,   // (n)
+cudaError_t lf__cuda_sample_warp_sum(float *out,     // (1)
+                                     float *partial, // (grid) scratch
+                                     const float *x, // (n)
                                      int n, int grid, int block, cudaStream_t stream);
 
 /* Round trips through the 16-bit types: bf16_bits[i] = __float2bfloat16(x[i])

@@ -83,7 +83,7 @@ typedef struct nccl_pending {
 } nccl_pending;
 
 typedef struct nccl_state {
-    lf_comm *ctl;            /* host control handle (mpi, single; tcp under torchrun) */
+    lf_comm *ctl; /* host control handle (mpi, single; tcp under torchrun) */
     ncclComm_t nc;
     int device;
     cudaStream_t comm_stream; /* the collectives' stream */
@@ -143,8 +143,10 @@ static lf_status fail_collective(lf_comm *c, nccl_state *s, lf_status st, const 
     diag[0] = '\0';
     if (s->ctl->ops->diagnose) s->ctl->ops->diagnose(mirror(c, s), c, st, diag, sizeof diag);
     if (st == LF_ERR_TIMEOUT)
-        return lf_fail(st, "%s timed out on rank %d after %.1f s (comm.timeout_s = %g; NCCL communicator aborted, "
-                       "waiting in %s)%s", desc, c->rank, waited, c->opts.timeout_s, what, diag);
+        return lf_fail(st,
+                       "%s timed out on rank %d after %.1f s (comm.timeout_s = %g; NCCL communicator aborted, "
+                       "waiting in %s)%s",
+                       desc, c->rank, waited, c->opts.timeout_s, what, diag);
     return lf_fail(st, "%s failed on rank %d: %s%s", desc, c->rank, what, diag);
 }
 
@@ -161,8 +163,7 @@ static lf_status status_of(ncclResult_t r) {
 static lf_status fail_nccl(lf_comm *c, nccl_state *s, ncclResult_t r, const char *call) {
     char what[900];
     const char *last = s->nc ? ncclGetLastError(s->nc) : ncclGetLastError(NULL);
-    snprintf(what, sizeof what, "%s: %s%s%s", call, ncclGetErrorString(r), last && *last ? ": " : "",
-             last ? last : "");
+    snprintf(what, sizeof what, "%s: %s%s%s", call, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
     return fail_collective(c, s, status_of(r), what);
 }
 
@@ -261,8 +262,8 @@ static ncclResult_t enqueue_reduce_scatter(lf_comm *c, nccl_state *s, const void
         lf_comm_partition(n, c->size, p, &off, &cnt);
         if (!cnt) continue;
         /* recvbuff is read on the root only */
-        r = ncclReduce(send + off * es, p == c->rank ? recv : (void *)(send + off * es), cnt, dt, red_op(op), p,
-                       s->nc, s->comm_stream);
+        r = ncclReduce(send + off * es, p == c->rank ? recv : (void *)(send + off * es), cnt, dt, red_op(op), p, s->nc,
+                       s->comm_stream);
     }
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess || r == ncclInProgress) r = e;
@@ -282,8 +283,7 @@ static lf_status reduce_scatter_dt(lf_comm *c, const void *send, void *recv, siz
 static lf_status nccl_reduce_scatter(lf_comm *c, const float *send, float *recv, size_t n, lf_comm_op op) {
     return reduce_scatter_dt(c, send, recv, n, ncclFloat32, op);
 }
-static lf_status nccl_reduce_scatter_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n,
-                                          lf_comm_op op) {
+static lf_status nccl_reduce_scatter_bf16(lf_comm *c, const uint16_t *send, uint16_t *recv, size_t n, lf_comm_op op) {
     return reduce_scatter_dt(c, send, recv, n, ncclBfloat16, op);
 }
 
@@ -581,8 +581,7 @@ static lf_status nccl_open(lf_comm *c) {
     if ((st = ctl_done(s, k->ops->broadcast(k, &msg, sizeof msg, 0))) != LF_OK) goto fail;
     if (!msg.ok) {
         msg.why[sizeof msg.why - 1] = '\0';
-        st = lf_fail(LF_ERR_IO, "nccl communicator: rank 0 could not make the NCCL id (ncclGetUniqueId: %s)",
-                     msg.why);
+        st = lf_fail(LF_ERR_IO, "nccl communicator: rank 0 could not make the NCCL id (ncclGetUniqueId: %s)", msg.why);
         goto fail;
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;

@@ -68,7 +68,7 @@ struct lf__dash {
     char *header_static;  /* members of the header known at start, without braces */
     size_t max_response;
     double server_start;
-    double train_iters;   /* from the header; NAN when unknown */
+    double train_iters; /* from the header; NAN when unknown */
 
     pthread_mutex_t live_mu; /* the training thread's notes */
     long step, first_step;
@@ -79,14 +79,14 @@ struct lf__dash {
     pthread_mutex_t idx_mu; /* the index of the log */
     idx_entry *ent;
     size_t n, cap;
-    off_t read_off;       /* bytes consumed: whole lines only */
-    long line_no;         /* lines consumed */
-    int skipping;         /* inside a line longer than LF_DASH_MAX_LINE */
+    off_t read_off; /* bytes consumed: whole lines only */
+    long line_no;   /* lines consumed */
+    int skipping;   /* inside a line longer than LF_DASH_MAX_LINE */
     long skipping_line;
     dev_t dev;
     ino_t ino;
     int have_file;
-    int unread;           /* the last update stopped at LF_DASH_READ_CHUNK: the file holds more */
+    int unread; /* the last update stopped at LF_DASH_READ_CHUNK: the file holds more */
     long skipped;
     char warn[DASH_MAX_WARN][200];
     int n_warn;
@@ -246,12 +246,10 @@ static int index_line(lf__dash *d, char *line, size_t len, off_t off) {
     cJSON *o = cJSON_ParseWithLength(line, len);
     const cJSON *st = o ? cJSON_GetObjectItemCaseSensitive(o, "step") : NULL;
     int rc = 0;
-    if (!cJSON_IsObject(o))
-        add_warning(d, no, "not a JSON object (a torn or corrupt line); left out");
+    if (!cJSON_IsObject(o)) add_warning(d, no, "not a JSON object (a torn or corrupt line); left out");
     else if (!cJSON_IsNumber(st) || !(st->valuedouble >= -1) || st->valuedouble > 9e15)
         add_warning(d, no, "no numeric \"step\"; left out");
-    else
-        rc = push_entry(d, off, len, (long)st->valuedouble);
+    else rc = push_entry(d, off, len, (long)st->valuedouble);
     cJSON_Delete(o);
     return rc;
 }
@@ -518,7 +516,8 @@ int lf__dash_route(lf__dash *d, lf__http_request *r) {
         return 1;
     }
     const char *ctype = status == 200 ? "application/json" : "text/plain; charset=utf-8";
-    if (lf__http_reply(r, status, ctype, h, 2, body, len) != LF_OK) (void)lf__http_reply_text(r, 500, "out of memory\n");
+    if (lf__http_reply(r, status, ctype, h, 2, body, len) != LF_OK)
+        (void)lf__http_reply_text(r, 500, "out of memory\n");
     free(body);
     return 1;
 }
@@ -532,9 +531,7 @@ typedef struct dash_sink {
     int port;
 } dash_sink;
 
-static void dash_sink_emit(lf_obs_sink *s, const lf_obs_record *r) {
-    lf__dash_emit(((dash_sink *)s->impl)->dash, r);
-}
+static void dash_sink_emit(lf_obs_sink *s, const lf_obs_record *r) { lf__dash_emit(((dash_sink *)s->impl)->dash, r); }
 
 static void dash_sink_close(lf_obs_sink *s) {
     if (!s) return;

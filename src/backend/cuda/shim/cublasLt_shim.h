@@ -167,8 +167,8 @@ typedef enum {
 } cublasLtEpilogue_t;
 
 typedef enum {
-    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,          /* uint32_t */
-    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,  /* uint64_t */
+    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,           /* uint32_t */
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,   /* uint64_t */
     CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3, /* uint32_t */
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5, /* uint32_t */
     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, /* uint32_t */
@@ -212,12 +212,10 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc, c
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld);
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout);
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout,
-                                                cublasLtMatrixLayoutAttribute_t attr, const void *buf,
-                                                size_t sizeInBytes);
-cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t matLayout,
-                                                cublasLtMatrixLayoutAttribute_t attr, void *buf, size_t sizeInBytes,
-                                                size_t *sizeWritten);
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t sizeInBytes);
+cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
+                                                void *buf, size_t sizeInBytes, size_t *sizeWritten);
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref);
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
@@ -238,11 +236,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
                                               int *returnAlgoCount);
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
-                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
-                              cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
-                              cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
-                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspaceSizeInBytes,
-                              cudaStream_t stream);
+                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                              const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream);
 
 /* Shim only: why the calling thread's last failing cuBLASLt call failed
  * ("" after a success). */

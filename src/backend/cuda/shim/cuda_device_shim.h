@@ -105,8 +105,16 @@ constexpr int warpSize = 32;
 
 /* ------------------------------------------------------------ fp16 and bf16 */
 namespace lf_shim {
-static inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-static inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+static inline float bits_f32(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 
 /* float -> bf16, nearest even; NaN -> 0x7fff (what cvt.rn.bf16.f32 gives) */
 static inline uint16_t f32_to_bf16_rn(float f) {
@@ -130,17 +138,17 @@ static inline uint16_t f32_to_f16_rn(float f) {
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return 0x7fffu;
     if (a == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
-    int exp = (int)(a >> 23) - 127; /* unbiased */
+    int exp = (int)(a >> 23) - 127;              /* unbiased */
     uint32_t mant = (a & 0x7fffffu) | 0x800000u; /* 24 significant bits */
-    if (a < 0x00800000u) return (uint16_t)sign; /* float subnormals are far below fp16's range */
-    uint32_t q;   /* the fp16 magnitude before rounding, in units of its last place */
-    uint32_t rem; /* the dropped bits */
-    int shift;    /* how many low bits of mant are dropped */
+    if (a < 0x00800000u) return (uint16_t)sign;  /* float subnormals are far below fp16's range */
+    uint32_t q;                                  /* the fp16 magnitude before rounding, in units of its last place */
+    uint32_t rem;                                /* the dropped bits */
+    int shift;                                   /* how many low bits of mant are dropped */
     if (exp >= -14) {
-        shift = 13;                 /* normal: keep 11 of the 24 bits */
+        shift = 13; /* normal: keep 11 of the 24 bits */
         q = ((uint32_t)(exp + 15) << 10) | ((mant >> 13) & 0x3ffu);
     } else {
-        shift = 13 + (-14 - exp);   /* subnormal: the unit is 2^-24 */
+        shift = 13 + (-14 - exp);              /* subnormal: the unit is 2^-24 */
         if (shift > 24) return (uint16_t)sign; /* below half the smallest subnormal */
         q = mant >> shift;
     }
@@ -163,8 +171,12 @@ static inline float f16_to_f32(uint16_t h) {
 }
 } // namespace lf_shim
 
-struct __half_raw { unsigned short x; };
-struct __nv_bfloat16_raw { unsigned short x; };
+struct __half_raw {
+    unsigned short x;
+};
+struct __nv_bfloat16_raw {
+    unsigned short x;
+};
 
 struct __half {
     unsigned short __x;
@@ -175,7 +187,10 @@ struct __half {
     __half(int i) : __x(lf_shim::f32_to_f16_rn((float)i)) {}
     operator float() const { return lf_shim::f16_to_f32(__x); }
     operator __half_raw() const { return __half_raw{__x}; }
-    __half &operator=(float f) { __x = lf_shim::f32_to_f16_rn(f); return *this; }
+    __half &operator=(float f) {
+        __x = lf_shim::f32_to_f16_rn(f);
+        return *this;
+    }
 };
 struct __nv_bfloat16 {
     unsigned short __x;
@@ -186,39 +201,50 @@ struct __nv_bfloat16 {
     __nv_bfloat16(int i) : __x(lf_shim::f32_to_bf16_rn((float)i)) {}
     operator float() const { return lf_shim::bf16_to_f32(__x); }
     operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
-    __nv_bfloat16 &operator=(float f) { __x = lf_shim::f32_to_bf16_rn(f); return *this; }
+    __nv_bfloat16 &operator=(float f) {
+        __x = lf_shim::f32_to_bf16_rn(f);
+        return *this;
+    }
 };
 typedef __half half;
 typedef __nv_bfloat16 nv_bfloat16;
-struct __align__(4) __half2 { __half x, y; };
-struct __align__(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
+struct __align__(4) __half2 {
+    __half x, y;
+};
+struct __align__(4) __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
 typedef __half2 half2;
 typedef __nv_bfloat162 nv_bfloat162;
 
 /* arithmetic through float, one rounding */
-#define LF_SHIM_LOWP_OPS(T)                                                                        \
-    static inline T operator+(T a, T b) { return T((float)a + (float)b); }                         \
-    static inline T operator-(T a, T b) { return T((float)a - (float)b); }                         \
-    static inline T operator*(T a, T b) { return T((float)a * (float)b); }                         \
-    static inline T operator/(T a, T b) { return T((float)a / (float)b); }                         \
-    static inline T operator-(T a) { T r = a; r.__x ^= 0x8000u; return r; }                       \
-    static inline T &operator+=(T &a, T b) { return a = a + b; }                                   \
-    static inline T &operator-=(T &a, T b) { return a = a - b; }                                   \
-    static inline T &operator*=(T &a, T b) { return a = a * b; }                                   \
-    static inline T &operator/=(T &a, T b) { return a = a / b; }                                   \
-    static inline bool operator==(T a, T b) { return (float)a == (float)b; }                       \
-    static inline bool operator!=(T a, T b) { return (float)a != (float)b; }                       \
-    static inline bool operator<(T a, T b) { return (float)a < (float)b; }                         \
-    static inline bool operator<=(T a, T b) { return (float)a <= (float)b; }                       \
-    static inline bool operator>(T a, T b) { return (float)a > (float)b; }                         \
-    static inline bool operator>=(T a, T b) { return (float)a >= (float)b; }                       \
-    static inline T __hadd(T a, T b) { return a + b; }                                             \
-    static inline T __hsub(T a, T b) { return a - b; }                                             \
-    static inline T __hmul(T a, T b) { return a * b; }                                             \
-    static inline T __hdiv(T a, T b) { return a / b; }                                             \
-    static inline T __hneg(T a) { return -a; }                                                     \
-    static inline T __hfma(T a, T b, T c) { return T(std::fma((float)a, (float)b, (float)c)); }    \
-    static inline T __hmax(T a, T b) { return T(std::fmax((float)a, (float)b)); }                  \
+#define LF_SHIM_LOWP_OPS(T) \
+    static inline T operator+(T a, T b) { return T((float)a + (float)b); } \
+    static inline T operator-(T a, T b) { return T((float)a - (float)b); } \
+    static inline T operator*(T a, T b) { return T((float)a * (float)b); } \
+    static inline T operator/(T a, T b) { return T((float)a / (float)b); } \
+    static inline T operator-(T a) { \
+        T r = a; \
+        r.__x ^= 0x8000u; \
+        return r; \
+    } \
+    static inline T &operator+=(T &a, T b) { return a = a + b; } \
+    static inline T &operator-=(T &a, T b) { return a = a - b; } \
+    static inline T &operator*=(T &a, T b) { return a = a * b; } \
+    static inline T &operator/=(T &a, T b) { return a = a / b; } \
+    static inline bool operator==(T a, T b) { return (float)a == (float)b; } \
+    static inline bool operator!=(T a, T b) { return (float)a != (float)b; } \
+    static inline bool operator<(T a, T b) { return (float)a < (float)b; } \
+    static inline bool operator<=(T a, T b) { return (float)a <= (float)b; } \
+    static inline bool operator>(T a, T b) { return (float)a > (float)b; } \
+    static inline bool operator>=(T a, T b) { return (float)a >= (float)b; } \
+    static inline T __hadd(T a, T b) { return a + b; } \
+    static inline T __hsub(T a, T b) { return a - b; } \
+    static inline T __hmul(T a, T b) { return a * b; } \
+    static inline T __hdiv(T a, T b) { return a / b; } \
+    static inline T __hneg(T a) { return -a; } \
+    static inline T __hfma(T a, T b, T c) { return T(std::fma((float)a, (float)b, (float)c)); } \
+    static inline T __hmax(T a, T b) { return T(std::fmax((float)a, (float)b)); } \
     static inline T __hmin(T a, T b) { return T(std::fmin((float)a, (float)b)); }
 LF_SHIM_LOWP_OPS(__half)
 LF_SHIM_LOWP_OPS(__nv_bfloat16)
@@ -244,9 +270,7 @@ static inline __nv_bfloat16 __float2bfloat16_rz(float f) {
 }
 static inline float __bfloat162float(__nv_bfloat16 h) { return lf_shim::bf16_to_f32(h.__x); }
 static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
-static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
-    return __nv_bfloat16(__nv_bfloat16_raw{u});
-}
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16(__nv_bfloat16_raw{u}); }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
     return __nv_bfloat162{__nv_bfloat16(a), __nv_bfloat16(b)};
 }
@@ -257,9 +281,7 @@ static inline __nv_bfloat162 __float2bfloat162_rn(float a) {
     return __nv_bfloat162{__nv_bfloat16(a), __nv_bfloat16(a)};
 }
 static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return make_float2((float)h.x, (float)h.y); }
-static inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) {
-    return __nv_bfloat162{a, b};
-}
+static inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat162{a, b}; }
 static inline float __low2float(__nv_bfloat162 h) { return (float)h.x; }
 static inline float __high2float(__nv_bfloat162 h) { return (float)h.y; }
 
@@ -287,11 +309,11 @@ enum block_op { BLOCK_SYNC = 0, BLOCK_COUNT, BLOCK_AND, BLOCK_OR };
  * the calling fiber only when the barrier completed; a broken rule ends
  * the launch and never returns. */
 int block_barrier(const char *file, int line, int op, int pred);
-uint64_t warp_collective(const char *file, int line, int op, unsigned mask, uint64_t value, int b,
-                         int width);
+uint64_t warp_collective(const char *file, int line, int op, unsigned mask, uint64_t value, int b, int width);
 
 template <typename T> struct is_shfl_type : std::false_type {};
-#define LF_SHIM_SHFL_TYPE(T) template <> struct is_shfl_type<T> : std::true_type {};
+#define LF_SHIM_SHFL_TYPE(T) \
+    template <> struct is_shfl_type<T> : std::true_type {};
 LF_SHIM_SHFL_TYPE(int)
 LF_SHIM_SHFL_TYPE(unsigned int)
 LF_SHIM_SHFL_TYPE(long)
@@ -320,8 +342,12 @@ struct site {
     unsigned ballot(unsigned mask, int pred) const {
         return (unsigned)warp_collective(file, line, WARP_BALLOT, mask, pred != 0, 0, 32);
     }
-    int any(unsigned mask, int pred) const { return (int)warp_collective(file, line, WARP_ANY, mask, pred != 0, 0, 32); }
-    int all(unsigned mask, int pred) const { return (int)warp_collective(file, line, WARP_ALL, mask, pred != 0, 0, 32); }
+    int any(unsigned mask, int pred) const {
+        return (int)warp_collective(file, line, WARP_ANY, mask, pred != 0, 0, 32);
+    }
+    int all(unsigned mask, int pred) const {
+        return (int)warp_collective(file, line, WARP_ALL, mask, pred != 0, 0, 32);
+    }
     unsigned reduce_add(unsigned mask, unsigned v) const {
         return (unsigned)warp_collective(file, line, WARP_REDUCE_ADD_U, mask, v, 0, 32);
     }
@@ -350,7 +376,7 @@ struct site {
         std::memcpy(&out, &bits, sizeof(T));
         return out;
     }
-#define LF_SHIM_SHFL_OVERLOADS(T)                                                                  \
+#define LF_SHIM_SHFL_OVERLOADS(T) \
     T shfl_idx(unsigned m, T v, int src, int w = 32) const { return shfl<T>(WARP_SHFL_IDX, m, v, src, w); } \
     T shfl_up(unsigned m, T v, unsigned d, int w = 32) const { return shfl<T>(WARP_SHFL_UP, m, v, (int)d, w); } \
     T shfl_down(unsigned m, T v, unsigned d, int w = 32) const { return shfl<T>(WARP_SHFL_DOWN, m, v, (int)d, w); } \
@@ -397,26 +423,28 @@ static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
-#define LF_SHIM_ATOMIC_INT(T)                                                                      \
-    static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }    \
-    static inline T atomicSub(T *p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }    \
-    static inline T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }  \
-    static inline T atomicAnd(T *p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); }    \
-    static inline T atomicOr(T *p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }      \
-    static inline T atomicXor(T *p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED); }    \
-    static inline T atomicCAS(T *p, T cmp, T v) {                                                  \
-        __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);        \
-        return cmp;                                                                                \
-    }                                                                                              \
-    static inline T atomicMax(T *p, T v) {                                                         \
-        T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                              \
-        while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {} \
-        return old;                                                                                \
-    }                                                                                              \
-    static inline T atomicMin(T *p, T v) {                                                         \
-        T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                              \
-        while (old > v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {} \
-        return old;                                                                                \
+#define LF_SHIM_ATOMIC_INT(T) \
+    static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); } \
+    static inline T atomicSub(T *p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); } \
+    static inline T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); } \
+    static inline T atomicAnd(T *p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); } \
+    static inline T atomicOr(T *p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); } \
+    static inline T atomicXor(T *p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED); } \
+    static inline T atomicCAS(T *p, T cmp, T v) { \
+        __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); \
+        return cmp; \
+    } \
+    static inline T atomicMax(T *p, T v) { \
+        T old = __atomic_load_n(p, __ATOMIC_RELAXED); \
+        while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) { \
+        } \
+        return old; \
+    } \
+    static inline T atomicMin(T *p, T v) { \
+        T old = __atomic_load_n(p, __ATOMIC_RELAXED); \
+        while (old > v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) { \
+        } \
+        return old; \
     }
 LF_SHIM_ATOMIC_INT(int)
 LF_SHIM_ATOMIC_INT(unsigned int)
@@ -424,12 +452,14 @@ LF_SHIM_ATOMIC_INT(unsigned long long)
 #undef LF_SHIM_ATOMIC_INT
 static inline long long atomicMax(long long *p, long long v) {
     long long old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
     return old;
 }
 static inline long long atomicMin(long long *p, long long v) {
     long long old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (old > v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    while (old > v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
     return old;
 }
 namespace lf_shim {
@@ -480,12 +510,28 @@ static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b,
 /* _rn forms forbid contraction into an fma: keep them out of line */
 inline __attribute__((noinline)) float __fmul_rn(float a, float b) { return a * b; }
 inline __attribute__((noinline)) float __fadd_rn(float a, float b) { return a + b; }
-static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
-static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) {
+    int i;
+    std::memcpy(&i, &f, 4);
+    return i;
+}
+static inline float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, 4);
+    return f;
+}
 static inline unsigned int __float_as_uint(float f) { return lf_shim::f32_bits(f); }
 static inline float __uint_as_float(unsigned int u) { return lf_shim::bits_f32(u); }
-static inline long long __double_as_longlong(double d) { long long i; std::memcpy(&i, &d, 8); return i; }
-static inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+static inline long long __double_as_longlong(double d) {
+    long long i;
+    std::memcpy(&i, &d, 8);
+    return i;
+}
+static inline double __longlong_as_double(long long i) {
+    double d;
+    std::memcpy(&d, &i, 8);
+    return d;
+}
 
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
@@ -552,18 +598,19 @@ template <typename... P> struct launcher {
             void (*kernel)(P...);
             const params_t *params;
         } c = {kernel, &params};
-        launch(name, reinterpret_cast<const void *>(kernel), grid, block, shmem, stream,
-               [](void *p) {
-                   const call *k = static_cast<const call *>(p);
-                   params_t copy = *k->params; /* each thread its own copy of the parameters */
-                   std::apply(k->kernel, copy);
-               },
-               &c);
+        launch(
+            name, reinterpret_cast<const void *>(kernel), grid, block, shmem, stream,
+            [](void *p) {
+                const call *k = static_cast<const call *>(p);
+                params_t copy = *k->params; /* each thread its own copy of the parameters */
+                std::apply(k->kernel, copy);
+            },
+            &c);
     }
 };
 template <typename... P>
-static inline launcher<P...> make_launcher(const char *name, void (*kernel)(P...), dim3 grid, dim3 block,
-                                           size_t shmem, cudaStream_t stream) {
+static inline launcher<P...> make_launcher(const char *name, void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem,
+                                           cudaStream_t stream) {
     return launcher<P...>{name, kernel, grid, block, shmem, stream};
 }
 } // namespace lf_shim

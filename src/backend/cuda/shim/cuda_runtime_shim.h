@@ -133,28 +133,79 @@ struct cudaDeviceProp {
 };
 
 /* ------------------------------------------------------------ vector types */
-typedef struct char2 { signed char x, y; } char2;
-typedef struct uchar2 { unsigned char x, y; } uchar2;
-typedef struct __attribute__((aligned(8))) int2 { int x, y; } int2;
-typedef struct int3 { int x, y, z; } int3;
-typedef struct __attribute__((aligned(16))) int4 { int x, y, z, w; } int4;
-typedef struct __attribute__((aligned(8))) uint2 { unsigned int x, y; } uint2;
-typedef struct uint3 { unsigned int x, y, z; } uint3;
-typedef struct __attribute__((aligned(16))) uint4 { unsigned int x, y, z, w; } uint4;
-typedef struct __attribute__((aligned(8))) float2 { float x, y; } float2;
-typedef struct float3 { float x, y, z; } float3;
-typedef struct __attribute__((aligned(16))) float4 { float x, y, z, w; } float4;
-typedef struct __attribute__((aligned(16))) double2 { double x, y; } double2;
+typedef struct char2 {
+    signed char x, y;
+} char2;
+typedef struct uchar2 {
+    unsigned char x, y;
+} uchar2;
+typedef struct __attribute__((aligned(8))) int2 {
+    int x, y;
+} int2;
+typedef struct int3 {
+    int x, y, z;
+} int3;
+typedef struct __attribute__((aligned(16))) int4 {
+    int x, y, z, w;
+} int4;
+typedef struct __attribute__((aligned(8))) uint2 {
+    unsigned int x, y;
+} uint2;
+typedef struct uint3 {
+    unsigned int x, y, z;
+} uint3;
+typedef struct __attribute__((aligned(16))) uint4 {
+    unsigned int x, y, z, w;
+} uint4;
+typedef struct __attribute__((aligned(8))) float2 {
+    float x, y;
+} float2;
+typedef struct float3 {
+    float x, y, z;
+} float3;
+typedef struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+} float4;
+typedef struct __attribute__((aligned(16))) double2 {
+    double x, y;
+} double2;
 
-static inline int2 make_int2(int x, int y) { int2 v = {x, y}; return v; }
-static inline int4 make_int4(int x, int y, int z, int w) { int4 v = {x, y, z, w}; return v; }
-static inline uint2 make_uint2(unsigned x, unsigned y) { uint2 v = {x, y}; return v; }
-static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { uint3 v = {x, y, z}; return v; }
-static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { uint4 v = {x, y, z, w}; return v; }
-static inline float2 make_float2(float x, float y) { float2 v = {x, y}; return v; }
-static inline float3 make_float3(float x, float y, float z) { float3 v = {x, y, z}; return v; }
-static inline float4 make_float4(float x, float y, float z, float w) { float4 v = {x, y, z, w}; return v; }
-static inline double2 make_double2(double x, double y) { double2 v = {x, y}; return v; }
+static inline int2 make_int2(int x, int y) {
+    int2 v = {x, y};
+    return v;
+}
+static inline int4 make_int4(int x, int y, int z, int w) {
+    int4 v = {x, y, z, w};
+    return v;
+}
+static inline uint2 make_uint2(unsigned x, unsigned y) {
+    uint2 v = {x, y};
+    return v;
+}
+static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) {
+    uint3 v = {x, y, z};
+    return v;
+}
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+    uint4 v = {x, y, z, w};
+    return v;
+}
+static inline float2 make_float2(float x, float y) {
+    float2 v = {x, y};
+    return v;
+}
+static inline float3 make_float3(float x, float y, float z) {
+    float3 v = {x, y, z};
+    return v;
+}
+static inline float4 make_float4(float x, float y, float z, float w) {
+    float4 v = {x, y, z, w};
+    return v;
+}
+static inline double2 make_double2(double x, double y) {
+    double2 v = {x, y};
+    return v;
+}
 
 /* ------------------------------------------------------------ library types (library_types.h) */
 typedef enum cudaDataType_t {
@@ -189,8 +240,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size);
 cudaError_t cudaFreeHost(void *ptr);
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
-                            cudaStream_t stream);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemset(void *devPtr, int value, size_t count);
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream);
 
@@ -216,8 +266,7 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
 
 #ifdef __cplusplus
 }
-template <typename T>
-static inline cudaError_t cudaFuncSetAttribute(T *func, enum cudaFuncAttribute attr, int value) {
+template <typename T> static inline cudaError_t cudaFuncSetAttribute(T *func, enum cudaFuncAttribute attr, int value) {
     return cudaFuncSetAttribute(reinterpret_cast<const void *>(func), attr, value);
 }
 #endif

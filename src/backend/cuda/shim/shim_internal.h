@@ -22,8 +22,8 @@ namespace lf_shim_rt {
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxBlockDim[3] = {1024, 1024, 64};
 constexpr unsigned long long kMaxGridDim[3] = {2147483647ull, 65535ull, 65535ull};
-constexpr size_t kSharedPerBlock = 48 * 1024;       /* without the opt-in attribute */
-constexpr size_t kSharedPerBlockOptin = 232448;     /* 227 KiB, H100/H200 */
+constexpr size_t kSharedPerBlock = 48 * 1024;   /* without the opt-in attribute */
+constexpr size_t kSharedPerBlockOptin = 232448; /* 227 KiB, H100/H200 */
 constexpr size_t kSharedPerSM = 233472;
 constexpr int kMultiProcessors = 4;
 

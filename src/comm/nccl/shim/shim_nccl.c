@@ -47,10 +47,10 @@ typedef struct pending {
     void *recv;
     size_t count; /* floats folded into recv (reductions) */
     lf_comm_op op;
-    int fold;     /* 1: fold scratch into recv at completion */
-    int bf16;     /* the elements are bf16: scratch holds their bits, folded through wide */
+    int fold; /* 1: fold scratch into recv at completion */
+    int bf16; /* the elements are bf16: scratch holds their bits, folded through wide */
     float *scratch;
-    float *wide;  /* bf16: (nranks + 1) * count floats, the widened rows and the fp32 fold */
+    float *wide; /* bf16: (nranks + 1) * count floats, the widened rows and the fp32 fold */
     struct pending *next;
 } pending;
 
@@ -59,10 +59,10 @@ struct ncclComm {
     MPI_Comm comm;
     int have_comm;
     ncclResult_t state;
-    int init_phase;   /* 0 done, 1 waiting for the duplicate, 2 for the ids */
+    int init_phase; /* 0 done, 1 waiting for the duplicate, 2 for the ids */
     MPI_Request init_req;
     ncclUniqueId id;
-    char *ids;        /* nranks ids (phase 2) */
+    char *ids; /* nranks ids (phase 2) */
     pending *head, *tail;
     int aborted;
     char msg[512];
@@ -252,15 +252,19 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
         MPI_Finalized(&finalized);
         if (!inited || finalized) {
             free(comm);
-            return fail(NULL, ncclInvalidUsage, "NCCL shim: %d ranks need MPI, which is not initialised (the nccl "
-                                                "communicator opens its mpi control handle first)", nranks);
+            return fail(NULL, ncclInvalidUsage,
+                        "NCCL shim: %d ranks need MPI, which is not initialised (the nccl "
+                        "communicator opens its mpi control handle first)",
+                        nranks);
         }
         MPI_Comm_rank(MPI_COMM_WORLD, &wr);
         MPI_Comm_size(MPI_COMM_WORLD, &ws);
         if (ws != nranks || wr != rank) {
             free(comm);
-            return fail(NULL, ncclInvalidArgument, "NCCL shim: rank %d of %d, but MPI_COMM_WORLD has rank %d of %d "
-                                                   "(the shim's communicators span the MPI world)", rank, nranks, wr, ws);
+            return fail(NULL, ncclInvalidArgument,
+                        "NCCL shim: rank %d of %d, but MPI_COMM_WORLD has rank %d of %d "
+                        "(the shim's communicators span the MPI world)",
+                        rank, nranks, wr, ws);
         }
         comm->ids = malloc((size_t)nranks * NCCL_UNIQUE_ID_BYTES);
         if (!comm->ids) {
@@ -359,8 +363,10 @@ static ncclResult_t check(const char *fn, ncclComm_t comm, const void *send, con
     if (comm->aborted) return fail(comm, ncclInvalidUsage, "%s: the communicator was aborted", fn);
     if (comm->state != ncclSuccess && comm->state != ncclInProgress) return comm->state;
     if (comm->init_phase)
-        return fail(comm, ncclInvalidUsage, "%s: the communicator is still initialising (poll "
-                                            "ncclCommGetAsyncError until ncclSuccess first)", fn);
+        return fail(comm, ncclInvalidUsage,
+                    "%s: the communicator is still initialising (poll "
+                    "ncclCommGetAsyncError until ncclSuccess first)",
+                    fn);
     size_t es = type_size(dt);
     if (!es) return fail(comm, ncclInvalidArgument, "%s: datatype %d", fn, (int)dt);
     if (reduce) {
@@ -379,11 +385,15 @@ static ncclResult_t check(const char *fn, ncclComm_t comm, const void *send, con
     if (most > (size_t)INT_MAX / (size_t)comm->nranks / es)
         return fail(comm, ncclInvalidArgument, "%s: %zu elements exceed the NCCL shim's MPI counts", fn, most);
     if (need_send && send_elems && (!send || !lf_shim_device_range(send, send_elems * es)))
-        return fail(comm, ncclInvalidArgument, "%s: sendbuff [%p, +%zu bytes) is not device memory (not inside one "
-                                               "cudaMalloc allocation)", fn, send, send_elems * es);
+        return fail(comm, ncclInvalidArgument,
+                    "%s: sendbuff [%p, +%zu bytes) is not device memory (not inside one "
+                    "cudaMalloc allocation)",
+                    fn, send, send_elems * es);
     if (need_recv && recv_elems && (!recv || !lf_shim_device_range(recv, recv_elems * es)))
-        return fail(comm, ncclInvalidArgument, "%s: recvbuff [%p, +%zu bytes) is not device memory (not inside one "
-                                               "cudaMalloc allocation)", fn, recv, recv_elems * es);
+        return fail(comm, ncclInvalidArgument,
+                    "%s: recvbuff [%p, +%zu bytes) is not device memory (not inside one "
+                    "cudaMalloc allocation)",
+                    fn, recv, recv_elems * es);
     if (cudaStreamQuery(stream) == cudaErrorInvalidResourceHandle) {
         (void)cudaGetLastError();
         return fail(comm, ncclInvalidArgument, "%s: stream %p is not a live stream", fn, (void *)stream);
@@ -432,8 +442,8 @@ static ncclResult_t enqueue(ncclComm_t comm, pending *p, int rc, const char *cal
 
 #define NOMEM(fn) fail(comm, ncclSystemError, "%s: out of memory", fn)
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_t dt, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t n, ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
     lf_comm_op o = LF_COMM_SUM;
     ncclResult_t r = check("ncclAllReduce", comm, send, recv, n, n, dt, 1, op, &o, stream, 1, 1);
     if (r != ncclSuccess) return r;
@@ -509,10 +519,8 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t k, ncclDataType_
     pending *p = new_op(comm, OP_ALL_GATHER, recv, 0, LF_COMM_SUM, 0, dt);
     if (!p) return NOMEM("ncclAllGather");
     int rc;
-    if (mine == send)
-        rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->comm, &p->req);
-    else
-        rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->comm, &p->req);
+    if (mine == send) rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->comm, &p->req);
+    else rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->comm, &p->req);
     return enqueue(comm, p, rc, "MPI_Iallgather (ncclAllGather)");
 }
 
