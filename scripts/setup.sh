@@ -14,7 +14,8 @@ if [ "${1:-}" = "--test" ]; then
   # slurm-wlm and munge bring up a private one-node Slurm cluster for tests/cli/test_slurm.sh
   # python3-venv: a venv for the PyPI openai client that tests/cli/test_serve.sh drives the server with
   # chromium: the headless browser tests/cli/test_dashboard_browser.sh opens the dashboard and the report in
-  pkgs+=(libcmocka-dev prometheus curl time iproute2 slurm-wlm munge python3-venv chromium)
+  # clang-format: tests' docs.clang_format checks the code against .clang-format
+  pkgs+=(libcmocka-dev prometheus curl time iproute2 slurm-wlm munge python3-venv chromium clang-format)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -597,7 +597,8 @@ static void test_stalled_rank_asks_hub(void **state) {
     jb.hub_delay = 2;
     run_ranks(3, sp, body_stall, &jb, 60, out);
     assert_int_equal(out[2].code, 3);
-    contains(&out[2], "all_reduce #2 (step 12, 1000 floats) timed out on rank 2 after 4.0 s");
+    /* the waited time is measured: on a loaded machine 4.1 s; its range is checked below */
+    contains(&out[2], "all_reduce #2 (step 12, 1000 floats) timed out on rank 2 after ");
     contains(&out[2], "rank 0 (the hub) answers: rank 0 is in all_reduce #2 (step 12, 1000 floats); rank that did not "
                       "arrive: 1 (last heard from in barrier #1)");
     double dt = strtod(strstr(out[2].text, " after ") + 7, NULL);
