@@ -126,10 +126,11 @@ int lf_checkpoint_prune(const char *ckpt_root, long step, const lf_ckpt_retentio
 lf_status lf_checkpoint_load(const char *dir, const lf_ckpt_tensors *tt, float *params, float *m, float *v,
                              char **state_json);
 
-/* Load weights from a safetensors file by HF GPT-2 name into host params:
- * accepts an optional "transformer." prefix; ignores "lm_head.weight" (tied)
- * and the HF attention mask buffers ("*.attn.bias" of 4 dims,
- * "*.attn.masked_bias"); every missing tensor, unexpected tensor, shape
+/* Load weights from a safetensors file by Hugging Face name into host
+ * params: accepts a family's tensor-name prefix (GPT-2's "transformer.",
+ * lf_hf_tensor_unprefixed); ignores "lm_head.weight" (tied) and the buffers
+ * the architecture tables name (GPT-2's "*.attn.bias" of 4 dims and
+ * "*.attn.masked_bias", lf_hf_tensor_ignored); every missing tensor, unexpected tensor, shape
  * mismatch or non-F32 dtype is reported by name (all of them, in one message). */
 lf_status lf_weights_load(const char *path, const lf_ckpt_tensors *tt, float *params);
 

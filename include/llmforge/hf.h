@@ -119,6 +119,17 @@ lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, siz
  * buffers, GPT-2's attention-mask buffers (".attn.bias", ".attn.masked_bias"). */
 lf_status lf_hf_load_params(const lf_hf_model *h, const lf_param_info *table, int count, int tied, float *params);
 
+/* For readers of single safetensors files with Hugging Face names
+ * (lf_weights_load): `name` past the tensor-name prefix some family's files
+ * put before the model's names (GPT-2's "transformer."), or `name` itself;
+ * and whether `name` (with ndim dimensions; -1: not checked) is a buffer a
+ * family's files carry that holds no parameter (GPT-2's 4-dimensional
+ * attention masks, RoPE's inv_freq). Both come from the architecture tables
+ * (src/model/<family>.c), every family's at once: a file is read by names,
+ * whichever family wrote it. */
+const char *lf_hf_tensor_unprefixed(const char *name);
+int lf_hf_tensor_ignored(const char *name, int ndim);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,6 @@
 /*
  * Checkpoints: save (crash-safe), resolve, load (verified), and loading
- * Hugging Face GPT-2 weights. The layout is specified in
+ * weights with Hugging Face names. The layout is specified in
  * include/llmforge/checkpoint.h; the tensor files are safetensors
  * (src/core/safetensors.c).
  *

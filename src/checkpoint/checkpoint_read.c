@@ -3,7 +3,7 @@
  * file trainer_state.json lists), resolve (a root's `latest`, or the newest
  * complete step directory when it is missing or broken), load (whole or a
  * slice, by tensor name with dtype and shape checks), and Hugging Face
- * GPT-2 weights (lf_weights_load).
+ * names, each family's prefix and buffers from the architecture tables (lf_weights_load).
  *
  * Invariants: every problem (missing, unexpected, wrong shape, not F32) is
  * reported in one message, and the caller's buffers are written only when
@@ -23,9 +23,8 @@
 #include "checkpoint/checkpoint_impl.h"
 #include "core/io_impl.h"
 #include "llmforge/checkpoint.h"
+#include "llmforge/hf.h"
 #include "llmforge/safetensors.h"
-
-#define HF_PREFIX "transformer."
 
 /* A bounded list of ", "-separated items (one problem category). */
 typedef struct {
@@ -73,23 +72,23 @@ typedef struct {
     const lf_st_tensor **found; /* per table entry, NULL = missing */
 } slot;
 
-/* HF GPT-2 buffers that are not parameters (checkpoint.h: lf_weights_load). */
+/* Tensors of an HF file that are not parameters: a tied lm_head.weight, and
+ * the buffers the architecture tables name (GPT-2's attention masks, RoPE's
+ * inv_freq: lf_hf_tensor_ignored). */
 static int hf_ignorable(const char *name, const lf_st_tensor *t) {
-    if (strcmp(name, "lm_head.weight") == 0) return 1;
-    if (ends_with(name, ".attn.masked_bias")) return 1;
-    if (ends_with(name, ".attn.bias") && t->ndim == 4) return 1;
-    return 0;
+    return strcmp(name, "lm_head.weight") == 0 || lf_hf_tensor_ignored(name, t->ndim);
 }
 
 /* Match every tensor of `st` against the table through the slots; hf enables
- * the "transformer." prefix and the HF buffers above. */
+ * the families' tensor-name prefixes (lf_hf_tensor_unprefixed) and the
+ * buffers above. */
 static void match_tensors(const lf_safetensors *st, const lf_ckpt_tensors *tt, const pindex *ix, slot *slots,
                           int nslots, int hf, problems *pr) {
     int n = lf_safetensors_count(st);
     for (int i = 0; i < n; i++) {
         const lf_st_tensor *t = lf_safetensors_at(st, i);
         const char *name = t->name;
-        if (hf && starts_with(name, HF_PREFIX)) name += strlen(HF_PREFIX);
+        if (hf) name = lf_hf_tensor_unprefixed(name);
         int matched = 0;
         for (int k = 0; k < nslots && !matched; k++) {
             if (!starts_with(name, slots[k].prefix)) continue;

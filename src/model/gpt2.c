@@ -505,7 +505,8 @@ static lf_status gpt2_hf_check(const lf__hf_cfg *c, int variant, lf_model_config
 static const char *const k_hf_types[] = {"gpt2", NULL};
 /* HF GPT-2 checkpoints: names under "transformer."; the causal-mask buffers
  * of older transformers (attn.bias, attn.masked_bias) are not weights */
-static const char *const k_hf_ignored[] = {"*.attn.bias", ".attn.masked_bias", NULL};
+/* the attention-mask buffers: the causal mask (4 dims) and masked_bias */
+static const struct lf__hf_ignore k_hf_ignored[] = {{"*.attn.bias", 4}, {".attn.masked_bias", 0}, {NULL, 0}};
 static const lf__hf_family k_hf = {
     .model_types = k_hf_types,
     .keys = k_hf_keys,

@@ -640,12 +640,14 @@ lf_status lf_hf_read_f32(const lf_hf_model *h, const char *name, float *dst, siz
 /* A tensor the architectures read as nothing (lf__hf_family.ignored, of
  * every architecture: a directory is read by names, whichever family
  * wrote it). */
-static int ignored_tensor(const char *nm) {
+int lf_hf_tensor_ignored(const char *nm, int ndim) {
+    if (!nm) return 0;
     const size_t l = strlen(nm);
     for (int a = 0; a < lf_arch_count(); a++) {
         const lf__hf_family *f = lf__arch_of((lf_arch)a)->hf;
-        for (int i = 0; f && f->ignored && f->ignored[i]; i++) {
-            const char *pat = f->ignored[i];
+        for (int i = 0; f && f->ignored && f->ignored[i].pattern; i++) {
+            const char *pat = f->ignored[i].pattern;
+            if (ndim >= 0 && f->ignored[i].ndim && f->ignored[i].ndim != ndim) continue;
             if (pat[0] == '*') {
                 const size_t n = strlen(pat + 1);
                 if (l > n && !strcmp(nm + l - n, pat + 1)) return 1;
@@ -655,6 +657,16 @@ static int ignored_tensor(const char *nm) {
         }
     }
     return 0;
+}
+
+const char *lf_hf_tensor_unprefixed(const char *nm) {
+    if (!nm) return nm;
+    for (int a = 0; a < lf_arch_count(); a++) {
+        const lf__hf_family *f = lf__arch_of((lf_arch)a)->hf;
+        if (f && f->tensor_prefix && f->tensor_prefix[0] && !strncmp(nm, f->tensor_prefix, strlen(f->tensor_prefix)))
+            return nm + strlen(f->tensor_prefix);
+    }
+    return nm;
 }
 
 /* The weights of an HF directory into host params by name (or under an
@@ -706,7 +718,7 @@ lf_status lf_hf_load_params(const lf_hf_model *hf, const lf_param_info *table, i
     }
     for (int k = 0; k < nt && st == LF_OK; k++) {
         const char *nm = lf_hf_tensor_name(hf, k);
-        if (used[k] || ignored_tensor(nm) || (tied && !strcmp(nm, "lm_head.weight"))) continue;
+        if (used[k] || lf_hf_tensor_ignored(nm, -1) || (tied && !strcmp(nm, "lm_head.weight"))) continue;
         if (len < sizeof bad)
             len += (size_t)snprintf(bad + len, sizeof bad - len, "%sunexpected %s", n_bad ? "; " : "", nm);
         n_bad++;

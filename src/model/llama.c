@@ -508,7 +508,7 @@ static lf_status llama_hf_check(const lf__hf_cfg *c, int kind, lf_model_config *
 #undef TRY
 
 /* RoPE's cached inv_freq is a buffer some checkpoints carry, not a weight. */
-static const char *const k_hf_ignored[] = {"rotary_emb.inv_freq", NULL};
+static const struct lf__hf_ignore k_hf_ignored[] = {{"rotary_emb.inv_freq", 0}, {NULL, 0}};
 static const lf__hf_family k_hf = {
     .model_types = k_hf_types,
     .keys = k_hf_keys,

@@ -142,10 +142,14 @@ typedef struct lf__hf_family {
      * what the architecture refuses (LF_ERR_UNSUPPORTED naming the key). */
     lf_status (*check)(const lf__hf_cfg *c, int variant, lf_model_config *m);
     /* Tensor names: a prefix a checkpoint may put before the model's names
-     * (NULL: none), and buffers that are read as nothing (NULL-ended;
-     * "*x": a name ending in x, "x": containing x). */
+     * (NULL: none), and buffers that are read as nothing (ended by a NULL
+     * pattern; "*x": a name ending in x, "x": containing x; ndim 0: any
+     * number of dimensions, else only that many). */
     const char *tensor_prefix;
-    const char *const *ignored;
+    const struct lf__hf_ignore {
+        const char *pattern;
+        int ndim;
+    } * ignored;
 } lf__hf_family;
 
 /* Readers of the config.json being read (messages name the file and key). */
