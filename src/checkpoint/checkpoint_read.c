@@ -2,8 +2,9 @@
  * Reading checkpoints (checkpoint.h): verify (sizes and SHA-256 of every
  * file trainer_state.json lists), resolve (a root's `latest`, or the newest
  * complete step directory when it is missing or broken), load (whole or a
- * slice, by tensor name with dtype and shape checks), and Hugging Face
- * names, each family's prefix and buffers from the architecture tables (lf_weights_load).
+ * slice, by tensor name with dtype and shape checks), and weights by Hugging
+ * Face name (lf_weights_load; each family's name prefix and buffers come from
+ * the architecture tables).
  *
  * Invariants: every problem (missing, unexpected, wrong shape, not F32) is
  * reported in one message, and the caller's buffers are written only when
