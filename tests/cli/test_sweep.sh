@@ -180,16 +180,31 @@ ok
 sed 's/"checkpoint": {"interval": 0}/"checkpoint": {"interval": 4}/' base.json > ckpt.json
 sed 's/base.json/ckpt.json/' grid.json > slowgrid.json
 table g1 | awk '{print $1, $2, $3, $5}' > ref.table
+# rung_done PID: the stopped training process PID has saved the checkpoint of the step its rung
+# ends at (--train.stop_at, 0 for the last rung: the config's 18 steps)
+rung_done() {
+  local args stop dir name step
+  args=$(tr '\0' '\n' < "/proc/$1/cmdline") || return 1
+  stop=$(printf '%s\n' "$args" | sed -n 's/^--train.stop_at=//p')
+  [ "${stop:-0}" -gt 0 ] || stop=18
+  dir=$(printf '%s\n' "$args" | sed -n 's/^--out_dir="\(.*\)"$/\1/p')
+  name=$(cat "$dir/ckpt/latest" 2> /dev/null) || return 1
+  step=$(grep -o '"step":[[:space:]]*[0-9]*' "$dir/ckpt/$name/trainer_state.json" 2> /dev/null | grep -o '[0-9]*$')
+  [ "${step:-0}" -ge "$stop" ]
+}
 for mode in driver group; do
   rm -rf "k_$mode"
   setsid "$LF" sweep slowgrid.json --dir "k_$mode" --threads 1 > "k_$mode.1" 2>&1 &
   pid=$!
   # mid-way: once t003 exists, catch a training process of the sweep and stop it (SIGSTOP), so
-  # that one is surely mid-rung when the driver is killed
+  # that one is surely mid-rung when the driver is killed. A process caught after its rung's
+  # last checkpoint (it was only exiting) is let go and another one caught: with it the
+  # group kill would leave nothing to restart.
   child=
   for _ in $(seq 1000); do
     if grep -q '"t003"' "k_$mode/state.json" 2>/dev/null; then
-      child=$(pgrep -n -f -- "--out_dir=\"$tmp/k_$mode/trials/t") && kill -STOP "$child" 2>/dev/null && break
+      child=$(pgrep -n -f -- "--out_dir=\"$tmp/k_$mode/trials/t") && kill -STOP "$child" 2>/dev/null &&
+        { ! rung_done "$child" || { kill -CONT "$child"; false; }; } && break
       child=
     fi
     sleep 0.01
