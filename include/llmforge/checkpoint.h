@@ -24,6 +24,7 @@
 
 #include "llmforge/core.h"
 #include "llmforge/model.h"
+#include "llmforge/data.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -142,15 +143,45 @@ lf_status lf_weights_load(const char *path, const lf_ckpt_tensors *tt, float *pa
  * trained with (from its trainer_state.json). */
 lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *tokenizer, size_t cap);
 
-/* One call from a checkpoint to a model: ckpt is a checkpoint directory or a
- * run's out_dir (lf_checkpoint_resolve: its latest), the model is created on
- * backend be (NULL: "cpu") with the checkpoint's weights in backend memory.
- * tokenizer (cap bytes, may be NULL) receives the spec it was trained with
- * ("" when it names none; relative paths are against *dir_out), *dir_out
- * (may be NULL; lf_free) the resolved directory. On error nothing is left
+/* One call from a model to run to a model: ckpt is a checkpoint directory,
+ * a run's out_dir (lf_checkpoint_resolve: its latest), or a Hugging Face
+ * model directory (lf_checkpoint_is_hf_dir; hf.h: config.json through the
+ * family tables, safetensors shards in bf16/fp16/fp32 widened to fp32,
+ * block_size = the model's maximum positions). The model is created on
+ * backend be (NULL: "cpu") with the weights in backend memory. tokenizer
+ * (cap bytes, may be NULL) receives the spec ("" when there is none;
+ * relative paths are against *dir_out): a checkpoint's, or
+ * "hf:tokenizer.json" for an HF directory that has one. *dir_out (may be
+ * NULL; lf_free) receives the resolved directory. On error nothing is left
  * allocated and the message names the file. */
 lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer, size_t cap,
                                    char **dir_out);
+
+/* Whether path is a Hugging Face model directory rather than an llmforge
+ * checkpoint or run: config.json and model.safetensors (or its index), no
+ * trainer_state.json and no `latest`. */
+int lf_checkpoint_is_hf_dir(const char *path);
+
+/* The end-of-sequence ids a model directory names, as transformers'
+ * generate() takes them: generation_config.json's eos_token_id (a number or
+ * a list), else (an HF directory only) config.json's. *n = 0 when neither
+ * names one (the caller falls back to the tokenizer's end of text). At most
+ * cap ids (LF_ERR_RANGE beyond); LF_ERR_FORMAT naming the file for
+ * anything but non-negative integer ids. */
+lf_status lf_checkpoint_eos_ids(const char *dir, int32_t *ids, int cap, int *n);
+
+/* The tokenizer of a loaded model: spec (what lf_checkpoint_load_model
+ * gave) opened relative to dir, and checked against the model: a tokenizer
+ * with more ids than the model's vocabulary rows is LF_ERR_MISMATCH naming
+ * both sizes (fewer is fine: HF models pad their embeddings). */
+lf_status lf_checkpoint_open_tokenizer(const char *dir, const char *spec, const lf_model *m, lf_tokenizer **tok);
+
+/* lf_checkpoint_load_model, then its tokenizer (lf_checkpoint_open_tokenizer):
+ * what eval and serve need to work on text. A directory that names no
+ * tokenizer (an HF directory without tokenizer.json) is LF_ERR_NOT_FOUND
+ * naming it. On error nothing is left allocated. */
+lf_status lf_checkpoint_load_text_model(const char *ckpt, lf_backend *be, lf_model **m, lf_tokenizer **tok,
+                                        char **dir_out);
 
 #ifdef __cplusplus
 }

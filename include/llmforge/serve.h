@@ -24,7 +24,7 @@ typedef struct lf_server_opts {
     const char *model_name;    /* NULL: the checkpoint directory's name */
     const char *api_key;       /* NULL or "": no key required; else "Authorization: Bearer KEY" */
     int max_batch;             /* sequences decoding together (KV slots); 0: 8 */
-    int max_context;           /* prompt + completion tokens per sequence; 0: the model's block_size */
+    int max_context;           /* prompt + completion tokens per sequence; 0: the model's block_size, at most 4096 */
     int max_queue;             /* requests waiting for a slot before 429; 0: 64 */
     int http_threads;          /* HTTP worker threads; 0: 2 */
     int max_connections;       /* 0: 256 */

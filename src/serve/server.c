@@ -93,7 +93,7 @@ struct lf_server {
     char model_name[256];
     char *key;
     size_t key_len;
-    int32_t stop_ids[2]; /* the end of text first (n_eot: 1 when there is one), then <|im_end|> */
+    int32_t stop_ids[17]; /* the end-of-sequence ids first (n_eot of them), then <|im_end|> */
     int n_stop_ids, n_eot;
     atomic_int draining; /* lf_server_stop began */
     atomic_int cutting;  /* the drain time is over: what the engine still holds is cut */
@@ -901,6 +901,35 @@ static void server_free(lf_server *s) {
     free(s);
 }
 
+/* An HF directory's chat template is Jinja (tokenizer_config.json's
+ * "chat_template", or chat_template.jinja), which llmforge does not render
+ * yet: the server keeps ChatML and says so in the template's source line
+ * (printed at start), never silently. */
+static lf_status note_jinja_template(const char *dir, lf__chat_template *t) {
+    char path[LF_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "r");
+    int jinja = f != NULL;
+    if (f) fclose(f);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char *text = NULL;
+    if (!jinja && lf_file_read_all(path, 16u << 20, &text, NULL) == LF_OK) {
+        cJSON *o = cJSON_Parse(text);
+        jinja = cJSON_GetObjectItemCaseSensitive(o, "chat_template") != NULL;
+        cJSON_Delete(o);
+    }
+    lf_free(text);
+    if (!jinja) return LF_OK;
+    char note[LF_PATH_MAX + 160];
+    snprintf(note, sizeof note, "built-in ChatML ('%s' has a Jinja chat template, which llmforge does not render yet)",
+             dir);
+    char *src = strdup(note);
+    if (!src) return lf_fail(LF_ERR_NOMEM, "serve: out of memory");
+    free(t->source);
+    t->source = src;
+    return LF_OK;
+}
+
 lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opts *opts) {
     *out = NULL;
     lf_server *s = calloc(1, sizeof *s);
@@ -908,15 +937,13 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
     pthread_mutex_init(&s->mu, NULL);
     atomic_store(&s->next_id, (unsigned long long)time(NULL) << 20);
     s->created = (int64_t)time(NULL);
-    char spec[LF_PATH_MAX + 32], *dir = NULL;
+    char *dir = NULL;
     lf_status st = lf_backend_open(lf_backend_default_name(), &s->be);
     if (st == LF_OK && !opts->batch_variant) st = lf_backend_set_batch_invariant(s->be, 1);
-    if (st == LF_OK) st = lf_checkpoint_load_model(ckpt, s->be, &s->m, spec, sizeof spec, &dir);
-    if (st == LF_OK && !spec[0])
-        st = lf_fail(LF_ERR_CONFIG, "serve: checkpoint '%s' does not name its tokenizer (serving needs text)", dir);
-    if (st == LF_OK) st = lf_tokenizer_open(&s->tok, spec, dir);
+    if (st == LF_OK) st = lf_checkpoint_load_text_model(ckpt, s->be, &s->m, &s->tok, &dir);
     int from_file = 0;
     if (st == LF_OK) st = lf__chat_template_load_dir(dir, &s->tpl, &from_file);
+    if (st == LF_OK && !from_file) st = note_jinja_template(dir, &s->tpl);
     const lf_model_config *c = st == LF_OK ? lf_model_get_config(s->m) : NULL;
     if (st == LF_OK) {
         /* the model's name: the option, else the directory's (a step directory: its run's) */
@@ -942,13 +969,22 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
             }
             snprintf(s->model_name, sizeof s->model_name, "%s", base);
         }
+        /* the directory's end-of-sequence ids (generation_config.json, an
+         * HF config.json), else the tokenizer's end of text */
+        st = lf_checkpoint_eos_ids(dir, s->stop_ids, 16, &s->n_stop_ids);
         const int eot = lf_tokenizer_eot(s->tok);
-        if (eot >= 0 && eot < c->vocab_size) s->stop_ids[s->n_stop_ids++] = eot;
+        if (st == LF_OK && !s->n_stop_ids && eot >= 0 && eot < c->vocab_size) s->stop_ids[s->n_stop_ids++] = eot;
+        for (int i = 0; st == LF_OK && i < s->n_stop_ids; i++)
+            if (s->stop_ids[i] >= c->vocab_size)
+                st = lf_fail(LF_ERR_CONFIG, "serve: '%s': end-of-sequence id %d is outside the vocabulary (%d)", dir,
+                             s->stop_ids[i], c->vocab_size);
         s->n_eot = s->n_stop_ids;
         uint32_t imend;
-        if (lf_tokenizer_special_id(s->tok, "<|im_end|>", &imend) == LF_OK && (int)imend != eot &&
-            (int)imend < c->vocab_size)
-            s->stop_ids[s->n_stop_ids++] = (int32_t)imend;
+        int have = 0;
+        if (lf_tokenizer_special_id(s->tok, "<|im_end|>", &imend) == LF_OK && (int)imend < c->vocab_size)
+            for (int i = 0; i < s->n_stop_ids; i++) have |= s->stop_ids[i] == (int32_t)imend;
+        else have = 1;
+        if (!have) s->stop_ids[s->n_stop_ids++] = (int32_t)imend;
         if (opts->api_key && *opts->api_key) {
             s->key = strdup(opts->api_key);
             s->key_len = strlen(opts->api_key);
@@ -957,7 +993,10 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
     }
     if (st == LF_OK) {
         lf_engine_opts eo = {.max_batch = opts->max_batch > 0 ? opts->max_batch : 8,
-                             .max_context = opts->max_context > 0 ? opts->max_context : c->block_size,
+                             /* the session's K/V is allocated whole: a model with 128k positions
+                              * gets 4096 unless --max-context asks for more */
+                             .max_context = opts->max_context > 0 ? opts->max_context
+                                                                  : (c->block_size < 4096 ? c->block_size : 4096),
                              .max_queue = opts->max_queue > 0 ? opts->max_queue : 64};
         st = lf_engine_create(&s->e, s->m, &eo);
         if (st == LF_OK) st = lf_engine_start(s->e);

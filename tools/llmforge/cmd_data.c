@@ -273,21 +273,9 @@ typedef struct stop_ctx {
 
 static int stop_at_eot(uint32_t token, void *user) { return token == ((stop_ctx *)user)->eot; }
 
-/* Model and tokenizer of a checkpoint (as `llmforge sample` loads them). */
+/* Model and tokenizer of a checkpoint (lf_checkpoint_load_text_model). */
 static lf_status load_checkpoint(const char *ckpt, lf_model **m, lf_tokenizer **tok, char **dir_out) {
-    char spec[LF_PATH_MAX + 32];
-    *tok = NULL;
-    lf_status st = lf_checkpoint_load_model(ckpt, NULL, m, spec, sizeof spec, dir_out);
-    if (st != LF_OK) return st;
-    if (!spec[0]) st = lf_fail(LF_ERR_NOT_FOUND, "checkpoint '%s' does not name its tokenizer", *dir_out);
-    else st = lf_tokenizer_open(tok, spec, *dir_out);
-    if (st != LF_OK) {
-        lf_model_free(*m);
-        lf_free(*dir_out);
-        *m = NULL;
-        *dir_out = NULL;
-    }
-    return st;
+    return lf_checkpoint_load_text_model(ckpt, NULL, m, tok, dir_out);
 }
 
 static int cmd_arithmetic_eval(int argc, char **argv) {

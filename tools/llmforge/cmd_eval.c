@@ -33,6 +33,7 @@ static void eval_usage(FILE *f) {
                "  (Hits@1/3/10, MRR) and exact_match (EM, token F1). File formats: docs/eval.md.\n\n"
                "options:\n"
                "  --ckpt DIR            a checkpoint step directory, a run's ckpt/ or ckpt/latest, or its out_dir\n"
+               "  --model DIR           the same, or a Hugging Face model directory (its tokenizer.json)\n"
                "  --task FILE           a task file (repeat for several); with --kind perplexity also a plain text\n"
                "                        file or a dataset directory (its val split)\n"
                "  --kind K              the kind of files that name none: perplexity, multiple_choice,\n"
@@ -47,20 +48,11 @@ static void eval_usage(FILE *f) {
                "  --threads N           CPU threads (0: OMP_NUM_THREADS, else the CPUs granted)\n");
 }
 
-/* Load the checkpoint's model and tokenizer as `sample` does. */
+/* Load the checkpoint's (or HF directory's) model and tokenizer. */
 static int load_checkpoint(const char *ckpt, char **dir, lf_model **m, lf_tokenizer **tok) {
-    char spec[LF_PATH_MAX + 32];
-    lf_status st = lf_checkpoint_load_model(ckpt, NULL, m, spec, sizeof spec, dir);
+    lf_status st = lf_checkpoint_load_text_model(ckpt, NULL, m, tok, dir);
     if (st != LF_OK) {
         die_status(st, "eval");
-        return 1;
-    }
-    if (!spec[0]) {
-        fprintf(stderr, "llmforge: eval: checkpoint '%s' does not name its tokenizer\n", *dir);
-        return 1;
-    }
-    if ((st = lf_tokenizer_open(tok, spec, *dir)) != LF_OK) {
-        die_status(st, "eval: tokenizer");
         return 1;
     }
     return 0;
@@ -76,7 +68,8 @@ int cmd_eval(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
-        if ((v = opt_value(argc, argv, &i, "--ckpt", &missing))) ckpt = v;
+        if ((v = opt_value(argc, argv, &i, "--ckpt", &missing)) || (v = opt_value(argc, argv, &i, "--model", &missing)))
+            ckpt = v;
         else if ((v = opt_value(argc, argv, &i, "--task", &missing))) {
             if (n_tasks == MAX_TASK_FILES) {
                 fprintf(stderr, "llmforge eval: at most %d --task files\n", MAX_TASK_FILES);

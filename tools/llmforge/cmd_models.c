@@ -569,21 +569,12 @@ static int run_suite(lf_registry *r, int64_t id, const char *suite, const opts *
     lf_eval_tasks *ts = NULL;
     lf_eval_results *res = NULL;
     lf_registry_metric *rm = NULL;
-    char spec[LF_PATH_MAX + 32];
     if ((st = lf_eval_suite_load(&ts, suite, NULL)) != LF_OK) {
         die_status(st, "models eval");
         goto done;
     }
-    if ((st = lf_checkpoint_load_model(str(c, "path"), NULL, &m, spec, sizeof spec, &dir)) != LF_OK) {
+    if ((st = lf_checkpoint_load_text_model(str(c, "path"), NULL, &m, &tok, &dir)) != LF_OK) {
         die_status(st, "models eval");
-        goto done;
-    }
-    if (!spec[0]) {
-        fprintf(stderr, "llmforge: models eval: checkpoint '%s' does not name its tokenizer\n", dir);
-        goto done;
-    }
-    if ((st = lf_tokenizer_open(&tok, spec, dir)) != LF_OK) {
-        die_status(st, "models eval: tokenizer");
         goto done;
     }
     lf_eval_run_opts ro = lf_eval_run_opts_default();

@@ -54,10 +54,13 @@ int cmd_serve(int argc, char **argv) {
             printf("usage: llmforge serve --ckpt DIR [--host ADDR] [--port N] [--model-name NAME]\n"
                    "                      [--api-key-file F] [--max-batch N] [--max-context T] [--max-queue Q]\n"
                    "                      [--max-tokens N] [--threads N] [--drain-s S] [--batch-variant]\n"
+                   "  DIR (--ckpt or --model): a checkpoint, a run's out_dir, or a Hugging Face model directory\n"
+                   "  used as it is (its tokenizer.json and generation_config.json eos ids; docs/models.md).\n"
                    "  An OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
                    "  not), GET /v1/models, GET /health, GET /metrics (Prometheus). Concurrent requests decode\n"
                    "  together (continuous batching over --max-batch KV-cache slots of --max-context tokens;\n"
-                   "  default 8 and the model's block_size); --max-queue more wait (default 64), then 429.\n"
+                   "  default 8 and the model's block_size, at most 4096); --max-queue more wait (default 64),\n"
+                   "  then 429.\n"
                    "  --host defaults to 127.0.0.1 (loopback); another address must be asked for. --port 0\n"
                    "  picks a free one. The API key (Authorization: Bearer KEY) is the first line of\n"
                    "  --api-key-file, else $LLMFORGE_API_KEY, else none is required. SIGTERM/SIGINT: new\n"
@@ -66,7 +69,8 @@ int cmd_serve(int argc, char **argv) {
                    "  the same text); --batch-variant uses the backend's fastest products instead (oneDNN's,\n"
                    "  whose rows may differ in the last bits with the batch).\n");
             return 0;
-        } else if ((v = opt_value(argc, argv, &i, "--ckpt", &missing))) {
+        } else if ((v = opt_value(argc, argv, &i, "--ckpt", &missing)) ||
+                   (v = opt_value(argc, argv, &i, "--model", &missing))) {
             ckpt = v;
         } else if ((v = opt_value(argc, argv, &i, "--host", &missing))) {
             o.host = v;

@@ -460,6 +460,8 @@ typedef struct stream_ctx {
     int quiet;              /* --json: no text on stdout */
     double t_first, t_last; /* when the first and the latest token came */
     size_t n;
+    int32_t eos[16]; /* the model directory's end-of-sequence ids: generation stops there */
+    int n_eos;
 } stream_ctx;
 
 static int print_token(uint32_t token, void *user) {
@@ -467,6 +469,9 @@ static int print_token(uint32_t token, void *user) {
     const double now = lf_time_now();
     if (s->n++ == 0) s->t_first = now;
     s->t_last = now;
+    for (int i = 0; i < s->n_eos; i++)
+        if ((int32_t)token == s->eos[i])
+            return 1; /* kept in the ids, not printed (transformers' skip_special_tokens) */
     if (s->quiet || !s->ds) return 0;
     char *text = NULL;
     size_t len = 0;
@@ -505,11 +510,12 @@ static int cmd_sample(int argc, char **argv) {
     long max_new = 200, top_k = 0, threads = 0;
     double temperature = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
-    int json = 0, no_cache = 0, invariant = 0;
+    int json = 0, no_cache = 0, invariant = 0, ignore_eos = 0;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
-        if ((v = opt_value(argc, argv, &i, "--ckpt", &missing))) ckpt = v;
+        if ((v = opt_value(argc, argv, &i, "--ckpt", &missing)) || (v = opt_value(argc, argv, &i, "--model", &missing)))
+            ckpt = v;
         else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) prompt = v;
         else if ((v = opt_value(argc, argv, &i, "--ids", &missing))) ids_arg = v;
         else if ((v = opt_value(argc, argv, &i, "--max-new-tokens", &missing))) {
@@ -532,11 +538,16 @@ static int cmd_sample(int argc, char **argv) {
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--no-cache")) no_cache = 1;
         else if (!strcmp(argv[i], "--batch-invariant")) invariant = 1;
+        else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: llmforge sample --ckpt DIR [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N]\n"
                    "                       [--temperature T] [--top-k K] [--top-p P] [--seed S] [--no-cache]\n"
-                   "                       [--json] [--threads N] [--batch-invariant]\n"
-                   "  DIR: a checkpoint step directory, a run's ckpt/ or ckpt/latest, or the run's out_dir.\n"
+                   "                       [--json] [--threads N] [--batch-invariant] [--ignore-eos]\n"
+                   "  DIR (--ckpt or --model): a checkpoint step directory, a run's ckpt/ or ckpt/latest, the\n"
+                   "  run's out_dir, or a Hugging Face model directory (config.json, safetensors, its own\n"
+                   "  tokenizer.json). Generation stops at the end-of-sequence ids the directory names\n"
+                   "  (generation_config.json, else an HF config.json), as transformers' generate does;\n"
+                   "  --ignore-eos runs on to --max-new-tokens.\n"
                    "  --temperature 0 is greedy decoding; --top-p keeps the smallest set of tokens whose\n"
                    "  probability reaches P. Decoding uses a KV cache; --no-cache runs a forward over the\n"
                    "  whole context for every token (the reference path: same tokens when greedy).\n"
@@ -551,7 +562,7 @@ static int cmd_sample(int argc, char **argv) {
         }
     }
     if (!ckpt) {
-        fprintf(stderr, "llmforge sample: --ckpt DIR is required\n");
+        fprintf(stderr, "llmforge sample: --ckpt DIR (or --model DIR) is required\n");
         return 2;
     }
     if (cli_backend_setup("sample", threads, 1)) return 2;
@@ -586,10 +597,11 @@ static int cmd_sample(int argc, char **argv) {
         }
     } else {
         if (!spec[0]) {
-            fprintf(stderr, "llmforge: sample: checkpoint '%s' does not name its tokenizer\n", dir);
+            fprintf(stderr, "llmforge: sample: '%s' %s; give the prompt as --ids\n", dir,
+                    lf_checkpoint_is_hf_dir(dir) ? "has no tokenizer.json" : "does not name its tokenizer");
             goto done;
         }
-        st = lf_tokenizer_open(&tok, spec, dir); /* relative to the checkpoint: it carries its vocabulary */
+        st = lf_checkpoint_open_tokenizer(dir, spec, m, &tok); /* the checkpoint carries its vocabulary */
         if (st != LF_OK) {
             die_status(st, "sample: tokenizer");
             goto done;
@@ -615,6 +627,10 @@ static int cmd_sample(int argc, char **argv) {
                          .top_p = pf,
                          .no_cache = no_cache};
     stream_ctx sc = {.quiet = json};
+    if (!ignore_eos && (st = lf_checkpoint_eos_ids(dir, sc.eos, 16, &sc.n_eos)) != LF_OK) {
+        die_status(st, "sample");
+        goto done;
+    }
     if (tok && (st = lf_detok_stream_create(&sc.ds, tok)) != LF_OK) {
         die_status(st, "sample");
         goto done;
