@@ -472,7 +472,45 @@ lf_status lf__ckpt_error_decide(lf_trainer *t, int at_end) {
  * `llmforge prepare --chat-template` rendered the pairs with) is copied, so
  * `llmforge serve` renders chats as the model was trained. config.json is Hugging
  * Face's config of this model (lf_model_hf_config_json: GPT2LMHeadModel,
- * LlamaForCausalLM), so transformers loads the checkpoint directory. */
+ * LlamaForCausalLM), so transformers loads the checkpoint directory; for a run
+ * --init-from an HF directory, that directory's own files instead
+ * (keep_hf_files). */
+/* --init-from a Hugging Face directory: its own config.json (the original
+ * architectures and model_type: a Mistral or Qwen2 stays one; the keys the
+ * run may set agree with it, hf_merge_config) and generation_config.json
+ * (eos ids, default sampling) travel with every checkpoint, and so do
+ * tokenizer_config.json and special_tokens_map.json when the data was
+ * tokenized with the directory's own tokenizer.json (byte for byte), so
+ * transformers loads the same model and tokenizer back. */
+static lf_status keep_hf_files(lf_trainer *t, int *have_config) {
+    static const char *const names[4] = {"config.json", "generation_config.json", "tokenizer_config.json",
+                                         "special_tokens_map.json"};
+    const char *dir = t->opts.init_from;
+    *have_config = 0;
+    if (!dir || !lf_checkpoint_is_hf_dir(dir)) return LF_OK;
+    int same_tokenizer = 0;
+    if (t->tok_data && !strcmp(t->tok_spec, "hf:tokenizer.json")) {
+        char path[LF_PATH_MAX + 32], *own = NULL;
+        size_t len = 0, mine = strlen(t->tok_data);
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        if (lf_file_read_all(path, 256u << 20, &own, &len) == LF_OK)
+            same_tokenizer = len == mine && !memcmp(own, t->tok_data, len);
+        lf_free(own);
+    }
+    for (int i = 0; i < 4; i++) {
+        if (i >= 2 && !same_tokenizer) break;
+        char path[LF_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (access(path, F_OK) != 0) continue;
+        size_t len = 0;
+        lf_status st = lf_file_read_all(path, 16u << 20, &t->hf_kept[i], &len);
+        if (st != LF_OK) return st;
+        t->extra[t->n_extra++] = (lf_ckpt_file){names[i], t->hf_kept[i], len};
+        if (i == 0) *have_config = 1;
+    }
+    return LF_OK;
+}
+
 lf_status lf__ckpt_extras(lf_trainer *t) {
     const char *spec = lf_dataset_tokenizer_spec(t->ds);
     snprintf(t->tok_spec, sizeof t->tok_spec, "%s", spec);
@@ -497,7 +535,10 @@ lf_status lf__ckpt_extras(lf_trainer *t) {
         if (st != LF_OK) return st;
         t->extra[t->n_extra++] = (lf_ckpt_file){"chat_template.json", t->tpl_data, len};
     }
-    int n = lf_model_hf_config_json(&t->mcfg, NULL, 0); /* 0: no HF equivalent (GPT-2 without biases) */
+    int have_config = 0;
+    lf_status kst = keep_hf_files(t, &have_config);
+    if (kst != LF_OK) return kst;
+    int n = have_config ? 0 : lf_model_hf_config_json(&t->mcfg, NULL, 0); /* 0: none (GPT-2 without biases) */
     if (n > 0) {
         t->hf_config = lf_alloc((size_t)n + 1);
         if (!t->hf_config) return lf_fail(LF_ERR_NOMEM, "out of memory");

@@ -559,6 +559,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->tok_data);
     lf_free(t->tpl_data);
     lf_free(t->hf_config);
+    for (int i = 0; i < 4; i++) lf_free(t->hf_kept[i]);
     if (t->be && !lf_backend_host_memory(t->be)) {
         if (!t->offload) {
             lf_free(t->host_params);

@@ -132,9 +132,10 @@ struct lf_trainer {
     size_t planned_act_bytes;
     /* files every checkpoint carries, so it stands alone: the tokenizer's
      * vocabulary and a Hugging Face config.json */
-    lf_ckpt_file extra[3];
+    lf_ckpt_file extra[8];
     int n_extra;
     char *tok_data, *hf_config, *tpl_data;
+    char *hf_kept[4];                /* --init-from an HF directory: its own files, kept (trainer_ckpt.c) */
     lf_hf_model *hf;                 /* --init-from a Hugging Face directory (closed after the weights are read) */
     char tok_spec[LF_PATH_MAX + 32]; /* the spec as stored in checkpoints */
     char ckpt_root[LF_PATH_MAX + 8];

@@ -82,6 +82,23 @@ python3 -c 'import json, sys; d = json.load(open("ev.json")); s = json.dumps(d);
     fail "eval --model gave no perplexity: $(cat ev.json)"
 ok
 
+# train --init-from DIR on data tokenized with its own tokenizer.json: the checkpoint keeps the
+# directory's config.json, generation_config.json and tokenizer files, and sampling from it
+# stops at the same eos list
+for i in $(seq 1 60); do echo "$PROMPT $i"; done > c.txt
+"$LF" prepare --input c.txt --format text --tokenizer "hf:$HF/tokenizer.json" --out data > prep.log 2>&1 ||
+    fail "prepare with the directory's tokenizer: $(cat prep.log)"
+"$LF" train --data.dataset=data --model.block_size=32 --train_micro_batch_size_per_gpu=2 --train_iters=2 \
+    --eval.interval=0 --checkpoint.interval=0 --optimizer.params.lr=1e-12 --threads=2 --out_dir=run --init-from "$HF" \
+    > train.log 2>&1 || fail "train --init-from: $(tail -5 train.log)"
+step=$(ls -d run/ckpt/step_* | tail -1)
+for f in config.json generation_config.json tokenizer.json tokenizer_config.json; do
+    cmp -s "$HF/$f" "$step/$f" || fail "the checkpoint's $f is not the directory's"
+done
+"$LF" sample --ckpt run --prompt "$PROMPT" --temperature 0 --max-new-tokens 32 > r.txt 2> r.err || fail "sample: $(cat r.err)"
+[ "$(cat r.txt)" = "$PROMPT$(exp greedy_text)" ] || fail "the trained (lr 1e-12) checkpoint samples '$(cat r.txt)'"
+ok
+
 # refusals
 mkdir notok && cp "$HF"/config.json "$HF"/model.safetensors notok/
 "$LF" sample --model notok --prompt "$PROMPT" > nt.out 2>&1 && fail "a prompt without tokenizer.json was accepted"

@@ -27,6 +27,14 @@ grep -q "initialised from Hugging Face model" train.log || fail "no initialisati
 ok
 grep -q '"config.json"' run/ckpt/*/trainer_state.json || fail "the checkpoint lacks its config.json"
 ok
+# the directory's own config.json and generation_config.json travel with the checkpoint (the
+# original architectures, model_type and eos ids); its tokenizer files do not: the data was
+# tokenized with another tokenizer
+step=$(ls -d run/ckpt/step_* | tail -1)
+cmp -s "$HF/config.json" "$step/config.json" || fail "the checkpoint's config.json is not the directory's"
+cmp -s "$HF/generation_config.json" "$step/generation_config.json" || fail "generation_config.json was not kept"
+[ ! -e "$step/tokenizer_config.json" ] || fail "tokenizer_config.json kept for data of another tokenizer"
+ok
 # a key that disagrees with config.json
 "$LF" train "${COMMON[@]}" --out_dir=run2 --init-from "$HF" --model.n_layer=3 >bad.log 2>&1 &&
     fail "a disagreeing model.n_layer was accepted"
