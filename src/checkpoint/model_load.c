@@ -114,9 +114,13 @@ static lf_status load_hf(const char *path, lf_backend *be, lf_model **model, cha
     int count = 0;
     const lf_param_info *table = st == LF_OK ? lf_model_params_table(m, &count) : NULL;
     const size_t total = st == LF_OK ? lf_model_num_params(m) : 0;
-    if (st == LF_OK && !(host = lf_alloc(total * sizeof(float))))
+    /* a backend in host memory takes the weights where they are read: no
+     * second fp32 copy of the model at start */
+    const int direct = st == LF_OK && lf_backend_host_memory(be);
+    if (st == LF_OK && !direct && !(host = lf_alloc(total * sizeof(float))))
         st = lf_fail(LF_ERR_NOMEM, "out of memory reading model directory '%s'", path);
-    if (st == LF_OK) st = lf_hf_load_params(hf, table, count, mc.tie_embeddings, host);
+    if (st == LF_OK)
+        st = lf_hf_load_params(hf, table, count, mc.tie_embeddings, direct ? (float *)lf_model_params(m) : host);
     if (st == LF_OK) {
         const size_t n = strlen(path) + 1;
         if (!(dir = lf_alloc(n))) st = lf_fail(LF_ERR_NOMEM, "out of memory");
@@ -128,7 +132,7 @@ static lf_status load_hf(const char *path, lf_backend *be, lf_model **model, cha
         lf_hf_close(hf);
         return st;
     }
-    lf_backend_to_device(be, lf_model_params(m), host, total * sizeof(float));
+    if (!direct) lf_backend_to_device(be, lf_model_params(m), host, total * sizeof(float));
     lf_model_params_changed(m);
     lf_backend_params_changed(be);
     lf_free(host);
@@ -160,12 +164,14 @@ lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **
     int count;
     const lf_param_info *table = lf_model_params_table(m, &count);
     lf_ckpt_tensors tt = {table, count, lf_model_num_params(m)};
-    if (!(host = lf_alloc(tt.total * sizeof(float)))) {
+    const int direct = lf_backend_host_memory(be); /* read straight into the model (no second copy) */
+    if (!direct && !(host = lf_alloc(tt.total * sizeof(float)))) {
         st = lf_fail(LF_ERR_NOMEM, "out of memory reading checkpoint '%s'", dir);
         goto fail;
     }
-    if ((st = lf_checkpoint_load(dir, &tt, host, NULL, NULL, NULL)) != LF_OK) goto fail;
-    lf_backend_to_device(be, lf_model_params(m), host, tt.total * sizeof(float));
+    if ((st = lf_checkpoint_load(dir, &tt, direct ? (float *)lf_model_params(m) : host, NULL, NULL, NULL)) != LF_OK)
+        goto fail;
+    if (!direct) lf_backend_to_device(be, lf_model_params(m), host, tt.total * sizeof(float));
     lf_model_params_changed(m);
     lf_backend_params_changed(be);
     lf_free(host);
