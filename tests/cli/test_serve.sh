@@ -284,6 +284,9 @@ s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer se
           b"Content-Length: %d\r\n\r\n" % len(B) + B[:10])
 time.sleep(0.2)  # the headers and 10 body bytes are in
 os.kill(pid, signal.SIGTERM)
+for _ in range(1000):  # under load the main thread may take a while to see the signal
+    if b"stopping (draining" in open("serve.log", "rb").read(): break  # printed just before the drain
+    time.sleep(0.01)
 time.sleep(0.05)
 late = socket.create_connection(("127.0.0.1", port))  # the drain still listens: 503
 late.settimeout(20)
