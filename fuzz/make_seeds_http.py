@@ -5,9 +5,10 @@ Deterministic; run from anywhere: python3 fuzz/make_seeds_http.py. The input
 format is fuzz/fuzz_http.c's: the raw bytes a client sends. The seeds are the
 RFC 9112 framing cases of tests/http/test_http_conform.c (duplicate and
 conflicting Content-Length, Transfer-Encoding with Content-Length or other
-than chunked, obsolete line folding, bare CR / LF and control bytes, whitespace
-before the colon) and their well-formed neighbours, one request each, plus a
-few pipelined pairs. The files are seed_*; inputs merged from fuzzing runs are
+than chunked: 400 when chunked is not the final coding, 501 for a well-formed
+list with a coding the server does not decode; obsolete line folding, bare
+CR / LF and control bytes, whitespace before the colon) and their
+well-formed neighbours, one request each, plus a few pipelined pairs. The files are seed_*; inputs merged from fuzzing runs are
 not touched.
 """
 import os
@@ -41,6 +42,10 @@ CASES = {
     "te_gzip": req(b"Transfer-Encoding: gzip\r\n"),
     "te_gzip_chunked": req(b"Transfer-Encoding: gzip, chunked\r\n", CHUNKED),
     "te_chunked_gzip": req(b"Transfer-Encoding: chunked, gzip\r\n", CHUNKED),
+    "te_params_chunked": req(b'Transfer-Encoding: x-custom;a=b;c="d, e", chunked\r\n', CHUNKED),
+    "te_empty_elements": req(b"Transfer-Encoding: , chunked\r\n", CHUNKED),
+    "te_chunked_twice": req(b"Transfer-Encoding: chunked, chunked\r\n", CHUNKED),
+    "te_chunked_param": req(b"Transfer-Encoding: chunked;x=1\r\n", CHUNKED),
     "te_dup": req(b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", CHUNKED),
     "te_http10": req(b"Transfer-Encoding: chunked\r\n", CHUNKED, line=b"POST /x HTTP/1.0"),
     "obs_fold": req(b"X-A: foo\r\n bar baz\r\nContent-Length: 7\r\n"),

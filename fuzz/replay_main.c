@@ -15,6 +15,13 @@
  *
  * Exit status: 0 when every input ran; 1 when a path cannot be read or the
  * paths hold no input at all (a missing corpus must not pass silently).
+ *
+ * LF_FUZZ_REPLAY_ALARM_US=N (N > 0) delivers a SIGALRM every N microseconds
+ * to a handler that does nothing, installed without SA_RESTART, as
+ * libFuzzer's -timeout check does (once every timeout/2 + 1 seconds): a
+ * harness that waits on a socket or a timer must retry what an EINTR
+ * interrupts instead of taking it for a timeout or a close
+ * (fuzz.replay_http_eintr runs the http corpus this way).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -114,11 +123,38 @@ static int run_dir(const char *dir, size_t *n) {
     return rc;
 }
 
+static void on_alarm(int sig) { (void)sig; }
+
+/* LF_FUZZ_REPLAY_ALARM_US: 0 when unset, -1 when not a number in 1..10^7. */
+static int start_alarms(void) {
+    const char *v = getenv("LF_FUZZ_REPLAY_ALARM_US");
+    if (!v || !*v) return 0;
+    char *end = NULL;
+    errno = 0;
+    long us = strtol(v, &end, 10);
+    if (errno || *end || us < 1 || us > 10000000) {
+        fprintf(stderr, "replay: LF_FUZZ_REPLAY_ALARM_US='%s' is not a number of microseconds in 1..10000000\n", v);
+        return -1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm; /* no SA_RESTART: interrupted calls fail with EINTR */
+    sigemptyset(&sa.sa_mask);
+    struct itimerval it = {{us / 1000000, us % 1000000}, {us / 1000000, us % 1000000}};
+    if (sigaction(SIGALRM, &sa, NULL) != 0 || setitimer(ITIMER_REAL, &it, NULL) != 0) {
+        fprintf(stderr, "replay: cannot start the SIGALRM timer: %s\n", strerror(errno));
+        return -1;
+    }
+    fprintf(stderr, "replay: a SIGALRM every %ld us\n", us);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s FILE_OR_DIR...\n", argv[0]);
         return 2;
     }
+    if (start_alarms() != 0) return 1;
     size_t n = 0;
     for (int i = 1; i < argc; i++) {
         struct stat st;

@@ -2,8 +2,9 @@
  * Request framing checks of the HTTP layer (lf__http_check_framing in
  * http_impl.h): what libmicrohttpd 0.9.75 lets through that RFC 9112 says a
  * server must refuse, checked on the header fields MHD parsed, before any
- * handler runs. A refused request gets 400 and its connection is closed
- * (server.c), so no byte of it is ever read as the start of another request.
+ * handler runs. A refused request gets 400 (or 501 for a transfer coding
+ * the server does not decode) and its connection is closed (server.c), so
+ * no byte of it is ever read as the start of another request.
  *
  * Why: two parties that frame one byte stream differently (a proxy in front,
  * this server behind) see different requests in it: request smuggling. MHD
@@ -27,8 +28,18 @@
  *     refused, the choice RFC 9110 §8.6 allows and the simplest to reason
  *     about);
  *   - at most one Transfer-Encoding field, only in HTTP/1.1, never with a
- *     Content-Length, and its value exactly "chunked" (case-insensitive):
- *     this server decodes no other coding, and "chunked" must be the last.
+ *     Content-Length (RFC 9112 §6.1, §6.3 rule 3: 400);
+ *   - its value a list of transfer codings (RFC 9112 §7; empty elements
+ *     skipped, RFC 9110 §5.6.1) whose final coding is "chunked" (§6.3 rule
+ *     4: the body length cannot be determined otherwise, so 400), with
+ *     "chunked" only once (§7.1: a sender must not apply it twice; 400);
+ *   - a valid list that is anything but exactly "chunked" (another coding
+ *     before it, "gzip, chunked"; a parameter; or list syntax around it,
+ *     ", chunked") is well framed but asks for what this server does not
+ *     do: 501 (§6.1: a server that receives a transfer coding it does not
+ *     understand ought to answer 501), and the connection is closed all the
+ *     same. MHD decodes a body as chunked only when the whole value is
+ *     "chunked" (case-insensitive), so nothing else may pass.
  *
  * What cannot be checked here, because MHD 0.9.75 removes it before any
  * callback (connection.c, get_next_header_line / process_broken_line): a
@@ -52,6 +63,86 @@ static int is_tchar(unsigned char c) {
 
 static int starts_with_ci(const char *s, const char *prefix) { return strncasecmp(s, prefix, strlen(prefix)) == 0; }
 
+static void skip_ows(const char **p) {
+    while (**p == ' ' || **p == '\t') (*p)++;
+}
+
+/* A token at *p (advanced past it); its length. */
+static size_t skip_token(const char **p) {
+    const char *s = *p;
+    while (is_tchar((unsigned char)**p)) (*p)++;
+    return (size_t)(*p - s);
+}
+
+/* A quoted-string at *p (RFC 9110 §5.6.4; advanced past it): 1, or 0 when
+ * it does not close. The caller refused control bytes already. */
+static int skip_quoted(const char **p) {
+    if (**p != '"') return 0;
+    for (const char *q = *p + 1; *q; q++) {
+        if (*q == '\\') {
+            if (!q[1]) return 0;
+            q++;
+        } else if (*q == '"') {
+            *p = q + 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The Transfer-Encoding value (RFC 9112 §6.1, §7): 0 for exactly "chunked",
+ * else 400 (not a list of codings ending in one "chunked") or 501 (a valid
+ * list this server does not decode), with why[0, cap). */
+static int check_transfer_coding(const char *te, char *why, size_t cap) {
+    if (strcasecmp(te, "chunked") == 0) return 0;
+    int n = 0, n_chunked = 0, last_chunked = 0;
+    const char *p = te;
+    for (;;) {
+        skip_ows(&p);
+        if (*p == ',') { /* an empty list element */
+            p++;
+            continue;
+        }
+        if (!*p) break;
+        const char *name = p;
+        const size_t len = skip_token(&p);
+        int ok = len > 0;
+        for (skip_ows(&p); ok && *p == ';'; skip_ows(&p)) { /* transfer-parameter: token "=" (token / quoted) */
+            p++;
+            skip_ows(&p);
+            ok = skip_token(&p) > 0;
+            skip_ows(&p);
+            ok = ok && *p == '=';
+            if (ok) p++;
+            skip_ows(&p);
+            ok = ok && (*p == '"' ? skip_quoted(&p) : skip_token(&p) > 0);
+        }
+        if (!ok || (*p && *p != ',')) {
+            snprintf(why, cap, "Transfer-Encoding '%.40s' is not a list of transfer codings", te);
+            return 400;
+        }
+        const int is_chunked = len == 7 && strncasecmp(name, "chunked", 7) == 0;
+        n++;
+        n_chunked += is_chunked;
+        last_chunked = is_chunked;
+    }
+    if (n == 0) {
+        snprintf(why, cap, "Transfer-Encoding '%.40s' names no transfer coding", te);
+        return 400;
+    }
+    if (!last_chunked) {
+        snprintf(why, cap, "Transfer-Encoding '%.40s' does not end in 'chunked': the body length is unknown", te);
+        return 400;
+    }
+    if (n_chunked > 1) {
+        snprintf(why, cap, "Transfer-Encoding '%.40s' applies 'chunked' more than once", te);
+        return 400;
+    }
+    snprintf(why, cap, "Transfer-Encoding '%.40s' is not implemented: only a body sent with 'chunked' alone is decoded",
+             te);
+    return 501;
+}
+
 int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *why, size_t cap) {
     int n_cl = 0, n_te = 0;
     const char *te = NULL;
@@ -61,7 +152,7 @@ int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *wh
         const char *value = h[i].value ? h[i].value : "";
         if (!name[0]) {
             snprintf(why, cap, "a header field with an empty name");
-            return -1;
+            return 400;
         }
         for (const unsigned char *p = (const unsigned char *)name; *p; p++)
             if (!is_tchar(*p)) {
@@ -69,33 +160,33 @@ int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *wh
                          "header field name with byte 0x%02x (whitespace before the colon, obsolete "
                          "line folding, or not a token)",
                          *p);
-                return -1;
+                return 400;
             }
         for (const unsigned char *p = (const unsigned char *)value; *p; p++)
             if ((*p < 0x20 && *p != '\t') || *p == 0x7f) {
                 snprintf(why, cap, "header field '%.64s' holds the control byte 0x%02x", name, *p);
-                return -1;
+                return 400;
             }
         const int is_cl = strcasecmp(name, "Content-Length") == 0;
         const int is_te = strcasecmp(name, "Transfer-Encoding") == 0;
         if (!is_cl && !is_te && (starts_with_ci(name, "Content-Length") || starts_with_ci(name, "Transfer-Encoding"))) {
             snprintf(why, cap, "header field name '%.64s' (a folded Content-Length or Transfer-Encoding)", name);
-            return -1;
+            return 400;
         }
         if (is_cl) {
             if (++n_cl > 1) {
                 snprintf(why, cap, "more than one Content-Length");
-                return -1;
+                return 400;
             }
             if (!value[0] || strspn(value, "0123456789") != strlen(value)) {
                 snprintf(why, cap, "Content-Length '%.32s' is not a decimal number", value);
-                return -1;
+                return 400;
             }
         }
         if (is_te) {
             if (++n_te > 1) {
                 snprintf(why, cap, "more than one Transfer-Encoding");
-                return -1;
+                return 400;
             }
             te = value;
         }
@@ -103,16 +194,13 @@ int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *wh
     if (n_te) {
         if (http10) {
             snprintf(why, cap, "Transfer-Encoding in an HTTP/1.0 request");
-            return -1;
+            return 400;
         }
         if (n_cl) {
             snprintf(why, cap, "both Transfer-Encoding and Content-Length");
-            return -1;
+            return 400;
         }
-        if (strcasecmp(te, "chunked") != 0) {
-            snprintf(why, cap, "Transfer-Encoding '%.32s' (only 'chunked' is accepted)", te);
-            return -1;
-        }
+        return check_transfer_coding(te, why, cap);
     }
     return 0;
 }

@@ -50,7 +50,9 @@
  * RFC 9112's framing rules (framing.c: one Content-Length of digits only,
  * Transfer-Encoding only "chunked" and never with Content-Length, field
  * names that are tokens, no control bytes in values); a request that breaks
- * one gets 400 and its connection is closed.
+ * one gets 400, one whose transfer codings are well formed but more than
+ * "chunked" alone ("gzip, chunked") gets 501, and either way its connection
+ * is closed.
  *
  * Drain (lf__http_drain, then lf__http_stop): new requests get 503 and a
  * close, requests begun before are finished (received, handled, sent whole)
@@ -95,7 +97,7 @@ typedef struct lf__http_header {
  * returning without either answers 500 (503 while the server stops). */
 typedef void (*lf__http_handler)(lf__http_request *req, void *user);
 
-/* Body of an error the layer itself answers (413, 500, 503): a malloc'd
+/* Body of an error the layer itself answers (400, 408, 413, 500, 501, 503): a malloc'd
  * string (freed by the layer) and its content type (a static string).
  * Called on any thread, with no lock held. NULL: text/plain "message\n". */
 typedef char *(*lf__http_error_body_fn)(int status, const char *message, const char **content_type, void *user);

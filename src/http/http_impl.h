@@ -139,8 +139,9 @@ lf_mhd_result lf__http_reply_error_close(lf__http_request *r, int status, const 
 
 /* RFC 9112 framing of a request whose header fields are h[0, n) as MHD
  * parsed them (http10: the request line said HTTP/1.0): 0 when acceptable,
- * -1 with a reason in why[0, cap) when it must be refused with 400 and the
- * connection closed. framing.c lists the rules. */
+ * else the status to refuse it with (400, or 501 for a transfer coding the
+ * server does not decode) and a reason in why[0, cap); a refused request's
+ * connection is closed. framing.c lists the rules. */
 int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *why, size_t cap);
 
 /* ---------------------------------------------------------------- connections (server.c) */

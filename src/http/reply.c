@@ -36,6 +36,7 @@ const char *lf__http_reason(int status) {
     case 413: return "Content Too Large";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return "";
     }

@@ -29,7 +29,8 @@
  *     failed send) are polled for POLLRDHUP/POLLHUP, a disconnect that
  *     cancels the stream and shuts the socket down.
  *   - The access handler's first call checks the request's framing
- *     (framing.c) before any handler: 400 and "Connection: close".
+ *     (framing.c) before any handler: 400 (501 for a transfer coding it
+ *     does not decode) and "Connection: close".
  *   - Drain (lf__http_drain): a request whose request line arrives after it
  *     began is answered 503 with "Connection: close"; the drain waits for
  *     the requests in flight (a connection with a request record that MHD
@@ -259,12 +260,13 @@ static lf_mhd_result collect_header(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
-/* The request's framing (framing.c), on the first access-handler call: 1
- * when it must be refused (*why says why), -1 when out of memory. */
+/* The request's framing (framing.c), on the first access-handler call: the
+ * status to refuse it with (*why says why), 0 when acceptable, -1 when out
+ * of memory. */
 static int refuse_framing(struct MHD_Connection *mc, const char *version, char *why, size_t cap) {
     header_list l = {0};
     MHD_get_connection_values(mc, MHD_HEADER_KIND, collect_header, &l);
-    int bad = l.failed ? -1 : lf__http_check_framing(l.h, l.n, version && !strcmp(version, "HTTP/1.0"), why, cap) != 0;
+    int bad = l.failed ? -1 : lf__http_check_framing(l.h, l.n, version && !strcmp(version, "HTTP/1.0"), why, cap);
     free(l.h);
     return bad;
 }
@@ -285,15 +287,17 @@ static lf_mhd_result on_access(void *cls, struct MHD_Connection *mc, const char 
     if (!r->started) {
         r->started = 1;
         /* Framing first: a request MHD and a proxy could read differently
-         * is refused before a handler sees it, and nothing more is read
-         * from its connection (RFC 9112 §6.3). */
+         * is refused before a handler sees it (400; 501 for a transfer
+         * coding not decoded here), and nothing more is read from its
+         * connection (RFC 9112 §6.1, §6.3). */
         char why[200];
         const int bad = refuse_framing(mc, version, why, sizeof why);
         if (bad < 0) return MHD_NO;
         if (bad) {
             char msg[240];
-            snprintf(msg, sizeof msg, "bad request framing: %s", why);
-            return lf__http_reply_error_close(r, 400, msg);
+            snprintf(msg, sizeof msg, "%s: %s", bad == 501 ? "unsupported request framing" : "bad request framing",
+                     why);
+            return lf__http_reply_error_close(r, bad, msg);
         }
         if (r->late) return lf__http_reply_error_close(r, 503, "the server is shutting down");
         if (srv->o.on_headers) {
