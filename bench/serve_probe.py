@@ -1,0 +1,1295 @@
+#!/usr/bin/env python3
+"""A hostile-client probe of `llmforge serve` (issue 31's probe, committed).
+
+Run it through bench/serve_probe.sh, which makes the tiny checkpoint and the API key file, or
+directly with the `openai` venv's python (stdlib + openai only):
+
+    python bench/serve_probe.py --llmforge build/llmforge --ckpt out/bench/serve_probe/run \
+        --key-file out/bench/serve_probe/key.txt [--sections bad,load,slowloris,batch,drain] ...
+
+The probe starts `llmforge serve` itself: a fresh server for each section (and for each drain
+trial), with --max-batch 8 --max-queue 64 --threads 2 and the API key, and reads its port from
+its first line. Sections (each selectable; sizes and durations are options, defaults are the
+issue's sizes):
+
+  bad        BAD_CASES distinct bad requests over raw sockets (request line, methods, paths,
+             headers, RFC 9112 framing, Host, body framing, chunked bodies, JSON, field types and
+             ranges, sampling values, caps, auth, model). Each must be answered within --bound-s
+             (or, where the table says so, closed without an answer within it: never a hang) with
+             one of the statuses the table expects; every error body must be OpenAI's shape
+             {"error": {"message", "type", "param", "code"}} (JSON, the four keys, message and
+             type strings), except the answers libmicrohttpd gives itself before any llmforge code
+             runs (its HTML pages, marked "mhd" in the table: counted and listed, not hidden);
+             where the RFC requires it the connection must close (`Connection: close` and EOF);
+             no second response may follow one request. A valid request is answered between
+             groups, and the server must be alive at the end. Then --abandon N abandoned requests
+             (connect and close; part of the request line; headers only; part of the body; a whole
+             request or stream closed before reading, or reset, or after its first bytes), on
+             --abandon-clients connections at a time. After them: the server alive, serving, its
+             KV slots and queue back to 0 (from /metrics) within 30 s, and its RSS before/after.
+  load       --clients C `openai` clients for --duration D seconds, each sending requests one
+             after another: completions and chat, streamed and not, seeded sampling. Every
+             request must succeed with a well-formed answer (choices, text, finish_reason stop or
+             length, usage). The server's VmRSS is read from /proc/PID/status every second; RSS is
+             flat when the largest sample of the last 10 s is at most the largest of the 10 s
+             after the warm-up (--warmup-s) plus max(4 MiB, 2%).
+  slowloris  --loris S connections that send a request line and then one header byte a second
+             (reconnecting when the server closes them), while a normal client sends --requests R
+             requests one after another (a new connection each, 4 greedy tokens). Every normal
+             request must get 200 within 30 s, and all S slow connections must be open when the
+             normal client starts. Reported: p50/p99 latency, how many slow connections the
+             server closed (its request deadline) and how many got 408.
+  batch      16 prompts of the same length, greedy, 32 tokens with logprobs 5: each alone on an idle
+             server, then the 16 together, --batch-rounds times. The text, tokens, token
+             log-probabilities and top log-probabilities must be identical (the JSON numbers are
+             the shortest that read back as the same double, so equal text is equal bits).
+  drain      --drain-trials N trials each of
+             A: --drain-s 20, the headers and 10 body bytes sent, SIGTERM, the rest 50 ms later:
+                the request must get 200 and the server exit 0;
+             B: --drain-s 0, 64 concurrent 80-token requests (half streamed, with usage),
+                SIGTERM --drain-delay-s (0.15) s in: each a complete answer (80 tokens) or an
+                explicit error (429/503 in OpenAI's shape; a stream: an error event, no [DONE],
+                chunked ending clean); none "length" with fewer tokens (mislabelled), none closed
+                without an answer (lost), no stream cut mid-way (truncated); exit 0;
+             C: --drain-s 20, the same load: all 64 complete, exit 0.
+
+Output: a human summary, then one JSON line of every figure (the last line of stdout). Exit 0
+when every check passed; 1 when one failed (each is listed under "FAILED"); 2 on a set-up error.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+MODEL = "probe"
+
+
+class Setup(Exception):
+    """The probe could not run (server did not start, bad option): exit 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the server under test
+
+
+class Server:
+    """`llmforge serve` on a free port; its output goes to a log file in --out."""
+
+    def __init__(self, args, name, drain_s=5):
+        self.log_path = os.path.join(args.out, "serve_%s.log" % name)
+        cmd = [args.llmforge, "serve", "--ckpt", args.ckpt, "--port", "0", "--model-name", MODEL,
+               "--api-key-file", args.key_file, "--max-batch", "8", "--max-queue", "64", "--threads",
+               str(args.threads), "--drain-s", str(drain_s)] + args.serve_arg
+        self.log = open(self.log_path, "wb")
+        self.p = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                m = re.search(rb"http://127\.0\.0\.1:(\d+)/v1", f.read())
+            if m:
+                self.port = int(m.group(1))
+                return
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.p.kill()
+        raise Setup("serve did not start: %s" % open(self.log_path, "rb").read()[-500:].decode("utf-8", "replace"))
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def rss_kib(self):
+        try:
+            with open("/proc/%d/status" % self.p.pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def term(self, timeout=60):
+        """SIGTERM and wait: the exit status (None if it had to be killed)."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            rc = None
+        self.log.close()
+        return rc
+
+
+# ---------------------------------------------------------------------------------------------
+# raw HTTP over a socket
+
+
+class Closed(Exception):
+    pass
+
+
+class Conn:
+    def __init__(self, port, timeout=10):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    def recv(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        self.s.settimeout(left)
+        return self.s.recv(65536)
+
+    def fill(self, n, deadline):
+        while len(self.buf) < n:
+            b = self.recv(deadline)
+            if not b:
+                raise Closed()
+            self.buf += b
+
+    def line(self, deadline):
+        while b"\r\n" not in self.buf:
+            b = self.recv(deadline)
+            if not b:
+                raise Closed()
+            self.buf += b
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def take(self, n):
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def response(self, deadline, head=False):
+        """One response: (status, {name: [values]}, body, chunked_ended), or None when the server
+        closed before sending a byte. 1xx responses are skipped. Raises socket.timeout, Closed
+        (closed inside a response), ValueError (not HTTP)."""
+        while True:
+            while b"\r\n\r\n" not in self.buf:
+                try:
+                    b = self.recv(deadline)
+                except ConnectionResetError:
+                    b = b""
+                if not b:
+                    if self.buf:
+                        raise Closed()
+                    return None
+                self.buf += b
+            raw, self.buf = self.buf.split(b"\r\n\r\n", 1)
+            lines = raw.split(b"\r\n")
+            m = re.match(rb"HTTP/1\.[01] (\d{3})(?: |$)", lines[0])
+            if not m:
+                raise ValueError("not an HTTP status line: %r" % lines[0][:80])
+            status = int(m.group(1))
+            hdrs = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(b":")
+                hdrs.setdefault(k.strip().lower().decode("latin-1"), []).append(v.strip().decode("latin-1"))
+            if 100 <= status < 200:
+                continue
+            break
+        body, ended = b"", None
+        if head or status in (204, 304):
+            pass
+        elif "content-length" in hdrs:
+            n = int(hdrs["content-length"][0])
+            self.fill(n, deadline)
+            body = self.take(n)
+        elif "chunked" in ",".join(hdrs.get("transfer-encoding", [])).lower():
+            ended = False
+            while True:
+                size = int(self.line(deadline).split(b";")[0], 16)
+                if size == 0:
+                    while self.line(deadline):  # trailers, then the empty line
+                        pass
+                    ended = True
+                    break
+                self.fill(size + 2, deadline)
+                body += self.take(size)
+                self.take(2)
+        else:
+            while True:
+                b = self.recv(deadline)
+                if not b:
+                    break
+                body += b
+        return status, hdrs, body, ended
+
+    def after(self, wait):
+        """What follows a response: "closed", "open" (nothing within wait) or "extra" (more bytes)."""
+        if self.buf:
+            return "extra"
+        try:
+            self.s.settimeout(wait)
+            b = self.s.recv(65536)
+        except socket.timeout:
+            return "open"
+        except OSError:
+            return "closed"
+        if not b:
+            return "closed"
+        self.buf += b
+        return "extra"
+
+    def close(self, reset=False):
+        try:
+            if reset:  # RST instead of FIN
+                self.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.s.close()
+        except OSError:
+            pass
+
+
+def openai_error_shape(body):
+    """None when body is OpenAI's error object, else why not."""
+    try:
+        j = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return "not JSON: %r" % body[:100]
+    if not isinstance(j, dict) or set(j) != {"error"} or not isinstance(j["error"], dict):
+        return "not {\"error\": {...}}: %r" % body[:100]
+    e = j["error"]
+    if set(e) != {"message", "type", "param", "code"}:
+        return "error keys %s" % sorted(e)
+    if not isinstance(e["message"], str) or not e["message"] or not isinstance(e["type"], str):
+        return "message/type not strings: %r" % body[:100]
+    if not (e["param"] is None or isinstance(e["param"], str)) or not (e["code"] is None or isinstance(e["code"], str)):
+        return "param/code not string or null: %r" % body[:100]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the bad-request table
+
+
+class Case:
+    """A raw request and what must happen. want: statuses allowed (None: closed without an
+    answer, allowed only where listed); close: the connection must close after the answer;
+    mhd: libmicrohttpd answers it itself (an HTML body); extra_ok: bytes after the body are
+    allowed (the body's tail is read as another request); parts: bytes sent with a pause
+    between, to cross the server's reads."""
+
+    def __init__(self, name, raw, want, close=False, mhd=False, extra_ok=False, head=False):
+        self.name, self.want, self.close, self.mhd, self.extra_ok, self.head = name, set(want), close, mhd, extra_ok, head
+        self.parts = raw if isinstance(raw, list) else [raw]
+
+
+def build_cases(key):
+    K = ("Authorization: Bearer %s\r\n" % key).encode()
+    H = b"Host: t\r\n"
+
+    def req(method=b"POST", path=b"/v1/completions", headers=b"", body=None, version=b"HTTP/1.1", auth=True,
+            host=True, cl=True):
+        h = method + b" " + path + b" " + version + b"\r\n" + (H if host else b"") + (K if auth else b"") + headers
+        if body is not None and cl:
+            h += b"Content-Length: %d\r\n" % len(body)
+        return h + b"\r\n" + (body or b"")
+
+    def comp(body, **kw):  # a completions request with a JSON body (dict or bytes)
+        return req(body=body if isinstance(body, bytes) else json.dumps(body).encode(), **kw)
+
+    def chat(body, **kw):
+        return req(path=b"/v1/chat/completions", body=body if isinstance(body, bytes) else json.dumps(body).encode(), **kw)
+
+    G = {"model": MODEL, "prompt": "ROMEO:\n", "max_tokens": 2, "temperature": 0}
+    GB = json.dumps(G).encode()
+    M = [{"role": "user", "content": "hello"}]
+    CH = hex(len(GB))[2:].encode() + b"\r\n" + GB + b"\r\n0\r\n\r\n"  # GB as one chunk
+    CL = str(len(GB)).encode()
+    C400 = {400}
+    C = []
+    add = C.append
+
+    def g(**kw):
+        d = dict(G)
+        d.update(kw)
+        return d
+
+    # -- request line (MHD parses it; what reaches us gets OpenAI's shape)
+    add(Case("no version (GET /v1/models)", b"GET /v1/models\r\n\r\n", C400, close=True, mhd=True))
+    add(Case("method only", b"GET\r\n\r\n", {None, 400}, close=True, mhd=True))  # MHD closes at once
+    add(Case("HTTP/2.0 version", req(b"GET", b"/v1/models", version=b"HTTP/2.0"), {505}, close=True, mhd=True))
+    add(Case("HTTP/3.0 version", req(b"GET", b"/v1/models", version=b"HTTP/3.0"), {505}, close=True, mhd=True))
+    add(Case("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", {505}, close=True, mhd=True))
+    add(Case("version FOO/1.1", req(b"GET", b"/v1/models", version=b"FOO/1.1"), {400, 505}, close=True, mhd=True))
+    add(Case("lower-case version", req(b"GET", b"/v1/models", version=b"http/1.1"), {400, 505}, close=True, mhd=True))
+    add(Case("TLS ClientHello", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(64)), {None, 400, 408}, mhd=True))
+    add(Case("1 KiB of binary", bytes((i * 37 + 11) % 256 for i in range(1024)), {None, 400, 408}, mhd=True))
+    add(Case("CRLF only then close-less wait", b"\r\n\r\n\r\n", {None, 400, 408}, mhd=True))
+    add(Case("100 KB path", req(b"GET", b"/" + b"a" * 100000), {414, 431, 400}, close=True, mhd=True))
+    add(Case("64 KiB header value", req(b"GET", b"/v1/models", headers=b"X-Big: " + b"a" * 65536 + b"\r\n"),
+             {431, 400, 413}, close=True, mhd=True))
+    add(Case("4000 headers", req(b"GET", b"/v1/models", headers=b"".join(b"X-%d: v\r\n" % i for i in range(4000))),
+             {431, 400, 413}, close=True, mhd=True))
+    # -- methods and paths
+    for m in (b"GET", b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"TRACE", b"FOO", b"get", b"post"):
+        add(Case("%s /v1/completions" % m.decode(), req(m, body=GB if m in (b"PUT", b"PATCH", b"post") else None),
+                 {405}))
+    add(Case("POST /v1/models", req(b"POST", b"/v1/models", body=b"{}"), {405}))
+    add(Case("DELETE /v1/models", req(b"DELETE", b"/v1/models"), {405}))
+    add(Case("GET /v1/chat/completions", req(b"GET", b"/v1/chat/completions"), {405}))
+    add(Case("POST /health", req(b"POST", b"/health", body=b"{}"), {405}))
+    add(Case("POST /metrics", req(b"POST", b"/metrics", body=b"{}"), {405}))
+    add(Case("CONNECT", b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n" + K + b"\r\n", {400, 404, 405}))
+    add(Case("OPTIONS *", req(b"OPTIONS", b"*"), {400, 404, 405}))
+    for p in (b"/", b"/v2/completions", b"/v1/completions/", b"/v1/completion", b"/V1/COMPLETIONS",
+              b"/v1/../v1/completions", b"/v1/completions%00", b"/v1/%2e%2e/v1/models", b"/v1/caf\xc3\xa9",
+              b"/v1/mo\x01dels", b"/v1/engines/probe/completions", b"/v1//completions"):
+        add(Case("POST %r" % p, comp(G, path=p), {400, 404}))
+    # -- Host (RFC 9112 3.2: a 1.1 request without Host, with two, or with an invalid one: 400)
+    add(Case("HTTP/1.1 without Host", req(b"GET", b"/v1/models", host=False), C400))
+    add(Case("two Host headers", req(b"GET", b"/v1/models", headers=b"Host: u\r\n"), C400))
+    add(Case("Host with a space", req(b"GET", b"/v1/models", host=False, headers=b"Host: a b\r\n"), C400))
+    # -- header syntax and framing (RFC 9112): 400 and the connection closed
+    for name, h, body in (
+            ("two different Content-Length", b"Content-Length: " + CL + b"\r\nContent-Length: 2\r\n", GB),
+            ("two equal Content-Length", b"Content-Length: " + CL + b"\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("Transfer-Encoding and Content-Length", b"Transfer-Encoding: chunked\r\nContent-Length: " + CL + b"\r\n", CH),
+            ("Content-Length then Transfer-Encoding", b"Content-Length: " + CL + b"\r\nTransfer-Encoding: chunked\r\n", CH),
+            ("Transfer-Encoding gzip", b"Transfer-Encoding: gzip\r\n", GB),
+            ("Transfer-Encoding gzip, chunked", b"Transfer-Encoding: gzip, chunked\r\n", CH),
+            ("Transfer-Encoding chunked, gzip", b"Transfer-Encoding: chunked, gzip\r\n", CH),
+            ("Transfer-Encoding identity", b"Transfer-Encoding: identity\r\n", GB),
+            ("Transfer-Encoding xchunked", b"Transfer-Encoding: xchunked\r\n", CH),
+            ("two Transfer-Encoding chunked", b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", CH),
+            ("obs-fold (space)", b"X-A: foo\r\n bar baz\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("obs-fold (tab)", b"X-A: foo\r\n\tbar baz\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("obs-fold of Content-Length", b"Content-Length: " + CL[:1] + b"\r\n " + CL[1:] + b"\r\n", GB),
+            ("obs-fold of Transfer-Encoding", b"Transfer-Encoding: chun\r\n ked\r\n", CH),
+            ("bare CR in a value", b"X-A: foo\rbar\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("control byte 0x01 in a value", b"X-A: foo\x01bar\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("DEL in a value", b"X-A: foo\x7fbar\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("ESC in a value", b"X-A: \x1b[31m\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("space before the colon", b"Content-Length : 2\r\nContent-Length: " + CL + b"\r\n", GB),
+            ("tab before the colon", b"Content-Length\t: " + CL + b"\r\n", GB),
+            ("space in a name", b"X A: b\r\nContent-Length: " + CL + b"\r\n", GB),
+    ):
+        add(Case(name, req(headers=h, body=body, cl=False), C400, close=True))
+    add(Case("Transfer-Encoding in HTTP/1.0", req(headers=b"Transfer-Encoding: chunked\r\n", body=CH, cl=False,
+                                                  version=b"HTTP/1.0"), C400, close=True))
+    for name, h in (("empty name", b": b\r\nContent-Length: 7\r\n"),
+                    ("header line without a colon", b"Foo\r\nContent-Length: 7\r\n"),
+                    ("Content-Length 7, 7", b"Content-Length: 7, 7\r\n"), ("Content-Length +7", b"Content-Length: +7\r\n"),
+                    ("Content-Length -7", b"Content-Length: -7\r\n"), ("Content-Length 0x7", b"Content-Length: 0x7\r\n"),
+                    ("Content-Length empty", b"Content-Length: \r\n"), ("Content-Length 7a", b"Content-Length: 7a\r\n"),
+                    ("Content-Length 7 7", b"Content-Length: 7 7\r\n")):
+        add(Case(name, req(headers=h, body=b'{"a":1}', cl=False), C400, close=True, mhd=True))
+    add(Case("Content-Length 10^23", req(headers=b"Content-Length: 99999999999999999999999\r\n", cl=False),
+             {400, 413}, close=True, mhd=True))
+    add(Case("Content-Length 100 MB", req(headers=b"Content-Length: 100000000\r\n", cl=False), {413}, close=True))
+    add(Case("Content-Length 2 MiB, body sent", req(body=b"{" + b" " * (2 << 20) + b"}"), {413}, close=True))
+    add(Case("chunked body over 1 MiB", req(headers=b"Transfer-Encoding: chunked\r\n", cl=False,
+                                            body=b"".join([b"10000\r\n" + b" " * 65536 + b"\r\n"] * 20) + b"0\r\n\r\n"),
+             {413}))  # read to its end, so the connection may stay open
+    add(Case("Content-Length larger than the body", req(headers=b"Content-Length: 100\r\n", body=GB, cl=False), {408},
+             close=True))
+    add(Case("Content-Length smaller than the body", req(headers=b"Content-Length: 10\r\n", body=GB, cl=False), C400,
+             extra_ok=True))
+    add(Case("POST without a body or length", req(), {400, 411}))
+    add(Case("Content-Length 0", req(body=b""), C400))
+    # -- chunked bodies
+    TE = b"Transfer-Encoding: chunked\r\n"
+    for name, body, want, mhd in (
+            ("chunk size not hex", b"zz\r\n" + GB + b"\r\n0\r\n\r\n", C400, True),
+            ("chunk size negative", b"-1\r\n" + GB + b"\r\n0\r\n\r\n", C400, True),
+            ("chunk size 2^72", b"ffffffffffffffffff\r\n" + GB + b"\r\n0\r\n\r\n", {400, 413}, True),
+            ("chunk data longer than its size", b"4\r\n" + GB + b"\r\n0\r\n\r\n", C400, True),
+            ("chunk without CRLF after data", hex(len(GB))[2:].encode() + b"\r\n" + GB + b"0\r\n\r\n", C400, True),
+            ("chunk size with a space inside", b"1 0\r\n" + GB + b"\r\n0\r\n\r\n", C400, True),
+            ("no last chunk", hex(len(GB))[2:].encode() + b"\r\n" + GB + b"\r\n", {408}, False),
+            ("truncated chunk", b"40\r\n{\"prompt\":", {408}, False),
+            ("chunked, bad JSON inside", b"3\r\n{\"a\r\n0\r\n\r\n", C400, False),
+    ):
+        add(Case(name, req(headers=TE, body=body, cl=False), want, close=want != C400 or mhd, mhd=mhd))
+    # -- bodies that are not a JSON object
+    for name, body in (("empty JSON text", b" "), ("null", b"null"), ("a list", b"[]"), ("a number", b"1"),
+                       ("a string", b'"x"'), ("true", b"true"), ("unclosed object", b'{"prompt": "x",'),
+                       ("truncated string", b'{"prompt": "ROM'), ("trailing garbage", b'{"prompt": "x"} x'),
+                       ("two objects", b'{}{}'), ("single quotes", b"{'prompt': 'x'}"), ("NaN literal",
+                                                                                         b'{"prompt":"x","temperature":NaN}'),
+                       ("Infinity literal", b'{"prompt":"x","top_p":Infinity}'), ("trailing comma",
+                                                                                   b'{"prompt":"x",}'),
+                       ("comment", b'{"prompt":"x" /* c */}'), ("bare key", b'{prompt:"x"}'),
+                       ("leading zero", b'{"prompt":"x","max_tokens":02}'), ("hex number",
+                                                                             b'{"prompt":"x","max_tokens":0x2}'),
+                       ("100000-deep list", b"[" * 100000 + b"]" * 100000),
+                       ("50000-deep object", b'{"a":' * 50000 + b"1" + b"}" * 50000),
+                       ("invalid UTF-8 in a string", b'{"prompt": "\xc3\x28"}'),
+                       ("invalid UTF-8 outside strings", b'{"prompt": "x"\xff}'),
+                       ("overlong UTF-8", b'{"prompt": "\xc0\xaf"}'), ("UTF-8 surrogate", b'{"prompt": "\xed\xa0\x80"}'),
+                       ("truncated UTF-8", b'{"prompt": "\xe2\x82"}'), ("lone surrogate escape",
+                                                                          b'{"prompt": "a\\ud800"}'),
+                       ("raw NUL in a string", b'{"prompt": "a\x00b"}'), ("\\u0000 escape", b'{"prompt": "a\\u0000b"}'),
+                       ("raw control byte in a string", b'{"prompt": "a\x01b"}'), ("bad escape",
+                                                                                   b'{"prompt": "a\\qb"}'),
+                       ("duplicate key", b'{"prompt": "a", "prompt": "b"}')):
+        add(Case(name, comp(body), C400))
+    # -- fields: types, ranges, caps
+    for name, kw in (
+            ("prompt missing", {"prompt": None}), ("prompt a number", {"prompt": 5}), ("prompt true", {"prompt": True}),
+            ("prompt an object", {"prompt": {}}), ("prompt empty", {"prompt": ""}), ("prompt []", {"prompt": []}),
+            ("prompt [[]]", {"prompt": [[]]}), ("prompt [1.5]", {"prompt": [1.5]}), ("prompt [-1]", {"prompt": [-1]}),
+            ("prompt token id past the vocabulary", {"prompt": [100000]}), ("prompt token id 2^64",
+                                                                            {"prompt": [2 ** 64]}),
+            ("prompt mixed list", {"prompt": ["a", 5]}), ("prompt 17 prompts", {"prompt": ["a"] * 17}),
+            ("prompt over the context", {"prompt": "ROMEO: " * 40}),
+            ("prompt + max_tokens over the context", {"prompt": "ROMEO: " * 15, "max_tokens": 100}),
+            ("prompt character outside the vocabulary", {"prompt": "caf\u00e9 \u4e2d"}),
+            ("max_tokens -1", {"max_tokens": -1}), ("max_tokens 1.5", {"max_tokens": 1.5}),
+            ("max_tokens a string", {"max_tokens": "5"}), ("max_tokens true", {"max_tokens": True}),
+            ("max_tokens 1e300", {"max_tokens": 1e300}), ("max_tokens 2^63", {"max_tokens": 2 ** 63}),
+            ("max_tokens over the cap", {"max_tokens": 129}), ("max_tokens 0 without echo", {"max_tokens": 0}),
+            ("temperature -0.1", {"temperature": -0.1}), ("temperature 2.0001", {"temperature": 2.0001}),
+            ("temperature a string", {"temperature": "1"}), ("temperature 1e999", {"temperature": 1e999}),
+            ("temperature -1e999", {"temperature": -1e999}), ("temperature a list", {"temperature": [1]}),
+            ("top_p -1e-300", {"top_p": -1e-300}), ("top_p 1.0000001", {"top_p": 1.0000001}),
+            ("top_p 1e999", {"top_p": 1e999}), ("top_p a string", {"top_p": "0.5"}),
+            ("top_k -2", {"top_k": -2}), ("top_k 1.5", {"top_k": 1.5}), ("top_k a string", {"top_k": "3"}),
+            ("seed 2^53", {"seed": 2 ** 53}), ("seed -2^53", {"seed": -2 ** 53}), ("seed 1.5", {"seed": 1.5}),
+            ("seed a string", {"seed": "1"}), ("seed 1e300", {"seed": 1e300}),
+            ("n 0", {"n": 0}), ("n -1", {"n": -1}), ("n 9", {"n": 9}), ("n 1000", {"n": 1000}), ("n 1.5", {"n": 1.5}),
+            ("n a string", {"n": "2"}), ("prompts x n over the server", {"prompt": ["a"] * 16, "n": 8}),
+            ("stop a number", {"stop": 5}), ("stop empty string", {"stop": ""}), ("stop [\"\"]", {"stop": [""]}),
+            ("stop 5 strings", {"stop": ["a", "b", "c", "d", "e"]}), ("stop 300 bytes", {"stop": "x" * 300}),
+            ("stop [1]", {"stop": [1]}), ("echo a string", {"echo": "yes"}), ("echo 1", {"echo": 1}),
+            ("logprobs 6", {"logprobs": 6}), ("logprobs -1", {"logprobs": -1}), ("logprobs true", {"logprobs": True}),
+            ("stream a string", {"stream": "true"}), ("stream 1", {"stream": 1}),
+            ("stream_options without stream", {"stream_options": {"include_usage": True}}),
+            ("stream_options.include_usage a string", {"stream": True, "stream_options": {"include_usage": "x"}}),
+            ("stream_options a list", {"stream": True, "stream_options": []}),
+            ("ignore_eos a string", {"ignore_eos": "x"}), ("user a number", {"user": 5}),
+            ("presence_penalty 3", {"presence_penalty": 3}), ("frequency_penalty -2.5", {"frequency_penalty": -2.5}),
+            ("model a number", {"model": 5}),
+    ):
+        d = g(**kw)
+        for k in [k for k, v in kw.items() if v is None]:
+            del d[k]
+        add(Case(name, comp(d), C400))
+    for name, kw in (("model another", {"model": "gpt-4"}), ("model empty", {"model": ""}),
+                     ("model with a NUL escape", {"model": "probe\u0000"})):
+        add(Case(name, comp(g(**kw)), {400, 404}))
+    # -- chat
+    for name, d in (
+            ("chat: messages missing", {"max_tokens": 2}), ("chat: messages []", {"messages": []}),
+            ("chat: messages a string", {"messages": "hi"}), ("chat: message {}", {"messages": [{}]}),
+            ("chat: role bot", {"messages": [{"role": "bot", "content": "x"}]}),
+            ("chat: role missing", {"messages": [{"content": "x"}]}),
+            ("chat: content a number", {"messages": [{"role": "user", "content": 5}]}),
+            ("chat: user content null", {"messages": [{"role": "user", "content": None}]}),
+            ("chat: image part", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url":
+                                                                              {"url": "http://x/y.png"}}]}]}),
+            ("chat: part without text", {"messages": [{"role": "user", "content": [{"type": "text"}]}]}),
+            ("chat: name a number", {"messages": [{"role": "user", "content": "x", "name": 5}]}),
+            ("chat: 257 messages", {"messages": M * 257}),
+            ("chat: max_completion_tokens -1", {"messages": M, "max_completion_tokens": -1}),
+            ("chat: max_tokens 0", {"messages": M, "max_tokens": 0}),
+            ("chat: logprobs 5", {"messages": M, "logprobs": 5}),
+            ("chat: top_logprobs 21", {"messages": M, "logprobs": True, "top_logprobs": 21}),
+            ("chat: top_logprobs without logprobs", {"messages": M, "top_logprobs": 2}),
+            ("chat: content over the context", {"messages": [{"role": "user", "content": "ROMEO: " * 40}]}),
+    ):
+        add(Case(name, chat(d), C400))
+    add(Case("chat: a prompt field only", chat({"prompt": "x"}), C400))
+    # -- the key
+    add(Case("no key (completions)", comp(G, auth=False), {401}))
+    add(Case("no key (models)", req(b"GET", b"/v1/models", auth=False), {401}))
+    add(Case("no key (chat)", chat({"messages": M}, auth=False), {401}))
+    for name, h in (("wrong key", b"Authorization: Bearer nope\r\n"), ("Bearer without a key", b"Authorization: Bearer\r\n"),
+                    ("Basic scheme", b"Authorization: Basic cHJvYmU6a2V5\r\n"),
+                    ("key without scheme", b"Authorization: " + key.encode() + b"\r\n"),
+                    ("the key less its last byte", b"Authorization: Bearer " + key[:-1].encode() + b"\r\n"),
+                    ("the key plus a byte", b"Authorization: Bearer " + key.encode() + b"x\r\n"),
+                    ("the key in X-Api-Key", b"X-Api-Key: " + key.encode() + b"\r\n")):
+        add(Case(name, comp(G, auth=False, headers=h), {401}))
+    names = [c.name for c in C]
+    dup = {n for n in names if names.count(n) > 1}
+    assert not dup, dup
+    return C
+
+
+def controls(key):
+    """Valid requests the harness must see answered 200 (proves the harness reads answers)."""
+    K = ("Authorization: Bearer %s\r\n" % key).encode()
+    B = json.dumps({"model": MODEL, "prompt": "ROMEO:\n", "max_tokens": 2, "temperature": 0,
+                    "some_unknown_field": {"x": 1}, "logit_bias": {"5": 1}}).encode()
+    base = b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + K
+    return [
+        Case("control: valid, unknown fields ignored", base + b"Content-Length: %d\r\n\r\n" % len(B) + B, {200}),
+        Case("control: chunked", base + b"Transfer-Encoding: chunked\r\n\r\n" + hex(len(B))[2:].encode() + b"\r\n" +
+             B + b"\r\n0\r\n\r\n", {200}),
+        Case("control: Expect 100-continue", base + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(B) + B,
+             {200}),
+        Case("control: body in 3 pieces", [base + b"Content-Length: %d\r\n\r\n" % len(B), B[:5], B[5:]], {200}),
+        Case("control: GET /health without a key", b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n", {200}),
+    ]
+
+
+def run_case(port, case, bound, close_wait):
+    """One case: a dict of what happened and the list of its failures."""
+    r = {"name": case.name, "status": None, "fail": []}
+    t0 = time.monotonic()
+    deadline = t0 + bound
+    try:
+        c = Conn(port, timeout=bound)
+    except OSError as e:
+        r["fail"].append("connect: %s" % e)
+        return r
+    try:
+        for i, p in enumerate(case.parts):
+            if i:
+                time.sleep(0.05)
+            try:
+                c.s.sendall(p)
+            except OSError:  # the server answered and closed while we sent (413, 431): read its answer
+                break
+        try:
+            resp = c.response(deadline, head=case.head)
+        except socket.timeout:
+            r["hang"] = True
+            r["fail"].append("no answer within %.0f s" % bound)
+            return r
+        except (Closed, ConnectionResetError):
+            r["fail"].append("closed inside a response")
+            return r
+        except ValueError as e:
+            r["fail"].append(str(e))
+            return r
+        r["s"] = round(time.monotonic() - t0, 3)
+        if resp is not None and case.mhd and resp[2].startswith(b"HTTP/1."):
+            # libmicrohttpd 0.9.75 writes the status line and headers of its own 400/413 twice
+            # (docs/serving.md): read the second copy, which has the page
+            r["doubled"] = True
+            c.buf = resp[2] + c.buf
+            resp = c.response(deadline)
+        if resp is None:
+            r["status"] = None
+            if None not in case.want:
+                r["fail"].append("closed without an answer")
+            return r
+        status, hdrs, body, _ = resp
+        r["status"] = status
+        if status not in case.want:
+            r["fail"].append("status %d, want %s: %r" % (status, sorted(case.want, key=str), body[:160]))
+        if status >= 400:
+            why = openai_error_shape(body)
+            if why:
+                r["not_openai"] = why
+                if not case.mhd:
+                    r["fail"].append("error not in OpenAI's shape: " + why)
+                elif not body.startswith(b"<html>"):
+                    r["fail"].append("neither OpenAI's shape nor libmicrohttpd's page: %r" % body[:100])
+            elif hdrs.get("content-type", [""])[0].split(";")[0] != "application/json":
+                r["fail"].append("OpenAI error with Content-Type %s" % hdrs.get("content-type"))
+        after = c.after(close_wait if case.close else 0.3)
+        r["after"] = after
+        if after == "extra":
+            r["extra"] = c.buf[:120].decode("latin-1")
+            if not case.extra_ok:
+                r["fail"].append("bytes after the response: %r" % c.buf[:120])
+        if case.close and after != "closed" and not case.extra_ok:
+            r["fail"].append("connection not closed (%s)" % after)
+        if case.close and "close" not in ",".join(hdrs.get("connection", [])).lower():
+            r["fail"].append("no Connection: close")
+        return r
+    finally:
+        c.close()
+
+
+def good_request(port, key, timeout=60):
+    """A valid request: (status, seconds)."""
+    t0 = time.monotonic()
+    try:
+        h = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        h.request("POST", "/v1/completions", json.dumps({"model": MODEL, "prompt": "ROMEO:\n", "max_tokens": 4,
+                                                         "temperature": 0}),
+                  {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+        resp = h.getresponse()
+        body = resp.read()
+        h.close()
+        ok = resp.status == 200 and json.loads(body)["choices"][0]["finish_reason"] in ("stop", "length")
+        return (200 if ok else resp.status), time.monotonic() - t0
+    except (OSError, http.client.HTTPException, ValueError, KeyError):
+        return None, time.monotonic() - t0
+
+
+def metrics(port):
+    """The server's gauges that must return to 0 when it is idle, and its counters."""
+    h = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    h.request("GET", "/metrics")
+    text = h.getresponse().read().decode()
+    h.close()
+    gauges, counters = {}, {"completions": 0}
+    for line in text.splitlines():
+        m = re.match(r'(llmforge_serve_(?:queue_depth|active_sequences|kv_slots\{state="used"\}))\s+(\S+)', line)
+        if m:
+            gauges[m.group(1)] = float(m.group(2))
+        m = re.match(r'llmforge_serve_(prompt_tokens|completion_tokens)_total\s+(\S+)', line)
+        if m:
+            counters[m.group(1)] = int(float(m.group(2)))
+        m = re.match(r'llmforge_serve_requests_total\{endpoint="/v1/completions",status="\d+"\}\s+(\S+)', line)
+        if m:
+            counters["completions"] += int(float(m.group(1)))
+    return gauges, counters
+
+
+# ---------------------------------------------------------------------------------------------
+# sections
+
+
+def section_bad(args, key, fails):
+    cases = build_cases(key)
+    ctl = controls(key)
+    srv = Server(args, "bad")
+    out = {"cases": len(cases)}
+    try:
+        results = []
+        with ThreadPoolExecutor(args.parallel) as ex:
+            futs = [ex.submit(run_case, srv.port, c, args.bound_s, 2.0) for c in cases + ctl]
+            for i, f in enumerate(futs):
+                results.append(f.result())
+                if i % 20 == 19 and not srv.alive():
+                    break
+        alive = srv.alive()
+        bad_r, ctl_r = results[:len(cases)], results[len(cases):]
+        served = sum(1 for _ in range(3) if good_request(srv.port, key)[0] == 200)
+        out.update(
+            ok=sum(1 for r in bad_r if not r["fail"]),
+            failed=sum(1 for r in bad_r if r["fail"]),
+            hangs=sum(1 for r in bad_r if r.get("hang")),
+            crashes=0 if alive else 1,
+            closed_without_answer=sum(1 for r in bad_r if r["status"] is None and not r.get("hang")),
+            error_answers=sum(1 for r in bad_r if r["status"] and r["status"] >= 400),
+            not_openai_shape=sum(1 for r in bad_r if r.get("not_openai")),
+            not_openai_shape_llmforge=sum(1 for r, c in zip(bad_r, cases) if r.get("not_openai") and not c.mhd),
+            not_openai_shape_mhd=sorted({"%s %s" % (r["status"], r["name"]) for r, c in zip(bad_r, cases)
+                                         if r.get("not_openai") and c.mhd}),
+            doubled_by_mhd=sorted(r["name"] for r in bad_r if r.get("doubled")),
+            statuses={str(k): v for k, v in sorted(
+                ((s, sum(1 for r in bad_r if r["status"] == s)) for s in {r["status"] for r in bad_r}),
+                key=lambda kv: str(kv[0]))},
+            controls_ok=sum(1 for r in ctl_r if not r["fail"]), controls=len(ctl_r),
+            slowest_s=max((r.get("s", 0) for r in bad_r), default=0))
+        for r in bad_r + ctl_r:
+            if r["fail"]:
+                fails.append("bad: %s: %s" % (r["name"], "; ".join(r["fail"])))
+        if not alive:
+            fails.append("bad: the server died (exit %s); see %s" % (srv.p.poll(), srv.log_path))
+        if served != 3:
+            fails.append("bad: %d of 3 valid requests answered 200 after the cases" % served)
+        out["good_after"] = served
+        if alive:
+            out["abandoned"] = abandon(args, srv, key, fails)
+    finally:
+        out["exit"] = srv.term()
+    if out["exit"] != 0:
+        fails.append("bad: the server exited %s on SIGTERM" % out["exit"])
+    return out
+
+
+def abandon(args, srv, key, fails):
+    """args.abandon abandoned requests; then the server must be alive, serving and idle."""
+    K = ("Authorization: Bearer %s\r\n" % key).encode()
+    B = json.dumps({"model": MODEL, "prompt": "ROMEO:\n", "max_tokens": 16, "temperature": 0.8}).encode()
+    S = json.dumps({"model": MODEL, "prompt": "ROMEO:\n", "max_tokens": 16, "temperature": 0.8, "stream": True}).encode()
+    full = b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + K + b"Content-Length: %d\r\n\r\n" % len(B) + B
+    fulls = b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + K + b"Content-Length: %d\r\n\r\n" % len(S) + S
+    kinds = [
+        ("connect, close", lambda c: None, False),
+        ("part of the request line", lambda c: c.s.sendall(b"POST /v1/compl"), False),
+        ("headers, no body", lambda c: c.s.sendall(full[:full.index(b"\r\n\r\n") + 4]), False),
+        ("part of the body", lambda c: c.s.sendall(full[:len(full) - 10]), False),
+        ("whole request, closed before reading", lambda c: c.s.sendall(full), False),
+        ("whole stream request, closed before reading", lambda c: c.s.sendall(fulls), False),
+        ("whole request, reset", lambda c: c.s.sendall(full), True),
+        ("stream, reset after its first bytes", lambda c: (c.s.sendall(fulls), c.s.recv(64)), True),
+    ]
+    counts = {k[0]: 0 for k in kinds}
+    errors = []
+    rss0 = srv.rss_kib()
+    c0 = metrics(srv.port)[1]
+    t0 = time.monotonic()
+
+    def one(i):
+        name, act, reset = kinds[i % len(kinds)]
+        try:
+            c = Conn(srv.port, timeout=10)
+            act(c)
+            c.close(reset=reset)
+        except OSError as e:
+            errors.append("%s: %s" % (name, e))
+            return
+        counts[name] += 1
+
+    with ThreadPoolExecutor(args.abandon_clients) as ex:
+        list(ex.map(one, range(args.abandon)))
+    secs = time.monotonic() - t0
+    alive = srv.alive()
+    idle, m, c1 = False, {}, c0
+    end = time.monotonic() + 30
+    while alive and time.monotonic() < end:
+        m, c1 = metrics(srv.port)
+        if m and all(v == 0 for v in m.values()):
+            idle = True
+            break
+        time.sleep(0.5)
+    st, lat = good_request(srv.port, key) if alive else (None, 0)
+    out = {"requests": args.abandon, "sent": sum(counts.values()), "connect_errors": len(errors), "s": round(secs, 1),
+           "alive": alive, "idle_after": idle, "good_after_s": round(lat, 3), "rss_before_mib": mib(rss0),
+           "rss_after_mib": mib(srv.rss_kib()), "kinds": len(kinds),
+           # whole requests the server took (the rest never arrived whole), and the tokens it
+           # generated for them: up to 16 each had nobody cancelled them
+           "admitted": c1["completions"] - c0["completions"],
+           "tokens_generated": c1["completion_tokens"] - c0["completion_tokens"]}
+    if not alive:
+        fails.append("abandoned: the server died during %d abandoned requests" % args.abandon)
+    if alive and not idle:
+        fails.append("abandoned: KV slots/queue not back to 0 within 30 s: %s" % m)
+    if alive and st != 200:
+        fails.append("abandoned: a valid request afterwards got %s" % st)
+    if alive and out["admitted"] == 0:
+        fails.append("abandoned: the server counted none of the whole requests: the probe did not reach it")
+    if errors:
+        fails.append("abandoned: %d connections failed (%s)" % (len(errors), errors[0]))
+    return out
+
+
+def mib(kib):
+    return None if kib is None else round(kib / 1024, 1)
+
+
+def section_load(args, key, fails):
+    import openai  # the venv's client; imported here so that the other sections need only stdlib
+    srv = Server(args, "load")
+    url = "http://127.0.0.1:%d/v1" % srv.port
+    rss = []
+    done = threading.Event()
+    ok = [0] * args.clients
+    by_kind = {k: 0 for k in ("completion", "completion stream", "chat", "chat stream")}
+    failed = []
+    prompts = ["ROMEO:\n", "JULIET:\nO ", "First Citizen:\n", "MENENIUS:\nWhat ", "To be, or not"]
+
+    def sampler():
+        t0 = time.monotonic()
+        while not done.is_set():
+            rss.append((time.monotonic() - t0, srv.rss_kib()))
+            done.wait(1.0)
+
+    def check(kind, r, max_tokens):
+        # "stop" may come at once (the character vocabulary's end of text is "\n"); a "length"
+        # must have all max_tokens tokens (the prompts are far from the context)
+        if kind.startswith("completion"):
+            assert isinstance(r["text"], str), r
+        assert r["finish"] in ("stop", "length"), r
+        assert r["finish"] == "stop" or r["tokens"] == max_tokens, (r, max_tokens)
+
+    def client(i, stop_at):
+        cl = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
+        k = i
+        while time.monotonic() < stop_at:
+            kind = list(by_kind)[k % 4]
+            k += 1
+            mt = 8 + (k * 7) % 25
+            p = prompts[k % len(prompts)]
+            try:
+                if kind == "completion":
+                    x = cl.completions.create(model=MODEL, prompt=p, max_tokens=mt, temperature=0.8, seed=k)
+                    r = {"text": x.choices[0].text, "finish": x.choices[0].finish_reason,
+                         "tokens": x.usage.completion_tokens}
+                elif kind == "completion stream":
+                    text, fin, toks = "", None, 0
+                    for ch in cl.completions.create(model=MODEL, prompt=p, max_tokens=mt, temperature=0.8, seed=k,
+                                                    stream=True, stream_options={"include_usage": True}):
+                        if ch.choices:
+                            text += ch.choices[0].text
+                            fin = ch.choices[0].finish_reason or fin
+                        if ch.usage:
+                            toks = ch.usage.completion_tokens
+                    r = {"text": text, "finish": fin, "tokens": toks}
+                elif kind == "chat":
+                    x = cl.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": p}],
+                                                   max_tokens=mt, temperature=0.8, seed=k)
+                    r = {"text": x.choices[0].message.content, "finish": x.choices[0].finish_reason,
+                         "tokens": x.usage.completion_tokens}
+                else:
+                    fin, toks = None, 0
+                    for ch in cl.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": p}],
+                                                         max_tokens=mt, temperature=0.8, seed=k, stream=True,
+                                                         stream_options={"include_usage": True}):
+                        if ch.choices:
+                            fin = ch.choices[0].finish_reason or fin
+                        if ch.usage:
+                            toks = ch.usage.completion_tokens
+                    r = {"text": None, "finish": fin, "tokens": toks}
+                check(kind, r, mt)
+                ok[i] += 1
+                by_kind[kind] += 1
+            except Exception as e:  # noqa: BLE001 (every failure counts, whatever raised it)
+                failed.append("%s: %s" % (kind, repr(e)[:200]))
+
+    try:
+        th = threading.Thread(target=sampler)
+        th.start()
+        t0 = time.monotonic()
+        stop_at = t0 + args.duration
+        cs = [threading.Thread(target=client, args=(i, stop_at)) for i in range(args.clients)]
+        for c in cs:
+            c.start()
+        for c in cs:
+            c.join()
+        secs = time.monotonic() - t0
+        done.set()
+        th.join()
+        alive = srv.alive()
+    finally:
+        code = srv.term()
+    vals = [(t, v) for t, v in rss if v is not None]
+    w = args.warmup_s
+    first = [v for t, v in vals if w <= t < w + 10]
+    last = [v for t, v in vals if t >= args.duration - 10]
+    flat = None
+    if first and last:
+        flat = max(last) <= max(first) + max(4096, 0.02 * max(first))
+    out = {"clients": args.clients, "duration_s": args.duration, "wall_s": round(secs, 1),
+           "requests": sum(ok) + len(failed), "ok": sum(ok), "failed": len(failed), "by_kind": by_kind,
+           "requests_per_s": round((sum(ok) + len(failed)) / secs, 1),
+           "rss_first_mib": mib(vals[0][1]) if vals else None, "rss_last_mib": mib(vals[-1][1]) if vals else None,
+           "rss_max_mib": mib(max(v for _, v in vals)) if vals else None,
+           "rss_max_after_warmup_10s_mib": mib(max(first)) if first else None,
+           "rss_max_last_10s_mib": mib(max(last)) if last else None, "rss_flat": flat, "rss_samples": len(vals),
+           "exit": code}
+    if failed:
+        fails.append("load: %d of %d requests failed, first: %s" % (len(failed), out["requests"], failed[0]))
+    if not alive:
+        fails.append("load: the server died")
+    if flat is None:
+        fails.append("load: too few RSS samples to judge (duration %s s, warm-up %s s)" % (args.duration, w))
+    elif not flat:
+        fails.append("load: RSS grew: %s MiB in the 10 s after warm-up, %s MiB in the last 10 s" %
+                     (out["rss_max_after_warmup_10s_mib"], out["rss_max_last_10s_mib"]))
+    if any(ok[i] == 0 for i in range(args.clients)):
+        fails.append("load: %d clients completed no request" % sum(1 for v in ok if v == 0))
+    if code != 0:
+        fails.append("load: the server exited %s on SIGTERM" % code)
+    return out
+
+
+def section_slowloris(args, key, fails):
+    srv = Server(args, "slowloris")
+    stop = threading.Event()
+    st = {"opened": 0, "open": 0, "closed_by_server": 0, "got_408": 0}
+    lock = threading.Lock()
+
+    def loris():
+        while not stop.is_set():
+            try:
+                s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+            except OSError:
+                stop.wait(1)
+                continue
+            with lock:
+                st["opened"] += 1
+                st["open"] += 1
+            while not stop.wait(1.0):
+                try:
+                    s.sendall(b"a")
+                    s.settimeout(0.001)
+                    d = s.recv(4096)  # an answer (408) or EOF: the server closed it
+                    with lock:
+                        st["got_408"] += d.startswith(b"HTTP/1.1 408")
+                    break
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+            else:
+                s.close()
+                with lock:
+                    st["open"] -= 1
+                return
+            s.close()
+            with lock:
+                st["open"] -= 1
+                st["closed_by_server"] += 1
+
+    ths = [threading.Thread(target=loris) for _ in range(args.loris)]
+    lat, failures = [], 0
+    try:
+        for t in ths:
+            t.start()
+        end = time.monotonic() + 10
+        while st["open"] < args.loris and time.monotonic() < end:
+            time.sleep(0.05)
+        open_at_start = st["open"]
+        time.sleep(1.5)  # they have each sent a byte or two
+        min_open = args.loris
+        for _ in range(args.requests):
+            code, secs = good_request(srv.port, key, timeout=30)
+            lat.append(secs)
+            failures += code != 200
+            min_open = min(min_open, st["open"])
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in ths:
+            t.join()
+        alive = srv.alive()
+        code = srv.term()
+    lat.sort()
+    q = lambda p: round(1000 * lat[min(len(lat) - 1, int(p * len(lat)))], 1) if lat else None  # noqa: E731
+    out = {"slow_clients": args.loris, "open_at_start": open_at_start, "min_open": min_open,
+           "slow_connections_opened": st["opened"], "closed_by_server": st["closed_by_server"],
+           "got_408": st["got_408"], "requests": args.requests, "failed": failures,
+           "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(1000 * lat[-1], 1) if lat else None, "exit": code}
+    if open_at_start < args.loris:
+        fails.append("slowloris: only %d of %d slow connections were open when the normal client began" %
+                     (open_at_start, args.loris))
+    if failures:
+        fails.append("slowloris: %d of %d normal requests failed" % (failures, args.requests))
+    if not alive or code != 0:
+        fails.append("slowloris: the server died or exited %s" % code)
+    return out
+
+
+def section_batch(args, key, fails):
+    srv = Server(args, "batch")
+    prompts = ["ROMEO:\n" + c * 4 for c in "abcdefghijklmnop"]  # 16 prompts of 11 characters
+
+    def ask(p):
+        h = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
+        h.request("POST", "/v1/completions", json.dumps({"model": MODEL, "prompt": p, "max_tokens": 32,
+                                                         "temperature": 0, "logprobs": 5, "ignore_eos": True}),
+                  {"Authorization": "Bearer " + key})
+        r = h.getresponse()
+        body = r.read()
+        h.close()
+        if r.status != 200:
+            return "status %d: %r" % (r.status, body[:200])
+        ch = json.loads(body)["choices"][0]
+        return json.dumps({"text": ch["text"], "logprobs": ch["logprobs"]}, sort_keys=True)
+
+    try:
+        alone = [ask(p) for p in prompts]
+        mism, total = 0, 0
+        for _ in range(args.batch_rounds):
+            bar = threading.Barrier(len(prompts))
+            got = [None] * len(prompts)
+
+            def one(i):
+                bar.wait()
+                got[i] = ask(prompts[i])
+
+            ths = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join()
+            total += len(prompts)
+            mism += sum(1 for a, b in zip(alone, got) if a != b)
+        errors = sum(1 for a in alone if a.startswith("status"))
+    finally:
+        code = srv.term()
+    out = {"prompts": len(prompts), "rounds": args.batch_rounds, "compared": total, "mismatches": mism,
+           "errors_alone": errors, "exit": code}
+    if errors:
+        fails.append("batch: %d solo requests failed: %s" % (errors, [a for a in alone if a.startswith("status")][0]))
+    if mism:
+        fails.append("batch: %d of %d batched answers differ from the same request alone" % (mism, total))
+    return out
+
+
+# -- drain
+
+
+def classify(stream, data, err):
+    """A drain trial's request: complete, 503/429, stream error, refused (never accepted), or a
+    defect: MISLABELLED, LOST, TRUNCATED, BAD."""
+    if err == "refused":
+        return "refused"
+    if not data:
+        return "LOST"
+    head, _, body = data.partition(b"\r\n\r\n")
+    try:
+        status = int(head.split(b" ")[1])
+    except (IndexError, ValueError):
+        return "BAD"
+    if status in (429, 503):
+        return "error %d" % status if openai_error_shape(body) is None else "BAD"
+    if status != 200:
+        return "BAD"
+    if not stream:
+        try:
+            j = json.loads(body)
+        except ValueError:
+            return "TRUNCATED"
+        if j["usage"]["completion_tokens"] == 80:
+            return "complete"
+        return "MISLABELLED" if j["choices"][0]["finish_reason"] == "length" else "BAD"
+    raw, text, ended = body, b"", False
+    while raw:
+        size_line, _, rest = raw.partition(b"\r\n")
+        try:
+            n = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            break
+        if n == 0:
+            ended = True
+            break
+        text += rest[:n]
+        raw = rest[n + 2:]
+    events = [line[6:] for line in text.split(b"\n") if line.startswith(b"data: ")]
+    if not ended:
+        return "TRUNCATED"
+    if events and events[-1] == b"[DONE]":
+        usage = [json.loads(e)["usage"] for e in events[:-1] if b'"usage":{' in e]
+        return "complete" if usage and usage[-1]["completion_tokens"] == 80 else "MISLABELLED"
+    if events and events[-1].startswith(b'{"error"') and openai_error_shape(events[-1]) is None:
+        return "MISLABELLED" if any(b'"finish_reason":"length"' in e for e in events) else "stream error"
+    return "TRUNCATED"
+
+
+def read_all(s):
+    d = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return d, None
+            d += b
+    except OSError as e:
+        return d, str(e)
+
+
+def drain_load(args, key, drain_s, name):
+    srv = Server(args, name, drain_s)
+    res = [None] * 64
+    K = ("Authorization: Bearer %s\r\n" % key).encode()
+
+    def one(i):
+        stream = i % 2 == 1
+        d = {"model": MODEL, "prompt": "ROMEO:\n", "max_tokens": 80, "temperature": 1.0, "seed": i,
+             "ignore_eos": True, "stream": stream}
+        if stream:
+            d["stream_options"] = {"include_usage": True}
+        body = json.dumps(d).encode()
+        try:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        except OSError:
+            res[i] = "refused"
+            return
+        try:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + K + b"Connection: close\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        except OSError:
+            pass
+        data, err = read_all(s)
+        s.close()
+        res[i] = classify(stream, data, err)
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+    for t in th:
+        t.start()
+    time.sleep(args.drain_delay_s)
+    t0 = time.monotonic()
+    srv.p.send_signal(signal.SIGTERM)
+    for t in th:
+        t.join()
+    rc = srv.term(timeout=drain_s + 60)
+    return res, rc, time.monotonic() - t0
+
+
+def drain_partial(args, key):
+    srv = Server(args, "drain_A", 20)
+    K = ("Authorization: Bearer %s\r\n" % key).encode()
+    B = json.dumps({"model": MODEL, "prompt": "ROMEO:\n", "max_tokens": 5, "temperature": 0}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + K + b"Connection: close\r\nContent-Length: %d\r\n\r\n"
+              % len(B) + B[:10])
+    time.sleep(0.1)
+    srv.p.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    try:
+        s.sendall(B[10:])
+    except OSError:
+        pass
+    data, err = read_all(s)
+    s.close()
+    rc = srv.term(timeout=60)
+    if not data:
+        return "no response (%s)" % (err or "closed"), rc
+    status = data.split(b"\r\n")[0].decode("latin-1")
+    if status.startswith("HTTP/1.1 200"):
+        try:
+            j = json.loads(data.partition(b"\r\n\r\n")[2])
+            if j["usage"]["completion_tokens"] < 1:
+                status += " (empty)"
+        except (ValueError, KeyError):
+            status += " (body not JSON)"
+    return status, rc
+
+
+def section_drain(args, key, fails):
+    out = {"trials": args.drain_trials, "A": {}, "B": {}, "C": {}, "B_max_exit_s": 0.0, "C_max_exit_s": 0.0}
+
+    def bump(d, k, n=1):
+        d[k] = d.get(k, 0) + n
+
+    for _ in range(args.drain_trials):
+        status, rc = drain_partial(args, key)
+        bump(out["A"], "%s, exit %s" % (status, rc))
+        for name, drain in (("B", 0), ("C", 20)):
+            res, rc, secs = drain_load(args, key, drain, "drain_" + name)
+            for r in res:
+                bump(out[name], r)
+            bump(out[name], "exit %s" % rc)
+            out[name + "_max_exit_s"] = round(max(out[name + "_max_exit_s"], secs), 2)
+    n = args.drain_trials
+    a_ok = out["A"].get("HTTP/1.1 200 OK, exit 0", 0)
+    if a_ok != n:
+        fails.append("drain A: %d of %d trials got 200 and exit 0: %s" % (a_ok, n, out["A"]))
+    for k in ("MISLABELLED", "LOST", "TRUNCATED", "BAD"):
+        if out["B"].get(k):
+            fails.append("drain B: %d %s" % (out["B"][k], k))
+    if out["B"].get("exit 0", 0) != n:
+        fails.append("drain B: exits %s" % {k: v for k, v in out["B"].items() if k.startswith("exit")})
+    if out["C"].get("complete", 0) != 64 * n or out["C"].get("exit 0", 0) != n:
+        fails.append("drain C: %s (want %d complete, %d exit 0)" % (out["C"], 64 * n, n))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def summary(res, fails):
+    p = print
+    if "bad" in res:
+        b = res["bad"]
+        p("bad requests: %d cases, %d ok, %d failed; crashes %d, hangs %d; %d closed without an answer (allowed "
+          "there); %d controls of %d answered 200" % (b["cases"], b["ok"], b["failed"], b["crashes"], b["hangs"],
+                                                      b["closed_without_answer"], b["controls_ok"], b["controls"]))
+        p("  statuses %s; errors not in OpenAI's shape: %d from llmforge's code, %d libmicrohttpd's own HTML "
+          "pages (%s)" % (b["statuses"], b["not_openai_shape_llmforge"], len(b["not_openai_shape_mhd"]),
+                          ", ".join(b["not_openai_shape_mhd"])))
+        if b["doubled_by_mhd"]:
+            p("  libmicrohttpd wrote its status line and headers twice for: %s" % ", ".join(b["doubled_by_mhd"]))
+        a = b.get("abandoned")
+        if a:
+            p("abandoned requests: %d (%d kinds) in %.1f s, %d taken whole by the server, %d tokens generated for "
+          "them (at most %d); server alive %s, KV slots and queue back to 0 %s, a valid request then took %.0f ms; "
+          "RSS %s -> %s MiB" % (a["sent"], a["kinds"], a["s"], a["admitted"], a["tokens_generated"],
+                                16 * a["admitted"], a["alive"], a["idle_after"], 1000 * a["good_after_s"],
+                                a["rss_before_mib"], a["rss_after_mib"]))
+    if "load" in res:
+        x = res["load"]
+        p("load: %d openai clients for %d s: %d requests (%.1f/s), %d failed; by kind %s" % (
+            x["clients"], x["duration_s"], x["requests"], x["requests_per_s"], x["failed"], x["by_kind"]))
+        p("  RSS first %s, last %s, max %s MiB; max of the 10 s after warm-up %s, of the last 10 s %s: %s" % (
+            x["rss_first_mib"], x["rss_last_mib"], x["rss_max_mib"], x["rss_max_after_warmup_10s_mib"],
+            x["rss_max_last_10s_mib"], "flat" if x["rss_flat"] else "NOT flat"))
+    if "slowloris" in res:
+        x = res["slowloris"]
+        p("slowloris: %d slow connections (%d open at the start, at least %d throughout; %d opened in all, %d closed "
+          "by the server, %d with 408); normal client: %d requests, %d failed, p50 %s ms, p99 %s ms, max %s ms" % (
+              x["slow_clients"], x["open_at_start"], x["min_open"], x["slow_connections_opened"],
+              x["closed_by_server"], x["got_408"], x["requests"], x["failed"], x["p50_ms"], x["p99_ms"], x["max_ms"]))
+    if "batch" in res:
+        x = res["batch"]
+        p("batch invariance: %d prompts alone vs %d at once, %d rounds: %d of %d answers differ (text, tokens, "
+          "log-probabilities)" % (x["prompts"], x["prompts"], x["rounds"], x["mismatches"], x["compared"]))
+    if "drain" in res:
+        x = res["drain"]
+        p("drain, %d trials each:" % x["trials"])
+        p("  A (--drain-s 20, partial body across SIGTERM): %s" % x["A"])
+        p("  B (--drain-s 0, 64 x 80 tokens, SIGTERM at %.2f s): %s; exit within %.2f s" % (
+            res["options"]["drain_delay_s"], x["B"], x["B_max_exit_s"]))
+        p("  C (--drain-s 20, same load): %s; exit within %.2f s" % (x["C"], x["C_max_exit_s"]))
+    if fails:
+        p("FAILED (%d):" % len(fails))
+        for f in fails:
+            p("  " + f)
+    else:
+        p("every check passed")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llmforge", required=True, help="the llmforge binary")
+    ap.add_argument("--ckpt", required=True, help="the run or step directory to serve")
+    ap.add_argument("--key-file", required=True, help="the API key file the server is given")
+    ap.add_argument("--out", default="out/bench/serve_probe", help="where the server logs go")
+    ap.add_argument("--sections", default="bad,load,slowloris,batch,drain")
+    ap.add_argument("--threads", type=int, default=2, help="the server's --threads")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument for `llmforge serve` (repeat it), e.g. --serve-arg=--batch-variant")
+    ap.add_argument("--parallel", type=int, default=16, help="bad: cases run at once")
+    ap.add_argument("--bound-s", type=float, default=20.0,
+                    help="bad: an answer (or close) must come within this (the request deadline is 10 s)")
+    ap.add_argument("--abandon", type=int, default=4000, help="bad: abandoned requests")
+    ap.add_argument("--abandon-clients", type=int, default=32, help="bad: abandoned connections at a time")
+    ap.add_argument("--clients", type=int, default=64, help="load: openai clients")
+    ap.add_argument("--duration", type=float, default=60.0, help="load: seconds")
+    ap.add_argument("--warmup-s", type=float, default=10.0, help="load: RSS samples before this are the warm-up")
+    ap.add_argument("--loris", type=int, default=32, help="slowloris: slow connections")
+    ap.add_argument("--requests", type=int, default=200, help="slowloris: normal requests")
+    ap.add_argument("--batch-rounds", type=int, default=3, help="batch: rounds of 16 concurrent requests")
+    ap.add_argument("--drain-trials", type=int, default=5, help="drain: trials of each of A, B, C")
+    ap.add_argument("--drain-delay-s", type=float, default=0.15, help="drain: SIGTERM this long after B/C's start")
+    args = ap.parse_args()
+    sections = [s for s in args.sections.split(",") if s]
+    known = ("bad", "load", "slowloris", "batch", "drain")
+    unknown = [s for s in sections if s not in known]
+    if unknown:
+        ap.error("unknown section(s) %s; known: %s" % (unknown, ",".join(known)))
+    if "load" in sections and args.duration < args.warmup_s + 20:
+        ap.error("--duration must be at least --warmup-s + 20 (RSS compares two 10 s windows)")
+    os.makedirs(args.out, exist_ok=True)
+    with open(args.key_file) as f:
+        key = f.read().strip()
+    res = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu_name(), "cpus": os.cpu_count(),
+           "loadavg": open("/proc/loadavg").read().split()[:3],
+           "options": {k: v for k, v in vars(args).items() if k not in ("llmforge", "ckpt", "key_file", "out")}}
+    fails = []
+    t0 = time.monotonic()
+    fn = {"bad": section_bad, "load": section_load, "slowloris": section_slowloris, "batch": section_batch,
+          "drain": section_drain}
+    try:
+        for s in sections:
+            print("== %s" % s, flush=True)
+            res[s] = fn[s](args, key, fails)
+    except Setup as e:
+        print("serve_probe: %s" % e, file=sys.stderr)
+        return 2
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    res["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+    res["failed_checks"] = fails
+    summary(res, fails)
+    print(json.dumps(res, sort_keys=True))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
