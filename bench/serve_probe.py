@@ -422,7 +422,10 @@ def build_cases(key):
                        ("Infinity literal", b'{"prompt":"x","top_p":Infinity}'), ("trailing comma",
                                                                                    b'{"prompt":"x",}'),
                        ("comment", b'{"prompt":"x" /* c */}'), ("bare key", b'{prompt:"x"}'),
-                       ("leading zero", b'{"prompt":"x","max_tokens":02}'), ("hex number",
+                       ("leading zero", b'{"prompt":"x","max_tokens":02}'),
+                       ("negative leading zero", b'{"prompt":"x","seed":-01}'),
+                       ("trailing dot", b'{"prompt":"x","max_tokens":2.}'), ("dot before the exponent",
+                                                                              b'{"prompt":"x","max_tokens":2.e1}'), ("hex number",
                                                                              b'{"prompt":"x","max_tokens":0x2}'),
                        ("100000-deep list", b"[" * 100000 + b"]" * 100000),
                        ("50000-deep object", b'{"a":' * 50000 + b"1" + b"}" * 50000),
@@ -732,8 +735,12 @@ def abandon(args, srv, key, fails):
             return
         counts[name] += 1
 
+    # two halves: a leak grows with the requests, a warm-up does not
+    half = args.abandon // 2
     with ThreadPoolExecutor(args.abandon_clients) as ex:
-        list(ex.map(one, range(args.abandon)))
+        list(ex.map(one, range(half)))
+        rss_half = srv.rss_kib()
+        list(ex.map(one, range(half, args.abandon)))
     secs = time.monotonic() - t0
     alive = srv.alive()
     idle, m, c1 = False, {}, c0
@@ -747,7 +754,7 @@ def abandon(args, srv, key, fails):
     st, lat = good_request(srv.port, key) if alive else (None, 0)
     out = {"requests": args.abandon, "sent": sum(counts.values()), "connect_errors": len(errors), "s": round(secs, 1),
            "alive": alive, "idle_after": idle, "good_after_s": round(lat, 3), "rss_before_mib": mib(rss0),
-           "rss_after_mib": mib(srv.rss_kib()), "kinds": len(kinds),
+           "rss_half_mib": mib(rss_half), "rss_after_mib": mib(srv.rss_kib()), "kinds": len(kinds),
            # whole requests the server took (the rest never arrived whole), and the tokens it
            # generated for them: up to 16 each had nobody cancelled them
            "admitted": c1["completions"] - c0["completions"],
@@ -758,6 +765,11 @@ def abandon(args, srv, key, fails):
         fails.append("abandoned: KV slots/queue not back to 0 within 30 s: %s" % m)
     if alive and st != 200:
         fails.append("abandoned: a valid request afterwards got %s" % st)
+    if rss_half is not None and out["rss_after_mib"] is not None:
+        out["rss_flat"] = srv.rss_kib() <= rss_half + max(4096, 0.02 * rss_half)
+        if not out["rss_flat"]:
+            fails.append("abandoned: RSS grew from %s MiB after the first half to %s MiB after the second" %
+                         (out["rss_half_mib"], out["rss_after_mib"]))
     if alive and out["admitted"] == 0:
         fails.append("abandoned: the server counted none of the whole requests: the probe did not reach it")
     if errors:
@@ -1199,9 +1211,10 @@ def summary(res, fails):
         if a:
             p("abandoned requests: %d (%d kinds) in %.1f s, %d taken whole by the server, %d tokens generated for "
           "them (at most %d); server alive %s, KV slots and queue back to 0 %s, a valid request then took %.0f ms; "
-          "RSS %s -> %s MiB" % (a["sent"], a["kinds"], a["s"], a["admitted"], a["tokens_generated"],
-                                16 * a["admitted"], a["alive"], a["idle_after"], 1000 * a["good_after_s"],
-                                a["rss_before_mib"], a["rss_after_mib"]))
+          "RSS %s MiB before, %s after the first half, %s after the second: %s" % (
+              a["sent"], a["kinds"], a["s"], a["admitted"], a["tokens_generated"], 16 * a["admitted"], a["alive"],
+              a["idle_after"], 1000 * a["good_after_s"], a["rss_before_mib"], a["rss_half_mib"], a["rss_after_mib"],
+              "flat" if a.get("rss_flat") else "NOT flat"))
     if "load" in res:
         x = res["load"]
         p("load: %d openai clients for %d s: %d requests (%.1f/s), %d failed; by kind %s" % (
@@ -1226,6 +1239,8 @@ def summary(res, fails):
         p("  B (--drain-s 0, 64 x 80 tokens, SIGTERM at %.2f s): %s; exit within %.2f s" % (
             res["options"]["drain_delay_s"], x["B"], x["B_max_exit_s"]))
         p("  C (--drain-s 20, same load): %s; exit within %.2f s" % (x["C"], x["C_max_exit_s"]))
+    p("(%s, %d CPUs, load average %s at the start; %.0f s)" % (res["cpu"], res["cpus"], " ".join(res["loadavg"]),
+                                                             res["wall_s"]))
     if fails:
         p("FAILED (%d):" % len(fails))
         for f in fails:
