@@ -172,7 +172,7 @@ class Conn:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
-    def response(self, deadline, head=False):
+    def response(self, deadline):
         """One response: (status, {name: [values]}, body, chunked_ended), or None when the server
         closed before sending a byte. 1xx responses are skipped. Raises socket.timeout, Closed
         (closed inside a response), ValueError (not HTTP)."""
@@ -201,7 +201,7 @@ class Conn:
                 continue
             break
         body, ended = b"", None
-        if head or status in (204, 304):
+        if status in (204, 304):
             pass
         elif "content-length" in hdrs:
             n = int(hdrs["content-length"][0])
@@ -281,8 +281,8 @@ class Case:
     allowed (the body's tail is read as another request); parts: bytes sent with a pause
     between, to cross the server's reads."""
 
-    def __init__(self, name, raw, want, close=False, mhd=False, extra_ok=False, head=False):
-        self.name, self.want, self.close, self.mhd, self.extra_ok, self.head = name, set(want), close, mhd, extra_ok, head
+    def __init__(self, name, raw, want, close=False, mhd=False, extra_ok=False):
+        self.name, self.want, self.close, self.mhd, self.extra_ok = name, set(want), close, mhd, extra_ok
         self.parts = raw if isinstance(raw, list) else [raw]
 
 
@@ -577,7 +577,7 @@ def run_case(port, case, bound, close_wait):
             except OSError:  # the server answered and closed while we sent (413, 431): read its answer
                 break
         try:
-            resp = c.response(deadline, head=case.head)
+            resp = c.response(deadline)
         except socket.timeout:
             r["hang"] = True
             r["fail"].append("no answer within %.0f s" % bound)
