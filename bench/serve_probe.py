@@ -12,7 +12,7 @@ trial), with --max-batch 8 --max-queue 64 --threads 2 and the API key, and reads
 its first line. Sections (each selectable; sizes and durations are options, defaults are the
 issue's sizes):
 
-  bad        BAD_CASES distinct bad requests over raw sockets (request line, methods, paths,
+  bad        228 distinct bad requests over raw sockets (request line, methods, paths,
              headers, RFC 9112 framing, Host, body framing, chunked bodies, JSON, field types and
              ranges, sampling values, caps, auth, model). Each must be answered within --bound-s
              (or, where the table says so, closed without an answer within it: never a hang) with
@@ -21,12 +21,15 @@ issue's sizes):
              type strings), except the answers libmicrohttpd gives itself before any llmforge code
              runs (its HTML pages, marked "mhd" in the table: counted and listed, not hidden);
              where the RFC requires it the connection must close (`Connection: close` and EOF);
-             no second response may follow one request. A valid request is answered between
-             groups, and the server must be alive at the end. Then --abandon N abandoned requests
+             no second response may follow one request. The 5 valid controls run among the cases
+             and 3 valid requests after them must get 200, and the server must be alive at the
+             end. Then --abandon N abandoned requests
              (connect and close; part of the request line; headers only; part of the body; a whole
              request or stream closed before reading, or reset, or after its first bytes), on
              --abandon-clients connections at a time. After them: the server alive, serving, its
-             KV slots and queue back to 0 (from /metrics) within 30 s, and its RSS before/after.
+             KV slots and queue back to 0 (from /metrics) within 30 s, some of the whole requests
+             counted by the server, and its RSS after the second half at most that after the
+             first + max(4 MiB, 2%).
   load       --clients C `openai` clients for --duration D seconds, each sending requests one
              after another: completions and chat, streamed and not, seeded sampling. Every
              request must succeed with a well-formed answer (choices, text, finish_reason stop or

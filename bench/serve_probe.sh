@@ -6,7 +6,7 @@
 # fresh server per section, and per drain trial) and prints a summary and one JSON line.
 #   bench/serve_probe.sh [PROBE OPTIONS]
 # e.g. bench/serve_probe.sh --sections bad,drain --drain-trials 2; `--help` lists the options
-# (sections, sizes, durations). Defaults are the sizes; it takes about 5 minutes on 2 cores.
+# (sections, sizes, durations). Defaults are the sizes; it takes 2-3 minutes on 2 cores.
 # Exit status: 0 when every check passed, 1 when one failed (each failure is listed), 2 on a
 # usage or set-up error.
 # Environment: BUILD (default build); LF_SHARED (default ../shared: data/tinyshakespeare.txt);
