@@ -6,8 +6,10 @@
  *   1. size (413) before anything is read;
  *   2. a byte-level scan of the whole body: a NUL byte, ill-formed UTF-8
  *      (RFC 8259 section 8.1: JSON text is UTF-8), a raw control character
- *      inside a string, or a "\u0000" escape is refused with the byte offset
- *      (cJSON accepts the last two, and would cut a string at U+0000);
+ *      inside a string, a "\u0000" escape, or a number outside RFC 8259's
+ *      grammar ("02", "1.", "1.e5") is refused with the byte offset (cJSON
+ *      accepts the last three, and would cut a string at U+0000; a stricter
+ *      reader in front of the server would refuse the numbers);
  *      lone surrogate escapes are left to cJSON, which refuses them;
  *   3. JSON syntax (cJSON; the error offset is its parse end), trailing
  *      bytes after the value, a root that is not an object;
@@ -307,6 +309,34 @@ static lf_status get_string(pctx *c, const cJSON *obj, const char *name, const c
 
 /* ---------------------------------------------------------------- step 2: the byte scan */
 
+static int is_digit(unsigned char ch) { return ch >= '0' && ch <= '9'; }
+
+/* The length of the JSON number at b (RFC 8259 section 6:
+ * -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), or 0 when the characters a
+ * number is made of there do not form one. */
+static size_t json_number_len(const unsigned char *b, size_t len) {
+    size_t i = b[0] == '-';
+    if (i >= len || !is_digit(b[i])) return 0;
+    if (b[i] == '0') i++;
+    else
+        while (i < len && is_digit(b[i])) i++;
+    if (i < len && b[i] == '.') {
+        size_t d = ++i;
+        while (i < len && is_digit(b[i])) i++;
+        if (i == d) return 0;
+    }
+    if (i < len && (b[i] == 'e' || b[i] == 'E')) {
+        i++;
+        if (i < len && (b[i] == '+' || b[i] == '-')) i++;
+        size_t d = i;
+        while (i < len && is_digit(b[i])) i++;
+        if (i == d) return 0;
+    }
+    if (i < len && (is_digit(b[i]) || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] == '+' || b[i] == '-'))
+        return 0;
+    return i;
+}
+
 static lf_status scan_body(pctx *c, const unsigned char *b, size_t len) {
     size_t ok = lf__utf8_valid_prefix(b, len);
     if (ok < len) return bad(c, LF_ERR_FORMAT, NULL, "The body is not valid UTF-8 (at byte %zu)", ok);
@@ -316,6 +346,11 @@ static lf_status scan_body(pctx *c, const unsigned char *b, size_t len) {
         if (ch == 0) return bad(c, LF_ERR_FORMAT, NULL, "The body holds a NUL byte (at byte %zu)", i);
         if (!in_str) {
             if (ch == '"') in_str = 1;
+            if (ch == '-' || is_digit(ch)) {
+                size_t n = json_number_len(b + i, len - i);
+                if (!n) return bad(c, LF_ERR_FORMAT, NULL, "Invalid JSON: a malformed number (at byte %zu)", i);
+                i += n - 1;
+            }
             continue;
         }
         if (ch == '"') {

@@ -150,26 +150,37 @@ static void test_null_and_unknown(void **state) {
     assert_int_equal(r.n_stop, 0);
     lf__serve_request_free(&r);
     /* fields of the other API are unknown there: ignored */
-    parse_ok(LF__SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":\"not checked\","
-                             "\"prompt\":5}", &r);
+    parse_ok(LF__SERVE_CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":\"not checked\","
+             "\"prompt\":5}",
+             &r);
     assert_int_equal(r.echo, 0);
+    lf__serve_request_free(&r);
+    /* every form of RFC 8259's number grammar, in known and unknown fields, still reads */
+    parse_ok(LF__SERVE_COMPLETIONS,
+             "{\"prompt\":[0,10],\"max_tokens\":1E1,\"seed\":-0,\"top_p\":0.5e-0,\"temperature\":1.0E+0,"
+             "\"foo\":[-0.0,-12.5e-3,0e0,1e+2,[7]]}",
+             &r);
+    assert_int_equal(r.max_tokens, 10);
+    assert_true(r.top_p == 0.5 && r.temperature == 1.0);
     lf__serve_request_free(&r);
 }
 
 static void test_chat_fields(void **state) {
     (void)state;
     lf__serve_request r;
-    parse_ok(LF__SERVE_CHAT,
-             "{\"model\":\"tiny\",\"messages\":["
-             "{\"role\":\"developer\",\"content\":\"Be brief.\"},"
-             "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"one\"},{\"type\":\"text\",\"text\":\"two\"}],"
-             "\"name\":\"bob\"},"
-             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]},"
-             "{\"role\":\"system\",\"content\":\"\"},"
-             "{\"role\":\"user\",\"content\":[]}],"
-             "\"max_tokens\":5,\"max_completion_tokens\":9,\"logprobs\":true,\"top_logprobs\":3,"
-             "\"stream\":true,\"stream_options\":{\"include_usage\":false},\"n\":2,\"seed\":7}",
-             &r);
+    parse_ok(
+        LF__SERVE_CHAT,
+        "{\"model\":\"tiny\",\"messages\":["
+        "{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"one\"},{\"type\":\"text\",\"text\":\"two\"}],"
+        "\"name\":\"bob\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]},"
+        "{\"role\":\"system\",\"content\":\"\"},"
+        "{\"role\":\"user\",\"content\":[]}],"
+        "\"max_tokens\":5,\"max_completion_tokens\":9,\"logprobs\":true,\"top_logprobs\":3,"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":false},\"n\":2,\"seed\":7}",
+        &r);
     assert_int_equal(r.api, LF__SERVE_CHAT);
     assert_int_equal(r.n_messages, 5);
     assert_int_equal(r.messages[0].role, LF__ROLE_SYSTEM);
@@ -216,14 +227,21 @@ static const bad_case k_bad[] = {
     {C, "\"prompt\"", 400, "", "got a string"},
     {C, "{\"prompt\":\"a\"} {}", 400, "", "unexpected data after the value (at byte 15)"},
     {C, "{\"prompt\":\"\xff\"}", 400, "", "not valid UTF-8 (at byte 11)"},
-    {C, "{\"prompt\":\"\xc0\xaf\"}", 400, "", "not valid UTF-8 (at byte 11)"},      /* overlong '/' */
-    {C, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "", "not valid UTF-8 (at byte 11)"},  /* a raw surrogate */
-    {C, "{\"prompt\":\"ab\xe2\x82\"}", 400, "", "not valid UTF-8 (at byte 13)"},    /* truncated */
-    {C, "{\"prompt\":\"\\ud800\"}", 400, "", "Invalid JSON"},                        /* a lone surrogate escape */
+    {C, "{\"prompt\":\"\xc0\xaf\"}", 400, "", "not valid UTF-8 (at byte 11)"},     /* overlong '/' */
+    {C, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "", "not valid UTF-8 (at byte 11)"}, /* a raw surrogate */
+    {C, "{\"prompt\":\"ab\xe2\x82\"}", 400, "", "not valid UTF-8 (at byte 13)"},   /* truncated */
+    {C, "{\"prompt\":\"\\ud800\"}", 400, "", "Invalid JSON"},                      /* a lone surrogate escape */
     {C, "{\"prompt\":\"\\udc00\\ud800\"}", 400, "", "Invalid JSON"},
     {C, "{\"prompt\":\"a\\u0000b\"}", 400, "", "U+0000"},
     {C, "{\"prompt\":\"a\x01\"}", 400, "", "control character 0x01"},
     {C, "{\"prompt\":\"a\nb\"}", 400, "", "control character 0x0a"},
+    /* numbers cJSON reads but RFC 8259 does not allow */
+    {C, "{\"prompt\":\"a\",\"max_tokens\":02}", 400, "", "malformed number (at byte 27)"},
+    {C, "{\"prompt\":\"a\",\"max_tokens\":-01}", 400, "", "malformed number (at byte 27)"},
+    {C, "{\"prompt\":\"a\",\"max_tokens\":2.}", 400, "", "malformed number (at byte 27)"},
+    {C, "{\"prompt\":\"a\",\"max_tokens\":2.e1}", 400, "", "malformed number (at byte 27)"},
+    {C, "{\"prompt\":\"a\",\"max_tokens\":2e}", 400, "", "malformed number (at byte 27)"},
+    {C, "{\"prompt\":[00]}", 400, "", "malformed number (at byte 11)"},
     /* model */
     {C, "{\"model\":\"gpt-4\",\"prompt\":\"a\"}", 404, "model", "'gpt-4' does not exist"},
     {C, "{\"model\":5,\"prompt\":\"a\"}", 400, "model", "'model' must be a string, got a number"},
@@ -263,7 +281,8 @@ static const bad_case k_bad[] = {
     {C, "{\"prompt\":\"a\",\"n\":0}", 400, "n", "in [1, 8], got 0"},
     {C, "{\"prompt\":\"a\",\"n\":9}", 400, "n", "got 9"},
     {C, "{\"prompt\":\"a\",\"stop\":5}", 400, "stop", "string or a list of strings, got a number"},
-    {C, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", "5 strings, more than the limit of 4"},
+    {C, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop",
+     "5 strings, more than the limit of 4"},
     {C, "{\"prompt\":\"a\",\"stop\":[\"\"]}", 400, "stop[0]", "empty string"},
     {C, "{\"prompt\":\"a\",\"stop\":\"\"}", 400, "stop", "empty string"},
     {C, "{\"prompt\":\"a\",\"stop\":[\"ok\",3]}", 400, "stop[1]", "got a number"},
@@ -307,7 +326,8 @@ static const bad_case k_bad[] = {
      "must be a content part object"},
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":3}]}]}", 400,
      "messages[0].content[0].text", "must be a string"},
-    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}", 400, "messages[0].name", "must be a string"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}", 400, "messages[0].name",
+     "must be a string"},
     {H, "{\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"a\"}]}", 400, "messages[0].role",
      "more than once"},
 };
@@ -519,8 +539,9 @@ static void test_more_sequences_than_capacity(void **state) {
 static void test_client_message(void **state) {
     (void)state;
     char m[128];
-    lf__serve_client_message(m, sizeof m, "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary "
-                                          "'/srv/models/run1/step_00000060/vocab.json'");
+    lf__serve_client_message(m, sizeof m,
+                             "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary "
+                             "'/srv/models/run1/step_00000060/vocab.json'");
     assert_string_equal(m, "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary 'vocab.json'");
     lf__serve_client_message(m, sizeof m, "shard 'a/b.bin' and 'c' and 'rel/dir/' then 'x");
     assert_string_equal(m, "shard 'b.bin' and 'c' and '' then 'x");
