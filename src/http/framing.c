@@ -39,7 +39,23 @@
  *     do: 501 (§6.1: a server that receives a transfer coding it does not
  *     understand ought to answer 501), and the connection is closed all the
  *     same. MHD decodes a body as chunked only when the whole value is
- *     "chunked" (case-insensitive), so nothing else may pass.
+ *     "chunked" (case-insensitive), so nothing else may pass;
+ *   - a POST, PUT or PATCH with neither Content-Length nor
+ *     Transfer-Encoding is a 411 (RFC 9110 §15.5.12: its content length is
+ *     not defined; every client sends "Content-Length: 0" for an empty
+ *     body). This also catches what MHD 0.9.75 does with a line of an empty
+ *     field name after another field (": b"): it ends the header section
+ *     there, so the Content-Length after it, and the body, would be read as
+ *     a second request;
+ *   - Host (RFC 9112 §3.2): an HTTP/1.1 request without one, any request
+ *     with two, or a value that is not uri-host [":" port] (RFC 3986: a
+ *     reg-name, an IPv4 address or a bracketed IP literal; empty is
+ *     allowed) is a 400: a proxy and this server must agree on the target.
+ *
+ * lf__http_unescape is MHD's URI unescaper (MHD_OPTION_UNESCAPE_CALLBACK):
+ * %XX decoded as MHD does, except %00, which stays as the three characters
+ * "%00": a decoded NUL would end the path as a C string, so that
+ * "/v1/models%00junk" reached the "/v1/models" handler.
  *
  * What cannot be checked here, because MHD 0.9.75 removes it before any
  * callback (connection.c, get_next_header_line / process_broken_line): a
@@ -52,6 +68,7 @@
  */
 #include "http/http_impl.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -59,6 +76,13 @@
 static int is_tchar(unsigned char c) {
     if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 1;
     return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
 }
 
 static int starts_with_ci(const char *s, const char *prefix) { return strncasecmp(s, prefix, strlen(prefix)) == 0; }
@@ -143,8 +167,31 @@ static int check_transfer_coding(const char *te, char *why, size_t cap) {
     return 501;
 }
 
-int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *why, size_t cap) {
-    int n_cl = 0, n_te = 0;
+/* uri-host [ ":" port ] (RFC 3986 §3.2.2-3.2.3), or empty. */
+static int valid_host(const char *v) {
+    const char *p = v;
+    if (*p == '[') { /* IP-literal: hex digits, ':' and '.' of an IPv6 address, or IPvFuture's unreserved */
+        for (p++; *p && *p != ']'; p++)
+            if (!is_tchar((unsigned char)*p) && *p != ':') return 0;
+        if (*p != ']' || p == v + 1) return 0;
+        p++;
+    } else { /* reg-name (IPv4 included): unreserved / pct-encoded / sub-delims */
+        for (; *p && *p != ':'; p++) {
+            const unsigned char c = (unsigned char)*p;
+            if (c == '%') {
+                if (!isxdigit((unsigned char)p[1]) || !isxdigit((unsigned char)p[2])) return 0;
+                p += 2;
+            } else if (!isalnum(c) && !strchr("-._~!$&'()*+,;=", c)) {
+                return 0;
+            }
+        }
+    }
+    if (*p == ':') p++, p += strspn(p, "0123456789");
+    return *p == '\0';
+}
+
+int lf__http_check_framing(const char *method, const lf__http_header *h, int n, int http10, char *why, size_t cap) {
+    int n_cl = 0, n_te = 0, n_host = 0;
     const char *te = NULL;
     if (cap) why[0] = '\0';
     for (int i = 0; i < n; i++) {
@@ -183,6 +230,16 @@ int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *wh
                 return 400;
             }
         }
+        if (strcasecmp(name, "Host") == 0) {
+            if (++n_host > 1) {
+                snprintf(why, cap, "more than one Host");
+                return 400;
+            }
+            if (!valid_host(value)) {
+                snprintf(why, cap, "Host '%.64s' is not a host[:port]", value);
+                return 400;
+            }
+        }
         if (is_te) {
             if (++n_te > 1) {
                 snprintf(why, cap, "more than one Transfer-Encoding");
@@ -200,7 +257,31 @@ int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *wh
             snprintf(why, cap, "both Transfer-Encoding and Content-Length");
             return 400;
         }
-        return check_transfer_coding(te, why, cap);
+        const int te_status = check_transfer_coding(te, why, cap);
+        if (te_status) return te_status;
+    }
+    if (!n_host && !http10) {
+        snprintf(why, cap, "an HTTP/1.1 request without Host");
+        return 400;
+    }
+    if (!n_cl && !n_te && method && (!strcmp(method, "POST") || !strcmp(method, "PUT") || !strcmp(method, "PATCH"))) {
+        snprintf(why, cap, "a %s request without Content-Length or Transfer-Encoding", method);
+        return 411;
     }
     return 0;
+}
+
+size_t lf__http_unescape(char *s) {
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi, lo;
+        if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
 }

@@ -137,12 +137,16 @@ lf_mhd_result lf__http_reply_error_close(lf__http_request *r, int status, const 
 
 /* ---------------------------------------------------------------- framing (framing.c) */
 
-/* RFC 9112 framing of a request whose header fields are h[0, n) as MHD
- * parsed them (http10: the request line said HTTP/1.0): 0 when acceptable,
- * else the status to refuse it with (400, or 501 for a transfer coding the
- * server does not decode) and a reason in why[0, cap); a refused request's
- * connection is closed. framing.c lists the rules. */
-int lf__http_check_framing(const lf__http_header *h, int n, int http10, char *why, size_t cap);
+/* RFC 9112 framing of a request (method: its method, NULL when unknown)
+ * whose header fields are h[0, n) as MHD parsed them (http10: the request
+ * line said HTTP/1.0): 0 when acceptable, else the status to refuse it with
+ * (400; 411 for a POST/PUT/PATCH of undefined length; 501 for a transfer
+ * coding the server does not decode) and a reason in why[0, cap); a refused
+ * request's connection is closed. framing.c lists the rules. */
+int lf__http_check_framing(const char *method, const lf__http_header *h, int n, int http10, char *why, size_t cap);
+/* Decode the %XX escapes of a request URI in place, except %00 (kept as
+ * "%00"); the new length. MHD's unescape callback. */
+size_t lf__http_unescape(char *s);
 
 /* ---------------------------------------------------------------- connections (server.c) */
 

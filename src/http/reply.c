@@ -131,12 +131,19 @@ static lf_mhd_result queue_buffer(lf__http_request *r, int status, const char *c
     return ret;
 }
 
+/* A 400 closes the connection: a request the server could not make sense
+ * of may have been framed differently by the client (or a proxy) than by
+ * MHD, so nothing after it on the connection is read as another request.
+ * Other errors (404, 429, ...) keep it open. */
+static const lf__http_header close_hdr = {"Connection", "close"};
+#define CLOSES(status) ((status) == 400)
+
 lf_mhd_result lf__http_reply_error(lf__http_request *r, int status, const char *msg) {
     const char *ctype;
     size_t len;
     char *b = lf__http_error_body(r->srv, status, msg, &ctype, &len);
     if (!b) return MHD_NO;
-    return queue_buffer(r, status, ctype, NULL, 0, NULL, 0, b, len, MHD_RESPMEM_MUST_FREE);
+    return queue_buffer(r, status, ctype, NULL, 0, &close_hdr, CLOSES(status), b, len, MHD_RESPMEM_MUST_FREE);
 }
 
 lf_mhd_result lf__http_reply_error_close(lf__http_request *r, int status, const char *msg) {
@@ -145,7 +152,6 @@ lf_mhd_result lf__http_reply_error_close(lf__http_request *r, int status, const 
     char *b = lf__http_error_body(r->srv, status, msg, &ctype, &len);
     if (!b) return MHD_NO;
     /* MHD closes the connection after a response carrying "Connection: close" */
-    const lf__http_header close_hdr = {"Connection", "close"};
     return queue_buffer(r, status, ctype, NULL, 0, &close_hdr, 1, b, len, MHD_RESPMEM_MUST_FREE);
 }
 
@@ -166,7 +172,8 @@ lf_status lf__http_reply(lf__http_request *r, int status, const char *content_ty
         free(copy);
         return lf_fail(LF_ERR_NOMEM, "http: out of memory for a %zu-byte reply", len);
     }
-    if (!lf__http_add_headers(resp, content_type, NULL, 0, headers, n_headers)) {
+    if (!lf__http_add_headers(resp, content_type, NULL, 0, headers, n_headers) ||
+        (CLOSES(status) && !lf__http_add_headers(resp, NULL, NULL, 0, &close_hdr, 1))) {
         MHD_destroy_response(resp);
         return lf_fail(LF_ERR_INVALID_ARG, "http: libmicrohttpd refused a response header (a name or value with "
                                            "CR/LF, or one it sets itself)");

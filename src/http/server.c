@@ -263,12 +263,20 @@ static lf_mhd_result collect_header(void *cls, enum MHD_ValueKind kind, const ch
 /* The request's framing (framing.c), on the first access-handler call: the
  * status to refuse it with (*why says why), 0 when acceptable, -1 when out
  * of memory. */
-static int refuse_framing(struct MHD_Connection *mc, const char *version, char *why, size_t cap) {
+static int refuse_framing(struct MHD_Connection *mc, const char *method, const char *version, char *why, size_t cap) {
     header_list l = {0};
     MHD_get_connection_values(mc, MHD_HEADER_KIND, collect_header, &l);
-    int bad = l.failed ? -1 : lf__http_check_framing(l.h, l.n, version && !strcmp(version, "HTTP/1.0"), why, cap);
+    int bad = l.failed ? -1
+                       : lf__http_check_framing(method, l.h, l.n, version && !strcmp(version, "HTTP/1.0"), why, cap);
     free(l.h);
     return bad;
+}
+
+/* MHD_OPTION_UNESCAPE_CALLBACK: %00 is not decoded (framing.c). */
+static size_t unescape_uri(void *cls, struct MHD_Connection *mc, char *uri) {
+    (void)cls;
+    (void)mc;
+    return lf__http_unescape(uri);
 }
 
 static lf_mhd_result on_access(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
@@ -291,7 +299,7 @@ static lf_mhd_result on_access(void *cls, struct MHD_Connection *mc, const char 
          * coding not decoded here), and nothing more is read from its
          * connection (RFC 9112 §6.1, §6.3). */
         char why[200];
-        const int bad = refuse_framing(mc, version, why, sizeof why);
+        const int bad = refuse_framing(mc, method, version, why, sizeof why);
         if (bad < 0) return MHD_NO;
         if (bad) {
             char msg[240];
@@ -625,7 +633,8 @@ lf_status lf__http_start(lf__http_server **out, const lf__http_opts *opts) {
                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                                    MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)128, MHD_OPTION_NOTIFY_CONNECTION,
                                    on_connection, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                                   MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_END);
+                                   MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_UNESCAPE_CALLBACK, unescape_uri,
+                                   NULL, MHD_OPTION_END);
     if (!srv->daemon) {
         const char *why = bind_failure_reason(&sa, sa_len);
         const int bracket = v6 && host[0] != '[';

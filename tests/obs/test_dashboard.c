@@ -102,7 +102,10 @@ static void add_train(lines *L, const char *path, long step, double loss) {
 }
 
 static lf__dash *dash_open(const fixture *fx, size_t max_response, const char *header_json) {
-    lf_dash_opts o = {.log_path = fx->log, .run_dir = fx->dir, .header_json = header_json, .max_response = max_response};
+    lf_dash_opts o = {.log_path = fx->log,
+                      .run_dir = fx->dir,
+                      .header_json = header_json,
+                      .max_response = max_response};
     lf__dash *d = NULL;
     LF_ASSERT_OK(lf__dash_create(&d, &o));
     return d;
@@ -147,7 +150,8 @@ static void assert_records_are(const answer *a, char **want, int n) {
     p += strlen("\"records\":[");
     for (int i = 0; i < n; i++) {
         size_t l = strlen(want[i]);
-        if (strncmp(p, want[i], l) != 0) fail_msg("record %d differs from its log line:\n got  %.200s\n want %.200s", i, p, want[i]);
+        if (strncmp(p, want[i], l) != 0)
+            fail_msg("record %d differs from its log line:\n got  %.200s\n want %.200s", i, p, want[i]);
         p += l;
         if (i + 1 < n) {
             if (*p != ',') fail_msg("no ',' after record %d", i);
@@ -168,8 +172,14 @@ static void test_api_paging(void **state) {
     for (long s = 1; s <= 300; s++) {
         add_train(&L, fx.log, s, 4.0 - s * 0.001);
         if (s % 50 == 0) {
-            lines_add(&L, fx.log, s, "{\"type\":\"eval\",\"step\":%ld,\"train_loss\":3.5,\"val_loss\":3.6,\"eval/arith/exact_match\":0.5}", s);
-            lines_add(&L, fx.log, s, "{\"type\":\"checkpoint\",\"step\":%ld,\"time\":1700000100,\"path\":\"run/ckpt/step_%08ld\",\"ms\":3}", s, s);
+            lines_add(
+                &L, fx.log, s,
+                "{\"type\":\"eval\",\"step\":%ld,\"train_loss\":3.5,\"val_loss\":3.6,\"eval/arith/exact_match\":0.5}",
+                s);
+            lines_add(
+                &L, fx.log, s,
+                "{\"type\":\"checkpoint\",\"step\":%ld,\"time\":1700000100,\"path\":\"run/ckpt/step_%08ld\",\"ms\":3}",
+                s, s);
         }
     }
     const size_t bound = 4096;
@@ -272,11 +282,11 @@ static void test_api_torn_and_corrupt(void **state) {
     fixture_make(&fx);
     lines L = {0};
     add_train(&L, fx.log, 1, 3.0);
-    write_file(fx.log, "garbage{\n", "a");                       /* line 2 */
-    add_train(&L, fx.log, 2, 2.9);                               /* line 3 */
-    write_file(fx.log, "{\"type\":\"train\"}\n", "a");           /* line 4: no step */
-    write_file(fx.log, "\n", "a");                               /* line 5: blank, not a warning */
-    add_train(&L, fx.log, 3, 2.8);                               /* line 6 */
+    write_file(fx.log, "garbage{\n", "a");                          /* line 2 */
+    add_train(&L, fx.log, 2, 2.9);                                  /* line 3 */
+    write_file(fx.log, "{\"type\":\"train\"}\n", "a");              /* line 4: no step */
+    write_file(fx.log, "\n", "a");                                  /* line 5: blank, not a warning */
+    add_train(&L, fx.log, 3, 2.8);                                  /* line 6 */
     write_file(fx.log, "{\"type\":\"train\",\"step\":4,\"lo", "a"); /* line 7, being written */
     lf__dash *d = dash_open(&fx, 0, NULL);
     answer a = api(d, "since=-1");
@@ -301,7 +311,7 @@ static void test_api_torn_and_corrupt(void **state) {
     memset(big, 'y', 70000);
     big[70000] = '\0';
     FILE *f = fopen(fx.log, "a");
-    fprintf(f, "{\"type\":\"alert\",\"step\":5,\"message\":\"%s\"}\n", big); /* line 8 */
+    fprintf(f, "{\"type\":\"alert\",\"step\":5,\"message\":\"%s\"}\n", big);     /* line 8 */
     fprintf(f, "{\"type\":\"alert\",\"step\":5,\"message\":\"%.*s", 35000, big); /* line 9, half */
     fclose(f);
     a = api(d, "since=4");
@@ -483,7 +493,8 @@ static void test_header(void **state) {
     assert_int_equal((int)num(b, "tokens_per_step"), 8 * 32);
     assert_int_equal((int)num(h, "train_iters"), 500);
     assert_int_equal((int)num(h, "num_params"), 1234);
-    assert_string_equal(cJSON_GetObjectItemCaseSensitive(h, "precision")->valuestring, "overridden"); /* the caller's wins */
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(h, "precision")->valuestring,
+                        "overridden"); /* the caller's wins */
     char hex[65];
     LF_ASSERT_OK(lf_sha256_file_hex(fx.cfg, hex));
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(h, "config_hash")->valuestring, hex);
@@ -502,7 +513,10 @@ static void test_header(void **state) {
     double want = (500.0 - 11.0) * 10.5 / 11.0;
     if (fabs(num(h, "eta_s") - want) > 1e-9 * want) fail_msg("eta_s %.17g, want %.17g", num(h, "eta_s"), want);
     answer_free(&a);
-    lf_obs_record end = {.kind = LF_OBS_EVENT, .step = 11, .event = "end", .json = "{\"status\":\"error\",\"message\":\"x\"}"};
+    lf_obs_record end = {.kind = LF_OBS_EVENT,
+                         .step = 11,
+                         .event = "end",
+                         .json = "{\"status\":\"error\",\"message\":\"x\"}"};
     lf__dash_emit(d, &end);
     a = api(d, "");
     h = cJSON_GetObjectItemCaseSensitive(a.json, "header");
@@ -548,7 +562,8 @@ static resp request(int port, const char *method, const char *path) {
     int fd = tcp_connect(port);
     if (fd < 0) return r;
     char req[512];
-    snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: t\r\n\r\n", method, path);
+    snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: t\r\n%s\r\n", method, path,
+             strcmp(method, "POST") ? "" : "Content-Length: 0\r\n"); /* a POST without a length is a 411 */
     if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) {
         close(fd);
         return r;
