@@ -150,8 +150,10 @@ static void test_null_and_unknown(void **state) {
     assert_int_equal(r.n_stop, 0);
     lf__serve_request_free(&r);
     /* fields of the other API are unknown there: ignored */
-    parse_ok(LF__SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":\"not checked\","
-                             "\"prompt\":5}", &r);
+    parse_ok(LF__SERVE_CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":\"not checked\","
+             "\"prompt\":5}",
+             &r);
     assert_int_equal(r.echo, 0);
     lf__serve_request_free(&r);
 }
@@ -159,17 +161,18 @@ static void test_null_and_unknown(void **state) {
 static void test_chat_fields(void **state) {
     (void)state;
     lf__serve_request r;
-    parse_ok(LF__SERVE_CHAT,
-             "{\"model\":\"tiny\",\"messages\":["
-             "{\"role\":\"developer\",\"content\":\"Be brief.\"},"
-             "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"one\"},{\"type\":\"text\",\"text\":\"two\"}],"
-             "\"name\":\"bob\"},"
-             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]},"
-             "{\"role\":\"system\",\"content\":\"\"},"
-             "{\"role\":\"user\",\"content\":[]}],"
-             "\"max_tokens\":5,\"max_completion_tokens\":9,\"logprobs\":true,\"top_logprobs\":3,"
-             "\"stream\":true,\"stream_options\":{\"include_usage\":false},\"n\":2,\"seed\":7}",
-             &r);
+    parse_ok(
+        LF__SERVE_CHAT,
+        "{\"model\":\"tiny\",\"messages\":["
+        "{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"one\"},{\"type\":\"text\",\"text\":\"two\"}],"
+        "\"name\":\"bob\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]},"
+        "{\"role\":\"system\",\"content\":\"\"},"
+        "{\"role\":\"user\",\"content\":[]}],"
+        "\"max_tokens\":5,\"max_completion_tokens\":9,\"logprobs\":true,\"top_logprobs\":3,"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":false},\"n\":2,\"seed\":7}",
+        &r);
     assert_int_equal(r.api, LF__SERVE_CHAT);
     assert_int_equal(r.n_messages, 5);
     assert_int_equal(r.messages[0].role, LF__ROLE_SYSTEM);
@@ -216,10 +219,10 @@ static const bad_case k_bad[] = {
     {C, "\"prompt\"", 400, "", "got a string"},
     {C, "{\"prompt\":\"a\"} {}", 400, "", "unexpected data after the value (at byte 15)"},
     {C, "{\"prompt\":\"\xff\"}", 400, "", "not valid UTF-8 (at byte 11)"},
-    {C, "{\"prompt\":\"\xc0\xaf\"}", 400, "", "not valid UTF-8 (at byte 11)"},      /* overlong '/' */
-    {C, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "", "not valid UTF-8 (at byte 11)"},  /* a raw surrogate */
-    {C, "{\"prompt\":\"ab\xe2\x82\"}", 400, "", "not valid UTF-8 (at byte 13)"},    /* truncated */
-    {C, "{\"prompt\":\"\\ud800\"}", 400, "", "Invalid JSON"},                        /* a lone surrogate escape */
+    {C, "{\"prompt\":\"\xc0\xaf\"}", 400, "", "not valid UTF-8 (at byte 11)"},     /* overlong '/' */
+    {C, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "", "not valid UTF-8 (at byte 11)"}, /* a raw surrogate */
+    {C, "{\"prompt\":\"ab\xe2\x82\"}", 400, "", "not valid UTF-8 (at byte 13)"},   /* truncated */
+    {C, "{\"prompt\":\"\\ud800\"}", 400, "", "Invalid JSON"},                      /* a lone surrogate escape */
     {C, "{\"prompt\":\"\\udc00\\ud800\"}", 400, "", "Invalid JSON"},
     {C, "{\"prompt\":\"a\\u0000b\"}", 400, "", "U+0000"},
     {C, "{\"prompt\":\"a\x01\"}", 400, "", "control character 0x01"},
@@ -263,7 +266,8 @@ static const bad_case k_bad[] = {
     {C, "{\"prompt\":\"a\",\"n\":0}", 400, "n", "in [1, 8], got 0"},
     {C, "{\"prompt\":\"a\",\"n\":9}", 400, "n", "got 9"},
     {C, "{\"prompt\":\"a\",\"stop\":5}", 400, "stop", "string or a list of strings, got a number"},
-    {C, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", "5 strings, more than the limit of 4"},
+    {C, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop",
+     "5 strings, more than the limit of 4"},
     {C, "{\"prompt\":\"a\",\"stop\":[\"\"]}", 400, "stop[0]", "empty string"},
     {C, "{\"prompt\":\"a\",\"stop\":\"\"}", 400, "stop", "empty string"},
     {C, "{\"prompt\":\"a\",\"stop\":[\"ok\",3]}", 400, "stop[1]", "got a number"},
@@ -307,7 +311,8 @@ static const bad_case k_bad[] = {
      "must be a content part object"},
     {H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":3}]}]}", 400,
      "messages[0].content[0].text", "must be a string"},
-    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}", 400, "messages[0].name", "must be a string"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}", 400, "messages[0].name",
+     "must be a string"},
     {H, "{\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"a\"}]}", 400, "messages[0].role",
      "more than once"},
 };
@@ -363,11 +368,24 @@ static void test_bad_bytes_and_sizes(void **state) {
     /* caps on lists: prompts, messages, stop length, token list vs context */
     char body[40000];
     int o = sprintf(body, "{\"prompt\":[");
-    for (int i = 0; i < 17; i++) o += sprintf(body + o, "%s\"p\"", i ? "," : "");
+    for (int i = 0; i < 65; i++) o += sprintf(body + o, "%s\"p\"", i ? "," : "");
     sprintf(body + o, "]}");
     assert_int_equal(lf__serve_request_parse(C, body, strlen(body), &lim, &r, &e), LF_ERR_RANGE);
+    assert_int_equal(e.status, 400);
     assert_string_equal(e.param, "prompt");
-    assert_non_null(strstr(e.message, "17 prompts, more than the limit of 16"));
+    assert_non_null(strstr(e.message, "65 prompts; this server takes at most 64 in one request"));
+    assert_non_null(strstr(e.message, "--max-prompts")); /* the option that raises it */
+    lim.max_prompts = 100;                               /* serve --max-prompts 100 */
+    LF_ASSERT_OK(lf__serve_request_parse(C, body, strlen(body), &lim, &r, &e));
+    assert_int_equal(r.n_prompts, 65);
+    lf__serve_request_free(&r);
+    lim = lim_for_tests();
+    o = sprintf(body, "{\"prompt\":[");
+    for (int i = 0; i < 64; i++) o += sprintf(body + o, "%s\"p\"", i ? "," : ""); /* the default cap itself */
+    sprintf(body + o, "]}");
+    LF_ASSERT_OK(lf__serve_request_parse(C, body, strlen(body), &lim, &r, &e));
+    assert_int_equal(r.n_prompts, 64);
+    lf__serve_request_free(&r);
     o = sprintf(body, "{\"messages\":[");
     for (int i = 0; i < 257; i++) o += sprintf(body + o, "%s" U, i ? "," : "");
     sprintf(body + o, "]}");
@@ -519,8 +537,9 @@ static void test_more_sequences_than_capacity(void **state) {
 static void test_client_message(void **state) {
     (void)state;
     char m[128];
-    lf__serve_client_message(m, sizeof m, "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary "
-                                          "'/srv/models/run1/step_00000060/vocab.json'");
+    lf__serve_client_message(m, sizeof m,
+                             "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary "
+                             "'/srv/models/run1/step_00000060/vocab.json'");
     assert_string_equal(m, "char tokenizer: character 'x' at byte offset 3 is not in the vocabulary 'vocab.json'");
     lf__serve_client_message(m, sizeof m, "shard 'a/b.bin' and 'c' and 'rel/dir/' then 'x");
     assert_string_equal(m, "shard 'b.bin' and 'c' and '' then 'x");
