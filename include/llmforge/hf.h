@@ -76,8 +76,11 @@ const char *lf_hf_dir(const lf_hf_model *h);
  *       besides rope_type and rope_theta; head_dim (when set) other than
  *       hidden_size / num_attention_heads; hidden_size not divisible by
  *       num_attention_heads; num_attention_heads not divisible by
- *       num_key_value_heads; mistral's sliding_window set and smaller than
- *       max_position_embeddings (llmforge attends to the whole context).
+ *       num_key_value_heads. mistral's sliding_window (absent or null: 0)
+ *       -> sliding_window: lf_model_config_validate then refuses a
+ *       block_size beyond it (llmforge attends to the whole context), so a
+ *       window shorter than max_position_embeddings needs a smaller
+ *       block_size (train --init-from defaults to one).
  *   "gpt2" -> LF_ARCH_GPT2, LF_NORM_LAYERNORM, bias 1, tied: n_embd, n_layer,
  *       n_head, n_positions -> block_size, vocab_size, n_inner (null: 0, the
  *       architecture's 4*n_embd), layer_norm_epsilon (absent: 1e-5).

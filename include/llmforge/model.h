@@ -52,6 +52,12 @@ typedef struct lf_model_config {
     int tie_embeddings;    /* lm_head shares the token embedding (gpt2: always) */
     int bias;              /* gpt2: biases in linears and layernorms; llama: q/k/v biases (Qwen2) */
     float dropout;         /* nanoGPT: embeddings, attention weights, residual branches */
+    /* The attention window the model was made with (Mistral's
+     * sliding_window: a position attends to the last sliding_window
+     * positions); 0: none. llmforge's attention has no window yet, so
+     * block_size may not exceed it (lf_model_config_validate refuses it):
+     * within it windowed and full attention are the same. */
+    int sliding_window;
 } lf_model_config;
 
 /* The architectures are the registered tables (src/model/model_impl.h,
@@ -90,6 +96,7 @@ enum {
     LF_MODEL_GIVEN_ROPE_THETA = 1u << 9,
     LF_MODEL_GIVEN_TIE = 1u << 10,
     LF_MODEL_GIVEN_BIAS = 1u << 11,
+    LF_MODEL_GIVEN_SLIDING_WINDOW = 1u << 12,
 };
 
 /* The architecture's rules on the keys a configuration set by hand (given:
@@ -106,7 +113,8 @@ const char *lf_model_config_given(lf_model_config *cfg, unsigned given, const ch
 lf_status lf_model_config_resolve(lf_model_config *cfg);
 
 /* Resolves a copy and checks ranges and divisibility; the message names
- * the key (model.n_head, model.n_kv_head, ...). */
+ * the key (model.n_head, model.n_kv_head, ...). A block_size larger than
+ * sliding_window (when set) is LF_ERR_UNSUPPORTED naming both. */
 lf_status lf_model_config_validate(const lf_model_config *cfg);
 
 #define LF_PARAM_NAME_MAX 64

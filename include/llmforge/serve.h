@@ -32,6 +32,11 @@ typedef struct lf_server_opts {
     size_t max_body;           /* request body bytes; 0: 1 MiB */
     int max_tokens;            /* cap on max_tokens; 0: max_context */
     int max_n;                 /* cap on n; 0: 8 */
+    /* prompts in one completions request (a list of prompts; lm-evaluation-
+     * harness sends batch_size of them); 0: 64, or max_batch + max_queue
+     * when that is less. More than max_batch + max_queue is refused at start
+     * (such a request could never run). */
+    int max_prompts;
     /* 0 (default): the model runs on its own backend instance in batch-
      * invariant mode (lf_backend_set_batch_invariant), so a request gets the
      * same bits (and, with a seed, the same text) alone or among any others;

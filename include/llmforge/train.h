@@ -307,6 +307,11 @@ int lf_trainer_stop_reason(const lf_trainer *t);
 void lf_trainer_free(lf_trainer *t);
 const char *lf_trainer_errmsg(const lf_trainer *t);
 lf_model *lf_trainer_model(lf_trainer *t);
+/* Where model.block_size came from when the configuration left it out and
+ * --init-from named a Hugging Face RoPE model: e.g. "min(max_position_embeddings
+ * 131072, 2048)", with ", cut to fit dataset 'D'" when the data is shorter;
+ * "" when the configuration set it (or for any other run). Valid while t lives. */
+const char *lf_trainer_block_size_origin(const lf_trainer *t);
 /* This rank's copy of the whole parameters (lf_model_num_params floats, the
  * parameter table's flat layout) into host dst, on any backend
  * (lf_model_params is backend memory, readable in place only where

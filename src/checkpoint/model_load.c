@@ -73,6 +73,13 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
     cfg->norm_eps = cJSON_IsNumber(ne) ? (float)ne->valuedouble : 0.0f;
     cJSON *rt = cJSON_GetObjectItemCaseSensitive(mo, "rope_theta");
     cfg->rope_theta = cJSON_IsNumber(rt) ? (float)rt->valuedouble : 0.0f;
+    cJSON *sw = cJSON_GetObjectItemCaseSensitive(mo, "sliding_window"); /* absent: none */
+    if (sw && (!cJSON_IsNumber(sw) || !(sw->valuedouble >= 0 && sw->valuedouble <= 1e9) ||
+               sw->valuedouble != (double)(int)sw->valuedouble)) {
+        cJSON_Delete(o);
+        return lf_fail(LF_ERR_FORMAT, "'%s': model.sliding_window is not an integer in [0, 1e9]", path);
+    }
+    cfg->sliding_window = sw ? (int)sw->valuedouble : 0;
     cJSON *tk = cJSON_GetObjectItemCaseSensitive(o, "tokenizer");
     if (tokenizer && cap) {
         tokenizer[0] = 0;

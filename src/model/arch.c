@@ -122,6 +122,16 @@ static lf_status check_sizes(const lf_model_config *c) {
                        c->vocab_size);
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
+    if (c->sliding_window < 0 || c->sliding_window > (1 << 20))
+        return lf_fail(LF_ERR_RANGE, "model.sliding_window %d is out of range [0, 1048576]", c->sliding_window);
+    /* no windowed attention kernel yet: beyond the window a position would
+     * attend to the whole context where the model attends to the window */
+    if (c->sliding_window > 0 && c->block_size > c->sliding_window)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "model.block_size %d is larger than the model's sliding_window %d (config.json "
+                       "'sliding_window'): llmforge's attention has no window yet, so positions past %d would "
+                       "attend to the whole context instead of the last %d; use a block_size of at most %d",
+                       c->block_size, c->sliding_window, c->sliding_window, c->sliding_window, c->sliding_window);
     return LF_OK;
 }
 
@@ -219,11 +229,12 @@ int lf_model_config_overrides(const lf_model_config *c, char *buf, size_t cap) {
     return snprintf(buf, cap,
                     "model.arch=%s\nmodel.n_layer=%d\nmodel.n_head=%d\nmodel.n_kv_head=%d\nmodel.n_embd=%d\n"
                     "model.ffn_hidden=%d\nmodel.block_size=%d\nmodel.vocab_size=%d\nmodel.norm_eps=%.9g\n"
-                    "model.rope_theta=%.9g\nmodel.tie_embeddings=%s\nmodel.bias=%s\nmodel.dropout=%.9g",
+                    "model.rope_theta=%.9g\nmodel.tie_embeddings=%s\nmodel.bias=%s\nmodel.dropout=%.9g\n"
+                    "model.sliding_window=%d",
                     lf_arch_name(c->arch), c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->ffn_hidden, c->block_size,
                     c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size : c->vocab_size, (double)c->norm_eps,
                     (double)c->rope_theta, c->tie_embeddings ? "true" : "false", c->bias ? "true" : "false",
-                    (double)c->dropout);
+                    (double)c->dropout, c->sliding_window);
 }
 
 /* ---------------------------------------------------------------- a model's tensor indices */

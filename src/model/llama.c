@@ -1,6 +1,7 @@
 /*
  * Llama-family decoder (Hugging Face LlamaForCausalLM; Llama 2/3, SmolLM,
- * Mistral without sliding windows; with model.bias, Qwen2ForCausalLM):
+ * Mistral, its sliding window no shorter than block_size; with model.bias,
+ * Qwen2ForCausalLM):
  * token embedding, L pre-norm blocks (RMSNorm -> grouped-query attention
  * with RoPE -> residual, RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm
  * and an lm_head, tied to the embedding or not. No position embedding; no
@@ -204,6 +205,19 @@ static void llama_init(const lf_model_config *c, const lf_param_info *t, int n, 
 }
 
 static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
+    if (c->sliding_window > 0 && c->bias) return 0; /* a window and q/k/v biases: no HF class has both here */
+    if (c->sliding_window > 0) /* a window: Mistral's (LlamaForCausalLM has none; validate keeps block <= window) */
+        return snprintf(buf, cap,
+                        "{\n  \"architectures\": [\"MistralForCausalLM\"],\n  \"model_type\": \"mistral\",\n"
+                        "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                        "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                        "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"sliding_window\": %d,\n"
+                        "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"tie_word_embeddings\": %s,\n"
+                        "  \"hidden_act\": \"silu\",\n  \"attention_dropout\": %.9g,\n  \"initializer_range\": 0.02,\n"
+                        "  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                        lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c),
+                        c->block_size, c->sliding_window, (double)c->norm_eps, (double)c->rope_theta,
+                        c->tie_embeddings ? "true" : "false", (double)c->dropout);
     if (c->bias) /* q/k/v biases: Qwen2 (LlamaForCausalLM's attention_bias would add o_proj's too) */
         return snprintf(buf, cap,
                         "{\n  \"architectures\": [\"Qwen2ForCausalLM\"],\n  \"model_type\": \"qwen2\",\n"
@@ -479,15 +493,6 @@ static lf_status hf_variant(const lf__hf_cfg *c, int kind, const lf_model_config
             return lf_fail(LF_ERR_UNSUPPORTED,
                            "%s: 'use_sliding_window' is true; llmforge attends to the whole context", where);
     }
-    if (kind == HF_MISTRAL) {
-        int sw = 0;
-        TRY(lf__hf_int(c, "sliding_window", 0, 0, &sw));
-        if (sw > 0 && sw < m->block_size)
-            return lf_fail(LF_ERR_UNSUPPORTED,
-                           "%s: 'sliding_window' %d is smaller than 'max_position_embeddings' %d; llmforge attends "
-                           "to the whole context",
-                           where, sw, m->block_size);
-    }
     return LF_OK;
 }
 
@@ -498,6 +503,9 @@ static lf_status llama_hf_check(const lf__hf_cfg *c, int kind, lf_model_config *
     TRY(lf__hf_rope_theta(c, &theta));
     m->rope_theta = (float)theta;
     TRY(lf__hf_bool(c, "tie_word_embeddings", 0, &m->tie_embeddings));
+    /* Mistral's window (null or absent: none): lf_model_config_validate
+     * refuses a block_size beyond it, whatever sets the block size */
+    if (kind == HF_MISTRAL) TRY(lf__hf_int(c, "sliding_window", 0, 0, &m->sliding_window));
     const char *fn = NULL;
     TRY(lf__hf_str(c, "hidden_act", "silu", &fn));
     if (strcmp(fn, "silu") != 0)

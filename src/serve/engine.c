@@ -27,7 +27,9 @@
  *     lf_backend_set_batch_invariant), else to the float rounding of
  *     products over a different row count (~1e-6 relative);
  *     tests/serve/test_engine.c checks both.
- *  5. Finish: a stop token (not emitted), max_tokens or a full context
+ *  5. Finish: a stop token (reported to on_token with stop = 1, for its
+ *     log-probability record, as OpenAI and vLLM return it; never text),
+ *     max_tokens or a full context
  *     (length; max_tokens 0 ends when the prompt is scored), a callback
  *     asking to stop, or cancellation; the slot is free for the next step's
  *     admission.
@@ -401,20 +403,17 @@ lf_status lf_engine_step(lf_engine *e, int *n_active) {
         lf_engine_token t = {0};
         t.id = lf_sample_token(e->row, e->V, q->r.temperature, q->r.top_k, q->r.top_p > 0 ? q->r.top_p : 1.0f,
                                q->r.seed, (uint64_t)q->len, e->work, e->iwork);
-        int stop = 0;
-        for (int j = 0; j < q->r.n_stop_ids; j++) stop |= q->stop[j] == t.id;
-        if (stop) {
-            retire(e, q, LF_FINISH_STOP);
-            continue;
-        }
+        for (int j = 0; j < q->r.n_stop_ids; j++) t.stop |= q->stop[j] == t.id;
         logprobs(e->row, e->V, &t, q->r.logprobs);
         q->tok[q->len++] = t.id;
         q->gen++;
         pthread_mutex_lock(&e->mu);
         e->st.generated_tokens++;
         pthread_mutex_unlock(&e->mu);
-        if (q->r.on_token && q->r.on_token(q->r.user, &t)) {
-            retire(e, q, LF_FINISH_CANCELLED);
+        /* a stop token is reported too (its log-probability record), then ends the sequence */
+        const int cancel = q->r.on_token && q->r.on_token(q->r.user, &t);
+        if (t.stop || cancel) {
+            retire(e, q, t.stop ? LF_FINISH_STOP : LF_FINISH_CANCELLED);
             continue;
         }
         if (q->gen >= q->r.max_tokens || q->len >= e->o.max_context) retire(e, q, LF_FINISH_LENGTH);

@@ -36,7 +36,7 @@ typedef struct lf_engine_opts {
 } lf_engine_opts;
 
 typedef enum lf_engine_finish {
-    LF_FINISH_STOP = 0,      /* a stop token was sampled (not emitted) */
+    LF_FINISH_STOP = 0,      /* a stop token was sampled (passed to on_token with stop = 1) */
     LF_FINISH_LENGTH = 1,    /* max_tokens, or the context is full */
     LF_FINISH_CANCELLED = 2, /* lf_engine_cancel, on_token asked, or shutdown */
     LF_FINISH_ERROR = 3,     /* the forward failed (the message is in lf_engine_error) */
@@ -44,9 +44,14 @@ typedef enum lf_engine_finish {
 
 /* One generated token: its id, its log-probability under the model's
  * distribution (log-softmax of the raw logits, before temperature/top-k/p),
- * and the n_top most likely tokens with theirs (descending) when asked. */
+ * and the n_top most likely tokens with theirs (descending) when asked.
+ * stop = 1: the token is one of the request's stop ids (e.g. the end of
+ * text): the last token of the sequence, reported for its log-probability
+ * record (OpenAI and vLLM return it; lm-evaluation-harness reads it) but
+ * not part of the text; the sequence then ends with LF_FINISH_STOP. */
 typedef struct lf_engine_token {
     int32_t id;
+    int stop;
     float logprob;
     int n_top;
     int32_t top_id[LF_ENGINE_MAX_LOGPROBS];
@@ -74,7 +79,9 @@ typedef struct lf_engine_req {
      * the tokens before it (NaN at position 0, which has none, and no
      * alternatives there) and `logprobs` alternatives. Non-zero cancels. */
     int (*on_prompt)(void *user, int pos, const lf_engine_token *tok);
-    /* Called for each generated token; non-zero cancels the sequence. */
+    /* Called for each generated token, the stop token last (stop = 1; it
+     * counts in n_generated); non-zero cancels the sequence (a stop token
+     * ends it with LF_FINISH_STOP whatever the callback returns). */
     int (*on_token)(void *user, const lf_engine_token *tok);
     /* Called once at the end: why, and the prompt and generated token counts. */
     void (*on_done)(void *user, lf_engine_finish why, int n_prompt, int n_generated);

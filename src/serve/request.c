@@ -51,7 +51,7 @@ lf__serve_limits lf__serve_limits_default(void) {
         .max_tokens = 1024,
         .default_max_tokens = 16,
         .max_n = 8,
-        .max_prompts = 16,
+        .max_prompts = 64,
         .max_stop = 4,
         .max_stop_len = 256,
         .max_logprobs = 5,
@@ -469,8 +469,10 @@ static lf_status parse_prompt(pctx *c, const cJSON *root, lf__serve_request *r) 
         return bad(c, LF_ERR_FORMAT, "prompt[0]",
                    "'prompt[0]' must be a string, a token id or a list of token ids, got %s", type_name(first));
     if (n > c->lim->max_prompts)
-        return bad(c, LF_ERR_RANGE, "prompt", "'prompt' has %d prompts, more than the limit of %d", n,
-                   c->lim->max_prompts);
+        return bad(c, LF_ERR_RANGE, "prompt",
+                   "'prompt' has %d prompts; this server takes at most %d in one request (llmforge serve "
+                   "--max-prompts). Send fewer prompts per request.",
+                   n, c->lim->max_prompts);
     lf__serve_prompt *p = store_alloc(c->st, (size_t)n * sizeof *p);
     if (!p) return oom(c);
     int i = 0;
@@ -640,11 +642,13 @@ static lf_status parse_fields(pctx *c, const cJSON *root, lf__serve_request *r) 
         if (chat)
             return bad(c, LF_ERR_RANGE, "n",
                        "'n' is %d; this server runs at most %d sequences at once (its KV-cache "
-                       "slots plus its queue), so the request can never run. Ask for fewer choices.",
+                       "slots plus its queue: serve --max-batch + --max-queue), so the request can never run. "
+                       "Ask for fewer choices.",
                        r->n, lim->max_sequences);
         return bad(c, LF_ERR_RANGE, "n",
                    "The request asks for %d sequences (%d prompts x n=%d); this server runs at "
-                   "most %d at once (its KV-cache slots plus its queue), so it can never run. Send fewer prompts or a "
+                   "most %d at once (its KV-cache slots plus its queue: serve --max-batch + --max-queue), so it can "
+                   "never run. Send fewer prompts or a "
                    "smaller 'n'.",
                    n_seq, r->n_prompts, r->n, lim->max_sequences);
     }

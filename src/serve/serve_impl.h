@@ -49,7 +49,7 @@ typedef struct lf__serve_limits {
     int max_tokens;         /* cap on max_tokens / max_completion_tokens */
     int default_max_tokens; /* completions without max_tokens (OpenAI's is 16); chat: what fits */
     int max_n;              /* cap on n */
-    int max_prompts;        /* entries of a prompt list */
+    int max_prompts;        /* entries of a prompt list (serve --max-prompts) */
     int max_stop;           /* stop strings (OpenAI's cap is 4) */
     int max_stop_len;       /* bytes of one stop string */
     int max_logprobs;       /* completions' logprobs (OpenAI's cap is 5) */
@@ -60,7 +60,7 @@ typedef struct lf__serve_limits {
 } lf__serve_limits;
 
 /* max_body 1 MiB, max_context 1024, max_tokens 1024, default_max_tokens 16,
- * max_n 8, max_prompts 16, max_stop 4, max_stop_len 256, max_logprobs 5,
+ * max_n 8, max_prompts 64 (serve --max-prompts), max_stop 4, max_stop_len 256, max_logprobs 5,
  * max_top_logprobs 20, max_messages 256, vocab_size 0, max_sequences 0,
  * model_name NULL. */
 lf__serve_limits lf__serve_limits_default(void);

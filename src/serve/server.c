@@ -19,7 +19,12 @@
  * completes the token's bytes (a token holding part of a character waits
  * for the chunk with the rest; held-back text for a possible stop string
  * holds its tokens back too), and the last chunk of a choice takes what is
- * left. With echo the prompt comes first, as its own chunk in a stream, and
+ * left. The token that ends a choice (the end of text, <|im_end|>) has its
+ * record too, as OpenAI's and vLLM's servers give it (lm-evaluation-harness
+ * drops each answer's last record, taking it for the generated one): its
+ * token is the tokenizer's spelling ("<|endoftext|>", OpenAI's choice; vLLM
+ * shows ""), its text_offset the text's end, and it adds nothing to the
+ * text. With echo the prompt comes first, as its own chunk in a stream, and
  * with logprobs its tokens' records come first too (the first one's
  * log-probability null), from the engine's prompt scoring.
  *
@@ -437,6 +442,12 @@ static int on_token(void *user, const lf_engine_token *t) {
     c->t_last = now;
     c->n_gen++;
     flush_echo(k, c);
+    if (t->stop) { /* the end of text (or <|im_end|>): its record, at the end of the text; no text */
+        size_t at = c->raw_len;
+        if (k->logprobs && !c->stopped) add_lp(k, c, t, &at);
+        pthread_mutex_unlock(&k->mu);
+        return 0;
+    }
     if (k->logprobs) add_lp(k, c, t, &c->raw_len);
     char *text = NULL;
     size_t len = 0;
@@ -1008,6 +1019,13 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
         if (opts->max_body > 0) s->lim.max_body = opts->max_body;
         s->lim.vocab_size = c->vocab_size;
         s->lim.max_sequences = eo.max_batch + eo.max_queue;
+        s->lim.max_prompts = opts->max_prompts > 0 ? opts->max_prompts
+                                                   : (s->lim.max_sequences < 64 ? s->lim.max_sequences : 64);
+        if (st == LF_OK && s->lim.max_prompts > s->lim.max_sequences)
+            st = lf_fail(LF_ERR_RANGE,
+                         "serve: --max-prompts %d is more than the server ever holds (--max-batch %d + "
+                         "--max-queue %d = %d sequences): such a request could never run",
+                         s->lim.max_prompts, eo.max_batch, eo.max_queue, s->lim.max_sequences);
     }
     if (st == LF_OK) {
         lf__http_opts ho = {.what = "serve",

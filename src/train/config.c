@@ -147,6 +147,9 @@ static const key_def k_keys[] = {
      .help = "channels (C)"},
     {.path = "model.block_size", .type = KT_INT, FLD(model.block_size), .lo = 1, .hi = 1048576, .def = {64},
      .help = "context length (T)"},
+    {.path = "model.sliding_window", .type = KT_INT, FLD(model.sliding_window), .lo = 0, .hi = 1048576, .def = {0},
+     .help = "attention window of the model (Mistral's sliding_window; --init-from fills it); 0 = none. "
+             "llmforge has no windowed attention yet: model.block_size may not exceed it"},
     {.path = "model.bias", .type = KT_BOOL, FLD(model.bias), .def = {1},
      .help = "biases, where the family has them (docs/models.md); a family may default it to false"},
     {.path = "model.dropout", .type = KT_FLOAT, FLD(model.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN,
@@ -1000,7 +1003,8 @@ static lf_status resolve_model(parse_ctx *c) {
                  {"model.norm_eps", LF_MODEL_GIVEN_NORM_EPS},
                  {"model.rope_theta", LF_MODEL_GIVEN_ROPE_THETA},
                  {"model.tie_embeddings", LF_MODEL_GIVEN_TIE},
-                 {"model.bias", LF_MODEL_GIVEN_BIAS}};
+                 {"model.bias", LF_MODEL_GIVEN_BIAS},
+                 {"model.sliding_window", LF_MODEL_GIVEN_SLIDING_WINDOW}};
     c->cfg.model_given = 0;
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
         if (c->given[key_index(given[i].key)]) c->cfg.model_given |= given[i].bit;

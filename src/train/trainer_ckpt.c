@@ -103,6 +103,7 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddBoolToObject(mo, "tie_embeddings", mc->tie_embeddings != 0);
     cJSON_AddBoolToObject(mo, "bias", mc->bias != 0);
     cJSON_AddNumberToObject(mo, "dropout", mc->dropout);
+    if (mc->sliding_window > 0) cJSON_AddNumberToObject(mo, "sliding_window", mc->sliding_window);
     cJSON_AddStringToObject(o, "tokenizer", t->tok_spec);
     if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
     cJSON *bm = cJSON_AddObjectToObject(o, "best_metric");

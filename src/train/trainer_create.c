@@ -63,6 +63,7 @@ void lf_trainer_request_stop(lf_trainer *t, int reason) {
 long lf_trainer_step(const lf_trainer *t) { return t ? t->step : 0; }
 int lf_trainer_stop_reason(const lf_trainer *t) { return t ? t->stop_reason : 0; }
 lf_model *lf_trainer_model(lf_trainer *t) { return t->model; }
+const char *lf_trainer_block_size_origin(const lf_trainer *t) { return t ? t->block_origin : ""; }
 
 lf_status lf_trainer_copy_params(lf_trainer *t, float *dst) {
     if (!t || !dst) return lf_fail(LF_ERR_INVALID_ARG, "lf_trainer_copy_params: NULL argument");
@@ -126,7 +127,14 @@ static int is_hf_dir(const char *path) {
  * out are taken from it; keys it sets must agree (all disagreements listed
  * by name). block_size may be anything for a family without a position
  * table (lf_arch_fixed_context 0: RoPE); with one it must be the table's.
- * model.vocab_size (embedding rows) becomes the HF vocab_size. */
+ * Left out for a RoPE family it is min(max_position_embeddings,
+ * LF__HF_DEFAULT_BLOCK, sliding_window when set): max_position_embeddings
+ * is what the model can reach (131072 for Llama 3.2), not what a fine-tune
+ * needs or memory holds; open_data cuts it further to fit the data. A
+ * block_size set beyond the model's sliding_window is refused naming both
+ * (llmforge's attention has no window yet). model.vocab_size (embedding
+ * rows) becomes the HF vocab_size. */
+enum { LF__HF_DEFAULT_BLOCK = 2048 };
 static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
     lf_model_config h;
     lf_status st = lf_hf_model_config(hf, &h);
@@ -159,8 +167,16 @@ static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
     HF_KEY(LF_MODEL_GIVEN_TIE, tie_embeddings, "model.tie_embeddings", "%d", int);
     HF_KEY(LF_MODEL_GIVEN_BIAS, bias, "model.bias", "%d", int);
     HF_KEY(LF_MODEL_GIVEN_VOCAB_SIZE, vocab_size, "model.vocab_size", "%d", int);
+    HF_KEY(LF_MODEL_GIVEN_SLIDING_WINDOW, sliding_window, "model.sliding_window", "%d", int);
     if (!lf_arch_fixed_context(h.arch)) { /* no position table (RoPE): any block_size */
-        if (!(g & LF_MODEL_GIVEN_BLOCK_SIZE)) m->block_size = h.block_size;
+        if (!(g & LF_MODEL_GIVEN_BLOCK_SIZE)) {
+            int T = h.block_size < LF__HF_DEFAULT_BLOCK ? h.block_size : LF__HF_DEFAULT_BLOCK;
+            if (h.sliding_window > 0 && h.sliding_window < T) T = h.sliding_window;
+            m->block_size = T;
+            t->block_defaulted = 1;
+            snprintf(t->block_origin, sizeof t->block_origin, "min(max_position_embeddings %d, %d%s)", h.block_size,
+                     LF__HF_DEFAULT_BLOCK, h.sliding_window > 0 ? ", sliding_window" : "");
+        }
     } else {
         HF_KEY(LF_MODEL_GIVEN_BLOCK_SIZE, block_size, "model.block_size", "%d", int);
     }
@@ -168,6 +184,13 @@ static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
     if (len)
         return lf_fail(LF_ERR_MISMATCH, "--init-from '%s': the configuration disagrees with its config.json: %s",
                        lf_hf_dir(hf), bad);
+    if (m->sliding_window > 0 && m->block_size > m->sliding_window)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "--init-from '%s': model.block_size %d is larger than config.json's 'sliding_window' %d: "
+                       "llmforge's attention has no window yet, so positions past %d would attend to the whole "
+                       "context where the model attends to the last %d; set model.block_size to at most %d",
+                       lf_hf_dir(hf), m->block_size, m->sliding_window, m->sliding_window, m->sliding_window,
+                       m->sliding_window);
     m->padded_vocab_size = 0;
     return LF_OK;
 }
@@ -239,6 +262,19 @@ static lf_status open_data(lf_trainer *t) {
                            "tokens: prepare the data with the model's tokenizer (hf:%s/tokenizer.json)",
                            t->opts.init_from, t->cfg.model.vocab_size, t->cfg.dataset, V, t->opts.init_from));
     }
+    size_t ntrain = lf_dataset_num_tokens(t->ds, LF_SPLIT_TRAIN), nval = lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL);
+    if (t->block_defaulted) { /* a default, not a choice: no larger than the data (a window of T + 1 tokens + 1) */
+        size_t fit = ntrain >= 2 ? ntrain - 2 : 0;
+        if (nval > 0 && (nval >= 2 ? nval - 2 : 0) < fit) fit = nval >= 2 ? nval - 2 : 0; /* the last step evaluates */
+        if (fit >= 1 && fit < (size_t)t->cfg.model.block_size) {
+            t->cfg.model.block_size = (int)fit;
+            const size_t used = strlen(t->block_origin);
+            snprintf(t->block_origin + used, sizeof t->block_origin - used, ", cut to fit dataset '%.40s'",
+                     t->cfg.dataset);
+        }
+        lf_log(LF_LOG_INFO, "model.block_size %d: not set, so %s (set model.block_size to choose)",
+               t->cfg.model.block_size, t->block_origin);
+    }
     t->mcfg = t->cfg.model;
     if (t->cfg.model.vocab_size == 0 || t->cfg.model.vocab_size == V) {
         t->mcfg.vocab_size = V;
@@ -253,7 +289,6 @@ static lf_status open_data(lf_trainer *t) {
     }
     if ((st = lf_model_config_resolve(&t->mcfg)) != LF_OK) return lf__trainer_fail(t, st);
     int T = t->cfg.model.block_size;
-    size_t ntrain = lf_dataset_num_tokens(t->ds, LF_SPLIT_TRAIN), nval = lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL);
     if (ntrain < (size_t)T + 2)
         return lf__trainer_fail(
             t,
@@ -261,7 +296,7 @@ static lf_status open_data(lf_trainer *t) {
                 LF_ERR_CONFIG,
                 "model.block_size %d is larger than the data: dataset '%s' split 'train' has %zu tokens (needs at least %d)",
                 T, t->cfg.dataset, ntrain, T + 2));
-    if (t->cfg.eval_interval > 0 && nval > 0 && nval < (size_t)T + 2)
+    if (nval > 0 && nval < (size_t)T + 2) /* the last step evaluates, whatever eval.interval */
         return lf__trainer_fail(
             t,
             lf_fail(

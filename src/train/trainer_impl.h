@@ -135,8 +135,12 @@ struct lf_trainer {
     lf_ckpt_file extra[8];
     int n_extra;
     char *tok_data, *hf_config, *tpl_data;
-    char *hf_kept[4];                /* --init-from an HF directory: its own files, kept (trainer_ckpt.c) */
-    lf_hf_model *hf;                 /* --init-from a Hugging Face directory (closed after the weights are read) */
+    char *hf_kept[4]; /* --init-from an HF directory: its own files, kept (trainer_ckpt.c) */
+    lf_hf_model *hf;  /* --init-from a Hugging Face directory (closed after the weights are read) */
+    /* --init-from a RoPE model with model.block_size left out: where the
+     * default came from (lf_trainer_block_size_origin); "" otherwise */
+    char block_origin[160];
+    int block_defaulted;
     char tok_spec[LF_PATH_MAX + 32]; /* the spec as stored in checkpoints */
     char ckpt_root[LF_PATH_MAX + 8];
     lf__treg *treg;                      /* model registry and eval.suite (train_registry.c) */

@@ -3,7 +3,11 @@
 # Llama of tests/fixtures/hf_llama_bf16 (transformers' save_pretrained)
 # initialises training, its config.json filling the model keys the
 # configuration leaves out; a key that disagrees, and a broken directory, are
-# refused with messages that name the key or the file.
+# refused with messages that name the key or the file; block_size left out is
+# min(max_position_embeddings, 2048) (cut to fit the data), said in the run
+# header; a Mistral's sliding_window bounds the block size (refused beyond it,
+# at training and where a checkpoint is loaded) and its export is
+# MistralForCausalLM with the window.
 #   bash test_hf_init.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
 LF=${1:?usage: test_hf_init.sh LLMFORGE SOURCE_DIR SHARED_DIR}
@@ -47,6 +51,62 @@ cp -r "$HF" broken && rm broken/model-00002-of-00003.safetensors
 ok
 grep -q "model-00002-of-00003.safetensors" broken.log || fail "the missing shard is not named: $(cat broken.log)"
 ok
-grep -qE 'Segmentation|AddressSanitizer|runtime error:' bad.log broken.log && fail "crash: $(cat bad.log broken.log)"
+# block_size left out: min(max_position_embeddings, 2048), said in the run header, never the
+# model's whole reach (Llama 3.2's 131072 stopped training: "larger than the data"); on data too
+# short for that, cut to fit it
+NOBLOCK=(--data.dataset=data --train_micro_batch_size_per_gpu=1 --train_iters=1 --eval.interval=0 --eval.iters=1
+         --checkpoint.interval=0 --threads=2)
+edit_config() { # DIR KEY=JSON...
+    python3 - "$@" <<'PY'
+import json, sys
+p = sys.argv[1] + "/config.json"
+c = json.load(open(p))
+for kv in sys.argv[2:]:
+    k, v = kv.split("=", 1)
+    c[k] = json.loads(v)
+json.dump(c, open(p, "w"), indent=2)
+PY
+}
+cp -r "$HF" long && edit_config long max_position_embeddings=131072
+"$LF" train "${NOBLOCK[@]}" --out_dir=run_long --init-from long >long.log 2>&1 || fail "max_position_embeddings 131072: $(cat long.log)"
+grep -q "block 2048 (min(max_position_embeddings 131072, 2048))" long.log || fail "the default block: $(head -5 long.log)"
+ok
+head -c 1500 c.txt >short.txt
+"$LF" prepare --char short.txt --out short >prepare_short.log 2>&1 || fail "prepare: $(cat prepare_short.log)"
+"$LF" train "${NOBLOCK[@]}" --data.dataset=short --out_dir=run_short --init-from long >short.log 2>&1 ||
+    fail "a default block on short data: $(cat short.log)"
+# the shorter of train and val (the last step evaluates): a window of block_size + 1 tokens, + 1
+n=$(python3 -c 'import json; s = json.load(open("short/dataset.json"))["splits"]; print(min(s["train"]["tokens"], s["val"]["tokens"]))')
+grep -q "block $((n - 2)) (min(max_position_embeddings 131072, 2048), cut to fit dataset 'short')" short.log ||
+    fail "the block cut to the data ($n tokens in its shorter split): $(head -5 short.log)"
+ok
+# a Mistral whose sliding_window equals max_position_embeddings (64): --model.block_size=128 would
+# attend past the window (transformers attends to the window): refused, naming both; left out,
+# the block is the window, and the checkpoint's config.json is a MistralForCausalLM with it
+cp -r "$HF" mistral && edit_config mistral model_type='"mistral"' architectures='["MistralForCausalLM"]' sliding_window=64
+"$LF" train "${NOBLOCK[@]}" --out_dir=run_m128 --init-from mistral --model.block_size=128 >m128.log 2>&1 &&
+    fail "block_size 128 over a 64-token sliding window was accepted"
+grep -q "model.block_size 128 is larger than config.json's 'sliding_window' 64" m128.log || fail "the window refusal: $(cat m128.log)"
+ok
+"$LF" train "${NOBLOCK[@]}" --out_dir=run_m --init-from mistral --checkpoint.interval=1 >m.log 2>&1 || fail "mistral: $(cat m.log)"
+grep -q "block 64 (min(max_position_embeddings 64, 2048, sliding_window))" m.log || fail "mistral's default block: $(head -5 m.log)"
+python3 - run_m/ckpt/step_*/config.json <<'PY' || fail "the export of a windowed model: $(cat run_m/ckpt/step_*/config.json)"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["architectures"] == ["MistralForCausalLM"] and c["model_type"] == "mistral", c
+assert c["sliding_window"] == 64 and c["max_position_embeddings"] == 64, c
+PY
+ok
+# a checkpoint whose block is over its window (hand-edited) is refused where it is loaded
+step=$(ls -d run_m/ckpt/step_* | tail -1)
+python3 - "$step/trainer_state.json" <<'PY'
+import json, sys
+p = sys.argv[1]; s = json.load(open(p)); s["model"]["block_size"] = 128; json.dump(s, open(p, "w"))
+PY
+"$LF" sample --ckpt "$step" --prompt "ROMEO" --max-new-tokens 2 --threads 2 >ms.log 2>&1 && fail "a block over the window was sampled from"
+grep -q "model.block_size 128 is larger than the model's sliding_window 64" ms.log || fail "sample's refusal: $(cat ms.log)"
+ok
+grep -qE 'Segmentation|AddressSanitizer|runtime error:' bad.log broken.log long.log short.log m128.log m.log ms.log &&
+    fail "crash: $(cat bad.log broken.log)"
 ok
 echo "$passed passed, 0 failed"

@@ -9,7 +9,9 @@
 #  - a bad-request corpus with curl, each answered with its status while a correct request
 #    keeps being answered between them (counted): malformed JSON, wrong types, negative and huge
 #    numbers, an unknown model and path, a prompt over the context, a 10 MB body, invalid UTF-8,
-#    a truncated chunked body, slow-loris clients, no key;
+#    a truncated chunked body, slow-loris clients, no key; a prompt list over --max-prompts;
+#  - the end-of-text token's logprob record (lm-evaluation-harness reads it): completions with
+#    echo, streamed or not, and chat;
 #  - /metrics passes `promtool check metrics` (when promtool is installed);
 #  - SIGTERM during a stream: the stream ends with [DONE], the process exits 0 within --drain-s;
 #  - RFC 9112 framing (two Content-Length, Transfer-Encoding with Content-Length, obs-fold, a
@@ -52,6 +54,7 @@ greedy=$(python3 -c 'import sys; t=open("sample.txt").read(); p=sys.argv[1]; ass
     fail "sample output does not start with the prompt: $(head -c 200 sample.txt)"
 
 start_server() {
+    : >serve.log # empty before the server starts: the last server's URL must not be read as this one's
     "$LF" serve --ckpt run --port 0 --api-key-file key.txt --max-batch 4 --max-queue 32 --threads 2 --drain-s "$1" \
         >serve.log 2>&1 &
     SERVER=$!
@@ -149,6 +152,70 @@ expect 400 "chat without messages" "${C[@]}" "$URL/v1/chat/completions" -d '{"me
 many='{"prompt":["a","b","c","d","e","f","g","h","i","j"],"n":4,"max_tokens":2}'
 expect 400 "more sequences than the server holds" "${C[@]}" "$URL/v1/completions" -d "$many"
 grep -q '"param":"n"' bad.json && grep -q '40 sequences' bad.json || fail "too many sequences: $(cat bad.json)"
+# the prompt cap (--max-prompts; its default here is 4 slots + 32 queued = 36, below 64): a
+# list one over it is a 400 naming the option, a list at it runs
+list_of() { python3 -c 'import json,sys; print(json.dumps({"prompt": ["ROMEO:"] * int(sys.argv[1]), "max_tokens": 1, "temperature": 0}))' "$1"; }
+expect 400 "37 prompts over the default cap of 36" "${C[@]}" "$URL/v1/completions" -d "$(list_of 37)"
+grep -q '"param":"prompt"' bad.json && grep -q 'at most 36 in one request' bad.json && grep -q -- '--max-prompts' bad.json ||
+    fail "prompt cap: $(cat bad.json)"
+code=$(curl -s -o cap.json -w '%{http_code}' "${C[@]}" "$URL/v1/completions" -d "$(list_of 36)")
+[ "$code" = 200 ] || fail "36 prompts: $code $(head -c 300 cap.json)"
+ok
+# the end-of-text record (lm-evaluation-harness: max_tokens 1, echo, logprobs 1, then it drops
+# each answer's last record): after a speaker's name the model's greedy token is "\n", the
+# character vocabulary's end of text. Each choice ends "stop" with the prompt's records and that
+# token's, whose log-probability is the one the prompt + "\n" scores it with, and no "\n" in the
+# text; the same in a stream; and a chat answer's logprobs end with it too
+python3 - "$URL" >eos_record.log 2>&1 <<'EOF2' || fail "end-of-text record: $(cat eos_record.log)"
+import json, sys, urllib.request
+url = sys.argv[1]
+def post(path, body, stream=False):
+    r = urllib.request.Request(url + path, json.dumps(body).encode(),
+                               {"Authorization": "Bearer sekrit-key-123", "Content-Type": "application/json"})
+    try:
+        data = urllib.request.urlopen(r, timeout=60).read().decode()
+    except urllib.error.HTTPError as e:
+        sys.exit("%s %s: %d %s" % (path, json.dumps(body)[:200], e.code, e.read()[:300]))
+    if not stream: return json.loads(data)
+    return [json.loads(l[6:]) for l in data.split("\n") if l.startswith("data: {")]
+prompts = ["ROMEO:", "First Citizen:", "MENENIUS:", "All:"]
+b = post("/v1/completions", {"prompt": prompts, "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0})
+ref = post("/v1/completions", {"prompt": [p + "\n" for p in prompts], "max_tokens": 0, "echo": True, "logprobs": 1})
+stops = 0
+for c in b["choices"]:
+    p, lp = prompts[c["index"]], c["logprobs"]
+    if c["finish_reason"] != "stop": continue  # the model's greedy token was not "\n" here
+    stops += 1
+    assert c["text"] == p, c  # the end of text adds no text
+    assert len(lp["tokens"]) == len(p) + 1 and lp["tokens"][-1] == "\n", lp
+    assert len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == len(p) + 1, lp
+    assert lp["text_offset"][-1] == len(p), lp
+    r = [x for x in ref["choices"] if x["index"] == c["index"]][0]["logprobs"]["token_logprobs"][-1]
+    assert abs(lp["token_logprobs"][-1] - r) <= 1e-5 * max(1.0, abs(r)), (lp["token_logprobs"][-1], r)
+    assert lp["top_logprobs"][-1] == {"\n": lp["token_logprobs"][-1]}, lp  # greedy: it is the top one
+assert stops >= 2, b  # at least two prompts end at the end of text
+assert b["usage"]["completion_tokens"] == len(prompts), b["usage"]  # the end-of-text token counts
+ev = post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0,
+                              "stream": True}, stream=True)
+toks = [t for e in ev for ch in e["choices"] if ch.get("logprobs") for t in ch["logprobs"]["tokens"]]
+text = "".join(ch["text"] for e in ev for ch in e["choices"])
+assert ev[-1]["choices"][0]["finish_reason"] == "stop" and toks == list("ROMEO:") + ["\n"] and text == "ROMEO:", ev
+# chat: greedy text loops without a newline, so 4 seeded choices (temperature 1) that end lines
+chat_stops = 0
+for ch in post("/v1/chat/completions", {"messages": [{"role": "user", "content": "ROMEO"}], "max_tokens": 80, "n": 4,
+                                        "seed": 7, "logprobs": True, "top_logprobs": 1})["choices"]:
+    content = ch["logprobs"]["content"]
+    if ch["finish_reason"] != "stop": continue
+    chat_stops += 1
+    assert content[-1]["token"] == "\n" and content[-1]["bytes"] == [10], ch
+    assert "".join(t["token"] for t in content[:-1]) == ch["message"]["content"], ch
+assert chat_stops >= 1
+print("end-of-text record: %d of %d prompts ended at the end of text with their record; a stream; %d of 4 chat choices" %
+      (stops, len(prompts), chat_stops))
+EOF2
+cat eos_record.log
+good_one "end-of-text record"
+ok
 # a character outside the vocabulary: the client learns which, not where the server keeps its files
 expect 400 "character outside the vocabulary" "${C[@]}" "$URL/v1/completions" -d '{"prompt":"ROMEO \u00e9\u00e9"}'
 grep -q 'not in the vocabulary' bad.json || fail "outside the vocabulary: $(cat bad.json)"
@@ -397,5 +464,31 @@ wait $SERVER
 rc=$?
 [ $rc -eq 0 ] || fail "serve exited $rc after the cut drain"
 cat drain_cut.log
+ok
+
+# ---- --max-prompts: above what the server ever holds it is refused at start, naming the sizes;
+# raised (with the queue) a 40-prompt list runs, as lm-evaluation-harness's batch_size=40 sends it
+"$LF" serve --ckpt run --port 0 --max-batch 4 --max-queue 32 --max-prompts 100 --threads 2 >cap_bad.log 2>&1 &&
+    fail "--max-prompts 100 over 36 sequences started: $(cat cap_bad.log)"
+grep -q -- '--max-prompts 100 is more than the server ever holds (--max-batch 4 + --max-queue 32 = 36' cap_bad.log ||
+    fail "--max-prompts refusal: $(cat cap_bad.log)"
+"$LF" serve --ckpt run --port 0 --api-key-file key.txt --max-batch 4 --max-queue 64 --max-prompts 40 --threads 2 \
+    --drain-s 5 >cap_serve.log 2>&1 &
+SERVER=$!
+PORT=
+for _ in $(seq 1 100); do
+    PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' cap_serve.log)
+    [ -n "$PORT" ] && break
+    sleep 0.1
+done
+[ -n "$PORT" ] || fail "serve --max-prompts 40 did not start: $(cat cap_serve.log)"
+URL=http://127.0.0.1:$PORT
+code=$(curl -s -o cap.json -w '%{http_code}' "${C[@]}" "$URL/v1/completions" -d "$(list_of 40)")
+[ "$code" = 200 ] && [ "$(python3 -c 'import json; print(len(json.load(open("cap.json"))["choices"]))')" = 40 ] ||
+    fail "40 prompts under --max-prompts 40: $code $(head -c 300 cap.json)"
+code=$(curl -s -o cap.json -w '%{http_code}' "${C[@]}" "$URL/v1/completions" -d "$(list_of 41)")
+[ "$code" = 400 ] && grep -q 'at most 40 in one request' cap.json || fail "41 prompts: $code $(cat cap.json)"
+kill -TERM $SERVER
+wait $SERVER || fail "serve --max-prompts 40 did not exit 0"
 ok
 echo "$passed passed, 0 failed"

@@ -91,10 +91,8 @@ static void edit_json(const char *dir, const char *name, json_edit fn) {
 }
 
 static void set_item(cJSON *obj, const char *key, cJSON *value) {
-    if (cJSON_GetObjectItemCaseSensitive(obj, key))
-        cJSON_ReplaceItemInObjectCaseSensitive(obj, key, value);
-    else
-        cJSON_AddItemToObject(obj, key, value);
+    if (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_ReplaceItemInObjectCaseSensitive(obj, key, value);
+    else cJSON_AddItemToObject(obj, key, value);
 }
 
 static void remove_file(const char *dir, const char *name) {
@@ -311,12 +309,9 @@ static uint32_t to_bits(float f) {
 static float f16_reference(uint16_t x) {
     int s = x >> 15, e = (x >> 10) & 31, m = x & 1023;
     float v;
-    if (e == 31)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexpf((float)m, -24);
-    else
-        v = ldexpf((float)(1024 + m), e - 25);
+    if (e == 31) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexpf((float)m, -24);
+    else v = ldexpf((float)(1024 + m), e - 25);
     return s ? -v : v;
 }
 
@@ -353,8 +348,8 @@ static void test_dtypes(void **state) {
     LF_ASSERT_OK(lf_hf_read_f32(h, "h", out, 65536));
     /* fixed points of the format */
     assert_int_equal(to_bits(out[0x0000]), 0x00000000u);
-    assert_int_equal(to_bits(out[0x8000]), 0x80000000u); /* -0 */
-    assert_true(out[0x0001] == 5.9604644775390625e-08f); /* 2^-24, smallest subnormal */
+    assert_int_equal(to_bits(out[0x8000]), 0x80000000u);  /* -0 */
+    assert_true(out[0x0001] == 5.9604644775390625e-08f);  /* 2^-24, smallest subnormal */
     assert_true(out[0x03ff] == 6.09755516052246094e-05f); /* largest subnormal */
     assert_true(out[0x0400] == 6.103515625e-05f);         /* smallest normal */
     assert_true(out[0x3c00] == 1.0f);
@@ -368,7 +363,8 @@ static void test_dtypes(void **state) {
     for (int i = 0; i < 65536; i++) {
         float want = f16_reference((uint16_t)i);
         if (isnan(want)) {
-            if (!isnan(out[i]) || !signbit(out[i]) != !signbit(want)) fail_msg("f16 0x%04x: %a, want NaN", i, (double)out[i]);
+            if (!isnan(out[i]) || !signbit(out[i]) != !signbit(want))
+                fail_msg("f16 0x%04x: %a, want NaN", i, (double)out[i]);
             /* payload: the 10 mantissa bits land in the top of the fp32 mantissa */
             assert_int_equal(to_bits(out[i]) & 0x007fe000u, (uint32_t)(i & 0x3ff) << 13);
         } else if (to_bits(out[i]) != to_bits(want)) {
@@ -409,10 +405,10 @@ static void test_dtypes(void **state) {
     /* the tiny config maps with transformers' defaults for what it omits */
     lf_model_config c;
     LF_ASSERT_OK(lf_hf_model_config(h, &c));
-    assert_int_equal(c.n_kv_head, 2);        /* num_key_value_heads absent: n_head */
-    assert_true(c.norm_eps == 1e-6f);        /* LlamaConfig's rms_norm_eps */
-    assert_true(c.rope_theta == 10000.0f);   /* no rope_theta anywhere */
-    assert_int_equal(c.tie_embeddings, 0);   /* LlamaConfig's tie_word_embeddings */
+    assert_int_equal(c.n_kv_head, 2);      /* num_key_value_heads absent: n_head */
+    assert_true(c.norm_eps == 1e-6f);      /* LlamaConfig's rms_norm_eps */
+    assert_true(c.rope_theta == 10000.0f); /* no rope_theta anywhere */
+    assert_int_equal(c.tie_embeddings, 0); /* LlamaConfig's tie_word_embeddings */
     lf_hf_close(h);
     free(st);
     free(cfg);
@@ -492,7 +488,13 @@ static void test_tensor_in_two_shards(void **state) {
     const float v[48] = {0};
     lf_st_tensor t[2] = {
         {.name = "extra.weight", .dtype = LF_ST_F32, .ndim = 1, .shape = {48}, .numel = 48, .nbytes = 192, .data = v},
-        {.name = "model.norm.weight", .dtype = LF_ST_F32, .ndim = 1, .shape = {48}, .numel = 48, .nbytes = 192, .data = v},
+        {.name = "model.norm.weight",
+         .dtype = LF_ST_F32,
+         .ndim = 1,
+         .shape = {48},
+         .numel = 48,
+         .nbytes = 192,
+         .data = v},
     };
     char *p = path2(dir, "model-extra.safetensors");
     LF_ASSERT_OK(lf_safetensors_write(p, t, 2, NULL, 0));
@@ -668,25 +670,42 @@ static void test_config_variants(void **state) {
     c = config_after(k3, v3, 1);
     assert_int_equal(c.tie_embeddings, 1);
 
-    /* mistral: a llama unless its sliding window is shorter than the context */
+    /* mistral: a llama that keeps its sliding window; a block_size beyond the window is
+     * refused (no windowed attention yet) whatever sets it: the HF maximum, or a user's
+     * block_size over a window equal to that maximum (the issue-32 case: window 64 =
+     * max_position_embeddings, block_size 128, which attended past the window) */
     const char *k4[] = {"model_type", "sliding_window"};
     cJSON *v4[] = {cJSON_CreateString("mistral"), cJSON_CreateNull()};
     c = config_after(k4, v4, 2);
     assert_int_equal(c.arch, LF_ARCH_LLAMA);
     assert_int_equal(c.n_kv_head, 2);
+    assert_int_equal(c.sliding_window, 0);
     cJSON *v5[] = {cJSON_CreateString("mistral"), cJSON_CreateNumber(64)};
     c = config_after(k4, v5, 2);
     assert_int_equal(c.arch, LF_ARCH_LLAMA);
-
-    char *dir = copy_fixture();
-    g_key = "model_type";
-    g_value = cJSON_CreateString("mistral");
-    edit_json(dir, "config.json", edit_set);
-    g_key = "sliding_window";
-    g_value = cJSON_CreateNumber(32);
-    edit_json(dir, "config.json", edit_set);
-    expect_config_fails(dir, LF_ERR_UNSUPPORTED, "'sliding_window' 32", "'max_position_embeddings' 64");
-    done(dir);
+    assert_int_equal(c.sliding_window, 64);
+    assert_int_equal(c.block_size, 64);
+    LF_ASSERT_OK(lf_model_config_validate(&c));
+    c.block_size = 128; /* --model.block_size=128 */
+    assert_int_equal(lf_model_config_validate(&c), LF_ERR_UNSUPPORTED);
+    LF_ASSERT_ERR_CONTAINS("model.block_size 128 is larger than the model's sliding_window 64");
+    char hfj[2048];
+    c.block_size = 64;
+    assert_true(lf_model_hf_config_json(&c, hfj, sizeof hfj) > 0); /* exported as Mistral, with its window */
+    assert_non_null(strstr(hfj, "\"MistralForCausalLM\""));
+    assert_non_null(strstr(hfj, "\"sliding_window\": 64"));
+    assert_null(strstr(hfj, "LlamaForCausalLM"));
+    cJSON *v6w[] = {cJSON_CreateString("mistral"), cJSON_CreateNumber(32)}; /* shorter than max_position_embeddings */
+    c = config_after(k4, v6w, 2);
+    assert_int_equal(c.sliding_window, 32);
+    assert_int_equal(lf_model_config_validate(&c), LF_ERR_UNSUPPORTED);
+    LF_ASSERT_ERR_CONTAINS("model.block_size 64 is larger than the model's sliding_window 32");
+    c.block_size = 32;
+    LF_ASSERT_OK(lf_model_config_validate(&c));
+    cJSON *v4n[] = {cJSON_CreateString("mistral"), cJSON_CreateNull()}; /* (each value goes into one edit) */
+    c = config_after(k4, v4n, 2);                                       /* no window: Llama's export, as before */
+    assert_true(lf_model_hf_config_json(&c, hfj, sizeof hfj) > 0);
+    assert_non_null(strstr(hfj, "\"LlamaForCausalLM\""));
 
     /* qwen2: a llama with q/k/v biases (attention_bias is not a Qwen2 key and is ignored);
      * a sliding window in use is refused */
@@ -699,7 +718,7 @@ static void test_config_variants(void **state) {
     cJSON *v7[] = {cJSON_CreateString("llama")};
     c = config_after(k7, v7, 1);
     assert_int_equal(c.bias, 0);
-    dir = copy_fixture();
+    char *dir = copy_fixture();
     g_key = "model_type";
     g_value = cJSON_CreateString("qwen2");
     edit_json(dir, "config.json", edit_set);
@@ -713,15 +732,15 @@ static void test_config_variants(void **state) {
 /* GPT-2, as llmforge's own checkpoints write config.json. */
 static void test_gpt2_config(void **state) {
     (void)state;
-    static const char *cfg =
-        "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"vocab_size\": 65,"
-        " \"n_positions\": 32, \"n_ctx\": 32, \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4, \"n_inner\": null,"
-        " \"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": 1e-05, \"tie_word_embeddings\": true}";
+    static const char
+        *cfg = "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"vocab_size\": 65,"
+               " \"n_positions\": 32, \"n_ctx\": 32, \"n_embd\": 64, \"n_layer\": 2, \"n_head\": 4, \"n_inner\": null,"
+               " \"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": 1e-05, \"tie_word_embeddings\": true}";
     char *dir = lf_test_tmpdir();
     assert_non_null(dir);
     const float v[4] = {1, 2, 3, 4};
-    lf_st_tensor t = {.name = "wte.weight", .dtype = LF_ST_F32, .ndim = 2, .shape = {2, 2}, .numel = 4, .nbytes = 16,
-                      .data = v};
+    lf_st_tensor t =
+        {.name = "wte.weight", .dtype = LF_ST_F32, .ndim = 2, .shape = {2, 2}, .numel = 4, .nbytes = 16, .data = v};
     char *st = path2(dir, "model.safetensors"), *cp = path2(dir, "config.json");
     LF_ASSERT_OK(lf_safetensors_write(st, &t, 1, NULL, 0));
     LF_ASSERT_OK(lf_file_write_all(cp, cfg, strlen(cfg)));
@@ -789,20 +808,13 @@ static void test_alloc_failures(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixture_config),
-        cmocka_unit_test(test_fixture_tensors),
-        cmocka_unit_test(test_single_file_layout),
-        cmocka_unit_test(test_dtypes),
-        cmocka_unit_test(test_missing_shard),
-        cmocka_unit_test(test_index_names_absent_tensor),
-        cmocka_unit_test(test_index_wrong_shard),
-        cmocka_unit_test(test_tensor_in_two_shards),
-        cmocka_unit_test(test_bad_index),
-        cmocka_unit_test(test_truncated_shard),
-        cmocka_unit_test(test_missing_files),
-        cmocka_unit_test(test_config_refusals),
-        cmocka_unit_test(test_config_variants),
-        cmocka_unit_test(test_gpt2_config),
+        cmocka_unit_test(test_fixture_config),     cmocka_unit_test(test_fixture_tensors),
+        cmocka_unit_test(test_single_file_layout), cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_missing_shard),      cmocka_unit_test(test_index_names_absent_tensor),
+        cmocka_unit_test(test_index_wrong_shard),  cmocka_unit_test(test_tensor_in_two_shards),
+        cmocka_unit_test(test_bad_index),          cmocka_unit_test(test_truncated_shard),
+        cmocka_unit_test(test_missing_files),      cmocka_unit_test(test_config_refusals),
+        cmocka_unit_test(test_config_variants),    cmocka_unit_test(test_gpt2_config),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -6,8 +6,13 @@
  *    the tokens lf_generate gives each alone (the draws are keyed by seed and
  *    position; weights x4 keep the logits far from ties, so the ~1e-6
  *    rounding of batched products does not move a choice);
- *  - a stop token ends a sequence before it is emitted; max_tokens and a full
- *    context end it with "length";
+ *  - a stop token ends a sequence with "stop", reported last (stop = 1) with
+ *    its log-probability record; max_tokens and a full context end it with
+ *    "length";
+ *  - the end-of-text record lm-evaluation-harness needs: a request (echo
+ *    with logprobs, max_tokens 1) whose first sampled token is a stop token
+ *    gets that token's record, the same as without the stop id, and every
+ *    prompt record before it;
  *  - cancellation (lf_engine_cancel of a queued request, a callback asking to
  *    stop) frees the slot for the next; the queue bound gives LF_ERR_BUSY;
  *  - logprobs: the greedy token is the most likely, descending, <= 0;
@@ -36,8 +41,14 @@
 enum { CTX = 48, MAXGEN = 16 };
 
 static lf_model *make(lf_arch arch) {
-    lf_model_config c = {.arch = arch, .n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = CTX, .vocab_size = 61,
-                         .bias = arch == LF_ARCH_GPT2, .tie_embeddings = 1};
+    lf_model_config c = {.arch = arch,
+                         .n_layer = 2,
+                         .n_head = 4,
+                         .n_embd = 64,
+                         .block_size = CTX,
+                         .vocab_size = 61,
+                         .bias = arch == LF_ARCH_GPT2,
+                         .tie_embeddings = 1};
     if (arch == LF_ARCH_LLAMA) {
         c.n_kv_head = 2;
         c.tie_embeddings = 0;
@@ -60,6 +71,7 @@ typedef struct job {
     /* results */
     int32_t got[MAXGEN];
     int n_got, n_done, cancel_after;
+    int n_stop, stop_at; /* tokens reported with stop = 1, and the index of the last */
     lf_engine_finish why;
     float lp[MAXGEN], top0[MAXGEN];
     int32_t top0_id[MAXGEN];
@@ -79,6 +91,10 @@ static int on_token(void *user, const lf_engine_token *t) {
         }
         for (int k = 1; k < t->n_top; k++)
             if (t->top_logprob[k] > t->top_logprob[k - 1] || t->top_logprob[k] > 0) j->ordered = 0;
+    }
+    if (t->stop) {
+        j->n_stop++;
+        j->stop_at = j->n_got;
     }
     j->n_got++;
     return j->cancel_after > 0 && j->n_got >= j->cancel_after;
@@ -106,12 +122,16 @@ static void job_init(job *j, lf_model *m, int n_prompt, int max_tokens, int samp
         j->top_k = 20;
         j->top_p = 0.9f;
     }
-    for (int i = 0; i < n_prompt; i++) j->prompt[i] = (int32_t)(lf_rng_u64(seed + 77, LF_RNG_BENCH, (uint64_t)i) % (uint64_t)V);
+    for (int i = 0; i < n_prompt; i++)
+        j->prompt[i] = (int32_t)(lf_rng_u64(seed + 77, LF_RNG_BENCH, (uint64_t)i) % (uint64_t)V);
     uint32_t pr[CTX], *out = NULL;
     size_t n_out = 0;
     for (int i = 0; i < n_prompt; i++) pr[i] = (uint32_t)j->prompt[i];
-    lf_sample_opts o = {.max_new_tokens = max_tokens, .temperature = j->temperature, .top_k = j->top_k,
-                        .seed = seed, .top_p = j->top_p};
+    lf_sample_opts o = {.max_new_tokens = max_tokens,
+                        .temperature = j->temperature,
+                        .top_k = j->top_k,
+                        .seed = seed,
+                        .top_p = j->top_p};
     LF_ASSERT_OK(lf_generate(m, pr, (size_t)n_prompt, &o, NULL, NULL, &out, &n_out));
     assert_int_equal(n_out, max_tokens);
     for (int i = 0; i < max_tokens; i++) j->want[i] = (int32_t)out[i];
@@ -121,9 +141,17 @@ static void job_init(job *j, lf_model *m, int n_prompt, int max_tokens, int samp
 }
 
 static lf_engine_req req_of(job *j) {
-    lf_engine_req r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
-                       .temperature = j->temperature, .top_k = j->top_k, .top_p = j->top_p, .seed = j->seed,
-                       .logprobs = 3, .on_token = on_token, .on_done = on_done, .user = j};
+    lf_engine_req r = {.prompt = j->prompt,
+                       .n_prompt = j->n_prompt,
+                       .max_tokens = j->max_tokens,
+                       .temperature = j->temperature,
+                       .top_k = j->top_k,
+                       .top_p = j->top_p,
+                       .seed = j->seed,
+                       .logprobs = 3,
+                       .on_token = on_token,
+                       .on_done = on_done,
+                       .user = j};
     return r;
 }
 
@@ -158,7 +186,8 @@ static void matches_case(lf_arch arch) {
         assert_int_equal(j->n_got, j->max_tokens);
         for (int k = 0; k < j->max_tokens; k++)
             if (j->got[k] != j->want[k])
-                fail_msg("%s request %d token %d: engine %d, alone %d", lf_arch_name(arch), i, k, j->got[k], j->want[k]);
+                fail_msg("%s request %d token %d: engine %d, alone %d", lf_arch_name(arch), i, k, j->got[k],
+                         j->want[k]);
         assert_int_equal(j->ordered, 1);
         for (int k = 0; k < j->n_got; k++) {
             assert_true(j->lp[k] <= 0 && j->lp[k] <= j->top0[k]);
@@ -208,8 +237,14 @@ static void invariant_case(lf_arch arch) {
     LF_ASSERT_OK(lf_backend_open("cpu", &be));
     LF_ASSERT_OK(lf_backend_set_batch_invariant(be, 1));
     /* wide enough that the products run on a team of threads and past the 4-row matrix-vector path */
-    lf_model_config c = {.arch = arch, .n_layer = 2, .n_head = 4, .n_embd = 128, .block_size = CTX, .vocab_size = 300,
-                         .bias = arch == LF_ARCH_GPT2, .tie_embeddings = arch == LF_ARCH_GPT2};
+    lf_model_config c = {.arch = arch,
+                         .n_layer = 2,
+                         .n_head = 4,
+                         .n_embd = 128,
+                         .block_size = CTX,
+                         .vocab_size = 300,
+                         .bias = arch == LF_ARCH_GPT2,
+                         .tie_embeddings = arch == LF_ARCH_GPT2};
     if (arch == LF_ARCH_LLAMA) c.n_kv_head = 2;
     lf_model *m = NULL;
     LF_ASSERT_OK(lf_model_create(&m, &c, be));
@@ -278,8 +313,11 @@ static void test_stop_length_cancel_queue(void **state) {
     LF_ASSERT_ERR_CONTAINS("--max-queue 1");
     run_until_idle(e);
     assert_int_equal(a.why, LF_FINISH_STOP);
-    assert_int_equal(a.n_got, k); /* the stop token itself is not emitted */
-    for (int i = 0; i < k; i++) assert_int_equal(a.got[i], a.want[i]);
+    assert_int_equal(a.n_got, k + 1); /* the stop token comes last, marked, for its record */
+    for (int i = 0; i <= k; i++) assert_int_equal(a.got[i], a.want[i]);
+    assert_int_equal(a.n_stop, 1);
+    assert_int_equal(a.stop_at, k);
+    assert_int_equal(b.n_stop, 0);
     assert_int_equal(b.why, LF_FINISH_CANCELLED);
     assert_int_equal(b.n_got, 3);
     for (int i = 0; i < 3; i++) assert_int_equal(b.got[i], b.want[i]);
@@ -497,8 +535,8 @@ static void prompt_logprobs_case(lf_arch arch) {
             const double d = fabs(p->lp[q] - ref[q]);
             worst = fmax(worst, d / tol[q]);
             if (!(d <= tol[q]))
-                fail_msg("%s request %d prompt position %d: logprob %.9g, uncached forward %.9g", lf_arch_name(arch),
-                         i, q, p->lp[q], ref[q]);
+                fail_msg("%s request %d prompt position %d: logprob %.9g, uncached forward %.9g", lf_arch_name(arch), i,
+                         q, p->lp[q], ref[q]);
             assert_int_equal(p->n_top[q], 3);
             assert_int_equal(p->top_id[q], best[q]);
             assert_true(p->lp[q] <= p->top_lp[q] + 1e-6f);
@@ -535,6 +573,62 @@ static void test_prompt_logprobs_llama(void **state) {
     prompt_logprobs_case(LF_ARCH_LLAMA);
 }
 
+/* lm-evaluation-harness's request (echo, logprobs 1, max_tokens 1) where the
+ * one sampled token is the end of text: the stop id is the greedy token, so
+ * the first draw stops the sequence. Its record must come (stop = 1, after
+ * every prompt record), equal to the record of the same request without the
+ * stop id (same engine, one slot, same rows: the same bits). */
+static void eos_record_case(lf_arch arch) {
+    lf_model *m = make(arch);
+    lf_engine *e;
+    lf_engine_opts o = {.max_batch = 1, .max_context = CTX, .max_queue = 2};
+    LF_ASSERT_OK(lf_engine_create(&e, m, &o));
+    pjob with, without;
+    for (int pass = 0; pass < 2; pass++) {
+        pjob *p = pass ? &with : &without;
+        memset(p, 0, sizeof *p);
+        job_init(&p->j, m, 9, 1, 0, 900);
+        lf_engine_req r = req_of(&p->j);
+        r.user = p;
+        r.logprobs = 1;
+        r.prompt_logprobs = 1;
+        r.on_prompt = on_prompt;
+        const int32_t eos = p->j.want[0]; /* the greedy first token */
+        if (pass) {
+            r.stop_ids = &eos;
+            r.n_stop_ids = 1;
+        }
+        uint64_t id;
+        LF_ASSERT_OK(lf_engine_submit(e, &r, &id));
+        run_until_idle(e);
+        assert_int_equal(p->j.n_done, 1);
+        assert_int_equal(p->j.why, pass ? LF_FINISH_STOP : LF_FINISH_LENGTH);
+        assert_int_equal(p->next_pos, 9); /* every prompt record, before the token's */
+        assert_int_equal(p->bad_order, 0);
+        assert_int_equal(p->j.n_got, 1); /* the record of the sampled token */
+        assert_int_equal(p->j.got[0], eos);
+        assert_int_equal(p->j.n_stop, pass);
+        assert_int_equal(p->j.top0_id[0], eos);
+        assert_true(p->j.lp[0] <= 0 && isfinite(p->j.lp[0]));
+        assert_int_equal(p->j.ordered, 1); /* on_done's counts agree: the stop token counts as generated */
+    }
+    assert_true(with.j.lp[0] == without.j.lp[0]);
+    assert_true(with.j.top0[0] == without.j.top0[0]);
+    for (int q = 1; q < 9; q++) assert_true(with.lp[q] == without.lp[q]);
+    lf_engine_free(e);
+    lf_model_free(m);
+}
+
+static void test_eos_record_gpt2(void **state) {
+    (void)state;
+    eos_record_case(LF_ARCH_GPT2);
+}
+
+static void test_eos_record_llama(void **state) {
+    (void)state;
+    eos_record_case(LF_ARCH_LLAMA);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_generate_gpt2),
@@ -546,6 +640,8 @@ int main(void) {
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_prompt_logprobs_gpt2),
         cmocka_unit_test(test_prompt_logprobs_llama),
+        cmocka_unit_test(test_eos_record_gpt2),
+        cmocka_unit_test(test_eos_record_llama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -383,11 +383,24 @@ static void test_bad_bytes_and_sizes(void **state) {
     /* caps on lists: prompts, messages, stop length, token list vs context */
     char body[40000];
     int o = sprintf(body, "{\"prompt\":[");
-    for (int i = 0; i < 17; i++) o += sprintf(body + o, "%s\"p\"", i ? "," : "");
+    for (int i = 0; i < 65; i++) o += sprintf(body + o, "%s\"p\"", i ? "," : "");
     sprintf(body + o, "]}");
     assert_int_equal(lf__serve_request_parse(C, body, strlen(body), &lim, &r, &e), LF_ERR_RANGE);
+    assert_int_equal(e.status, 400);
     assert_string_equal(e.param, "prompt");
-    assert_non_null(strstr(e.message, "17 prompts, more than the limit of 16"));
+    assert_non_null(strstr(e.message, "65 prompts; this server takes at most 64 in one request"));
+    assert_non_null(strstr(e.message, "--max-prompts")); /* the option that raises it */
+    lim.max_prompts = 100;                               /* serve --max-prompts 100 */
+    LF_ASSERT_OK(lf__serve_request_parse(C, body, strlen(body), &lim, &r, &e));
+    assert_int_equal(r.n_prompts, 65);
+    lf__serve_request_free(&r);
+    lim = lim_for_tests();
+    o = sprintf(body, "{\"prompt\":[");
+    for (int i = 0; i < 64; i++) o += sprintf(body + o, "%s\"p\"", i ? "," : ""); /* the default cap itself */
+    sprintf(body + o, "]}");
+    LF_ASSERT_OK(lf__serve_request_parse(C, body, strlen(body), &lim, &r, &e));
+    assert_int_equal(r.n_prompts, 64);
+    lf__serve_request_free(&r);
     o = sprintf(body, "{\"messages\":[");
     for (int i = 0; i < 257; i++) o += sprintf(body + o, "%s" U, i ? "," : "");
     sprintf(body + o, "]}");

@@ -53,7 +53,8 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: llmforge serve --ckpt DIR [--host ADDR] [--port N] [--model-name NAME]\n"
                    "                      [--api-key-file F] [--max-batch N] [--max-context T] [--max-queue Q]\n"
-                   "                      [--max-tokens N] [--threads N] [--drain-s S] [--batch-variant]\n"
+                   "                      [--max-tokens N] [--max-prompts N] [--threads N] [--drain-s S]\n"
+                   "                      [--batch-variant]\n"
                    "  DIR (--ckpt or --model): a checkpoint, a run's out_dir, or a Hugging Face model directory\n"
                    "  used as it is (its tokenizer.json and generation_config.json eos ids; docs/models.md).\n"
                    "  An OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
@@ -61,6 +62,9 @@ int cmd_serve(int argc, char **argv) {
                    "  together (continuous batching over --max-batch KV-cache slots of --max-context tokens;\n"
                    "  default 8 and the model's block_size, at most 4096); --max-queue more wait (default 64),\n"
                    "  then 429.\n"
+                   "  --max-prompts caps the prompts of one completions request (a prompt list, as\n"
+                   "  lm-evaluation-harness sends batch_size of them; default 64, at most --max-batch +\n"
+                   "  --max-queue); more get a 400 naming it.\n"
                    "  --host defaults to 127.0.0.1 (loopback); another address must be asked for. --port 0\n"
                    "  picks a free one. The API key (Authorization: Bearer KEY) is the first line of\n"
                    "  --api-key-file, else $LLMFORGE_API_KEY, else none is required. SIGTERM/SIGINT: new\n"
@@ -92,6 +96,9 @@ int cmd_serve(int argc, char **argv) {
         } else if ((v = opt_value(argc, argv, &i, "--max-tokens", &missing))) {
             if (parse_long("--max-tokens", v, 1, 1 << 20, &v_long)) return 2;
             o.max_tokens = (int)v_long;
+        } else if ((v = opt_value(argc, argv, &i, "--max-prompts", &missing))) {
+            if (parse_long("--max-prompts", v, 1, 1 << 20, &v_long)) return 2;
+            o.max_prompts = (int)v_long;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
             if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--drain-s", &missing))) {

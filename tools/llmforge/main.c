@@ -392,11 +392,14 @@ static int cmd_train(int argc, char **argv) {
         const lf_model_config *mc = lf_model_get_config(m);
         char kv[32] = "";
         if (mc->n_kv_head != mc->n_head) snprintf(kv, sizeof kv, " (%d KV)", mc->n_kv_head);
-        printf("llmforge train: %s, %zu parameters (%.2fM), %d layers, %d heads%s, %d channels, block %d, vocab %d; "
+        const char *origin = lf_trainer_block_size_origin(t);
+        char block[200];
+        snprintf(block, sizeof block, "%d%s%s%s", mc->block_size, *origin ? " (" : "", origin, *origin ? ")" : "");
+        printf("llmforge train: %s, %zu parameters (%.2fM), %d layers, %d heads%s, %d channels, block %s, vocab %d; "
                "batch %d x %d x accum %d; %ld iterations; %d threads; out_dir %s\n",
                lf_arch_name(mc->arch), lf_model_num_params(m), lf_model_num_params(m) / 1e6, mc->n_layer, mc->n_head,
-               kv, mc->n_embd, mc->block_size, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum,
-               cfg.train_iters, lf_backend_cpu_threads(), cfg.out_dir);
+               kv, mc->n_embd, block, mc->vocab_size, cfg.micro_batch, mc->block_size, cfg.grad_accum, cfg.train_iters,
+               lf_backend_cpu_threads(), cfg.out_dir);
         if (lf_comm_size(comm) > 1)
             printf("data parallel: %d ranks (%s, launched by %s); global batch %ld = micro %d x accum %d x %d ranks\n",
                    lf_comm_size(comm), lf_comm_name(comm), lf_comm_launcher_name(lf_comm_launch_env(comm)->launcher),
