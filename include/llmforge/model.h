@@ -34,6 +34,30 @@ typedef enum lf_norm {
     LF_NORM_RMSNORM = 1,   /* x * rsqrt(mean(x^2) + eps) * w (Llama) */
 } lf_norm;
 
+/* RoPE frequency scaling (llama), as transformers' modeling_rope_utils.py
+ * names the types (src/model/rope.c says what each computes). */
+typedef enum lf_rope_type {
+    LF_ROPE_DEFAULT = 0, /* plain RoPE: inv_freq[i] = theta^(-2i/HS) */
+    LF_ROPE_LINEAR = 1,  /* inv_freq / factor */
+    LF_ROPE_DYNAMIC = 2, /* NTK: theta grown with the sequence length past max_pos */
+    LF_ROPE_YARN = 3,    /* YaRN: ramp between interpolation and extrapolation, cos/sin scaled */
+    LF_ROPE_LLAMA3 = 4,  /* Llama 3.1: low frequencies / factor, a smooth band between */
+} lf_rope_type;
+
+/* The parameters of a rope_scaling / rope_parameters object (config.json
+ * names); fields a type does not read stay 0. */
+typedef struct lf_rope_scaling {
+    lf_rope_type type;
+    double factor;                            /* linear, dynamic, yarn, llama3 */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int original_max_position_embeddings;     /* llama3, yarn */
+    int max_position_embeddings;              /* dynamic, yarn: config.json's (block_size may differ) */
+    double attention_factor;                  /* yarn: 0 = from factor, mscale, mscale_all_dim */
+    double beta_fast, beta_slow;              /* yarn: 0 = 32, 1 */
+    double mscale, mscale_all_dim;            /* yarn */
+    int no_truncate;                          /* yarn: "truncate": false */
+} lf_rope_scaling;
+
 /* A model's shape and hyper-parameters, for every architecture. A field
  * left 0 takes its architecture's default (lf_model_config_resolve). */
 typedef struct lf_model_config {
@@ -52,6 +76,10 @@ typedef struct lf_model_config {
     int tie_embeddings;    /* lm_head shares the token embedding (gpt2: always) */
     int bias;              /* gpt2: biases in linears and layernorms; llama: q/k/v biases (Qwen2) */
     float dropout;         /* nanoGPT: embeddings, attention weights, residual branches */
+    int head_dim;          /* llama: channels per head. 0: n_embd / n_head */
+    int out_bias;          /* llama: o_proj bias too (HF attention_bias: q/k/v/o; needs bias) */
+    int mlp_bias;          /* llama: gate/up/down biases (HF mlp_bias) */
+    lf_rope_scaling rope;  /* llama: RoPE scaling (HF rope_scaling / rope_parameters) */
 } lf_model_config;
 
 /* The architectures are the registered tables (src/model/model_impl.h,

@@ -37,8 +37,16 @@
  *  - the grid-stride loop past the 65535-block grid cap (one element-wise
  *    op over 16.8M elements, exact).
  */
+#include <math.h>
 #include "pw_test_util.h"
 #include "backend/cuda/cuda_pointwise.h"
+
+/* The plain RoPE table the model passes the rope ops (src/model/rope.c's default). */
+static const float *rope_tab(int HS, float theta) {
+    static float inv[1024];
+    for (int i = 0; i < HS / 2 && i < 1024; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+    return inv;
+}
 
 /* ---------------------------------------------------------------- RNG */
 
@@ -284,10 +292,10 @@ static void rope_run(void *vc, void *out) {
     rope_ctx *c = vc;
     float *o = out;
     pw_put(c->be, c->d_x, c->x, c->n * 4);
-    c->be->ops->rope_forward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, c->theta);
+    c->be->ops->rope_forward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.0f);
     pw_down(c->be, o, c->d_x, c->n * 4);
     pw_put(c->be, c->d_x, c->x, c->n * 4);
-    c->be->ops->rope_backward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, c->theta);
+    c->be->ops->rope_backward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.0f);
     pw_down(c->be, o + c->n, c->d_x, c->n * 4);
 }
 
@@ -308,8 +316,8 @@ static void test_rope(void **state) {
     rope_run(&c, got);
     memcpy(ref, x, n * 4);
     memcpy(ref + n, x, n * 4);
-    e.cpu->ops->rope_forward(e.cpu, ref, B, T, NH, NKV, HS, pos0, 10000.0f);
-    e.cpu->ops->rope_backward(e.cpu, ref + n, B, T, NH, NKV, HS, pos0, 10000.0f);
+    e.cpu->ops->rope_forward(e.cpu, ref, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.0f);
+    e.cpu->ops->rope_backward(e.cpu, ref + n, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.0f);
     /* out = a cos - c sin: the factors are the same floats (the host's
      * inv_freq, the float product, double cos/sin rounded once; a GPU's
      * double cos/sin may move a factor by one float ulp <= 2u), the
@@ -655,13 +663,13 @@ static void test_refusals(void **state) {
     float *d = NULL; /* the ops are refused before they touch it */
     assert_int_equal(cudaMalloc((void **)&d, 4096), cudaSuccess);
     lf_backend *be = pw_fresh();
-    be->ops->rope_forward(be, d, 1, 2, 2, 1, 9, 0, 10000.0f);
+    be->ops->rope_forward(be, d, 1, 2, 2, 1, 9, 0, rope_tab(9, 10000.0f), 1.0f);
     pw_expect_fail(be, LF_ERR_INVALID_ARG, "rope_forward: head size 9");
     be = pw_fresh();
-    be->ops->rope_backward(be, d, 1, 2, 3, 2, 4, 0, 10000.0f);
+    be->ops->rope_backward(be, d, 1, 2, 3, 2, 4, 0, rope_tab(4, 10000.0f), 1.0f);
     pw_expect_fail(be, LF_ERR_INVALID_ARG, "rope_backward: 12 channels, 3 heads, 2 key/value heads");
     be = pw_fresh();
-    be->ops->rope_forward(be, d, 1, 2, 1, 1, 4, (1 << 24) - 1, 10000.0f);
+    be->ops->rope_forward(be, d, 1, 2, 1, 1, 4, (1 << 24) - 1, rope_tab(4, 10000.0f), 1.0f);
     pw_expect_fail(be, LF_ERR_INVALID_ARG, "at most 2^24");
     be = pw_fresh();
     be->ops->gelu_forward(be, d, LF_DT_BF16, d, 4);
