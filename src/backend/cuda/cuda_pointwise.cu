@@ -52,7 +52,7 @@ __global__ void pw_rng_uniform(float *__restrict__ out, const uint64_t *__restri
 }
 
 extern "C" cudaError_t lf__cuk_rng_uniform(float *out, const uint64_t *index, int n, uint64_t seed, uint32_t purpose,
-                                           cudaStream_t stream) {
+                                          cudaStream_t stream) {
     if (n < 0) return cudaErrorInvalidValue;
     if (n == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(pw_rng_uniform, pw_blocks((size_t)n, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, index, n,
@@ -123,26 +123,26 @@ __global__ void pw_encoder_backward_wte(float *__restrict__ dwte, const float *_
 }
 
 extern "C" cudaError_t lf__cuk_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                                               int B, int T, int C, cudaStream_t stream) {
+                                              int B, int T, int C, cudaStream_t stream) {
     if (B < 0 || T < 0 || C < 0) return cudaErrorInvalidValue;
     const size_t total = (size_t)B * T * C;
     if (total == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(pw_encoder_forward, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, inp, wte, wpe,
-                   T, C, total);
+    LF_CUDA_LAUNCH(pw_encoder_forward, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, inp, wte,
+                   wpe, T, C, total);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
-                                                int T, int C, cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                               int B, int T, int C, cudaStream_t stream) {
     if (B < 0 || T < 0 || C < 0 || (long)B * T > 0x7fffffffL) return cudaErrorInvalidValue;
     const int N = B * T;
     if (N == 0 || C == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(pw_encoder_backward_wte, pw_blocks((size_t)N, 1, PW_GRID_CAP), ENC_BLOCK, 0, stream, dwte, dout, inp,
-                   N, C);
+    LF_CUDA_LAUNCH(pw_encoder_backward_wte, pw_blocks((size_t)N, 1, PW_GRID_CAP), ENC_BLOCK, 0, stream, dwte, dout,
+                   inp, N, C);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || !dwpe) return e;
-    LF_CUDA_LAUNCH(pw_encoder_backward_wpe, pw_blocks((size_t)T * C, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, dwpe,
-                   dout, B, T, C);
+    LF_CUDA_LAUNCH(pw_encoder_backward_wpe, pw_blocks((size_t)T * C, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream,
+                   dwpe, dout, B, T, C);
     return cudaGetLastError();
 }
 
@@ -171,7 +171,8 @@ __global__ void pw_gelu_backward(float *__restrict__ dinp, const float *__restri
     }
 }
 
-extern "C" cudaError_t lf__cuk_gelu_forward(void *out, int out_bf16, const float *inp, size_t n, cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_gelu_forward(void *out, int out_bf16, const float *inp, size_t n,
+                                           cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     const unsigned grid = pw_blocks(n, PW_BLOCK, PW_GRID_CAP);
     if (out_bf16) {
@@ -185,7 +186,7 @@ extern "C" cudaError_t lf__cuk_gelu_forward(void *out, int out_bf16, const float
 }
 
 extern "C" cudaError_t lf__cuk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
-                                             cudaStream_t stream) {
+                                            cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(pw_gelu_backward, pw_blocks(n, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, dinp, inp, dout, n);
     return cudaGetLastError();
@@ -215,7 +216,7 @@ __global__ void pw_swiglu_backward(float *__restrict__ dinp, const float *__rest
 }
 
 extern "C" cudaError_t lf__cuk_swiglu_forward(void *out, int out_bf16, const float *inp, int N, int F,
-                                              cudaStream_t stream) {
+                                             cudaStream_t stream) {
     if (N < 0 || F < 0) return cudaErrorInvalidValue;
     const size_t total = (size_t)N * F;
     if (total == 0) return cudaSuccess;
@@ -231,12 +232,12 @@ extern "C" cudaError_t lf__cuk_swiglu_forward(void *out, int out_bf16, const flo
 }
 
 extern "C" cudaError_t lf__cuk_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F,
-                                               cudaStream_t stream) {
+                                              cudaStream_t stream) {
     if (N < 0 || F < 0) return cudaErrorInvalidValue;
     const size_t total = (size_t)N * F;
     if (total == 0) return cudaSuccess;
-    LF_CUDA_LAUNCH(pw_swiglu_backward, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, dinp, inp, dout, F,
-                   total);
+    LF_CUDA_LAUNCH(pw_swiglu_backward, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, dinp, inp, dout,
+                   F, total);
     return cudaGetLastError();
 }
 
@@ -251,7 +252,7 @@ __global__ void pw_rope(float *__restrict__ x, const lf_cuk_rope_freqs freqs, in
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
         const int t = (int)(k / (size_t)hh), i = (int)(k - (size_t)t * hh);
         const float p = (float)(pos0 + t);
-        const float ang = p * freqs.inv_freq[i];                /* the float product, as HF and the CPU */
+        const float ang = p * freqs.inv_freq[i]; /* the float product, as HF and the CPU */
         const float cs = (float)cos((double)ang) * freqs.scale; /* as cpu_rope.c */
         const float sn = sgn * ((float)sin((double)ang) * freqs.scale);
         for (int b = 0; b < B; b++) {
@@ -266,8 +267,8 @@ __global__ void pw_rope(float *__restrict__ x, const lf_cuk_rope_freqs freqs, in
     }
 }
 
-extern "C" cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, int B, int T, int NH, int NKV, int HS,
-                                    int pos0, float sgn, cudaStream_t stream) {
+extern "C" cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, int B, int T, int NH, int NKV,
+                                   int HS, int pos0, float sgn, cudaStream_t stream) {
     if (B < 0 || T < 0 || NH < 1 || NKV < 1 || HS < 2 || HS % 2 || HS / 2 > LF_CUK_ROPE_MAX_HALF || !freqs)
         return cudaErrorInvalidValue;
     const size_t total = (size_t)T * (HS / 2);
@@ -300,21 +301,21 @@ __global__ void pw_dropout(float *out, const float *inp, size_t n, float p, floa
 }
 
 extern "C" cudaError_t lf__cuk_residual_forward(float *out, const float *a, const float *b, size_t n,
-                                                cudaStream_t stream) {
+                                               cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(pw_residual_forward, pw_blocks(n, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, a, b, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t lf__cuk_residual_backward(float *da, float *db, const float *dout, size_t n,
-                                                 cudaStream_t stream) {
+                                                cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(pw_residual_backward, pw_blocks(n, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, da, db, dout, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t lf__cuk_dropout(float *out, const float *inp, size_t n, float p, float scale, uint64_t seed,
-                                       uint64_t key, uint64_t offset, cudaStream_t stream) {
+                                      uint64_t key, uint64_t offset, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(pw_dropout, pw_blocks(n, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, inp, n, p, scale, seed,
                    key, offset);
