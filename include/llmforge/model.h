@@ -160,6 +160,19 @@ const char *lf_model_preset_names(void); /* "gpt2-124m, ..." */
  * one per line, like snprintf. */
 int lf_model_config_overrides(const lf_model_config *cfg, char *buf, size_t cap);
 
+/* The fields of a config that no model.* key sets (they come from a Hugging
+ * Face config.json: head_dim, out_bias, mlp_bias, rope): as a JSON object
+ * {"head_dim", "out_bias", "mlp_bias", "rope_theta",
+ * "max_position_embeddings" (the RoPE's own), "rope_scaling": config.json's
+ * object or null}, like snprintf; lf_model_config_extras_default says
+ * whether they are all at their defaults (trainer_state.json then leaves
+ * them out). lf_model_config_extras_parse reads that object back into cfg
+ * (those fields and rope_theta; `where` names the file in messages):
+ * LF_ERR_CONFIG / LF_ERR_UNSUPPORTED as for config.json. */
+int lf_model_config_extras_json(const lf_model_config *cfg, char *buf, size_t cap);
+int lf_model_config_extras_default(const lf_model_config *cfg);
+lf_status lf_model_config_extras_parse(const char *json, const char *where, lf_model_config *cfg);
+
 /* Parameter table of a config: *out is allocated (lf_free), *count entries,
  * *total floats.
  * gpt2: wte, wpe, then per layer ln_1.{weight,bias}, attn.c_attn.{weight,bias},

@@ -623,6 +623,48 @@ lf_status lf__hf_rope(const lf__hf_cfg *c, lf_model_config *m) {
     return LF_OK;
 }
 
+int lf_model_config_extras_default(const lf_model_config *c) {
+    return c->head_dim == 0 && !c->out_bias && !c->mlp_bias && c->rope.type == LF_ROPE_DEFAULT;
+}
+
+int lf_model_config_extras_json(const lf_model_config *c, char *buf, size_t cap) {
+    char rope[512];
+    lf__rope_hf_json(c, rope, sizeof rope);
+    const int maxpos = c->rope.max_position_embeddings > 0 ? c->rope.max_position_embeddings : c->block_size;
+    char hd[24] = "null"; /* 0: n_embd / n_head */
+    if (c->head_dim > 0) snprintf(hd, sizeof hd, "%d", c->head_dim);
+    return snprintf(buf, cap,
+                    "{\"head_dim\": %s, \"out_bias\": %s, \"mlp_bias\": %s, \"rope_theta\": %.9g, "
+                    "\"max_position_embeddings\": %d, \"rope_scaling\": %s}",
+                    hd, c->out_bias ? "true" : "false", c->mlp_bias ? "true" : "false", (double)c->rope_theta, maxpos,
+                    rope);
+}
+
+lf_status lf_model_config_extras_parse(const char *json, const char *where, lf_model_config *out) {
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lf_fail(LF_ERR_CONFIG, "%s: the model's extra fields are not a JSON object", where);
+    }
+    cfg_ctx c = {.root = root};
+    snprintf(c.where, sizeof c.where, "%s", where);
+    lf_model_config m = *out;
+    int hd = 0;
+    lf_status st = lf__hf_int(&c, "head_dim", 0, 0, &hd);
+    if (st == LF_OK) st = lf__hf_bool(&c, "out_bias", 0, &m.out_bias);
+    if (st == LF_OK) st = lf__hf_bool(&c, "mlp_bias", 0, &m.mlp_bias);
+    if (st == LF_OK) st = lf__hf_int(&c, "max_position_embeddings", 0, out->block_size, &m.block_size);
+    if (st == LF_OK) st = lf__hf_rope(&c, &m); /* reads max_position_embeddings from m.block_size */
+    cJSON_Delete(root);
+    if (st != LF_OK) return st;
+    out->head_dim = hd;
+    out->out_bias = m.out_bias;
+    out->mlp_bias = m.mlp_bias;
+    out->rope_theta = m.rope_theta;
+    out->rope = m.rope;
+    return LF_OK;
+}
+
 /* One table of keys into m (lf__hf_key). */
 static lf_status read_keys(const cfg_ctx *c, const lf__hf_family *f, lf_model_config *m) {
     unsigned char *base = (unsigned char *)m;
