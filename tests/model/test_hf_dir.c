@@ -798,6 +798,23 @@ static void test_gpt2_config(void **state) {
     assert_memory_equal(got, v, sizeof v);
     lf_hf_close(h);
 
+    /* refused by their config.json names, not the model.* keys they map to */
+    g_key = "n_inner";
+    g_value = cJSON_CreateNumber(100);
+    edit_json(dir, "config.json", edit_set);
+    expect_config_fails(dir, LF_ERR_UNSUPPORTED, "'n_inner' 100 is not supported", NULL);
+    assert_null(strstr(lf_last_error(), "model."));
+    g_key = "n_inner";
+    g_value = cJSON_CreateNumber(256); /* 4 * n_embd: the one width llmforge's gpt2 has */
+    edit_json(dir, "config.json", edit_set);
+    g_key = "layer_norm_epsilon";
+    g_value = cJSON_CreateNumber(1e-6);
+    edit_json(dir, "config.json", edit_set);
+    expect_config_fails(dir, LF_ERR_UNSUPPORTED, "'layer_norm_epsilon' 1e-06 is not supported", NULL);
+    assert_null(strstr(lf_last_error(), "model."));
+    g_key = "layer_norm_epsilon";
+    g_value = cJSON_CreateNumber(1e-5);
+    edit_json(dir, "config.json", edit_set);
     g_key = "activation_function";
     g_value = cJSON_CreateString("relu");
     edit_json(dir, "config.json", edit_set);
