@@ -383,6 +383,45 @@ static void test_rope_forward(void **state) {
     ten_free(&x); ten_free(&seq); ten_free(&a);
 }
 
+/* The op rotates with the caller's table and scales cos and sin by its
+ * factor (a scaled RoPE: YaRN's attention factor): against a double
+ * reference with the same float table and float angle; backward is the
+ * transpose, so backward(forward(x)) = scale^2 x. */
+static void test_rope_table(void **state) {
+    (void)state;
+    const int b_ = 2, t_ = 37, nh = 3, nkv = 1, hs = 24, pos0 = 5, half = hs / 2;
+    const float scale = 1.25f;
+    float inv[12];
+    for (int i = 0; i < half; i++) inv[i] = 0.9f / (float)((i + 1) * (i + 1)); /* not a power law */
+    const size_t w = (size_t)(nh + 2 * nkv) * hs, n = (size_t)b_ * t_ * w;
+    ten x = ten_rand(n, 1, 64);
+    float *x0 = floats_copy(x.f, n);
+    ops()->ops->rope_forward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, inv, scale);
+    for (int b = 0; b < b_; b++)
+        for (int t = 0; t < t_; t++)
+            for (int hd = 0; hd < nh + nkv; hd++) {
+                double *d = x.d + ((size_t)b * t_ + t) * w + (size_t)hd * hs;
+                for (int i = 0; i < half; i++) {
+                    const double a = (double)((float)(pos0 + t) * inv[i]);
+                    const double c = scale * cos(a), sn = scale * sin(a), x1 = d[i], x2 = d[i + half];
+                    d[i] = x1 * c - x2 * sn;
+                    d[i + half] = x2 * c + x1 * sn;
+                }
+            }
+    REF_CHECK("rope with a table and a cos/sin factor", x.f, x.d, n, FWD_TOL);
+    ops()->ops->rope_backward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, inv, scale);
+    double worst = 0;
+    for (size_t r = 0; r < (size_t)b_ * t_; r++)
+        for (size_t k = 0; k < w; k++) {
+            const size_t i = r * w + k;
+            const double want = k < (size_t)(nh + nkv) * hs ? (double)scale * scale * x0[i] : x0[i];
+            worst = fmax(worst, fabs((double)x.f[i] - want));
+        }
+    if (!(worst <= 1e-5)) fail_msg("rope table: backward(forward(x)) - scale^2 x = %.3g", worst);
+    free(x0);
+    ten_free(&x);
+}
+
 static void test_swiglu_forward(void **state) {
     (void)state;
     const int sizes[][2] = {{N, C}, {3, 1001}, {40, 600}};
@@ -738,6 +777,7 @@ int main(void) {
         cmocka_unit_test(test_attention_forward),
         cmocka_unit_test(test_rmsnorm_forward),
         cmocka_unit_test(test_rope_forward),
+        cmocka_unit_test(test_rope_table),
         cmocka_unit_test(test_swiglu_forward),
         cmocka_unit_test(test_gelu_residual_forward),
         cmocka_unit_test(test_dropout_forward_mask),

@@ -292,10 +292,10 @@ static void rope_run(void *vc, void *out) {
     rope_ctx *c = vc;
     float *o = out;
     pw_put(c->be, c->d_x, c->x, c->n * 4);
-    c->be->ops->rope_forward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.0f);
+    c->be->ops->rope_forward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.25f);
     pw_down(c->be, o, c->d_x, c->n * 4);
     pw_put(c->be, c->d_x, c->x, c->n * 4);
-    c->be->ops->rope_backward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.0f);
+    c->be->ops->rope_backward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.25f);
     pw_down(c->be, o + c->n, c->d_x, c->n * 4);
 }
 
@@ -316,20 +316,22 @@ static void test_rope(void **state) {
     rope_run(&c, got);
     memcpy(ref, x, n * 4);
     memcpy(ref + n, x, n * 4);
-    e.cpu->ops->rope_forward(e.cpu, ref, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.0f);
-    e.cpu->ops->rope_backward(e.cpu, ref + n, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.0f);
-    /* out = a cos - c sin: the factors are the same floats (the host's
-     * inv_freq, the float product, double cos/sin rounded once; a GPU's
-     * double cos/sin may move a factor by one float ulp <= 2u), the
-     * products and the difference rounded <= 3 times: within
-     * 6u (|a| + |c|). The v part is copied through: the same bits. */
+    e.cpu->ops->rope_forward(e.cpu, ref, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.25f);
+    e.cpu->ops->rope_backward(e.cpu, ref + n, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.25f);
+    /* out = a cs - c sn with cs = cos * 1.25, sn = sin * 1.25 (the cos/sin
+     * factor a scaled RoPE passes): the factors are the same floats (the
+     * host's inv_freq, the float product, double cos/sin rounded once, then
+     * the float product with the factor; a GPU's double cos/sin may move a
+     * factor by one float ulp <= 2u, times 1.25), the products and the
+     * difference rounded <= 3 times: within 9u (|a| + |c|). The v part is
+     * copied through: the same bits. */
     for (size_t r = 0; r < (size_t)B * T; r++) {
         for (int k = 0; k < W; k++) {
             const size_t i = r * W + k;
             double t = 0.0;
             if (k < (NH + NKV) * HS) {
                 const int hd = k / HS, j = k % HS, p = j < HS / 2 ? j + HS / 2 : j - HS / 2;
-                t = 6.0 * PW_U * (fabs((double)x[i]) + fabs((double)x[r * W + (size_t)hd * HS + p]));
+                t = 9.0 * PW_U * (fabs((double)x[i]) + fabs((double)x[r * W + (size_t)hd * HS + p]));
             }
             tol[i] = tol[n + i] = t;
         }
