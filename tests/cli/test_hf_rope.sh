@@ -52,6 +52,14 @@ for fx in llama3 headdim; do
         fail "sample ($fx): $(cat sample.err)"
     ok
 done
+# --resume without --init-from: the model.* keys give the same tensors, but not the RoPE scaling
+"$LF" train --data.dataset=data --model.arch=llama --model.n_layer=2 --model.n_head=4 --model.n_kv_head=2 \
+    --model.n_embd=64 --model.ffn_hidden=64 --model.vocab_size=128 --model.block_size=48 --model.norm_eps=1e-5 \
+    --model.tie_embeddings=true --train_micro_batch_size_per_gpu=2 --train_iters=4 --eval.interval=0 \
+    --checkpoint.interval=0 --threads=2 --out_dir=run_llama3 --resume >resume.log 2>&1 &&
+    fail "a resume without the checkpoint's RoPE scaling was accepted: $(cat resume.log)"
+grep -q 'holds a model with .*"rope_type": "llama3"' resume.log || fail "the refusal does not name the scaling: $(cat resume.log)"
+ok
 [ -x "$PYHF" ] || { echo "SKIPPED: no Python with torch and transformers ($PYHF); set LF_HF_PYTHON"; exit 0; }
 "$PYHF" - "$SRC/tools/check_hf_llama.py" "$IDS" >check.log 2>&1 <<'PY'
 import contextlib, runpy, sys
