@@ -128,13 +128,17 @@ static void check_model(lf_hf_model *h, const uint8_t *cfg, size_t cfg_len) {
     }
     FUZZ_CHECK(c.n_layer >= 1 && c.n_head >= 1 && c.n_kv_head >= 1 && c.n_embd >= 1 && c.block_size >= 1);
     FUZZ_CHECK(c.vocab_size >= 1 && c.padded_vocab_size == c.vocab_size && c.ffn_hidden >= 0);
-    FUZZ_CHECK(c.n_embd % c.n_head == 0);
+    /* an explicit head_dim (even) frees hidden_size from dividing by the heads */
+    FUZZ_CHECK(c.head_dim > 0 ? c.head_dim % 2 == 0 && c.head_dim <= 1024 : c.n_embd % c.n_head == 0);
     FUZZ_CHECK(c.norm_eps > 0);
     if (c.arch == LF_ARCH_LLAMA) {
-        FUZZ_CHECK(c.n_head % c.n_kv_head == 0 && c.norm == LF_NORM_RMSNORM && c.bias == 0);
-        FUZZ_CHECK(c.rope_theta > 0 && c.ffn_hidden >= 1);
+        /* q/k/v biases (Qwen2, attention_bias), o_proj's only with them */
+        FUZZ_CHECK(c.n_head % c.n_kv_head == 0 && c.norm == LF_NORM_RMSNORM && (c.bias || !c.out_bias));
+        FUZZ_CHECK(c.rope_theta > 1 && c.ffn_hidden >= 1 && (unsigned)c.rope.type <= LF_ROPE_LLAMA3);
+        FUZZ_CHECK(c.rope.type == LF_ROPE_DEFAULT || c.rope.factor >= 1 || c.rope.type == LF_ROPE_YARN);
     } else {
         FUZZ_CHECK(c.arch == LF_ARCH_GPT2 && c.bias == 1 && c.tie_embeddings == 1 && c.n_kv_head == c.n_head);
+        FUZZ_CHECK(c.head_dim == 0 && !c.out_bias && !c.mlp_bias && c.rope.type == LF_ROPE_DEFAULT);
     }
 }
 
@@ -145,10 +149,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     write_file("config.json", data, cfg_len);
     char ip[640];
     path_in(ip, sizeof ip, "model.safetensors.index.json");
-    if (nul)
-        write_file("model.safetensors.index.json", nul + 1, size - cfg_len - 1);
-    else
-        (void)remove(ip);
+    if (nul) write_file("model.safetensors.index.json", nul + 1, size - cfg_len - 1);
+    else (void)remove(ip);
 
     lf_hf_model *h = NULL;
     lf_status s = lf_hf_open(&h, g_dir);

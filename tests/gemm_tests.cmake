@@ -28,6 +28,7 @@ set(lf_gemm_tests
   cli.test_hf_direct
   cli.test_hf_init
   cli.test_hf_init_fenced
+  cli.test_hf_rope
   cli.test_hf_roundtrip
   cli.test_kernels
   cli.test_launch
@@ -130,6 +131,7 @@ set(lf_gemm_tests
   model.test_bf16_acts_llama
   model.test_bf16_model
   model.test_hf_import
+  model.test_hf_rope
   model.test_recompute
   model.test_recompute_llama
   nccl.bf16_zero2_np2

@@ -10,7 +10,9 @@
 # token ids, and prints one JSON object on stdout:
 #   {"dir", "model_type", "architectures", "transformers_version", "torch_version",
 #    "prompt": [ids], "last_logits": [V floats: logits of the last prompt position],
-#    "greedy": [N ids: argmax continuation, recomputed over the whole context each step],
+#    "greedy": [N ids: argmax continuation, recomputed over the whole context each step; with
+#     dynamic-NTK RoPE that rotates every position with the current length's table, so compare it
+#     with `llmforge sample --no-cache`, not the KV-cache path (docs/models.md)],
 #    "missing_keys", "unexpected_keys", "ok": true|false, "errors": [...],
 #    "compare": {...} (with --compare)}
 # so that a test can compare transformers' numbers with llmforge's.

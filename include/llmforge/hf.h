@@ -68,23 +68,33 @@ const char *lf_hf_dir(const lf_hf_model *h);
  *       (absent or null: n_head), intermediate_size -> ffn_hidden,
  *       vocab_size, max_position_embeddings -> block_size,
  *       rms_norm_eps -> norm_eps (absent: 1e-6, transformers' default),
- *       rope_theta (top-level, transformers 4.x, or rope_parameters.rope_theta,
- *       transformers 5.x; absent: 10000), tie_word_embeddings (absent: false).
- *       Refused with LF_ERR_UNSUPPORTED: hidden_act other than "silu";
- *       attention_bias or mlp_bias true; rope_scaling not null;
- *       rope_parameters with a rope_type other than "default" or any key
- *       besides rope_type and rope_theta; head_dim (when set) other than
- *       hidden_size / num_attention_heads; hidden_size not divisible by
- *       num_attention_heads; num_attention_heads not divisible by
- *       num_key_value_heads. mistral's sliding_window (absent or null: 0)
- *       -> sliding_window: lf_model_config_validate then refuses a
- *       block_size beyond it (llmforge attends to the whole context), so a
- *       window shorter than max_position_embeddings needs a smaller
- *       block_size (train --init-from defaults to one).
+ *       RoPE (lf__hf_rope, src/model/hf.c): rope_theta (top level,
+ *       transformers 4.x, or in rope_parameters, 5.x; absent: 10000) and
+ *       the scaling object rope_scaling (4.x; wins when set) or
+ *       rope_parameters: rope_type (or 4.x's type) default, linear, dynamic,
+ *       yarn or llama3 with that type's keys -> rope (original max
+ *       positions from the top level, the object, else
+ *       max_position_embeddings), tie_word_embeddings (absent: false);
+ *       head_dim -> head_dim (0 when it equals hidden/heads); llama's
+ *       attention_bias -> bias and out_bias, mlp_bias -> mlp_bias.
+ *       Refused with LF_ERR_UNSUPPORTED, naming the key: hidden_act other
+ *       than "silu"; another RoPE type; a key of the RoPE object its type
+ *       does not read; a factor below 1; partial_rotary_factor other than
+ *       1; an odd head_dim or one above 1024; hidden_size not divisible by
+ *       num_attention_heads without a head_dim; num_attention_heads not
+ *       divisible by num_key_value_heads; mistral's attention_bias or
+ *       mlp_bias true. A required RoPE key missing (llama3's factors):
+ *       LF_ERR_CONFIG. mistral's sliding_window (absent or null: 0) ->
+ *       sliding_window: lf_model_config_validate then refuses a block_size
+ *       beyond it (llmforge attends to the whole context), so a window
+ *       shorter than max_position_embeddings needs a smaller block_size
+ *       (train --init-from defaults to one; an HF directory used as it is
+ *       runs contexts up to the window).
  *   "gpt2" -> LF_ARCH_GPT2, LF_NORM_LAYERNORM, bias 1, tied: n_embd, n_layer,
  *       n_head, n_positions -> block_size, vocab_size, n_inner (null: 0, the
  *       architecture's 4*n_embd), layer_norm_epsilon (absent: 1e-5).
- *       Refused with LF_ERR_UNSUPPORTED: activation_function other than
+ *       Refused with LF_ERR_UNSUPPORTED: n_inner other than 4*n_embd,
+ *       layer_norm_epsilon other than 1e-5, activation_function other than
  *       "gelu_new" / "gelu_pytorch_tanh" (llmforge's GELU is the tanh form),
  *       tie_word_embeddings false, scale_attn_weights false,
  *       scale_attn_by_inverse_layer_idx true.

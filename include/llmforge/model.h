@@ -34,6 +34,30 @@ typedef enum lf_norm {
     LF_NORM_RMSNORM = 1,   /* x * rsqrt(mean(x^2) + eps) * w (Llama) */
 } lf_norm;
 
+/* RoPE frequency scaling (llama), as transformers' modeling_rope_utils.py
+ * names the types (src/model/rope.c says what each computes). */
+typedef enum lf_rope_type {
+    LF_ROPE_DEFAULT = 0, /* plain RoPE: inv_freq[i] = theta^(-2i/HS) */
+    LF_ROPE_LINEAR = 1,  /* inv_freq / factor */
+    LF_ROPE_DYNAMIC = 2, /* NTK: theta grown with the sequence length past max_pos */
+    LF_ROPE_YARN = 3,    /* YaRN: ramp between interpolation and extrapolation, cos/sin scaled */
+    LF_ROPE_LLAMA3 = 4,  /* Llama 3.1: low frequencies / factor, a smooth band between */
+} lf_rope_type;
+
+/* The parameters of a rope_scaling / rope_parameters object (config.json
+ * names); fields a type does not read stay 0. */
+typedef struct lf_rope_scaling {
+    lf_rope_type type;
+    double factor;                            /* linear, dynamic, yarn, llama3 */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int original_max_position_embeddings;     /* llama3, yarn */
+    int max_position_embeddings;              /* dynamic, yarn: config.json's (block_size may differ) */
+    double attention_factor;                  /* yarn: 0 = from factor, mscale, mscale_all_dim */
+    double beta_fast, beta_slow;              /* yarn: 0 = 32, 1 */
+    double mscale, mscale_all_dim;            /* yarn */
+    int no_truncate;                          /* yarn: "truncate": false */
+} lf_rope_scaling;
+
 /* A model's shape and hyper-parameters, for every architecture. A field
  * left 0 takes its architecture's default (lf_model_config_resolve). */
 typedef struct lf_model_config {
@@ -58,6 +82,10 @@ typedef struct lf_model_config {
      * block_size may not exceed it (lf_model_config_validate refuses it):
      * within it windowed and full attention are the same. */
     int sliding_window;
+    int head_dim;         /* llama: channels per head. 0: n_embd / n_head */
+    int out_bias;         /* llama: o_proj bias too (HF attention_bias: q/k/v/o; needs bias) */
+    int mlp_bias;         /* llama: gate/up/down biases (HF mlp_bias) */
+    lf_rope_scaling rope; /* llama: RoPE scaling (HF rope_scaling / rope_parameters) */
 } lf_model_config;
 
 /* The architectures are the registered tables (src/model/model_impl.h,
@@ -139,6 +167,19 @@ const char *lf_model_preset_names(void); /* "gpt2-124m, ..." */
 /* The config as configuration overrides ("model.arch=llama\nmodel.n_layer=30\n..."),
  * one per line, like snprintf. */
 int lf_model_config_overrides(const lf_model_config *cfg, char *buf, size_t cap);
+
+/* The fields of a config that no model.* key sets (they come from a Hugging
+ * Face config.json: head_dim, out_bias, mlp_bias, rope): as a JSON object
+ * {"head_dim", "out_bias", "mlp_bias", "rope_theta",
+ * "max_position_embeddings" (the RoPE's own), "rope_scaling": config.json's
+ * object or null}, like snprintf; lf_model_config_extras_default says
+ * whether they are all at their defaults (trainer_state.json then leaves
+ * them out). lf_model_config_extras_parse reads that object back into cfg
+ * (those fields and rope_theta; `where` names the file in messages):
+ * LF_ERR_CONFIG / LF_ERR_UNSUPPORTED as for config.json. */
+int lf_model_config_extras_json(const lf_model_config *cfg, char *buf, size_t cap);
+int lf_model_config_extras_default(const lf_model_config *cfg);
+lf_status lf_model_config_extras_parse(const char *json, const char *where, lf_model_config *cfg);
 
 /* Parameter table of a config: *out is allocated (lf_free), *count entries,
  * *total floats.

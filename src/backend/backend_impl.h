@@ -244,20 +244,23 @@ struct lf_backend_ops {
      * attention ([q: NH*HS | k: NKV*HS | v: NKV*HS]; v untouched). Row t is
      * at position pos0 + t (pos0: position of the first row, for KV-cache
      * decoding). For each head and i < HS/2, with
-     * inv_freq[i] = 1 / theta^(2i/HS) and angle = (pos0+t) * inv_freq[i]:
-     *   out[i]      = x[i] * cos(angle) - x[i+HS/2] * sin(angle)
-     *   out[i+HS/2] = x[i+HS/2] * cos(angle) + x[i] * sin(angle).
-     * inv_freq and the angle are float32 arithmetic as HF computes them
-     * (powf, then the float product), cos/sin of that float angle accurate
-     * to float rounding: see cpu_rope.c for why. HS must be even and
+     * angle = (float)(pos0+t) * inv_freq[i], cs = cos(angle) * scale and
+     * sn = sin(angle) * scale (float products):
+     *   out[i]      = x[i] * cs - x[i+HS/2] * sn
+     *   out[i+HS/2] = x[i+HS/2] * cs + x[i] * sn.
+     * inv_freq (HS/2 floats, host memory, read during the call) is the
+     * model's table (src/model/rope.c: plain 1 / theta^(2i/HS) or a
+     * scaled RoPE), scale its cos/sin factor (1 but for YaRN); the angle
+     * is the float product as HF computes it, cos/sin of that float angle
+     * accurate to float rounding: see cpu_rope.c for why. HS must be even and
      * pos0 + T <= 2^24 (positions exact as floats; callers validate).
      * backward applies the transposed rotation to dqkv in place (the
      * gradient w.r.t. the rotated q, k becomes the gradient w.r.t. the
      * unrotated ones; the v part is untouched). */
     void (*rope_forward)(lf_backend *be, float *qkv, // (B,T,(NH+2*NKV)*HS) in place
-                         int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+                         int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq, float scale);
     void (*rope_backward)(lf_backend *be, float *dqkv, // (B,T,(NH+2*NKV)*HS) in place
-                          int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+                          int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq, float scale);
 
     /* ---- causal self-attention (scaled by 1/sqrt(HS)), multi-head or
      * grouped-query. qkv rows are W = C + 2*NKV*HS wide: [q: NH*HS | k: NKV*HS |

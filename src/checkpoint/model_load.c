@@ -80,6 +80,19 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
         return lf_fail(LF_ERR_FORMAT, "'%s': model.sliding_window is not an integer in [0, 1e9]", path);
     }
     cfg->sliding_window = sw ? (int)sw->valuedouble : 0;
+    cJSON *ex = cJSON_GetObjectItemCaseSensitive(mo, "extras"); /* head_dim, biases, RoPE scaling */
+    if (ex) {
+        char *ext = cJSON_PrintUnformatted(ex);
+        char where[LF_PATH_MAX + 96];
+        snprintf(where, sizeof where, "'%s': model.extras", path);
+        lf_status es = ext ? lf_model_config_extras_parse(ext, where, cfg)
+                           : lf_fail(LF_ERR_NOMEM, "out of memory reading '%s'", path);
+        cJSON_free(ext);
+        if (es != LF_OK) {
+            cJSON_Delete(o);
+            return es;
+        }
+    }
     cJSON *tk = cJSON_GetObjectItemCaseSensitive(o, "tokenizer");
     if (tokenizer && cap) {
         tokenizer[0] = 0;

@@ -107,7 +107,7 @@ static lf_status check_shape(const lf_model_config *c) {
         return lf_fail(LF_ERR_RANGE, "model.n_head %d is out of range [1, 1024]", c->n_head);
     if (c->n_embd < 1 || c->n_embd > 65536)
         return lf_fail(LF_ERR_RANGE, "model.n_embd %d is out of range [1, 65536]", c->n_embd);
-    if (c->n_embd % c->n_head != 0)
+    if (c->head_dim == 0 && c->n_embd % c->n_head != 0)
         return lf_fail(LF_ERR_CONFIG, "model.n_embd %d is not divisible by model.n_head %d", c->n_embd, c->n_head);
     return LF_OK;
 }

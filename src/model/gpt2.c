@@ -132,6 +132,8 @@ static lf_status gpt2_validate(const lf_model_config *c) {
     if (c->norm_eps != 1e-5f)
         return lf_fail(LF_ERR_CONFIG, "model.norm_eps %g: gpt2's layernorm uses 1e-5", (double)c->norm_eps);
     if (c->rope_theta != 0.0f) return lf_fail(LF_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, no RoPE");
+    if (c->head_dim != 0 || c->out_bias || c->mlp_bias || c->rope.type != LF_ROPE_DEFAULT)
+        return lf_fail(LF_ERR_CONFIG, "gpt2 has no head_dim, o_proj/MLP bias flags or RoPE scaling (llama's)");
     return LF_OK;
 }
 
@@ -481,6 +483,14 @@ static lf_status gpt2_hf_check(const lf__hf_cfg *c, int variant, lf_model_config
     if (m->n_embd % m->n_head != 0)
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'n_embd' %d is not divisible by 'n_head' %d", lf__hf_where(c),
                        m->n_embd, m->n_head);
+    /* what llmforge's gpt2 implements, refused by the config.json key (not
+     * by the model.* key it would become) */
+    if (m->ffn_hidden != 0 && m->ffn_hidden != 4 * m->n_embd)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'n_inner' %d is not supported (llmforge's gpt2 MLP is 4 * n_embd = %d)",
+                       lf__hf_where(c), m->ffn_hidden, 4 * m->n_embd);
+    if (m->norm_eps != 1e-5f)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'layer_norm_epsilon' %g is not supported (llmforge's gpt2 uses 1e-05)",
+                       lf__hf_where(c), (double)m->norm_eps);
     const char *fn = NULL;
     if ((st = lf__hf_str(c, "activation_function", "gelu_new", &fn)) != LF_OK) return st;
     if (strcmp(fn, "gelu_new") != 0 && strcmp(fn, "gelu_pytorch_tanh") != 0)

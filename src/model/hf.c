@@ -16,7 +16,8 @@
  * model-%05d-of-%05d.safetensors, SAFE_WEIGHTS_INDEX_NAME with
  * {"metadata": {"total_size": ...}, "weight_map": {tensor: shard}}), and
  * modeling_rope_utils.py (4.x writes rope_theta and rope_scaling at the top
- * level, 5.x writes rope_parameters {rope_type, rope_theta}); each family's
+ * level, 5.x writes rope_parameters {rope_type, rope_theta, the type's
+ * keys}; lf__hf_rope reads both, rope.c computes the tables); each family's
  * configuration class is cited in its file.
  *
  * Invariants:
@@ -32,6 +33,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -475,43 +477,191 @@ lf_status lf__hf_str(const lf__hf_cfg *c, const char *key, const char *dflt, con
         if (s_ != LF_OK) return s_; \
     } while (0)
 
-/* rope_theta from either spelling; refuses every RoPE variant but plain. */
-lf_status lf__hf_rope_theta(const lf__hf_cfg *c, double *theta) {
-    const cJSON *scaling = cfg_get(c->root, "rope_scaling");
-    if (scaling) {
-        const cJSON *ty = cJSON_IsObject(scaling) ? cJSON_GetObjectItemCaseSensitive(scaling, "rope_type") : NULL;
-        if (!cJSON_IsString(ty) && cJSON_IsObject(scaling)) ty = cJSON_GetObjectItemCaseSensitive(scaling, "type");
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'rope_scaling' is set (type '%s'); llmforge implements plain RoPE only",
-                       c->where, cJSON_IsString(ty) && ty->valuestring ? ty->valuestring : "?");
+/* One key of a RoPE object: which lf_rope_scaling field it fills and which
+ * types read it (a bit per lf_rope_type). */
+typedef struct rope_key {
+    const char *name;
+    int kind; /* 0 number (> 0), 1 integer, 2 bool */
+    size_t off;
+    unsigned types;
+} rope_key;
+#define RT(t) (1u << (t))
+#define RO(f) offsetof(lf_rope_scaling, f)
+static const rope_key k_rope_keys[] = {
+    {"factor", 0, RO(factor), RT(LF_ROPE_LINEAR) | RT(LF_ROPE_DYNAMIC) | RT(LF_ROPE_YARN) | RT(LF_ROPE_LLAMA3)},
+    {"low_freq_factor", 0, RO(low_freq_factor), RT(LF_ROPE_LLAMA3)},
+    {"high_freq_factor", 0, RO(high_freq_factor), RT(LF_ROPE_LLAMA3)},
+    /* read by llama3 and yarn; transformers 4.x wrote it for others too, where it has no effect */
+    {"original_max_position_embeddings", 1, RO(original_max_position_embeddings), ~0u},
+    {"attention_factor", 0, RO(attention_factor), RT(LF_ROPE_YARN)},
+    {"beta_fast", 0, RO(beta_fast), RT(LF_ROPE_YARN)},
+    {"beta_slow", 0, RO(beta_slow), RT(LF_ROPE_YARN)},
+    {"mscale", 0, RO(mscale), RT(LF_ROPE_YARN)},
+    {"mscale_all_dim", 0, RO(mscale_all_dim), RT(LF_ROPE_YARN)},
+    {"truncate", 2, RO(no_truncate), RT(LF_ROPE_YARN)},
+};
+#undef RO
+
+/* partial_rotary_factor: Llama-family attention rotates whole heads. */
+static lf_status rope_partial(const cfg_ctx *c, const cJSON *obj, const char *shown) {
+    double f = 1;
+    CFG_TRY(cfg_num_in(c, obj, "partial_rotary_factor", shown, 1, 0, 1, &f));
+    if (f != 1)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: '%s' is %g; partial rotary embeddings are not supported (this family rotates whole heads)",
+                       c->where, shown, f);
+    return LF_OK;
+}
+
+/* The keys of the RoPE object `o` (spelled `name` in messages) into *r and
+ * *theta (its rope_theta, 0 when absent). */
+static lf_status rope_object(const cfg_ctx *c, const cJSON *o, const char *name, lf_rope_scaling *r, double *theta) {
+    char shown[160];
+    const cJSON *ty = cfg_get(o, "rope_type");
+    if (!ty) ty = cfg_get(o, "type"); /* transformers 4.x's older spelling */
+    if (ty) {
+        if (!cJSON_IsString(ty) || !ty->valuestring)
+            return lf_fail(LF_ERR_CONFIG, "%s: '%s.%s' is not a string", c->where, name, ty->string);
+        if (!lf__rope_type_parse(ty->valuestring, &r->type))
+            return lf_fail(LF_ERR_UNSUPPORTED,
+                           "%s: '%s.%s' is '%.100s'; llmforge implements RoPE types default, linear, dynamic, "
+                           "yarn and llama3",
+                           c->where, name, ty->string, ty->valuestring);
     }
-    double top = 0;
-    CFG_TRY(cfg_num_in(c, c->root, "rope_theta", "rope_theta", 0, 0, 1e30, &top));
-    double nested = 0;
-    const cJSON *rp = cfg_get(c->root, "rope_parameters");
-    if (rp) {
-        if (!cJSON_IsObject(rp)) return lf_fail(LF_ERR_CONFIG, "%s: 'rope_parameters' is not an object", c->where);
-        for (const cJSON *it = rp->child; it; it = it->next) {
-            const char *k = it->string ? it->string : "";
-            if (strcmp(k, "rope_type") == 0) {
-                if (!cJSON_IsString(it) || !it->valuestring)
-                    return lf_fail(LF_ERR_CONFIG, "%s: 'rope_parameters.rope_type' is not a string", c->where);
-                if (strcmp(it->valuestring, "default") != 0)
-                    return lf_fail(LF_ERR_UNSUPPORTED,
-                                   "%s: 'rope_parameters.rope_type' is '%.100s'; llmforge implements plain RoPE "
-                                   "('default') only",
-                                   c->where, it->valuestring);
-            } else if (strcmp(k, "rope_theta") == 0) {
-                CFG_TRY(cfg_num_in(c, rp, "rope_theta", "rope_parameters.rope_theta", 0, 0, 1e30, &nested));
-            } else {
-                return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'rope_parameters.%.100s' is not supported (plain RoPE only)",
-                               c->where, k);
-            }
+    for (const cJSON *it = o->child; it; it = it->next) {
+        const char *k = it->string ? it->string : "";
+        snprintf(shown, sizeof shown, "%s.%.100s", name, k);
+        if (!strcmp(k, "rope_type") || !strcmp(k, "type") || cJSON_IsNull(it)) continue;
+        if (!strcmp(k, "rope_theta")) {
+            CFG_TRY(cfg_num_in(c, o, k, shown, 0, 0, 1e30, theta));
+            continue;
+        }
+        if (!strcmp(k, "partial_rotary_factor")) {
+            CFG_TRY(rope_partial(c, o, shown));
+            continue;
+        }
+        const rope_key *rk = NULL;
+        for (size_t i = 0; i < sizeof k_rope_keys / sizeof k_rope_keys[0]; i++)
+            if (!strcmp(k, k_rope_keys[i].name)) rk = &k_rope_keys[i];
+        if (!rk || !(rk->types & RT(r->type)))
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: '%s' is not a key of RoPE type '%s' that llmforge implements",
+                           c->where, shown, lf__rope_type_name(r->type));
+        void *field = (unsigned char *)r + rk->off;
+        if (rk->kind == 0) {
+            CFG_TRY(cfg_num_in(c, o, k, shown, 0, 0, 1e30, (double *)field));
+        } else if (rk->kind == 1) {
+            double d = 0;
+            CFG_TRY(cfg_num_in(c, o, k, shown, 0, 0, HF_SIZE_MAX, &d));
+            if (d != floor(d)) return lf_fail(LF_ERR_CONFIG, "%s: '%s' = %.17g is not an integer", c->where, shown, d);
+            *(int *)field = (int)d;
+        } else {
+            if (!cJSON_IsBool(it)) return lf_fail(LF_ERR_CONFIG, "%s: '%s' is not true or false", c->where, shown);
+            *(int *)field = cJSON_IsFalse(it); /* no_truncate */
         }
     }
+    return LF_OK;
+}
+
+/* What the type needs (transformers raises KeyError without it). */
+static lf_status rope_required(const cfg_ctx *c, const char *name, const lf_rope_scaling *r) {
+    const char *miss = NULL;
+    if (r->type != LF_ROPE_DEFAULT && r->type != LF_ROPE_YARN && r->factor == 0) miss = "factor";
+    if (r->type == LF_ROPE_LLAMA3 && r->low_freq_factor == 0) miss = "low_freq_factor";
+    if (r->type == LF_ROPE_LLAMA3 && r->high_freq_factor == 0) miss = "high_freq_factor";
+    if (miss)
+        return lf_fail(LF_ERR_CONFIG, "%s: RoPE type '%s' needs '%s.%s'", c->where, lf__rope_type_name(r->type), name,
+                       miss);
+    if (r->factor != 0 && r->factor < 1)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: '%s.factor' is %g; llmforge implements factors >= 1", c->where, name,
+                       r->factor);
+    if (r->type == LF_ROPE_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor))
+        return lf_fail(LF_ERR_CONFIG, "%s: '%s.high_freq_factor' %g is not above 'low_freq_factor' %g", c->where, name,
+                       r->high_freq_factor, r->low_freq_factor);
+    return LF_OK;
+}
+
+/* RoPE from either spelling, as transformers' convert_rope_params_to_dict
+ * and standardize_rope_params read it: the object is rope_scaling when
+ * set (4.x), else rope_parameters (5.x); its rope_theta wins over the top
+ * level's (they must agree here); llama3 and yarn take
+ * original_max_position_embeddings from the top level, else the object,
+ * else max_position_embeddings. m->block_size holds max_position_embeddings. */
+lf_status lf__hf_rope(const lf__hf_cfg *c, lf_model_config *m) {
+    lf_rope_scaling r;
+    memset(&r, 0, sizeof r);
+    const cJSON *scaling = cfg_get(c->root, "rope_scaling"), *params = cfg_get(c->root, "rope_parameters");
+    if (scaling && !cJSON_IsObject(scaling))
+        return lf_fail(LF_ERR_CONFIG, "%s: 'rope_scaling' is not an object", c->where);
+    if (params && !cJSON_IsObject(params))
+        return lf_fail(LF_ERR_CONFIG, "%s: 'rope_parameters' is not an object", c->where);
+    const int use_scaling = scaling && scaling->child; /* an empty object is no scaling */
+    const cJSON *o = use_scaling ? scaling : params;
+    const char *name = use_scaling ? "rope_scaling" : "rope_parameters";
+    double top = 0, nested = 0;
+    CFG_TRY(cfg_num_in(c, c->root, "rope_theta", "rope_theta", 0, 0, 1e30, &top));
+    CFG_TRY(rope_partial(c, c->root, "partial_rotary_factor"));
+    if (o) CFG_TRY(rope_object(c, o, name, &r, &nested));
     if (top > 0 && nested > 0 && top != nested)
-        return lf_fail(LF_ERR_CONFIG, "%s: 'rope_theta' (%.17g) and 'rope_parameters.rope_theta' (%.17g) disagree",
-                       c->where, top, nested);
-    *theta = top > 0 ? top : nested > 0 ? nested : 10000.0;
+        return lf_fail(LF_ERR_CONFIG, "%s: 'rope_theta' (%.17g) and '%s.rope_theta' (%.17g) disagree", c->where, top,
+                       name, nested);
+    CFG_TRY(rope_required(c, name, &r));
+    if (r.type == LF_ROPE_LLAMA3 || r.type == LF_ROPE_YARN) {
+        int top_orig = 0;
+        CFG_TRY(lf__hf_int(c, "original_max_position_embeddings", 0, 0, &top_orig));
+        if (top_orig) r.original_max_position_embeddings = top_orig;
+        if (!r.original_max_position_embeddings) r.original_max_position_embeddings = m->block_size;
+    } else {
+        r.original_max_position_embeddings = 0; /* read by no other type */
+    }
+    if (r.type == LF_ROPE_DYNAMIC || r.type == LF_ROPE_YARN) r.max_position_embeddings = m->block_size;
+    const double theta = nested > 0 ? nested : top > 0 ? top : 10000.0;
+    if (!((float)theta > 1.0f && isfinite((float)theta)))
+        return lf_fail(LF_ERR_CONFIG, "%s: 'rope_theta' %.17g must be a finite number > 1 (as a float)", c->where,
+                       theta);
+    m->rope_theta = (float)theta;
+    m->rope = r;
+    return LF_OK;
+}
+
+int lf_model_config_extras_default(const lf_model_config *c) {
+    return c->head_dim == 0 && !c->out_bias && !c->mlp_bias && c->rope.type == LF_ROPE_DEFAULT;
+}
+
+int lf_model_config_extras_json(const lf_model_config *c, char *buf, size_t cap) {
+    char rope[512];
+    lf__rope_hf_json(c, rope, sizeof rope);
+    const int maxpos = c->rope.max_position_embeddings > 0 ? c->rope.max_position_embeddings : c->block_size;
+    char hd[24] = "null"; /* 0: n_embd / n_head */
+    if (c->head_dim > 0) snprintf(hd, sizeof hd, "%d", c->head_dim);
+    return snprintf(buf, cap,
+                    "{\"head_dim\": %s, \"out_bias\": %s, \"mlp_bias\": %s, \"rope_theta\": %.9g, "
+                    "\"max_position_embeddings\": %d, \"rope_scaling\": %s}",
+                    hd, c->out_bias ? "true" : "false", c->mlp_bias ? "true" : "false", (double)c->rope_theta, maxpos,
+                    rope);
+}
+
+lf_status lf_model_config_extras_parse(const char *json, const char *where, lf_model_config *out) {
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lf_fail(LF_ERR_CONFIG, "%s: the model's extra fields are not a JSON object", where);
+    }
+    cfg_ctx c = {.root = root};
+    snprintf(c.where, sizeof c.where, "%s", where);
+    lf_model_config m = *out;
+    int hd = 0;
+    lf_status st = lf__hf_int(&c, "head_dim", 0, 0, &hd);
+    if (st == LF_OK) st = lf__hf_bool(&c, "out_bias", 0, &m.out_bias);
+    if (st == LF_OK) st = lf__hf_bool(&c, "mlp_bias", 0, &m.mlp_bias);
+    if (st == LF_OK) st = lf__hf_int(&c, "max_position_embeddings", 0, out->block_size, &m.block_size);
+    if (st == LF_OK) st = lf__hf_rope(&c, &m); /* reads max_position_embeddings from m.block_size */
+    cJSON_Delete(root);
+    if (st != LF_OK) return st;
+    out->head_dim = hd;
+    out->out_bias = m.out_bias;
+    out->mlp_bias = m.mlp_bias;
+    out->rope_theta = m.rope_theta;
+    out->rope = m.rope;
     return LF_OK;
 }
 

@@ -6,8 +6,14 @@
  * with RoPE -> residual, RMSNorm -> SwiGLU MLP -> residual), a final RMSNorm
  * and an lm_head, tied to the embedding or not. No position embedding; no
  * biases but, with model.bias, those of the q, k and v projections
- * (Qwen2's; consecutive like the weights, so the fused product adds them). One architecture
- * table (lf__arch_llama, model_impl.h) of the model runtime (model.c).
+ * (Qwen2's; consecutive like the weights, so the fused product adds them),
+ * with out_bias also o_proj's (HF attention_bias), and with mlp_bias those
+ * of gate, up (consecutive: one fused product) and down. The head size
+ * HS is head_dim when set (Mistral-Nemo, Qwen3: NH*HS need not be C): q is
+ * NH*HS wide, k and v NKV*HS, and o_proj maps NH*HS back to C. RoPE's
+ * frequencies come from rope.c (plain, linear, dynamic, yarn, llama3).
+ * One architecture table (lf__arch_llama, model_impl.h) of the model
+ * runtime (model.c).
  *
  * Layout: Hugging Face names and nn.Linear's (out, in) weights, y = x @ W^T
  * (LF_W_OUT_IN). A block's q, k and v projections are consecutive in the
@@ -49,9 +55,27 @@
 #include <string.h>
 #include "model/model_impl.h"
 
-/* Indices of one block's tensors in the parameter table (the q/k/v biases
- * are -1 without model.bias). */
-enum { P_IN_NORM, P_Q, P_K, P_V, P_QB, P_KB, P_VB, P_O, P_POST_NORM, P_GATE, P_UP, P_DOWN, P_PER_LAYER };
+/* Indices of one block's tensors in the parameter table (a bias is -1
+ * when the config has none). */
+enum {
+    P_IN_NORM,
+    P_Q,
+    P_K,
+    P_V,
+    P_QB,
+    P_KB,
+    P_VB,
+    P_O,
+    P_OB,
+    P_POST_NORM,
+    P_GATE,
+    P_UP,
+    P_GATEB,
+    P_UPB,
+    P_DOWN,
+    P_DOWNB,
+    P_PER_LAYER
+};
 
 /* A matmul-input activation: float or uint16_t (bf16 bits) as plan_dt says. */
 typedef void act;
@@ -61,8 +85,8 @@ typedef struct layer_acts {
     float *rstd1; /* (N) its statistics */
     float *qkv;   /* (N,W) [q | k | v], q and k rotated */
     float *att;   /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
-    act *atty;    /* (N,C) attention output before o_proj */
-    float *oproj; /* (N,C) o_proj / down_proj outputs; working set */
+    act *atty;    /* (N,Q) attention output before o_proj (Q = NH*HS) */
+    float *oproj; /* (N,max(C,Q)) o_proj / down_proj outputs, the fp32 attention output; working set */
     float *res2;  /* (N,C) residual after attention */
     act *h2;      /* post_attention_layernorm output */
     float *rstd2;
@@ -76,21 +100,26 @@ typedef struct llama_acts {
     float *encoded; /* (N,C) token embeddings */
     act *hf;        /* (N,C) final norm output */
     float *rstdf;
-    float *att_scratch;             /* attention_backward's scratch (s->att_scratch) */
-    float *dresidual, *dln, *datty; /* (N,C) */
-    float *dqkv;                    /* (N,W) */
-    float *dgu;                     /* (N,2F) */
-    float *dsw;                     /* (N,F) */
+    float *att_scratch;     /* attention_backward's scratch (s->att_scratch) */
+    float *dresidual, *dln; /* (N,C) */
+    float *datty;           /* (N,Q) */
+    float *dqkv;            /* (N,W) */
+    float *dgu;             /* (N,2F) */
+    float *dsw;             /* (N,F) */
 } llama_acts;
 
 /* The tensors outside the layers (model_params order), and one layer's
  * (layer_params order, P_* above). */
 enum { G_EMB, G_NORM, G_LM_HEAD, G_N };
 static const char *const k_model_params[G_N] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
-static const char *const k_layer_params[P_PER_LAYER] = {
-    "input_layernorm.weight",          "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.q_proj.bias",           "self_attn.k_proj.bias",   "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
-    "post_attention_layernorm.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+static const char *const k_layer_params[P_PER_LAYER] = {"input_layernorm.weight",  "self_attn.q_proj.weight",
+                                                        "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                                        "self_attn.q_proj.bias",   "self_attn.k_proj.bias",
+                                                        "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
+                                                        "self_attn.o_proj.bias",   "post_attention_layernorm.weight",
+                                                        "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                                                        "mlp.gate_proj.bias",      "mlp.up_proj.bias",
+                                                        "mlp.down_proj.weight",    "mlp.down_proj.bias"};
 
 static llama_acts *ACTS(const lf__replica *rp) { return rp->acts; }
 /* The head's weights: lm_head.weight, or the embedding when tied (no lm_head). */
@@ -99,9 +128,11 @@ static int head_ix(const lf_model *m) {
     return h >= 0 ? h : lf__model_ix(m, G_EMB);
 }
 
-static int head_size(const lf_model_config *c) { return c->n_embd / c->n_head; }
+static int head_size(const lf_model_config *c) { return lf__head_size(c); }
+/* Query channels NH*HS (C unless head_dim says otherwise). */
+static int q_width(const lf_model_config *c) { return c->n_head * head_size(c); }
 /* Width of a qkv row: NH*HS query channels, NKV*HS each for keys and values. */
-static int qkv_width(const lf_model_config *c) { return c->n_embd + 2 * c->n_kv_head * head_size(c); }
+static int qkv_width(const lf_model_config *c) { return q_width(c) + 2 * c->n_kv_head * head_size(c); }
 
 /* ---------------------------------------------------------------- config and table */
 
@@ -122,11 +153,22 @@ static lf_status llama_validate(const lf_model_config *c) {
                        "model.n_head %d is not divisible by model.n_kv_head %d (each key/value head "
                        "serves a whole group of query heads)",
                        c->n_head, c->n_kv_head);
+    if (c->head_dim < 0 || c->head_dim > 2 * LF__ROPE_MAX_HALF)
+        return lf_fail(LF_ERR_RANGE, "head_dim %d is out of range [1, %d]", c->head_dim, 2 * LF__ROPE_MAX_HALF);
+    if (c->head_dim && c->head_dim % 2 != 0)
+        return lf_fail(LF_ERR_CONFIG, "head_dim %d is odd: RoPE rotates pairs of channels", c->head_dim);
     if (head_size(c) % 2 != 0)
         return lf_fail(LF_ERR_CONFIG,
                        "head size model.n_embd / model.n_head = %d / %d = %d is odd: RoPE rotates pairs "
                        "of channels",
                        c->n_embd, c->n_head, head_size(c));
+    if (head_size(c) > 2 * LF__ROPE_MAX_HALF)
+        return lf_fail(LF_ERR_UNSUPPORTED, "head size model.n_embd / model.n_head = %d is above %d", head_size(c),
+                       2 * LF__ROPE_MAX_HALF);
+    if (c->out_bias && !c->bias)
+        return lf_fail(LF_ERR_CONFIG, "an o_proj bias (attention_bias) needs the q/k/v biases (model.bias)");
+    lf_status rs = lf__rope_validate(c);
+    if (rs != LF_OK) return rs;
     if (c->ffn_hidden < 1 || c->ffn_hidden > (1 << 20))
         return lf_fail(LF_ERR_RANGE, "model.ffn_hidden %d is out of range [1, 1048576]", c->ffn_hidden);
     if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
@@ -139,7 +181,7 @@ static lf_status llama_validate(const lf_model_config *c) {
 static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out, int *count, size_t *total) {
     *out = NULL;
     const int L = c->n_layer, C = c->n_embd, HS = head_size(c), F = c->ffn_hidden;
-    const int KV = c->n_kv_head * HS;
+    const int KV = c->n_kv_head * HS, Q = c->n_head * HS;
     lf_param_info *t = lf_calloc(sizeof *t * (size_t)(1 + L * P_PER_LAYER + 2));
     if (!t) return lf_fail(LF_ERR_NOMEM, "out of memory for the parameter table");
     int n = 0;
@@ -153,19 +195,25 @@ static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out
         lf__add_param(t, &n, &off, name, nd, a, b, 1 + l); \
     } while (0)
         ADD("input_layernorm.weight", 1, C, 0);
-        ADD("self_attn.q_proj.weight", 2, C, C);
+        ADD("self_attn.q_proj.weight", 2, Q, C);
         ADD("self_attn.k_proj.weight", 2, KV, C);
         ADD("self_attn.v_proj.weight", 2, KV, C);
         if (c->bias) { /* Qwen2: q/k/v biases, consecutive as the weights are (one fused product) */
-            ADD("self_attn.q_proj.bias", 1, C, 0);
+            ADD("self_attn.q_proj.bias", 1, Q, 0);
             ADD("self_attn.k_proj.bias", 1, KV, 0);
             ADD("self_attn.v_proj.bias", 1, KV, 0);
         }
-        ADD("self_attn.o_proj.weight", 2, C, C);
+        ADD("self_attn.o_proj.weight", 2, C, Q);
+        if (c->out_bias) ADD("self_attn.o_proj.bias", 1, C, 0);
         ADD("post_attention_layernorm.weight", 1, C, 0);
         ADD("mlp.gate_proj.weight", 2, F, C);
         ADD("mlp.up_proj.weight", 2, F, C);
+        if (c->mlp_bias) { /* consecutive as gate and up are: one fused (2F) bias */
+            ADD("mlp.gate_proj.bias", 1, F, 0);
+            ADD("mlp.up_proj.bias", 1, F, 0);
+        }
         ADD("mlp.down_proj.weight", 2, C, F);
+        if (c->mlp_bias) ADD("mlp.down_proj.bias", 1, C, 0);
 #undef ADD
     }
     lf__add_param(t, &n, &off, "model.norm.weight", 1, C, 0, L + 1);
@@ -204,44 +252,62 @@ static void llama_init(const lf_model_config *c, const lf_param_info *t, int n, 
     }
 }
 
+/* max_position_embeddings for config.json: block_size, but for a RoPE type
+ * that reads transformers' own value (dynamic; yarn without a factor). */
+static int hf_max_positions(const lf_model_config *c) {
+    const lf_rope_scaling *r = &c->rope;
+    if (r->type == LF_ROPE_DYNAMIC || (r->type == LF_ROPE_YARN && r->factor == 0)) return r->max_position_embeddings;
+    return c->block_size;
+}
+
+/* config.json: Qwen2ForCausalLM for q/k/v biases alone, else
+ * LlamaForCausalLM (attention_bias = q/k/v/o biases, mlp_bias); the RoPE
+ * scaling as transformers 4.x's rope_scaling (5.x reads it too); 0 for a
+ * bias combination neither class has. */
 static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
-    if (c->sliding_window > 0 && c->bias) return 0; /* a window and q/k/v biases: no HF class has both here */
+    char rope[512];
+    lf__rope_hf_json(c, rope, sizeof rope);
+    if (c->sliding_window > 0 && (c->bias || c->mlp_bias)) return 0; /* a window and biases: no HF class here */
     if (c->sliding_window > 0) /* a window: Mistral's (LlamaForCausalLM has none; validate keeps block <= window) */
         return snprintf(buf, cap,
                         "{\n  \"architectures\": [\"MistralForCausalLM\"],\n  \"model_type\": \"mistral\",\n"
                         "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                         "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                         "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"sliding_window\": %d,\n"
-                        "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"tie_word_embeddings\": %s,\n"
+                        "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"rope_scaling\": %s,\n"
+                        "  \"tie_word_embeddings\": %s,\n"
                         "  \"hidden_act\": \"silu\",\n  \"attention_dropout\": %.9g,\n  \"initializer_range\": 0.02,\n"
                         "  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
                         lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c),
-                        c->block_size, c->sliding_window, (double)c->norm_eps, (double)c->rope_theta,
+                        hf_max_positions(c), c->sliding_window, (double)c->norm_eps, (double)c->rope_theta, rope,
                         c->tie_embeddings ? "true" : "false", (double)c->dropout);
-    if (c->bias) /* q/k/v biases: Qwen2 (LlamaForCausalLM's attention_bias would add o_proj's too) */
+    if (c->bias && !c->out_bias) { /* q/k/v biases only: Qwen2 */
+        if (c->mlp_bias) return 0;
         return snprintf(buf, cap,
                         "{\n  \"architectures\": [\"Qwen2ForCausalLM\"],\n  \"model_type\": \"qwen2\",\n"
                         "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                         "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
-                        "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n"
-                        "  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
-                        "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"max_window_layers\": %d,\n"
-                        "  \"attention_dropout\": %.9g,\n  \"initializer_range\": 0.02,\n  \"use_cache\": true,\n"
-                        "  \"torch_dtype\": \"float32\"\n}\n",
-                        lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, c->block_size,
-                        (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false", c->n_layer,
-                        (double)c->dropout);
+                        "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+                        "  \"rope_theta\": %.9g,\n  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n"
+                        "  \"hidden_act\": \"silu\",\n  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+                        "  \"max_window_layers\": %d,\n  \"attention_dropout\": %.9g,\n  \"initializer_range\": 0.02,\n"
+                        "  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                        lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c),
+                        hf_max_positions(c), (double)c->norm_eps, (double)c->rope_theta, rope,
+                        c->tie_embeddings ? "true" : "false", c->n_layer, (double)c->dropout);
+    }
     return snprintf(buf, cap,
                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
                     "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                     "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                     "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
-                    "  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n"
-                    "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                    "  \"rope_theta\": %.9g,\n  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n"
+                    "  \"hidden_act\": \"silu\",\n  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n"
                     "  \"attention_dropout\": %.9g,\n  \"initializer_range\": 0.02,\n  \"use_cache\": true,\n"
                     "  \"torch_dtype\": \"float32\"\n}\n",
                     lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c),
-                    c->block_size, (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
+                    hf_max_positions(c), (double)c->norm_eps, (double)c->rope_theta, rope,
+                    c->tie_embeddings ? "true" : "false", c->bias ? "true" : "false", c->mlp_bias ? "true" : "false",
                     (double)c->dropout);
 }
 
@@ -252,7 +318,8 @@ static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
 static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     const lf_model_config *c = s->cfg;
     const size_t N = (size_t)s->rB * s->T, C = (size_t)c->n_embd, NH = (size_t)c->n_head;
-    const size_t W = (size_t)qkv_width(c), F = (size_t)c->ffn_hidden;
+    const size_t W = (size_t)qkv_width(c), F = (size_t)c->ffn_hidden, Q = (size_t)q_width(c);
+    const size_t CQ = C > Q ? C : Q; /* oproj also holds the fp32 attention output */
     (void)NH;
     const size_t att = s->att_saved;                     /* what the backend's attention saves (backend_impl.h) */
     const size_t A = lf__act_size(s->dt);                /* bytes per element of a matmul input */
@@ -262,7 +329,7 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     llama_acts *x = acts ? acts : &dummy;
 
     layer_acts w = {0}; /* the working set: what no layer keeps */
-    w.oproj = lf__slot(p, LF__CAT_WORK, N * C);
+    w.oproj = lf__slot(p, LF__CAT_WORK, N * CQ);
     if (!keep_outputs) {
         w.h1 = lf__slot_bytes(p, LF__CAT_WORK, N * C * A);
         /* selective recomputes h2, then h1, one after the other: one buffer;
@@ -274,7 +341,7 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
         w.rstd1 = lf__slot(p, LF__CAT_WORK, N);
         w.qkv = lf__slot(p, LF__CAT_WORK, N * W);
         w.att = lf__slot(p, LF__CAT_WORK, att);
-        w.atty = lf__slot_bytes(p, LF__CAT_WORK, N * C * A);
+        w.atty = lf__slot_bytes(p, LF__CAT_WORK, N * Q * A);
         w.res2 = lf__slot(p, LF__CAT_WORK, N * C);
         w.rstd2 = lf__slot(p, LF__CAT_WORK, N);
         w.gu = lf__slot(p, LF__CAT_WORK, N * 2 * F);
@@ -289,7 +356,7 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
             a->rstd1 = lf__slot(p, LF__CAT_SAVED, N);
             a->qkv = lf__slot(p, LF__CAT_SAVED, N * W);
             a->att = lf__slot(p, LF__CAT_SAVED, att);
-            a->atty = lf__slot_bytes(p, LF__CAT_SAVED, N * C * A);
+            a->atty = lf__slot_bytes(p, LF__CAT_SAVED, N * Q * A);
             a->res2 = lf__slot(p, LF__CAT_SAVED, N * C);
             a->rstd2 = lf__slot(p, LF__CAT_SAVED, N);
             a->gu = lf__slot(p, LF__CAT_SAVED, N * 2 * F);
@@ -307,7 +374,7 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
     x->att_scratch = lf__slot(p, LF__CAT_WORK, s->att_scratch);
     x->dresidual = lf__slot(p, LF__CAT_WORK, N * C);
     x->dln = lf__slot(p, LF__CAT_WORK, N * C);
-    x->datty = lf__slot(p, LF__CAT_WORK, N * C);
+    x->datty = lf__slot(p, LF__CAT_WORK, N * Q);
     x->dqkv = lf__slot(p, LF__CAT_WORK, N * W);
     x->dgu = lf__slot(p, LF__CAT_WORK, N * 2 * F);
     x->dsw = lf__slot(p, LF__CAT_WORK, N * F);
@@ -332,7 +399,7 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
     const int B = rp->B, C = c->n_embd, NH = c->n_head;
-    const int W = qkv_width(c), F = c->ffn_hidden, N = B * T;
+    const int W = qkv_width(c), F = c->ffn_hidden, N = B * T, Q = q_width(c);
     const size_t NC = (size_t)N * C;
     layer_acts *a = &x->la[l];
     const int *ix = lf__layer_ix(m, l);
@@ -343,15 +410,15 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     lf__rope(m, rp, a->qkv, T);
     lf__attention_act(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T,
                       lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
-    lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), NULL, N, C, C, LF_W_OUT_IN);
+    lf__mm_forward(m, a->oproj, a->atty, PW(ix[P_O]), PW(ix[P_OB]), N, Q, C, LF_W_OUT_IN);
     /* res2 = residual + oproj and post_attention_layernorm in one pass (the
      * second residual add is unfused: see gpt2.c's block_forward) */
     lf__res_rms_forward(m, a->res2, a->h2, a->rstd2, residual, a->oproj, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
     /* gate and up are consecutive: one (2F, C) product */
-    lf__mm_forward(m, a->gu, a->h2, PW(ix[P_GATE]), NULL, N, C, 2 * F, LF_W_OUT_IN);
+    lf__mm_forward(m, a->gu, a->h2, PW(ix[P_GATE]), PW(ix[P_GATEB]), N, C, 2 * F, LF_W_OUT_IN);
     swiglu_forward(m, a->sw, a->gu, N, F);
     if (!whole) return;
-    lf__mm_forward(m, a->oproj, a->sw, PW(ix[P_DOWN]), NULL, N, F, C, LF_W_OUT_IN);
+    lf__mm_forward(m, a->oproj, a->sw, PW(ix[P_DOWN]), PW(ix[P_DOWNB]), N, F, C, LF_W_OUT_IN);
     be->ops->residual_forward(be, a->res3, a->res2, a->oproj, NC);
 }
 
@@ -391,8 +458,8 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     lf_backend *be = m->be;
     llama_acts *x = ACTS(rp);
     const lf_model_config *c = &m->cfg;
-    const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = head_size(c);
-    const int W = qkv_width(c), F = c->ffn_hidden, N = B * T, L = c->n_layer;
+    const int B = rp->B, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head;
+    const int W = qkv_width(c), F = c->ffn_hidden, N = B * T, L = c->n_layer, Q = q_width(c);
     layer_acts *a = &x->la[l];
     const int *ix = lf__layer_ix(m, l);
     const float *residual = block_input(x, l);
@@ -404,16 +471,18 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
         swiglu_forward(m, a->sw, a->gu, N, F);
     }
     /* dresidual = d(res3); res3 = res2 + down(swiglu(gate_up(h2))) */
-    lf__mm_backward(m, x->dsw, GR(ix[P_DOWN]), NULL, x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dsw, GR(ix[P_DOWN]), GR(ix[P_DOWNB]), x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C,
+                    LF_W_OUT_IN);
     be->ops->swiglu_backward(be, x->dgu, a->gu, x->dsw, N, F);
-    lf__mm_backward(m, x->dln, GR(ix[P_GATE]), NULL, x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dln, GR(ix[P_GATE]), GR(ix[P_GATEB]), x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F,
+                    LF_W_OUT_IN);
     be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N,
                               C);
     /* dresidual = d(res2); res2 = residual + o(attention(rope(qkv(h1)))) */
-    lf__mm_backward(m, x->datty, GR(ix[P_O]), NULL, x->dresidual, a->atty, PW(ix[P_O]), N, C, C, LF_W_OUT_IN);
-    be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NKV,
+    lf__mm_backward(m, x->datty, GR(ix[P_O]), GR(ix[P_OB]), x->dresidual, a->atty, PW(ix[P_O]), N, Q, C, LF_W_OUT_IN);
+    be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, Q, NH, NKV,
                                 lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
-    be->ops->rope_backward(be, x->dqkv, B, T, NH, NKV, HS, 0, c->rope_theta);
+    lf__rope_backward(m, rp, x->dqkv, T);
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* h1 shares h2's buffer */
         lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     lf__mm_backward(m, x->dln, GR(ix[P_Q]), GR(ix[P_QB]), x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
@@ -436,7 +505,7 @@ static const char *llama_given(lf_model_config *c, unsigned given, const char **
 }
 
 /* transformers' LlamaConfig / MistralConfig / Qwen2Config keys, in reading
- * order (then lf__hf_rope_theta and llama_hf_check). */
+ * order (then lf__hf_rope and llama_hf_check). */
 #define F(f) offsetof(lf_model_config, f)
 static const lf__hf_key k_hf_keys[] = {
     {"hidden_size", F(n_embd), LF__HF_INT, 1, 0, LF__HF_NO_FIELD},
@@ -459,30 +528,42 @@ enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2 }; /* k_hf_types order */
         if (s_ != LF_OK) return s_; \
     } while (0)
 
-/* The variants' own keys: q/k/v biases always (Qwen2) or never, the
- * sliding windows, and what llmforge's llama does not implement. */
-static lf_status hf_variant(const lf__hf_cfg *c, int kind, const lf_model_config *m) {
+/* The variants' own keys: Llama's bias flags (Qwen2: q/k/v biases always,
+ * Mistral: none), head_dim, the sliding windows, and what llmforge's llama
+ * does not implement. */
+static lf_status hf_variant(const lf__hf_cfg *c, int kind, lf_model_config *m) {
     const char *where = lf__hf_where(c);
-    if (kind != HF_QWEN2) {
+    if (kind == HF_LLAMA) { /* LlamaConfig's flags (Mistral's and Qwen2's classes have fixed biases) */
         int ab = 0, mb = 0;
         TRY(lf__hf_bool(c, "attention_bias", 0, &ab));
-        if (ab)
-            return lf_fail(LF_ERR_UNSUPPORTED,
-                           "%s: 'attention_bias' is true (q/k/v and o_proj biases); llmforge's "
-                           "llama has q/k/v biases only as Qwen2 has them",
-                           where);
         TRY(lf__hf_bool(c, "mlp_bias", 0, &mb));
-        if (mb) return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'mlp_bias' is true; llmforge's llama has no MLP biases", where);
+        m->bias = m->out_bias = ab; /* q/k/v and o_proj biases */
+        m->mlp_bias = mb;
+    } else if (kind == HF_MISTRAL) {
+        static const char *const flags[] = {"attention_bias", "mlp_bias"};
+        for (int i = 0; i < 2; i++) {
+            int on = 0;
+            TRY(lf__hf_bool(c, flags[i], 0, &on));
+            if (on)
+                return lf_fail(LF_ERR_UNSUPPORTED,
+                               "%s: '%s' is true, but MistralForCausalLM has no such biases (transformers ignores "
+                               "the key); remove it or set model_type \"llama\"",
+                               where, flags[i]);
+        }
     }
-    if (m->n_embd % m->n_head != 0)
-        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'hidden_size' %d is not divisible by 'num_attention_heads' %d", where,
-                       m->n_embd, m->n_head);
     int head_dim = 0;
-    TRY(lf__hf_int(c, "head_dim", 0, m->n_embd / m->n_head, &head_dim));
-    if (head_dim != m->n_embd / m->n_head)
+    TRY(lf__hf_int(c, "head_dim", 0, 0, &head_dim));
+    if (head_dim == 0 && m->n_embd % m->n_head != 0)
         return lf_fail(LF_ERR_UNSUPPORTED,
-                       "%s: 'head_dim' %d differs from hidden_size / num_attention_heads = %d (not supported)", where,
-                       head_dim, m->n_embd / m->n_head);
+                       "%s: 'hidden_size' %d is not divisible by 'num_attention_heads' %d (and no 'head_dim')", where,
+                       m->n_embd, m->n_head);
+    if (head_dim % 2 != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'head_dim' %d is odd (RoPE rotates pairs of channels)", where,
+                       head_dim);
+    if (head_dim > 1024)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'head_dim' %d is above llmforge's limit of 1024", where, head_dim);
+    /* kept only when it differs from the default, so the config stays the same */
+    m->head_dim = head_dim && (m->n_embd % m->n_head != 0 || head_dim != m->n_embd / m->n_head) ? head_dim : 0;
     if (m->n_head % m->n_kv_head != 0)
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'num_attention_heads' %d is not divisible by 'num_key_value_heads' %d",
                        where, m->n_head, m->n_kv_head);
@@ -499,9 +580,7 @@ static lf_status hf_variant(const lf__hf_cfg *c, int kind, const lf_model_config
 static lf_status llama_hf_check(const lf__hf_cfg *c, int kind, lf_model_config *m) {
     m->norm = LF_NORM_RMSNORM;
     m->bias = kind == HF_QWEN2; /* Qwen2: q/k/v biases, always */
-    double theta = 0;
-    TRY(lf__hf_rope_theta(c, &theta));
-    m->rope_theta = (float)theta;
+    TRY(lf__hf_rope(c, m));
     TRY(lf__hf_bool(c, "tie_word_embeddings", 0, &m->tie_embeddings));
     /* Mistral's window (null or absent: none): lf_model_config_validate
      * refuses a block_size beyond it, whatever sets the block size */

@@ -551,7 +551,7 @@ void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbia
 void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,
                    lf_dropout drop) {
     const lf_model_config *c = &m->cfg;
-    const int C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, HS = C / NH;
+    const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c), C = NH * HS; /* C: q channels */
     if (!m->kv || !m->kv->active) {
         m->be->ops->attention_forward(m->be, out, att, qkv, rp->B, T, C, NH, NKV, drop);
         return;
@@ -579,7 +579,7 @@ void lf__attention_act(const lf_model *m, const lf__replica *rp, int l, void *ou
                        const float *qkv, int T, lf_dropout drop) {
     if (m->plan_dt == LF_ACT_BF16) {
         lf__attention(m, rp, l, tmp, att, qkv, T, drop);
-        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_embd);
+        lf__act_convert(m, out, tmp, (size_t)rp->B * T * m->cfg.n_head * lf__head_size(&m->cfg));
     } else {
         lf__attention(m, rp, l, out, att, qkv, T, drop);
     }
@@ -630,18 +630,36 @@ int lf_session_ragged_rows(const lf_segment *seg, int i) {
     return rows;
 }
 
+/* The rope op over positions [pos0, pos0 + T), with the table of sequence
+ * length pos0 + T (rope.c: only dynamic NTK reads it). */
+static void rope_run(const lf_model *m, float *x, int B, int T, int pos0, float sgn) {
+    const lf_model_config *c = &m->cfg;
+    const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c);
+    float inv[LF__ROPE_MAX_HALF], scale = 1.0f;
+    if (HS / 2 > LF__ROPE_MAX_HALF) { /* the config's validation refuses it */
+        lf__backend_fail(m->be, LF_ERR_UNSUPPORTED, "rope: head size %d is above %d", HS, 2 * LF__ROPE_MAX_HALF);
+        return;
+    }
+    lf__rope_freqs(c, HS, pos0 + T, inv, &scale);
+    if (sgn > 0) m->be->ops->rope_forward(m->be, x, B, T, NH, NKV, HS, pos0, inv, scale);
+    else m->be->ops->rope_backward(m->be, x, B, T, NH, NKV, HS, pos0, inv, scale);
+}
+
 void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T) {
     const lf_model_config *c = &m->cfg;
-    const int NH = c->n_head, NKV = c->n_kv_head, HS = c->n_embd / NH;
+    const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c);
     if (!ragged(m)) {
-        m->be->ops->rope_forward(m->be, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, c->rope_theta);
+        rope_run(m, qkv, rp->B, T, m->cur_pos0, 1.0f);
         return;
     }
     const lf__kv *kv = m->kv;
     const size_t W = (size_t)(NH + 2 * NKV) * HS;
     for (int i = 0; i < kv->n_seg; i++)
-        m->be->ops->rope_forward(m->be, qkv + (size_t)kv->row0[i] * W, 1, kv->seg[i].len, NH, NKV, HS, kv->seg[i].pos,
-                                 c->rope_theta);
+        rope_run(m, qkv + (size_t)kv->row0[i] * W, 1, kv->seg[i].len, kv->seg[i].pos, 1.0f);
+}
+
+void lf__rope_backward(const lf_model *m, const lf__replica *rp, float *dqkv, int T) {
+    rope_run(m, dqkv, rp->B, T, m->cur_pos0, -1.0f);
 }
 
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {

@@ -158,9 +158,23 @@ lf_status lf__hf_int(const lf__hf_cfg *c, const char *key, int required, int dfl
 lf_status lf__hf_num(const lf__hf_cfg *c, const char *key, double dflt, double *out); /* in (0, 1] */
 lf_status lf__hf_bool(const lf__hf_cfg *c, const char *key, int dflt, int *out);
 lf_status lf__hf_str(const lf__hf_cfg *c, const char *key, const char *dflt, const char **out);
-/* rope_theta from either spelling (4.x top level, 5.x rope_parameters),
- * default 10000; every RoPE variant but plain refused. */
-lf_status lf__hf_rope_theta(const lf__hf_cfg *c, double *theta);
+/* RoPE from either spelling (4.x rope_theta + rope_scaling, 5.x
+ * rope_parameters): m->rope_theta (default 10000) and m->rope; keys
+ * llmforge does not implement refused by their config.json names. */
+lf_status lf__hf_rope(const lf__hf_cfg *c, lf_model_config *m);
+
+/* rope.c: RoPE's table for sequence length S (only the dynamic type reads
+ * it): inv[0 .. HS/2) and the cos/sin factor; whether the table depends on
+ * S; the type's config.json name and its parse; the config's check; the
+ * rope_scaling object for config.json (like snprintf). */
+void lf__rope_freqs(const lf_model_config *c, int HS, int S, float *inv, float *scale);
+int lf__rope_depends_on_length(const lf_model_config *c);
+const char *lf__rope_type_name(lf_rope_type t);
+int lf__rope_type_parse(const char *s, lf_rope_type *out);
+lf_status lf__rope_validate(const lf_model_config *c);
+int lf__rope_hf_json(const lf_model_config *c, char *buf, size_t cap);
+/* RoPE tables are at most this many pairs (head size 2 * LF__ROPE_MAX_HALF). */
+#define LF__ROPE_MAX_HALF 512
 
 typedef struct lf__model_arch {
     const char *name; /* model.arch */
@@ -333,6 +347,10 @@ static inline const int *lf__layer_ix(const lf_model *m, int l) {
  * per batch row, so the replica's slice draws the unsplit batch's masks.
  * Sites are numbered per layer (0..7); layer L is the embeddings'. */
 lf_dropout lf__drop_at(const lf_model *m, const lf__replica *rp, int layer, int site, uint64_t row_elems);
+/* Channels per attention head: head_dim, else n_embd / n_head. */
+static inline int lf__head_size(const lf_model_config *c) {
+    return c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head;
+}
 /* Padded vocabulary (embedding rows). */
 static inline int lf__vp(const lf_model_config *c) {
     return c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
@@ -368,6 +386,8 @@ void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float
 int lf__head_rows(const lf_model *m, float *x, int N, int C);
 /* RoPE on qkv rows at their positions (cur_pos0.., or per run). */
 void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T);
+/* rope_backward on dqkv (B,T,W) with lf__rope's table (positions from cur_pos0). */
+void lf__rope_backward(const lf_model *m, const lf__replica *rp, float *dqkv, int T);
 
 /* Causal attention of layer l for replica rp's T rows (positions cur_pos0..):
  * attention_forward over the rows, or with the session's cache active,

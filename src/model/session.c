@@ -71,7 +71,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     }
     lf_status st = lf_model_plan(v, B, T, NULL);
     const lf_model_config *c = &m->cfg;
-    const int L = c->n_layer, HS = c->n_embd / c->n_head;
+    const int L = c->n_layer, HS = lf__head_size(c);
     const size_t per = (size_t)B * c->n_kv_head * T * HS;
     if (st == LF_OK && with_cache && m->be->ops->kv_append && m->be->ops->attention_cached) {
         s->kv.k = calloc(2 * (size_t)L, sizeof(float *));
@@ -216,7 +216,7 @@ static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend
     lf__planner p = {0};
     lf__lay_out(a, &sp, NULL, &p);
     const size_t kv = with_cache
-                          ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)(c.n_embd / c.n_head) * sizeof(float)
+                          ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)lf__head_size(&c) * sizeof(float)
                           : 0;
     *bytes = p.used + kv;
     return LF_OK;

@@ -104,6 +104,11 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON_AddBoolToObject(mo, "bias", mc->bias != 0);
     cJSON_AddNumberToObject(mo, "dropout", mc->dropout);
     if (mc->sliding_window > 0) cJSON_AddNumberToObject(mo, "sliding_window", mc->sliding_window);
+    if (!lf_model_config_extras_default(mc)) { /* head_dim, biases, RoPE scaling from an HF config.json */
+        char extras[1024];
+        lf_model_config_extras_json(mc, extras, sizeof extras);
+        cJSON_AddItemToObject(mo, "extras", cJSON_Parse(extras));
+    }
     cJSON_AddStringToObject(o, "tokenizer", t->tok_spec);
     if (t->best_ckpt[0]) cJSON_AddStringToObject(o, "best_checkpoint", t->best_ckpt);
     cJSON *bm = cJSON_AddObjectToObject(o, "best_metric");

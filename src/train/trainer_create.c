@@ -181,6 +181,11 @@ static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
         HF_KEY(LF_MODEL_GIVEN_BLOCK_SIZE, block_size, "model.block_size", "%d", int);
     }
 #undef HF_KEY
+    /* no model.* key sets these: they are config.json's */
+    m->head_dim = h.head_dim;
+    m->out_bias = h.out_bias;
+    m->mlp_bias = h.mlp_bias;
+    m->rope = h.rope;
     if (len)
         return lf_fail(LF_ERR_MISMATCH, "--init-from '%s': the configuration disagrees with its config.json: %s",
                        lf_hf_dir(hf), bad);

@@ -119,6 +119,36 @@ static lf_status resume_read(lf_trainer *t, const char *path, char **dir, char *
  * trainer's counters. rollback: the same in process (monitor.alerts.*.action
  * rollback): no resume record, no configuration check (it is this run's),
  * and the caller sets the data cursor and the rollback count. */
+/* The fields of the model that only a config.json sets (head_dim, biases,
+ * RoPE scaling: trainer_state.json's model.extras, absent when default)
+ * must be this run's: the weights would load (RoPE has no tensors) into a
+ * different model. */
+static lf_status check_model_extras(const lf_trainer *t, const cJSON *o, const char *where) {
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(o, "model");
+    const cJSON *ex = cJSON_IsObject(mo) ? cJSON_GetObjectItemCaseSensitive(mo, "extras") : NULL;
+    lf_model_config saved = t->mcfg;
+    saved.head_dim = saved.out_bias = saved.mlp_bias = 0;
+    memset(&saved.rope, 0, sizeof saved.rope);
+    if (ex) {
+        char *text = cJSON_PrintUnformatted(ex);
+        char msg[LF_PATH_MAX + 64];
+        snprintf(msg, sizeof msg, "checkpoint '%s': model.extras", where);
+        lf_status st = text ? lf_model_config_extras_parse(text, msg, &saved)
+                            : lf_fail(LF_ERR_NOMEM, "out of memory reading checkpoint '%s'", where);
+        cJSON_free(text);
+        if (st != LF_OK) return st;
+    }
+    char a[1024], b[1024];
+    lf_model_config_extras_json(&saved, a, sizeof a);
+    lf_model_config_extras_json(&t->mcfg, b, sizeof b);
+    if (strcmp(a, b) != 0)
+        return lf_fail(LF_ERR_MISMATCH,
+                       "checkpoint '%s' holds a model with %s; this run's model has %s (resume with the same "
+                       "--init-from)",
+                       where, a, b);
+    return LF_OK;
+}
+
 lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
     char *dir = NULL, *state = NULL;
     size_t n = lf_model_num_params(t->model);
@@ -135,6 +165,11 @@ lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
     if (!cJSON_IsNumber(step) || step->valuedouble < 0) {
         cJSON_Delete(o);
         st = lf_fail(LF_ERR_FORMAT, "checkpoint '%s': trainer_state.json has no valid \"step\"", where);
+        lf_free(dir);
+        return st;
+    }
+    if ((st = check_model_extras(t, o, where)) != LF_OK) {
+        cJSON_Delete(o);
         lf_free(dir);
         return st;
     }

@@ -138,6 +138,15 @@ static inline double ref_rope_angle(int p, int i, int HS, float theta, int exact
     return (double)((float)p * inv);
 }
 
+/* The plain RoPE table the model passes the rope ops (src/model/rope.c's
+ * default: the float exponent 2i/HS, powf, the float reciprocal), in a
+ * static buffer (tests are single-threaded). */
+static inline const float *ref_rope_table(int HS, float theta) {
+    static float inv[1024];
+    for (int i = 0; i < HS / 2 && i < 1024; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+    return inv;
+}
+
 /* RoPE (rotate_half convention) in place on the q and k heads of qkv rows
  * [q: NH*HS | k: NKV*HS | v: NKV*HS]; row t at position pos0 + t. */
 static inline void ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int HS, int pos0,

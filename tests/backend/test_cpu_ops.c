@@ -325,7 +325,7 @@ static void rope_case(int b_, int t_, int nh, int nkv, int hs, int pos0, float t
     const size_t w = (size_t)(nh + 2 * nkv) * hs, n = (size_t)b_ * t_ * w;
     ten x = ten_rand(n, 1, 60);
     float *x0 = floats_copy(x.f, n);
-    ops()->ops->rope_forward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, theta);
+    ops()->ops->rope_forward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, ref_rope_table(hs, theta), 1.0f);
     ref_rope_forward(x.d, b_, t_, nh, nkv, hs, pos0, theta, 0);
     char what[96];
     snprintf(what, sizeof what, "rope hs=%d pos0=%d theta=%g", hs, pos0, (double)theta);
@@ -335,7 +335,7 @@ static void rope_case(int b_, int t_, int nh, int nkv, int hs, int pos0, float t
         assert_memory_equal(x.f + v0, x0 + v0, (size_t)nkv * hs * sizeof(float));
     }
     /* backward is the transpose, and a rotation's transpose is its inverse */
-    ops()->ops->rope_backward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, theta);
+    ops()->ops->rope_backward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, ref_rope_table(hs, theta), 1.0f);
     double worst = 0;
     for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)x.f[i] - x0[i]));
     if (!(worst <= 1e-5)) fail_msg("%s: backward(forward(x)) - x = %.3g", what, worst);
@@ -355,17 +355,17 @@ static void test_rope_forward(void **state) {
     const int hs = 32, nh = 2, nkv = 1, w = (nh + 2 * nkv) * hs;
     ten x = ten_rand((size_t)w, 1, 61);
     float *y = floats_copy(x.f, x.n);
-    ops()->ops->rope_forward(ops(), y, 1, 1, nh, nkv, hs, 0, 10000.0f);
+    ops()->ops->rope_forward(ops(), y, 1, 1, nh, nkv, hs, 0, ref_rope_table(hs, 10000.0f), 1.0f);
     assert_memory_equal(y, x.f, x.n * sizeof(float));
 
     /* KV-cache decoding: one row at pos0 = p is row p of the whole sequence */
     const int tt = 40;
     ten seq = ten_rand((size_t)tt * w, 1, 62);
     float *whole = floats_copy(seq.f, seq.n);
-    ops()->ops->rope_forward(ops(), whole, 1, tt, nh, nkv, hs, 0, 10000.0f);
+    ops()->ops->rope_forward(ops(), whole, 1, tt, nh, nkv, hs, 0, ref_rope_table(hs, 10000.0f), 1.0f);
     for (int p = 0; p < tt; p += 13) {
         float *row = floats_copy(seq.f + (size_t)p * w, (size_t)w);
-        ops()->ops->rope_forward(ops(), row, 1, 1, nh, nkv, hs, p, 10000.0f);
+        ops()->ops->rope_forward(ops(), row, 1, 1, nh, nkv, hs, p, ref_rope_table(hs, 10000.0f), 1.0f);
         assert_memory_equal(row, whole + (size_t)p * w, (size_t)w * sizeof(float));
         free(row);
     }
@@ -374,13 +374,52 @@ static void test_rope_forward(void **state) {
      * differs by far more than the tolerance, so the check above pins it */
     const int pos = 70000, hs2 = 128;
     ten a = ten_rand((size_t)3 * hs2, 1, 63);
-    ops()->ops->rope_forward(ops(), a.f, 1, 1, 1, 1, hs2, pos, 500000.0f);
+    ops()->ops->rope_forward(ops(), a.f, 1, 1, 1, 1, hs2, pos, ref_rope_table(hs2, 500000.0f), 1.0f);
     ref_rope_forward(a.d, 1, 1, 1, 1, hs2, pos, 500000.0f, 1);
     const double e_exact = ref_err_d(a.f, a.d, a.n, 1e-6);
     if (getenv("LF_TEST_VERBOSE")) printf("  rope at position %d against an exact angle: error %.3g\n", pos, e_exact);
     assert_true(e_exact > 100 * FWD_TOL);
     free(y); free(whole);
     ten_free(&x); ten_free(&seq); ten_free(&a);
+}
+
+/* The op rotates with the caller's table and scales cos and sin by its
+ * factor (a scaled RoPE: YaRN's attention factor): against a double
+ * reference with the same float table and float angle; backward is the
+ * transpose, so backward(forward(x)) = scale^2 x. */
+static void test_rope_table(void **state) {
+    (void)state;
+    const int b_ = 2, t_ = 37, nh = 3, nkv = 1, hs = 24, pos0 = 5, half = hs / 2;
+    const float scale = 1.25f;
+    float inv[12];
+    for (int i = 0; i < half; i++) inv[i] = 0.9f / (float)((i + 1) * (i + 1)); /* not a power law */
+    const size_t w = (size_t)(nh + 2 * nkv) * hs, n = (size_t)b_ * t_ * w;
+    ten x = ten_rand(n, 1, 64);
+    float *x0 = floats_copy(x.f, n);
+    ops()->ops->rope_forward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, inv, scale);
+    for (int b = 0; b < b_; b++)
+        for (int t = 0; t < t_; t++)
+            for (int hd = 0; hd < nh + nkv; hd++) {
+                double *d = x.d + ((size_t)b * t_ + t) * w + (size_t)hd * hs;
+                for (int i = 0; i < half; i++) {
+                    const double a = (double)((float)(pos0 + t) * inv[i]);
+                    const double c = scale * cos(a), sn = scale * sin(a), x1 = d[i], x2 = d[i + half];
+                    d[i] = x1 * c - x2 * sn;
+                    d[i + half] = x2 * c + x1 * sn;
+                }
+            }
+    REF_CHECK("rope with a table and a cos/sin factor", x.f, x.d, n, FWD_TOL);
+    ops()->ops->rope_backward(ops(), x.f, b_, t_, nh, nkv, hs, pos0, inv, scale);
+    double worst = 0;
+    for (size_t r = 0; r < (size_t)b_ * t_; r++)
+        for (size_t k = 0; k < w; k++) {
+            const size_t i = r * w + k;
+            const double want = k < (size_t)(nh + nkv) * hs ? (double)scale * scale * x0[i] : x0[i];
+            worst = fmax(worst, fabs((double)x.f[i] - want));
+        }
+    if (!(worst <= 1e-5)) fail_msg("rope table: backward(forward(x)) - scale^2 x = %.3g", worst);
+    free(x0);
+    ten_free(&x);
 }
 
 static void test_swiglu_forward(void **state) {
@@ -703,7 +742,7 @@ static void test_thread_count_determinism(void **state) {
         ops()->ops->attention_forward(ops(), tmp, att, x.f, b_, t_, c2, nh2, 1, off);
         ops()->ops->attention_backward(ops(), res[r][11], scratch, d.f, x.f, att, b_, t_, c2, nh2, 1, off);
         memcpy(res[r][12], x.f, len[12] * sizeof(float));
-        ops()->ops->rope_forward(ops(), res[r][12], b_, t_, 4, 1, c_ / 2, 5, 10000.0f); /* W = 6 * 50 = 3 c_ */
+        ops()->ops->rope_forward(ops(), res[r][12], b_, t_, 4, 1, c_ / 2, 5, ref_rope_table(c_ / 2, 10000.0f), 1.0f); /* W = 6 * 50 = 3 c_ */
         ss[r] = ops()->ops->sum_squares(ops(), big.f, big.n);
     }
     const char *names[NRES] = {"encoder dwte", "encoder dwpe", "layernorm dinp", "layernorm dweight",
@@ -738,6 +777,7 @@ int main(void) {
         cmocka_unit_test(test_attention_forward),
         cmocka_unit_test(test_rmsnorm_forward),
         cmocka_unit_test(test_rope_forward),
+        cmocka_unit_test(test_rope_table),
         cmocka_unit_test(test_swiglu_forward),
         cmocka_unit_test(test_gelu_residual_forward),
         cmocka_unit_test(test_dropout_forward_mask),

@@ -194,7 +194,7 @@ static void rope_case(int B, int T, int NH, int NKV, int HS, int pos0, float the
      * and leaves the gradient w.r.t. the unrotated one, v part included */
     ten g = ten_new(n);
     memcpy(g.f, R.f, n * sizeof(float));
-    ops()->ops->rope_backward(ops(), g.f, B, T, NH, NKV, HS, pos0, theta);
+    ops()->ops->rope_backward(ops(), g.f, B, T, NH, NKV, HS, pos0, ref_rope_table(HS, theta), 1.0f);
     rope_ctx ctx = {x.d, y.d, R.d, B, T, NH, NKV, HS, pos0, theta};
     ref_fd_grad(g.d, x.d, n, rope_loss, &ctx);
     char what[96];

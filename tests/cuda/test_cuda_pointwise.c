@@ -37,8 +37,16 @@
  *  - the grid-stride loop past the 65535-block grid cap (one element-wise
  *    op over 16.8M elements, exact).
  */
+#include <math.h>
 #include "pw_test_util.h"
 #include "backend/cuda/cuda_pointwise.h"
+
+/* The plain RoPE table the model passes the rope ops (src/model/rope.c's default). */
+static const float *rope_tab(int HS, float theta) {
+    static float inv[1024];
+    for (int i = 0; i < HS / 2 && i < 1024; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+    return inv;
+}
 
 /* ---------------------------------------------------------------- RNG */
 
@@ -284,10 +292,10 @@ static void rope_run(void *vc, void *out) {
     rope_ctx *c = vc;
     float *o = out;
     pw_put(c->be, c->d_x, c->x, c->n * 4);
-    c->be->ops->rope_forward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, c->theta);
+    c->be->ops->rope_forward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.25f);
     pw_down(c->be, o, c->d_x, c->n * 4);
     pw_put(c->be, c->d_x, c->x, c->n * 4);
-    c->be->ops->rope_backward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, c->theta);
+    c->be->ops->rope_backward(c->be, c->d_x, c->B, c->T, c->NH, c->NKV, c->HS, c->pos0, rope_tab(c->HS, c->theta), 1.25f);
     pw_down(c->be, o + c->n, c->d_x, c->n * 4);
 }
 
@@ -308,20 +316,22 @@ static void test_rope(void **state) {
     rope_run(&c, got);
     memcpy(ref, x, n * 4);
     memcpy(ref + n, x, n * 4);
-    e.cpu->ops->rope_forward(e.cpu, ref, B, T, NH, NKV, HS, pos0, 10000.0f);
-    e.cpu->ops->rope_backward(e.cpu, ref + n, B, T, NH, NKV, HS, pos0, 10000.0f);
-    /* out = a cos - c sin: the factors are the same floats (the host's
-     * inv_freq, the float product, double cos/sin rounded once; a GPU's
-     * double cos/sin may move a factor by one float ulp <= 2u), the
-     * products and the difference rounded <= 3 times: within
-     * 6u (|a| + |c|). The v part is copied through: the same bits. */
+    e.cpu->ops->rope_forward(e.cpu, ref, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.25f);
+    e.cpu->ops->rope_backward(e.cpu, ref + n, B, T, NH, NKV, HS, pos0, rope_tab(HS, 10000.0f), 1.25f);
+    /* out = a cs - c sn with cs = cos * 1.25, sn = sin * 1.25 (the cos/sin
+     * factor a scaled RoPE passes): the factors are the same floats (the
+     * host's inv_freq, the float product, double cos/sin rounded once, then
+     * the float product with the factor; a GPU's double cos/sin may move a
+     * factor by one float ulp <= 2u, times 1.25), the products and the
+     * difference rounded <= 3 times: within 9u (|a| + |c|). The v part is
+     * copied through: the same bits. */
     for (size_t r = 0; r < (size_t)B * T; r++) {
         for (int k = 0; k < W; k++) {
             const size_t i = r * W + k;
             double t = 0.0;
             if (k < (NH + NKV) * HS) {
                 const int hd = k / HS, j = k % HS, p = j < HS / 2 ? j + HS / 2 : j - HS / 2;
-                t = 6.0 * PW_U * (fabs((double)x[i]) + fabs((double)x[r * W + (size_t)hd * HS + p]));
+                t = 9.0 * PW_U * (fabs((double)x[i]) + fabs((double)x[r * W + (size_t)hd * HS + p]));
             }
             tol[i] = tol[n + i] = t;
         }
@@ -655,13 +665,13 @@ static void test_refusals(void **state) {
     float *d = NULL; /* the ops are refused before they touch it */
     assert_int_equal(cudaMalloc((void **)&d, 4096), cudaSuccess);
     lf_backend *be = pw_fresh();
-    be->ops->rope_forward(be, d, 1, 2, 2, 1, 9, 0, 10000.0f);
+    be->ops->rope_forward(be, d, 1, 2, 2, 1, 9, 0, rope_tab(9, 10000.0f), 1.0f);
     pw_expect_fail(be, LF_ERR_INVALID_ARG, "rope_forward: head size 9");
     be = pw_fresh();
-    be->ops->rope_backward(be, d, 1, 2, 3, 2, 4, 0, 10000.0f);
+    be->ops->rope_backward(be, d, 1, 2, 3, 2, 4, 0, rope_tab(4, 10000.0f), 1.0f);
     pw_expect_fail(be, LF_ERR_INVALID_ARG, "rope_backward: 12 channels, 3 heads, 2 key/value heads");
     be = pw_fresh();
-    be->ops->rope_forward(be, d, 1, 2, 1, 1, 4, (1 << 24) - 1, 10000.0f);
+    be->ops->rope_forward(be, d, 1, 2, 1, 1, 4, (1 << 24) - 1, rope_tab(4, 10000.0f), 1.0f);
     pw_expect_fail(be, LF_ERR_INVALID_ARG, "at most 2^24");
     be = pw_fresh();
     be->ops->gelu_forward(be, d, LF_DT_BF16, d, 4);

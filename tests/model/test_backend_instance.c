@@ -15,6 +15,7 @@
  *  - cpu-fenced's regions belong to its instance: an op of one fenced
  *    instance does not open the memory of another (SIGSEGV in a child).
  */
+#include <math.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include "test_util.h"
@@ -22,6 +23,13 @@
 #include "backend/cpu/cpu_internal.h"
 #include "llmforge/backend.h"
 #include "llmforge/model.h"
+
+/* The plain RoPE table the model passes the rope ops (src/model/rope.c's default). */
+static const float *rope_tab(int HS, float theta) {
+    static float inv[1024];
+    for (int i = 0; i < HS / 2 && i < 1024; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+    return inv;
+}
 
 static void test_open_unknown(void **state) {
     (void)state;
@@ -76,7 +84,7 @@ static void test_precondition_is_sticky(void **state) {
     /* a later good op does not clear it, nor does a second failure replace it */
     be->ops->kv_append(be, kc, vc, qkv, B, 1, NH, NKV, HS, 0, Tmax);
     assert_true(kc[0] == qkv[NH * HS]); /* that op ran */
-    be->ops->rope_forward(be, qkv, 1, 1, NH, NKV, 3, 0, 10000.0f);
+    be->ops->rope_forward(be, qkv, 1, 1, NH, NKV, 3, 0, rope_tab(3, 10000.0f), 1.0f);
     assert_int_equal(lf_backend_sync(be), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("kv_append");
     /* the shared instance is another instance */
@@ -84,7 +92,7 @@ static void test_precondition_is_sticky(void **state) {
     lf_backend_close(be);
     /* rope on an odd head size, on a fresh instance */
     LF_ASSERT_OK(lf_backend_open("cpu", &be));
-    be->ops->rope_forward(be, qkv, 1, 1, NH, NKV, 3, 0, 10000.0f);
+    be->ops->rope_forward(be, qkv, 1, 1, NH, NKV, 3, 0, rope_tab(3, 10000.0f), 1.0f);
     assert_int_equal(lf_backend_sync(be), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("rope_forward: head size 3");
     lf_backend_close(be);

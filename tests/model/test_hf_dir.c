@@ -604,21 +604,28 @@ static void test_config_refusals(void **state) {
     (void)state;
     config_case("model_type", cJSON_CreateString("bert"), LF_ERR_UNSUPPORTED, "'bert' is not supported",
                 "llama, mistral, qwen2, gpt2");
+    config_case("rope_scaling", obj2("rope_type", cJSON_CreateString("longrope"), "factor", cJSON_CreateNumber(8)),
+                LF_ERR_UNSUPPORTED, "'rope_scaling.rope_type' is 'longrope'", "llama3");
+    config_case("rope_scaling", obj2("type", cJSON_CreateString("linear"), NULL, NULL), LF_ERR_CONFIG,
+                "needs 'rope_scaling.factor'", NULL);
     config_case("rope_scaling", obj2("rope_type", cJSON_CreateString("llama3"), "factor", cJSON_CreateNumber(8)),
-                LF_ERR_UNSUPPORTED, "'rope_scaling'", "llama3");
-    config_case("rope_parameters",
-                obj2("rope_type", cJSON_CreateString("linear"), "rope_theta", cJSON_CreateNumber(10000)),
-                LF_ERR_UNSUPPORTED, "'rope_parameters.rope_type'", "linear");
+                LF_ERR_CONFIG, "'llama3' needs 'rope_scaling.", "_freq_factor'");
+    config_case("rope_parameters", obj2("rope_type", cJSON_CreateString("linear"), "beta_fast", cJSON_CreateNumber(8)),
+                LF_ERR_UNSUPPORTED, "'rope_parameters.beta_fast' is not a key of RoPE type 'linear'", NULL);
+    config_case("rope_parameters", obj2("rope_type", cJSON_CreateString("dynamic"), "factor", cJSON_CreateNumber(0.5)),
+                LF_ERR_UNSUPPORTED, "'rope_parameters.factor' is 0.5", NULL);
     config_case("rope_parameters",
                 obj2("rope_type", cJSON_CreateString("default"), "partial_rotary_factor", cJSON_CreateNumber(0.5)),
                 LF_ERR_UNSUPPORTED, "'rope_parameters.partial_rotary_factor'", NULL);
+    config_case("partial_rotary_factor", cJSON_CreateNumber(0.5), LF_ERR_UNSUPPORTED, "'partial_rotary_factor' is 0.5",
+                NULL);
+    config_case("rope_scaling", cJSON_CreateNumber(2), LF_ERR_CONFIG, "'rope_scaling' is not an object", NULL);
     config_case("num_key_value_heads", cJSON_CreateNumber(4), LF_ERR_UNSUPPORTED, "'num_key_value_heads' 4",
                 "not divisible");
     config_case("hidden_act", cJSON_CreateString("gelu"), LF_ERR_UNSUPPORTED, "'hidden_act'", "gelu");
-    config_case("attention_bias", cJSON_CreateTrue(), LF_ERR_UNSUPPORTED, "'attention_bias'", NULL);
-    config_case("mlp_bias", cJSON_CreateTrue(), LF_ERR_UNSUPPORTED, "'mlp_bias'", NULL);
-    config_case("head_dim", cJSON_CreateNumber(16), LF_ERR_UNSUPPORTED, "'head_dim' 16", NULL);
-    config_case("hidden_size", cJSON_CreateNumber(50), LF_ERR_UNSUPPORTED, "'hidden_size' 50", "not divisible");
+    config_case("attention_bias", cJSON_CreateNumber(1), LF_ERR_CONFIG, "'attention_bias'", NULL);
+    config_case("head_dim", cJSON_CreateNumber(15), LF_ERR_UNSUPPORTED, "'head_dim' 15 is odd", NULL);
+    config_case("head_dim", cJSON_CreateNumber(2048), LF_ERR_UNSUPPORTED, "'head_dim' 2048", NULL);
     config_case("hidden_size", NULL, LF_ERR_CONFIG, "'hidden_size' missing", NULL);
     config_case("hidden_size", cJSON_CreateNumber(48.5), LF_ERR_CONFIG, "'hidden_size'", "not an integer");
     config_case("num_hidden_layers", cJSON_CreateString("2"), LF_ERR_CONFIG, "'num_hidden_layers' is not a number",
@@ -669,6 +676,50 @@ static void test_config_variants(void **state) {
     cJSON *v3[] = {cJSON_CreateTrue()};
     c = config_after(k3, v3, 1);
     assert_int_equal(c.tie_embeddings, 1);
+
+    /* head_dim other than hidden/heads; Llama's attention_bias (q/k/v/o) and mlp_bias */
+    const char *kh[] = {"head_dim", "attention_bias", "mlp_bias"};
+    cJSON *vh[] = {cJSON_CreateNumber(16), cJSON_CreateTrue(), cJSON_CreateTrue()};
+    c = config_after(kh, vh, 3);
+    assert_int_equal(c.head_dim, 16);
+    assert_true(c.bias && c.out_bias && c.mlp_bias);
+    /* hidden_size not divisible by the heads is fine with an explicit head_dim */
+    const char *kd[] = {"hidden_size"};
+    cJSON *vd[] = {cJSON_CreateNumber(50)};
+    c = config_after(kd, vd, 1);
+    assert_int_equal(c.head_dim, 8);
+    const char *kd2[] = {"hidden_size", "head_dim"};
+    cJSON *vd2[] = {cJSON_CreateNumber(48), cJSON_CreateNumber(8)}; /* = hidden/heads: kept as the default */
+    c = config_after(kd2, vd2, 2);
+    assert_int_equal(c.head_dim, 0);
+
+    /* RoPE scaling, both spellings; rope_scaling wins over rope_parameters as in transformers */
+    cJSON *l3 = obj2("rope_type", cJSON_CreateString("llama3"), "factor", cJSON_CreateNumber(8));
+    cJSON_AddNumberToObject(l3, "low_freq_factor", 1);
+    cJSON_AddNumberToObject(l3, "high_freq_factor", 4);
+    cJSON_AddNumberToObject(l3, "rope_theta", 500000);
+    const char *kr[] = {"rope_parameters"};
+    cJSON *vr[] = {l3};
+    c = config_after(kr, vr, 1);
+    assert_int_equal(c.rope.type, LF_ROPE_LLAMA3);
+    assert_true(c.rope.factor == 8 && c.rope.low_freq_factor == 1 && c.rope.high_freq_factor == 4);
+    assert_int_equal(c.rope.original_max_position_embeddings, 64); /* absent: max_position_embeddings */
+    cJSON *yn = obj2("type", cJSON_CreateString("yarn"), "factor", cJSON_CreateNumber(4));
+    cJSON_AddNumberToObject(yn, "original_max_position_embeddings", 16);
+    cJSON_AddFalseToObject(yn, "truncate");
+    const char *ky[] = {"rope_scaling", "rope_theta"};
+    cJSON *vy[] = {yn, cJSON_CreateNumber(500000)};
+    c = config_after(ky, vy, 2);
+    assert_int_equal(c.rope.type, LF_ROPE_YARN);
+    assert_int_equal(c.rope.original_max_position_embeddings, 16);
+    assert_int_equal(c.rope.max_position_embeddings, 64);
+    assert_int_equal(c.rope.no_truncate, 1);
+    const char *kn[] = {"rope_scaling", "rope_theta"};
+    cJSON *vn[] = {obj2("type", cJSON_CreateString("dynamic"), "factor", cJSON_CreateNumber(2)),
+                   cJSON_CreateNumber(500000)};
+    c = config_after(kn, vn, 2);
+    assert_int_equal(c.rope.type, LF_ROPE_DYNAMIC);
+    assert_int_equal(c.rope.max_position_embeddings, 64);
 
     /* mistral: a llama that keeps its sliding window; a block_size beyond the window is
      * refused (no windowed attention yet) whatever sets it: the HF maximum, or a user's
@@ -766,6 +817,23 @@ static void test_gpt2_config(void **state) {
     assert_memory_equal(got, v, sizeof v);
     lf_hf_close(h);
 
+    /* refused by their config.json names, not the model.* keys they map to */
+    g_key = "n_inner";
+    g_value = cJSON_CreateNumber(100);
+    edit_json(dir, "config.json", edit_set);
+    expect_config_fails(dir, LF_ERR_UNSUPPORTED, "'n_inner' 100 is not supported", NULL);
+    assert_null(strstr(lf_last_error(), "model."));
+    g_key = "n_inner";
+    g_value = cJSON_CreateNumber(256); /* 4 * n_embd: the one width llmforge's gpt2 has */
+    edit_json(dir, "config.json", edit_set);
+    g_key = "layer_norm_epsilon";
+    g_value = cJSON_CreateNumber(1e-6);
+    edit_json(dir, "config.json", edit_set);
+    expect_config_fails(dir, LF_ERR_UNSUPPORTED, "'layer_norm_epsilon' 1e-06 is not supported", NULL);
+    assert_null(strstr(lf_last_error(), "model."));
+    g_key = "layer_norm_epsilon";
+    g_value = cJSON_CreateNumber(1e-5);
+    edit_json(dir, "config.json", edit_set);
     g_key = "activation_function";
     g_value = cJSON_CreateString("relu");
     edit_json(dir, "config.json", edit_set);

@@ -327,13 +327,15 @@ static void w_bf16_matmul_backward(lf_backend *be, float *dinp, float *dweight, 
     op_end(be, "matmul_backward", f0);
 }
 
-static void w_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
+static void w_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                           const float *inv_freq, float scale) {
     if (bad_heads(be, "rope_forward", NH * HS, NH, NKV) || bad_rope(be, "rope_forward", HS, pos0, T)) return;
-    lf__cpu_rope_forward(qkv, B, T, NH, NKV, HS, pos0, theta);
+    lf__cpu_rope_forward(qkv, B, T, NH, NKV, HS, pos0, inv_freq, scale);
 }
-static void w_rope_backward(lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
+static void w_rope_backward(lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                            const float *inv_freq, float scale) {
     if (bad_heads(be, "rope_backward", NH * HS, NH, NKV) || bad_rope(be, "rope_backward", HS, pos0, T)) return;
-    lf__cpu_rope_backward(dqkv, B, T, NH, NKV, HS, pos0, theta);
+    lf__cpu_rope_backward(dqkv, B, T, NH, NKV, HS, pos0, inv_freq, scale);
 }
 static void w_attention_forward(lf_backend *be, float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                                 int NKV, lf_dropout drop) {

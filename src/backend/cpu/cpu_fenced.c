@@ -210,10 +210,12 @@ FV(matmul_backward,
    (lf_backend * be, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp, lf_dtype dt,
     const float *weight, int N, int C, int OC, lf_weight_layout layout),
    (be, dinp, dweight, dbias, dout, inp, dt, weight, N, C, OC, layout))
-FV(rope_forward, (lf_backend * be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
-   (be, qkv, B, T, NH, NKV, HS, pos0, theta))
-FV(rope_backward, (lf_backend * be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta),
-   (be, dqkv, B, T, NH, NKV, HS, pos0, theta))
+FV(rope_forward,
+   (lf_backend * be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq, float scale),
+   (be, qkv, B, T, NH, NKV, HS, pos0, inv_freq, scale))
+FV(rope_backward,
+   (lf_backend * be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq, float scale),
+   (be, dqkv, B, T, NH, NKV, HS, pos0, inv_freq, scale))
 FV(attention_forward,
    (lf_backend * be, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV, lf_dropout drop),
    (be, out, att, qkv, B, T, C, NH, NKV, drop))

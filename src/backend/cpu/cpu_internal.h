@@ -320,8 +320,10 @@ void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float
                                       const float *weight, int N, int C, float eps);
 void lf__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                               const float *rstd, int N, int C);
-void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
-void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,
+                          float scale);
+void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,
+                           float scale);
 void lf__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 /* bf16-output forms (cpu-bf16's activation storage): the fp32 op rounded. */
 void lf__cpu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *inp, const float *weight, int N, int C,

@@ -7,13 +7,15 @@
  * the rotate_half convention, in which channel i of a head pairs with
  * channel i + HS/2 (not the paper's interleaved pairs 2i, 2i+1; the
  * checkpoints' q/k projection rows are permuted to match). For i < HS/2:
- *   inv_freq[i] = 1 / theta^(2i/HS),  angle = p * inv_freq[i],  p = pos0 + t,
- *   out[i]      = x[i] cos(angle) - x[i+HS/2] sin(angle),
- *   out[i+HS/2] = x[i+HS/2] cos(angle) + x[i] sin(angle).
+ *   angle = p * inv_freq[i],  p = pos0 + t,  cs = cos(angle) s,  sn = sin(angle) s,
+ *   out[i]      = x[i] cs - x[i+HS/2] sn,
+ *   out[i+HS/2] = x[i+HS/2] cs + x[i] sn.
+ * inv_freq is the caller's table (src/model/rope.c: plain RoPE's
+ * 1 / theta^(2i/HS) or a scaled variant), s its cos/sin factor (YaRN's
+ * attention factor; 1 otherwise), both as HF computes them.
  * backward applies the transposed rotation (sin negated).
- * Why the float arithmetic: HF computes inv_freq in float32 (the exponent
- * 2i/HS as a float division, theta ** it as a float pow, then the float
- * reciprocal), the angle as the float product p * inv_freq, and cos/sin of
+ * Why the float arithmetic: HF computes inv_freq in float32 (rope.c
+ * rounds where HF rounds), the angle as the float product p * inv_freq, and cos/sin of
  * that float angle. Those roundings are part of the model the checkpoints
  * were trained with: at position p the angle's rounding is up to
  * p * 2^-24 radians (inv_freq's) plus half an ulp of the angle (1e-3 rad
@@ -45,17 +47,11 @@
 /* Frequencies whose factors are computed together (a stack tile). */
 #define ROPE_CHUNK 64
 
-/* inv_freq[i] as HF computes it in float32: the exponent (2i)/HS as a
- * float division, theta to that power (powf), the float reciprocal. */
-static float rope_inv_freq(int i, int HS, float theta) {
-    const float e = (float)(2 * i) / (float)HS;
-    return 1.0f / powf(theta, e);
-}
-
 /* Rotate the q and k heads of every row by the position's angles; `sgn`
  * -1 applies the transpose (backward). The NH q heads and NKV k heads are
  * contiguous at the start of each row, NH + NKV heads of HS channels. */
-static void rope_apply(float *x, int B, int T, int NH, int NKV, int HS, int pos0, float theta, float sgn) {
+static void rope_apply(float *x, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq, float scale,
+                       float sgn) {
     const int half = HS / 2, nrot = NH + NKV;
     const long W = (long)(NH + 2 * NKV) * HS;
 #pragma omp parallel if ((long)B * T * nrot * HS >= LF_CPU_PAR_MIN)
@@ -63,15 +59,15 @@ static void rope_apply(float *x, int B, int T, int NH, int NKV, int HS, int pos0
         float inv[ROPE_CHUNK], cs[ROPE_CHUNK], sn[ROPE_CHUNK];
         for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
             const int m = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
-            for (int i = 0; i < m; i++) inv[i] = rope_inv_freq(i0 + i, HS, theta);
+            for (int i = 0; i < m; i++) inv[i] = inv_freq[i0 + i];
                 /* chunks touch disjoint channels: no barrier between them */
 #pragma omp for schedule(static) nowait
             for (int t = 0; t < T; t++) {
                 const float p = (float)(pos0 + t);
                 for (int i = 0; i < m; i++) {
-                    const float ang = p * inv[i]; /* the float product, as HF */
-                    cs[i] = (float)cos((double)ang);
-                    sn[i] = sgn * (float)sin((double)ang);
+                    const float ang = p * inv[i];            /* the float product, as HF */
+                    cs[i] = (float)cos((double)ang) * scale; /* HF: emb.cos() * attention_scaling */
+                    sn[i] = sgn * ((float)sin((double)ang) * scale);
                 }
                 for (int b = 0; b < B; b++) {
                     float *row = x + ((size_t)b * T + t) * W;
@@ -91,10 +87,12 @@ static void rope_apply(float *x, int B, int T, int NH, int NKV, int HS, int pos0
     }
 }
 
-void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
-    rope_apply(qkv, B, T, NH, NKV, HS, pos0, theta, 1.0f);
+void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,
+                          float scale) {
+    rope_apply(qkv, B, T, NH, NKV, HS, pos0, inv_freq, scale, 1.0f);
 }
 
-void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
-    rope_apply(dqkv, B, T, NH, NKV, HS, pos0, theta, -1.0f);
+void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,
+                           float scale) {
+    rope_apply(dqkv, B, T, NH, NKV, HS, pos0, inv_freq, scale, -1.0f);
 }

@@ -24,8 +24,8 @@
  *
  * What comes from the host rather than the device, so that the numbers are
  * the CPU's: AdamW's constants (cpu_optim.c's formulas: bias corrections in
- * double, the lerp weight), RoPE's inv_freq (cpu_rope.c: powf and the
- * float reciprocal), dropout's 1/(1-p).
+ * double, the lerp weight), RoPE's inv_freq table and cos/sin factor (the
+ * model's, src/model/rope.c, as the CPU gets them), dropout's 1/(1-p).
  */
 #include <math.h>
 #include <string.h>
@@ -183,24 +183,25 @@ static int bad_rope(lf_backend *be, const char *op, int B, int T, int NH, int NK
     return 0;
 }
 
-static void rope(lf_backend *be, const char *op, float *x, int B, int T, int NH, int NKV, int HS, int pos0, float theta,
-                 float sgn) {
+static void rope(lf_backend *be, const char *op, float *x, int B, int T, int NH, int NKV, int HS, int pos0,
+                 const float *inv_freq, float scale, float sgn) {
     if (bad_rope(be, op, B, T, NH, NKV, HS, pos0)) return;
     lf_cuk_rope_freqs f;
     memset(&f, 0, sizeof f);
-    /* cpu_rope.c rope_inv_freq: the exponent as a float division, powf,
-     * the float reciprocal (HF's float32 arithmetic) */
-    for (int i = 0; i < HS / 2; i++) f.inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+    /* the host's table (src/model/rope.c), passed by value as a kernel argument */
+    memcpy(f.inv_freq, inv_freq, sizeof(float) * (size_t)(HS / 2));
+    f.scale = scale;
     lf__cuda_check(be, lf__cuk_rope(x, &f, B, T, NH, NKV, HS, pos0, sgn, lf__cuda_stream(be)), op, "pw_rope");
 }
 
-static void cu_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
-    rope(be, "rope_forward", qkv, B, T, NH, NKV, HS, pos0, theta, 1.0f);
+static void cu_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, int NKV, int HS, int pos0,
+                            const float *inv_freq, float scale) {
+    rope(be, "rope_forward", qkv, B, T, NH, NKV, HS, pos0, inv_freq, scale, 1.0f);
 }
 
 static void cu_rope_backward(lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
-                             float theta) {
-    rope(be, "rope_backward", dqkv, B, T, NH, NKV, HS, pos0, theta, -1.0f);
+                             const float *inv_freq, float scale) {
+    rope(be, "rope_backward", dqkv, B, T, NH, NKV, HS, pos0, inv_freq, scale, -1.0f);
 }
 
 /* ---------------------------------------------------------------- residual, dropout */

@@ -253,8 +253,8 @@ __global__ void pw_rope(float *__restrict__ x, const lf_cuk_rope_freqs freqs, in
         const int t = (int)(k / (size_t)hh), i = (int)(k - (size_t)t * hh);
         const float p = (float)(pos0 + t);
         const float ang = p * freqs.inv_freq[i]; /* the float product, as HF and the CPU */
-        const float cs = (float)cos((double)ang);
-        const float sn = sgn * (float)sin((double)ang);
+        const float cs = (float)cos((double)ang) * freqs.scale; /* as cpu_rope.c */
+        const float sn = sgn * ((float)sin((double)ang) * freqs.scale);
         for (int b = 0; b < B; b++) {
             float *row = x + ((size_t)b * T + t) * W;
             for (int hd = 0; hd < nrot; hd++) {

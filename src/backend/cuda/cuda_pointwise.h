@@ -74,10 +74,12 @@ cudaError_t lf__cuk_swiglu_backward(float *dinp, const float *inp, const float *
 
 /* ---- RoPE: rotate the q and k heads of every row in place; sgn -1 is the
  * transpose (backward). inv_freq[i], i < HS/2, comes from the host (the
- * CPU's float arithmetic, so the CPU's bits); HS/2 <= LF_CUK_ROPE_MAX_HALF. */
+ * model's table, src/model/rope.c, so the CPU's bits), and scale multiplies
+ * cos and sin (YaRN; 1 otherwise); HS/2 <= LF_CUK_ROPE_MAX_HALF. */
 #define LF_CUK_ROPE_MAX_HALF 512
 typedef struct lf_cuk_rope_freqs {
     float inv_freq[LF_CUK_ROPE_MAX_HALF];
+    float scale;
 } lf_cuk_rope_freqs;
 cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, int B, int T, int NH, int NKV, int HS, int pos0,
                          float sgn, cudaStream_t stream);
