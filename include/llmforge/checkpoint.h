@@ -148,7 +148,8 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
  * model directory (lf_checkpoint_is_hf_dir; hf.h: config.json through the
  * family tables, safetensors shards in bf16/fp16/fp32 widened to fp32,
  * block_size = the model's maximum positions). The model is created on
- * backend be (NULL: "cpu") with the weights in backend memory. tokenizer
+ * backend be (NULL: "cpu") with the weights in backend memory and no
+ * gradient memory (lf_model_release_grads: a model to run). tokenizer
  * (cap bytes, may be NULL) receives the spec ("" when there is none;
  * relative paths are against *dir_out): a checkpoint's, or
  * "hf:tokenizer.json" for an HF directory that has one. *dir_out (may be

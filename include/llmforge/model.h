@@ -360,6 +360,11 @@ lf_status lf_model_backward(lf_model *m);
 /* Zero all parameter gradients. */
 void lf_model_zero_grad(lf_model *m);
 
+/* Free the gradient memory of a model that will only run (sample, eval,
+ * serve: lf_checkpoint_load_model does it), halving its parameter memory;
+ * lf_model_backward then fails with LF_ERR_INVALID_ARG. */
+void lf_model_release_grads(lf_model *m);
+
 /* ---- ZeRO: parameters and gradients by unit -------------------------------
  * The flat parameter vector is cut into units used one after another: unit 0
  * the embeddings (wte, wpe; wte also serves the tied lm_head), units 1..L the

@@ -134,6 +134,7 @@ static lf_status load_hf(const char *path, lf_backend *be, lf_model **model, cha
     if (st == LF_OK && mc.sliding_window > 0 && mc.block_size > mc.sliding_window) mc.block_size = mc.sliding_window;
     if (st == LF_OK && (st = lf_model_config_validate(&mc)) != LF_OK) lf_error_prefix("'%s/config.json'", path);
     if (st == LF_OK) st = lf_model_create(&m, &mc, be);
+    if (st == LF_OK) lf_model_release_grads(m); /* a model to run */
     int count = 0;
     const lf_param_info *table = st == LF_OK ? lf_model_params_table(m, &count) : NULL;
     const size_t total = st == LF_OK ? lf_model_num_params(m) : 0;
@@ -184,6 +185,7 @@ lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **
     if ((st = lf_checkpoint_read_model(dir, &mc, spec, sizeof spec)) != LF_OK) goto fail;
     if (tokenizer && cap) snprintf(tokenizer, cap, "%s", spec);
     if ((st = lf_model_create(&m, &mc, be)) != LF_OK) goto fail;
+    lf_model_release_grads(m); /* a model to run */
     int count;
     const lf_param_info *table = lf_model_params_table(m, &count);
     lf_ckpt_tensors tt = {table, count, lf_model_num_params(m)};

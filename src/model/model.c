@@ -884,7 +884,18 @@ static lf_status finish_unit(lf_model *m, int n_rep, int u) {
     return m->zero.grads_ready ? m->zero.grads_ready(m->zero.user, u, dst) : LF_OK;
 }
 
+void lf_model_release_grads(lf_model *m) {
+    if (!m) return;
+    if (m->grads) m->be->ops->free(m->be, m->grads);
+    m->grads = NULL;
+    m->no_grads = 1;
+}
+
 lf_status lf_model_backward(lf_model *m) {
+    if (m->no_grads) {
+        snprintf(m->errmsg, sizeof m->errmsg, "backward on a model loaded to run only (it has no gradient memory)");
+        return lf_fail(LF_ERR_INVALID_ARG, "%s", m->errmsg);
+    }
     if (!m->have_dlogits) {
         snprintf(m->errmsg, sizeof m->errmsg,
                  "backward without a training forward (forward needs targets and dloss > 0)");

@@ -324,6 +324,7 @@ struct lf_model {
     int cur_B, cur_T, cur_rep, cur_with_targets;
     int cur_pos0; /* position of the forward's first row (0 but for cached decoding) */
     int have_dlogits;
+    int no_grads; /* lf_model_release_grads: a model to run only (no gradient memory) */
     lf_forward_opts opts;
     char errmsg[1024];
 };
