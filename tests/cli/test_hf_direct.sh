@@ -99,6 +99,27 @@ done
 [ "$(cat r.txt)" = "$PROMPT$(exp greedy_text)" ] || fail "the trained (lr 1e-12) checkpoint samples '$(cat r.txt)'"
 ok
 
+# --request-timeout-s: a request whose body stalls gets 408 after about that long, not 10 s
+"$LF" serve --model "$HF" --port 0 --threads 1 --request-timeout-s 0.5 > rt.log 2>&1 &
+RT=$!
+for _ in $(seq 1 100); do
+    PORT=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' rt.log)
+    [ -n "$PORT" ] && break
+    sleep 0.1
+done
+python3 - "$PORT" <<'PY' || fail "--request-timeout-s 0.5 did not cut a stalled request"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 50\r\n\r\n{")
+t0 = time.time(); s.settimeout(8)
+got = s.recv(4096)
+assert got.startswith(b"HTTP/1.1 408") and time.time() - t0 < 5, (got[:40], time.time() - t0)
+PY
+kill -TERM $RT; wait $RT
+"$LF" serve --model "$HF" --request-timeout-s 0 > rt0.out 2>&1 && fail "--request-timeout-s 0 was accepted"
+grep -q -- "--request-timeout-s expects a number in \[0.1, 3600\]" rt0.out || fail "bad timeout not named: $(cat rt0.out)"
+ok
+
 # refusals
 mkdir notok && cp "$HF"/config.json "$HF"/model.safetensors notok/
 "$LF" sample --model notok --prompt "$PROMPT" > nt.out 2>&1 && fail "a prompt without tokenizer.json was accepted"

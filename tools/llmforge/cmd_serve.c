@@ -54,7 +54,7 @@ int cmd_serve(int argc, char **argv) {
             printf("usage: llmforge serve --ckpt DIR [--host ADDR] [--port N] [--model-name NAME]\n"
                    "                      [--api-key-file F] [--max-batch N] [--max-context T] [--max-queue Q]\n"
                    "                      [--max-tokens N] [--max-prompts N] [--threads N] [--drain-s S]\n"
-                   "                      [--batch-variant]\n"
+                   "                      [--request-timeout-s S] [--batch-variant]\n"
                    "  DIR (--ckpt or --model): a checkpoint, a run's out_dir, or a Hugging Face model directory\n"
                    "  used as it is (its tokenizer.json and generation_config.json eos ids; docs/models.md).\n"
                    "  An OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
@@ -62,6 +62,8 @@ int cmd_serve(int argc, char **argv) {
                    "  together (continuous batching over --max-batch KV-cache slots of --max-context tokens;\n"
                    "  default 8 and the model's block_size, at most 4096); --max-queue more wait (default 64),\n"
                    "  then 429.\n"
+                   "  --request-timeout-s: a request's headers and body must arrive within S seconds (default\n"
+                   "  10), else 408 and the connection is closed (slow or stalled clients hold no slot).\n"
                    "  --max-prompts caps the prompts of one completions request (a prompt list, as\n"
                    "  lm-evaluation-harness sends batch_size of them; default 64, at most --max-batch +\n"
                    "  --max-queue); more get a 400 naming it.\n"
@@ -103,6 +105,8 @@ int cmd_serve(int argc, char **argv) {
             if (parse_long("--threads", v, 0, 4096, &threads)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--drain-s", &missing))) {
             if (parse_double("--drain-s", v, 0, 86400, &drain)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--request-timeout-s", &missing))) {
+            if (parse_double("--request-timeout-s", v, 0.1, 3600, &o.request_deadline_s)) return 2;
         } else if (!strcmp(argv[i], "--batch-variant")) {
             o.batch_variant = 1;
         } else if (missing) {
