@@ -243,7 +243,6 @@ def build_cases(key):
             ("Transfer-Encoding and Content-Length", b"Transfer-Encoding: chunked\r\nContent-Length: " + CL + b"\r\n", CH),
             ("Content-Length then Transfer-Encoding", b"Content-Length: " + CL + b"\r\nTransfer-Encoding: chunked\r\n", CH),
             ("Transfer-Encoding gzip", b"Transfer-Encoding: gzip\r\n", GB),
-            ("Transfer-Encoding gzip, chunked", b"Transfer-Encoding: gzip, chunked\r\n", CH),
             ("Transfer-Encoding chunked, gzip", b"Transfer-Encoding: chunked, gzip\r\n", CH),
             ("Transfer-Encoding identity", b"Transfer-Encoding: identity\r\n", GB),
             ("Transfer-Encoding xchunked", b"Transfer-Encoding: xchunked\r\n", CH),
@@ -261,10 +260,16 @@ def build_cases(key):
             ("space in a name", b"X A: b\r\nContent-Length: " + CL + b"\r\n", GB),
     ):
         add(Case(name, req(headers=h, body=body, cl=False), C400, close=True))
+    # a well-framed coding the server does not decode: 501 (RFC 9112 6.1), closed all the same
+    add(Case("Transfer-Encoding gzip, chunked", req(headers=b"Transfer-Encoding: gzip, chunked\r\n", body=CH, cl=False),
+             {501}, close=True))
+    # MHD 0.9.75 ends the header section at an empty field name after a field: the POST it sees
+    # has no length (411, RFC 9110 15.5.12), and the rest is not read as a second request
+    add(Case("empty name", req(headers=b": b\r\nContent-Length: 7\r\n", body=b'{"a":1}', cl=False), {411},
+             close=True))
     add(Case("Transfer-Encoding in HTTP/1.0", req(headers=b"Transfer-Encoding: chunked\r\n", body=CH, cl=False,
                                                   version=b"HTTP/1.0"), C400, close=True))
-    for name, h in (("empty name", b": b\r\nContent-Length: 7\r\n"),
-                    ("header line without a colon", b"Foo\r\nContent-Length: 7\r\n"),
+    for name, h in (("header line without a colon", b"Foo\r\nContent-Length: 7\r\n"),
                     ("Content-Length 7, 7", b"Content-Length: 7, 7\r\n"), ("Content-Length +7", b"Content-Length: +7\r\n"),
                     ("Content-Length -7", b"Content-Length: -7\r\n"), ("Content-Length 0x7", b"Content-Length: 0x7\r\n"),
                     ("Content-Length empty", b"Content-Length: \r\n"), ("Content-Length 7a", b"Content-Length: 7a\r\n"),
@@ -341,7 +346,7 @@ def build_cases(key):
             ("prompt [[]]", {"prompt": [[]]}), ("prompt [1.5]", {"prompt": [1.5]}), ("prompt [-1]", {"prompt": [-1]}),
             ("prompt token id past the vocabulary", {"prompt": [100000]}), ("prompt token id 2^64",
                                                                             {"prompt": [2 ** 64]}),
-            ("prompt mixed list", {"prompt": ["a", 5]}), ("prompt 17 prompts", {"prompt": ["a"] * 17}),
+            ("prompt mixed list", {"prompt": ["a", 5]}), ("prompt 65 prompts (over --max-prompts 64)", {"prompt": ["a"] * 65}),
             ("prompt over the context", {"prompt": "ROMEO: " * 40}),
             ("prompt + max_tokens over the context", {"prompt": "ROMEO: " * 15, "max_tokens": 100}),
             ("prompt character outside the vocabulary", {"prompt": "caf\u00e9 \u4e2d"}),
