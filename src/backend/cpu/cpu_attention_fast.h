@@ -76,6 +76,17 @@ ATT_INL att_v vfma(att_v a, att_v b, att_v c) { return (att_v)_mm512_fmadd_ps((_
 ATT_INL att_v vfma(att_v a, att_v b, att_v c) { return (att_v)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
 #endif
 ATT_INL void vstore(float *p, att_v v) { *(att_vu *)p = v; }
+/* f in every lane, one vbroadcastss from memory. (`(att_v){0} + f` is not
+ * that: under strict IEEE semantics 0 + f is an addition (-0 becomes +0), so
+ * GCC emitted a scalar vaddss and a register broadcast per element, two
+ * dependent instructions in the products' inner loops.) The products' bits
+ * are unchanged: a -0 operand there only meets the +0-started accumulators
+ * of round-to-nearest sums, where +0 + -0 = +0. */
+#if ATT_VL == 16
+ATT_INL att_v vsplat(float f) { return (att_v)_mm512_set1_ps(f); }
+#else
+ATT_INL att_v vsplat(float f) { return (att_v)_mm256_set1_ps(f); }
+#endif
 ATT_INL att_v vselect(att_vi m, att_v a, att_v b) { return (att_v)(((att_vi)a & m) | ((att_vi)b & ~m)); }
 ATT_INL att_vi vlane(void) {
     att_vi l;
@@ -180,7 +191,7 @@ ATT_INL void fast_abt_tile(float *S, int lds, const float *X, int ldx, const flo
         att_v y[ATT_TILE_NV];
         for (int v = 0; v < NV; v++) y[v] = vload(Yt + (size_t)d * TP + c0 + ATT_VL * v);
         for (int r = 0; r < R; r++) {
-            const att_v x = (att_v){0} + X[(size_t)r * ldx + d];
+            const att_v x = vsplat(X[(size_t)r * ldx + d]);
             for (int v = 0; v < NV; v++) acc[r][v] = vfma(x, y[v], acc[r][v]);
         }
     }
@@ -236,7 +247,7 @@ ATT_INL void fast_ab_tile(float *O, int ldo, const float *P, long rs, long is, i
         att_v y[ATT_TILE_NV];
         for (int v = 0; v < NV; v++) y[v] = vload(Y + (size_t)i * ldy + c0 + ATT_VL * v);
         for (int r = 0; r < R; r++) {
-            const att_v p = (att_v){0} + P[r * rs + i * is];
+            const att_v p = vsplat(P[r * rs + i * is]);
             for (int v = 0; v < NV; v++) acc[r][v] = vfma(p, y[v], acc[r][v]);
         }
     }
