@@ -15,8 +15,9 @@
  *  - gelu_forward_bf16 (cpu-bf16's bf16 activation storage) evaluates the
  *    same inline GELU as gelu_forward and rounds it: cast_bf16 of the fp32
  *    op's output, bit for bit.
- *  - GELU's tanh is lf__cpu_tanhf (cpu_math.h): vectorizable, correctly
- *    rounded in our sweeps, where glibc's tanhf is a scalar call.
+ *  - GELU is cpu_gelu.h's (its sigmoid form with a vectorizable float exp,
+ *    no libm call), built here for the baseline and in cpu_gelu_v16.c for
+ *    AVX-512; both builds give the same bits.
  *
  * Reference: llm.c train_gpt2.c (encoder, gelu, residual); PyTorch
  * nn.GELU(approximate='tanh') and nn.Dropout (inverted dropout).
