@@ -9,11 +9,15 @@
  *  - the small-T attention at 8 lanes (AVX2) and at 16 (AVX-512) gives the
  *    same bits, forward and backward, GPT-2 and grouped-query heads, where
  *    the CPU runs both (cpu_attention_fast.h's promise);
+ *  - GELU forward and backward: the AVX-512 build and the baseline give the
+ *    same bits (cpu_gelu.h's promise), odd lengths, threaded and not, and
+ *    the edges (0, -0, huge, inf, NaN);
  *  - the baseline check: passes here; on a made-up CPU below the baseline it
  *    names the baseline and each missing feature.
  * With the argument env-bad (CTest sets LLMFORGE_CPU_ISA to a bad value):
  * lf_backend_cpu_check refuses it, naming the variable and the value. */
 #include <omp.h>
+#include <math.h>
 #include <string.h>
 #include "llmforge/backend.h"
 #include "llmforge/backend_cpu.h"
@@ -88,7 +92,7 @@ static void test_this_process(void **state) {
     lf__cpu_gemv_force(-1);
     assert_int_equal(lf__cpu_gemv_vec(), isa >= LF_CPU_ISA_AVX512 ? LF_CPU_VEC_AVX512
                                          : isa >= LF_CPU_ISA_AVX2 ? LF_CPU_VEC_AVX2
-                                                                   : LF_CPU_VEC_NONE);
+                                                                  : LF_CPU_VEC_NONE);
     assert_int_equal(lf__cpu_attention_lanes(64, 32), isa >= LF_CPU_ISA_AVX512 ? 16 : isa >= LF_CPU_ISA_AVX2 ? 8 : 0);
     /* oneDNN follows the cap (its sgemm kernel's ISA) unless its own variable says otherwise */
     const char *dl = getenv("ONEDNN_MAX_CPU_ISA");
@@ -112,8 +116,8 @@ static void fill(float *x, size_t n, uint64_t seed) {
 }
 
 /* One attention forward + backward at the lanes set by lf__cpu_attention_force_lanes. */
-static void run_attention(float *out, float *att, float *dqkv, const float *qkv, const float *dout, int B, int T,
-                          int C, int NH, int NKV) {
+static void run_attention(float *out, float *att, float *dqkv, const float *qkv, const float *dout, int B, int T, int C,
+                          int NH, int NKV) {
     const int HS = C / NH;
     const size_t W = (size_t)C + 2 * (size_t)NKV * HS;
     float *scratch = malloc(sizeof(float) * (size_t)B * NH * T * T);
@@ -134,8 +138,8 @@ static void test_attention_same_bits(void **state) {
     }
     /* B, T, C, NH, NKV: shakespeare_char's layer, odd T (the padded last block),
      * HS 64 and 128 (column chunks), grouped-query heads (dk, dv summed per group) */
-    static const int shapes[][5] = {{2, 64, 128, 4, 4}, {1, 37, 128, 2, 2}, {2, 21, 256, 2, 2},
-                                    {1, 128, 256, 4, 2}, {2, 9, 128, 8, 1}, {1, 1, 32, 2, 2}};
+    static const int shapes[][5] = {{2, 64, 128, 4, 4},  {1, 37, 128, 2, 2}, {2, 21, 256, 2, 2},
+                                    {1, 128, 256, 4, 2}, {2, 9, 128, 8, 1},  {1, 1, 32, 2, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3], NKV = shapes[s][4];
         const size_t W = (size_t)C + 2 * (size_t)NKV * (C / NH), nq = (size_t)B * T * W, no = (size_t)B * T * C,
@@ -165,6 +169,44 @@ static void test_attention_same_bits(void **state) {
             free(d[k]);
         }
         free(qkv);
+        free(dout);
+    }
+}
+
+/* GELU at the AVX-512 build and at the baseline (lf__cpu_gelu_force_baseline). */
+static void test_gelu_same_bits(void **state) {
+    (void)state;
+    if (lf__cpu_isa() < LF_CPU_ISA_AVX512) {
+        printf("AVX-512 GELU not in use at this level (%s): nothing to compare\n", lf_backend_cpu_isa());
+        return;
+    }
+    static const size_t lens[] = {1, 15, 17, 1000, 70001}; /* 70001: above LF_CPU_PAR_MIN, threads split it */
+    static const float edges[] = {0.0f,    -0.0f, 1e-30f, -1e-30f,  30.0f,     -30.0f, 100.0f,
+                                  -100.0f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN};
+    for (size_t s = 0; s < sizeof lens / sizeof *lens; s++) {
+        const size_t n = lens[s];
+        float *x = malloc(sizeof(float) * n), *dout = malloc(sizeof(float) * n), *o[2], *d[2];
+        assert_true(x && dout);
+        fill(x, n, 5 + s);
+        fill(dout, n, 50 + s);
+        for (size_t i = 0; i < n; i++) x[i] *= 6.0f; /* past the tanh's knees */
+        for (size_t i = 0; i < n && i < sizeof edges / sizeof *edges; i++) x[i * 7 % n] = edges[i];
+        for (int k = 0; k < 2; k++) {
+            o[k] = malloc(sizeof(float) * n);
+            d[k] = malloc(sizeof(float) * n);
+            assert_true(o[k] && d[k]);
+            lf__cpu_gelu_force_baseline(k);
+            lf__cpu_gelu_forward(o[k], x, n);
+            lf__cpu_gelu_backward(d[k], x, dout, n);
+        }
+        lf__cpu_gelu_force_baseline(0);
+        if (memcmp(o[0], o[1], sizeof(float) * n) || memcmp(d[0], d[1], sizeof(float) * n))
+            fail_msg("gelu n %zu: the AVX-512 build and the baseline differ", n);
+        for (int k = 0; k < 2; k++) {
+            free(o[k]);
+            free(d[k]);
+        }
+        free(x);
         free(dout);
     }
 }
@@ -215,6 +257,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_this_process),
         cmocka_unit_test(test_attention_same_bits),
+        cmocka_unit_test(test_gelu_same_bits),
         cmocka_unit_test(test_baseline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

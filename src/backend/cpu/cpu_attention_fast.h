@@ -76,6 +76,17 @@ ATT_INL att_v vfma(att_v a, att_v b, att_v c) { return (att_v)_mm512_fmadd_ps((_
 ATT_INL att_v vfma(att_v a, att_v b, att_v c) { return (att_v)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
 #endif
 ATT_INL void vstore(float *p, att_v v) { *(att_vu *)p = v; }
+/* f in every lane, one vbroadcastss from memory. (`(att_v){0} + f` is not
+ * that: under strict IEEE semantics 0 + f is an addition (-0 becomes +0), so
+ * GCC emitted a scalar vaddss and a register broadcast per element, two
+ * dependent instructions in the products' inner loops.) The products' bits
+ * are unchanged: a -0 operand there only meets the +0-started accumulators
+ * of round-to-nearest sums, where +0 + -0 = +0. */
+#if ATT_VL == 16
+ATT_INL att_v vsplat(float f) { return (att_v)_mm512_set1_ps(f); }
+#else
+ATT_INL att_v vsplat(float f) { return (att_v)_mm256_set1_ps(f); }
+#endif
 ATT_INL att_v vselect(att_vi m, att_v a, att_v b) { return (att_v)(((att_vi)a & m) | ((att_vi)b & ~m)); }
 ATT_INL att_vi vlane(void) {
     att_vi l;
@@ -160,8 +171,66 @@ static inline int att_width(int t, int T) {
     return n < T ? n : T;
 }
 
-/* Yt[d*TP + j] = Y[j*ldy + d] for j < T, zero for T <= j < TP. */
+/* One stage of the in-register transpose of ATT_VL rows: rows i and i+h
+ * (i & h == 0) swap their off-diagonal h-lane blocks (lane l of the pair's
+ * lower row takes b[l-h] where l & h, the upper row a[l+h] where not).
+ * After the stages h = ATT_VL/2, ..., 2, 1, row i holds column i. Constant
+ * masks, so two-source shuffles (vpermt2ps, vshufps, vunpck*). */
+#if ATT_VL == 16
+#define ATT_TR_LO8 ((att_vi){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23})
+#define ATT_TR_HI8 ((att_vi){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31})
+#define ATT_TR_LO4 ((att_vi){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27})
+#define ATT_TR_HI4 ((att_vi){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31})
+#define ATT_TR_LO2 ((att_vi){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29})
+#define ATT_TR_HI2 ((att_vi){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31})
+#define ATT_TR_LO1 ((att_vi){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30})
+#define ATT_TR_HI1 ((att_vi){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31})
+#else
+#define ATT_TR_LO4 ((att_vi){0, 1, 2, 3, 8, 9, 10, 11})
+#define ATT_TR_HI4 ((att_vi){4, 5, 6, 7, 12, 13, 14, 15})
+#define ATT_TR_LO2 ((att_vi){0, 1, 8, 9, 4, 5, 12, 13})
+#define ATT_TR_HI2 ((att_vi){2, 3, 10, 11, 6, 7, 14, 15})
+#define ATT_TR_LO1 ((att_vi){0, 8, 2, 10, 4, 12, 6, 14})
+#define ATT_TR_HI1 ((att_vi){1, 9, 3, 11, 5, 13, 7, 15})
+#endif
+#define ATT_TR_STAGE(r, h) \
+    for (int i_ = 0; i_ < ATT_VL; i_++) \
+        if (!(i_ & (h))) { \
+            const att_v a_ = r[i_], b_ = r[i_ + (h)]; \
+            r[i_] = __builtin_shuffle(a_, b_, ATT_TR_LO##h); \
+            r[i_ + (h)] = __builtin_shuffle(a_, b_, ATT_TR_HI##h); \
+        }
+
+ATT_INL void vtranspose(att_v *r) {
+#if ATT_VL == 16
+    ATT_TR_STAGE(r, 8)
+#endif
+    ATT_TR_STAGE(r, 4)
+    ATT_TR_STAGE(r, 2)
+    ATT_TR_STAGE(r, 1)
+}
+
+/* Yt[d*TP + j] = Y[j*ldy + d] for j < T, zero for T <= j < TP. A copy, so
+ * the bits are the same on either path: whole ATT_VL x ATT_VL blocks go
+ * through registers (the scalar strided loop was a fifth of the forward's
+ * own time at shakespeare_char's shapes), HS not a multiple of ATT_VL
+ * element by element. */
 static void att_transpose(float *Yt, const float *Y, int ldy, int T, int TP, int HS) {
+    if (HS % ATT_VL == 0) {
+        for (int j0 = 0; j0 < TP; j0 += ATT_VL) /* TP is a multiple of 16, so of ATT_VL */
+            for (int d0 = 0; d0 < HS; d0 += ATT_VL) {
+                att_v r[ATT_VL];
+                if (j0 + ATT_VL <= T) {
+                    for (int i = 0; i < ATT_VL; i++) r[i] = vload(Y + (size_t)(j0 + i) * ldy + d0);
+                } else {
+                    for (int i = 0; i < ATT_VL; i++)
+                        r[i] = j0 + i < T ? vload(Y + (size_t)(j0 + i) * ldy + d0) : (att_v){0};
+                }
+                vtranspose(r);
+                for (int i = 0; i < ATT_VL; i++) vstore(Yt + (size_t)(d0 + i) * TP + j0, r[i]);
+            }
+        return;
+    }
     for (int d = 0; d < HS; d++) {
         float *row = Yt + (size_t)d * TP;
         for (int j = 0; j < T; j++) row[j] = Y[(size_t)j * ldy + d];
@@ -180,7 +249,7 @@ ATT_INL void fast_abt_tile(float *S, int lds, const float *X, int ldx, const flo
         att_v y[ATT_TILE_NV];
         for (int v = 0; v < NV; v++) y[v] = vload(Yt + (size_t)d * TP + c0 + ATT_VL * v);
         for (int r = 0; r < R; r++) {
-            const att_v x = (att_v){0} + X[(size_t)r * ldx + d];
+            const att_v x = vsplat(X[(size_t)r * ldx + d]);
             for (int v = 0; v < NV; v++) acc[r][v] = vfma(x, y[v], acc[r][v]);
         }
     }
@@ -236,7 +305,7 @@ ATT_INL void fast_ab_tile(float *O, int ldo, const float *P, long rs, long is, i
         att_v y[ATT_TILE_NV];
         for (int v = 0; v < NV; v++) y[v] = vload(Y + (size_t)i * ldy + c0 + ATT_VL * v);
         for (int r = 0; r < R; r++) {
-            const att_v p = (att_v){0} + P[r * rs + i * is];
+            const att_v p = vsplat(P[r * rs + i * is]);
             for (int v = 0; v < NV; v++) acc[r][v] = vfma(p, y[v], acc[r][v]);
         }
     }

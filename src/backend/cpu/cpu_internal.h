@@ -101,6 +101,11 @@ void lf__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const
 void lf__cpu_gelu_forward(float *out, const float *inp, size_t n);
 void lf__cpu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n);
 void lf__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* The same two at AVX-512 (cpu_gelu_v16.c; called at that ISA level or above). */
+void lf__cpu_gelu_forward_v16(float *out, const float *inp, size_t n);
+void lf__cpu_gelu_backward_v16(float *dinp, const float *inp, const float *dout, size_t n);
+/* Test hook: 1 = lf__cpu_gelu_forward/backward run the baseline build at any ISA level. */
+void lf__cpu_gelu_force_baseline(int on);
 void lf__cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
 void lf__cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
 void lf__cpu_residual_row(float *out, const float *a, const float *b, int n);

@@ -11,7 +11,8 @@
  *  - dweight/dbias sums run over rows in order inside a per-channel double
  *    accumulator; threads own disjoint channel slices, so the result is
  *    bit-identical for any thread count. dinp is row-parallel (each row is
- *    written by one thread).
+ *    written by one thread). On one thread (a replica's ops) the same sums
+ *    are made in the rows' pass, the same bits in one pass.
  *
  * Reference: Ba, Kiros, Hinton, "Layer Normalization" (2016); the backward
  * formula is llm.c's layernorm_backward:
@@ -109,36 +110,71 @@ void lf__cpu_residual_layernorm_forward(float *res, void *out, int out_bf16, flo
     }
 }
 
+/* One row of dinp: dinp += rstd * (w*dout - mean(w*dout) - norm * mean(w*dout*norm)).
+ * With accw/accb (the single-threaded path), the row's dweight/dbias terms
+ * are added to the per-channel double sums in the same pass. */
+static inline void ln_bwd_row(float *restrict di, double *restrict accw, double *restrict accb, const float *restrict d,
+                              const float *restrict x, const float *restrict weight, float m, float r, int C) {
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * r;
+        float dnorm = weight[c] * d[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= (float)C;
+    dnorm_norm_mean /= (float)C;
+    if (!accw) {
+#pragma omp simd
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * r;
+            float dnorm = weight[c] * d[c];
+            di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+        }
+        return;
+    }
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float norm = (x[c] - m) * r;
+        float dnorm = weight[c] * d[c];
+        di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+        accw[c] += (double)(d[c] * norm);
+        accb[c] += (double)d[c];
+    }
+}
+
+/* Widest row of the single-pass path (its two double accumulators are on
+ * the stack). */
+#define LN_ONE_PASS_MAXC 1024
+
 void lf__cpu_layernorm_backward(float *restrict dinp, float *restrict dweight, float *restrict dbias,
                                 const float *restrict dout, const float *restrict inp, const float *restrict weight,
                                 const float *restrict mean, const float *restrict rstd, int N, int C) {
+    /* One thread (a replica's ops, a small tensor): dinp, dweight and dbias
+     * in one pass over the rows, instead of the channel pass reading inp and
+     * dout again. Each channel's sum still runs over the rows in order in a
+     * double, with the same float terms, so the bits are those of the
+     * threaded path below. */
+    if (C <= LN_ONE_PASS_MAXC && (omp_get_max_threads() == 1 || (long)N * C < LF_CPU_PAR_MIN)) {
+        double accw[LN_ONE_PASS_MAXC], accb[LN_ONE_PASS_MAXC];
+        for (int c = 0; c < C; c++) accw[c] = accb[c] = 0.0;
+        for (int n = 0; n < N; n++)
+            ln_bwd_row(dinp + (size_t)n * C, accw, accb, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n],
+                       rstd[n], C);
+        for (int c = 0; c < C; c++) dweight[c] += (float)accw[c];
+        if (dbias)
+            for (int c = 0; c < C; c++) dbias[c] += (float)accb[c];
+        return;
+    }
 #pragma omp parallel if ((long)N * C >= LF_CPU_PAR_MIN)
     {
         /* dinp: row-parallel. The channel pass below does not read dinp, so
          * threads move on to it without waiting. */
 #pragma omp for schedule(static) nowait
-        for (int n = 0; n < N; n++) {
-            const float *restrict x = inp + (size_t)n * C;
-            const float *restrict d = dout + (size_t)n * C;
-            float *restrict di = dinp + (size_t)n * C;
-            const float m = mean[n], r = rstd[n];
-            float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-            for (int c = 0; c < C; c++) {
-                float norm = (x[c] - m) * r;
-                float dnorm = weight[c] * d[c];
-                dnorm_mean += dnorm;
-                dnorm_norm_mean += dnorm * norm;
-            }
-            dnorm_mean /= (float)C;
-            dnorm_norm_mean /= (float)C;
-#pragma omp simd
-            for (int c = 0; c < C; c++) {
-                float norm = (x[c] - m) * r;
-                float dnorm = weight[c] * d[c];
-                di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
-            }
-        }
+        for (int n = 0; n < N; n++)
+            ln_bwd_row(dinp + (size_t)n * C, NULL, NULL, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n],
+                       rstd[n], C);
 
         /* dweight/dbias: channel-parallel, rows summed in order. */
         int c0, c1;

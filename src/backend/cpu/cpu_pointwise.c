@@ -15,17 +15,20 @@
  *  - gelu_forward_bf16 (cpu-bf16's bf16 activation storage) evaluates the
  *    same inline GELU as gelu_forward and rounds it: cast_bf16 of the fp32
  *    op's output, bit for bit.
- *  - GELU's tanh is lf__cpu_tanhf (cpu_math.h): vectorizable, correctly
- *    rounded in our sweeps, where glibc's tanhf is a scalar call.
+ *  - GELU is cpu_gelu.h's (its sigmoid form with a vectorizable float exp,
+ *    no libm call), built here for the baseline and in cpu_gelu_v16.c for
+ *    AVX-512; both builds give the same bits.
  *
  * Reference: llm.c train_gpt2.c (encoder, gelu, residual); PyTorch
  * nn.GELU(approximate='tanh') and nn.Dropout (inverted dropout).
  */
 #include <string.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <omp.h>
 #include "cpu_internal.h"
 #include "cpu_math.h"
+#include "cpu_gelu.h"
 
 /* ------------------------------------------------------------- encoder */
 
@@ -80,22 +83,21 @@ void lf__cpu_encoder_backward(float *restrict dwte, float *restrict dwpe, const 
 
 /* ------------------------------------------------------------- GELU */
 
-#define GELU_BETA 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_KAPPA 0.044715f
+/* The element functions and loops are cpu_gelu.h's, shared with the AVX-512
+ * build (cpu_gelu_v16.c), which runs at that ISA level or above unless the
+ * test hook asks for the baseline (test_isa compares the two). */
+static atomic_int g_gelu_baseline;
 
-/* GELU's tanh form rewritten with 0.5 (1 + tanh(u)) = sigmoid(2u):
- * out = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3); the same
- * function, one float exp instead of a tanh. Derivative:
- * s + 2 x s (1 - s) u', s = sigmoid(2u), u' = sqrt(2/pi) (1 + 3*0.044715 x^2). */
-static inline float gelu(float x) {
-    float inner = GELU_BETA * (x + GELU_KAPPA * x * x * x);
-    return x / (1.0f + lf__cpu_expf_f32(-2.0f * inner));
-}
+void lf__cpu_gelu_force_baseline(int on) { atomic_store(&g_gelu_baseline, on); }
+
+static int gelu_v16(void) { return lf__cpu_isa() >= LF_CPU_ISA_AVX512 && !atomic_load(&g_gelu_baseline); }
 
 void lf__cpu_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
-#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
-#pragma omp for simd schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = gelu(inp[i]);
+    if (gelu_v16()) {
+        lf__cpu_gelu_forward_v16(out, inp, n);
+        return;
+    }
+    gelu_forward_loop(out, inp, n);
 }
 
 /* The same values rounded to bf16 (cpu-bf16's bf16 activation storage).
@@ -117,15 +119,11 @@ void lf__cpu_gelu_forward_bf16(uint16_t *restrict out, const float *restrict inp
 }
 
 void lf__cpu_gelu_backward(float *restrict dinp, const float *restrict inp, const float *restrict dout, size_t n) {
-#pragma omp parallel if (n >= (size_t)LF_CPU_PAR_MIN)
-#pragma omp for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float x2 = x * x;
-        float s = 1.0f / (1.0f + lf__cpu_expf_f32(-2.0f * GELU_BETA * (x + GELU_KAPPA * x2 * x)));
-        float grad = s + 2.0f * x * s * (1.0f - s) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
-        dinp[i] = dout[i] * grad;
+    if (gelu_v16()) {
+        lf__cpu_gelu_backward_v16(dinp, inp, dout, n);
+        return;
     }
+    gelu_backward_loop(dinp, inp, dout, n);
 }
 
 /* ------------------------------------------------------------- residual */
