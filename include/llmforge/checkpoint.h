@@ -147,7 +147,9 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
  * a run's out_dir (lf_checkpoint_resolve: its latest), or a Hugging Face
  * model directory (lf_checkpoint_is_hf_dir; hf.h: config.json through the
  * family tables, safetensors shards in bf16/fp16/fp32 widened to fp32,
- * block_size = the model's maximum positions). The model is created on
+ * block_size = the model's maximum positions; a RoPE checkpoint whose
+ * config.json gives more positions than its training block_size runs with
+ * them). The model is created on
  * backend be (NULL: "cpu") with the weights in backend memory and no
  * gradient memory (lf_model_release_grads: a model to run). tokenizer
  * (cap bytes, may be NULL) receives the spec ("" when there is none;

@@ -168,6 +168,32 @@ static lf_status load_hf(const char *path, lf_backend *be, lf_model **model, cha
     return LF_OK;
 }
 
+/* A checkpoint of a model with no position table (RoPE) whose config.json
+ * (the HF directory's own, kept by a run --init-from it) gives more
+ * positions than the block size it was trained at: a model to run uses
+ * them all (up to its sliding window), so generation crops the context only
+ * where the model has no positions beyond it. A llmforge-made config.json
+ * says block_size, which changes nothing. */
+static lf_status model_positions(const char *dir, lf_model_config *mc) {
+    if (lf_arch_fixed_context(mc->arch) || !is_file(dir, "config.json")) return LF_OK;
+    char path[LF_PATH_MAX + 64], *text = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    lf_status st = lf_file_read_all(path, 16u << 20, &text, NULL);
+    if (st != LF_OK) return st;
+    cJSON *o = cJSON_Parse(text);
+    lf_free(text);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "max_position_embeddings");
+    if (!cJSON_IsObject(o) || (v && (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (1 << 30)))) {
+        cJSON_Delete(o);
+        return lf_fail(LF_ERR_FORMAT, "'%s': not a JSON object with an integer max_position_embeddings", path);
+    }
+    int n = v ? (int)v->valuedouble : 0;
+    cJSON_Delete(o);
+    if (mc->sliding_window > 0 && n > mc->sliding_window) n = mc->sliding_window;
+    if (n > mc->block_size) mc->block_size = n;
+    return LF_OK;
+}
+
 lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer, size_t cap,
                                    char **dir_out) {
     *model = NULL;
@@ -183,6 +209,7 @@ lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **
     lf_model_config mc;
     char spec[LF_PATH_MAX + 32];
     if ((st = lf_checkpoint_read_model(dir, &mc, spec, sizeof spec)) != LF_OK) goto fail;
+    if ((st = model_positions(dir, &mc)) != LF_OK) goto fail;
     if (tokenizer && cap) snprintf(tokenizer, cap, "%s", spec);
     if ((st = lf_model_create(&m, &mc, be)) != LF_OK) goto fail;
     lf_model_release_grads(m); /* a model to run */

@@ -97,6 +97,18 @@ for f in config.json generation_config.json tokenizer.json tokenizer_config.json
 done
 "$LF" sample --ckpt run --prompt "$PROMPT" --temperature 0 --max-new-tokens 32 > r.txt 2> r.err || fail "sample: $(cat r.err)"
 [ "$(cat r.txt)" = "$PROMPT$(exp greedy_text)" ] || fail "the trained (lr 1e-12) checkpoint samples '$(cat r.txt)'"
+# trained at block 32, the model keeps its 128 positions (its config.json): a 46-token prompt is
+# not cropped to the last 32 (nanoGPT's crop is only for a model without more positions), so its
+# last logits equal the directory's own (lr 1e-12 left the weights as they were)
+"$LF" sample --ckpt run --prompt "$PROMPT $PROMPT" --temperature 0 --max-new-tokens 1 --json > rl.json 2> r.err ||
+    fail "sample past the training block: $(cat r.err)"
+"$LF" sample --model "$HF" --prompt "$PROMPT $PROMPT" --temperature 0 --max-new-tokens 1 --json > hl.json 2> r.err ||
+    fail "sample --model (long prompt): $(cat r.err)"
+python3 -c 'import json; a = json.load(open("rl.json")); b = json.load(open("hl.json"))
+assert len(a["prompt"]) > 32, len(a["prompt"])
+big = max(abs(x) for x in b["last_logits"])
+err = max(abs(x - y) for x, y in zip(a["last_logits"], b["last_logits"])) / big
+assert err <= 1e-5, err' || fail "sampling past the training block size cropped the context"
 ok
 
 # --request-timeout-s: a request whose body stalls gets 408 after about that long, not 10 s
