@@ -58,26 +58,7 @@ done
 grep -q 'holds a model with .*"rope_type": "llama3"' resume.log || fail "the refusal does not name the scaling: $(cat resume.log)"
 ok
 [ -x "$PYHF" ] || { echo "SKIPPED: no Python with torch and transformers ($PYHF); set LF_HF_PYTHON"; exit 0; }
-"$PYHF" - "$SRC/tools/check_hf_llama.py" "$IDS" >check.log 2>&1 <<'PY'
-import contextlib, runpy, sys
-try:
-    import torch, transformers  # noqa: F401
-except ImportError as e:
-    print(e)
-    sys.exit(3)
-tool, ids = sys.argv[1], sys.argv[2]
-for fx in ("llama3", "headdim"):
-    sys.argv = [tool, f"run_{fx}/ckpt", "--ids", ids, "--tokens", "8", "--compare", f"lf_{fx}.json",
-                "--out", f"hf_{fx}.json"]
-    with open(f"check_{fx}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        try:
-            runpy.run_path(tool, run_name="__main__")
-            rc = 0
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 1
-    with open(f"check_{fx}.rc", "w") as f:
-        f.write(f"{rc}\n")
-PY
+hf_llama_check "$PYHF" "$SRC" "$IDS" 8 llama3 headdim
 rc=$?
 [ $rc -eq 3 ] && { echo "SKIPPED: $(tail -1 check.log)"; exit 0; }
 [ $rc -eq 0 ] || fail "the check's interpreter exited $rc: $(tail -5 check.log)"

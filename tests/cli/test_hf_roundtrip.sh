@@ -42,28 +42,8 @@ for bias in false true; do
         fail "sample --json (bias $bias): $(cat sample.err)"
     ok
 done
-# tools/check_hf_llama.py on both checkpoints in one interpreter: importing torch and transformers
-# takes ~12 s a time on a loaded 2-core machine, the check itself well under a second
-"$PYHF" - "$SRC/tools/check_hf_llama.py" "$IDS" >check.log 2>&1 <<'PY'
-import contextlib, runpy, sys
-try:
-    import torch, transformers  # noqa: F401 (the tool imports them again, from the cache)
-except ImportError as e:
-    print(e)
-    sys.exit(3)
-tool, ids = sys.argv[1], sys.argv[2]
-for bias in ("false", "true"):
-    sys.argv = [tool, f"run_{bias}/ckpt", "--ids", ids, "--tokens", "12", "--compare", f"lf_{bias}.json",
-                "--out", f"hf_{bias}.json"]
-    with open(f"check_{bias}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        try:
-            runpy.run_path(tool, run_name="__main__")
-            rc = 0
-        except SystemExit as e:  # the tool ends with sys.exit(main())
-            rc = e.code if isinstance(e.code, int) else 1
-    with open(f"check_{bias}.rc", "w") as f:
-        f.write(f"{rc}\n")
-PY
+# tools/check_hf_llama.py on both checkpoints, in one interpreter (cli_lib.sh)
+hf_llama_check "$PYHF" "$SRC" "$IDS" 12 false true
 rc=$?
 [ $rc -eq 3 ] && skip_hf "$(tail -1 check.log)"
 [ $rc -eq 0 ] || fail "the check's interpreter exited $rc: $(tail -5 check.log)"
