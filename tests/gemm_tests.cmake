@@ -26,6 +26,7 @@ set(lf_gemm_tests
   cli.test_full_disk
   cli.test_full_disk_async
   cli.test_hf_direct
+  cli.test_hf_family
   cli.test_hf_init
   cli.test_hf_init_fenced
   cli.test_hf_rope

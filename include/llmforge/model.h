@@ -85,6 +85,8 @@ typedef struct lf_model_config {
     int head_dim;         /* llama: channels per head. 0: n_embd / n_head */
     int out_bias;         /* llama: o_proj bias too (HF attention_bias: q/k/v/o; needs bias) */
     int mlp_bias;         /* llama: gate/up/down biases (HF mlp_bias) */
+    int qk_norm;          /* llama: RMSNorm of each q and k head before RoPE (Qwen3's q_norm, k_norm) */
+    int fused_proj;       /* llama: the tensors are named fused, qkv_proj and gate_up_proj (Phi-3); same compute */
     lf_rope_scaling rope; /* llama: RoPE scaling (HF rope_scaling / rope_parameters) */
 } lf_model_config;
 
@@ -169,8 +171,9 @@ const char *lf_model_preset_names(void); /* "gpt2-124m, ..." */
 int lf_model_config_overrides(const lf_model_config *cfg, char *buf, size_t cap);
 
 /* The fields of a config that no model.* key sets (they come from a Hugging
- * Face config.json: head_dim, out_bias, mlp_bias, rope): as a JSON object
- * {"head_dim", "out_bias", "mlp_bias", "rope_theta",
+ * Face config.json: head_dim, out_bias, mlp_bias, qk_norm, fused_proj, rope):
+ * as a JSON object {"head_dim", "out_bias", "mlp_bias", "qk_norm",
+ * "fused_proj" (both written only when true), "rope_theta",
  * "max_position_embeddings" (the RoPE's own), "rope_scaling": config.json's
  * object or null}, like snprintf; lf_model_config_extras_default says
  * whether they are all at their defaults (trainer_state.json then leaves

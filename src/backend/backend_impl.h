@@ -201,6 +201,27 @@ struct lf_backend_ops {
                              const float *rstd,           // (N) from forward
                              int N, int C);
 
+    /* ---- RMSNorm of each query and key head of a qkv activation (Qwen3's
+     * q_norm and k_norm, before RoPE). A row is [q | k | v], W = (NH + 2 NKV)
+     * HS wide: heads 0..NH-1 are normalised over their HS channels with wq,
+     * heads NH..NH+NKV-1 with wk, as rmsnorm_forward does a row; the v part
+     * is copied. out and inp do not overlap. The backward works in place:
+     * dqkv holds d(out) on entry and d(inp) on exit (v's part unchanged);
+     * dwq and dwk accumulate (+=). NULL: the backend has no such op (the
+     * model refuses a q/k-norm family on it). */
+    void (*qknorm_forward)(lf_backend *be, float *out, // (N,W)
+                           float *rstd,                // (N,NH+NKV)
+                           const float *inp,           // (N,W)
+                           const float *wq,            // (HS)
+                           const float *wk,            // (HS)
+                           int N, int NH, int NKV, int HS, float eps);
+    void (*qknorm_backward)(lf_backend *be, float *dqkv,      // (N,W) d(out) in, d(inp) out
+                            float *dwq, float *dwk,           // (HS) each, +=
+                            const float *inp,                 // (N,W) forward's input
+                            const float *wq, const float *wk, // (HS)
+                            const float *rstd,                // (N,NH+NKV) from forward
+                            int N, int NH, int NKV, int HS);
+
     /* ---- the residual add fused into the norm that reads it: res = a + b
      * (residual_forward's values), then layernorm_forward / rmsnorm_forward
      * of res, row by row in one pass, so res is not read back from memory.

@@ -132,8 +132,10 @@ static lf_status gpt2_validate(const lf_model_config *c) {
     if (c->norm_eps != 1e-5f)
         return lf_fail(LF_ERR_CONFIG, "model.norm_eps %g: gpt2's layernorm uses 1e-5", (double)c->norm_eps);
     if (c->rope_theta != 0.0f) return lf_fail(LF_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, no RoPE");
-    if (c->head_dim != 0 || c->out_bias || c->mlp_bias || c->rope.type != LF_ROPE_DEFAULT)
-        return lf_fail(LF_ERR_CONFIG, "gpt2 has no head_dim, o_proj/MLP bias flags or RoPE scaling (llama's)");
+    if (c->head_dim != 0 || c->out_bias || c->mlp_bias || c->qk_norm || c->fused_proj ||
+        c->rope.type != LF_ROPE_DEFAULT)
+        return lf_fail(LF_ERR_CONFIG,
+                       "gpt2 has no head_dim, o_proj/MLP bias flags, q/k norms, fused names or RoPE scaling (llama's)");
     return LF_OK;
 }
 

@@ -459,6 +459,29 @@ lf_status lf__hf_bool(const lf__hf_cfg *c, const char *key, int dflt, int *out) 
     return LF_OK;
 }
 
+lf_status lf__hf_zero(const lf__hf_cfg *c, const char *key, const char *why) {
+    const cJSON *j = cfg_get(c->root, key);
+    if (!j) return LF_OK;
+    if (!cJSON_IsNumber(j)) return lf_fail(LF_ERR_CONFIG, "%s: '%s' is not a number", c->where, key);
+    if (j->valuedouble != 0)
+        return lf_fail(LF_ERR_UNSUPPORTED, "%s: '%s' is %g; %s", c->where, key, j->valuedouble, why);
+    return LF_OK;
+}
+
+lf_status lf__hf_all_str(const lf__hf_cfg *c, const char *key, const char *value, const char *why) {
+    const cJSON *j = cfg_get(c->root, key);
+    if (!j) return LF_OK;
+    if (!cJSON_IsArray(j)) return lf_fail(LF_ERR_CONFIG, "%s: '%s' is not a list", c->where, key);
+    int i = 0;
+    for (const cJSON *it = j->child; it; it = it->next, i++) {
+        if (!cJSON_IsString(it) || !it->valuestring)
+            return lf_fail(LF_ERR_CONFIG, "%s: '%s[%d]' is not a string", c->where, key, i);
+        if (strcmp(it->valuestring, value) != 0)
+            return lf_fail(LF_ERR_UNSUPPORTED, "%s: '%s[%d]' is '%.100s'; %s", c->where, key, i, it->valuestring, why);
+    }
+    return LF_OK;
+}
+
 /* A string value, or dflt when absent or null. */
 lf_status lf__hf_str(const lf__hf_cfg *c, const char *key, const char *dflt, const char **out) {
     const cJSON *j = cfg_get(c->root, key);
@@ -624,7 +647,8 @@ lf_status lf__hf_rope(const lf__hf_cfg *c, lf_model_config *m) {
 }
 
 int lf_model_config_extras_default(const lf_model_config *c) {
-    return c->head_dim == 0 && !c->out_bias && !c->mlp_bias && c->rope.type == LF_ROPE_DEFAULT;
+    return c->head_dim == 0 && !c->out_bias && !c->mlp_bias && !c->qk_norm && !c->fused_proj &&
+           c->rope.type == LF_ROPE_DEFAULT;
 }
 
 int lf_model_config_extras_json(const lf_model_config *c, char *buf, size_t cap) {
@@ -633,11 +657,13 @@ int lf_model_config_extras_json(const lf_model_config *c, char *buf, size_t cap)
     const int maxpos = c->rope.max_position_embeddings > 0 ? c->rope.max_position_embeddings : c->block_size;
     char hd[24] = "null"; /* 0: n_embd / n_head */
     if (c->head_dim > 0) snprintf(hd, sizeof hd, "%d", c->head_dim);
+    /* the Qwen3 and Phi-3 flags only when set: older extras stay byte for byte */
     return snprintf(buf, cap,
-                    "{\"head_dim\": %s, \"out_bias\": %s, \"mlp_bias\": %s, \"rope_theta\": %.9g, "
+                    "{\"head_dim\": %s, \"out_bias\": %s, \"mlp_bias\": %s, %s%s\"rope_theta\": %.9g, "
                     "\"max_position_embeddings\": %d, \"rope_scaling\": %s}",
-                    hd, c->out_bias ? "true" : "false", c->mlp_bias ? "true" : "false", (double)c->rope_theta, maxpos,
-                    rope);
+                    hd, c->out_bias ? "true" : "false", c->mlp_bias ? "true" : "false",
+                    c->qk_norm ? "\"qk_norm\": true, " : "", c->fused_proj ? "\"fused_proj\": true, " : "",
+                    (double)c->rope_theta, maxpos, rope);
 }
 
 lf_status lf_model_config_extras_parse(const char *json, const char *where, lf_model_config *out) {
@@ -653,6 +679,8 @@ lf_status lf_model_config_extras_parse(const char *json, const char *where, lf_m
     lf_status st = lf__hf_int(&c, "head_dim", 0, 0, &hd);
     if (st == LF_OK) st = lf__hf_bool(&c, "out_bias", 0, &m.out_bias);
     if (st == LF_OK) st = lf__hf_bool(&c, "mlp_bias", 0, &m.mlp_bias);
+    if (st == LF_OK) st = lf__hf_bool(&c, "qk_norm", 0, &m.qk_norm);
+    if (st == LF_OK) st = lf__hf_bool(&c, "fused_proj", 0, &m.fused_proj);
     if (st == LF_OK) st = lf__hf_int(&c, "max_position_embeddings", 0, out->block_size, &m.block_size);
     if (st == LF_OK) st = lf__hf_rope(&c, &m); /* reads max_position_embeddings from m.block_size */
     cJSON_Delete(root);
@@ -660,6 +688,8 @@ lf_status lf_model_config_extras_parse(const char *json, const char *where, lf_m
     out->head_dim = hd;
     out->out_bias = m.out_bias;
     out->mlp_bias = m.mlp_bias;
+    out->qk_norm = m.qk_norm;
+    out->fused_proj = m.fused_proj;
     out->rope_theta = m.rope_theta;
     out->rope = m.rope;
     return LF_OK;

@@ -74,6 +74,10 @@ enum {
     P_UPB,
     P_DOWN,
     P_DOWNB,
+    P_QNORM, /* Qwen3's per-head norms */
+    P_KNORM,
+    P_QKV, /* Phi-3's fused names: one tensor each for q/k/v and gate/up */
+    P_GATE_UP,
     P_PER_LAYER
 };
 
@@ -83,7 +87,9 @@ typedef void act;
 typedef struct layer_acts {
     act *h1;      /* (N,C): input_layernorm output */
     float *rstd1; /* (N) its statistics */
-    float *qkv;   /* (N,W) [q | k | v], q and k rotated */
+    float *qkv;   /* (N,W) [q | k | v], q and k normalised (qk_norm) and rotated */
+    float *qkr;   /* qk_norm: (N,W) the projection's output, before the q/k norms */
+    float *rstdq; /* qk_norm: (N,NH+NKV) their statistics */
     float *att;   /* what attention saves (the CPU: (B,NH,T,T) probabilities) */
     act *atty;    /* (N,Q) attention output before o_proj (Q = NH*HS) */
     float *oproj; /* (N,max(C,Q)) o_proj / down_proj outputs, the fp32 attention output; working set */
@@ -112,14 +118,16 @@ typedef struct llama_acts {
  * (layer_params order, P_* above). */
 enum { G_EMB, G_NORM, G_LM_HEAD, G_N };
 static const char *const k_model_params[G_N] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
-static const char *const k_layer_params[P_PER_LAYER] = {"input_layernorm.weight",  "self_attn.q_proj.weight",
-                                                        "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                                        "self_attn.q_proj.bias",   "self_attn.k_proj.bias",
-                                                        "self_attn.v_proj.bias",   "self_attn.o_proj.weight",
-                                                        "self_attn.o_proj.bias",   "post_attention_layernorm.weight",
-                                                        "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-                                                        "mlp.gate_proj.bias",      "mlp.up_proj.bias",
-                                                        "mlp.down_proj.weight",    "mlp.down_proj.bias"};
+static const char *const k_layer_params[P_PER_LAYER] = {"input_layernorm.weight",    "self_attn.q_proj.weight",
+                                                        "self_attn.k_proj.weight",   "self_attn.v_proj.weight",
+                                                        "self_attn.q_proj.bias",     "self_attn.k_proj.bias",
+                                                        "self_attn.v_proj.bias",     "self_attn.o_proj.weight",
+                                                        "self_attn.o_proj.bias",     "post_attention_layernorm.weight",
+                                                        "mlp.gate_proj.weight",      "mlp.up_proj.weight",
+                                                        "mlp.gate_proj.bias",        "mlp.up_proj.bias",
+                                                        "mlp.down_proj.weight",      "mlp.down_proj.bias",
+                                                        "self_attn.q_norm.weight",   "self_attn.k_norm.weight",
+                                                        "self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"};
 
 static llama_acts *ACTS(const lf__replica *rp) { return rp->acts; }
 /* The head's weights: lm_head.weight, or the embedding when tied (no lm_head). */
@@ -127,6 +135,11 @@ static int head_ix(const lf_model *m) {
     const int h = lf__model_ix(m, G_LM_HEAD);
     return h >= 0 ? h : lf__model_ix(m, G_EMB);
 }
+
+/* The fused q/k/v and gate/up weights: the first of the three (two)
+ * consecutive tensors, or Phi-3's one fused tensor; the same matrix. */
+static int qkv_ix(const int *ix) { return ix[P_Q] >= 0 ? ix[P_Q] : ix[P_QKV]; }
+static int gate_up_ix(const int *ix) { return ix[P_GATE] >= 0 ? ix[P_GATE] : ix[P_GATE_UP]; }
 
 static int head_size(const lf_model_config *c) { return lf__head_size(c); }
 /* Query channels NH*HS (C unless head_dim says otherwise). */
@@ -167,6 +180,8 @@ static lf_status llama_validate(const lf_model_config *c) {
                        2 * LF__ROPE_MAX_HALF);
     if (c->out_bias && !c->bias)
         return lf_fail(LF_ERR_CONFIG, "an o_proj bias (attention_bias) needs the q/k/v biases (model.bias)");
+    if (c->fused_proj && (c->bias || c->mlp_bias))
+        return lf_fail(LF_ERR_CONFIG, "fused qkv_proj/gate_up_proj names (Phi-3) come without biases (model.bias)");
     lf_status rs = lf__rope_validate(c);
     if (rs != LF_OK) return rs;
     if (c->ffn_hidden < 1 || c->ffn_hidden > (1 << 20))
@@ -182,6 +197,7 @@ static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out
     *out = NULL;
     const int L = c->n_layer, C = c->n_embd, HS = head_size(c), F = c->ffn_hidden;
     const int KV = c->n_kv_head * HS, Q = c->n_head * HS;
+    const int W = Q + 2 * KV;
     lf_param_info *t = lf_calloc(sizeof *t * (size_t)(1 + L * P_PER_LAYER + 2));
     if (!t) return lf_fail(LF_ERR_NOMEM, "out of memory for the parameter table");
     int n = 0;
@@ -195,9 +211,13 @@ static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out
         lf__add_param(t, &n, &off, name, nd, a, b, 1 + l); \
     } while (0)
         ADD("input_layernorm.weight", 1, C, 0);
-        ADD("self_attn.q_proj.weight", 2, Q, C);
-        ADD("self_attn.k_proj.weight", 2, KV, C);
-        ADD("self_attn.v_proj.weight", 2, KV, C);
+        if (c->fused_proj) { /* Phi-3: the same (W, C) matrix under one name */
+            ADD("self_attn.qkv_proj.weight", 2, W, C);
+        } else {
+            ADD("self_attn.q_proj.weight", 2, Q, C);
+            ADD("self_attn.k_proj.weight", 2, KV, C);
+            ADD("self_attn.v_proj.weight", 2, KV, C);
+        }
         if (c->bias) { /* Qwen2: q/k/v biases, consecutive as the weights are (one fused product) */
             ADD("self_attn.q_proj.bias", 1, Q, 0);
             ADD("self_attn.k_proj.bias", 1, KV, 0);
@@ -205,9 +225,17 @@ static lf_status llama_param_table(const lf_model_config *c, lf_param_info **out
         }
         ADD("self_attn.o_proj.weight", 2, C, Q);
         if (c->out_bias) ADD("self_attn.o_proj.bias", 1, C, 0);
+        if (c->qk_norm) { /* Qwen3: one RMSNorm weight over a head's channels, for every q (k) head */
+            ADD("self_attn.q_norm.weight", 1, HS, 0);
+            ADD("self_attn.k_norm.weight", 1, HS, 0);
+        }
         ADD("post_attention_layernorm.weight", 1, C, 0);
-        ADD("mlp.gate_proj.weight", 2, F, C);
-        ADD("mlp.up_proj.weight", 2, F, C);
+        if (c->fused_proj) {
+            ADD("mlp.gate_up_proj.weight", 2, 2 * (int64_t)F, C);
+        } else {
+            ADD("mlp.gate_proj.weight", 2, F, C);
+            ADD("mlp.up_proj.weight", 2, F, C);
+        }
         if (c->mlp_bias) { /* consecutive as gate and up are: one fused (2F) bias */
             ADD("mlp.gate_proj.bias", 1, F, 0);
             ADD("mlp.up_proj.bias", 1, F, 0);
@@ -267,6 +295,42 @@ static int hf_max_positions(const lf_model_config *c) {
 static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
     char rope[512];
     lf__rope_hf_json(c, rope, sizeof rope);
+    if (c->qk_norm && c->fused_proj) return 0;
+    if (c->qk_norm) { /* Qwen3: attention_bias is all four biases or none, no MLP biases, no window */
+        if (c->bias != c->out_bias || c->mlp_bias || c->sliding_window > 0) return 0;
+        return snprintf(buf, cap,
+                        "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
+                        "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                        "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                        "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+                        "  \"rope_theta\": %.9g,\n  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n"
+                        "  \"hidden_act\": \"silu\",\n  \"attention_bias\": %s,\n  \"use_sliding_window\": false,\n"
+                        "  \"sliding_window\": null,\n  \"max_window_layers\": %d,\n  \"attention_dropout\": %.9g,\n"
+                        "  \"initializer_range\": 0.02,\n  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+                        lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c),
+                        hf_max_positions(c), (double)c->norm_eps, (double)c->rope_theta, rope,
+                        c->tie_embeddings ? "true" : "false", c->bias ? "true" : "false", c->n_layer,
+                        (double)c->dropout);
+    }
+    if (c->fused_proj) { /* Phi-3: no biases (validate), plain RoPE only (Phi3Config reads others as longrope) */
+        if (c->rope.type != LF_ROPE_DEFAULT) return 0;
+        char win[24] = "null";
+        if (c->sliding_window > 0) snprintf(win, sizeof win, "%d", c->sliding_window);
+        return snprintf(
+            buf, cap,
+            "{\n  \"architectures\": [\"Phi3ForCausalLM\"],\n  \"model_type\": \"phi3\",\n"
+            "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+            "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n"
+            "  \"original_max_position_embeddings\": %d,\n  \"sliding_window\": %s,\n"
+            "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n"
+            "  \"partial_rotary_factor\": 1.0,\n  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
+            "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attention_dropout\": %.9g,\n"
+            "  \"initializer_range\": 0.02,\n  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+            lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c), hf_max_positions(c),
+            hf_max_positions(c), win, (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
+            (double)c->dropout);
+    }
     if (c->sliding_window > 0 && (c->bias || c->mlp_bias)) return 0; /* a window and biases: no HF class here */
     if (c->sliding_window > 0) /* a window: Mistral's (LlamaForCausalLM has none; validate keeps block <= window) */
         return snprintf(buf, cap,
@@ -337,9 +401,14 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
         w.h2 = keep_block ? w.h1 : lf__slot_bytes(p, LF__CAT_WORK, N * C * A);
         w.sw = lf__slot_bytes(p, LF__CAT_WORK, N * F * A);
     }
+    const size_t HQK = c->qk_norm ? (size_t)(c->n_head + c->n_kv_head) : 0; /* q/k-norm statistics per row */
     if (!keep_block) {
         w.rstd1 = lf__slot(p, LF__CAT_WORK, N);
         w.qkv = lf__slot(p, LF__CAT_WORK, N * W);
+        if (HQK) {
+            w.qkr = lf__slot(p, LF__CAT_WORK, N * W);
+            w.rstdq = lf__slot(p, LF__CAT_WORK, N * HQK);
+        }
         w.att = lf__slot(p, LF__CAT_WORK, att);
         w.atty = lf__slot_bytes(p, LF__CAT_WORK, N * Q * A);
         w.res2 = lf__slot(p, LF__CAT_WORK, N * C);
@@ -355,6 +424,10 @@ static void llama_lay_out(const lf__plan_spec *s, void *acts, lf__planner *p) {
         if (keep_block) {
             a->rstd1 = lf__slot(p, LF__CAT_SAVED, N);
             a->qkv = lf__slot(p, LF__CAT_SAVED, N * W);
+            if (HQK) {
+                a->qkr = lf__slot(p, LF__CAT_SAVED, N * W);
+                a->rstdq = lf__slot(p, LF__CAT_SAVED, N * HQK);
+            }
             a->att = lf__slot(p, LF__CAT_SAVED, att);
             a->atty = lf__slot_bytes(p, LF__CAT_SAVED, N * Q * A);
             a->res2 = lf__slot(p, LF__CAT_SAVED, N * C);
@@ -406,7 +479,20 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
     const float *residual = block_input(x, l);
     lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
     /* q, k, v are consecutive: one (W, C) product */
-    lf__mm_forward(m, a->qkv, a->h1, PW(ix[P_Q]), PW(ix[P_QB]), N, C, W, LF_W_OUT_IN);
+    if (c->qk_norm) { /* Qwen3: each q and k head RMS-normalised before RoPE */
+        lf__mm_forward(m, a->qkr, a->h1, PW(qkv_ix(ix)), PW(ix[P_QB]), N, C, W, LF_W_OUT_IN);
+        if (!be->ops->qknorm_forward) {
+            lf__backend_fail(be, LF_ERR_UNSUPPORTED,
+                             "backend '%s' has no q/k RMSNorm op (qknorm_forward), which Qwen3's q_norm/k_norm "
+                             "need",
+                             be->ops->name);
+            return;
+        }
+        be->ops->qknorm_forward(be, a->qkv, a->rstdq, a->qkr, PW(ix[P_QNORM]), PW(ix[P_KNORM]), N, NH, c->n_kv_head,
+                                head_size(c), c->norm_eps);
+    } else {
+        lf__mm_forward(m, a->qkv, a->h1, PW(qkv_ix(ix)), PW(ix[P_QB]), N, C, W, LF_W_OUT_IN);
+    }
     lf__rope(m, rp, a->qkv, T);
     lf__attention_act(m, rp, l, a->atty, a->oproj, a->att, a->qkv, T,
                       lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
@@ -415,7 +501,7 @@ static void block_forward(lf_model *m, lf__replica *rp, int l, int T, int whole)
      * second residual add is unfused: see gpt2.c's block_forward) */
     lf__res_rms_forward(m, a->res2, a->h2, a->rstd2, residual, a->oproj, PW(ix[P_POST_NORM]), N, C, c->norm_eps);
     /* gate and up are consecutive: one (2F, C) product */
-    lf__mm_forward(m, a->gu, a->h2, PW(ix[P_GATE]), PW(ix[P_GATEB]), N, C, 2 * F, LF_W_OUT_IN);
+    lf__mm_forward(m, a->gu, a->h2, PW(gate_up_ix(ix)), PW(ix[P_GATEB]), N, C, 2 * F, LF_W_OUT_IN);
     swiglu_forward(m, a->sw, a->gu, N, F);
     if (!whole) return;
     lf__mm_forward(m, a->oproj, a->sw, PW(ix[P_DOWN]), PW(ix[P_DOWNB]), N, F, C, LF_W_OUT_IN);
@@ -474,7 +560,7 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     lf__mm_backward(m, x->dsw, GR(ix[P_DOWN]), GR(ix[P_DOWNB]), x->dresidual, a->sw, PW(ix[P_DOWN]), N, F, C,
                     LF_W_OUT_IN);
     be->ops->swiglu_backward(be, x->dgu, a->gu, x->dsw, N, F);
-    lf__mm_backward(m, x->dln, GR(ix[P_GATE]), GR(ix[P_GATEB]), x->dgu, a->h2, PW(ix[P_GATE]), N, C, 2 * F,
+    lf__mm_backward(m, x->dln, GR(gate_up_ix(ix)), GR(ix[P_GATEB]), x->dgu, a->h2, PW(gate_up_ix(ix)), N, C, 2 * F,
                     LF_W_OUT_IN);
     be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_POST_NORM]), x->dln, a->res2, PW(ix[P_POST_NORM]), a->rstd2, N,
                               C);
@@ -483,9 +569,12 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, Q, NH, NKV,
                                 lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     lf__rope_backward(m, rp, x->dqkv, T);
+    if (c->qk_norm && be->ops->qknorm_backward) /* d(normalised q, k) -> d(projection output), in place */
+        be->ops->qknorm_backward(be, x->dqkv, GR(ix[P_QNORM]), GR(ix[P_KNORM]), a->qkr, PW(ix[P_QNORM]),
+                                 PW(ix[P_KNORM]), a->rstdq, N, NH, NKV, head_size(c));
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* h1 shares h2's buffer */
         lf__rms_forward(m, a->h1, a->rstd1, residual, PW(ix[P_IN_NORM]), N, C, c->norm_eps);
-    lf__mm_backward(m, x->dln, GR(ix[P_Q]), GR(ix[P_QB]), x->dqkv, a->h1, PW(ix[P_Q]), N, C, W, LF_W_OUT_IN);
+    lf__mm_backward(m, x->dln, GR(qkv_ix(ix)), GR(ix[P_QB]), x->dqkv, a->h1, PW(qkv_ix(ix)), N, C, W, LF_W_OUT_IN);
     be->ops->rmsnorm_backward(be, x->dresidual, GR(ix[P_IN_NORM]), x->dln, residual, PW(ix[P_IN_NORM]), a->rstd1, N, C);
 }
 
@@ -519,8 +608,8 @@ static const lf__hf_key k_hf_keys[] = {
 };
 #undef F
 
-static const char *const k_hf_types[] = {"llama", "mistral", "qwen2", NULL};
-enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2 }; /* k_hf_types order */
+static const char *const k_hf_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", NULL};
+enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_QWEN3, HF_PHI3 }; /* k_hf_types order */
 
 #define TRY(expr) \
     do { \
@@ -528,31 +617,48 @@ enum { HF_LLAMA, HF_MISTRAL, HF_QWEN2 }; /* k_hf_types order */
         if (s_ != LF_OK) return s_; \
     } while (0)
 
+/* Phi-3's keys beyond Llama's: its dropouts (llmforge's llama has attention
+ * dropout only) and its RoPE (Phi3Config reads "su" and "yarn" as longrope,
+ * and accepts only default and longrope). */
+static lf_status hf_phi3(const lf__hf_cfg *c, const lf_model_config *m) {
+    TRY(lf__hf_zero(c, "resid_pdrop", "llmforge's llama has attention dropout only (set it to 0.0)"));
+    TRY(lf__hf_zero(c, "embd_pdrop", "llmforge's llama has attention dropout only (set it to 0.0)"));
+    if (m->rope.type != LF_ROPE_DEFAULT)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "%s: RoPE type '%s': Phi3ForCausalLM reads it as 'longrope' (Phi-3's 128k variants), which "
+                       "llmforge does not implement",
+                       lf__hf_where(c), lf__rope_type_name(m->rope.type));
+    return LF_OK;
+}
+
 /* The variants' own keys: Llama's bias flags (Qwen2: q/k/v biases always,
  * Mistral: none), head_dim, the sliding windows, and what llmforge's llama
  * does not implement. */
 static lf_status hf_variant(const lf__hf_cfg *c, int kind, lf_model_config *m) {
     const char *where = lf__hf_where(c);
-    if (kind == HF_LLAMA) { /* LlamaConfig's flags (Mistral's and Qwen2's classes have fixed biases) */
+    if (kind == HF_LLAMA || kind == HF_QWEN3) { /* LlamaConfig's and Qwen3Config's flags */
         int ab = 0, mb = 0;
         TRY(lf__hf_bool(c, "attention_bias", 0, &ab));
-        TRY(lf__hf_bool(c, "mlp_bias", 0, &mb));
         m->bias = m->out_bias = ab; /* q/k/v and o_proj biases */
+        if (kind == HF_LLAMA) TRY(lf__hf_bool(c, "mlp_bias", 0, &mb));
         m->mlp_bias = mb;
-    } else if (kind == HF_MISTRAL) {
+    }
+    if (kind == HF_MISTRAL || kind == HF_QWEN3 || kind == HF_PHI3) { /* classes without such biases */
         static const char *const flags[] = {"attention_bias", "mlp_bias"};
-        for (int i = 0; i < 2; i++) {
+        static const char *const cls[] =
+            {[HF_MISTRAL] = "MistralForCausalLM", [HF_QWEN3] = "Qwen3ForCausalLM", [HF_PHI3] = "Phi3ForCausalLM"};
+        for (int i = kind == HF_QWEN3 ? 1 : 0; i < 2; i++) {
             int on = 0;
             TRY(lf__hf_bool(c, flags[i], 0, &on));
             if (on)
                 return lf_fail(LF_ERR_UNSUPPORTED,
-                               "%s: '%s' is true, but MistralForCausalLM has no such biases (transformers ignores "
-                               "the key); remove it or set model_type \"llama\"",
-                               where, flags[i]);
+                               "%s: '%s' is true, but %s has no such biases (transformers ignores the key); remove "
+                               "it or set model_type \"llama\"",
+                               where, flags[i], cls[kind]);
         }
     }
     int head_dim = 0;
-    TRY(lf__hf_int(c, "head_dim", 0, 0, &head_dim));
+    TRY(lf__hf_int(c, "head_dim", 0, kind == HF_QWEN3 ? 128 : 0, &head_dim)); /* Qwen3Config's default: 128 */
     if (head_dim == 0 && m->n_embd % m->n_head != 0)
         return lf_fail(LF_ERR_UNSUPPORTED,
                        "%s: 'hidden_size' %d is not divisible by 'num_attention_heads' %d (and no 'head_dim')", where,
@@ -567,24 +673,30 @@ static lf_status hf_variant(const lf__hf_cfg *c, int kind, lf_model_config *m) {
     if (m->n_head % m->n_kv_head != 0)
         return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'num_attention_heads' %d is not divisible by 'num_key_value_heads' %d",
                        where, m->n_head, m->n_kv_head);
-    if (kind == HF_QWEN2) {
+    if (kind == HF_QWEN2 || kind == HF_QWEN3) {
         int use = 0;
         TRY(lf__hf_bool(c, "use_sliding_window", 0, &use));
         if (use)
             return lf_fail(LF_ERR_UNSUPPORTED,
                            "%s: 'use_sliding_window' is true; llmforge attends to the whole context", where);
     }
+    if (kind == HF_QWEN3) /* with use_sliding_window false transformers writes every layer full */
+        TRY(lf__hf_all_str(c, "layer_types", "full_attention",
+                           "llmforge implements \"full_attention\" layers only (no sliding-window layers)"));
+    if (kind == HF_PHI3) TRY(hf_phi3(c, m));
     return LF_OK;
 }
 
 static lf_status llama_hf_check(const lf__hf_cfg *c, int kind, lf_model_config *m) {
     m->norm = LF_NORM_RMSNORM;
     m->bias = kind == HF_QWEN2; /* Qwen2: q/k/v biases, always */
+    m->qk_norm = kind == HF_QWEN3;
+    m->fused_proj = kind == HF_PHI3;
     TRY(lf__hf_rope(c, m));
     TRY(lf__hf_bool(c, "tie_word_embeddings", 0, &m->tie_embeddings));
     /* Mistral's window (null or absent: none): lf_model_config_validate
      * refuses a block_size beyond it, whatever sets the block size */
-    if (kind == HF_MISTRAL) TRY(lf__hf_int(c, "sliding_window", 0, 0, &m->sliding_window));
+    if (kind == HF_MISTRAL || kind == HF_PHI3) TRY(lf__hf_int(c, "sliding_window", 0, 0, &m->sliding_window));
     const char *fn = NULL;
     TRY(lf__hf_str(c, "hidden_act", "silu", &fn));
     if (strcmp(fn, "silu") != 0)

@@ -158,6 +158,11 @@ lf_status lf__hf_int(const lf__hf_cfg *c, const char *key, int required, int dfl
 lf_status lf__hf_num(const lf__hf_cfg *c, const char *key, double dflt, double *out); /* in (0, 1] */
 lf_status lf__hf_bool(const lf__hf_cfg *c, const char *key, int dflt, int *out);
 lf_status lf__hf_str(const lf__hf_cfg *c, const char *key, const char *dflt, const char **out);
+/* A key that must be absent, null or 0 (a dropout llmforge does not
+ * have), else LF_ERR_UNSUPPORTED naming it, its value and why; and a list
+ * whose every entry must be the string value (absent or null: fine). */
+lf_status lf__hf_zero(const lf__hf_cfg *c, const char *key, const char *why);
+lf_status lf__hf_all_str(const lf__hf_cfg *c, const char *key, const char *value, const char *why);
 /* RoPE from either spelling (4.x rope_theta + rope_scaling, 5.x
  * rope_parameters): m->rope_theta (default 10000) and m->rope; keys
  * llmforge does not implement refused by their config.json names. */

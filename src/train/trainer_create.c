@@ -185,6 +185,8 @@ static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
     m->head_dim = h.head_dim;
     m->out_bias = h.out_bias;
     m->mlp_bias = h.mlp_bias;
+    m->qk_norm = h.qk_norm;
+    m->fused_proj = h.fused_proj;
     m->rope = h.rope;
     if (len)
         return lf_fail(LF_ERR_MISMATCH, "--init-from '%s': the configuration disagrees with its config.json: %s",

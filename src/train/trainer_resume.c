@@ -127,7 +127,7 @@ static lf_status check_model_extras(const lf_trainer *t, const cJSON *o, const c
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(o, "model");
     const cJSON *ex = cJSON_IsObject(mo) ? cJSON_GetObjectItemCaseSensitive(mo, "extras") : NULL;
     lf_model_config saved = t->mcfg;
-    saved.head_dim = saved.out_bias = saved.mlp_bias = 0;
+    saved.head_dim = saved.out_bias = saved.mlp_bias = saved.qk_norm = saved.fused_proj = 0;
     memset(&saved.rope, 0, sizeof saved.rope);
     if (ex) {
         char *text = cJSON_PrintUnformatted(ex);

@@ -170,6 +170,87 @@ static void test_rmsnorm_backward(void **state) {
     rmsnorm_case(5, 131, 1e-6f); /* crosses the 64-channel accumulator block */
 }
 
+/* ------------------------------------------------------------- per-head q/k RMSNorm (Qwen3) */
+
+typedef struct {
+    double *inp, *wq, *wk, *out, *rstd;
+    const double *R;
+    int N, NH, NKV, HS;
+    double eps;
+} qkn_ctx;
+
+/* The reference: ref_rmsnorm_forward on each q head (wq) and k head (wk)
+ * of a [q | k | v] row; v copied. */
+static void ref_qknorm(qkn_ctx *c) {
+    const int H = c->NH + c->NKV, W = (c->NH + 2 * c->NKV) * c->HS;
+    for (int n = 0; n < c->N; n++) {
+        const size_t o = (size_t)n * W;
+        for (int h = 0; h < H; h++)
+            ref_rmsnorm_forward(c->out + o + (size_t)h * c->HS, c->rstd + (size_t)n * H + h,
+                                c->inp + o + (size_t)h * c->HS, h < c->NH ? c->wq : c->wk, 1, c->HS, c->eps);
+        for (int i = H * c->HS; i < W; i++) c->out[o + i] = c->inp[o + i];
+    }
+}
+
+static double qkn_loss(void *p) {
+    qkn_ctx *c = p;
+    ref_qknorm(c);
+    return ref_dot(c->out, c->R, (size_t)c->N * (c->NH + 2 * c->NKV) * c->HS);
+}
+
+static void qknorm_case(lf_backend *be, int N, int NH, int NKV, int HS, float eps) {
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, H = (size_t)(NH + NKV);
+    ten inp = ten_rand((size_t)N * W, 1.5f, 60), wq = ten_rand((size_t)HS, 1, 61), wk = ten_rand((size_t)HS, 1, 62);
+    ten R = ten_rand(inp.n, 1, 63), out = ten_new(inp.n), rstd = ten_new((size_t)N * H);
+    for (size_t i = 0; i < inp.n; i++) { /* heads of different scales: RMSNorm does not centre */
+        inp.f[i] += 0.3f * (float)((i / (size_t)HS) % 5);
+        inp.d[i] = inp.f[i];
+    }
+    float *dev_out = be->ops->alloc(be, inp.n * sizeof(float)), *dev_in = be->ops->alloc(be, inp.n * sizeof(float));
+    float *dev_r = be->ops->alloc(be, rstd.n * sizeof(float)), *dev_d = be->ops->alloc(be, inp.n * sizeof(float));
+    float *dev_wq = be->ops->alloc(be, (size_t)HS * sizeof(float)), *dev_wk = be->ops->alloc(be, (size_t)HS * sizeof(float));
+    float *dev_dwq = be->ops->alloc(be, (size_t)HS * sizeof(float)), *dev_dwk = be->ops->alloc(be, (size_t)HS * sizeof(float));
+    be->ops->to_device(be, dev_in, inp.f, inp.n * sizeof(float));
+    be->ops->to_device(be, dev_wq, wq.f, wq.n * sizeof(float));
+    be->ops->to_device(be, dev_wk, wk.f, wk.n * sizeof(float));
+    be->ops->qknorm_forward(be, dev_out, dev_r, dev_in, dev_wq, dev_wk, N, NH, NKV, HS, eps);
+    qkn_ctx ctx = {inp.d, wq.d, wk.d, out.d, rstd.d, R.d, N, NH, NKV, HS, (double)eps};
+    ref_qknorm(&ctx);
+    float *got = malloc(inp.n * sizeof(float));
+    be->ops->to_host(be, got, dev_out, inp.n * sizeof(float));
+    double worst = 0;
+    for (size_t i = 0; i < inp.n; i++) worst = fmax(worst, fabs((double)got[i] - out.d[i]) / (1 + fabs(out.d[i])));
+    if (worst > 2e-6) fail_msg("qknorm forward on %s: error %.3g", be->ops->name, worst);
+
+    ten dwq = ten_rand(wq.n, 1, 64), dwk = ten_rand(wk.n, 1, 65), dinp = ten_new(inp.n);
+    float *dwq0 = floats_copy(dwq.f, dwq.n), *dwk0 = floats_copy(dwk.f, dwk.n);
+    be->ops->to_device(be, dev_d, R.f, inp.n * sizeof(float)); /* d(out) in, d(inp) out */
+    be->ops->to_device(be, dev_dwq, dwq.f, dwq.n * sizeof(float));
+    be->ops->to_device(be, dev_dwk, dwk.f, dwk.n * sizeof(float));
+    be->ops->qknorm_backward(be, dev_d, dev_dwq, dev_dwk, dev_in, dev_wq, dev_wk, dev_r, N, NH, NKV, HS);
+    be->ops->to_host(be, dinp.f, dev_d, inp.n * sizeof(float));
+    be->ops->to_host(be, dwq.f, dev_dwq, dwq.n * sizeof(float));
+    be->ops->to_host(be, dwk.f, dev_dwk, dwk.n * sizeof(float));
+    ref_fd_grad(dinp.d, inp.d, inp.n, qkn_loss, &ctx);
+    ref_fd_grad(dwq.d, wq.d, wq.n, qkn_loss, &ctx);
+    ref_fd_grad(dwk.d, wk.d, wk.n, qkn_loss, &ctx);
+    GRAD_CHECK("qknorm dinp", dinp.f, NULL, dinp.d, dinp.n); /* overwritten, in place */
+    GRAD_CHECK("qknorm dwq", dwq.f, dwq0, dwq.d, dwq.n);     /* accumulated */
+    GRAD_CHECK("qknorm dwk", dwk.f, dwk0, dwk.d, dwk.n);
+    float *bufs[] = {dev_out, dev_in, dev_r, dev_d, dev_wq, dev_wk, dev_dwq, dev_dwk};
+    for (int i = 0; i < 8; i++) be->ops->free(be, bufs[i]);
+    free(got); free(dwq0); free(dwk0);
+    ten_free(&inp); ten_free(&wq); ten_free(&wk); ten_free(&R); ten_free(&out); ten_free(&rstd);
+    ten_free(&dwq); ten_free(&dwk); ten_free(&dinp);
+}
+
+static void test_qknorm_backward(void **state) {
+    (void)state;
+    qknorm_case(ops(), 7, 4, 2, 6, 1e-6f); /* GQA */
+    qknorm_case(ops(), 3, 3, 3, 10, 1e-5f);
+    qknorm_case(lf_backend_get("cpu-fenced"), 5, 2, 1, 8, 1e-6f);
+}
+
 /* ------------------------------------------------------------- RoPE */
 
 typedef struct {
@@ -480,6 +561,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encoder_backward),   cmocka_unit_test(test_layernorm_backward),
         cmocka_unit_test(test_rmsnorm_backward),   cmocka_unit_test(test_rope_backward),
+        cmocka_unit_test(test_qknorm_backward),
         cmocka_unit_test(test_swiglu_backward),
         cmocka_unit_test(test_matmul_backward),    cmocka_unit_test(test_attention_backward),
         cmocka_unit_test(test_gelu_backward),      cmocka_unit_test(test_residual_backward),

@@ -212,6 +212,111 @@ static void test_rmsnorm(void **state) {
     check_norm(130, 769, 1, 0, 500);
 }
 
+/* ---------------------------------------------------------------- per-head q/k RMSNorm (Qwen3) */
+
+/* The error model of RMSNorm above, per head of HS channels; the v part
+ * (forward: copied; backward: untouched) must be the same bits. */
+typedef struct qk_ctx {
+    lf_backend *be;
+    int N, NH, NKV, HS;
+    float eps;
+    const float *dout, *dw0, *rstd_cpu;
+    float *d_x, *d_wq, *d_wk, *d_out, *d_rstd, *d_d, *d_dwq, *d_dwk;
+} qk_ctx;
+
+/* out: out (N,W), rstd (N,H), d(inp) (N,W), dwq (HS), dwk (HS) */
+static void qk_run(void *vc, void *out) {
+    qk_ctx *c = vc;
+    lf_backend *be = c->be;
+    const size_t W = (size_t)(c->NH + 2 * c->NKV) * c->HS, NW = (size_t)c->N * W, NHh = (size_t)c->N * (c->NH + c->NKV);
+    float *o = out;
+    be->ops->qknorm_forward(be, c->d_out, c->d_rstd, c->d_x, c->d_wq, c->d_wk, c->N, c->NH, c->NKV, c->HS, c->eps);
+    pw_down(be, o, c->d_out, NW * 4);
+    pw_down(be, o + NW, c->d_rstd, NHh * 4);
+    pw_put(be, c->d_rstd, c->rstd_cpu, NHh * 4);
+    pw_put(be, c->d_d, c->dout, NW * 4);
+    pw_put(be, c->d_dwq, c->dw0, (size_t)c->HS * 4);
+    pw_put(be, c->d_dwk, c->dw0 + c->HS, (size_t)c->HS * 4);
+    be->ops->qknorm_backward(be, c->d_d, c->d_dwq, c->d_dwk, c->d_x, c->d_wq, c->d_wk, c->d_rstd, c->N, c->NH, c->NKV,
+                             c->HS);
+    pw_down(be, o + NW + NHh, c->d_d, NW * 4);
+    pw_down(be, o + 2 * NW + NHh, c->d_dwq, (size_t)c->HS * 4);
+    pw_down(be, o + 2 * NW + NHh + c->HS, c->d_dwk, (size_t)c->HS * 4);
+}
+
+static void check_qknorm(int N, int NH, int NKV, int HS, uint64_t seed) {
+    pw_env e;
+    pw_open(&e);
+    const int H = NH + NKV;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, NW = (size_t)N * W, NHh = (size_t)N * H;
+    const float eps = 1e-6f;
+    float *x = pw_random(NW, seed, -2.0f, 2.0f), *wq = pw_random(HS, seed + 1, 0.5f, 1.5f);
+    float *wk = pw_random(HS, seed + 2, 0.5f, 1.5f), *dout = pw_random(NW, seed + 3, -1, 1);
+    float *dw0 = pw_random(2 * (size_t)HS, seed + 4, -1, 1);
+    float *rstd = calloc(NHh, 4), *ref_out = malloc(NW * 4), *ref_d = pw_dup(dout, NW * 4);
+    float *ref_dw = pw_dup(dw0, 2 * (size_t)HS * 4);
+    e.cpu->ops->qknorm_forward(e.cpu, ref_out, rstd, x, wq, wk, N, NH, NKV, HS, eps);
+    e.cpu->ops->qknorm_backward(e.cpu, ref_d, ref_dw, ref_dw + HS, x, wq, wk, rstd, N, NH, NKV, HS);
+    qk_ctx c = {e.be, N, NH, NKV, HS, eps, dout, dw0, rstd,
+                pw_up(e.be, x, NW * 4), pw_up(e.be, wq, HS * 4), pw_up(e.be, wk, HS * 4), pw_up(e.be, NULL, NW * 4),
+                pw_up(e.be, NULL, NHh * 4), pw_up(e.be, NULL, NW * 4), pw_up(e.be, NULL, HS * 4),
+                pw_up(e.be, NULL, HS * 4)};
+    const size_t total = 2 * NW + NHh + 2 * (size_t)HS;
+    float *got = malloc(total * 4);
+    qk_run(&c, got);
+    const float *g_out = got, *g_rstd = got + NW, *g_d = got + NW + NHh, *g_dw = got + 2 * NW + NHh;
+    double *tol = calloc(NW, sizeof *tol), *tr = calloc(NHh, sizeof *tr), *td = calloc(NW, sizeof *td);
+    double *tw = calloc(2 * (size_t)HS, sizeof *tw), *aw = calloc(2 * (size_t)HS, sizeof *aw),
+           *sw = calloc(2 * (size_t)HS, sizeof *sw);
+    const double gC = pw_gamma(HS + 2);
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            const size_t o = (size_t)n * W + (size_t)h * HS;
+            const float *xr = x + o, *dr = dout + o, *w = h < NH ? wq : wk;
+            const double r = rstd[(size_t)n * H + h];
+            double sdd = 0, a2 = 0, s2 = 0;
+            for (int k = 0; k < HS; k++) sdd += (double)xr[k] * xr[k];
+            const double drel = 0.5 * (2.0 * gC * sdd / HS) / (sdd / HS + eps) + 6.0 * PW_U;
+            tr[(size_t)n * H + h] = r * drel;
+            for (int k = 0; k < HS; k++) {
+                const double nk = xr[k] * r, dn = (double)w[k] * dr[k];
+                a2 += fabs(dn * nk);
+                s2 += dn * nk;
+                const double t = (double)(dr[k] * (xr[k] * (float)r));
+                aw[(h < NH ? 0 : HS) + k] += fabs(t);
+                sw[(h < NH ? 0 : HS) + k] += t;
+            }
+            const double ddnm = 2.0 * gC * a2 / HS, mdnm = fabs(s2 / HS);
+            for (int k = 0; k < HS; k++) {
+                const double nk = xr[k] * r, dn = (double)w[k] * dr[k];
+                tol[o + k] = fabs((double)w[k]) * fabs((double)xr[k]) * r * drel + 4.0 * PW_U * fabs(nk * w[k]);
+                td[o + k] = r * (fabs(nk) * ddnm + 5.0 * PW_U * (fabs(dn) + fabs(nk) * mdnm)) +
+                            2.0 * PW_U * fabs((double)ref_d[o + k]);
+            }
+        }
+    for (int k = 0; k < 2 * HS; k++)
+        tw[k] = 2.0 * N * (k < HS ? NH : NKV) * 0x1p-53 * aw[k] + 2.0 * PW_U * (fabs(sw[k]) + fabs((double)ref_dw[k]));
+    char what[96];
+    snprintf(what, sizeof what, "qknorm N=%d NH=%d NKV=%d HS=%d", N, NH, NKV, HS);
+    pw_check_within(what, g_out, ref_out, tol, NW); /* v: tolerance 0, the copy */
+    pw_check_within("qknorm rstd", g_rstd, rstd, tr, NHh);
+    pw_check_within("qknorm_backward d(inp)", g_d, ref_d, td, NW); /* v: tolerance 0, untouched */
+    pw_check_within("qknorm dwq, dwk", g_dw, ref_dw, tw, 2 * (size_t)HS);
+    pw_check_repeatable(what, qk_run, &c, got, total * 4);
+    float *bufs[] = {c.d_x, c.d_wq, c.d_wk, c.d_out, c.d_rstd, c.d_d, c.d_dwq, c.d_dwk};
+    for (int i = 0; i < 8; i++) pw_free(e.be, bufs[i]);
+    free(x), free(wq), free(wk), free(dout), free(dw0), free(rstd), free(ref_out), free(ref_d), free(ref_dw);
+    free(got), free(tol), free(tr), free(td), free(tw), free(aw), free(sw);
+    pw_close(&e);
+}
+
+static void test_qknorm(void **state) {
+    (void)state;
+    PW_NEED_DEVICE();
+    check_qknorm(5, 4, 2, 16, 600);  /* GQA, half a warp per head */
+    check_qknorm(33, 3, 1, 40, 700); /* a partial warp stride */
+}
+
 /* ---------------------------------------------------------------- cross-entropy, loss sum */
 
 typedef struct ce_ctx {
@@ -529,7 +634,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm), cmocka_unit_test(test_rmsnorm),  cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_loss_sum),  cmocka_unit_test(test_refusals), cmocka_unit_test(test_bf16_outputs),
-        cmocka_unit_test(test_residual_norms),
+        cmocka_unit_test(test_residual_norms), cmocka_unit_test(test_qknorm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

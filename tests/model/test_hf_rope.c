@@ -19,6 +19,10 @@
  *     configuration (rope scaling, head_dim, biases).
  * The head_dim model also runs on cpu-bf16 (bf16 matmul operands: logits
  * within 3e-2 of the largest) and cpu-fenced (the fp32 numbers again).
+ * The same checks on the families of tests/fixtures/hf_family
+ * (tools/reference/make_hf_family_fixtures.py): Qwen3 (per-head q/k
+ * RMSNorm; also cpu-fenced and cpu-bf16) and Phi-3 (fused qkv_proj and
+ * gate_up_proj, a sliding_window above the 122 positions used).
  */
 #include <math.h>
 #include <cjson/cJSON.h>
@@ -27,7 +31,14 @@
 #include "llmforge/model.h"
 
 #define ROOT LF_SOURCE_DIR "/tests/fixtures/hf_rope"
+#define FAMILY_ROOT LF_SOURCE_DIR "/tests/fixtures/hf_family"
 #define BLOCK 128 /* prompt 90 + 32 new tokens; dynamic's config says 32 */
+
+/* The block of a loaded model: BLOCK, or a sliding window below it
+ * (Phi-3's 124: prompt and continuation stay inside it). */
+static int block_of(const lf_model_config *c) {
+    return c->sliding_window > 0 && c->sliding_window < BLOCK ? c->sliding_window : BLOCK;
+}
 
 static cJSON *read_json(const char *path) {
     char *text = NULL;
@@ -49,20 +60,20 @@ static void copy_file(const char *from, const char *to) {
 
 /* The variant's directory; one that shares another's weights is put
  * together in a temporary directory (*tmp set: remove it afterwards). */
-static void variant_dir(const char *name, const cJSON *e, char *dir, size_t cap, char **tmp) {
+static void variant_dir(const char *root, const char *name, const cJSON *e, char *dir, size_t cap, char **tmp) {
     const cJSON *wf = cJSON_GetObjectItem(e, "weights_from");
     *tmp = NULL;
     if (!cJSON_IsString(wf)) {
-        snprintf(dir, cap, "%s/%s", ROOT, name);
+        snprintf(dir, cap, "%s/%s", root, name);
         return;
     }
     *tmp = lf_test_tmpdir();
     assert_non_null(*tmp);
     char a[1024], b[1024];
-    snprintf(a, sizeof a, "%s/%s/config.json", ROOT, name);
+    snprintf(a, sizeof a, "%s/%s/config.json", root, name);
     snprintf(b, sizeof b, "%s/config.json", *tmp);
     copy_file(a, b);
-    snprintf(a, sizeof a, "%s/%s/model.safetensors", ROOT, wf->valuestring);
+    snprintf(a, sizeof a, "%s/%s/model.safetensors", root, wf->valuestring);
     snprintf(b, sizeof b, "%s/model.safetensors", *tmp);
     copy_file(a, b);
     snprintf(dir, cap, "%s", *tmp);
@@ -72,7 +83,7 @@ static lf_model *load_model(const char *dir, const char *backend, lf_model_confi
     lf_hf_model *hf = NULL;
     LF_ASSERT_OK(lf_hf_open(&hf, dir));
     LF_ASSERT_OK(lf_hf_model_config(hf, cfg));
-    cfg->block_size = BLOCK; /* RoPE: any block size; dynamic reads its own max_position_embeddings */
+    cfg->block_size = block_of(cfg); /* RoPE: any block size; dynamic reads its own max_position_embeddings */
     lf_backend *be = lf_backend_get(backend);
     assert_non_null(be);
     lf_model *m = NULL;
@@ -110,7 +121,9 @@ static void check_export(const lf_model_config *c, const char *weights_dir) {
     want.padded_vocab_size = back.padded_vocab_size;
     if (memcmp(&want.rope, &back.rope, sizeof want.rope) != 0 || want.head_dim != back.head_dim ||
         want.bias != back.bias || want.out_bias != back.out_bias || want.mlp_bias != back.mlp_bias ||
-        want.rope_theta != back.rope_theta || want.tie_embeddings != back.tie_embeddings)
+        want.qk_norm != back.qk_norm || want.fused_proj != back.fused_proj ||
+        want.sliding_window != back.sliding_window || want.rope_theta != back.rope_theta ||
+        want.tie_embeddings != back.tie_embeddings)
         fail_msg("export does not read back the same:\n%s", json);
     lf_hf_close(hf);
     lf_test_rmrf(tmp);
@@ -186,7 +199,7 @@ static void check_greedy(lf_model *m, const cJSON *e, const int32_t *in, int T, 
     const cJSON *want = cJSON_GetObjectItem(e, "greedy");
     const int n = cJSON_GetArraySize(want);
     lf_session *s = NULL;
-    LF_ASSERT_OK(lf_session_create(&s, m, 1, BLOCK, 1));
+    LF_ASSERT_OK(lf_session_create(&s, m, 1, block_of(lf_model_get_config(m)), 1));
     assert_true(lf_session_has_cache(s));
     float *row = lf_alloc(sizeof(float) * (size_t)vp(m));
     LF_ASSERT_OK(lf_session_forward(s, in, 1, T, 1));
@@ -207,12 +220,12 @@ static void check_greedy(lf_model *m, const cJSON *e, const int32_t *in, int T, 
     lf_session_free(s);
 }
 
-static void run_variant(const char *name, const char *backend, double logit_tol, int full) {
+static void run_in(const char *root, const char *name, const char *backend, double logit_tol, int full) {
     char path[1024], dir[1024];
-    snprintf(path, sizeof path, "%s/%s/expected.json", ROOT, name);
+    snprintf(path, sizeof path, "%s/%s/expected.json", root, name);
     cJSON *e = read_json(path);
     char *tmp = NULL;
-    variant_dir(name, e, dir, sizeof dir, &tmp);
+    variant_dir(root, name, e, dir, sizeof dir, &tmp);
     printf("%s on %s:\n", name, backend);
     lf_model_config c;
     lf_model *m = load_model(dir, backend, &c);
@@ -235,6 +248,10 @@ static void run_variant(const char *name, const char *backend, double logit_tol,
         free(tmp);
     }
     cJSON_Delete(e);
+}
+
+static void run_variant(const char *name, const char *backend, double logit_tol, int full) {
+    run_in(ROOT, name, backend, logit_tol, full);
 }
 
 static void test_llama3(void **state) {
@@ -264,10 +281,26 @@ static void test_headdim_biases(void **state) {
     run_variant("headdim", "cpu-bf16", 3e-2, 0);
 }
 
+/* Qwen3: q_norm / k_norm per head before RoPE, head_dim 16 with hidden 48,
+ * tied; its own backend op (qknorm), so every CPU kind runs it. */
+static void test_qwen3(void **state) {
+    (void)state;
+    run_in(FAMILY_ROOT, "qwen3", "cpu", 1e-5, 1);
+    run_in(FAMILY_ROOT, "qwen3", "cpu-fenced", 1e-5, 1);
+    run_in(FAMILY_ROOT, "qwen3", "cpu-bf16", 3e-2, 0);
+}
+/* Phi-3: fused qkv_proj and gate_up_proj, its sliding_window kept (and
+ * bounding the block). */
+static void test_phi3(void **state) {
+    (void)state;
+    run_in(FAMILY_ROOT, "phi3", "cpu", 1e-5, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama3),  cmocka_unit_test(test_yarn),   cmocka_unit_test(test_linear),
         cmocka_unit_test(test_dynamic), cmocka_unit_test(test_yarn4x), cmocka_unit_test(test_headdim_biases),
+        cmocka_unit_test(test_qwen3),   cmocka_unit_test(test_phi3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

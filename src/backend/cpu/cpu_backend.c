@@ -227,6 +227,14 @@ OPV(rmsnorm_backward, lf__cpu_rmsnorm_backward,
     (lf_backend * be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
      const float *rstd, int N, int C),
     (dinp, dweight, dout, inp, weight, rstd, N, C))
+OPV(qknorm_forward, lf__cpu_qknorm_forward,
+    (lf_backend * be, float *out, float *rstd, const float *inp, const float *wq, const float *wk, int N, int NH,
+     int NKV, int HS, float eps),
+    (out, rstd, inp, wq, wk, N, NH, NKV, HS, eps))
+OPV(qknorm_backward, lf__cpu_qknorm_backward,
+    (lf_backend * be, float *dqkv, float *dwq, float *dwk, const float *inp, const float *wq, const float *wk,
+     const float *rstd, int N, int NH, int NKV, int HS),
+    (dqkv, dwq, dwk, inp, wq, wk, rstd, N, NH, NKV, HS))
 
 /* ---------------------------------------------------------------- activation storage (lf_dtype) */
 
@@ -409,8 +417,8 @@ OPV(add_inplace, cpu_add_inplace, (lf_backend * be, float *y, const float *x, si
     .alloc = w_alloc, .allocated = w_allocated, .to_host = w_copy, .copy = w_copy, .zero = w_zero, .scale = w_scale, \
     .encoder_forward = w_encoder_forward, .encoder_backward = w_encoder_backward, \
     .layernorm_forward = w_layernorm_forward, .layernorm_backward = w_layernorm_backward, \
-    .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward, \
-    .residual_layernorm_forward = w_residual_layernorm_forward, \
+    .rmsnorm_forward = w_rmsnorm_forward, .rmsnorm_backward = w_rmsnorm_backward, .qknorm_forward = w_qknorm_forward, \
+    .qknorm_backward = w_qknorm_backward, .residual_layernorm_forward = w_residual_layernorm_forward, \
     .residual_rmsnorm_forward = w_residual_rmsnorm_forward, .rope_forward = w_rope_forward, \
     .rope_backward = w_rope_backward, .attention_forward = w_attention_forward, \
     .attention_backward = w_attention_backward, .kv_append = w_kv_append, .attention_cached = w_attention_cached, \

@@ -194,6 +194,14 @@ FV(rmsnorm_backward,
    (lf_backend * be, float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
     const float *rstd, int N, int C),
    (be, dinp, dweight, dout, inp, weight, rstd, N, C))
+FV(qknorm_forward,
+   (lf_backend * be, float *out, float *rstd, const float *inp, const float *wq, const float *wk, int N, int NH,
+    int NKV, int HS, float eps),
+   (be, out, rstd, inp, wq, wk, N, NH, NKV, HS, eps))
+FV(qknorm_backward,
+   (lf_backend * be, float *dqkv, float *dwq, float *dwk, const float *inp, const float *wq, const float *wk,
+    const float *rstd, int N, int NH, int NKV, int HS),
+   (be, dqkv, dwq, dwk, inp, wq, wk, rstd, N, NH, NKV, HS))
 FV(residual_layernorm_forward,
    (lf_backend * be, float *res, void *out, lf_dtype dt, float *mean, float *rstd, const float *a, const float *b,
     const float *weight, const float *bias, int N, int C),
@@ -289,6 +297,8 @@ static const lf_backend_ops fenced_ops = {
     .layernorm_backward = f_layernorm_backward,
     .rmsnorm_forward = f_rmsnorm_forward,
     .rmsnorm_backward = f_rmsnorm_backward,
+    .qknorm_forward = f_qknorm_forward,
+    .qknorm_backward = f_qknorm_backward,
     .residual_layernorm_forward = f_residual_layernorm_forward,
     .residual_rmsnorm_forward = f_residual_rmsnorm_forward,
     .matmul_forward = f_matmul_forward,

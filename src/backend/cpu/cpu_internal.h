@@ -325,6 +325,10 @@ void lf__cpu_residual_rmsnorm_forward(float *res, void *out, int out_bf16, float
                                       const float *weight, int N, int C, float eps);
 void lf__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                               const float *rstd, int N, int C);
+void lf__cpu_qknorm_forward(float *out, float *rstd, const float *inp, const float *wq, const float *wk, int N, int NH,
+                            int NKV, int HS, float eps);
+void lf__cpu_qknorm_backward(float *dqkv, float *dwq, float *dwk, const float *inp, const float *wq, const float *wk,
+                             const float *rstd, int N, int NH, int NKV, int HS);
 void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,
                           float scale);
 void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,

@@ -16,6 +16,9 @@
  *    layernorm_backward does (cpu_norm.c).
  *  - The bf16-output forward computes the same row with the same code and
  *    rounds it: convert of the fp32 op's output, bit for bit.
+ *  - qknorm (Qwen3's q_norm / k_norm) is the same row code on each q and k
+ *    head's HS channels of a qkv row; its backward overwrites d(out) with
+ *    d(inp) in place, after every thread has summed dwq and dwk from d(out).
  *  - Parallel regions follow cpu_internal.h: `omp parallel if` around
  *    worksharing loops whose inner loops are `omp simd`.
  *
@@ -24,6 +27,7 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 #include "cpu_internal.h"
 
 /* Channels summed together in one pass over the rows of a channel slice. */
@@ -113,5 +117,63 @@ void lf__cpu_rmsnorm_backward(float *restrict dinp, float *restrict dweight, con
             }
             for (int c = 0; c < w; c++) dweight[s0 + c] += (float)acc[c];
         }
+    }
+}
+
+/* ------------------------------------------------------------- per-head RMSNorm of q and k (Qwen3) */
+
+/* Heads 0..NH-1 of each row with wq, NH..NH+NKV-1 with wk, each as one
+ * rms_row over its HS channels; v's (N, NKV*HS) part copied. */
+void lf__cpu_qknorm_forward(float *restrict out, float *restrict rstd, const float *restrict inp,
+                            const float *restrict wq, const float *restrict wk, int N, int NH, int NKV, int HS,
+                            float eps) {
+    const int H = NH + NKV, W = (NH + 2 * NKV) * HS;
+#pragma omp parallel for schedule(static) if ((long)N * W >= LF_CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const size_t o = (size_t)n * W;
+        for (int h = 0; h < H; h++)
+            rms_row(out + o + (size_t)h * HS, NULL, rstd + (size_t)n * H + h, inp + o + (size_t)h * HS,
+                    h < NH ? wq : wk, HS, eps);
+        memcpy(out + o + (size_t)H * HS, inp + o + (size_t)H * HS, sizeof(float) * (size_t)NKV * HS);
+    }
+}
+
+/* dwq and dwk first (2*HS channels, each summed over rows then heads in
+ * order, in double: deterministic for any thread count), then, once every
+ * thread has read d(out), each head's d(inp) in place. */
+void lf__cpu_qknorm_backward(float *dqkv, float *restrict dwq, float *restrict dwk, const float *restrict inp,
+                             const float *restrict wq, const float *restrict wk, const float *restrict rstd, int N,
+                             int NH, int NKV, int HS) {
+    const int H = NH + NKV, W = (NH + 2 * NKV) * HS;
+#pragma omp parallel if ((long)N * W >= LF_CPU_PAR_MIN)
+    {
+        int c0, c1;
+        lf__cpu_channel_slice(2 * HS, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int cc = c0; cc < c1; cc++) {
+            const int isk = cc >= HS, c = isk ? cc - HS : cc;
+            const int h0 = isk ? NH : 0, h1 = isk ? H : NH;
+            double acc = 0.0;
+            for (int n = 0; n < N; n++)
+                for (int h = h0; h < h1; h++) {
+                    const size_t at = (size_t)n * W + (size_t)h * HS + (size_t)c;
+                    acc += (double)(dqkv[at] * (inp[at] * rstd[(size_t)n * H + h]));
+                }
+            (isk ? dwk : dwq)[c] += (float)acc;
+        }
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int h = 0; h < H; h++) {
+                const size_t at = (size_t)n * W + (size_t)h * HS;
+                const float *restrict x = inp + at;
+                float *d = dqkv + at;
+                const float *restrict w = h < NH ? wq : wk;
+                const float r = rstd[(size_t)n * H + h];
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int c = 0; c < HS; c++) dot += (w[c] * d[c]) * (x[c] * r);
+                dot /= (float)HS;
+                for (int c = 0; c < HS; c++) d[c] = (w[c] * d[c] - (x[c] * r) * dot) * r;
+            }
     }
 }

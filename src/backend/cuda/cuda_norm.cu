@@ -313,3 +313,105 @@ extern "C" cudaError_t lf__cuk_rmsnorm_backward(float *dinp, float *dweight, con
     if (e != cudaSuccess) return e;
     return launch_params(dweight, NULL, dout, inp, NULL, rstd, N, C, stream);
 }
+
+/* ------------------------------------------------------------- per-head q/k RMSNorm (Qwen3) */
+
+/* A warp per (row, head slot): slots 0..H-1 are the q and k heads (the
+ * rms_forward row code on HS channels, wq or wk), slot H copies the row's
+ * v part. */
+__global__ void qk_forward(float *__restrict__ out, float *__restrict__ rstd, const float *__restrict__ inp,
+                           const float *__restrict__ wq, const float *__restrict__ wk, int N, int NH, int NKV, int HS,
+                           float eps) {
+    const int lane = (int)(threadIdx.x & 31u), H = NH + NKV;
+    const long item = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
+    if (item >= (long)N * (H + 1)) return;
+    const long n = item / (H + 1);
+    const int h = (int)(item % (H + 1));
+    const size_t o = (size_t)n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
+    if (h == H) {
+        for (int c = lane; c < NKV * HS; c += 32) out[o + c] = inp[o + c];
+        return;
+    }
+    const float *__restrict__ w = h < NH ? wq : wk;
+    float ss = 0.0f;
+    for (int c = lane; c < HS; c += 32) ss += inp[o + c] * inp[o + c];
+    const float r = 1.0f / sqrtf(pw_warp_sum(ss) / (float)HS + eps);
+    for (int c = lane; c < HS; c += 32) out[o + c] = w[c] * (inp[o + c] * r);
+    if (lane == 0) rstd[(size_t)n * H + h] = r;
+}
+
+/* dwq / dwk: a block per channel of [wq | wk]; thread t adds the (row,
+ * head) terms t, t + QK_PARAM_THREADS, ... in double, then thread 0 adds
+ * the partials in thread order: a fixed order, no atomics. */
+#define QK_PARAM_THREADS 256
+__global__ void qk_backward_params(float *__restrict__ dwq, float *__restrict__ dwk, const float *__restrict__ dout,
+                                   const float *__restrict__ inp, const float *__restrict__ rstd, int N, int NH,
+                                   int NKV, int HS) {
+    __shared__ double part[QK_PARAM_THREADS];
+    const int cc = (int)blockIdx.x, isk = cc >= HS, c = isk ? cc - HS : cc;
+    const int h0 = isk ? NH : 0, nh = isk ? NKV : NH, H = NH + NKV;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS;
+    const long M = (long)N * nh;
+    double acc = 0.0;
+    for (long i = (long)threadIdx.x; i < M; i += QK_PARAM_THREADS) {
+        const long n = i / nh;
+        const int h = h0 + (int)(i % nh);
+        const size_t at = (size_t)n * W + (size_t)h * HS + (size_t)c;
+        acc += (double)(dout[at] * (inp[at] * rstd[(size_t)n * H + h]));
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int g = 0; g < QK_PARAM_THREADS; g++) t += part[g];
+        (isk ? dwk : dwq)[c] += (float)t;
+    }
+}
+
+/* In place, a warp per (row, q/k head): every lane reads its channels of
+ * d(out) into the dot before any lane writes (the shuffle sum is between). */
+__global__ void qk_backward_dinp(float *dqkv, const float *__restrict__ inp, const float *__restrict__ wq,
+                                 const float *__restrict__ wk, const float *__restrict__ rstd, int N, int NH, int NKV,
+                                 int HS) {
+    const int lane = (int)(threadIdx.x & 31u), H = NH + NKV;
+    const long item = (long)blockIdx.x * NORM_ROWS + (threadIdx.x >> 5);
+    if (item >= (long)N * H) return;
+    const long n = item / H;
+    const int h = (int)(item % H);
+    const size_t o = (size_t)n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
+    const float *__restrict__ w = h < NH ? wq : wk;
+    const float *__restrict__ x = inp + o;
+    float *d = dqkv + o;
+    const float r = rstd[item];
+    float dot = 0.0f;
+    for (int c = lane; c < HS; c += 32) dot += (w[c] * d[c]) * (x[c] * r);
+    dot = pw_warp_sum(dot) / (float)HS;
+    for (int c = lane; c < HS; c += 32) d[c] = (w[c] * d[c] - (x[c] * r) * dot) * r;
+}
+
+extern "C" cudaError_t lf__cuk_qknorm_forward(float *out, float *rstd, const float *inp, const float *wq,
+                                              const float *wk, int N, int NH, int NKV, int HS, float eps,
+                                              cudaStream_t stream) {
+    if (N < 0 || NH < 1 || NKV < 1 || HS < 1) return cudaErrorInvalidValue;
+    if (N == 0) return cudaSuccess;
+    const long items = (long)N * (NH + NKV + 1);
+    LF_CUDA_LAUNCH(qk_forward, (unsigned)((items + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, out, rstd, inp,
+                   wq, wk, N, NH, NKV, HS, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t lf__cuk_qknorm_backward(float *dqkv, float *dwq, float *dwk, const float *inp, const float *wq,
+                                               const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                                               cudaStream_t stream) {
+    if (N < 0 || NH < 1 || NKV < 1 || HS < 1) return cudaErrorInvalidValue;
+    if (N == 0) return cudaSuccess;
+    /* the parameter sums read d(out) before the in-place kernel overwrites it (same stream) */
+    LF_CUDA_LAUNCH(qk_backward_params, (unsigned)(2 * HS), QK_PARAM_THREADS, 0, stream, dwq, dwk, dqkv, inp, rstd, N,
+                   NH, NKV, HS);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const long items = (long)N * (NH + NKV);
+    LF_CUDA_LAUNCH(qk_backward_dinp, (unsigned)((items + NORM_ROWS - 1) / NORM_ROWS), NORM_BLOCK, 0, stream, dqkv, inp,
+                   wq, wk, rstd, N, NH, NKV, HS);
+    return cudaGetLastError();
+}

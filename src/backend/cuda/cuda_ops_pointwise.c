@@ -109,6 +109,24 @@ static void cu_rmsnorm_backward(lf_backend *be, float *dinp, float *dweight, con
                    "rmsnorm_backward", "rms_backward_dinp / norm_backward_params");
 }
 
+static void cu_qknorm_forward(lf_backend *be, float *out, float *rstd, const float *inp, const float *wq,
+                              const float *wk, int N, int NH, int NKV, int HS, float eps) {
+    if (bad_size(be, "qknorm_forward", "rows x heads", N, NH + NKV) ||
+        bad_size(be, "qknorm_forward", "head size", HS, 0))
+        return;
+    lf__cuda_check(be, lf__cuk_qknorm_forward(out, rstd, inp, wq, wk, N, NH, NKV, HS, eps, lf__cuda_stream(be)),
+                   "qknorm_forward", "qk_forward");
+}
+
+static void cu_qknorm_backward(lf_backend *be, float *dqkv, float *dwq, float *dwk, const float *inp, const float *wq,
+                               const float *wk, const float *rstd, int N, int NH, int NKV, int HS) {
+    if (bad_size(be, "qknorm_backward", "rows x heads", N, NH + NKV) ||
+        bad_size(be, "qknorm_backward", "head size", HS, 0))
+        return;
+    lf__cuda_check(be, lf__cuk_qknorm_backward(dqkv, dwq, dwk, inp, wq, wk, rstd, N, NH, NKV, HS, lf__cuda_stream(be)),
+                   "qknorm_backward", "qk_backward_params / qk_backward_dinp");
+}
+
 static void cu_residual_layernorm_forward(lf_backend *be, float *res, void *out, lf_dtype out_dt, float *mean,
                                           float *rstd, const float *a, const float *b, const float *weight,
                                           const float *bias, int N, int C) {
@@ -359,6 +377,8 @@ void lf__cuda_install_pointwise(lf_backend_ops *ops) {
     ops->layernorm_backward = cu_layernorm_backward;
     ops->rmsnorm_forward = cu_rmsnorm_forward;
     ops->rmsnorm_backward = cu_rmsnorm_backward;
+    ops->qknorm_forward = cu_qknorm_forward;
+    ops->qknorm_backward = cu_qknorm_backward;
     ops->residual_layernorm_forward = cu_residual_layernorm_forward;
     ops->residual_rmsnorm_forward = cu_residual_rmsnorm_forward;
     ops->gelu_forward = cu_gelu_forward;

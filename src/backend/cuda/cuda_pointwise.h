@@ -64,6 +64,12 @@ cudaError_t lf__cuk_rmsnorm_forward(void *out, int out_bf16, float *rstd, const 
                                     int C, float eps, cudaStream_t stream);
 cudaError_t lf__cuk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                      const float *weight, const float *rstd, int N, int C, cudaStream_t stream);
+/* per-head RMSNorm of a qkv row's q and k heads (backend_impl.h's qknorm_*; backward in place) */
+cudaError_t lf__cuk_qknorm_forward(float *out, float *rstd, const float *inp, const float *wq, const float *wk, int N,
+                                   int NH, int NKV, int HS, float eps, cudaStream_t stream);
+cudaError_t lf__cuk_qknorm_backward(float *dqkv, float *dwq, float *dwk, const float *inp, const float *wq,
+                                    const float *wk, const float *rstd, int N, int NH, int NKV, int HS,
+                                    cudaStream_t stream);
 
 /* ---- activations (the forwards' out: fp32, or bf16 bits with out_bf16, as the norms) */
 cudaError_t lf__cuk_gelu_forward(void *out, int out_bf16, const float *inp, size_t n, cudaStream_t stream);
