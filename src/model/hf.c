@@ -743,6 +743,13 @@ lf_status lf_hf_model_config(const lf_hf_model *h, lf_model_config *out) {
         for (int v = 0; f && f->model_types[v] && at < sizeof supported; v++)
             at += (size_t)snprintf(supported + at, sizeof supported - at, "%s%s", at ? ", " : "", f->model_types[v]);
     }
+    for (int a = 0; a < lf_arch_count(); a++) { /* a kin type a family names, with what it lacks */
+        const lf__hf_family *f = lf__arch_of((lf_arch)a)->hf;
+        for (int v = 0; f && f->refused && f->refused[v].model_type; v++)
+            if (strcmp(h->model_type, f->refused[v].model_type) == 0)
+                return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'model_type' '%.100s' is not supported: %s (supported: %s)",
+                               c.where, h->model_type, f->refused[v].why, supported);
+    }
     return lf_fail(LF_ERR_UNSUPPORTED, "%s: 'model_type' '%.100s' is not supported (supported: %s)", c.where,
                    h->model_type, supported);
 }

@@ -312,7 +312,9 @@ static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
                         c->tie_embeddings ? "true" : "false", c->bias ? "true" : "false", c->n_layer,
                         (double)c->dropout);
     }
-    if (c->fused_proj) { /* Phi-3: no biases (validate), plain RoPE only (Phi3Config reads others as longrope) */
+    /* Phi-3: no biases (validate), plain RoPE only (Phi3Config reads others as longrope); the token ids
+     * null, not Phi3Config's defaults (pad 32000 lies outside a smaller vocabulary) */
+    if (c->fused_proj) {
         if (c->rope.type != LF_ROPE_DEFAULT) return 0;
         char win[24] = "null";
         if (c->sliding_window > 0) snprintf(win, sizeof win, "%d", c->sliding_window);
@@ -326,6 +328,7 @@ static int llama_hf_config(const lf_model_config *c, char *buf, size_t cap) {
             "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n"
             "  \"partial_rotary_factor\": 1.0,\n  \"tie_word_embeddings\": %s,\n  \"hidden_act\": \"silu\",\n"
             "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attention_dropout\": %.9g,\n"
+            "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n  \"pad_token_id\": null,\n"
             "  \"initializer_range\": 0.02,\n  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
             lf__vp(c), c->n_embd, c->ffn_hidden, c->n_layer, c->n_head, c->n_kv_head, head_size(c), hf_max_positions(c),
             hf_max_positions(c), win, (double)c->norm_eps, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
@@ -708,12 +711,34 @@ static lf_status llama_hf_check(const lf__hf_cfg *c, int kind, lf_model_config *
 
 /* RoPE's cached inv_freq is a buffer some checkpoints carry, not a weight. */
 static const struct lf__hf_ignore k_hf_ignored[] = {{"rotary_emb.inv_freq", 0}, {NULL, 0}};
+/* Kin of the family that it does not implement, and what each needs. */
+#define GEMMA_NEEDS \
+    "the embedding scaled by sqrt(hidden_size), RMSNorm with (1 + weight), a gelu_pytorch_tanh (GeGLU) MLP"
+#define GEMMA23_NEEDS \
+    GEMMA_NEEDS ", pre- and post-norms around attention and MLP, attention and final logit soft-capping, " \
+                "query_pre_attn_scalar and alternating sliding-window layers"
+static const struct lf__hf_refused k_hf_refused[] = {
+    {"gemma", "Gemma needs " GEMMA_NEEDS ", which llmforge's llama family lacks"},
+    {"gemma2", "Gemma 2 needs " GEMMA23_NEEDS ", which llmforge's llama family lacks"},
+    {"gemma3", "Gemma 3 needs " GEMMA23_NEEDS ", a per-layer RoPE base and vision weights, which llmforge lacks"},
+    {"gemma3_text", "Gemma 3 needs " GEMMA23_NEEDS " and a per-layer RoPE base, which llmforge's llama family lacks"},
+    {"phi", "Phi-1/Phi-2 (PhiForCausalLM) need LayerNorm with biases, a parallel attention/MLP block and partial "
+            "rotary embeddings, which llmforge's llama family lacks"},
+    {"mixtral", "Mixtral's mixture-of-experts MLP is not in llmforge's llama family"},
+    {"qwen2_moe", "Qwen2-MoE's mixture-of-experts MLP is not in llmforge's llama family"},
+    {"qwen3_moe", "Qwen3-MoE's mixture-of-experts MLP is not in llmforge's llama family"},
+    {NULL, NULL},
+};
+#undef GEMMA23_NEEDS
+#undef GEMMA_NEEDS
+
 static const lf__hf_family k_hf = {
     .model_types = k_hf_types,
     .keys = k_hf_keys,
     .n_keys = (int)(sizeof k_hf_keys / sizeof k_hf_keys[0]),
     .check = llama_hf_check,
     .ignored = k_hf_ignored,
+    .refused = k_hf_refused,
 };
 
 static const lf__preset k_presets[] = {

@@ -150,6 +150,10 @@ typedef struct lf__hf_family {
         const char *pattern;
         int ndim;
     } * ignored;
+    /* model_type values of kin this architecture does not implement, each
+     * with what it lacks for them, for the refusal (NULL, or ended by a
+     * NULL model_type). */
+    const struct lf__hf_refused { const char *model_type, *why; } * refused;
 } lf__hf_family;
 
 /* Readers of the config.json being read (messages name the file and key). */

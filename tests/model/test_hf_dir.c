@@ -603,7 +603,12 @@ static cJSON *obj2(const char *k1, cJSON *v1, const char *k2, cJSON *v2) {
 static void test_config_refusals(void **state) {
     (void)state;
     config_case("model_type", cJSON_CreateString("bert"), LF_ERR_UNSUPPORTED, "'bert' is not supported",
-                "llama, mistral, qwen2, gpt2");
+                "llama, mistral, qwen2, qwen3, phi3, gpt2");
+    /* kin of the Llama family that it does not implement: what each lacks */
+    config_case("model_type", cJSON_CreateString("gemma2"), LF_ERR_UNSUPPORTED,
+                "'gemma2' is not supported: Gemma 2 needs the embedding scaled by sqrt(hidden_size)", "soft-capping");
+    config_case("model_type", cJSON_CreateString("gemma"), LF_ERR_UNSUPPORTED, "'gemma' is not supported: Gemma",
+                "(1 + weight)");
     config_case("rope_scaling", obj2("rope_type", cJSON_CreateString("longrope"), "factor", cJSON_CreateNumber(8)),
                 LF_ERR_UNSUPPORTED, "'rope_scaling.rope_type' is 'longrope'", "llama3");
     config_case("rope_scaling", obj2("type", cJSON_CreateString("linear"), NULL, NULL), LF_ERR_CONFIG,
@@ -634,6 +639,52 @@ static void test_config_refusals(void **state) {
     config_case("rms_norm_eps", cJSON_CreateNumber(0), LF_ERR_CONFIG, "'rms_norm_eps'", "out of range");
     config_case("tie_word_embeddings", cJSON_CreateNumber(1), LF_ERR_CONFIG, "'tie_word_embeddings'", NULL);
     config_case("rope_theta", cJSON_CreateNumber(10000), LF_ERR_CONFIG, "'rope_theta'", "disagree");
+}
+
+/* Several config.json edits (NULL value: delete the key) and the refusal they must cause. */
+static void config_cases(const char **keys, cJSON **values, int n, lf_status s, const char *n1, const char *n2) {
+    char *dir = copy_fixture();
+    for (int i = 0; i < n; i++) {
+        g_key = keys[i];
+        g_value = values[i];
+        edit_json(dir, "config.json", values[i] ? edit_set : edit_del);
+    }
+    expect_config_fails(dir, s, n1, n2);
+    done(dir);
+}
+
+/* Qwen3's and Phi-3's keys that llmforge does not implement, by their names. */
+static void test_family_refusals(void **state) {
+    (void)state;
+    const char *k2[] = {"model_type", "use_sliding_window"};
+    cJSON *v[] = {cJSON_CreateString("qwen3"), cJSON_CreateTrue()};
+    config_cases(k2, v, 2, LF_ERR_UNSUPPORTED, "'use_sliding_window' is true", NULL);
+    cJSON *lt = cJSON_CreateArray();
+    cJSON_AddItemToArray(lt, cJSON_CreateString("full_attention"));
+    cJSON_AddItemToArray(lt, cJSON_CreateString("sliding_attention"));
+    const char *kl[] = {"model_type", "layer_types"};
+    cJSON *vl[] = {cJSON_CreateString("qwen3"), lt};
+    config_cases(kl, vl, 2, LF_ERR_UNSUPPORTED, "'layer_types[1]' is 'sliding_attention'", "full_attention");
+    const char *km[] = {"model_type", "mlp_bias"};
+    cJSON *vm[] = {cJSON_CreateString("qwen3"), cJSON_CreateTrue()};
+    config_cases(km, vm, 2, LF_ERR_UNSUPPORTED, "'mlp_bias' is true, but Qwen3ForCausalLM has no such biases", NULL);
+    /* Phi-3: its 128k variants' longrope (by the type's name, or yarn/su that Phi3Config reads as it) */
+    const char *kr[] = {"model_type", "rope_parameters", "rope_scaling"};
+    cJSON *vr[] = {cJSON_CreateString("phi3"), NULL,
+                   obj2("rope_type", cJSON_CreateString("longrope"), "short_factor", cJSON_CreateArray())};
+    config_cases(kr, vr, 3, LF_ERR_UNSUPPORTED, "'rope_scaling.rope_type' is 'longrope'", NULL);
+    cJSON *vy[] = {cJSON_CreateString("phi3"), NULL,
+                   obj2("rope_type", cJSON_CreateString("yarn"), "factor", cJSON_CreateNumber(4))};
+    config_cases(kr, vy, 3, LF_ERR_UNSUPPORTED, "RoPE type 'yarn'", "Phi3ForCausalLM reads it as 'longrope'");
+    const char *kd[] = {"model_type", "resid_pdrop"};
+    cJSON *vd[] = {cJSON_CreateString("phi3"), cJSON_CreateNumber(0.1)};
+    config_cases(kd, vd, 2, LF_ERR_UNSUPPORTED, "'resid_pdrop' is 0.1", "attention dropout only");
+    const char *ke[] = {"model_type", "embd_pdrop"};
+    cJSON *ve[] = {cJSON_CreateString("phi3"), cJSON_CreateNumber(0.2)};
+    config_cases(ke, ve, 2, LF_ERR_UNSUPPORTED, "'embd_pdrop' is 0.2", NULL);
+    const char *ka[] = {"model_type", "attention_bias"};
+    cJSON *va[] = {cJSON_CreateString("phi3"), cJSON_CreateTrue()};
+    config_cases(ka, va, 2, LF_ERR_UNSUPPORTED, "Phi3ForCausalLM has no such biases", NULL);
 }
 
 /* Edits that must still map, and what they map to. */
@@ -676,6 +727,17 @@ static void test_config_variants(void **state) {
     cJSON *v3[] = {cJSON_CreateTrue()};
     c = config_after(k3, v3, 1);
     assert_int_equal(c.tie_embeddings, 1);
+
+    /* Qwen3: q/k norms; head_dim defaults to Qwen3Config's 128; attention_bias is q/k/v/o */
+    const char *kq[] = {"model_type", "head_dim", "attention_bias"};
+    cJSON *vq[] = {cJSON_CreateString("qwen3"), NULL, cJSON_CreateTrue()};
+    c = config_after(kq, vq, 3);
+    assert_true(c.qk_norm && !c.fused_proj && c.head_dim == 128 && c.bias && c.out_bias && !c.mlp_bias);
+    /* Phi-3: fused tensor names, its sliding_window kept (bounding the block), no biases */
+    const char *kp[] = {"model_type", "sliding_window"};
+    cJSON *vp[] = {cJSON_CreateString("phi3"), cJSON_CreateNumber(2047)};
+    c = config_after(kp, vp, 2);
+    assert_true(c.fused_proj && !c.qk_norm && c.sliding_window == 2047 && !c.bias && !c.mlp_bias);
 
     /* head_dim other than hidden/heads; Llama's attention_bias (q/k/v/o) and mlp_bias */
     const char *kh[] = {"head_dim", "attention_bias", "mlp_bias"};
@@ -883,7 +945,7 @@ int main(void) {
         cmocka_unit_test(test_bad_index),          cmocka_unit_test(test_truncated_shard),
         cmocka_unit_test(test_missing_files),      cmocka_unit_test(test_config_refusals),
         cmocka_unit_test(test_config_variants),    cmocka_unit_test(test_gpt2_config),
-        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_family_refusals),    cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -281,6 +281,45 @@ static void test_headdim_biases(void **state) {
     run_variant("headdim", "cpu-bf16", 3e-2, 0);
 }
 
+/* The gradients of one step under each recompute policy: the same bits
+ * (the q/k norms' input and statistics are kept, or recomputed with the
+ * block under full recomputation). */
+static void check_recompute_bits(const char *root, const char *name) {
+    char path[1024], dir[1024];
+    snprintf(path, sizeof path, "%s/%s/expected.json", root, name);
+    cJSON *e = read_json(path);
+    char *tmp = NULL;
+    variant_dir(root, name, e, dir, sizeof dir, &tmp);
+    lf_model_config c;
+    lf_model *m = load_model(dir, "cpu", &c);
+    const cJSON *pr = cJSON_GetObjectItem(e, "prompt");
+    const int T = cJSON_GetArraySize(pr);
+    int32_t in[BLOCK], tg[BLOCK];
+    for (int t = 0; t < T; t++) in[t] = cJSON_GetArrayItem(pr, t)->valueint;
+    for (int t = 0; t < T; t++) tg[t] = t + 1 < T ? in[t + 1] : -1;
+    const size_t n = lf_model_num_params(m);
+    float *g[3];
+    for (int pol = LF_RECOMPUTE_NONE; pol <= LF_RECOMPUTE_FULL; pol++) {
+        LF_ASSERT_OK(lf_model_set_recompute(m, (lf_recompute)pol));
+        lf_forward_opts fo = {.dloss = 1.0f / (float)(T - 1)};
+        lf_model_zero_grad(m);
+        LF_ASSERT_OK(lf_model_forward(m, in, tg, 1, T, &fo, NULL, NULL));
+        LF_ASSERT_OK(lf_model_backward(m));
+        g[pol] = lf_alloc(sizeof(float) * n);
+        LF_ASSERT_OK(lf_backend_to_host(lf_model_backend(m), g[pol], lf_model_grads(m), sizeof(float) * n));
+        if (pol > 0 && memcmp(g[pol], g[0], sizeof(float) * n) != 0)
+            fail_msg("%s: recompute %s changes the gradients", name, lf_recompute_name((lf_recompute)pol));
+    }
+    printf("%s: gradients bit-identical under recompute none, selective, full\n", name);
+    for (int i = 0; i < 3; i++) lf_free(g[i]);
+    lf_model_free(m);
+    if (tmp) {
+        lf_test_rmrf(tmp);
+        free(tmp);
+    }
+    cJSON_Delete(e);
+}
+
 /* Qwen3: q_norm / k_norm per head before RoPE, head_dim 16 with hidden 48,
  * tied; its own backend op (qknorm), so every CPU kind runs it. */
 static void test_qwen3(void **state) {
@@ -288,12 +327,14 @@ static void test_qwen3(void **state) {
     run_in(FAMILY_ROOT, "qwen3", "cpu", 1e-5, 1);
     run_in(FAMILY_ROOT, "qwen3", "cpu-fenced", 1e-5, 1);
     run_in(FAMILY_ROOT, "qwen3", "cpu-bf16", 3e-2, 0);
+    check_recompute_bits(FAMILY_ROOT, "qwen3");
 }
 /* Phi-3: fused qkv_proj and gate_up_proj, its sliding_window kept (and
  * bounding the block). */
 static void test_phi3(void **state) {
     (void)state;
     run_in(FAMILY_ROOT, "phi3", "cpu", 1e-5, 1);
+    check_recompute_bits(FAMILY_ROOT, "phi3");
 }
 
 int main(void) {
