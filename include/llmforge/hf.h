@@ -90,6 +90,20 @@ const char *lf_hf_dir(const lf_hf_model *h);
  *       shorter than max_position_embeddings needs a smaller block_size
  *       (train --init-from defaults to one; an HF directory used as it is
  *       runs contexts up to the window).
+ *   "qwen2": as llama with q/k/v biases (bias 1); use_sliding_window true
+ *       refused.
+ *   "qwen3": as llama with qk_norm 1 (q_norm / k_norm, one RMSNorm weight
+ *       of head_dim per q and k head, before RoPE); head_dim absent: 128
+ *       (Qwen3Config's default); attention_bias -> bias and out_bias.
+ *       Refused: use_sliding_window true, a layer_types entry other than
+ *       "full_attention", mlp_bias true.
+ *   "phi3": as llama with fused_proj 1 (qkv_proj and gate_up_proj, the
+ *       same [q|k|v] and [gate|up] rows); sliding_window as mistral's.
+ *       Refused: a RoPE type other than default (longrope; Phi3Config reads
+ *       yarn and su as longrope), resid_pdrop or embd_pdrop other than 0,
+ *       attention_bias or mlp_bias true.
+ *   A model_type a family names as kin it lacks (gemma, gemma2, gemma3,
+ *       phi, MoE types): LF_ERR_UNSUPPORTED saying what it needs.
  *   "gpt2" -> LF_ARCH_GPT2, LF_NORM_LAYERNORM, bias 1, tied: n_embd, n_layer,
  *       n_head, n_positions -> block_size, vocab_size, n_inner (null: 0, the
  *       architecture's 4*n_embd), layer_norm_epsilon (absent: 1e-5).

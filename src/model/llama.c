@@ -12,6 +12,12 @@
  * HS is head_dim when set (Mistral-Nemo, Qwen3: NH*HS need not be C): q is
  * NH*HS wide, k and v NKV*HS, and o_proj maps NH*HS back to C. RoPE's
  * frequencies come from rope.c (plain, linear, dynamic, yarn, llama3).
+ * Two config.json-only flags make the rest of the family: qk_norm (Qwen3:
+ * q_norm / k_norm, an RMSNorm of each q and k head over its HS channels
+ * before RoPE, the backend's qknorm op on the projection's output) and
+ * fused_proj (Phi-3: the checkpoint names the q/k/v and gate/up matrices
+ * as one tensor each, qkv_proj and gate_up_proj; the same rows, so the
+ * same products).
  * One architecture table (lf__arch_llama, model_impl.h) of the model
  * runtime (model.c).
  *
@@ -27,7 +33,9 @@
  *  - RoPE is applied in place to the q and k parts of qkv right after the
  *    projection (positions 0..T-1), so qkv holds the rotated q and k that
  *    attention and its backward read; backward rotates dq and dk back
- *    before the projection's backward.
+ *    before the projection's backward. With qk_norm the projection writes
+ *    qkr and the norms write qkv (then rotated); backward turns d(qkv)
+ *    into d(qkr) in place after rotating back.
  *  - Activation gradients are shared by all layers, as in gpt2.c: the
  *    residual stream's gradient (dresidual) that the RMSNorm backwards add
  *    into, and per-op buffers their single producer overwrites.
