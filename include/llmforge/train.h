@@ -12,8 +12,11 @@
  *   gradient_accumulation_steps [1], train_iters [2000], train.stop_at [0 = off]
  *   optimizer.type ["AdamW"], optimizer.params.{lr [1e-3], betas [[0.9,0.99]],
  *     eps [1e-8], weight_decay [0.1]}
- *   scheduler.type ["cosine"|"constant"], scheduler.{warmup_iters [100],
- *     decay_iters [train_iters], min_lr [lr/10]}
+ *   scheduler.type ["cosine"|"constant"|DeepSpeed's "WarmupLR"|"WarmupDecayLR"|
+ *     "WarmupCosineLR"|"OneCycle"|"LRRangeTest"], scheduler.{warmup_iters [100],
+ *     decay_iters [train_iters], min_lr [lr/10]}, scheduler.params.* (DeepSpeed's)
+ *   A DeepSpeed file (docs/deepspeed.md) gets DeepSpeed's and torch's defaults:
+ *     constant lr, betas [0.9, 0.999], weight_decay 0.01, gradient_clipping 0.
  *   gradient_clipping [1.0; 0 disables]
  *   bf16.enabled [false]: matrix products with bf16 operands, fp32 accumulation,
  *     fp32 master weights and optimizer state (backend.h: "cpu-bf16")
