@@ -48,6 +48,12 @@ static const lf__ds_key k_ds[] = {
     {.path = "optimizer.params.amsgrad", .state = LF__DS_ONLY, .ok = "false", .why = "AMSGrad is not implemented"},
     {.path = "optimizer.params.torch_adam", .state = LF__DS_IGNORED,
      .why = "chooses between DeepSpeed's fused and torch's Adam; llmforge has one AdamW, the same update"},
+    /* torch.optim.AdamW's implementation switches (DeepSpeed passes params to torch) */
+    {.path = "optimizer.params.fused", .state = LF__DS_IGNORED, .why = "torch's choice of kernel; the same update"},
+    {.path = "optimizer.params.foreach", .state = LF__DS_IGNORED, .why = "torch's choice of kernel; the same update"},
+    {.path = "optimizer.params.capturable", .state = LF__DS_IGNORED, .why = "for CUDA graphs in torch; the same update"},
+    {.path = "optimizer.params.differentiable", .state = LF__DS_IGNORED, .why = "autograd through the step in torch; the same update"},
+    {.path = "optimizer.params.maximize", .state = LF__DS_ONLY, .ok = "false", .why = "llmforge minimises the loss"},
     {.path = "optimizer.legacy_fusion", .state = LF__DS_IGNORED, .why = "DeepSpeed's fp16 optimizer fusion; no result changes"},
     {.path = "optimizer.params.momentum", .state = LF__DS_REFUSED, .why = MUON_WHY},
     {.path = "optimizer.params.muon_lr", .state = LF__DS_REFUSED, .why = MUON_WHY},
@@ -71,8 +77,9 @@ static const lf__ds_key k_ds[] = {
     /* batch and communication */
     {.path = "managed_gradient_accumulation", .state = LF__DS_IGNORED,
      .why = "llmforge accumulates gradient_accumulation_steps micro-batches itself, the same sum"},
-    {.path = "gradient_allreduce_op", .state = LF__DS_ONLY, .ok = "\"sum\"",
-     .why = "llmforge sums gradients across ranks (then averages by the global token count); only \"sum\" is accepted"},
+    {.path = "gradient_allreduce_op", .state = LF__DS_ONLY, .ok = "\"mean\"",
+     .why = "llmforge's gradient is the mean over the global batch (DeepSpeed's \"mean\"); the unscaled \"sum\" is "
+            "not implemented"},
     {.path = "prescale_gradients", .state = LF__DS_ONLY, .ok = "false",
      .why = "llmforge divides the summed gradient once, by the global token count; prescaling is not implemented"},
     {.path = "gradient_predivide_factor", .state = LF__DS_ONLY, .ok = "1.0",

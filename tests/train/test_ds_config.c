@@ -15,6 +15,8 @@
 #include <math.h>
 #include "test_util.h"
 #include <cjson/cJSON.h>
+#include "llmforge/backend.h"
+#include "llmforge/model.h"
 #include "llmforge/train.h"
 
 #define DS_DIR LF_SOURCE_DIR "/tests/fixtures/deepspeed"
@@ -286,6 +288,70 @@ static void test_all_problems_at_once(void **state) {
     free(rep);
 }
 
+/* OneCycle's momentum reaches AdamW: one step (t = 2, so the bias
+ * corrections hold beta1^2) on given gradients and zero moments against the
+ * update in double with the betas of lf_betas_at, which differ from the
+ * configured ones. Error model: fp32 AdamW, relative 1e-5 of the step. */
+static void test_one_cycle_momentum_reaches_adamw(void **state) {
+    (void)state;
+    lf_train_config c;
+    const char *js = "{\"data\": {\"dataset\": \"x\"}, \"optimizer\": {\"params\": {\"weight_decay\": 0}}, "
+                     "\"gradient_clipping\": 0, \"scheduler\": {\"type\": \"OneCycle\", \"params\": "
+                     "{\"cycle_min_lr\": 1e-3, \"cycle_max_lr\": 1e-2, \"cycle_first_step_size\": 4, "
+                     "\"cycle_min_mom\": 0.5, \"cycle_max_mom\": 0.7}}}";
+    LF_ASSERT_OK(lf_train_config_parse_world(&c, js, "oc", 1, 0, NULL));
+    float b1, b2;
+    lf_betas_at(&c, 1, &b1, &b2);
+    assert_true(fabsf(b1 - 0.65f) < 1e-6f && b2 == 0.99f); /* 0.7 - 0.2 x 1/4 */
+    lf_backend *be = NULL;
+    LF_ASSERT_OK(lf_backend_open("cpu", &be));
+    lf_model_config mc = {.arch = LF_ARCH_GPT2,
+                          .n_layer = 1,
+                          .n_head = 2,
+                          .n_embd = 8,
+                          .block_size = 4,
+                          .vocab_size = 11,
+                          .bias = 1,
+                          .tie_embeddings = 1};
+    lf_model *m = NULL;
+    LF_ASSERT_OK(lf_model_create(&m, &mc, be));
+    LF_ASSERT_OK(lf_model_init_weights(m, 3));
+    size_t n = lf_model_num_params(m);
+    float *p0 = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float));
+    float *zero = calloc(n, sizeof(float));
+    assert_true(p0 && g && p1 && zero);
+    for (size_t i = 0; i < n; i++) g[i] = (float)((double)((i * 2654435761u) % 1000) / 500.0 - 1.0) * 0.01f;
+    LF_ASSERT_OK(lf_backend_to_host(be, p0, lf_model_params(m), n * sizeof(float)));
+    LF_ASSERT_OK(lf_backend_to_device(be, lf_model_grads(m), g, n * sizeof(float)));
+    float *m1 = lf_backend_alloc(be, n * sizeof(float)), *m2 = lf_backend_alloc(be, n * sizeof(float));
+    assert_true(m1 && m2);
+    LF_ASSERT_OK(lf_backend_to_device(be, m1, zero, n * sizeof(float)));
+    LF_ASSERT_OK(lf_backend_to_device(be, m2, zero, n * sizeof(float)));
+    const float lr = 1e-2f;
+    double norm;
+    LF_ASSERT_OK(lf_adamw_step(m, be, m1, m2, 2, lr, &c, &norm));
+    LF_ASSERT_OK(lf_backend_to_host(be, p1, lf_model_params(m), n * sizeof(float)));
+    size_t moved = 0;
+    for (size_t i = 0; i < n; i++) {
+        double mh = (1.0 - b1) * g[i] / (1.0 - (double)b1 * b1),
+               vh = (1.0 - b2) * (double)g[i] * g[i] / (1.0 - (double)b2 * b2);
+        double step = lr * mh / (sqrt(vh) + c.eps), want = p0[i] - step;
+        /* with the configured beta1 0.9 instead, the step differs by ~20 % */
+        if (fabs(p1[i] - want) > 1e-5 * fabs(step) + 1e-7 * fabs(p0[i]))
+            fail_msg("parameter %zu: %.9g after the step, %.9g with beta1 %g", i, p1[i], want, b1);
+        moved += step != 0;
+    }
+    assert_true(moved > n / 2);
+    lf_backend_free(be, m1);
+    lf_backend_free(be, m2);
+    lf_model_free(m);
+    lf_backend_close(be);
+    free(p0);
+    free(g);
+    free(p1);
+    free(zero);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedulers_match_deepspeed),
@@ -293,6 +359,7 @@ int main(void) {
         cmocka_unit_test(test_fixture_files),
         cmocka_unit_test(test_auto_and_defaults),
         cmocka_unit_test(test_all_problems_at_once),
+        cmocka_unit_test(test_one_cycle_momentum_reaches_adamw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
