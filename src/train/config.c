@@ -1497,7 +1497,11 @@ static lf_status finish_report(parse_ctx *c, lf_status st, lf_train_config_repor
         snprintf(rep->errors, sizeof rep->errors, "%s", c->errors);
         snprintf(rep->notes, sizeof rep->notes, "%s", c->notes);
     }
-    if (c->n_errors <= 1 || st == LF_OK) return st;
+    if (st == LF_OK || c->n_errors == 0) return st;
+    if (c->n_errors == 1) { /* the one problem, as reported (later calls may have left other messages) */
+        const char *e = strchr(c->errors, '\n');
+        return lf_fail(c->first_st, "%.*s", e ? (int)(e - c->errors) : (int)strlen(c->errors), c->errors);
+    }
     char msg[1024];
     size_t at = (size_t)snprintf(msg, sizeof msg, "%d problems in the configuration:", c->n_errors);
     int k = 1;

@@ -342,7 +342,8 @@ static int cmd_train(int argc, char **argv) {
                 "                      [--threads N] [--metrics-port PORT] [--deepspeed_config FILE | --deepspeed FILE]\n"
                 "                      [--print-config]\n"
                 "  --deepspeed_config FILE, --deepspeed FILE: the configuration file, as DeepSpeed and HF Trainer\n"
-                "  name it (a DeepSpeed ds_config.json is read as it is: docs/deepspeed.md).\n"
+                "  name it (a DeepSpeed ds_config.json is read as it is: docs/deepspeed.md); --local_rank N, which\n"
+                "  the deepspeed launcher passes, is accepted (the rank comes from LOCAL_RANK).\n"
                 "  --print-config: resolve the configuration, print what the run header would say of it and the\n"
                 "  resolved JSON, and exit without training.\n"
                 "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
@@ -366,6 +367,8 @@ static int cmd_train(int argc, char **argv) {
             print_config = 1;
         } else if (!strcmp(argv[i], "--deepspeed") && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))) {
             /* DeepSpeed's launcher flag without a file: how llmforge reads a configuration anyway */
+        } else if ((v = opt_value(argc, argv, &i, "--local_rank", &missing))) {
+            /* what the deepspeed launcher passes each script; the rank is read from LOCAL_RANK, as torchrun's */
         } else if ((v = opt_value(argc, argv, &i, "--deepspeed_config", &missing))) {
             if (train_config_arg(&config, &config_opt, "--deepspeed_config", v)) {
                 rc = 2;
