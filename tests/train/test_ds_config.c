@@ -352,6 +352,49 @@ static void test_one_cycle_momentum_reaches_adamw(void **state) {
     free(zero);
 }
 
+/* llmforge's presets are llmforge files (not DeepSpeed files) and write out
+ * every key whose default a DeepSpeed file would change, so they say what
+ * they set. */
+static void test_presets_say_what_they_set(void **state) {
+    (void)state;
+    DIR *d = opendir(LF_SOURCE_DIR "/configs");
+    assert_non_null(d);
+    int n = 0;
+    static const char *const keys[] = {
+        "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
+        "scheduler.type",         "gradient_clipping",    NULL};
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/configs/%s", LF_SOURCE_DIR, e->d_name);
+        char *text = slurp(path);
+        assert_non_null(text);
+        cJSON *root = cJSON_Parse(text);
+        assert_non_null(root);
+        for (int k = 0; keys[k]; k++) {
+            const cJSON *v = root;
+            char key[128];
+            snprintf(key, sizeof key, "%s", keys[k]);
+            for (char *seg = strtok(key, "."); seg && v; seg = strtok(NULL, "."))
+                v = cJSON_GetObjectItemCaseSensitive(v, seg);
+            if (!v) fail_msg("configs/%s does not say %s", e->d_name, keys[k]);
+        }
+        lf_train_config c;
+        lf_train_config_report *rep = calloc(1, sizeof *rep);
+        assert_non_null(rep);
+        LF_ASSERT_OK(lf_train_config_load_report(&c, path, 1, 0, NULL, rep));
+        assert_int_equal(rep->deepspeed_file, 0);
+        assert_null(strstr(rep->notes, "DeepSpeed file:")); /* no DeepSpeed defaults applied */
+        free(rep);
+        cJSON_Delete(root);
+        free(text);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedulers_match_deepspeed),
@@ -360,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_auto_and_defaults),
         cmocka_unit_test(test_all_problems_at_once),
         cmocka_unit_test(test_one_cycle_momentum_reaches_adamw),
+        cmocka_unit_test(test_presets_say_what_they_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
