@@ -56,6 +56,17 @@ for want in "config: ignored: wandb (" "config: ignored: csv_monitor (" "config:
     ok
 done
 
+# resuming the same file for more steps: no drift reported (cosine's derived keys play no part)
+"$LF" train --deepspeed_config "$FX/tutorial_zero3_offload_fp16.json" --data.dataset=ds --out_dir=run_z3 \
+    --train_iters=5 --resume "${TINY[@]}" >z3r.out 2>z3r.err || fail "tutorial_zero3_offload_fp16 --resume: $(cat z3r.err)"
+ok
+! grep -q "differ from the checkpoint" z3r.out z3r.err || fail "resume reports drift: $(cat z3r.out z3r.err)"
+ok
+# WarmupDecayLR (log, W 1000, max 1e-3): step 5 (it 4, b 3) at 1e-3 x log 4 / log 1000
+grep -qF '"step":5,' run_z3/log.jsonl && grep '"type":"train","step":5,' run_z3/log.jsonl | grep -qF '"lr":0.00020068667' ||
+    fail "resume: step 5's lr: $(grep '"type":"train","step":5,' run_z3/log.jsonl)"
+ok
+
 # OneCycle with momentum cycling, the positional CONFIG and --deepspeed naming the same file
 "$LF" train "$FX/sched_onecycle.json" --deepspeed "$FX/sched_onecycle.json" --data.dataset=ds --out_dir=run_oc \
     --train_iters=3 "${TINY[@]}" >oc.out 2>oc.err || fail "sched_onecycle: $(cat oc.err)"
