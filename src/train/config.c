@@ -938,27 +938,6 @@ static lf_status apply_object(parse_ctx *c, const char *prefix, const cJSON *obj
     return LF_OK;
 }
 
-/* path names a section of DeepSpeed's keys without a table row (config_deepspeed.c) */
-static int is_ds_section(const char *path) {
-    int n;
-    const lf__ds_key *t = lf__ds_keys(&n);
-    size_t len = strlen(path);
-    for (int i = 0; i < n; i++)
-        if (t[i].state && !strncmp(t[i].path, path, len) && t[i].path[len] == '.') return 1;
-    return 0;
-}
-
-/* v equals the JSON text ok: numbers by value, strings case-insensitively. */
-static int value_is(const cJSON *v, const char *ok) {
-    cJSON *o = cJSON_Parse(ok);
-    int eq = 0;
-    if (o && cJSON_IsNumber(o) && cJSON_IsNumber(v)) eq = o->valuedouble == v->valuedouble;
-    else if (o && cJSON_IsString(o) && cJSON_IsString(v)) eq = ascii_ieq(o->valuestring, v->valuestring);
-    else if (o && cJSON_IsBool(o) && cJSON_IsBool(v)) eq = cJSON_IsTrue(o) == cJSON_IsTrue(v);
-    cJSON_Delete(o);
-    return eq;
-}
-
 static int is_auto_value(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
 
 /* A DeepSpeed key without a table row: ignored with a notice, refused, or
@@ -970,7 +949,7 @@ static lf_status apply_ds(parse_ctx *c, const char *path, const lf__ds_key *d, c
     switch (d->state) {
     case LF__DS_REFUSED: return lf_fail(LF_ERR_CONFIG, "key '%s' %s is refused: %s", path, c->cur, d->why);
     case LF__DS_ONLY:
-        if (!value_is(v, d->ok))
+        if (!lf__ds_value_is(v, d->ok))
             return lf_fail(LF_ERR_CONFIG, "key '%s' %s: %s: %s (only %s is accepted)", path, c->cur,
                            describe(c, v, got, sizeof got), d->why, d->ok);
         return LF_OK;
@@ -1003,7 +982,7 @@ static lf_status apply(parse_ctx *c, const char *path, const cJSON *v) {
     }
     const lf__ds_key *d = lf__ds_key_find(path);
     if (d && !is_section(path)) return apply_ds(c, path, d, v);
-    if (is_section(path) || is_ds_section(path)) {
+    if (is_section(path) || lf__ds_is_section(path)) {
         if (!cJSON_IsObject(v)) {
             char got[96];
             return lf_fail(LF_ERR_CONFIG, "key '%s' %s: expected an object (a section), got %s", path, c->cur,
@@ -1292,12 +1271,9 @@ static void make_notes(parse_ctx *c) {
         cJSON_free(txt);
         cJSON_Delete(v);
     }
-    long long h = cfg->model.n_embd;
     for (int j = 0; j < c->n_auto_ignored; j++) {
         const char *p = c->auto_ignored[j];
-        long long v = strstr(p, "persistence") ? 10 * h
-                      : strstr(p, "prefetch")  ? (long long)(0.9 * (double)(h * h))
-                                               : h * h;
+        long long v = lf__ds_auto_from_hidden(p, cfg->model.n_embd);
         const lf__ds_key *d = lf__ds_key_find(p);
         add_line(c->notes, sizeof c->notes, "auto: %s -> %lld (%s; ignored: %s)", p, v, lf__ds_auto_rule(p),
                  d ? d->why : "");

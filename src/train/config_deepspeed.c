@@ -330,6 +330,29 @@ const char *lf__ds_auto_rule(const char *path) {
     return NULL;
 }
 
+long long lf__ds_auto_from_hidden(const char *path, long long h) {
+    if (strstr(path, "stage3_param_persistence_threshold")) return 10 * h;
+    if (strstr(path, "stage3_prefetch_bucket_size")) return (long long)(0.9 * (double)(h * h));
+    return h * h;
+}
+
+int lf__ds_is_section(const char *path) {
+    size_t len = strlen(path);
+    for (int i = 0; i < NDS; i++)
+        if (k_ds[i].state && !strncmp(k_ds[i].path, path, len) && k_ds[i].path[len] == '.') return 1;
+    return 0;
+}
+
+int lf__ds_value_is(const cJSON *v, const char *ok) {
+    cJSON *o = cJSON_Parse(ok);
+    int eq = 0;
+    if (o && cJSON_IsNumber(o) && cJSON_IsNumber(v)) eq = o->valuedouble == v->valuedouble;
+    else if (o && cJSON_IsString(o) && cJSON_IsString(v)) eq = ieq(o->valuestring, v->valuestring);
+    else if (o && cJSON_IsBool(o) && cJSON_IsBool(v)) eq = cJSON_IsTrue(o) == cJSON_IsTrue(v);
+    cJSON_Delete(o);
+    return eq;
+}
+
 int lf__ds_is_deepspeed_file(const cJSON *root) {
     int core = 0;
     if (!cJSON_IsObject(root)) return 0;

@@ -33,6 +33,16 @@ const char *lf__ds_value_refused(const char *path, const cJSON *v);
 /* The rule that resolves "auto" for path (HF Trainer's), NULL when HF
  * Trainer does not fill that key. */
 const char *lf__ds_auto_rule(const char *path);
+/* The value HF Trainer gives an "auto" zero_optimization key that follows
+ * the model's hidden size h (trainer_config_finalize): reduce_bucket_size
+ * h^2, stage3_prefetch_bucket_size int(0.9 h^2), stage3_param_persistence_threshold
+ * 10 h. */
+long long lf__ds_auto_from_hidden(const char *path, long long h);
+/* path names a section holding rows of this table ("zero_optimization.offload_param"). */
+int lf__ds_is_section(const char *path);
+/* v equals the JSON text ok (an LF__DS_ONLY row's): numbers by value, strings
+ * case-insensitively, booleans. */
+int lf__ds_value_is(const cJSON *v, const char *ok);
 
 /* A DeepSpeed file: every top-level key is one of DeepSpeed's documented
  * top-level keys, and at least one of the batch, optimizer, scheduler,
