@@ -12,8 +12,11 @@
  *   gradient_accumulation_steps [1], train_iters [2000], train.stop_at [0 = off]
  *   optimizer.type ["AdamW"], optimizer.params.{lr [1e-3], betas [[0.9,0.99]],
  *     eps [1e-8], weight_decay [0.1]}
- *   scheduler.type ["cosine"|"constant"], scheduler.{warmup_iters [100],
- *     decay_iters [train_iters], min_lr [lr/10]}
+ *   scheduler.type ["cosine"|"constant"|DeepSpeed's "WarmupLR"|"WarmupDecayLR"|
+ *     "WarmupCosineLR"|"OneCycle"|"LRRangeTest"], scheduler.{warmup_iters [100],
+ *     decay_iters [train_iters], min_lr [lr/10]}, scheduler.params.* (DeepSpeed's)
+ *   A DeepSpeed file (docs/deepspeed.md) gets DeepSpeed's and torch's defaults:
+ *     constant lr, betas [0.9, 0.999], weight_decay 0.01, gradient_clipping 0.
  *   gradient_clipping [1.0; 0 disables]
  *   bf16.enabled [false]: matrix products with bf16 operands, fp32 accumulation,
  *     fp32 master weights and optimizer state (backend.h: "cpu-bf16")
@@ -51,7 +54,36 @@
 extern "C" {
 #endif
 
-typedef enum lf_sched_type { LF_SCHED_COSINE = 0, LF_SCHED_CONSTANT = 1 } lf_sched_type;
+/* scheduler.type: llmforge's cosine (nanoGPT) and constant, then DeepSpeed's
+ * schedulers with its formulas (src/train/schedule.c, docs/deepspeed.md). */
+typedef enum lf_sched_type {
+    LF_SCHED_COSINE = 0,
+    LF_SCHED_CONSTANT = 1,
+    LF_SCHED_WARMUP_LR = 2,
+    LF_SCHED_WARMUP_DECAY_LR = 3,
+    LF_SCHED_WARMUP_COSINE_LR = 4,
+    LF_SCHED_ONE_CYCLE = 5,
+    LF_SCHED_LR_RANGE_TEST = 6
+} lf_sched_type;
+
+/* scheduler.params.* of DeepSpeed's schedulers (runtime/lr_schedules.py), as
+ * resolved: the values DeepSpeed leaves to other keys are filled in by the
+ * configuration (warmup_max_lr of WarmupLR = optimizer.params.lr, ...). */
+typedef struct lf_ds_sched {
+    float warmup_min_lr, warmup_max_lr;    /* WarmupLR, WarmupDecayLR */
+    long warmup_num_steps;                 /* WarmupLR, WarmupDecayLR, WarmupCosineLR (DeepSpeed uses max(2, it)) */
+    int warmup_linear;                     /* warmup_type: 0 "log", 1 "linear" */
+    long total_num_steps;                  /* WarmupDecayLR, WarmupCosineLR */
+    float warmup_min_ratio, cos_min_ratio; /* WarmupCosineLR */
+    float cycle_min_lr, cycle_max_lr, decay_lr_rate; /* OneCycle */
+    long cycle_first_step_size, cycle_second_step_size, decay_step_size;
+    int cycle_first_stair_count, cycle_second_stair_count;
+    int cycle_momentum; /* OneCycle cycles AdamW's beta1 (beta2 = 0.99) */
+    float cycle_min_mom, cycle_max_mom, decay_mom_rate;
+    float lr_range_test_min_lr, lr_range_test_step_rate; /* LRRangeTest */
+    long lr_range_test_step_size;
+    int lr_range_test_staircase;
+} lf_ds_sched;
 
 /* lf_train_config.model_given: the LF_MODEL_GIVEN_* bits of llmforge/model.h. */
 
@@ -85,12 +117,13 @@ typedef struct lf_train_config {
     long stop_at;  /* train.stop_at: end after this step (0 = off), schedule unchanged */
     int recompute; /* lf_recompute: activation_checkpointing.policy */
     /* optimizer */
-    char optimizer_type[16]; /* "AdamW" */
+    char optimizer_type[16]; /* "AdamW" or "Adam" (DeepSpeed's; adam_w_mode true: the same AdamW) */
     float lr, beta1, beta2, eps, weight_decay;
     /* scheduler */
     int sched_type;                 /* lf_sched_type */
     long warmup_iters, decay_iters; /* decay_iters -1 in the table = train_iters */
     float min_lr;
+    lf_ds_sched ds; /* scheduler.params.*: DeepSpeed's schedulers */
     float grad_clip;
     int bf16;         /* bf16.enabled: matmuls in bf16 (backend "cpu-bf16") */
     char backend[16]; /* backend: "auto" (LLMFORGE_BACKEND, else cuda with a GPU, else cpu),
@@ -195,15 +228,53 @@ char *lf_train_config_to_json(const lf_train_config *cfg);
  * on that this build lacks, e.g. fp16.enabled: true); LF_ERR_INVALID_ARG (NULL
  * cfg or override); LF_ERR_NOMEM. *cfg is written only on LF_OK. */
 
+/* What a load found besides the configuration itself. Caller-owned, plain. */
+typedef struct lf_train_config_report {
+    int n_errors;       /* problems found (the load failed when > 0) */
+    char errors[8192];  /* each problem on a line of its own, with its key path and origin */
+    int deepspeed_file; /* the file was recognised as a DeepSpeed file (docs/deepspeed.md) */
+    char notes[8192];   /* lines for the run header: the defaults a DeepSpeed file gets, what
+                           each "auto" became and from where, DeepSpeed keys accepted and ignored
+                           (with why); "" when none; truncated at a line boundary when long */
+} lf_train_config_report;
+
+/* lf_train_config_load_world that finds every problem in one pass (unknown
+ * keys, wrong types, refused values, ranges; cross-key rules once those
+ * pass) rather than stopping at the first, and fills *rep (may be NULL).
+ * lf_last_error() holds the only problem, or "N problems in the
+ * configuration: (1) ...; (2) ..." (cut at its capacity; rep->errors has
+ * them all). */
+lf_status lf_train_config_load_report(lf_train_config *cfg, const char *path, int world_size, int n_overrides,
+                                      const char *const *overrides, lf_train_config_report *rep);
+
+/* The state of a configuration key (DeepSpeed's or llmforge's) in llmforge. */
+typedef enum lf_config_key_state {
+    LF_CONFIG_KEY_UNKNOWN = 0,  /* not a key: refused as unknown */
+    LF_CONFIG_KEY_HONOURED = 1, /* a key of llmforge's table: read and used */
+    LF_CONFIG_KEY_IGNORED = 2,  /* accepted and ignored, with a notice saying why */
+    LF_CONFIG_KEY_REFUSED = 3,  /* refused with the reason */
+    LF_CONFIG_KEY_ONLY = 4      /* accepted with the value llmforge does, refused with any other */
+} lf_config_key_state;
+/* path: a dotted key path or "section.*". *why (may be NULL): the reason
+ * (ignored, refused, only) or the help (honoured); static storage. */
+lf_config_key_state lf_train_config_key_state(const char *path, const char **why);
+
 /* Help text for every key (path, type and range, default, meaning), generated
  * from the same table as parsing. Writes at most cap bytes, always
  * NUL-terminated when cap > 0; returns the full length (snprintf-style), so
  * lf_train_config_help(NULL, 0) + 1 is the size that fits. */
 size_t lf_train_config_help(char *buf, size_t cap);
 
-/* nanoGPT get_lr: linear warmup to lr over warmup_iters (lr*(it+1)/(warmup+1)),
- * cosine to min_lr at decay_iters, min_lr after; constant: lr. */
+/* The learning rate of optimizer step it (0-based). cosine: nanoGPT get_lr,
+ * linear warmup to lr over warmup_iters (lr*(it+1)/(warmup+1)), cosine to
+ * min_lr at decay_iters, min_lr after; constant: lr. DeepSpeed's schedulers:
+ * their formulas at last_batch_iteration = it - 1 (DeepSpeed steps the
+ * scheduler after each optimizer step, so step 0 runs at its initial lr). */
 float lf_lr_at(const lf_train_config *cfg, long it);
+/* AdamW's (beta1, beta2) at optimizer step it: the configured betas, except
+ * under OneCycle with cycle_momentum, whose beta1 cycles between
+ * cycle_max_mom and cycle_min_mom with beta2 0.99 (DeepSpeed's). */
+void lf_betas_at(const lf_train_config *cfg, long it, float *beta1, float *beta2);
 
 /* ---------------------------------------------------------------- trainer */
 typedef struct lf_trainer lf_trainer;

@@ -9,9 +9,21 @@
  * lr / 10, the batch identity) -> validation of the whole result, once.
  * The caller's struct is written only when everything succeeded.
  *
+ * Every problem is found in one pass: unknown keys, wrong types, refused
+ * values and ranges are collected (keep_error) and reported together; the
+ * cross-key rules run once those pass.
+ *
+ * DeepSpeed files (config_deepspeed.c, docs/deepspeed.md): a file whose
+ * top-level keys are all DeepSpeed's gets DeepSpeed's and torch's defaults
+ * (constant lr without a scheduler, AdamW betas (0.9, 0.999), weight decay
+ * 0.01, no clipping); "auto" takes llmforge's value as HF Trainer takes
+ * TrainingArguments'; DeepSpeed keys without a row are ignored with a
+ * notice, refused with the reason, or accepted with llmforge's value only.
+ *
  * Invariants:
  *  - every settable field of lf_train_config has exactly one table row, and
- *    the dump writes every row, so parse(to_json(cfg)) reproduces cfg;
+ *    the dump writes every row but the schedule keys of schedulers not in
+ *    use, so parse(to_json(cfg)) reproduces cfg;
  *  - numbers are read from their source text, not from cJSON's double, so a
  *    64-bit seed is exact and an integer written 1e3 or 12.0 is checked for
  *    integrality and overflow;
@@ -22,9 +34,10 @@
  *    world size is not a key: it is the launcher's (lf_comm_env_detect on
  *    this process's environment), so every rank of a job resolves the same
  *    batch and fails the same way, or the caller's (..._world).
- *  - DeepSpeed features this build lacks (fp16, ZeRO, ...) are accepted
- *    only with values that mean "off", so a ds_config.json that leaves them
- *    off loads, and one that turns them on fails loudly (LF_ERR_UNSUPPORTED).
+ *  - DeepSpeed features llmforge lacks are accepted only with values that
+ *    mean "off" (config_deepspeed.c's LF__DS_ONLY rows), so a ds_config.json
+ *    that leaves them off loads, and one that turns them on is refused by
+ *    name.
  *
  * References: DeepSpeed configuration JSON (deepspeed.ai/docs/config-json);
  * nanoGPT train.py and config/train_shakespeare_char.py (names, defaults,
@@ -45,12 +58,16 @@
 #include "llmforge/comm.h"
 #include "llmforge/data.h"
 #include "llmforge/train.h"
+#include "config_deepspeed.h"
 #include "train_impl.h"
 
 #define CFG_FILE_MAX (16u << 20) /* configuration files larger than this are refused */
 #define PATH_BUF 256             /* longest dotted key path handled (longer ones are unknown) */
 
-_Static_assert(LF_SCHED_COSINE == 0 && LF_SCHED_CONSTANT == 1, "sched_choices order");
+_Static_assert(LF_SCHED_COSINE == 0 && LF_SCHED_CONSTANT == 1 && LF_SCHED_WARMUP_LR == 2 &&
+                   LF_SCHED_WARMUP_DECAY_LR == 3 && LF_SCHED_WARMUP_COSINE_LR == 4 && LF_SCHED_ONE_CYCLE == 5 &&
+                   LF_SCHED_LR_RANGE_TEST == 6,
+               "sched_choices order");
 _Static_assert(LF_SAMPLING_RANDOM == 0 && LF_SAMPLING_SEQUENTIAL == 1 && LF_SAMPLING_RECORDS == 2 &&
                    LF_SAMPLING_PACKED == 3,
                "sampling_choices order");
@@ -101,8 +118,11 @@ typedef struct key_def {
 static const char *const *choices_of(const key_def *k) { return k->choices_fn ? k->choices_fn() : k->choices; }
 static const char *def_str_of(const key_def *k) { return k->def_str ? k->def_str : choices_of(k)[0]; }
 
-static const char *const optim_choices[] = {"AdamW", NULL};
-static const char *const sched_choices[] = {"cosine", "constant", NULL};                           /* lf_sched_type */
+/* DeepSpeed's Adam is AdamW while optimizer.params.adam_w_mode is true (its default) */
+static const char *const optim_choices[] = {"AdamW", "Adam", NULL};
+static const char *const sched_choices[] = {"cosine",         "constant", "WarmupLR",    "WarmupDecayLR",
+                                            "WarmupCosineLR", "OneCycle", "LRRangeTest", NULL}; /* lf_sched_type */
+static const char *const warmup_type_choices[] = {"log", "linear", NULL};
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
 /* alert actions, as lf_alert_action values (index = value) */
 static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", "rollback", NULL};
@@ -195,6 +215,57 @@ static const key_def k_keys[] = {
      .def_str = "train_iters", .alias = "lr_decay_iters", .help = "step at which the cosine reaches min_lr"},
     {.path = "scheduler.min_lr", .type = KT_FLOAT, FLD(min_lr), .lo = 0, .hi = INF, .flags = KF_DERIVED,
      .def_str = "optimizer.params.lr / 10", .help = "learning rate after decay_iters"},
+    /* DeepSpeed's schedulers' parameters (runtime/lr_schedules.py; src/train/schedule.c; docs/deepspeed.md) */
+#define DSF(f) FLD(ds.f)
+    {.path = "scheduler.params.warmup_min_lr", .type = KT_FLOAT, DSF(warmup_min_lr), .lo = 0, .hi = INF, .def = {0},
+     .help = "WarmupLR, WarmupDecayLR: lr at the start of the warmup"},
+    {.path = "scheduler.params.warmup_max_lr", .type = KT_FLOAT, DSF(warmup_max_lr), .lo = 0, .hi = INF,
+     .flags = KF_DERIVED, .def = {0.001}, .def_str = "0.001; WarmupLR: optimizer.params.lr",
+     .help = "WarmupLR, WarmupDecayLR: lr at the end of the warmup"},
+    {.path = "scheduler.params.warmup_num_steps", .type = KT_LONG, DSF(warmup_num_steps), .lo = 1, .hi = INF,
+     .def = {1000}, .help = "WarmupLR, WarmupDecayLR, WarmupCosineLR: warmup steps (DeepSpeed uses at least 2)"},
+    {.path = "scheduler.params.warmup_type", .type = KT_ENUM, DSF(warmup_linear), .def_str = "log",
+     .choices = warmup_type_choices, .help = "WarmupLR, WarmupDecayLR, WarmupCosineLR: warmup curve, log or linear"},
+    {.path = "scheduler.params.total_num_steps", .type = KT_LONG, DSF(total_num_steps), .lo = 0, .hi = INF,
+     .def = {0}, .help = "WarmupDecayLR, WarmupCosineLR: step at which the decay ends (required by them)"},
+    {.path = "scheduler.params.warmup_min_ratio", .type = KT_FLOAT, DSF(warmup_min_ratio), .lo = 0, .hi = 1,
+     .def = {0}, .help = "WarmupCosineLR: lr / optimizer.params.lr at the start of the warmup"},
+    {.path = "scheduler.params.cos_min_ratio", .type = KT_FLOAT, DSF(cos_min_ratio), .lo = 0, .hi = 1,
+     .def = {0.0001}, .help = "WarmupCosineLR: lr / optimizer.params.lr at the end of the cosine"},
+    {.path = "scheduler.params.cycle_min_lr", .type = KT_FLOAT, DSF(cycle_min_lr), .lo = 0, .hi = INF, .def = {0},
+     .help = "OneCycle: lr at the bottom of the cycle (required by it)"},
+    {.path = "scheduler.params.cycle_max_lr", .type = KT_FLOAT, DSF(cycle_max_lr), .lo = 0, .hi = INF, .def = {0},
+     .help = "OneCycle: lr at the top of the cycle (required by it)"},
+    {.path = "scheduler.params.decay_lr_rate", .type = KT_FLOAT, DSF(decay_lr_rate), .lo = 0, .hi = INF, .def = {0},
+     .help = "OneCycle: after the cycle lr = cycle_min_lr / (1 + rate x steps / decay_step_size)"},
+    {.path = "scheduler.params.cycle_first_step_size", .type = KT_LONG, DSF(cycle_first_step_size), .lo = 1,
+     .hi = INF, .def = {2000}, .help = "OneCycle: steps of the rising half"},
+    {.path = "scheduler.params.cycle_second_step_size", .type = KT_LONG, DSF(cycle_second_step_size), .lo = 0,
+     .hi = INF, .flags = KF_DERIVED, .def_str = "cycle_first_step_size", .help = "OneCycle: steps of the falling half"},
+    {.path = "scheduler.params.cycle_first_stair_count", .type = KT_INT, DSF(cycle_first_stair_count), .lo = 0,
+     .hi = INF, .def = {0}, .help = "OneCycle: stairs of the rising half (0 = a straight line)"},
+    {.path = "scheduler.params.cycle_second_stair_count", .type = KT_INT, DSF(cycle_second_stair_count), .lo = 0,
+     .hi = INF, .flags = KF_DERIVED, .def_str = "cycle_first_stair_count",
+     .help = "OneCycle: stairs of the falling half"},
+    {.path = "scheduler.params.decay_step_size", .type = KT_LONG, DSF(decay_step_size), .lo = 0, .hi = INF,
+     .def = {0}, .help = "OneCycle: steps per decay interval after the cycle (0 = no decay)"},
+    {.path = "scheduler.params.cycle_momentum", .type = KT_BOOL, DSF(cycle_momentum), .def = {1},
+     .help = "OneCycle: cycle AdamW's beta1 between cycle_max_mom and cycle_min_mom (beta2 0.99, DeepSpeed's)"},
+    {.path = "scheduler.params.cycle_min_mom", .type = KT_FLOAT, DSF(cycle_min_mom), .lo = 0, .hi = 1,
+     .flags = KF_HI_OPEN, .def = {0.8}, .help = "OneCycle: beta1 at the top of the lr cycle"},
+    {.path = "scheduler.params.cycle_max_mom", .type = KT_FLOAT, DSF(cycle_max_mom), .lo = 0, .hi = 1,
+     .flags = KF_HI_OPEN, .def = {0.9}, .help = "OneCycle: beta1 at the bottom of the lr cycle"},
+    {.path = "scheduler.params.decay_mom_rate", .type = KT_FLOAT, DSF(decay_mom_rate), .lo = 0, .hi = INF,
+     .def = {0}, .help = "OneCycle: after the cycle beta1 = cycle_max_mom x (1 + rate x steps / decay_step_size)"},
+    {.path = "scheduler.params.lr_range_test_min_lr", .type = KT_FLOAT, DSF(lr_range_test_min_lr), .lo = 0,
+     .hi = INF, .def = {0.001}, .help = "LRRangeTest: starting lr"},
+    {.path = "scheduler.params.lr_range_test_step_size", .type = KT_LONG, DSF(lr_range_test_step_size), .lo = 1,
+     .hi = INF, .def = {2000}, .help = "LRRangeTest: steps per interval"},
+    {.path = "scheduler.params.lr_range_test_step_rate", .type = KT_FLOAT, DSF(lr_range_test_step_rate), .lo = 0,
+     .hi = INF, .def = {1.0}, .help = "LRRangeTest: lr = min_lr x (1 + rate x intervals)"},
+    {.path = "scheduler.params.lr_range_test_staircase", .type = KT_BOOL, DSF(lr_range_test_staircase), .def = {0},
+     .help = "LRRangeTest: whole intervals only"},
+#undef DSF
     {.path = "gradient_clipping", .type = KT_FLOAT, FLD(grad_clip), .lo = 0, .hi = INF, .def = {1.0},
      .alias = "grad_clip", .help = "clip the global gradient norm to this; 0 disables"},
     {.path = "eval.interval", .type = KT_LONG, FLD(eval_interval), .lo = 0, .hi = INF, .def = {250},
@@ -261,39 +332,19 @@ static const key_def k_keys[] = {
      .help = "restore the hysteresis after every clean step (not only when the scale grows)"},
     {.path = "fp16.min_loss_scale", .type = KT_FLOAT, FLD(fp16_min_scale), .lo = 0, .hi = INF, .flags = KF_LO_OPEN,
      .def = {1}, .help = "the scale never goes below this; an overflow at it stops the run"},
-    {.path = "fp16.auto_cast", .type = KT_IGNORED},
     {.path = "zero_optimization.stage", .type = KT_INT, FLD(zero_stage), .lo = 0, .hi = 3, .def = {0},
      .help = "ZeRO: 0 replicated; 1 AdamW moments partitioned over the ranks; 2 gradients too; 3 parameters "
              "too, gathered unit by unit for forward and backward"},
     {.path = "zero_optimization.offload_optimizer.device", .type = KT_ENUM, FLD(offload_optimizer), .def_str = "none",
      .choices = offload_choices,
      .help = "where AdamW's state lives: none or cpu (the same on the CPU backend: host memory)"},
-    {.path = "zero_optimization.offload_optimizer.pin_memory", .type = KT_IGNORED},
-    {.path = "zero_optimization.offload_param.device", .type = KT_IGNORED},
-    {.path = "zero_optimization.overlap_comm", .type = KT_IGNORED},
-    {.path = "zero_optimization.contiguous_gradients", .type = KT_IGNORED},
-    {.path = "zero_optimization.reduce_scatter", .type = KT_IGNORED},
-    {.path = "zero_optimization.reduce_bucket_size", .type = KT_IGNORED},
-    {.path = "zero_optimization.allgather_partitions", .type = KT_IGNORED},
-    {.path = "zero_optimization.allgather_bucket_size", .type = KT_IGNORED},
-    {.path = "zero_optimization.stage3_prefetch_bucket_size", .type = KT_IGNORED},
-    {.path = "zero_optimization.stage3_param_persistence_threshold", .type = KT_IGNORED},
-    {.path = "zero_optimization.stage3_max_live_parameters", .type = KT_IGNORED},
-    {.path = "zero_optimization.stage3_max_reuse_distance", .type = KT_IGNORED},
-    {.path = "zero_optimization.stage3_gather_16bit_weights_on_model_save", .type = KT_IGNORED},
     /* activation recomputation: our policy key; DeepSpeed's own keys of the
-     * section tune its multi-GPU partitioning and change no result, so a
-     * ds_config.json carrying them loads and they are ignored */
+     * section tune its multi-GPU partitioning and change no result: they are
+     * accepted and ignored with a notice (config_deepspeed.c) */
     {.path = "activation_checkpointing.policy", .type = KT_ENUM, FLD(recompute), .def_str = "none",
      .choices = recompute_choices,
      .help = "activation recomputation: none, selective (recompute layernorm and GELU outputs) or full "
              "(keep block inputs, recompute each block); same results, less memory, more compute"},
-    {.path = "activation_checkpointing.partition_activations", .type = KT_IGNORED},
-    {.path = "activation_checkpointing.cpu_checkpointing", .type = KT_IGNORED},
-    {.path = "activation_checkpointing.contiguous_memory_optimization", .type = KT_IGNORED},
-    {.path = "activation_checkpointing.number_checkpoints", .type = KT_IGNORED},
-    {.path = "activation_checkpointing.synchronize_checkpoint_boundary", .type = KT_IGNORED},
-    {.path = "activation_checkpointing.profile", .type = KT_IGNORED},
     /* monitoring */
     {.path = "wall_clock_breakdown", .type = KT_BOOL, FLD(wall_clock_breakdown), .def = {0},
      .help = "time each phase of a step (data, forward, backward, optimizer, checkpoint)"},
@@ -495,9 +546,53 @@ typedef struct parse_ctx {
     char file_where[LF_PATH_MAX + 32];
     int world;           /* world size of the batch identity */
     char world_note[48]; /* where it came from, for messages: " (openmpi)" or "" */
+    /* every problem is collected (config_report), not only the first */
+    int n_errors;
+    lf_status first_st;
+    char errors[8192];
+    char notes[8192]; /* the run header's lines (lf_train_config_report.notes) */
+    /* DeepSpeed files (config_deepspeed.c) */
+    int ds_file;                    /* the file is one: DeepSpeed's and torch's defaults */
+    unsigned char is_auto[NKEYS];   /* "auto" given: resolved as HF Trainer does */
+    char auto_ignored[8][PATH_BUF]; /* ignored keys given "auto" (their notes need the model) */
+    int n_auto_ignored;
 } parse_ctx;
 
+/* Append one line to a bounded buffer; a line that does not fit is dropped
+ * whole (and "..." ends the buffer). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void
+add_line(char *buf, size_t cap, const char *fmt, ...) {
+    char line[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    size_t at = strlen(buf), n = strlen(line);
+    if (at + n + 2 <= cap) {
+        memcpy(buf + at, line, n);
+        buf[at + n] = '\n';
+        buf[at + n + 1] = 0;
+    } else if (at + 5 <= cap && (at < 4 || strcmp(buf + at - 4, "...\n"))) {
+        memcpy(buf + at, "...\n", 5);
+    }
+}
+
+/* Keep the problem just reported (lf_last_error) and go on. Out of memory
+ * and internal errors end the load at once (returned). */
+static lf_status keep_error(parse_ctx *c, lf_status st) {
+    if (st == LF_OK) return LF_OK;
+    if (st == LF_ERR_NOMEM || st == LF_ERR_INTERNAL || st == LF_ERR_INVALID_ARG) return st;
+    if (!c->n_errors++) c->first_st = st;
+    add_line(c->errors, sizeof c->errors, "%s", lf_last_error());
+    return LF_OK;
+}
+
 static const char *const k_cli = "on the command line";
+
+static cJSON *value_json(const lf_train_config *cfg, const key_def *k);
 
 /* Number literals outside strings, in document order: the same order a
  * depth-first walk of cJSON's tree meets number nodes. out may be NULL (count). */
@@ -601,6 +696,11 @@ static const char *describe(const parse_ctx *c, const cJSON *v, char *buf, size_
 
 static lf_status type_error(const parse_ctx *c, const key_def *k, const cJSON *v, const char *expected) {
     char got[96];
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto") && !c->from_cli)
+        return lf_fail(LF_ERR_CONFIG,
+                       "key '%s' %s: \"auto\" is resolved only for the keys HF Trainer fills (docs/deepspeed.md); "
+                       "write %s",
+                       k->path, c->cur, expected);
     return lf_fail(LF_ERR_CONFIG, "key '%s' %s: expected %s, got %s", k->path, c->cur, expected,
                    describe(c, v, got, sizeof got));
 }
@@ -829,19 +929,60 @@ static lf_status apply_object(parse_ctx *c, const char *prefix, const cJSON *obj
         char path[PATH_BUF];
         int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", m->string ? m->string : "");
         if (n < 0 || (size_t)n >= sizeof path) return unknown_key(c, path);
-        for (const cJSON *p = obj->child; p != m; p = p->next)
-            if (p->string && m->string && !strcmp(p->string, m->string))
-                return lf_fail(LF_ERR_CONFIG, "duplicate key '%s' %s", path, c->cur);
-        lf_status st = apply(c, path, m);
-        if (st != LF_OK) return st;
+        int dup = 0;
+        for (const cJSON *p = obj->child; p != m && !dup; p = p->next)
+            dup = p->string && m->string && !strcmp(p->string, m->string);
+        lf_status st = dup ? lf_fail(LF_ERR_CONFIG, "duplicate key '%s' %s", path, c->cur) : apply(c, path, m);
+        if ((st = keep_error(c, st)) != LF_OK) return st;
     }
+    return LF_OK;
+}
+
+static int is_auto_value(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
+
+/* A DeepSpeed key without a table row: ignored with a notice, refused, or
+ * accepted only with llmforge's value. */
+static lf_status apply_ds(parse_ctx *c, const char *path, const lf__ds_key *d, const cJSON *v) {
+    char got[96];
+    const char *bad = lf__ds_value_refused(d->path, v);
+    if (bad) return lf_fail(LF_ERR_CONFIG, "key '%s' %s: %s: %s", path, c->cur, describe(c, v, got, sizeof got), bad);
+    switch (d->state) {
+    case LF__DS_REFUSED: return lf_fail(LF_ERR_CONFIG, "key '%s' %s is refused: %s", path, c->cur, d->why);
+    case LF__DS_ONLY:
+        if (!lf__ds_value_is(v, d->ok))
+            return lf_fail(LF_ERR_CONFIG, "key '%s' %s: %s: %s (only %s is accepted)", path, c->cur,
+                           describe(c, v, got, sizeof got), d->why, d->ok);
+        return LF_OK;
+    default:
+        if (is_auto_value(v) && lf__ds_auto_rule(path) && c->n_auto_ignored < 8) {
+            snprintf(c->auto_ignored[c->n_auto_ignored++], PATH_BUF, "%s", path);
+            return LF_OK; /* its note, with the value, comes once the model is known */
+        }
+        add_line(c->notes, sizeof c->notes, "ignored: %s (%s)", path, d->why);
+        return LF_OK;
+    }
+}
+
+/* "auto" on a table key: HF Trainer's keys take llmforge's value (the
+ * override, else the default); any other key refuses it. */
+static lf_status apply_auto(parse_ctx *c, int i) {
+    c->is_auto[i] = 1;
     return LF_OK;
 }
 
 static lf_status apply(parse_ctx *c, const char *path, const cJSON *v) {
     int i = find_key(path);
-    if (i >= 0) return set_key(c, i, v);
-    if (is_section(path)) {
+    if (i >= 0) {
+        const char *bad = lf__ds_value_refused(path, v);
+        char got[96];
+        if (bad)
+            return lf_fail(LF_ERR_CONFIG, "key '%s' %s: %s: %s", path, c->cur, describe(c, v, got, sizeof got), bad);
+        if (is_auto_value(v) && !c->from_cli && lf__ds_auto_rule(path)) return apply_auto(c, i);
+        return set_key(c, i, v);
+    }
+    const lf__ds_key *d = lf__ds_key_find(path);
+    if (d && !is_section(path)) return apply_ds(c, path, d, v);
+    if (is_section(path) || lf__ds_is_section(path)) {
         if (!cJSON_IsObject(v)) {
             char got[96];
             return lf_fail(LF_ERR_CONFIG, "key '%s' %s: expected an object (a section), got %s", path, c->cur,
@@ -938,6 +1079,17 @@ static lf_status apply_text(parse_ctx *c, const char *text, const char *name) {
         cJSON_Delete(root);
         return st;
     }
+    if (lf__ds_is_deepspeed_file(root)) {
+        /* DeepSpeed's and torch's defaults where the file leaves a key out
+         * (the ones llmforge's own defaults differ from) */
+        c->ds_file = 1;
+        c->cfg.beta1 = 0.9f;
+        c->cfg.beta2 = 0.999f;
+        c->cfg.eps = 1e-8f;
+        c->cfg.weight_decay = 0.01f;
+        c->cfg.sched_type = LF_SCHED_CONSTANT;
+        c->cfg.grad_clip = 0.0f;
+    }
     st = index_numbers(text, root, &c->nums, &c->n_nums);
     if (st == LF_OK) st = apply_object(c, "", root);
     lf_free(c->nums);
@@ -1021,6 +1173,111 @@ static lf_status resolve_model(parse_ctx *c) {
 static void derive_schedule(parse_ctx *c) {
     if (!c->given[key_index("scheduler.decay_iters")]) c->cfg.decay_iters = c->cfg.train_iters;
     if (!c->given[key_index("scheduler.min_lr")]) c->cfg.min_lr = (float)((double)c->cfg.lr / 10.0);
+}
+
+/* DeepSpeed's schedulers: "auto" by HF Trainer's rules, the parameters
+ * DeepSpeed fills from others (WarmupLR's warmup_max_lr is the optimizer's
+ * lr; the second half of OneCycle copies the first), the ones it requires,
+ * and parameters that are not the chosen scheduler's. Problems are kept. */
+static lf_status derive_deepspeed(parse_ctx *c) {
+    lf_train_config *cfg = &c->cfg;
+    lf_ds_sched *d = &cfg->ds;
+    const int t = cfg->sched_type, ds = t >= LF_SCHED_WARMUP_LR;
+    const char *name = lf__ds_sched_name(t);
+    lf_status st = LF_OK;
+#define GIVEN(p) (c->given[key_index(p)])
+#define AUTO(p) (c->is_auto[key_index(p)] && !GIVEN(p))
+    if (AUTO("scheduler.params.warmup_min_lr")) d->warmup_min_lr = 0.0f;
+    if (AUTO("scheduler.params.warmup_max_lr")) d->warmup_max_lr = cfg->lr;
+    if (AUTO("scheduler.params.warmup_num_steps")) {
+        long w = GIVEN("scheduler.warmup_iters") ? cfg->warmup_iters : 0;
+        d->warmup_num_steps = w > 1 ? w : 1;
+    }
+    if (AUTO("scheduler.params.total_num_steps")) d->total_num_steps = cfg->train_iters;
+    if (t == LF_SCHED_WARMUP_LR && !GIVEN("scheduler.params.warmup_max_lr") &&
+        !c->is_auto[key_index("scheduler.params.warmup_max_lr")])
+        d->warmup_max_lr = cfg->lr;
+    if (!GIVEN("scheduler.params.cycle_second_step_size")) d->cycle_second_step_size = d->cycle_first_step_size;
+    if (!GIVEN("scheduler.params.cycle_second_stair_count")) d->cycle_second_stair_count = d->cycle_first_stair_count;
+    static const char *const required[][2] = {{"scheduler.params.total_num_steps", "WarmupDecayLR WarmupCosineLR"},
+                                              {"scheduler.params.cycle_min_lr", "OneCycle"},
+                                              {"scheduler.params.cycle_max_lr", "OneCycle"}};
+    for (size_t r = 0; ds && st == LF_OK && r < sizeof required / sizeof required[0]; r++) {
+        int i = key_index(required[r][0]);
+        if (strstr(required[r][1], name) && !c->given[i] && !c->is_auto[i])
+            st = keep_error(c, lf_fail(LF_ERR_CONFIG,
+                                       "key '%s' is required by scheduler.type %s (DeepSpeed has no default)",
+                                       required[r][0], name));
+    }
+    for (int i = 0; st == LF_OK && i < NKEYS; i++) {
+        const char *path = k_keys[i].path;
+        if (!(c->given[i] || c->is_auto[i])) continue;
+        const char *where = c->where[i] ? c->where[i] : (c->file_where[0] ? c->file_where : k_cli);
+        if (!strncmp(path, "scheduler.params.", 17) && !ds)
+            st = keep_error(c,
+                            lf_fail(LF_ERR_CONFIG,
+                                    "key '%s' %s: scheduler.params are for DeepSpeed's schedulers; scheduler.type %s "
+                                    "takes scheduler.warmup_iters, decay_iters and min_lr",
+                                    path, where, name));
+        else if (!strncmp(path, "scheduler.params.", 17) && !lf__ds_sched_param_of(path + 17, t))
+            st = keep_error(c, lf_fail(LF_ERR_CONFIG, "key '%s' %s: not a parameter of DeepSpeed's %s", path, where,
+                                       name));
+        else if (ds && (!strcmp(path, "scheduler.decay_iters") || !strcmp(path, "scheduler.min_lr") ||
+                        (!strcmp(path, "scheduler.warmup_iters") &&
+                         !c->is_auto[key_index("scheduler.params.warmup_num_steps")])))
+            st = keep_error(c, lf_fail(LF_ERR_CONFIG,
+                                       "key '%s' %s: for scheduler.type cosine; %s takes scheduler.params "
+                                       "(docs/deepspeed.md)",
+                                       path, where, name));
+    }
+#undef GIVEN
+#undef AUTO
+    return st;
+}
+
+/* The run header's lines: a DeepSpeed file's defaults, then what each
+ * "auto" became (ignored keys' notes were added as they were read). */
+static void make_notes(parse_ctx *c) {
+    const lf_train_config *cfg = &c->cfg;
+    if (c->ds_file) {
+        static const char *const keys[][2] = {{"optimizer.params.betas", "betas [0.9, 0.999]"},
+                                              {"optimizer.params.eps", "eps 1e-8"},
+                                              {"optimizer.params.weight_decay", "weight_decay 0.01"},
+                                              {"scheduler.type", "no scheduler: a constant lr"},
+                                              {"gradient_clipping", "gradient_clipping 0 (off)"}};
+        char list[400] = "";
+        for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++) {
+            int i = key_index(keys[j][0]);
+            if (c->given[i] || c->is_auto[i]) continue;
+            size_t at = strlen(list);
+            snprintf(list + at, sizeof list - at, "%s%s", at ? ", " : "", keys[j][1]);
+        }
+        if (list[0]) add_line(c->notes, sizeof c->notes, "DeepSpeed file: DeepSpeed's and torch's defaults: %s", list);
+    }
+    for (int i = 0; i < NKEYS; i++) {
+        if (!c->is_auto[i]) continue;
+        const key_def *k = &k_keys[i];
+        const char *rule = lf__ds_auto_rule(k->path);
+        cJSON *v = value_json(cfg, k);
+        char *txt = v ? cJSON_PrintUnformatted(v) : NULL, origin[300];
+        if (c->given[i]) snprintf(origin, sizeof origin, "%s", c->where[i]);
+        else if (c->where[i]) snprintf(origin, sizeof origin, "%s", c->where[i]);
+        else if (!strncmp(k->path, "scheduler.params.", 17)) snprintf(origin, sizeof origin, "from %s", rule);
+        else if (!strcmp(k->path, "train_batch_size")) snprintf(origin, sizeof origin, "%s", rule);
+        else
+            snprintf(origin, sizeof origin, "llmforge's default%s; HF Trainer's %s",
+                     c->ds_file ? " for a DeepSpeed file" : "", rule);
+        add_line(c->notes, sizeof c->notes, "auto: %s -> %s (%s)", k->path, txt ? txt : "?", origin);
+        cJSON_free(txt);
+        cJSON_Delete(v);
+    }
+    for (int j = 0; j < c->n_auto_ignored; j++) {
+        const char *p = c->auto_ignored[j];
+        long long v = lf__ds_auto_from_hidden(p, cfg->model.n_embd);
+        const lf__ds_key *d = lf__ds_key_find(p);
+        add_line(c->notes, sizeof c->notes, "auto: %s -> %lld (%s; ignored: %s)", p, v, lf__ds_auto_rule(p),
+                 d ? d->why : "");
+    }
 }
 
 /* Each alert takes only the actions that make sense for it. */
@@ -1124,53 +1381,59 @@ static lf_status derive_batch(parse_ctx *c) {
     return LF_OK;
 }
 
-static lf_status check_ranges(const parse_ctx *c) {
+/* Key i against its range (and a required string against empty). */
+static lf_status check_range(const parse_ctx *c, int i) {
     const lf_train_config *cfg = &c->cfg;
     char val[64];
-    for (int i = 0; i < NKEYS; i++) {
-        const key_def *k = &k_keys[i];
-        const char *where = note_of(c, i);
-        switch (k->type) {
-        case KT_INT:
-        case KT_LONG: {
-            long long v = get_integer(cfg, k), lo, hi;
-            int_bounds(k, &lo, &hi);
-            if (v < lo || v > hi) {
-                snprintf(val, sizeof val, "%lld", v);
-                return range_error_text(k, where, val);
-            }
-            break;
+    const key_def *k = &k_keys[i];
+    const char *where = note_of(c, i);
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG: {
+        long long v = get_integer(cfg, k), lo, hi;
+        int_bounds(k, &lo, &hi);
+        if (v < lo || v > hi) {
+            snprintf(val, sizeof val, "%lld", v);
+            return range_error_text(k, where, val);
         }
-        case KT_FLOAT: {
-            float v = get_float(cfg, k->off);
+        break;
+    }
+    case KT_FLOAT: {
+        float v = get_float(cfg, k->off);
+        if (!float_in_range(k, v)) {
+            fmt_float(val, sizeof val, v);
+            return range_error_text(k, where, val);
+        }
+        break;
+    }
+    case KT_PAIR:
+        for (int j = 0; j < 2; j++) {
+            float v = get_float(cfg, j ? k->off2 : k->off);
             if (!float_in_range(k, v)) {
+                char range[80];
                 fmt_float(val, sizeof val, v);
-                return range_error_text(k, where, val);
+                fmt_range(range, sizeof range, k);
+                return lf_fail(LF_ERR_CONFIG, "key '%s' %s: element %d (%s) is out of range %s", k->path, where, j, val,
+                               range);
             }
-            break;
         }
-        case KT_PAIR:
-            for (int j = 0; j < 2; j++) {
-                float v = get_float(cfg, j ? k->off2 : k->off);
-                if (!float_in_range(k, v)) {
-                    char range[80];
-                    fmt_float(val, sizeof val, v);
-                    fmt_range(range, sizeof range, k);
-                    return lf_fail(LF_ERR_CONFIG, "key '%s' %s: element %d (%s) is out of range %s", k->path, where, j,
-                                   val, range);
-                }
-            }
-            break;
-        case KT_STRING:
-            if ((k->flags & KF_REQUIRED) && !*(const char *)cfield(cfg, k->off)) {
-                if (!c->given[i]) return lf_fail(LF_ERR_CONFIG, "key '%s' is required and was not set", k->path);
-                return lf_fail(LF_ERR_CONFIG, "key '%s' %s: must not be empty", k->path, where);
-            }
-            break;
-        default: break;
+        break;
+    case KT_STRING:
+        if ((k->flags & KF_REQUIRED) && !*(const char *)cfield(cfg, k->off)) {
+            if (!c->given[i]) return lf_fail(LF_ERR_CONFIG, "key '%s' is required and was not set", k->path);
+            return lf_fail(LF_ERR_CONFIG, "key '%s' %s: must not be empty", k->path, where);
         }
+        break;
+    default: break;
     }
     return LF_OK;
+}
+
+/* Every key against its range, every problem kept. */
+static lf_status check_ranges(parse_ctx *c) {
+    lf_status st = LF_OK;
+    for (int i = 0; st == LF_OK && i < NKEYS; i++) st = keep_error(c, check_range(c, i));
+    return st;
 }
 
 /* backend: a name other than auto must be one this program has ("cuda"
@@ -1201,27 +1464,56 @@ static lf_status set_world(parse_ctx *c, int world) {
     return LF_OK;
 }
 
+/* The report's copy of the problems and notes, and the status's message:
+ * the one problem, or all of them in one line (as far as it holds). */
+static lf_status finish_report(parse_ctx *c, lf_status st, lf_train_config_report *rep) {
+    if (rep) {
+        rep->n_errors = c->n_errors;
+        rep->deepspeed_file = c->ds_file;
+        snprintf(rep->errors, sizeof rep->errors, "%s", c->errors);
+        snprintf(rep->notes, sizeof rep->notes, "%s", c->notes);
+    }
+    if (st == LF_OK || c->n_errors == 0) return st;
+    if (c->n_errors == 1) { /* the one problem, as reported (later calls may have left other messages) */
+        const char *e = strchr(c->errors, '\n');
+        return lf_fail(c->first_st, "%.*s", e ? (int)(e - c->errors) : (int)strlen(c->errors), c->errors);
+    }
+    char msg[1024];
+    size_t at = (size_t)snprintf(msg, sizeof msg, "%d problems in the configuration:", c->n_errors);
+    int k = 1;
+    for (const char *p = c->errors; *p && at < sizeof msg; k++) {
+        const char *e = strchr(p, '\n');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        at += (size_t)snprintf(msg + at, sizeof msg - at, "%s (%d) %.*s", k > 1 ? ";" : "", k, n, p);
+        p = e ? e + 1 : p + n;
+    }
+    return lf_fail(c->first_st ? c->first_st : st, "%s", msg);
+}
+
 /* Defaults, optional text, overrides, derivation, validation; *out written on success. */
 static lf_status build(lf_train_config *out, const char *text, const char *name, int world, int n_overrides,
-                       const char *const *overrides) {
+                       const char *const *overrides, lf_train_config_report *rep) {
+    if (rep) memset(rep, 0, sizeof *rep);
     if (!out) return lf_fail(LF_ERR_INVALID_ARG, "lf_train_config: cfg is NULL");
     if (n_overrides < 0 || (n_overrides > 0 && !overrides))
         return lf_fail(LF_ERR_INVALID_ARG, "lf_train_config: %d overrides but no array", n_overrides);
     if (!table_ok()) return lf_fail(LF_ERR_INTERNAL, "configuration table: a field size does not match its type");
-    parse_ctx ctx, *c = &ctx;
+    parse_ctx *c = lf_alloc(sizeof *c); /* large: the errors and notes are kept whole */
+    if (!c) return lf_fail(LF_ERR_NOMEM, "out of memory reading a configuration");
     apply_defaults(c);
     lf_status st = set_world(c, world);
-    if (st != LF_OK) return st;
-    if (text) {
+    if (st == LF_OK && text) {
         snprintf(c->file_where, sizeof c->file_where, "in '%s'", name);
         c->cur = c->file_where;
         st = apply_text(c, text, name);
     }
-    for (int i = 0; st == LF_OK && i < n_overrides; i++) st = apply_override(c, overrides[i]);
+    for (int i = 0; st == LF_OK && i < n_overrides; i++) st = keep_error(c, apply_override(c, overrides[i]));
     if (st == LF_OK) {
         derive_schedule(c);
-        st = check_ranges(c);
+        st = derive_deepspeed(c);
     }
+    if (st == LF_OK) st = check_ranges(c);
+    if (st == LF_OK && c->n_errors) st = c->first_st;
     if (st == LF_OK) st = derive_batch(c);
     if (st == LF_OK && c->cfg.model.n_embd % c->cfg.model.n_head) {
         int ie = key_index("model.n_embd"), ih = key_index("model.n_head");
@@ -1235,7 +1527,11 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
         st = lf_fail(LF_ERR_CONFIG, "keys 'fp16.enabled' (%s) and 'bf16.enabled' (%s) are both true; choose one",
                      note_of(c, key_index("fp16.enabled")), note_of(c, key_index("bf16.enabled")));
     if (st == LF_OK) st = check_backend(c);
+    if (st == LF_OK) make_notes(c);
+    if (st != LF_OK && !c->n_errors) keep_error(c, st);
+    st = finish_report(c, st, rep);
     if (st == LF_OK) *out = c->cfg;
+    lf_free(c);
     return st;
 }
 
@@ -1256,14 +1552,33 @@ lf_status lf_train_config_load_world(lf_train_config *cfg, const char *path, int
         lf_status st = lf_file_read_all(path, CFG_FILE_MAX, &text, NULL);
         if (st != LF_OK) return st;
     }
-    lf_status st = build(cfg, text, path, world_size, n_overrides, overrides);
+    lf_status st = build(cfg, text, path, world_size, n_overrides, overrides, NULL);
+    lf_free(text);
+    return st;
+}
+
+lf_status lf_train_config_load_report(lf_train_config *cfg, const char *path, int world_size, int n_overrides,
+                                      const char *const *overrides, lf_train_config_report *rep) {
+    char *text = NULL;
+    if (rep) memset(rep, 0, sizeof *rep);
+    if (path) {
+        lf_status st = lf_file_read_all(path, CFG_FILE_MAX, &text, NULL);
+        if (st != LF_OK) {
+            if (rep) {
+                rep->n_errors = 1;
+                snprintf(rep->errors, sizeof rep->errors, "%s\n", lf_last_error());
+            }
+            return st;
+        }
+    }
+    lf_status st = build(cfg, text, path, world_size, n_overrides, overrides, rep);
     lf_free(text);
     return st;
 }
 
 lf_status lf_train_config_parse_world(lf_train_config *cfg, const char *json_text, const char *origin, int world_size,
                                       int n_overrides, const char *const *overrides) {
-    return build(cfg, json_text, origin ? origin : "<text>", world_size, n_overrides, overrides);
+    return build(cfg, json_text, origin ? origin : "<text>", world_size, n_overrides, overrides, NULL);
 }
 
 lf_status lf_train_config_load(lf_train_config *cfg, const char *path, int n_overrides, const char *const *overrides) {
@@ -1334,6 +1649,18 @@ static cJSON *value_json(const lf_train_config *cfg, const key_def *k) {
     }
 }
 
+/* The dump holds the schedule keys of the scheduler in use only: cosine's
+ * warmup_iters/decay_iters/min_lr, or the DeepSpeed scheduler's own
+ * scheduler.params (the parse refuses the others, so the dump reads back). */
+static int dumped(const lf_train_config *cfg, const key_def *k) {
+    int ds = cfg->sched_type >= LF_SCHED_WARMUP_LR;
+    if (!strncmp(k->path, "scheduler.params.", 17)) return ds && lf__ds_sched_param_of(k->path + 17, cfg->sched_type);
+    if (!strcmp(k->path, "scheduler.warmup_iters") || !strcmp(k->path, "scheduler.decay_iters") ||
+        !strcmp(k->path, "scheduler.min_lr"))
+        return !ds;
+    return 1;
+}
+
 char *lf_train_config_to_json(const lf_train_config *cfg) {
     if (!cfg) {
         lf_fail(LF_ERR_INVALID_ARG, "lf_train_config_to_json: cfg is NULL");
@@ -1344,7 +1671,7 @@ char *lf_train_config_to_json(const lf_train_config *cfg) {
     if (!root) goto fail;
     for (int i = 0; i < NKEYS; i++) {
         const key_def *k = &k_keys[i];
-        if (!is_setting(k)) continue;
+        if (!is_setting(k) || !dumped(cfg, k)) continue;
         /* walk/create the sections of the dotted path */
         cJSON *parent = root;
         const char *seg = k->path, *dot;
@@ -1486,19 +1813,50 @@ size_t lf_train_config_help(char *buf, size_t cap) {
         if (k->alias) sb_printf(&b, " (also --%s)", k->alias);
         sb_printf(&b, "\n");
     }
-    sb_printf(&b, "\nDeepSpeed keys accepted and ignored (they tune DeepSpeed's own machinery, no result):\n ");
-    for (int i = 0, col = 1; i < NKEYS; i++) {
-        const key_def *k = &k_keys[i];
-        if (k->type != KT_IGNORED) continue;
-        size_t len = strlen(k->path) + 1;
+    sb_printf(&b, "\nDeepSpeed keys accepted and ignored, with a notice (docs/deepspeed.md says why; others are "
+                  "refused with the reason):\n ");
+    int nds;
+    const lf__ds_key *ds = lf__ds_keys(&nds);
+    for (int i = 0, col = 1; i < NKEYS + nds; i++) {
+        const char *path = i < NKEYS ? k_keys[i].path : ds[i - NKEYS].path;
+        if (i < NKEYS ? k_keys[i].type != KT_IGNORED : ds[i - NKEYS].state != LF__DS_IGNORED) continue;
+        size_t len = strlen(path) + 1;
         if (col + len > 96) {
             sb_printf(&b, "\n ");
             col = 1;
         }
-        sb_printf(&b, " %s", k->path);
+        sb_printf(&b, " %s", path);
         col += (int)len;
     }
     sb_printf(&b, "\n");
     if (b.cap && b.len >= b.cap) buf[b.cap - 1] = 0; /* truncated, still terminated */
     return b.len;
+}
+
+/* ---------------------------------------------------------------- key states */
+
+lf_config_key_state lf_train_config_key_state(const char *path, const char **why) {
+    const char *dummy;
+    if (!why) why = &dummy;
+    *why = NULL;
+    if (!path) return LF_CONFIG_KEY_UNKNOWN;
+    size_t n = strlen(path);
+    int i = find_key(path);
+    if (i >= 0) {
+        *why = k_keys[i].help;
+        return k_keys[i].type == KT_IGNORED ? LF_CONFIG_KEY_IGNORED : LF_CONFIG_KEY_HONOURED;
+    }
+    const lf__ds_key *d = lf__ds_key_find(path);
+    if (d) {
+        *why = d->why;
+        return d->state == LF__DS_IGNORED   ? LF_CONFIG_KEY_IGNORED
+               : d->state == LF__DS_REFUSED ? LF_CONFIG_KEY_REFUSED
+                                            : LF_CONFIG_KEY_ONLY;
+    }
+    if (n > 2 && !strcmp(path + n - 2, ".*")) { /* a section of table keys */
+        char sec[PATH_BUF];
+        snprintf(sec, sizeof sec, "%.*s", (int)(n - 2), path);
+        if (is_section(sec)) return LF_CONFIG_KEY_HONOURED;
+    }
+    return LF_CONFIG_KEY_UNKNOWN;
 }

@@ -3,7 +3,8 @@
  * norm, clipping as torch.nn.utils.clip_grad_norm_ (coef = min(1, max_norm /
  * (norm + 1e-6)), folded into the update as a gradient scale), then
  * torch.optim.AdamW on every tensor, weight decay only where the parameter
- * table says so (nanoGPT: tensors with >= 2 dims). The step ends at a
+ * table says so (nanoGPT: tensors with >= 2 dims), with the betas of
+ * lf_betas_at at step t - 1 (OneCycle's momentum). The step ends at a
  * backend sync point, so a failed op surfaces as the step's status.
  */
 #include <math.h>
@@ -29,12 +30,14 @@ lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, 
         double coef = (double)cfg->grad_clip / (norm + 1e-6);
         if (coef < 1.0) scale = (float)coef;
     }
+    float b1, b2;
+    lf_betas_at(cfg, t - 1, &b1, &b2);
     int count;
     const lf_param_info *table = lf_model_params_table(m, &count);
     for (int i = 0; i < count; i++) {
         const lf_param_info *pi = &table[i];
-        lf_backend_adamw(be, p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr,
-                         cfg->beta1, cfg->beta2, cfg->eps, pi->decay ? cfg->weight_decay : 0.0f, scale, (int)t);
+        lf_backend_adamw(be, p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr, b1,
+                         b2, cfg->eps, pi->decay ? cfg->weight_decay : 0.0f, scale, (int)t);
     }
     return lf_backend_sync(be);
 }

@@ -51,9 +51,21 @@ static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg, int s
     DRIFT("optimizer.params.eps", "%g", (double)old.eps, (double)c->eps);
     DRIFT("optimizer.params.weight_decay", "%g", (double)old.weight_decay, (double)c->weight_decay);
     DRIFT("scheduler.type", "%d", old.sched_type, c->sched_type);
-    DRIFT("scheduler.warmup_iters", "%ld", old.warmup_iters, c->warmup_iters);
-    DRIFT("scheduler.decay_iters", "%ld", old.decay_iters, c->decay_iters);
-    DRIFT("scheduler.min_lr", "%g", (double)old.min_lr, (double)c->min_lr);
+    if (c->sched_type < LF_SCHED_WARMUP_LR) { /* cosine's keys; DeepSpeed's schedulers have their own */
+        DRIFT("scheduler.warmup_iters", "%ld", old.warmup_iters, c->warmup_iters);
+        DRIFT("scheduler.decay_iters", "%ld", old.decay_iters, c->decay_iters);
+        DRIFT("scheduler.min_lr", "%g", (double)old.min_lr, (double)c->min_lr);
+    }
+    /* DeepSpeed's schedulers (the parameters that set their curves) */
+    DRIFT("scheduler.params.warmup_min_lr", "%g", (double)old.ds.warmup_min_lr, (double)c->ds.warmup_min_lr);
+    DRIFT("scheduler.params.warmup_max_lr", "%g", (double)old.ds.warmup_max_lr, (double)c->ds.warmup_max_lr);
+    DRIFT("scheduler.params.warmup_num_steps", "%ld", old.ds.warmup_num_steps, c->ds.warmup_num_steps);
+    DRIFT("scheduler.params.total_num_steps", "%ld", old.ds.total_num_steps, c->ds.total_num_steps);
+    DRIFT("scheduler.params.cycle_min_lr", "%g", (double)old.ds.cycle_min_lr, (double)c->ds.cycle_min_lr);
+    DRIFT("scheduler.params.cycle_max_lr", "%g", (double)old.ds.cycle_max_lr, (double)c->ds.cycle_max_lr);
+    DRIFT("scheduler.params.cycle_first_step_size", "%ld", old.ds.cycle_first_step_size, c->ds.cycle_first_step_size);
+    DRIFT("scheduler.params.lr_range_test_min_lr", "%g", (double)old.ds.lr_range_test_min_lr,
+          (double)c->ds.lr_range_test_min_lr);
     DRIFT("gradient_clipping", "%g", (double)old.grad_clip, (double)c->grad_clip);
     /* the global batch decides the rows of a step; how it splits into
      * micro-batches, accumulation and ranks does not (src/data/loader.c) */

@@ -259,13 +259,15 @@ static lf_status offload_adamw(lf_trainer *t, float *p, const float *g, size_t l
     int count = 0;
     const lf_param_info *table = lf_model_params_table(t->model, &count);
     const size_t hi = lo + cnt;
+    float b1, b2; /* OneCycle's momentum moves beta1 (schedule.c) */
+    lf_betas_at(c, t->opt_t - 1, &b1, &b2);
     for (int k = 0; k < count; k++) {
         size_t a = table[k].offset, b = a + table[k].numel;
         if (a < lo) a = lo;
         if (b > hi) b = hi;
         if (a >= b) continue;
         const size_t at = a - lo;
-        lf_backend_adamw(cpu, hp + at, hg + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2, c->eps,
+        lf_backend_adamw(cpu, hp + at, hg + at, t->m + sh + at, t->v + sh + at, b - a, lr, b1, b2, c->eps,
                          table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
     }
     lf_backend_to_device(t->be, p, hp, cnt * sizeof(float));
@@ -306,6 +308,8 @@ lf_status lf__zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
     }
     int count = 0;
     const lf_param_info *table = lf_model_params_table(t->model, &count);
+    float b1, b2; /* OneCycle's momentum moves beta1 (schedule.c) */
+    lf_betas_at(c, t->opt_t - 1, &b1, &b2);
     for (int u = 0; u < t->n_units; u++) {
         size_t lo = t->pc_lo[u], hi = lo + t->pc_n[u], sh = t->sh_off[u];
         float *p = zp_params(t, u), *g = zp_grads(t, u);
@@ -320,8 +324,8 @@ lf_status lf__zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
             if (b > hi) b = hi;
             if (a >= b) continue;
             size_t at = a - lo;
-            lf_backend_adamw(t->be, p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, c->beta1, c->beta2,
-                             c->eps, table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
+            lf_backend_adamw(t->be, p + at, g + at, t->m + sh + at, t->v + sh + at, b - a, lr, b1, b2, c->eps,
+                             table[k].decay ? c->weight_decay : 0.0f, scale, (int)t->opt_t);
         }
     }
     if (t->zstage == 3) {

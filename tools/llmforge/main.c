@@ -5,6 +5,7 @@
  *
  *   llmforge prepare --char INPUT --out DIR
  *   llmforge train CONFIG.json [--key.path=value ...] [--resume [auto]] [--init-from FILE]
+ *                  [--deepspeed_config FILE | --deepspeed FILE] [--print-config]
  *   llmforge sample --ckpt DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
  *   llmforge bench (--preset NAME | --config CFG) [--micro-batch B] [--seq T] [--steps N] [--warmup W]
  *                  [--peak-gflops G] [--recompute none|selective|full] [--bf16] [--json]
@@ -289,25 +290,62 @@ static void on_fatal(const char *msg, void *user) {
     _exit(3);
 }
 
+/* The configuration file of train: the positional CONFIG, --deepspeed_config
+ * FILE or --deepspeed FILE (DeepSpeed's and HF Trainer's spellings); two
+ * that name different files are refused naming both. 0, or 2 (usage). */
+static int train_config_arg(const char **config, const char **config_opt, const char *opt, const char *v) {
+    if (*config && strcmp(*config, v)) {
+        fprintf(stderr,
+                "llmforge train: two configuration files: %s '%s' and %s '%s'; give one (the positional CONFIG, "
+                "--deepspeed_config and --deepspeed all name the same file)\n",
+                *config_opt, *config, opt, v);
+        return 2;
+    }
+    *config = v;
+    *config_opt = opt;
+    return 0;
+}
+
+/* Each line of a configuration report's text, prefixed. */
+static void print_lines(FILE *f, const char *prefix, const char *text) {
+    for (const char *p = text; *p;) {
+        const char *e = strchr(p, '\n');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        fprintf(f, "%s%.*s\n", prefix, n, p);
+        p = e ? e + 1 : p + n;
+    }
+}
+
 static int cmd_train(int argc, char **argv) {
     install_stop_handlers(); /* first: before any thread exists, and a signal during set-up is kept */
-    const char *config = NULL, *init_from = NULL;
-    int resume = 0;
+    const char *config = NULL, *config_opt = "CONFIG", *init_from = NULL;
+    int resume = 0, print_config = 0;
+    lf_train_config_report *report = calloc(1, sizeof *report);
     long threads = 0;
     char port_override[64];
     const char **overrides = calloc((size_t)argc + 1, sizeof(char *));
     int n_over = 0, rc = 1;
     lf_trainer *t = NULL;
-    if (!overrides) return 1;
+    if (!overrides || !report) {
+        free(overrides);
+        free(report);
+        return 1;
+    }
     for (int i = 0; i < argc; i++) {
         int missing = 0;
         const char *v;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            char help[16384];
+            static char help[65536];
             lf_train_config_help(help, sizeof help);
             printf(
                 "usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume [auto]] [--init-from FILE.safetensors]\n"
-                "                      [--threads N] [--metrics-port PORT]\n"
+                "                      [--threads N] [--metrics-port PORT] [--deepspeed_config FILE | --deepspeed FILE]\n"
+                "                      [--print-config]\n"
+                "  --deepspeed_config FILE, --deepspeed FILE: the configuration file, as DeepSpeed and HF Trainer\n"
+                "  name it (a DeepSpeed ds_config.json is read as it is: docs/deepspeed.md); --local_rank N, which\n"
+                "  the deepspeed launcher passes, is accepted (the rank comes from LOCAL_RANK).\n"
+                "  --print-config: resolve the configuration, print what the run header would say of it and the\n"
+                "  resolved JSON, and exit without training.\n"
                 "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
                 "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n"
                 "  --resume: continue from out_dir's checkpoint; --resume auto: continue when out_dir holds\n"
@@ -325,6 +363,22 @@ static int cmd_train(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--resume=auto")) {
             resume = LF_RESUME_AUTO;
+        } else if (!strcmp(argv[i], "--print-config")) {
+            print_config = 1;
+        } else if (!strcmp(argv[i], "--deepspeed") && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))) {
+            /* DeepSpeed's launcher flag without a file: how llmforge reads a configuration anyway */
+        } else if ((v = opt_value(argc, argv, &i, "--local_rank", &missing))) {
+            /* what the deepspeed launcher passes each script; the rank is read from LOCAL_RANK, as torchrun's */
+        } else if ((v = opt_value(argc, argv, &i, "--deepspeed_config", &missing))) {
+            if (train_config_arg(&config, &config_opt, "--deepspeed_config", v)) {
+                rc = 2;
+                goto done;
+            }
+        } else if ((v = opt_value(argc, argv, &i, "--deepspeed", &missing))) {
+            if (train_config_arg(&config, &config_opt, "--deepspeed", v)) {
+                rc = 2;
+                goto done;
+            }
         } else if ((v = opt_value(argc, argv, &i, "--init-from", &missing))) {
             init_from = v;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
@@ -347,8 +401,11 @@ static int cmd_train(int argc, char **argv) {
             goto done;
         } else if (!strncmp(argv[i], "--", 2) && strchr(argv[i], '=')) {
             overrides[n_over++] = argv[i] + 2;
-        } else if (argv[i][0] != '-' && !config) {
-            config = argv[i];
+        } else if (argv[i][0] != '-' && (!config || strcmp(config_opt, "CONFIG"))) {
+            if (train_config_arg(&config, &config_opt, "CONFIG", argv[i])) {
+                rc = 2;
+                goto done;
+            }
         } else {
             fprintf(stderr, "llmforge train: unknown argument '%s' (overrides are --key.path=value; see --help)\n",
                     argv[i]);
@@ -358,9 +415,24 @@ static int cmd_train(int argc, char **argv) {
     }
     if (cli_backend_override()) overrides[n_over++] = cli_backend_override(); /* --backend: wins over the file */
     lf_train_config cfg;
-    lf_status st = lf_train_config_load(&cfg, config, n_over, overrides);
+    lf_status st = lf_train_config_load_report(&cfg, config, 0, n_over, overrides, report);
     if (st != LF_OK) {
-        die_status(st, "config");
+        if (report->n_errors > 1) {
+            print_lines(stderr, "llmforge: config: ", report->errors);
+            fprintf(stderr, "llmforge: config: %d problems (all of them above); nothing was started\n",
+                    report->n_errors);
+        } else {
+            die_status(st, "config");
+        }
+        goto done;
+    }
+    if (print_config) {
+        char *json = lf_train_config_to_json(&cfg);
+        if (report->deepspeed_file) printf("config %s: a DeepSpeed file\n", config);
+        print_lines(stdout, "config: ", report->notes);
+        if (json) printf("%s", json);
+        lf_free(json);
+        rc = json ? 0 : 1;
         goto done;
     }
     /* several ranks on this host: each takes its share of the CPUs granted, not all of them */
@@ -414,6 +486,7 @@ static int cmd_train(int argc, char **argv) {
                    cfg.zero_stage, what[cfg.zero_stage], lf_comm_size(comm), lf_comm_size(comm) == 1 ? "" : "s",
                    p / 1e6, g / 1e6, o / 1e6);
         }
+        print_lines(stdout, "config: ", report->notes); /* DeepSpeed defaults, "auto" values, ignored keys */
         char thr[256];
         cli_threads_line(thr, sizeof thr);
         printf("%s\n", thr);
@@ -454,6 +527,7 @@ static int cmd_train(int argc, char **argv) {
 done:
     lf_trainer_free(t);
     free(overrides);
+    free(report);
     return rc;
 }
 
