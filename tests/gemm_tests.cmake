@@ -158,6 +158,7 @@ set(lf_gemm_tests
   sweep.test_stop_at
   train.test_alerts
   train.test_ckpt_async
+  train.test_dpo
   train.test_fenced
   train.test_fp16
   train.test_golden

@@ -598,6 +598,31 @@ int lf_dataset_eot(const lf_dataset *d);
  * tokens before the end. Idempotent. */
 lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T);
 
+/* dataset.json's "mode": "pretrain", "sft", "dpo", or "" (absent, llm.c files). */
+const char *lf_dataset_mode(const lf_dataset *d);
+
+/* ---- preference pairs (DPO; src/data/pairs.c) -------------------------------
+ * A dataset prepared with --mode dpo holds per triple two rows one after the
+ * other in its split: ids(prompt) (mask 0), ids(chosen) + end-of-text (mask
+ * 1), then ids(prompt) (mask 0), ids(rejected) + end-of-text (mask 1). A row
+ * starts where the mask goes from 1 to 0 (or at 0): prepare refuses an empty
+ * prompt, so every row starts with a masked token. Pair k is rows 2k
+ * (chosen) and 2k+1 (rejected). lf_pairs_open scans the split once (8 bytes
+ * per row). */
+typedef struct lf_pairs lf_pairs;
+/* Errors: LF_ERR_UNSUPPORTED (the dataset's mode is not "dpo"),
+ * LF_ERR_NOT_FOUND (no such split), LF_ERR_FORMAT (an odd number of rows),
+ * LF_ERR_NOMEM. */
+lf_status lf_pairs_open(lf_pairs **out, const lf_dataset *d, lf_split split);
+uint64_t lf_pairs_count(const lf_pairs *p);
+/* Pair `pair` as two rows of T: inputs (2,T) and targets (2,T), row 0 the
+ * chosen, row 1 the rejected. inputs[t] = x[t], targets[t] = x[t+1] where
+ * x[t+1] is a completion token (mask 1), else -1; a row shorter than T+1 is
+ * padded (inputs: end-of-text, or 0; targets -1), a longer one cut to its
+ * first T+1 tokens. LF_ERR_RANGE for a pair index past the end. */
+lf_status lf_pairs_get(const lf_pairs *p, uint64_t pair, int T, int32_t *inputs, int32_t *targets);
+void lf_pairs_free(lf_pairs *p);
+
 /* LF_SAMPLING_PACKED: windows per epoch of a split, (N-1)/T (0 when absent). */
 uint64_t lf_dataset_packed_windows(const lf_dataset *d, lf_split split, int T);
 /* The window (0 .. n_windows-1) row `row` reads: perm_e(row mod n) of epoch
