@@ -363,6 +363,7 @@ typedef enum lf_input_format {
 typedef enum lf_record_mode {
     LF_RECORD_PRETRAIN = 0, /* one text per record */
     LF_RECORD_SFT = 1,      /* a prompt and a response per record */
+    LF_RECORD_DPO = 2,      /* a prompt, a chosen and a rejected response per record (JSONL, JSON, Parquet) */
 } lf_record_mode;
 
 #define LF_READER_MAX_RECORD_BYTES ((size_t)64 << 20) /* default cap of a JSON line/element */
@@ -381,6 +382,10 @@ typedef struct lf_reader_opts {
     const char *text_field;   /* NULL: "text" */
     const char *prompt_field; /* NULL (with response_field NULL): auto-detected pair */
     const char *response_field;
+    /* LF_RECORD_DPO: the fields prompt_field (NULL: "prompt"), response_field
+     * (NULL: "chosen") and rejected_field (NULL: "rejected"), each a
+     * non-empty string */
+    const char *rejected_field;
     int skip_bad_records;
     size_t max_record_bytes; /* 0: LF_READER_MAX_RECORD_BYTES; JSONL/JSON only */
     lf_skip_fn on_skip;      /* may be NULL */
@@ -402,6 +407,9 @@ typedef struct lf_record {
     /* Names of the fields the strings came from (for messages; NULL for a
      * text file), e.g. "input_text"/"target_text" when auto-detected. */
     const char *text_key, *prompt_key, *response_key;
+    const char *rejected; /* LF_RECORD_DPO: the rejected response (response: the chosen) */
+    size_t rejected_len;
+    const char *rejected_key;
 } lf_record;
 
 typedef struct lf_reader lf_reader;
@@ -509,6 +517,7 @@ typedef struct lf_prepare_opts {
     lf_input_format format;
     lf_record_mode mode;
     const char *text_field, *prompt_field, *response_field; /* as lf_reader_opts */
+    const char *rejected_field;                             /* as lf_reader_opts (mode dpo) */
     /* Fine-tuning only; NULL: the pairs as they are. "chatml" (the built-in),
      * a chat_template.json file, or a directory holding one (a checkpoint's):
      * each pair is rendered as `llmforge serve`'s chat endpoint renders a
