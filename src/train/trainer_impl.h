@@ -57,12 +57,13 @@ struct lf_trainer {
     lf_backend *be;
     lf_model *model;
     lf_dataset *ds;
-    lf_loader *loader;   /* training batches, prefetched; opened at the current step */
-    struct lf__dpo *dpo; /* train.objective dpo (trainer_dpo.c); NULL otherwise */
-    float *m, *v;        /* AdamW moments (backend memory; host memory when offloaded) */
-    int offload;         /* offload_optimizer cpu on a device backend: moments and AdamW on the host */
-    float *off_g;        /* offload: host copy of the (shard's) gradients, indexed as m */
-    int pinned;          /* offload: m, v, off_g and host_params are the backend's pinned host memory */
+    /* train.objective dpo (trainer_dpo.c); NULL otherwise */
+    struct lf__dpo *dpo;
+    lf_loader *loader; /* training batches, prefetched; opened at the current step */
+    float *m, *v;      /* AdamW moments (backend memory; host memory when offloaded) */
+    int offload;       /* offload_optimizer cpu on a device backend: moments and AdamW on the host */
+    float *off_g;      /* offload: host copy of the (shard's) gradients, indexed as m */
+    int pinned;        /* offload: m, v, off_g and host_params are the backend's pinned host memory */
     size_t pinned_bytes;
     float *host_params;        /* staging for checkpoints (host); on a host-memory backend the */
     float *host_m, *host_v;    /* parameters and moments themselves (no copy) */
