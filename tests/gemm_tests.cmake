@@ -20,6 +20,7 @@ set(lf_gemm_tests
   cli.test_crash
   cli.test_cuda_cli
   cli.test_dashboard_browser
+  cli.test_dpo
   cli.test_eval
   cli.test_eval_llama
   cli.test_eval_llama_fenced
