@@ -6,7 +6,8 @@
 # a trivially separable set (chosen "yes", rejected "no"): step 1's loss is
 # log 2 (the policy is the reference), the loss falls below 0.3, the train
 # and eval records carry rewards/* and logps/*, accuracies reach 1; a resumed
-# run continues bit for bit; mismatched objective and data are refused.
+# run continues bit for bit; two ranks of B/2 rows equal one process of B;
+# mismatched objective and data are refused.
 #   bash test_dpo.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
 
@@ -111,6 +112,13 @@ sed 's/"out_dir": "run"/"out_dir": "run2"/' cfg.json >cfg2.json
 "$LF" train cfg2.json --train_iters=30 --train.stop_at=15 >r1.log 2>&1 || fail "first half: $(tail -3 r1.log)"
 "$LF" train cfg2.json --resume auto >r2.log 2>&1 || fail "resume: $(tail -3 r2.log)"
 [ "$(loss_at run2/log.jsonl 30)" = "$l30" ] || fail "resumed step 30 loss $(loss_at run2/log.jsonl 30) != $l30"
+ok
+# two ranks of 4 rows = one process of 8: the same pairs, the loss a mean over the global batch
+timeout 120 "$LF" launch --standalone --nproc-per-node 2 -- train cfg.json --out_dir=np2 \
+    --train_micro_batch_size_per_gpu=4 >np2.log 2>&1 || fail "2 ranks: $(tail -3 np2.log)"
+l30b=$(loss_at np2/log.jsonl 30)
+awk -v a="$l30" -v b="$l30b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }' ||
+    fail "2 ranks: step 30 loss $l30b, one process $l30"
 ok
 rm run2/dpo_ref_logps.bin
 "$LF" train cfg2.json --resume auto --train_iters=40 >r3.log 2>&1

@@ -20,6 +20,8 @@
  *     tensor's largest |g| (fp32 sums of 48 rows x up to 608 columns in
  *     another order: ~1e-6 relative to the largest term, a 100x margin).
  *   - lf_dpo_logps equals the per-row log-probs torch computed.
+ *   - lf_prepare with LF_RECORD_DPO and lf_pairs: each triple as two rows
+ *     with the mask on the responses, padding and truncation, refusals.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +29,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "test_util.h"
+#include "llmforge/data.h"
 #include "llmforge/hf.h"
 #include "llmforge/model.h"
 #include "llmforge/train.h"
@@ -220,10 +223,96 @@ static void test_llama_against_trl(void **state) {
     lf_model_free(m);
 }
 
+/* One id of a one-character text. */
+static int32_t id_of(const lf_tokenizer *tok, const char *ch) {
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    LF_ASSERT_OK(lf_tokenizer_encode(tok, ch, strlen(ch), &ids, &n));
+    assert_int_equal(n, 1);
+    int32_t v = (int32_t)ids[0];
+    lf_free(ids);
+    return v;
+}
+
+/* prepare --mode dpo through the library, then lf_pairs: rows, masks,
+ * padding and truncation, and the refusals of lf_pairs_open. */
+static void test_prepare_and_pairs(void **state) {
+    (void)state;
+    char *dir = lf_test_tmpdir(), in[1024], out[1024];
+    snprintf(in, sizeof in, "%s/p.jsonl", dir);
+    snprintf(out, sizeof out, "%s/data", dir);
+    const char *text = "{\"prompt\": \"ab\", \"chosen\": \"xyz\", \"rejected\": \"q\"}\n"
+                       "{\"prompt\": \"b\", \"chosen\": \"y\", \"rejected\": \"zz\"}\n";
+    LF_ASSERT_OK(lf_file_write_all(in, text, strlen(text)));
+    lf_prepare_opts o = lf_prepare_opts_default();
+    const char *inputs[] = {in};
+    o.inputs = inputs;
+    o.n_inputs = 1;
+    o.tokenizer = "char";
+    o.mode = LF_RECORD_DPO;
+    o.split[0] = 1;
+    o.split[1] = 0;
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    assert_int_equal(res.records[0], 2);
+    assert_int_equal(res.target_tokens[0], (3 + 1) + (1 + 1) + (1 + 1) + (2 + 1));
+    lf_dataset *ds = NULL;
+    LF_ASSERT_OK(lf_dataset_open(&ds, out));
+    assert_string_equal(lf_dataset_mode(ds), "dpo");
+    lf_tokenizer *tok = NULL;
+    LF_ASSERT_OK(lf_tokenizer_open(&tok, lf_dataset_tokenizer_spec(ds), NULL));
+    const int32_t a = id_of(tok, "a"), b = id_of(tok, "b"), x = id_of(tok, "x"), y = id_of(tok, "y"),
+                  z = id_of(tok, "z"), q = id_of(tok, "q"), eot = lf_dataset_eot(ds);
+    lf_pairs *pp = NULL;
+    LF_ASSERT_OK(lf_pairs_open(&pp, ds, LF_SPLIT_TRAIN));
+    assert_int_equal(lf_pairs_count(pp), 2);
+    /* which pair is which follows the input order */
+    int32_t in8[16], tg8[16];
+    LF_ASSERT_OK(lf_pairs_get(pp, 0, 8, in8, tg8));
+    const int32_t want_in[16] = {a, b, x, y, z, eot, eot, eot, a, b, q, eot, eot, eot, eot, eot};
+    const int32_t want_tg[16] = {-1, x, y, z, eot, -1, -1, -1, -1, q, eot, -1, -1, -1, -1, -1};
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(in8[i], want_in[i]);
+        assert_int_equal(tg8[i], want_tg[i]);
+    }
+    int32_t in3[6], tg3[6]; /* cut to T + 1 = 4 tokens */
+    LF_ASSERT_OK(lf_pairs_get(pp, 0, 3, in3, tg3));
+    const int32_t cut_in[6] = {a, b, x, a, b, q}, cut_tg[6] = {-1, x, y, -1, q, eot};
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(in3[i], cut_in[i]);
+        assert_int_equal(tg3[i], cut_tg[i]);
+    }
+    LF_ASSERT_OK(lf_pairs_get(pp, 1, 4, in8, tg8));
+    const int32_t p1_in[8] = {b, y, eot, eot, b, z, z, eot}, p1_tg[8] = {y, eot, -1, -1, z, z, eot, -1};
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(in8[i], p1_in[i]);
+        assert_int_equal(tg8[i], p1_tg[i]);
+    }
+    assert_int_equal(lf_pairs_get(pp, 2, 4, in8, tg8), LF_ERR_RANGE);
+    lf_pairs_free(pp);
+    lf_pairs_free(NULL);
+    assert_int_equal(lf_pairs_open(&pp, ds, LF_SPLIT_VAL), LF_ERR_NOT_FOUND);
+    lf_tokenizer_free(tok);
+    lf_dataset_close(ds);
+
+    /* an sft dataset has no pairs */
+    const char *sft = "{\"prompt\": \"ab\", \"response\": \"xyz\"}\n";
+    LF_ASSERT_OK(lf_file_write_all(in, sft, strlen(sft)));
+    o.mode = LF_RECORD_SFT;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    LF_ASSERT_OK(lf_dataset_open(&ds, out));
+    assert_int_equal(lf_pairs_open(&pp, ds, LF_SPLIT_TRAIN), LF_ERR_UNSUPPORTED);
+    LF_ASSERT_ERR_CONTAINS("prepared in mode 'sft', not 'dpo'");
+    lf_dataset_close(ds);
+    lf_test_rmrf(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pair_formula),
         cmocka_unit_test(test_llama_against_trl),
+        cmocka_unit_test(test_prepare_and_pairs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
