@@ -43,6 +43,12 @@
  *    response and its end-of-text. A record's tokens may continue in the
  *    next shard of its split; the sampler reads a split as the concatenation
  *    of its shards, so nothing is lost at the cut.
+ *  - Preference layout per record (mode dpo; opts->mode LF_RECORD_DPO): two
+ *    fine-tuning rows, ids(prompt) ids(chosen) eot, then ids(prompt)
+ *    ids(rejected) eot, the mask as above on each (join_dpo); with a chat
+ *    template each response is rendered as the chosen one is. The prompt may
+ *    not be empty: lf_pairs (pairs.c) finds a row where the mask goes from
+ *    1 to 0. The split key is prompt 0x00 chosen 0x00 rejected.
  *  - The split of a record is a function of its content alone (split.c).
  *  - Output order: a dataset.json already in out_dir is removed (with the
  *    chat_template.json of that run) before the
@@ -124,10 +130,11 @@ typedef struct item {
     uint8_t kind;  /* ITEM_RECORD, ITEM_SKIP */
     uint8_t large; /* encoded by the calling thread on all threads */
     uint64_t line;
-    size_t a_off, a_len;         /* text (pretraining) or prompt, in the arena, then a NUL */
-    size_t b_off, b_len;         /* fine-tuning: the response, right after the prompt's NUL */
-    size_t ka_off, kb_off;       /* field names in the arena, NO_KEY when none; ITEM_SKIP: ka_off = message */
-    size_t c_off, c_len, kc_off; /* dpo: the rejected response (b: the chosen), right after b's NUL */
+    size_t a_off, a_len;   /* text (pretraining) or prompt, in the arena, then a NUL */
+    size_t b_off, b_len;   /* fine-tuning: the response, right after the prompt's NUL */
+    size_t ka_off, kb_off; /* field names in the arena, NO_KEY when none; ITEM_SKIP: ka_off = message */
+    /* dpo: the rejected response (b: the chosen) right after b's NUL, and its field name */
+    size_t c_off, c_len, kc_off;
     /* set by the encoding thread */
     lf_status st; /* LF_OK, or a fatal error (msg) */
     int bad;      /* a bad record to skip (msg) */
@@ -178,7 +185,7 @@ typedef struct prep {
     double t0;
     lf_tokenizer *tok;
     int V, eot, sft;
-    int dpo; /* mode dpo (sft is set too: masked pairs); see encode_dpo */
+    int dpo; /* mode dpo (sft is set too: masked pairs); see join_dpo */
     lf_split_writer *sw[LF_PREPARE_N_SPLITS];
     uint64_t records[LF_PREPARE_N_SPLITS], targets[LF_PREPARE_N_SPLITS];
     int retired; /* the earlier dataset.json was removed */
