@@ -6,7 +6,7 @@
 # a trivially separable set (chosen "yes", rejected "no"): step 1's loss is
 # log 2 (the policy is the reference), the loss falls below 0.3, the train
 # and eval records carry rewards/* and logps/*, accuracies reach 1; a resumed
-# run continues bit for bit; two ranks of B/2 rows equal one process of B;
+# run continues bit for bit; cpu-fenced gives the same losses; two ranks of B/2 rows equal one process of B;
 # mismatched objective and data are refused.
 #   bash test_dpo.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
@@ -112,6 +112,14 @@ sed 's/"out_dir": "run"/"out_dir": "run2"/' cfg.json >cfg2.json
 "$LF" train cfg2.json --train_iters=30 --train.stop_at=15 >r1.log 2>&1 || fail "first half: $(tail -3 r1.log)"
 "$LF" train cfg2.json --resume auto >r2.log 2>&1 || fail "resume: $(tail -3 r2.log)"
 [ "$(loss_at run2/log.jsonl 30)" = "$l30" ] || fail "resumed step 30 loss $(loss_at run2/log.jsonl 30) != $l30"
+ok
+# on cpu-fenced (a host access to backend memory faults): the same numbers
+LLMFORGE_BACKEND=cpu-fenced "$LF" train cfg.json --out_dir=fenced --train_iters=10 --eval.interval=10 \
+    >fen.log 2>&1 || fail "cpu-fenced: $(tail -3 fen.log)"
+# (its matrix products sum in another order: fp32 rounding over 10 steps, well within 1e-4 relative)
+awk -v a="$(loss_at fenced/log.jsonl 10)" -v b="$(loss_at run/log.jsonl 10)" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }' ||
+    fail "cpu-fenced step 10 loss $(loss_at fenced/log.jsonl 10), cpu $(loss_at run/log.jsonl 10)"
 ok
 # two ranks of 4 rows = one process of 8: the same pairs, the loss a mean over the global batch
 timeout 120 "$LF" launch --standalone --nproc-per-node 2 -- train cfg.json --out_dir=np2 \
