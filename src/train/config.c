@@ -1246,6 +1246,12 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
                      "of rows (chosen, rejected) per example; give an even number of rows",
                      note_of(c, key_index("train_micro_batch_size_per_gpu")), c->cfg.micro_batch,
                      note_of(c, key_index("train.objective")));
+    if (st == LF_OK && c->cfg.objective == LF_OBJECTIVE_DPO && c->cfg.sampling != LF_SAMPLING_RANDOM)
+        st = lf_fail(LF_ERR_CONFIG,
+                     "key 'data.sampling' %s: %s does not apply to train.objective dpo (%s), which draws whole "
+                     "pairs in a seeded epoch permutation; leave data.sampling out",
+                     note_of(c, key_index("data.sampling")), sampling_choices[c->cfg.sampling],
+                     note_of(c, key_index("train.objective")));
     if (st == LF_OK) st = check_backend(c);
     if (st == LF_OK) *out = c->cfg;
     return st;

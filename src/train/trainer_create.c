@@ -294,6 +294,7 @@ static lf_status open_data(lf_trainer *t) {
     }
     if ((st = lf_model_config_resolve(&t->mcfg)) != LF_OK) return lf__trainer_fail(t, st);
     int T = t->cfg.model.block_size;
+    if (t->cfg.objective == LF_OBJECTIVE_DPO) ntrain = nval = SIZE_MAX; /* pairs are padded rows: any T fits */
     if (ntrain < (size_t)T + 2)
         return lf__trainer_fail(
             t,

@@ -142,4 +142,11 @@ printf '{"prompt": "a", "response": "b"}\n%.0s' $(seq 1 40) >sft.jsonl
 "$LF" train cfg.json --train_micro_batch_size_per_gpu=7 --out_dir=o >m.log 2>&1
 [ $? -ne 0 ] && grep -q "is odd" m.log || fail "odd micro-batch: $(tail -3 m.log)"
 ok
+# the sampling key does not apply; any block size fits padded rows
+"$LF" train cfg.json --data.sampling=records --out_dir=o >m.log 2>&1
+[ $? -ne 0 ] && grep -q "key 'data.sampling'.*does not apply to train.objective dpo" m.log ||
+    fail "data.sampling with dpo: $(tail -3 m.log)"
+"$LF" train cfg.json --model.block_size=400 --train_iters=2 --eval.interval=2 --out_dir=big >m.log 2>&1 ||
+    fail "a block larger than the splits: $(tail -3 m.log)"
+ok
 echo "$passed passed"
