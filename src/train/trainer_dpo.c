@@ -8,10 +8,11 @@
  *    the initial model over every pair of train and val before the first
  *    step (for LoRA the initial model is the base: adapters start at B = 0).
  *    They are written once to out_dir/dpo_ref_logps.bin (magic, version,
- *    pair counts, then per split and pair the chosen's and the rejected's
- *    log-prob as little-endian doubles) and read back by a resumed run, whose
- *    weights are no longer the initial ones; a resume without the file, or
- *    with one whose pair counts differ from the dataset's, is refused.
+ *    pair and token counts of the splits, block size, then per split and
+ *    pair the chosen's and the rejected's log-prob as little-endian doubles)
+ *    and read back by a resumed run, whose weights are no longer the initial
+ *    ones; a resume without the file, or with one made for other data or
+ *    another block size, is refused.
  *  - Micro-batch rows: 2i chosen, 2i+1 rejected of pair slot i; P = B/2
  *    pair slots. Slot i of micro-batch a of rank r at data step s reads
  *    global pair row g = lf_loader_row(opts with micro_batch P, s, a, i), and
@@ -34,7 +35,7 @@
 #define REF_FILE "dpo_ref_logps.bin"
 #define REF_MAGIC "LFDPOREF"
 #define REF_VERSION 1u
-#define REF_HEADER 32
+#define REF_HEADER 56
 
 struct lf__dpo {
     lf_pairs *pairs[2];   /* train, val (NULL when the dataset has no val split) */
@@ -92,6 +93,9 @@ static lf_status write_ref(lf_trainer *t, const char *path) {
     put_u64(buf + 8, REF_VERSION);
     put_u64(buf + 16, n0);
     put_u64(buf + 24, n1);
+    put_u64(buf + 32, lf_dataset_num_tokens(t->ds, LF_SPLIT_TRAIN));
+    put_u64(buf + 40, lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL));
+    put_u64(buf + 48, (uint64_t)t->cfg.model.block_size);
     unsigned char *p = buf + REF_HEADER;
     for (int s = 0; s < 2; s++)
         for (uint64_t k = 0; k < 2 * n_pairs(d, s); k++, p += 8) {
@@ -122,12 +126,21 @@ static lf_status read_ref(lf_trainer *t, const char *path) {
     const uint64_t n0 = n_pairs(d, 0), n1 = n_pairs(d, 1);
     if (len < REF_HEADER || memcmp(u, REF_MAGIC, 8) != 0 || get_u64(u + 8) != REF_VERSION)
         st = lf_fail(LF_ERR_FORMAT, "'%s': not a version-%u DPO reference file", path, REF_VERSION);
-    else if (get_u64(u + 16) != n0 || get_u64(u + 24) != n1 || len != REF_HEADER + 16 * (n0 + n1))
+    else if (get_u64(u + 16) != n0 || get_u64(u + 24) != n1 || len != REF_HEADER + 16 * (n0 + n1) ||
+             get_u64(u + 32) != lf_dataset_num_tokens(t->ds, LF_SPLIT_TRAIN) ||
+             get_u64(u + 40) != lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL))
         st = lf_fail(LF_ERR_MISMATCH,
-                     "'%s' holds reference log-probs of %llu train and %llu val pairs (%zu bytes), the dataset "
-                     "has %llu and %llu pairs",
-                     path, (unsigned long long)get_u64(u + 16), (unsigned long long)get_u64(u + 24), len,
-                     (unsigned long long)n0, (unsigned long long)n1);
+                     "'%s' holds reference log-probs of %llu train and %llu val pairs (%llu and %llu tokens, %zu "
+                     "bytes); dataset '%s' has %llu and %llu pairs (%zu and %zu tokens): it was made for other data",
+                     path, (unsigned long long)get_u64(u + 16), (unsigned long long)get_u64(u + 24),
+                     (unsigned long long)get_u64(u + 32), (unsigned long long)get_u64(u + 40), len, t->cfg.dataset,
+                     (unsigned long long)n0, (unsigned long long)n1, lf_dataset_num_tokens(t->ds, LF_SPLIT_TRAIN),
+                     lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL));
+    else if (get_u64(u + 48) != (uint64_t)t->cfg.model.block_size)
+        st = lf_fail(LF_ERR_MISMATCH,
+                     "'%s' holds reference log-probs of rows cut to model.block_size %llu, the run has %d: resume "
+                     "with the same block size",
+                     path, (unsigned long long)get_u64(u + 48), t->cfg.model.block_size);
     const unsigned char *p = u + REF_HEADER;
     for (int s = 0; s < 2 && st == LF_OK; s++)
         for (uint64_t k = 0; k < 2 * n_pairs(d, s); k++, p += 8) {

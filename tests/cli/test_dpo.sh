@@ -128,6 +128,14 @@ l30b=$(loss_at np2/log.jsonl 30)
 awk -v a="$l30" -v b="$l30b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }' ||
     fail "2 ranks: step 30 loss $l30b, one process $l30"
 ok
+# the reference file belongs to its data: a resume on other pairs is refused
+head -n 40 pairs.jsonl >fewer.jsonl
+"$LF" prepare --input fewer.jsonl --mode dpo --tokenizer char:data/vocab.json --split 0.8,0.2 --out fewer \
+    >/dev/null 2>&1 || fail "prepare fewer"
+"$LF" train cfg2.json --resume auto --train_iters=40 --data.dataset=fewer >r3.log 2>&1
+[ $? -ne 0 ] && grep -q "dpo_ref_logps.bin' holds reference log-probs of $ntr train and $nva val pairs" r3.log ||
+    fail "resume on other data: $(tail -3 r3.log)"
+ok
 rm run2/dpo_ref_logps.bin
 "$LF" train cfg2.json --resume auto --train_iters=40 >r3.log 2>&1
 [ $? -ne 0 ] && grep -q "dpo_ref_logps.bin" r3.log || fail "resume without the reference file: $(tail -3 r3.log)"
