@@ -624,6 +624,8 @@ typedef struct lf_pairs lf_pairs;
  * LF_ERR_NOMEM. */
 lf_status lf_pairs_open(lf_pairs **out, const lf_dataset *d, lf_split split);
 uint64_t lf_pairs_count(const lf_pairs *p);
+/* Tokens of the longest row, and how many rows are longer than `limit` tokens. */
+uint64_t lf_pairs_longest(const lf_pairs *p, uint64_t limit, uint64_t *n_longer);
 /* Pair `pair` as two rows of T: inputs (2,T) and targets (2,T), row 0 the
  * chosen, row 1 the rejected. inputs[t] = x[t], targets[t] = x[t+1] where
  * x[t+1] is a completion token (mask 1), else -1; a row shorter than T+1 is

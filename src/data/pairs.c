@@ -97,6 +97,17 @@ nomem:
 
 uint64_t lf_pairs_count(const lf_pairs *p) { return p ? p->n_rows / 2 : 0; }
 
+uint64_t lf_pairs_longest(const lf_pairs *p, uint64_t limit, uint64_t *n_longer) {
+    uint64_t longest = 0, n = 0;
+    for (uint64_t r = 0; p && r < p->n_rows; r++) {
+        const uint64_t len = p->start[r + 1] - p->start[r];
+        if (len > longest) longest = len;
+        n += len > limit;
+    }
+    if (n_longer) *n_longer = n;
+    return longest;
+}
+
 /* Row r into inputs[0, T) and targets[0, T). */
 static lf_status get_row(const lf_pairs *p, uint64_t r, int T, int32_t *in, int32_t *tg) {
     const uint64_t s = p->start[r], len = p->start[r + 1] - s;

@@ -178,6 +178,16 @@ lf_status lf__dpo_open(lf_trainer *t) {
             return lf_fail(LF_ERR_NOMEM, "dpo: out of memory for the reference log-probs of %llu pairs",
                            (unsigned long long)n);
     }
+    for (int s = 0; s < 2 && t->rank == 0; s++) { /* a row past the block loses its tail: say so */
+        const uint64_t T1 = (uint64_t)t->cfg.model.block_size + 1;
+        uint64_t longer = 0, longest = lf_pairs_longest(d->pairs[s], T1, &longer);
+        if (longer)
+            lf_log(LF_LOG_WARN,
+                   "dpo: %llu of the %llu %s rows are longer than model.block_size + 1 = %llu tokens (the longest "
+                   "%llu) and are cut there: their completions' tails carry no loss",
+                   (unsigned long long)longer, (unsigned long long)(2 * n_pairs(d, s)), s ? "val" : "train",
+                   (unsigned long long)T1, (unsigned long long)longest);
+    }
     char path[LF_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", t->cfg.out_dir, REF_FILE);
     if (t->step > 0) return read_ref(t, path); /* resumed: the weights are not the initial ones any more */

@@ -156,5 +156,9 @@ ok
     fail "data.sampling with dpo: $(tail -3 m.log)"
 "$LF" train cfg.json --model.block_size=400 --train_iters=2 --eval.interval=2 --out_dir=big >m.log 2>&1 ||
     fail "a block larger than the splits: $(tail -3 m.log)"
+"$LF" train cfg.json --model.block_size=4 --train_iters=2 --eval.interval=2 --out_dir=small >m.log 2>&1 ||
+    fail "a small block: $(tail -3 m.log)"
+grep -q "dpo: [0-9]* of the $((2 * ntr)) train rows are longer than model.block_size + 1 = 5 tokens" m.log ||
+    fail "no warning about cut rows: $(grep dpo m.log)"
 ok
 echo "$passed passed"
