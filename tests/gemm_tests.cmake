@@ -21,6 +21,7 @@ set(lf_gemm_tests
   cli.test_cuda_cli
   cli.test_dashboard_browser
   cli.test_deepspeed
+  cli.test_dpo
   cli.test_eval
   cli.test_eval_llama
   cli.test_eval_llama_fenced
@@ -160,6 +161,7 @@ set(lf_gemm_tests
   sweep.test_stop_at
   train.test_alerts
   train.test_ckpt_async
+  train.test_dpo
   train.test_fenced
   train.test_fp16
   train.test_golden

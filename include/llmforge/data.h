@@ -363,6 +363,7 @@ typedef enum lf_input_format {
 typedef enum lf_record_mode {
     LF_RECORD_PRETRAIN = 0, /* one text per record */
     LF_RECORD_SFT = 1,      /* a prompt and a response per record */
+    LF_RECORD_DPO = 2,      /* a prompt, a chosen and a rejected response per record (JSONL, JSON, Parquet) */
 } lf_record_mode;
 
 #define LF_READER_MAX_RECORD_BYTES ((size_t)64 << 20) /* default cap of a JSON line/element */
@@ -381,6 +382,10 @@ typedef struct lf_reader_opts {
     const char *text_field;   /* NULL: "text" */
     const char *prompt_field; /* NULL (with response_field NULL): auto-detected pair */
     const char *response_field;
+    /* LF_RECORD_DPO: the fields prompt_field (NULL: "prompt"), response_field
+     * (NULL: "chosen") and rejected_field (NULL: "rejected"), each a
+     * non-empty string */
+    const char *rejected_field;
     int skip_bad_records;
     size_t max_record_bytes; /* 0: LF_READER_MAX_RECORD_BYTES; JSONL/JSON only */
     lf_skip_fn on_skip;      /* may be NULL */
@@ -402,6 +407,9 @@ typedef struct lf_record {
     /* Names of the fields the strings came from (for messages; NULL for a
      * text file), e.g. "input_text"/"target_text" when auto-detected. */
     const char *text_key, *prompt_key, *response_key;
+    const char *rejected; /* LF_RECORD_DPO: the rejected response (response: the chosen) */
+    size_t rejected_len;
+    const char *rejected_key;
 } lf_record;
 
 typedef struct lf_reader lf_reader;
@@ -509,6 +517,7 @@ typedef struct lf_prepare_opts {
     lf_input_format format;
     lf_record_mode mode;
     const char *text_field, *prompt_field, *response_field; /* as lf_reader_opts */
+    const char *rejected_field;                             /* as lf_reader_opts (mode dpo) */
     /* Fine-tuning only; NULL: the pairs as they are. "chatml" (the built-in),
      * a chat_template.json file, or a directory holding one (a checkpoint's):
      * each pair is rendered as `llmforge serve`'s chat endpoint renders a
@@ -597,6 +606,33 @@ int lf_dataset_eot(const lf_dataset *d);
  * end-of-text; LF_ERR_RANGE when no record starts at least block_size+1
  * tokens before the end. Idempotent. */
 lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T);
+
+/* dataset.json's "mode": "pretrain", "sft", "dpo", or "" (absent, llm.c files). */
+const char *lf_dataset_mode(const lf_dataset *d);
+
+/* ---- preference pairs (DPO; src/data/pairs.c) -------------------------------
+ * A dataset prepared with --mode dpo holds per triple two rows one after the
+ * other in its split: ids(prompt) (mask 0), ids(chosen) + end-of-text (mask
+ * 1), then ids(prompt) (mask 0), ids(rejected) + end-of-text (mask 1). A row
+ * starts where the mask goes from 1 to 0 (or at 0): prepare refuses an empty
+ * prompt, so every row starts with a masked token. Pair k is rows 2k
+ * (chosen) and 2k+1 (rejected). lf_pairs_open scans the split once (8 bytes
+ * per row). */
+typedef struct lf_pairs lf_pairs;
+/* Errors: LF_ERR_UNSUPPORTED (the dataset's mode is not "dpo"),
+ * LF_ERR_NOT_FOUND (no such split), LF_ERR_FORMAT (an odd number of rows),
+ * LF_ERR_NOMEM. */
+lf_status lf_pairs_open(lf_pairs **out, const lf_dataset *d, lf_split split);
+uint64_t lf_pairs_count(const lf_pairs *p);
+/* Tokens of the longest row, and how many rows are longer than `limit` tokens. */
+uint64_t lf_pairs_longest(const lf_pairs *p, uint64_t limit, uint64_t *n_longer);
+/* Pair `pair` as two rows of T: inputs (2,T) and targets (2,T), row 0 the
+ * chosen, row 1 the rejected. inputs[t] = x[t], targets[t] = x[t+1] where
+ * x[t+1] is a completion token (mask 1), else -1; a row shorter than T+1 is
+ * padded (inputs: end-of-text, or 0; targets -1), a longer one cut to its
+ * first T+1 tokens. LF_ERR_RANGE for a pair index past the end. */
+lf_status lf_pairs_get(const lf_pairs *p, uint64_t pair, int T, int32_t *inputs, int32_t *targets);
+void lf_pairs_free(lf_pairs *p);
 
 /* LF_SAMPLING_PACKED: windows per epoch of a split, (N-1)/T (0 when absent). */
 uint64_t lf_dataset_packed_windows(const lf_dataset *d, lf_split split, int T);

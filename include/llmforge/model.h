@@ -360,6 +360,18 @@ const float *lf_model_logits(const lf_model *m);
  * ADDED to lf_model_grads (so micro-batches accumulate). */
 lf_status lf_model_backward(lf_model *m);
 
+/* Per-sequence losses of the last forward with targets: sums[b] (host, B
+ * values) = the sum over row b's non-ignored targets of -log p(target), so
+ * -sums[b] is the row's log-probability of its targets (DPO's sequence
+ * log-prob). Errors: LF_ERR_INVALID_ARG (no forward with targets). */
+lf_status lf_model_row_losses(lf_model *m, double *sums);
+
+/* Multiply the dlogits of the last training forward row by row (w: host, B
+ * values) before lf_model_backward: a per-sequence weight on the loss whose
+ * value is known only after the forward (DPO's d loss / d logp). Errors:
+ * LF_ERR_INVALID_ARG (no training forward pending). */
+lf_status lf_model_scale_dlogits(lf_model *m, const float *w);
+
 /* Zero all parameter gradients. */
 void lf_model_zero_grad(lf_model *m);
 

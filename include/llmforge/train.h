@@ -54,6 +54,9 @@
 extern "C" {
 #endif
 
+/* train.objective: next-token cross-entropy, or DPO (TRL's DPOTrainer, loss_type "sigmoid") on a
+ * dataset prepared with --mode dpo. */
+typedef enum lf_objective { LF_OBJECTIVE_LM = 0, LF_OBJECTIVE_DPO = 1 } lf_objective;
 /* scheduler.type: llmforge's cosine (nanoGPT) and constant, then DeepSpeed's
  * schedulers with its formulas (src/train/schedule.c, docs/deepspeed.md). */
 typedef enum lf_sched_type {
@@ -98,6 +101,9 @@ typedef struct lf_train_config {
     int sampling;      /* lf_sampling */
     int prefetch;      /* steps of batches made ahead by the loader thread */
     long memory_limit; /* memory.limit_bytes: 0 = MemAvailable */
+    /* objective (train.objective; docs/training.md "DPO") */
+    int objective;  /* lf_objective */
+    float dpo_beta; /* dpo.beta: TRL's beta, the weight of the log-ratio against the reference */
     /* fp16 (DeepSpeed's section) */
     int fp16;
     float fp16_loss_scale; /* 0 = dynamic */
@@ -424,6 +430,41 @@ lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, 
                          const lf_train_config *cfg, double norm);
 
 /* ---------------------------------------------------------------- benchmark */
+/* ---- DPO (src/train/dpo.c; docs/training.md "DPO") -------------------------
+ * TRL's DPOTrainer with loss_type "sigmoid", f_divergence reverse KL,
+ * label_smoothing 0. A sequence's log-prob is the sum of log p(token) over
+ * its completion tokens (the targets that are not -1). Per pair, with
+ * policy log-probs pc, pr and reference log-probs rc, rr of the chosen and
+ * rejected completions:
+ *   z = beta * ((pc - rc) - (pr - rr)),  loss = -logsigmoid(z),
+ *   d loss / d pc = -beta * sigmoid(-z) = -d loss / d pr,
+ *   rewards: chosen beta * (pc - rc), rejected beta * (pr - rr). */
+typedef struct lf_dpo_pair_result {
+    double loss;
+    double dlogp_chosen, dlogp_rejected; /* d loss / d pc, d loss / d pr */
+    double reward_chosen, reward_rejected;
+} lf_dpo_pair_result;
+void lf_dpo_pair(double beta, double pc, double pr, double rc, double rr, lf_dpo_pair_result *out);
+
+/* Sums over pairs (divide by pairs for TRL's means). */
+typedef struct lf_dpo_stats {
+    double pairs, loss, reward_chosen, reward_rejected, accuracy, margin, logp_chosen, logp_rejected;
+} lf_dpo_stats;
+#define LF_DPO_STATS_N 8 /* doubles in lf_dpo_stats, for reductions */
+
+/* Sequence log-probs of P pairs: inputs/targets (2P,T), rows 2i chosen and
+ * 2i+1 rejected; logps (2P) in the same order. A forward without gradients. */
+lf_status lf_dpo_logps(lf_model *m, const int32_t *inputs, const int32_t *targets, int P, int T, double *logps);
+
+/* One micro-batch of P pairs (rows as lf_dpo_logps) against ref (2P
+ * reference log-probs, same order). With fo->dloss > 0 the gradient of
+ * fo->dloss * sum over pairs of the pair loss is ADDED to the model's
+ * gradients (a forward, the per-row weights d loss / d logp on the dlogits,
+ * a backward); with dloss 0 only the forward. The pairs' figures are added
+ * to *acc. */
+lf_status lf_dpo_forward_backward(lf_model *m, const int32_t *inputs, const int32_t *targets, int P, int T,
+                                  const double *ref, double beta, const lf_forward_opts *fo, lf_dpo_stats *acc);
+
 typedef struct lf_bench_result {
     int steps;
     double ms_per_step; /* median */

@@ -27,6 +27,9 @@ unsigned lf__shard_bytes_per_token(const lf_shard *s);
 /* n_tokens mask bytes, or NULL when the shard has no mask. */
 const unsigned char *lf__shard_mask_bytes(const lf_shard *s);
 const char *lf__shard_path(const lf_shard *s);
+/* Split tokens [pos, pos+count) of d as int32 (apply_mask: a token whose
+ * loss mask is 0 becomes -1); LF_ERR_INVALID_ARG past the split's end. */
+lf_status lf__dataset_copy(const lf_dataset *d, lf_split split, size_t pos, size_t count, int32_t *dst, int apply_mask);
 
 /* ---------------------------------------------------------------- tokenizers */
 typedef struct lf__tokenizer_ops {

@@ -64,8 +64,9 @@ struct lf_dataset {
     char *dir;
     char *spec; /* tokenizer spec, paths resolved against the (absolute) dataset dir */
     int vocab_size;
-    int eot;  /* end-of-text id from the manifest, -1 when absent */
-    int llmc; /* opened from llm.c files (no dataset.json) */
+    int eot;       /* end-of-text id from the manifest, -1 when absent */
+    int llmc;      /* opened from llm.c files (no dataset.json) */
+    char mode[16]; /* dataset.json's "mode" ("pretrain", "sft", "dpo"); "" when absent */
     split_view splits[N_SPLITS];
 };
 
@@ -313,6 +314,9 @@ lf_status lf_dataset_open(lf_dataset **out, const char *dir) {
         d->eot = (int)eotj->valuedouble;
     }
 
+    const cJSON *modej = cJSON_GetObjectItemCaseSensitive(root, "mode");
+    if (cJSON_IsString(modej)) snprintf(d->mode, sizeof d->mode, "%s", modej->valuestring);
+
     /* tokenizer: spec resolved against the absolute dataset dir, file hash checked */
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
     const cJSON *spec = cJSON_IsObject(tok) ? cJSON_GetObjectItemCaseSensitive(tok, "spec") : NULL;
@@ -422,6 +426,7 @@ void lf_dataset_close(lf_dataset *d) {
 }
 
 int lf_dataset_vocab_size(const lf_dataset *d) { return d ? d->vocab_size : 0; }
+const char *lf_dataset_mode(const lf_dataset *d) { return d ? d->mode : ""; }
 int lf_dataset_eot(const lf_dataset *d) { return d ? d->eot : -1; }
 
 size_t lf_dataset_num_tokens(const lf_dataset *d, lf_split split) {
@@ -482,6 +487,16 @@ static void copy_tokens(const split_view *sp, size_t pos, size_t count, int32_t 
         k++;
         off = 0;
     }
+}
+
+/* For the pair index (pairs.c): split tokens [pos, pos+count), the masked ones -1. */
+lf_status lf__dataset_copy(const lf_dataset *d, lf_split split, size_t pos, size_t count, int32_t *dst,
+                           int apply_mask) {
+    if (!d || (int)split < 0 || (int)split >= N_SPLITS || !d->splits[split].present ||
+        pos + count > d->splits[split].n_tokens)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf__dataset_copy: bad argument");
+    if (count) copy_tokens(&d->splits[split], pos, count, dst, apply_mask);
+    return LF_OK;
 }
 
 lf_status lf_dataset_index_records(lf_dataset *d, lf_split split, int T) {

@@ -43,6 +43,12 @@
  *    response and its end-of-text. A record's tokens may continue in the
  *    next shard of its split; the sampler reads a split as the concatenation
  *    of its shards, so nothing is lost at the cut.
+ *  - Preference layout per record (mode dpo; opts->mode LF_RECORD_DPO): two
+ *    fine-tuning rows, ids(prompt) ids(chosen) eot, then ids(prompt)
+ *    ids(rejected) eot, the mask as above on each (join_dpo); with a chat
+ *    template each response is rendered as the chosen one is. The prompt may
+ *    not be empty: lf_pairs (pairs.c) finds a row where the mask goes from
+ *    1 to 0. The split key is prompt 0x00 chosen 0x00 rejected.
  *  - The split of a record is a function of its content alone (split.c).
  *  - Output order: a dataset.json already in out_dir is removed (with the
  *    chat_template.json of that run) before the
@@ -127,6 +133,8 @@ typedef struct item {
     size_t a_off, a_len;   /* text (pretraining) or prompt, in the arena, then a NUL */
     size_t b_off, b_len;   /* fine-tuning: the response, right after the prompt's NUL */
     size_t ka_off, kb_off; /* field names in the arena, NO_KEY when none; ITEM_SKIP: ka_off = message */
+    /* dpo: the rejected response (b: the chosen) right after b's NUL, and its field name */
+    size_t c_off, c_len, kc_off;
     /* set by the encoding thread */
     lf_status st; /* LF_OK, or a fatal error (msg) */
     int bad;      /* a bad record to skip (msg) */
@@ -177,6 +185,7 @@ typedef struct prep {
     double t0;
     lf_tokenizer *tok;
     int V, eot, sft;
+    int dpo; /* mode dpo (sft is set too: masked pairs); see join_dpo */
     lf_split_writer *sw[LF_PREPARE_N_SPLITS];
     uint64_t records[LF_PREPARE_N_SPLITS], targets[LF_PREPARE_N_SPLITS];
     int retired; /* the earlier dataset.json was removed */
@@ -299,6 +308,7 @@ static lf_reader_opts reader_opts(const prep *p) {
     ro.text_field = p->o->text_field;
     ro.prompt_field = p->o->prompt_field;
     ro.response_field = p->o->response_field;
+    ro.rejected_field = p->o->rejected_field;
     ro.skip_bad_records = p->o->skip_bad_records;
     ro.max_record_bytes = p->o->max_record_bytes;
     return ro;
@@ -404,6 +414,7 @@ static lf_status build_char_vocab(prep *p) {
             if (rec.text) mark_chars(seen, rec.text, rec.text_len);
             if (rec.prompt) mark_chars(seen, rec.prompt, rec.prompt_len);
             if (rec.response) mark_chars(seen, rec.response, rec.response_len);
+            if (rec.rejected) mark_chars(seen, rec.rejected, rec.rejected_len);
 
             uint64_t at = position(p, r, s);
             if (at - last >= PROGRESS_EVERY) {
@@ -622,6 +633,11 @@ static lf_status batch_add_record(prep *p, batch *b, const lf_record *rec) {
         bad |= arena_put(b, rec->response, rec->response_len, &it->b_off);
         it->a_len = rec->prompt_len;
         it->b_len = rec->response_len;
+        if (p->dpo) { /* prompt 0x00 chosen 0x00 rejected: the split key keeps the triple together */
+            bad |= arena_put(b, rec->rejected, rec->rejected_len, &it->c_off);
+            it->c_len = rec->rejected_len;
+            bad |= arena_put(b, rec->rejected_key, strlen(rec->rejected_key), &it->kc_off);
+        }
         if (rec->response_key) bad |= arena_put(b, rec->response_key, strlen(rec->response_key), &it->kb_off);
     } else {
         bad |= arena_put(b, rec->text, rec->text_len, &it->a_off);
@@ -629,7 +645,7 @@ static lf_status batch_add_record(prep *p, batch *b, const lf_record *rec) {
     }
     if (ka) bad |= arena_put(b, ka, strlen(ka), &it->ka_off);
     if (bad) return lf_fail(LF_ERR_NOMEM, "out of memory gathering records (%zu bytes)", b->alen);
-    it->large = p->n_threads > 1 && it->a_len + it->b_len >= LF_PREPARE_LARGE_RECORD_BYTES;
+    it->large = p->n_threads > 1 && it->a_len + it->b_len + it->c_len >= LF_PREPARE_LARGE_RECORD_BYTES;
     return LF_OK;
 }
 
@@ -730,6 +746,52 @@ static int encode_templated(const prep *p, const batch *b, item *it, int n_threa
     return 0;
 }
 
+/* Mode dpo: the rejected response's ids (ic), as the chosen's were made
+ * (through the template when there is one). */
+static int encode_rejected(const prep *p, const batch *b, item *it, int n_threads, uint32_t **ic, size_t *nc) {
+    if (!p->has_tpl) return encode_field(p, b, it, b->arena + it->c_off, it->c_len, it->kc_off, n_threads, ic, nc);
+    item tmp = *it; /* the same pair rendering with the rejected response in the chosen's place */
+    tmp.b_off = it->c_off;
+    tmp.b_len = it->c_len;
+    tmp.kb_off = it->kc_off;
+    uint32_t *ia = NULL;
+    size_t na = 0;
+    const int r = encode_templated(p, b, &tmp, n_threads, &ia, &na, ic, nc);
+    lf_free(ia); /* the prompt part is the chosen's, token for token */
+    it->st = tmp.st;
+    it->bad = tmp.bad;
+    it->msg = tmp.msg;
+    return r;
+}
+
+/* Mode dpo: ids = prompt, chosen, eot, prompt, rejected, eot; the mask 1
+ * on each response and its eot (two rows; lf_pairs in pairs.c reads them). */
+static void join_dpo(const prep *p, item *it, const uint32_t *ia, size_t na, const uint32_t *ib, size_t nb,
+                     const uint32_t *ic, size_t nc) {
+    const size_t n = 2 * na + nb + nc + 2;
+    it->ids = lf_alloc(n * sizeof *it->ids);
+    it->mask = malloc(n);
+    if (!it->ids || !it->mask) {
+        it->st = LF_ERR_NOMEM;
+        it->msg = strdup("out of memory joining a preference triple");
+        return;
+    }
+    size_t at = 0;
+    const uint32_t *resp[2] = {ib, ic};
+    const size_t rn[2] = {nb, nc};
+    for (int r = 0; r < 2; r++) {
+        if (na) memcpy(it->ids + at, ia, na * sizeof *ia);
+        memset(it->mask + at, 0, na);
+        at += na;
+        if (rn[r]) memcpy(it->ids + at, resp[r], rn[r] * sizeof *ia);
+        it->ids[at + rn[r]] = (uint32_t)p->eot;
+        memset(it->mask + at, 1, rn[r] + 1);
+        at += rn[r] + 1;
+    }
+    it->n = n;
+    it->targets = nb + nc + 2;
+}
+
 static void encode_item(const prep *p, const batch *b, item *it, int n_threads) {
     const char *a = b->arena + it->a_off;
     uint32_t *ia = NULL, *ib = NULL;
@@ -747,6 +809,21 @@ static void encode_item(const prep *p, const batch *b, item *it, int n_threads) 
             }
             klen = it->a_len + 1 + it->b_len; /* prompt 0x00 response, contiguous in the arena */
         }
+    }
+    if (p->dpo) {
+        uint32_t *ic = NULL;
+        size_t nc = 0;
+        if (na == 0) { /* a row is found by its prompt (pairs.c); the reader refuses empty prompts already */
+            lf_fail(LF_ERR_FORMAT, "the prompt encodes to no token; each DPO row starts with its prompt");
+            (void)encode_failed(p, b, it, LF_ERR_FORMAT, it->ka_off);
+        } else if (encode_rejected(p, b, it, n_threads, &ic, &nc) == 0) {
+            it->split = lf__split_pick(lf__split_unit(a, it->c_off + it->c_len - it->a_off), p->w);
+            join_dpo(p, it, ia, na, ib, nb, ic, nc);
+        }
+        lf_free(ia);
+        lf_free(ib);
+        lf_free(ic);
+        return;
     }
     it->split = lf__split_pick(lf__split_unit(a, klen), p->w);
     if (!p->sft) {
@@ -1023,7 +1100,7 @@ static lf_status write_manifest(prep *p) {
     }
     ok = ok && cJSON_AddNumberToObject(root, "vocab_size", p->V);
     ok = ok && cJSON_AddNumberToObject(root, "eot", p->eot);
-    ok = ok && cJSON_AddStringToObject(root, "mode", p->sft ? "sft" : "pretrain");
+    ok = ok && cJSON_AddStringToObject(root, "mode", p->dpo ? "dpo" : p->sft ? "sft" : "pretrain");
     if (ok && p->has_tpl) {
         cJSON *ct = cJSON_AddObjectToObject(root, "chat_template");
         ok = ct && cJSON_AddStringToObject(ct, "file", LF__CHAT_TEMPLATE_FILE) &&
@@ -1096,7 +1173,7 @@ static lf_status check_opts(const lf_prepare_opts *o, const char *out_dir, doubl
     if (!out_dir || !*out_dir) return lf_fail(LF_ERR_INVALID_ARG, "prepare: empty output directory");
     if (!o->inputs || o->n_inputs == 0) return lf_fail(LF_ERR_INVALID_ARG, "prepare: no inputs");
     if (!o->tokenizer || !*o->tokenizer) return lf_fail(LF_ERR_INVALID_ARG, "prepare: no tokenizer spec");
-    if (o->mode != LF_RECORD_PRETRAIN && o->mode != LF_RECORD_SFT)
+    if (o->mode != LF_RECORD_PRETRAIN && o->mode != LF_RECORD_SFT && o->mode != LF_RECORD_DPO)
         return lf_fail(LF_ERR_INVALID_ARG, "prepare: unknown mode %d", (int)o->mode);
     if (!lf_input_format_name(o->format))
         return lf_fail(LF_ERR_INVALID_ARG, "prepare: unknown format %d", (int)o->format);
@@ -1125,7 +1202,8 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     p.o = opts;
     p.out_dir = out_dir;
     p.t0 = lf_time_now();
-    p.sft = opts->mode == LF_RECORD_SFT;
+    p.dpo = opts->mode == LF_RECORD_DPO;
+    p.sft = opts->mode == LF_RECORD_SFT || p.dpo; /* dpo: masked prompt/response rows too */
     p.shard_tokens = opts->shard_tokens ? opts->shard_tokens : LF_PREPARE_SHARD_TOKENS;
     p.passes = strcmp(opts->tokenizer, "char") == 0 ? 2 : 1;
     p.pass = 1;

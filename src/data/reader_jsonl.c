@@ -217,6 +217,20 @@ static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
         return LF_OK;
     }
     const char *pf = r->o.prompt_field, *rf = r->o.response_field;
+    if (r->o.mode == LF_RECORD_DPO) { /* prompt, chosen, rejected: all three non-empty */
+        const char *jf = r->o.rejected_field ? r->o.rejected_field : "rejected";
+        pf = pf ? pf : "prompt";
+        rf = rf ? rf : "chosen";
+        if ((st = get_field(r, root, pf, line, 1, &rec->prompt, &rec->prompt_len)) != LF_OK || r->skip_now) return st;
+        if ((st = get_field(r, root, rf, line, 1, &rec->response, &rec->response_len)) != LF_OK || r->skip_now)
+            return st;
+        if ((st = get_field(r, root, jf, line, 1, &rec->rejected, &rec->rejected_len)) != LF_OK || r->skip_now)
+            return st;
+        rec->prompt_key = pf;
+        rec->response_key = rf;
+        rec->rejected_key = jf;
+        return LF_OK;
+    }
     if (!pf) {
         if (cJSON_GetObjectItemCaseSensitive(root, "prompt") || cJSON_GetObjectItemCaseSensitive(root, "response")) {
             pf = "prompt";
@@ -510,9 +524,10 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
     else memset(&o, 0, sizeof o);
     if (!lf_input_format_name(o.format))
         return lf_fail(LF_ERR_INVALID_ARG, "%s: unknown input format %d", path, (int)o.format);
-    if (o.mode != LF_RECORD_PRETRAIN && o.mode != LF_RECORD_SFT)
+    if (o.mode != LF_RECORD_PRETRAIN && o.mode != LF_RECORD_SFT && o.mode != LF_RECORD_DPO)
         return lf_fail(LF_ERR_INVALID_ARG, "%s: unknown record mode %d", path, (int)o.mode);
-    if (!o.prompt_field != !o.response_field)
+    if (o.rejected_field && !*o.rejected_field) return lf_fail(LF_ERR_INVALID_ARG, "%s: an empty field name", path);
+    if (o.mode != LF_RECORD_DPO && !o.prompt_field != !o.response_field)
         return lf_fail(LF_ERR_INVALID_ARG, "%s: give both the prompt field and the response field, or neither", path);
     if ((o.text_field && !*o.text_field) || (o.prompt_field && !*o.prompt_field) ||
         (o.response_field && !*o.response_field))
@@ -527,6 +542,10 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
                            "jsonl, json)",
                            path);
     }
+    if (o.mode == LF_RECORD_DPO && fmt != LF_INPUT_JSONL && fmt != LF_INPUT_JSON && fmt != LF_INPUT_PARQUET)
+        return lf_fail(LF_ERR_INVALID_ARG,
+                       "%s: preference pairs (mode dpo) are read from JSON Lines, a JSON array or Parquet, not %s",
+                       path, lf_input_format_name(fmt));
     if (fmt == LF_INPUT_TEXT && o.mode == LF_RECORD_SFT)
         return lf_fail(LF_ERR_INVALID_ARG,
                        "%s: fine-tuning needs prompt/response records (JSON Lines or a JSON array), "

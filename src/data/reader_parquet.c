@@ -60,7 +60,7 @@
 #define PQ_HEADER_READ ((size_t)4096)          /* first read of a page header */
 #define PQ_THRIFT_MAX_DEPTH 32
 #define PQ_SCHEMA_MAX_DEPTH 64
-#define PQ_MAX_COLS 2
+#define PQ_MAX_COLS 3 /* DPO: prompt, chosen, rejected */
 
 /* parquet.thrift enums (the values used here) */
 enum { PT_BOOLEAN, PT_INT32, PT_INT64, PT_INT96, PT_FLOAT, PT_DOUBLE, PT_BYTE_ARRAY, PT_FIXED_LEN_BYTE_ARRAY };
@@ -725,6 +725,11 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
     if (q->o.mode == LF_RECORD_PRETRAIN) {
         names[0] = q->o.text_field ? q->o.text_field : "text";
         q->ncol = 1;
+    } else if (q->o.mode == LF_RECORD_DPO) {
+        names[0] = q->o.prompt_field ? q->o.prompt_field : "prompt";
+        names[1] = q->o.response_field ? q->o.response_field : "chosen";
+        names[2] = q->o.rejected_field ? q->o.rejected_field : "rejected";
+        q->ncol = 3;
     } else {
         names[0] = q->o.prompt_field;
         names[1] = q->o.response_field;
@@ -1506,10 +1511,13 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
         size_t n[PQ_MAX_COLS];
         for (int k = 0; k < q->ncol; k++) {
             /* a pair naming one column twice reads it once */
-            if (k == 1 && q->col[1].leaf == q->col[0].leaf) {
-                is_null[1] = is_null[0];
-                s[1] = s[0];
-                n[1] = n[0];
+            int same = -1;
+            for (int j = 0; j < k; j++)
+                if (q->col[k].leaf == q->col[j].leaf) same = j;
+            if (same >= 0) {
+                is_null[k] = is_null[same];
+                s[k] = s[same];
+                n[k] = n[same];
                 continue;
             }
             lf_status st = col_value(q, &q->col[k], &is_null[k], &s[k], &n[k]);
@@ -1519,7 +1527,7 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
         lf_status st = LF_OK;
         for (int k = 0; k < q->ncol && !skip_now && st == LF_OK; k++) {
             const char *name = q->col[k].name;
-            int need_text = q->o.mode == LF_RECORD_PRETRAIN || k == 1;
+            int need_text = q->o.mode != LF_RECORD_SFT || k == 1; /* dpo: prompt, chosen, rejected */
             size_t at = 0;
             const char *why = "", *d;
             if (is_null[k]) {
@@ -1561,6 +1569,11 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
             rec->response = q->col[1].out;
             rec->response_len = n[1];
             rec->response_key = q->col[1].name;
+            if (q->o.mode == LF_RECORD_DPO) {
+                rec->rejected = q->col[2].out;
+                rec->rejected_len = n[2];
+                rec->rejected_key = q->col[2].name;
+            }
         }
         return LF_OK;
     }

@@ -928,3 +928,34 @@ lf_status lf_model_backward(lf_model *m) {
 
 lf_backend *lf_model_backend(const lf_model *m) { return m->be; }
 long lf_model_prefetch_hits(const lf_model *m) { return m->pf_hits; }
+
+/* ---------------------------------------------------------------- per-sequence losses (DPO) */
+lf_status lf_model_row_losses(lf_model *m, double *sums) {
+    if (!m || !sums) return lf_fail(LF_ERR_INVALID_ARG, "lf_model_row_losses: NULL argument");
+    if (!m->cur_with_targets)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_row_losses: the last forward had no targets");
+    const int B = m->cur_B, T = m->cur_T;
+    float *host = malloc(sizeof(float) * (size_t)B * (size_t)T);
+    if (!host) return lf_fail(LF_ERR_NOMEM, "lf_model_row_losses: out of memory for %d x %d losses", B, T);
+    lf_status st = lf_backend_to_host(m->be, host, m->losses, sizeof(float) * (size_t)B * (size_t)T);
+    for (int b = 0; b < B && st == LF_OK; b++) {
+        double s = 0; /* ignored targets hold loss 0 */
+        for (int t = 0; t < T; t++) s += host[(size_t)b * T + t];
+        sums[b] = s;
+    }
+    free(host);
+    return st;
+}
+
+lf_status lf_model_scale_dlogits(lf_model *m, const float *w) {
+    if (!m || !w) return lf_fail(LF_ERR_INVALID_ARG, "lf_model_scale_dlogits: NULL argument");
+    if (!m->have_dlogits)
+        return lf_fail(LF_ERR_INVALID_ARG, "lf_model_scale_dlogits: no training forward to scale (dloss > 0)");
+    const size_t row = (size_t)m->cur_T * (size_t)lf__vp(&m->cfg);
+    for (int b = 0; b < m->cur_B; b++) {
+        if (w[b] == 1.0f) continue;
+        lf_status st = lf_backend_scale(m->be, m->logits + (size_t)b * row, row, w[b]);
+        if (st != LF_OK) return st;
+    }
+    return LF_OK;
+}

@@ -124,6 +124,7 @@ static const char *const sched_choices[] = {"cosine",         "constant", "Warmu
                                             "WarmupCosineLR", "OneCycle", "LRRangeTest", NULL}; /* lf_sched_type */
 static const char *const warmup_type_choices[] = {"log", "linear", NULL};
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
+static const char *const objective_choices[] = {"lm", "dpo", NULL};                                /* lf_objective */
 /* alert actions, as lf_alert_action values (index = value) */
 static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", "rollback", NULL};
 _Static_assert(LF_ALERT_OFF == 0 && LF_ALERT_LOG == 1 && LF_ALERT_SKIP == 2 && LF_ALERT_STOP == 3 &&
@@ -181,6 +182,11 @@ static const key_def k_keys[] = {
     {.path = "data.sampling", .type = KT_ENUM, FLD(sampling), .def_str = "random", .choices = sampling_choices,
      .help = "training batch positions: random (nanoGPT), sequential, records (windows start at a record), or "
              "packed (epochs of non-overlapping windows, shuffled by seed and epoch)"},
+    {.path = "train.objective", .type = KT_ENUM, FLD(objective), .def_str = "lm", .choices = objective_choices,
+     .help = "lm (next-token cross-entropy on the unmasked targets) or dpo (TRL's DPOTrainer, loss_type sigmoid, on "
+             "a dataset prepared with --mode dpo; a micro-batch of B rows holds B/2 pairs)"},
+    {.path = "dpo.beta", .type = KT_FLOAT, FLD(dpo_beta), .lo = 0, .hi = INF, .flags = KF_LO_OPEN, .def = {0.1},
+     .help = "DPO's beta: loss = -logsigmoid(beta * (policy - reference log-ratio of chosen over rejected))"},
     {.path = "data.prefetch", .type = KT_INT, FLD(prefetch), .lo = 0, .hi = 64, .def = {2},
      .help = "steps of batches a background thread prepares ahead (0 = none)"},
     {.path = "data.tokenizer", .type = KT_STRING, FLD(data_tokenizer), .def_str = "",
@@ -1526,6 +1532,18 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
     if (st == LF_OK && c->cfg.fp16 && c->cfg.bf16)
         st = lf_fail(LF_ERR_CONFIG, "keys 'fp16.enabled' (%s) and 'bf16.enabled' (%s) are both true; choose one",
                      note_of(c, key_index("fp16.enabled")), note_of(c, key_index("bf16.enabled")));
+    if (st == LF_OK && c->cfg.objective == LF_OBJECTIVE_DPO && c->cfg.micro_batch % 2)
+        st = lf_fail(LF_ERR_CONFIG,
+                     "key 'train_micro_batch_size_per_gpu' %s: %d is odd, but train.objective dpo (%s) runs a pair "
+                     "of rows (chosen, rejected) per example; give an even number of rows",
+                     note_of(c, key_index("train_micro_batch_size_per_gpu")), c->cfg.micro_batch,
+                     note_of(c, key_index("train.objective")));
+    if (st == LF_OK && c->cfg.objective == LF_OBJECTIVE_DPO && c->cfg.sampling != LF_SAMPLING_RANDOM)
+        st = lf_fail(LF_ERR_CONFIG,
+                     "key 'data.sampling' %s: %s does not apply to train.objective dpo (%s), which draws whole "
+                     "pairs in a seeded epoch permutation; leave data.sampling out",
+                     note_of(c, key_index("data.sampling")), sampling_choices[c->cfg.sampling],
+                     note_of(c, key_index("train.objective")));
     if (st == LF_OK) st = check_backend(c);
     if (st == LF_OK) make_notes(c);
     if (st != LF_OK && !c->n_errors) keep_error(c, st);

@@ -296,6 +296,7 @@ static lf_status open_data(lf_trainer *t) {
     }
     if ((st = lf_model_config_resolve(&t->mcfg)) != LF_OK) return lf__trainer_fail(t, st);
     int T = t->cfg.model.block_size;
+    if (t->cfg.objective == LF_OBJECTIVE_DPO) ntrain = nval = SIZE_MAX; /* pairs are padded rows: any T fits */
     if (ntrain < (size_t)T + 2)
         return lf__trainer_fail(
             t,
@@ -568,6 +569,9 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     st = lf__dp_gbf_alloc(
         t); /* communication_data_type bf16: the gradients' staging (after lf__zero_partition: overlap) */
     if (st != LF_OK) return lf__trainer_fail(t, device_oom(t, st, &plan));
+    st = lf__dpo_open(t); /* train.objective dpo: pairs and reference log-probs, from the initial weights */
+    if (st != LF_OK) return lf__trainer_fail(t, st);
+    if (t->dpo) return LF_OK;        /* pairs come from lf__dpo_step_load, not the loader */
     st = lf__trainer_open_loader(t); /* its ring is step memory too: allocated before the first step */
     if (st != LF_OK) return lf__trainer_fail(t, st);
     return LF_OK;
@@ -620,6 +624,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_model_free(t->model);
     lf_backend_close(t->be); /* after everything allocated on it */
     lf_loader_close(t->loader);
+    lf__dpo_free(t->dpo);
     lf_dataset_close(t->ds);
     if (t->own_comm) lf_comm_close(t->comm); /* last: it may finalise MPI */
     free(t);

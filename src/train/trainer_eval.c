@@ -110,10 +110,11 @@ lf_status lf__trainer_eval(lf_trainer *t) {
     double t0 = lf_time_now();
     lf_comm_set_context(t->comm, "evaluation at step %ld", t->step);
     double tl = NAN, vl = NAN;
-    lf_status st = estimate_loss(t, LF_SPLIT_TRAIN, &tl);
+    lf_dpo_stats dtr = {0}, dval = {0}; /* train.objective dpo: the losses are mean pair losses */
+    lf_status st = t->dpo ? lf__dpo_estimate(t, LF_SPLIT_TRAIN, &tl, &dtr) : estimate_loss(t, LF_SPLIT_TRAIN, &tl);
     if (st != LF_OK) return st;
     if (lf_dataset_num_tokens(t->ds, LF_SPLIT_VAL) > 0) {
-        st = estimate_loss(t, LF_SPLIT_VAL, &vl);
+        st = t->dpo ? lf__dpo_estimate(t, LF_SPLIT_VAL, &vl, &dval) : estimate_loss(t, LF_SPLIT_VAL, &vl);
         if (st != LF_OK) return st;
         if (vl < t->best_val) t->best_val = vl;
     }
@@ -125,6 +126,9 @@ lf_status lf__trainer_eval(lf_trainer *t) {
     int n = 0;
     sc[n++] = (lf_obs_scalar){"eval/train_loss", tl};
     sc[n++] = (lf_obs_scalar){"eval/val_loss", vl};
+    if (t->dpo) { /* TRL's eval metrics: of the val split, else of train */
+        n += lf__dpo_metrics(dval.pairs > 0 ? &dval : &dtr, "eval", sc + n, names + n, 6);
+    }
     double score = vl;
     if (t->tasks) {
         /* the tasks run on sessions of their own shapes: training keeps its plan */

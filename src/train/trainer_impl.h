@@ -57,6 +57,8 @@ struct lf_trainer {
     lf_backend *be;
     lf_model *model;
     lf_dataset *ds;
+    /* train.objective dpo (trainer_dpo.c); NULL otherwise */
+    struct lf__dpo *dpo;
     lf_loader *loader; /* training batches, prefetched; opened at the current step */
     float *m, *v;      /* AdamW moments (backend memory; host memory when offloaded) */
     int offload;       /* offload_optimizer cpu on a device backend: moments and AdamW on the host */
@@ -192,6 +194,8 @@ typedef struct step_result {
                              other phases */
     double comm_hidden_ms; /* collectives' time behind computation (comm.overlap on nccl: lf_comm_times) */
     const char *rollback;  /* an alert asked for a rollback: its kind ("nan", "loss_spike"); NULL: none */
+    lf_dpo_stats dpo;      /* train.objective dpo: the step's sums over pairs, all ranks */
+    int has_dpo;
     char alert_msg[256];
 } step_result;
 
@@ -228,6 +232,25 @@ lf_status lf__trainer_open_loader(lf_trainer *t);
 int lf__fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n);
 /* v summed over the ranks, the wait timed into o->comm_ms. */
 lf_status lf__step_sum_f64(lf_trainer *t, step_result *o, double *v, size_t n);
+
+/* ---- trainer_dpo.c (train.objective dpo) */
+typedef struct lf__dpo lf__dpo;
+/* The pairs and the reference log-probs (computed from the initial model,
+ * or read back when resumed); a dpo dataset without the objective is
+ * refused. Nothing (t->dpo NULL) for the lm objective. */
+lf_status lf__dpo_open(lf_trainer *t);
+void lf__dpo_free(lf__dpo *d);
+/* The step's pairs into t->inputs/targets; *count: pairs in the global batch. */
+lf_status lf__dpo_step_load(lf_trainer *t, int64_t *count);
+/* Micro-batch a: forward, DPO weights, backward; *loss_sum: its pair losses. */
+lf_status lf__dpo_micro(lf_trainer *t, int a, const lf_forward_opts *fo, double *loss_sum);
+/* The step's metric sums into o (reduced over the ranks). */
+lf_status lf__dpo_step_stats(lf_trainer *t, step_result *o);
+double lf__dpo_epoch(const lf_trainer *t);
+/* eval.iters batches of pairs of a split: mean pair loss and sums (NAN, 0 without pairs). */
+lf_status lf__dpo_estimate(lf_trainer *t, lf_split split, double *loss, lf_dpo_stats *out);
+/* TRL's six metrics "<prefix>/rewards/..." and "<prefix>/logps/..." as means; returns how many (0 or 6). */
+int lf__dpo_metrics(const lf_dpo_stats *s, const char *prefix, lf_obs_scalar *sc, char (*names)[160], int n_max);
 
 /* ---- trainer_dp.c */
 /* The communicator (the caller's or comm.backend's), checked against the

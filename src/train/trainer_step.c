@@ -214,6 +214,16 @@ static lf_status step_accumulate(lf_trainer *t, step_result *o, int64_t count, d
         double s, ta = lf_time_now();
         long c;
         t->hook_comm_ms = 0; /* ZeRO-2/3: collectives inside forward and backward */
+        if (t->dpo) {        /* forward, per-row weights, backward in one (trainer_dpo.c): timed as forward */
+            t->dp_armed = t->overlap01 && a == A - 1;
+            st = lf__dpo_micro(t, a, &fo, &s);
+            t->dp_armed = 0;
+            if (st != LF_OK) return st;
+            *loss_sum += s;
+            o->forward_ms += (lf_time_now() - ta) * 1e3 - t->hook_comm_ms;
+            o->comm_ms += t->hook_comm_ms;
+            continue;
+        }
         st = lf_model_forward(t->model, t->inputs + a * BT, t->targets + a * BT, B, T, &fo, &s, &c);
         if (st != LF_OK) return st;
         double tb = lf_time_now(), fwd_comm = t->hook_comm_ms;
@@ -381,12 +391,13 @@ lf_status lf__trainer_step(lf_trainer *t, step_result *o) {
     long step1 = t->step + 1;
     int64_t count = 0;
     lf_comm_set_context(t->comm, "step %ld", step1); /* named by any collective that fails */
-    lf_status st = step_load(t, o, step1, &count);
+    lf_status st = t->dpo ? lf__dpo_step_load(t, &count) : step_load(t, o, step1, &count);
     if (st != LF_OK) return st;
     const double scale = t->cfg.fp16 ? t->scaler.scale : 1.0;
     o->loss_scale = scale;
     double loss_sum = 0;
     if ((st = step_accumulate(t, o, count, scale, &loss_sum)) != LF_OK) return st;
+    if (t->dpo && (st = lf__dpo_step_stats(t, o)) != LF_OK) return st;
     double t2 = lf_time_now(), comm_before = o->comm_ms;
     int bad = step_local_checks(t, step1, &loss_sum), ended = 0;
     st = step_reduce(t, o, step1, scale, count, loss_sum, bad, &ended);

@@ -4,8 +4,9 @@
  *   llmforge prepare --char INPUT --out DIR
  *       nanoGPT shakespeare_char (lf_prepare_char), unchanged.
  *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds]
- *                    [--mode pretrain|sft] --tokenizer SPEC [--split 0.9,0.1,0 | none]
+ *                    [--mode pretrain|sft|dpo] --tokenizer SPEC [--split 0.9,0.1,0 | none]
  *                    [--text-field F] [--prompt-field F --response-field F]
+ *                    [--chosen-field F] [--rejected-field F]
  *                    [--chat-template chatml|FILE|DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
  *                    --out DIR
  *       records through lf_prepare (docs/data.md).
@@ -31,9 +32,10 @@ static const char *const g_split_names[LF_PREPARE_N_SPLITS] = {"train", "val", "
 
 static void usage(FILE *f) {
     fprintf(f, "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
-               "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
+               "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft|dpo]\n"
                "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
                "                        [--text-field F] [--prompt-field F --response-field F]\n"
+               "                        [--chosen-field F] [--rejected-field F]\n"
                "                        [--chat-template chatml|FILE|DIR]\n"
                "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
                "       llmforge prepare --char INPUT --out DIR\n"
@@ -46,6 +48,9 @@ static void usage(FILE *f) {
                "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
                "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
                "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
+               "  --mode dpo         preference triples 'prompt'/'chosen'/'rejected' (or --prompt-field,\n"
+               "                     --chosen-field, --rejected-field; JSONL, JSON or Parquet), each kept\n"
+               "                     as two rows (prompt + chosen, prompt + rejected) for train.objective dpo\n"
                "  --chat-template T  sft: render each pair as `llmforge serve`'s chat endpoint renders\n"
                "                     [user: prompt] (prompt part, no loss) then response + the assistant's\n"
                "                     suffix (loss); T is chatml, a chat_template.json, or a directory with\n"
@@ -165,6 +170,7 @@ int cmd_prepare(int argc, char **argv) {
     size_t n_inputs = 0;
     lf_prepare_opts o = lf_prepare_opts_default();
     int rc = 2, threads_given = 0;
+    const char *chosen_field = NULL; /* --mode dpo: the response_field */
     if (!inputs) return 1;
     for (int i = 0; i < argc; i++) {
         int missing = 0;
@@ -176,6 +182,8 @@ int cmd_prepare(int argc, char **argv) {
         else if ((v = opt_value(argc, argv, &i, "--text-field", &missing))) o.text_field = v;
         else if ((v = opt_value(argc, argv, &i, "--prompt-field", &missing))) o.prompt_field = v;
         else if ((v = opt_value(argc, argv, &i, "--response-field", &missing))) o.response_field = v;
+        else if ((v = opt_value(argc, argv, &i, "--chosen-field", &missing))) chosen_field = v;
+        else if ((v = opt_value(argc, argv, &i, "--rejected-field", &missing))) o.rejected_field = v;
         else if ((v = opt_value(argc, argv, &i, "--format", &missing))) {
             if (!strcmp(v, "auto")) o.format = LF_INPUT_AUTO;
             else if (!strcmp(v, "text")) o.format = LF_INPUT_TEXT;
@@ -193,8 +201,9 @@ int cmd_prepare(int argc, char **argv) {
         } else if ((v = opt_value(argc, argv, &i, "--mode", &missing))) {
             if (!strcmp(v, "pretrain")) o.mode = LF_RECORD_PRETRAIN;
             else if (!strcmp(v, "sft")) o.mode = LF_RECORD_SFT;
+            else if (!strcmp(v, "dpo")) o.mode = LF_RECORD_DPO;
             else {
-                fprintf(stderr, "llmforge prepare: --mode expects pretrain or sft, got '%s'\n", v);
+                fprintf(stderr, "llmforge prepare: --mode expects pretrain, sft or dpo, got '%s'\n", v);
                 goto done;
             }
         } else if ((v = opt_value(argc, argv, &i, "--chat-template", &missing))) {
@@ -250,15 +259,26 @@ int cmd_prepare(int argc, char **argv) {
                         "(or --char INPUT --out DIR); see --help\n");
         goto done;
     }
-    if (!o.prompt_field != !o.response_field) {
+    if (o.mode == LF_RECORD_DPO) { /* --prompt-field, --chosen-field, --rejected-field, each on its own */
+        if (o.response_field) {
+            fprintf(stderr, "llmforge prepare: --mode dpo reads --chosen-field and --rejected-field, not "
+                            "--response-field\n");
+            goto done;
+        }
+        o.response_field = chosen_field;
+    } else if (chosen_field || o.rejected_field) {
+        fprintf(stderr, "llmforge prepare: --chosen-field and --rejected-field are for --mode dpo\n");
+        goto done;
+    }
+    if (o.mode != LF_RECORD_DPO && !o.prompt_field != !o.response_field) {
         fprintf(stderr, "llmforge prepare: give --prompt-field and --response-field together\n");
         goto done;
     }
-    if (o.chat_template && o.mode != LF_RECORD_SFT) {
-        fprintf(stderr, "llmforge prepare: --chat-template renders fine-tuning pairs: it needs --mode sft\n");
+    if (o.chat_template && o.mode == LF_RECORD_PRETRAIN) {
+        fprintf(stderr, "llmforge prepare: --chat-template renders fine-tuning pairs: it needs --mode sft or dpo\n");
         goto done;
     }
-    if ((o.prompt_field && o.mode != LF_RECORD_SFT) || (o.text_field && o.mode != LF_RECORD_PRETRAIN)) {
+    if ((o.prompt_field && o.mode == LF_RECORD_PRETRAIN) || (o.text_field && o.mode != LF_RECORD_PRETRAIN)) {
         fprintf(stderr, "llmforge prepare: --text-field is for --mode pretrain, --prompt-field/--response-field for "
                         "--mode sft\n");
         goto done;
@@ -288,11 +308,14 @@ int cmd_prepare(int argc, char **argv) {
     printf(
         "prepared %llu records from %llu file%s -> %s (%s, tokenizer %s, vocabulary %d, end-of-text id %d; %.2f s)\n",
         total, (unsigned long long)res.sources, res.sources == 1 ? "" : "s", out,
-        o.mode == LF_RECORD_SFT ? "sft" : "pretrain", o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
+        o.mode == LF_RECORD_DPO   ? "dpo"
+        : o.mode == LF_RECORD_SFT ? "sft"
+                                  : "pretrain",
+        o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
         printf("  %-5s %10llu records %12llu tokens", g_split_names[s], (unsigned long long)res.records[s],
                (unsigned long long)res.tokens[s]);
-        if (o.mode == LF_RECORD_SFT) printf(" (%llu targets)", (unsigned long long)res.target_tokens[s]);
+        if (o.mode != LF_RECORD_PRETRAIN) printf(" (%llu targets)", (unsigned long long)res.target_tokens[s]);
         printf("  %llu shard%s\n", (unsigned long long)res.shards[s], res.shards[s] == 1 ? "" : "s");
     }
     printf("  skipped %llu bad record%s%s%s\n", (unsigned long long)res.skipped, res.skipped == 1 ? "" : "s",
