@@ -385,6 +385,10 @@ typedef struct lf_reader_opts {
     size_t max_record_bytes; /* 0: LF_READER_MAX_RECORD_BYTES; JSONL/JSON only */
     lf_skip_fn on_skip;      /* may be NULL */
     void *on_skip_user;
+    /* JSON only: the records are the list under this key of the file's one
+     * top-level object ({"data": [...]}, as datasets' field=); NULL: an
+     * object file is read through its one list-valued key. */
+    const char *json_field;
 } lf_reader_opts;
 
 /* One record; the pointers belong to the reader and stay valid until the
@@ -527,6 +531,13 @@ typedef struct lf_prepare_opts {
     void *progress_user;
     lf_skip_fn on_skip; /* may be NULL; each skipped record (second pass only with "char") */
     void *on_skip_user;
+    /* Keep the dataset's own splits (the split each input file's name, a hub
+     * README.md configs: header or a save_to_disk directory names) instead of
+     * the content-hash split; split[] is then not used and a file naming no
+     * split is LF_ERR_INVALID_ARG. */
+    int keep_splits;
+    const char *subset;     /* hub directory: the configs: entry (config_name) to read; NULL: its default */
+    const char *json_field; /* as lf_reader_opts */
 } lf_prepare_opts;
 
 /* Pretraining, auto format, split 0.9/0.1/0, no inputs, tokenizer NULL. */
