@@ -323,10 +323,20 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
  *                   record;
  *   LF_INPUT_JSON   one JSON array of objects ([{...}, {...}]), streamed
  *                   element by element (an element longer than
- *                   max_record_bytes is a bad record);
+ *                   max_record_bytes is a bad record); or one JSON
+ *                   document (read whole, at most LF_READER_MAX_TEXT_BYTES):
+ *                   the list of records under json_field of its top-level
+ *                   object, or under its one list-valued key
+ *                   ({"data": [...]}), or a pretty-printed array;
  *   LF_INPUT_AUTO   by the name: .jsonl/.ndjson/.jsonlines -> JSONL; .json ->
  *                   JSON array when its first non-blank character is '[',
- *                   else JSONL; .txt/.text/.md or no extension -> text;
+ *                   else JSONL; either is read as one JSON document when its
+ *                   first non-blank line is not JSON but the whole file is
+ *                   (pretty-printed), and a one-line .json object holding one
+ *                   list of objects and no record field is that document
+ *                   (docs/readers.md "JSON documents"); .csv, .parquet,
+ *                   .tar/.tgz/.tar.gz, .arrow by their readers;
+ *                   .txt/.text/.md or no extension -> text;
  *                   anything else is LF_ERR_INVALID_ARG at open.
  * A UTF-8 byte order mark at the start of a file is ignored.
  *
@@ -334,7 +344,9 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
  * ("text" when NULL). Fine-tuning (LF_RECORD_SFT): the string fields
  * prompt_field and response_field when given (both or neither), else per
  * record "prompt"/"response" when the object has either key, else
- * "input_text"/"target_text". Every selected value must be a JSON string of
+ * "input_text"/"target_text", else Alpaca's "instruction"/"output" with
+ * "input" (prompt = instruction, then "\n\n" + input when input is present,
+ * not null and not empty; JSON, Parquet and Arrow). Every selected value must be a JSON string of
  * valid UTF-8 (RFC 3629; \u escapes are decoded first); the text of a
  * pretraining record and the response of a fine-tuning record must not be
  * empty (an empty prompt is allowed). A record holding the escape \u0000
@@ -358,6 +370,7 @@ typedef enum lf_input_format {
     LF_INPUT_CSV = 4,     /* RFC 4180, header row; columns by name (src/data/reader_csv.c) */
     LF_INPUT_PARQUET = 5, /* string columns (src/data/reader_parquet.c) */
     LF_INPUT_WDS = 6,     /* WebDataset tar shards, plain or gzip (src/data/reader_wds.c) */
+    LF_INPUT_ARROW = 7,   /* Arrow IPC stream/file, string columns (src/data/reader_arrow.c) */
 } lf_input_format;
 
 typedef enum lf_record_mode {

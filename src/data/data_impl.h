@@ -311,6 +311,7 @@ typedef struct lf__record_source {
 extern const lf__record_source lf__csv_source;
 extern const lf__record_source lf__parquet_source;
 extern const lf__record_source lf__wds_source;
+extern const lf__record_source lf__arrow_source; /* reader_arrow.c */
 
 /* What every record reader shares (reader_common.c). A bad record, msg
  * already saying where ("FILE:LINE: ..."): without opts->skip_bad_records,

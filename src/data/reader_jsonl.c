@@ -186,14 +186,15 @@ static lf_status get_field(lf_reader *r, const cJSON *obj, const char *name, uin
 }
 
 /* An Alpaca record: prompt = instruction, followed by "\n\n" and input when
- * input is present and not empty (docs/readers.md), response = output. */
+ * input is present, not null and not empty (docs/readers.md), response =
+ * output. */
 static lf_status alpaca_record(lf_reader *r, const cJSON *root, uint64_t line, lf_record *rec) {
     const char *ins, *in = "", *out;
     size_t ni, nin = 0, no;
     lf_status st;
     if ((st = get_field(r, root, "instruction", line, 0, &ins, &ni)) != LF_OK || r->skip_now) return st;
-    if (cJSON_GetObjectItemCaseSensitive(root, "input") &&
-        ((st = get_field(r, root, "input", line, 0, &in, &nin)) != LF_OK || r->skip_now))
+    const cJSON *iv = cJSON_GetObjectItemCaseSensitive(root, "input");
+    if (iv && !cJSON_IsNull(iv) && ((st = get_field(r, root, "input", line, 0, &in, &nin)) != LF_OK || r->skip_now))
         return st;
     if ((st = get_field(r, root, "output", line, 1, &out, &no)) != LF_OK || r->skip_now) return st;
     size_t need = ni + (nin ? 2 + nin : 0) + 1;
@@ -540,6 +541,7 @@ const char *lf_input_format_name(lf_input_format f) {
     case LF_INPUT_CSV: return "csv";
     case LF_INPUT_PARQUET: return "parquet";
     case LF_INPUT_WDS: return "wds";
+    case LF_INPUT_ARROW: return "arrow";
     }
     return NULL;
 }
@@ -558,7 +560,7 @@ lf_input_format lf__input_format_of_name(const char *path) {
         {".jsonl", LF_INPUT_JSONL}, {".ndjson", LF_INPUT_JSONL}, {".jsonlines", LF_INPUT_JSONL},
         {".json", LF_INPUT_JSON},   {".txt", LF_INPUT_TEXT},     {".text", LF_INPUT_TEXT},
         {".md", LF_INPUT_TEXT},     {".csv", LF_INPUT_CSV},      {".parquet", LF_INPUT_PARQUET},
-        {".tar", LF_INPUT_WDS},     {".tgz", LF_INPUT_WDS},
+        {".tar", LF_INPUT_WDS},     {".tgz", LF_INPUT_WDS},      {".arrow", LF_INPUT_ARROW},
     };
     size_t bl = strlen(base);
     if (bl > 7 && strcasecmp(base + bl - 7, ".tar.gz") == 0) return LF_INPUT_WDS;
@@ -639,9 +641,10 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
                      path, o.json_field, lf_input_format_name(fmt));
         goto fail;
     }
-    if (fmt == LF_INPUT_CSV || fmt == LF_INPUT_PARQUET || fmt == LF_INPUT_WDS) {
+    if (fmt == LF_INPUT_CSV || fmt == LF_INPUT_PARQUET || fmt == LF_INPUT_WDS || fmt == LF_INPUT_ARROW) {
         r->src = fmt == LF_INPUT_CSV       ? &lf__csv_source
                  : fmt == LF_INPUT_PARQUET ? &lf__parquet_source
+                 : fmt == LF_INPUT_ARROW   ? &lf__arrow_source
                                            : &lf__wds_source;
         close(r->fd);
         r->fd = -1;
@@ -701,7 +704,8 @@ lf_status lf_reader_next(lf_reader *r, lf_record *rec, int *eof) {
     switch (r->fmt) {
     case LF_INPUT_CSV:
     case LF_INPUT_PARQUET:
-    case LF_INPUT_WDS: st = r->src->next(r->src_state, rec, eof, &r->skipped); break;
+    case LF_INPUT_WDS:
+    case LF_INPUT_ARROW: st = r->src->next(r->src_state, rec, eof, &r->skipped); break;
     case LF_INPUT_JSONL: st = next_jsonl(r, rec, eof); break;
     case LF_INPUT_JSON: st = r->use_doc ? next_doc(r, rec, eof) : next_json(r, rec, eof); break;
     default: st = next_text(r, rec, eof); break;

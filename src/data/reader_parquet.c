@@ -30,7 +30,9 @@
  *    checks every run against the end of its data.
  *  - Record semantics mirror the JSONL reader: pretraining takes column
  *    "text" (or opts->text_field); fine-tuning takes prompt/response or
- *    input_text/target_text (chosen from the schema) or the named pair. A
+ *    input_text/target_text or Alpaca's instruction/output/input (prompt =
+ *    instruction + "\n\n" + input when input is not empty or null; chosen
+ *    from the schema) or the named pair. A
  *    null, invalid UTF-8, a NUL byte, an empty text or response is a bad
  *    record ("FILE:ROW: row ROW (row group G): column 'c' ..."), skippable
  *    with skip_bad_records. A broken file is fatal (LF_ERR_FORMAT naming the
@@ -60,7 +62,7 @@
 #define PQ_HEADER_READ ((size_t)4096)          /* first read of a page header */
 #define PQ_THRIFT_MAX_DEPTH 32
 #define PQ_SCHEMA_MAX_DEPTH 64
-#define PQ_MAX_COLS 2
+#define PQ_MAX_COLS 3 /* text; prompt, response; Alpaca's instruction, output, input */
 
 /* parquet.thrift enums (the values used here) */
 enum { PT_BOOLEAN, PT_INT32, PT_INT64, PT_INT96, PT_FLOAT, PT_DOUBLE, PT_BYTE_ARRAY, PT_FIXED_LEN_BYTE_ARRAY };
@@ -498,6 +500,7 @@ typedef struct pq {
     uint64_t size;
     lf_reader_opts o;
     int ncol;
+    int alpaca; /* fine-tuning from Alpaca columns (instruction, output, input) */
     pq_col col[PQ_MAX_COLS];
     pq_rg *rg;
     size_t n_rg, rg_next;
@@ -735,9 +738,17 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
             } else if (find_top(tops, nt, "input_text") || find_top(tops, nt, "target_text")) {
                 names[0] = "input_text";
                 names[1] = "target_text";
+            } else if (find_top(tops, nt, "instruction") && find_top(tops, nt, "output")) {
+                names[0] = "instruction"; /* Alpaca: the prompt joins input (column 2) when present */
+                names[1] = "output";
+                q->alpaca = 1;
             }
         }
         q->ncol = 2;
+        if (q->alpaca && find_top(tops, nt, "input")) {
+            names[2] = "input";
+            q->ncol = 3;
+        }
     }
     char list[400];
     size_t ll = 0;
@@ -754,8 +765,9 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
     }
     if (q->o.mode == LF_RECORD_SFT && !names[0])
         return lf_fail(LF_ERR_FORMAT,
-                       "%s: no fine-tuning columns: expected 'prompt' and 'response', or 'input_text' "
-                       "and 'target_text' (or name them with --prompt-field/--response-field); the columns are: %s",
+                       "%s: no fine-tuning columns: expected 'prompt' and 'response', 'input_text' and "
+                       "'target_text', or Alpaca's 'instruction', 'input' and 'output' (or name them with "
+                       "--prompt-field/--response-field); the columns are: %s",
                        q->path, list);
     for (int k = 0; k < q->ncol; k++) {
         pq_col *c = &q->col[k];
@@ -1522,7 +1534,9 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
             int need_text = q->o.mode == LF_RECORD_PRETRAIN || k == 1;
             size_t at = 0;
             const char *why = "", *d;
-            if (is_null[k]) {
+            if (is_null[k] && k == 2) { /* Alpaca's input: null is no input, as datasets' rows read it */
+                n[k] = 0;
+            } else if (is_null[k]) {
                 st = bad_row(q, row, skipped, &skip_now, "column '%s' is null", name);
             } else if ((d = value_defect(s[k], n[k], &at, &why)) != NULL) {
                 if (d[0] == 'n')
@@ -1546,10 +1560,16 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
         rec->index = row - 1;
         for (int k = 0; k < q->ncol; k++) {
             pq_col *c = &q->col[k];
-            if ((st = grow(q, (unsigned char **)&c->out, &c->out_cap, n[k] + 1)) != LF_OK) return st;
+            const size_t more = k == 0 && q->ncol == 3 && n[2] ? 2 + n[2] : 0; /* "\n\n" + Alpaca's input */
+            if ((st = grow(q, (unsigned char **)&c->out, &c->out_cap, n[k] + more + 1)) != LF_OK) return st;
             if (n[k]) memcpy(c->out, s[k], n[k]);
-            c->out[n[k]] = 0;
+            if (more) {
+                memcpy(c->out + n[k], "\n\n", 2);
+                memcpy(c->out + n[k] + 2, s[2], n[2]);
+            }
+            c->out[n[k] + more] = 0;
         }
+        if (q->ncol == 3 && n[2]) n[0] += 2 + n[2];
         if (q->o.mode == LF_RECORD_PRETRAIN) {
             rec->text = q->col[0].out;
             rec->text_len = n[0];

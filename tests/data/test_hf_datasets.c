@@ -11,6 +11,9 @@
  *  - a JSON object holding its records under "data" (with and without
  *    json_field), Alpaca records (prompt and response by the joining rule);
  *  - split names from paths; a save_to_disk directory's files and split;
+ *  - save_to_disk directories and Arrow IPC stream/file files (reader_arrow.c):
+ *    records and tokens as datasets/pyarrow read them, nulls, a large_string
+ *    column behind list and struct columns, a file cut at every length;
  *  - bad input: a configs: path matching nothing, a repository with
  *    nothing readable, keep_splits over a file naming no split: clear
  *    errors naming the file, and no dataset.json. */
@@ -148,10 +151,10 @@ static void test_bad_layouts(void **state) {
 }
 
 /* Every record of path equals the expected list: texts, or [prompt, response]. */
-static void check_records(const char *path, const lf_reader_opts *ro, const cJSON *want) {
+static void check_records_as(const char *path, const lf_reader_opts *ro, const cJSON *want, lf_input_format fmt) {
     lf_reader *r = NULL;
     LF_ASSERT_OK(lf_reader_open(&r, path, ro));
-    assert_int_equal(lf_reader_format(r), LF_INPUT_JSON);
+    assert_int_equal(lf_reader_format(r), fmt);
     const cJSON *w = want->child;
     for (;;) {
         lf_record rec;
@@ -169,6 +172,10 @@ static void check_records(const char *path, const lf_reader_opts *ro, const cJSO
     }
     assert_null(w);
     lf_reader_close(r);
+}
+
+static void check_records(const char *path, const lf_reader_opts *ro, const cJSON *want) {
+    check_records_as(path, ro, want, LF_INPUT_JSON);
 }
 
 static void test_json_field_and_alpaca(void **state) {
@@ -189,6 +196,8 @@ static void test_json_field_and_alpaca(void **state) {
     memset(&ro, 0, sizeof ro);
     ro.mode = LF_RECORD_SFT;
     check_records(FIX "/alpaca.json", &ro, cJSON_GetObjectItemCaseSensitive(expected("alpaca"), "train"));
+    check_records_as(FIX "/alpaca_parquet/data/train-00000-of-00001.parquet", &ro,
+                     cJSON_GetObjectItemCaseSensitive(expected("alpaca_parquet"), "train"), LF_INPUT_PARQUET);
 
     /* a pretty-printed object whose first line is not JSON, named .jsonl;
      * several lists need a name; a broken document names its line */
@@ -244,6 +253,61 @@ static void test_split_names(void **state) {
     assert_int_equal(lf__split_of_name("unsupervised", 12), LF__SPLIT_NONE);
 }
 
+/* save_to_disk directories and Arrow IPC files: records and tokens as
+ * datasets/pyarrow read them; a file cut at any length is an error naming
+ * it, never records that stop early, and prepare leaves no dataset.json. */
+static void test_arrow(void **state) {
+    (void)state;
+    prepare_kept(FIX "/save_ds", NULL, "save_ds");
+    prepare_kept(FIX "/save_dict", NULL, "save_dict");
+    lf_reader_opts ro;
+    memset(&ro, 0, sizeof ro);
+    ro.mode = LF_RECORD_SFT;
+    check_records_as(FIX "/save_alpaca/data-00000-of-00001.arrow", &ro,
+                     cJSON_GetObjectItemCaseSensitive(expected("save_alpaca"), "train"), LF_INPUT_ARROW);
+    memset(&ro, 0, sizeof ro);
+    lf_reader *r = NULL;
+    lf_record rec;
+    int eof = 0;
+    LF_ASSERT_OK(lf_reader_open(&r, FIX "/misc_file.arrow", &ro));
+    LF_ASSERT_OK(lf_reader_next(r, &rec, &eof));
+    assert_int_equal(lf_reader_next(r, &rec, &eof), LF_ERR_FORMAT);
+    LF_ASSERT_ERR_CONTAINS("misc_file.arrow:2: row 2: column 'text' is null");
+    lf_reader_close(r);
+    ro.skip_bad_records = 1;
+    check_records_as(FIX "/misc_file.arrow", &ro, cJSON_GetObjectItemCaseSensitive(expected("misc_file"), "train"),
+                     LF_INPUT_ARROW);
+    ro.skip_bad_records = 0;
+    ro.text_field = "id";
+    assert_int_equal(lf_reader_open(&r, FIX "/misc_file.arrow", &ro), LF_ERR_UNSUPPORTED);
+    LF_ASSERT_ERR_CONTAINS("column 'id' holds the Arrow type int, not a string");
+
+    char *full = NULL;
+    size_t len = 0;
+    LF_ASSERT_OK(lf_file_read_all(FIX "/save_ds/data-00000-of-00001.arrow", 1 << 20, &full, &len));
+    const char *cut = path_in("cut.arrow");
+    for (size_t n = 0; n < len; n++) {
+        LF_ASSERT_OK(lf_file_write_all(cut, full, n));
+        memset(&ro, 0, sizeof ro);
+        lf_status st = lf_reader_open(&r, cut, &ro);
+        while (st == LF_OK) {
+            st = lf_reader_next(r, &rec, &eof);
+            if (st == LF_OK && eof) fail_msg("a file cut to %zu of %zu bytes read to its end", n, len);
+        }
+        lf_reader_close(r);
+        r = NULL;
+        assert_int_equal(st, LF_ERR_FORMAT);
+        LF_ASSERT_ERR_CONTAINS("cut.arrow");
+    }
+    lf_prepare_opts o = opts1(cut, LF_RECORD_PRETRAIN, "char");
+    assert_int_equal(lf_prepare(&o, path_in("c"), NULL), LF_ERR_FORMAT);
+    LF_ASSERT_ERR_CONTAINS("cut short?");
+    struct stat sb;
+    assert_int_not_equal(stat(path_in("c/dataset.json"), &sb), 0);
+    assert_int_not_equal(stat(path_in("c/train_000.bin"), &sb), 0);
+    lf_free(full);
+}
+
 static void test_save_to_disk_layout(void **state) {
     (void)state;
     lf__input_file *f = NULL;
@@ -269,6 +333,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_json_field_and_alpaca, setup, teardown),
         cmocka_unit_test(test_split_names),
         cmocka_unit_test(test_save_to_disk_layout),
+        cmocka_unit_test_setup_teardown(test_arrow, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,7 @@
  *
  *   llmforge prepare --char INPUT --out DIR
  *       nanoGPT shakespeare_char (lf_prepare_char), unchanged.
- *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds]
+ *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds|arrow]
  *                    [--mode pretrain|sft] --tokenizer SPEC [--split 0.9,0.1,0 | 7:2:1 | none] [--keep-splits]
  *                    [--subset NAME] [--field KEY]
  *                    [--text-field F] [--prompt-field F --response-field F]
@@ -32,7 +32,7 @@ static const char *const g_split_names[LF_PREPARE_N_SPLITS] = {"train", "val", "
 
 static void usage(FILE *f) {
     fprintf(f, "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
-               "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
+               "                        [--format auto|text|jsonl|json|csv|parquet|wds|arrow] [--mode pretrain|sft]\n"
                "                        [--split TRAIN,VAL[,TEST] | TRAIN:VAL[:TEST] | none] [--keep-splits]\n"
                "                        [--subset NAME] [--field KEY] [--skip-bad-records]\n"
                "                        [--text-field F] [--prompt-field F --response-field F]\n"
@@ -52,7 +52,8 @@ static void usage(FILE *f) {
                "  --format           auto (default: .jsonl/.ndjson -> jsonl, .json -> JSON array or jsonl,\n"
                "                     .txt/.md/no extension -> text), text (a file is one document),\n"
                "                     jsonl (one object per line), json (an array of objects), csv,\n"
-               "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md)\n"
+               "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md), arrow\n"
+               "                     (Arrow IPC stream or file, as datasets' save_to_disk writes)\n"
                "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
                "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
                "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
@@ -201,9 +202,11 @@ int cmd_prepare(int argc, char **argv) {
             else if (!strcmp(v, "csv")) o.format = LF_INPUT_CSV;
             else if (!strcmp(v, "parquet")) o.format = LF_INPUT_PARQUET;
             else if (!strcmp(v, "wds")) o.format = LF_INPUT_WDS;
+            else if (!strcmp(v, "arrow")) o.format = LF_INPUT_ARROW;
             else {
                 fprintf(stderr,
-                        "llmforge prepare: --format expects auto, text, jsonl, json, csv, parquet or wds, got '%s'\n",
+                        "llmforge prepare: --format expects auto, text, jsonl, json, csv, parquet, wds or arrow, got "
+                        "'%s'\n",
                         v);
                 goto done;
             }

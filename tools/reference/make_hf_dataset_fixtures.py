@@ -25,6 +25,12 @@
 #     alpaca.json     pretty-printed Alpaca records (instruction/input/output)
 #     save_ds/        Dataset.save_to_disk (Arrow IPC stream + state.json)
 #     save_dict/      DatasetDict.save_to_disk (train/, test/, dataset_dict.json)
+#     alpaca_parquet/ Alpaca records in data/train-00000-of-00001.parquet, one
+#                     with a null input
+#     save_alpaca/    Alpaca records through save_to_disk
+#     misc_file.arrow an Arrow IPC file (not stream), two record batches: a
+#                     list<string> and a struct column before a large_string
+#                     "text" column with a null, then an int64 column
 #     expected.json   per case, the records as `datasets` reads them:
 #                     {"CASE": {"SPLIT": [text, ...]}} (pretraining, field
 #                     "text"), and for alpaca the (prompt, response) pairs by
@@ -175,6 +181,34 @@ Written by tools/reference/make_hf_dataset_fixtures.py.
         "test": datasets.Dataset.from_dict({"text": TEXTS["test"]}),
     }).save_to_disk(sdd)
     expected["save_dict"] = read_dict(datasets.load_from_disk(sdd))
+
+    # Alpaca as a hub repository's Parquet (a null input reads as no input)
+    ap = os.path.join(OUT, "alpaca_parquet", "data", "train-00000-of-00001.parquet")
+    os.makedirs(os.path.dirname(ap))
+    prow = rows + [{"instruction": "Say hi.", "input": None, "output": "hi"}]
+    pq.write_table(pa.Table.from_pylist(prow), ap)
+    got = datasets.load_dataset(os.path.join(OUT, "alpaca_parquet"))["train"]
+    expected["alpaca_parquet"] = {"train": [
+        [r["instruction"] + ("\n\n" + r["input"] if r["input"] else ""), r["output"]] for r in got]}
+
+    # Alpaca saved by datasets (Arrow); an Arrow IPC *file* with a list and a
+    # struct column before a large_string text column holding a null
+    sa = os.path.join(OUT, "save_alpaca")
+    datasets.Dataset.from_list(rows).save_to_disk(sa)
+    got = datasets.load_from_disk(sa)
+    expected["save_alpaca"] = {"train": [
+        [r["instruction"] + ("\n\n" + r["input"] if r["input"] else ""), r["output"]] for r in got]}
+    tbl = pa.table({
+        "tags": pa.array([["a", "b"], [], None, ["c"]], pa.list_(pa.string())),
+        "meta": pa.array([{"n": 1, "s": "x"}, {"n": 2, "s": None}, None, {"n": 4, "s": "w"}],
+                         pa.struct([("n", pa.int64()), ("s", pa.string())])),
+        "text": pa.array(["large one", None, "large three", "large four 四"], pa.large_string()),
+        "id": pa.array([1, 2, 3, 4], pa.int64()),
+    })
+    with pa.ipc.new_file(os.path.join(OUT, "misc_file.arrow"), tbl.schema) as w:
+        w.write_table(tbl, max_chunksize=2)
+    back = pa.ipc.open_file(os.path.join(OUT, "misc_file.arrow")).read_all()
+    expected["misc_file"] = {"train": [t for t in back.column("text").to_pylist() if t is not None]}
 
     with open(os.path.join(OUT, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False, indent=1, sort_keys=True)
