@@ -277,6 +277,21 @@ lf_status lf__dataset_dir_expand(const char *dir, lf_input_format format, const 
                                  size_t *n);
 void lf__input_files_free(lf__input_file *files, size_t n);
 
+/* ---------------------------------------------------------------- Parquet DELTA encodings (parquet_delta.c) */
+enum { LF__PQ_DELTA_LENGTH_BYTE_ARRAY = 6, LF__PQ_DELTA_BYTE_ARRAY = 7 };
+/* A page's string values, decoded: value i is buf[off[i], off[i] + len[i]). */
+typedef struct lf__pq_delta {
+    unsigned char *buf;
+    size_t *off, *len;
+    size_t n, next; /* values, and the next one to hand out */
+} lf__pq_delta;
+/* Decode the values of a DELTA_LENGTH_BYTE_ARRAY or DELTA_BYTE_ARRAY page
+ * p[0, n) (at most max_values values, max_bytes decoded bytes) into d
+ * (released first); NULL, or why the data is broken (static text). */
+const char *lf__pq_delta_decode(lf__pq_delta *d, int enc, const unsigned char *p, size_t n, size_t max_values,
+                                size_t max_bytes);
+void lf__pq_delta_free(lf__pq_delta *d);
+
 /* ---------------------------------------------------------------- helpers */
 /* "dir/name" (or name itself when absolute or dir is NULL/empty); malloc'd. */
 char *lf__path_join(const char *dir, const char *name);

@@ -50,6 +50,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <brotli/decode.h>
+#include <lz4.h>
 #include <snappy-c.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -67,8 +69,16 @@
 /* parquet.thrift enums (the values used here) */
 enum { PT_BOOLEAN, PT_INT32, PT_INT64, PT_INT96, PT_FLOAT, PT_DOUBLE, PT_BYTE_ARRAY, PT_FIXED_LEN_BYTE_ARRAY };
 enum { REP_REQUIRED = 0, REP_OPTIONAL = 1, REP_REPEATED = 2 };
-enum { CODEC_UNCOMPRESSED = 0, CODEC_SNAPPY = 1, CODEC_GZIP = 2, CODEC_ZSTD = 6 };
-enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_BIT_PACKED = 4, ENC_RLE_DICTIONARY = 8 };
+enum { CODEC_UNCOMPRESSED = 0, CODEC_SNAPPY = 1, CODEC_GZIP = 2, CODEC_BROTLI = 4, CODEC_ZSTD = 6, CODEC_LZ4_RAW = 7 };
+enum {
+    ENC_PLAIN = 0,
+    ENC_PLAIN_DICTIONARY = 2,
+    ENC_RLE = 3,
+    ENC_BIT_PACKED = 4,
+    ENC_DELTA_LENGTH_BYTE_ARRAY = 6,
+    ENC_DELTA_BYTE_ARRAY = 7,
+    ENC_RLE_DICTIONARY = 8
+};
 enum { PAGE_DATA = 0, PAGE_INDEX = 1, PAGE_DICTIONARY = 2, PAGE_DATA_V2 = 3 };
 enum { CT_UTF8 = 0, CT_ENUM = 4, CT_JSON = 19 };   /* ConvertedType */
 enum { LT_STRING = 1, LT_ENUM = 4, LT_JSON = 12 }; /* LogicalType union field ids */
@@ -488,6 +498,8 @@ typedef struct pq_col {
     rle def;             /* definition levels (max_def 1) */
     int dict_enc;        /* values are dictionary indices */
     rle idx;
+    int delta_enc; /* values are the page's DELTA-decoded strings */
+    lf__pq_delta delta;
     const unsigned char *vp, *vend; /* PLAIN values */
     /* the value handed out, NUL-terminated */
     char *out;
@@ -889,10 +901,11 @@ static lf_status check_chunk(pq *q, size_t g, int k, const pq_colmeta *m, int ex
                        "%s: row group %zu, column '%s': the column chunk has type %s, the schema says "
                        "BYTE_ARRAY",
                        q->path, g, c->name, type_name(m->type));
-    if (m->codec != CODEC_UNCOMPRESSED && m->codec != CODEC_SNAPPY && m->codec != CODEC_GZIP && m->codec != CODEC_ZSTD)
+    if (m->codec != CODEC_UNCOMPRESSED && m->codec != CODEC_SNAPPY && m->codec != CODEC_GZIP &&
+        m->codec != CODEC_ZSTD && m->codec != CODEC_BROTLI && m->codec != CODEC_LZ4_RAW)
         return lf_fail(LF_ERR_UNSUPPORTED,
                        "%s: row group %zu, column '%s': codec %s is not supported (supported: "
-                       "UNCOMPRESSED, SNAPPY, GZIP, ZSTD)",
+                       "UNCOMPRESSED, SNAPPY, GZIP, ZSTD, BROTLI, LZ4_RAW)",
                        q->path, g, c->name, codec_name(m->codec));
     if (m->num_values < 0 || (uint64_t)m->num_values != num_rows)
         return lf_fail(LF_ERR_FORMAT,
@@ -1124,6 +1137,24 @@ static lf_status decompress(const pq *q, const pq_col *c, const unsigned char *s
             return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data holds %zu bytes, the page header says %zu", r, dn);
         return LF_OK;
     }
+    case CODEC_BROTLI: {
+        size_t got = dn;
+        if (BrotliDecoderDecompress(n, src, &got, dst) != BROTLI_DECODER_RESULT_SUCCESS)
+            return page_fail(q, c, LF_ERR_FORMAT,
+                             "BROTLI data is corrupt or holds more than the page header's %zu bytes", dn);
+        if (got != dn)
+            return page_fail(q, c, LF_ERR_FORMAT, "BROTLI data holds %zu bytes, the page header says %zu", got, dn);
+        return LF_OK;
+    }
+    case CODEC_LZ4_RAW: {
+        if (n > (size_t)LZ4_MAX_INPUT_SIZE || dn > (size_t)LZ4_MAX_INPUT_SIZE)
+            return page_fail(q, c, LF_ERR_RANGE, "an LZ4_RAW page over LZ4's limit of %d bytes", LZ4_MAX_INPUT_SIZE);
+        int r = LZ4_decompress_safe((const char *)src, (char *)dst, (int)n, (int)dn);
+        if (r < 0) return page_fail(q, c, LF_ERR_FORMAT, "LZ4_RAW data is corrupt (or holds more than %zu bytes)", dn);
+        if ((size_t)r != dn)
+            return page_fail(q, c, LF_ERR_FORMAT, "LZ4_RAW data holds %d bytes, the page header says %zu", r, dn);
+        return LF_OK;
+    }
     default: return page_fail(q, c, LF_ERR_INTERNAL, "codec %s reached the decoder", codec_name(c->codec));
     }
 }
@@ -1286,6 +1317,14 @@ static lf_status load_dictionary(pq *q, pq_col *c, const pq_page_hdr *h) {
 
 /* Start decoding values from v[0, n) in encoding enc. */
 static lf_status start_values(pq *q, pq_col *c, int enc, const unsigned char *v, size_t n) {
+    c->delta_enc = 0;
+    if (enc == ENC_DELTA_LENGTH_BYTE_ARRAY || enc == ENC_DELTA_BYTE_ARRAY) {
+        const char *why = lf__pq_delta_decode(&c->delta, enc, v, n, (size_t)c->page_total, PQ_MAX_PAGE_BYTES);
+        if (why) return page_fail(q, c, LF_ERR_FORMAT, "%s: %s", encoding_name(enc), why);
+        c->dict_enc = 0;
+        c->delta_enc = 1;
+        return LF_OK;
+    }
     if (enc == ENC_PLAIN) {
         c->dict_enc = 0;
         c->vp = v;
@@ -1303,7 +1342,7 @@ static lf_status start_values(pq *q, pq_col *c, int enc, const unsigned char *v,
     }
     return page_fail(q, c, LF_ERR_UNSUPPORTED,
                      "values in encoding %s, which this reader does not support (supported: "
-                     "PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)",
+                     "PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY)",
                      encoding_name(enc));
 }
 
@@ -1356,6 +1395,7 @@ static lf_status load_page(pq *q, pq_col *c) {
             return page_fail(q, c, LF_ERR_FORMAT, "the page holds %d values, the column chunk has %llu left",
                              h.num_values, (unsigned long long)c->rows_left);
         if (h.num_values == 0) continue;
+        c->page_total = (uint64_t)h.num_values; /* bounds the values a DELTA page may decode */
         const unsigned char *pg;
         if (h.type == PAGE_DATA) {
             if ((st = page_bytes(q, c, 0, (size_t)h.csize, (size_t)h.usize, 1, &c->buf, &c->buf_cap, &pg)) != LF_OK)
@@ -1424,6 +1464,14 @@ static lf_status col_value(pq *q, pq_col *c, int *is_null, const unsigned char *
                              k, c->dict_n);
         *s = c->dict + c->dict_off[k];
         *n = c->dict_len[k];
+        return LF_OK;
+    }
+    if (c->delta_enc) {
+        if (c->delta.next >= c->delta.n)
+            return page_fail(q, c, LF_ERR_FORMAT, "the DELTA values end before value %llu of the page",
+                             (unsigned long long)(c->page_total - c->page_left));
+        *s = c->delta.buf + c->delta.off[c->delta.next];
+        *n = c->delta.len[c->delta.next++];
         return LF_OK;
     }
     size_t left = (size_t)(c->vend - c->vp);
@@ -1595,6 +1643,7 @@ static void src_close(void *state) {
         free(c->dict);
         free(c->dict_off);
         free(c->dict_len);
+        lf__pq_delta_free(&c->delta);
         free(c->raw);
         free(c->buf);
         free(c->out);
