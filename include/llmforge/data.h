@@ -519,9 +519,11 @@ typedef struct lf_prepare_progress {
 typedef void (*lf_prepare_progress_fn)(const lf_prepare_progress *p, void *user);
 
 typedef struct lf_prepare_opts {
-    const char *const *inputs; /* files or directories (every regular file inside, sorted by name;
-                                  with LF_INPUT_AUTO, files whose format the name does not tell are
-                                  skipped, and so are text files holding a NUL byte) */
+    const char *const *inputs; /* files or directories: every regular file inside, subdirectories
+                                  too, in byte-wise name order (with LF_INPUT_AUTO, files whose format
+                                  the name does not tell are skipped, and so are text files holding
+                                  a NUL byte); a Hugging Face hub repository or save_to_disk
+                                  directory reads its data files only (docs/data.md) */
     size_t n_inputs;
     lf_input_format format;
     lf_record_mode mode;

@@ -381,7 +381,6 @@ lf_status lf__dataset_dir_expand(const char *dir, lf_input_format format, const 
     tree t = {.dir = dir};
     lf__hub_config *cfgs = NULL;
     size_t nc = 0;
-    char *readme_path = NULL;
     const char *mode_why = NULL;
     lf_status st = walk(&t, "", 0);
     if (st != LF_OK) goto done;
@@ -446,7 +445,6 @@ lf_status lf__dataset_dir_expand(const char *dir, lf_input_format format, const 
     *n_out = n;
 done:
     lf__hub_configs_free(cfgs, nc);
-    free(readme_path);
     tree_free(&t);
     return st;
 }
