@@ -50,6 +50,9 @@ typedef struct tree {
     const char *dir;
     entry *e;
     size_t n, cap;
+    /* the directories being walked, root first: a link back to one of them is a cycle */
+    dev_t up_dev[LF_DATASET_DIR_MAX_DEPTH + 1];
+    ino_t up_ino[LF_DATASET_DIR_MAX_DEPTH + 1];
 } tree;
 
 /* ---------------------------------------------------------------- split names */
@@ -128,6 +131,14 @@ static lf_status add_entry(tree *t, const char *rel, const char *why) {
     return LF_OK;
 }
 
+static int on_path(const tree *t, int depth, const struct stat *sb) {
+    for (int d = 0; d <= depth; d++)
+        if (t->up_dev[d] == sb->st_dev && t->up_ino[d] == sb->st_ino) return 1;
+    return 0;
+}
+
+/* The entries under prefix (depth levels below the root, whose directories
+ * are t->up_*[0..depth]). */
 static lf_status walk(tree *t, const char *prefix, int depth) {
     char *abs = prefix[0] ? lf__path_join(t->dir, prefix) : lf__path_join(NULL, t->dir);
     char **names = NULL;
@@ -141,10 +152,15 @@ static lf_status walk(tree *t, const char *prefix, int depth) {
         if (!rel || !path) st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", t->dir);
         else if (names[i][0] == '.') st = add_entry(t, rel, "a hidden name");
         else if (stat(path, &sb) != 0) st = add_entry(t, rel, "cannot stat it (a broken link?)");
-        else if (S_ISDIR(sb.st_mode))
-            st = depth + 1 >= LF_DATASET_DIR_MAX_DEPTH ? add_entry(t, rel, "a directory nested too deep")
-                                                       : walk(t, rel, depth + 1);
-        else if (!S_ISREG(sb.st_mode)) st = add_entry(t, rel, "not a regular file");
+        else if (S_ISDIR(sb.st_mode) && on_path(t, depth, &sb))
+            st = add_entry(t, rel, "a link back to a directory it is inside (a cycle)");
+        else if (S_ISDIR(sb.st_mode) && depth + 1 >= LF_DATASET_DIR_MAX_DEPTH)
+            st = add_entry(t, rel, "a directory nested too deep");
+        else if (S_ISDIR(sb.st_mode)) {
+            t->up_dev[depth + 1] = sb.st_dev;
+            t->up_ino[depth + 1] = sb.st_ino;
+            st = walk(t, rel, depth + 1);
+        } else if (!S_ISREG(sb.st_mode)) st = add_entry(t, rel, "not a regular file");
         else st = add_entry(t, rel, NULL);
         free(rel);
         free(path);
@@ -382,7 +398,15 @@ lf_status lf__dataset_dir_expand(const char *dir, lf_input_format format, const 
     lf__hub_config *cfgs = NULL;
     size_t nc = 0;
     const char *mode_why = NULL;
-    lf_status st = walk(&t, "", 0);
+    struct stat root;
+    lf_status st = LF_OK;
+    if (stat(dir, &root) != 0) {
+        st = lf_fail(LF_ERR_IO, "input directory '%s': cannot stat: %s", dir, strerror(errno));
+        goto done;
+    }
+    t.up_dev[0] = root.st_dev;
+    t.up_ino[0] = root.st_ino;
+    st = walk(&t, "", 0);
     if (st != LF_OK) goto done;
     entry *readme = NULL;
     for (size_t i = 0; i < t.n && !readme; i++)

@@ -20,6 +20,7 @@
  *    errors naming the file, and no dataset.json. */
 #include "test_util.h"
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "llmforge/data.h"
 #include "data/data_impl.h"
@@ -329,6 +330,24 @@ static void test_arrow(void **state) {
     lf_free(full);
 }
 
+/* A tree read through symbolic links (a hub cache's snapshot), one of them
+ * a cycle: each file once, the cycle left out. */
+static void test_links(void **state) {
+    (void)state;
+    const char *d = path_in("snap");
+    LF_ASSERT_OK(lf_mkdirs(join2(d, "data/train")));
+    assert_int_equal(symlink(FIX "/hub_dirs/data/train/part-0.jsonl", join2(d, "data/train/part-0.jsonl")), 0);
+    assert_int_equal(symlink("..", join2(d, "data/train/up")), 0);
+    assert_int_equal(symlink(".", join2(d, "self")), 0);
+    lf__input_file *f = NULL;
+    size_t n = 0;
+    LF_ASSERT_OK(lf__dataset_dir_expand(d, LF_INPUT_AUTO, NULL, &f, &n));
+    assert_int_equal(n, 1);
+    assert_non_null(strstr(f[0].path, "snap/data/train/part-0.jsonl"));
+    assert_int_equal(f[0].split, 0);
+    lf__input_files_free(f, n);
+}
+
 static void test_save_to_disk_layout(void **state) {
     (void)state;
     lf__input_file *f = NULL;
@@ -354,6 +373,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_json_field_and_alpaca, setup, teardown),
         cmocka_unit_test(test_split_names),
         cmocka_unit_test(test_save_to_disk_layout),
+        cmocka_unit_test_setup_teardown(test_links, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arrow, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
