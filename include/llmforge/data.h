@@ -346,7 +346,7 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
  * record "prompt"/"response" when the object has either key, else
  * "input_text"/"target_text", else Alpaca's "instruction"/"output" with
  * "input" (prompt = instruction, then "\n\n" + input when input is present,
- * not null and not empty; JSON, Parquet and Arrow). Every selected value must be a JSON string of
+ * not null and not empty; JSON, CSV, Parquet and Arrow). Every selected value must be a JSON string of
  * valid UTF-8 (RFC 3629; \u escapes are decoded first); the text of a
  * pretraining record and the response of a fine-tuning record must not be
  * empty (an empty prompt is allowed). A record holding the escape \u0000

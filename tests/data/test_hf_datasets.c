@@ -198,6 +198,8 @@ static void test_json_field_and_alpaca(void **state) {
     memset(&ro, 0, sizeof ro);
     ro.mode = LF_RECORD_SFT;
     check_records(FIX "/alpaca.json", &ro, cJSON_GetObjectItemCaseSensitive(expected("alpaca"), "train"));
+    check_records_as(FIX "/alpaca.csv", &ro, cJSON_GetObjectItemCaseSensitive(expected("alpaca_csv"), "train"),
+                     LF_INPUT_CSV);
     check_records_as(FIX "/alpaca_parquet/data/train-00000-of-00001.parquet", &ro,
                      cJSON_GetObjectItemCaseSensitive(expected("alpaca_parquet"), "train"), LF_INPUT_PARQUET);
 

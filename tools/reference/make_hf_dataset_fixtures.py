@@ -23,6 +23,7 @@
 #     hub_empty/      README.md + data/notes.bin: nothing readable
 #     json_field.json pretty-printed {"version": ..., "data": [records]}
 #     alpaca.json     pretty-printed Alpaca records (instruction/input/output)
+#     alpaca.csv      the same as CSV
 #     save_ds/        Dataset.save_to_disk (Arrow IPC stream + state.json)
 #     save_dict/      DatasetDict.save_to_disk (train/, test/, dataset_dict.json)
 #     alpaca_parquet/ Alpaca records in data/train-00000-of-00001.parquet, one
@@ -37,6 +38,7 @@
 #                     the joining rule of docs/readers.md
 #
 # The directories are rewritten from scratch; run from the repository root.
+import csv
 import json
 import os
 import shutil
@@ -181,6 +183,17 @@ Written by tools/reference/make_hf_dataset_fixtures.py.
         "test": datasets.Dataset.from_dict({"text": TEXTS["test"]}),
     }).save_to_disk(sdd)
     expected["save_dict"] = read_dict(datasets.load_from_disk(sdd))
+
+    # Alpaca as CSV (an empty input is no input; datasets reads it as None)
+    ac = os.path.join(OUT, "alpaca.csv")
+    with open(ac, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["instruction", "input", "output"])
+        for r in rows:
+            w.writerow([r["instruction"], r["input"], r["output"]])
+    got = datasets.load_dataset("csv", data_files=ac)["train"]
+    expected["alpaca_csv"] = {"train": [
+        [r["instruction"] + ("\n\n" + r["input"] if r["input"] else ""), r["output"]] for r in got]}
 
     # Alpaca as a hub repository's Parquet (a null input reads as no input)
     ap = os.path.join(OUT, "alpaca_parquet", "data", "train-00000-of-00001.parquet")
