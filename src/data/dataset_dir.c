@@ -329,6 +329,13 @@ static lf_status has_nul(const char *path, int *yes) {
     return err ? lf_fail(LF_ERR_IO, "%s: read failed", path) : LF_OK;
 }
 
+/* JSON and JSON Lines names stand for each other (a .json file of lines). */
+static int same_kind(lf_input_format a, lf_input_format b) {
+    if (a == LF_INPUT_JSON) a = LF_INPUT_JSONL;
+    if (b == LF_INPUT_JSON) b = LF_INPUT_JSONL;
+    return a == b;
+}
+
 static lf_status pick_plain(tree *t, lf_input_format format, const entry *readme) {
     lf_input_format *fmt = malloc((t->n ? t->n : 1) * sizeof *fmt);
     if (!fmt) return lf_fail(LF_ERR_NOMEM, "out of memory");
@@ -353,6 +360,10 @@ static lf_status pick_plain(tree *t, lf_input_format format, const entry *readme
         }
         if (hub && records && fmt[i] == LF_INPUT_TEXT && format == LF_INPUT_AUTO) {
             e->why = "a text file beside record files; give it as an --input of its own to read it";
+            continue;
+        }
+        if (hub && format != LF_INPUT_AUTO && !same_kind(lf__input_format_of_name(e->rel), format)) {
+            e->why = "in a dataset directory, its name says it is not of the --format given";
             continue;
         }
         int bin = 0;

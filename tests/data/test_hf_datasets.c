@@ -350,6 +350,19 @@ static void test_links(void **state) {
     lf__input_files_free(f, n);
 }
 
+/* A forced format in a dataset directory reads the files of that format
+ * only: README.md and LICENSE are not Parquet. */
+static void test_forced_format(void **state) {
+    (void)state;
+    lf__input_file *f = NULL;
+    size_t n = 0;
+    LF_ASSERT_OK(lf__dataset_dir_expand(FIX "/hub_plain", LF_INPUT_PARQUET, NULL, &f, &n));
+    assert_int_equal(n, 2);
+    assert_non_null(strstr(f[0].path, "data/test-00000-of-00001.parquet"));
+    assert_non_null(strstr(f[1].path, "data/train-00000-of-00001.parquet"));
+    lf__input_files_free(f, n);
+}
+
 static void test_save_to_disk_layout(void **state) {
     (void)state;
     lf__input_file *f = NULL;
@@ -375,6 +388,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_json_field_and_alpaca, setup, teardown),
         cmocka_unit_test(test_split_names),
         cmocka_unit_test(test_save_to_disk_layout),
+        cmocka_unit_test(test_forced_format),
         cmocka_unit_test_setup_teardown(test_links, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arrow, setup, teardown),
     };
