@@ -5,7 +5,7 @@
 #   scripts/setup.sh --test   also what the tests need
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libssl-dev zlib1g-dev
-      libpcre2-dev libutf8proc-dev libmicrohttpd-dev libsnappy-dev libzstd-dev libsqlite3-dev libopenmpi-dev openmpi-bin
+      libpcre2-dev libutf8proc-dev libmicrohttpd-dev libsnappy-dev libzstd-dev libyaml-dev libbrotli-dev liblz4-dev libsqlite3-dev libopenmpi-dev openmpi-bin
       fortunes fortunes-min)
 if [ "${1:-}" = "--test" ]; then
   # promtool and a real Prometheus server check the /metrics endpoint;

@@ -323,10 +323,20 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
  *                   record;
  *   LF_INPUT_JSON   one JSON array of objects ([{...}, {...}]), streamed
  *                   element by element (an element longer than
- *                   max_record_bytes is a bad record);
+ *                   max_record_bytes is a bad record); or one JSON
+ *                   document (read whole, at most LF_READER_MAX_TEXT_BYTES):
+ *                   the list of records under json_field of its top-level
+ *                   object, or under its one list-valued key
+ *                   ({"data": [...]}), or a pretty-printed array;
  *   LF_INPUT_AUTO   by the name: .jsonl/.ndjson/.jsonlines -> JSONL; .json ->
  *                   JSON array when its first non-blank character is '[',
- *                   else JSONL; .txt/.text/.md or no extension -> text;
+ *                   else JSONL; either is read as one JSON document when its
+ *                   first non-blank line is not JSON but the whole file is
+ *                   (pretty-printed), and a one-line .json object holding one
+ *                   list of objects and no record field is that document
+ *                   (docs/readers.md "JSON documents"); .csv, .parquet,
+ *                   .tar/.tgz/.tar.gz, .arrow by their readers;
+ *                   .txt/.text/.md or no extension -> text;
  *                   anything else is LF_ERR_INVALID_ARG at open.
  * A UTF-8 byte order mark at the start of a file is ignored.
  *
@@ -334,7 +344,9 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
  * ("text" when NULL). Fine-tuning (LF_RECORD_SFT): the string fields
  * prompt_field and response_field when given (both or neither), else per
  * record "prompt"/"response" when the object has either key, else
- * "input_text"/"target_text". Every selected value must be a JSON string of
+ * "input_text"/"target_text", else Alpaca's "instruction"/"output" with
+ * "input" (prompt = instruction, then "\n\n" + input when input is present,
+ * not null and not empty; JSON, CSV, Parquet and Arrow). Every selected value must be a JSON string of
  * valid UTF-8 (RFC 3629; \u escapes are decoded first); the text of a
  * pretraining record and the response of a fine-tuning record must not be
  * empty (an empty prompt is allowed). A record holding the escape \u0000
@@ -358,6 +370,7 @@ typedef enum lf_input_format {
     LF_INPUT_CSV = 4,     /* RFC 4180, header row; columns by name (src/data/reader_csv.c) */
     LF_INPUT_PARQUET = 5, /* string columns (src/data/reader_parquet.c) */
     LF_INPUT_WDS = 6,     /* WebDataset tar shards, plain or gzip (src/data/reader_wds.c) */
+    LF_INPUT_ARROW = 7,   /* Arrow IPC stream/file, string columns (src/data/reader_arrow.c) */
 } lf_input_format;
 
 typedef enum lf_record_mode {
@@ -390,6 +403,10 @@ typedef struct lf_reader_opts {
     size_t max_record_bytes; /* 0: LF_READER_MAX_RECORD_BYTES; JSONL/JSON only */
     lf_skip_fn on_skip;      /* may be NULL */
     void *on_skip_user;
+    /* JSON only: the records are the list under this key of the file's one
+     * top-level object ({"data": [...]}, as datasets' field=); NULL: an
+     * object file is read through its one list-valued key. */
+    const char *json_field;
 } lf_reader_opts;
 
 /* One record; the pointers belong to the reader and stay valid until the
@@ -510,9 +527,11 @@ typedef struct lf_prepare_progress {
 typedef void (*lf_prepare_progress_fn)(const lf_prepare_progress *p, void *user);
 
 typedef struct lf_prepare_opts {
-    const char *const *inputs; /* files or directories (every regular file inside, sorted by name;
-                                  with LF_INPUT_AUTO, files whose format the name does not tell are
-                                  skipped, and so are text files holding a NUL byte) */
+    const char *const *inputs; /* files or directories: every regular file inside, subdirectories
+                                  too, in byte-wise name order (with LF_INPUT_AUTO, files whose format
+                                  the name does not tell are skipped, and so are text files holding
+                                  a NUL byte); a Hugging Face hub repository or save_to_disk
+                                  directory reads its data files only (docs/data.md) */
     size_t n_inputs;
     lf_input_format format;
     lf_record_mode mode;
@@ -536,6 +555,13 @@ typedef struct lf_prepare_opts {
     void *progress_user;
     lf_skip_fn on_skip; /* may be NULL; each skipped record (second pass only with "char") */
     void *on_skip_user;
+    /* Keep the dataset's own splits (the split each input file's name, a hub
+     * README.md configs: header or a save_to_disk directory names) instead of
+     * the content-hash split; split[] is then not used and a file naming no
+     * split is LF_ERR_INVALID_ARG. */
+    int keep_splits;
+    const char *subset;     /* hub directory: the configs: entry (config_name) to read; NULL: its default */
+    const char *json_field; /* as lf_reader_opts */
 } lf_prepare_opts;
 
 /* Pretraining, auto format, split 0.9/0.1/0, no inputs, tokenizer NULL. */

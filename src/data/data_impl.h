@@ -190,6 +190,31 @@ extern const char *const lf__gpt2_files[2];
  * or no extension -> text; LF_INPUT_AUTO when the name tells none. */
 lf_input_format lf__input_format_of_name(const char *path);
 
+/* A JSON file read as one document (reader_json_doc.c): the top-level
+ * array, or the list under a key of the top-level object (field, or its one
+ * list-valued key). */
+typedef struct lf__json_doc {
+    char *text; /* the file (lf_alloc'd) */
+    size_t len, pos, line_at;
+    uint64_t line; /* line of byte line_at */
+    int done;
+} lf__json_doc;
+/* Errors: LF_ERR_FORMAT naming the file (not valid JSON: *not_json = 1,
+ * with line and column; no list, several lists, a missing field, an empty
+ * list), LF_ERR_RANGE (over LF_READER_MAX_TEXT_BYTES), LF_ERR_IO. */
+lf_status lf__json_doc_open(lf__json_doc *d, const char *path, const char *field, int *not_json);
+/* The next element's bytes and line, or *eof. */
+lf_status lf__json_doc_next(lf__json_doc *d, const char **elem, size_t *n, uint64_t *line, int *eof);
+size_t lf__json_doc_offset(const lf__json_doc *d);
+void lf__json_doc_free(lf__json_doc *d);
+/* How a JSON file that starts with '{' reads: NOT_JSON (its first
+ * non-blank line is not one JSON value: pretty-printed), DOCUMENT (one line,
+ * the whole file: an object with one list of objects and none of the keys
+ * a record is read by: "text", "prompt", ..., record_key), else LINES (also
+ * when it cannot tell: a first line longer than cap, an unreadable file). */
+enum { LF__JSON_SNIFF_NOT_JSON = 0, LF__JSON_SNIFF_LINES = 1, LF__JSON_SNIFF_DOCUMENT = 2 };
+int lf__json_sniff(const char *path, size_t cap, const char *record_key);
+
 /* ---------------------------------------------------------------- content-hash split (split.c) */
 /* The record's position in [0,1): the first 8 bytes of SHA-256(key) read
  * big-endian, divided by 2^64 (as a double: the top 53 bits). */
@@ -198,6 +223,77 @@ double lf__split_unit(const void *key, size_t len);
  * w[0..2] (>= 0, w[0] > 0): the first k with u < (w[0]+..+w[k]) / sum;
  * never a split whose weight is 0. */
 int lf__split_pick(double u, const double w[3]);
+
+/* ---------------------------------------------------------------- dataset directories (dataset_dir.c, hub_configs.c) */
+/* The `configs:` list of a hub dataset card's YAML header (hub_configs.c). */
+typedef struct lf__hub_files {
+    char *split;     /* the split's name as the card writes it ("train", "validation", "unsupervised") */
+    char **patterns; /* (n_patterns) glob patterns relative to the repository (or data_dir) */
+    size_t n_patterns;
+} lf__hub_files;
+typedef struct lf__hub_config {
+    char *name; /* config_name ("default" when the entry has none) */
+    int is_default;
+    char *data_dir; /* NULL when none */
+    lf__hub_files *files;
+    size_t n_files;
+} lf__hub_config;
+/* Read the configs of path (a README.md): *n 0 when it has no YAML header or
+ * no configs key. Errors: LF_ERR_FORMAT naming path and line (invalid YAML,
+ * a key of a config that is not supported, by its name), LF_ERR_IO,
+ * LF_ERR_NOMEM. Free with lf__hub_configs_free. */
+lf_status lf__hub_configs_read(const char *path, lf__hub_config **cfgs, size_t *n);
+void lf__hub_configs_free(lf__hub_config *cfgs, size_t n);
+
+/* One input file of an expanded directory. */
+typedef struct lf__input_file {
+    char *path;       /* dir/relative path; malloc'd */
+    int split;        /* LF__SPLIT_NONE, or 0 train, 1 val, 2 test, as the dataset names it */
+    char *split_name; /* the dataset's own name of that split, NULL when it names none */
+} lf__input_file;
+#define LF__SPLIT_NONE (-1)
+/* The split a split name means: train/training -> 0, validation/valid/val/dev
+ * -> 1, test/testing/eval/evaluation -> 2 (ASCII case-insensitive), else
+ * LF__SPLIT_NONE. */
+int lf__split_of_name(const char *name, size_t len);
+/* The split a file's path tells, as `datasets` infers it: the first word of
+ * the file name (words split at any byte not a letter or digit) that names
+ * a split, else (dirs_too) the nearest directory of rel whose words name one;
+ * *word (may be NULL) gets that word's start and *word_len its length. */
+int lf__split_of_path(const char *rel, int dirs_too, const char **word, size_t *word_len);
+/* The input files of a directory, in the order they are read:
+ *  - a `datasets` save_to_disk DatasetDict (dataset_dict.json: its splits'
+ *    subdirectories) or Dataset (state.json: its _data_files, its _split);
+ *  - a hub repository whose README.md has a configs: header: the files its
+ *    data_files patterns match (the config named subset, else the default
+ *    one), with their splits; a pattern matching no file is an error naming
+ *    README.md and the pattern;
+ *  - otherwise every file of the tree (subdirectories recursively), byte-wise
+ *    name order, with the split its path tells; in a hub repository (a
+ *    README.md beside any other file) README.md and, beside record files, text
+ *    files (LICENSE, notes) are not data.
+ * Every file left out is logged once (lf_log, LF_LOG_INFO) with why; with no
+ * file left the error (LF_ERR_INVALID_ARG) names the directory and the first
+ * files left out. format: the format every file is read as, LF_INPUT_AUTO
+ * for "by its name". */
+lf_status lf__dataset_dir_expand(const char *dir, lf_input_format format, const char *subset, lf__input_file **files,
+                                 size_t *n);
+void lf__input_files_free(lf__input_file *files, size_t n);
+
+/* ---------------------------------------------------------------- Parquet DELTA encodings (parquet_delta.c) */
+enum { LF__PQ_DELTA_LENGTH_BYTE_ARRAY = 6, LF__PQ_DELTA_BYTE_ARRAY = 7 };
+/* A page's string values, decoded: value i is buf[off[i], off[i] + len[i]). */
+typedef struct lf__pq_delta {
+    unsigned char *buf;
+    size_t *off, *len;
+    size_t n, next; /* values, and the next one to hand out */
+} lf__pq_delta;
+/* Decode the values of a DELTA_LENGTH_BYTE_ARRAY or DELTA_BYTE_ARRAY page
+ * p[0, n) (at most max_values values, max_bytes decoded bytes) into d
+ * (released first); NULL, or why the data is broken (static text). */
+const char *lf__pq_delta_decode(lf__pq_delta *d, int enc, const unsigned char *p, size_t n, size_t max_values,
+                                size_t max_bytes);
+void lf__pq_delta_free(lf__pq_delta *d);
 
 /* ---------------------------------------------------------------- helpers */
 /* "dir/name" (or name itself when absolute or dir is NULL/empty); malloc'd. */
@@ -233,6 +329,7 @@ typedef struct lf__record_source {
 extern const lf__record_source lf__csv_source;
 extern const lf__record_source lf__parquet_source;
 extern const lf__record_source lf__wds_source;
+extern const lf__record_source lf__arrow_source; /* reader_arrow.c */
 
 /* What every record reader shares (reader_common.c). A bad record, msg
  * already saying where ("FILE:LINE: ..."): without opts->skip_bad_records,

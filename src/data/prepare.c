@@ -120,6 +120,8 @@ typedef struct source {
     lf_input_format fmt; /* as resolved by the reader */
     uint64_t bytes, records, skipped;
     char sha256[65];
+    int split;        /* the dataset's own split (LF__SPLIT_NONE when its name tells none; --keep-splits) */
+    char *split_name; /* as the dataset names it ("validation"), NULL when none */
 } source;
 
 enum { ITEM_RECORD = 0, ITEM_SKIP = 1 };
@@ -231,59 +233,32 @@ static lf_status add_source(prep *p, const char *path, uint64_t bytes) {
     if (!(s->path = malloc(strlen(path) + 1))) return lf_fail(LF_ERR_NOMEM, "out of memory listing inputs");
     strcpy(s->path, path);
     s->bytes = bytes;
+    s->split = LF__SPLIT_NONE;
     p->n_src++;
     p->bytes_total += bytes;
     return LF_OK;
 }
 
-/* 1 when the file holds a NUL byte (a binary file in a text directory). */
-static lf_status has_nul(const char *path, int *yes) {
-    *yes = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lf_fail(LF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char buf[1 << 14];
-    size_t n;
-    while (!*yes && (n = fread(buf, 1, sizeof buf, f)) > 0)
-        if (memchr(buf, 0, n)) *yes = 1;
-    int err = ferror(f);
-    fclose(f);
-    if (err) return lf_fail(LF_ERR_IO, "%s: read failed", path);
+static lf_status set_source_split(source *s, int split, const char *name) {
+    s->split = split;
+    if (name && !(s->split_name = strdup(name))) return lf_fail(LF_ERR_NOMEM, "out of memory listing inputs");
     return LF_OK;
 }
 
-/* Every regular, non-hidden file of dir in byte-wise name order; with the
- * auto format those whose name tells no format are skipped, and text files
- * holding a NUL byte (binaries next to the texts) too. */
+/* A directory: the files lf__dataset_dir_expand picks (dataset_dir.c: hub
+ * repositories, save_to_disk directories, plain trees), with their splits. */
 static lf_status add_dir(prep *p, const char *dir) {
-    char **names = NULL;
+    lf__input_file *f = NULL;
     size_t n = 0;
-    size_t used = 0;
-    lf_status st = lf__list_dir_sorted(dir, 1, &names, &n);
-    if (st != LF_OK) return st;
+    lf_status st = lf__dataset_dir_expand(dir, p->o->format, p->o->subset, &f, &n);
     for (size_t i = 0; i < n && st == LF_OK; i++) {
-        char *path = lf__path_join(dir, names[i]);
-        if (!path) {
-            st = lf_fail(LF_ERR_NOMEM, "out of memory listing '%s'", dir);
-            break;
-        }
         struct stat sb;
-        lf_input_format f = p->o->format != LF_INPUT_AUTO ? p->o->format : lf__input_format_of_name(path);
-        if (lstat(path, &sb) != 0) {
-            st = lf_fail(LF_ERR_IO, "input '%s': cannot stat: %s", path, strerror(errno));
-        } else if (!S_ISREG(sb.st_mode)) {
-            lf_log(LF_LOG_DEBUG, "prepare: skipping '%s' (not a regular file)", path);
-        } else if (f == LF_INPUT_AUTO) {
-            lf_log(LF_LOG_INFO, "prepare: skipping '%s' (its name tells no input format)", path);
-        } else {
-            int bin = 0;
-            if (f == LF_INPUT_TEXT) st = has_nul(path, &bin);
-            if (st == LF_OK && bin) lf_log(LF_LOG_INFO, "prepare: skipping '%s' (a NUL byte: binary)", path);
-            else if (st == LF_OK && (st = add_source(p, path, (uint64_t)sb.st_size)) == LF_OK) used++;
-        }
-        free(path);
+        if (stat(f[i].path, &sb) != 0)
+            st = lf_fail(LF_ERR_IO, "input '%s': cannot stat: %s", f[i].path, strerror(errno));
+        else if ((st = add_source(p, f[i].path, (uint64_t)sb.st_size)) == LF_OK)
+            st = set_source_split(&p->src[p->n_src - 1], f[i].split, f[i].split_name);
     }
-    if (st == LF_OK && used == 0) st = lf_fail(LF_ERR_INVALID_ARG, "input directory '%s' holds no input files", dir);
-    lf__free_names(names, n);
+    lf__input_files_free(f, n);
     return st;
 }
 
@@ -295,7 +270,33 @@ static lf_status expand_inputs(prep *p) {
         if (stat(in, &sb) != 0)
             return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "input '%s': %s", in, strerror(errno));
         lf_status st = S_ISDIR(sb.st_mode) ? add_dir(p, in) : add_source(p, in, (uint64_t)sb.st_size);
+        if (st == LF_OK && !S_ISDIR(sb.st_mode)) { /* a file's own name may tell its split */
+            const char *w = NULL;
+            size_t wl = 0;
+            char name[64] = "";
+            int sp = lf__split_of_path(in, 0, &w, &wl);
+            if (w) snprintf(name, sizeof name, "%.*s", (int)(wl < 63 ? wl : 63), w);
+            st = set_source_split(&p->src[p->n_src - 1], sp, w ? name : NULL);
+        }
         if (st != LF_OK) return st;
+    }
+    return LF_OK;
+}
+
+/* keep_splits: every source must belong to train, val or test. */
+static lf_status check_kept_splits(const prep *p) {
+    for (size_t i = 0; i < p->n_src; i++) {
+        const source *s = &p->src[i];
+        if (s->split != LF__SPLIT_NONE) continue;
+        if (s->split_name)
+            return lf_fail(LF_ERR_INVALID_ARG,
+                           "prepare: keeping the dataset's splits, but '%s' is its split '%s', which is none of "
+                           "train, validation (valid, val, dev) or test",
+                           s->path, s->split_name);
+        return lf_fail(LF_ERR_INVALID_ARG,
+                       "prepare: keeping the dataset's splits, but the name of '%s' tells no split (train, "
+                       "validation, test in the file or directory name, a configs: header or save_to_disk's split)",
+                       s->path);
     }
     return LF_OK;
 }
@@ -311,6 +312,7 @@ static lf_reader_opts reader_opts(const prep *p) {
     ro.rejected_field = p->o->rejected_field;
     ro.skip_bad_records = p->o->skip_bad_records;
     ro.max_record_bytes = p->o->max_record_bytes;
+    ro.json_field = p->o->json_field;
     return ro;
 }
 
@@ -817,7 +819,8 @@ static void encode_item(const prep *p, const batch *b, item *it, int n_threads) 
             lf_fail(LF_ERR_FORMAT, "the prompt encodes to no token; each DPO row starts with its prompt");
             (void)encode_failed(p, b, it, LF_ERR_FORMAT, it->ka_off);
         } else if (encode_rejected(p, b, it, n_threads, &ic, &nc) == 0) {
-            it->split = lf__split_pick(lf__split_unit(a, it->c_off + it->c_len - it->a_off), p->w);
+            it->split = p->o->keep_splits ? p->src[it->src].split
+                                           : lf__split_pick(lf__split_unit(a, it->c_off + it->c_len - it->a_off), p->w);
             join_dpo(p, it, ia, na, ib, nb, ic, nc);
         }
         lf_free(ia);
@@ -825,7 +828,7 @@ static void encode_item(const prep *p, const batch *b, item *it, int n_threads) 
         lf_free(ic);
         return;
     }
-    it->split = lf__split_pick(lf__split_unit(a, klen), p->w);
+    it->split = p->o->keep_splits ? p->src[it->src].split : lf__split_pick(lf__split_unit(a, klen), p->w);
     if (!p->sft) {
         it->ids = ia; /* the end-of-text is appended at commit */
         it->n = na;
@@ -1132,9 +1135,9 @@ static lf_status write_manifest(prep *p) {
         ok = ok && cJSON_AddNumberToObject(o, "target_tokens", (double)p->targets[s]);
     }
     ok = ok && (rule = cJSON_AddObjectToObject(root, "split"));
-    ok = ok && cJSON_AddStringToObject(rule, "method", "sha256");
+    ok = ok && cJSON_AddStringToObject(rule, "method", p->o->keep_splits ? "kept" : "sha256");
     ok = ok && (arr = cJSON_AddArrayToObject(rule, "fractions"));
-    for (int s = 0; s < LF_PREPARE_N_SPLITS && ok; s++) {
+    for (int s = 0; s < LF_PREPARE_N_SPLITS && ok && !p->o->keep_splits; s++) {
         cJSON *v = cJSON_CreateNumber(p->w[s]);
         ok = v && cJSON_AddItemToArray(arr, v);
         if (!ok) cJSON_Delete(v);
@@ -1153,6 +1156,7 @@ static lf_status write_manifest(prep *p) {
         ok = ok && cJSON_AddStringToObject(o, "format", lf_input_format_name(s->fmt));
         ok = ok && cJSON_AddNumberToObject(o, "records", (double)s->records);
         ok = ok && cJSON_AddNumberToObject(o, "skipped", (double)s->skipped);
+        if (ok && s->split_name) ok = cJSON_AddStringToObject(o, "split", s->split_name) != NULL;
     }
     if (ok) text = lf_json_print(root, 1); /* split weights read back exactly */
     cJSON_Delete(root);
@@ -1228,6 +1232,7 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
         p.has_tpl = 1;
     }
     if ((st = expand_inputs(&p)) != LF_OK) goto done;
+    if (opts->keep_splits && (st = check_kept_splits(&p)) != LF_OK) goto done;
     if ((st = lf_mkdirs(out_dir)) != LF_OK) goto done;
     if ((st = open_tokenizer(&p)) != LF_OK) goto done;
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++)
@@ -1279,7 +1284,10 @@ done:
     batch_free(&p.b[0]);
     batch_free(&p.b[1]);
     lf_tokenizer_free(p.tok);
-    for (size_t i = 0; i < p.n_src; i++) free(p.src[i].path);
+    for (size_t i = 0; i < p.n_src; i++) {
+        free(p.src[i].path);
+        free(p.src[i].split_name);
+    }
     free(p.src);
     free(p.spec_out);
     lf__chat_template_free(&p.tpl);

@@ -81,10 +81,10 @@ typedef struct csv {
     buf names;        /* NUL-separated column names */
     size_t *name_off; /* (ncols) offset of each name in names.p */
     size_t name_alloc;
-    /* selected columns: [0] text or prompt, [1] response (pretraining: -1) */
-    long sel[2];
-    const char *key[2];
-    buf field[2];      /* values of the selected columns of the current row */
+    /* selected columns: [0] text or prompt, [1] response (pretraining: -1), [2] Alpaca's input (-1 when none) */
+    long sel[3];
+    const char *key[3];
+    buf field[3];      /* values of the selected columns of the current row */
     int header_mode;   /* scanning the header: every field goes to names */
     uint64_t index;    /* data rows seen (good and bad) */
     uint64_t *skipped; /* the reader's counter (next()) */
@@ -126,6 +126,7 @@ static lf_status put(csv *c, const row *rw, size_t f, unsigned char ch) {
     if (c->header_mode) b = &c->names;
     else if ((long)f == c->sel[0]) b = &c->field[0];
     else if ((long)f == c->sel[1]) b = &c->field[1];
+    else if ((long)f == c->sel[2]) b = &c->field[2];
     else return LF_OK;
     if (b->len + 2 > b->alloc) {
         lf_status st = buf_reserve(c, b, 1);
@@ -178,7 +179,7 @@ syntax_error(const csv *c, row *rw, size_t f, uint64_t back, const char *fmt, ..
 static lf_status read_row(csv *c, row *rw) {
     memset(rw, 0, sizeof *rw);
     rw->line = c->line;
-    c->field[0].len = c->field[1].len = 0;
+    c->field[0].len = c->field[1].len = c->field[2].len = 0;
     size_t f = 0, name_start = c->names.len;
     uint64_t qline = 0, qcol = 0;
     int state = S_START, content = 0; /* content: a byte other than a line break */
@@ -272,7 +273,7 @@ static lf_status read_row(csv *c, row *rw) {
     if ((st = end_field(c, rw, f, &name_start)) != LF_OK) return st;
     rw->nfields = f + 1;
     rw->blank = !content;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         if (c->field[k].p) c->field[k].p[c->field[k].len] = 0;
     return LF_OK;
 }
@@ -363,7 +364,7 @@ static lf_status read_header(csv *c) {
     free(idx);
 
     /* select the columns */
-    c->sel[0] = c->sel[1] = -1;
+    c->sel[0] = c->sel[1] = c->sel[2] = -1;
     if (c->o.mode == LF_RECORD_PRETRAIN) {
         const char *f = c->o.text_field ? c->o.text_field : "text";
         if ((c->sel[0] = find_col(c, f)) < 0) return no_column(c, f, "; name the text column with --text-field");
@@ -378,12 +379,17 @@ static lf_status read_header(csv *c) {
         } else if (find_col(c, "input_text") >= 0 || find_col(c, "target_text") >= 0) {
             pf = "input_text";
             rf = "target_text";
+        } else if (find_col(c, "instruction") >= 0 && find_col(c, "output") >= 0) {
+            pf = "instruction";
+            rf = "output";
+            if ((c->sel[2] = find_col(c, "input")) >= 0) c->key[2] = col_name(c, (size_t)c->sel[2]);
         } else {
             char cols[512];
             list_cols(c, cols, sizeof cols);
             return lf_fail(LF_ERR_FORMAT,
-                           "%s: no fine-tuning columns: expected 'prompt' and 'response', or 'input_text' and "
-                           "'target_text' (columns: %s); name them with --prompt-field/--response-field",
+                           "%s: no fine-tuning columns: expected 'prompt' and 'response', 'input_text' and "
+                           "'target_text', or Alpaca's 'instruction', 'input' and 'output' (columns: %s); name them "
+                           "with --prompt-field/--response-field",
                            c->path, cols);
         }
     }
@@ -434,6 +440,23 @@ static lf_status get_field(csv *c, int k, uint64_t line, int need_text, const ch
     return LF_OK;
 }
 
+/* Alpaca: the prompt (field[0]) gets "\n\n" + input when input is not empty. */
+static lf_status join_input(csv *c, uint64_t line, lf_record *rec) {
+    const char *in;
+    size_t n;
+    lf_status st = get_field(c, 2, line, 0, &in, &n);
+    if (st != LF_OK || c->skip_now || n == 0) return st;
+    buf *b = &c->field[0];
+    if ((st = buf_reserve(c, b, 2 + n)) != LF_OK) return st;
+    memcpy(b->p + b->len, "\n\n", 2);
+    memcpy(b->p + b->len + 2, in, n);
+    b->len += 2 + n;
+    b->p[b->len] = 0;
+    rec->prompt = b->p;
+    rec->prompt_len = b->len;
+    return LF_OK;
+}
+
 static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipped) {
     csv *c = state;
     c->skipped = skipped;
@@ -465,6 +488,7 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
                 (st = get_field(c, 1, rw.line, 1, &rec->response, &rec->response_len)) == LF_OK && !c->skip_now) {
                 rec->prompt_key = c->key[0];
                 rec->response_key = c->key[1];
+                if (c->sel[2] >= 0) st = join_input(c, rw.line, rec);
             }
         }
         if (st != LF_OK) return st;
@@ -484,6 +508,7 @@ static void src_close(void *state) {
     free(c->name_off);
     free(c->field[0].p);
     free(c->field[1].p);
+    free(c->field[2].p);
     free(c);
 }
 
@@ -499,7 +524,7 @@ static lf_status src_open(void **state, const char *path, const lf_reader_opts *
     c->o = *opts;
     c->cap = opts->max_record_bytes ? opts->max_record_bytes : LF_READER_MAX_RECORD_BYTES;
     c->line = 1;
-    c->sel[0] = c->sel[1] = -1;
+    c->sel[0] = c->sel[1] = c->sel[2] = -1;
     c->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (c->fd < 0) {
         st = lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));

@@ -62,6 +62,10 @@ struct lf_reader {
     int skip_now;                 /* set by bad(): the current record was skipped */
     const lf__record_source *src; /* CSV, Parquet, WebDataset: the format's own reader */
     void *src_state;
+    int use_doc; /* JSON read as one document (reader_json_doc.c) */
+    lf__json_doc doc;
+    char *joined; /* an Alpaca record's prompt: instruction, "\n\n", input */
+    size_t joined_cap;
 };
 
 /* ---------------------------------------------------------------- input */
@@ -181,6 +185,42 @@ static lf_status get_field(lf_reader *r, const cJSON *obj, const char *name, uin
     return LF_OK;
 }
 
+/* An Alpaca record: prompt = instruction, followed by "\n\n" and input when
+ * input is present, not null and not empty (docs/readers.md), response =
+ * output. */
+static lf_status alpaca_record(lf_reader *r, const cJSON *root, uint64_t line, lf_record *rec) {
+    const char *ins, *in = "", *out;
+    size_t ni, nin = 0, no;
+    lf_status st;
+    if ((st = get_field(r, root, "instruction", line, 0, &ins, &ni)) != LF_OK || r->skip_now) return st;
+    const cJSON *iv = cJSON_GetObjectItemCaseSensitive(root, "input");
+    if (iv && !cJSON_IsNull(iv) && ((st = get_field(r, root, "input", line, 0, &in, &nin)) != LF_OK || r->skip_now))
+        return st;
+    if ((st = get_field(r, root, "output", line, 1, &out, &no)) != LF_OK || r->skip_now) return st;
+    size_t need = ni + (nin ? 2 + nin : 0) + 1;
+    if (need > r->joined_cap) {
+        char *j = realloc(r->joined, need);
+        if (!j)
+            return lf_fail(LF_ERR_NOMEM, "%s:%llu: out of memory joining an Alpaca prompt", r->path,
+                           (unsigned long long)line);
+        r->joined = j;
+        r->joined_cap = need;
+    }
+    memcpy(r->joined, ins, ni);
+    if (nin) {
+        memcpy(r->joined + ni, "\n\n", 2);
+        memcpy(r->joined + ni + 2, in, nin);
+    }
+    r->joined[need - 1] = 0;
+    rec->prompt = r->joined;
+    rec->prompt_len = need - 1;
+    rec->prompt_key = "instruction";
+    rec->response = out;
+    rec->response_len = no;
+    rec->response_key = "output";
+    return LF_OK;
+}
+
 /* Parse r->rec (a record starting at `line`) and select its fields. */
 static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
     cJSON_Delete(r->root);
@@ -239,10 +279,14 @@ static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
                    cJSON_GetObjectItemCaseSensitive(root, "target_text")) {
             pf = "input_text";
             rf = "target_text";
+        } else if (cJSON_GetObjectItemCaseSensitive(root, "instruction") &&
+                   cJSON_GetObjectItemCaseSensitive(root, "output")) {
+            return alpaca_record(r, root, line, rec);
         } else {
             return bad(r, LF_ERR_FORMAT, line,
-                       "no fine-tuning fields: expected 'prompt' and 'response', or 'input_text' and 'target_text' "
-                       "(or name them with --prompt-field/--response-field)");
+                       "no fine-tuning fields: expected 'prompt' and 'response', 'input_text' and 'target_text', or "
+                       "Alpaca's 'instruction', 'input' and 'output' (or name them with "
+                       "--prompt-field/--response-field)");
         }
     }
     if ((st = get_field(r, root, pf, line, 0, &rec->prompt, &rec->prompt_len)) != LF_OK || r->skip_now) return st;
@@ -428,6 +472,29 @@ static lf_status next_json(lf_reader *r, lf_record *rec, int *eof) {
     }
 }
 
+/* ---------------------------------------------------------------- JSON document */
+static lf_status next_doc(lf_reader *r, lf_record *rec, int *eof) {
+    for (;;) {
+        const char *el = NULL;
+        size_t n = 0;
+        uint64_t line = 0;
+        int e;
+        lf_status st = lf__json_doc_next(&r->doc, &el, &n, &line, &e);
+        if (st != LF_OK) return st;
+        r->bytes = lf__json_doc_offset(&r->doc);
+        if (e) {
+            *eof = 1;
+            return LF_OK;
+        }
+        const int too_long = n > r->cap;
+        r->rec_len = 0;
+        if (!too_long && (st = rec_append(r, (const unsigned char *)el, n)) != LF_OK) return st;
+        if ((st = take_record(r, line, too_long, "array element", rec)) != LF_OK) return st;
+        if (r->skip_now) continue;
+        return LF_OK;
+    }
+}
+
 /* ---------------------------------------------------------------- text */
 static lf_status next_text(lf_reader *r, lf_record *rec, int *eof) {
     if (r->seen_any) {
@@ -488,6 +555,7 @@ const char *lf_input_format_name(lf_input_format f) {
     case LF_INPUT_CSV: return "csv";
     case LF_INPUT_PARQUET: return "parquet";
     case LF_INPUT_WDS: return "wds";
+    case LF_INPUT_ARROW: return "arrow";
     }
     return NULL;
 }
@@ -506,7 +574,7 @@ lf_input_format lf__input_format_of_name(const char *path) {
         {".jsonl", LF_INPUT_JSONL}, {".ndjson", LF_INPUT_JSONL}, {".jsonlines", LF_INPUT_JSONL},
         {".json", LF_INPUT_JSON},   {".txt", LF_INPUT_TEXT},     {".text", LF_INPUT_TEXT},
         {".md", LF_INPUT_TEXT},     {".csv", LF_INPUT_CSV},      {".parquet", LF_INPUT_PARQUET},
-        {".tar", LF_INPUT_WDS},     {".tgz", LF_INPUT_WDS},
+        {".tar", LF_INPUT_WDS},     {".tgz", LF_INPUT_WDS},      {".arrow", LF_INPUT_ARROW},
     };
     size_t bl = strlen(base);
     if (bl > 7 && strcasecmp(base + bl - 7, ".tar.gz") == 0) return LF_INPUT_WDS;
@@ -585,9 +653,17 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
     }
     int fl = fcntl(r->fd, F_GETFL);
     if (fl >= 0) (void)fcntl(r->fd, F_SETFL, fl & ~O_NONBLOCK);
-    if (fmt == LF_INPUT_CSV || fmt == LF_INPUT_PARQUET || fmt == LF_INPUT_WDS) {
+    if (o.json_field && fmt != LF_INPUT_JSON && fmt != LF_INPUT_JSONL) {
+        st = lf_fail(LF_ERR_INVALID_ARG,
+                     "%s: a JSON field (--field '%s') names the list of records of a JSON file, "
+                     "and this is a %s file",
+                     path, o.json_field, lf_input_format_name(fmt));
+        goto fail;
+    }
+    if (fmt == LF_INPUT_CSV || fmt == LF_INPUT_PARQUET || fmt == LF_INPUT_WDS || fmt == LF_INPUT_ARROW) {
         r->src = fmt == LF_INPUT_CSV       ? &lf__csv_source
                  : fmt == LF_INPUT_PARQUET ? &lf__parquet_source
+                 : fmt == LF_INPUT_ARROW   ? &lf__arrow_source
                                            : &lf__wds_source;
         close(r->fd);
         r->fd = -1;
@@ -606,10 +682,29 @@ lf_status lf_reader_open(lf_reader **out, const char *path, const lf_reader_opts
         r->in_pos = 3;
         r->bytes = 3;
     }
-    if (fmt == LF_INPUT_JSON && o.format == LF_INPUT_AUTO) {
-        int c;
+    if (fmt == LF_INPUT_JSON || fmt == LF_INPUT_JSONL) {
+        int c, doc = 0;
         if ((st = peek_nonblank(r, &c)) != LF_OK) goto fail;
-        if (c != '[') fmt = LF_INPUT_JSONL; /* a .json file of one object per line */
+        const int sniff = c == '{' || (c == '[' && fmt == LF_INPUT_JSONL)
+                              ? lf__json_sniff(path, r->cap,
+                                               o.mode == LF_RECORD_PRETRAIN ? o.text_field : o.prompt_field)
+                              : LF__JSON_SNIFF_LINES;
+        if (o.json_field) doc = 2; /* the list under a key of the object */
+        else if (sniff == LF__JSON_SNIFF_DOCUMENT && o.format != LF_INPUT_JSONL) doc = 2;
+        else if (sniff == LF__JSON_SNIFF_NOT_JSON) /* pretty-printed: one document, if it parses as a whole */
+            doc = o.format == LF_INPUT_JSON ? 2 : 1;
+        if (doc) {
+            int not_json = 0;
+            st = lf__json_doc_open(&r->doc, path, o.json_field, &not_json);
+            if (st == LF_OK) {
+                r->use_doc = 1;
+                fmt = LF_INPUT_JSON;
+            } else if (doc == 2 || !not_json) {
+                goto fail;
+            } /* else: not JSON as a whole either: read line by line, which names the bad line */
+        }
+        if (!r->use_doc && fmt == LF_INPUT_JSON && o.format == LF_INPUT_AUTO && c != '[')
+            fmt = LF_INPUT_JSONL; /* a .json file of one object per line */
     }
     r->fmt = fmt;
     *out = r;
@@ -628,9 +723,10 @@ lf_status lf_reader_next(lf_reader *r, lf_record *rec, int *eof) {
     switch (r->fmt) {
     case LF_INPUT_CSV:
     case LF_INPUT_PARQUET:
-    case LF_INPUT_WDS: st = r->src->next(r->src_state, rec, eof, &r->skipped); break;
+    case LF_INPUT_WDS:
+    case LF_INPUT_ARROW: st = r->src->next(r->src_state, rec, eof, &r->skipped); break;
     case LF_INPUT_JSONL: st = next_jsonl(r, rec, eof); break;
-    case LF_INPUT_JSON: st = next_json(r, rec, eof); break;
+    case LF_INPUT_JSON: st = r->use_doc ? next_doc(r, rec, eof) : next_json(r, rec, eof); break;
     default: st = next_text(r, rec, eof); break;
     }
     if (st != LF_OK) {
@@ -645,6 +741,8 @@ void lf_reader_close(lf_reader *r) {
     if (r->src) r->src->close(r->src_state);
     if (r->fd >= 0) close(r->fd);
     cJSON_Delete(r->root);
+    lf__json_doc_free(&r->doc);
+    free(r->joined);
     free(r->rec);
     free(r->in);
     free(r->path);

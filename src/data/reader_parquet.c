@@ -30,7 +30,9 @@
  *    checks every run against the end of its data.
  *  - Record semantics mirror the JSONL reader: pretraining takes column
  *    "text" (or opts->text_field); fine-tuning takes prompt/response or
- *    input_text/target_text (chosen from the schema) or the named pair. A
+ *    input_text/target_text or Alpaca's instruction/output/input (prompt =
+ *    instruction + "\n\n" + input when input is not empty or null; chosen
+ *    from the schema) or the named pair. A
  *    null, invalid UTF-8, a NUL byte, an empty text or response is a bad
  *    record ("FILE:ROW: row ROW (row group G): column 'c' ..."), skippable
  *    with skip_bad_records. A broken file is fatal (LF_ERR_FORMAT naming the
@@ -48,6 +50,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <brotli/decode.h>
+#include <lz4.h>
 #include <snappy-c.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -60,13 +64,21 @@
 #define PQ_HEADER_READ ((size_t)4096)          /* first read of a page header */
 #define PQ_THRIFT_MAX_DEPTH 32
 #define PQ_SCHEMA_MAX_DEPTH 64
-#define PQ_MAX_COLS 3 /* DPO: prompt, chosen, rejected */
+#define PQ_MAX_COLS 3 /* text; prompt, response; Alpaca's instruction, output, input; DPO's prompt, chosen, rejected */
 
 /* parquet.thrift enums (the values used here) */
 enum { PT_BOOLEAN, PT_INT32, PT_INT64, PT_INT96, PT_FLOAT, PT_DOUBLE, PT_BYTE_ARRAY, PT_FIXED_LEN_BYTE_ARRAY };
 enum { REP_REQUIRED = 0, REP_OPTIONAL = 1, REP_REPEATED = 2 };
-enum { CODEC_UNCOMPRESSED = 0, CODEC_SNAPPY = 1, CODEC_GZIP = 2, CODEC_ZSTD = 6 };
-enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_BIT_PACKED = 4, ENC_RLE_DICTIONARY = 8 };
+enum { CODEC_UNCOMPRESSED = 0, CODEC_SNAPPY = 1, CODEC_GZIP = 2, CODEC_BROTLI = 4, CODEC_ZSTD = 6, CODEC_LZ4_RAW = 7 };
+enum {
+    ENC_PLAIN = 0,
+    ENC_PLAIN_DICTIONARY = 2,
+    ENC_RLE = 3,
+    ENC_BIT_PACKED = 4,
+    ENC_DELTA_LENGTH_BYTE_ARRAY = 6,
+    ENC_DELTA_BYTE_ARRAY = 7,
+    ENC_RLE_DICTIONARY = 8
+};
 enum { PAGE_DATA = 0, PAGE_INDEX = 1, PAGE_DICTIONARY = 2, PAGE_DATA_V2 = 3 };
 enum { CT_UTF8 = 0, CT_ENUM = 4, CT_JSON = 19 };   /* ConvertedType */
 enum { LT_STRING = 1, LT_ENUM = 4, LT_JSON = 12 }; /* LogicalType union field ids */
@@ -486,6 +498,8 @@ typedef struct pq_col {
     rle def;             /* definition levels (max_def 1) */
     int dict_enc;        /* values are dictionary indices */
     rle idx;
+    int delta_enc; /* values are the page's DELTA-decoded strings */
+    lf__pq_delta delta;
     const unsigned char *vp, *vend; /* PLAIN values */
     /* the value handed out, NUL-terminated */
     char *out;
@@ -498,6 +512,7 @@ typedef struct pq {
     uint64_t size;
     lf_reader_opts o;
     int ncol;
+    int alpaca; /* fine-tuning from Alpaca columns (instruction, output, input) */
     pq_col col[PQ_MAX_COLS];
     pq_rg *rg;
     size_t n_rg, rg_next;
@@ -740,9 +755,17 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
             } else if (find_top(tops, nt, "input_text") || find_top(tops, nt, "target_text")) {
                 names[0] = "input_text";
                 names[1] = "target_text";
+            } else if (find_top(tops, nt, "instruction") && find_top(tops, nt, "output")) {
+                names[0] = "instruction"; /* Alpaca: the prompt joins input (column 2) when present */
+                names[1] = "output";
+                q->alpaca = 1;
             }
         }
         q->ncol = 2;
+        if (q->alpaca && find_top(tops, nt, "input")) {
+            names[2] = "input";
+            q->ncol = 3;
+        }
     }
     char list[400];
     size_t ll = 0;
@@ -759,8 +782,9 @@ static lf_status select_columns(pq *q, const pq_top *tops, size_t nt) {
     }
     if (q->o.mode == LF_RECORD_SFT && !names[0])
         return lf_fail(LF_ERR_FORMAT,
-                       "%s: no fine-tuning columns: expected 'prompt' and 'response', or 'input_text' "
-                       "and 'target_text' (or name them with --prompt-field/--response-field); the columns are: %s",
+                       "%s: no fine-tuning columns: expected 'prompt' and 'response', 'input_text' and "
+                       "'target_text', or Alpaca's 'instruction', 'input' and 'output' (or name them with "
+                       "--prompt-field/--response-field); the columns are: %s",
                        q->path, list);
     for (int k = 0; k < q->ncol; k++) {
         pq_col *c = &q->col[k];
@@ -882,10 +906,11 @@ static lf_status check_chunk(pq *q, size_t g, int k, const pq_colmeta *m, int ex
                        "%s: row group %zu, column '%s': the column chunk has type %s, the schema says "
                        "BYTE_ARRAY",
                        q->path, g, c->name, type_name(m->type));
-    if (m->codec != CODEC_UNCOMPRESSED && m->codec != CODEC_SNAPPY && m->codec != CODEC_GZIP && m->codec != CODEC_ZSTD)
+    if (m->codec != CODEC_UNCOMPRESSED && m->codec != CODEC_SNAPPY && m->codec != CODEC_GZIP &&
+        m->codec != CODEC_ZSTD && m->codec != CODEC_BROTLI && m->codec != CODEC_LZ4_RAW)
         return lf_fail(LF_ERR_UNSUPPORTED,
                        "%s: row group %zu, column '%s': codec %s is not supported (supported: "
-                       "UNCOMPRESSED, SNAPPY, GZIP, ZSTD)",
+                       "UNCOMPRESSED, SNAPPY, GZIP, ZSTD, BROTLI, LZ4_RAW)",
                        q->path, g, c->name, codec_name(m->codec));
     if (m->num_values < 0 || (uint64_t)m->num_values != num_rows)
         return lf_fail(LF_ERR_FORMAT,
@@ -1117,6 +1142,24 @@ static lf_status decompress(const pq *q, const pq_col *c, const unsigned char *s
             return page_fail(q, c, LF_ERR_FORMAT, "ZSTD data holds %zu bytes, the page header says %zu", r, dn);
         return LF_OK;
     }
+    case CODEC_BROTLI: {
+        size_t got = dn;
+        if (BrotliDecoderDecompress(n, src, &got, dst) != BROTLI_DECODER_RESULT_SUCCESS)
+            return page_fail(q, c, LF_ERR_FORMAT,
+                             "BROTLI data is corrupt or holds more than the page header's %zu bytes", dn);
+        if (got != dn)
+            return page_fail(q, c, LF_ERR_FORMAT, "BROTLI data holds %zu bytes, the page header says %zu", got, dn);
+        return LF_OK;
+    }
+    case CODEC_LZ4_RAW: {
+        if (n > (size_t)LZ4_MAX_INPUT_SIZE || dn > (size_t)LZ4_MAX_INPUT_SIZE)
+            return page_fail(q, c, LF_ERR_RANGE, "an LZ4_RAW page over LZ4's limit of %d bytes", LZ4_MAX_INPUT_SIZE);
+        int r = LZ4_decompress_safe((const char *)src, (char *)dst, (int)n, (int)dn);
+        if (r < 0) return page_fail(q, c, LF_ERR_FORMAT, "LZ4_RAW data is corrupt (or holds more than %zu bytes)", dn);
+        if ((size_t)r != dn)
+            return page_fail(q, c, LF_ERR_FORMAT, "LZ4_RAW data holds %d bytes, the page header says %zu", r, dn);
+        return LF_OK;
+    }
     default: return page_fail(q, c, LF_ERR_INTERNAL, "codec %s reached the decoder", codec_name(c->codec));
     }
 }
@@ -1279,6 +1322,14 @@ static lf_status load_dictionary(pq *q, pq_col *c, const pq_page_hdr *h) {
 
 /* Start decoding values from v[0, n) in encoding enc. */
 static lf_status start_values(pq *q, pq_col *c, int enc, const unsigned char *v, size_t n) {
+    c->delta_enc = 0;
+    if (enc == ENC_DELTA_LENGTH_BYTE_ARRAY || enc == ENC_DELTA_BYTE_ARRAY) {
+        const char *why = lf__pq_delta_decode(&c->delta, enc, v, n, (size_t)c->page_total, PQ_MAX_PAGE_BYTES);
+        if (why) return page_fail(q, c, LF_ERR_FORMAT, "%s: %s", encoding_name(enc), why);
+        c->dict_enc = 0;
+        c->delta_enc = 1;
+        return LF_OK;
+    }
     if (enc == ENC_PLAIN) {
         c->dict_enc = 0;
         c->vp = v;
@@ -1296,7 +1347,7 @@ static lf_status start_values(pq *q, pq_col *c, int enc, const unsigned char *v,
     }
     return page_fail(q, c, LF_ERR_UNSUPPORTED,
                      "values in encoding %s, which this reader does not support (supported: "
-                     "PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)",
+                     "PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY)",
                      encoding_name(enc));
 }
 
@@ -1349,6 +1400,7 @@ static lf_status load_page(pq *q, pq_col *c) {
             return page_fail(q, c, LF_ERR_FORMAT, "the page holds %d values, the column chunk has %llu left",
                              h.num_values, (unsigned long long)c->rows_left);
         if (h.num_values == 0) continue;
+        c->page_total = (uint64_t)h.num_values; /* bounds the values a DELTA page may decode */
         const unsigned char *pg;
         if (h.type == PAGE_DATA) {
             if ((st = page_bytes(q, c, 0, (size_t)h.csize, (size_t)h.usize, 1, &c->buf, &c->buf_cap, &pg)) != LF_OK)
@@ -1417,6 +1469,14 @@ static lf_status col_value(pq *q, pq_col *c, int *is_null, const unsigned char *
                              k, c->dict_n);
         *s = c->dict + c->dict_off[k];
         *n = c->dict_len[k];
+        return LF_OK;
+    }
+    if (c->delta_enc) {
+        if (c->delta.next >= c->delta.n)
+            return page_fail(q, c, LF_ERR_FORMAT, "the DELTA values end before value %llu of the page",
+                             (unsigned long long)(c->page_total - c->page_left));
+        *s = c->delta.buf + c->delta.off[c->delta.next];
+        *n = c->delta.len[c->delta.next++];
         return LF_OK;
     }
     size_t left = (size_t)(c->vend - c->vp);
@@ -1530,7 +1590,9 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
             int need_text = q->o.mode != LF_RECORD_SFT || k == 1; /* dpo: prompt, chosen, rejected */
             size_t at = 0;
             const char *why = "", *d;
-            if (is_null[k]) {
+            if (is_null[k] && k == 2 && q->o.mode == LF_RECORD_SFT) { /* Alpaca's input: null is no input, as datasets' rows read it */
+                n[k] = 0;
+            } else if (is_null[k]) {
                 st = bad_row(q, row, skipped, &skip_now, "column '%s' is null", name);
             } else if ((d = value_defect(s[k], n[k], &at, &why)) != NULL) {
                 if (d[0] == 'n')
@@ -1554,10 +1616,16 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
         rec->index = row - 1;
         for (int k = 0; k < q->ncol; k++) {
             pq_col *c = &q->col[k];
-            if ((st = grow(q, (unsigned char **)&c->out, &c->out_cap, n[k] + 1)) != LF_OK) return st;
+            const size_t more = k == 0 && q->ncol == 3 && n[2] ? 2 + n[2] : 0; /* "\n\n" + Alpaca's input */
+            if ((st = grow(q, (unsigned char **)&c->out, &c->out_cap, n[k] + more + 1)) != LF_OK) return st;
             if (n[k]) memcpy(c->out, s[k], n[k]);
-            c->out[n[k]] = 0;
+            if (more) {
+                memcpy(c->out + n[k], "\n\n", 2);
+                memcpy(c->out + n[k] + 2, s[2], n[2]);
+            }
+            c->out[n[k] + more] = 0;
         }
+        if (q->ncol == 3 && n[2]) n[0] += 2 + n[2];
         if (q->o.mode == LF_RECORD_PRETRAIN) {
             rec->text = q->col[0].out;
             rec->text_len = n[0];
@@ -1588,6 +1656,7 @@ static void src_close(void *state) {
         free(c->dict);
         free(c->dict_off);
         free(c->dict_len);
+        lf__pq_delta_free(&c->delta);
         free(c->raw);
         free(c->buf);
         free(c->out);

@@ -161,8 +161,12 @@ static void on_skip(const char *msg, void *user) {
 }
 
 static lf_status status_of(const char *name) {
-    static const struct { const char *n; lf_status s; } t[] = {
-        {"LF_ERR_FORMAT", LF_ERR_FORMAT}, {"LF_ERR_UNSUPPORTED", LF_ERR_UNSUPPORTED}, {"LF_ERR_RANGE", LF_ERR_RANGE}};
+    static const struct {
+        const char *n;
+        lf_status s;
+    } t[] = {{"LF_ERR_FORMAT", LF_ERR_FORMAT},
+             {"LF_ERR_UNSUPPORTED", LF_ERR_UNSUPPORTED},
+             {"LF_ERR_RANGE", LF_ERR_RANGE}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(t[i].n, name) == 0) return t[i].s;
     fail_msg("unknown status %s", name);
@@ -196,8 +200,9 @@ static void check_fixture(const char *json_name, int use_auto) {
         lf_status want = status_of(cJSON_GetObjectItemCaseSensitive(err, "status")->valuestring);
         size_t n;
         lf_status st = read_all(ppath, &o, &n, NULL);
-        if (st != want) fail_msg("%s: status %s, expected %s (%s)", json_name, lf_status_str(st), lf_status_str(want),
-                                 lf_last_error());
+        if (st != want)
+            fail_msg("%s: status %s, expected %s (%s)", json_name, lf_status_str(st), lf_status_str(want),
+                     lf_last_error());
         LF_ASSERT_ERR_CONTAINS(file);
         const cJSON *w;
         cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(err, "contains")) LF_ASSERT_ERR_CONTAINS(w->valuestring);
@@ -339,8 +344,20 @@ static void test_sft_without_pair(void **state) {
 }
 
 /* ---------------------------------------------------------------- a tiny Parquet writer */
-enum { T_TRUE = 1, T_FALSE = 2, T_BYTE = 3, T_I16 = 4, T_I32 = 5, T_I64 = 6, T_DOUBLE = 7, T_BINARY = 8,
-       T_LIST = 9, T_SET = 10, T_MAP = 11, T_STRUCT = 12 };
+enum {
+    T_TRUE = 1,
+    T_FALSE = 2,
+    T_BYTE = 3,
+    T_I16 = 4,
+    T_I32 = 5,
+    T_I64 = 6,
+    T_DOUBLE = 7,
+    T_BINARY = 8,
+    T_LIST = 9,
+    T_SET = 10,
+    T_MAP = 11,
+    T_STRUCT = 12
+};
 
 static void fld(buf *b, int *last, int id, int type) {
     if (id > *last && id - *last <= 15) {
@@ -420,16 +437,16 @@ static void junk_fields(buf *b, int *last, int from) {
 }
 
 typedef struct pg_spec {
-    int type;           /* 0 data v1, 2 dictionary, 3 data v2 */
+    int type; /* 0 data v1, 2 dictionary, 3 data v2 */
     int num_values;
-    int encoding;       /* values */
-    int usize_delta;    /* added to the uncompressed size in the header */
+    int encoding;         /* values */
+    int usize_delta;      /* added to the uncompressed size in the header */
     int def_len, rep_len; /* v2 */
-    int is_compressed;  /* v2: -1 absent */
-    int junk;           /* unknown fields in the header */
-    int codec;          /* 0, 1 snappy, 6 zstd: compress the data (v1/dictionary) */
-    size_t big_junk;    /* an unknown binary field of this many bytes in the header */
-    int def_enc;        /* v1 definition level encoding; 0: RLE (3) */
+    int is_compressed;    /* v2: -1 absent */
+    int junk;             /* unknown fields in the header */
+    int codec;            /* 0, 1 snappy, 6 zstd: compress the data (v1/dictionary) */
+    size_t big_junk;      /* an unknown binary field of this many bytes in the header */
+    int def_enc;          /* v1 definition level encoding; 0: RLE (3) */
 } pg_spec;
 
 /* A page: header + data (compressed per codec). */
@@ -487,17 +504,18 @@ static void page(buf *chunk, const pg_spec *s, const void *data, size_t n) {
 }
 
 typedef struct file_spec {
-    int rep;               /* 0 REQUIRED, 1 OPTIONAL */
-    int64_t num_rows;      /* row group and file */
-    int64_t num_values;    /* column chunk; -1: num_rows */
-    int has_dict;          /* the chunk starts with a dictionary page (dictionary_page_offset set) */
-    int64_t data_off_add;  /* added to data_page_offset */
-    int64_t total_add;     /* added to total_compressed_size */
+    int rep;              /* 0 REQUIRED, 1 OPTIONAL */
+    int64_t num_rows;     /* row group and file */
+    int64_t num_values;   /* column chunk; -1: num_rows */
+    int has_dict;         /* the chunk starts with a dictionary page (dictionary_page_offset set) */
+    int64_t data_off_add; /* added to data_page_offset */
+    int64_t total_add;    /* added to total_compressed_size */
     int codec;
-    int junk;              /* unknown fields in the metadata */
-    int root_children;     /* 0: 1 */
-    int type;              /* 0: BYTE_ARRAY (6) */
-    const unsigned char *extra; size_t extra_n; /* raw bytes appended inside FileMetaData before STOP */
+    int junk;          /* unknown fields in the metadata */
+    int root_children; /* 0: 1 */
+    int type;          /* 0: BYTE_ARRAY (6) */
+    const unsigned char *extra;
+    size_t extra_n; /* raw bytes appended inside FileMetaData before STOP */
 } file_spec;
 
 /* "PAR1" + chunk + FileMetaData + length + "PAR1". */
@@ -880,10 +898,17 @@ static void test_built_defects(void **state) {
         expect(&f, "usize.parquet", LF_ERR_FORMAT, "uncompressed page holds 12 bytes, its header says 17");
         /* unsupported value encoding and codec */
         chunk.n = 0;
-        pg_spec pd = {.type = 0, .num_values = 2, .encoding = 7};
+        pg_spec pd = {.type = 0, .num_values = 2, .encoding = 9};
         page(&chunk, &pd, w.p, w.n);
         file(&f, &f2, &chunk, 0);
-        expect(&f, "delta.parquet", LF_ERR_UNSUPPORTED, "column 'text', page at byte offset 4: values in encoding DELTA_BYTE_ARRAY");
+        expect(&f, "bss.parquet", LF_ERR_UNSUPPORTED,
+               "column 'text', page at byte offset 4: values in encoding BYTE_STREAM_SPLIT");
+        /* PLAIN bytes labelled DELTA_BYTE_ARRAY: broken DELTA data, named */
+        chunk.n = 0;
+        pg_spec pdl = {.type = 0, .num_values = 2, .encoding = 7};
+        page(&chunk, &pdl, w.p, w.n);
+        file(&f, &f2, &chunk, 0);
+        expect(&f, "delta.parquet", LF_ERR_FORMAT, "column 'text', page at byte offset 4: DELTA_BYTE_ARRAY: ");
         chunk.n = 0;
         page(&chunk, &pp, w.p, w.n);
         file_spec fz = {.rep = 0, .num_rows = 2, .num_values = -1, .codec = 3};
@@ -912,7 +937,10 @@ static void test_built_defects(void **state) {
         file(&f, &fv, &chunk, 0);
         expect(&f, "nv.parquet", LF_ERR_FORMAT, "the column chunk holds 3 values, the row group 2 rows");
         /* corrupt compressed data (the writer stores the bytes as they are) */
-        static const struct { int codec; const char *msg; } garbage[] = {
+        static const struct {
+            int codec;
+            const char *msg;
+        } garbage[] = {
             {1, "Snappy data is corrupt (bad length header)"},
             {2, "GZIP data is corrupt (incorrect header check)"},
             {6, "ZSTD data is corrupt (bad frame header)"},
@@ -975,7 +1003,11 @@ static void test_built_defects(void **state) {
         file(&f, &fi, &chunk, 0);
         expect(&f, "int.parquet", LF_ERR_UNSUPPORTED, "column 'text' has type INT64");
         /* metadata defects appended before the STOP of FileMetaData */
-        static const struct { const char *bytes; size_t n; const char *msg; } meta[] = {
+        static const struct {
+            const char *bytes;
+            size_t n;
+            const char *msg;
+        } meta[] = {
             /* field 19 (i64): an 11-byte varint; a 10-byte one overflowing 64 bits */
             {"\xf6\xff\xff\xff\xff\xff\xff\xff\xff\xff\x81\x01", 12, "varint longer than its type allows"},
             {"\xf6\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 11, "varint overflows its type"},
@@ -988,7 +1020,10 @@ static void test_built_defects(void **state) {
             {"\xf5", 1, "the data ends inside a struct"},
         };
         for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++) {
-            file_spec fm = {.rep = 0, .num_rows = 2, .num_values = -1, .extra = (const unsigned char *)meta[i].bytes,
+            file_spec fm = {.rep = 0,
+                            .num_rows = 2,
+                            .num_values = -1,
+                            .extra = (const unsigned char *)meta[i].bytes,
                             .extra_n = meta[i].n};
             file(&f, &fm, &chunk, 0);
             expect(&f, "meta.parquet", LF_ERR_FORMAT, meta[i].msg);
@@ -1000,7 +1035,7 @@ static void test_built_defects(void **state) {
             size_t dn = 0;
             deep[dn++] = 0x0c; /* long-form field header: struct, id follows */
             deep[dn++] = 0xc8;
-            deep[dn++] = 0x01; /* id 100 (zigzag 200) */
+            deep[dn++] = 0x01;                              /* id 100 (zigzag 200) */
             for (int i = 0; i < 40; i++) deep[dn++] = 0x1c; /* field 1, struct */
             for (int i = 0; i < 41; i++) deep[dn++] = 0x00;
             file_spec fm = {.rep = 0, .num_rows = 2, .num_values = -1, .extra = deep, .extra_n = dn};
@@ -1090,8 +1125,9 @@ static void test_truncations_and_magic(void **state) {
 static void test_flips(void **state) {
     (void)state;
     static const char *files[] = {"matrix_gzip_dict_v2.parquet", "matrix_snappy_plain_v1.parquet",
-                                  "matrix_zstd_dict_v1.parquet", "nulls.parquet", "required_v1.parquet",
-                                  "required_v2.parquet", "sft_prompt_response.parquet"};
+                                  "matrix_zstd_dict_v1.parquet", "nulls.parquet",
+                                  "required_v1.parquet",         "required_v2.parquet",
+                                  "sft_prompt_response.parquet"};
     tmp t = {0};
     for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
         char path[1024];

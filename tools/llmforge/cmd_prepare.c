@@ -3,8 +3,9 @@
  *
  *   llmforge prepare --char INPUT --out DIR
  *       nanoGPT shakespeare_char (lf_prepare_char), unchanged.
- *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds]
- *                    [--mode pretrain|sft|dpo] --tokenizer SPEC [--split 0.9,0.1,0 | none]
+ *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds|arrow]
+ *                    [--mode pretrain|sft|dpo] --tokenizer SPEC [--split 0.9,0.1,0 | 7:2:1 | none] [--keep-splits]
+ *                    [--subset NAME] [--field KEY]
  *                    [--text-field F] [--prompt-field F --response-field F]
  *                    [--chosen-field F] [--rejected-field F]
  *                    [--chat-template chatml|FILE|DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
@@ -32,19 +33,29 @@ static const char *const g_split_names[LF_PREPARE_N_SPLITS] = {"train", "val", "
 
 static void usage(FILE *f) {
     fprintf(f, "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
-               "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft|dpo]\n"
-               "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
+               "                        [--format auto|text|jsonl|json|csv|parquet|wds|arrow] [--mode pretrain|sft|dpo]\n"
+               "                        [--split TRAIN,VAL[,TEST] | TRAIN:VAL[:TEST] | none] [--keep-splits]\n"
+               "                        [--subset NAME] [--field KEY] [--skip-bad-records]\n"
                "                        [--text-field F] [--prompt-field F --response-field F]\n"
                "                        [--chosen-field F] [--rejected-field F]\n"
                "                        [--chat-template chatml|FILE|DIR]\n"
                "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
                "       llmforge prepare --char INPUT --out DIR\n"
                "\n"
-               "  --input PATH       a file, or a directory (its files in name order); repeatable\n"
+               "  --input PATH       a file, or a directory: its files, subdirectories too, in name order;\n"
+               "                     a Hugging Face hub dataset repository (README.md configs: header,\n"
+               "                     data/train-00000-of-00001.parquet, ...) or a datasets save_to_disk\n"
+               "                     directory reads its data files only (each file left out is named);\n"
+               "                     repeatable\n"
+               "  --subset NAME      a hub repository's config (configs: config_name) to read (default:\n"
+               "                     its default one)\n"
+               "  --field KEY        JSON: the records are the list under KEY of the file's object\n"
+               "                     ({\"data\": [...]}); without it an object's one list is read\n"
                "  --format           auto (default: .jsonl/.ndjson -> jsonl, .json -> JSON array or jsonl,\n"
                "                     .txt/.md/no extension -> text), text (a file is one document),\n"
                "                     jsonl (one object per line), json (an array of objects), csv,\n"
-               "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md)\n"
+               "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md), arrow\n"
+               "                     (Arrow IPC stream or file, as datasets' save_to_disk writes)\n"
                "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
                "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
                "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
@@ -58,8 +69,11 @@ static void usage(FILE *f) {
                "                     every checkpoint\n"
                "  --tokenizer SPEC   char (a vocabulary built from the data, written to DIR/vocab.json),\n"
                "                     char:FILE, gpt2:DIR, tiktoken:FILE, bpe:FILE\n"
-               "  --split W,W[,W]    train,val,test weights by content hash (default 0.9,0.1,0);\n"
-               "                     none: everything in train\n"
+               "  --split W,W[,W]    train,val,test weights by content hash, or W:W[:W] (7:2:1); default\n"
+               "                     0.9,0.1,0: a model is chosen on val, and a test split is asked for by\n"
+               "                     name (docs/data.md); none: everything in train\n"
+               "  --keep-splits      keep the dataset's own train/validation/test files as the splits (their\n"
+               "                     names, a configs: header, save_to_disk) instead of the content hash\n"
                "  --skip-bad-records skip and count records that are not JSON, lack a field, ...\n"
                "                     (default: the first one is an error naming FILE:LINE and the field)\n"
                "  --max-record-bytes longest JSON line or array element (default 64 MiB)\n"
@@ -84,7 +98,8 @@ static int prepare_char(const char *input, const char *out) {
     return 0;
 }
 
-/* "0.9,0.1,0", "7,2,1", "0.95,0.05" or "none". */
+/* "0.9,0.1,0", "7,2,1", "7:2:1", "0.95,0.05" or "none" (one separator,
+ * ',' or ':', throughout). */
 static int parse_split(const char *s, double w[LF_PREPARE_N_SPLITS]) {
     if (!strcmp(s, "none")) {
         w[0] = 1;
@@ -93,6 +108,7 @@ static int parse_split(const char *s, double w[LF_PREPARE_N_SPLITS]) {
     }
     int n = 0;
     const char *p = s;
+    const char sep = strchr(s, ':') ? ':' : ',';
     w[0] = w[1] = w[2] = 0;
     for (;;) {
         char *end = NULL;
@@ -104,12 +120,12 @@ static int parse_split(const char *s, double w[LF_PREPARE_N_SPLITS]) {
             if (n >= 2 && w[0] > 0) return 0;
             break;
         }
-        if (*end != ',') break;
+        if (*end != sep) break;
         p = end + 1;
     }
     fprintf(stderr,
-            "llmforge prepare: --split expects TRAIN,VAL[,TEST] weights >= 0 with TRAIN > 0 (e.g. 0.9,0.1,0 or "
-            "7,2,1) or 'none', got '%s'\n",
+            "llmforge prepare: --split expects TRAIN,VAL[,TEST] or TRAIN:VAL[:TEST] weights >= 0 with TRAIN > 0 "
+            "(e.g. 0.9,0.1,0 or 7:2:1) or 'none', got '%s'\n",
             s);
     return -1;
 }
@@ -169,7 +185,7 @@ int cmd_prepare(int argc, char **argv) {
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     size_t n_inputs = 0;
     lf_prepare_opts o = lf_prepare_opts_default();
-    int rc = 2, threads_given = 0;
+    int rc = 2, threads_given = 0, split_given = 0;
     const char *chosen_field = NULL; /* --mode dpo: the response_field */
     if (!inputs) return 1;
     for (int i = 0; i < argc; i++) {
@@ -184,6 +200,8 @@ int cmd_prepare(int argc, char **argv) {
         else if ((v = opt_value(argc, argv, &i, "--response-field", &missing))) o.response_field = v;
         else if ((v = opt_value(argc, argv, &i, "--chosen-field", &missing))) chosen_field = v;
         else if ((v = opt_value(argc, argv, &i, "--rejected-field", &missing))) o.rejected_field = v;
+        else if ((v = opt_value(argc, argv, &i, "--subset", &missing))) o.subset = v;
+        else if ((v = opt_value(argc, argv, &i, "--field", &missing))) o.json_field = v;
         else if ((v = opt_value(argc, argv, &i, "--format", &missing))) {
             if (!strcmp(v, "auto")) o.format = LF_INPUT_AUTO;
             else if (!strcmp(v, "text")) o.format = LF_INPUT_TEXT;
@@ -192,9 +210,11 @@ int cmd_prepare(int argc, char **argv) {
             else if (!strcmp(v, "csv")) o.format = LF_INPUT_CSV;
             else if (!strcmp(v, "parquet")) o.format = LF_INPUT_PARQUET;
             else if (!strcmp(v, "wds")) o.format = LF_INPUT_WDS;
+            else if (!strcmp(v, "arrow")) o.format = LF_INPUT_ARROW;
             else {
                 fprintf(stderr,
-                        "llmforge prepare: --format expects auto, text, jsonl, json, csv, parquet or wds, got '%s'\n",
+                        "llmforge prepare: --format expects auto, text, jsonl, json, csv, parquet, wds or arrow, got "
+                        "'%s'\n",
                         v);
                 goto done;
             }
@@ -210,6 +230,7 @@ int cmd_prepare(int argc, char **argv) {
             o.chat_template = v;
         } else if ((v = opt_value(argc, argv, &i, "--split", &missing))) {
             if (parse_split(v, o.split)) goto done;
+            split_given = 1;
         } else if ((v = opt_value(argc, argv, &i, "--max-record-bytes", &missing))) {
             long n;
             if (parse_long("--max-record-bytes", v, 1, 1L << 40, &n)) goto done;
@@ -227,6 +248,8 @@ int cmd_prepare(int argc, char **argv) {
             goto done;
         } else if (!strcmp(argv[i], "--skip-bad-records")) {
             o.skip_bad_records = 1;
+        } else if (!strcmp(argv[i], "--keep-splits")) {
+            o.keep_splits = 1;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             rc = 0;
@@ -283,6 +306,12 @@ int cmd_prepare(int argc, char **argv) {
                         "--mode sft\n");
         goto done;
     }
+    if (o.keep_splits && split_given) {
+        fprintf(stderr,
+                "llmforge prepare: --keep-splits keeps the dataset's own splits; --split weights a content-hash "
+                "split instead: give one of them\n");
+        goto done;
+    }
     o.inputs = inputs;
     o.n_inputs = n_inputs;
     skip_ctx sc = {0};
@@ -312,6 +341,10 @@ int cmd_prepare(int argc, char **argv) {
         : o.mode == LF_RECORD_SFT ? "sft"
                                   : "pretrain",
         o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
+    if (o.keep_splits) printf("  split: the dataset's own files (--keep-splits)\n");
+    else
+        printf("  split: content hash, train/val/test %g/%g/%g%s\n", o.split[0], o.split[1], o.split[2],
+               split_given ? "" : " (the default: no test split unless asked, e.g. --split 7:2:1)");
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
         printf("  %-5s %10llu records %12llu tokens", g_split_names[s], (unsigned long long)res.records[s],
                (unsigned long long)res.tokens[s]);

@@ -25,7 +25,7 @@
 #               "dictionary"}        what pyarrow says it wrote (for people)}
 #
 # Coverage: every codec the reader supports (UNCOMPRESSED, SNAPPY, GZIP,
-# ZSTD) x dictionary on/off x data page v1/v2, each with several row groups,
+# ZSTD, BROTLI, LZ4_RAW) x dictionary on/off x data page v1/v2, each with several row groups,
 # several pages per column chunk (tiny data_page_size / write_batch_size),
 # nulls, empty strings, CJK, emoji and combining marks; a dictionary that
 # overflows dictionary_pagesize_limit (the chunk falls back to PLAIN after
@@ -33,10 +33,10 @@
 # string; a binary column (BYTE_ARRAY without a logical type) holding invalid
 # UTF-8 and a NUL; SFT tables (prompt/response with a null prompt,
 # input_text/target_text, custom field names); an int column beside the
-# string column, and nested columns beside it; and the unsupported cases:
-# LZ4_RAW and BROTLI codecs, DELTA_BYTE_ARRAY and DELTA_LENGTH_BYTE_ARRAY
-# encodings, an int column, a list column and a struct column selected, and
-# an empty table.
+# string column, and nested columns beside it; LZ4_RAW and BROTLI codecs,
+# DELTA_BYTE_ARRAY and DELTA_LENGTH_BYTE_ARRAY encodings (several pages, v1
+# and v2, nulls, shared prefixes); and the unsupported cases: an int column,
+# a list column and a struct column selected, and an empty table.
 #
 # With `--fuzz-seeds DIR` it writes instead tiny seed files
 # (fuzz/corpus/parquet/seed_*.parquet) for fuzz/fuzz_parquet.c.
@@ -213,18 +213,29 @@ def main():
           fields={"prompt_field": "question", "response_field": "answer"}, compression="snappy",
           use_dictionary=False)
 
-    # unsupported codecs and encodings
+    # BROTLI and LZ4_RAW codecs (pyarrow's "lz4" writes LZ4_RAW), DELTA_BYTE_ARRAY and
+    # DELTA_LENGTH_BYTE_ARRAY encodings (values sharing prefixes, nulls, empty strings, CJK),
+    # data pages v1 and v2, several pages and row groups
     small_t = pa.table({"text": pa.array([f"value {i}" for i in range(10)], pa.string())})
-    write("codec_lz4", small_t, ["text"], compression="lz4",
-          error={"status": "LF_ERR_UNSUPPORTED", "contains": ["'text'", "LZ4"]})
-    write("codec_brotli", small_t, ["text"], compression="brotli",
-          error={"status": "LF_ERR_UNSUPPORTED", "contains": ["'text'", "BROTLI"]})
+    shared = pa.table({"text": pa.array(
+        [None if i % 7 == 3 else "" if i % 11 == 5 else f"https://example.org/页面/{i // 4}/item-{i}" * (1 + i % 3)
+         for i in range(90)], pa.string())})
+    write("codec_lz4", small_t, ["text"], compression="lz4")
+    write("codec_brotli", small_t, ["text"], compression="brotli")
+    write("codec_lz4_pages", shared, ["text"], compression="lz4", data_page_version="2.0", **small)
+    write("codec_brotli_pages", shared, ["text"], compression="brotli", use_dictionary=False, **small)
     write("enc_delta_byte_array", small_t, ["text"], compression="none", use_dictionary=False,
-          column_encoding={"text": "DELTA_BYTE_ARRAY"},
-          error={"status": "LF_ERR_UNSUPPORTED", "contains": ["'text'", "DELTA_BYTE_ARRAY"]})
+          column_encoding={"text": "DELTA_BYTE_ARRAY"})
     write("enc_delta_length", small_t, ["text"], compression="snappy", use_dictionary=False,
-          data_page_version="2.0", column_encoding={"text": "DELTA_LENGTH_BYTE_ARRAY"},
-          error={"status": "LF_ERR_UNSUPPORTED", "contains": ["'text'", "DELTA_LENGTH_BYTE_ARRAY"]})
+          data_page_version="2.0", column_encoding={"text": "DELTA_LENGTH_BYTE_ARRAY"})
+    write("enc_delta_byte_array_pages", shared, ["text"], compression="zstd", use_dictionary=False,
+          column_encoding={"text": "DELTA_BYTE_ARRAY"}, **small)
+    write("enc_delta_length_pages", shared, ["text"], compression="brotli", use_dictionary=False,
+          data_page_version="2.0", column_encoding={"text": "DELTA_LENGTH_BYTE_ARRAY"}, **small)
+    write("enc_delta_sft", pa.table({"prompt": pa.array([f"question {i} 问" for i in range(40)], pa.string()),
+                                     "response": pa.array([f"answer {i % 5}" for i in range(40)], pa.string())}),
+          ["prompt", "response"], mode="sft", compression="lz4", use_dictionary=False,
+          column_encoding={"prompt": "DELTA_BYTE_ARRAY", "response": "DELTA_LENGTH_BYTE_ARRAY"}, **small)
 
     # no rows at all
     write("empty", pa.table({"text": pa.array([], pa.string())}), ["text"],
