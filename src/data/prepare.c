@@ -820,7 +820,7 @@ static void encode_item(const prep *p, const batch *b, item *it, int n_threads) 
             (void)encode_failed(p, b, it, LF_ERR_FORMAT, it->ka_off);
         } else if (encode_rejected(p, b, it, n_threads, &ic, &nc) == 0) {
             it->split = p->o->keep_splits ? p->src[it->src].split
-                                           : lf__split_pick(lf__split_unit(a, it->c_off + it->c_len - it->a_off), p->w);
+                                          : lf__split_pick(lf__split_unit(a, it->c_off + it->c_len - it->a_off), p->w);
             join_dpo(p, it, ia, na, ib, nb, ic, nc);
         }
         lf_free(ia);

@@ -1590,7 +1590,8 @@ static lf_status src_next(void *state, lf_record *rec, int *eof, uint64_t *skipp
             int need_text = q->o.mode != LF_RECORD_SFT || k == 1; /* dpo: prompt, chosen, rejected */
             size_t at = 0;
             const char *why = "", *d;
-            if (is_null[k] && k == 2 && q->o.mode == LF_RECORD_SFT) { /* Alpaca's input: null is no input, as datasets' rows read it */
+            if (is_null[k] && k == 2 &&
+                q->o.mode == LF_RECORD_SFT) { /* Alpaca's input: null is no input, as datasets' rows read it */
                 n[k] = 0;
             } else if (is_null[k]) {
                 st = bad_row(q, row, skipped, &skip_now, "column '%s' is null", name);
