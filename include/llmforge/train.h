@@ -61,6 +61,7 @@ typedef struct lf_train_config {
     lf_model_config model; /* model.vocab_size 0 = take it from the dataset */
     unsigned model_given;  /* LF_MODEL_GIVEN_* bits: model keys the file or an override set
                                         (the others may come from an --init-from HF config.json) */
+    lf_lora_config lora;   /* lora.*: LoRA adapters (target_modules "" = full fine-tuning) */
     /* data */
     char dataset[LF_PATH_MAX];
     int sampling;      /* lf_sampling */

@@ -147,7 +147,7 @@ typedef struct ckpt_snapshot {
 } ckpt_snapshot;
 
 static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own) {
-    size_t n = lf_model_num_params(t->model);
+    size_t n = lf_model_train_num_params(t->model);
     snap->step = t->step;
     snap->state = NULL;
     snap->params = snap->m = snap->v = NULL;
@@ -155,7 +155,7 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own)
     lf_status st = state_to_json(t, &snap->state);
     if (st != LF_OK || t->zstage) return st; /* ZeRO: each rank writes its shard in lf__zero_save */
     if (own) { /* copies of their own, whatever the backend: training goes on under the writer */
-        lf_backend_to_host(t->be, t->snap_params, lf_model_params(t->model), n * sizeof(float));
+        lf_backend_to_host(t->be, t->snap_params, lf_model_train_params(t->model), n * sizeof(float));
         moments_out(t, t->snap_m, t->m, n * sizeof(float));
         moments_out(t, t->snap_v, t->v, n * sizeof(float));
         st = lf_backend_sync(t->be);
@@ -165,7 +165,7 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own)
         snap->v = t->snap_v;
         return LF_OK;
     }
-    stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
+    stage_out(t, t->host_params, lf_model_train_params(t->model), n * sizeof(float));
     stage_out(t, t->host_m, t->m, n * sizeof(float));
     stage_out(t, t->host_v, t->v, n * sizeof(float));
     snap->params = t->host_params;
@@ -196,8 +196,8 @@ static lf_status ckpt_write(lf_trainer *t, const ckpt_snapshot *snap, char **sav
         st = lf__zero_save(t, snap->state, saved); /* every rank writes its shard, in parallel */
     } else {
         int count;
-        const lf_param_info *table = lf_model_params_table(t->model, &count);
-        lf_ckpt_tensors tt = {table, count, lf_model_num_params(t->model)};
+        const lf_param_info *table = lf_model_train_table(t->model, &count);
+        lf_ckpt_tensors tt = {table, count, lf_model_train_num_params(t->model)};
         st = lf_checkpoint_save(t->ckpt_root, snap->step, &tt, snap->params, snap->m, snap->v, snap->state, t->extra,
                                 t->n_extra, 0, keep.protect, saved);
     }
