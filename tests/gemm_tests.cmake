@@ -161,6 +161,7 @@ set(lf_gemm_tests
   train.test_fenced
   train.test_fp16
   train.test_golden
+  train.test_lora_peft
   train.test_golden_llama_golden
   train.test_golden_llama_golden_qwen2
   train.test_golden_llama_golden_tied

@@ -279,8 +279,8 @@ lf_status lf_model_lora_attach(lf_model *m, const lf_lora_config *lc, uint64_t s
     /* the base is frozen from here: no gradient memory, none computed */
     if (m->grads) m->be->ops->free(m->be, m->grads);
     m->grads = NULL;
-    if (m->rep)
-        for (int r = 0; r < m->n_rep; r++) m->rep[r].gfull = NULL;
+    if (m->act_block) /* a plan made before: again, with one replica and the LoRA scratch */
+        return lf_model_plan(m, m->plan_B, m->plan_T, NULL);
     return LF_OK;
 fail:
     lf__lora_free(m);
