@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 #include "llmforge/train.h"
 #include "trainer_impl.h"
 
@@ -583,7 +584,8 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     size_t n;
     if ((st = open_services(t)) != LF_OK || (st = open_data(t)) != LF_OK || (st = prepare_out_dir(t, opts)) != LF_OK ||
         (st = build_model(t, &plan)) != LF_OK || (st = alloc_state(t, &plan)) != LF_OK ||
-        (st = init_from_weights(t)) != LF_OK || (st = open_observers(t)) != LF_OK || (st = start_state(t)) != LF_OK)
+        (st = init_from_weights(t)) != LF_OK || (st = lf__lora_setup(t)) != LF_OK ||
+        (st = open_observers(t)) != LF_OK || (st = start_state(t)) != LF_OK)
         return st;
     n = lf_model_train_num_params(t->model);
     if (t->cfg.ckpt_async && t->rank == 0) { /* the snapshot the writer owns (ZeRO is refused with async) */
@@ -628,6 +630,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->tok_data);
     lf_free(t->tpl_data);
     lf_free(t->hf_config);
+    cJSON_free(t->lora_config);
     for (int i = 0; i < 4; i++) lf_free(t->hf_kept[i]);
     if (t->be && !lf_backend_host_memory(t->be)) {
         if (!t->offload) {

@@ -168,7 +168,7 @@ lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
         lf_free(dir);
         return st;
     }
-    if ((st = check_model_extras(t, o, where)) != LF_OK) {
+    if ((st = check_model_extras(t, o, where)) != LF_OK || (st = lf__lora_check_resume(t, where, o)) != LF_OK) {
         cJSON_Delete(o);
         lf_free(dir);
         return st;
