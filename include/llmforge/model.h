@@ -552,6 +552,11 @@ float lf_model_lora_scale(const lf_model *m);
  * like snprintf. */
 int lf_model_lora_peft_name(const lf_model *m, int i, char *buf, size_t cap);
 
+/* Fold the adapters into the base weights (PEFT's merge_and_unload: W +=
+ * scale * B A, in the weight's layout), in place; the adapters stay attached
+ * (a forward after it would add them again). Host-memory backends only. */
+lf_status lf_model_lora_merge(lf_model *m);
+
 /* What trains: the whole parameter vector, or with LoRA the adapters (their
  * own table, names like "model.layers.0.self_attn.q_proj.lora_A.weight",
  * offsets into their own buffers). The optimizer, gradient sums and

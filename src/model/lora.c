@@ -345,3 +345,26 @@ void lf__lora_backward(const lf_model *m, float *dinp, const float *dout, const 
                                   L->params + s->b_off, N, C, s->out, L->cfg.r, L->scale);
     }
 }
+
+lf_status lf_model_lora_merge(lf_model *m) {
+    lf__lora *L = m->lora;
+    if (!L) return lf_fail(LF_ERR_INVALID_ARG, "merge: the model has no LoRA adapters");
+    if (!m->be->ops->host_memory || !m->params)
+        return lf_fail(LF_ERR_UNSUPPORTED, "merge: backend '%s' does not keep the weights in host memory",
+                       m->be->ops->name);
+    const int in_out = m->arch->linear_in_out, r = L->cfg.r;
+    for (int k = 0; k < L->n_site; k++) { /* W += scale * B A, in the weight's own layout */
+        const lf__lora_site *s = &L->site[k];
+        const float *A = L->params + s->a_off, *B = L->params + s->b_off;
+        float *W = m->params + s->w_off;
+        for (int o = 0; o < s->out; o++)
+            for (int i = 0; i < s->in; i++) {
+                double acc = 0;
+                for (int j = 0; j < r; j++) acc += (double)B[(size_t)o * r + j] * (double)A[(size_t)j * s->in + i];
+                W[in_out ? (size_t)i * s->out + o : (size_t)o * s->in + i] += (float)(L->scale * acc);
+            }
+    }
+    lf_model_params_changed(m);
+    if (m->be->ops->params_changed) m->be->ops->params_changed(m->be);
+    return LF_OK;
+}

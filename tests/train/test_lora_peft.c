@@ -4,16 +4,20 @@
  * q_proj and v_proj (r 4, alpha 8) and on "all-linear" (r 4, alpha 16,
  * use_rslora), and a tiny GPT-2 with adapters on c_attn, c_proj (both) and
  * c_fc (Conv1D: fan_in_fan_out), on one batch of 2 x 16 tokens:
- *   - the adapters llmforge attaches are PEFT's: the same tensors (names,
- *     shapes) as PEFT's adapter_model.safetensors, A within PEFT's init
- *     bound 1/sqrt(in), B zero;
+ *   - PEFT's adapter_config.json reads (lf_lora_adapter_config) to the
+ *     config, and the adapters llmforge attaches are PEFT's: the same
+ *     tensors (names, shapes) as PEFT's adapter_model.safetensors, which
+ *     lf_lora_adapter_load reads; A within PEFT's init bound 1/sqrt(in), B
+ *     zero;
  *   - at PEFT's init (B zero): the loss equals the base's (the adapters
  *     add exactly 0) and PEFT's, dA is exactly zero, dB is PEFT's;
  *   - at a nonzero state (PEFT's A, B = 0.1 randn): the loss and every
  *     lora_A / lora_B gradient;
  *   - 3 AdamW steps from there (lr 1e-2, betas 0.9/0.99, eps 1e-8, weight
  *     decay 0.1, no clipping; torch.optim.AdamW): the loss before each step
- *     and the adapters after the last.
+ *     and the adapters after the last;
+ *   - lf_model_lora_merge of the nonzero state: the targeted weights equal
+ *     PEFT's merge_and_unload within 1e-6 of each tensor's largest entry.
  * Tolerances (fp32 throughout; the same operands, summed in another order):
  * losses within 1e-5 relative; gradients within 2e-5 of the case's largest
  * |g| (each is a sum over 32 rows of products through two layers: a few
@@ -27,6 +31,7 @@
 #include <cjson/cJSON.h>
 #include "test_util.h"
 #include "llmforge/backend.h"
+#include "llmforge/checkpoint.h"
 #include "llmforge/hf.h"
 #include "llmforge/model.h"
 #include "llmforge/safetensors.h"
@@ -68,27 +73,6 @@ static lf_model *load_base(const char *kind) {
     lf_free(host);
     lf_hf_close(hf);
     return m;
-}
-
-/* lc from the case's adapter_config.json (PEFT's keys). */
-static void lora_config_of(const char *dir, lf_lora_config *lc) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    cJSON *a = read_json(path);
-    *lc = lf_lora_config_default();
-    lc->r = cJSON_GetObjectItem(a, "r")->valueint;
-    lc->alpha = (float)cJSON_GetObjectItem(a, "lora_alpha")->valuedouble;
-    lc->use_rslora = cJSON_IsTrue(cJSON_GetObjectItem(a, "use_rslora"));
-    const cJSON *tm = cJSON_GetObjectItem(a, "target_modules");
-    if (cJSON_IsString(tm)) {
-        snprintf(lc->target_modules, sizeof lc->target_modules, "%s", tm->valuestring);
-    } else {
-        size_t at = 0;
-        const cJSON *it;
-        cJSON_ArrayForEach(it, tm) at += (size_t)snprintf(lc->target_modules + at, sizeof lc->target_modules - at,
-                                                          "%s%s", at ? "\n" : "", it->valuestring);
-    }
-    cJSON_Delete(a);
 }
 
 /* The tensor of PEFT name (prefix + name) for train tensor i, checked against its shape. */
@@ -174,6 +158,40 @@ static void check_grads(lf_model *m, const lf_safetensors *st, const char *prefi
     lf_free(g);
 }
 
+/* The base weights after lf_model_lora_merge against PEFT's merge_and_unload
+ * ("merged.<HF name>"): every tensor the fixture has, within 1e-6 of its
+ * largest entry (W + scale B A: one product of r = 4 terms, rounded once). */
+static void check_merged(lf_model *m, const lf_safetensors *st, const char *kind) {
+    int count, n_checked = 0;
+    const lf_param_info *t = lf_model_params_table(m, &count);
+    float *w = lf_alloc(sizeof(float) * lf_model_num_params(m));
+    LF_ASSERT_OK(
+        lf_backend_to_host(lf_model_backend(m), w, lf_model_params(m), sizeof(float) * lf_model_num_params(m)));
+    double worst = 0;
+    for (int i = 0; i < count; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "merged.%s%s", strcmp(kind, "gpt2") ? "" : "transformer.", t[i].name);
+        const lf_st_tensor *x = lf_safetensors_find(st, name);
+        if (!x) continue;
+        assert_int_equal(x->numel, t[i].numel);
+        const float *ref = x->data;
+        double mx = 0, err = 0;
+        for (size_t j = 0; j < t[i].numel; j++) {
+            mx = fmax(mx, fabs(ref[j]));
+            err = fmax(err, fabs((double)w[t[i].offset + j] - ref[j]));
+        }
+        worst = fmax(worst, err / mx);
+        if (err > 1e-6 * mx)
+            fail_msg("merged %s: %.3g from PEFT's merge_and_unload (largest %.3g)", t[i].name, err, mx);
+        n_checked++;
+    }
+    int n_ref = 0;
+    for (int i = 0; i < lf_safetensors_count(st); i++) n_ref += !strncmp(lf_safetensors_at(st, i)->name, "merged.", 7);
+    assert_int_equal(n_checked, n_ref);
+    printf("  merged: %d weights within %.3g of PEFT's merge_and_unload\n", n_checked, worst);
+    lf_free(w);
+}
+
 static void run_case(const char *name, const char *kind) {
     printf("%s\n", name);
     char dir[1024], path[1200];
@@ -188,8 +206,11 @@ static void run_case(const char *name, const char *kind) {
     int32_t in[NB * NT], tg[NB * NT];
     batch_of(e, in, tg);
     lf_model *m = load_base(kind);
-    lf_lora_config lc;
-    lora_config_of(dir, &lc);
+    lf_lora_config lc; /* PEFT's adapter_config.json, read as `merge` and --init-from read it */
+    char base[256], want_base[64];
+    LF_ASSERT_OK(lf_lora_adapter_config(dir, &lc, base, sizeof base));
+    snprintf(want_base, sizeof want_base, "../base_%s", kind);
+    assert_string_equal(base, want_base);
 
     /* the base alone, then with adapters at llmforge's own init: the same loss (B is zero) */
     lf_forward_opts fo = {0};
@@ -214,8 +235,8 @@ static void run_case(const char *name, const char *kind) {
     LF_ASSERT_OK(lf_model_forward(m, in, tg, NB, NT, &fo, &sum, &cnt));
     assert_true(sum == base_sum);
 
-    /* PEFT's init: dA exactly zero, dB PEFT's */
-    set_adapters(m, ad, "");
+    /* PEFT's init, read from its adapter_model.safetensors: dA exactly zero, dB PEFT's */
+    LF_ASSERT_OK(lf_lora_adapter_load(m, dir));
     check_loss("init", loss_and_grads(m, in, tg), cJSON_GetObjectItem(e, "loss_init")->valuedouble);
     float *g = train_host(m, 1);
     for (int i = 0; i < count; i++)
@@ -255,6 +276,12 @@ static void run_case(const char *name, const char *kind) {
     printf("  after 3 AdamW steps: adapters within %.3g of PEFT's (largest %.3g)\n", err, scale);
     if (!(err <= 1e-4)) fail_msg("after 3 AdamW steps: adapters %.3g from PEFT's", err);
     lf_free(w);
+
+    /* merge_and_unload of the nonzero state: the targeted base weights */
+    set_adapters(m, st, "nz.");
+    LF_ASSERT_OK(lf_model_lora_merge(m));
+    check_merged(m, st, kind);
+
     lf_backend_free(be, m1);
     lf_backend_free(be, m2);
     lf_model_free(m);

@@ -1004,6 +1004,7 @@ static void usage(FILE *f) {
         "  models      the model registry: list, show, lineage, diff, tag, gc, relink, eval, compare, promote\n"
         "  report      a run directory as one self-contained HTML file (RUN_DIR [--out F] [--svg DIR]; A B --compare)\n"
         "  ckpt        `ckpt verify DIR`: re-hash a checkpoint against its trainer_state.json\n"
+        "  merge       a PEFT LoRA adapter merged into its base (--adapter DIR [--base DIR] --out DIR)\n"
         "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
         "  help      this text; `llmforge <command> --help` for a command's options\n\n"
         "global options (before or after the command):\n"
@@ -1065,6 +1066,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "models")) return cmd_models(argc - 2, argv + 2);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 2, argv + 2);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
