@@ -29,6 +29,7 @@ set(lf_gemm_tests
   cli.test_hf_init
   cli.test_hf_init_fenced
   cli.test_hf_rope
+  cli.test_lora
   cli.test_hf_roundtrip
   cli.test_kernels
   cli.test_launch

@@ -153,7 +153,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->optim_bytes = 2 * (Z >= 1 ? p->shard : PT) * f;
     add(p,
         Z == 3 ? "parameters (ZeRO-3 shard + unit buffers)"
-        : lora ? "parameters (fp32: frozen base + LoRA adapters)"
+        : lora ? "parameters (fp32, frozen base + LoRA)"
                : "parameters (fp32 master weights)",
         p->params_bytes, dev);
     add(p,
@@ -175,7 +175,7 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     } else {
         add(p,
             Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)"
-            : lora ? "AdamW moments (fp32, 2 per LoRA parameter)"
+            : lora ? "AdamW moments (fp32, LoRA adapters)"
                    : "AdamW moments (fp32, 2 per parameter)",
             p->optim_bytes, dev);
         if (staging) add(p, "checkpoint staging (host copies)", (PT + 2 * moments_n) * f, 0);

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# LoRA through the CLI: `train --init-from` the tiny Llama of tests/fixtures/peft/base_llama with
+# lora.target_modules q_proj/v_proj, a few steps with a checkpoint every 2:
+#   - every step directory holds PEFT's adapter_config.json and adapter_model.safetensors (the
+#     adapter only: no config.json, no base tensors);
+#   - `llmforge plan` counts gradients and AdamW moments of the adapters only;
+#   - a resumed run ends with the adapter of the uninterrupted one, bit for bit; a resume without
+#     the base it was trained on, a target that matches no module, lora.r 0 and LoRA with ZeRO
+#     are refused naming the key;
+#   - `llmforge merge` writes a Hugging Face directory that `llmforge sample` runs;
+#   - with a Python that has torch, transformers and peft ($LF_HF_PYTHON, else the bench venv):
+#     tools/check_peft_adapter.py has peft.PeftModel.from_pretrained load the adapter on its base
+#     (every tensor, bit for bit), and its logits equal transformers' on the merged directory and
+#     llmforge's `sample --json` of it (1e-4 of the largest); without one that part is skipped.
+#   bash test_lora.sh LLMFORGE SOURCE_DIR SHARED_DIR
+set -u
+LF=${1:?usage: test_lora.sh LLMFORGE SOURCE_DIR SHARED_DIR}
+SRC=${2:?source dir}
+case "$LF" in /*) ;; *) LF="$PWD/$LF" ;; esac
+case "$SRC" in /*) ;; *) SRC="$PWD/$SRC" ;; esac
+. "$(dirname "$0")/cli_lib.sh"
+PYHF=${LF_HF_PYTHON:-$HOME/.cache/llmforge/bench-venv/bin/python}
+BASE="$SRC/tests/fixtures/peft/base_llama"
+cli_tmpdir lora
+for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs"; done >c.txt
+"$LF" prepare --char c.txt --out data >prepare.log 2>&1 || fail "prepare: $(cat prepare.log)"
+ok
+COMMON=(--data.dataset=data --model.block_size=16 --train_micro_batch_size_per_gpu=4 --eval.interval=0
+        --eval.iters=2 --checkpoint.interval=2 --threads=2 --registry.enabled=false --optimizer.params.lr=1e-2
+        --scheduler.warmup_iters=0 '--lora.target_modules=["q_proj","v_proj"]' --lora.r=4 --lora.alpha=8)
+"$LF" train "${COMMON[@]}" --train_iters=6 --out_dir=full --init-from "$BASE" >full.log 2>&1 || fail "train: $(cat full.log)"
+ok
+step=full/ckpt/step_00000006
+for f in adapter_config.json adapter_model.safetensors; do [ -f "$step/$f" ] || fail "no $f in $step: $(ls "$step")"; done
+[ ! -e "$step/config.json" ] || fail "a LoRA checkpoint carries the base's config.json"
+ok
+grep -q '"peft_type":[[:space:]]*"LORA"' "$step/adapter_config.json" || fail "adapter_config.json: $(cat "$step/adapter_config.json")"
+grep -q '"target_modules":[[:space:]]*\["q_proj", "v_proj"\]' "$step/adapter_config.json" || fail "target_modules: $(cat "$step/adapter_config.json")"
+grep -q "\"base_model_name_or_path\":[[:space:]]*\"$BASE\"" "$step/adapter_config.json" || fail "base: $(cat "$step/adapter_config.json")"
+ok
+# 2 layers x (q, v) x (A, B), by PEFT's names, and nothing else
+python3 - "$step/adapter_model.safetensors" <<'PY' || fail "adapter_model.safetensors names"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+names = sorted(k for k in h if k != "__metadata__")
+want = sorted(f"base_model.model.model.layers.{l}.self_attn.{m}.lora_{ab}.weight"
+              for l in range(2) for m in ("q_proj", "v_proj") for ab in "AB")
+sys.exit(0 if names == want else print(names) or 1)
+PY
+ok
+# the memory plan: gradients and moments of the adapters only: per layer q A (4,32) B (32,4) and
+# v A (4,32) B (16,4) (2 KV heads of 8), 448 floats, 896 in all: 3.5 KiB
+SHAPE=(--model.arch=llama --model.n_layer=2 --model.n_head=4 --model.n_kv_head=2 --model.n_embd=32 --model.ffn_hidden=48
+       --model.vocab_size=64)
+"$LF" plan "${COMMON[@]}" "${SHAPE[@]}" >plan.log 2>&1 || fail "plan: $(cat plan.log)"
+grep -q "gradients (fp32, LoRA adapters only) *3.5 KiB" plan.log || fail "plan gradients: $(cat plan.log)"
+grep -q "AdamW moments (fp32, LoRA adapters) *7.0 KiB" plan.log || fail "plan moments: $(cat plan.log)"
+ok
+# resume: 4 steps, then on to 6, equals the 6-step run bit for bit
+"$LF" train "${COMMON[@]}" --train_iters=6 --train.stop_at=4 --out_dir=part --init-from "$BASE" >part.log 2>&1 ||
+    fail "train to 4: $(cat part.log)"
+"$LF" train "${COMMON[@]}" --train_iters=6 --out_dir=part --init-from "$BASE" --resume >resume.log 2>&1 ||
+    fail "resume: $(cat resume.log)"
+cmp -s part/ckpt/step_00000006/adapter_model.safetensors "$step/adapter_model.safetensors" ||
+    fail "the resumed run's adapter differs from the uninterrupted run's"
+ok
+# a resume without the base is refused, naming it
+# (the model keys given, so that the model is the same shape: only the base differs)
+"$LF" train "${COMMON[@]}" "${SHAPE[@]}" --train_iters=8 --out_dir=part --resume >nobase.log 2>&1 &&
+    fail "a resume without its base was accepted"
+grep -q "holds LoRA adapters of the base '$BASE'" nobase.log || fail "the refusal does not name the base: $(cat nobase.log)"
+ok
+# refusals by key
+"$LF" train "${COMMON[@]}" --train_iters=2 --out_dir=bad1 --init-from "$BASE" '--lora.target_modules=["qproj"]' >bad1.log 2>&1 &&
+    fail "a target matching no module was accepted"
+grep -q "key 'lora.target_modules': \"qproj\" matches no module of this llama model (its modules: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj" bad1.log ||
+    fail "bad target: $(cat bad1.log)"
+ok
+"$LF" train "${COMMON[@]}" --train_iters=2 --out_dir=bad2 --init-from "$BASE" --lora.r=0 >bad2.log 2>&1 && fail "lora.r 0 was accepted"
+grep -q "lora.r" bad2.log || fail "lora.r 0: $(cat bad2.log)"
+ok
+"$LF" train "${COMMON[@]}" --train_iters=2 --out_dir=bad3 --init-from "$BASE" --zero_optimization.stage=1 >bad3.log 2>&1 &&
+    fail "LoRA with ZeRO was accepted"
+grep -q "key 'zero_optimization.stage' .*not implemented with LoRA" bad3.log || fail "ZeRO: $(cat bad3.log)"
+ok
+# merge, and llmforge runs the merged directory
+"$LF" merge --adapter "$step" --out merged >merge.log 2>&1 || fail "merge: $(cat merge.log)"
+[ -f merged/config.json ] && [ -f merged/model.safetensors ] || fail "merged: $(ls merged)"
+ok
+IDS=3,1,4,1,5,9,2,6,5,3,5,8
+"$LF" sample --ckpt merged --ids "$IDS" --max-new-tokens 1 --temperature 0 --json --threads 2 >lf.json 2>sample.err ||
+    fail "sample merged: $(cat sample.err)"
+ok
+[ -x "$PYHF" ] || { echo "SKIPPED: no Python with torch, transformers and peft ($PYHF); set LF_HF_PYTHON"; exit 0; }
+"$PYHF" -c "import torch, transformers, peft" >imp.log 2>&1 || { echo "SKIPPED: $(tail -1 imp.log)"; exit 0; }
+"$PYHF" "$SRC/tools/check_peft_adapter.py" --base "$BASE" --adapter "$step" --ids "$IDS" --merged merged \
+    --compare lf.json >check.json 2>check.log || fail "PEFT: $(cat check.json) $(grep -v 'Loading weights' check.log | tail -5)"
+ok
+echo "PEFT: $(cat check.json)"
+echo "$passed passed, 0 failed"
