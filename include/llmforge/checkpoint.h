@@ -174,8 +174,7 @@ lf_status lf_lora_adapter_load(lf_model *m, const char *dir);
 /* The base of an adapter into out: base_dir when given, else the adapter's
  * base_model_name_or_path (named; relative to adapter_dir unless absolute)
  * when that is a local Hugging Face directory, else LF_ERR_NOT_FOUND. */
-lf_status lf_lora_adapter_base(const char *adapter_dir, const char *named, const char *base_dir, char *out,
-                               size_t cap);
+lf_status lf_lora_adapter_base(const char *adapter_dir, const char *named, const char *base_dir, char *out, size_t cap);
 /* `llmforge merge`: base (base_dir, or the adapter's own) + adapter, merged as
  * PEFT's merge_and_unload, written to out_dir as a Hugging Face directory
  * (the base's config.json, generation and tokenizer files, and
