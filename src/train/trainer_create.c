@@ -582,10 +582,11 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     *out = t; /* so the caller can read errmsg even on failure */
     lf_mem_plan plan;
     size_t n;
-    if ((st = open_services(t)) != LF_OK || (st = open_data(t)) != LF_OK || (st = prepare_out_dir(t, opts)) != LF_OK ||
+    if ((st = lf__lora_init_from_adapter(t)) != LF_OK || (st = open_services(t)) != LF_OK ||
+        (st = open_data(t)) != LF_OK || (st = prepare_out_dir(t, opts)) != LF_OK ||
         (st = build_model(t, &plan)) != LF_OK || (st = alloc_state(t, &plan)) != LF_OK ||
-        (st = init_from_weights(t)) != LF_OK || (st = lf__lora_setup(t)) != LF_OK ||
-        (st = open_observers(t)) != LF_OK || (st = start_state(t)) != LF_OK)
+        (st = init_from_weights(t)) != LF_OK || (st = lf__lora_load_adapter(t)) != LF_OK ||
+        (st = lf__lora_setup(t)) != LF_OK || (st = open_observers(t)) != LF_OK || (st = start_state(t)) != LF_OK)
         return st;
     n = lf_model_train_num_params(t->model);
     if (t->cfg.ckpt_async && t->rank == 0) { /* the snapshot the writer owns (ZeRO is refused with async) */

@@ -138,6 +138,8 @@ struct lf_trainer {
     char *lora_config;
     size_t lora_config_len;
     char lora_base[LF_PATH_MAX];
+    char adapter_dir[LF_PATH_MAX];      /* --init-from a PEFT adapter directory ("" = none) */
+    char adapter_base[LF_PATH_MAX * 2]; /* ... and its base, which opts.init_from then names */
     char *tok_data, *hf_config, *tpl_data;
     char *hf_kept[4]; /* --init-from an HF directory: its own files, kept (trainer_ckpt.c) */
     lf_hf_model *hf;  /* --init-from a Hugging Face directory (closed after the weights are read) */
@@ -272,6 +274,11 @@ lf_status lf__ckpt_extras(lf_trainer *t);
  * appended to extra (*owned: the safetensors bytes, lf_free after the save). */
 struct cJSON;
 lf_status lf__lora_setup(lf_trainer *t);
+/* --init-from a PEFT adapter directory: its lora config into cfg.lora (keys
+ * that disagree refused), opts.init_from pointed at its base; then, once the
+ * base is loaded, its adapters into the model (rank 0; not on --resume). */
+lf_status lf__lora_init_from_adapter(lf_trainer *t);
+lf_status lf__lora_load_adapter(lf_trainer *t);
 void lf__lora_state_json(const lf_trainer *t, struct cJSON *state);
 lf_status lf__lora_check_resume(const lf_trainer *t, const char *dir, const struct cJSON *state);
 lf_status lf__lora_ckpt_extras(const lf_trainer *t, const float *params, lf_ckpt_file *extra, int *n, char **owned);

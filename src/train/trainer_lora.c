@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
+#include "llmforge/checkpoint.h"
 #include "llmforge/train.h"
 #include "trainer_impl.h"
 
@@ -156,4 +158,52 @@ lf_status lf__lora_ckpt_extras(const lf_trainer *t, const float *params, lf_ckpt
     extra[(*n)++] = (lf_ckpt_file){"adapter_config.json", t->lora_config, t->lora_config_len};
     extra[(*n)++] = (lf_ckpt_file){"adapter_model.safetensors", *owned, len};
     return LF_OK;
+}
+
+/* Two LoRA configs that train the same adapters. */
+static int same_lora(const lf_lora_config *a, const lf_lora_config *b) {
+    return a->r == b->r && a->alpha == b->alpha && a->use_rslora == b->use_rslora &&
+           !strcmp(a->target_modules, b->target_modules) && !strcmp(a->bias, b->bias);
+}
+
+lf_status lf__lora_init_from_adapter(lf_trainer *t) {
+    const char *dir = t->opts.init_from;
+    char probe[LF_PATH_MAX + 32];
+    if (!dir || !dir[0]) return LF_OK;
+    snprintf(probe, sizeof probe, "%s/adapter_config.json", dir);
+    if (access(probe, F_OK) != 0) {
+        if (t->opts.base && t->opts.base[0])
+            return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG,
+                                               "--base is for --init-from a PEFT adapter directory; '%s' "
+                                               "holds no adapter_config.json",
+                                               dir));
+        return LF_OK;
+    }
+    lf_lora_config lc;
+    char named[LF_PATH_MAX];
+    lf_status st = lf_lora_adapter_config(dir, &lc, named, sizeof named);
+    if (st == LF_OK) st = lf_lora_adapter_base(dir, named, t->opts.base, t->adapter_base, sizeof t->adapter_base);
+    if (st != LF_OK) return lf__trainer_fail(t, st);
+    char targets[LF_LORA_TARGETS_MAX];
+    snprintf(targets, sizeof targets, "%s", lc.target_modules);
+    for (char *c = targets; *c; c++)
+        if (*c == '\n') *c = ' ';
+    if (lf_lora_enabled(&t->cfg.lora) && !same_lora(&t->cfg.lora, &lc))
+        return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG,
+                                           "keys 'lora.*' differ from the adapter's '%s' (r %d, alpha %g, targets "
+                                           "\"%s\"): leave them out to go on with the adapter's",
+                                           probe, lc.r, (double)lc.alpha, targets));
+    lc.dropout = t->cfg.lora.dropout; /* a training choice, not the adapter's shape */
+    t->cfg.lora = lc;
+    snprintf(t->adapter_dir, sizeof t->adapter_dir, "%s", dir);
+    t->opts.init_from = t->adapter_base; /* from here on the base is what --init-from names */
+    lf_log(LF_LOG_INFO, "--init-from PEFT adapter %s: base %s, r %d, alpha %g", dir, t->adapter_base, lc.r,
+           (double)lc.alpha);
+    return LF_OK;
+}
+
+lf_status lf__lora_load_adapter(lf_trainer *t) {
+    if (!t->adapter_dir[0] || t->rank != 0 || t->opts.resume) return LF_OK; /* start_state shares rank 0's */
+    lf_status st = lf_lora_adapter_load(t->model, t->adapter_dir);
+    return st == LF_OK ? LF_OK : lf__trainer_fail(t, st);
 }

@@ -7,6 +7,8 @@
 #   - a resumed run ends with the adapter of the uninterrupted one, bit for bit; a resume without
 #     the base it was trained on, a target that matches no module, lora.r 0 and LoRA with ZeRO
 #     are refused naming the key;
+#   - `train --init-from STEP_DIR` (a PEFT adapter directory) trains on from its adapters on its base
+#     (the first loss below the fresh run's); lora keys that disagree with the adapter are refused;
 #   - `llmforge merge` writes a Hugging Face directory that `llmforge sample` runs;
 #   - with a Python that has torch, transformers and peft ($LF_HF_PYTHON, else the bench venv):
 #     tools/check_peft_adapter.py has peft.PeftModel.from_pretrained load the adapter on its base
@@ -83,6 +85,20 @@ ok
 "$LF" train "${COMMON[@]}" --train_iters=2 --out_dir=bad3 --init-from "$BASE" --zero_optimization.stage=1 >bad3.log 2>&1 &&
     fail "LoRA with ZeRO was accepted"
 grep -q "key 'zero_optimization.stage' .*not implemented with LoRA" bad3.log || fail "ZeRO: $(cat bad3.log)"
+ok
+# --init-from the adapter: its base (base_model_name_or_path) and its adapters, trained on; the
+# first step's loss is then below the fresh run's; lora keys that disagree are refused
+NOLORA=("${COMMON[@]:0:${#COMMON[@]}-3}")
+"$LF" train "${NOLORA[@]}" --train_iters=2 --out_dir=cont --init-from "$step" >cont.log 2>&1 || fail "--init-from adapter: $(cat cont.log)"
+grep -q "init-from PEFT adapter $step: base $BASE, r 4, alpha 8" cont.log || fail "no adapter line: $(cat cont.log)"
+ok
+l_fresh=$(grep -o "step 1/6 | loss [0-9.]*" full.log | awk '{print $NF}')
+l_cont=$(grep -o "step 1/2 | loss [0-9.]*" cont.log | awk '{print $NF}')
+awk -v a="$l_cont" -v b="$l_fresh" 'BEGIN { exit !(a + 0 < b - 0.01) }' || fail "continued loss $l_cont, fresh $l_fresh"
+ok
+"$LF" train "${NOLORA[@]}" --train_iters=2 --out_dir=cont2 --init-from "$step" '--lora.target_modules=["q_proj","v_proj"]' --lora.r=8 >cont2.log 2>&1 &&
+    fail "lora.r disagreeing with the adapter was accepted"
+grep -q "keys 'lora.\*' differ from the adapter's" cont2.log || fail "disagreeing lora.r: $(cat cont2.log)"
 ok
 # merge, and llmforge runs the merged directory
 "$LF" merge --adapter "$step" --out merged >merge.log 2>&1 || fail "merge: $(cat merge.log)"

@@ -291,7 +291,7 @@ static void on_fatal(const char *msg, void *user) {
 
 static int cmd_train(int argc, char **argv) {
     install_stop_handlers(); /* first: before any thread exists, and a signal during set-up is kept */
-    const char *config = NULL, *init_from = NULL;
+    const char *config = NULL, *init_from = NULL, *base = NULL;
     int resume = 0;
     long threads = 0;
     char port_override[64];
@@ -308,6 +308,8 @@ static int cmd_train(int argc, char **argv) {
             printf(
                 "usage: llmforge train [CONFIG.json] [--key.path=value ...] [--resume [auto]] [--init-from FILE.safetensors]\n"
                 "                      [--threads N] [--metrics-port PORT]\n"
+                "  --init-from: a safetensors file, a Hugging Face directory or checkpoint, or a PEFT LoRA adapter\n"
+                "  directory (its base from base_model_name_or_path, or --base DIR; LoRA goes on from its adapters).\n"
                 "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
                 "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n"
                 "  --resume: continue from out_dir's checkpoint; --resume auto: continue when out_dir holds\n"
@@ -327,6 +329,8 @@ static int cmd_train(int argc, char **argv) {
             resume = LF_RESUME_AUTO;
         } else if ((v = opt_value(argc, argv, &i, "--init-from", &missing))) {
             init_from = v;
+        } else if ((v = opt_value(argc, argv, &i, "--base", &missing))) {
+            base = v;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
             if (parse_long("--threads", v, 0, 4096, &threads)) {
                 rc = 2;
@@ -372,6 +376,7 @@ static int cmd_train(int argc, char **argv) {
     }
     lf_trainer_opts opts = {.resume = resume,
                             .init_from = init_from,
+                            .base = base,
                             .on_fatal = on_fatal,
                             .stop_flag = &g_stop_signal};
     opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
