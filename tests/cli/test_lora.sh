@@ -4,6 +4,7 @@
 #   - every step directory holds PEFT's adapter_config.json and adapter_model.safetensors (the
 #     adapter only: no config.json, no base tensors);
 #   - `llmforge plan` counts gradients and AdamW moments of the adapters only;
+#   - two data-parallel ranks (tcp) end with the adapters of one process on the same batch;
 #   - a resumed run ends with the adapter of the uninterrupted one, bit for bit; a resume without
 #     the base it was trained on, a target that matches no module, lora.r 0 and LoRA with ZeRO
 #     are refused naming the key;
@@ -72,6 +73,30 @@ ok
 "$LF" train "${COMMON[@]}" "${SHAPE[@]}" --train_iters=8 --out_dir=part --resume >nobase.log 2>&1 &&
     fail "a resume without its base was accepted"
 grep -q "holds LoRA adapters of the base '$BASE'" nobase.log || fail "the refusal does not name the base: $(cat nobase.log)"
+ok
+# data parallel: two ranks (launch --standalone, the tcp communicator) sum the adapters' gradients;
+# the adapters after 3 steps equal those of one process accumulating the same two micro-batches,
+# up to the order of the sums (bound 1e-5 absolute; measured: identical)
+DPC=("${COMMON[@]}" --train_iters=3 --train_batch_size=8 --train_micro_batch_size_per_gpu=4 --checkpoint.interval=0
+     --monitor.report=false)
+timeout -k 5 120 "$LF" launch --standalone --nproc-per-node 2 -- train "${DPC[@]}" --out_dir=dp2 --init-from "$BASE" \
+    --threads 1 >dp2.log 2>&1 || fail "2 ranks: $(tail -5 dp2.log)"
+"$LF" train "${DPC[@]}" --gradient_accumulation_steps=2 --out_dir=dp1 --init-from "$BASE" >dp1.log 2>&1 ||
+    fail "1 rank: $(cat dp1.log)"
+python3 - dp1/ckpt/step_00000003/adapter_model.safetensors dp2/ckpt/step_00000003/adapter_model.safetensors <<'PY' ||
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h, d = json.loads(b[8:8 + n]), b[8 + n:]
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             d[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+err = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+print("data parallel: adapters within %.3g of one process's" % err)
+sys.exit(0 if a.keys() == b.keys() and err <= 1e-5 else 1)
+PY
+    fail "2 ranks and 1 disagree"
 ok
 # refusals by key
 "$LF" train "${COMMON[@]}" --train_iters=2 --out_dir=bad1 --init-from "$BASE" '--lora.target_modules=["qproj"]' >bad1.log 2>&1 &&
