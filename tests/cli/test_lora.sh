@@ -4,7 +4,8 @@
 #   - every step directory holds PEFT's adapter_config.json and adapter_model.safetensors (the
 #     adapter only: no config.json, no base tensors);
 #   - `llmforge plan` counts gradients and AdamW moments of the adapters only;
-#   - two data-parallel ranks (tcp) end with the adapters of one process on the same batch;
+#   - full recomputation with asynchronous checkpoints gives the same adapter bit for bit, and two
+#     data-parallel ranks (tcp) end with the adapters of one process on the same batch;
 #   - a resumed run ends with the adapter of the uninterrupted one, bit for bit; a resume without
 #     the base it was trained on, a target that matches no module, lora.r 0 and LoRA with ZeRO
 #     are refused naming the key;
@@ -73,6 +74,13 @@ ok
 "$LF" train "${COMMON[@]}" "${SHAPE[@]}" --train_iters=8 --out_dir=part --resume >nobase.log 2>&1 &&
     fail "a resume without its base was accepted"
 grep -q "holds LoRA adapters of the base '$BASE'" nobase.log || fail "the refusal does not name the base: $(cat nobase.log)"
+ok
+# full recomputation (the adapted matmuls recomputed in backward) with asynchronous checkpoints:
+# the same adapter bit for bit
+"$LF" train "${COMMON[@]}" --train_iters=6 --out_dir=rcfull --init-from "$BASE" --activation_checkpointing.policy=full \
+    --checkpoint.async=true >rcfull.log 2>&1 || fail "recompute full + async: $(cat rcfull.log)"
+cmp -s rcfull/ckpt/step_00000006/adapter_model.safetensors "$step/adapter_model.safetensors" ||
+    fail "full recomputation / async checkpoints changed the adapter"
 ok
 # data parallel: two ranks (launch --standalone, the tcp communicator) sum the adapters' gradients;
 # the adapters after 3 steps equal those of one process accumulating the same two micro-batches,
