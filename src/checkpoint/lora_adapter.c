@@ -20,10 +20,18 @@
 #include <string.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "checkpoint/checkpoint_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/checkpoint.h"
 #include "llmforge/hf.h"
 #include "llmforge/safetensors.h"
+
+char *lf__lora_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = lf_alloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
@@ -253,4 +261,38 @@ done:
     lf_free(w);
     lf_model_free(m);
     return st;
+}
+
+lf_status lf__lora_load_model(const char *dir, lf_backend *be, lf_model **out, char *tokenizer, size_t cap,
+                              char **dir_out) {
+    *out = NULL;
+    lf_lora_config lc;
+    char named[LF_PATH_MAX], base[LF_PATH_MAX * 2 + 2], spec[LF_PATH_MAX + 32] = "";
+    lf_status st = lf_lora_adapter_config(dir, &lc, named, sizeof named);
+    if (st == LF_OK) st = lf_lora_adapter_base(dir, named, NULL, base, sizeof base);
+    if (st != LF_OK) return st;
+    char *base_dir = NULL;
+    lf_model *m = NULL;
+    if ((st = lf_checkpoint_load_model(base, be, &m, spec, sizeof spec, &base_dir)) != LF_OK) return st;
+    if ((st = lf_model_lora_attach(m, &lc, 0)) != LF_OK || (st = lf_lora_adapter_load(m, dir)) != LF_OK) {
+        lf_error_prefix("adapter '%s' on base '%s'", dir, base);
+        lf_model_free(m);
+        lf_free(base_dir);
+        return st;
+    }
+    /* a LoRA run's step directory names its own tokenizer (trainer_state.json); PEFT's bare
+     * adapter directory runs with the base's, relative to the base */
+    char path[LF_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    lf_model_config mc;
+    const int own = access(path, F_OK) == 0 && lf_checkpoint_read_model(dir, &mc, spec, sizeof spec) == LF_OK;
+    if (tokenizer && cap) snprintf(tokenizer, cap, "%s", spec);
+    if (dir_out) {
+        *dir_out = own ? lf__lora_strdup(dir) : base_dir;
+        if (own) lf_free(base_dir);
+    } else {
+        lf_free(base_dir);
+    }
+    *out = m;
+    return LF_OK;
 }

@@ -11,7 +11,8 @@
 #     are refused naming the key;
 #   - `train --init-from STEP_DIR` (a PEFT adapter directory) trains on from its adapters on its base
 #     (the first loss below the fresh run's); lora keys that disagree with the adapter are refused;
-#   - `llmforge merge` writes a Hugging Face directory that `llmforge sample` runs;
+#   - `llmforge merge` writes a Hugging Face directory that `llmforge sample` runs, and `sample` of
+#     the step directory itself (base + adapter, unmerged) gives the same logits;
 #   - with a Python that has torch, transformers and peft ($LF_HF_PYTHON, else the bench venv):
 #     tools/check_peft_adapter.py has peft.PeftModel.from_pretrained load the adapter on its base
 #     (every tensor, bit for bit), and its logits equal transformers' on the merged directory and
@@ -140,6 +141,18 @@ ok
 IDS=3,1,4,1,5,9,2,6,5,3,5,8
 "$LF" sample --ckpt merged --ids "$IDS" --max-new-tokens 1 --temperature 0 --json --threads 2 >lf.json 2>sample.err ||
     fail "sample merged: $(cat sample.err)"
+ok
+# the step directory runs as it is (its base, then the adapter: sample, eval and serve load it so),
+# with the merged directory's logits (fp32 products in another order: 1e-5 of the largest)
+"$LF" sample --ckpt "$step" --ids "$IDS" --max-new-tokens 1 --temperature 0 --json --threads 2 >lf_step.json 2>sample2.err ||
+    fail "sample the LoRA step directory: $(cat sample2.err)"
+python3 - lf_step.json lf.json <<'PY' || fail "the step directory's logits differ from the merged model's"
+import json, sys
+a, b = (json.load(open(p))["last_logits"] for p in sys.argv[1:3])
+err, mx = max(abs(x - y) for x, y in zip(a, b)), max(abs(y) for y in b)
+print("step directory vs merged: %.3g of the largest logit" % (err / mx))
+sys.exit(0 if len(a) == len(b) and err <= 1e-5 * mx else 1)
+PY
 ok
 [ -x "$PYHF" ] || { echo "SKIPPED: no Python with torch, transformers and peft ($PYHF); set LF_HF_PYTHON"; exit 0; }
 "$PYHF" -c "import torch, transformers, peft" >imp.log 2>&1 || { echo "SKIPPED: $(tail -1 imp.log)"; exit 0; }
