@@ -540,8 +540,9 @@ size_t lf_lora_num_params(const lf_lora_config *lc, const lf_model_config *cfg);
  * from seed, B zero. From then on the base is frozen (its gradient memory
  * is freed; backward computes no base gradient), the model runs one replica,
  * and lf_model_train_* below are the adapters. LF_ERR_UNSUPPORTED for a
- * backend without the LoRA ops, ZeRO, bf16 activation storage or dropout
- * > 0 (not implemented), naming what. */
+ * backend without the LoRA ops (which also keep activations in fp32) or
+ * ZeRO, naming what. lora.dropout drops each adapter's input while training
+ * (lf_forward_opts.train), with a mask of its own. */
 lf_status lf_model_lora_attach(lf_model *m, const lf_lora_config *lc, uint64_t seed);
 /* The adapters' config, or NULL when none is attached. */
 const lf_lora_config *lf_model_lora(const lf_model *m);

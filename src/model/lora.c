@@ -238,9 +238,6 @@ lf_status lf_model_lora_attach(lf_model *m, const lf_lora_config *lc, uint64_t s
         return lf_fail(LF_ERR_UNSUPPORTED, "LoRA with ZeRO is not implemented (set zero_optimization.stage 0)");
     if (!m->be->ops->lora_forward || !m->be->ops->lora_backward)
         return lf_fail(LF_ERR_UNSUPPORTED, "backend '%s' has no LoRA ops (use backend cpu)", m->be->ops->name);
-    if (lc->dropout > 0.0f)
-        return lf_fail(LF_ERR_UNSUPPORTED, "key 'lora.dropout': %g > 0 is not implemented (set 0)",
-                       (double)lc->dropout);
     lf__lora *L = calloc(1, sizeof *L);
     if (!L) return lf_fail(LF_ERR_NOMEM, "out of memory for LoRA");
     m->lora = L;
@@ -321,6 +318,18 @@ static int site_col(const lf__lora_site *s, size_t w0, int C, lf_weight_layout l
     return layout == LF_W_OUT_IN ? (int)((s->w_off - w0) / (size_t)C) : 0;
 }
 
+/* lora_dropout of site k in this forward (p 0: none): a key of its own per
+ * micro-batch and site, so a recomputed forward and the backward draw the
+ * same mask (counter-based, backend_impl.h). */
+static lf_dropout site_drop(const lf_model *m, int k) {
+    lf_dropout d = {0};
+    if (!m->opts.train || m->lora->cfg.dropout <= 0.0f) return d;
+    d.p = m->lora->cfg.dropout;
+    d.seed = m->opts.seed;
+    d.key = lf_rng_mix(lf_rng_mix(m->opts.key, LORA_INIT_STREAM), (uint64_t)k);
+    return d;
+}
+
 void lf__lora_forward(const lf_model *m, float *out, const void *inp, const float *weight, int N, int C, int OC,
                       lf_weight_layout layout) {
     const lf__lora *L = m->lora;
@@ -328,7 +337,13 @@ void lf__lora_forward(const lf_model *m, float *out, const void *inp, const floa
     const size_t w0 = (size_t)(weight - m->params), w1 = w0 + (size_t)C * OC;
     for (int k = first_site(L, w0); k < L->n_site && L->site[k].w_off < w1; k++) {
         const lf__lora_site *s = &L->site[k];
-        m->be->ops->lora_forward(m->be, out + site_col(s, w0, C, layout), OC, m->lora_u, inp, L->params + s->a_off,
+        const lf_dropout d = site_drop(m, k);
+        const float *x = inp;
+        if (d.p > 0.0f) { /* PEFT: lora_B(lora_A(dropout(x))) */
+            m->be->ops->dropout_forward(m->be, m->lora_x, inp, (size_t)N * C, d);
+            x = m->lora_x;
+        }
+        m->be->ops->lora_forward(m->be, out + site_col(s, w0, C, layout), OC, m->lora_u, x, L->params + s->a_off,
                                  L->params + s->b_off, N, C, s->out, L->cfg.r, L->scale);
     }
 }
@@ -340,9 +355,24 @@ void lf__lora_backward(const lf_model *m, float *dinp, const float *dout, const 
     const size_t w0 = (size_t)(weight - m->params), w1 = w0 + (size_t)C * OC;
     for (int k = first_site(L, w0); k < L->n_site && L->site[k].w_off < w1; k++) {
         const lf__lora_site *s = &L->site[k];
-        m->be->ops->lora_backward(m->be, dinp, L->grads + s->a_off, L->grads + s->b_off, m->lora_u, m->lora_du,
-                                  dout + site_col(s, w0, C, layout), OC, inp, L->params + s->a_off,
+        const lf_dropout d = site_drop(m, k);
+        if (d.p <= 0.0f) {
+            m->be->ops->lora_backward(m->be, dinp, L->grads + s->a_off, L->grads + s->b_off, m->lora_u, m->lora_du,
+                                      dout + site_col(s, w0, C, layout), OC, inp, L->params + s->a_off,
+                                      L->params + s->b_off, N, C, s->out, L->cfg.r, L->scale);
+            continue;
+        }
+        /* the dropped input again (the same mask), its gradient through the mask into dinp */
+        const size_t n = (size_t)N * C;
+        m->be->ops->dropout_forward(m->be, m->lora_x, inp, n, d);
+        if (dinp) m->be->ops->zero(m->be, m->lora_dx, n);
+        m->be->ops->lora_backward(m->be, dinp ? m->lora_dx : NULL, L->grads + s->a_off, L->grads + s->b_off, m->lora_u,
+                                  m->lora_du, dout + site_col(s, w0, C, layout), OC, m->lora_x, L->params + s->a_off,
                                   L->params + s->b_off, N, C, s->out, L->cfg.r, L->scale);
+        if (dinp) {
+            m->be->ops->dropout_backward(m->be, m->lora_dx, m->lora_dx, n, d);
+            m->be->ops->add_inplace(m->be, dinp, m->lora_dx, n);
+        }
     }
 }
 
@@ -367,4 +397,25 @@ lf_status lf_model_lora_merge(lf_model *m) {
     lf_model_params_changed(m);
     if (m->be->ops->params_changed) m->be->ops->params_changed(m->be);
     return LF_OK;
+}
+
+size_t lf__lora_scratch_floats(const lf_lora_config *lc, const lf_model_config *cfg, size_t rows) {
+    if (!lf_lora_enabled(lc)) return 0;
+    size_t floats = 2 * rows * (size_t)lc->r; /* u, du */
+    if (lc->dropout <= 0.0f) return floats;
+    lf_model_config c;
+    const lf__model_arch *a;
+    if (lf__model_resolved(cfg, &c, &a) != LF_OK) return floats;
+    lf_param_info *t = NULL;
+    int count = 0;
+    size_t total = 0, max_in = 0;
+    if (a->param_table(&c, &t, &count, &total) != LF_OK) return floats;
+    char path[LF_PARAM_NAME_MAX];
+    for (int i = 0; i < count; i++) {
+        if (!module_path(&t[i], c.n_layer, path, sizeof path) || !path_targeted(lc, path)) continue;
+        const size_t in = (size_t)(a->linear_in_out ? t[i].shape[0] : t[i].shape[1]);
+        if (in > max_in) max_in = in;
+    }
+    lf_free(t);
+    return floats + 2 * rows * max_in; /* the dropped input and its gradient */
 }

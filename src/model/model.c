@@ -125,7 +125,7 @@ static void free_plan(lf_model *m) {
     if (m->act_block) m->be->ops->free(m->be, m->act_block);
     m->act_block = NULL;
     if (m->lora_u) m->be->ops->free(m->be, m->lora_u);
-    m->lora_u = m->lora_du = NULL;
+    m->lora_u = m->lora_du = m->lora_x = m->lora_dx = NULL;
     if (m->rep)
         for (int r = 0; r < m->n_rep; r++) free(m->rep[r].acts);
     free(m->rep);
@@ -460,10 +460,13 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
         if (ok) *(void **)m->rep[r].acts = (unsigned char *)m->rep[r].acts + a->acts_size; /* its per-layer entries */
     }
     m->act_block = ok ? m->be->ops->alloc(m->be, p.used) : NULL;
-    if (m->act_block && m->lora) { /* LoRA's scratch: u and du, (B*T, r) each */
-        const size_t nu = (size_t)B * T * (size_t)m->lora->cfg.r;
-        m->lora_u = m->be->ops->alloc(m->be, 2 * nu * sizeof(float));
+    if (m->act_block && m->lora) { /* LoRA's scratch: u, du, and with dropout x and dx (lf__lora_scratch_floats) */
+        const size_t rows = (size_t)B * T, nu = rows * (size_t)m->lora->cfg.r;
+        const size_t all = lf__lora_scratch_floats(&m->lora->cfg, &m->cfg, rows), nx = (all - 2 * nu) / 2;
+        m->lora_u = m->be->ops->alloc(m->be, all * sizeof(float));
         m->lora_du = m->lora_u ? m->lora_u + nu : NULL;
+        m->lora_x = m->lora_u && nx ? m->lora_u + 2 * nu : NULL;
+        m->lora_dx = m->lora_x ? m->lora_x + nx : NULL;
         if (!m->lora_u) {
             m->be->ops->free(m->be, m->act_block);
             m->act_block = NULL;

@@ -305,6 +305,11 @@ void lf__lora_forward(const lf_model *m, float *out, const void *inp, const floa
 void lf__lora_backward(const lf_model *m, float *dinp, const float *dout, const void *inp, const float *weight, int N,
                        int C, int OC, lf_weight_layout layout);
 void lf__lora_free(lf_model *m);
+/* Floats of LoRA's scratch for a plan of `rows` rows (B*T): u and du (rows,
+ * r), and with lora.dropout the dropped input and its gradient (rows, the
+ * widest adapted input); 0 without LoRA. The model's plan allocates it; the
+ * memory plan (src/train/plan.c) counts it. */
+size_t lf__lora_scratch_floats(const lf_lora_config *lc, const lf_model_config *cfg, size_t rows);
 
 /* ---------------------------------------------------------------- the model */
 
@@ -360,6 +365,7 @@ struct lf_model {
     int no_grads;            /* lf_model_release_grads: a model to run only (no gradient memory) */
     lf__lora *lora;          /* LoRA adapters (NULL: none; a session's view shares them) */
     float *lora_u, *lora_du; /* the plan's LoRA scratch, (B*T, r) each (the view's own) */
+    float *lora_x, *lora_dx; /* ... with lora.dropout: (B*T, the widest adapted input) each */
     lf_forward_opts opts;
     char errmsg[1024];
 };

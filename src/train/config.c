@@ -185,7 +185,7 @@ static const key_def k_keys[] = {
     {.path = "lora.alpha", .type = KT_FLOAT, FLD(lora.alpha), .lo = 0, .hi = INF, .flags = KF_LO_OPEN | KF_FULL_PATH, .def = {8},
      .help = "LoRA alpha (PEFT's lora_alpha): the adapters' product is scaled by alpha / r"},
     {.path = "lora.dropout", .type = KT_FLOAT, FLD(lora.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN | KF_FULL_PATH,
-     .def = {0}, .help = "dropout on the adapters' input (PEFT's lora_dropout; only 0 is implemented)"},
+     .def = {0}, .help = "dropout on the adapters' input while training (PEFT's lora_dropout)"},
     {.path = "lora.target_modules", .type = KT_STRLIST, FLD(lora.target_modules), .flags = KF_FULL_PATH, .def_str = "",
      .help = "modules that get adapters, by Hugging Face name (Llama q_proj k_proj v_proj o_proj gate_proj up_proj "
              "down_proj; GPT-2 c_attn c_proj c_fc), or \"all-linear\"; [] = no LoRA (full fine-tuning)"},

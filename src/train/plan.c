@@ -183,8 +183,8 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     /* checkpoint.async: the snapshot the background writer owns, on the rank
      * that writes (trainer_ckpt.c; ZeRO is refused with async, so the whole model) */
     if (cfg->ckpt_async && rank == 0) add(p, "checkpoint.async snapshot (host copies)", 3 * PT * f, 0);
-    /* LoRA's scratch (model.c lf_model_plan): u and du, (B*T, r) each */
-    if (lora) add(p, "LoRA scratch", 2 * (size_t)B * (size_t)T * (size_t)cfg->lora.r * f, dev);
+    /* LoRA's scratch (model.c lf_model_plan): u and du, (B*T, r) each, with dropout x and dx */
+    if (lora) add(p, "LoRA scratch", lf__lora_scratch_floats(&cfg->lora, mcfg, (size_t)B * (size_t)T) * f, dev);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s%s)", lf_recompute_name(rc),
              p->act_dtype == LF_ACT_BF16 ? ", bf16" : "");

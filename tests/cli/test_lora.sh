@@ -4,7 +4,8 @@
 #   - every step directory holds PEFT's adapter_config.json and adapter_model.safetensors (the
 #     adapter only: no config.json, no base tensors);
 #   - `llmforge plan` counts gradients and AdamW moments of the adapters only;
-#   - full recomputation with asynchronous checkpoints gives the same adapter bit for bit, and two
+#   - full recomputation with asynchronous checkpoints gives the same adapter bit for bit (with
+#     lora.dropout too: the same masks), and two
 #     data-parallel ranks (tcp) end with the adapters of one process on the same batch;
 #   - a resumed run ends with the adapter of the uninterrupted one, bit for bit; a resume without
 #     the base it was trained on, a target that matches no module, lora.r 0 and LoRA with ZeRO
@@ -82,6 +83,16 @@ ok
     --checkpoint.async=true >rcfull.log 2>&1 || fail "recompute full + async: $(cat rcfull.log)"
 cmp -s rcfull/ckpt/step_00000006/adapter_model.safetensors "$step/adapter_model.safetensors" ||
     fail "full recomputation / async checkpoints changed the adapter"
+ok
+# lora.dropout: the masks act (another adapter) and are redrawn alike by full recomputation
+for pol in none full; do
+    "$LF" train "${COMMON[@]}" --train_iters=4 --checkpoint.interval=0 --out_dir=drop_$pol --init-from "$BASE" \
+        --lora.dropout=0.1 --activation_checkpointing.policy=$pol >drop_$pol.log 2>&1 || fail "dropout $pol: $(cat drop_$pol.log)"
+done
+cmp -s drop_none/ckpt/step_00000004/adapter_model.safetensors drop_full/ckpt/step_00000004/adapter_model.safetensors ||
+    fail "lora.dropout: full recomputation drew other masks"
+! cmp -s drop_none/ckpt/step_00000004/adapter_model.safetensors full/ckpt/step_00000004/adapter_model.safetensors ||
+    fail "lora.dropout 0.1 changed nothing"
 ok
 # data parallel: two ranks (launch --standalone, the tcp communicator) sum the adapters' gradients;
 # the adapters after 3 steps equal those of one process accumulating the same two micro-batches,
