@@ -389,9 +389,10 @@ static lf_status build_model(lf_trainer *t, lf_mem_plan *plan) {
     if (st != LF_OK) return lf__trainer_fail(t, device_oom(t, st, plan));
     st = lf__ckpt_extras(t);
     if (st != LF_OK) return lf__trainer_fail(t, st);
-    st = lf_model_init_weights(t->model, t->cfg.seed);
-    if (st == LF_OK && lf_lora_enabled(&t->cfg.lora)) /* the base frozen from here; --init-from fills it below */
-        st = lf_model_lora_attach(t->model, &t->cfg.lora, t->cfg.seed);
+    /* LoRA first: the base's gradient buffer goes before the initialisation's host copy comes
+     * (the peak stays at weights + one copy); --init-from fills the base below */
+    st = lf_lora_enabled(&t->cfg.lora) ? lf_model_lora_attach(t->model, &t->cfg.lora, t->cfg.seed) : LF_OK;
+    if (st == LF_OK) st = lf_model_init_weights(t->model, t->cfg.seed);
     if (st != LF_OK) return lf__trainer_fail(t, st);
     size_t act_bytes = 0;
     st = lf_model_set_recompute(t->model, (lf_recompute)t->cfg.recompute);
