@@ -32,6 +32,7 @@ set(lf_gemm_tests
   cli.test_hf_init
   cli.test_hf_init_fenced
   cli.test_hf_rope
+  cli.test_lora
   cli.test_hf_roundtrip
   cli.test_kernels
   cli.test_launch
@@ -165,6 +166,7 @@ set(lf_gemm_tests
   train.test_fenced
   train.test_fp16
   train.test_golden
+  train.test_lora_peft
   train.test_golden_llama_golden
   train.test_golden_llama_golden_qwen2
   train.test_golden_llama_golden_tied

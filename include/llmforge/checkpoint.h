@@ -160,6 +160,27 @@ lf_status lf_checkpoint_read_model(const char *dir, lf_model_config *cfg, char *
 lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **model, char *tokenizer, size_t cap,
                                    char **dir_out);
 
+/* ---- LoRA adapters in PEFT's format (docs/checkpoints.md "LoRA") --------
+ * A PEFT adapter directory: adapter_config.json and adapter_model.safetensors
+ * (peft's save_pretrained; every LoRA checkpoint step directory holds them). */
+/* adapter_config.json of dir into lc, its base_model_name_or_path into base
+ * (may be NULL; "" when absent); keys llmforge does not implement (DoRA,
+ * rank/alpha patterns, modules_to_save, ...) are LF_ERR_UNSUPPORTED naming
+ * the key and file. */
+lf_status lf_lora_adapter_config(const char *dir, lf_lora_config *lc, char *base, size_t cap);
+/* adapter_model.safetensors of dir into m's adapters (attached with the
+ * adapter's config): every adapter tensor by PEFT's name and shape, no other. */
+lf_status lf_lora_adapter_load(lf_model *m, const char *dir);
+/* The base of an adapter into out: base_dir when given, else the adapter's
+ * base_model_name_or_path (named; relative to adapter_dir unless absolute)
+ * when that is a local Hugging Face directory, else LF_ERR_NOT_FOUND. */
+lf_status lf_lora_adapter_base(const char *adapter_dir, const char *named, const char *base_dir, char *out, size_t cap);
+/* `llmforge merge`: base (base_dir, or the adapter's own) + adapter, merged as
+ * PEFT's merge_and_unload, written to out_dir as a Hugging Face directory
+ * (the base's config.json, generation and tokenizer files, and
+ * model.safetensors in fp32). */
+lf_status lf_lora_merge(const char *adapter_dir, const char *base_dir, const char *out_dir);
+
 /* Whether path is a Hugging Face model directory rather than an llmforge
  * checkpoint or run: config.json and model.safetensors (or its index), no
  * trainer_state.json and no `latest`. */

@@ -520,6 +520,68 @@ lf_status lf_model_session_plan_bytes(const lf_model *m, int B, int T, int with_
 /* The backend instance the model lives on. */
 lf_backend *lf_model_backend(const lf_model *m);
 
+/* ---- LoRA (include/llmforge/model.h; docs/training.md "LoRA") ------------
+ * Low-rank adapters after PEFT's LoraConfig (peft/tuners/lora): each
+ * targeted linear y = x W^T (+ b) becomes y + scale * (x A^T) B^T with A
+ * (r, in) and B (out, r) trainable and the base frozen; scale = alpha / r,
+ * or alpha / sqrt(r) with use_rslora. A starts uniform(-1/sqrt(in),
+ * 1/sqrt(in)) (PEFT's kaiming_uniform with a = sqrt(5)), B at zero. Targets
+ * are Hugging Face module names: Llama q_proj k_proj v_proj o_proj gate_proj
+ * up_proj down_proj, GPT-2 c_attn c_proj c_fc (both c_proj), a dotted
+ * suffix of the module path ("attn.c_proj"), or "all-linear" (every linear
+ * of the blocks; never the lm_head). */
+#define LF_LORA_TARGETS_MAX 512
+typedef struct lf_lora_config {
+    int r;                                    /* rank, > 0 */
+    float alpha;                              /* lora_alpha */
+    float dropout;                            /* lora_dropout, [0, 1) */
+    char target_modules[LF_LORA_TARGETS_MAX]; /* names joined by '\n'; "" = no LoRA */
+    char bias[16];                            /* "none" (the only one implemented) */
+    int use_rslora;                           /* scale alpha / sqrt(r) */
+} lf_lora_config;
+
+/* PEFT's defaults (r 8, alpha 8, dropout 0, bias none), no targets. */
+lf_lora_config lf_lora_config_default(void);
+/* 1 when lc asks for LoRA (target_modules not empty). */
+int lf_lora_enabled(const lf_lora_config *lc);
+/* The checks of lc against a model config (r, dropout, bias, every target
+ * matching a module of the model; cfg NULL: the values alone); messages
+ * name the lora.* key. Nothing to check when lc asks for no LoRA. */
+lf_status lf_lora_config_check(const lf_lora_config *lc, const lf_model_config *cfg);
+/* Trainable parameters LoRA adds to a model of this config (0 when off). */
+size_t lf_lora_num_params(const lf_lora_config *lc, const lf_model_config *cfg);
+
+/* Attach adapters to m (once, after its base weights are in place): A drawn
+ * from seed, B zero. From then on the base is frozen (its gradient memory
+ * is freed; backward computes no base gradient), the model runs one replica,
+ * and lf_model_train_* below are the adapters. LF_ERR_UNSUPPORTED for a
+ * backend without the LoRA ops (which also keep activations in fp32) or
+ * ZeRO, naming what. lora.dropout drops each adapter's input while training
+ * (lf_forward_opts.train), with a mask of its own. */
+lf_status lf_model_lora_attach(lf_model *m, const lf_lora_config *lc, uint64_t seed);
+/* The adapters' config, or NULL when none is attached. */
+const lf_lora_config *lf_model_lora(const lf_model *m);
+/* The scale of the adapters' products (alpha / r or alpha / sqrt(r)). */
+float lf_model_lora_scale(const lf_model *m);
+/* PEFT's name of adapter tensor i of the train table
+ * ("base_model.model." + the Hugging Face module path + ".lora_A.weight"),
+ * like snprintf. */
+int lf_model_lora_peft_name(const lf_model *m, int i, char *buf, size_t cap);
+
+/* Fold the adapters into the base weights (PEFT's merge_and_unload: W +=
+ * scale * B A, in the weight's layout), in place; the adapters stay attached
+ * (a forward after it would add them again). Host-memory backends only. */
+lf_status lf_model_lora_merge(lf_model *m);
+
+/* What trains: the whole parameter vector, or with LoRA the adapters (their
+ * own table, names like "model.layers.0.self_attn.q_proj.lora_A.weight",
+ * offsets into their own buffers). The optimizer, gradient sums and
+ * checkpoints of the trainer work on these. */
+const lf_param_info *lf_model_train_table(const lf_model *m, int *count);
+size_t lf_model_train_num_params(const lf_model *m);
+float *lf_model_train_params(lf_model *m); /* backend memory */
+float *lf_model_train_grads(lf_model *m);  /* backend memory */
+
 /* Last error message recorded on this model. */
 const char *lf_model_errmsg(const lf_model *m);
 

@@ -96,6 +96,7 @@ typedef struct lf_train_config {
     lf_model_config model; /* model.vocab_size 0 = take it from the dataset */
     unsigned model_given;  /* LF_MODEL_GIVEN_* bits: model keys the file or an override set
                                         (the others may come from an --init-from HF config.json) */
+    lf_lora_config lora;   /* lora.*: LoRA adapters (target_modules "" = full fine-tuning) */
     /* data */
     char dataset[LF_PATH_MAX];
     int sampling;      /* lf_sampling */
@@ -308,7 +309,10 @@ typedef struct lf_trainer_opts {
      * NULL: the trainer opens comm.backend with comm.timeout_s itself and
      * closes it in lf_trainer_free. Its size must be cfg->world_size. */
     lf_comm *comm;
-    const char *init_from; /* safetensors weights to start from, or NULL */
+    const char *init_from; /* safetensors weights to start from, or NULL; or a PEFT LoRA adapter
+                            * directory (adapter_config.json): its base, then its adapters */
+    const char *base;      /* with an adapter init_from: the base model directory (NULL: the
+                            * adapter's base_model_name_or_path when that is a local directory) */
     /* Sinks the caller adds to the trainer's bus besides those the config
      * asks for (log.jsonl always; TensorBoard, Prometheus when enabled):
      * e.g. the CLI's console. Ownership passes to the trainer. */

@@ -259,6 +259,25 @@ struct lf_backend_ops {
                             const void *inp,             // (N,C) in inp_dt
                             lf_dtype inp_dt, const float *weight, int N, int C, int OC, lf_weight_layout layout);
 
+    /* ---- LoRA (PEFT): the low-rank path of an adapted linear over n of its
+     * output columns (out and dout point at the first, row stride ldo):
+     * u = inp A^T, out += scale * u B^T. Backward recomputes u, then
+     * dB += scale * dout^T u, du = scale * dout B, dA += du^T inp, and
+     * dinp += du A (dinp NULL: not needed). inp is fp32. NULL slots: the
+     * backend has no LoRA (lf_model_lora_attach refuses it). */
+    void (*lora_forward)(lf_backend *be, float *out, int ldo, // (N,n) +=, row stride ldo
+                         float *u,                            // (N,r) scratch, overwritten
+                         const float *inp,                    // (N,C)
+                         const float *A, const float *B,      // (r,C), (n,r)
+                         int N, int C, int n, int r, float scale);
+    void (*lora_backward)(lf_backend *be, float *dinp,    // (N,C) += or NULL
+                          float *dA, float *dB,           // (r,C) +=, (n,r) +=
+                          float *u, float *du,            // (N,r) scratch each
+                          const float *dout, int ldo,     // (N,n), row stride ldo
+                          const float *inp,               // (N,C)
+                          const float *A, const float *B, // (r,C), (n,r)
+                          int N, int C, int n, int r, float scale);
+
     /* ---- rotary position embedding, Hugging Face Llama's convention
      * (rotate_half: channel i pairs with i + HS/2, NOT interleaved pairs),
      * applied in place to the q and k parts of qkv rows laid out as for

@@ -48,4 +48,12 @@ lf_status lf__ck_table_check(const char *what, const lf_ckpt_tensors *tt, pindex
 /* The step directories of root, newest first (see checkpoint.c). */
 int lf__ck_list_steps(const char *root, int clean, step_ent **out, size_t *count);
 
+/* A PEFT LoRA adapter directory as a model (lora_adapter.c): its base
+ * (base_model_name_or_path, local), the adapters attached and loaded; the
+ * tokenizer spec and *dir_out of a LoRA run's step directory are its own,
+ * a bare PEFT directory's its base's. */
+lf_status lf__lora_load_model(const char *dir, lf_backend *be, lf_model **out, char *tokenizer, size_t cap,
+                              char **dir_out);
+char *lf__lora_strdup(const char *s); /* lf_alloc'd copy, NULL when out of memory */
+
 #endif

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
+#include "checkpoint/checkpoint_impl.h"
 #include "llmforge/backend.h"
 #include "llmforge/checkpoint.h"
 #include "llmforge/data.h"
@@ -201,11 +202,18 @@ lf_status lf_checkpoint_load_model(const char *ckpt, lf_backend *be, lf_model **
     if (!be) be = lf_backend_default();
     if (!be) return LF_ERR_NOT_FOUND;
     if (lf_checkpoint_is_hf_dir(ckpt)) return load_hf(ckpt, be, model, tokenizer, cap, dir_out);
+    if (is_file(ckpt, "adapter_config.json") && !is_file(ckpt, "trainer_state.json")) /* PEFT's own directory */
+        return lf__lora_load_model(ckpt, be, model, tokenizer, cap, dir_out);
     char *dir = NULL;
     float *host = NULL;
     lf_model *m = NULL;
     lf_status st = lf_checkpoint_resolve(ckpt, &dir);
     if (st != LF_OK) return st;
+    if (is_file(dir, "adapter_config.json")) { /* LoRA: its base, then the adapter (lora_adapter.c) */
+        st = lf__lora_load_model(dir, be, model, tokenizer, cap, dir_out);
+        lf_free(dir);
+        return st;
+    }
     lf_model_config mc;
     char spec[LF_PATH_MAX + 32];
     if ((st = lf_checkpoint_read_model(dir, &mc, spec, sizeof spec)) != LF_OK) goto fail;

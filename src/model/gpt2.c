@@ -558,6 +558,7 @@ const lf__model_arch lf__arch_gpt2 = {
     .presets = k_presets,
     .n_presets = (int)(sizeof k_presets / sizeof k_presets[0]),
     .bf16_acts = 1,
+    .linear_in_out = 1, /* Conv1D */
     .model_params = k_model_params,
     .n_model_params = G_N,
     .layer_fmt = "h.%d.",

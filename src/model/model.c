@@ -124,6 +124,8 @@ fail:
 static void free_plan(lf_model *m) {
     if (m->act_block) m->be->ops->free(m->be, m->act_block);
     m->act_block = NULL;
+    if (m->lora_u) m->be->ops->free(m->be, m->lora_u);
+    m->lora_u = m->lora_du = m->lora_x = m->lora_dx = NULL;
     if (m->rep)
         for (int r = 0; r < m->n_rep; r++) free(m->rep[r].acts);
     free(m->rep);
@@ -140,6 +142,7 @@ void lf_model_free(lf_model *m) {
         free(m);
         return;
     }
+    lf__lora_free(m);
     if (m->params) m->be->ops->free(m->be, m->params);
     if (m->grads) m->be->ops->free(m->be, m->grads);
     if (m->pblk1 && m->pf_unit >= 0)
@@ -231,6 +234,10 @@ void lf_model_state_bytes(const lf_model *m, size_t *params, size_t *grads) {
     size_t (*n)(lf_backend *, const void *) = be->ops->allocated;
     *params = n(be, m->params) + n(be, m->pemb) + n(be, m->pblk1 ? m->pblk_a : m->pblk) + n(be, m->pblk1);
     *grads = n(be, m->grads) + n(be, m->gemb0) + n(be, m->gblk0) + n(be, m->gblk1);
+    if (m->lora) {
+        *params += n(be, m->lora->params);
+        *grads += n(be, m->lora->grads);
+    }
 }
 
 void lf_model_params_changed(lf_model *m) {
@@ -250,6 +257,7 @@ const float *lf_model_logits(const lf_model *m) { return m->logits; }
 const char *lf_model_errmsg(const lf_model *m) { return m->errmsg; }
 void lf_model_zero_grad(lf_model *m) {
     if (m->grads) m->be->ops->zero(m->be, m->grads, m->num_params);
+    if (m->lora) m->be->ops->zero(m->be, m->lora->grads, m->lora->total);
 }
 
 /* ---------------------------------------------------------------- activation plan */
@@ -438,7 +446,8 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
                        .B = B,
                        .T = T,
                        .infer = m->borrowed};
-    lf__split_rows(B, m->be->ops->replicas ? m->be->ops->replicas(m->be, B) : 1, &s.rB, &s.n_rep);
+    /* LoRA: one replica (the adapters' gradients and scratch are not per replica) */
+    lf__split_rows(B, m->be->ops->replicas && !m->lora ? m->be->ops->replicas(m->be, B) : 1, &s.rB, &s.n_rep);
     lf__plan_attention(&s, m->be->ops, m->kv_planned);
     lf__planner p = {0};
     lf__lay_out(a, &s, NULL, &p); /* sizing pass */
@@ -451,6 +460,18 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
         if (ok) *(void **)m->rep[r].acts = (unsigned char *)m->rep[r].acts + a->acts_size; /* its per-layer entries */
     }
     m->act_block = ok ? m->be->ops->alloc(m->be, p.used) : NULL;
+    if (m->act_block && m->lora) { /* LoRA's scratch: u, du, and with dropout x and dx (lf__lora_scratch_floats) */
+        const size_t rows = (size_t)B * T, nu = rows * (size_t)m->lora->cfg.r;
+        const size_t all = lf__lora_scratch_floats(&m->lora->cfg, &m->cfg, rows), nx = (all - 2 * nu) / 2;
+        m->lora_u = m->be->ops->alloc(m->be, all * sizeof(float));
+        m->lora_du = m->lora_u ? m->lora_u + nu : NULL;
+        m->lora_x = m->lora_u && nx ? m->lora_u + 2 * nu : NULL;
+        m->lora_dx = m->lora_x ? m->lora_x + nx : NULL;
+        if (!m->lora_u) {
+            m->be->ops->free(m->be, m->act_block);
+            m->act_block = NULL;
+        }
+    }
     if (!m->act_block) {
         size_t need = p.used;
         free_plan(m);
@@ -482,7 +503,7 @@ float *lf__param_at(const lf_model *m, int idx) {
 }
 
 float *lf__grad_at(const lf_model *m, const lf__replica *rp, int idx) {
-    if (idx < 0) return NULL;
+    if (idx < 0 || m->lora) return NULL; /* LoRA: the base is frozen */
     size_t off = m->table[idx].offset;
     if (rp->gfull) return rp->gfull + off;
     int u = m->table[idx].unit;
@@ -541,11 +562,13 @@ void lf__act_convert(const lf_model *m, void *out, const float *inp, size_t n) {
 void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
                     int C, int OC, lf_weight_layout layout) {
     m->be->ops->matmul_forward(m->be, out, inp, act_dt(m), weight, bias, N, C, OC, layout);
+    if (m->lora) lf__lora_forward(m, out, inp, weight, N, C, OC, layout);
 }
 
 void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp,
                      const float *weight, int N, int C, int OC, lf_weight_layout layout) {
     m->be->ops->matmul_backward(m->be, dinp, dweight, dbias, dout, inp, act_dt(m), weight, N, C, OC, layout);
+    if (m->lora) lf__lora_backward(m, dinp, dout, inp, weight, N, C, OC, layout); /* dweight, dbias NULL: frozen */
 }
 
 void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,
@@ -864,6 +887,7 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
 /* Unit buffers start each backward of their unit at zero (matmul and
  * norm backwards add into the gradient). */
 static void zero_unit_grads(lf_model *m, int n_rep, int emb) {
+    if (m->lora) return; /* no base gradients */
     for (int r = 0; r < n_rep; r++) {
         lf__replica *rp = &m->rep[r];
         if (rp->gfull) continue;
@@ -877,6 +901,7 @@ static void zero_unit_grads(lf_model *m, int n_rep, int emb) {
  * buffer, or under ZeRO-2/3 replica 0's unit buffer, which then goes to
  * reduce_grads. */
 static lf_status finish_unit(lf_model *m, int n_rep, int u) {
+    if (m->lora) return LF_OK; /* one replica; the adapters' gradients are summed by the caller */
     size_t lo = m->unit_lo[u], n = m->unit_n[u];
     float *dst = m->rep[0].gfull ? m->rep[0].gfull + lo : (u == 0 ? m->rep[0].gemb : m->rep[0].gblk);
     for (int r = 1; r < n_rep; r++) m->be->ops->add_inplace(m->be, dst, u == 0 ? m->rep[r].gemb : m->rep[r].gblk, n);
@@ -921,7 +946,7 @@ lf_status lf_model_backward(lf_model *m) {
         if ((st = finish_unit(m, n_rep, 1 + l)) != LF_OK) return st;
     }
     if ((st = use_unit(m, 0)) != LF_OK) return st;
-    run_all(m, n_rep, embed_bw_task);
+    if (!m->lora) run_all(m, n_rep, embed_bw_task); /* LoRA: frozen embeddings, nothing below them */
     if ((st = finish_unit(m, n_rep, 0)) != LF_OK) return st;
     return sync_point(m);
 }

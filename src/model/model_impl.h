@@ -221,6 +221,9 @@ typedef struct lf__model_arch {
     /* Storage of matmul inputs this architecture can keep in bf16 on a
      * backend with the bf16 slots (0: fp32 only). */
     int bf16_acts;
+    /* 1 when the blocks' linear weights are stored (in, out), Hugging
+     * Face's Conv1D (GPT-2; PEFT's fan_in_fan_out); 0 for (out, in). */
+    int linear_in_out;
 
     /* The tensors the compute functions address, by table index, bound by
      * the runtime when the model is created (lf__model_ix, lf__layer_ix;
@@ -282,6 +285,41 @@ typedef struct lf__kv {
     int n_seg;
 } lf__kv;
 
+/* ---------------------------------------------------------------- LoRA (lora.c) */
+
+/* One adapted base tensor: its table index and offset, in/out features,
+ * and where its A (r, in) and B (out, r) are in the adapters' buffers. */
+typedef struct lf__lora_site {
+    int base;
+    size_t w_off;
+    int in, out;
+    size_t a_off, b_off;
+} lf__lora_site;
+
+typedef struct lf__lora {
+    lf_lora_config cfg;
+    float scale;
+    lf__lora_site *site; /* in base-offset order */
+    int n_site;
+    lf_param_info *table; /* the adapters' parameter table (2 per site) */
+    int n;
+    size_t total;
+    float *params, *grads; /* backend memory, total floats each */
+} lf__lora;
+
+/* The low-rank paths of the sites inside a matmul's weight (none when it
+ * adapts nothing), after its base product / base input gradient. */
+void lf__lora_forward(const lf_model *m, float *out, const void *inp, const float *weight, int N, int C, int OC,
+                      lf_weight_layout layout);
+void lf__lora_backward(const lf_model *m, float *dinp, const float *dout, const void *inp, const float *weight, int N,
+                       int C, int OC, lf_weight_layout layout);
+void lf__lora_free(lf_model *m);
+/* Floats of LoRA's scratch for a plan of `rows` rows (B*T): u and du (rows,
+ * r), and with lora.dropout the dropped input and its gradient (rows, the
+ * widest adapted input); 0 without LoRA. The model's plan allocates it; the
+ * memory plan (src/train/plan.c) counts it. */
+size_t lf__lora_scratch_floats(const lf_lora_config *lc, const lf_model_config *cfg, size_t rows);
+
 /* ---------------------------------------------------------------- the model */
 
 struct lf_model {
@@ -333,7 +371,10 @@ struct lf_model {
     int cur_B, cur_T, cur_rep, cur_with_targets;
     int cur_pos0; /* position of the forward's first row (0 but for cached decoding) */
     int have_dlogits;
-    int no_grads; /* lf_model_release_grads: a model to run only (no gradient memory) */
+    int no_grads;            /* lf_model_release_grads: a model to run only (no gradient memory) */
+    lf__lora *lora;          /* LoRA adapters (NULL: none; a session's view shares them) */
+    float *lora_u, *lora_du; /* the plan's LoRA scratch, (B*T, r) each (the view's own) */
+    float *lora_x, *lora_dx; /* ... with lora.dropout: (B*T, the widest adapted input) each */
     lf_forward_opts opts;
     char errmsg[1024];
 };

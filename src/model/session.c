@@ -51,6 +51,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     v->pemb = v->pblk = v->gemb0 = v->gblk0 = v->gblk1 = v->pblk_a = v->pblk1 = NULL;
     v->pf_unit = -1;
     v->act_block = NULL;
+    v->lora_u = v->lora_du = v->lora_x = v->lora_dx = NULL; /* the view's plan has its own LoRA scratch */
     v->rep = NULL;
     v->n_rep = 0;
     v->have_dlogits = 0;

@@ -89,10 +89,11 @@ typedef enum key_type {
 } key_type;
 
 enum {
-    KF_LO_OPEN = 1,  /* lower bound excluded */
-    KF_HI_OPEN = 2,  /* upper bound excluded */
-    KF_REQUIRED = 4, /* string must be non-empty */
-    KF_DERIVED = 8,  /* default computed from other keys (def_str says how) */
+    KF_LO_OPEN = 1,    /* lower bound excluded */
+    KF_HI_OPEN = 2,    /* upper bound excluded */
+    KF_REQUIRED = 4,   /* string must be non-empty */
+    KF_DERIVED = 8,    /* default computed from other keys (def_str says how) */
+    KF_FULL_PATH = 16, /* an override names it by its full path only (lora.bias, lora.dropout: not model's) */
 };
 
 typedef struct key_def {
@@ -139,6 +140,7 @@ static const char *const comm_choices[] = {"auto", "single", "mpi", "tcp", "nccl
 static const char *const offload_choices[] = {"none", "cpu", NULL};
 static const char *const comm_dtype_choices[] = {"fp32", "bf16", NULL};
 /* the compute backend (lf_backend_select); bf16.enabled picks its bf16 variant */
+static const char *const lora_bias_choices[] = {"none", "all", "lora_only", NULL}; /* PEFT's; only none is built */
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", "cpu-fenced", NULL};
 _Static_assert(LF_RECOMPUTE_NONE == 0 && LF_RECOMPUTE_SELECTIVE == 1 && LF_RECOMPUTE_FULL == 2,
                "recompute_choices order");
@@ -203,6 +205,20 @@ static const key_def k_keys[] = {
     {.path = "train.stop_at", .type = KT_LONG, FLD(stop_at), .lo = 0, .hi = INF, .def = {0},
      .help = "end the run after this step (evaluating and saving a checkpoint there) while the learning-rate "
              "schedule stays train_iters': a later --resume continues the same run (sweeps' rungs); 0 = off"},
+    /* LoRA (PEFT's LoraConfig; include/llmforge/model.h lf_lora_config) */
+    {.path = "lora.r", .type = KT_INT, FLD(lora.r), .lo = 1, .hi = 65536, .flags = KF_FULL_PATH, .def = {8},
+     .help = "LoRA rank (PEFT's r)"},
+    {.path = "lora.alpha", .type = KT_FLOAT, FLD(lora.alpha), .lo = 0, .hi = INF, .flags = KF_LO_OPEN | KF_FULL_PATH, .def = {8},
+     .help = "LoRA alpha (PEFT's lora_alpha): the adapters' product is scaled by alpha / r"},
+    {.path = "lora.dropout", .type = KT_FLOAT, FLD(lora.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN | KF_FULL_PATH,
+     .def = {0}, .help = "dropout on the adapters' input while training (PEFT's lora_dropout)"},
+    {.path = "lora.target_modules", .type = KT_STRLIST, FLD(lora.target_modules), .flags = KF_FULL_PATH, .def_str = "",
+     .help = "modules that get adapters, by Hugging Face name (Llama q_proj k_proj v_proj o_proj gate_proj up_proj "
+             "down_proj; GPT-2 c_attn c_proj c_fc), or \"all-linear\"; [] = no LoRA (full fine-tuning)"},
+    {.path = "lora.bias", .type = KT_CHOICE, FLD(lora.bias), .flags = KF_FULL_PATH, .def_str = "none", .choices = lora_bias_choices,
+     .help = "PEFT's bias: none (the base biases stay frozen; all and lora_only are not implemented)"},
+    {.path = "lora.use_rslora", .type = KT_BOOL, FLD(lora.use_rslora), .flags = KF_FULL_PATH, .def = {0},
+     .help = "rank-stabilised LoRA: scale alpha / sqrt(r) instead of alpha / r"},
     {.path = "optimizer.type", .type = KT_CHOICE, FLD(optimizer_type), .def_str = "AdamW",
      .choices = optim_choices, .help = "optimizer"},
     {.path = "optimizer.params.lr", .type = KT_FLOAT, FLD(lr), .lo = 0, .hi = INF, .flags = KF_LO_OPEN,
@@ -1008,6 +1024,7 @@ static lf_status resolve_override_key(const parse_ctx *c, const char *key, const
     char list[512] = "";
     size_t at = 0;
     for (int i = 0; i < NKEYS; i++) {
+        if (k_keys[i].flags & KF_FULL_PATH) continue;
         if (strcmp(leaf_of(k_keys[i].path), key) && !(k_keys[i].alias && !strcmp(k_keys[i].alias, key))) continue;
         found = i;
         count++;
@@ -1451,6 +1468,24 @@ static lf_status check_backend(const parse_ctx *c) {
                    lf_last_error());
 }
 
+/* LoRA: its values (the targets are checked against the model when the
+ * trainer builds it: an --init-from directory may set the family), and
+ * what it does not combine with yet. */
+static lf_status check_lora(const parse_ctx *c) {
+    const lf_train_config *cfg = &c->cfg;
+    if (!lf_lora_enabled(&cfg->lora)) return LF_OK;
+    lf_status st = lf_lora_config_check(&cfg->lora, NULL);
+    if (st != LF_OK) return st;
+    const char *what = cfg->zero_stage > 0 ? "zero_optimization.stage"
+                       : cfg->bf16         ? "bf16.enabled"
+                       : cfg->fp16         ? "fp16.enabled"
+                                           : NULL;
+    if (what)
+        return lf_fail(LF_ERR_UNSUPPORTED, "key '%s' %s: not implemented with LoRA (lora.target_modules is set)", what,
+                       note_of(c, key_index(what)));
+    return LF_OK;
+}
+
 /* The world size of the batch identity: given (>= 1), or the launcher's. */
 static lf_status set_world(parse_ctx *c, int world) {
     if (world > 0) {
@@ -1545,6 +1580,7 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
                      note_of(c, key_index("data.sampling")), sampling_choices[c->cfg.sampling],
                      note_of(c, key_index("train.objective")));
     if (st == LF_OK) st = check_backend(c);
+    if (st == LF_OK) st = check_lora(c);
     if (st == LF_OK) make_notes(c);
     if (st != LF_OK && !c->n_errors) keep_error(c, st);
     st = finish_report(c, st, rep);

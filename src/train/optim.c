@@ -13,13 +13,14 @@
 
 double lf_grad_norm(lf_model *m, lf_backend *be) {
     double ss = 0;
-    (void)lf_backend_sum_squares(be, lf_model_grads(m), lf_model_num_params(m), &ss); /* every backend has it */
+    (void)lf_backend_sum_squares(be, lf_model_train_grads(m), lf_model_train_num_params(m),
+                                 &ss); /* every backend has it */
     return sqrt(ss);
 }
 
 lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, long t, float lr,
                          const lf_train_config *cfg, double norm) {
-    float *p = lf_model_params(m), *g = lf_model_grads(m);
+    float *p = lf_model_train_params(m), *g = lf_model_train_grads(m);
     lf_status st = lf_backend_sync(be); /* the norm came from the backend: was it computed? */
     if (st != LF_OK) return st;
     if (!isfinite(norm))
@@ -33,7 +34,7 @@ lf_status lf_adamw_apply(lf_model *m, lf_backend *be, float *mom1, float *mom2, 
     float b1, b2;
     lf_betas_at(cfg, t - 1, &b1, &b2);
     int count;
-    const lf_param_info *table = lf_model_params_table(m, &count);
+    const lf_param_info *table = lf_model_train_table(m, &count);
     for (int i = 0; i < count; i++) {
         const lf_param_info *pi = &table[i];
         lf_backend_adamw(be, p + pi->offset, g + pi->offset, mom1 + pi->offset, mom2 + pi->offset, pi->numel, lr, b1,

@@ -98,6 +98,10 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     p->B = B;
     p->T = T;
     p->A = A;
+    /* LoRA: one replica, and only the adapters train (gradients, moments, staging) */
+    const int lora = lf_lora_enabled(&cfg->lora);
+    const size_t PT = lora ? lf_lora_num_params(&cfg->lora, mcfg) : P;
+    if (lora) replicas = 1;
     p->replicas = replicas < 1 ? 1 : replicas > B ? B : replicas;
     p->policy = rc;
     p->staging = staging;
@@ -136,8 +140,8 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     }
     free(unit);
     const size_t units = lf_model_zero_work_bytes(mcfg, 1, 0); /* one unit-0 buffer and one of the largest other */
-    p->params_bytes = Z == 3 ? p->shard * f + units : P * f;
-    p->grads_bytes = Z >= 2 ? p->shard * f + units : P * f;
+    p->params_bytes = Z == 3 ? p->shard * f + units : (P + (lora ? PT : 0)) * f;
+    p->grads_bytes = Z >= 2 ? p->shard * f + units : PT * f;
     /* comm.overlap on nccl (ZeRO-2/3, several ranks): a second block-unit
      * gradient buffer (lf_model_zero.double_buffer_grads) */
     const int nccl_dev = staging && (!strcmp(cfg->comm_backend, "nccl") ||
@@ -146,29 +150,41 @@ static lf_status plan_with(lf_mem_plan *p, const lf_train_config *cfg, const lf_
     if (Z >= 2 && W > 1 && nccl_dev && cfg->comm_overlap) p->grads_bytes += lf_model_zero_block_bytes(mcfg);
     /* and ZeRO-3's prefetch: a second block-unit parameter buffer (prefetch_params) */
     if (Z == 3 && W > 1 && nccl_dev && cfg->comm_overlap) p->params_bytes += lf_model_zero_block_bytes(mcfg);
-    p->optim_bytes = 2 * (Z >= 1 ? p->shard : P) * f;
-    add(p, Z == 3 ? "parameters (ZeRO-3 shard + unit buffers)" : "parameters (fp32 master weights)", p->params_bytes,
-        dev);
-    add(p, Z >= 2 ? "gradients (ZeRO shard + unit buffers)" : "gradients (fp32)", p->grads_bytes, dev);
+    p->optim_bytes = 2 * (Z >= 1 ? p->shard : PT) * f;
+    add(p,
+        Z == 3 ? "parameters (ZeRO-3 shard + unit buffers)"
+        : lora ? "parameters (fp32, frozen base + LoRA)"
+               : "parameters (fp32 master weights)",
+        p->params_bytes, dev);
+    add(p,
+        Z >= 2 ? "gradients (ZeRO shard + unit buffers)"
+        : lora ? "gradients (fp32, LoRA adapters only)"
+               : "gradients (fp32)",
+        p->grads_bytes, dev);
     /* zero_optimization.offload_optimizer.device cpu on a device backend
      * (ZeRO-Offload): the moments live in host memory, AdamW runs there on a
      * host copy of the (shard's) gradients into the staging copy of the
      * parameters, so the moments need no staging copy of their own */
     const int offload = staging && cfg->offload_optimizer == 1;
-    const size_t moments_n = Z >= 1 ? p->shard : P;
+    const size_t moments_n = Z >= 1 ? p->shard : PT;
     if (offload) {
         add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2, offloaded)" : "AdamW moments (fp32 x 2, offloaded)",
             p->optim_bytes, 0);
         add(p, "offload gradient copy (host)", moments_n * f, 0);
-        add(p, "checkpoint staging (host copies)", P * f, 0);
+        add(p, "checkpoint staging (host copies)", PT * f, 0);
     } else {
-        add(p, Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)" : "AdamW moments (fp32, 2 per parameter)",
+        add(p,
+            Z >= 1 ? "AdamW moments (ZeRO shard, fp32 x 2)"
+            : lora ? "AdamW moments (fp32, LoRA adapters)"
+                   : "AdamW moments (fp32, 2 per parameter)",
             p->optim_bytes, dev);
-        if (staging) add(p, "checkpoint staging (host copies)", (P + 2 * moments_n) * f, 0);
+        if (staging) add(p, "checkpoint staging (host copies)", (PT + 2 * moments_n) * f, 0);
     }
     /* checkpoint.async: the snapshot the background writer owns, on the rank
      * that writes (trainer_ckpt.c; ZeRO is refused with async, so the whole model) */
-    if (cfg->ckpt_async && rank == 0) add(p, "checkpoint.async snapshot (host copies)", 3 * P * f, 0);
+    if (cfg->ckpt_async && rank == 0) add(p, "checkpoint.async snapshot (host copies)", 3 * PT * f, 0);
+    /* LoRA's scratch (model.c lf_model_plan): u and du, (B*T, r) each, with dropout x and dx */
+    if (lora) add(p, "LoRA scratch", lf__lora_scratch_floats(&cfg->lora, mcfg, (size_t)B * (size_t)T) * f, dev);
     char name[64];
     snprintf(name, sizeof name, "activations (recompute %s%s)", lf_recompute_name(rc),
              p->act_dtype == LF_ACT_BF16 ? ", bf16" : "");

@@ -126,6 +126,7 @@ static lf_status state_to_json(lf_trainer *t, char **out) {
     cJSON *rb = cJSON_AddObjectToObject(o, "rollbacks");
     cJSON_AddNumberToObject(rb, "count", t->n_rollbacks);
     cJSON_AddStringToObject(rb, "history", t->rb_hist);
+    lf__lora_state_json(t, o);
     cJSON_AddItemToObject(o, "config", cfg);
     *out = lf_json_print(o, 0); /* best_metric and loss_window read back exactly */
     cJSON_Delete(o);
@@ -147,7 +148,7 @@ typedef struct ckpt_snapshot {
 } ckpt_snapshot;
 
 static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own) {
-    size_t n = lf_model_num_params(t->model);
+    size_t n = lf_model_train_num_params(t->model);
     snap->step = t->step;
     snap->state = NULL;
     snap->params = snap->m = snap->v = NULL;
@@ -155,7 +156,7 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own)
     lf_status st = state_to_json(t, &snap->state);
     if (st != LF_OK || t->zstage) return st; /* ZeRO: each rank writes its shard in lf__zero_save */
     if (own) { /* copies of their own, whatever the backend: training goes on under the writer */
-        lf_backend_to_host(t->be, t->snap_params, lf_model_params(t->model), n * sizeof(float));
+        lf_backend_to_host(t->be, t->snap_params, lf_model_train_params(t->model), n * sizeof(float));
         moments_out(t, t->snap_m, t->m, n * sizeof(float));
         moments_out(t, t->snap_v, t->v, n * sizeof(float));
         st = lf_backend_sync(t->be);
@@ -165,7 +166,7 @@ static lf_status ckpt_snapshot_take(lf_trainer *t, ckpt_snapshot *snap, int own)
         snap->v = t->snap_v;
         return LF_OK;
     }
-    stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
+    stage_out(t, t->host_params, lf_model_train_params(t->model), n * sizeof(float));
     stage_out(t, t->host_m, t->m, n * sizeof(float));
     stage_out(t, t->host_v, t->v, n * sizeof(float));
     snap->params = t->host_params;
@@ -195,11 +196,17 @@ static lf_status ckpt_write(lf_trainer *t, const ckpt_snapshot *snap, char **sav
     if (t->zstage) {
         st = lf__zero_save(t, snap->state, saved); /* every rank writes its shard, in parallel */
     } else {
-        int count;
-        const lf_param_info *table = lf_model_params_table(t->model, &count);
-        lf_ckpt_tensors tt = {table, count, lf_model_num_params(t->model)};
-        st = lf_checkpoint_save(t->ckpt_root, snap->step, &tt, snap->params, snap->m, snap->v, snap->state, t->extra,
-                                t->n_extra, 0, keep.protect, saved);
+        int count, n_extra = t->n_extra;
+        const lf_param_info *table = lf_model_train_table(t->model, &count);
+        lf_ckpt_tensors tt = {table, count, lf_model_train_num_params(t->model)};
+        lf_ckpt_file extra[10]; /* t->extra and LoRA's two PEFT files */
+        char *owned = NULL;
+        memcpy(extra, t->extra, sizeof t->extra);
+        st = lf__lora_ckpt_extras(t, snap->params, extra, &n_extra, &owned);
+        if (st == LF_OK)
+            st = lf_checkpoint_save(t->ckpt_root, snap->step, &tt, snap->params, snap->m, snap->v, snap->state, extra,
+                                    n_extra, 0, keep.protect, saved);
+        lf_free(owned);
     }
     if (st == LF_OK && t->rank == 0) lf_checkpoint_prune(t->ckpt_root, snap->step, &keep);
     return st;
@@ -541,6 +548,7 @@ lf_status lf__ckpt_extras(lf_trainer *t) {
         if (st != LF_OK) return st;
         t->extra[t->n_extra++] = (lf_ckpt_file){"chat_template.json", t->tpl_data, len};
     }
+    if (lf_lora_enabled(&t->cfg.lora)) return LF_OK; /* the adapter alone: no base config.json (trainer_lora.c) */
     int have_config = 0;
     lf_status kst = keep_hf_files(t, &have_config);
     if (kst != LF_OK) return kst;

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 #include "llmforge/train.h"
 #include "trainer_impl.h"
 
@@ -391,7 +392,10 @@ static lf_status build_model(lf_trainer *t, lf_mem_plan *plan) {
     if (st != LF_OK) return lf__trainer_fail(t, device_oom(t, st, plan));
     st = lf__ckpt_extras(t);
     if (st != LF_OK) return lf__trainer_fail(t, st);
-    st = lf_model_init_weights(t->model, t->cfg.seed);
+    /* LoRA first: the base's gradient buffer goes before the initialisation's host copy comes
+     * (the peak stays at weights + one copy); --init-from fills the base below */
+    st = lf_lora_enabled(&t->cfg.lora) ? lf_model_lora_attach(t->model, &t->cfg.lora, t->cfg.seed) : LF_OK;
+    if (st == LF_OK) st = lf_model_init_weights(t->model, t->cfg.seed);
     if (st != LF_OK) return lf__trainer_fail(t, st);
     size_t act_bytes = 0;
     st = lf_model_set_recompute(t->model, (lf_recompute)t->cfg.recompute);
@@ -420,7 +424,7 @@ static lf_status build_model(lf_trainer *t, lf_mem_plan *plan) {
 static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
     lf_status st;
     int T = t->cfg.model.block_size, B = t->cfg.micro_batch, A = t->cfg.grad_accum;
-    size_t n = lf_model_num_params(t->model);
+    size_t n = lf_model_train_num_params(t->model);
     size_t nm = moments_n(t); /* AdamW moments: the whole model, or this rank's shard */
     /* ZeRO-Offload (offload_optimizer.device cpu on a device backend): the
      * moments in host memory, updated there (offload_adamw); on a CPU
@@ -454,7 +458,7 @@ static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
         lf_backend_zero(t->be, t->v, nm);
     }
     if (lf_backend_host_memory(t->be)) { /* checkpoints read and write the tensors in place */
-        t->host_params = lf_model_params(t->model);
+        t->host_params = lf_model_train_params(t->model);
         t->host_m = t->m;
         t->host_v = t->v;
     } else {
@@ -476,20 +480,31 @@ static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
  * checkpoint/safetensors file); the broadcast is start_state's. */
 static lf_status init_from_weights(lf_trainer *t) {
     lf_status st;
-    size_t n = lf_model_num_params(t->model);
+    size_t n = lf_model_num_params(t->model);                        /* the base's: with LoRA not what trains */
     if (t->opts.init_from && t->opts.init_from[0] && t->rank == 0) { /* broadcast below */
         int count;
         const lf_param_info *table = lf_model_params_table(t->model, &count);
         lf_ckpt_tensors tt = {table, count, n};
-        st = t->hf ? lf_hf_load_params(t->hf, table, count, t->mcfg.tie_embeddings, t->host_params)
-                   : lf_weights_load(t->opts.init_from, &tt, t->host_params);
+        float *host = t->host_params;
+        if (lf_model_lora(t->model)) { /* host_params holds the adapters */
+            host = lf_backend_host_memory(t->be) ? lf_model_params(t->model) : lf_alloc(n * sizeof(float));
+            if (!host) return lf__trainer_fail(t, lf_fail(LF_ERR_NOMEM, "out of memory loading the base"));
+        }
+        st = t->hf ? lf_hf_load_params(t->hf, table, count, t->mcfg.tie_embeddings, host)
+                   : lf_weights_load(t->opts.init_from, &tt, host);
+        if (host != t->host_params) {
+            if (st == LF_OK && host != lf_model_params(t->model))
+                stage_in(t, lf_model_params(t->model), host, n * sizeof(float));
+            if (host != lf_model_params(t->model)) lf_free(host);
+            if (st == LF_OK) lf_model_params_changed(t->model);
+        }
         if (st != LF_OK) return lf__trainer_fail(t, st);
         if (t->hf)
             lf_log(LF_LOG_INFO, "initialised from Hugging Face model %s (%s)", t->opts.init_from,
                    lf_hf_model_type(t->hf));
         lf_hf_close(t->hf);
         t->hf = NULL;
-        stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
+        if (!lf_model_lora(t->model)) stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
     }
     return LF_OK;
 }
@@ -508,11 +523,27 @@ static lf_status open_observers(lf_trainer *t) {
     return LF_OK;
 }
 
+/* LoRA on several ranks: rank 0's frozen base (its --init-from) on every rank. */
+static lf_status broadcast_base(lf_trainer *t) {
+    const size_t n = lf_model_num_params(t->model);
+    float *dev = lf_model_params(t->model);
+    float *host = lf_backend_host_memory(t->be) ? dev : lf_alloc(n * sizeof(float));
+    if (!host) return lf_fail(LF_ERR_NOMEM, "out of memory broadcasting the LoRA base");
+    lf_comm_set_context(t->comm, "startup");
+    if (t->rank == 0 && host != dev) stage_out(t, host, dev, n * sizeof(float));
+    lf_status st = lf_comm_broadcast_bytes(t->comm, host, n * sizeof(float), 0);
+    if (st == LF_OK && host != dev) stage_in(t, dev, host, n * sizeof(float));
+    if (host != dev) lf_free(host);
+    lf_model_params_changed(t->model);
+    return st;
+}
+
 /* The state the first step starts from: the checkpoint's (--resume), else
  * rank 0's weights on every rank; then opts.skip_batches. */
 static lf_status start_state(lf_trainer *t) {
     lf_status st;
-    size_t n = lf_model_num_params(t->model);
+    size_t n = lf_model_train_num_params(t->model);
+    if (t->world > 1 && lf_model_lora(t->model) && (st = broadcast_base(t)) != LF_OK) return lf__trainer_fail(t, st);
     if (t->opts.resume) {
         st = lf__trainer_resume(t, t->ckpt_root, 0); /* rank 0 reads, every rank gets the same state */
         if (st != LF_OK) return lf__trainer_fail(t, st);
@@ -520,10 +551,10 @@ static lf_status start_state(lf_trainer *t) {
         /* one set of weights everywhere: rank 0's (its --init-from file, or
          * the seeded initialisation every rank made alike anyway) */
         lf_comm_set_context(t->comm, "startup");
-        if (t->rank == 0) stage_out(t, t->host_params, lf_model_params(t->model), n * sizeof(float));
+        if (t->rank == 0) stage_out(t, t->host_params, lf_model_train_params(t->model), n * sizeof(float));
         st = lf_comm_broadcast_bytes(t->comm, t->host_params, n * sizeof(float), 0); /* host memory */
         if (st != LF_OK) return lf__trainer_fail(t, st);
-        stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
+        stage_in(t, lf_model_train_params(t->model), t->host_params, n * sizeof(float));
     }
     if (t->opts.skip_batches > 0) { /* after the resume: on top of the checkpoint's own offset */
         t->data_off += t->opts.skip_batches;
@@ -555,11 +586,13 @@ lf_status lf_trainer_create(lf_trainer **out, const lf_train_config *cfg, const 
     *out = t; /* so the caller can read errmsg even on failure */
     lf_mem_plan plan;
     size_t n;
-    if ((st = open_services(t)) != LF_OK || (st = open_data(t)) != LF_OK || (st = prepare_out_dir(t, opts)) != LF_OK ||
+    if ((st = lf__lora_init_from_adapter(t)) != LF_OK || (st = open_services(t)) != LF_OK ||
+        (st = open_data(t)) != LF_OK || (st = prepare_out_dir(t, opts)) != LF_OK ||
         (st = build_model(t, &plan)) != LF_OK || (st = alloc_state(t, &plan)) != LF_OK ||
-        (st = init_from_weights(t)) != LF_OK || (st = open_observers(t)) != LF_OK || (st = start_state(t)) != LF_OK)
+        (st = init_from_weights(t)) != LF_OK || (st = lf__lora_load_adapter(t)) != LF_OK ||
+        (st = lf__lora_setup(t)) != LF_OK || (st = open_observers(t)) != LF_OK || (st = start_state(t)) != LF_OK)
         return st;
-    n = lf_model_num_params(t->model);
+    n = lf_model_train_num_params(t->model);
     if (t->cfg.ckpt_async && t->rank == 0) { /* the snapshot the writer owns (ZeRO is refused with async) */
         st = lf__ckpt_async_alloc(t, n);
         if (st != LF_OK) return lf__trainer_fail(t, st);
@@ -605,6 +638,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->tok_data);
     lf_free(t->tpl_data);
     lf_free(t->hf_config);
+    cJSON_free(t->lora_config);
     for (int i = 0; i < 4; i++) lf_free(t->hf_kept[i]);
     if (t->be && !lf_backend_host_memory(t->be)) {
         if (!t->offload) {

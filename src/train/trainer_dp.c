@@ -138,7 +138,7 @@ lf_status lf__dp_open_comm(lf_trainer *t) {
  * gradient staging. */
 static size_t largest_collective(const lf_trainer *t) {
     if (!t->zstage) {
-        const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
+        const size_t n = lf_model_train_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
         return bucket < n ? bucket : n;
     }
     size_t most = 0;
@@ -319,8 +319,8 @@ lf_status lf__dp_grad_reduce_scatter(lf_trainer *t, const float *send, float *re
  * targets. */
 lf_status lf__dp_all_reduce_grads(lf_trainer *t, step_result *o) {
     double t0 = lf_time_now();
-    float *g = lf_model_grads(t->model);
-    const size_t n = lf_model_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
+    float *g = lf_model_train_grads(t->model);
+    const size_t n = lf_model_train_num_params(t->model), bucket = (size_t)t->cfg.comm_bucket_elems;
     lf_status st = LF_OK;
     for (size_t a = 0; a < n && st == LF_OK; a += bucket)
         st = grad_all_reduce(t, g + a, n - a < bucket ? n - a : bucket);
@@ -357,6 +357,7 @@ static lf_status dp_grads_ready(void *user, int u, float *grad) {
  * bucket), or the test hooks that poison a gradient before the sum. */
 lf_status lf__dp_overlap_setup(lf_trainer *t) {
     t->overlap01 = t->cfg.comm_overlap && t->world > 1 && lf_comm_async(t->comm) && !t->cfg.fp16 && !t->cfg.comm_bf16 &&
+                   !lf_model_lora(t->model) && /* LoRA: the adapters' sum after backward */
                    t->opts.inject_nan_step <= 0 && t->opts.n_inject_overflow <= 0;
     if (!t->overlap01) return LF_OK;
     lf_model_zero z = {.grads_ready = dp_grads_ready, .user = t};

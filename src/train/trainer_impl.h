@@ -136,6 +136,12 @@ struct lf_trainer {
      * vocabulary and a Hugging Face config.json */
     lf_ckpt_file extra[8];
     int n_extra;
+    /* LoRA (trainer_lora.c): adapter_config.json, and the base's absolute path ("" = seeded init) */
+    char *lora_config;
+    size_t lora_config_len;
+    char lora_base[LF_PATH_MAX];
+    char adapter_dir[LF_PATH_MAX];      /* --init-from a PEFT adapter directory ("" = none) */
+    char adapter_base[LF_PATH_MAX * 2]; /* ... and its base, which opts.init_from then names */
     char *tok_data, *hf_config, *tpl_data;
     char *hf_kept[4]; /* --init-from an HF directory: its own files, kept (trainer_ckpt.c) */
     lf_hf_model *hf;  /* --init-from a Hugging Face directory (closed after the weights are read) */
@@ -285,6 +291,20 @@ lf_status lf__zero_resume_read(lf_trainer *t, const char *path, char **dir, char
 /* ---- trainer_ckpt.c */
 /* The files every checkpoint carries (tokenizer, chat template, config.json). */
 lf_status lf__ckpt_extras(lf_trainer *t);
+/* LoRA's checkpoint files (trainer_lora.c): adapter_config.json built once
+ * the model has its adapters; trainer_state.json's "lora" object; the check
+ * that a resume keeps the checkpoint's base; the two PEFT files of a save
+ * appended to extra (*owned: the safetensors bytes, lf_free after the save). */
+struct cJSON;
+lf_status lf__lora_setup(lf_trainer *t);
+/* --init-from a PEFT adapter directory: its lora config into cfg.lora (keys
+ * that disagree refused), opts.init_from pointed at its base; then, once the
+ * base is loaded, its adapters into the model (rank 0; not on --resume). */
+lf_status lf__lora_init_from_adapter(lf_trainer *t);
+lf_status lf__lora_load_adapter(lf_trainer *t);
+void lf__lora_state_json(const lf_trainer *t, struct cJSON *state);
+lf_status lf__lora_check_resume(const lf_trainer *t, const char *dir, const struct cJSON *state);
+lf_status lf__lora_ckpt_extras(const lf_trainer *t, const float *params, lf_ckpt_file *extra, int *n, char **owned);
 /* checkpoint.async: the writer's job and snapshot buffers (rank 0); and
  * their release, joining a writer still running (lf_trainer_free). */
 lf_status lf__ckpt_async_alloc(lf_trainer *t, size_t n);

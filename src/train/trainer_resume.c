@@ -89,14 +89,14 @@ static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg, int s
  * both: a length (negative: rank 0 failed, its message follows, and every
  * rank fails with it), the state text, parameters and both moments. */
 static lf_status resume_read(lf_trainer *t, const char *path, char **dir, char **state) {
-    size_t n = lf_model_num_params(t->model);
+    size_t n = lf_model_train_num_params(t->model);
     lf_status st = LF_OK;
     int64_t len = 0;
     if (t->rank == 0) {
         st = lf_checkpoint_resolve(path, dir);
         if (st == LF_OK) {
             int count;
-            const lf_param_info *table = lf_model_params_table(t->model, &count);
+            const lf_param_info *table = lf_model_train_table(t->model, &count);
             lf_ckpt_tensors tt = {table, count, n};
             st = lf_checkpoint_load(*dir, &tt, t->host_params, t->host_m, t->host_v, state);
             if (st != LF_OK) lf_error_prefix("resuming from '%s'", *dir);
@@ -163,7 +163,7 @@ static lf_status check_model_extras(const lf_trainer *t, const cJSON *o, const c
 
 lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
     char *dir = NULL, *state = NULL;
-    size_t n = lf_model_num_params(t->model);
+    size_t n = lf_model_train_num_params(t->model);
     lf_status st = t->zstage ? lf__zero_resume_read(t, path, &dir, &state) : resume_read(t, path, &dir, &state);
     if (st != LF_OK) {
         lf_free(dir);
@@ -180,7 +180,7 @@ lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
         lf_free(dir);
         return st;
     }
-    if ((st = check_model_extras(t, o, where)) != LF_OK) {
+    if ((st = check_model_extras(t, o, where)) != LF_OK || (st = lf__lora_check_resume(t, where, o)) != LF_OK) {
         cJSON_Delete(o);
         lf_free(dir);
         return st;
@@ -248,7 +248,7 @@ lf_status lf__trainer_resume(lf_trainer *t, const char *path, int rollback) {
         if (t->spike_n < t->cfg.alert_spike_window) t->spike_n++;
     }
     cJSON_Delete(o);
-    stage_in(t, lf_model_params(t->model), t->host_params, n * sizeof(float));
+    stage_in(t, lf_model_train_params(t->model), t->host_params, n * sizeof(float));
     stage_in(t, t->m, t->host_m, moments_n(t) * sizeof(float));
     stage_in(t, t->v, t->host_v, moments_n(t) * sizeof(float));
     t->saved_step = t->step;

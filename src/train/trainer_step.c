@@ -59,7 +59,7 @@ static lf_status rollback_request(lf_trainer *t, step_result *o, const char *kin
  * finite. The buffer is backend memory (the backend's fp16_round). */
 int lf__fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n) {
     int count = 0;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    const lf_param_info *table = lf_model_train_table(t->model, &count);
     int bad = -1;
     for (int k = 0; k < count; k++) {
         size_t a = table[k].offset, b = a + table[k].numel;
@@ -74,11 +74,11 @@ int lf__fp16_round_range(lf_trainer *t, float *buf, size_t lo, size_t n) {
 }
 
 static int fp16_round_grads(lf_trainer *t) {
-    return lf__fp16_round_range(t, lf_model_grads(t->model), 0, lf_model_num_params(t->model));
+    return lf__fp16_round_range(t, lf_model_train_grads(t->model), 0, lf_model_train_num_params(t->model));
 }
 
 static void scale_grads(lf_trainer *t, float f) {
-    lf_backend_scale(t->be, lf_model_grads(t->model), lf_model_num_params(t->model), f);
+    lf_backend_scale(t->be, lf_model_train_grads(t->model), lf_model_train_num_params(t->model), f);
 }
 
 /* z-score of x against the window of accepted losses (0 while the window
@@ -136,7 +136,7 @@ lf_status lf__step_sum_f64(lf_trainer *t, step_result *o, double *v, size_t n) {
  * decision comes from reduced values); fails at the minimum scale. */
 static lf_status fp16_skip(lf_trainer *t, step_result *o, long step1, double scale, int rank, int k) {
     int count = 0;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    const lf_param_info *table = lf_model_train_table(t->model, &count);
     char which[LF_PARAM_NAME_MAX + 64];
     if (rank < 0) snprintf(which, sizeof which, "%s' (the sum over ranks", k >= 0 && k < count ? table[k].name : "?");
     else if (t->world > 1)
@@ -247,7 +247,7 @@ static int step_local_checks(lf_trainer *t, long step1, double *loss_sum) {
     if (t->opts.inject_nan_step == step1 && (t->opts.inject_repeat || !t->nan_fired)) {
         /* a poisoned gradient (ZeRO-2/3: in this rank's summed shard) */
         t->nan_fired = 1;
-        float nan = NAN, *g = t->gshard ? t->gshard : lf_model_grads(t->model);
+        float nan = NAN, *g = t->gshard ? t->gshard : lf_model_train_grads(t->model);
         if (!t->gshard || t->shard_n) lf_backend_to_device(t->be, g, &nan, sizeof nan);
     }
     if (t->opts.inject_spike_step == step1 && (t->opts.inject_repeat || !t->spike_fired)) {
@@ -258,10 +258,10 @@ static int step_local_checks(lf_trainer *t, long step1, double *loss_sum) {
     for (int i = 0; i < t->opts.n_inject_overflow && i < 16; i++) {
         if (t->opts.inject_overflow_steps[i] != step1) continue; /* test hook: an overflowing gradient */
         const lf_param_info *pi = lf_model_find_param(t->model, "h.0.mlp.c_fc.weight");
-        const lf_param_info *table = lf_model_params_table(t->model, NULL);
-        if (pi && lf_model_grads(t->model)) {
+        const lf_param_info *table = lf_model_train_table(t->model, NULL);
+        if (pi && lf_model_train_grads(t->model)) {
             const float inf = INFINITY;
-            lf_backend_to_device(t->be, lf_model_grads(t->model) + pi->offset, &inf, sizeof inf);
+            lf_backend_to_device(t->be, lf_model_train_grads(t->model) + pi->offset, &inf, sizeof inf);
         } else if (pi && t->zbad < 0) t->zbad = (int)(pi - table); /* ZeRO-2/3: the local gradient is gone */
     }
     return t->zstage >= 2 ? t->zbad : fp16_round_grads(t);

@@ -56,10 +56,10 @@ lf_status lf__zero_layout(lf_trainer *t) {
 /* This rank's piece of unit u: parameters, gradients (NULL before the sum on
  * stage 1), moments. */
 static float *zp_params(lf_trainer *t, int u) {
-    return t->pshard ? t->pshard + t->sh_off[u] : lf_model_params(t->model) + t->pc_lo[u];
+    return t->pshard ? t->pshard + t->sh_off[u] : lf_model_train_params(t->model) + t->pc_lo[u];
 }
 static float *zp_grads(lf_trainer *t, int u) {
-    return t->gshard ? t->gshard + t->sh_off[u] : lf_model_grads(t->model) + t->pc_lo[u];
+    return t->gshard ? t->gshard + t->sh_off[u] : lf_model_train_grads(t->model) + t->pc_lo[u];
 }
 
 /* The model's hooks (src/model/model.c): gather unit u for use, and sum a
@@ -157,7 +157,7 @@ lf_status lf__zero_partition(lf_trainer *t) {
     if (t->zstage == 3) {
         t->pshard = lf_backend_alloc(t->be, (t->shard_n ? t->shard_n : 1) * sizeof(float));
         if (!t->pshard) return lf_fail(LF_ERR_NOMEM, "out of memory allocating the ZeRO parameter shard");
-        const float *p = lf_model_params(t->model);
+        const float *p = lf_model_train_params(t->model);
         for (int u = 0; u < t->n_units; u++)
             lf_backend_copy(t->be, t->pshard + t->sh_off[u], p + t->pc_lo[u], t->pc_n[u] * sizeof(float));
     }
@@ -189,7 +189,7 @@ lf_status lf__zero_partition(lf_trainer *t) {
  * place: the piece lands where it lies in the whole buffer). */
 lf_status lf__zero_reduce_scatter_all(lf_trainer *t, step_result *o) {
     double t0 = lf_time_now();
-    float *g = lf_model_grads(t->model);
+    float *g = lf_model_train_grads(t->model);
     lf_status st = LF_OK;
     for (int u = 0; u < t->n_units && st == LF_OK; u++)
         st = lf__dp_grad_reduce_scatter(t, g + t->unit_lo[u], g + t->pc_lo[u], t->unit_n[u]);
@@ -257,7 +257,7 @@ static lf_status offload_adamw(lf_trainer *t, float *p, const float *g, size_t l
     lf_status st = lf_backend_sync(t->be);
     if (st != LF_OK) return st;
     int count = 0;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    const lf_param_info *table = lf_model_train_table(t->model, &count);
     const size_t hi = lo + cnt;
     float b1, b2; /* OneCycle's momentum moves beta1 (schedule.c) */
     lf_betas_at(c, t->opt_t - 1, &b1, &b2);
@@ -287,8 +287,8 @@ lf_status lf__offload_adamw_all(lf_trainer *t, float lr, double norm) {
         double coef = (double)t->cfg.grad_clip / (norm + 1e-6);
         if (coef < 1.0) scale = (float)coef;
     }
-    st = offload_adamw(t, lf_model_params(t->model), lf_model_grads(t->model), 0, lf_model_num_params(t->model), 0, lr,
-                       scale);
+    st = offload_adamw(t, lf_model_train_params(t->model), lf_model_train_grads(t->model), 0,
+                       lf_model_train_num_params(t->model), 0, lr, scale);
     if (st == LF_OK) lf_backend_params_changed(t->be);
     return st;
 }
@@ -307,7 +307,7 @@ lf_status lf__zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
         if (coef < 1.0) scale = (float)coef;
     }
     int count = 0;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
+    const lf_param_info *table = lf_model_train_table(t->model, &count);
     float b1, b2; /* OneCycle's momentum moves beta1 (schedule.c) */
     lf_betas_at(c, t->opt_t - 1, &b1, &b2);
     for (int u = 0; u < t->n_units; u++) {
@@ -333,7 +333,7 @@ lf_status lf__zero_adamw(lf_trainer *t, step_result *o, float lr, double norm) {
         return LF_OK;
     }
     double t0 = lf_time_now();
-    float *all = lf_model_params(t->model);
+    float *all = lf_model_train_params(t->model);
     lf_status st = LF_OK;
     for (int u = 0; u < t->n_units && st == LF_OK; u++)
         st = lf__dp_all_gather(t, all + t->pc_lo[u], all + t->unit_lo[u], t->unit_n[u]);
@@ -367,8 +367,8 @@ static lf_status zero_agree(lf_trainer *t, lf_status mine, const char *what) {
 lf_status lf__zero_save(lf_trainer *t, const char *state, char **saved) {
     *saved = NULL;
     int count;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
-    lf_ckpt_tensors tt = {table, count, lf_model_num_params(t->model)};
+    const lf_param_info *table = lf_model_train_table(t->model, &count);
+    lf_ckpt_tensors tt = {table, count, lf_model_train_num_params(t->model)};
     lf_comm_set_context(t->comm, "checkpoint at step %ld", t->step);
     char *tmp = NULL;
     char path[LF_PATH_MAX + 64] = "";
@@ -421,8 +421,8 @@ lf_status lf__zero_save(lf_trainer *t, const char *state, char **saved) {
  * its shard of the moments from the shared files. */
 lf_status lf__zero_resume_read(lf_trainer *t, const char *path, char **dir, char **state) {
     int count;
-    const lf_param_info *table = lf_model_params_table(t->model, &count);
-    size_t n = lf_model_num_params(t->model);
+    const lf_param_info *table = lf_model_train_table(t->model, &count);
+    size_t n = lf_model_train_num_params(t->model);
     lf_ckpt_tensors tt = {table, count, n};
     lf_comm_set_context(t->comm, "resume");
     /* into the host buffers (the backend's own on the CPU backends);

@@ -15,4 +15,5 @@ int cmd_models(int argc, char **argv);     /* cmd_models.c: the model registry *
 int cmd_report(int argc, char **argv);     /* cmd_report.c: a run directory as one HTML file */
 int cmd_ckpt(int argc, char **argv);       /* cmd_ckpt.c: `ckpt verify` */
 int cmd_sweep(int argc, char **argv);      /* cmd_sweep.c: hyperparameter sweeps */
+int cmd_merge(int argc, char **argv);      /* cmd_merge.c: a PEFT LoRA adapter merged into its base */
 #endif

@@ -318,7 +318,7 @@ static void print_lines(FILE *f, const char *prefix, const char *text) {
 
 static int cmd_train(int argc, char **argv) {
     install_stop_handlers(); /* first: before any thread exists, and a signal during set-up is kept */
-    const char *config = NULL, *config_opt = "CONFIG", *init_from = NULL;
+    const char *config = NULL, *config_opt = "CONFIG", *init_from = NULL, *base = NULL;
     int resume = 0, print_config = 0;
     lf_train_config_report *report = calloc(1, sizeof *report);
     long threads = 0;
@@ -346,6 +346,8 @@ static int cmd_train(int argc, char **argv) {
                 "  the deepspeed launcher passes, is accepted (the rank comes from LOCAL_RANK).\n"
                 "  --print-config: resolve the configuration, print what the run header would say of it and the\n"
                 "  resolved JSON, and exit without training.\n"
+                "  --init-from: a safetensors file, a Hugging Face directory or checkpoint, or a PEFT LoRA adapter\n"
+                "  directory (its base from base_model_name_or_path, or --base DIR; LoRA goes on from its adapters).\n"
                 "  Any configuration key can be overridden: --optimizer.params.lr=3e-4, --model.n_layer=6,\n"
                 "  --set key=value, or nanoGPT style --n_layer=6 when the leaf name is unique.\n"
                 "  --resume: continue from out_dir's checkpoint; --resume auto: continue when out_dir holds\n"
@@ -381,6 +383,8 @@ static int cmd_train(int argc, char **argv) {
             }
         } else if ((v = opt_value(argc, argv, &i, "--init-from", &missing))) {
             init_from = v;
+        } else if ((v = opt_value(argc, argv, &i, "--base", &missing))) {
+            base = v;
         } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
             if (parse_long("--threads", v, 0, 4096, &threads)) {
                 rc = 2;
@@ -444,6 +448,7 @@ static int cmd_train(int argc, char **argv) {
     }
     lf_trainer_opts opts = {.resume = resume,
                             .init_from = init_from,
+                            .base = base,
                             .on_fatal = on_fatal,
                             .stop_flag = &g_stop_signal};
     opts.sinks[0] = console_open(cfg.steps_per_print, cfg.train_iters);
@@ -1078,6 +1083,7 @@ static void usage(FILE *f) {
         "  models      the model registry: list, show, lineage, diff, tag, gc, relink, eval, compare, promote\n"
         "  report      a run directory as one self-contained HTML file (RUN_DIR [--out F] [--svg DIR]; A B --compare)\n"
         "  ckpt        `ckpt verify DIR`: re-hash a checkpoint against its trainer_state.json\n"
+        "  merge       a PEFT LoRA adapter merged into its base (--adapter DIR [--base DIR] --out DIR)\n"
         "  sweep       hyperparameter sweeps with early stopping (SWEEP.json; status|best DIR)\n"
         "  help      this text; `llmforge <command> --help` for a command's options\n\n"
         "global options (before or after the command):\n"
@@ -1139,6 +1145,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "models")) return cmd_models(argc - 2, argv + 2);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 2, argv + 2);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

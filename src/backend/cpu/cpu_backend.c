@@ -316,6 +316,19 @@ static void w_matmul_backward(lf_backend *be, float *dinp, float *dweight, float
     lf__cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout);
     op_end(be, "matmul_backward", f0);
 }
+static void w_lora_forward(lf_backend *be, float *out, int ldo, float *u, const float *inp, const float *A,
+                           const float *B, int N, int C, int n, int r, float scale) {
+    const long f0 = op_begin();
+    lf__cpu_lora_forward(out, ldo, u, inp, A, B, N, C, n, r, scale);
+    op_end(be, "lora_forward", f0);
+}
+static void w_lora_backward(lf_backend *be, float *dinp, float *dA, float *dB, float *u, float *du, const float *dout,
+                            int ldo, const float *inp, const float *A, const float *B, int N, int C, int n, int r,
+                            float scale) {
+    const long f0 = op_begin();
+    lf__cpu_lora_backward(dinp, dA, dB, u, du, dout, ldo, inp, A, B, N, C, n, r, scale);
+    op_end(be, "lora_backward", f0);
+}
 /* cpu-bf16's pair: bf16 operands either way; a bf16 inp is used as stored. */
 static void w_bf16_matmul_forward(lf_backend *be, float *out, const void *inp, lf_dtype dt, const float *weight,
                                   const float *bias, int N, int C, int OC, lf_weight_layout layout) {
@@ -440,6 +453,8 @@ static const lf_backend_ops cpu_ops = {
     .batch_invariant = 1,
     .matmul_forward = w_matmul_forward,
     .matmul_backward = w_matmul_backward,
+    .lora_forward = w_lora_forward,
+    .lora_backward = w_lora_backward,
     .adamw_update = w_adamw_update,
     .params_changed = w_params_changed,
 };

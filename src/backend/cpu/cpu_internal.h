@@ -126,6 +126,11 @@ void lf__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const
 /* cpu_matmul.c */
 void lf__cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
                             lf_weight_layout layout);
+/* LoRA's low-rank path (backend_impl.h lora_forward / lora_backward). */
+void lf__cpu_lora_forward(float *out, int ldo, float *u, const float *inp, const float *A, const float *B, int N, int C,
+                          int n, int r, float scale);
+void lf__cpu_lora_backward(float *dinp, float *dA, float *dB, float *u, float *du, const float *dout, int ldo,
+                           const float *inp, const float *A, const float *B, int N, int C, int n, int r, float scale);
 void lf__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int N, int C, int OC, lf_weight_layout layout);
 void lf__cpu_bias_backward(float *dbias, const float *dout, int N, int OC);

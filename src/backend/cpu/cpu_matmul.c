@@ -67,11 +67,11 @@ void lf__cpu_matmul_backward(float *restrict dinp, float *restrict dweight, floa
     if (layout == LF_W_IN_OUT) {
         /* W (C,OC): dinp (N,C) = dout (N,OC) @ W^T; dW (C,OC) += inp^T @ dout */
         if (dinp) lf__cpu_sgemm(0, 1, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
-        lf__cpu_sgemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+        if (dweight) lf__cpu_sgemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
     } else {
         /* W (OC,C): dinp (N,C) = dout @ W; dW (OC,C) += dout^T @ inp */
         if (dinp) lf__cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-        lf__cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        if (dweight) lf__cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     }
     if (dbias) lf__cpu_bias_backward(dbias, dout, N, OC);
 }

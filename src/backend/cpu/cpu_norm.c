@@ -162,7 +162,8 @@ void lf__cpu_layernorm_backward(float *restrict dinp, float *restrict dweight, f
         for (int n = 0; n < N; n++)
             ln_bwd_row(dinp + (size_t)n * C, accw, accb, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n],
                        rstd[n], C);
-        for (int c = 0; c < C; c++) dweight[c] += (float)accw[c];
+        if (dweight)
+            for (int c = 0; c < C; c++) dweight[c] += (float)accw[c];
         if (dbias)
             for (int c = 0; c < C; c++) dbias[c] += (float)accb[c];
         return;
@@ -176,9 +177,11 @@ void lf__cpu_layernorm_backward(float *restrict dinp, float *restrict dweight, f
             ln_bwd_row(dinp + (size_t)n * C, NULL, NULL, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n],
                        rstd[n], C);
 
-        /* dweight/dbias: channel-parallel, rows summed in order. */
+        /* dweight/dbias: channel-parallel, rows summed in order (none for a
+         * frozen weight: both NULL). */
         int c0, c1;
-        lf__cpu_channel_slice(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        if (!dweight) c1 = c0 = 0;
+        else lf__cpu_channel_slice(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
         for (int s0 = c0; s0 < c1; s0 += LN_ACC_W) {
             const int w = c1 - s0 < LN_ACC_W ? c1 - s0 : LN_ACC_W;
             double accw[LN_ACC_W] = {0}, accb[LN_ACC_W] = {0};

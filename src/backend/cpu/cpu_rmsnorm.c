@@ -102,9 +102,10 @@ void lf__cpu_rmsnorm_backward(float *restrict dinp, float *restrict dweight, con
             for (int c = 0; c < C; c++) di[c] += (weight[c] * d[c] - (x[c] * r) * dot) * r;
         }
 
-        /* dweight: channel-parallel, rows summed in order */
-        int c0, c1;
-        lf__cpu_channel_slice(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        /* dweight: channel-parallel, rows summed in order (none for a frozen
+         * weight: NULL) */
+        int c0 = 0, c1 = 0;
+        if (dweight) lf__cpu_channel_slice(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
         for (int s0 = c0; s0 < c1; s0 += RMS_ACC_W) {
             const int w = c1 - s0 < RMS_ACC_W ? c1 - s0 : RMS_ACC_W;
             double acc[RMS_ACC_W] = {0};
