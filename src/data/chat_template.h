@@ -109,4 +109,44 @@ lf_status lf__chat_template_render_pair(const lf__chat_template *t, const char *
                                         const char *response, size_t response_len, char **out, size_t *len,
                                         size_t *prompt_len, lf__chat_span **spans, int *n_spans);
 
+/* ---------------------------------------------------------------- Hugging Face (Jinja) templates
+ * chat_jinja.c; the interpreter is jinja.h. */
+struct lf__jinja;
+struct cJSON;
+typedef struct lf__chat_jinja {
+    struct lf__jinja *tpl;
+    struct cJSON *vars; /* the special tokens: {"bos_token": "<s>", ...} */
+    char *text;         /* the template's source */
+    char *source;       /* where it came from, for messages */
+    char today[32];     /* what strftime_now formats ("YYYY-MM-DD HH:MM:SS"); "" for the current UTC time */
+} lf__chat_jinja;
+
+/* path: a model directory (its chat_template.jinja, else tokenizer_config.json's
+ * "chat_template"; the special tokens from tokenizer_config.json), a
+ * tokenizer_config.json, or a .jinja file (special tokens from a
+ * tokenizer_config.json beside it, if any). Errors: LF_ERR_NOT_FOUND (no
+ * such path, or no template there), LF_ERR_IO, LF_ERR_FORMAT (bad JSON, a
+ * syntax error "FILE:LINE: ..."), LF_ERR_UNSUPPORTED (a construct outside
+ * the subset, "FILE:LINE: ..."), LF_ERR_NOMEM. */
+lf_status lf__chat_jinja_load(const char *path, lf__chat_jinja *j);
+/* Compile text[0, len) named `what`, with the special tokens of `special`
+ * (a JSON object of strings, may be NULL). Errors as lf__chat_jinja_load. */
+lf_status lf__chat_jinja_from_text(const char *text, size_t len, const char *what, const struct cJSON *special,
+                                   lf__chat_jinja *j);
+void lf__chat_jinja_free(lf__chat_jinja *j);
+/* Render messages (a JSON list of message objects, as transformers takes
+ * them) as apply_chat_template(..., tokenize=False) does. Spans as
+ * lf__chat_template_render's: message text (every string under
+ * "messages") is content, the rest template text. Errors: the
+ * interpreter's (raise_exception: LF_ERR_INVALID_ARG with its message). */
+lf_status lf__chat_jinja_render(const lf__chat_jinja *j, const struct cJSON *messages, int add_generation_prompt,
+                                char **out, size_t *len, lf__chat_span **spans, int *n_spans);
+/* The assistant turns of full (the rendering of messages without the
+ * generation prompt) as *n_turns (offset, length) pairs in *turns
+ * (malloc'd), one per assistant message, each with its end-of-turn marker
+ * (the rule at the top of chat_jinja.c). LF_ERR_UNSUPPORTED naming the
+ * message index when the template has no prefix-stable rendering. */
+lf_status lf__chat_jinja_turns(const lf__chat_jinja *j, const struct cJSON *messages, const char *full, size_t full_len,
+                               size_t **turns, int *n_turns);
+
 #endif
