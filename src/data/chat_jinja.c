@@ -203,8 +203,22 @@ static int is_assistant(const cJSON *m) {
 
 static int starts(const char *s, size_t n, const char *p, size_t pn) { return n >= pn && !memcmp(s, p, pn); }
 
-lf_status lf__chat_jinja_turns(const lf__chat_jinja *j, const cJSON *messages, const char *full, size_t full_len,
-                               size_t **turns, int *n_turns) {
+/* The turn inside E = R[len(P):] given F and G after P (the rule above). */
+static size_t turn_length(const char *e, size_t el, const char *f, size_t fl, const char *g, size_t gl) {
+    size_t L = 0;
+    while (L < el && L < fl && L < gl && e[L] == f[L] && e[L] == g[L]) L++;
+    if (L < el) {
+        size_t cut = 0;
+        for (size_t q = L; q > 0 && !cut; q--)
+            if (e[q - 1] == '\n' || e[q - 1] == '>' || e[q - 1] == ']') cut = q;
+        L = cut;
+    }
+    while (L > 0 && (e[L - 1] == ' ' || e[L - 1] == '\t' || e[L - 1] == '\r' || e[L - 1] == '\n')) L--;
+    return L;
+}
+
+lf_status lf__chat_turns_by_prefix(lf__chat_render_fn render, const void *ctx, const char *what, const cJSON *messages,
+                                   const char *full, size_t full_len, size_t **turns, int *n_turns) {
     *turns = NULL;
     *n_turns = 0;
     if (!cJSON_IsArray(messages)) return lf_fail(LF_ERR_INVALID_ARG, "chat template: 'messages' must be a list");
@@ -217,30 +231,17 @@ lf_status lf__chat_jinja_turns(const lf__chat_jinja *j, const cJSON *messages, c
         if (!is_assistant(m)) continue;
         char *p = NULL, *r = NULL, *g = NULL;
         size_t pl = 0, rl = 0, gl = 0;
-        if ((st = render_k(j, messages, i, 1, &p, &pl, NULL, NULL)) == LF_OK &&
-            (st = render_k(j, messages, i + 1, 0, &r, &rl, NULL, NULL)) == LF_OK &&
-            (st = render_k(j, messages, i + 1, 1, &g, &gl, NULL, NULL)) == LF_OK) {
+        if ((st = render(ctx, messages, i, 1, &p, &pl)) == LF_OK &&
+            (st = render(ctx, messages, i + 1, 0, &r, &rl)) == LF_OK &&
+            (st = render(ctx, messages, i + 1, 1, &g, &gl)) == LF_OK) {
             if (!starts(r, rl, p, pl) || !starts(g, gl, p, pl) || !starts(full, full_len, p, pl)) {
                 st = lf_fail(LF_ERR_UNSUPPORTED,
                              "chat template '%s': no assistant mask: the rendering up to message %d (assistant) does "
                              "not start with the rendering of the messages before it and the generation prompt",
-                             j->source, i);
+                             what, i);
             } else {
-                const char *e = r + pl, *f = full + pl, *gg = g + pl;
-                size_t el = rl - pl, fl = full_len - pl, ggl = gl - pl, L = 0;
-                while (L < el && L < fl && L < ggl && e[L] == f[L] && e[L] == gg[L]) L++;
-                if (L < el) {
-                    size_t cut = 0;
-                    for (size_t q = L; q > 0; q--)
-                        if (e[q - 1] == '\n' || e[q - 1] == '>' || e[q - 1] == ']') {
-                            cut = q;
-                            break;
-                        }
-                    L = cut;
-                }
-                while (L > 0 && (e[L - 1] == ' ' || e[L - 1] == '\t' || e[L - 1] == '\r' || e[L - 1] == '\n')) L--;
                 t[2 * k] = pl;
-                t[2 * k + 1] = L;
+                t[2 * k + 1] = turn_length(r + pl, rl - pl, full + pl, full_len - pl, g + pl, gl - pl);
                 k++;
             }
         }
@@ -255,4 +256,13 @@ lf_status lf__chat_jinja_turns(const lf__chat_jinja *j, const cJSON *messages, c
     *turns = t;
     *n_turns = k;
     return LF_OK;
+}
+
+static lf_status jinja_render_k(const void *ctx, const cJSON *messages, int k, int add_gen, char **out, size_t *len) {
+    return render_k(ctx, messages, k, add_gen, out, len, NULL, NULL);
+}
+
+lf_status lf__chat_jinja_turns(const lf__chat_jinja *j, const cJSON *messages, const char *full, size_t full_len,
+                               size_t **turns, int *n_turns) {
+    return lf__chat_turns_by_prefix(jinja_render_k, j, j->source, messages, full, full_len, turns, n_turns);
 }

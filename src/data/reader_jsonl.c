@@ -54,6 +54,7 @@ struct lf_reader {
     char *rec;      /* current record's raw bytes, NUL-terminated */
     size_t rec_len, rec_alloc;
     cJSON *root;    /* parsed current record */
+    char *msgs;     /* its "messages" list as compact JSON (fine-tuning), or NULL */
     uint64_t index; /* records seen (good and skipped) */
     uint64_t skipped;
     int seen_any;                 /* a non-blank JSONL line / an array element / the text */
@@ -181,10 +182,34 @@ static lf_status get_field(lf_reader *r, const cJSON *obj, const char *name, uin
     return LF_OK;
 }
 
+/* A fine-tuning record's "messages": a non-empty list of objects, each
+ * with a string "role", one of them the assistant's; kept as compact JSON
+ * for the chat template (invalid UTF-8 cannot get here: the record was
+ * checked whole). */
+static lf_status take_messages(lf_reader *r, const cJSON *msgs, uint64_t line, lf_record *rec) {
+    if (!cJSON_IsArray(msgs) || !msgs->child)
+        return bad(r, LF_ERR_FORMAT, line, "field 'messages' must be a non-empty list of {\"role\", \"content\"}");
+    int i = 0, assistant = 0;
+    for (const cJSON *m = msgs->child; m; m = m->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+            return bad(r, LF_ERR_FORMAT, line, "field 'messages': message %d is not an object with a string 'role'", i);
+        assistant |= !strcmp(role->valuestring, "assistant");
+    }
+    if (!assistant) return bad(r, LF_ERR_FORMAT, line, "field 'messages' has no assistant message (nothing to learn)");
+    if (!(r->msgs = cJSON_PrintUnformatted(msgs))) return lf_fail(LF_ERR_NOMEM, "%s: out of memory", r->path);
+    rec->messages = r->msgs;
+    rec->messages_len = strlen(r->msgs);
+    rec->prompt_key = "messages";
+    return LF_OK;
+}
+
 /* Parse r->rec (a record starting at `line`) and select its fields. */
 static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
     cJSON_Delete(r->root);
     r->root = NULL;
+    cJSON_free(r->msgs);
+    r->msgs = NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(r->rec, r->rec_len, &end, 0);
     if (!root) {
@@ -217,6 +242,8 @@ static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
         return LF_OK;
     }
     const char *pf = r->o.prompt_field, *rf = r->o.response_field;
+    const cJSON *msgs = pf ? NULL : cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (msgs) return take_messages(r, msgs, line, rec);
     if (!pf) {
         if (cJSON_GetObjectItemCaseSensitive(root, "prompt") || cJSON_GetObjectItemCaseSensitive(root, "response")) {
             pf = "prompt";
@@ -626,6 +653,7 @@ void lf_reader_close(lf_reader *r) {
     if (r->src) r->src->close(r->src_state);
     if (r->fd >= 0) close(r->fd);
     cJSON_Delete(r->root);
+    cJSON_free(r->msgs);
     free(r->rec);
     free(r->in);
     free(r->path);

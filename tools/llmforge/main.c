@@ -996,6 +996,7 @@ static void usage(FILE *f) {
         "  score       BLEU, ROUGE, accuracy/F1, exact match, Hits@N over files, no model\n"
         "  tokenize    text on stdin -> ids (--tokenizer SPEC); detokenize: the inverse\n"
         "  tokenizer   `tokenizer train`: a byte-level BPE on your corpus\n"
+        "  chat-template  a conversation as a model's chat template renders it (--model DIR --messages F.json)\n"
         "  data        generated data sets (`data arithmetic`, `data arithmetic-eval`)\n"
         "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
         "  plan        the memory a training config needs, item by item, and whether it fits\n"
@@ -1066,6 +1067,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat-template")) return cmd_chat_template(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
