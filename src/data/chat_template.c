@@ -7,18 +7,25 @@
  * template back as chat_template.json (what prepare puts beside the shards
  * and the trainer copies into every checkpoint).
  *
- * Why not Jinja (what Hugging Face checkpoints carry): a Jinja template is
- * a program (loops, conditions, string methods) that would need an
- * interpreter in C and could run without bound on hostile input. A chat
- * format is, in practice, fixed text around each message by role plus the
- * text that opens the assistant's turn; that is all this format holds, so
- * rendering is concatenation, linear in the output, with nothing to
- * evaluate. The same template serves the SFT data path: a training pair
- * renders as the prompt (the conversation, then generation_prompt) and the
- * response (the assistant's content, then suffix[assistant]), so a model
- * fine-tuned with it answers through the server exactly as it was trained.
- * (It is in src/data, not src/serve, so that both can use it: data depends
- * only on core.)
+ * Two kinds of template. A Hugging Face checkpoint carries a Jinja
+ * template (a program: loops, conditions, string methods); it is rendered
+ * by the bounded interpreter of jinja*.c (chat_jinja.c loads it from
+ * tokenizer_config.json or chat_template.jinja) and lives in the `jinja`
+ * field, byte for byte what transformers renders. llmforge's own format
+ * (chat_template.json with roles) stays: fixed text around each message by
+ * role plus the text that opens the assistant's turn, rendered by
+ * concatenation, linear in the output, with nothing to evaluate; it is
+ * what a template without loops needs and what the built-in ChatML is. A
+ * Jinja template is written back as chat_template.json too (the "jinja"
+ * kind: the source and its special tokens), so prepare's copy goes into
+ * checkpoints and the server renders what training saw. The same template
+ * serves the SFT data path: a training pair renders as the prompt (the
+ * conversation, then generation_prompt) and the response (the assistant's
+ * content, then suffix[assistant]), so a model fine-tuned with it answers
+ * through the server exactly as it was trained; with a Jinja template
+ * pairs and `messages` records go through chat_messages.c instead (the
+ * assistant turns found by rendering prefixes). (It is in src/data, not
+ * src/serve, so that both can use it: data depends only on core.)
  *
  * Invariants: every template string is valid UTF-8 without U+0000 and at
  * most 4096 bytes; the render's spans cover its output exactly, in order,

@@ -5,11 +5,12 @@
  * --chat-template`, so both see exactly the same prompt text and a model
  * fine-tuned on rendered pairs answers through the endpoint as trained.
  *
- * The format (chat_template.json, docs/serving.md) is deliberately not
- * Jinja: fixed text around each message by role, text once at the start,
- * and the text that opens the assistant's turn. Rendering is concatenation
- * only (no expressions, no loops, no escapes), so any template renders in
- * time linear in its output.
+ * Two kinds: llmforge's format (chat_template.json, docs/serving.md):
+ * fixed text around each message by role, text once at the start, and the
+ * text that opens the assistant's turn, rendered by concatenation only;
+ * and a Hugging Face Jinja template (tokenizer_config.json's
+ * "chat_template" or chat_template.jinja), rendered by the bounded
+ * interpreter of jinja.h exactly as transformers renders it.
  *
  * It lives in src/data because data depends only on core and serve
  * depends on data: both can use it without a cycle. Nothing here touches a
