@@ -10,6 +10,11 @@
  * templates over the interpreter's features. Every rendering must be byte
  * identical, every refusal (raise_exception) a refusal with its message.
  *
+ * Token level: a conversation through the Qwen2.5 and Llama 3.2 templates
+ * and the tokenizer.json fixtures as `prepare` encodes it (pieces
+ * tokenized on their own) gives transformers' ids of the whole rendering,
+ * and the mask is 1 exactly on the tokens of the assistant turns.
+ *
  * Then what transformers cannot show: content spans (a user's "<|im_end|>"
  * stays content), unsupported constructs refused at compile time naming
  * the line, syntax errors naming the line, and the bounds (steps, output,
@@ -20,6 +25,7 @@
 #include <cjson/cJSON.h>
 
 #include "data/chat_template.h"
+#include "data/data_impl.h"
 #include "data/jinja.h"
 
 #define FIXTURE LF_SOURCE_DIR "/tests/fixtures/chat_templates/"
@@ -333,11 +339,64 @@ static void test_load_dir(void **state) {
     free(dir);
 }
 
+static void test_token_cases(void **state) {
+    (void)state;
+    const cJSON *convs = cJSON_GetObjectItem(g_fixture, "conversations"), *tc, *fam;
+    int n = 0;
+    cJSON_ArrayForEach(tc, cJSON_GetObjectItem(g_fixture, "token_cases")) {
+        const char *fname = cJSON_GetObjectItem(tc, "family")->valuestring;
+        const cJSON *found = NULL;
+        cJSON_ArrayForEach(fam,
+                           cJSON_GetObjectItem(g_fixture,
+                                               "families")) if (!strcmp(cJSON_GetObjectItem(fam, "name")->valuestring,
+                                                                        fname)) found = fam;
+        assert_non_null(found);
+        lf__chat_jinja j;
+        lf__chat_template t;
+        load_family(found, &j);
+        LF_ASSERT_OK(lf__chat_template_from_jinja(&j, &t));
+        char spec[1024];
+        snprintf(spec, sizeof spec, "hf:" LF_SOURCE_DIR "/tests/fixtures/%s",
+                 cJSON_GetObjectItem(tc, "tokenizer")->valuestring);
+        lf_tokenizer *tok = NULL;
+        LF_ASSERT_OK(lf_tokenizer_open(&tok, spec, NULL));
+        char *json = cJSON_PrintUnformatted(
+            cJSON_GetObjectItem(convs, cJSON_GetObjectItem(tc, "conversation")->valuestring));
+        uint32_t *ids = NULL;
+        uint8_t *mask = NULL;
+        size_t m = 0, targets = 0;
+        LF_ASSERT_OK(lf__prepare_conversation(&t, tok, json, strlen(json), 7777, 1, &ids, &mask, &m, &targets));
+        const cJSON *want = cJSON_GetObjectItem(tc, "ids"), *wmask = cJSON_GetObjectItem(tc, "mask");
+        assert_int_equal(m, (size_t)cJSON_GetArraySize(want) + 1);
+        size_t wt = 0;
+        for (size_t i = 0; i + 1 < m; i++) {
+            if (ids[i] != (uint32_t)cJSON_GetArrayItem(want, (int)i)->valueint)
+                fail_msg("%s: id %zu is %u, transformers %d", fname, i, ids[i],
+                         cJSON_GetArrayItem(want, (int)i)->valueint);
+            if (mask[i] != cJSON_GetArrayItem(wmask, (int)i)->valueint)
+                fail_msg("%s: mask %zu is %d, want %d", fname, i, mask[i], cJSON_GetArrayItem(wmask, (int)i)->valueint);
+            wt += mask[i];
+        }
+        assert_int_equal(ids[m - 1], 7777); /* the end of text, not trained */
+        assert_int_equal(mask[m - 1], 0);
+        assert_int_equal(targets, wt);
+        assert_true(targets > 0);
+        cJSON_free(json);
+        lf_free(ids);
+        free(mask);
+        lf_tokenizer_free(tok);
+        lf__chat_template_free(&t);
+        n++;
+    }
+    assert_int_equal(n, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_families),      cmocka_unit_test(test_snippets),
         cmocka_unit_test(test_content_spans), cmocka_unit_test(test_refused_at_compile_time),
         cmocka_unit_test(test_bounds),        cmocka_unit_test(test_load_dir),
+        cmocka_unit_test(test_token_cases),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -63,6 +63,7 @@ U2 = {"role": "user", "content": "And in Chinese? 用中文说。 Also: <|im_end
 A2 = {"role": "assistant", "content": "四 (sì). \"Quotes\", back\\slash, tab\there, ünïcödé 😀"}
 U3 = {"role": "user", "content": "Thanks!"}
 
+U4 = {"role": "user", "content": "And in Chinese? 用中文说。 Spell it out: s-i."}
 CONVERSATIONS = {
     "system_multi": [S, U1, A1, U2, A2],
     "plain_multi": [U1, A1, U2, A2],
@@ -70,7 +71,34 @@ CONVERSATIONS = {
     "plain_open": [U1, A1, U2, A2, U3],
     "single_user": [U1],
     "bad_order": [U1, U2],
+    "tok_multi": [S, U1, A1, U4, A2],
 }
+
+# Token-level checks (tests/fixtures/hf_tok tokenizers, trained here): transformers' ids of the
+# whole rendering (no special token inside message text, so recognising specials everywhere and
+# in template text only agree) and the mask of the tokens inside the assistant spans.
+TOKEN_CASES = [("qwen2.5", "qwen2.json"), ("llama3", "llama3.json")]
+
+
+def token_case(fam_name, tok_file, fams):
+    from transformers import PreTrainedTokenizerFast
+
+    fam = next(f for f in fams if f["name"] == fam_name)
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(HERE, "..", "hf_tok", tok_file))
+    msgs = CONVERSATIONS["tok_multi"]
+    with open(os.path.join(HERE, fam["template"]), encoding="utf-8") as f:
+        tpl = f.read()
+    text = render(tpl, fam["vars"], msgs, False)
+    spans, _ = assistant_spans(tpl, fam["vars"], msgs)
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    raw = text.encode("utf-8")
+    mask = []
+    for s, e in enc["offset_mapping"]:
+        bs, be = b(text, s), b(text, e)
+        mask.append(int(any(a <= bs and be <= z for a, z in spans)))
+    assert raw  # the spans are byte offsets of the same text
+    return {"family": fam_name, "tokenizer": "hf_tok/" + tok_file, "conversation": "tok_multi",
+            "ids": enc["input_ids"], "mask": mask}
 
 
 # Small templates over the interpreter's features, each rendered by transformers' environment
@@ -195,8 +223,9 @@ def main():
                         sys.exit(f"{name}/{cname}: mask rule {spans} != transformers' generation indices {want}")
         fams.append({"name": name, "template": fname, "vars": vars_, "cases": cases, "masks": masks})
     snippets = [render_snippet(t) for t in SNIPPETS]
+    token_cases = [token_case(f, t, fams) for f, t in TOKEN_CASES]
     out = {"today": TODAY, "families": fams, "conversations": CONVERSATIONS, "snippet_messages": SNIPPET_MESSAGES,
-           "snippets": snippets}
+           "snippets": snippets, "token_cases": token_cases}
     with open(os.path.join(HERE, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
         f.write("\n")
