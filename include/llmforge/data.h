@@ -597,6 +597,14 @@ lf_status lf_chat_template_set_date(lf_chat_template *t, const char *date);
  * render bound), LF_ERR_NOMEM. */
 lf_status lf_chat_template_render(const lf_chat_template *t, const char *messages_json, size_t len,
                                   int add_generation_prompt, char **out, size_t *out_len, size_t **turns, int *n_turns);
+/* The prompt a chat model is given: messages rendered with the generation
+ * prompt and tokenized as `llmforge serve`'s chat endpoint tokenizes it
+ * (each span on its own, special tokens read in the template's text only).
+ * *ids lf_alloc'd (*n of them); *text (when not NULL) the rendering,
+ * malloc'd. Errors: lf_chat_template_render's and the tokenizer's (a
+ * character the vocabulary lacks). */
+lf_status lf_chat_template_encode(const lf_chat_template *t, const lf_tokenizer *tok, const char *messages_json,
+                                  size_t len, uint32_t **ids, size_t *n, char **text);
 
 /* ---------------------------------------------------------------- datasets and batches */
 typedef enum lf_split { LF_SPLIT_TRAIN = 0, LF_SPLIT_VAL = 1 } lf_split;

@@ -223,3 +223,53 @@ lf_status lf_chat_template_render(const lf_chat_template *t, const char *message
     cJSON_Delete(root);
     return st;
 }
+
+lf_status lf_chat_template_encode(const lf_chat_template *t, const lf_tokenizer *tok, const char *messages_json,
+                                  size_t len, uint32_t **ids, size_t *n, char **text) {
+    if (!t || !tok || !messages_json || !ids || !n) return lf_fail(LF_ERR_INVALID_ARG, "chat template: NULL argument");
+    *ids = NULL;
+    *n = 0;
+    if (text) *text = NULL;
+    cJSON *root = cJSON_ParseWithLength(messages_json, len);
+    if (!root) return lf_fail(LF_ERR_FORMAT, "messages: not valid JSON");
+    const cJSON *msgs = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "messages") : root;
+    char *out = NULL;
+    size_t out_len = 0;
+    lf__chat_span *sp = NULL;
+    int n_sp = 0;
+    uint32_t *acc = NULL;
+    size_t na = 0;
+    lf_status st = cJSON_IsArray(msgs) ? LF_OK : lf_fail(LF_ERR_FORMAT, "messages: expected a JSON list of messages");
+    if (st == LF_OK) st = lf__chat_template_render_json(&t->t, msgs, -1, 1, &out, &out_len, &sp, &n_sp);
+    for (int i = 0; i < n_sp && st == LF_OK; i++) {
+        lf_encode_opts o = lf_encode_opts_default();
+        o.allow_special = sp[i].from_template;
+        uint32_t *piece = NULL;
+        size_t m = 0;
+        st = lf_tokenizer_encode_opts(tok, out + sp[i].off, sp[i].len, &o, &piece, &m);
+        if (st == LF_OK && m) {
+            uint32_t *q = lf_alloc((na + m) * sizeof *q);
+            if (!q) st = lf_fail(LF_ERR_NOMEM, "chat template: out of memory");
+            else {
+                if (na) memcpy(q, acc, na * sizeof *q);
+                memcpy(q + na, piece, m * sizeof *q);
+                lf_free(acc);
+                acc = q;
+                na += m;
+            }
+        }
+        lf_free(piece);
+    }
+    cJSON_Delete(root);
+    free(sp);
+    if (st != LF_OK) {
+        lf_free(acc);
+        free(out);
+        return st;
+    }
+    *ids = acc;
+    *n = na;
+    if (text) *text = out;
+    else free(out);
+    return LF_OK;
+}

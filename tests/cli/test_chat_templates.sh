@@ -9,7 +9,8 @@
 #    it, /v1/chat/completions answers 400 saying the model has no chat template and how to give
 #    it one (not an error about ChatML's '|'), /v1/completions still answers 200;
 #  - the same checkpoint with a chat_template.jinja: serve names it, chat answers 200, and a
-#    conversation the template refuses (raise_exception) is a 400 carrying its message.
+#    conversation the template refuses (raise_exception) is a 400 carrying its message;
+#    `sample --chat` renders the same prompt (and says the model has no template before it had one).
 # ~10 s on 2 threads (a 2-layer model trained 20 steps: the test is of the plumbing, not the model).
 #   bash test_chat_templates.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
@@ -117,6 +118,11 @@ else
     echo "note: the openai client is not installed; curl checked the 400"
 fi
 stop_server
+echo '[{"role": "user", "content": " the fox "}]' >fox.json
+"$LF" sample --ckpt run --chat fox.json --max-new-tokens 4 --temperature 0 --threads 2 >s.out 2>s.err &&
+    fail "sample --chat without a template succeeded: $(cat s.out)"
+grep -q "has no chat template" s.err || fail "sample --chat without a template: $(cat s.err)"
+ok
 
 # ---- the same checkpoint with a Jinja template beside it
 step=$(ls -d run/ckpt/step_* | tail -1)
@@ -136,4 +142,10 @@ chat '{"model": "run", "messages": [{"role": "system", "content": "be brief"}, {
     fail "raise_exception through the server: $(cat code.txt) $(cat resp.json)"
 ok
 stop_server
+"$LF" sample --ckpt run --chat fox.json --max-new-tokens 4 --temperature 0 --threads 2 >s.out 2>s.err ||
+    fail "sample --chat: $(cat s.err)"
+python3 -c 'import sys; t = open("s.out").read(); assert t.startswith("user: the fox\nassistant: "), repr(t)' ||
+    fail "sample --chat did not render the template: $(head -c 200 s.out)"
+grep -q "chat template: .*chat_template.jinja" s.err || fail "sample --chat does not name the template: $(cat s.err)"
+ok
 echo "$passed passed"
