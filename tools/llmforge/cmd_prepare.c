@@ -6,7 +6,7 @@
  *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds]
  *                    [--mode pretrain|sft] --tokenizer SPEC [--split 0.9,0.1,0 | none]
  *                    [--text-field F] [--prompt-field F --response-field F]
- *                    [--chat-template chatml|FILE|DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
+ *                    [--chat-template chatml|FILE|DIR|MODEL_DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
  *                    --out DIR
  *       records through lf_prepare (docs/data.md).
  *
@@ -34,7 +34,7 @@ static void usage(FILE *f) {
                "                        [--format auto|text|jsonl|json|csv|parquet|wds] [--mode pretrain|sft]\n"
                "                        [--split TRAIN,VAL[,TEST] | none] [--skip-bad-records]\n"
                "                        [--text-field F] [--prompt-field F --response-field F]\n"
-               "                        [--chat-template chatml|FILE|DIR]\n"
+               "                        [--chat-template chatml|FILE|DIR|MODEL_DIR]\n"
                "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
                "       llmforge prepare --char INPUT --out DIR\n"
                "\n"
@@ -45,12 +45,16 @@ static void usage(FILE *f) {
                "                     parquet, wds (WebDataset tar, plain or gzip; docs/readers.md)\n"
                "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
                "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
-               "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
+               "                     --prompt-field/--response-field); loss only on response + end-of-text;\n"
+               "                     or 'messages' conversations (with --chat-template): loss on the\n"
+               "                     assistant turns and their end-of-turn markers\n"
                "  --chat-template T  sft: render each pair as `llmforge serve`'s chat endpoint renders\n"
                "                     [user: prompt] (prompt part, no loss) then response + the assistant's\n"
                "                     suffix (loss); T is chatml, a chat_template.json, or a directory with\n"
-               "                     one; written to DIR/chat_template.json, which training copies into\n"
-               "                     every checkpoint\n"
+               "                     one; or a Hugging Face model directory, its tokenizer_config.json or\n"
+               "                     chat_template.jinja (Jinja, rendered as transformers does; pairs and\n"
+               "                     'messages' become conversations); written to DIR/chat_template.json,\n"
+               "                     which training copies into every checkpoint\n"
                "  --tokenizer SPEC   char (a vocabulary built from the data, written to DIR/vocab.json),\n"
                "                     char:FILE, gpt2:DIR, tiktoken:FILE, bpe:FILE\n"
                "  --split W,W[,W]    train,val,test weights by content hash (default 0.9,0.1,0);\n"
