@@ -49,6 +49,7 @@ set(lf_gemm_tests
   cli.test_serve
   cli.test_sft
   cli.test_sft_chat
+  cli.test_chat_templates
   cli.test_slurm
   cli.test_sweep
   cli.test_two_hosts

@@ -346,7 +346,9 @@ lf_status lf_prepare_char(const char *input_path, const char *out_dir, lf_prepar
  * record "prompt"/"response" when the object has either key, else
  * "input_text"/"target_text", else Alpaca's "instruction"/"output" with
  * "input" (prompt = instruction, then "\n\n" + input when input is present,
- * not null and not empty; JSON, CSV, Parquet and Arrow). Every selected value must be a JSON string of
+ * not null and not empty; JSON, CSV, Parquet and Arrow), or "messages" (a
+ * list of {"role", "content"} objects with at least one assistant message,
+ * rendered by a chat template). Every selected value must be a JSON string of
  * valid UTF-8 (RFC 3629; \u escapes are decoded first); the text of a
  * pretraining record and the response of a fine-tuning record must not be
  * empty (an empty prompt is allowed). A record holding the escape \u0000
@@ -419,6 +421,11 @@ typedef struct lf_record {
     size_t prompt_len;
     const char *response;
     size_t response_len;
+    /* Fine-tuning, JSONL/JSON only: a record with a "messages" list (and no
+     * --prompt-field) gives it here as compact JSON text; prompt and
+     * response are NULL then (docs/data.md, "Conversations"). */
+    const char *messages;
+    size_t messages_len;
     uint64_t line;  /* 1-based line where the record starts */
     uint64_t index; /* 0-based position among the file's records, skipped ones included */
     /* Names of the fields the strings came from (for messages; NULL for a
@@ -588,6 +595,51 @@ typedef struct lf_prepare_result {
  * shard that cannot be created), LF_ERR_NOMEM. result is filled only on
  * success and may be NULL. */
 lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepare_result *result);
+
+/* ---------------------------------------------------------------- chat templates
+ * The text a conversation becomes before tokenization, as a model's chat
+ * template writes it (docs/data.md, "Chat templates"): a Hugging Face Jinja
+ * template (tokenizer_config.json's "chat_template" or chat_template.jinja,
+ * rendered byte for byte as transformers' apply_chat_template) or
+ * llmforge's chat_template.json. What `llmforge chat-template` prints. */
+typedef struct lf_chat_template lf_chat_template;
+/* spec: "chatml" (the built-in), a directory (its chat_template.json, else
+ * its Hugging Face template), a chat_template.json, a tokenizer_config.json
+ * or a .jinja file. Errors: LF_ERR_NOT_FOUND (no such path, no template
+ * there), LF_ERR_IO, LF_ERR_FORMAT / LF_ERR_CONFIG (a bad file, naming it
+ * and the key), LF_ERR_FORMAT / LF_ERR_UNSUPPORTED (a Jinja syntax error or
+ * a construct outside the supported subset, "FILE:LINE: ..."),
+ * LF_ERR_NOMEM. The handle is read-only after opening: renders may run on
+ * several threads at once. */
+lf_status lf_chat_template_open(const char *spec, lf_chat_template **out);
+void lf_chat_template_free(lf_chat_template *t);
+/* Where the template came from ("built-in ChatML", a path). */
+const char *lf_chat_template_source(const lf_chat_template *t);
+int lf_chat_template_is_jinja(const lf_chat_template *t);
+/* What strftime_now() returns for Jinja templates ("YYYY-MM-DD HH:MM:SS"),
+ * instead of the current UTC time. LF_ERR_INVALID_ARG for another shape. */
+lf_status lf_chat_template_set_date(lf_chat_template *t, const char *date);
+/* Render messages_json[0, len) (a JSON list of {"role", "content", ...}
+ * messages, or an object with "messages") into *out (malloc'd,
+ * NUL-terminated, *out_len bytes). When turns is not NULL, *turns
+ * (malloc'd) holds *n_turns (offset, length) pairs: the assistant turns of
+ * the rendering without the generation prompt, each with its end-of-turn
+ * marker (the loss mask of `prepare --mode sft`). Errors: LF_ERR_FORMAT
+ * (not a list of messages), LF_ERR_INVALID_ARG (the template refused the
+ * conversation: raise_exception's message; a message the llmforge format
+ * cannot hold), LF_ERR_UNSUPPORTED (turns wanted from a template whose
+ * rendering is not prefix-stable, naming the message), LF_ERR_RANGE (a
+ * render bound), LF_ERR_NOMEM. */
+lf_status lf_chat_template_render(const lf_chat_template *t, const char *messages_json, size_t len,
+                                  int add_generation_prompt, char **out, size_t *out_len, size_t **turns, int *n_turns);
+/* The prompt a chat model is given: messages rendered with the generation
+ * prompt and tokenized as `llmforge serve`'s chat endpoint tokenizes it
+ * (each span on its own, special tokens read in the template's text only).
+ * *ids lf_alloc'd (*n of them); *text (when not NULL) the rendering,
+ * malloc'd. Errors: lf_chat_template_render's and the tokenizer's (a
+ * character the vocabulary lacks). */
+lf_status lf_chat_template_encode(const lf_chat_template *t, const lf_tokenizer *tok, const char *messages_json,
+                                  size_t len, uint32_t **ids, size_t *n, char **text);
 
 /* ---------------------------------------------------------------- datasets and batches */
 typedef enum lf_split { LF_SPLIT_TRAIN = 0, LF_SPLIT_VAL = 1 } lf_split;

@@ -7,18 +7,25 @@
  * template back as chat_template.json (what prepare puts beside the shards
  * and the trainer copies into every checkpoint).
  *
- * Why not Jinja (what Hugging Face checkpoints carry): a Jinja template is
- * a program (loops, conditions, string methods) that would need an
- * interpreter in C and could run without bound on hostile input. A chat
- * format is, in practice, fixed text around each message by role plus the
- * text that opens the assistant's turn; that is all this format holds, so
- * rendering is concatenation, linear in the output, with nothing to
- * evaluate. The same template serves the SFT data path: a training pair
- * renders as the prompt (the conversation, then generation_prompt) and the
- * response (the assistant's content, then suffix[assistant]), so a model
- * fine-tuned with it answers through the server exactly as it was trained.
- * (It is in src/data, not src/serve, so that both can use it: data depends
- * only on core.)
+ * Two kinds of template. A Hugging Face checkpoint carries a Jinja
+ * template (a program: loops, conditions, string methods); it is rendered
+ * by the bounded interpreter of jinja*.c (chat_jinja.c loads it from
+ * tokenizer_config.json or chat_template.jinja) and lives in the `jinja`
+ * field, byte for byte what transformers renders. llmforge's own format
+ * (chat_template.json with roles) stays: fixed text around each message by
+ * role plus the text that opens the assistant's turn, rendered by
+ * concatenation, linear in the output, with nothing to evaluate; it is
+ * what a template without loops needs and what the built-in ChatML is. A
+ * Jinja template is written back as chat_template.json too (the "jinja"
+ * kind: the source and its special tokens), so prepare's copy goes into
+ * checkpoints and the server renders what training saw. The same template
+ * serves the SFT data path: a training pair renders as the prompt (the
+ * conversation, then generation_prompt) and the response (the assistant's
+ * content, then suffix[assistant]), so a model fine-tuned with it answers
+ * through the server exactly as it was trained; with a Jinja template
+ * pairs and `messages` records go through chat_messages.c instead (the
+ * assistant turns found by rendering prefixes). (It is in src/data, not
+ * src/serve, so that both can use it: data depends only on core.)
  *
  * Invariants: every template string is valid UTF-8 without U+0000 and at
  * most 4096 bytes; the render's spans cover its output exactly, in order,
@@ -56,6 +63,10 @@ void lf__chat_template_free(lf__chat_template *t) {
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     free(t->default_system);
     free(t->source);
+    if (t->jinja) {
+        lf__chat_jinja_free(t->jinja);
+        free(t->jinja);
+    }
     memset(t, 0, sizeof *t);
 }
 
@@ -147,10 +158,19 @@ lf_status lf__chat_template_parse(const char *json, size_t len, const char *what
     }
     if (cJSON_GetObjectItemCaseSensitive(root, "chat_template")) {
         st = lf_fail(LF_ERR_FORMAT,
-                     "chat template '%s': this is a Hugging Face (Jinja) template, which llmforge does not run; "
-                     "write the llmforge format ('format': '%s', docs/serving.md)",
+                     "chat template '%s': this is a Hugging Face (Jinja) template in a tokenizer_config.json, not "
+                     "a chat_template.json ('format': '%s'); name the file tokenizer_config.json or give its "
+                     "directory",
                      what, LF__CHAT_TEMPLATE_FORMAT);
         goto done;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(root, "jinja")) { /* the Jinja kind (chat_messages.c) */
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "format");
+        if (!cJSON_IsString(f) || strcmp(f->valuestring, LF__CHAT_TEMPLATE_FORMAT) != 0)
+            st = lf_fail(LF_ERR_CONFIG, "chat template '%s': 'format' must be \"%s\"", what, LF__CHAT_TEMPLATE_FORMAT);
+        else st = lf__chat_template_parse_jinja(root, what, t);
+        cJSON_Delete(root);
+        return st;
     }
     if ((st = known_keys(root, top_keys, "", what)) != LF_OK) goto done;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
@@ -232,6 +252,47 @@ done:
     return st;
 }
 
+/* A Hugging Face template at path (a directory, a tokenizer_config.json,
+ * a .jinja file) into t. */
+static lf_status load_hf(const char *path, lf__chat_template *t) {
+    lf__chat_jinja j;
+    lf_status st = lf__chat_jinja_load(path, &j);
+    return st == LF_OK ? lf__chat_template_from_jinja(&j, t) : st;
+}
+
+static int is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* dir holds a Hugging Face template: chat_template.jinja, or a
+ * tokenizer_config.json with "chat_template". */
+static int has_hf_template(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if (is_file(path)) return 1;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    if (!is_file(path) || lf_file_read_all(path, (size_t)16 << 20, &text, &len) != LF_OK) return 0;
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(o, "chat_template");
+    int has = ct && !cJSON_IsNull(ct);
+    cJSON_Delete(o);
+    lf_free(text);
+    return has;
+}
+
+static lf_status load_json_file(const char *path, lf__chat_template *t) {
+    char *text = NULL;
+    size_t len = 0;
+    lf_status st = lf_file_read_all(path, TEMPLATE_FILE_MAX, &text, &len);
+    if (st != LF_OK) return st;
+    st = lf__chat_template_parse(text, len, path, t);
+    lf_free(text);
+    return st;
+}
+
 lf_status lf__chat_template_load_dir(const char *dir, lf__chat_template *t, int *from_file) {
     if (from_file) *from_file = 0;
     if (!dir || !t) return lf_fail(LF_ERR_INVALID_ARG, "chat template: NULL directory or template");
@@ -240,16 +301,12 @@ lf_status lf__chat_template_load_dir(const char *dir, lf__chat_template *t, int 
     if (n < 0 || (size_t)n >= sizeof path)
         return lf_fail(LF_ERR_INVALID_ARG, "chat template: path too long in '%s'", dir);
     struct stat sb;
+    lf_status st;
     if (stat(path, &sb) != 0) {
-        if (errno == ENOENT) return lf__chat_template_chatml(t);
-        return lf_fail(LF_ERR_IO, "chat template '%s': %s", path, strerror(errno));
-    }
-    char *text = NULL;
-    size_t len = 0;
-    lf_status st = lf_file_read_all(path, TEMPLATE_FILE_MAX, &text, &len);
-    if (st != LF_OK) return st;
-    st = lf__chat_template_parse(text, len, path, t);
-    lf_free(text);
+        if (errno != ENOENT) return lf_fail(LF_ERR_IO, "chat template '%s': %s", path, strerror(errno));
+        if (!has_hf_template(dir)) return lf__chat_template_chatml(t);
+        st = load_hf(dir, t);
+    } else st = load_json_file(path, t);
     if (st == LF_OK && from_file) *from_file = 1;
     return st;
 }
@@ -265,23 +322,59 @@ lf_status lf__chat_template_load(const char *spec, lf__chat_template *t) {
         int n = snprintf(path, sizeof path, "%s/%s", spec, LF__CHAT_TEMPLATE_FILE);
         if (n < 0 || (size_t)n >= sizeof path)
             return lf_fail(LF_ERR_INVALID_ARG, "chat template: path too long in '%s'", spec);
-        if (stat(path, &sb) != 0)
-            return lf_fail(errno == ENOENT ? LF_ERR_NOT_FOUND : LF_ERR_IO, "chat template: directory '%s' has no %s",
-                           spec, LF__CHAT_TEMPLATE_FILE);
-        spec = path;
+        if (stat(path, &sb) == 0) return load_json_file(path, t);
+        if (has_hf_template(spec)) return load_hf(spec, t);
+        return lf_fail(LF_ERR_NOT_FOUND,
+                       "chat template: directory '%s' has no %s and no Hugging Face template (chat_template.jinja, "
+                       "tokenizer_config.json's chat_template)",
+                       spec, LF__CHAT_TEMPLATE_FILE);
     }
-    char *text = NULL;
-    size_t len = 0;
-    lf_status st = lf_file_read_all(spec, TEMPLATE_FILE_MAX, &text, &len);
-    if (st != LF_OK) return st;
-    st = lf__chat_template_parse(text, len, spec, t);
-    lf_free(text);
-    return st;
+    size_t sl = strlen(spec);
+    const char *base = strrchr(spec, '/');
+    base = base ? base + 1 : spec;
+    if ((sl >= 6 && !strcmp(spec + sl - 6, ".jinja")) || !strcmp(base, "tokenizer_config.json"))
+        return load_hf(spec, t);
+    return load_json_file(spec, t);
+}
+
+/* The Jinja kind as chat_template.json: format, description, jinja, special_tokens, stop. */
+static cJSON *jinja_json(const lf__chat_template *t) {
+    cJSON *o = cJSON_CreateObject(), *stop = cJSON_CreateArray();
+    char desc[512];
+    snprintf(desc, sizeof desc, "written by llmforge from %s (a Hugging Face chat template)", t->source);
+    int ok = o && stop && cJSON_AddStringToObject(o, "format", LF__CHAT_TEMPLATE_FORMAT) &&
+             cJSON_AddStringToObject(o, "description", desc) && cJSON_AddStringToObject(o, "jinja", t->jinja->text) &&
+             cJSON_AddItemToObject(o, "special_tokens", cJSON_Duplicate(t->jinja->vars, 1));
+    for (int i = 0; ok && i < t->n_stop; i++) {
+        cJSON *s = cJSON_CreateString(t->stop[i]);
+        ok = s && cJSON_AddItemToArray(stop, s);
+    }
+    if (ok && cJSON_AddItemToObject(o, "stop", stop)) return o;
+    cJSON_Delete(stop);
+    cJSON_Delete(o);
+    return NULL;
 }
 
 lf_status lf__chat_template_json(const lf__chat_template *t, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
+    if (t->jinja) {
+        cJSON *o = jinja_json(t);
+        char *txt = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+        size_t n = txt ? strlen(txt) : 0;
+        char *p = txt ? malloc(n + 2) : NULL;
+        if (p) {
+            memcpy(p, txt, n);
+            p[n] = '\n';
+            p[n + 1] = '\0';
+        }
+        cJSON_free(txt);
+        if (!p) return lf_fail(LF_ERR_NOMEM, "chat template: out of memory writing it as JSON");
+        *out = p;
+        if (len) *len = n + 1;
+        return LF_OK;
+    }
     cJSON *o = cJSON_CreateObject(), *roles = cJSON_CreateObject(), *stop = cJSON_CreateArray();
     static const char *const role_names[LF__ROLE_COUNT] = {"system", "user", "assistant"};
     int ok = o && roles && stop && cJSON_AddStringToObject(o, "format", LF__CHAT_TEMPLATE_FORMAT);
@@ -441,6 +534,11 @@ lf_status lf__chat_template_render_pair(const lf__chat_template *t, const char *
     if (prompt_len) *prompt_len = 0;
     if (spans) *spans = NULL;
     if (n_spans) *n_spans = 0;
+    if (t && t->jinja)
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "chat template '%s': a Jinja template renders pairs as conversations "
+                       "(lf__chat_template_render_json)",
+                       t->source);
     if (!t || !out || !prompt_len || (!prompt && prompt_len_in) || (!response && response_len) || !t->bos ||
         !t->generation_prompt)
         return lf_fail(LF_ERR_INVALID_ARG, "chat template: bad arguments to render a pair");
@@ -455,6 +553,38 @@ lf_status lf__chat_template_render_pair(const lf__chat_template *t, const char *
     return render_done(&b, 1, out, len, spans, n_spans);
 }
 
+/* The Jinja kind: the messages as the JSON list transformers takes. */
+static lf_status render_jinja(const lf__chat_template *t, const lf__chat_message *m, int n, int add_generation_prompt,
+                              char **out, size_t *len, lf__chat_span **spans, int *n_spans) {
+    static const char *const role_names[LF__ROLE_COUNT] = {"system", "user", "assistant"};
+    cJSON *arr = cJSON_CreateArray();
+    lf_status st = arr ? LF_OK : lf_fail(LF_ERR_NOMEM, "chat template: out of memory");
+    for (int i = 0; i < n && st == LF_OK; i++) {
+        if ((int)m[i].role < 0 || m[i].role >= LF__ROLE_COUNT) {
+            st = lf_fail(LF_ERR_RANGE, "chat template: message %d has role %d, not one of system/user/assistant", i,
+                         (int)m[i].role);
+            break;
+        }
+        char *c = malloc(m[i].len + 1);
+        cJSON *o = cJSON_CreateObject();
+        if (c) {
+            if (m[i].len) memcpy(c, m[i].content, m[i].len);
+            c[m[i].len] = 0;
+        }
+        if (!c || !o || !cJSON_AddItemToArray(arr, o) || !cJSON_AddStringToObject(o, "role", role_names[m[i].role]) ||
+            !cJSON_AddStringToObject(o, "content", c)) {
+            if (o && !o->prev) cJSON_Delete(o);
+            st = lf_fail(LF_ERR_NOMEM, "chat template: out of memory");
+        }
+        if (c && memchr(c, 0, m[i].len))
+            st = lf_fail(LF_ERR_INVALID_ARG, "chat template: message %d holds a NUL character", i);
+        free(c);
+    }
+    if (st == LF_OK) st = lf__chat_jinja_render(t->jinja, arr, add_generation_prompt, out, len, spans, n_spans);
+    cJSON_Delete(arr);
+    return st;
+}
+
 lf_status lf__chat_template_render(const lf__chat_template *t, const lf__chat_message *m, int n,
                                    int add_generation_prompt, char **out, size_t *len, lf__chat_span **spans,
                                    int *n_spans) {
@@ -462,6 +592,8 @@ lf_status lf__chat_template_render(const lf__chat_template *t, const lf__chat_me
     if (len) *len = 0;
     if (spans) *spans = NULL;
     if (n_spans) *n_spans = 0;
+    if (t && t->jinja && out && n >= 0 && (n == 0 || m))
+        return render_jinja(t, m, n, add_generation_prompt, out, len, spans, n_spans);
     if (!t || !out || n < 0 || (n > 0 && !m) || !t->bos || !t->generation_prompt)
         return lf_fail(LF_ERR_INVALID_ARG, "chat template: bad arguments to render");
     rbuf b = {0};

@@ -295,6 +295,22 @@ const char *lf__pq_delta_decode(lf__pq_delta *d, int enc, const unsigned char *p
                                 size_t max_bytes);
 void lf__pq_delta_free(lf__pq_delta *d);
 
+/* ---------------------------------------------------------------- conversations (prepare_chat.c) */
+struct lf__chat_template;
+/* [{"role": "user", "content": prompt}, {"role": "assistant", "content":
+ * response}] as compact JSON (cJSON_free); NULL when out of memory. */
+char *lf__prepare_pair_messages(const char *prompt, const char *response);
+/* json[0, len) (a list of messages) rendered by t, tokenized piece by piece
+ * (special tokens in template text only) and masked: 1 on the assistant
+ * turns, 0 elsewhere, then eot with mask 0. *ids lf_alloc'd, *mask
+ * malloc'd, *n of each, *targets with mask 1. Errors: the template's
+ * (LF_ERR_INVALID_ARG for raise_exception), LF_ERR_UNSUPPORTED (no
+ * assistant mask), the tokenizer's, LF_ERR_FORMAT (no assistant turn),
+ * LF_ERR_NOMEM. */
+lf_status lf__prepare_conversation(const struct lf__chat_template *t, const lf_tokenizer *tok, const char *json,
+                                   size_t len, uint32_t eot, int n_threads, uint32_t **ids, uint8_t **mask, size_t *n,
+                                   size_t *targets);
+
 /* ---------------------------------------------------------------- helpers */
 /* "dir/name" (or name itself when absolute or dir is NULL/empty); malloc'd. */
 char *lf__path_join(const char *dir, const char *name);

@@ -131,6 +131,7 @@ typedef struct item {
     uint32_t src;  /* index in prep.src */
     uint8_t kind;  /* ITEM_RECORD, ITEM_SKIP */
     uint8_t large; /* encoded by the calling thread on all threads */
+    uint8_t msgs;  /* fine-tuning: a conversation (a = its messages as JSON) through the chat template */
     uint64_t line;
     size_t a_off, a_len;   /* text (pretraining) or prompt, in the arena, then a NUL */
     size_t b_off, b_len;   /* fine-tuning: the response, right after the prompt's NUL */
@@ -386,6 +387,20 @@ static void mark_chars(uint8_t *seen, const char *s, size_t n) {
     }
 }
 
+/* A conversation's rendering (the template's own text around it) joins
+ * the vocabulary; one that does not render is left to pass 2, which
+ * reports it. */
+static void mark_conversation(const prep *p, uint8_t *seen, const lf_record *rec) {
+    char *conv = rec->messages ? NULL : lf__prepare_pair_messages(rec->prompt, rec->response), *out = NULL;
+    cJSON *msgs = cJSON_Parse(conv ? conv : rec->messages);
+    size_t len = 0;
+    if (msgs && lf__chat_template_render_json(&p->tpl, msgs, -1, 1, &out, &len, NULL, NULL) == LF_OK)
+        mark_chars(seen, out, len);
+    free(out);
+    cJSON_Delete(msgs);
+    cJSON_free(conv);
+}
+
 static lf_status build_char_vocab(prep *p) {
     lf_status st = LF_OK;
     uint8_t *seen = calloc(N_CODE_POINTS / 8, 1);
@@ -395,7 +410,7 @@ static lf_status build_char_vocab(prep *p) {
     if (!seen) return lf_fail(LF_ERR_NOMEM, "out of memory building a character vocabulary");
     lf_reader_opts ro = reader_opts(p);
     p->pass = 1;
-    if (p->has_tpl) { /* the template's text, which renders around every pair */
+    if (p->has_tpl && !p->tpl.jinja) { /* the template's text, which renders around every pair */
         char *out = NULL;
         size_t len = 0, cut = 0;
         if ((st = lf__chat_template_render_pair(&p->tpl, "", 0, "", 0, &out, &len, &cut, NULL, NULL)) != LF_OK) {
@@ -417,6 +432,7 @@ static lf_status build_char_vocab(prep *p) {
             if (rec.prompt) mark_chars(seen, rec.prompt, rec.prompt_len);
             if (rec.response) mark_chars(seen, rec.response, rec.response_len);
             if (rec.rejected) mark_chars(seen, rec.rejected, rec.rejected_len);
+            if (p->has_tpl && (rec.messages || p->tpl.jinja)) mark_conversation(p, seen, &rec);
 
             uint64_t at = position(p, r, s);
             if (at - last >= PROGRESS_EVERY) {
@@ -622,14 +638,34 @@ static int arena_put(batch *b, const char *s, size_t n, size_t *off) {
 }
 
 static lf_status batch_add_record(prep *p, batch *b, const lf_record *rec) {
+    if (p->sft && rec->messages && !p->has_tpl)
+        return lf_fail(LF_ERR_INVALID_ARG,
+                       "%s:%llu: a record with 'messages' is rendered by a chat template: give prepare "
+                       "--chat-template (the model's directory, its tokenizer_config.json or chat_template.jinja, "
+                       "or a chat_template.json)",
+                       p->src[p->cur_src].path, (unsigned long long)rec->line);
+    char *conv = NULL; /* a pair as a conversation, for a Jinja template */
+    if (p->sft && !rec->messages && p->has_tpl && p->tpl.jinja &&
+        !(conv = lf__prepare_pair_messages(rec->prompt, rec->response)))
+        return lf_fail(LF_ERR_NOMEM, "out of memory gathering records");
     item *it = batch_item(b);
-    if (!it) return lf_fail(LF_ERR_NOMEM, "out of memory gathering records");
+    if (!it) {
+        cJSON_free(conv);
+        return lf_fail(LF_ERR_NOMEM, "out of memory gathering records");
+    }
     it->src = p->cur_src;
     it->kind = ITEM_RECORD;
     it->line = rec->line;
     int bad = 0;
     const char *ka = p->sft ? rec->prompt_key : rec->text_key;
-    if (p->sft) {
+    if (p->sft && (rec->messages || conv)) {
+        /* the conversation, NUL, an empty response: the split key is the conversation */
+        bad |= arena_put(b, conv ? conv : rec->messages, conv ? strlen(conv) : rec->messages_len, &it->a_off);
+        bad |= arena_put(b, "", 0, &it->b_off);
+        it->a_len = conv ? strlen(conv) : rec->messages_len;
+        it->msgs = 1;
+        cJSON_free(conv);
+    } else if (p->sft) {
         /* prompt, NUL, response: the split key is the bytes between */
         bad |= arena_put(b, rec->prompt, rec->prompt_len, &it->a_off);
         bad |= arena_put(b, rec->response, rec->response_len, &it->b_off);
@@ -794,7 +830,33 @@ static void join_dpo(const prep *p, item *it, const uint32_t *ia, size_t na, con
     it->targets = nb + nc + 2;
 }
 
+/* A record whose rendering failed (a template's raise_exception, a
+ * conversation it cannot hold): "FILE:LINE: field 'messages': ...", bad
+ * (skip_bad_records) or fatal; memory and internal failures are fatal. */
+static void conversation_failed(const prep *p, const batch *b, item *it, lf_status st) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s:%llu: field '%s': %s", p->src[it->src].path, (unsigned long long)it->line,
+             it->ka_off != NO_KEY ? b->arena + it->ka_off : "messages", lf_last_error());
+    if (st == LF_ERR_NOMEM || st == LF_ERR_INTERNAL) it->st = st;
+    else if (p->o->skip_bad_records) it->bad = 1;
+    else it->st = st == LF_ERR_INVALID_ARG || st == LF_ERR_UNSUPPORTED || st == LF_ERR_RANGE ? st : LF_ERR_FORMAT;
+    if (!(it->msg = strdup(msg))) it->st = LF_ERR_NOMEM;
+}
+
+/* A conversation (prepare_chat.c): mask 1 exactly on the assistant turns. */
+static void encode_messages(const prep *p, const batch *b, item *it, int n_threads) {
+    lf_status st = lf__prepare_conversation(&p->tpl, p->tok, b->arena + it->a_off, it->a_len, (uint32_t)p->eot,
+                                            n_threads, &it->ids, &it->mask, &it->n, &it->targets);
+    if (st != LF_OK) conversation_failed(p, b, it, st);
+    it->split = p->o->keep_splits ? p->src[it->src].split
+                                  : lf__split_pick(lf__split_unit(b->arena + it->a_off, it->a_len + 1 + it->b_len), p->w);
+}
+
 static void encode_item(const prep *p, const batch *b, item *it, int n_threads) {
+    if (it->msgs) {
+        encode_messages(p, b, it, n_threads);
+        return;
+    }
     const char *a = b->arena + it->a_off;
     uint32_t *ia = NULL, *ib = NULL;
     size_t na = 0, nb = 0;

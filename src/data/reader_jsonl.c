@@ -54,6 +54,7 @@ struct lf_reader {
     char *rec;      /* current record's raw bytes, NUL-terminated */
     size_t rec_len, rec_alloc;
     cJSON *root;    /* parsed current record */
+    char *msgs;     /* its "messages" list as compact JSON (fine-tuning), or NULL */
     uint64_t index; /* records seen (good and skipped) */
     uint64_t skipped;
     int seen_any;                 /* a non-blank JSONL line / an array element / the text */
@@ -221,10 +222,34 @@ static lf_status alpaca_record(lf_reader *r, const cJSON *root, uint64_t line, l
     return LF_OK;
 }
 
+/* A fine-tuning record's "messages": a non-empty list of objects, each
+ * with a string "role", one of them the assistant's; kept as compact JSON
+ * for the chat template (invalid UTF-8 cannot get here: the record was
+ * checked whole). */
+static lf_status take_messages(lf_reader *r, const cJSON *msgs, uint64_t line, lf_record *rec) {
+    if (!cJSON_IsArray(msgs) || !msgs->child)
+        return bad(r, LF_ERR_FORMAT, line, "field 'messages' must be a non-empty list of {\"role\", \"content\"}");
+    int i = 0, assistant = 0;
+    for (const cJSON *m = msgs->child; m; m = m->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+            return bad(r, LF_ERR_FORMAT, line, "field 'messages': message %d is not an object with a string 'role'", i);
+        assistant |= !strcmp(role->valuestring, "assistant");
+    }
+    if (!assistant) return bad(r, LF_ERR_FORMAT, line, "field 'messages' has no assistant message (nothing to learn)");
+    if (!(r->msgs = cJSON_PrintUnformatted(msgs))) return lf_fail(LF_ERR_NOMEM, "%s: out of memory", r->path);
+    rec->messages = r->msgs;
+    rec->messages_len = strlen(r->msgs);
+    rec->prompt_key = "messages";
+    return LF_OK;
+}
+
 /* Parse r->rec (a record starting at `line`) and select its fields. */
 static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
     cJSON_Delete(r->root);
     r->root = NULL;
+    cJSON_free(r->msgs);
+    r->msgs = NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(r->rec, r->rec_len, &end, 0);
     if (!root) {
@@ -271,6 +296,8 @@ static lf_status parse_record(lf_reader *r, uint64_t line, lf_record *rec) {
         rec->rejected_key = jf;
         return LF_OK;
     }
+    const cJSON *msgs = pf ? NULL : cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (msgs) return take_messages(r, msgs, line, rec);
     if (!pf) {
         if (cJSON_GetObjectItemCaseSensitive(root, "prompt") || cJSON_GetObjectItemCaseSensitive(root, "response")) {
             pf = "prompt";
@@ -743,6 +770,7 @@ void lf_reader_close(lf_reader *r) {
     cJSON_Delete(r->root);
     lf__json_doc_free(&r->doc);
     free(r->joined);
+    cJSON_free(r->msgs);
     free(r->rec);
     free(r->in);
     free(r->path);

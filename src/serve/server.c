@@ -92,6 +92,10 @@ struct lf_server {
     lf_model *m;
     lf_tokenizer *tok;
     lf__chat_template tpl;
+    /* no chat template in the checkpoint and the built-in ChatML's markers
+     * are not in the vocabulary: chat requests answer 400 with this reason */
+    int no_chat_template;
+    char no_tpl_reason[320];
     lf_engine *e;
     lf__http_server *http;
     lf__serve_limits lim;
@@ -555,7 +559,26 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
             size_t tl = 0;
             lf__chat_span *sp = NULL;
             int ns = 0;
+            if (s->no_chat_template) {
+                lf__serve_error_set(&err, 400, "invalid_request_error", NULL, "messages",
+                                    "this model has no chat template, and the built-in ChatML cannot be used with its "
+                                    "tokenizer (%s). Give the model a chat template: fine-tune it with `llmforge "
+                                    "prepare --mode sft --chat-template ...` (training copies the dataset's "
+                                    "chat_template.json into every checkpoint), or put a chat_template.json (or a "
+                                    "Hugging Face chat_template.jinja) in the checkpoint directory. /v1/completions "
+                                    "takes plain text.",
+                                    s->no_tpl_reason);
+                st = LF_ERR_RANGE; /* err is set */
+                break;
+            }
             st = lf__chat_template_render(&s->tpl, q.messages, q.n_messages, 1, &text, &tl, &sp, &ns);
+            if (st != LF_OK && st != LF_ERR_NOMEM) { /* the template refused the conversation (raise_exception) */
+                char msg[sizeof err.message - 64];
+                lf_log(LF_LOG_INFO, "serve: chat template: %s", lf_last_error());
+                lf__serve_client_message(msg, sizeof msg, lf_last_error());
+                lf__serve_error_set(&err, 400, "invalid_request_error", NULL, "messages", "chat template: %s", msg);
+                st = LF_ERR_RANGE; /* err is set */
+            }
             for (int j = 0; st == LF_OK && j < ns; j++)
                 st = encode_text(s, text + sp[j].off, sp[j].len, sp[j].from_template, &ptok[i], &pn[i], NULL);
             free(text);
@@ -912,33 +935,38 @@ static void server_free(lf_server *s) {
     free(s);
 }
 
-/* An HF directory's chat template is Jinja (tokenizer_config.json's
- * "chat_template", or chat_template.jinja), which llmforge does not render
- * yet: the server keeps ChatML and says so in the template's source line
- * (printed at start), never silently. */
-static lf_status note_jinja_template(const char *dir, lf__chat_template *t) {
-    char path[LF_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "r");
-    int jinja = f != NULL;
-    if (f) fclose(f);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+/* A checkpoint without a chat template gets the built-in ChatML; when the
+ * tokenizer cannot encode its markers (a character vocabulary trained on
+ * text without '|'), chat requests are refused with a 400 that says so and
+ * how to give the model a template, instead of an error about characters
+ * the client never wrote. Announced at start through the source line. */
+static lf_status check_builtin_template(lf_server *s) {
     char *text = NULL;
-    if (!jinja && lf_file_read_all(path, 16u << 20, &text, NULL) == LF_OK) {
-        cJSON *o = cJSON_Parse(text);
-        jinja = cJSON_GetObjectItemCaseSensitive(o, "chat_template") != NULL;
-        cJSON_Delete(o);
+    size_t tl = 0;
+    lf__chat_message m[2] = {{LF__ROLE_SYSTEM, "", 0}, {LF__ROLE_USER, "", 0}};
+    lf_status st = lf__chat_template_render(&s->tpl, m, 2, 1, &text, &tl, NULL, NULL);
+    if (st != LF_OK) return st;
+    lf_encode_opts o = lf_encode_opts_default();
+    o.allow_special = 1;
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    if (lf_tokenizer_encode_opts(s->tok, text, tl, &o, &ids, &n) != LF_OK) {
+        lf__serve_client_message(s->no_tpl_reason, sizeof s->no_tpl_reason, lf_last_error());
+        s->no_chat_template = 1;
+        char note[600];
+        snprintf(note, sizeof note,
+                 "none (the checkpoint has no chat template and the built-in ChatML's markers are not in the "
+                 "vocabulary: /v1/chat/completions answers 400; /v1/completions works)");
+        char *src = strdup(note);
+        if (!src) st = lf_fail(LF_ERR_NOMEM, "serve: out of memory");
+        else {
+            free(s->tpl.source);
+            s->tpl.source = src;
+        }
     }
-    lf_free(text);
-    if (!jinja) return LF_OK;
-    char note[LF_PATH_MAX + 160];
-    snprintf(note, sizeof note, "built-in ChatML ('%s' has a Jinja chat template, which llmforge does not render yet)",
-             dir);
-    char *src = strdup(note);
-    if (!src) return lf_fail(LF_ERR_NOMEM, "serve: out of memory");
-    free(t->source);
-    t->source = src;
-    return LF_OK;
+    lf_free(ids);
+    free(text);
+    return st;
 }
 
 lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opts *opts) {
@@ -954,7 +982,7 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
     if (st == LF_OK) st = lf_checkpoint_load_text_model(ckpt, s->be, &s->m, &s->tok, &dir);
     int from_file = 0;
     if (st == LF_OK) st = lf__chat_template_load_dir(dir, &s->tpl, &from_file);
-    if (st == LF_OK && !from_file) st = note_jinja_template(dir, &s->tpl);
+    if (st == LF_OK && !from_file) st = check_builtin_template(s);
     const lf_model_config *c = st == LF_OK ? lf_model_get_config(s->m) : NULL;
     if (st == LF_OK) {
         /* the model's name: the option, else the directory's (a step directory: its run's) */

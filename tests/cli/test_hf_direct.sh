@@ -6,8 +6,8 @@
 # to transformers' generate() and stops at the two-id eos list of generation_config.json
 # (--ignore-eos runs on: the ids of transformers without the list); `serve --model DIR`
 # answers the same text with finish_reason "stop" and the model named after the directory;
-# `eval --model DIR` scores it; a Jinja chat template is announced as not rendered (ChatML
-# serves the chat endpoint). Refused, naming the file: a directory without tokenizer.json
+# `eval --model DIR` scores it; a Jinja chat template in tokenizer_config.json is what serve
+# renders chats with (named at start; tests/cli/test_chat_templates.sh checks the rendering). Refused, naming the file: a directory without tokenizer.json
 # (for text), a tokenizer bigger than the model's vocabulary, a malformed eos_token_id.
 #   bash test_hf_direct.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
@@ -148,15 +148,15 @@ mkdir badeos && cp "$HF"/* badeos/ && echo '{"eos_token_id": "two"}' > badeos/ge
 "$LF" sample --model badeos --prompt "$PROMPT" > be.out 2>&1 && fail "eos_token_id \"two\" was accepted"
 grep -q "generation_config.json': eos_token_id must be a token id" be.out || fail "the bad eos is not named: $(cat be.out)"
 ok
-# a Jinja chat template (tokenizer_config.json) is not rendered yet: serve says so at start
+# a Jinja chat template (tokenizer_config.json) renders the chat endpoint: serve names it at start
 mkdir jinja && cp "$HF"/* jinja/ &&
     python3 -c 'import json; p = "jinja/tokenizer_config.json"; d = json.load(open(p)); d["chat_template"] = "{{ x }}"; json.dump(d, open(p, "w"))'
 timeout 20 "$LF" serve --model jinja --port 0 --threads 1 > jj.out 2>&1 &
 for _ in $(seq 1 100); do grep -q "chat template:" jj.out && break; sleep 0.1; done
 kill -TERM %% 2> /dev/null
 wait
-grep -q "chat template: built-in ChatML ('jinja' has a Jinja chat template, which llmforge does not render yet)" jj.out ||
-    fail "the unrendered Jinja template is not announced: $(cat jj.out)"
+grep -q "chat template: jinja/tokenizer_config.json:chat_template" jj.out ||
+    fail "the Jinja template is not named: $(cat jj.out)"
 ok
 echo "$passed passed"
 echo PASS

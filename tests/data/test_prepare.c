@@ -9,7 +9,12 @@
  * [user: prompt], then the response and the assistant's suffix; the
  * template's characters join a char vocabulary; chat_template.json written
  * and named in dataset.json, and gone after a run without one; with GPT-2,
- * special tokens are read in template text only). */
+ * special tokens are read in template text only); conversations ("messages"
+ * records, and pairs) through a Hugging Face Jinja template: the ids are the
+ * rendering's, the mask is 1 exactly on the assistant turns with their
+ * end-of-turn marker, the template is written as chat_template.json and
+ * reads back to the same renderer, and a template's raise_exception is a
+ * bad record naming FILE:LINE. */
 #include "test_util.h"
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
@@ -18,7 +23,9 @@
 #include "prepare_fixture.h"
 #include "data/chat_template.h"
 
-static void put(const char *name, const char *text) { LF_ASSERT_OK(lf_file_write_all(path_in(name), text, strlen(text))); }
+static void put(const char *name, const char *text) {
+    LF_ASSERT_OK(lf_file_write_all(path_in(name), text, strlen(text)));
+}
 
 static cJSON *read_manifest(const char *dir) {
     char p[1200], *buf = NULL;
@@ -133,12 +140,11 @@ static void test_sft_masks(void **state) {
 }
 
 /* ---------------------------------------------------------------- through a chat template */
-static const char k_tpl[] =
-    "{\"format\": \"llmforge.chat_template.v1\", \"bos\": \"<s>\",\n"
-    " \"roles\": {\"system\": {\"prefix\": \"[S] \", \"suffix\": \"\\n\"},\n"
-    "           \"user\": {\"prefix\": \"[INST] \", \"suffix\": \" [/INST]\"},\n"
-    "           \"assistant\": {\"prefix\": \" \", \"suffix\": \" </s>\"}},\n"
-    " \"generation_prompt\": \" \", \"stop\": [\"</s>\"]}\n";
+static const char k_tpl[] = "{\"format\": \"llmforge.chat_template.v1\", \"bos\": \"<s>\",\n"
+                            " \"roles\": {\"system\": {\"prefix\": \"[S] \", \"suffix\": \"\\n\"},\n"
+                            "           \"user\": {\"prefix\": \"[INST] \", \"suffix\": \" [/INST]\"},\n"
+                            "           \"assistant\": {\"prefix\": \" \", \"suffix\": \" </s>\"}},\n"
+                            " \"generation_prompt\": \" \", \"stop\": [\"</s>\"]}\n";
 
 static void test_sft_chat_template(void **state) {
     (void)state;
@@ -237,9 +243,10 @@ static void test_sft_chat_template_gpt2(void **state) {
     }
     snprintf(spec, sizeof spec, "gpt2:%s", dir);
     put("g.jsonl", "{\"prompt\": \"<|endoftext|>\", \"response\": \"Hello\"}\n");
-    put("t.json", "{\"format\": \"llmforge.chat_template.v1\", \"bos\": \"<|endoftext|>\",\n"
-                  " \"roles\": {\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", \"suffix\": \"\"},\n"
-                  "           \"assistant\": {\"prefix\": \"\", \"suffix\": \"\"}}, \"generation_prompt\": \"\"}");
+    put("t.json",
+        "{\"format\": \"llmforge.chat_template.v1\", \"bos\": \"<|endoftext|>\",\n"
+        " \"roles\": {\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", \"suffix\": \"\"},\n"
+        "           \"assistant\": {\"prefix\": \"\", \"suffix\": \"\"}}, \"generation_prompt\": \"\"}");
     lf_prepare_opts o = opts1(path_in("g.jsonl"), LF_RECORD_SFT, spec);
     o.split[1] = 0;
     o.chat_template = path_in("t.json");
@@ -377,8 +384,8 @@ static void test_split_stable(void **state) {
     int counts[3] = {0};
     for (int i = 0; i < n2; i++) {
         if (!w2[i]) fail_msg("record %d is in no split", i);
-        if (i < n1 && w1[i] != w2[i]) fail_msg("record %d moved from split %d to %d when records were appended", i,
-                                               w1[i] - 1, w2[i] - 1);
+        if (i < n1 && w1[i] != w2[i])
+            fail_msg("record %d moved from split %d to %d when records were appended", i, w1[i] - 1, w2[i] - 1);
         if (i >= n1) assert_int_equal(w1[i], 0);
         counts[w2[i] - 1]++;
     }
@@ -423,7 +430,8 @@ static void test_manifest_and_batches(void **state) {
     size_t cap = 1 << 16, at = 0;
     char *body = malloc(cap);
     for (int i = 0; i < 400; i++) {
-        int a = (int)(lf_rng_u64(1, LF_RNG_TEST, (uint64_t)i) % 100), b = (int)(lf_rng_u64(2, LF_RNG_TEST, (uint64_t)i) % 100);
+        int a = (int)(lf_rng_u64(1, LF_RNG_TEST, (uint64_t)i) % 100),
+            b = (int)(lf_rng_u64(2, LF_RNG_TEST, (uint64_t)i) % 100);
         at += (size_t)snprintf(body + at, cap - at, "{\"prompt\": \"%d+%d=\", \"response\": \"%d\"}\n", a, b, a + b);
     }
     LF_ASSERT_OK(lf_file_write_all(path_in("a.jsonl"), body, at));
@@ -558,7 +566,9 @@ static void test_bad_records(void **state) {
     assert_non_null(strstr(res.first_skip, "b.jsonl:2: field 'text' is a number"));
     cJSON *man = read_manifest(path_in("o"));
     assert_int_equal(num_at(man, "skipped_records", NULL, NULL), 2);
-    assert_int_equal(num_at(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(man, "sources"), 0), "skipped", NULL, NULL), 2);
+    assert_int_equal(num_at(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(man, "sources"), 0), "skipped", NULL,
+                            NULL),
+                     2);
     cJSON_Delete(man);
 
     /* a given vocabulary: a character outside it is a bad record naming the field */
@@ -662,13 +672,103 @@ static void test_gpt2(void **state) {
     assert_int_equal(sd.mask[0], 0);
     assert_int_equal(sd.mask[1], 1);
     assert_int_equal(sd.mask[2], 1);
-    const char *rs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "tokenizer"), "spec")->valuestring;
+    const char *rs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "tokenizer"), "spec")
+                         ->valuestring;
     assert_true(strncmp(rs, "gpt2:/", 6) == 0); /* absolute: the dataset opens from anywhere */
     free_split(&sd);
     cJSON_Delete(man);
     lf_dataset *d = NULL;
     LF_ASSERT_OK(lf_dataset_open(&d, path_in("og")));
     lf_dataset_close(d);
+}
+
+/* ---------------------------------------------------------------- conversations through a Jinja template */
+static const char k_chatml_jinja[] =
+    "{%- for message in messages %}\n"
+    "    {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}\n";
+
+static void test_sft_messages_jinja(void **state) {
+    (void)state;
+    put("tpl.jinja", k_chatml_jinja);
+    put("c.jsonl", "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": "
+                   "\"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}, {\"role\": \"user\", \"content\": "
+                   "\"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n"
+                   "{\"prompt\": \"p\", \"response\": \"r\"}\n");
+    lf_prepare_opts o = opts1(path_in("c.jsonl"), LF_RECORD_SFT, "char");
+    o.split[1] = 0;
+    o.chat_template = path_in("tpl.jinja");
+    const char *out = path_in("out");
+    lf_prepare_result res;
+    LF_ASSERT_OK(lf_prepare(&o, out, &res));
+    /* each conversation as transformers renders it, then the end of text ("\n" for char) */
+    const char *r1 = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+                     "yo<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n\n";
+    const char *r2 = "<|im_start|>user\np<|im_end|>\n<|im_start|>assistant\nr<|im_end|>\n\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s", r1, r2);
+    /* mask 1 exactly on "yo<|im_end|>", "a<|im_end|>", "r<|im_end|>" */
+    const char *turns[] = {"yo<|im_end|>", "a<|im_end|>", "r<|im_end|>"};
+    uint8_t want[1024] = {0};
+    const char *from = text;
+    for (int k = 0; k < 3; k++) {
+        const char *at = strstr(from, turns[k]);
+        assert_non_null(at);
+        memset(want + (at - text), 1, strlen(turns[k]));
+        from = at + strlen(turns[k]);
+    }
+    assert_int_equal(res.records[0], 2);
+    assert_int_equal(res.tokens[0], strlen(text));
+    assert_int_equal(res.target_tokens[0], strlen(turns[0]) + strlen(turns[1]) + strlen(turns[2]));
+    lf_tokenizer *t = open_tok(out);
+    cJSON *man = read_manifest(out);
+    split_data sd;
+    load_split(out, man, "train", &sd);
+    assert_int_equal(sd.n, strlen(text));
+    for (size_t i = 0; i < sd.n; i++) {
+        char ch[2] = {text[i], 0};
+        assert_int_equal(sd.tok[i], id_of(t, ch));
+        if (sd.mask[i] != want[i]) fail_msg("mask[%zu] ('%c') = %d, expected %d", i, text[i], sd.mask[i], want[i]);
+    }
+    free_split(&sd);
+    cJSON_Delete(man);
+    lf_tokenizer_free(t);
+    /* chat_template.json holds the Jinja source: it loads (as training's checkpoint copy will) and renders the same */
+    lf__chat_template back;
+    LF_ASSERT_OK(lf__chat_template_load(join2(out, "chat_template.json"), &back));
+    assert_non_null(back.jinja);
+    assert_string_equal(back.stop[0], "<|im_end|>");
+    lf__chat_message m[] = {{LF__ROLE_USER, "p", 1}};
+    char *rr = NULL;
+    size_t rl = 0;
+    LF_ASSERT_OK(lf__chat_template_render(&back, m, 1, 1, &rr, &rl, NULL, NULL));
+    assert_string_equal(rr, "<|im_start|>user\np<|im_end|>\n<|im_start|>assistant\n");
+    free(rr);
+    lf__chat_template_free(&back);
+
+    /* the template refuses a conversation: a bad record naming the file, line and message */
+    put("strict.jinja", "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}"
+                        "{% endif %}{% for m in messages %}{{ m.content }}|{% endfor %}");
+    o.chat_template = path_in("strict.jinja");
+    assert_int_equal(lf_prepare(&o, path_in("o2"), &res), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("c.jsonl:1: field 'messages':");
+    LF_ASSERT_ERR_CONTAINS("System role not supported");
+    o.skip_bad_records = 1;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("o3"), &res));
+    assert_int_equal(res.skipped, 1);
+    assert_int_equal(res.records[0], 1);
+    assert_non_null(strstr(res.first_skip, "System role not supported"));
+    /* messages without a template: refused, naming the option */
+    o.chat_template = NULL;
+    o.skip_bad_records = 0;
+    assert_int_equal(lf_prepare(&o, path_in("o4"), &res), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("--chat-template");
+    /* a template with an unsupported construct: refused before any record, naming the line */
+    put("bad.jinja", "ok\n{% for m in messages %}{{ m | wordcount }}{% endfor %}");
+    o.chat_template = path_in("bad.jinja");
+    assert_int_equal(lf_prepare(&o, path_in("o5"), &res), LF_ERR_UNSUPPORTED);
+    LF_ASSERT_ERR_CONTAINS("bad.jinja:2: unsupported filter 'wordcount'");
 }
 
 int main(void) {
@@ -681,6 +781,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_gpt2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sft_chat_template, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sft_chat_template_gpt2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sft_messages_jinja, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

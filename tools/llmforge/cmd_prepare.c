@@ -8,7 +8,7 @@
  *                    [--subset NAME] [--field KEY]
  *                    [--text-field F] [--prompt-field F --response-field F]
  *                    [--chosen-field F] [--rejected-field F]
- *                    [--chat-template chatml|FILE|DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
+ *                    [--chat-template chatml|FILE|DIR|MODEL_DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
  *                    --out DIR
  *       records through lf_prepare (docs/data.md).
  *
@@ -39,7 +39,7 @@ static void usage(FILE *f) {
             "                        [--subset NAME] [--field KEY] [--skip-bad-records]\n"
             "                        [--text-field F] [--prompt-field F --response-field F]\n"
             "                        [--chosen-field F] [--rejected-field F]\n"
-            "                        [--chat-template chatml|FILE|DIR]\n"
+            "                        [--chat-template chatml|FILE|DIR|MODEL_DIR]\n"
             "                        [--max-record-bytes N] [--shard-tokens N] [--threads N]\n"
             "       llmforge prepare --char INPUT --out DIR\n"
             "\n"
@@ -59,15 +59,19 @@ static void usage(FILE *f) {
             "                     (Arrow IPC stream or file, as datasets' save_to_disk writes)\n"
             "  --mode pretrain    documents: field 'text' (or --text-field), each followed by end-of-text\n"
             "  --mode sft         pairs 'prompt'/'response' or 'input_text'/'target_text' (or\n"
-            "                     --prompt-field/--response-field); loss only on response + end-of-text\n"
+            "                     --prompt-field/--response-field, or Alpaca's instruction/input/output);\n"
+            "                     loss only on response + end-of-text; or 'messages' conversations (with\n"
+            "                     --chat-template): loss on the assistant turns and their end-of-turn markers\n"
             "  --mode dpo         preference triples 'prompt'/'chosen'/'rejected' (or --prompt-field,\n"
             "                     --chosen-field, --rejected-field; JSONL, JSON or Parquet), each kept\n"
             "                     as two rows (prompt + chosen, prompt + rejected) for train.objective dpo\n"
             "  --chat-template T  sft: render each pair as `llmforge serve`'s chat endpoint renders\n"
             "                     [user: prompt] (prompt part, no loss) then response + the assistant's\n"
             "                     suffix (loss); T is chatml, a chat_template.json, or a directory with\n"
-            "                     one; written to DIR/chat_template.json, which training copies into\n"
-            "                     every checkpoint\n"
+            "                     one; or a Hugging Face model directory, its tokenizer_config.json or\n"
+            "                     chat_template.jinja (Jinja, rendered as transformers does; pairs and\n"
+            "                     'messages' become conversations); written to DIR/chat_template.json,\n"
+            "                     which training copies into every checkpoint\n"
             "  --tokenizer SPEC   char (a vocabulary built from the data, written to DIR/vocab.json),\n"
             "                     char:FILE, gpt2:DIR, tiktoken:FILE, bpe:FILE\n"
             "  --split W,W[,W]    train,val,test weights by content hash, or W:W[:W] (7:2:1); default\n"

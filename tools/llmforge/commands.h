@@ -16,4 +16,5 @@ int cmd_report(int argc, char **argv);     /* cmd_report.c: a run directory as o
 int cmd_ckpt(int argc, char **argv);       /* cmd_ckpt.c: `ckpt verify` */
 int cmd_sweep(int argc, char **argv);      /* cmd_sweep.c: hyperparameter sweeps */
 int cmd_merge(int argc, char **argv);      /* cmd_merge.c: a PEFT LoRA adapter merged into its base */
+int cmd_chat_template(int argc, char **argv); /* cmd_chat_template.c: a conversation through a chat template */
 #endif

@@ -587,8 +587,38 @@ static int parse_ids(const char *s, uint32_t **ids, size_t *n) {
     return 0;
 }
 
+/* sample --chat FILE: the messages rendered by the checkpoint's chat
+ * template (chat_template.json, else its Hugging Face template, else the
+ * built-in ChatML as serve takes it) with the generation prompt, tokenized
+ * as serve tokenizes a chat. */
+static lf_status sample_chat_prompt(const char *dir, const lf_tokenizer *tok, const char *file, uint32_t **ids,
+                                    size_t *n, char **text) {
+    lf_chat_template *t = NULL;
+    char *json = NULL;
+    size_t len = 0;
+    int builtin = 0;
+    lf_status st = lf_chat_template_open(dir, &t);
+    if (st == LF_ERR_NOT_FOUND) {
+        builtin = 1;
+        st = lf_chat_template_open("chatml", &t);
+    }
+    if (st == LF_OK) st = lf_file_read_all(file, (size_t)64 << 20, &json, &len);
+    if (st == LF_OK) st = lf_chat_template_encode(t, tok, json, len, ids, n, text);
+    if (st != LF_OK && builtin)
+        fprintf(stderr,
+                "llmforge: sample: '%s' has no chat template and the built-in ChatML does not fit its "
+                "tokenizer: %s\n  give the model one: `llmforge prepare --mode sft --chat-template ...` "
+                "before training, or a chat_template.json / chat_template.jinja in the directory\n",
+                dir, lf_last_error());
+    else if (st != LF_OK) die_status(st, "sample: --chat");
+    else fprintf(stderr, "llmforge sample: chat template: %s\n", lf_chat_template_source(t));
+    lf_free(json);
+    lf_chat_template_free(t);
+    return st;
+}
+
 static int cmd_sample(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "\n", *ids_arg = NULL;
+    const char *ckpt = NULL, *prompt = "\n", *ids_arg = NULL, *chat = NULL;
     long max_new = 200, top_k = 0, threads = 0;
     double temperature = 1.0, top_p = 1.0;
     uint64_t seed = 1337;
@@ -600,6 +630,7 @@ static int cmd_sample(int argc, char **argv) {
             ckpt = v;
         else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) prompt = v;
         else if ((v = opt_value(argc, argv, &i, "--ids", &missing))) ids_arg = v;
+        else if ((v = opt_value(argc, argv, &i, "--chat", &missing))) chat = v;
         else if ((v = opt_value(argc, argv, &i, "--max-new-tokens", &missing))) {
             if (parse_long("--max-new-tokens", v, 0, 1L << 24, &max_new)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--temperature", &missing))) {
@@ -622,7 +653,8 @@ static int cmd_sample(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch-invariant")) invariant = 1;
         else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: llmforge sample --ckpt DIR [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N]\n"
+            printf("usage: llmforge sample --ckpt DIR [--prompt TEXT | --ids 1,2,3 | --chat MESSAGES.json]\n"
+                   "                       [--max-new-tokens N]\n"
                    "                       [--temperature T] [--top-k K] [--top-p P] [--seed S] [--no-cache]\n"
                    "                       [--json] [--threads N] [--batch-invariant] [--ignore-eos]\n"
                    "  DIR (--ckpt or --model): a checkpoint step directory, a run's ckpt/ or ckpt/latest, the\n"
@@ -634,6 +666,8 @@ static int cmd_sample(int argc, char **argv) {
                    "  probability reaches P. Decoding uses a KV cache; --no-cache runs a forward over the\n"
                    "  whole context for every token (the reference path: same tokens when greedy, but for\n"
                    "  dynamic-NTK RoPE, whose table follows the context length: docs/models.md).\n"
+                   "  --chat: a JSON list of {role, content} messages, rendered with the generation prompt by\n"
+                   "  the model's chat template as `llmforge serve` renders a chat (docs/cli.md).\n"
                    "  --ids: the prompt as token ids. --json: one JSON object (prompt ids, generated ids,\n"
                    "  the logits of the last prompt position, prefill and decode timing) instead of text.\n"
                    "  --batch-invariant: the products `llmforge serve` uses by default, so a greedy sample\n"
@@ -661,7 +695,7 @@ static int cmd_sample(int argc, char **argv) {
     uint32_t *ids = NULL, *out = NULL;
     int32_t *ctx = NULL;
     size_t n_ids = 0, n_out = 0;
-    char spec[LF_PATH_MAX + 32];
+    char spec[LF_PATH_MAX + 32], *chat_text = NULL;
     lf_status st = LF_OK;
     if (invariant && ((st = lf_backend_open(lf_backend_default_name(), &be)) != LF_OK ||
                       (st = lf_backend_set_batch_invariant(be, 1)) != LF_OK)) {
@@ -689,8 +723,11 @@ static int cmd_sample(int argc, char **argv) {
             die_status(st, "sample: tokenizer");
             goto done;
         }
-        st = lf_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids);
-        if (st != LF_OK) {
+        if (chat) {
+            st = sample_chat_prompt(dir, tok, chat, &ids, &n_ids, &chat_text);
+            if (st != LF_OK) goto done;
+            prompt = chat_text;
+        } else if ((st = lf_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids)) != LF_OK) {
             die_status(st, "sample: prompt");
             goto done;
         }
@@ -792,6 +829,7 @@ done:
     lf_model_free(m);
     lf_backend_close(be);
     lf_tokenizer_free(tok);
+    free(chat_text);
     return rc;
 }
 
@@ -1075,6 +1113,7 @@ static void usage(FILE *f) {
         "  score       BLEU, ROUGE, accuracy/F1, exact match, Hits@N over files, no model\n"
         "  tokenize    text on stdin -> ids (--tokenizer SPEC); detokenize: the inverse\n"
         "  tokenizer   `tokenizer train`: a byte-level BPE on your corpus\n"
+        "  chat-template  a conversation as a model's chat template renders it (--model DIR --messages F.json)\n"
         "  data        generated data sets (`data arithmetic`, `data arithmetic-eval`)\n"
         "  bench       training throughput and MFU on random data (--preset NAME | --config CFG)\n"
         "  plan        the memory a training config needs, item by item, and whether it fits\n"
@@ -1147,6 +1186,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "merge")) return cmd_merge(argc - 2, argv + 2);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat-template")) return cmd_chat_template(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
