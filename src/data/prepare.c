@@ -848,8 +848,9 @@ static void encode_messages(const prep *p, const batch *b, item *it, int n_threa
     lf_status st = lf__prepare_conversation(&p->tpl, p->tok, b->arena + it->a_off, it->a_len, (uint32_t)p->eot,
                                             n_threads, &it->ids, &it->mask, &it->n, &it->targets);
     if (st != LF_OK) conversation_failed(p, b, it, st);
-    it->split = p->o->keep_splits ? p->src[it->src].split
-                                  : lf__split_pick(lf__split_unit(b->arena + it->a_off, it->a_len + 1 + it->b_len), p->w);
+    it->split = p->o->keep_splits
+                    ? p->src[it->src].split
+                    : lf__split_pick(lf__split_unit(b->arena + it->a_off, it->a_len + 1 + it->b_len), p->w);
 }
 
 static void encode_item(const prep *p, const batch *b, item *it, int n_threads) {
