@@ -8,7 +8,7 @@
  * (B=2, T=64 so that positions pass the scaled types' original 32; three
  * ignored targets) through torch.optim.AdamW set up as llmforge's (lr 1e-3
  * constant, betas 0.9/0.99, eps 1e-8, weight decay 0.1 on tensors of >= 2
- * dims, clipping at 1.0, which clips at most steps). Here:
+ * dims, clipping at 1.0, which clips at every step). Here:
  * lf_model_forward/backward and lf_adamw_step on the cpu backend.
  *
  * Error model (fp32 throughout; the weights are bf16, exact in fp32, so the
@@ -67,7 +67,7 @@
 #define LAMBDA 6.0
 #define SUM_WEIGHT_MOD 13
 
-    static cJSON *read_json(const char *path) {
+static cJSON *read_json(const char *path) {
     char *text = NULL;
     size_t len = 0;
     LF_ASSERT_OK(lf_file_read_all(path, 16u << 20, &text, &len));
