@@ -23,6 +23,8 @@
 #   torch.optim.AdamW(lr=LR, betas=BETAS, eps=EPS, foreach=False) with weight_decay WD on the
 #   parameters of >= 2 dims and 0 on the rest (llmforge's parameter table: nanoGPT's rule; HF
 #   lists a tied embedding once, as llmforge holds it once).
+#   lr 1e-3: at 1e-2 two fp32 runs of the same steps part chaotically (loss differences x6 a
+#   step), which would test the trajectory's conditioning rather than llmforge.
 # Batches: B=2 rows of T=64 tokens per step, a different batch at each step. For the prompt
 # fixtures the rows are windows of the fixture's 90-token prompt (inputs prompt[s:s+64],
 # targets prompt[s+1:s+65]) at starts 4k and 25-4k for step k, so positions run past the
