@@ -171,6 +171,7 @@ set(lf_gemm_tests
   train.test_golden_llama_golden
   train.test_golden_llama_golden_qwen2
   train.test_golden_llama_golden_tied
+  train.test_hf_steps
   train.test_plan
   train.test_preempt
   train.test_recompute_train
