@@ -645,7 +645,7 @@ static lf_status batch_add_record(prep *p, batch *b, const lf_record *rec) {
                        "or a chat_template.json)",
                        p->src[p->cur_src].path, (unsigned long long)rec->line);
     char *conv = NULL; /* a pair as a conversation, for a Jinja template */
-    if (p->sft && !rec->messages && p->has_tpl && p->tpl.jinja &&
+    if (p->sft && !p->dpo && !rec->messages && p->has_tpl && p->tpl.jinja && /* dpo: render_pair, twice */
         !(conv = lf__prepare_pair_messages(rec->prompt, rec->response)))
         return lf_fail(LF_ERR_NOMEM, "out of memory gathering records");
     item *it = batch_item(b);
@@ -1293,6 +1293,14 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
         }
         if ((st = lf__chat_template_load(opts->chat_template, &p.tpl)) != LF_OK) goto done;
         p.has_tpl = 1;
+        if (p.dpo && p.tpl.jinja) { /* a pair row is prompt then completion; a conversation's mask is per turn */
+            st = lf_fail(LF_ERR_UNSUPPORTED,
+                         "prepare: --mode dpo with the Jinja chat template '%s' is not supported yet (each "
+                         "preference row is rendered as prompt then response, which a Jinja template does not "
+                         "split); use --chat-template chatml or a chat_template.json",
+                         opts->chat_template);
+            goto done;
+        }
     }
     if ((st = expand_inputs(&p)) != LF_OK) goto done;
     if (opts->keep_splits && (st = check_kept_splits(&p)) != LF_OK) goto done;
