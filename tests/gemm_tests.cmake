@@ -10,6 +10,7 @@ set(lf_gemm_tests
   backend.test_gemv
   backend.test_gradcheck
   backend.test_kv
+  backend.test_packed
   backend.test_peak
   cli.test_bf16
   cli.test_cli_e2e
