@@ -133,6 +133,7 @@ set(lf_gemm_tests
   model.test_bf16_model
   model.test_hf_import
   model.test_hf_rope
+  model.test_packed_model
   model.test_recompute
   model.test_recompute_llama
   nccl.bf16_zero2_np2
