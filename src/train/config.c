@@ -104,6 +104,9 @@ static const char *def_str_of(const key_def *k) { return k->def_str ? k->def_str
 static const char *const optim_choices[] = {"AdamW", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL};                           /* lf_sched_type */
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
+/* data.packing: 0, then lf_sft_pack_mode's values */
+static const char *const packing_choices[] = {"none", "packed", "padded", NULL};
+_Static_assert(LF_SFT_PACKED == 1 && LF_SFT_PADDED == 2, "packing_choices order");
 /* alert actions, as lf_alert_action values (index = value) */
 static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", "rollback", NULL};
 _Static_assert(LF_ALERT_OFF == 0 && LF_ALERT_LOG == 1 && LF_ALERT_SKIP == 2 && LF_ALERT_STOP == 3 &&
@@ -161,6 +164,10 @@ static const key_def k_keys[] = {
     {.path = "data.sampling", .type = KT_ENUM, FLD(sampling), .def_str = "random", .choices = sampling_choices,
      .help = "training batch positions: random (nanoGPT), sequential, records (windows start at a record), or "
              "packed (epochs of non-overlapping windows, shuffled by seed and epoch)"},
+    {.path = "data.packing", .type = KT_ENUM, FLD(packing), .def_str = "none", .choices = packing_choices,
+     .help = "fine-tuning rows of whole examples (records between end-of-text tokens; docs/training.md): none "
+             "(windows of the token stream, data.sampling), packed (several examples per row, attention and "
+             "positions kept inside each), or padded (one example per row); rows in shuffled epochs"},
     {.path = "data.prefetch", .type = KT_INT, FLD(prefetch), .lo = 0, .hi = 64, .def = {2},
      .help = "steps of batches a background thread prepares ahead (0 = none)"},
     {.path = "data.tokenizer", .type = KT_STRING, FLD(data_tokenizer), .def_str = "",
