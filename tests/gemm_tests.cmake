@@ -45,6 +45,7 @@ set(lf_gemm_tests
   cli.test_report
   cli.test_serve
   cli.test_sft
+  cli.test_sft_packing
   cli.test_sft_chat
   cli.test_slurm
   cli.test_sweep
@@ -54,6 +55,7 @@ set(lf_gemm_tests
   cuda.test_cublaslt
   cuda.test_cuda_attention
   cuda.test_cuda_dense
+  cuda.test_cuda_packed
   cuda.test_cuda_run
   cuda.test_cuda_train
   dp.bf16_np2
