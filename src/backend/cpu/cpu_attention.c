@@ -211,22 +211,25 @@ static void attention_forward(float *out, float *att, const float *qkv, const in
                      * ones above the diagonal masked; short rows of variable length left the loops
                      * mostly in their scalar remainders (T = 64: 2x slower) */
                     const int n = att_width(t, r1), lo = att_lo(pos_b, t);
+                    /* columns lo..n-1 (lo: the example's start in a packed row, else 0: the loops
+                     * are then exactly the causal ones); those before lo are zeros */
                     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-                    for (int j = 0; j < n; j++) {
-                        const float x = (j >= lo) & (j <= t) ? row[j] : -INFINITY;
+                    for (int j = lo; j < n; j++) {
+                        const float x = j <= t ? row[j] : -INFINITY;
                         mx = x > mx ? x : mx;
                     }
                     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                    for (int j = 0; j < n; j++) {
-                        const float e = (j >= lo) & (j <= t) ? lf__cpu_expf_f32(row[j] - mx) : 0.0f;
+                    for (int j = lo; j < n; j++) {
+                        const float e = j <= t ? lf__cpu_expf_f32(row[j] - mx) : 0.0f;
                         row[j] = e;
                         sum += e;
                     }
                     const float inv = 1.0f / sum;
 #pragma omp simd
-                    for (int j = 0; j < n; j++) row[j] *= inv;
+                    for (int j = lo; j < n; j++) row[j] *= inv;
+                    if (lo > 0) memset(row, 0, sizeof(float) * (size_t)lo);
                     if (n < T) memset(row + n, 0, sizeof(float) * (size_t)(T - n));
                 }
                 if (!use_drop)
