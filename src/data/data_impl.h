@@ -243,7 +243,6 @@ const char *lf__json_type_name(const struct cJSON *v);
 /* Split tokens [pos, pos+count) as int32 into dst; with apply_mask a token
  * whose loss mask is 0 becomes -1 (the sampler's targets). LF_ERR_RANGE
  * past the split's end (dataset.c; used by sft_pack.c). */
-lf_status lf__dataset_copy(const lf_dataset *d, lf_split split, size_t pos, size_t count, int32_t *dst,
-                           int apply_mask);
+lf_status lf__dataset_copy(const lf_dataset *d, lf_split split, size_t pos, size_t count, int32_t *dst, int apply_mask);
 
 #endif
