@@ -644,6 +644,7 @@ typedef struct lf_sft_pack_stats {
     uint64_t rows;      /* rows per epoch */
     uint64_t tokens;    /* positions holding an example token (rows * T - padding) */
     uint64_t targets;   /* of those, positions whose target counts (mask 1) */
+    int block_size;     /* T, the row length */
 } lf_sft_pack_stats;
 /* Index split of d (one pass over its tokens) and lay out its rows of T.
  * LF_ERR_UNSUPPORTED when the dataset names no end-of-text token;

@@ -131,6 +131,13 @@ lf_status lf_loader_open(lf_loader **out, const lf_dataset *ds, const lf_loader_
     if (o->world < 1 || o->rank < 0 || o->rank >= o->world)
         return lf_fail(LF_ERR_INVALID_ARG, "loader: rank %d is not in 0..world_size-1 (world_size %d)", o->rank,
                        o->world);
+    if (o->pack) {
+        lf_sft_pack_stats ps;
+        lf_sft_pack_stats_get(o->pack, &ps);
+        if (ps.block_size != o->block_size)
+            return lf_fail(LF_ERR_INVALID_ARG, "loader: block_size %d, but the pack's rows are %d tokens long",
+                           o->block_size, ps.block_size);
+    }
     if (o->prefetch < 0 || o->prefetch > 64)
         return lf_fail(LF_ERR_INVALID_ARG, "loader: prefetch depth %d is not in 0..64", o->prefetch);
     const size_t elems = (size_t)o->accum * (size_t)o->micro_batch * (size_t)o->block_size;

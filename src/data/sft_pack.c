@@ -134,6 +134,7 @@ lf_status lf_sft_pack_create(lf_sft_pack **out, const lf_dataset *d, lf_split sp
     p->d = d;
     p->split = split;
     p->T = T;
+    p->st.block_size = T;
     p->pad = (int32_t)lf_dataset_eot(d);
     ex_list e = {0};
     uint64_t *row = NULL, n_rows = 0;

@@ -114,6 +114,7 @@ static uint64_t check_epoch(const lf_sft_pack *p, const uint32_t *tok, const uin
     for (int k = 0; k < g_nex; k++)
         if (!used[k]) fail_msg("example %d (%d tokens) missing from the epoch", k, g_ex[k].len);
     assert_int_equal(st.examples, (uint64_t)g_nex);
+    assert_int_equal(st.block_size, T);
     assert_int_equal(st.tokens, tokens);
     assert_int_equal(st.targets, targets);
     assert_int_equal(st.rows * T - pad, tokens);
@@ -160,6 +161,10 @@ static void test_epochs(void **state) {
     }
     assert_true(lf_loader_epoch(l) > 0);
     lf_loader_close(l);
+    o.block_size = T + 1; /* rows of another length: refused, not overrun */
+    assert_int_equal(lf_loader_open(&l, d, &o, 0), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("rows are 24 tokens long");
+    assert_null(l);
     lf_sft_pack_free(packed);
     lf_sft_pack_free(padded);
     lf_dataset_close(d);
