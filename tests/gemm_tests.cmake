@@ -10,6 +10,7 @@ set(lf_gemm_tests
   backend.test_gemv
   backend.test_gradcheck
   backend.test_kv
+  backend.test_packed
   backend.test_peak
   cli.test_bf16
   cli.test_cli_e2e
@@ -48,6 +49,7 @@ set(lf_gemm_tests
   cli.test_report
   cli.test_serve
   cli.test_sft
+  cli.test_sft_packing
   cli.test_sft_chat
   cli.test_chat_templates
   cli.test_slurm
@@ -58,6 +60,7 @@ set(lf_gemm_tests
   cuda.test_cublaslt
   cuda.test_cuda_attention
   cuda.test_cuda_dense
+  cuda.test_cuda_packed
   cuda.test_cuda_run
   cuda.test_cuda_train
   dp.bf16_np2
@@ -137,6 +140,7 @@ set(lf_gemm_tests
   model.test_bf16_model
   model.test_hf_import
   model.test_hf_rope
+  model.test_packed_model
   model.test_recompute
   model.test_recompute_llama
   nccl.bf16_zero2_np2

@@ -726,6 +726,51 @@ uint64_t lf_dataset_packed_window(uint64_t row, uint64_t n_windows, uint64_t see
 lf_status lf_dataset_get_batch(const lf_dataset *d, lf_split split, lf_sampling sampling, uint64_t seed,
                                uint32_t purpose, uint64_t first_row, int B, int T, int32_t *inputs, int32_t *targets);
 
+/* ---------------------------------------------------------------- SFT rows of whole examples */
+/* Fine-tuning rows made of whole examples (src/data/sft_pack.c;
+ * docs/training.md "Packing"), instead of windows cut from the token
+ * stream. An example is one record of the split: the tokens after an
+ * end-of-text up to and including the next one (ids(prompt) + ids(response)
+ * + [eot] in SFT data), giving L-1 positions for L tokens: inputs tok[s ..
+ * s+L-2], targets tok[s+1 .. s+L-1] (-1 where the loss mask is 0). An
+ * example longer than T positions is truncated to its first T (counted in
+ * the stats; as TRL's max_length). Records of one token give no position
+ * and are skipped.
+ *   packed: examples are placed first-fit, in order, into the rows still
+ *           open among the last LF_SFT_PACK_WINDOW (so a row's examples
+ *           come from one stretch of the corpus, in corpus order);
+ *   padded: one example per row.
+ * The rest of a row is padding: input the end-of-text token, target -1.
+ * Every row comes with the positions of its tokens inside their examples
+ * (0, 1, ... restarting at each example; the padding counts as one run of
+ * its own), what lf_forward_opts.pos takes. Row r of the sampler is row
+ * perm_e(r mod R) of epoch e = r / R (R rows, the permutation of
+ * lf_dataset_packed_window keyed by seed and purpose). */
+#define LF_SFT_PACK_WINDOW 64
+typedef enum lf_sft_pack_mode {
+    LF_SFT_PACKED = 1, /* several whole examples per row */
+    LF_SFT_PADDED = 2, /* one example per row */
+} lf_sft_pack_mode;
+typedef struct lf_sft_pack lf_sft_pack;
+typedef struct lf_sft_pack_stats {
+    uint64_t examples;  /* records with at least one position */
+    uint64_t truncated; /* examples cut to T positions */
+    uint64_t rows;      /* rows per epoch */
+    uint64_t tokens;    /* positions holding an example token (rows * T - padding) */
+    uint64_t targets;   /* of those, positions whose target counts (mask 1) */
+    int block_size;     /* T, the row length */
+} lf_sft_pack_stats;
+/* Index split of d (one pass over its tokens) and lay out its rows of T.
+ * LF_ERR_UNSUPPORTED when the dataset names no end-of-text token;
+ * LF_ERR_RANGE when the split has no example. The dataset must outlive it. */
+lf_status lf_sft_pack_create(lf_sft_pack **out, const lf_dataset *d, lf_split split, int T, lf_sft_pack_mode mode);
+void lf_sft_pack_free(lf_sft_pack *p);
+void lf_sft_pack_stats_get(const lf_sft_pack *p, lf_sft_pack_stats *out);
+/* Rows first_row .. first_row+B-1 into inputs, targets, pos (B,T) each.
+ * Thread-safe (reads only). */
+lf_status lf_sft_pack_get_batch(const lf_sft_pack *p, uint64_t seed, uint32_t purpose, uint64_t first_row, int B,
+                                int32_t *inputs, int32_t *targets, int32_t *pos);
+
 /* ---------------------------------------------------------------- the training loader */
 /* A step's batches for one rank, made ahead by a background thread
  * (src/data/loader.c). Row b of micro-batch a of rank r at step s is the
@@ -736,12 +781,14 @@ typedef struct lf_loader_opts {
     lf_split split;
     lf_sampling sampling;
     uint64_t seed;
-    uint32_t purpose; /* RNG purpose of the rows (LF_RNG_DATA for training) */
-    int micro_batch;  /* B */
-    int block_size;   /* T */
-    int accum;        /* micro-batches per step */
-    int rank, world;  /* this rank of world ranks */
-    int prefetch;     /* steps made ahead by the thread (0..64); 0 = in the caller, no thread */
+    uint32_t purpose;        /* RNG purpose of the rows (LF_RNG_DATA for training) */
+    int micro_batch;         /* B */
+    int block_size;          /* T */
+    int accum;               /* micro-batches per step */
+    int rank, world;         /* this rank of world ranks */
+    int prefetch;            /* steps made ahead by the thread (0..64); 0 = in the caller, no thread */
+    const lf_sft_pack *pack; /* NULL, or rows of whole examples (sampling and split are then the pack's;
+                                block_size must be its T); the caller keeps it alive */
 } lf_loader_opts;
 
 /* split train, random sampling, LF_RNG_DATA, B = T = accum = 1, rank 0 of 1, prefetch 2 */
@@ -755,6 +802,9 @@ lf_status lf_loader_open(lf_loader **out, const lf_dataset *ds, const lf_loader_
 /* The next step's accum*B*T inputs and targets (micro-batch a at offset
  * a*B*T); *wait_s (may be NULL) = seconds this call waited for them. */
 lf_status lf_loader_next(lf_loader *l, int32_t *inputs, int32_t *targets, double *wait_s);
+/* The same with each token's position in its example (accum*B*T), for a
+ * loader with a pack (pos may be NULL); without one, pos is 0..T-1 per row. */
+lf_status lf_loader_next_pos(lf_loader *l, int32_t *inputs, int32_t *targets, int32_t *pos, double *wait_s);
 /* The step the next lf_loader_next returns (the data cursor). */
 uint64_t lf_loader_step(const lf_loader *l);
 /* Seconds spent waiting in lf_loader_next so far. */

@@ -345,6 +345,16 @@ typedef struct lf_forward_opts {
     int train;     /* 1: dropout active */
     uint64_t seed; /* dropout seed */
     uint64_t key;  /* dropout key of this micro-batch (step, micro-step) */
+    /* Packed rows (SFT packing, docs/training.md "Packing"): NULL, or (B,T)
+     * host int32, each token's position inside its example: 0 at an
+     * example's first token, then +1 per token. Position embeddings and
+     * RoPE then use these positions, and attention stays inside each
+     * example (a block-diagonal causal mask), so a row of several examples
+     * computes what each example computes alone. Read during the call only.
+     * LF_ERR_RANGE when a row breaks the rule (naming row and column),
+     * LF_ERR_UNSUPPORTED on a backend without the packed ops or with a
+     * session's KV cache active. */
+    const int32_t *pos;
 } lf_forward_opts;
 
 /* Forward on inputs (B,T). With targets (B,T; < 0 = ignored), returns the sum

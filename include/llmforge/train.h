@@ -7,6 +7,7 @@
  *   model.block_size [64], model.bias [true], model.dropout [0.0],
  *   model.vocab_size [0 = from the dataset]
  *   data.dataset [required], data.sampling ["random"|"sequential"|"records"|"packed"],
+ *   data.packing ["none"|"packed"|"padded"]: rows of whole SFT examples (docs/training.md),
  *   data.prefetch [2], data.tokenizer [""]
  *   train_batch_size [derived], train_micro_batch_size_per_gpu [12],
  *   gradient_accumulation_steps [1], train_iters [2000], train.stop_at [0 = off]
@@ -100,6 +101,7 @@ typedef struct lf_train_config {
     /* data */
     char dataset[LF_PATH_MAX];
     int sampling;      /* lf_sampling */
+    int packing;       /* data.packing: 0 none (windows of the token stream), else lf_sft_pack_mode */
     int prefetch;      /* steps of batches made ahead by the loader thread */
     long memory_limit; /* memory.limit_bytes: 0 = MemAvailable */
     /* objective (train.objective; docs/training.md "DPO") */

@@ -328,6 +328,62 @@ struct lf_backend_ops {
                                const float *att,            // from forward
                                int B, int T, int C, int NH, int NKV, lf_dropout drop);
 
+    /* ---- packed rows (SFT packing: several whole examples share a row of T
+     * tokens; docs/training.md "Packing"). pos (B,T) int32, backend memory,
+     * holds each token's position inside its example: 0 at an example's
+     * first token, then +1 per token (callers validate: pos[b,0] == 0 and
+     * pos[b,t] is 0 or pos[b,t-1] + 1; the model does so on the host before
+     * it copies pos in). Token t's example starts at column t - pos[b,t] of
+     * its row. Each op equals its plain form with per-token positions and a
+     * block-diagonal causal mask:
+     *  - encoder_*_packed: out[b,t,:] = wte[inp[b,t],:] + wpe[pos[b,t],:]
+     *    (wpe never NULL: a model without position embeddings calls the plain
+     *    encoder); backward adds dout[b,t,:] into dwpe[pos[b,t],:] and dwte
+     *    as encoder_backward;
+     *  - rope_*_packed: row t rotated at position pos[b,t] (for pos0 + t);
+     *    the inv_freq table is the one of sequence length T;
+     *  - attention_*_packed: query t of row b attends to keys j with
+     *    t - pos[b,t] <= j <= t, never to an earlier example of the row;
+     *    saved probabilities outside that range are 0 where the backend
+     *    saves them (CPU), dropout indices as attention_forward's; att and
+     *    scratch sized as for the plain op.
+     * A row holding one example (pos[b,t] = t) gives the plain ops'
+     * results: the same bits on the CPU (the masked columns are exactly
+     * those above the diagonal). Kernels clamp t - pos[b,t] into [0, t] and
+     * a wpe index into [0, t], so a pos that breaks the rule is wrong
+     * output, never an out-of-bounds access. NULL slots: the backend cannot
+     * train on packed rows, and the model refuses them naming the op. */
+    void (*encoder_forward_packed)(lf_backend *be, float *out, // (B,T,C)
+                                   const int32_t *inp,         // (B,T)
+                                   const int32_t *pos,         // (B,T)
+                                   const float *wte,           // (V,C)
+                                   const float *wpe,           // (maxT,C)
+                                   int B, int T, int C);
+    void (*encoder_backward_packed)(lf_backend *be, float *dwte, // (V,C) +=
+                                    float *dwpe,                 // (maxT,C) +=
+                                    const float *dout,           // (B,T,C)
+                                    const int32_t *inp,          // (B,T)
+                                    const int32_t *pos,          // (B,T)
+                                    int B, int T, int C);
+    void (*rope_forward_packed)(lf_backend *be, float *qkv, // (B,T,(NH+2*NKV)*HS) in place
+                                const int32_t *pos,         // (B,T)
+                                int B, int T, int NH, int NKV, int HS, const float *inv_freq, float scale);
+    void (*rope_backward_packed)(lf_backend *be, float *dqkv, // (B,T,(NH+2*NKV)*HS) in place
+                                 const int32_t *pos,          // (B,T)
+                                 int B, int T, int NH, int NKV, int HS, const float *inv_freq, float scale);
+    void (*attention_forward_packed)(lf_backend *be, float *out, // (B,T,C)
+                                     float *att,                 // attention_saved(B,NH,T)
+                                     const float *qkv,           // (B,T,W)
+                                     const int32_t *pos,         // (B,T)
+                                     int B, int T, int C, int NH, int NKV, lf_dropout drop);
+    void (*attention_backward_packed)(lf_backend *be, float *dqkv, // (B,T,W) = (overwritten)
+                                      float *scratch,              // attention_scratch(B,NH,T)
+                                      const float *dout,           // (B,T,C)
+                                      const float *qkv,            // (B,T,W)
+                                      const float *att,            // from forward
+                                      const int32_t *pos,          // (B,T)
+                                      int B, int T, int C, int NH, int NKV, lf_dropout drop);
+
     /* ---- sizes (floats) of attention's saved tensor and backward scratch
      * for a call of B rows, NH query heads, T positions; and of
      * attention_cached's scratch for Tn rows at position pos0. Pure

@@ -27,9 +27,6 @@ unsigned lf__shard_bytes_per_token(const lf_shard *s);
 /* n_tokens mask bytes, or NULL when the shard has no mask. */
 const unsigned char *lf__shard_mask_bytes(const lf_shard *s);
 const char *lf__shard_path(const lf_shard *s);
-/* Split tokens [pos, pos+count) of d as int32 (apply_mask: a token whose
- * loss mask is 0 becomes -1); LF_ERR_INVALID_ARG past the split's end. */
-lf_status lf__dataset_copy(const lf_dataset *d, lf_split split, size_t pos, size_t count, int32_t *dst, int apply_mask);
 
 /* ---------------------------------------------------------------- tokenizers */
 typedef struct lf__tokenizer_ops {
@@ -355,5 +352,10 @@ lf_status lf__reader_bad(const lf_reader_opts *opts, uint64_t *skipped, int *ski
 /* "a string", "an array", ... of a cJSON value, for messages. */
 struct cJSON;
 const char *lf__json_type_name(const struct cJSON *v);
+
+/* Split tokens [pos, pos+count) as int32 into dst; with apply_mask a token
+ * whose loss mask is 0 becomes -1 (the sampler's targets). LF_ERR_RANGE
+ * past the split's end (dataset.c; used by pairs.c and sft_pack.c). */
+lf_status lf__dataset_copy(const lf_dataset *d, lf_split split, size_t pos, size_t count, int32_t *dst, int apply_mask);
 
 #endif

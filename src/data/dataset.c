@@ -489,13 +489,16 @@ static void copy_tokens(const split_view *sp, size_t pos, size_t count, int32_t 
     }
 }
 
-/* For the pair index (pairs.c): split tokens [pos, pos+count), the masked ones -1. */
+/* For the pair index (pairs.c) and the SFT packer: split tokens [pos, pos+count), the masked ones -1. */
 lf_status lf__dataset_copy(const lf_dataset *d, lf_split split, size_t pos, size_t count, int32_t *dst,
                            int apply_mask) {
-    if (!d || (int)split < 0 || (int)split >= N_SPLITS || !d->splits[split].present ||
-        pos + count > d->splits[split].n_tokens)
-        return lf_fail(LF_ERR_INVALID_ARG, "lf__dataset_copy: bad argument");
-    if (count) copy_tokens(&d->splits[split], pos, count, dst, apply_mask);
+    if (!d || (int)split < 0 || (int)split >= N_SPLITS || !d->splits[split].present)
+        return lf_fail(LF_ERR_NOT_FOUND, "dataset '%s': has no split %d", d ? d->dir : "(null)", (int)split);
+    const split_view *sp = &d->splits[split];
+    if (pos > sp->n_tokens || count > sp->n_tokens - pos)
+        return lf_fail(LF_ERR_RANGE, "dataset '%s': tokens %zu..%zu of split '%s' (%zu tokens)", d->dir, pos,
+                       pos + count, g_split_names[split], sp->n_tokens);
+    if (count) copy_tokens(sp, pos, count, dst, apply_mask);
     return LF_OK;
 }
 

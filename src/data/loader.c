@@ -18,6 +18,11 @@
  * thread (a batch the dataset refuses) is kept in its slot with its message
  * and returned by the lf_loader_next that reaches that step.
  *
+ * With a pack (lf_loader_opts.pack: rows of whole SFT examples, sft_pack.c)
+ * the rows come from the pack instead of the dataset's sampler, each with
+ * its tokens' positions (lf_loader_next_pos), the ring holding them too;
+ * the row index formula is the same.
+ *
  * Written here rather than taken from a library: it is a bounded
  * producer/consumer ring over the project's own sampler, some eighty lines of
  * pthreads.
@@ -33,7 +38,7 @@ typedef struct slot {
     int ready;
     lf_status st;
     char msg[512];
-    int32_t *inputs, *targets; /* (accum*B*T) each */
+    int32_t *inputs, *targets, *pos; /* (accum*B*T) each */
 } slot;
 
 struct lf_loader {
@@ -58,10 +63,21 @@ uint64_t lf_loader_row(const lf_loader_opts *o, uint64_t step, int micro, int b)
            (uint64_t)b;
 }
 
-static lf_status make_step(const lf_loader *l, uint64_t step, int32_t *inputs, int32_t *targets) {
+/* pos: NULL, or each token's position in its example (0..T-1 per row
+ * without a pack). */
+static lf_status make_step(const lf_loader *l, uint64_t step, int32_t *inputs, int32_t *targets, int32_t *pos) {
     const lf_loader_opts *o = &l->o;
     const size_t BT = (size_t)o->micro_batch * (size_t)o->block_size;
     for (int a = 0; a < o->accum; a++) {
+        if (o->pack) {
+            lf_status st = lf_sft_pack_get_batch(o->pack, o->seed, o->purpose, lf_loader_row(o, step, a, 0),
+                                                 o->micro_batch, inputs + (size_t)a * BT, targets + (size_t)a * BT,
+                                                 pos + (size_t)a * BT);
+            if (st != LF_OK) return st;
+            continue;
+        }
+        if (pos)
+            for (size_t i = 0; i < BT; i++) pos[(size_t)a * BT + i] = (int32_t)(i % (size_t)o->block_size);
         lf_status st = lf_dataset_get_batch(l->ds, o->split, o->sampling, o->seed, o->purpose,
                                             lf_loader_row(o, step, a, 0), o->micro_batch, o->block_size,
                                             inputs + (size_t)a * BT, targets + (size_t)a * BT);
@@ -80,7 +96,7 @@ static void *producer(void *arg) {
         uint64_t step = l->fill;
         slot *s = &l->ring[step % (uint64_t)l->depth];
         pthread_mutex_unlock(&l->mu);
-        lf_status st = make_step(l, step, s->inputs, s->targets);
+        lf_status st = make_step(l, step, s->inputs, s->targets, s->pos);
         pthread_mutex_lock(&l->mu);
         s->step = step;
         s->st = st;
@@ -115,6 +131,13 @@ lf_status lf_loader_open(lf_loader **out, const lf_dataset *ds, const lf_loader_
     if (o->world < 1 || o->rank < 0 || o->rank >= o->world)
         return lf_fail(LF_ERR_INVALID_ARG, "loader: rank %d is not in 0..world_size-1 (world_size %d)", o->rank,
                        o->world);
+    if (o->pack) {
+        lf_sft_pack_stats ps;
+        lf_sft_pack_stats_get(o->pack, &ps);
+        if (ps.block_size != o->block_size)
+            return lf_fail(LF_ERR_INVALID_ARG, "loader: block_size %d, but the pack's rows are %d tokens long",
+                           o->block_size, ps.block_size);
+    }
     if (o->prefetch < 0 || o->prefetch > 64)
         return lf_fail(LF_ERR_INVALID_ARG, "loader: prefetch depth %d is not in 0..64", o->prefetch);
     const size_t elems = (size_t)o->accum * (size_t)o->micro_batch * (size_t)o->block_size;
@@ -127,11 +150,13 @@ lf_status lf_loader_open(lf_loader **out, const lf_dataset *ds, const lf_loader_
     l->depth = o->prefetch;
 
     /* refuse now what every batch would refuse (split too small, no record index, ...) */
-    int32_t *probe = malloc(2 * (size_t)o->block_size * sizeof *probe);
-    lf_status st = probe ? lf_dataset_get_batch(ds, o->split, o->sampling, o->seed, o->purpose,
-                                                lf_loader_row(o, first_step, 0, 0), 1, o->block_size, probe,
-                                                probe + o->block_size)
-                         : lf_fail(LF_ERR_NOMEM, "loader: out of memory");
+    int32_t *probe = malloc(3 * (size_t)o->block_size * sizeof *probe);
+    lf_status st = !probe    ? lf_fail(LF_ERR_NOMEM, "loader: out of memory")
+                   : o->pack ? lf_sft_pack_get_batch(o->pack, o->seed, o->purpose, lf_loader_row(o, first_step, 0, 0),
+                                                     1, probe, probe + o->block_size, probe + 2 * o->block_size)
+                             : lf_dataset_get_batch(ds, o->split, o->sampling, o->seed, o->purpose,
+                                                    lf_loader_row(o, first_step, 0, 0), 1, o->block_size, probe,
+                                                    probe + o->block_size);
     free(probe);
     if (st != LF_OK) {
         free(l);
@@ -143,7 +168,8 @@ lf_status lf_loader_open(lf_loader **out, const lf_dataset *ds, const lf_loader_
         for (int i = 0; i < l->depth; i++) {
             l->ring[i].inputs = malloc(elems * sizeof(int32_t));
             l->ring[i].targets = malloc(elems * sizeof(int32_t));
-            if (!l->ring[i].inputs || !l->ring[i].targets) goto nomem;
+            l->ring[i].pos = o->pack ? malloc(elems * sizeof(int32_t)) : NULL;
+            if (!l->ring[i].inputs || !l->ring[i].targets || (o->pack && !l->ring[i].pos)) goto nomem;
         }
         pthread_mutex_init(&l->mu, NULL);
         pthread_cond_init(&l->cv_ready, NULL);
@@ -165,11 +191,16 @@ nomem:
 }
 
 lf_status lf_loader_next(lf_loader *l, int32_t *inputs, int32_t *targets, double *wait_s) {
+    return lf_loader_next_pos(l, inputs, targets, NULL, wait_s);
+}
+
+lf_status lf_loader_next_pos(lf_loader *l, int32_t *inputs, int32_t *targets, int32_t *pos, double *wait_s) {
     if (!l || !inputs || !targets) return lf_fail(LF_ERR_INVALID_ARG, "lf_loader_next: NULL argument");
+    if (!pos && l->o.pack) return lf_fail(LF_ERR_INVALID_ARG, "lf_loader_next: a packing loader needs pos");
     double t0 = lf_time_now();
     lf_status st;
     if (l->depth == 0) {
-        st = make_step(l, l->next, inputs, targets);
+        st = make_step(l, l->next, inputs, targets, pos);
     } else {
         pthread_mutex_lock(&l->mu);
         slot *s = &l->ring[l->next % (uint64_t)l->depth];
@@ -179,6 +210,9 @@ lf_status lf_loader_next(lf_loader *l, int32_t *inputs, int32_t *targets, double
         if (st != LF_OK) return lf_fail(st, "%s", s->msg); /* the slot stays: a retry gets the same error */
         memcpy(inputs, s->inputs, l->step_elems * sizeof(int32_t));
         memcpy(targets, s->targets, l->step_elems * sizeof(int32_t));
+        if (pos && s->pos) memcpy(pos, s->pos, l->step_elems * sizeof(int32_t));
+        else if (pos)
+            for (size_t i = 0; i < l->step_elems; i++) pos[i] = (int32_t)(i % (size_t)l->o.block_size);
         pthread_mutex_lock(&l->mu);
         s->ready = 0;
         pthread_mutex_unlock(&l->mu);
@@ -205,6 +239,11 @@ double lf_loader_epoch(const lf_loader *l) {
     if (!l) return 0;
     const lf_loader_opts *o = &l->o;
     double rows = (double)l->next * o->accum * o->world * o->micro_batch; /* rows taken so far, all ranks */
+    if (o->pack) {
+        lf_sft_pack_stats ps;
+        lf_sft_pack_stats_get(o->pack, &ps);
+        return ps.rows ? rows / (double)ps.rows : 0;
+    }
     if (o->sampling == LF_SAMPLING_PACKED) {
         uint64_t w = lf_dataset_packed_windows(l->ds, o->split, o->block_size);
         return w ? rows / (double)w : 0;
@@ -229,6 +268,7 @@ void lf_loader_close(lf_loader *l) {
         for (int i = 0; i < l->depth; i++) {
             free(l->ring[i].inputs);
             free(l->ring[i].targets);
+            free(l->ring[i].pos);
         }
     free(l->ring);
     free(l);

@@ -423,8 +423,8 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
     }
     lf__mm_backward(m, x->datty, GR(ix[P_APROJ_W]), GR(ix[P_APROJ_B]), dbr, a->atty, PW(ix[P_APROJ_W]), N, C, C,
                     LF_W_IN_OUT);
-    be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, C, NH, NH,
-                                lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
+    lf__attention_backward(m, rp, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, T, C, NH, NH,
+                           lf__drop_at(m, rp, l, SITE_ATT, rowAtt));
     if (m->plan_rc == LF_RECOMPUTE_SELECTIVE) /* ln_1's output shares ln_2's buffer */
         lf__ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, residual, PW(ix[P_LN1_W]), PW(ix[P_LN1_B]), N, C);
     lf__mm_backward(m, x->dln, GR(ix[P_ATTN_W]), GR(ix[P_ATTN_B]), x->dqkv, a->ln1, PW(ix[P_ATTN_W]), N, C, 3 * C,
@@ -444,7 +444,7 @@ static void embed_backward(lf_model *m, lf__replica *rp, int T) {
         be->ops->dropout_backward(be, x->dbranch, x->dresidual, NC, de);
         denc = x->dbranch;
     }
-    be->ops->encoder_backward(be, GR(lf__model_ix(m, G_WTE)), GR(lf__model_ix(m, G_WPE)), denc, rp->inputs, B, T, C);
+    lf__embed_backward(m, rp, GR(lf__model_ix(m, G_WTE)), GR(lf__model_ix(m, G_WPE)), denc, T);
 }
 
 

@@ -577,8 +577,8 @@ static void block_backward(lf_model *m, lf__replica *rp, int l, int T) {
                               C);
     /* dresidual = d(res2); res2 = residual + o(attention(rope(qkv(h1)))) */
     lf__mm_backward(m, x->datty, GR(ix[P_O]), GR(ix[P_OB]), x->dresidual, a->atty, PW(ix[P_O]), N, Q, C, LF_W_OUT_IN);
-    be->ops->attention_backward(be, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, B, T, Q, NH, NKV,
-                                lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
+    lf__attention_backward(m, rp, x->dqkv, x->att_scratch, x->datty, a->qkv, a->att, T, Q, NH, NKV,
+                           lf__drop_at(m, rp, l, SITE_ATT, (uint64_t)NH * T * T));
     lf__rope_backward(m, rp, x->dqkv, T);
     if (c->qk_norm && be->ops->qknorm_backward) /* d(normalised q, k) -> d(projection output), in place */
         be->ops->qknorm_backward(be, x->dqkv, GR(ix[P_QNORM]), GR(ix[P_KNORM]), a->qkr, PW(ix[P_QNORM]),

@@ -133,6 +133,7 @@ static void free_plan(lf_model *m) {
     m->plan_B = m->plan_T = m->n_rep = m->rep_B = 0;
     memset(&m->act, 0, sizeof m->act);
     m->have_dlogits = 0; /* the activations a backward would read are gone */
+    lf__packed_free(m);
 }
 
 void lf_model_free(lf_model *m) {
@@ -575,6 +576,10 @@ void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, 
                    lf_dropout drop) {
     const lf_model_config *c = &m->cfg;
     const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c), C = NH * HS; /* C: q channels */
+    if (rp->pos) { /* packed rows (lf_model_forward refuses them with a cache active) */
+        m->be->ops->attention_forward_packed(m->be, out, att, qkv, rp->pos, rp->B, T, C, NH, NKV, drop);
+        return;
+    }
     if (!m->kv || !m->kv->active) {
         m->be->ops->attention_forward(m->be, out, att, qkv, rp->B, T, C, NH, NKV, drop);
         return;
@@ -598,6 +603,14 @@ void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, 
     m->be->ops->attention_cached(m->be, out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
 }
 
+void lf__attention_backward(const lf_model *m, const lf__replica *rp, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *att, int T, int C, int NH, int NKV, lf_dropout drop) {
+    if (rp->pos)
+        m->be->ops->attention_backward_packed(m->be, dqkv, scratch, dout, qkv, att, rp->pos, rp->B, T, C, NH, NKV,
+                                              drop);
+    else m->be->ops->attention_backward(m->be, dqkv, scratch, dout, qkv, att, rp->B, T, C, NH, NKV, drop);
+}
+
 void lf__attention_act(const lf_model *m, const lf__replica *rp, int l, void *out, float *tmp, float *att,
                        const float *qkv, int T, lf_dropout drop) {
     if (m->plan_dt == LF_ACT_BF16) {
@@ -612,6 +625,10 @@ static int ragged(const lf_model *m) { return m->kv && m->kv->active && m->kv->s
 
 void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float *wte, const float *wpe, int T) {
     const int C = m->cfg.n_embd;
+    if (rp->pos && wpe) {
+        m->be->ops->encoder_forward_packed(m->be, out, rp->inputs, rp->pos, wte, wpe, rp->B, T, C);
+        return;
+    }
     if (!ragged(m)) {
         m->be->ops->encoder_forward(m->be, out, rp->inputs, wte, wpe ? wpe + (size_t)m->cur_pos0 * C : NULL, rp->B, T,
                                     C);
@@ -627,6 +644,12 @@ void lf__embed(const lf_model *m, const lf__replica *rp, float *out, const float
         m->be->ops->encoder_forward(m->be, out + r0 * C, rp->inputs + r0, wte, wpe + (size_t)kv->seg[i].pos * C, 1,
                                     kv->seg[i].len, C);
     }
+}
+
+void lf__embed_backward(const lf_model *m, const lf__replica *rp, float *dwte, float *dwpe, const float *dout, int T) {
+    if (rp->pos && dwpe)
+        m->be->ops->encoder_backward_packed(m->be, dwte, dwpe, dout, rp->inputs, rp->pos, rp->B, T, m->cfg.n_embd);
+    else m->be->ops->encoder_backward(m->be, dwte, dwpe, dout, rp->inputs, rp->B, T, m->cfg.n_embd);
 }
 
 int lf__head_rows(const lf_model *m, float *x, int N, int C) {
@@ -655,7 +678,7 @@ int lf_session_ragged_rows(const lf_segment *seg, int i) {
 
 /* The rope op over positions [pos0, pos0 + T), with the table of sequence
  * length pos0 + T (rope.c: only dynamic NTK reads it). */
-static void rope_run(const lf_model *m, float *x, int B, int T, int pos0, float sgn) {
+static void rope_run(const lf_model *m, const int32_t *pos, float *x, int B, int T, int pos0, float sgn) {
     const lf_model_config *c = &m->cfg;
     const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c);
     float inv[LF__ROPE_MAX_HALF], scale = 1.0f;
@@ -664,6 +687,11 @@ static void rope_run(const lf_model *m, float *x, int B, int T, int pos0, float 
         return;
     }
     lf__rope_freqs(c, HS, pos0 + T, inv, &scale);
+    if (pos) { /* packed rows: positions below T, the table of length T */
+        if (sgn > 0) m->be->ops->rope_forward_packed(m->be, x, pos, B, T, NH, NKV, HS, inv, scale);
+        else m->be->ops->rope_backward_packed(m->be, x, pos, B, T, NH, NKV, HS, inv, scale);
+        return;
+    }
     if (sgn > 0) m->be->ops->rope_forward(m->be, x, B, T, NH, NKV, HS, pos0, inv, scale);
     else m->be->ops->rope_backward(m->be, x, B, T, NH, NKV, HS, pos0, inv, scale);
 }
@@ -672,17 +700,17 @@ void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T) {
     const lf_model_config *c = &m->cfg;
     const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c);
     if (!ragged(m)) {
-        rope_run(m, qkv, rp->B, T, m->cur_pos0, 1.0f);
+        rope_run(m, rp->pos, qkv, rp->B, T, m->cur_pos0, 1.0f);
         return;
     }
     const lf__kv *kv = m->kv;
     const size_t W = (size_t)(NH + 2 * NKV) * HS;
     for (int i = 0; i < kv->n_seg; i++)
-        rope_run(m, qkv + (size_t)kv->row0[i] * W, 1, kv->seg[i].len, kv->seg[i].pos, 1.0f);
+        rope_run(m, NULL, qkv + (size_t)kv->row0[i] * W, 1, kv->seg[i].len, kv->seg[i].pos, 1.0f);
 }
 
 void lf__rope_backward(const lf_model *m, const lf__replica *rp, float *dqkv, int T) {
-    rope_run(m, dqkv, rp->B, T, m->cur_pos0, -1.0f);
+    rope_run(m, rp->pos, dqkv, rp->B, T, m->cur_pos0, -1.0f);
 }
 
 void lf__classifier(lf_model *m, lf__replica *rp, int N, int with_targets) {
@@ -844,7 +872,13 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
         }
     }
     lf_forward_opts none = {0};
+    lf_status pst = lf__packed_set(m, opts ? opts->pos : NULL, B, T);
+    if (pst != LF_OK) {
+        snprintf(m->errmsg, sizeof m->errmsg, "%s", lf_last_error());
+        return pst;
+    }
     m->opts = opts ? *opts : none;
+    m->opts.pos = NULL; /* the caller's memory: read above only */
     if (!m->kv || !m->kv->active) m->cur_pos0 = 0;
     m->cur_B = B;
     m->cur_T = T;
@@ -863,6 +897,7 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
         rp->losses = m->losses + row;
         rp->inputs = m->inputs + row;
         rp->targets = m->targets + row;
+        rp->pos = opts && opts->pos ? m->pos + row : NULL;
     }
     m->cur_rep = n_rep;
     m->cur_with_targets = targets != NULL;

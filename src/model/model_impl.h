@@ -97,6 +97,7 @@ typedef struct lf__replica {
     void *acts;                /* the architecture's activations (acts_size bytes) */
     float *logits, *losses;    /* views at row b0 of the model's buffers */
     int32_t *inputs, *targets; /* likewise */
+    int32_t *pos;              /* packed rows' positions (lf_forward_opts.pos) at row b0, or NULL */
     /* Parameter gradients: replica 0 adds into the model's whole buffer
      * (gfull); the others, and replica 0 under ZeRO-2/3, into unit buffers:
      * gemb for unit 0 (held through the whole backward, which starts and ends
@@ -360,6 +361,9 @@ struct lf_model {
     float *logits;             /* (B,T,Vp), becomes dlogits in training */
     float *losses;             /* (B,T) */
     int32_t *inputs, *targets; /* copies of the last forward's batch */
+    int32_t *pos;              /* packed rows' positions (backend memory, pos_cap ints; allocated at the first
+                                  packed forward, outside the plan: 4 bytes a token) */
+    size_t pos_cap;
 
     /* a session's view of another model's weights (lf_session): shares its
      * table, units and parameters, owns only its plan */
@@ -439,6 +443,16 @@ int lf__head_rows(const lf_model *m, float *x, int N, int C);
 void lf__rope(const lf_model *m, const lf__replica *rp, float *qkv, int T);
 /* rope_backward on dqkv (B,T,W) with lf__rope's table (positions from cur_pos0). */
 void lf__rope_backward(const lf_model *m, const lf__replica *rp, float *dqkv, int T);
+/* packed.c: check the forward's packed-row positions (lf_forward_opts.pos;
+ * NULL: none) and copy them to backend memory (m->pos), or clear every
+ * replica's pos. Replicas' views are set by lf_model_forward. */
+lf_status lf__packed_set(lf_model *m, const int32_t *pos, int B, int T);
+void lf__packed_free(lf_model *m);
+/* attention_backward of lf__attention's forward (the packed op on packed rows). */
+void lf__attention_backward(const lf_model *m, const lf__replica *rp, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *att, int T, int C, int NH, int NKV, lf_dropout drop);
+/* encoder_backward of lf__embed's forward (dwpe from each row's position). */
+void lf__embed_backward(const lf_model *m, const lf__replica *rp, float *dwte, float *dwpe, const float *dout, int T);
 
 /* Causal attention of layer l for replica rp's T rows (positions cur_pos0..):
  * attention_forward over the rows, or with the session's cache active,

@@ -126,6 +126,9 @@ static const char *const sched_choices[] = {"cosine",         "constant", "Warmu
 static const char *const warmup_type_choices[] = {"log", "linear", NULL};
 static const char *const sampling_choices[] = {"random", "sequential", "records", "packed", NULL}; /* lf_sampling */
 static const char *const objective_choices[] = {"lm", "dpo", NULL};                                /* lf_objective */
+/* data.packing: 0, then lf_sft_pack_mode's values */
+static const char *const packing_choices[] = {"none", "packed", "padded", NULL};
+_Static_assert(LF_SFT_PACKED == 1 && LF_SFT_PADDED == 2, "packing_choices order");
 /* alert actions, as lf_alert_action values (index = value) */
 static const char *const alert_choices[] = {"off", "log", "skip_step", "stop", "exit", "rollback", NULL};
 _Static_assert(LF_ALERT_OFF == 0 && LF_ALERT_LOG == 1 && LF_ALERT_SKIP == 2 && LF_ALERT_STOP == 3 &&
@@ -189,6 +192,10 @@ static const key_def k_keys[] = {
              "a dataset prepared with --mode dpo; a micro-batch of B rows holds B/2 pairs)"},
     {.path = "dpo.beta", .type = KT_FLOAT, FLD(dpo_beta), .lo = 0, .hi = INF, .flags = KF_LO_OPEN, .def = {0.1},
      .help = "DPO's beta: loss = -logsigmoid(beta * (policy - reference log-ratio of chosen over rejected))"},
+    {.path = "data.packing", .type = KT_ENUM, FLD(packing), .def_str = "none", .choices = packing_choices,
+     .help = "fine-tuning rows of whole examples (records between end-of-text tokens; docs/training.md): none "
+             "(windows of the token stream, data.sampling), packed (several examples per row, attention and "
+             "positions kept inside each), or padded (one example per row); rows in shuffled epochs"},
     {.path = "data.prefetch", .type = KT_INT, FLD(prefetch), .lo = 0, .hi = 64, .def = {2},
      .help = "steps of batches a background thread prepares ahead (0 = none)"},
     {.path = "data.tokenizer", .type = KT_STRING, FLD(data_tokenizer), .def_str = "",
@@ -1572,6 +1579,12 @@ static lf_status build(lf_train_config *out, const char *text, const char *name,
                      "key 'train_micro_batch_size_per_gpu' %s: %d is odd, but train.objective dpo (%s) runs a pair "
                      "of rows (chosen, rejected) per example; give an even number of rows",
                      note_of(c, key_index("train_micro_batch_size_per_gpu")), c->cfg.micro_batch,
+                     note_of(c, key_index("train.objective")));
+    if (st == LF_OK && c->cfg.objective == LF_OBJECTIVE_DPO && c->cfg.packing)
+        st = lf_fail(LF_ERR_CONFIG,
+                     "key 'data.packing' %s: %s does not apply to train.objective dpo (%s), whose rows are whole "
+                     "(chosen, rejected) pairs padded to model.block_size; leave data.packing out",
+                     note_of(c, key_index("data.packing")), packing_choices[c->cfg.packing],
                      note_of(c, key_index("train.objective")));
     if (st == LF_OK && c->cfg.objective == LF_OBJECTIVE_DPO && c->cfg.sampling != LF_SAMPLING_RANDOM)
         st = lf_fail(LF_ERR_CONFIG,

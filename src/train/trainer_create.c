@@ -313,6 +313,20 @@ static lf_status open_data(lf_trainer *t) {
                 "model.block_size %d is larger than the data: dataset '%s' split 'val' has %zu tokens (needs at least %d)",
                 T, t->cfg.dataset, nval, T + 2));
 
+    if (t->cfg.packing) {
+        if (t->cfg.sampling != LF_SAMPLING_RANDOM && t->cfg.sampling != LF_SAMPLING_PACKED)
+            return lf__trainer_fail(t, lf_fail(LF_ERR_CONFIG,
+                                               "key 'data.packing': rows of whole examples come in shuffled epochs; "
+                                               "data.sampling '%s' does not apply to them (leave it out)",
+                                               t->cfg.sampling == LF_SAMPLING_RECORDS ? "records" : "sequential"));
+        for (int s = 0; s < 2 && st == LF_OK; s++)
+            if (s == LF_SPLIT_TRAIN || nval > 0)
+                st = lf_sft_pack_create(&t->pack[s], t->ds, (lf_split)s, T, (lf_sft_pack_mode)t->cfg.packing);
+        if (st != LF_OK) {
+            lf_error_prefix("data.packing");
+            return lf__trainer_fail(t, st);
+        }
+    }
     if (t->cfg.sampling == LF_SAMPLING_RECORDS) {
         st = lf_dataset_index_records(t->ds, LF_SPLIT_TRAIN, T);
         if (st == LF_OK && nval >= (size_t)T + 2) st = lf_dataset_index_records(t->ds, LF_SPLIT_VAL, T);
@@ -468,7 +482,9 @@ static lf_status alloc_state(lf_trainer *t, const lf_mem_plan *plan) {
     }
     t->inputs = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
     t->targets = lf_alloc(sizeof(int32_t) * (size_t)A * B * T);
-    if (!t->m || !t->v || !t->host_params || !t->host_m || !t->host_v || !t->inputs || !t->targets)
+    t->pos = t->pack[0] ? lf_alloc(sizeof(int32_t) * (size_t)A * B * T) : NULL;
+    if (!t->m || !t->v || !t->host_params || !t->host_m || !t->host_v || !t->inputs || !t->targets ||
+        (t->pack[0] && !t->pos))
         return lf__trainer_fail(t, lf_fail(LF_ERR_NOMEM, "out of memory allocating optimizer state for %zu parameters",
                                            n));
     st = lf__dp_xfer_alloc(t); /* collectives on backend memory that is not the host's: staged through it */
@@ -650,6 +666,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_free(t->xfer);
     lf_free(t->inputs);
     lf_free(t->targets);
+    lf_free(t->pos);
     if (t->be && t->gshard) lf_backend_free(t->be, t->gshard);
     for (int i = 0; i < 2; i++)
         if (t->be && t->gbf[i]) lf_backend_free(t->be, t->gbf[i]);
@@ -659,6 +676,7 @@ void lf_trainer_free(lf_trainer *t) {
     lf_backend_close(t->be); /* after everything allocated on it */
     lf_loader_close(t->loader);
     lf__dpo_free(t->dpo);
+    for (int i = 0; i < 2; i++) lf_sft_pack_free(t->pack[i]);
     lf_dataset_close(t->ds);
     if (t->own_comm) lf_comm_close(t->comm); /* last: it may finalise MPI */
     free(t);

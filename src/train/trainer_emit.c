@@ -154,7 +154,7 @@ void lf__trainer_emit_step(lf_trainer *t, const step_result *sr, double dt) {
     const int B = t->cfg.micro_batch, T = t->cfg.model.block_size, A = t->cfg.grad_accum;
     const double tokens_per_step = (double)A * B * T * t->world; /* the global batch: throughput of the whole job */
     double tps = tokens_per_step / dt;
-    lf_obs_scalar sc[26];
+    lf_obs_scalar sc[27];
     char dpo_names[6][160];
     int n = 0;
     sc[n++] = (lf_obs_scalar){"train/loss", sr->loss};
@@ -166,6 +166,8 @@ void lf__trainer_emit_step(lf_trainer *t, const step_result *sr, double dt) {
     sc[n++] = (lf_obs_scalar){"train/tokens", tokens_per_step};
     sc[n++] = (lf_obs_scalar){"train/epoch", t->dpo ? lf__dpo_epoch(t) : lf_loader_epoch(t->loader)};
     if (sr->has_dpo) n += lf__dpo_metrics(&sr->dpo, "train", sc + n, dpo_names, 6);
+    if (t->pos) /* data.packing: the example tokens of the step (tokens_per_sec counts the padding too) */
+        sc[n++] = (lf_obs_scalar){"train/real_tokens_per_sec", (double)t->real_tokens / dt};
     if (t->peak_flops > 0) /* against every rank's peak (rank 0's measurement, times the ranks) */
         sc[n++] = (lf_obs_scalar){"train/mfu", t->flops_per_token * tps / (t->peak_flops * t->world)};
     if (sr->skipped) sc[n++] = (lf_obs_scalar){"train/skipped", 1};

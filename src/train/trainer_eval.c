@@ -85,9 +85,12 @@ static lf_status estimate_loss(lf_trainer *t, lf_split split, double *out) {
             uint64_t first = (batch * (uint64_t)t->world + (uint64_t)t->rank) * (uint64_t)B;
             /* random windows, or record-aligned ones when training samples records */
             lf_sampling smp = t->cfg.sampling == LF_SAMPLING_RECORDS ? LF_SAMPLING_RECORDS : LF_SAMPLING_RANDOM;
-            lf_status st = lf_dataset_get_batch(t->ds, split, smp, t->cfg.seed,
-                                                split == LF_SPLIT_TRAIN ? LF_RNG_EVAL : LF_RNG_EVAL + 16, first, B, T,
-                                                t->inputs, t->targets);
+            const uint32_t purpose = split == LF_SPLIT_TRAIN ? LF_RNG_EVAL : LF_RNG_EVAL + 16;
+            lf_status st = t->pack[split] ? lf_sft_pack_get_batch(t->pack[split], t->cfg.seed, purpose, first, B,
+                                                                  t->inputs, t->targets, t->pos)
+                                          : lf_dataset_get_batch(t->ds, split, smp, t->cfg.seed, purpose, first, B, T,
+                                                                 t->inputs, t->targets);
+            fo.pos = t->pack[split] ? t->pos : NULL;
             if (st != LF_OK) return st;
             double sum;
             long cnt;

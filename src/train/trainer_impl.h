@@ -68,6 +68,9 @@ struct lf_trainer {
     float *host_params;        /* staging for checkpoints (host); on a host-memory backend the */
     float *host_m, *host_v;    /* parameters and moments themselves (no copy) */
     int32_t *inputs, *targets; /* (A, B, T) all micro-batches of a step */
+    int32_t *pos;              /* data.packing: (A, B, T) each token's position in its example; else NULL */
+    lf_sft_pack *pack[2];      /* data.packing: the rows of the train and val splits (NULL: none) */
+    int64_t real_tokens;       /* data.packing: example (non-padding) tokens of the last step, all ranks */
     long step;                 /* optimizer steps completed */
     double best_val;
     double last_val, last_train_eval;

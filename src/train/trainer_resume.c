@@ -71,6 +71,7 @@ static void warn_config_drift(const lf_trainer *t, const cJSON *saved_cfg, int s
      * micro-batches, accumulation and ranks does not (src/data/loader.c) */
     DRIFT("train_batch_size", "%ld", old.train_batch_size, c->train_batch_size);
     DRIFT("data.sampling", "%d", old.sampling, c->sampling);
+    DRIFT("data.packing", "%d", old.packing, c->packing);
     DRIFT("model.dropout", "%g", (double)old.model.dropout, (double)c->model.dropout);
     DRIFT("seed", "%llu", (unsigned long long)old.seed, (unsigned long long)c->seed);
 #undef DRIFT

@@ -113,6 +113,7 @@ lf_status lf__trainer_open_loader(lf_trainer *t) {
     lo.rank = t->rank; /* this rank's rows of each step's global batch */
     lo.world = t->world;
     lo.prefetch = t->cfg.prefetch;
+    lo.pack = t->pack[LF_SPLIT_TRAIN];
     return lf_loader_open(&t->loader, t->ds, &lo, (uint64_t)(t->step + t->data_off));
 }
 
@@ -179,14 +180,22 @@ static lf_status step_load(lf_trainer *t, step_result *o, long step1, int64_t *c
         if (st != LF_OK) return st;
     }
     double wait = 0;
-    st = lf_loader_next(t->loader, t->inputs, t->targets, &wait);
+    st = lf_loader_next_pos(t->loader, t->inputs, t->targets, t->pos, &wait);
     if (st != LF_OK) return st;
-    *count = 0;
-    for (size_t i = 0; i < n; i++) *count += t->targets[i] >= 0;
+    int64_t sums[2] = {0, (int64_t)n}; /* targets, example (non-padding) tokens */
+    for (size_t i = 0; i < n; i++) sums[0] += t->targets[i] >= 0;
+    if (t->pos) /* a row's padding: its last run of positions when that starts with the end-of-text */
+        for (size_t r0 = 0; r0 < n; r0 += (size_t)t->cfg.model.block_size) {
+            size_t s = r0 + (size_t)t->cfg.model.block_size - 1;
+            while (s > r0 && t->pos[s] != 0) s--;
+            if (t->inputs[s] == lf_dataset_eot(t->ds)) sums[1] -= (int64_t)(r0 + (size_t)t->cfg.model.block_size - s);
+        }
     o->data_ms = wait * 1e3; /* time the step waited for data (the copy out of the prefetch ring included) */
     /* every rank divides by the global count: the sum over ranks is then the
      * mean over the global batch, whatever each rank's share of targets */
-    if (t->world > 1 && (st = step_sum_i64(t, o, count, 1)) != LF_OK) return st;
+    if (t->world > 1 && (st = step_sum_i64(t, o, sums, 2)) != LF_OK) return st;
+    *count = sums[0];
+    t->real_tokens = sums[1];
     if (*count == 0)
         return lf_fail(LF_ERR_NUMERIC, "step %ld: every target of the batch is masked out; nothing to learn from",
                        step1);
@@ -210,7 +219,8 @@ static lf_status step_accumulate(lf_trainer *t, step_result *o, int64_t count, d
                               .train = 1,
                               .seed = t->cfg.seed,
                               .key = lf_rng_mix((uint64_t)t->step,
-                                                (uint64_t)a * (uint64_t)t->world + (uint64_t)t->rank)};
+                                                (uint64_t)a * (uint64_t)t->world + (uint64_t)t->rank),
+                              .pos = t->pos ? t->pos + a * BT : NULL};
         double s, ta = lf_time_now();
         long c;
         t->hook_comm_ms = 0; /* ZeRO-2/3: collectives inside forward and backward */

@@ -35,6 +35,14 @@
  *    beta = 0; scratch (B,NH,T,T) holds, per row block, first the dropped
  *    probabilities (for dv) and then datt/dpreatt.
  *
+ *  - Packed rows (lf__cpu_attention_forward_packed, backend_impl.h): row t
+ *    of batch row b sees key columns t - pos[b,t] .. t, the same masked
+ *    loops with a lower bound as well as the diagonal (the scores of
+ *    earlier examples are computed, then masked: the row blocks' GEMMs stay
+ *    whole). The saved probabilities are 0 outside the example, and every
+ *    backward term (dv, the softmax gradient, dq, dk, dropout) is a
+ *    multiple of them, so backward is the plain one: it needs no pos.
+ *
  * Reference: Vaswani et al. 2017 (scaled dot-product attention); nanoGPT
  * CausalSelfAttention; llm.c attention_backward for the softmax gradient
  * dpre = att * (datt - sum_j att*datt); Ainslie et al. 2023, "GQA: Training
@@ -58,6 +66,14 @@
 static inline int att_width(int t, int r1) {
     const int n = (t + ATT_VW) & ~(ATT_VW - 1);
     return n < r1 ? n : r1;
+}
+
+/* First key column query row t sees: 0 (causal), or the start of its
+ * example in a packed row, t - pos[t] clamped into [0, t]. */
+static inline int att_lo(const int32_t *pos, int t) {
+    if (!pos) return 0;
+    const int p = pos[t];
+    return p >= 0 && p <= t ? t - p : 0;
 }
 
 /* out_blk (rows,HS; ld C) = dropout(A) (rows x r1; ld T) @ v (r1,HS; ld W).
@@ -125,8 +141,8 @@ static int att_fast_ok(int T, int HS, lf_dropout drop) {
  * path does the work. Off x86 the 16-lane kernels are plain GCC vector code
  * for any CPU. */
 typedef struct att_fast_kernels {
-    void (*forward_bh)(float *out_bh, float *att_bh, const float *q, const float *k, const float *v, int T, int C,
-                       int W, int HS, float scale);
+    void (*forward_bh)(float *out_bh, float *att_bh, const float *q, const float *k, const float *v, const int32_t *pos,
+                       int T, int C, int W, int HS, float scale);
     void (*backward_bh)(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh, const float *q,
                         const float *k, const float *v, const float *att_bh, int T, int C, int W, int HS, float scale,
                         int add);
@@ -157,8 +173,11 @@ int lf__cpu_attention_lanes(int T, int HS) {
     return fk && att_fast_ok(T, HS, none) ? fk->lanes : 0;
 }
 
-void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV,
-                               lf_dropout drop) {
+/* pos: NULL (causal) or packed rows' positions (B,T): row t's softmax then
+ * covers columns lo = t - pos[b,t] .. t (lo clamped into [0,t]); lo = 0 is
+ * the causal mask itself, so the plain op's bits are unchanged. */
+static void attention_forward(float *out, float *att, const float *qkv, const int32_t *pos, int B, int T, int C, int NH,
+                              int NKV, lf_dropout drop) {
     const int HS = C / NH, G = NH / NKV;
     const long W = (long)C + 2L * NKV * HS, KV = (long)NKV * HS;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -175,8 +194,9 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
             float *att_bh = att + ((size_t)b * NH + h) * T * T;
             float *out_bh = out + (size_t)b * T * C + (size_t)h * HS;
             const uint64_t base = ((uint64_t)b * NH + h) * T * T;
+            const int32_t *pos_b = pos ? pos + (size_t)b * T : NULL;
             if (fk) {
-                fk->forward_bh(out_bh, att_bh, q, k, v, T, C, (int)W, HS, scale);
+                fk->forward_bh(out_bh, att_bh, q, k, v, pos_b, T, C, (int)W, HS, scale);
                 continue;
             }
 
@@ -190,23 +210,26 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                     /* whole vectors: columns 0..n-1, n = t+1 rounded up to ATT_VW (at most r1), the
                      * ones above the diagonal masked; short rows of variable length left the loops
                      * mostly in their scalar remainders (T = 64: 2x slower) */
-                    const int n = att_width(t, r1);
+                    const int n = att_width(t, r1), lo = att_lo(pos_b, t);
+                    /* columns lo..n-1 (lo: the example's start in a packed row, else 0: the loops
+                     * are then exactly the causal ones); those before lo are zeros */
                     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-                    for (int j = 0; j < n; j++) {
+                    for (int j = lo; j < n; j++) {
                         const float x = j <= t ? row[j] : -INFINITY;
                         mx = x > mx ? x : mx;
                     }
                     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                    for (int j = 0; j < n; j++) {
+                    for (int j = lo; j < n; j++) {
                         const float e = j <= t ? lf__cpu_expf_f32(row[j] - mx) : 0.0f;
                         row[j] = e;
                         sum += e;
                     }
                     const float inv = 1.0f / sum;
 #pragma omp simd
-                    for (int j = 0; j < n; j++) row[j] *= inv;
+                    for (int j = lo; j < n; j++) row[j] *= inv;
+                    if (lo > 0) memset(row, 0, sizeof(float) * (size_t)lo);
                     if (n < T) memset(row + n, 0, sizeof(float) * (size_t)(T - n));
                 }
                 if (!use_drop)
@@ -215,6 +238,16 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
             }
         }
     }
+}
+
+void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int NKV,
+                               lf_dropout drop) {
+    attention_forward(out, att, qkv, NULL, B, T, C, NH, NKV, drop);
+}
+
+void lf__cpu_attention_forward_packed(float *out, float *att, const float *qkv, const int32_t *pos, int B, int T, int C,
+                                      int NH, int NKV, lf_dropout drop) {
+    attention_forward(out, att, qkv, pos, B, T, C, NH, NKV, drop);
 }
 
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,

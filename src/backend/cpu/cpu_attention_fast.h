@@ -123,15 +123,16 @@ static inline float blk_hsum(const att_v *acc) {
     return s;
 }
 
-/* Softmax of row t over the nb 16-column blocks of s (columns past t
- * masked), in place. */
-static void fast_softmax(float *s, int t, int nb) {
+/* Softmax of row t over the nb 16-column blocks of s (columns before lo
+ * and past t masked; lo = 0 but in packed rows), in place. */
+static void fast_softmax(float *s, int lo, int t, int nb) {
     const att_vi lane = vlane();
     const att_v ninf = (att_v){0} - INFINITY;
     const int nv = nb * ATT_VPB;
     att_v mx = ninf;
     for (int k = 0; k < nv; k++) {
-        const att_v x = vselect(lane + ATT_VL * k <= t, vload(s + ATT_VL * k), ninf);
+        const att_vi col = lane + ATT_VL * k, in = (col >= lo) & (col <= t);
+        const att_v x = vselect(in, vload(s + ATT_VL * k), ninf);
         mx = vselect(x > mx, x, mx);
     }
     float m = mx[0];
@@ -139,7 +140,8 @@ static void fast_softmax(float *s, int t, int nb) {
     att_v sum[ATT_VPB];
     for (int j = 0; j < ATT_VPB; j++) sum[j] = (att_v){0};
     for (int k = 0; k < nv; k++) {
-        const att_v e = vselect(lane + ATT_VL * k <= t, vexpf(vload(s + ATT_VL * k) - m), (att_v){0});
+        const att_vi col = lane + ATT_VL * k, in = (col >= lo) & (col <= t);
+        const att_v e = vselect(in, vexpf(vload(s + ATT_VL * k) - m), (att_v){0});
         sum[k % ATT_VPB] += e;
         vstore(s + ATT_VL * k, e);
     }
@@ -329,8 +331,10 @@ static void fast_ab(float *O, int ldo, const float *P, long rs, long is, int lo,
 }
 
 /* Forward of one (b,h) pair: q, k, v have leading dimension W. */
+/* pos: NULL, or the packed row's positions (T): row t sees columns
+ * t - pos[t] .. t (cpu_attention.c att_lo). */
 void ATT_FN(lf__cpu_att_fast_forward_bh)(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
-                                         int T, int C, int W, int HS, float scale) {
+                                         const int32_t *pos, int T, int C, int W, int HS, float scale) {
     const int TP = (T + 15) & ~15;
     float Kt[LF_CPU_ATT_FAST_TILE];
     float S[ATT_FAST_R * LF_CPU_ATT_FAST_TMAX];
@@ -343,7 +347,8 @@ void ATT_FN(lf__cpu_att_fast_forward_bh)(float *out_bh, float *att_bh, const flo
             const int t = t0 + r;
             float *row = att_bh + (size_t)t * T;
             const int n = att_width(t, T);
-            fast_softmax(S + (size_t)r * TP, t, (n + 15) / 16);
+            const int p = pos ? pos[t] : t, lo = p >= 0 && p <= t ? t - p : 0;
+            fast_softmax(S + (size_t)r * TP, lo, t, (n + 15) / 16);
             memcpy(row, S + (size_t)r * TP, sizeof(float) * (size_t)n);
             if (n < T) memset(row + n, 0, sizeof(float) * (size_t)(T - n));
         }

@@ -372,6 +372,52 @@ static void w_attention_backward(lf_backend *be, float *dqkv, float *scratch, co
     lf__cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop);
     op_end(be, "attention_backward", f0);
 }
+/* ---- packed rows (backend_impl.h): pos and wpe must be given */
+static int bad_packed(lf_backend *be, const char *op, const void *pos, const void *wpe) {
+    if (pos && wpe) return 0;
+    lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %s is NULL", op, pos ? "wpe" : "pos");
+    return 1;
+}
+static void w_encoder_forward_packed(lf_backend *be, float *out, const int32_t *inp, const int32_t *pos,
+                                     const float *wte, const float *wpe, int B, int T, int C) {
+    if (bad_packed(be, "encoder_forward_packed", pos, wpe)) return;
+    lf__cpu_encoder_forward_packed(out, inp, pos, wte, wpe, B, T, C);
+}
+static void w_encoder_backward_packed(lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                      const int32_t *pos, int B, int T, int C) {
+    if (bad_packed(be, "encoder_backward_packed", pos, dwpe)) return;
+    lf__cpu_encoder_backward_packed(dwte, dwpe, dout, inp, pos, B, T, C);
+}
+static void w_rope_packed(lf_backend *be, const char *op, float *x, const int32_t *pos, int B, int T, int NH, int NKV,
+                          int HS, const float *inv_freq, float scale, float sgn) {
+    if (bad_packed(be, op, pos, inv_freq) || bad_heads(be, op, NH * HS, NH, NKV) || bad_rope(be, op, HS, 0, T)) return;
+    lf__cpu_rope_packed(x, pos, B, T, NH, NKV, HS, inv_freq, scale, sgn);
+}
+static void w_rope_forward_packed(lf_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS,
+                                  const float *inv_freq, float scale) {
+    w_rope_packed(be, "rope_forward_packed", qkv, pos, B, T, NH, NKV, HS, inv_freq, scale, 1.0f);
+}
+static void w_rope_backward_packed(lf_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                                   int HS, const float *inv_freq, float scale) {
+    w_rope_packed(be, "rope_backward_packed", dqkv, pos, B, T, NH, NKV, HS, inv_freq, scale, -1.0f);
+}
+static void w_attention_forward_packed(lf_backend *be, float *out, float *att, const float *qkv, const int32_t *pos,
+                                       int B, int T, int C, int NH, int NKV, lf_dropout drop) {
+    if (bad_packed(be, "attention_forward_packed", pos, qkv) || bad_heads(be, "attention_forward_packed", C, NH, NKV))
+        return;
+    const long f0 = op_begin();
+    lf__cpu_attention_forward_packed(out, att, qkv, pos, B, T, C, NH, NKV, drop);
+    op_end(be, "attention_forward", f0);
+}
+static void w_attention_backward_packed(lf_backend *be, float *dqkv, float *scratch, const float *dout,
+                                        const float *qkv, const float *att, const int32_t *pos, int B, int T, int C,
+                                        int NH, int NKV, lf_dropout drop) {
+    if (bad_packed(be, "attention_backward_packed", pos, qkv) || bad_heads(be, "attention_backward_packed", C, NH, NKV))
+        return;
+    const long f0 = op_begin();
+    lf__cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop); /* the mask is in att */
+    op_end(be, "attention_backward", f0);
+}
 static void w_kv_append(lf_backend *be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV,
                         int HS, int pos0, int Tmax) {
     if (bad_heads(be, "kv_append", NH * HS, NH, NKV) || bad_kv(be, "kv_append", B, Tn, pos0, Tmax)) return;
@@ -444,8 +490,15 @@ OPV(add_inplace, cpu_add_inplace, (lf_backend * be, float *y, const float *x, si
     .fp16_round = w_fp16_round, .sum_squares = w_sum_squares, .replicas = w_replicas, .run_replicas = w_run_replicas, \
     .add_inplace = w_add_inplace
 
+/* The packed-row ops (backend_impl.h), in both CPU tables. */
+#define CPU_PACKED_OPS \
+    .encoder_forward_packed = w_encoder_forward_packed, .encoder_backward_packed = w_encoder_backward_packed, \
+    .rope_forward_packed = w_rope_forward_packed, .rope_backward_packed = w_rope_backward_packed, \
+    .attention_forward_packed = w_attention_forward_packed, .attention_backward_packed = w_attention_backward_packed
+
 static const lf_backend_ops cpu_ops = {
     CPU_SHARED_OPS,
+    CPU_PACKED_OPS,
     .name = "cpu",
     .free = w_free,
     .to_device = w_copy,
@@ -483,6 +536,7 @@ static void bf16_params_changed(lf_backend *be) {
 
 static const lf_backend_ops cpu_bf16_ops = {
     CPU_SHARED_OPS,
+    CPU_PACKED_OPS,
     .name = "cpu-bf16",
     .free = bf16_free,
     .to_device = bf16_to_device,

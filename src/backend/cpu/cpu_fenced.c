@@ -231,6 +231,30 @@ FV(attention_backward,
    (lf_backend * be, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B, int T,
     int C, int NH, int NKV, lf_dropout drop),
    (be, dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, drop))
+FV(encoder_forward_packed,
+   (lf_backend * be, float *out, const int32_t *inp, const int32_t *pos, const float *wte, const float *wpe, int B,
+    int T, int C),
+   (be, out, inp, pos, wte, wpe, B, T, C))
+FV(encoder_backward_packed,
+   (lf_backend * be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, const int32_t *pos, int B, int T,
+    int C),
+   (be, dwte, dwpe, dout, inp, pos, B, T, C))
+FV(rope_forward_packed,
+   (lf_backend * be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS, const float *inv_freq,
+    float scale),
+   (be, qkv, pos, B, T, NH, NKV, HS, inv_freq, scale))
+FV(rope_backward_packed,
+   (lf_backend * be, float *dqkv, const int32_t *pos, int B, int T, int NH, int NKV, int HS, const float *inv_freq,
+    float scale),
+   (be, dqkv, pos, B, T, NH, NKV, HS, inv_freq, scale))
+FV(attention_forward_packed,
+   (lf_backend * be, float *out, float *att, const float *qkv, const int32_t *pos, int B, int T, int C, int NH, int NKV,
+    lf_dropout drop),
+   (be, out, att, qkv, pos, B, T, C, NH, NKV, drop))
+FV(attention_backward_packed,
+   (lf_backend * be, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+    const int32_t *pos, int B, int T, int C, int NH, int NKV, lf_dropout drop),
+   (be, dqkv, scratch, dout, qkv, att, pos, B, T, C, NH, NKV, drop))
 FV(kv_append,
    (lf_backend * be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH, int NKV, int HS, int pos0,
     int Tmax),
@@ -307,6 +331,12 @@ static const lf_backend_ops fenced_ops = {
     .rope_backward = f_rope_backward,
     .attention_forward = f_attention_forward,
     .attention_backward = f_attention_backward,
+    .encoder_forward_packed = f_encoder_forward_packed,
+    .encoder_backward_packed = f_encoder_backward_packed,
+    .rope_forward_packed = f_rope_forward_packed,
+    .rope_backward_packed = f_rope_backward_packed,
+    .attention_forward_packed = f_attention_forward_packed,
+    .attention_backward_packed = f_attention_backward_packed,
     .kv_append = f_kv_append,
     .attention_saved = lf__cpu_attention_saved,
     .attention_scratch = lf__cpu_attention_saved,

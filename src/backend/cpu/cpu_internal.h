@@ -98,6 +98,11 @@ void lf__cpu_op_failed(const char *fmt, ...)
 /* cpu_pointwise.c */
 void lf__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C);
 void lf__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C);
+/* The packed forms (backend_impl.h "packed rows"): wpe row pos[b,t]. */
+void lf__cpu_encoder_forward_packed(float *out, const int32_t *inp, const int32_t *pos, const float *wte,
+                                    const float *wpe, int B, int T, int C);
+void lf__cpu_encoder_backward_packed(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                     const int32_t *pos, int B, int T, int C);
 void lf__cpu_gelu_forward(float *out, const float *inp, size_t n);
 void lf__cpu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n);
 void lf__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
@@ -285,19 +290,24 @@ void lf__cpu_attention_forward(float *out, float *att, const float *qkv, int B, 
                                lf_dropout drop);
 void lf__cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
                                 int B, int T, int C, int NH, int NKV, lf_dropout drop);
+/* Packed rows (backend_impl.h): query t of row b sees keys t - pos[b,t] .. t.
+ * Backward needs no pos of its own: the saved probabilities are 0 outside
+ * each query's example, and every gradient term is a multiple of them. */
+void lf__cpu_attention_forward_packed(float *out, float *att, const float *qkv, const int32_t *pos, int B, int T, int C,
+                                      int NH, int NKV, lf_dropout drop);
 
 /* The small-T attention path (cpu_attention_fast.h): its limits, and its
  * kernels per vector width (cpu_attention_v8.c: AVX2, cpu_attention_v16.c:
  * AVX-512), one (b,h) pair per call. */
 #define LF_CPU_ATT_FAST_TMAX 128
 #define LF_CPU_ATT_FAST_TILE 16384 /* floats of the transposed K (or V) tile on the stack */
-void lf__cpu_att_fast_forward_bh_v8(float *out_bh, float *att_bh, const float *q, const float *k, const float *v, int T,
-                                    int C, int W, int HS, float scale);
+void lf__cpu_att_fast_forward_bh_v8(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
+                                    const int32_t *pos, int T, int C, int W, int HS, float scale);
 void lf__cpu_att_fast_backward_bh_v8(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh, const float *q,
                                      const float *k, const float *v, const float *att_bh, int T, int C, int W, int HS,
                                      float scale, int add);
 void lf__cpu_att_fast_forward_bh_v16(float *out_bh, float *att_bh, const float *q, const float *k, const float *v,
-                                     int T, int C, int W, int HS, float scale);
+                                     const int32_t *pos, int T, int C, int W, int HS, float scale);
 void lf__cpu_att_fast_backward_bh_v16(float *dq, float *dk, float *dv, float *S_bh, const float *dout_bh,
                                       const float *q, const float *k, const float *v, const float *att_bh, int T, int C,
                                       int W, int HS, float scale, int add);
@@ -338,6 +348,10 @@ void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int
                           float scale);
 void lf__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,
                            float scale);
+/* Row t of batch row b at position pos[b,t] (backend_impl.h "packed rows");
+ * sgn 1 forward, -1 backward. */
+void lf__cpu_rope_packed(float *x, const int32_t *pos, int B, int T, int NH, int NKV, int HS, const float *inv_freq,
+                         float scale, float sgn);
 void lf__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 /* bf16-output forms (cpu-bf16's activation storage): the fp32 op rounded. */
 void lf__cpu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *inp, const float *weight, int N, int C,

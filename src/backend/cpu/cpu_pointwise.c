@@ -81,6 +81,45 @@ void lf__cpu_encoder_backward(float *restrict dwte, float *restrict dwpe, const 
     }
 }
 
+/* Packed rows: wpe row pos[b,t] (clamped into [0, t]: backend_impl.h). */
+static inline size_t packed_pos(const int32_t *pos, long n, int T) {
+    const int t = (int)(n % T), p = pos[n];
+    return (size_t)(p >= 0 && p <= t ? p : t);
+}
+
+void lf__cpu_encoder_forward_packed(float *restrict out, const int32_t *restrict inp, const int32_t *restrict pos,
+                                    const float *restrict wte, const float *restrict wpe, int B, int T, int C) {
+    const long N = (long)B * T;
+#pragma omp parallel for schedule(static) if (N * C >= LF_CPU_PAR_MIN)
+    for (long n = 0; n < N; n++) {
+        float *restrict o = out + n * C;
+        const float *restrict we = wte + (size_t)inp[n] * C;
+        const float *restrict wp = wpe + packed_pos(pos, n, T) * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
+    }
+}
+
+void lf__cpu_encoder_backward_packed(float *restrict dwte, float *restrict dwpe, const float *restrict dout,
+                                     const int32_t *restrict inp, const int32_t *restrict pos, int B, int T, int C) {
+    /* as encoder_backward: threads own channel slices, rows in order */
+#pragma omp parallel if ((long)B * T * C >= LF_CPU_PAR_MIN)
+    {
+        int c0, c1;
+        lf__cpu_channel_slice(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (long n = 0; c0 < c1 && n < (long)B * T; n++) {
+            const float *restrict d = dout + n * C;
+            float *restrict dw = dwte + (size_t)inp[n] * C;
+            float *restrict dp = dwpe + packed_pos(pos, n, T) * C;
+#pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                dw[c] += d[c];
+                dp[c] += d[c];
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------- GELU */
 
 /* The element functions and loops are cpu_gelu.h's, shared with the AVX-512

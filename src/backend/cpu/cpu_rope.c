@@ -87,6 +87,44 @@ static void rope_apply(float *x, int B, int T, int NH, int NKV, int HS, int pos0
     }
 }
 
+/* Packed rows: each (b,t) at its own position pos[b,t], so the factors are
+ * computed per row (no sharing across the batch); the same float
+ * operations as rope_apply, so a row with pos[b,t] = pos0 + t gets the same
+ * bits. */
+void lf__cpu_rope_packed(float *x, const int32_t *pos, int B, int T, int NH, int NKV, int HS, const float *inv_freq,
+                         float scale, float sgn) {
+    const int half = HS / 2, nrot = NH + NKV;
+    const long W = (long)(NH + 2 * NKV) * HS, N = (long)B * T;
+#pragma omp parallel if (N * nrot * HS >= LF_CPU_PAR_MIN)
+    {
+        float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+#pragma omp for schedule(static)
+        for (long n = 0; n < N; n++) {
+            const int t = (int)(n % T), pt = pos[n];
+            const float p = (float)(pt >= 0 && pt <= t ? pt : t); /* clamped: backend_impl.h */
+            float *row = x + (size_t)n * W;
+            for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
+                const int m = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
+                for (int i = 0; i < m; i++) {
+                    const float ang = p * inv_freq[i0 + i];
+                    cs[i] = (float)cos((double)ang) * scale;
+                    sn[i] = sgn * ((float)sin((double)ang) * scale);
+                }
+                for (int hd = 0; hd < nrot; hd++) {
+                    float *restrict x1 = row + (size_t)hd * HS + i0;
+                    float *restrict x2 = x1 + half;
+#pragma omp simd
+                    for (int i = 0; i < m; i++) {
+                        const float a = x1[i], c = x2[i];
+                        x1[i] = a * cs[i] - c * sn[i];
+                        x2[i] = c * cs[i] + a * sn[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
 void lf__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, const float *inv_freq,
                           float scale) {
     rope_apply(qkv, B, T, NH, NKV, HS, pos0, inv_freq, scale, 1.0f);

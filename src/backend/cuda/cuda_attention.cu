@@ -41,6 +41,16 @@
  *  (dout_i . v_j): the CPU backend's arithmetic (cpu_attention.c) in
  *  another association.
  *
+ * Packed rows (lf__cuk_attention_*_packed, backend_impl.h): att_shape.pos
+ * gives each query row t its first key lo = t - pos[b,t]. The fused
+ * kernels visit a key tile only where it meets [lo, t] (so a row's first
+ * visited tile always has a key: the online softmax never starts from an
+ * empty tile), mask the scores before lo, and att_bwd_dkdv skips the query
+ * rows of later examples (a row's lo from shared memory, alike for its lane
+ * group). pos NULL is the causal mask (lo = 0): the plain op's arithmetic.
+ * The unfused reference stays causal only; tests compare the packed fused
+ * kernels with the CPU backend's packed ops.
+ *
  * Unfused reference (att_ref_*): the CPU's algorithm step by step, one
  * output element (or one row, a warp) per thread: scores and a
  * max-subtracted softmax into att (B,NH,T,T), P~ @ v; backward
@@ -92,6 +102,7 @@ struct att_shape {
     int B, T, C, NH, NKV, HS, G; /* G = NH/NKV query heads per kv head */
     long W;                      /* qkv row width C + 2*NKV*HS */
     float scale;                 /* 1/sqrt(HS) */
+    const int32_t *pos;          /* NULL (causal) or packed rows' positions (B,T): backend_impl.h */
 };
 
 struct att_drop {
@@ -101,6 +112,14 @@ struct att_drop {
 };
 
 static __device__ __forceinline__ int att_imin(int a, int b) { return a < b ? a : b; }
+
+/* First key query row t of batch row b sees: 0 (causal), or its example's
+ * start t - pos[b,t] in a packed row, clamped into [0, t]. */
+static __device__ __forceinline__ int att_lo(const att_shape &s, int b, int t) {
+    if (!s.pos) return 0;
+    const int p = s.pos[(size_t)b * s.T + t];
+    return p >= 0 && p <= t ? t - p : 0;
+}
 
 /* The dropout factor of entry idx of the (B,NH,T,T) probabilities:
  * 1/(1-p) kept, 0 dropped, 1 without dropout. */
@@ -159,6 +178,7 @@ __global__ void __launch_bounds__(ATT_BR * TPR) att_fwd_flash(float *__restrict_
     float m = -INFINITY, l = 0.0f;
     const uint64_t mrow = (((uint64_t)b * s.NH + h) * T + (uint64_t)(row ? t : 0)) * T;
     const int kend = att_imin(T, r0 + ATT_BR); /* keys the block's rows reach */
+    const int lo = row ? att_lo(s, b, t) : 0;  /* the row's first key (packed rows) */
     for (int j0 = 0; j0 < kend; j0 += ATT_BC) {
         const int nk = att_imin(ATT_BC, kend - j0);
         __syncthreads(); /* the previous tile's readers are done */
@@ -168,14 +188,15 @@ __global__ void __launch_bounds__(ATT_BR * TPR) att_fwd_flash(float *__restrict_
             Vs[jj][d] = vg[(size_t)(j0 + jj) * s.W + d];
         }
         __syncthreads();
-        if (row && j0 <= t) { /* the same for every lane of the row's group */
+        if (row && j0 <= t && j0 + nk > lo) { /* the same for every lane of the row's group */
             const int nv = att_imin(nk, t - j0 + 1); /* this tile's keys at or before t */
+            const int jlo = lo - j0;                  /* and at or after lo: at least one */
             float sc[ATT_BC];
             float mt = m;
 #pragma unroll
             for (int jj = 0; jj < ATT_BC; jj++) {
                 float x = -INFINITY;
-                if (jj < nv) {
+                if (jj < nv && jj >= jlo) {
                     float acc = 0.0f;
 #pragma unroll
                     for (int c = 0; c < NC; c++)
@@ -191,7 +212,7 @@ __global__ void __launch_bounds__(ATT_BR * TPR) att_fwd_flash(float *__restrict_
             for (int c = 0; c < NC; c++) o[c] *= corr;
 #pragma unroll
             for (int jj = 0; jj < ATT_BC; jj++) {
-                if (jj < nv) {
+                if (jj < nv && jj >= jlo) {
                     const float e = expf(sc[jj] - mt);
                     l += e;
                     const float pe = e * att_factor(dr, mrow + (uint64_t)(j0 + jj));
@@ -242,6 +263,7 @@ __global__ void __launch_bounds__(ATT_BR * TPR) att_bwd_dq(float *__restrict__ d
     const float L = row ? lse[srow] : 0.0f;
     const uint64_t mrow = (uint64_t)srow * T;
     const int kend = att_imin(T, r0 + ATT_BR);
+    const int lo = row ? att_lo(s, b, t) : 0;
     float D = 0.0f;
     for (int pass = 0; pass < 2; pass++) { /* 0: D, 1: dq (needs the whole row's D) */
         for (int j0 = 0; j0 < kend; j0 += ATT_BC) {
@@ -253,9 +275,9 @@ __global__ void __launch_bounds__(ATT_BR * TPR) att_bwd_dq(float *__restrict__ d
                 Vs[jj][d] = vg[(size_t)(j0 + jj) * s.W + d];
             }
             __syncthreads();
-            if (row && j0 <= t) {
+            if (row && j0 <= t && j0 + nk > lo) {
                 const int nv = att_imin(nk, t - j0 + 1);
-                for (int jj = 0; jj < nv; jj++) {
+                for (int jj = lo > j0 ? lo - j0 : 0; jj < nv; jj++) {
                     float qk = 0.0f, gv = 0.0f;
 #pragma unroll
                     for (int c = 0; c < NC; c++)
@@ -299,6 +321,7 @@ __global__ void __launch_bounds__(ATT_BK * TPR) att_bwd_dkdv(float *__restrict__
     __shared__ float Qs[ATT_BQ][HSMAX];
     __shared__ float Gs[ATT_BQ][HSMAX];
     __shared__ float Ls[ATT_BQ], Ds[ATT_BQ];
+    __shared__ int Lo[ATT_BQ]; /* each query row's first key (packed rows; 0 causal) */
     const int b = (int)blockIdx.z, kvh = (int)blockIdx.y, c0 = (int)blockIdx.x * ATT_BK;
     const int sub = (int)threadIdx.x % TPR, j = c0 + (int)threadIdx.x / TPR, T = s.T, HS = s.HS;
     const unsigned gmask = att_group_mask<TPR>();
@@ -327,10 +350,12 @@ __global__ void __launch_bounds__(ATT_BK * TPR) att_bwd_dkdv(float *__restrict__
             for (int ii = (int)threadIdx.x; ii < nq; ii += (int)blockDim.x) {
                 Ls[ii] = lse[hrow + i0 + ii];
                 Ds[ii] = Dbuf[hrow + i0 + ii];
+                Lo[ii] = att_lo(s, b, i0 + ii);
             }
             __syncthreads();
             if (col && i0 + nq - 1 >= j) {
                 for (int ii = j > i0 ? j - i0 : 0; ii < nq; ii++) { /* query rows i >= j */
+                    if (Lo[ii] > j) continue; /* row i is in a later example: the same for the lane group */
                     float qk = 0.0f, gv = 0.0f;
 #pragma unroll
                     for (int c = 0; c < NC; c++)
@@ -548,6 +573,7 @@ static int att_shape_of(att_shape *s, int B, int T, int C, int NH, int NKV) {
     s->B = B, s->T = T, s->C = C, s->NH = NH, s->NKV = NKV, s->HS = HS, s->G = NH / NKV;
     s->W = (long)C + 2L * NKV * HS;
     s->scale = 1.0f / sqrtf((float)HS);
+    s->pos = NULL;
     return 1;
 }
 
@@ -600,9 +626,16 @@ static cudaError_t att_backward_hs(float *dqkv, float *Dbuf, const float *dout, 
 extern "C" cudaError_t lf__cuk_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                                 int NH, int NKV, float p, uint64_t seed, uint64_t key,
                                                 uint64_t offset, cudaStream_t stream) {
+    return lf__cuk_attention_forward_packed(out, lse, qkv, NULL, B, T, C, NH, NKV, p, seed, key, offset, stream);
+}
+
+extern "C" cudaError_t lf__cuk_attention_forward_packed(float *out, float *lse, const float *qkv, const int32_t *pos,
+                                                       int B, int T, int C, int NH, int NKV, float p, uint64_t seed,
+                                                       uint64_t key, uint64_t offset, cudaStream_t stream) {
     att_shape s;
     att_drop dr;
     if (!att_shape_of(&s, B, T, C, NH, NKV) || !att_drop_of(&dr, p, seed, key, offset)) return cudaErrorInvalidValue;
+    s.pos = pos;
     if (B == 0 || T == 0) return cudaSuccess;
     if (s.HS <= 32) return att_forward_hs<32>(out, lse, qkv, s, dr, stream);
     if (s.HS <= 64) return att_forward_hs<64>(out, lse, qkv, s, dr, stream);
@@ -612,9 +645,18 @@ extern "C" cudaError_t lf__cuk_attention_forward(float *out, float *lse, const f
 extern "C" cudaError_t lf__cuk_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                                  const float *lse, int B, int T, int C, int NH, int NKV, float p,
                                                  uint64_t seed, uint64_t key, uint64_t offset, cudaStream_t stream) {
+    return lf__cuk_attention_backward_packed(dqkv, scratch, dout, qkv, lse, NULL, B, T, C, NH, NKV, p, seed, key,
+                                             offset, stream);
+}
+
+extern "C" cudaError_t lf__cuk_attention_backward_packed(float *dqkv, float *scratch, const float *dout,
+                                                        const float *qkv, const float *lse, const int32_t *pos, int B,
+                                                        int T, int C, int NH, int NKV, float p, uint64_t seed,
+                                                        uint64_t key, uint64_t offset, cudaStream_t stream) {
     att_shape s;
     att_drop dr;
     if (!att_shape_of(&s, B, T, C, NH, NKV) || !att_drop_of(&dr, p, seed, key, offset)) return cudaErrorInvalidValue;
+    s.pos = pos;
     if (B == 0 || T == 0) return cudaSuccess;
     if (s.HS <= 32) return att_backward_hs<32>(dqkv, scratch, dout, qkv, lse, s, dr, stream);
     if (s.HS <= 64) return att_backward_hs<64>(dqkv, scratch, dout, qkv, lse, s, dr, stream);

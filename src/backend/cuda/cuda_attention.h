@@ -61,6 +61,16 @@ cudaError_t lf__cuk_attention_backward(float *dqkv,       // (B,T,W)
                                        int B, int T, int C, int NH, int NKV, float p, uint64_t seed, uint64_t key,
                                        uint64_t offset, cudaStream_t stream);
 
+/* The fused pair on packed rows (backend_impl.h): pos (B,T) device memory,
+ * query t of row b sees keys t - pos[b,t] .. t. pos NULL: the plain pair. */
+cudaError_t lf__cuk_attention_forward_packed(float *out, float *lse, const float *qkv, const int32_t *pos, int B, int T,
+                                             int C, int NH, int NKV, float p, uint64_t seed, uint64_t key,
+                                             uint64_t offset, cudaStream_t stream);
+cudaError_t lf__cuk_attention_backward_packed(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                              const float *lse, const int32_t *pos, int B, int T, int C, int NH,
+                                              int NKV, float p, uint64_t seed, uint64_t key, uint64_t offset,
+                                              cudaStream_t stream);
+
 /* Unfused reference forward: att (B,NH,T,T) the probabilities before
  * dropout, 0 above the diagonal (the CPU backend's saved tensor); out
  * overwritten. */

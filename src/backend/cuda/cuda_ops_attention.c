@@ -81,6 +81,37 @@ static void cuda_attention_backward(lf_backend *be, float *dqkv, float *scratch,
     lf__cuda_check(be, e, op, "att_bwd_dq/att_bwd_dkdv");
 }
 
+static void cuda_attention_forward_packed(lf_backend *be, float *out, float *att, const float *qkv, const int32_t *pos,
+                                          int B, int T, int C, int NH, int NKV, lf_dropout drop) {
+    const char *op = "attention_forward_packed";
+    if (bad_heads(be, op, C, NH, NKV) || bad_hs(be, op, C / NH) || bad_bt(be, op, B, T) || bad_drop(be, op, drop))
+        return;
+    if (!pos) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: pos is NULL", op);
+        return;
+    }
+    if (B == 0 || T == 0) return;
+    cudaError_t e = lf__cuk_attention_forward_packed(out, att, qkv, pos, B, T, C, NH, NKV, drop.p, drop.seed, drop.key,
+                                                     drop.offset, lf__cuda_stream(be));
+    lf__cuda_check(be, e, op, "att_fwd_flash");
+}
+
+static void cuda_attention_backward_packed(lf_backend *be, float *dqkv, float *scratch, const float *dout,
+                                           const float *qkv, const float *att, const int32_t *pos, int B, int T, int C,
+                                           int NH, int NKV, lf_dropout drop) {
+    const char *op = "attention_backward_packed";
+    if (bad_heads(be, op, C, NH, NKV) || bad_hs(be, op, C / NH) || bad_bt(be, op, B, T) || bad_drop(be, op, drop))
+        return;
+    if (!pos) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: pos is NULL", op);
+        return;
+    }
+    if (B == 0 || T == 0) return;
+    cudaError_t e = lf__cuk_attention_backward_packed(dqkv, scratch, dout, qkv, att, pos, B, T, C, NH, NKV, drop.p,
+                                                      drop.seed, drop.key, drop.offset, lf__cuda_stream(be));
+    lf__cuda_check(be, e, op, "att_bwd_dq/att_bwd_dkdv");
+}
+
 static void cuda_kv_append(lf_backend *be, float *kcache, float *vcache, const float *qkv, int B, int Tn, int NH,
                            int NKV, int HS, int pos0, int Tmax) {
     const char *op = "kv_append";
@@ -105,6 +136,8 @@ static void cuda_attention_cached(lf_backend *be, float *out, float *scratch, co
 void lf__cuda_install_attention(lf_backend_ops *ops) {
     ops->attention_forward = cuda_attention_forward;
     ops->attention_backward = cuda_attention_backward;
+    ops->attention_forward_packed = cuda_attention_forward_packed;
+    ops->attention_backward_packed = cuda_attention_backward_packed;
     ops->attention_saved = lf__cuda_attention_saved;
     ops->attention_scratch = lf__cuda_attention_scratch;
     ops->attention_cached_scratch = lf__cuda_attention_cached_scratch;

@@ -72,6 +72,30 @@ static void cu_encoder_backward(lf_backend *be, float *dwte, float *dwpe, const 
                    "encoder_backward", "pw_encoder_backward");
 }
 
+static void cu_encoder_forward_packed(lf_backend *be, float *out, const int32_t *inp, const int32_t *pos,
+                                      const float *wte, const float *wpe, int B, int T, int C) {
+    const char *op = "encoder_forward_packed";
+    if (bad_size(be, op, "batch x time", B, T) || bad_size(be, op, "channels", C, 0)) return;
+    if (!pos || !wpe) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %s is NULL", op, pos ? "wpe" : "pos");
+        return;
+    }
+    lf__cuda_check(be, lf__cuk_encoder_forward_packed(out, inp, pos, wte, wpe, B, T, C, lf__cuda_stream(be)), op,
+                   "pw_encoder_forward_packed");
+}
+
+static void cu_encoder_backward_packed(lf_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                       const int32_t *pos, int B, int T, int C) {
+    const char *op = "encoder_backward_packed";
+    if (bad_size(be, op, "batch x time", B, T) || bad_size(be, op, "channels", C, 0)) return;
+    if ((long)B * T > 0x7fffffffL || !pos || !dwpe) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %d x %d rows (at most 2^31-1), pos and dwpe given", op, B, T);
+        return;
+    }
+    lf__cuda_check(be, lf__cuk_encoder_backward_packed(dwte, dwpe, dout, inp, pos, B, T, C, lf__cuda_stream(be)), op,
+                   "pw_encoder_backward_wte");
+}
+
 /* ---------------------------------------------------------------- norms */
 
 static void cu_layernorm_forward(lf_backend *be, void *out, lf_dtype out_dt, float *mean, float *rstd, const float *inp,
@@ -220,6 +244,31 @@ static void cu_rope_forward(lf_backend *be, float *qkv, int B, int T, int NH, in
 static void cu_rope_backward(lf_backend *be, float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0,
                              const float *inv_freq, float scale) {
     rope(be, "rope_backward", dqkv, B, T, NH, NKV, HS, pos0, inv_freq, scale, -1.0f);
+}
+
+static void rope_packed(lf_backend *be, const char *op, float *x, const int32_t *pos, int B, int T, int NH, int NKV,
+                        int HS, const float *inv_freq, float scale, float sgn) {
+    if (bad_rope(be, op, B, T, NH, NKV, HS, 0)) return;
+    if (!pos || !inv_freq) {
+        lf__backend_fail(be, LF_ERR_INVALID_ARG, "%s: %s is NULL", op, pos ? "inv_freq" : "pos");
+        return;
+    }
+    lf_cuk_rope_freqs f;
+    memset(&f, 0, sizeof f);
+    memcpy(f.inv_freq, inv_freq, sizeof(float) * (size_t)(HS / 2));
+    f.scale = scale;
+    lf__cuda_check(be, lf__cuk_rope_packed(x, pos, &f, B, T, NH, NKV, HS, sgn, lf__cuda_stream(be)), op,
+                   "pw_rope_packed");
+}
+
+static void cu_rope_forward_packed(lf_backend *be, float *qkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                                   int HS, const float *inv_freq, float scale) {
+    rope_packed(be, "rope_forward_packed", qkv, pos, B, T, NH, NKV, HS, inv_freq, scale, 1.0f);
+}
+
+static void cu_rope_backward_packed(lf_backend *be, float *dqkv, const int32_t *pos, int B, int T, int NH, int NKV,
+                                    int HS, const float *inv_freq, float scale) {
+    rope_packed(be, "rope_backward_packed", dqkv, pos, B, T, NH, NKV, HS, inv_freq, scale, -1.0f);
 }
 
 /* ---------------------------------------------------------------- residual, dropout */
@@ -387,6 +436,10 @@ void lf__cuda_install_pointwise(lf_backend_ops *ops) {
     ops->swiglu_backward = cu_swiglu_backward;
     ops->rope_forward = cu_rope_forward;
     ops->rope_backward = cu_rope_backward;
+    ops->encoder_forward_packed = cu_encoder_forward_packed;
+    ops->encoder_backward_packed = cu_encoder_backward_packed;
+    ops->rope_forward_packed = cu_rope_forward_packed;
+    ops->rope_backward_packed = cu_rope_backward_packed;
     ops->residual_forward = cu_residual_forward;
     ops->residual_backward = cu_residual_backward;
     ops->dropout_forward = cu_dropout_forward;

@@ -84,21 +84,30 @@ __global__ void pw_encoder_backward_wpe(float *__restrict__ dwpe, const float *_
 
 #define ENC_BLOCK 128 /* threads of the dwte kernel: the tile of rows gathered at once */
 
-/* dwte[v,c] += dout[n,c] over the rows n with inp[n] == v, in row order. */
+/* Row n's key: its token, or with T > 0 (dwpe of packed rows) its position
+ * inp[n] clamped into [0, n mod T] (backend_impl.h). */
+static __device__ __forceinline__ int32_t pw_enc_key(const int32_t *inp, int n, int T) {
+    const int32_t v = inp[n];
+    if (T <= 0) return v;
+    const int t = n % T;
+    return v >= 0 && v <= t ? v : t;
+}
+
+/* dwte[v,c] += dout[n,c] over the rows n with key v (pw_enc_key), in row order. */
 __global__ void pw_encoder_backward_wte(float *__restrict__ dwte, const float *__restrict__ dout,
-                                        const int32_t *__restrict__ inp, int N, int C) {
+                                        const int32_t *__restrict__ inp, int N, int C, int T) {
     __shared__ int rows[ENC_BLOCK];
     __shared__ int warp_base[ENC_BLOCK / 32 + 1];
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = (int)blockDim.x >> 5;
     for (int n = (int)blockIdx.x; n < N; n += (int)gridDim.x) { /* block-uniform */
-        const int32_t v = inp[n];
+        const int32_t v = pw_enc_key(inp, n, T);
         int seen = 0;
-        for (int m = tid; m < n && !seen; m += (int)blockDim.x) seen = inp[m] == v;
+        for (int m = tid; m < n && !seen; m += (int)blockDim.x) seen = pw_enc_key(inp, m, T) == v;
         if (__syncthreads_or(seen)) continue; /* an earlier row owns token v */
         float *__restrict__ dw = dwte + (size_t)v * C;
         for (int m0 = n; m0 < N; m0 += (int)blockDim.x) {
             const int m = m0 + tid;
-            const int match = m < N && inp[m] == v;
+            const int match = m < N && pw_enc_key(inp, m, T) == v;
             const unsigned bal = __ballot_sync(PW_FULL, match);
             if (lane == 0) warp_base[warp + 1] = __popc(bal);
             __syncthreads();
@@ -138,11 +147,53 @@ extern "C" cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const 
     const int N = B * T;
     if (N == 0 || C == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(pw_encoder_backward_wte, pw_blocks((size_t)N, 1, PW_GRID_CAP), ENC_BLOCK, 0, stream, dwte, dout,
-                   inp, N, C);
+                   inp, N, C, 0);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || !dwpe) return e;
     LF_CUDA_LAUNCH(pw_encoder_backward_wpe, pw_blocks((size_t)T * C, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream,
                    dwpe, dout, B, T, C);
+    return cudaGetLastError();
+}
+
+/* Packed rows: wpe row pos[n], clamped into [0, t] (backend_impl.h). */
+static __device__ __forceinline__ size_t pw_packed_pos(const int32_t *pos, size_t n, int T) {
+    const int t = (int)(n % (size_t)T), p = pos[n];
+    return (size_t)(p >= 0 && p <= t ? p : t);
+}
+
+__global__ void pw_encoder_forward_packed(float *__restrict__ out, const int32_t *__restrict__ inp,
+                                          const int32_t *__restrict__ pos, const float *__restrict__ wte,
+                                          const float *__restrict__ wpe, int T, int C, size_t total) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = i / (size_t)C, c = i - n * (size_t)C;
+        out[i] = wte[(size_t)inp[n] * C + c] + wpe[pw_packed_pos(pos, n, T) * C + c];
+    }
+}
+
+extern "C" cudaError_t lf__cuk_encoder_forward_packed(float *out, const int32_t *inp, const int32_t *pos,
+                                                     const float *wte, const float *wpe, int B, int T, int C,
+                                                     cudaStream_t stream) {
+    if (B < 0 || T < 0 || C < 0 || !pos || !wpe) return cudaErrorInvalidValue;
+    const size_t total = (size_t)B * T * C;
+    if (total == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(pw_encoder_forward_packed, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, out, inp,
+                   pos, wte, wpe, T, C, total);
+    return cudaGetLastError();
+}
+
+/* dwpe: the dwte kernel keyed by the clamped positions instead of the
+ * tokens (the rows sharing a position gathered in row order). */
+extern "C" cudaError_t lf__cuk_encoder_backward_packed(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                                      const int32_t *pos, int B, int T, int C, cudaStream_t stream) {
+    if (B < 0 || T < 0 || C < 0 || (long)B * T > 0x7fffffffL || !pos || !dwpe) return cudaErrorInvalidValue;
+    const int N = B * T;
+    if (N == 0 || C == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(pw_encoder_backward_wte, pw_blocks((size_t)N, 1, PW_GRID_CAP), ENC_BLOCK, 0, stream, dwte, dout,
+                   inp, N, C, 0);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    LF_CUDA_LAUNCH(pw_encoder_backward_wte, pw_blocks((size_t)N, 1, PW_GRID_CAP), ENC_BLOCK, 0, stream, dwpe, dout,
+                   pos, N, C, T);
     return cudaGetLastError();
 }
 
@@ -275,6 +326,40 @@ extern "C" cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, 
     if (total == 0 || B == 0) return cudaSuccess;
     LF_CUDA_LAUNCH(pw_rope, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, qkv, *freqs, B, T, NH, NKV,
                    HS, pos0, sgn);
+    return cudaGetLastError();
+}
+
+/* Packed rows: thread per (b, t, i), the factors of position pos[b,t]
+ * (clamped into [0, t]) with pw_rope's float operations. */
+__global__ void pw_rope_packed(float *__restrict__ x, const int32_t *__restrict__ pos, const lf_cuk_rope_freqs freqs,
+                               int B, int T, int NH, int NKV, int HS, float sgn) {
+    const int hh = HS / 2, nrot = NH + NKV;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, total = (size_t)B * T * hh;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = k / (size_t)hh;
+        const int i = (int)(k - n * hh);
+        const float p = (float)pw_packed_pos(pos, n, T);
+        const float ang = p * freqs.inv_freq[i];
+        const float cs = (float)cos((double)ang) * freqs.scale;
+        const float sn = sgn * ((float)sin((double)ang) * freqs.scale);
+        float *row = x + n * W;
+        for (int hd = 0; hd < nrot; hd++) {
+            float *x1 = row + (size_t)hd * HS + i, *x2 = x1 + hh;
+            const float a = *x1, c = *x2;
+            *x1 = a * cs - c * sn;
+            *x2 = c * cs + a * sn;
+        }
+    }
+}
+
+extern "C" cudaError_t lf__cuk_rope_packed(float *qkv, const int32_t *pos, const lf_cuk_rope_freqs *freqs, int B,
+                                          int T, int NH, int NKV, int HS, float sgn, cudaStream_t stream) {
+    if (B < 0 || T < 0 || NH < 1 || NKV < 1 || HS < 2 || HS % 2 || HS / 2 > LF_CUK_ROPE_MAX_HALF || !freqs || !pos)
+        return cudaErrorInvalidValue;
+    const size_t total = (size_t)B * T * (HS / 2);
+    if (total == 0) return cudaSuccess;
+    LF_CUDA_LAUNCH(pw_rope_packed, pw_blocks(total, PW_BLOCK, PW_GRID_CAP), PW_BLOCK, 0, stream, qkv, pos, *freqs, B,
+                   T, NH, NKV, HS, sgn);
     return cudaGetLastError();
 }
 

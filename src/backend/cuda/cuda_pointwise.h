@@ -42,6 +42,13 @@ cudaError_t lf__cuk_encoder_forward(float *out, const int32_t *inp, const float 
                                     int C, cudaStream_t stream);
 cudaError_t lf__cuk_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                                      int C, cudaStream_t stream);
+/* Packed rows (backend_impl.h): wpe row pos[n] (clamped into [0, t]);
+ * backward: dwte as above, dwpe[p,c] += the rows with position p in row
+ * order (the CPU's order, so its bits). */
+cudaError_t lf__cuk_encoder_forward_packed(float *out, const int32_t *inp, const int32_t *pos, const float *wte,
+                                           const float *wpe, int B, int T, int C, cudaStream_t stream);
+cudaError_t lf__cuk_encoder_backward_packed(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                            const int32_t *pos, int B, int T, int C, cudaStream_t stream);
 
 /* ---- norms. The forward's out is fp32, or with out_bf16 uint16_t bf16
  * bits: each element the fp32 result rounded to nearest even (the same
@@ -89,6 +96,9 @@ typedef struct lf_cuk_rope_freqs {
 } lf_cuk_rope_freqs;
 cudaError_t lf__cuk_rope(float *qkv, const lf_cuk_rope_freqs *freqs, int B, int T, int NH, int NKV, int HS, int pos0,
                          float sgn, cudaStream_t stream);
+/* Packed rows: row (b,t) at position pos[b*T+t] (clamped into [0, t]). */
+cudaError_t lf__cuk_rope_packed(float *qkv, const int32_t *pos, const lf_cuk_rope_freqs *freqs, int B, int T, int NH,
+                                int NKV, int HS, float sgn, cudaStream_t stream);
 
 /* ---- residual, dropout. out may equal a or b, and dropout's out its inp.
  * dropout: element i kept when lf_cuda_dropout_keep(seed, key, offset + i,
