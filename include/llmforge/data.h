@@ -567,6 +567,11 @@ typedef struct lf_prepare_opts {
      * the content-hash split; split[] is then not used and a file naming no
      * split is LF_ERR_INVALID_ARG. */
     int keep_splits;
+    /* split_shuffle: instead of the content hash, exact proportions by a
+     * permutation of the records seeded by split_seed (docs/data.md; the
+     * inputs are read once more first, to count them). */
+    int split_shuffle;
+    uint64_t split_seed;
     const char *subset;     /* hub directory: the configs: entry (config_name) to read; NULL: its default */
     const char *json_field; /* as lf_reader_opts */
 } lf_prepare_opts;

@@ -220,6 +220,12 @@ double lf__split_unit(const void *key, size_t len);
  * w[0..2] (>= 0, w[0] > 0): the first k with u < (w[0]+..+w[k]) / sum;
  * never a split whose weight is 0. */
 int lf__split_pick(double u, const double w[3]);
+/* The seeded shuffle split (split.c): pi(i), a bijection of [0, n) keyed by
+ * seed; the exact counts of n records for weights w (val and test rounded
+ * half up, train the rest); the split of record i. */
+uint64_t lf__split_perm(uint64_t i, uint64_t n, uint64_t seed);
+void lf__split_counts(uint64_t n, const double w[3], uint64_t out[3]);
+int lf__split_shuffled(uint64_t i, uint64_t n, uint64_t seed, const uint64_t counts[3]);
 
 /* ---------------------------------------------------------------- dataset directories (dataset_dir.c, hub_configs.c) */
 /* The `configs:` list of a hub dataset card's YAML header (hub_configs.c). */

@@ -191,7 +191,8 @@ typedef struct prep {
     int dpo; /* mode dpo (sft is set too: masked pairs); see join_dpo */
     lf_split_writer *sw[LF_PREPARE_N_SPLITS];
     uint64_t records[LF_PREPARE_N_SPLITS], targets[LF_PREPARE_N_SPLITS];
-    int retired; /* the earlier dataset.json was removed */
+    uint64_t shuf_n, shuf_i, shuf_counts[LF_PREPARE_N_SPLITS]; /* split_shuffle: records, next index, counts */
+    int retired;                                               /* the earlier dataset.json was removed */
     batch b[2];
     batch *fill;        /* being filled by the calling thread */
     batch *inflight;    /* handed to the pool, not yet committed */
@@ -1006,6 +1007,30 @@ static void pool_wait(const prep *p, pool *pl, batch *b) {
 /* ---------------------------------------------------------------- commit (calling thread) */
 /* Finish encoding b (its large records on all threads), then write it in
  * input order; b is reset either way. */
+/* split_shuffle: the records every source yields (as the reading pass will
+ * see them: the same reader options), for the exact counts. */
+static lf_status count_records(prep *p) {
+    lf_reader_opts ro = reader_opts(p);
+    ro.on_skip = NULL; /* the reading pass reports skips */
+    lf_status st = LF_OK;
+    uint64_t n = 0;
+    for (size_t i = 0; i < p->n_src && st == LF_OK; i++) {
+        lf_reader *r = NULL;
+        if ((st = lf_reader_open(&r, p->src[i].path, &ro)) != LF_OK) break;
+        for (;;) {
+            lf_record rec;
+            int eof;
+            if ((st = lf_reader_next(r, &rec, &eof)) != LF_OK || eof) break;
+            n++;
+        }
+        lf_reader_close(r);
+    }
+    if (st != LF_OK) return st;
+    p->shuf_n = n;
+    lf__split_counts(n, p->w, p->shuf_counts);
+    return LF_OK;
+}
+
 static lf_status commit(prep *p, batch *b) {
     lf_status st = LF_OK;
     if (p->pl && b == p->inflight) pool_wait(p, p->pl, b);
@@ -1018,6 +1043,7 @@ static lf_status commit(prep *p, batch *b) {
             note_skip(p, src, b->arena + it->ka_off);
             continue;
         }
+        const uint64_t rec_i = p->shuf_i++; /* the record's index among those the readers yield */
         if (it->large) encode_item(p, b, it, p->n_threads);
         if (it->st != LF_OK) {
             st = lf_fail(it->st, "%s", it->msg ? it->msg : lf_status_str(it->st));
@@ -1027,7 +1053,8 @@ static lf_status commit(prep *p, batch *b) {
             note_skip(p, src, it->msg);
             continue;
         }
-        const int s = it->split;
+        const int s = p->o->split_shuffle ? lf__split_shuffled(rec_i, p->shuf_n, p->o->split_seed, p->shuf_counts)
+                                          : it->split;
         if ((st = retire_manifest(p)) != LF_OK) break;
         if ((st = lf_split_writer_append(p->sw[s], it->ids, it->mask, it->n)) != LF_OK) break;
         if (!p->sft) {
@@ -1198,7 +1225,14 @@ static lf_status write_manifest(prep *p) {
         ok = ok && cJSON_AddNumberToObject(o, "target_tokens", (double)p->targets[s]);
     }
     ok = ok && (rule = cJSON_AddObjectToObject(root, "split"));
-    ok = ok && cJSON_AddStringToObject(rule, "method", p->o->keep_splits ? "kept" : "sha256");
+    ok = ok && cJSON_AddStringToObject(rule, "method",
+                                       p->o->keep_splits     ? "kept"
+                                       : p->o->split_shuffle ? "shuffle"
+                                                             : "sha256");
+    if (p->o->split_shuffle) {
+        ok = ok && cJSON_AddNumberToObject(rule, "seed", (double)p->o->split_seed);
+        ok = ok && cJSON_AddNumberToObject(rule, "records", (double)p->shuf_n);
+    }
     ok = ok && (arr = cJSON_AddArrayToObject(rule, "fractions"));
     for (int s = 0; s < LF_PREPARE_N_SPLITS && ok && !p->o->keep_splits; s++) {
         cJSON *v = cJSON_CreateNumber(p->w[s]);
@@ -1304,6 +1338,11 @@ lf_status lf_prepare(const lf_prepare_opts *opts, const char *out_dir, lf_prepar
     }
     if ((st = expand_inputs(&p)) != LF_OK) goto done;
     if (opts->keep_splits && (st = check_kept_splits(&p)) != LF_OK) goto done;
+    if (opts->split_shuffle && opts->keep_splits) {
+        st = lf_fail(LF_ERR_INVALID_ARG, "prepare: the shuffle split and --keep-splits exclude each other");
+        goto done;
+    }
+    if (opts->split_shuffle && (st = count_records(&p)) != LF_OK) goto done;
     if ((st = lf_mkdirs(out_dir)) != LF_OK) goto done;
     if ((st = open_tokenizer(&p)) != LF_OK) goto done;
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++)

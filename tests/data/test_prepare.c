@@ -14,7 +14,9 @@
  * rendering's, the mask is 1 exactly on the assistant turns with their
  * end-of-turn marker, the template is written as chat_template.json and
  * reads back to the same renderer, and a template's raise_exception is a
- * bad record naming FILE:LINE. */
+ * bad record naming FILE:LINE; the seeded shuffle split: a bijection of
+ * [0, n) for every n tried, exact counts, the same records for the same
+ * seed and other ones for another seed, every record in one split. */
 #include "test_util.h"
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
@@ -22,6 +24,7 @@
 
 #include "prepare_fixture.h"
 #include "data/chat_template.h"
+#include "data/data_impl.h"
 
 static void put(const char *name, const char *text) {
     LF_ASSERT_OK(lf_file_write_all(path_in(name), text, strlen(text)));
@@ -423,6 +426,80 @@ static void test_split_stable(void **state) {
     free(w2);
 }
 
+/* ---------------------------------------------------------------- seeded shuffle split */
+
+static void test_split_shuffle(void **state) {
+    (void)state;
+    /* the permutation is a bijection of [0, n), n not a power of 4 included */
+    const uint64_t ns[] = {1, 2, 3, 4, 5, 17, 100, 1000, 4097};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        const uint64_t n = ns[k];
+        unsigned char *hit = calloc(n, 1);
+        for (uint64_t i = 0; i < n; i++) {
+            const uint64_t j = lf__split_perm(i, n, 42);
+            if (j >= n || hit[j])
+                fail_msg("n %llu: pi(%llu) = %llu is out of range or repeated", (unsigned long long)n,
+                         (unsigned long long)i, (unsigned long long)j);
+            hit[j] = 1;
+        }
+        free(hit);
+    }
+    /* a record set through lf_prepare: exact counts, seed-determined */
+    const int n = 1000;
+    char **texts = calloc((size_t)n, sizeof *texts);
+    size_t cap = (size_t)n * 64, at = 0;
+    char *body = malloc(cap);
+    for (int i = 0; i < n; i++) {
+        texts[i] = malloc(48);
+        snprintf(texts[i], 48, "row %d", i);
+        at += (size_t)snprintf(body + at, cap - at, "{\"text\": \"%s\"}\n", texts[i]);
+    }
+    LF_ASSERT_OK(lf_file_write_all(path_in("sh.jsonl"), body, at));
+    int *wa = calloc((size_t)n, sizeof *wa), *wb = calloc((size_t)n, sizeof *wb), *wc = calloc((size_t)n, sizeof *wc);
+    lf_prepare_result r;
+    lf_prepare_opts o = opts1(path_in("sh.jsonl"), LF_RECORD_PRETRAIN, "char");
+    o.split[0] = 7;
+    o.split[1] = 2;
+    o.split[2] = 1;
+    o.split_shuffle = 1;
+    o.split_seed = 7;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("sa"), &r));
+    assert_int_equal(r.records[0], 700);
+    assert_int_equal(r.records[1], 200);
+    assert_int_equal(r.records[2], 100);
+    LF_ASSERT_OK(lf_prepare(&o, path_in("sb"), &r));
+    o.split_seed = 8;
+    LF_ASSERT_OK(lf_prepare(&o, path_in("sc"), &r));
+    assert_int_equal(r.records[1], 200);
+    splits_of(path_in("sa"), texts, n, wa);
+    splits_of(path_in("sb"), texts, n, wb);
+    splits_of(path_in("sc"), texts, n, wc);
+    int same = 0, differ = 0;
+    for (int i = 0; i < n; i++) {
+        if (!wa[i] || !wc[i]) fail_msg("record %d is in no split", i);
+        if (wa[i] != wb[i]) fail_msg("record %d: seed 7 put it in split %d, then in %d", i, wa[i] - 1, wb[i] - 1);
+        same += wa[i] == wc[i];
+        differ += wa[i] != wc[i];
+    }
+    /* two independent 7:2:1 draws agree on a record with probability 0.49 + 0.04 + 0.01 = 0.54:
+     * 540 of 1000 expected (sd ~16); 800 agreements would be 16 sd out */
+    assert_true(differ > 0 && same < 800);
+    cJSON *man = read_manifest(path_in("sa"));
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(man, "split");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(rule, "method")->valuestring, "shuffle");
+    assert_int_equal((int)num_at(man, "split", "seed", NULL), 7);
+    assert_int_equal((int)num_at(man, "split", "records", NULL), n);
+    cJSON_Delete(man);
+    o.keep_splits = 1;
+    assert_int_equal(lf_prepare(&o, path_in("sd"), &r), LF_ERR_INVALID_ARG);
+    for (int i = 0; i < n; i++) free(texts[i]);
+    free(texts);
+    free(body);
+    free(wa);
+    free(wb);
+    free(wc);
+}
+
 /* ---------------------------------------------------------------- manifest and round trip */
 static void test_manifest_and_batches(void **state) {
     (void)state;
@@ -776,6 +853,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sft_masks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pretrain_eot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_stable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_shuffle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_manifest_and_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpt2, setup, teardown),

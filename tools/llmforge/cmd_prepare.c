@@ -5,7 +5,7 @@
  *       nanoGPT shakespeare_char (lf_prepare_char), unchanged.
  *   llmforge prepare --input PATH [--input PATH ...] [--format auto|text|jsonl|json|csv|parquet|wds|arrow]
  *                    [--mode pretrain|sft|dpo] --tokenizer SPEC [--split 0.9,0.1,0 | 7:2:1 | none] [--keep-splits]
- *                    [--subset NAME] [--field KEY]
+ *                    [--split-method hash|shuffle] [--split-seed N] [--subset NAME] [--field KEY]
  *                    [--text-field F] [--prompt-field F --response-field F]
  *                    [--chosen-field F] [--rejected-field F]
  *                    [--chat-template chatml|FILE|DIR|MODEL_DIR] [--skip-bad-records] [--max-record-bytes N] [--shard-tokens N] [--threads N]
@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "usage: llmforge prepare --input PATH [--input PATH ...] --tokenizer SPEC --out DIR\n"
             "                        [--format auto|text|jsonl|json|csv|parquet|wds|arrow] [--mode pretrain|sft|dpo]\n"
             "                        [--split TRAIN,VAL[,TEST] | TRAIN:VAL[:TEST] | none] [--keep-splits]\n"
+            "                        [--split-method hash|shuffle] [--split-seed N]\n"
             "                        [--subset NAME] [--field KEY] [--skip-bad-records]\n"
             "                        [--text-field F] [--prompt-field F --response-field F]\n"
             "                        [--chosen-field F] [--rejected-field F]\n"
@@ -77,6 +78,10 @@ static void usage(FILE *f) {
             "  --split W,W[,W]    train,val,test weights by content hash, or W:W[:W] (7:2:1); default\n"
             "                     0.9,0.1,0: a model is chosen on val, and a test split is asked for by\n"
             "                     name (docs/data.md); none: everything in train\n"
+            "  --split-method M   hash (default): each record's split by a hash of its content (stable\n"
+            "                     when data is appended); shuffle: exact proportions, as datasets'\n"
+            "                     train_test_split(shuffle=True, seed=N) (the inputs are read twice)\n"
+            "  --split-seed N     the shuffle's seed, 0 .. 2^53 (default 0)\n"
             "  --keep-splits      keep the dataset's own train/validation/test files as the splits (their\n"
             "                     names, a configs: header, save_to_disk) instead of the content hash\n"
             "  --skip-bad-records skip and count records that are not JSON, lack a field, ...\n"
@@ -190,7 +195,7 @@ int cmd_prepare(int argc, char **argv) {
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     size_t n_inputs = 0;
     lf_prepare_opts o = lf_prepare_opts_default();
-    int rc = 2, threads_given = 0, split_given = 0;
+    int rc = 2, threads_given = 0, split_given = 0, seed_given = 0;
     const char *chosen_field = NULL; /* --mode dpo: the response_field */
     if (!inputs) return 1;
     for (int i = 0; i < argc; i++) {
@@ -236,6 +241,18 @@ int cmd_prepare(int argc, char **argv) {
         } else if ((v = opt_value(argc, argv, &i, "--split", &missing))) {
             if (parse_split(v, o.split)) goto done;
             split_given = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--split-method", &missing))) {
+            if (!strcmp(v, "shuffle")) o.split_shuffle = 1;
+            else if (!strcmp(v, "hash")) o.split_shuffle = 0;
+            else {
+                fprintf(stderr, "llmforge prepare: --split-method expects hash or shuffle, got '%s'\n", v);
+                goto done;
+            }
+        } else if ((v = opt_value(argc, argv, &i, "--split-seed", &missing))) {
+            long n;
+            if (parse_long("--split-seed", v, 0, 1L << 53, &n)) goto done;
+            o.split_seed = (uint64_t)n;
+            seed_given = 1;
         } else if ((v = opt_value(argc, argv, &i, "--max-record-bytes", &missing))) {
             long n;
             if (parse_long("--max-record-bytes", v, 1, 1L << 40, &n)) goto done;
@@ -311,6 +328,15 @@ int cmd_prepare(int argc, char **argv) {
                         "--mode sft\n");
         goto done;
     }
+    if (seed_given && !o.split_shuffle) {
+        fprintf(stderr, "llmforge prepare: --split-seed seeds the shuffle split: give --split-method shuffle too\n");
+        goto done;
+    }
+    if (o.keep_splits && o.split_shuffle) {
+        fprintf(stderr, "llmforge prepare: --keep-splits keeps the dataset's own splits; --split-method shuffle makes "
+                        "new ones: give one of them\n");
+        goto done;
+    }
     if (o.keep_splits && split_given) {
         fprintf(stderr,
                 "llmforge prepare: --keep-splits keeps the dataset's own splits; --split weights a content-hash "
@@ -347,6 +373,10 @@ int cmd_prepare(int argc, char **argv) {
                                   : "pretrain",
         o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
     if (o.keep_splits) printf("  split: the dataset's own files (--keep-splits)\n");
+    else if (o.split_shuffle)
+        printf("  split: shuffled with seed %llu, exact proportions train/val/test %g/%g/%g%s\n",
+               (unsigned long long)o.split_seed, o.split[0], o.split[1], o.split[2],
+               split_given ? "" : " (the default: no test split unless asked, e.g. --split 7:2:1)");
     else
         printf("  split: content hash, train/val/test %g/%g/%g%s\n", o.split[0], o.split[1], o.split[2],
                split_given ? "" : " (the default: no test split unless asked, e.g. --split 7:2:1)");
