@@ -374,12 +374,18 @@ int cmd_prepare(int argc, char **argv) {
         o.tokenizer, res.vocab_size, res.eot, lf_time_now() - t0);
     if (o.keep_splits) printf("  split: the dataset's own files (--keep-splits)\n");
     else if (o.split_shuffle)
-        printf("  split: shuffled with seed %llu, exact proportions train/val/test %g/%g/%g%s\n",
-               (unsigned long long)o.split_seed, o.split[0], o.split[1], o.split[2],
-               split_given ? "" : " (the default: no test split unless asked, e.g. --split 7:2:1)");
+        printf(
+            "  split: shuffled with seed %llu, exact proportions train/val/test %g/%g/%g%s\n",
+            (unsigned long long)o.split_seed, o.split[0], o.split[1], o.split[2],
+            split_given
+                ? ""
+                : " (the default, not 7:2:1: training reads train and val only, so a test split is asked for, e.g. --split 7:2:1)");
     else
-        printf("  split: content hash, train/val/test %g/%g/%g%s\n", o.split[0], o.split[1], o.split[2],
-               split_given ? "" : " (the default: no test split unless asked, e.g. --split 7:2:1)");
+        printf(
+            "  split: content hash, train/val/test %g/%g/%g%s\n", o.split[0], o.split[1], o.split[2],
+            split_given
+                ? ""
+                : " (the default, not 7:2:1: training reads train and val only, so a test split is asked for, e.g. --split 7:2:1)");
     for (int s = 0; s < LF_PREPARE_N_SPLITS; s++) {
         printf("  %-5s %10llu records %12llu tokens", g_split_names[s], (unsigned long long)res.records[s],
                (unsigned long long)res.tokens[s]);
