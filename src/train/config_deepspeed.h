@@ -1,5 +1,5 @@
 /* DeepSpeed's configuration vocabulary as llmforge reads it (config_deepspeed.c),
- * used by the configuration table (config.c). */
+ * used by the configuration table (config*.c). */
 #ifndef LF_TRAIN_CONFIG_DEEPSPEED_H
 #define LF_TRAIN_CONFIG_DEEPSPEED_H
 #include <cjson/cJSON.h>

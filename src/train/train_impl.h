@@ -36,7 +36,7 @@ void lf__treg_run_end(lf__treg *r, lf_status st, const char *message);
 void lf__treg_close(lf__treg *r);
 
 /* checkpoint.async and the rollback alert action against the rest of the
- * configuration (config.c): LF_ERR_CONFIG naming the keys for what the
+ * configuration (config_check.c): LF_ERR_CONFIG naming the keys for what the
  * trainer cannot do (async with ZeRO or eval.suite; rollback with ZeRO-3).
  * Called when a configuration is built and again by lf_trainer_create
  * (a caller may fill the struct by hand). */

@@ -2,6 +2,7 @@
 #ifndef LF_TOOLS_COMMANDS_H
 #define LF_TOOLS_COMMANDS_H
 int cmd_prepare(int argc, char **argv);       /* cmd_prepare.c: text -> token shards */
+int cmd_train(int argc, char **argv);         /* cmd_train.c: a training run from a configuration */
 int cmd_data(int argc, char **argv);          /* cmd_data.c: synthetic sets (arithmetic) and their eval */
 int cmd_score(int argc, char **argv);         /* cmd_score.c: metrics over files, no model */
 int cmd_eval(int argc, char **argv);          /* cmd_eval.c: a checkpoint on task files */
