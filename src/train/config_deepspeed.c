@@ -194,28 +194,35 @@ static const lf__ds_key k_ds[] = {
 #define NDS ((int)(sizeof k_ds / sizeof k_ds[0]))
 
 /* "auto": the keys HF Trainer fills and how (its trainer_config_process and
- * trainer_config_finalize); llmforge's value of the key takes TrainingArguments'
- * place: the command line's override, else the default (config.c). */
+ * trainer_config_finalize). The command line's override takes
+ * TrainingArguments' place; without one, a key HF Trainer fills from a
+ * TrainingArguments field gets that field's default (transformers 5.x
+ * training_args.py), as an unmodified HF Trainer run would; the others are
+ * derived (config_derive.c). hf: the default as JSON, NULL when derived. */
 static const struct {
-    const char *path, *rule;
+    const char *path, *rule, *hf, *hf_note;
 } k_auto[] = {
-    {"train_micro_batch_size_per_gpu", "per_device_train_batch_size"},
-    {"gradient_accumulation_steps", "gradient_accumulation_steps"},
-    {"train_batch_size", "micro x accumulation x world size"},
-    {"gradient_clipping", "max_grad_norm"},
-    {"optimizer.params.lr", "learning_rate"},
-    {"optimizer.params.betas", "adam_beta1, adam_beta2"},
-    {"optimizer.params.eps", "adam_epsilon"},
-    {"optimizer.params.weight_decay", "weight_decay"},
-    {"scheduler.params.warmup_min_lr", "0"},
-    {"scheduler.params.warmup_max_lr", "optimizer.params.lr"},
-    {"scheduler.params.warmup_num_steps", "max(1, scheduler.warmup_iters when given, else 0)"},
-    {"scheduler.params.total_num_steps", "train_iters"},
-    {"fp16.enabled", "fp16"},
-    {"bf16.enabled", "bf16"},
-    {"zero_optimization.reduce_bucket_size", "model.n_embd^2"},
-    {"zero_optimization.stage3_prefetch_bucket_size", "0.9 x model.n_embd^2"},
-    {"zero_optimization.stage3_param_persistence_threshold", "10 x model.n_embd"},
+    {"train_micro_batch_size_per_gpu", "per_device_train_batch_size", "8",
+     "HF Trainer's default: TrainingArguments.per_device_train_batch_size 8"},
+    {"gradient_accumulation_steps", "gradient_accumulation_steps", "1",
+     "HF Trainer's default: TrainingArguments.gradient_accumulation_steps 1"},
+    {"train_batch_size", "micro x accumulation x world size", NULL, NULL},
+    {"gradient_clipping", "max_grad_norm", "1.0", "HF Trainer's default: TrainingArguments.max_grad_norm 1.0"},
+    {"optimizer.params.lr", "learning_rate", "5e-5", "HF Trainer's default: TrainingArguments.learning_rate 5e-5"},
+    {"optimizer.params.betas", "adam_beta1, adam_beta2", "[0.9, 0.999]",
+     "HF Trainer's default: TrainingArguments.adam_beta1 0.9, adam_beta2 0.999"},
+    {"optimizer.params.eps", "adam_epsilon", "1e-8", "HF Trainer's default: TrainingArguments.adam_epsilon 1e-8"},
+    {"optimizer.params.weight_decay", "weight_decay", "0.0",
+     "HF Trainer's default: TrainingArguments.weight_decay 0.0"},
+    {"scheduler.params.warmup_min_lr", "0", NULL, NULL},
+    {"scheduler.params.warmup_max_lr", "optimizer.params.lr", NULL, NULL},
+    {"scheduler.params.warmup_num_steps", "max(1, scheduler.warmup_iters when given, else 0)", NULL, NULL},
+    {"scheduler.params.total_num_steps", "train_iters", NULL, NULL},
+    {"fp16.enabled", "fp16", "false", "HF Trainer's default: TrainingArguments.fp16 False"},
+    {"bf16.enabled", "bf16", "false", "HF Trainer's default: TrainingArguments.bf16 False"},
+    {"zero_optimization.reduce_bucket_size", "model.n_embd^2", NULL, NULL},
+    {"zero_optimization.stage3_prefetch_bucket_size", "0.9 x model.n_embd^2", NULL, NULL},
+    {"zero_optimization.stage3_param_persistence_threshold", "10 x model.n_embd", NULL, NULL},
 };
 
 /* DeepSpeed's documented top-level keys (config-json.md), and those whose
@@ -327,6 +334,15 @@ const char *lf__ds_value_refused(const char *path, const cJSON *v) {
 const char *lf__ds_auto_rule(const char *path) {
     for (size_t i = 0; i < sizeof k_auto / sizeof k_auto[0]; i++)
         if (!strcmp(k_auto[i].path, path)) return k_auto[i].rule;
+    return NULL;
+}
+
+const char *lf__ds_auto_hf_default(const char *path, const char **note) {
+    for (size_t i = 0; i < sizeof k_auto / sizeof k_auto[0]; i++)
+        if (!strcmp(k_auto[i].path, path)) {
+            *note = k_auto[i].hf_note;
+            return k_auto[i].hf;
+        }
     return NULL;
 }
 

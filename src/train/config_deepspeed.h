@@ -33,6 +33,9 @@ const char *lf__ds_value_refused(const char *path, const cJSON *v);
 /* The rule that resolves "auto" for path (HF Trainer's), NULL when HF
  * Trainer does not fill that key. */
 const char *lf__ds_auto_rule(const char *path);
+/* "auto" on path with no command-line override: HF TrainingArguments' default
+ * as JSON text and *note what to say of it; NULL when the value is derived. */
+const char *lf__ds_auto_hf_default(const char *path, const char **note);
 /* The value HF Trainer gives an "auto" zero_optimization key that follows
  * the model's hidden size h (trainer_config_finalize): reduce_bucket_size
  * h^2, stage3_prefetch_bucket_size int(0.9 h^2), stage3_param_persistence_threshold

@@ -435,11 +435,21 @@ static lf_status apply_ds(parse_ctx *c, const char *path, const lf__ds_key *d, c
     }
 }
 
-/* "auto" on a table key: HF Trainer's keys take llmforge's value (the
- * override, else the default); any other key refuses it. */
+/* "auto" on a table key: HF Trainer's keys take the command line's override,
+ * else TrainingArguments' default (lf__ds_auto_hf_default), else are derived
+ * (config_derive.c); any other key refuses it. The default is set as the
+ * key's value (an override later replaces it) without counting as given. */
 static lf_status apply_auto(parse_ctx *c, int i) {
     c->is_auto[i] = 1;
-    return LF_OK;
+    const char *note = NULL, *hf = lf__ds_auto_hf_default(lf__cfg_keys[i].path, &note);
+    if (!hf) return LF_OK;
+    cJSON *v = cJSON_Parse(hf);
+    if (!v) return lf_fail(LF_ERR_NOMEM, "out of memory reading \"auto\"");
+    lf_status st = set_key(c, i, v);
+    cJSON_Delete(v);
+    c->given[i] = 0;
+    c->where[i] = note;
+    return st;
 }
 
 static lf_status apply(parse_ctx *c, const char *path, const cJSON *v) {

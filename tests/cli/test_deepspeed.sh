@@ -40,9 +40,9 @@ for want in "config: auto: train_micro_batch_size_per_gpu -> 2 (on the command l
     grep -qF -- "$want" hf.out || fail "hf_zero2_auto: the header lacks '$want': $(cat hf.out)"
     ok
 done
-# WarmupLR (log) from 0 to 1e-3 over W = 3 steps: step it runs at b = it - 1
+# WarmupLR (log) from 0 to 5e-5 (HF TrainingArguments.learning_rate, lr "auto") over W = 3 steps: step it runs at b = it - 1
 lrs=$(grep '"type":"train"' run_hf/log.jsonl | sed 's/.*"lr":\([^,]*\),.*/\1/' | tr '\n' ' ')
-[ "$lrs" = "0 0 0.0006309298 0.001 0.001 0.001 " ] || fail "hf_zero2_auto: lr per step '$lrs'"
+[ "$lrs" = "0 0 3.1546486e-05 5e-05 5e-05 5e-05 " ] || fail "hf_zero2_auto: lr per step '$lrs'"
 ok
 
 # The ZeRO-3 + offload + fp16 tutorial file (WarmupDecayLR, wandb/csv_monitor/flops_profiler
