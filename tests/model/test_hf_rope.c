@@ -23,6 +23,12 @@
  * (tools/reference/make_hf_family_fixtures.py): Qwen3 (per-head q/k
  * RMSNorm; also cpu-fenced and cpu-bf16) and Phi-3 (fused qkv_proj and
  * gate_up_proj, a sliding_window above the 122 positions used).
+ * And Mistral with sliding_window 16 under its 90-token prompt
+ * (tests/fixtures/hf_window, tools/reference/make_hf_window_fixture.py;
+ * transformers' window: query t sees keys t-15..t): the windowed attention
+ * forward and backward on cpu, cpu-fenced and cpu-bf16, and 32 greedy
+ * tokens from a session of 128 positions whose KV cache is a ring of 16
+ * (the prompt's prefill and every decoded token past the window).
  */
 #include <math.h>
 #include <cjson/cJSON.h>
@@ -32,12 +38,14 @@
 
 #define ROOT LF_SOURCE_DIR "/tests/fixtures/hf_rope"
 #define FAMILY_ROOT LF_SOURCE_DIR "/tests/fixtures/hf_family"
+#define WINDOW_ROOT LF_SOURCE_DIR "/tests/fixtures/hf_window"
 #define BLOCK 128 /* prompt 90 + 32 new tokens; dynamic's config says 32 */
 
-/* The block of a loaded model: BLOCK, or a sliding window below it
- * (Phi-3's 124: prompt and continuation stay inside it). */
+/* The block of a loaded model: BLOCK, a sliding window or not (Mistral's
+ * 16 runs the windowed attention and the KV cache's ring past it). */
 static int block_of(const lf_model_config *c) {
-    return c->sliding_window > 0 && c->sliding_window < BLOCK ? c->sliding_window : BLOCK;
+    (void)c;
+    return BLOCK;
 }
 
 static cJSON *read_json(const char *path) {
@@ -337,11 +345,22 @@ static void test_phi3(void **state) {
     check_recompute_bits(FAMILY_ROOT, "phi3");
 }
 
+/* Mistral with a window of 16 under a 90-token prompt (the same bounds as
+ * the RoPE variants: only the mask differs from full attention, which the
+ * generator checks moves the logits by 1.8 of the largest). */
+static void test_window(void **state) {
+    (void)state;
+    run_in(WINDOW_ROOT, "mistral", "cpu", 1e-5, 1);
+    run_in(WINDOW_ROOT, "mistral", "cpu-fenced", 1e-5, 1);
+    run_in(WINDOW_ROOT, "mistral", "cpu-bf16", 3e-2, 0);
+    check_recompute_bits(WINDOW_ROOT, "mistral");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama3),  cmocka_unit_test(test_yarn),   cmocka_unit_test(test_linear),
         cmocka_unit_test(test_dynamic), cmocka_unit_test(test_yarn4x), cmocka_unit_test(test_headdim_biases),
-        cmocka_unit_test(test_qwen3),   cmocka_unit_test(test_phi3),
+        cmocka_unit_test(test_qwen3),   cmocka_unit_test(test_phi3),   cmocka_unit_test(test_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
