@@ -365,7 +365,8 @@ struct lf_model {
     int32_t *pos;              /* packed rows' positions (backend memory, pos_cap ints; allocated at the first
                                   packed forward, outside the plan: 4 bytes a token) */
     size_t pos_cap;
-    int32_t *apos; /* the attention positions (packed.c): NULL, pos, or a window's after pos in that buffer */
+    int32_t *apos;    /* the attention positions (packed.c): NULL, pos, or a window's after pos in that buffer */
+    int win_B, win_T; /* the buffer holds an unpacked B x T window's positions (packed.c), else 0 */
 
     /* a session's view of another model's weights (lf_session): shares its
      * table, units and parameters, owns only its plan */

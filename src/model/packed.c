@@ -25,7 +25,7 @@
  *    cache is active (the cache keeps a ring of W positions instead,
  *    model.c lf__attention); otherwise apos is pos (NULL: the plain ops,
  *    whose speed and bits are unchanged). apos lives after pos in the same
- *    buffer.
+ *    buffer; an unpacked window's is written once per batch shape.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +91,11 @@ lf_status lf__packed_set(lf_model *m, const int32_t *pos, int B, int T) {
                                b, t, (int)p[t], (int)want);
         }
     }
+    if (!pos && m->win_B == B && m->win_T == T) { /* an unpacked window of this shape: already there */
+        m->apos = m->pos;
+        return LF_OK;
+    }
+    m->win_B = m->win_T = 0;
     const size_t need = (pos ? N : 0) + (win ? N : 0);
     if (need > m->pos_cap) {
         if (m->pos) m->be->ops->free(m->be, m->pos);
@@ -103,7 +108,9 @@ lf_status lf__packed_set(lf_model *m, const int32_t *pos, int B, int T) {
     m->apos = m->pos;
     if (win) {
         m->apos = m->pos + (pos ? N : 0);
-        return window_positions(m, pos, B, T, m->apos);
+        lf_status st = window_positions(m, pos, B, T, m->apos);
+        if (st == LF_OK && !pos) m->win_B = B, m->win_T = T;
+        return st;
     }
     return LF_OK;
 }
@@ -112,4 +119,5 @@ void lf__packed_free(lf_model *m) {
     if (m->pos) m->be->ops->free(m->be, m->pos);
     m->pos = m->apos = NULL;
     m->pos_cap = 0;
+    m->win_B = m->win_T = 0;
 }

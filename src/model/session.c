@@ -69,6 +69,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     v->kv = NULL;
     v->pos = v->apos = NULL; /* the view's own positions buffer (packed.c), not the parent's */
     v->pos_cap = 0;
+    v->win_B = v->win_T = 0;
     /* forward only: every layer's tensors in the working set, only block
      * outputs kept (the full-recompute layout; nothing is recomputed) */
     v->recompute = LF_RECOMPUTE_FULL;
