@@ -343,7 +343,10 @@ struct lf_backend_ops {
      *  - rope_*_packed: row t rotated at position pos[b,t] (for pos0 + t);
      *    the inv_freq table is the one of sequence length T;
      *  - attention_*_packed: query t of row b attends to keys j with
-     *    t - pos[b,t] <= j <= t, never to an earlier example of the row;
+     *    t - pos[b,t] <= j <= t, never to an earlier example of the row
+     *    (these two take any 0 <= pos[b,t] <= t beyond the packing rule: a
+     *    sliding window W passes min(pos, W - 1), model/packed.c, so a
+     *    kernel uses pos only as each row's lower bound);
      *    saved probabilities outside that range are 0 where the backend
      *    saves them (CPU), dropout indices as attention_forward's; att and
      *    scratch sized as for the plain op.

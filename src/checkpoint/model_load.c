@@ -130,9 +130,6 @@ static lf_status load_hf(const char *path, lf_backend *be, lf_model **model, cha
     lf_model_config mc;
     lf_status st = lf_hf_open(&hf, path);
     if (st == LF_OK) st = lf_hf_model_config(hf, &mc);
-    /* no windowed attention kernel yet: a model with a sliding window runs
-     * contexts up to the window, where full attention is the same thing */
-    if (st == LF_OK && mc.sliding_window > 0 && mc.block_size > mc.sliding_window) mc.block_size = mc.sliding_window;
     if (st == LF_OK && (st = lf_model_config_validate(&mc)) != LF_OK) lf_error_prefix("'%s/config.json'", path);
     if (st == LF_OK) st = lf_model_create(&m, &mc, be);
     if (st == LF_OK) lf_model_release_grads(m); /* a model to run */
@@ -190,7 +187,6 @@ static lf_status model_positions(const char *dir, lf_model_config *mc) {
     }
     int n = v ? (int)v->valuedouble : 0;
     cJSON_Delete(o);
-    if (mc->sliding_window > 0 && n > mc->sliding_window) n = mc->sliding_window;
     if (n > mc->block_size) mc->block_size = n;
     return LF_OK;
 }

@@ -124,14 +124,6 @@ static lf_status check_sizes(const lf_model_config *c) {
         return lf_fail(LF_ERR_RANGE, "model.dropout %g is out of range [0, 1)", (double)c->dropout);
     if (c->sliding_window < 0 || c->sliding_window > (1 << 20))
         return lf_fail(LF_ERR_RANGE, "model.sliding_window %d is out of range [0, 1048576]", c->sliding_window);
-    /* no windowed attention kernel yet: beyond the window a position would
-     * attend to the whole context where the model attends to the window */
-    if (c->sliding_window > 0 && c->block_size > c->sliding_window)
-        return lf_fail(LF_ERR_UNSUPPORTED,
-                       "model.block_size %d is larger than the model's sliding_window %d (config.json "
-                       "'sliding_window'): llmforge's attention has no window yet, so positions past %d would "
-                       "attend to the whole context instead of the last %d; use a block_size of at most %d",
-                       c->block_size, c->sliding_window, c->sliding_window, c->sliding_window, c->sliding_window);
     return LF_OK;
 }
 

@@ -572,12 +572,49 @@ void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbia
     if (m->lora) lf__lora_backward(m, dinp, dout, inp, weight, N, C, OC, layout); /* dweight, dbias NULL: frozen */
 }
 
+/* Tn new rows of B batch rows at positions pos0.. against caches kc, vc
+ * (B, NKV, Tmax, HS). A sliding window's cache is a ring of Tmax = W slots
+ * (session.c): position p lives in slot p % W, and the keys a query at p
+ * attends (p - W + 1 .. p) are then exactly the W slots once p >= W - 1,
+ * so it attends all of them (attention_cached at pos0 = W - 1; softmax
+ * does not care about the keys' order, the RoPE rotation was applied at
+ * the absolute position before the append). While every position fits
+ * (pos0 + Tn <= Tmax) slot p is position p: the plain call, as without a
+ * window. Past that, rows still below Tmax go as one call per batch row,
+ * the rest one row at a time (each appended before it attends). */
+static void cached_run(const lf_model *m, float *out, float *att, const float *qkv, float *kc, float *vc, int B, int Tn,
+                       int pos0, int Tmax) {
+    const lf_backend_ops *o = m->be->ops;
+    const lf_model_config *c = &m->cfg;
+    const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c), C = NH * HS;
+    if (pos0 + Tn <= Tmax) {
+        o->kv_append(m->be, kc, vc, qkv, B, Tn, NH, NKV, HS, pos0, Tmax);
+        o->attention_cached(m->be, out, att, qkv, kc, vc, B, Tn, C, NH, NKV, pos0, Tmax);
+        return;
+    }
+    const size_t W = (size_t)C + 2 * (size_t)NKV * HS, row = (size_t)NKV * Tmax * HS;
+    const int n0 = pos0 < Tmax ? Tmax - pos0 : 0; /* rows whose position is below Tmax */
+    for (int b = 0; b < B; b++) {
+        float *kb = kc + (size_t)b * row, *vb = vc + (size_t)b * row;
+        const size_t r = (size_t)b * Tn;
+        if (n0) {
+            o->kv_append(m->be, kb, vb, qkv + r * W, 1, n0, NH, NKV, HS, pos0, Tmax);
+            o->attention_cached(m->be, out + r * C, att, qkv + r * W, kb, vb, 1, n0, C, NH, NKV, pos0, Tmax);
+        }
+        for (int t = n0; t < Tn; t++) {
+            const size_t rt = r + (size_t)t;
+            o->kv_append(m->be, kb, vb, qkv + rt * W, 1, 1, NH, NKV, HS, (pos0 + t) % Tmax, Tmax);
+            o->attention_cached(m->be, out + rt * C, att, qkv + rt * W, kb, vb, 1, 1, C, NH, NKV, Tmax - 1, Tmax);
+        }
+    }
+}
+
 void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, float *att, const float *qkv, int T,
                    lf_dropout drop) {
     const lf_model_config *c = &m->cfg;
     const int NH = c->n_head, NKV = c->n_kv_head, HS = lf__head_size(c), C = NH * HS; /* C: q channels */
-    if (rp->pos) { /* packed rows (lf_model_forward refuses them with a cache active) */
-        m->be->ops->attention_forward_packed(m->be, out, att, qkv, rp->pos, rp->B, T, C, NH, NKV, drop);
+    if (rp->apos) { /* packed rows or a window (lf_model_forward refuses packing with a cache active) */
+        m->be->ops->attention_forward_packed(m->be, out, att, qkv, rp->apos, rp->B, T, C, NH, NKV, drop);
         return;
     }
     if (!m->kv || !m->kv->active) {
@@ -592,21 +629,18 @@ void lf__attention(const lf_model *m, const lf__replica *rp, int l, float *out, 
             const lf_segment *g = &kv->seg[i];
             const size_t r0 = (size_t)kv->row0[i];
             float *kc = kv->k[l] + (size_t)g->slot * row, *vc = kv->v[l] + (size_t)g->slot * row;
-            m->be->ops->kv_append(m->be, kc, vc, qkv + r0 * W, 1, g->len, NH, NKV, HS, g->pos, kv->Tmax);
-            m->be->ops->attention_cached(m->be, out + r0 * C, att, qkv + r0 * W, kc, vc, 1, g->len, C, NH, NKV, g->pos,
-                                         kv->Tmax);
+            cached_run(m, out + r0 * C, att, qkv + r0 * W, kc, vc, 1, g->len, g->pos, kv->Tmax);
         }
         return;
     }
     float *kc = kv->k[l] + (size_t)rp->b0 * row, *vc = kv->v[l] + (size_t)rp->b0 * row;
-    m->be->ops->kv_append(m->be, kc, vc, qkv, rp->B, T, NH, NKV, HS, m->cur_pos0, kv->Tmax);
-    m->be->ops->attention_cached(m->be, out, att, qkv, kc, vc, rp->B, T, C, NH, NKV, m->cur_pos0, kv->Tmax);
+    cached_run(m, out, att, qkv, kc, vc, rp->B, T, m->cur_pos0, kv->Tmax);
 }
 
 void lf__attention_backward(const lf_model *m, const lf__replica *rp, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *att, int T, int C, int NH, int NKV, lf_dropout drop) {
-    if (rp->pos)
-        m->be->ops->attention_backward_packed(m->be, dqkv, scratch, dout, qkv, att, rp->pos, rp->B, T, C, NH, NKV,
+    if (rp->apos)
+        m->be->ops->attention_backward_packed(m->be, dqkv, scratch, dout, qkv, att, rp->apos, rp->B, T, C, NH, NKV,
                                               drop);
     else m->be->ops->attention_backward(m->be, dqkv, scratch, dout, qkv, att, rp->B, T, C, NH, NKV, drop);
 }
@@ -898,6 +932,7 @@ lf_status lf_model_forward(lf_model *m, const int32_t *inputs, const int32_t *ta
         rp->inputs = m->inputs + row;
         rp->targets = m->targets + row;
         rp->pos = opts && opts->pos ? m->pos + row : NULL;
+        rp->apos = m->apos ? m->apos + row : NULL;
     }
     m->cur_rep = n_rep;
     m->cur_with_targets = targets != NULL;

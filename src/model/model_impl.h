@@ -98,6 +98,7 @@ typedef struct lf__replica {
     float *logits, *losses;    /* views at row b0 of the model's buffers */
     int32_t *inputs, *targets; /* likewise */
     int32_t *pos;              /* packed rows' positions (lf_forward_opts.pos) at row b0, or NULL */
+    int32_t *apos;             /* attention positions at row b0 (packed.c: pos, or the window's bound), or NULL */
     /* Parameter gradients: replica 0 adds into the model's whole buffer
      * (gfull); the others, and replica 0 under ZeRO-2/3, into unit buffers:
      * gemb for unit 0 (held through the whole backward, which starts and ends
@@ -364,6 +365,8 @@ struct lf_model {
     int32_t *pos;              /* packed rows' positions (backend memory, pos_cap ints; allocated at the first
                                   packed forward, outside the plan: 4 bytes a token) */
     size_t pos_cap;
+    int32_t *apos;    /* the attention positions (packed.c): NULL, pos, or a window's after pos in that buffer */
+    int win_B, win_T; /* the buffer holds an unpacked B x T window's positions (packed.c), else 0 */
 
     /* a session's view of another model's weights (lf_session): shares its
      * table, units and parameters, owns only its plan */

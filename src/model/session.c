@@ -13,6 +13,11 @@
  *    kv.active is set, for the duration of that forward.
  *  - filled[slot] counts the positions a slot's cache holds; a run may start
  *    at any position up to it (reusing a slot starts again at 0).
+ *  - A model with a sliding window W and a context T > W keeps a ring of W
+ *    positions per layer (kv.Tmax = W, memory O(W)); position p in slot
+ *    p % W (model.c cached_run). Positions stay absolute (RoPE), the
+ *    context still T; a ragged run may then restart only at 0 or at the
+ *    last position or later, the older ones being overwritten.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +34,12 @@ struct lf_session {
     int *filled; /* per slot: positions filled by ragged forwards (B) */
     int *row0;   /* scratch: each run's first row (B) */
 };
+
+/* Positions a layer's cache holds for a context of T: a sliding window's
+ * ring of W when the context is longer (model.c cached_run), else T. */
+static int kv_positions(const lf_model_config *c, int T) {
+    return c->sliding_window > 0 && T > c->sliding_window ? c->sliding_window : T;
+}
 
 lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int with_cache) {
     *out = NULL;
@@ -56,6 +67,9 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     v->n_rep = 0;
     v->have_dlogits = 0;
     v->kv = NULL;
+    v->pos = v->apos = NULL; /* the view's own positions buffer (packed.c), not the parent's */
+    v->pos_cap = 0;
+    v->win_B = v->win_T = 0;
     /* forward only: every layer's tensors in the working set, only block
      * outputs kept (the full-recompute layout; nothing is recomputed) */
     v->recompute = LF_RECOMPUTE_FULL;
@@ -73,7 +87,8 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
     lf_status st = lf_model_plan(v, B, T, NULL);
     const lf_model_config *c = &m->cfg;
     const int L = c->n_layer, HS = lf__head_size(c);
-    const size_t per = (size_t)B * c->n_kv_head * T * HS;
+    const int Tmax = kv_positions(c, T);
+    const size_t per = (size_t)B * c->n_kv_head * Tmax * HS;
     if (st == LF_OK && with_cache && m->be->ops->kv_append && m->be->ops->attention_cached) {
         s->kv.k = calloc(2 * (size_t)L, sizeof(float *));
         s->kv_block = s->kv.k ? m->be->ops->alloc(m->be, 2 * (size_t)L * per * sizeof(float)) : NULL;
@@ -87,7 +102,7 @@ lf_status lf_session_create(lf_session **out, lf_model *m, int B, int T, int wit
                 s->kv.v[l] = (float *)s->kv_block + (size_t)(2 * l + 1) * per;
             }
             s->kv.B = B;
-            s->kv.Tmax = T;
+            s->kv.Tmax = Tmax;
         }
     }
     if (st != LF_OK) {
@@ -134,6 +149,11 @@ lf_status lf_session_forward_ragged(lf_session *s, const int32_t *tokens, const 
         if (g->pos < 0 || g->pos > s->filled[g->slot])
             return lf_fail(LF_ERR_RANGE, "ragged forward: run %d starts at position %d, slot %d holds %d", i, g->pos,
                            g->slot, s->filled[g->slot]);
+        if (s->kv.Tmax < s->T && g->pos > 0 && g->pos + 1 < s->filled[g->slot] && s->filled[g->slot] > s->kv.Tmax)
+            return lf_fail(LF_ERR_RANGE,
+                           "ragged forward: run %d starts at position %d, but slot %d's sliding-window cache holds "
+                           "positions %d..%d only",
+                           i, g->pos, g->slot, s->filled[g->slot] - s->kv.Tmax, s->filled[g->slot] - 1);
         if ((long)g->pos + g->len > s->T)
             return lf_fail(LF_ERR_RANGE, "ragged forward: run %d: positions %d..%d exceed the cache of %d", i, g->pos,
                            g->pos + g->len - 1, s->T);
@@ -216,9 +236,9 @@ static lf_status session_plan_bytes(const lf_model_config *cfg, const lf_backend
     lf__plan_attention(&sp, ops, with_cache);
     lf__planner p = {0};
     lf__lay_out(a, &sp, NULL, &p);
-    const size_t kv = with_cache
-                          ? 2 * (size_t)c.n_layer * B * c.n_kv_head * T * (size_t)lf__head_size(&c) * sizeof(float)
-                          : 0;
+    const size_t kv = with_cache ? 2 * (size_t)c.n_layer * B * c.n_kv_head * kv_positions(&c, T) *
+                                       (size_t)lf__head_size(&c) * sizeof(float)
+                                 : 0;
     *bytes = p.used + kv;
     return LF_OK;
 }

@@ -129,11 +129,11 @@ static int is_hf_dir(const char *path) {
  * by name). block_size may be anything for a family without a position
  * table (lf_arch_fixed_context 0: RoPE); with one it must be the table's.
  * Left out for a RoPE family it is min(max_position_embeddings,
- * LF__HF_DEFAULT_BLOCK, sliding_window when set): max_position_embeddings
+ * LF__HF_DEFAULT_BLOCK): max_position_embeddings
  * is what the model can reach (131072 for Llama 3.2), not what a fine-tune
  * needs or memory holds; open_data cuts it further to fit the data. A
- * block_size set beyond the model's sliding_window is refused naming both
- * (llmforge's attention has no window yet). model.vocab_size (embedding
+ * block_size beyond the model's sliding_window runs the windowed attention
+ * (model/packed.c). model.vocab_size (embedding
  * rows) becomes the HF vocab_size. */
 enum { LF__HF_DEFAULT_BLOCK = 2048 };
 static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
@@ -172,11 +172,10 @@ static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
     if (!lf_arch_fixed_context(h.arch)) { /* no position table (RoPE): any block_size */
         if (!(g & LF_MODEL_GIVEN_BLOCK_SIZE)) {
             int T = h.block_size < LF__HF_DEFAULT_BLOCK ? h.block_size : LF__HF_DEFAULT_BLOCK;
-            if (h.sliding_window > 0 && h.sliding_window < T) T = h.sliding_window;
             m->block_size = T;
             t->block_defaulted = 1;
-            snprintf(t->block_origin, sizeof t->block_origin, "min(max_position_embeddings %d, %d%s)", h.block_size,
-                     LF__HF_DEFAULT_BLOCK, h.sliding_window > 0 ? ", sliding_window" : "");
+            snprintf(t->block_origin, sizeof t->block_origin, "min(max_position_embeddings %d, %d)", h.block_size,
+                     LF__HF_DEFAULT_BLOCK);
         }
     } else {
         HF_KEY(LF_MODEL_GIVEN_BLOCK_SIZE, block_size, "model.block_size", "%d", int);
@@ -192,13 +191,6 @@ static lf_status hf_merge_config(lf_trainer *t, const lf_hf_model *hf) {
     if (len)
         return lf_fail(LF_ERR_MISMATCH, "--init-from '%s': the configuration disagrees with its config.json: %s",
                        lf_hf_dir(hf), bad);
-    if (m->sliding_window > 0 && m->block_size > m->sliding_window)
-        return lf_fail(LF_ERR_UNSUPPORTED,
-                       "--init-from '%s': model.block_size %d is larger than config.json's 'sliding_window' %d: "
-                       "llmforge's attention has no window yet, so positions past %d would attend to the whole "
-                       "context where the model attends to the last %d; set model.block_size to at most %d",
-                       lf_hf_dir(hf), m->block_size, m->sliding_window, m->sliding_window, m->sliding_window,
-                       m->sliding_window);
     m->padded_vocab_size = 0;
     return LF_OK;
 }

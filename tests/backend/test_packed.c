@@ -11,7 +11,13 @@
  *  - a row holding one example (pos[t] = t) gives the plain ops' bits;
  *  - backward with dropout against finite differences of the reference;
  *  - a NULL pos is refused by name; positions that break the rule stay in
- *    bounds (clamped), never read outside wpe.
+ *    bounds (clamped), never read outside wpe;
+ *  - a sliding window W (model/packed.c: the attention ops get positions
+ *    min(pos, W-1), query t sees keys max(t-W+1, start)..t), unpacked and
+ *    packed rows, on the GEMM and the small-T paths: forward against the
+ *    reference, backward against a double backward of the same masked
+ *    softmax (the same error model as below), and with dropout against
+ *    finite differences.
  * Tensors live in backend memory (alloc / to_device / to_host), so the
  * fenced backend checks that the ops touch nothing outside their call.
  *
@@ -318,6 +324,146 @@ static void test_backward_fd(void **state) {
     }
 }
 
+/* ------------------------------------------------------------- sliding window */
+
+/* Attention positions of a window wn on rows of the given examples
+ * (lens {T, T}: unpacked rows): min(pos, wn - 1). */
+static int32_t *window_pos(const int *lens, int nlens, int B, int T, int wn) {
+    int32_t *pos = make_pos(lens, nlens, B, T);
+    for (size_t i = 0; i < (size_t)B * T; i++)
+        if (pos[i] > wn - 1) pos[i] = wn - 1;
+    return pos;
+}
+
+/* Double backward of ref_attention_packed without dropout, from its saved
+ * probabilities att (B,NH,T,T): dv_j = sum_t P_tj g_t, dS_tj = P_tj (g_t.v_j
+ * - sum_i P_ti g_t.v_i), dq_t = s sum_j dS_tj k_j, dk_j = s sum_t dS_tj q_t. */
+static void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *att, int B, int T,
+                                   int C, int NH, int NKV) {
+    const int HS = C / NH, g = NH / NKV;
+    const size_t W = (size_t)C + 2 * (size_t)NKV * HS;
+    const double scale = 1.0 / sqrt((double)HS);
+    double *ds = malloc((size_t)T * sizeof *ds);
+    assert_non_null(ds);
+    memset(dqkv, 0, (size_t)B * T * W * sizeof *dqkv);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *a = att + (((size_t)b * NH + h) * T + t) * T,
+                             *go = dout + ((size_t)b * T + t) * C + h * HS;
+                const size_t qo = ((size_t)b * T + t) * W + (size_t)h * HS, kv = (size_t)(h / g) * HS;
+                double dot = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *v = qkv + ((size_t)b * T + j) * W + C + (size_t)NKV * HS + kv;
+                    double gv = 0;
+                    for (int i = 0; i < HS; i++) gv += go[i] * v[i];
+                    ds[j] = gv;
+                    dot += a[j] * gv;
+                }
+                for (int j = 0; j <= t; j++) {
+                    if (a[j] == 0.0) continue; /* masked */
+                    const size_t ko = ((size_t)b * T + j) * W + C + kv, vo = ko + (size_t)NKV * HS;
+                    const double d = a[j] * (ds[j] - dot) * scale;
+                    for (int i = 0; i < HS; i++) {
+                        dqkv[vo + i] += a[j] * go[i];
+                        dqkv[qo + i] += d * qkv[ko + i];
+                        dqkv[ko + i] += d * qkv[qo + i];
+                    }
+                }
+            }
+    free(ds);
+}
+
+static void window_case(lf_backend *be, const att_case *c, int wn) {
+    const int B = c->B, T = c->T, C = c->C, NH = c->NH, NKV = c->NKV, HS = C / NH;
+    const size_t W = (size_t)C + 2 * (size_t)NKV * HS, nq = (size_t)B * T * W, no = (size_t)B * T * C;
+    const size_t na = be->ops->attention_saved(B, NH, T);
+    const lf_dropout none = {0};
+    int32_t *pos = window_pos(c->lens, c->nlens, B, T, wn);
+    ten qkv = ten_rand(nq, 1.5f, 70), dout = ten_rand(no, 1.0f, 71), out = ten_new(no), dqkv = ten_new(nq);
+    ten att = ten_new((size_t)B * NH * T * T);
+    float *d_qkv = dput(be, qkv.f, nq * 4), *d_dout = dput(be, dout.f, no * 4);
+    float *d_out = dput(be, NULL, no * 4), *d_att = dput(be, NULL, na * 4), *d_scr = dput(be, NULL, na * 4);
+    float *d_dqkv = dput(be, NULL, nq * 4);
+    int32_t *d_pos = dput(be, pos, (size_t)B * T * 4);
+    be->ops->attention_forward_packed(be, d_out, d_att, d_qkv, d_pos, B, T, C, NH, NKV, none);
+    be->ops->attention_backward_packed(be, d_dqkv, d_scr, d_dout, d_qkv, d_att, d_pos, B, T, C, NH, NKV, none);
+    assert_int_equal(lf_backend_sync(be), LF_OK);
+    dget(be, out.f, d_out, no * 4);
+    dget(be, att.f, d_att, na * 4);
+    dget(be, dqkv.f, d_dqkv, nq * 4);
+    char what[160];
+    snprintf(what, sizeof what, "%s window %d B%d T%d C%d NH%d NKV%d", be->ops->name, wn, B, T, C, NH, NKV);
+    ref_attention_packed(out.d, att.d, qkv.d, pos, B, T, C, NH, NKV, none);
+    REF_CHECK(what, out.f, out.d, no, 2e-6);
+    REF_CHECK(what, att.f, att.d, att.n, 2e-6);
+    for (int b = 0; b < B; b++) /* the window in the saved probabilities: exact zeros before t - wn + 1 */
+        for (int h = 0; h < NH; h++)
+            for (int t = wn; t < T; t++)
+                for (int j = 0; j <= t - wn; j++)
+                    if (att.f[(((size_t)b * NH + h) * T + t) * T + j] != 0.0f)
+                        fail_msg("%s: query %d attends key %d, outside the window", what, t, j);
+    ref_attention_backward(dqkv.d, dout.d, qkv.d, att.d, B, T, C, NH, NKV);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " dqkv");
+    const double e = ref_err_d(dqkv.f, dqkv.d, nq, 1e-6);
+    if (!(e <= 8.0 * T * U32)) fail_msg("%s: error %.3g exceeds %.3g", what, e, 8.0 * T * U32);
+    void *d[] = {d_qkv, d_dout, d_out, d_att, d_scr, d_dqkv, d_pos};
+    for (int i = 0; i < 7; i++) be->ops->free(be, d[i]);
+    free(pos);
+    ten_free(&qkv);
+    ten_free(&dout);
+    ten_free(&out);
+    ten_free(&dqkv);
+    ten_free(&att);
+}
+
+static void test_window(void **state) {
+    (void)state;
+    const int whole37[] = {37, 37}, whole130[] = {130, 130}, whole128[] = {128, 128};
+    const att_case plain = {2, 37, 20, 4, 4, whole37, 2}, gqa = {2, 37, 24, 8, 2, L_A, 7};
+    const att_case blocks = {2, 130, 12, 3, 3, whole130, 2}, blocks_p = {2, 130, 12, 3, 3, L_B, 9};
+    const att_case fast16 = {2, 37, 64, 4, 4, whole37, 2}, fast128 = {2, 128, 32, 2, 1, whole128, 2};
+    const att_case fast128_p = {2, 128, 32, 2, 1, L_C, 3};
+    for (int i = 0; i < N_BACKENDS; i++) {
+        lf_backend *be = lf_backend_get(g_backends[i]);
+        window_case(be, &plain, 16);
+        window_case(be, &plain, 1); /* each query its own key only */
+        window_case(be, &gqa, 5);   /* packed rows and a window */
+        window_case(be, &blocks, 70);
+        window_case(be, &blocks_p, 33);
+        window_case(be, &fast16, 7);
+        window_case(be, &fast128, 16);
+        window_case(be, &fast128_p, 50);
+        if (lf__cpu_attention_lanes(37, 16) == 16) {
+            lf__cpu_attention_force_lanes(8);
+            window_case(be, &fast16, 7);
+            window_case(be, &fast128, 16);
+            lf__cpu_attention_force_lanes(0);
+        }
+    }
+    /* with dropout: finite differences of the reference (cpu) */
+    lf_backend *be = lf_backend_get("cpu");
+    const int B = 2, T = 11, C = 8, NH = 2, NKV = 1, lens[] = {11, 11};
+    const size_t W = (size_t)C + 2 * (size_t)NKV * (C / NH), nq = (size_t)B * T * W, no = (size_t)B * T * C;
+    lf_dropout drop = {0.3f, 99, 3, 0};
+    int32_t *pos = window_pos(lens, 2, B, T, 4);
+    ten qkv = ten_rand(nq, 1.0f, 72), R = ten_rand(no, 1.0f, 73), out = ten_new(no);
+    ten att = ten_new((size_t)B * NH * T * T), scr = ten_new(att.n), dqkv = ten_new(nq);
+    be->ops->attention_forward_packed(be, out.f, att.f, qkv.f, pos, B, T, C, NH, NKV, drop);
+    be->ops->attention_backward_packed(be, dqkv.f, scr.f, R.f, qkv.f, att.f, pos, B, T, C, NH, NKV, drop);
+    assert_int_equal(lf_backend_sync(be), LF_OK);
+    fd_ctx ctx = {qkv.d, out.d, att.d, R.d, pos, B, T, C, NH, NKV, drop};
+    ref_fd_grad(dqkv.d, qkv.d, nq, fd_loss, &ctx);
+    GRAD_CHECK("windowed attention dqkv, dropout", dqkv.f, NULL, dqkv.d, nq);
+    free(pos);
+    ten_free(&qkv);
+    ten_free(&R);
+    ten_free(&out);
+    ten_free(&att);
+    ten_free(&scr);
+    ten_free(&dqkv);
+}
+
 /* ------------------------------------------------------------- RoPE and the encoder: bit for bit */
 
 static void test_rope_encoder(void **state) {
@@ -429,7 +575,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),   cmocka_unit_test(test_one_example_is_plain),
         cmocka_unit_test(test_backward_fd), cmocka_unit_test(test_rope_encoder),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

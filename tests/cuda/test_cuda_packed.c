@@ -23,7 +23,10 @@
  *    ops run example by example (the same float operations per element;
  *    dwpe gathered in row order as the plain op's), and encoder_packed
  *    against the CPU's bits;
- *  - a NULL pos refused with the op's name.
+ *  - a NULL pos refused with the op's name;
+ *  - a sliding window (model/packed.c: positions min(pos, W-1), so query t
+ *    sees keys max(t-W+1, its example's start)..t), on whole and packed
+ *    rows, against the CPU's packed ops within the same bound.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -137,6 +140,37 @@ static void test_attention_vs_cpu(void **state) {
     lf_backend_close(be);
 }
 
+static void test_window_vs_cpu(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    lf_backend *be = open_cuda(), *cpu = lf_backend_get("cpu");
+    static const int whole[] = {101, 101};
+    const pcase cases[] = {{2, 101, 4, 4, 8, whole}, {2, 101, 4, 2, 32, L1}, {2, 129, 2, 1, 64, L2}};
+    const int windows[] = {16, 40, 1};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const pcase *c = &cases[i];
+        const int B = c->B, T = c->T, C = c->NH * c->HS, wn = windows[i];
+        const size_t W = (size_t)C + 2 * (size_t)c->NKV * c->HS, nq = (size_t)B * T * W, no = (size_t)B * T * C;
+        const lf_dropout drop = {i == 1 ? 0.2f : 0.0f, 7, 11, 0};
+        float *qkv = malloc(nq * 4), *dout = malloc(no * 4);
+        float *o1 = malloc(no * 4), *o2 = malloc(no * 4), *g1 = malloc(nq * 4), *g2 = malloc(nq * 4);
+        fill(qkv, nq, 1.5f, 300 + i);
+        fill(dout, no, 1.0f, 400 + i);
+        int32_t *pos = make_pos(c->lens, B, T);
+        for (size_t t = 0; t < (size_t)B * T; t++)
+            if (pos[t] > wn - 1) pos[t] = wn - 1;
+        run(be, c, qkv, dout, pos, drop, o1, g1);
+        run(cpu, c, qkv, dout, pos, drop, o2, g2);
+        char what[128];
+        snprintf(what, sizeof what, "window %d out HS %d NKV %d", wn, c->HS, c->NKV);
+        check_close(what, o1, o2, no, 16.0 * T * U);
+        snprintf(what, sizeof what, "window %d dqkv HS %d NKV %d", wn, c->HS, c->NKV);
+        check_close(what, g1, g2, nq, 16.0 * T * U);
+        free(qkv), free(dout), free(o1), free(o2), free(g1), free(g2), free(pos);
+    }
+    lf_backend_close(be);
+}
+
 static void test_one_example_is_plain(void **state) {
     (void)state;
     NEED_DEVICE();
@@ -238,6 +272,7 @@ static void test_bad_args(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_vs_cpu),
+        cmocka_unit_test(test_window_vs_cpu),
         cmocka_unit_test(test_one_example_is_plain),
         cmocka_unit_test(test_rope_encoder),
         cmocka_unit_test(test_bad_args),

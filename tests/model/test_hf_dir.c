@@ -733,7 +733,7 @@ static void test_config_variants(void **state) {
     cJSON *vq[] = {cJSON_CreateString("qwen3"), NULL, cJSON_CreateTrue()};
     c = config_after(kq, vq, 3);
     assert_true(c.qk_norm && !c.fused_proj && c.head_dim == 128 && c.bias && c.out_bias && !c.mlp_bias);
-    /* Phi-3: fused tensor names, its sliding_window kept (bounding the block), no biases */
+    /* Phi-3: fused tensor names, its sliding_window kept, no biases */
     const char *kp[] = {"model_type", "sliding_window"};
     cJSON *vp[] = {cJSON_CreateString("phi3"), cJSON_CreateNumber(2047)};
     c = config_after(kp, vp, 2);
@@ -784,9 +784,8 @@ static void test_config_variants(void **state) {
     assert_int_equal(c.rope.max_position_embeddings, 64);
 
     /* mistral: a llama that keeps its sliding window; a block_size beyond the window is
-     * refused (no windowed attention yet) whatever sets it: the HF maximum, or a user's
-     * block_size over a window equal to that maximum (the issue-32 case: window 64 =
-     * max_position_embeddings, block_size 128, which attended past the window) */
+     * valid (windowed attention, issue 32) whatever sets it: the HF maximum, or a user's
+     * block_size over a window equal to that maximum */
     const char *k4[] = {"model_type", "sliding_window"};
     cJSON *v4[] = {cJSON_CreateString("mistral"), cJSON_CreateNull()};
     c = config_after(k4, v4, 2);
@@ -800,8 +799,7 @@ static void test_config_variants(void **state) {
     assert_int_equal(c.block_size, 64);
     LF_ASSERT_OK(lf_model_config_validate(&c));
     c.block_size = 128; /* --model.block_size=128 */
-    assert_int_equal(lf_model_config_validate(&c), LF_ERR_UNSUPPORTED);
-    LF_ASSERT_ERR_CONTAINS("model.block_size 128 is larger than the model's sliding_window 64");
+    LF_ASSERT_OK(lf_model_config_validate(&c));
     char hfj[2048];
     c.block_size = 64;
     assert_true(lf_model_hf_config_json(&c, hfj, sizeof hfj) > 0); /* exported as Mistral, with its window */
@@ -811,9 +809,7 @@ static void test_config_variants(void **state) {
     cJSON *v6w[] = {cJSON_CreateString("mistral"), cJSON_CreateNumber(32)}; /* shorter than max_position_embeddings */
     c = config_after(k4, v6w, 2);
     assert_int_equal(c.sliding_window, 32);
-    assert_int_equal(lf_model_config_validate(&c), LF_ERR_UNSUPPORTED);
-    LF_ASSERT_ERR_CONTAINS("model.block_size 64 is larger than the model's sliding_window 32");
-    c.block_size = 32;
+    assert_int_equal(c.block_size, 64); /* the context is max_position_embeddings, not the window */
     LF_ASSERT_OK(lf_model_config_validate(&c));
     cJSON *v4n[] = {cJSON_CreateString("mistral"), cJSON_CreateNull()}; /* (each value goes into one edit) */
     c = config_after(k4, v4n, 2);                                       /* no window: Llama's export, as before */

@@ -23,6 +23,12 @@
  * (tools/reference/make_hf_family_fixtures.py): Qwen3 (per-head q/k
  * RMSNorm; also cpu-fenced and cpu-bf16) and Phi-3 (fused qkv_proj and
  * gate_up_proj, a sliding_window above the 122 positions used).
+ * And Mistral with sliding_window 16 under its 90-token prompt
+ * (tests/fixtures/hf_window, tools/reference/make_hf_window_fixture.py;
+ * transformers' window: query t sees keys t-15..t): the windowed attention
+ * forward and backward on cpu, cpu-fenced and cpu-bf16, and 32 greedy
+ * tokens from a session of 128 positions whose KV cache is a ring of 16
+ * (the prompt's prefill and every decoded token past the window).
  */
 #include <math.h>
 #include <cjson/cJSON.h>
@@ -32,12 +38,14 @@
 
 #define ROOT LF_SOURCE_DIR "/tests/fixtures/hf_rope"
 #define FAMILY_ROOT LF_SOURCE_DIR "/tests/fixtures/hf_family"
+#define WINDOW_ROOT LF_SOURCE_DIR "/tests/fixtures/hf_window"
 #define BLOCK 128 /* prompt 90 + 32 new tokens; dynamic's config says 32 */
 
-/* The block of a loaded model: BLOCK, or a sliding window below it
- * (Phi-3's 124: prompt and continuation stay inside it). */
+/* The block of a loaded model: BLOCK, a sliding window or not (Mistral's
+ * 16 runs the windowed attention and the KV cache's ring past it). */
 static int block_of(const lf_model_config *c) {
-    return c->sliding_window > 0 && c->sliding_window < BLOCK ? c->sliding_window : BLOCK;
+    (void)c;
+    return BLOCK;
 }
 
 static cJSON *read_json(const char *path) {
@@ -337,11 +345,71 @@ static void test_phi3(void **state) {
     check_recompute_bits(FAMILY_ROOT, "phi3");
 }
 
+/* The same greedy tokens through ragged forwards (continuous batching's
+ * path), the prompt in two runs (10 tokens, then 80 crossing the window:
+ * rows below it in one call, the rest one by one into the ring), then
+ * one token a run; a run restarting at a position the ring no longer
+ * holds is refused, naming the positions it holds. */
+static void check_greedy_ragged(lf_model *m, const cJSON *e, const int32_t *in, int T, int V) {
+    const cJSON *want = cJSON_GetObjectItem(e, "greedy");
+    const int n = cJSON_GetArraySize(want);
+    lf_session *s = NULL;
+    LF_ASSERT_OK(lf_session_create(&s, m, 2, BLOCK, 1));
+    float *row = lf_alloc(sizeof(float) * (size_t)vp(m));
+    lf_segment g = {.slot = 1, .pos = 0, .len = 10};
+    LF_ASSERT_OK(lf_session_forward_ragged(s, in, &g, 1));
+    g = (lf_segment){.slot = 1, .pos = 10, .len = T - 10};
+    LF_ASSERT_OK(lf_session_forward_ragged(s, in + 10, &g, 1));
+    LF_ASSERT_OK(lf_session_copy_logits(s, 0, 1, row));
+    for (int k = 0; k < n; k++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (row[v] > row[best]) best = v;
+        const int w = cJSON_GetArrayItem(want, k)->valueint;
+        if (best != w) fail_msg("ragged greedy token %d: %d, transformers %d", k, best, w);
+        if (k + 1 == n) break;
+        const int32_t tok = best;
+        g = (lf_segment){.slot = 1, .pos = T + k, .len = 1};
+        LF_ASSERT_OK(lf_session_forward_ragged(s, &tok, &g, 1));
+        LF_ASSERT_OK(lf_session_copy_logits(s, 0, 1, row));
+    }
+    printf("  %d greedy tokens identical (ragged, KV ring)\n", n);
+    const int32_t tok = 0;
+    g = (lf_segment){.slot = 1, .pos = 50, .len = 1};
+    assert_int_equal(lf_session_forward_ragged(s, &tok, &g, 1), LF_ERR_RANGE);
+    LF_ASSERT_ERR_CONTAINS("sliding-window cache holds positions");
+    lf_free(row);
+    lf_session_free(s);
+}
+
+/* Mistral with a window of 16 under a 90-token prompt (the same bounds as
+ * the RoPE variants: only the mask differs from full attention, which the
+ * generator checks moves the logits by 1.8 of the largest). */
+static void test_window(void **state) {
+    (void)state;
+    run_in(WINDOW_ROOT, "mistral", "cpu", 1e-5, 1);
+    run_in(WINDOW_ROOT, "mistral", "cpu-fenced", 1e-5, 1);
+    run_in(WINDOW_ROOT, "mistral", "cpu-bf16", 3e-2, 0);
+    check_recompute_bits(WINDOW_ROOT, "mistral");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/mistral/expected.json", WINDOW_ROOT);
+    cJSON *e = read_json(path);
+    lf_model_config c;
+    lf_model *m = load_model(WINDOW_ROOT "/mistral", "cpu", &c);
+    const cJSON *pr = cJSON_GetObjectItem(e, "prompt");
+    const int T = cJSON_GetArraySize(pr);
+    int32_t in[BLOCK];
+    for (int t = 0; t < T; t++) in[t] = cJSON_GetArrayItem(pr, t)->valueint;
+    check_greedy_ragged(m, e, in, T, c.vocab_size);
+    lf_model_free(m);
+    cJSON_Delete(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama3),  cmocka_unit_test(test_yarn),   cmocka_unit_test(test_linear),
         cmocka_unit_test(test_dynamic), cmocka_unit_test(test_yarn4x), cmocka_unit_test(test_headdim_biases),
-        cmocka_unit_test(test_qwen3),   cmocka_unit_test(test_phi3),
+        cmocka_unit_test(test_qwen3),   cmocka_unit_test(test_phi3),   cmocka_unit_test(test_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
