@@ -140,7 +140,7 @@ const key_def lf__cfg_keys[] = {
      .help = "context length (T)"},
     {.path = "model.sliding_window", .type = KT_INT, FLD(model.sliding_window), .lo = 0, .hi = 1048576, .def = {0},
      .help = "attention window of the model (Mistral's sliding_window; --init-from fills it); 0 = none. "
-             "llmforge has no windowed attention yet: model.block_size may not exceed it"},
+             "Query t attends keys t-W+1..t, as transformers does; model.block_size may exceed it"},
     {.path = "model.bias", .type = KT_BOOL, FLD(model.bias), .def = {1},
      .help = "biases, where the family has them (docs/models.md); a family may default it to false"},
     {.path = "model.dropout", .type = KT_FLOAT, FLD(model.dropout), .lo = 0, .hi = 1, .flags = KF_HI_OPEN,
