@@ -105,6 +105,7 @@ set(lf_gemm_tests
   dp.zero_cli
   eval.test_tasks
   infer.test_generate
+  infer.test_lora_bank
   infer.test_ragged
   isa.avx2.test_bf16
   isa.avx2.test_cpu_ops
