@@ -48,6 +48,7 @@ set(lf_gemm_tests
   cli.test_recompute
   cli.test_report
   cli.test_serve
+  cli.test_serve_lora
   cli.test_sft
   cli.test_sft_packing
   cli.test_sft_chat

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "llmforge/checkpoint.h"
 #include "llmforge/serve.h"
 #include "serve_impl.h"
@@ -26,12 +27,16 @@ void lf__serve_names_free(char **v, int n) {
     free(v);
 }
 
-/* The adapter's recorded base, when local, is the served one. */
+/* The adapter's recorded base, when it names a local directory (absolute,
+ * or relative to the adapter's), is the served one. */
 static lf_status check_base(const char *name, const char *adir, const char *named, const char *base_dir) {
     char want[LF_PATH_MAX * 2 + 2], a[PATH_MAX], b[PATH_MAX];
-    if (!named[0] || lf_lora_adapter_base(adir, named, NULL, want, sizeof want) != LF_OK) {
-        return LF_OK; /* not a local directory: the shapes decide (lf_lora_adapter_load) */
-    }
+    struct stat sb;
+    if (!named[0]) return LF_OK;
+    if (named[0] == '/') snprintf(want, sizeof want, "%s", named);
+    else snprintf(want, sizeof want, "%s/%s", adir, named);
+    if (stat(want, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return LF_OK; /* a Hub id, not here: the modules and shapes decide (lf_lora_adapter_load) */
     if (!realpath(want, a) || !realpath(base_dir, b))
         return lf_fail(LF_ERR_NOT_FOUND, "adapter '%s' ('%s'): cannot resolve its base '%s' or the served '%s'", name,
                        adir, want, base_dir);
