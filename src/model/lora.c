@@ -470,6 +470,9 @@ void lf__lora_bank_free(lf_model *m) {
 lf_status lf_model_lora_bank_add(lf_model *m, int *index) {
     if (!m->lora) return lf_fail(LF_ERR_INVALID_ARG, "adapter bank: the model has no attached adapters to add");
     if (m->borrowed) return lf_fail(LF_ERR_INVALID_ARG, "adapter bank: add adapters to the model, not a session");
+    if (m->act_dt != LF_ACT_FP32 || (m->act_block && m->plan_dt != LF_ACT_FP32))
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "adapter bank: serving adapters needs fp32 matmul inputs (the model's are bf16)");
     if (m->lora->cfg.dropout > 0.0f) m->lora->cfg.dropout = 0.0f; /* inference only: PEFT drops nothing in eval */
     lf__lora **b = realloc(m->bank, (size_t)(m->n_bank + 1) * sizeof *b);
     if (!b) return lf_fail(LF_ERR_NOMEM, "adapter bank: out of memory");
