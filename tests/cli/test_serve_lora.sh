@@ -7,7 +7,8 @@
 #     the engine batches rows of different adapters in one forward), give each the text of
 #     `llmforge sample` on the merged model (`llmforge merge`) or on the base;
 #   - an unknown model is 404 model_not_found naming the served names;
-#   - an adapter trained on another base, and a name given twice, are refused at start by name.
+#   - an adapter trained on another base, a name given twice, an adapter of a module the base lacks
+#     and one whose r disagrees with its tensors are refused at start by name.
 #   bash test_serve_lora.sh LLMFORGE SOURCE_DIR SHARED_DIR
 set -u
 LF=${1:?usage: test_serve_lora.sh LLMFORGE SOURCE_DIR SHARED_DIR}
@@ -112,5 +113,18 @@ grep -q "the name 'a' is given twice" dup.log || fail "duplicate name: $(cat dup
 cp -r base other
 "$LF" serve --model other --port 0 --lora a=$A >other.log 2>&1 && fail "an adapter of another base was accepted"
 grep -q "was trained on base '.*/base'.*not on the served base '.*/other'" other.log || fail "other base: $(cat other.log)"
+ok
+# adapters the base cannot hold: a module it lacks (lm_head is not adapted), an r its tensors disagree with
+cp -r $A nomod && cp -r $A badr
+python3 - <<'PY' || fail "editing adapter_config.json"
+import json
+for d, k, v in (("nomod", "target_modules", ["lm_head"]), ("badr", "r", 8)):
+    c = json.load(open(d + "/adapter_config.json")); c[k] = v; json.dump(c, open(d + "/adapter_config.json", "w"))
+PY
+"$LF" serve --model base --port 0 --lora x=nomod >nomod.log 2>&1 && fail "an adapter of a module the base lacks was accepted"
+grep -q "adapter 'x' ('nomod').*\"lm_head\" matches no module" nomod.log || fail "module: $(cat nomod.log)"
+"$LF" serve --model base --port 0 --lora x=badr >badr.log 2>&1 && fail "an adapter with the wrong r was accepted"
+grep -q "adapter 'x' ('badr').*lora_A.weight has shape \[4, 32\], the model's adapter \[8, 32\]" badr.log ||
+    fail "r: $(cat badr.log)"
 ok
 echo "$passed passed"
