@@ -22,6 +22,10 @@
  *    [weight, weight + C*OC) adapts output columns (offset - weight) / C ..
  *    (out-in layout; a Conv1D weight (in, out) is one tensor, columns 0..).
  *  - The base is frozen: no gradient buffer, no base gradient computed.
+ *  - Serving (lf_model_lora_bank_add): the bank holds adapters moved off the
+ *    model, inference only (no gradients, no dropout); a ragged forward's
+ *    run with adapter k gets bank[k - 1]'s path on its own rows, which are
+ *    contiguous (m->kv->row0), so no rows are gathered or scattered.
  */
 #include <math.h>
 #include <stdio.h>
