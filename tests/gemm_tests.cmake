@@ -48,6 +48,7 @@ set(lf_gemm_tests
   cli.test_recompute
   cli.test_report
   cli.test_serve
+  cli.test_serve_lora
   cli.test_sft
   cli.test_sft_packing
   cli.test_sft_chat
@@ -105,6 +106,7 @@ set(lf_gemm_tests
   dp.zero_cli
   eval.test_tasks
   infer.test_generate
+  infer.test_lora_bank
   infer.test_ragged
   isa.avx2.test_bf16
   isa.avx2.test_cpu_ops

@@ -486,6 +486,7 @@ lf_status lf_session_forward(lf_session *s, const int32_t *inputs, int B, int T,
 typedef struct lf_segment {
     int slot, pos, len;
     int every_row;
+    int adapter; /* 0: the base alone; k: the base + serving adapter k (lf_model_lora_bank_add) */
 } lf_segment;
 /* A forward over several sequences at once, each at its own position
  * (continuous batching): tokens holds the n_seg runs one after the other
@@ -582,6 +583,17 @@ int lf_model_lora_peft_name(const lf_model *m, int i, char *buf, size_t cap);
  * scale * B A, in the weight's layout), in place; the adapters stay attached
  * (a forward after it would add them again). Host-memory backends only. */
 lf_status lf_model_lora_merge(lf_model *m);
+/* Serving several adapters on one base (vLLM's multi-LoRA): moves the
+ * adapters attached to m (lf_model_lora_attach, then their weights, e.g.
+ * lf_lora_adapter_load) into m's bank as adapter *index (1, 2, ...); m then
+ * has no attached adapters and another may be attached and added. The bank
+ * is for inference: a ragged forward's run with lf_segment.adapter k adds
+ * adapter k's low-rank path to its own rows only (the base products run
+ * once over all rows), which equals that run alone on base + adapter k up
+ * to the float rounding of the delta's order. Freed with m. */
+lf_status lf_model_lora_bank_add(lf_model *m, int *index);
+/* Adapters in m's bank (0: none). */
+int lf_model_lora_bank_count(const lf_model *m);
 
 /* What trains: the whole parameter vector, or with LoRA the adapters (their
  * own table, names like "model.layers.0.self_attn.q_proj.lora_A.weight",

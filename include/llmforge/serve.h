@@ -43,6 +43,14 @@ typedef struct lf_server_opts {
      * 1: the backend's fastest products, whose rows may differ in the last
      * bits with the batch they ran in. */
     int batch_variant;
+    /* LoRA adapters served beside the base (vLLM's --lora-modules): a
+     * request whose "model" is lora_names[i] runs on the base + the PEFT
+     * adapter directory lora_dirs[i], batched with the others. Each adapter
+     * must name this base (its base_model_name_or_path, when a local
+     * directory, must be the checkpoint's) and fit its modules. */
+    const char *const *lora_names;
+    const char *const *lora_dirs;
+    int n_lora;
 } lf_server_opts;
 
 /* Load the checkpoint (a step directory, a run's ckpt/ or out_dir), its

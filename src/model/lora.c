@@ -22,6 +22,10 @@
  *    [weight, weight + C*OC) adapts output columns (offset - weight) / C ..
  *    (out-in layout; a Conv1D weight (in, out) is one tensor, columns 0..).
  *  - The base is frozen: no gradient buffer, no base gradient computed.
+ *  - Serving (lf_model_lora_bank_add): the bank holds adapters moved off the
+ *    model, inference only (no gradients, no dropout); a ragged forward's
+ *    run with adapter k gets bank[k - 1]'s path on its own rows, which are
+ *    contiguous (m->kv->row0), so no rows are gathered or scattered.
  */
 #include <math.h>
 #include <stdio.h>
@@ -330,10 +334,38 @@ static lf_dropout site_drop(const lf_model *m, int k) {
     return d;
 }
 
+/* Serving: adapter a's path on rows [r0, r0 + n) only (inference: no dropout). */
+static void bank_rows(const lf_model *m, const lf__lora *L, float *out, const float *inp, size_t w0, int r0, int n,
+                      int C, int OC, lf_weight_layout layout) {
+    const size_t w1 = w0 + (size_t)C * OC;
+    for (int k = first_site(L, w0); k < L->n_site && L->site[k].w_off < w1; k++) {
+        const lf__lora_site *s = &L->site[k];
+        m->be->ops->lora_forward(m->be, out + (size_t)r0 * OC + site_col(s, w0, C, layout), OC, m->lora_u,
+                                 inp + (size_t)r0 * C, L->params + s->a_off, L->params + s->b_off, n, C, s->out,
+                                 L->cfg.r, L->scale);
+    }
+}
+
+/* The bank's adapters on the runs of a ragged forward that name one: each
+ * run's rows are contiguous (m->kv->row0), so each gets its own adapter's
+ * low-rank product on its row range; the base product ran once for all. */
+static void bank_forward(const lf_model *m, float *out, const float *inp, size_t w0, int N, int C, int OC,
+                         lf_weight_layout layout) {
+    const lf__kv *kv = m->kv;
+    if (!kv || !kv->seg || !kv->active) return;
+    for (int i = 0; i < kv->n_seg; i++) {
+        const int a = kv->seg[i].adapter;
+        if (a < 1 || a > m->n_bank || kv->row0[i] + kv->seg[i].len > N) continue;
+        bank_rows(m, m->bank[a - 1], out, inp, w0, kv->row0[i], kv->seg[i].len, C, OC, layout);
+    }
+}
+
 void lf__lora_forward(const lf_model *m, float *out, const void *inp, const float *weight, int N, int C, int OC,
                       lf_weight_layout layout) {
     const lf__lora *L = m->lora;
     if (!m->params || weight < m->params || weight >= m->params + m->num_params) return;
+    if (m->n_bank) bank_forward(m, out, inp, (size_t)(weight - m->params), N, C, OC, layout);
+    if (!L) return;
     const size_t w0 = (size_t)(weight - m->params), w1 = w0 + (size_t)C * OC;
     for (int k = first_site(L, w0); k < L->n_site && L->site[k].w_off < w1; k++) {
         const lf__lora_site *s = &L->site[k];
@@ -419,3 +451,44 @@ size_t lf__lora_scratch_floats(const lf_lora_config *lc, const lf_model_config *
     lf_free(t);
     return floats + 2 * rows * max_in; /* the dropped input and its gradient */
 }
+
+int lf__lora_max_r(const lf_model *m) {
+    int r = m->lora ? m->lora->cfg.r : 0;
+    for (int i = 0; i < m->n_bank; i++)
+        if (m->bank[i]->cfg.r > r) r = m->bank[i]->cfg.r;
+    return r;
+}
+
+void lf__lora_bank_free(lf_model *m) {
+    lf__lora *keep = m->lora;
+    for (int i = 0; i < m->n_bank; i++) {
+        m->lora = m->bank[i];
+        lf__lora_free(m);
+    }
+    free(m->bank);
+    m->bank = NULL;
+    m->n_bank = 0;
+    m->lora = keep;
+}
+
+lf_status lf_model_lora_bank_add(lf_model *m, int *index) {
+    if (!m->lora) return lf_fail(LF_ERR_INVALID_ARG, "adapter bank: the model has no attached adapters to add");
+    if (m->borrowed) return lf_fail(LF_ERR_INVALID_ARG, "adapter bank: add adapters to the model, not a session");
+    if (m->act_dt != LF_ACT_FP32 || (m->act_block && m->plan_dt != LF_ACT_FP32))
+        return lf_fail(LF_ERR_UNSUPPORTED,
+                       "adapter bank: serving adapters needs fp32 matmul inputs (the model's are bf16)");
+    if (m->lora->cfg.dropout > 0.0f) m->lora->cfg.dropout = 0.0f; /* inference only: PEFT drops nothing in eval */
+    lf__lora **b = realloc(m->bank, (size_t)(m->n_bank + 1) * sizeof *b);
+    if (!b) return lf_fail(LF_ERR_NOMEM, "adapter bank: out of memory");
+    m->bank = b;
+    lf__lora *L = m->lora;
+    if (L->grads) m->be->ops->free(m->be, L->grads); /* served, never trained */
+    L->grads = NULL;
+    m->bank[m->n_bank++] = L;
+    m->lora = NULL;
+    *index = m->n_bank;
+    if (m->act_block) return lf_model_plan(m, m->plan_B, m->plan_T, NULL); /* the scratch for the widest r */
+    return LF_OK;
+}
+
+int lf_model_lora_bank_count(const lf_model *m) { return m->n_bank; }

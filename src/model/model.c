@@ -144,6 +144,7 @@ void lf_model_free(lf_model *m) {
         return;
     }
     lf__lora_free(m);
+    lf__lora_bank_free(m);
     if (m->params) m->be->ops->free(m->be, m->params);
     if (m->grads) m->be->ops->free(m->be, m->grads);
     if (m->pblk1 && m->pf_unit >= 0)
@@ -461,9 +462,13 @@ lf_status lf_model_plan(lf_model *m, int B, int T, size_t *bytes) {
         if (ok) *(void **)m->rep[r].acts = (unsigned char *)m->rep[r].acts + a->acts_size; /* its per-layer entries */
     }
     m->act_block = ok ? m->be->ops->alloc(m->be, p.used) : NULL;
-    if (m->act_block && m->lora) { /* LoRA's scratch: u, du, and with dropout x and dx (lf__lora_scratch_floats) */
-        const size_t rows = (size_t)B * T, nu = rows * (size_t)m->lora->cfg.r;
-        const size_t all = lf__lora_scratch_floats(&m->lora->cfg, &m->cfg, rows), nx = (all - 2 * nu) / 2;
+    if (m->act_block && (m->lora || m->n_bank)) { /* LoRA's scratch: u, du, and with dropout x and dx */
+        const size_t rows = (size_t)B * T, nu = rows * (size_t)lf__lora_max_r(m);
+        const size_t drop = m->lora ? lf__lora_scratch_floats(&m->lora->cfg, &m->cfg, rows) -
+                                          2 * rows * (size_t)m->lora->cfg.r
+                                    : 0; /* lora.dropout's x and dx */
+        const size_t all = 2 * nu + drop;
+        const size_t nx = (all - 2 * nu) / 2;
         m->lora_u = m->be->ops->alloc(m->be, all * sizeof(float));
         m->lora_du = m->lora_u ? m->lora_u + nu : NULL;
         m->lora_x = m->lora_u && nx ? m->lora_u + 2 * nu : NULL;
@@ -563,7 +568,7 @@ void lf__act_convert(const lf_model *m, void *out, const float *inp, size_t n) {
 void lf__mm_forward(const lf_model *m, float *out, const void *inp, const float *weight, const float *bias, int N,
                     int C, int OC, lf_weight_layout layout) {
     m->be->ops->matmul_forward(m->be, out, inp, act_dt(m), weight, bias, N, C, OC, layout);
-    if (m->lora) lf__lora_forward(m, out, inp, weight, N, C, OC, layout);
+    if (m->lora || m->n_bank) lf__lora_forward(m, out, inp, weight, N, C, OC, layout);
 }
 
 void lf__mm_backward(const lf_model *m, float *dinp, float *dweight, float *dbias, const float *dout, const void *inp,

@@ -316,6 +316,10 @@ void lf__lora_forward(const lf_model *m, float *out, const void *inp, const floa
 void lf__lora_backward(const lf_model *m, float *dinp, const float *dout, const void *inp, const float *weight, int N,
                        int C, int OC, lf_weight_layout layout);
 void lf__lora_free(lf_model *m);
+/* The largest r of the attached adapters and the bank's (0: none). */
+int lf__lora_max_r(const lf_model *m);
+/* Frees the serving bank (lf_model_lora_bank_add) with the model. */
+void lf__lora_bank_free(lf_model *m);
 /* Floats of LoRA's scratch for a plan of `rows` rows (B*T): u and du (rows,
  * r), and with lora.dropout the dropped input and its gradient (rows, the
  * widest adapted input); 0 without LoRA. The model's plan allocates it; the
@@ -378,8 +382,10 @@ struct lf_model {
     int cur_B, cur_T, cur_rep, cur_with_targets;
     int cur_pos0; /* position of the forward's first row (0 but for cached decoding) */
     int have_dlogits;
-    int no_grads;            /* lf_model_release_grads: a model to run only (no gradient memory) */
-    lf__lora *lora;          /* LoRA adapters (NULL: none; a session's view shares them) */
+    int no_grads;    /* lf_model_release_grads: a model to run only (no gradient memory) */
+    lf__lora *lora;  /* LoRA adapters (NULL: none; a session's view shares them) */
+    lf__lora **bank; /* serving: adapters 1..n_bank, chosen per ragged run (lf_segment.adapter) */
+    int n_bank;
     float *lora_u, *lora_du; /* the plan's LoRA scratch, (B*T, r) each (the view's own) */
     float *lora_x, *lora_dx; /* ... with lora.dropout: (B*T, the widest adapted input) each */
     lf_forward_opts opts;

@@ -144,6 +144,9 @@ lf_status lf_session_forward_ragged(lf_session *s, const int32_t *tokens, const 
             if (seg[j].slot == g->slot)
                 return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: runs %d and %d share slot %d", j, i, g->slot);
         if (g->len < 1) return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d is empty (len %d)", i, g->len);
+        if (g->adapter < 0 || g->adapter > v->n_bank)
+            return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d: adapter %d (0 to the model's %d)", i,
+                           g->adapter, v->n_bank);
         if (g->every_row != 0 && g->every_row != 1)
             return lf_fail(LF_ERR_INVALID_ARG, "ragged forward: run %d: every_row is %d (0 or 1)", i, g->every_row);
         if (g->pos < 0 || g->pos > s->filled[g->slot])

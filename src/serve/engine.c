@@ -180,6 +180,8 @@ lf_status lf_engine_submit(lf_engine *e, const lf_engine_req *r, uint64_t *id) {
         return lf_fail(LF_ERR_RANGE, "logprobs %d is out of range [0, %d]", r->logprobs, LF_ENGINE_MAX_LOGPROBS);
     if (r->n_stop_ids < 0 || (r->n_stop_ids > 0 && !r->stop_ids))
         return lf_fail(LF_ERR_RANGE, "stop token list of %d", r->n_stop_ids);
+    if (r->adapter < 0 || r->adapter > lf_model_lora_bank_count(e->m))
+        return lf_fail(LF_ERR_RANGE, "adapter %d is out of range [0, %d]", r->adapter, lf_model_lora_bank_count(e->m));
     lf_status st = lf_sample_check(e->V, r->temperature, r->top_k, r->top_p > 0 ? r->top_p : 1.0f);
     if (st != LF_OK) return st;
     for (int i = 0; i < r->n_prompt; i++)
@@ -334,7 +336,8 @@ lf_status lf_engine_step(lf_engine *e, int *n_active) {
             e->seg[n_run] = (lf_segment){.slot = q->slot,
                                          .pos = q->fed,
                                          .len = k,
-                                         .every_row = !decoding && q->r.prompt_logprobs};
+                                         .every_row = !decoding && q->r.prompt_logprobs,
+                                         .adapter = q->r.adapter};
             e->run[n_run++] = q;
             total += k;
             budget -= k;

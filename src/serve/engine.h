@@ -86,6 +86,9 @@ typedef struct lf_engine_req {
     /* Called once at the end: why, and the prompt and generated token counts. */
     void (*on_done)(void *user, lf_engine_finish why, int n_prompt, int n_generated);
     void *user;
+    /* 0: the base model; k: the base + the model's serving adapter k
+     * (lf_model_lora_bank_add), batched with requests of other adapters */
+    int adapter;
 } lf_engine_req;
 
 typedef struct lf_engine_stats {

@@ -596,9 +596,16 @@ static lf_status parse_fields(pctx *c, const cJSON *root, lf__serve_request *r) 
 
     /* model first: an unknown model is a 404 whatever else is wrong */
     if ((st = get_string(c, root, "model", "model", 256, &r->model)) != LF_OK) return st;
-    if (r->model && lim->model_name && strcmp(r->model, lim->model_name) != 0) {
+    r->adapter = 0;
+    for (int i = 0; r->model && i < lim->n_adapters && !r->adapter; i++)
+        if (!strcmp(r->model, lim->adapters[i])) r->adapter = i + 1;
+    if (r->model && !r->adapter && lim->model_name && strcmp(r->model, lim->model_name) != 0) {
+        char names[400];
+        size_t used = (size_t)snprintf(names, sizeof names, "'%s'", lim->model_name);
+        for (int i = 0; i < lim->n_adapters && used < sizeof names; i++)
+            used += (size_t)snprintf(names + used, sizeof names - used, ", '%s'", lim->adapters[i]);
         lf__serve_error_set(c->err, 404, "invalid_request_error", "model_not_found", "model",
-                            "The model '%s' does not exist: this server serves '%s'.", r->model, lim->model_name);
+                            "The model '%s' does not exist: this server serves %s.", r->model, names);
         return lf_fail(LF_ERR_NOT_FOUND, "serve: %s", c->err->message);
     }
     if ((st = get_string(c, root, "user", "user", 256, &r->user)) != LF_OK) return st;

@@ -38,12 +38,17 @@
 #include <stdint.h>
 
 #include "llmforge/core.h"
+#include "llmforge/model.h"
 #include "data/chat_template.h"
 
 /* ---------------------------------------------------------------- limits */
 
 typedef struct lf__serve_limits {
     const char *model_name; /* the served model; another "model" is 404 model_not_found; NULL: any */
+    /* the serving adapters' names (serve --lora NAME=DIR): "model" naming
+     * adapters[i] selects adapter i + 1 (lf__serve_request.adapter) */
+    const char *const *adapters;
+    int n_adapters;
     size_t max_body;        /* bytes of a request body (413 beyond) */
     int max_context;        /* prompt + completion tokens */
     int max_tokens;         /* cap on max_tokens / max_completion_tokens */
@@ -130,6 +135,7 @@ typedef lf__chat_message lf__serve_message;
 typedef struct lf__serve_request {
     lf__serve_api api;
     const char *model;         /* NULL when absent */
+    int adapter;               /* the adapter "model" names (0: the base or absent) */
     const char *user;          /* NULL when absent (recorded, not used) */
     lf__serve_prompt *prompts; /* completions: 1..max_prompts */
     int n_prompts;
@@ -316,5 +322,17 @@ lf_status lf__stop_matcher_flush(lf__stop_matcher *m, const char **out, size_t *
 /* Start over for a new text with the same stop strings. */
 void lf__stop_matcher_reset(lf__stop_matcher *m);
 void lf__stop_matcher_free(lf__stop_matcher *m);
+
+/* ---------------------------------------------------------------- adapters (adapters.c) */
+
+struct lf_server_opts;
+/* serve --lora: each opts->lora_dirs[i] (a PEFT adapter directory) checked
+ * against the base in base_dir (its base_model_name_or_path, when a local
+ * directory, must be base_dir; its modules and r must fit), loaded and added
+ * to m's bank as adapter i + 1; names must differ from each other and from
+ * base_name. *names and *dirs: malloc'd copies (lf__serve_names_free). */
+lf_status lf__serve_load_adapters(lf_model *m, const char *base_dir, const char *base_name,
+                                  const struct lf_server_opts *opts, char ***names, char ***dirs);
+void lf__serve_names_free(char **v, int n);
 
 #endif

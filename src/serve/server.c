@@ -100,6 +100,9 @@ struct lf_server {
     lf__http_server *http;
     lf__serve_limits lim;
     char model_name[256];
+    char **adapter;  /* the serving adapters' names (adapter i + 1 of the model's bank) */
+    char **lora_dir; /* ... and their directories */
+    int n_adapter;
     char *key;
     size_t key_len;
     int32_t stop_ids[17]; /* the end-of-sequence ids first (n_eot of them), then <|im_end|> */
@@ -173,6 +176,7 @@ typedef struct call {
     char id[48];
     int64_t created;
     double t0;
+    int adapter; /* the request's serving adapter (0: the base) */
 } call;
 
 static void choice_clear(choice *c) {
@@ -222,7 +226,9 @@ static void stream_error(call *k, const lf__serve_error *e) {
 }
 
 static lf__serve_meta meta_of(const call *k) {
-    lf__serve_meta m = {.id = k->id, .model = k->s->model_name, .created = k->created};
+    lf__serve_meta m = {.id = k->id,
+                        .model = k->adapter ? k->s->adapter[k->adapter - 1] : k->s->model_name,
+                        .created = k->created};
     return m;
 }
 
@@ -646,6 +652,7 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
     k->prompt_tokens = total_prompt;
     k->t0 = lf_time_now();
     k->created = (int64_t)time(NULL);
+    k->adapter = q.adapter;
     snprintf(k->id, sizeof k->id, "%s-%016llx", api == LF__SERVE_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     /* the stop strings: the request's, and for chat the template's */
@@ -704,7 +711,8 @@ static void handle_generate(lf__http_request *r, lf_server *s, lf__serve_api api
     lf__serve_request_sampling(&q, &temperature, &top_p);
     for (int i = 0; i < nch; i++) {
         const int p = i / q.n;
-        lf_engine_req er = {.prompt = ptok[p],
+        lf_engine_req er = {.adapter = q.adapter,
+                            .prompt = ptok[p],
                             .n_prompt = pn[p],
                             .max_tokens = max_tokens,
                             .temperature = temperature,
@@ -772,7 +780,20 @@ static void handle_models(lf__http_request *r, lf_server *s) {
     cJSON_AddNumberToObject(m, "created", (double)s->created);
     cJSON_AddStringToObject(m, "owned_by", "llmforge");
     cJSON_AddNumberToObject(m, "max_model_len", s->lim.max_context);
+    cJSON_AddStringToObject(m, "root", s->model_name);
+    cJSON_AddNullToObject(m, "parent");
     cJSON_AddItemToArray(data, m);
+    for (int i = 0; i < s->n_adapter; i++) { /* vLLM: an adapter's parent is its base */
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddStringToObject(a, "id", s->adapter[i]);
+        cJSON_AddStringToObject(a, "object", "model");
+        cJSON_AddNumberToObject(a, "created", (double)s->created);
+        cJSON_AddStringToObject(a, "owned_by", "llmforge");
+        cJSON_AddNumberToObject(a, "max_model_len", s->lim.max_context);
+        cJSON_AddStringToObject(a, "root", s->lora_dir[i]);
+        cJSON_AddStringToObject(a, "parent", s->model_name);
+        cJSON_AddItemToArray(data, a);
+    }
     cJSON_AddItemToObject(o, "data", data);
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -930,6 +951,8 @@ static void server_free(lf_server *s) {
     lf_tokenizer_free(s->tok);
     lf_model_free(s->m);
     lf_backend_close(s->be);
+    lf__serve_names_free(s->adapter, s->n_adapter);
+    lf__serve_names_free(s->lora_dir, s->n_adapter);
     free(s->key);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -1030,6 +1053,10 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
             if (!s->key) st = lf_fail(LF_ERR_NOMEM, "serve: out of memory");
         }
     }
+    if (st == LF_OK && opts->n_lora > 0) { /* before the engine: its session plans for the widest r */
+        st = lf__serve_load_adapters(s->m, dir, s->model_name, opts, &s->adapter, &s->lora_dir);
+        if (st == LF_OK) s->n_adapter = opts->n_lora;
+    }
     if (st == LF_OK) {
         lf_engine_opts eo = {.max_batch = opts->max_batch > 0 ? opts->max_batch : 8,
                              /* the session's K/V is allocated whole: a model with 128k positions
@@ -1041,6 +1068,8 @@ lf_status lf_server_start(lf_server **out, const char *ckpt, const lf_server_opt
         if (st == LF_OK) st = lf_engine_start(s->e);
         s->lim = lf__serve_limits_default();
         s->lim.model_name = s->model_name;
+        s->lim.adapters = (const char *const *)s->adapter;
+        s->lim.n_adapters = s->n_adapter;
         s->lim.max_context = eo.max_context;
         s->lim.max_tokens = opts->max_tokens > 0 ? opts->max_tokens : eo.max_context;
         if (opts->max_n > 0) s->lim.max_n = opts->max_n;

@@ -277,32 +277,35 @@ static void test_bad_runs(void **state) {
     lf_session *s, *nocache;
     LF_ASSERT_OK(lf_session_create(&s, m, 2, 16, 1));
     int32_t in[32] = {0};
-    lf_segment two[2] = {{0, 0, 3, 0}, {0, 0, 2, 0}};
+    lf_segment two[2] = {{0, 0, 3, 0, 0}, {0, 0, 2, 0, 0}};
     assert_int_equal(lf_session_forward_ragged(s, in, two, 2), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("runs 0 and 1 share slot 0");
-    lf_segment gap = {1, 2, 1, 0};
+    lf_segment gap = {1, 2, 1, 0, 0};
     assert_int_equal(lf_session_forward_ragged(s, in, &gap, 1), LF_ERR_RANGE);
     LF_ASSERT_ERR_CONTAINS("starts at position 2, slot 1 holds 0");
-    lf_segment big[2] = {{0, 0, 9, 0}, {1, 0, 8, 0}};
+    lf_segment big[2] = {{0, 0, 9, 0, 0}, {1, 0, 8, 0, 0}};
     assert_int_equal(lf_session_forward_ragged(s, in, big, 2), LF_ERR_RANGE);
     LF_ASSERT_ERR_CONTAINS("17 tokens in one forward, the session holds 16");
-    lf_segment empty = {0, 0, 0, 0};
+    lf_segment empty = {0, 0, 0, 0, 0};
     assert_int_equal(lf_session_forward_ragged(s, in, &empty, 1), LF_ERR_INVALID_ARG);
-    lf_segment slot = {2, 0, 1, 0};
+    lf_segment slot = {2, 0, 1, 0, 0};
     assert_int_equal(lf_session_forward_ragged(s, in, &slot, 1), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("slot 2 outside [0, 2)");
-    lf_segment ok = {1, 0, 4, 0};
+    lf_segment ok = {1, 0, 4, 0, 0};
     LF_ASSERT_OK(lf_session_forward_ragged(s, in, &ok, 1));
     assert_int_equal(lf_session_slot_pos(s, 1), 4);
-    lf_segment past = {1, 4, 13, 0}; /* positions 4..16 of a 16-position cache */
+    lf_segment past = {1, 4, 13, 0, 0}; /* positions 4..16 of a 16-position cache */
     assert_int_equal(lf_session_forward_ragged(s, in, &past, 1), LF_ERR_RANGE);
     LF_ASSERT_ERR_CONTAINS("exceed the cache of 16");
     lf_session_reset(s);
     assert_int_equal(lf_session_slot_pos(s, 1), 0);
     assert_int_equal(lf_session_slot_pos(s, 5), -1);
-    lf_segment odd = {0, 0, 2, 2};
+    lf_segment odd = {0, 0, 2, 2, 0};
     assert_int_equal(lf_session_forward_ragged(s, in, &odd, 1), LF_ERR_INVALID_ARG);
     LF_ASSERT_ERR_CONTAINS("every_row is 2");
+    lf_segment adapter = {0, 0, 2, 0, 1}; /* the model has no serving adapters */
+    assert_int_equal(lf_session_forward_ragged(s, in, &adapter, 1), LF_ERR_INVALID_ARG);
+    LF_ASSERT_ERR_CONTAINS("adapter 1 (0 to the model's 0)");
     LF_ASSERT_OK(lf_session_create(&nocache, m, 2, 16, 0));
     assert_int_equal(lf_session_forward_ragged(nocache, in, &ok, 1), LF_ERR_UNSUPPORTED);
     lf_session_free(nocache);

@@ -42,9 +42,32 @@ static int read_key(const char *path, char *key, size_t cap) {
     return 0;
 }
 
+#define MAX_LORA 32
+
+/* One NAME=DIR of --lora / --lora-modules into the lists; 2 on bad input. */
+static int add_lora(const char *v, char **names, const char **dirs, int *n) {
+    const char *eq = strchr(v, '=');
+    if (!eq || eq == v || !eq[1]) {
+        fprintf(stderr, "llmforge serve: --lora '%s': expected NAME=ADAPTER_DIR\n", v);
+        return 2;
+    }
+    if (*n >= MAX_LORA) {
+        fprintf(stderr, "llmforge serve: more than %d --lora adapters\n", MAX_LORA);
+        return 2;
+    }
+    names[*n] = strndup(v, (size_t)(eq - v));
+    dirs[*n] = eq + 1;
+    if (!names[*n]) return 2;
+    (*n)++;
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *ckpt = NULL, *key_file = NULL;
     lf_server_opts o = {0};
+    char *lora_names[MAX_LORA];
+    const char *lora_dirs[MAX_LORA];
+    int n_lora = 0;
     long port = 8000, threads = 0, v_long;
     double drain = 30;
     for (int i = 0; i < argc; i++) {
@@ -55,6 +78,7 @@ int cmd_serve(int argc, char **argv) {
                    "                      [--api-key-file F] [--max-batch N] [--max-context T] [--max-queue Q]\n"
                    "                      [--max-tokens N] [--max-prompts N] [--threads N] [--drain-s S]\n"
                    "                      [--request-timeout-s S] [--batch-variant]\n"
+                   "                      [--lora NAME=ADAPTER_DIR ...] (or --lora-modules NAME=DIR [NAME=DIR ...])\n"
                    "  DIR (--ckpt or --model): a checkpoint, a run's out_dir, or a Hugging Face model directory\n"
                    "  used as it is (its tokenizer.json and generation_config.json eos ids; docs/models.md).\n"
                    "  An OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
@@ -73,7 +97,10 @@ int cmd_serve(int argc, char **argv) {
                    "  requests get 503, in-flight ones finish within --drain-s (default 30), then exit 0.\n"
                    "  Products are batch-invariant: a request gets the same bits alone or batched (with a seed,\n"
                    "  the same text); --batch-variant uses the backend's fastest products instead (oneDNN's,\n"
-                   "  whose rows may differ in the last bits with the batch).\n");
+                   "  whose rows may differ in the last bits with the batch).\n"
+                   "  --lora NAME=DIR serves a LoRA adapter (a PEFT adapter directory or a LoRA step directory\n"
+                   "  trained on DIR's base) beside the base: a request whose \"model\" is NAME runs on base +\n"
+                   "  adapter, batched with requests for the base and the other adapters (docs/serving.md).\n");
             return 0;
         } else if ((v = opt_value(argc, argv, &i, "--ckpt", &missing)) ||
                    (v = opt_value(argc, argv, &i, "--model", &missing))) {
@@ -107,6 +134,12 @@ int cmd_serve(int argc, char **argv) {
             if (parse_double("--drain-s", v, 0, 86400, &drain)) return 2;
         } else if ((v = opt_value(argc, argv, &i, "--request-timeout-s", &missing))) {
             if (parse_double("--request-timeout-s", v, 0.1, 3600, &o.request_deadline_s)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--lora", &missing))) {
+            if (add_lora(v, lora_names, lora_dirs, &n_lora)) return 2;
+        } else if ((v = opt_value(argc, argv, &i, "--lora-modules", &missing))) { /* vLLM: one or more */
+            if (add_lora(v, lora_names, lora_dirs, &n_lora)) return 2;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && strchr(argv[i + 1], '='))
+                if (add_lora(argv[++i], lora_names, lora_dirs, &n_lora)) return 2;
         } else if (!strcmp(argv[i], "--batch-variant")) {
             o.batch_variant = 1;
         } else if (missing) {
@@ -128,6 +161,9 @@ int cmd_serve(int argc, char **argv) {
     }
     o.api_key = key[0] ? key : NULL;
     o.port = (int)port;
+    o.lora_names = (const char *const *)lora_names;
+    o.lora_dirs = lora_dirs;
+    o.n_lora = n_lora;
     sigset_t stop_set;
     sigemptyset(&stop_set);
     sigaddset(&stop_set, SIGTERM);
@@ -154,6 +190,7 @@ int cmd_serve(int argc, char **argv) {
     printf("llmforge serve: stopping (draining for up to %g s)\n", drain);
     fflush(stdout);
     lf_server_stop(s, drain);
+    for (int i = 0; i < n_lora; i++) free(lora_names[i]);
     printf("llmforge serve: stopped\n");
     return 0;
 }
