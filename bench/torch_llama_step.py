@@ -33,10 +33,15 @@
 #
 # Usage:  $LF_BENCH_PYTHON bench/torch_llama_step.py [--micro-batch 4] [--seq 256] [--steps 10]
 #             [--warmup 2] [--threads 2] [--preset smollm-135m] [--bf16] [--attention sdpa|eager]
+#             [--lora-r R --lora-alpha A --lora-targets q_proj,k_proj,v_proj,o_proj]
+# --lora-r R > 0: the model wrapped by PEFT's get_peft_model with LoraConfig(r, lora_alpha,
+# target_modules, lora_dropout 0, bias "none"); AdamW (same groups) on the trainable parameters only
+# (bench/lora.sh). The JSON adds "trainable_params", "peft_version" and "peak_rss_kb" (ru_maxrss).
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -80,6 +85,9 @@ def main():
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    ap.add_argument("--lora-r", type=int, default=0)
+    ap.add_argument("--lora-alpha", type=float, default=8.0)
+    ap.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -95,13 +103,22 @@ def main():
     if model.dtype != torch.float32:
         raise SystemExit(f"model dtype {model.dtype}, expected float32")
     attention = model.config._attn_implementation
+    fpt, n_params = flops_per_token(cfg, model, T)   # the base model's, before any adapter
+    peft_version = None
+    if args.lora_r > 0:
+        import peft
+        from peft import LoraConfig, get_peft_model
+        peft_version = peft.__version__
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
+                                                 target_modules=args.lora_targets.split(","),
+                                                 lora_dropout=0.0, bias="none"))
     model.train()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    no_decay = [p for p in trainable if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=6e-4, betas=(0.9, 0.95))
-    params = list(model.parameters())
-    fpt, n_params = flops_per_token(cfg, model, T)
+    params = trainable
     print(f"preset {args.preset}: {n_params / 1e6:.2f}M parameters, B={B} T={T} bf16={args.bf16} "
           f"attention={attention} threads={torch.get_num_threads()}; "
           f"environment: {env_tuning() or 'no tuning variables'}", flush=True)
@@ -145,6 +162,9 @@ def main():
         "model_flops_per_sec": round(tokens_per_sec * fpt, 1),
         "flops_per_token": fpt,
         "num_params": n_params,
+        "trainable_params": sum(p.numel() for p in trainable),
+        "peft_version": peft_version,
+        "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "preset": args.preset,
         "micro_batch": B,
         "seq": T,

@@ -481,6 +481,7 @@ typedef struct lf_bench_result {
     double peak_flops; /* what MFU is measured against */
     double mfu;
     size_t num_params;
+    size_t trainable_params; /* what AdamW updates: num_params, or with LoRA the adapters' */
     size_t activation_bytes; /* what lf_model_plan allocated for B x T and the policy */
 } lf_bench_result;
 
@@ -494,6 +495,13 @@ typedef struct lf_bench_result {
  * backends; on a device none is known (peak_flops and mfu stay 0). */
 lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
                          int warmup, double peak_flops, lf_bench_result *out);
+/* lf_bench_train with LoRA adapters (lora enabled; NULL or no targets: full
+ * fine-tuning) attached to the random base as the trainer attaches them
+ * (lf_model_lora_attach): the base frozen, AdamW on the adapters; FLOPs are
+ * still counted as the model's 6N + 12*L*C*T. */
+lf_status lf_bench_train_lora(const lf_model_config *cfg, const lf_lora_config *lora, int B, int T,
+                              lf_recompute recompute, int bf16, int steps, int warmup, double peak_flops,
+                              lf_bench_result *out);
 
 /* Measured fp32 FMA rate of this machine with all backend threads (FLOP/s):
  * lf_backend_cpu_peak_flops (independent FMA chains in registers with the

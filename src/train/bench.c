@@ -4,6 +4,11 @@
  * and a probe of the machine's fp32 FMA rate to report MFU against.
  * FLOPs are counted as nanoGPT/PaLM do: 6N + 12*L*C*T per token, N = the
  * parameters without the position embedding.
+ * With a LoRA config (lf_bench_train_lora) the adapters are attached before
+ * the plan, as the trainer does (trainer_create.c): the base is frozen, the
+ * model runs one replica, and AdamW's moments cover the adapters only; the
+ * FLOPs stay the model's 6N + 12*L*C*T (the useful work of a full step), so
+ * tokens/s compare directly with full fine-tuning.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -24,6 +29,12 @@ static int cmp_double(const void *a, const void *b) {
 
 lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute recompute, int bf16, int steps,
                          int warmup, double peak_flops, lf_bench_result *out) {
+    return lf_bench_train_lora(cfg, NULL, B, T, recompute, bf16, steps, warmup, peak_flops, out);
+}
+
+lf_status lf_bench_train_lora(const lf_model_config *cfg, const lf_lora_config *lora, int B, int T,
+                              lf_recompute recompute, int bf16, int steps, int warmup, double peak_flops,
+                              lf_bench_result *out) {
     memset(out, 0, sizeof *out);
     if (steps < 1 || warmup < 0) return lf_fail(LF_ERR_RANGE, "bench: steps must be >= 1 and warmup >= 0");
     if (T > cfg->block_size)
@@ -42,6 +53,7 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
         pc.grad_accum = 1;
         pc.recompute = (int)recompute;
         pc.bf16 = bf16;
+        if (lf_lora_enabled(lora)) pc.lora = *lora;
         lf_mem_plan plan;
         lf_status pst = lf_mem_plan_make_backend(&plan, &pc, &pc.model, be, 0);
         if (pst == LF_OK) pst = lf_mem_plan_check(&plan, &pc, &pc.model);
@@ -53,13 +65,15 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
     double *times = NULL;
     lf_status st = lf_model_create(&m, cfg, be);
     if (st != LF_OK) goto done;
+    /* LoRA before the weights, as the trainer: the base's gradient buffer goes first */
+    if (lf_lora_enabled(lora) && (st = lf_model_lora_attach(m, lora, 1337)) != LF_OK) goto done;
     st = lf_model_init_weights(m, 1337);
     if (st != LF_OK) goto done;
     size_t act_bytes = 0;
     st = lf_model_set_recompute(m, recompute);
     if (st == LF_OK) st = lf_model_plan(m, B, T, &act_bytes);
     if (st != LF_OK) goto done;
-    size_t n = lf_model_num_params(m), BT = (size_t)B * T;
+    size_t n = lf_model_train_num_params(m), BT = (size_t)B * T; /* what AdamW updates */
     m1 = lf_backend_alloc(be, n * sizeof(float));
     m2 = lf_backend_alloc(be, n * sizeof(float));
     x = lf_alloc(BT * sizeof(int32_t));
@@ -106,7 +120,8 @@ lf_status lf_bench_train(const lf_model_config *cfg, int B, int T, lf_recompute 
      * unless given (scripts/gpu-check.sh passes bench/cuda_peak's GEMM rate) */
     out->peak_flops = peak_flops > 0 ? peak_flops : !lf_backend_is_device(be) ? lf_probe_peak_flops(0.5) : 0;
     out->mfu = out->peak_flops > 0 ? out->model_flops_per_sec / out->peak_flops : 0;
-    out->num_params = n;
+    out->num_params = lf_model_num_params(m);
+    out->trainable_params = n;
     out->activation_bytes = act_bytes;
 done:
     if (m1) lf_backend_free(be, m1);

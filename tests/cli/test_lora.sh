@@ -12,6 +12,7 @@
 #     are refused naming the key;
 #   - `train --init-from STEP_DIR` (a PEFT adapter directory) trains on from its adapters on its base
 #     (the first loss below the fresh run's); lora keys that disagree with the adapter are refused;
+#   - `llmforge bench` with lora.* runs the LoRA step (trainable_params: the adapters only);
 #   - `llmforge merge` writes a Hugging Face directory that `llmforge sample` runs, and `sample` of
 #     the step directory itself (base + adapter, unmerged) gives the same logits;
 #   - with a Python that has torch, transformers and peft ($LF_HF_PYTHON, else the bench venv):
@@ -164,6 +165,21 @@ err, mx = max(abs(x - y) for x, y in zip(a, b)), max(abs(y) for y in b)
 print("step directory vs merged: %.3g of the largest logit" % (err / mx))
 sys.exit(0 if len(a) == len(b) and err <= 1e-5 * mx else 1)
 PY
+ok
+# `llmforge bench` with lora.* in the configuration runs a LoRA step: AdamW on the adapters only
+# (q_proj r*(64+64) + v_proj r*(64+32) per layer, r 4, 2 layers: 1792), the base's count unchanged
+cat > bench.json <<'EOF'
+{"model": {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 64, "ffn_hidden": 128,
+           "block_size": 32, "vocab_size": 97, "tie_embeddings": true, "dropout": 0.0}}
+EOF
+BENCH=(bench --config bench.json --micro-batch 2 --steps 1 --warmup 0 --threads 2 --peak-gflops 100 --json)
+json_int() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\([0-9][0-9]*\).*/\1/p"; }
+full=$("$LF" "${BENCH[@]}" 2>err.txt) || fail "bench full: $(cat err.txt)"
+lora=$("$LF" "${BENCH[@]}" '--lora.target_modules=["q_proj","v_proj"]' --lora.r=4 2>err.txt) ||
+    fail "bench lora: $(cat err.txt)"
+[ "$(json_int "$full" trainable_params)" = "$(json_int "$full" num_params)" ] || fail "bench full trains $full"
+[ "$(json_int "$lora" trainable_params)" = 1792 ] || fail "bench LoRA trains not the 1792 adapter floats: $lora"
+[ "$(json_int "$lora" num_params)" = "$(json_int "$full" num_params)" ] || fail "bench LoRA base differs: $lora"
 ok
 [ -x "$PYHF" ] || { echo "SKIPPED: no Python with torch, transformers and peft ($PYHF); set LF_HF_PYTHON"; exit 0; }
 "$PYHF" -c "import torch, transformers, peft" >imp.log 2>&1 || { echo "SKIPPED: $(tail -1 imp.log)"; exit 0; }

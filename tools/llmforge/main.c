@@ -426,6 +426,7 @@ static int cmd_bench(int argc, char **argv) {
         }
     }
     lf_model_config mc = {0};
+    lf_lora_config lora = lf_lora_config_default(); /* --config's lora.* (no targets: full fine-tuning) */
     if (n_over && !config) {
         fprintf(stderr, "llmforge bench: '--%s' overrides a configuration key: it needs --config\n", overrides[0]);
         goto done;
@@ -460,6 +461,7 @@ static int cmd_bench(int argc, char **argv) {
             goto done;
         }
         mc = cfg.model;
+        lora = cfg.lora;
         if (mc.vocab_size == 0) mc.vocab_size = 50304;
         if (!recompute_given) recompute = (lf_recompute)cfg.recompute;
         if (cfg.bf16) bf16 = 1;
@@ -473,7 +475,8 @@ static int cmd_bench(int argc, char **argv) {
     if (T == 0) T = mc.block_size;
     if (cli_backend_setup("bench", threads, 1)) goto done;
     lf_bench_result r;
-    lf_status st = lf_bench_train(&mc, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup, peak_gflops * 1e9, &r);
+    lf_status st = lf_bench_train_lora(&mc, &lora, (int)B, (int)T, recompute, bf16, (int)steps, (int)warmup,
+                                       peak_gflops * 1e9, &r);
     if (st != LF_OK) {
         die_status(st, "bench");
         rc = 1;
@@ -496,11 +499,12 @@ static int cmd_bench(int argc, char **argv) {
         for (int k = 0; k < 8; k++) lf_json_number(n[k], sizeof n[k], v[k]);
         printf(
             "{\"impl\":\"llmforge\",\"arch\":\"%s\",\"ms_per_step\":%s,\"tokens_per_sec\":%s,\"model_flops_per_sec\":%s,"
-            "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,\"micro_batch\":%ld,"
+            "\"mfu\":%s,\"peak_flops\":%s,\"flops_per_token\":%s,\"num_params\":%zu,"
+            "\"trainable_params\":%zu,\"micro_batch\":%ld,"
             "\"seq\":%ld,\"steps\":%d,\"threads\":%d,\"threads_from\":\"%s\",\"ms_min\":%s,\"ms_max\":%s,"
             "\"recompute\":\"%s\",\"activation_bytes\":%zu,\"bf16\":%s,\"bf16_kernel\":\"%s\",\"fp32_kernel\":\"%s\","
             "\"backend\":\"%s\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"cpu_isa_source\":\"%s\"}\n",
-            lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, B, T, r.steps,
+            lf_arch_name(mc.arch), n[0], n[1], n[2], n[3], n[4], n[5], r.num_params, r.trainable_params, B, T, r.steps,
             lf_backend_cpu_threads(), cli_threads_source(), n[6], n[7], lf_recompute_name(recompute),
             r.activation_bytes, bf16 ? "true" : "false", bf16_k, fp32_k, bname, devj, lf_backend_cpu_isa(),
             lf_backend_cpu_isa_source());
