@@ -354,6 +354,23 @@ static cJSON *jinja_json(const lf__chat_template *t) {
     cJSON_Delete(o);
     return NULL;
 }
+/* txt (cJSON_Print's, freed here; NULL: out of memory) and a newline as
+ * *out (malloc'd), *len its length. */
+static lf_status json_text_out(char *txt, char **out, size_t *len) {
+    size_t n = txt ? strlen(txt) : 0;
+    char *p = txt ? malloc(n + 2) : NULL;
+    if (p) {
+        memcpy(p, txt, n);
+        p[n] = '\n';
+        p[n + 1] = '\0';
+    }
+    cJSON_free(txt);
+    if (!p) return lf_fail(LF_ERR_NOMEM, "chat template: out of memory writing it as JSON");
+    *out = p;
+    if (len) *len = n + 1;
+    return LF_OK;
+}
+
 
 lf_status lf__chat_template_json(const lf__chat_template *t, char **out, size_t *len) {
     *out = NULL;
@@ -362,18 +379,7 @@ lf_status lf__chat_template_json(const lf__chat_template *t, char **out, size_t 
         cJSON *o = jinja_json(t);
         char *txt = o ? cJSON_Print(o) : NULL;
         cJSON_Delete(o);
-        size_t n = txt ? strlen(txt) : 0;
-        char *p = txt ? malloc(n + 2) : NULL;
-        if (p) {
-            memcpy(p, txt, n);
-            p[n] = '\n';
-            p[n + 1] = '\0';
-        }
-        cJSON_free(txt);
-        if (!p) return lf_fail(LF_ERR_NOMEM, "chat template: out of memory writing it as JSON");
-        *out = p;
-        if (len) *len = n + 1;
-        return LF_OK;
+        return json_text_out(txt, out, len);
     }
     cJSON *o = cJSON_CreateObject(), *roles = cJSON_CreateObject(), *stop = cJSON_CreateArray();
     static const char *const role_names[LF__ROLE_COUNT] = {"system", "user", "assistant"};
@@ -404,18 +410,7 @@ lf_status lf__chat_template_json(const lf__chat_template *t, char **out, size_t 
     else cJSON_Delete(stop);
     char *txt = ok ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
-    size_t n = txt ? strlen(txt) : 0;
-    char *p = txt ? malloc(n + 2) : NULL;
-    if (p) {
-        memcpy(p, txt, n);
-        p[n] = '\n';
-        p[n + 1] = '\0';
-    }
-    cJSON_free(txt);
-    if (!p) return lf_fail(LF_ERR_NOMEM, "chat template: out of memory writing it as JSON");
-    *out = p;
-    if (len) *len = n + 1;
-    return LF_OK;
+    return json_text_out(txt, out, len);
 }
 
 /* ---------------------------------------------------------------- rendering */
